@@ -1,0 +1,90 @@
+"""The ``qhlab`` command line: top-level parser, dispatch, error-to-exit-code mapping.
+
+Owns: ``main(argv) -> int``, the table of command groups, printing one ``error:`` line per
+failure, and the "writes nothing" safety net (an output directory that a failed command
+created is removed when the failure was bad input). Does not own: any command's behaviour;
+each group lives in its own module exposing ``register(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from qhlab import __version__
+from qhlab.evidence import QhError, QhInputError
+
+__all__ = ["main"]
+
+# Command group -> module. Only the invoked group is imported, so `qhlab verify` stays
+# torch-free and fast.
+_COMMANDS = {
+    "profiles": "qhlab.cli.profiles",
+    "scenes": "qhlab.cli.scenes",
+    "fit": "qhlab.cli.fit",
+    "commission": "qhlab.cli.commission",
+    "study": "qhlab.cli.study",
+    "verify": "qhlab.cli.verify",
+}
+_OUTPUT_ARGUMENTS = ("output", "out")
+
+
+def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qhlab",
+        description="Finite-horizon Q-learning on physical scenes, with evidence that checks itself.",
+    )
+    parser.add_argument("--version", action="version", version=f"qhlab {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in groups:
+        importlib.import_module(_COMMANDS[group]).register(subparsers)
+    return parser
+
+
+def _new_output_dirs(args: argparse.Namespace) -> list[Path]:
+    paths = []
+    for name in _OUTPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        if value is not None and not Path(value).exists():
+            paths.append(Path(value))
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one qhlab command.
+
+    Args:
+        argv: arguments without the program name; None reads ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 success, 1 runtime failure, 2 bad input or failed
+        authentication, 3 writer lock held by another process.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    groups = [argv[0]] if argv and argv[0] in _COMMANDS else list(_COMMANDS)
+    try:
+        parser = _parser(groups)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    fresh_outputs = _new_output_dirs(args)
+    try:
+        return int(args.handler(args) or 0)
+    except QhError as exc:
+        if isinstance(exc, QhInputError):
+            for path in fresh_outputs:
+                if path.exists():
+                    shutil.rmtree(path, ignore_errors=True)
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

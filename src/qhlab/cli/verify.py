@@ -1,0 +1,47 @@
+"""``qhlab verify DIR``: authenticate every receipt below a directory.
+
+Owns: the command's arguments and its report. Does not own: authentication itself
+(``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from qhlab.evidence import verify_directory
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``verify`` command."""
+    parser = subparsers.add_parser(
+        "verify",
+        help="authenticate every receipt (and every file it binds) below a directory",
+        description="Authenticate every *.receipt.json below DIR and re-hash every file it binds.",
+    )
+    parser.add_argument("directory", metavar="DIR")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
+    result = verify_directory(args.directory)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return 0
+    kinds: dict[str, int] = {}
+    for receipt in result["receipts"]:
+        kinds[receipt["kind"]] = kinds.get(receipt["kind"], 0) + 1
+    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+    print(
+        f"verified: {len(result['receipts'])} receipts ({summary}); "
+        f"{result['bound_files']} files bound and authenticated in {args.directory}"
+    )
+    if result["unbound_files"]:
+        print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
+    if result["temporary_files"]:
+        print(f"note: {len(result['temporary_files'])} leftover temporary files from an interrupted write")
+    return 0

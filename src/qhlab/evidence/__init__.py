@@ -1,0 +1,59 @@
+"""Torch-free evidence layer: errors, canonical JSON, digests, write-once files, receipts, locks.
+
+Every other qhlab layer writes and checks evidence through this package only. It imports
+the standard library and nothing heavier, so it is safe to use anywhere, including in a
+verifier that has no torch.
+"""
+
+from qhlab.evidence.canonical import (
+    canonical_json,
+    sha256_bytes,
+    sha256_file,
+    sha256_tree,
+    to_jsonable,
+    tree_manifest,
+)
+from qhlab.evidence.errors import (
+    DigestMismatchError,
+    EvidenceError,
+    LockHeldError,
+    MissingEvidenceError,
+    OrderError,
+    PublishConflictError,
+    QhError,
+    QhInputError,
+    SchemaMismatchError,
+)
+from qhlab.evidence.publish import fresh_directory, publish_bytes, publish_file, publish_json, safe_component
+from qhlab.evidence.receipts import RECEIPT_SUFFIX, bind_files, read_receipt, verify_directory, write_receipt
+from qhlab.evidence.source import exclusive_lock, source_package_digest
+
+__all__ = [
+    "QhError",
+    "QhInputError",
+    "EvidenceError",
+    "DigestMismatchError",
+    "SchemaMismatchError",
+    "MissingEvidenceError",
+    "PublishConflictError",
+    "OrderError",
+    "LockHeldError",
+    "canonical_json",
+    "to_jsonable",
+    "sha256_bytes",
+    "sha256_file",
+    "sha256_tree",
+    "tree_manifest",
+    "publish_bytes",
+    "publish_json",
+    "publish_file",
+    "fresh_directory",
+    "safe_component",
+    "RECEIPT_SUFFIX",
+    "bind_files",
+    "write_receipt",
+    "read_receipt",
+    "verify_directory",
+    "source_package_digest",
+    "exclusive_lock",
+]

@@ -1,0 +1,156 @@
+"""Write-once publication of files and directories.
+
+Owns: the only way qhlab puts a file at its published name: write a temporary file in the
+same directory, flush and fsync it, hard-link it to the target (which fails if the target
+exists, so even a race cannot overwrite), fsync the directory. A crash at any point leaves
+at most a hidden ``.NAME.tmp-*`` file, never a partial published file. Does not own: what
+the files contain.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Callable
+
+from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence.errors import PublishConflictError, QhInputError
+
+__all__ = [
+    "publish_bytes",
+    "publish_json",
+    "publish_file",
+    "fresh_directory",
+    "safe_component",
+    "TEMP_MARKER",
+]
+
+TEMP_MARKER = ".tmp-"
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def safe_component(value: Any, *, field: str, call: str = "qhlab") -> str:
+    """Return ``value`` if it is one safe path component, else raise naming ``field``.
+
+    Allowed: 1-64 characters from ``[A-Za-z0-9._-]``, not starting with ``.`` or ``-``.
+    This is what keeps ``../x``, ``a/b`` and unicode look-alikes out of published paths.
+    """
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 64
+        or value[0] in ".-"
+        or not set(value) <= _SAFE
+    ):
+        raise QhInputError(
+            f"{call}: {field}={value!r} is not allowed; allowed: 1-64 characters from "
+            "[A-Za-z0-9._-], not starting with '.' or '-'. HINT: names become directory names, "
+            "so separators, '..' and non-ASCII are refused."
+        )
+    return value
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _refuse_existing(path: Path) -> None:
+    if path.exists() or path.is_symlink():
+        raise PublishConflictError(
+            f"publish: {path} already exists; published files are write-once. "
+            "HINT: choose a fresh output path; qhlab never overwrites evidence."
+        )
+
+
+def _link_into_place(tmp: Path, path: Path) -> None:
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise PublishConflictError(
+            f"publish: {path} already exists (created concurrently); published files are write-once."
+        ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        # Filesystems without hard links: rename is still atomic; the existence check above
+        # is the only guard left, which is acceptable where links are unsupported.
+        _refuse_existing(path)
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def publish_file(path: str | os.PathLike, writer: Callable[[Path], None]) -> str:
+    """Publish a file produced by ``writer(temporary_path)`` at ``path``, write-once.
+
+    Args:
+        path: the published name; its directory must exist.
+        writer: writes the complete file at the temporary path it is given (e.g.
+            ``pyarrow.parquet.write_table`` or ``safetensors.torch.save_file``).
+
+    Returns:
+        Hex SHA-256 of the published bytes.
+
+    Raises:
+        PublishConflictError: the target exists.
+        QhInputError: the parent directory does not exist.
+    """
+    path = Path(path)
+    _refuse_existing(path)
+    if not path.parent.is_dir():
+        raise QhInputError(f"publish: directory {path.parent} does not exist for {path.name}.")
+    tmp = path.parent / f".{path.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        writer(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        digest = sha256_file(tmp)
+        _link_into_place(tmp, path)
+        _fsync_directory(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return digest
+
+
+def publish_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Publish ``data`` at ``path`` write-once (temp, fsync, link, fsync dir)."""
+
+    def _write(tmp: Path) -> None:
+        with open(tmp, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+
+    publish_file(path, _write)
+    return Path(path)
+
+
+def publish_json(path: str | os.PathLike, obj: Any) -> str:
+    """Publish ``obj`` as canonical JSON, write-once; return the SHA-256 of its bytes."""
+    data = canonical_json(obj)
+    publish_bytes(path, data)
+    return sha256_bytes(data)
+
+
+def fresh_directory(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and missing parents); refuse one that already exists."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise PublishConflictError(
+            f"fresh_directory: {path} already exists. HINT: every attempt publishes into a new "
+            "directory; pick another output path or attempt id."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        raise PublishConflictError(f"fresh_directory: {path} was created concurrently.") from None
+    return path

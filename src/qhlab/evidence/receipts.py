@@ -1,0 +1,216 @@
+"""Receipts: canonical JSON documents that bind the exact bytes a step used and made.
+
+Owns: the receipt envelope (schema version, kind, producer, body, bound files, a digest of
+its own content), writing it write-once, and authenticating it and every file it binds.
+Does not own: what a body means; each step reads its own fields after authentication.
+
+A receipt carries ``content_sha256``: the SHA-256 of the canonical JSON of every other
+field. Any changed byte therefore changes either the content or the recorded digest, so an
+edit that leaves valid JSON is still caught. A step that depends on another step's receipt
+binds that receipt's file digest among its own inputs, which chains the evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from qhlab import __version__
+from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence.errors import (
+    DigestMismatchError,
+    EvidenceError,
+    MissingEvidenceError,
+    SchemaMismatchError,
+)
+from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
+
+__all__ = ["RECEIPT_SUFFIX", "write_receipt", "read_receipt", "verify_directory", "bind_files"]
+
+RECEIPT_SUFFIX = ".receipt.json"
+
+
+def _reference(receipt_dir: Path, target: Path) -> str:
+    target = Path(os.path.abspath(target))
+    try:
+        return target.relative_to(Path(os.path.abspath(receipt_dir))).as_posix()
+    except ValueError:
+        return target.as_posix()
+
+
+def bind_files(receipt_dir: Path, files: Mapping[str, str | os.PathLike] | None) -> dict:
+    """Digest each named file; paths inside ``receipt_dir`` are stored relative to it.
+
+    Returns:
+        ``{name: {"path": str, "sha256": hex}}``.
+    """
+    bound = {}
+    for name, file_path in sorted((files or {}).items()):
+        bound[name] = {"path": _reference(receipt_dir, Path(file_path)), "sha256": sha256_file(file_path)}
+    return bound
+
+
+def write_receipt(
+    path: str | os.PathLike,
+    *,
+    kind: str,
+    schema_version: int,
+    body: Mapping[str, Any],
+    inputs: Mapping[str, str | os.PathLike] | None = None,
+    outputs: Mapping[str, str | os.PathLike] | None = None,
+) -> str:
+    """Publish a receipt at ``path`` (write-once) and return the SHA-256 of its bytes.
+
+    Args:
+        path: must end with ``.receipt.json``.
+        kind: what step wrote it, e.g. ``"fit"``.
+        schema_version: version of ``body``'s layout for this kind.
+        body: JSON-able facts of the step.
+        inputs: files the step read, by name; their digests are bound.
+        outputs: files the step published, by name; their digests are bound.
+    """
+    path = Path(path)
+    if not path.name.endswith(RECEIPT_SUFFIX):
+        raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
+    document = {
+        "schema_version": int(schema_version),
+        "kind": kind,
+        "created_by": {"package": "qhlab", "version": __version__},
+        "body": dict(body),
+        "inputs": bind_files(path.parent, inputs),
+        "outputs": bind_files(path.parent, outputs),
+    }
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    data = canonical_json(document)
+    publish_bytes(path, data)
+    return sha256_bytes(data)
+
+
+def _resolve(receipt_dir: Path, reference: str) -> Path:
+    ref = Path(reference)
+    return ref if ref.is_absolute() else receipt_dir / ref
+
+
+def read_receipt(
+    path: str | os.PathLike,
+    *,
+    kind: str | None,
+    schema_version: int | None,
+    verify_files: bool = True,
+) -> dict:
+    """Authenticate a receipt and (by default) every file it binds; return the document.
+
+    Args:
+        path: the receipt file.
+        kind: required ``kind``; None accepts any.
+        schema_version: required ``schema_version``; None accepts any integer.
+        verify_files: re-hash every bound input and output file.
+
+    Raises:
+        MissingEvidenceError: the receipt or a bound file is missing.
+        SchemaMismatchError: wrong kind or schema version.
+        DigestMismatchError: the receipt's own content digest or a bound file's digest differs.
+        EvidenceError: the bytes are not canonical JSON of a receipt.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingEvidenceError(f"read_receipt: receipt {path} does not exist.")
+    raw = path.read_bytes()
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"read_receipt: {path} is not valid UTF-8 JSON ({exc}).") from None
+    required = {"schema_version", "kind", "created_by", "body", "inputs", "outputs", "content_sha256"}
+    if not isinstance(document, dict) or set(document) != required:
+        raise EvidenceError(f"read_receipt: {path} does not have exactly the receipt fields {sorted(required)}.")
+    try:
+        canonical = canonical_json(document)
+    except Exception as exc:  # noqa: BLE001 - any non-canonical content is an evidence failure
+        raise EvidenceError(f"read_receipt: {path} holds a value with no canonical form ({exc}).") from None
+    if canonical != raw:
+        raise DigestMismatchError(f"read_receipt: {path} is not in canonical form (its bytes were edited).")
+    claimed = document.pop("content_sha256")
+    actual = sha256_bytes(canonical_json(document))
+    document["content_sha256"] = claimed
+    if claimed != actual:
+        raise DigestMismatchError(
+            f"read_receipt: {path} content digest {actual} differs from the recorded {claimed}."
+        )
+    if kind is not None and document["kind"] != kind:
+        raise SchemaMismatchError(f"read_receipt: {path} has kind {document['kind']!r}; expected {kind!r}.")
+    if not isinstance(document["schema_version"], int) or (
+        schema_version is not None and document["schema_version"] != schema_version
+    ):
+        raise SchemaMismatchError(
+            f"read_receipt: {path} has schema_version {document['schema_version']!r}; "
+            f"expected {schema_version!r}."
+        )
+    if verify_files:
+        for section in ("inputs", "outputs"):
+            for name, entry in document[section].items():
+                target = _resolve(path.parent, entry["path"])
+                if not target.is_file():
+                    raise MissingEvidenceError(
+                        f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing."
+                    )
+                digest = sha256_file(target)
+                if digest != entry["sha256"]:
+                    raise DigestMismatchError(
+                        f"read_receipt: {section} file {name!r} ({target}) has sha256 {digest}; "
+                        f"{path} binds {entry['sha256']}."
+                    )
+    return document
+
+
+def verify_directory(directory: str | os.PathLike) -> dict:
+    """Authenticate every receipt below ``directory`` and every file each binds.
+
+    Returns:
+        ``{"receipts": [{"path", "kind", "schema_version", "sha256"}], "bound_files": n,
+        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...]}``.
+
+    Raises:
+        EvidenceError: (or a subclass) at the first receipt or file that fails.
+        MissingEvidenceError: the directory is missing or holds no receipt.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise MissingEvidenceError(f"verify: {root} does not exist or is not a directory.")
+    receipts, bound, temporary, all_files = [], set(), [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if TEMP_MARKER in name:
+                temporary.append(rel)
+            else:
+                all_files.append(full)
+            if name.endswith(RECEIPT_SUFFIX) and TEMP_MARKER not in name:
+                document = read_receipt(full, kind=None, schema_version=None, verify_files=True)
+                receipts.append(
+                    {
+                        "path": rel,
+                        "kind": document["kind"],
+                        "schema_version": document["schema_version"],
+                        "sha256": sha256_file(full),
+                    }
+                )
+                bound.add(os.path.abspath(full))
+                for section in ("inputs", "outputs"):
+                    for entry in document[section].values():
+                        bound.add(os.path.abspath(_resolve(full.parent, entry["path"])))
+    if not receipts:
+        raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
+    unbound = sorted(
+        f.relative_to(root).as_posix() for f in all_files if os.path.abspath(f) not in bound
+    )
+    bound_inside = sum(1 for f in all_files if os.path.abspath(f) in bound)
+    return {
+        "receipts": receipts,
+        "bound_files": bound_inside,
+        "unbound_files": unbound,
+        "temporary_files": temporary,
+    }

@@ -1,0 +1,212 @@
+"""Tests for the torch-free evidence layer: canonical JSON, digests, write-once, receipts, locks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    LockHeldError,
+    MissingEvidenceError,
+    PublishConflictError,
+    QhInputError,
+    SchemaMismatchError,
+    canonical_json,
+    exclusive_lock,
+    fresh_directory,
+    publish_bytes,
+    publish_json,
+    read_receipt,
+    safe_component,
+    sha256_bytes,
+    sha256_file,
+    sha256_tree,
+    source_package_digest,
+    verify_directory,
+    write_receipt,
+)
+
+
+def test_canonical_json_is_sorted_utf8_with_trailing_newline():
+    data = canonical_json({"b": 1, "a": [1.5, "é"], "schema_version": 1})
+    assert data == '{\n  "a": [\n    1.5,\n    "é"\n  ],\n  "b": 1,\n  "schema_version": 1\n}\n'.encode()
+    assert canonical_json({"a": 1, "b": 2}) == canonical_json({"b": 2, "a": 1})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_canonical_json_refuses_non_finite_and_names_the_path(bad):
+    with pytest.raises(QhInputError, match=r"\$\.metrics\.mae\[1\]"):
+        canonical_json({"metrics": {"mae": [0.1, bad]}})
+
+
+def test_canonical_json_refuses_unsupported_types():
+    with pytest.raises(QhInputError, match="type set"):
+        canonical_json({"x": {1, 2}})
+
+
+def test_digests_of_bytes_files_and_trees(tmp_path):
+    assert sha256_bytes(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.bin").write_bytes(b"abc")
+    (tmp_path / "y.bin").write_bytes(b"")
+    assert sha256_file(tmp_path / "d" / "x.bin") == sha256_bytes(b"abc")
+    before = sha256_tree(tmp_path)
+    (tmp_path / "y.bin").write_bytes(b"!")
+    assert sha256_tree(tmp_path) != before
+    with pytest.raises(MissingEvidenceError, match="nope"):
+        sha256_file(tmp_path / "nope")
+
+
+def test_publish_is_write_once_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "a.json"
+    digest = publish_json(target, {"x": 1})
+    assert digest == sha256_file(target)
+    with pytest.raises(PublishConflictError, match="a.json"):
+        publish_bytes(target, b"other")
+    assert json.loads(target.read_text()) == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_publish_requires_existing_directory(tmp_path):
+    with pytest.raises(QhInputError, match="does not exist"):
+        publish_bytes(tmp_path / "missing" / "a.bin", b"x")
+
+
+def test_fresh_directory_refuses_existing(tmp_path):
+    made = fresh_directory(tmp_path / "a" / "b")
+    assert made.is_dir()
+    with pytest.raises(PublishConflictError, match="already exists"):
+        fresh_directory(made)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", "-x", "é", "x" * 65, None, 3])
+def test_safe_component_refuses(name):
+    with pytest.raises(QhInputError, match="cell="):
+        safe_component(name, field="cell")
+
+
+def test_safe_component_accepts():
+    assert safe_component("baseline_s0.v-1", field="cell") == "baseline_s0.v-1"
+
+
+def _receipt(tmp_path):
+    (tmp_path / "state.bin").write_bytes(b"state")
+    outside = tmp_path.parent / f"{tmp_path.name}-input.bin"
+    outside.write_bytes(b"input")
+    path = tmp_path / "step.receipt.json"
+    write_receipt(
+        path,
+        kind="fit",
+        schema_version=1,
+        body={"updates": 20},
+        inputs={"population": outside},
+        outputs={"state": tmp_path / "state.bin"},
+    )
+    return path, outside
+
+
+def test_receipt_round_trip_binds_relative_and_absolute_files(tmp_path):
+    path, outside = _receipt(tmp_path)
+    doc = read_receipt(path, kind="fit", schema_version=1)
+    assert doc["body"] == {"updates": 20}
+    assert doc["outputs"]["state"] == {"path": "state.bin", "sha256": sha256_bytes(b"state")}
+    assert doc["inputs"]["population"]["path"] == str(outside)
+
+
+def test_receipt_refuses_kind_schema_and_missing(tmp_path):
+    path, _ = _receipt(tmp_path)
+    with pytest.raises(SchemaMismatchError, match="kind 'fit'; expected 'study'"):
+        read_receipt(path, kind="study", schema_version=1)
+    with pytest.raises(SchemaMismatchError, match="schema_version 1; expected 2"):
+        read_receipt(path, kind="fit", schema_version=2)
+    with pytest.raises(MissingEvidenceError, match="nope.receipt.json"):
+        read_receipt(tmp_path / "nope.receipt.json", kind="fit", schema_version=1)
+
+
+def test_receipt_detects_changed_bound_file_and_missing_file(tmp_path):
+    path, outside = _receipt(tmp_path)
+    (tmp_path / "state.bin").write_bytes(b"stale")
+    with pytest.raises(DigestMismatchError, match="state.bin"):
+        read_receipt(path, kind="fit", schema_version=1)
+    (tmp_path / "state.bin").write_bytes(b"state")
+    outside.unlink()
+    with pytest.raises(MissingEvidenceError, match="population"):
+        read_receipt(path, kind="fit", schema_version=1)
+
+
+def test_every_single_byte_flip_of_a_receipt_is_detected(tmp_path):
+    path, _ = _receipt(tmp_path)
+    original = path.read_bytes()
+    for index in range(len(original)):
+        flipped = bytearray(original)
+        flipped[index] ^= 0x01
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(EvidenceError):
+            read_receipt(path, kind="fit", schema_version=1)
+    path.write_bytes(original)
+    assert read_receipt(path, kind="fit", schema_version=1)["kind"] == "fit"
+
+
+def test_verify_directory_counts_bound_and_unbound(tmp_path):
+    _receipt(tmp_path)
+    (tmp_path / "log.txt").write_text("free text")
+    result = verify_directory(tmp_path)
+    assert [r["kind"] for r in result["receipts"]] == ["fit"]
+    assert result["bound_files"] == 2
+    assert result["unbound_files"] == ["log.txt"]
+    with pytest.raises(MissingEvidenceError, match="does not exist"):
+        verify_directory(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MissingEvidenceError, match="holds no"):
+        verify_directory(tmp_path / "empty")
+
+
+def test_source_package_digest_changes_with_code(tmp_path):
+    pkg = tmp_path / "qhlab"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("x = 1\n")
+    first = source_package_digest(pkg)
+    assert first["files"] == 1
+    (pkg / "mod.py").write_text("y = 2\n")
+    second = source_package_digest(pkg)
+    assert second["files"] == 2 and second["sha256"] != first["sha256"]
+    (pkg / "mod.py").write_text("y = 3\n")
+    assert source_package_digest(pkg)["sha256"] != second["sha256"]
+    assert source_package_digest()["files"] > 5
+
+
+def test_exclusive_lock_refuses_second_holder_in_another_process(tmp_path):
+    lock = tmp_path / "locks" / "run.lock"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from qhlab.evidence import exclusive_lock, LockHeldError
+        try:
+            with exclusive_lock({str(lock)!r}):
+                print("acquired")
+        except LockHeldError as exc:
+            print("refused:", exc)
+            sys.exit(3)
+        """
+    )
+    with exclusive_lock(lock):
+        busy = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert busy.returncode == 3
+        assert str(lock) in busy.stdout and "held by another process" in busy.stdout
+        with pytest.raises(LockHeldError):
+            with exclusive_lock(lock):
+                pass
+    free = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert free.returncode == 0 and "acquired" in free.stdout
+
+
+def test_evidence_layer_imports_no_torch():
+    code = "import sys, qhlab.evidence, qhlab.cli.verify; print('torch' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False False"
