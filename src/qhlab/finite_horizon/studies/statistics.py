@@ -1,0 +1,515 @@
+"""Scene-level statistics for the architecture study: bootstrap intervals and retention margins.
+
+Owns: pure functions over per-scene arrays (the scene is the statistical unit): BCa scene
+bootstrap intervals through ``scipy.stats.bootstrap`` (paired when two arms are compared), with
+an explicit, recorded fallback where BCa is undefined; the retention margins D_reg and D_mae
+with their one-sided bounds and the robust/inconclusive label; seed agreement.
+
+Does not own: computing per-scene MAE or regret (``qhlab.finite_horizon.evaluation``, whose
+``scene_means`` aggregates states into scenes), choosing thresholds (the frozen study config),
+or writing reports. Every result is a frozen dataclass of plain floats/ints/strings with an
+``as_dict()`` that is JSON-able: no NaN or infinity ever leaves this module (an undefined or
+open bound is ``None`` and the record's ``note`` says why).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from qhlab.evidence.errors import QhInputError
+
+__all__ = [
+    "BootstrapInterval",
+    "Margin",
+    "RetentionDecision",
+    "pooled_seed_values",
+    "paired_scene_bootstrap",
+    "scene_mean_interval",
+    "retention_margins",
+    "seed_disagreement",
+]
+
+_STATISTICS = ("mean difference", "mean")
+_ALTERNATIVES = ("two-sided", "less", "greater")
+DEFAULT_RESAMPLES = 9999
+
+
+@dataclass(frozen=True)
+class BootstrapInterval:
+    """A scene-bootstrap interval for a mean (or a paired mean difference).
+
+    ``alternative`` follows scipy: "two-sided" gives [low, high]; "less" gives the one-sided
+    upper bound ``high`` (``low`` is None: -infinity); "greater" gives the one-sided lower bound
+    ``low`` (``high`` is None). ``method`` is the method actually used: "BCa", "percentile"
+    (BCa was undefined) or "point" (zero spread or one scene: the interval is the estimate);
+    ``note`` explains any fallback or open side, else None.
+    """
+
+    statistic: str
+    estimate: float
+    low: float | None
+    high: float | None
+    confidence: float
+    alternative: str
+    method: str
+    requested_method: str
+    n_scenes: int
+    n_resamples: int
+    rng_seed: int
+    note: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-able dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """One retention margin: mean over scenes of ``variant_s - fraction * reference_s``.
+
+    ``passes`` is the point decision (estimate <= 0). ``upper`` is the one-sided upper bound
+    (alternative "less"), ``lower`` the one-sided lower bound (alternative "greater"), both at
+    the requested confidence. ``confirmed`` is True when the bound on the side of the decision
+    agrees with it: ``upper.high <= 0`` when it passes, ``lower.low > 0`` when it fails.
+    """
+
+    name: str
+    fraction: float
+    estimate: float
+    per_scene: list[float]
+    passes: bool
+    confirmed: bool
+    upper: BootstrapInterval
+    lower: BootstrapInterval
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-able dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RetentionDecision:
+    """The retention rule's outcome for one variant (one seed).
+
+    ``retained`` is decided by the point estimates: both margins <= 0. ``label`` is "robust"
+    when the one-sided bound of BOTH margins agrees with that margin's point decision (see
+    ``Margin.confirmed``), else "inconclusive".
+    """
+
+    retained: bool
+    label: str
+    rule: str
+    confidence: float
+    d_reg: Margin
+    d_mae: Margin
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-able dict."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation (private).
+
+
+def _fail(call: str, field: str, value: Any, allowed: str, hint: str) -> QhInputError:
+    return QhInputError(f"{call}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}")
+
+
+def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if array.ndim != 1 or array.size == 0:
+        raise _fail(call, f"{field}.shape", tuple(array.shape), "a non-empty 1-D array [n_scenes]",
+                    "pass one value per scene (evaluation per-scene arrays, one horizon)")
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise _fail(call, f"{field}.dtype", str(array.dtype), "real numbers",
+                    "pass per-scene metric values")
+    array = array.astype(np.float64)
+    if not np.isfinite(array).all():
+        raise _fail(call, field, "non-finite values", "finite per-scene values",
+                    "a NaN metric means an upstream evaluation failed; fix it there")
+    return array
+
+
+def _check_options(call: str, confidence: Any, n_resamples: Any, rng_seed: Any) -> None:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
+        0.0 < float(confidence) < 1.0
+    ):
+        raise _fail(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
+        n_resamples < 1
+    ):
+        raise _fail(call, "n_resamples", n_resamples, "an integer >= 1",
+                    f"scipy's default is {DEFAULT_RESAMPLES}")
+    if isinstance(rng_seed, bool) or not isinstance(rng_seed, (int, np.integer)) or rng_seed < 0:
+        raise _fail(call, "rng_seed", rng_seed, "an integer >= 0",
+                    "declare the seed in the study config so intervals are reproducible")
+
+
+def _finite_or_none(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap intervals.
+
+
+def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x - y, axis=axis)
+
+
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _run_scipy(
+    data: tuple[np.ndarray, ...],
+    *,
+    method: str,
+    confidence: float,
+    alternative: str,
+    n_resamples: int,
+    rng_seed: int,
+) -> tuple[float, float, list[str]]:
+    statistic = _mean_difference if len(data) == 2 else _mean
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = stats.bootstrap(
+            data,
+            statistic,
+            n_resamples=int(n_resamples),
+            vectorized=True,
+            paired=len(data) == 2,
+            confidence_level=float(confidence),
+            alternative=alternative,
+            method=method,
+            rng=np.random.default_rng(int(rng_seed)),
+        )
+    messages = sorted({str(w.message).split(".")[0] for w in caught})
+    return float(result.confidence_interval.low), float(result.confidence_interval.high), messages
+
+
+def _expected_sides_finite(low: float, high: float, alternative: str) -> bool:
+    if alternative == "two-sided":
+        return math.isfinite(low) and math.isfinite(high)
+    if alternative == "less":
+        return math.isfinite(high) and not math.isnan(low)
+    return math.isfinite(low) and not math.isnan(high)
+
+
+def _point_bounds(estimate: float, alternative: str) -> tuple[float | None, float | None]:
+    low = None if alternative == "less" else estimate
+    high = None if alternative == "greater" else estimate
+    return low, high
+
+
+def paired_scene_bootstrap(
+    x: Any,
+    y: Any | None = None,
+    *,
+    statistic: str = "mean difference",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int,
+    alternative: str = "two-sided",
+) -> BootstrapInterval:
+    """BCa scene-bootstrap interval for a mean or a paired mean difference.
+
+    Scenes are resampled with replacement (the same scenes for both arms when ``y`` is given:
+    ``scipy.stats.bootstrap(..., paired=True, method="BCa", rng=default_rng(rng_seed))``).
+    Where BCa is undefined the fallback is recorded in ``method`` and ``note``: zero spread of
+    the per-scene values (or a single scene) gives the point interval [estimate, estimate]; a
+    BCa result that is not finite is replaced by the percentile interval from the same seed.
+
+    Args:
+        x: float [n_scenes], the first arm's per-scene values (or, with ``y`` None and
+            statistic "mean difference", per-scene differences already paired).
+        y: float [n_scenes] or None, the second arm's values for the same scenes in the same
+            order.
+        statistic: "mean difference" (mean over scenes of x - y; of x when y is None) or
+            "mean" (mean of x; y must be None).
+        confidence: confidence level in (0, 1).
+        n_resamples: bootstrap resamples.
+        rng_seed: seed of ``numpy.random.default_rng``.
+        alternative: "two-sided", "less" (one-sided upper bound) or "greater" (one-sided lower
+            bound), as in scipy.
+
+    Returns:
+        A ``BootstrapInterval`` (JSON-able via ``as_dict()``).
+    """
+    call = "paired_scene_bootstrap"
+    if statistic not in _STATISTICS:
+        raise _fail(call, "statistic", statistic, " | ".join(_STATISTICS),
+                    "paired arms use 'mean difference'; one arm uses 'mean'")
+    if alternative not in _ALTERNATIVES:
+        raise _fail(call, "alternative", alternative, " | ".join(_ALTERNATIVES),
+                    "'less' gives a one-sided upper bound, 'greater' a lower bound")
+    _check_options(call, confidence, n_resamples, rng_seed)
+    first = _scene_array(call, "x", x)
+    if y is None:
+        data: tuple[np.ndarray, ...] = (first,)
+        values = first
+    else:
+        if statistic == "mean":
+            raise _fail(call, "y", "an array", "None with statistic 'mean'",
+                        "use statistic='mean difference' to compare two arms")
+        second = _scene_array(call, "y", y)
+        if second.shape != first.shape:
+            raise _fail(call, "y.shape", tuple(second.shape), f"x's shape {tuple(first.shape)}",
+                        "both arms must be evaluated on the same scenes, in the same order")
+        data = (first, second)
+        values = first - second
+    estimate = float(values.mean())
+    n = int(values.size)
+    notes: list[str] = []
+    method = "BCa"
+    low: float | None
+    high: float | None
+    if n < 2 or float(np.ptp(values)) == 0.0:
+        reason = "one scene" if n < 2 else "all per-scene values are equal (zero spread)"
+        notes.append(f"{reason}: the bootstrap distribution is a point and BCa is undefined; "
+                     "reporting the point interval [estimate, estimate]")
+        method = "point"
+        low, high = _point_bounds(estimate, alternative)
+    else:
+        common = dict(confidence=confidence, alternative=alternative, n_resamples=n_resamples,
+                      rng_seed=rng_seed)
+        raw_low, raw_high, messages = _run_scipy(data, method="BCa", **common)
+        if not _expected_sides_finite(raw_low, raw_high, alternative):
+            detail = "; ".join(messages) if messages else "non-finite bounds"
+            notes.append(f"BCa undefined for these values ({detail}); "
+                         "using the percentile interval from the same seed")
+            method = "percentile"
+            raw_low, raw_high, _ = _run_scipy(data, method="percentile", **common)
+            if not _expected_sides_finite(raw_low, raw_high, alternative):
+                notes.append("the percentile interval is not finite either; "
+                             "reporting the point interval [estimate, estimate]")
+                method = "point"
+                raw_low, raw_high = estimate, estimate
+        low, high = _finite_or_none(raw_low), _finite_or_none(raw_high)
+        if alternative == "less":
+            low = None
+        elif alternative == "greater":
+            high = None
+    if alternative == "less":
+        notes.append("one-sided upper bound: low is -infinity (reported as None)")
+    elif alternative == "greater":
+        notes.append("one-sided lower bound: high is +infinity (reported as None)")
+    return BootstrapInterval(
+        statistic=statistic,
+        estimate=estimate,
+        low=low,
+        high=high,
+        confidence=float(confidence),
+        alternative=alternative,
+        method=method,
+        requested_method="BCa",
+        n_scenes=n,
+        n_resamples=int(n_resamples),
+        rng_seed=int(rng_seed),
+        note="; ".join(notes) if notes else None,
+    )
+
+
+def scene_mean_interval(
+    values: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int,
+    alternative: str = "two-sided",
+) -> BootstrapInterval:
+    """BCa scene-bootstrap interval for one arm's scene mean (e.g. MAE_H of one cell).
+
+    Args:
+        values: float [n_scenes], per-scene values of one arm.
+        confidence: confidence level in (0, 1).
+        n_resamples: bootstrap resamples.
+        rng_seed: seed of ``numpy.random.default_rng``.
+        alternative: "two-sided", "less" or "greater".
+
+    Returns:
+        A ``BootstrapInterval`` with statistic "mean".
+    """
+    return paired_scene_bootstrap(
+        values,
+        None,
+        statistic="mean",
+        confidence=confidence,
+        n_resamples=n_resamples,
+        rng_seed=rng_seed,
+        alternative=alternative,
+    )
+
+
+def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
+    """Pool replication seeds per scene: the mean over seeds of each scene's value.
+
+    The scene stays the statistical unit: seeds are averaged within a scene before any
+    bootstrap over scenes, so a pooled interval never treats seeds as extra scenes.
+
+    Args:
+        per_scene_by_seed: seed -> float [n_scenes], every seed on the same scenes in the same
+            order (e.g. one arm's per-scene regret_H for each seed).
+
+    Returns:
+        float64 [n_scenes].
+    """
+    call = "pooled_seed_values"
+    if not isinstance(per_scene_by_seed, dict) or not per_scene_by_seed:
+        raise _fail(call, "per_scene_by_seed", per_scene_by_seed,
+                    "a non-empty dict seed -> [n_scenes] values", "one entry per declared seed")
+    arrays = [_scene_array(call, f"per_scene_by_seed[{seed}]", values)
+              for seed, values in sorted(per_scene_by_seed.items())]
+    sizes = sorted({a.size for a in arrays})
+    if len(sizes) != 1:
+        raise _fail(call, "n_scenes", sizes, "the same number of scenes for every seed",
+                    "evaluate every seed on the same validation scenes")
+    return np.mean(np.stack(arrays), axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention margins.
+
+
+def _check_fraction(call: str, field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+        float(value)
+    ) or float(value) < 0:
+        raise _fail(call, field, value, "a finite number >= 0",
+                    "use the fraction declared in the frozen study config")
+    return float(value)
+
+
+def _margin(
+    name: str,
+    variant: np.ndarray,
+    reference: np.ndarray,
+    fraction: float,
+    *,
+    confidence: float,
+    n_resamples: int,
+    rng_seed: int,
+) -> Margin:
+    per_scene = variant - fraction * reference
+    options = dict(statistic="mean difference", confidence=confidence,
+                   n_resamples=n_resamples, rng_seed=rng_seed)
+    upper = paired_scene_bootstrap(per_scene, alternative="less", **options)
+    lower = paired_scene_bootstrap(per_scene, alternative="greater", **options)
+    estimate = float(per_scene.mean())
+    passes = estimate <= 0.0
+    confirmed = (upper.high is not None and upper.high <= 0.0) if passes else (
+        lower.low is not None and lower.low > 0.0
+    )
+    return Margin(
+        name=name,
+        fraction=fraction,
+        estimate=estimate,
+        per_scene=[float(v) for v in per_scene],
+        passes=passes,
+        confirmed=bool(confirmed),
+        upper=upper,
+        lower=lower,
+    )
+
+
+def retention_margins(
+    variant_regret: Any,
+    control_regret: Any,
+    variant_mae: Any,
+    matched_mae: Any,
+    *,
+    regret_fraction: float,
+    mae_fraction: float,
+    rng_seed: int,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+) -> RetentionDecision:
+    """The retention rule as two margins over scenes, decided by the point estimates.
+
+    D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control;
+    D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. The variant is
+    retained iff D_reg <= 0 and D_mae <= 0. Each margin also gets one-sided ``confidence``
+    bounds (BCa scene bootstrap of its per-scene values, seeded); the decision is labelled
+    "robust" iff, for both margins, the bound on the decision's side agrees with the margin's
+    point sign (upper bound <= 0 for a margin <= 0; lower bound > 0 for a margin > 0), else
+    "inconclusive".
+
+    Args:
+        variant_regret: float [n_scenes], per-scene regret_H of the variant.
+        control_regret: float [n_scenes], per-scene regret_H of its structural control.
+        variant_mae: float [n_scenes], per-scene MAE_H of the variant.
+        matched_mae: float [n_scenes], per-scene MAE_H of the matched control.
+        regret_fraction: finite >= 0.
+        mae_fraction: finite >= 0.
+        rng_seed: seed for both bootstraps.
+        n_resamples: bootstrap resamples.
+        confidence: one-sided confidence level in (0, 1).
+
+    Returns:
+        A ``RetentionDecision`` (JSON-able via ``as_dict()``).
+    """
+    call = "retention_margins"
+    _check_options(call, confidence, n_resamples, rng_seed)
+    arrays = {
+        "variant_regret": _scene_array(call, "variant_regret", variant_regret),
+        "control_regret": _scene_array(call, "control_regret", control_regret),
+        "variant_mae": _scene_array(call, "variant_mae", variant_mae),
+        "matched_mae": _scene_array(call, "matched_mae", matched_mae),
+    }
+    sizes = {name: int(a.size) for name, a in arrays.items()}
+    if len(set(sizes.values())) != 1:
+        raise _fail(call, "n_scenes", sizes, "the same number of scenes for all four arrays",
+                    "evaluate every arm on the same validation scenes, in the same order")
+    reg_fraction = _check_fraction(call, "regret_fraction", regret_fraction)
+    mae_frac = _check_fraction(call, "mae_fraction", mae_fraction)
+    options = dict(confidence=float(confidence), n_resamples=int(n_resamples),
+                   rng_seed=int(rng_seed))
+    d_reg = _margin("D_reg", arrays["variant_regret"], arrays["control_regret"], reg_fraction,
+                    **options)
+    d_mae = _margin("D_mae", arrays["variant_mae"], arrays["matched_mae"], mae_frac, **options)
+    retained = d_reg.passes and d_mae.passes
+    label = "robust" if d_reg.confirmed and d_mae.confirmed else "inconclusive"
+    rule = (
+        "retained iff D_reg <= 0 and D_mae <= 0 (point estimates); robust iff each margin's "
+        f"one-sided {confidence:.0%} bound agrees with its sign (upper <= 0 / lower > 0)"
+    )
+    return RetentionDecision(
+        retained=bool(retained),
+        label=label,
+        rule=rule,
+        confidence=float(confidence),
+        d_reg=d_reg,
+        d_mae=d_mae,
+    )
+
+
+def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
+    """Whether the replication seeds reached different retention decisions.
+
+    Args:
+        decisions_by_seed: seed -> retained (bool), one entry per declared seed.
+
+    Returns:
+        True iff at least two seeds disagree.
+    """
+    call = "seed_disagreement"
+    if not isinstance(decisions_by_seed, dict) or not decisions_by_seed:
+        raise _fail(call, "decisions_by_seed", decisions_by_seed, "a non-empty dict seed -> bool",
+                    "pass one decision per declared seed")
+    for seed, decision in decisions_by_seed.items():
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise _fail(call, "seed", seed, "an integer seed", "keys are the declared seeds")
+        if not isinstance(decision, (bool, np.bool_)):
+            raise _fail(call, f"decisions_by_seed[{seed}]", decision, "True or False",
+                        "pass RetentionDecision.retained")
+    return len({bool(v) for v in decisions_by_seed.values()}) > 1
