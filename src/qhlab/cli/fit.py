@@ -1,0 +1,96 @@
+"""``qhlab fit``: fit one recipe on one execution lane and publish its evidence.
+
+Owns: the ``fit`` argument parser and turning arguments into one ``fit_recipe`` call. Does
+not own: validation, training or receipts (``qhlab.finite_horizon.fit``), error printing and
+exit codes (``qhlab.cli.main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import time
+from pathlib import Path
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``fit`` command."""
+    parser = subparsers.add_parser(
+        "fit",
+        help="fit one recipe and write cold init, final state, fit/evaluation/W&B receipts",
+        description=(
+            "Fit RECIPE.toml on one execution profile. Writes OUTPUT/<cell>/<local_attempt_id>/ "
+            "(write-once). W&B runs offline unless --online is given."
+        ),
+    )
+    parser.add_argument("recipe", type=Path, metavar="RECIPE.toml")
+    parser.add_argument("--profile", required=True, help="execution profile, e.g. cpu-fp32 (see `qhlab profiles`)")
+    parser.add_argument("--output", required=True, type=Path, help="output root directory")
+    parser.add_argument("--train", type=Path, default=None, help="TRAIN population (default: recipe data.train)")
+    parser.add_argument(
+        "--validation", type=Path, default=None, help="validation population (default: recipe data.validation)"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--offline", dest="offline", action="store_true", default=True, help="offline W&B (default)")
+    mode.add_argument("--online", dest="offline", action="store_false", help="log to the W&B cloud (needs an account)")
+    parser.add_argument("--resume", metavar="ATTEMPT", default=None,
+                        help="local_attempt_id of an interrupted segment of the same cell to continue")
+    parser.add_argument("--run-id", dest="run_id", default=None,
+                        help="W&B run id of this segment (online resume: the run to resume)")
+    parser.add_argument("--cell", default=None, help="cell name (default: <recipe name>-s<seed>)")
+    parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=None,
+                        help="updates between write-once segment checkpoints (default: budget/4)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    parser.set_defaults(handler=run)
+
+
+def _attempt(args: argparse.Namespace, cell: str):
+    from qhlab.training.execution_profile import WandbAttempt
+
+    if args.run_id is None:
+        return None  # fit_recipe derives a fresh segment id grouped by the cell
+    if not args.offline and args.resume is not None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        return WandbAttempt(run_id=args.run_id, resume=True, local_attempt_id=f"{args.run_id[:40]}-{stamp}-{secrets.token_hex(2)}")
+    return WandbAttempt(run_id=args.run_id, offline=args.offline, logical_run_id=cell[:64] if args.offline else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``qhlab fit``; print a one-line JSON summary. Returns 0 on success."""
+    from qhlab.evidence import QhInputError
+    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.recipe import load_recipe
+
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise QhInputError(
+            f"qhlab fit: --checkpoint-every={args.checkpoint_every!r} is not allowed; allowed: an int >= 1. "
+            "HINT: omit it for a checkpoint every quarter of the budget."
+        )
+    recipe = load_recipe(args.recipe)
+    cell = args.cell or f"{recipe.name}-s{recipe.seed}"
+    result = fit_recipe(
+        recipe,
+        profile=args.profile,
+        output=args.output,
+        train=args.train,
+        validation=args.validation,
+        attempt=_attempt(args, cell),
+        resume=args.resume,
+        cell=cell,
+        segment_checkpoint_every=args.checkpoint_every,
+        offline=args.offline,
+        progress=args.progress,
+    )
+    summary = {
+        "output_directory": str(result.output_directory),
+        "local_attempt_id": result.local_attempt_id,
+        "observed_updates": result.observed_updates,
+        "final_state_sha256": result.final_state_sha256,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "metrics": result.metrics,
+    }
+    print(json.dumps(summary, sort_keys=True))
+    return 0

@@ -1,0 +1,32 @@
+"""Engineering diagnostics of QH fits: observed commissioning gates and memory guards.
+
+Owns: opt-in commissioning (``commissioning``, seed 001) that observes successful optimizer
+updates, saves CPU state at declared gates and authenticates it later. Does not own: the fit
+composition (``qhlab.finite_horizon.fit``), learning quality or the final fit receipt.
+Names resolve lazily so that importing the package does not import torch or Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "QhCommissioningMilestoneReceipt",
+    "QhCommissioningMilestonesCallback",
+    "QhCommissioningMilestonesConfig",
+    "QhMpsMemoryBudgetCallback",
+    "QhMpsMemoryObservation",
+    "read_commissioning_milestones",
+    "read_mps_memory_observation",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'qhlab.finite_horizon.diagnostics' has no attribute {name!r}")
+    return getattr(importlib.import_module("qhlab.finite_horizon.diagnostics.commissioning"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,273 @@
+"""One QH fit: recipe + populations -> launcher seam -> final state -> evaluation receipt.
+
+Owns: ``fit_recipe`` (validate everything, then compose the QH module, datamodule and
+evaluation around ``qhlab.training.launcher.launch_fit``), the evaluation receipt, and
+``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the fit
+(``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
+(``evaluation``) or the population format (``data``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Callback
+
+from qhlab.evidence import QhInputError, safe_component, source_package_digest, write_receipt
+from qhlab.finite_horizon.data import load_population
+from qhlab.finite_horizon.evaluation import evaluate_population, population_train_constant
+from qhlab.finite_horizon.predict import predict_q
+from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
+from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
+from qhlab.training.execution_profile import WandbAttempt
+from qhlab.training.launcher import admit_launch, launch_fit, load_resume_state
+from qhlab.training.tensor_state import structure_path
+
+__all__ = ["FitResult", "fit_recipe"]
+
+EVALUATION_KIND = "evaluation"
+EVALUATION_SCHEMA_VERSION = 1
+EVALUATION_RECEIPT = "evaluation.receipt.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What one ``fit_recipe`` call published (see docs/ARCHITECTURE.md, "Fit launcher")."""
+
+    output_directory: Path
+    cell: str
+    local_attempt_id: str
+    logical_run_id: str
+    recipe: QhRecipe
+    recipe_digest: str
+    observed_updates: int
+    cold_init: Path
+    final_state: Path
+    final_state_sha256: str
+    fit_receipt: Path
+    evaluation_receipt: Path | None
+    wandb_receipt: Path
+    metrics: dict
+    wall_seconds: float
+    resumed_from: str | None
+
+
+def _population_path(call: str, field: str, explicit: Path | str | None, from_recipe: str) -> Path:
+    value = explicit if explicit is not None else from_recipe
+    if not value:
+        raise QhInputError(
+            f"{call}: {field}={value!r} is not allowed; allowed: a population directory (recipe "
+            f"data.{field} or the --{field} option). HINT: generate one with `qhlab scenes generate`."
+        )
+    return Path(value)
+
+
+def _default_attempt(cell: str, resume_logical: str | None, offline: bool) -> WandbAttempt:
+    # A unique segment id per call; the logical run (lock and W&B group) is the cell.
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    run_id = f"{cell[:40]}-{stamp}-{secrets.token_hex(2)}"
+    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=resume_logical or cell[:64])
+
+
+def fit_recipe(
+    recipe: QhRecipe | Path | str,
+    *,
+    profile: str,
+    output: Path | str,
+    train: Path | str | None = None,
+    validation: Path | str | None = None,
+    attempt: WandbAttempt | None = None,
+    resume: str | None = None,
+    cell: str | None = None,
+    extra_callbacks: Sequence[Callback] = (),
+    evaluate: bool = True,
+    train_rows: Sequence[int] | None = None,
+    max_allocated_bytes: int | None = None,
+    segment_checkpoint_every: int | None = None,
+    offline: bool = True,
+    progress: bool = True,
+) -> FitResult:
+    """Fit one recipe on one lane and publish its evidence into a new segment directory.
+
+    Everything is validated before any directory is created: the recipe, both populations
+    (and that their horizon equals ``recipe.horizon``), profile admission on this host, the
+    resume lineage, and the output path.
+
+    Args:
+        recipe: a ``QhRecipe`` or a TOML path.
+        profile: execution profile name (e.g. ``"cpu-fp32"``).
+        output: output root; the segment is ``output/<cell>/<local_attempt_id>/``.
+        train / validation: population directories; default ``recipe.data.*``.
+        attempt: W&B identity; default a new offline segment grouped by ``cell``.
+        resume: local_attempt_id of an interrupted segment of the same cell to continue.
+        cell: cell name; default ``<recipe.name>-s<seed>``.
+        extra_callbacks: run before the launcher's callbacks (e.g. commissioning gates).
+        evaluate: evaluate on validation and write ``evaluation.receipt.json``.
+        train_rows: optional TRAIN chain rows to train on (e.g. a canary row).
+        max_allocated_bytes: memory cap handed to the profile.
+        segment_checkpoint_every: updates between write-once segment checkpoints.
+        offline: offline W&B (default) when ``attempt`` is None.
+        progress: Lightning progress bar.
+
+    Returns:
+        ``FitResult``.
+
+    Raises:
+        QhInputError: bad recipe, population, horizon mismatch, profile not admitted, bad
+            resume lineage, or an existing output; nothing is written.
+        LockHeldError: another process writes the same logical run.
+        FitInterrupted: SIGINT; a segment checkpoint names the attempt to resume.
+    """
+    call = "fit_recipe"
+    started = time.perf_counter()
+    if not isinstance(recipe, QhRecipe):
+        recipe = load_recipe(recipe)
+    train_path = _population_path(call, "train", train, recipe.data.train)
+    train_pop = load_population(train_path, split="train")
+    if train_pop.horizon != recipe.horizon:
+        raise QhInputError(
+            f"{call}: population horizon={train_pop.horizon} of {str(train_path)!r} is not allowed; allowed: "
+            f"recipe.horizon={recipe.horizon}. HINT: generate the population with the recipe's horizon "
+            "or use a recipe for this population."
+        )
+    val_pop = None
+    val_path = None
+    if evaluate:
+        val_path = _population_path(call, "validation", validation, recipe.data.validation)
+        val_pop = load_population(val_path, split="validation", horizon=recipe.horizon)
+    rows = None if train_rows is None else torch.as_tensor(list(train_rows), dtype=torch.int64)
+
+    admitted = admit_launch(profile, recipe)
+    applied = admitted.recipe
+    digest = recipe_digest(applied)
+    # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
+    cell = safe_component(cell or f"{recipe.name}-s{recipe.seed}", field="cell", call=call)
+    output = Path(output)
+
+    resume_state = None
+    if resume is not None:
+        source = source_package_digest()["sha256"]
+        resume_state = load_resume_state(
+            output / cell / resume, seed=recipe.seed, source_package_digest=source, recipe_digest=digest
+        )
+    if attempt is None:
+        attempt = _default_attempt(cell, resume_state.logical_run_id if resume_state else None, offline)
+    directory = attempt.output_directory(output, cell)
+    # Built before anything is written: it validates rows and batch size.
+    datamodule = QhPopulationDataModule(
+        train_pop,
+        batch_size=applied.batch_size,
+        seed=applied.seed,
+        rows=rows,
+        start_batch=resume_state.start_updates if resume_state is not None else 0,
+    )
+    dims = population_dims(train_pop)
+
+    def module_factory(r: QhRecipe) -> QhTDModule:
+        return QhTDModule(r, dims)
+
+    def finalize(module: QhTDModule, final_state: Path, final_sha: str):
+        if val_pop is None:
+            return {}, {}
+        return _evaluate(module, admitted.profile, applied, train_pop, val_pop, final_state, final_sha)
+
+    inputs = {"train_manifest": train_path / "manifest.json"}
+    if val_path is not None:
+        inputs["validation_manifest"] = val_path / "manifest.json"
+    output.mkdir(parents=True, exist_ok=True)
+    with attempt.local_writer_lock(output):
+        launched = launch_fit(
+            admitted,
+            module_factory=module_factory,
+            datamodule=datamodule,
+            update_budget=applied.updates,
+            seed=applied.seed,
+            attempt=attempt,
+            directory=directory,
+            recipe_digest=digest,
+            inputs=inputs,
+            resume=resume_state,
+            extra_callbacks=extra_callbacks,
+            max_allocated_bytes=max_allocated_bytes,
+            segment_checkpoint_every=segment_checkpoint_every,
+            progress=progress,
+            finalize=finalize,
+        )
+    evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
+    return FitResult(
+        output_directory=launched.directory,
+        cell=cell,
+        local_attempt_id=attempt.resolved_local_attempt_id,
+        logical_run_id=attempt.logical_run_id,
+        recipe=applied,
+        recipe_digest=digest,
+        observed_updates=launched.observed_updates,
+        cold_init=launched.cold_init,
+        final_state=launched.final_state,
+        final_state_sha256=launched.final_state_sha256,
+        fit_receipt=launched.fit_receipt,
+        evaluation_receipt=evaluation_receipt,
+        wandb_receipt=launched.wandb_receipt,
+        metrics=dict(launched.metrics),
+        wall_seconds=time.perf_counter() - started,
+        resumed_from=resume,
+    )
+
+
+def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, final_sha: str):
+    """Predict validation chain rows with the final online scorer; write the evaluation receipt."""
+    tie_band = recipe.evaluation.tie_band
+    pred = predict_q(module.online, val_pop, autocast=profile.autocast_context)
+    summary = evaluate_population(pred, val_pop, tie_band=tie_band)
+    constant = population_train_constant(train_pop)
+    is_chain = val_pop.is_chain
+    mask = val_pop.candidate_mask[is_chain]
+    const_pred = torch.as_tensor(constant, dtype=torch.float64).expand(*mask.shape, -1).clone()
+    reference = evaluate_population(const_pred.numpy(), val_pop, tie_band=tie_band)
+    body = {
+        "horizon": summary["horizon"],
+        "tie_band": tie_band,
+        "weighting": summary["weighting"],
+        "mae": summary["mae"],
+        "regret": summary["regret"],
+        "mae_primary": summary["mae_primary"],
+        "regret_primary": summary["regret_primary"],
+        "per_scene": summary["per_scene"],
+        "counts": {k: summary[k] for k in ("n_scenes", "n_states", "n_candidates", "rows")},
+        "constant_reference": {
+            "source": "TRAIN chain rows only (mean label per horizon)",
+            "train_population_digest": train_pop.digest,
+            "constant": [float(v) for v in constant],
+            "mae": reference["mae"],
+            "regret": reference["regret"],
+            "per_scene": reference["per_scene"],
+        },
+        "population": {"name": val_pop.name, "split": val_pop.split, "digest": val_pop.digest},
+        "final_state_sha256": final_sha,
+    }
+    directory = final_state.parent
+    receipt = directory / EVALUATION_RECEIPT
+    write_receipt(
+        receipt,
+        kind=EVALUATION_KIND,
+        schema_version=EVALUATION_SCHEMA_VERSION,
+        body=body,
+        inputs={
+            "validation_manifest": Path(val_pop.path) / "manifest.json",
+            "train_manifest": Path(train_pop.path) / "manifest.json",
+            "final_state": final_state,
+            "final_state_structure": structure_path(final_state),
+        },
+    )
+    metrics = {}
+    for h in range(1, body["horizon"] + 1):
+        metrics[f"val_mae_h{h}"] = float(body["mae"][h - 1])
+        metrics[f"val_regret_h{h}"] = float(body["regret"][h - 1])
+        metrics[f"constant_mae_h{h}"] = float(reference["mae"][h - 1])
+        metrics[f"constant_regret_h{h}"] = float(reference["regret"][h - 1])
+    return {"evaluation_receipt": receipt}, metrics

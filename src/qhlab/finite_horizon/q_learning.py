@@ -1,0 +1,408 @@
+"""Finite-horizon TD learning rule: pure target/loss/refresh functions and the Lightning glue.
+
+Owns, top to bottom:
+* pure functions: `td_targets` (y_1 = r; y_h = r + max_{a'} Q-_{h-1}(s', a')),
+  `native_huber_loss` (Huber in native units, summed over horizons, averaged over valid
+  candidates), `hard_target_update`, `polyak_target_update`, `refresh_target`;
+* `QhTDModule` (LightningModule): online scorer, frozen target scorer, AdamW from the recipe,
+  target refresh after each *observed* optimizer update (AdamW `state[p]["step"]`, never
+  `global_step`: with AMP a skipped step must not refresh the target);
+* `QhPopulationDataModule` (LightningDataModule): seeded batches of chain-state rows with
+  their successor states, gathered from a population held resident as tensors.
+
+Does not own: seeding, cold initialization, checkpoints and receipts (the fit launcher),
+reading population files (`data`), evaluation.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch.utils.data import DataLoader, IterableDataset
+
+from qhlab.evidence import QhError, QhInputError
+from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
+from qhlab.finite_horizon.scorer import ScorerDims, build_scorer
+from qhlab.training.launcher import observed_optimizer_updates
+
+__all__ = [
+    "BATCH_KEYS",
+    "QhPopulationDataModule",
+    "QhTDModule",
+    "hard_target_update",
+    "native_huber_loss",
+    "polyak_target_update",
+    "population_dims",
+    "refresh_target",
+    "td_targets",
+]
+
+
+# ----------------------------------------------------------------------- pure TD math
+
+
+def td_targets(
+    reward: Tensor,
+    next_q: Tensor,
+    next_candidate_mask: Tensor,
+    successor_valid: Tensor,
+    horizon: int,
+) -> Tensor:
+    """Finite-horizon TD targets.
+
+    y_1 = r;  y_h = r + max_{a' valid in s'} Q-_{h-1}(s', a')  for h = 2..H.
+    A missing successor (`successor_valid` False) or a successor without any valid candidate
+    is terminal: nothing is reachable after it, so y_h = r for every h.
+
+    Args:
+        reward: [B, K] r(s, a).
+        next_q: [B, K, K', H'] target-scorer outputs on the successor s' of each (s, a);
+            only horizons 1..H-1 (indices 0..H-2) are read, so H' >= H - 1.
+        next_candidate_mask: [B, K, K'] bool, valid candidates of s'.
+        successor_valid: [B, K] bool, s' exists.
+        horizon: H.
+
+    Returns:
+        y: [B, K, H], same dtype as `reward`; no gradient flows into `next_q` if the caller
+        computed it under no_grad (targets are constants of the loss).
+    """
+    if horizon < 1:
+        raise ValueError(f"td_targets: horizon={horizon!r} is not allowed; allowed: >= 1")
+    if horizon == 1:
+        return reward.unsqueeze(-1)
+    if next_q.shape[-1] < horizon - 1:
+        raise ValueError(
+            f"td_targets: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}"
+        )
+    future = next_q[..., : horizon - 1]
+    # masked a' can never be the max: -inf before the max, then drop empty/terminal rows
+    masked = future.masked_fill(~next_candidate_mask.unsqueeze(-1), float("-inf"))
+    best = masked.amax(dim=2)  # [B, K, H-1]
+    bootstrap = successor_valid & next_candidate_mask.any(dim=2)
+    best = torch.where(bootstrap.unsqueeze(-1), best, torch.zeros_like(best))
+    return torch.cat([reward.unsqueeze(-1), reward.unsqueeze(-1) + best.to(reward.dtype)], dim=-1)
+
+
+def native_huber_loss(q: Tensor, y: Tensor, candidate_mask: Tensor, delta: float) -> Tensor:
+    """Huber loss in native units, summed over horizons, averaged over valid candidates.
+
+    Args:
+        q: [B, K, H] online predictions.
+        y: [B, K, H] targets (constants).
+        candidate_mask: [B, K] bool; masked candidates contribute nothing.
+        delta: Huber delta (metres): quadratic 0.5 e^2 below it, linear delta (|e| - delta/2) above.
+
+    Returns:
+        Scalar loss; 0.0 when the batch has no valid candidate.
+    """
+    per_horizon = F.huber_loss(q, y, reduction="none", delta=delta)  # [B, K, H]
+    per_candidate = per_horizon.sum(dim=-1)
+    weights = candidate_mask.to(per_candidate.dtype)
+    return (per_candidate * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+@torch.no_grad()
+def hard_target_update(target: nn.Module, online: nn.Module) -> None:
+    """target <- online (parameters and buffers, in place)."""
+    for t_param, o_param in zip(target.parameters(), online.parameters(), strict=True):
+        t_param.copy_(o_param)
+    for t_buf, o_buf in zip(target.buffers(), online.buffers(), strict=True):
+        t_buf.copy_(o_buf)
+
+
+@torch.no_grad()
+def polyak_target_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online (parameters); buffers are copied."""
+    for t_param, o_param in zip(target.parameters(), online.parameters(), strict=True):
+        t_param.lerp_(o_param, tau)
+    for t_buf, o_buf in zip(target.buffers(), online.buffers(), strict=True):
+        t_buf.copy_(o_buf)
+
+
+def refresh_target(
+    target: nn.Module,
+    online: nn.Module,
+    rule: HardTargetUpdate | PolyakTargetUpdate,
+    updates_before: int,
+    updates_after: int,
+) -> int:
+    """Apply the target rule for the optimizer updates observed in (updates_before, updates_after].
+
+    Hard: copy when a multiple of `interval` was crossed (one copy suffices). Polyak: one
+    averaging step per observed update.
+
+    Returns:
+        The number of refresh operations applied.
+    """
+    if updates_after <= updates_before:
+        return 0
+    if isinstance(rule, HardTargetUpdate):
+        if updates_after // rule.interval > updates_before // rule.interval:
+            hard_target_update(target, online)
+            return 1
+        return 0
+    for _ in range(updates_after - updates_before):
+        polyak_target_update(target, online, rule.tau)
+    return updates_after - updates_before
+
+
+# ------------------------------------------------------------------------ Lightning glue
+
+
+def population_dims(population: Any) -> ScorerDims:
+    """ScorerDims (F, G, C, H) of a `Population`."""
+    return ScorerDims(
+        object_features=int(population.objects.shape[-1]),
+        goal_features=int(population.goal.shape[-1]),
+        candidate_features=int(population.candidates.shape[-1]),
+        horizon=int(population.horizon),
+    )
+
+
+BATCH_KEYS = (
+    "rows", "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
+    "reward", "successor_valid", "next_objects", "next_object_mask", "next_goal",
+    "next_candidates", "next_candidate_object", "next_candidate_mask",
+)
+
+
+def _flat(x: Tensor) -> Tensor:
+    """[B, K, ...] -> [B*K, ...]."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+class QhTDModule(pl.LightningModule):
+    """Online + target scorer trained by finite-horizon TD (native Huber, AdamW).
+
+    Args:
+        recipe: the (applied) recipe; architecture, optimizer, Huber delta, target rule.
+        dims: scorer dims; `dims.horizon` must equal `recipe.horizon`.
+
+    Attributes:
+        online: the trained scorer.
+        target: a frozen copy (requires_grad False, always eval) refreshed by the recipe's rule
+            after each observed optimizer update.
+        recipe, dims: as given.
+        observed_updates: successful optimizer updates seen so far (from optimizer state).
+        target_refreshes: number of refresh operations applied.
+    """
+
+    def __init__(self, recipe: QhRecipe, dims: ScorerDims) -> None:
+        super().__init__()
+        if dims.horizon != recipe.horizon:
+            raise QhInputError(
+                f"QhTDModule: dims.horizon={dims.horizon!r} is not allowed; allowed: "
+                f"recipe.horizon={recipe.horizon}. HINT: train on a population whose H matches the recipe."
+            )
+        self.recipe = recipe
+        self.dims = dims
+        self.online = build_scorer(recipe.architecture, dims)
+        self.target = copy.deepcopy(self.online)
+        self.target.requires_grad_(False)
+        self.target.eval()
+        self.observed_updates = 0
+        self.target_refreshes = 0
+
+    def build_scorer(self) -> nn.Module:
+        """A fresh scorer of the same architecture and dims (parameters from torch's RNG)."""
+        return build_scorer(self.recipe.architecture, self.dims)
+
+    def train(self, mode: bool = True) -> QhTDModule:
+        super().train(mode)
+        self.target.eval()  # the target is a constant of the loss, never in training mode
+        return self
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """Online q[B, K, H] of a batch's chain states."""
+        return self.online(
+            batch["objects"], batch["object_mask"], batch["goal"],
+            batch["candidates"], batch["candidate_object"], batch["candidate_mask"],
+        )
+
+    @torch.no_grad()
+    def td_target(self, batch: dict[str, Tensor]) -> Tensor:
+        """y[B, K, H] from the target scorer on the successor states."""
+        b, k = batch["reward"].shape
+        next_q = self.target(
+            _flat(batch["next_objects"]), _flat(batch["next_object_mask"]), _flat(batch["next_goal"]),
+            _flat(batch["next_candidates"]), _flat(batch["next_candidate_object"]),
+            _flat(batch["next_candidate_mask"]),
+        ).view(b, k, -1, self.dims.horizon)
+        return td_targets(
+            batch["reward"], next_q.float(), batch["next_candidate_mask"],
+            batch["successor_valid"], self.dims.horizon,
+        )
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        y = self.td_target(batch)
+        q = self(batch).float()
+        loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
+        if not bool(torch.isfinite(loss)):
+            # Stop before the optimizer step: a non-finite update would poison every later
+            # state, and the fit must not publish a final state or receipt for it.
+            raise QhError(
+                f"QhTDModule.training_step: loss={float(loss)!r} at observed update {self.observed_updates} "
+                "is not finite. HINT: a batch holds a non-finite value or the fit diverged; lower the "
+                "learning rate or regenerate the population."
+            )
+        # Lightning writes step metrics every `log_every_n_steps` updates; calling `self.log`
+        # on the other steps would cost ~10% of a small CPU step for values nobody reads.
+        trainer = self._trainer  # None when called outside a fit (then there is nothing to log to)
+        if trainer is not None and (self.global_step + 1) % max(trainer.log_every_n_steps, 1) == 0:
+            self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True,
+                     batch_size=q.shape[0])
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        opt = self.recipe.optimizer
+        return torch.optim.AdamW(
+            self.online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
+            weight_decay=opt.weight_decay,
+        )
+
+    def on_fit_start(self) -> None:
+        # Both are deliberate here: the target scorer is kept in eval mode, and batches are
+        # index_selects over resident tensors, which worker processes would only slow down.
+        warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode", category=PossibleUserWarning)
+        warnings.filterwarnings("ignore", message=r".*does not have many workers", category=PossibleUserWarning)
+
+    def on_train_start(self) -> None:
+        # A resumed fit starts from a loaded optimizer state: count from there.
+        self.observed_updates = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))
+        self.target_refreshes += refresh_target(
+            self.target, self.online, self.recipe.target_update, self.observed_updates, now
+        )
+        self.observed_updates = now
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _epoch_permutation(seed: int, epoch: int, n: int) -> Tensor:
+    """The seeded order of the n chain rows in pass `epoch` (independent of device and history)."""
+    derived = int.from_bytes(hashlib.sha256(f"qh-batches:{seed}:{epoch}".encode()).digest()[:8], "little")
+    return torch.randperm(n, generator=torch.Generator().manual_seed(derived))
+
+
+class _BatchStream(IterableDataset):
+    """Endless stream of batches: passes over the chain rows in seeded orders, cut into batches."""
+
+    def __init__(self, module: QhPopulationDataModule, start_batch: int) -> None:
+        super().__init__()
+        self.module = module
+        self.start_batch = start_batch
+
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        m = self.module
+        n, size = m.chain_rows.numel(), m.batch_size
+        position = self.start_batch * size
+        epoch, offset = divmod(position, n)
+        order = _epoch_permutation(m.seed, epoch, n)
+        while True:
+            parts, need = [], size
+            while need:
+                take = min(need, n - offset)
+                parts.append(order[offset: offset + take])
+                need -= take
+                offset += take
+                if offset == n:
+                    epoch, offset = epoch + 1, 0
+                    order = _epoch_permutation(m.seed, epoch, n)
+            yield m.gather(m.chain_rows[torch.cat(parts)])
+
+
+class QhPopulationDataModule(pl.LightningDataModule):
+    """Seeded batches of TRAIN chain-state rows plus their successor states.
+
+    The whole population stays resident as tensors; a batch is a handful of `index_select`s.
+    Rows are visited in passes: each pass is a seeded permutation of the chain rows (seed,
+    pass index), and batches are consecutive slices of the concatenated passes, so a
+    population smaller than a batch simply repeats (the canary case) and batch i is a pure
+    function of (seed, i).
+
+    Args:
+        train: a `Population` (chain rows are trained on; successor rows are bootstrapped through).
+        batch_size: chain rows per batch.
+        seed: batch-order seed.
+        rows: optional subset of chain rows (e.g. the canary's single row) [R] int64.
+        start_batch: index of the first batch produced (a resumed fit continues the stream).
+
+    Attributes:
+        dims: `ScorerDims` of the population.
+        chain_rows: [R] int64 rows batches are drawn from.
+    """
+
+    def __init__(
+        self, train: Any, *, batch_size: int, seed: int, rows: Tensor | None = None, start_batch: int = 0
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise QhInputError(f"QhPopulationDataModule: batch_size={batch_size!r} is not allowed; allowed: >= 1")
+        if start_batch < 0:
+            raise QhInputError(f"QhPopulationDataModule: start_batch={start_batch!r} is not allowed; allowed: >= 0")
+        self.population = train
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.start_batch = int(start_batch)
+        self.dims = population_dims(train)
+        chain = torch.nonzero(train.is_chain, as_tuple=False).flatten()
+        if rows is not None:
+            rows = torch.as_tensor(rows, dtype=torch.int64).flatten()
+            in_range = (rows >= 0) & (rows < train.is_chain.numel())
+            is_chain = in_range & train.is_chain[rows.clamp(0, train.is_chain.numel() - 1)]
+            bad = rows[~is_chain]
+            if bad.numel():
+                raise QhInputError(
+                    f"QhPopulationDataModule: rows={bad.tolist()[:5]!r} is not allowed; allowed: chain "
+                    "rows of the population. HINT: successor rows are never trained on directly."
+                )
+            chain = rows
+        if chain.numel() == 0:
+            raise QhInputError(
+                "QhPopulationDataModule: train has 0 chain rows; allowed: >= 1. "
+                "HINT: pass a TRAIN population with at least one chain state."
+            )
+        self.chain_rows = chain
+        p = train
+        # contiguous views once, so that every batch is index_select over resident memory
+        self._state = {
+            "objects": p.objects.contiguous(), "object_mask": p.object_mask.contiguous(),
+            "goal": p.goal.contiguous(), "candidates": p.candidates.contiguous(),
+            "candidate_object": p.candidate_object.contiguous(),
+            "candidate_mask": p.candidate_mask.contiguous(),
+        }
+        self._reward = p.reward.contiguous()
+        self._successor = p.successor.contiguous()
+
+    def gather(self, rows: Tensor) -> dict[str, Tensor]:
+        """Batch dict for chain rows [B] (keys: `BATCH_KEYS`; shapes in ARCHITECTURE.md)."""
+        b = rows.numel()
+        batch = {name: t.index_select(0, rows) for name, t in self._state.items()}
+        successor = self._successor.index_select(0, rows)  # [B, K]
+        k = successor.shape[1]
+        valid = successor >= 0
+        flat = successor.clamp_min(0).flatten()
+        for name, t in self._state.items():
+            nxt = t.index_select(0, flat)
+            batch["next_" + name] = nxt.view(b, k, *nxt.shape[1:])
+        # a missing successor has no candidates, so nothing in it can be bootstrapped
+        batch["next_candidate_mask"] = batch["next_candidate_mask"] & valid.unsqueeze(-1)
+        batch["reward"] = self._reward.index_select(0, rows)
+        batch["successor_valid"] = valid
+        batch["rows"] = rows
+        return batch
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_BatchStream(self, self.start_batch), batch_size=None, num_workers=0)

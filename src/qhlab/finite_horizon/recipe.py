@@ -1,0 +1,280 @@
+"""The QH recipe: one frozen, fully validated config for a finite-horizon fit.
+
+Owns: `QhRecipe` and its nested models, `load_recipe` (TOML -> validated recipe, every
+error listed at once in one `QhInputError`) and `recipe_digest`. Scientific fields (seed,
+horizon, architecture, optimizer, batch size, Huber delta, target update, update budget,
+data, evaluation) never depend on the hardware lane; the backend fields (`accelerator`,
+`devices`, `precision`) are changed only by an execution profile's `apply`.
+
+Does not own: profiles (`qhlab.training.execution_profile`), the fit launcher, or data
+loading.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.finite_horizon.scorer import ArchitectureConfig
+
+__all__ = [
+    "DataConfig",
+    "EvaluationConfig",
+    "HardTargetUpdate",
+    "OptimizerConfig",
+    "PolyakTargetUpdate",
+    "QhRecipe",
+    "load_recipe",
+    "recipe_digest",
+    "recipe_validation_error",
+    "validate_recipe",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+_Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class OptimizerConfig(BaseModel):
+    """AdamW hyper-parameters (the only optimizer of the learning rule)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["adamw"] = "adamw"
+    lr: float = Field(gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    betas: tuple[_Beta, _Beta] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0.0)
+
+
+class HardTargetUpdate(BaseModel):
+    """Copy online -> target after every `interval` successful optimizer updates."""
+
+    model_config = _FROZEN
+
+    kind: Literal["hard"]
+    interval: int = Field(ge=1)
+
+
+class PolyakTargetUpdate(BaseModel):
+    """target <- (1 - tau) * target + tau * online after every successful update."""
+
+    model_config = _FROZEN
+
+    kind: Literal["polyak"]
+    tau: float = Field(gt=0.0, le=1.0)
+
+
+class DataConfig(BaseModel):
+    """Population directories (resolved against the recipe file's directory by `load_recipe`).
+
+    An empty string means "not named by the recipe" (the CLI or a study supplies it).
+    """
+
+    model_config = _FROZEN
+
+    train: str = ""
+    validation: str = ""
+
+
+class EvaluationConfig(BaseModel):
+    """Evaluation settings: predictions within `tie_band` (metres) of the max are ties."""
+
+    model_config = _FROZEN
+
+    tie_band: float = Field(default=1e-3, ge=0.0)
+
+
+class QhRecipe(BaseModel):
+    """One frozen QH fit recipe.
+
+    Attributes:
+        name: human label (letters, digits, '-', '_', '.').
+        seed: global seed of the fit.
+        horizon: H, number of horizons learned (must match the population's H).
+        architecture: scorer architecture (`scorer.ArchitectureConfig`).
+        optimizer: AdamW hyper-parameters.
+        batch_size: chain-state rows per update.
+        huber_delta: native Huber delta, metres.
+        target_update: hard copy every `interval` updates, or Polyak with `tau`.
+        updates: final optimizer-update budget of the fit.
+        data: train / validation population paths.
+        evaluation: evaluation settings.
+        accelerator, devices, precision: backend fields; only an execution profile changes them.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    seed: int = Field(ge=0, le=2**63 - 1)
+    horizon: int = Field(ge=1, le=16)
+    architecture: ArchitectureConfig
+    optimizer: OptimizerConfig
+    batch_size: int = Field(ge=1, le=1_000_000)
+    huber_delta: float = Field(gt=0.0)
+    target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
+    updates: int = Field(ge=1)
+    data: DataConfig = DataConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    accelerator: Literal["cpu", "cuda", "mps"] = "cpu"
+    devices: Literal[1] = 1
+    precision: Literal["32-true", "16-mixed"] = "32-true"
+
+
+# ------------------------------------------------------------------------ error text
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """Names of the fields of the model reached by following `loc` (for extra-field errors)."""
+    current: Any = model
+    union: list[type[BaseModel]] = []
+    for part in loc[:-1]:
+        if union:  # a discriminated union puts the tag (e.g. "hard") into loc
+            tagged = [m for m in union if part in get_args(m.model_fields["kind"].annotation)]
+            current, union = (tagged[0] if tagged else None), []
+            if current is None:
+                return ""
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return ""
+        annotation = fields[part].annotation
+        if isinstance(annotation, type):
+            current = annotation
+        else:
+            union = [m for m in get_args(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+            if not union:
+                return ""
+    fields = getattr(current, "model_fields", None)
+    return ", ".join(fields) if fields and not union else ""
+
+
+def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    loc = tuple(error["loc"])
+    if kind == "extra_forbidden":
+        names = _allowed_fields(model, loc)
+        return f"only the known fields ({names})" if names else "only the documented fields"
+    if kind == "missing":
+        return "a value (this field is required)"
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+        bound = next(iter(v for k, v in ctx.items() if k in {"gt", "ge", "lt", "le"}), "?")
+        return f"a number {op} {bound}"
+    if kind == "finite_number":
+        return "a finite number (no NaN or infinity)"
+    if kind == "literal_error":
+        return f"one of {ctx.get('expected', '?')}"
+    if kind in {"union_tag_invalid", "union_tag_not_found"}:
+        return f"kind one of {ctx.get('expected_tags', '?')}"
+    return error["msg"]
+
+
+def recipe_validation_error(exc: ValidationError, source: str) -> QhInputError:
+    """Turn a pydantic ValidationError into one QhInputError listing every bad field.
+
+    Args:
+        exc: the validation error (all field errors).
+        source: what was validated (a file path or "recipe").
+
+    Returns:
+        The error to raise; its message has one line per field:
+        `<field.path>=<value!r> is not allowed; allowed: <...> (<pydantic message>)`.
+    """
+    lines = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(p) for p in error["loc"]) or "<recipe>"
+        value = error.get("input")
+        if error["type"] == "missing":
+            lines.append(f"  - {path} is missing; allowed: {_allowed_text(error, QhRecipe)}")
+            continue
+        if error["type"] == "value_error":
+            # our own validators already name the value and what is allowed
+            lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
+            continue
+        shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)
+        lines.append(
+            f"  - {path}={shown} is not allowed; allowed: {_allowed_text(error, QhRecipe)}"
+            f" ({error['msg']})"
+        )
+    return QhInputError(
+        f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines)
+        + "\nHINT: fix every listed field (see examples/tiny-recipe.toml for a valid recipe)."
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _resolve_data_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return raw
+    resolved = dict(data)
+    for key in ("train", "validation"):
+        value = resolved.get(key)
+        if isinstance(value, str) and value:
+            path = Path(value).expanduser()
+            resolved[key] = str(path if path.is_absolute() else (base / path).resolve())
+    return {**raw, "data": resolved}
+
+
+def load_recipe(path: str | Path) -> QhRecipe:
+    """Read and validate a recipe TOML file.
+
+    Relative `data.train` / `data.validation` paths are resolved against the TOML file's
+    directory (absolute strings in the result).
+
+    Args:
+        path: the recipe file.
+
+    Returns:
+        The validated, frozen recipe.
+
+    Raises:
+        QhInputError: unreadable file, invalid TOML, or any invalid field (all listed).
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise QhInputError(
+            f"recipe path={str(path)!r} does not exist; allowed: an existing TOML file. "
+            "HINT: see examples/tiny-recipe.toml."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QhInputError(
+            f"recipe path={str(path)!r} cannot be read ({exc}); allowed: a UTF-8 TOML file. "
+            "HINT: check the path and permissions."
+        ) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise QhInputError(
+            f"recipe path={str(path)!r} is not valid TOML ({exc}); allowed: TOML 1.0. "
+            "HINT: compare with examples/tiny-recipe.toml."
+        ) from None
+    raw = _resolve_data_paths(raw, path.resolve().parent)
+    return validate_recipe(raw, source=f"recipe {str(path)!r}")
+
+
+def validate_recipe(raw: dict[str, Any], *, source: str = "recipe") -> QhRecipe:
+    """Validate a recipe mapping (already parsed) -> QhRecipe, or one QhInputError."""
+    try:
+        return QhRecipe.model_validate(raw)
+    except ValidationError as exc:
+        raise recipe_validation_error(exc, source) from None
+
+
+def recipe_digest(recipe: QhRecipe) -> str:
+    """SHA-256 (hex) of the canonical JSON of `recipe.model_dump(mode="json")`.
+
+    The digest binds every scientific and backend field; two recipes with the same digest
+    describe the same fit.
+    """
+    return sha256_bytes(canonical_json(recipe.model_dump(mode="json")))

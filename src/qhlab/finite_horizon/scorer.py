@@ -1,0 +1,474 @@
+"""The QH scorer family: a frozen architecture config, registered arms and their builders.
+
+Owns: `ArchitectureConfig`, `ScorerDims`, the arm registry (`register_arm`, `ARMS`) and
+`build_scorer`. A scorer rates every candidate action of a state with Q_1..Q_H in native
+units. It is made of three named submodules so that diagnostics can hook them:
+
+* `encoder`: objects (pucks) and goal -> per-object embeddings [B, N, W] and a pooled state
+  embedding [B, W];
+* `fusion`: pooled state with each candidate -> fused candidate embeddings [B, K, W];
+* `readout`: fused embeddings -> q [B, K, H]; "local" also reads the embedding of the puck
+  the candidate strikes, "global" reads the fused (pooled-state) embedding only.
+
+Arms are small builder functions registered by name (torchtune style), never subclasses.
+Does not own: the learning rule (`q_learning`), data loading (`data`) or the recipe
+(`recipe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from torch import Tensor, nn
+
+__all__ = [
+    "ARMS",
+    "ArchitectureConfig",
+    "ArmSpec",
+    "EncoderConfig",
+    "QhScorer",
+    "ScorerDims",
+    "build_scorer",
+    "register_arm",
+]
+
+
+class EncoderConfig(BaseModel):
+    """Object encoder hyper-parameters.
+
+    Attributes:
+        kind: "attention" (objects interact through masked self-attention) or "deepsets"
+            (no interaction: per-object MLP then masked pooling).
+        depth: number of encoder blocks.
+        width: embedding width W (also the width of fusion and readout).
+        heads: attention heads; W must be divisible by it (used by attention encoders and
+            by the cross-attention fusion).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    kind: Literal["attention", "deepsets"]
+    depth: int = Field(ge=1, le=16)
+    width: int = Field(default=64, ge=8, le=1024)
+    heads: int = Field(default=4, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _width_divisible_by_heads(self) -> EncoderConfig:
+        if self.width % self.heads != 0:
+            raise ValueError(
+                f"width={self.width} is not divisible by heads={self.heads}; allowed: a width "
+                "that is a multiple of heads"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """A registered arm: its builder and the architecture it declares.
+
+    Attributes:
+        name: registry key.
+        builder: `(arch, dims) -> QhScorer`.
+        structure: the fixed structural fields of this arm ("encoder.kind", "fusion",
+            "readout"); a config that names another value is refused.
+        defaults: default values of the free fields (e.g. "encoder.depth").
+    """
+
+    name: str
+    builder: Callable[[ArchitectureConfig, ScorerDims], nn.Module]
+    structure: dict[str, str]
+    defaults: dict[str, int]
+
+
+ARMS: dict[str, ArmSpec] = {}
+
+
+def register_arm(
+    name: str,
+    *,
+    encoder: str,
+    fusion: str,
+    readout: str,
+    depth: int = 1,
+    width: int = 64,
+    heads: int = 4,
+) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Register an arm builder under `name` with its declared structure and defaults.
+
+    Args:
+        name: registry key, used as `architecture.arm` in recipes.
+        encoder, fusion, readout: the arm's structural kinds (fixed for this arm).
+        depth, width, heads: defaults for the free encoder fields.
+
+    Returns:
+        A decorator that stores the builder and returns it unchanged.
+    """
+
+    if name in ARMS:
+        raise ValueError(f"arm {name!r} is already registered")
+
+    def decorate(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        ARMS[name] = ArmSpec(
+            name=name,
+            builder=builder,
+            structure={"encoder.kind": encoder, "fusion": fusion, "readout": readout},
+            defaults={"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads},
+        )
+        return builder
+
+    return decorate
+
+
+class ArchitectureConfig(BaseModel):
+    """Frozen architecture of one scorer.
+
+    Only `arm` is required: the arm fills its structure (encoder kind, fusion, readout) and
+    default sizes; a config may override the sizes (depth, width, heads) but not the
+    structure, which is what makes an arm an arm.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    arm: str
+    encoder: EncoderConfig
+    fusion: Literal["concat", "cross_attention"]
+    readout: Literal["local", "global"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_arm(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        arm = data.get("arm")
+        # An unknown arm is reported once, by the `arm` field validator; fill the other
+        # fields from the baseline so they add no spurious "missing" errors.
+        spec = ARMS[arm] if isinstance(arm, str) and arm in ARMS else ARMS["baseline"]
+        filled = dict(data)
+        encoder = filled.get("encoder", {})
+        if isinstance(encoder, dict):
+            encoder = dict(encoder)
+            encoder.setdefault("kind", spec.structure["encoder.kind"])
+            for key in ("depth", "width", "heads"):
+                encoder.setdefault(key, spec.defaults[f"encoder.{key}"])
+            filled["encoder"] = encoder
+        filled.setdefault("fusion", spec.structure["fusion"])
+        filled.setdefault("readout", spec.structure["readout"])
+        return filled
+
+    @field_validator("arm")
+    @classmethod
+    def _arm_is_registered(cls, arm: str) -> str:
+        if arm not in ARMS:
+            raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
+        return arm
+
+    @model_validator(mode="after")
+    def _structure_matches_arm(self) -> ArchitectureConfig:
+        spec = ARMS[self.arm]
+        actual = {"encoder.kind": self.encoder.kind, "fusion": self.fusion, "readout": self.readout}
+        wrong = [
+            f"{key}={actual[key]!r} (arm {self.arm!r} requires {want!r})"
+            for key, want in spec.structure.items()
+            if actual[key] != want
+        ]
+        if wrong:
+            raise ValueError(
+                "structure does not match the arm: " + "; ".join(wrong)
+                + "; allowed: omit these fields or choose the arm that has this structure"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class ScorerDims:
+    """Input and output widths of a scorer (read from a population).
+
+    Attributes:
+        object_features: F, per-object feature width.
+        goal_features: G, goal feature width.
+        candidate_features: C, per-candidate feature width.
+        horizon: H, number of Q outputs per candidate.
+    """
+
+    object_features: int
+    goal_features: int
+    candidate_features: int
+    horizon: int
+
+    def __post_init__(self) -> None:
+        for name in ("object_features", "goal_features", "candidate_features", "horizon"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ScorerDims.{name}={value!r} is not allowed; allowed: int >= 1")
+
+
+# --------------------------------------------------------------------------- components
+
+
+def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_out))
+
+
+def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of x[B, N, W] over rows where mask[B, N] is True -> [B, W] (0 if none)."""
+    weights = mask.to(x.dtype).unsqueeze(-1)
+    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+
+
+class _AttentionBlock(nn.Module):
+    """Pre-norm transformer block over tokens [B, T, W] with a key mask [B, T]."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm_attn = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm_mlp = nn.LayerNorm(width)
+        self.mlp = _mlp(width, 2 * width, width)
+
+    def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.norm_attn(x)).view(b, t, 3, self.heads, w // self.heads).unbind(2)
+        # [B, heads, T, W/heads]; key_mask [B, 1, 1, T] keeps padded objects out of every query
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            attn_mask=key_mask[:, None, None, :],
+        )
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, w))
+        return x + self.mlp(self.norm_mlp(x))
+
+
+class AttentionEncoder(nn.Module):
+    """Objects interact through masked self-attention; the goal is an always-valid token.
+
+    forward(objects[B,N,F], object_mask[B,N], goal[B,G]) -> (per_object[B,N,W], state[B,W]).
+    """
+
+    def __init__(self, dims: ScorerDims, width: int, depth: int, heads: int) -> None:
+        super().__init__()
+        self.embed_object = nn.Linear(dims.object_features, width)
+        self.embed_goal = nn.Linear(dims.goal_features, width)
+        self.blocks = nn.ModuleList(_AttentionBlock(width, heads) for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+        self.pool = nn.Linear(2 * width, width)
+
+    def forward(self, objects: Tensor, object_mask: Tensor, goal: Tensor) -> tuple[Tensor, Tensor]:
+        goal_token = self.embed_goal(goal).unsqueeze(1)
+        tokens = torch.cat([goal_token, self.embed_object(objects)], dim=1)
+        # The goal token is always valid, so no query row ever has an empty key set.
+        key_mask = torch.cat([object_mask.new_ones(object_mask.shape[0], 1), object_mask], dim=1)
+        for block in self.blocks:
+            tokens = block(tokens, key_mask)
+        tokens = self.norm(tokens)
+        per_object = tokens[:, 1:] * object_mask.unsqueeze(-1).to(tokens.dtype)
+        state = self.pool(torch.cat([tokens[:, 0], _masked_mean(per_object, object_mask)], dim=-1))
+        return per_object, state
+
+
+class DeepSetsEncoder(nn.Module):
+    """No object interaction: per-object MLP of (object, goal), masked mean pooling.
+
+    forward(objects[B,N,F], object_mask[B,N], goal[B,G]) -> (per_object[B,N,W], state[B,W]).
+    """
+
+    def __init__(self, dims: ScorerDims, width: int, depth: int) -> None:
+        super().__init__()
+        self.embed_object = nn.Linear(dims.object_features, width)
+        self.embed_goal = nn.Linear(dims.goal_features, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), _mlp(width, 2 * width, width)) for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(width)
+        self.pool = nn.Linear(2 * width, width)
+
+    def forward(self, objects: Tensor, object_mask: Tensor, goal: Tensor) -> tuple[Tensor, Tensor]:
+        goal_embedding = self.embed_goal(goal)
+        x = self.embed_object(objects) + goal_embedding.unsqueeze(1)
+        for block in self.blocks:
+            x = x + block(x)
+        per_object = self.norm(x) * object_mask.unsqueeze(-1).to(x.dtype)
+        state = self.pool(torch.cat([goal_embedding, _masked_mean(per_object, object_mask)], dim=-1))
+        return per_object, state
+
+
+class ConcatFusion(nn.Module):
+    """fused[B,K,W] = MLP([state, embed(candidate)])."""
+
+    def __init__(self, dims: ScorerDims, width: int) -> None:
+        super().__init__()
+        self.embed_candidate = nn.Linear(dims.candidate_features, width)
+        self.mlp = _mlp(2 * width, 2 * width, width)
+
+    def forward(self, state: Tensor, per_object: Tensor, object_mask: Tensor, candidates: Tensor) -> Tensor:
+        c = self.embed_candidate(candidates)
+        s = state.unsqueeze(1).expand(-1, c.shape[1], -1)
+        return self.mlp(torch.cat([s, c], dim=-1))
+
+
+class CrossAttentionFusion(nn.Module):
+    """Each candidate attends over the (masked) objects; fused = MLP([state, cand, attended])."""
+
+    def __init__(self, dims: ScorerDims, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed_candidate = nn.Linear(dims.candidate_features, width)
+        self.query = nn.Linear(width, width)
+        self.key_value = nn.Linear(width, 2 * width)
+        self.mlp = _mlp(3 * width, 2 * width, width)
+
+    def forward(self, state: Tensor, per_object: Tensor, object_mask: Tensor, candidates: Tensor) -> Tensor:
+        c = self.embed_candidate(candidates)
+        b, k, w = c.shape
+        n = per_object.shape[1]
+        hd = w // self.heads
+        q = self.query(c).view(b, k, self.heads, hd).transpose(1, 2)
+        key, value = self.key_value(per_object).view(b, n, 2, self.heads, hd).unbind(2)
+        # A state with no valid object would give an empty key set; let such rows see all
+        # (zeroed) slots instead of producing NaN. Populations always have >= 1 puck.
+        mask = object_mask | ~object_mask.any(dim=1, keepdim=True)
+        attended = F.scaled_dot_product_attention(
+            q, key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask[:, None, None, :]
+        )
+        attended = attended.transpose(1, 2).reshape(b, k, w)
+        s = state.unsqueeze(1).expand(-1, k, -1)
+        return self.mlp(torch.cat([s, c, attended], dim=-1))
+
+
+class LocalReadout(nn.Module):
+    """q[B,K,H] = MLP([fused, per_object[candidate_object]])."""
+
+    def __init__(self, width: int, horizon: int) -> None:
+        super().__init__()
+        self.mlp = _mlp(2 * width, width, horizon)
+
+    def forward(self, fused: Tensor, per_object: Tensor, candidate_object: Tensor) -> Tensor:
+        index = candidate_object.unsqueeze(-1).expand(-1, -1, per_object.shape[-1])
+        struck = torch.gather(per_object, 1, index)
+        return self.mlp(torch.cat([fused, struck], dim=-1))
+
+
+class GlobalReadout(nn.Module):
+    """q[B,K,H] = MLP(fused): never looks at which puck a candidate strikes."""
+
+    def __init__(self, width: int, horizon: int) -> None:
+        super().__init__()
+        self.mlp = _mlp(width, width, horizon)
+
+    def forward(self, fused: Tensor, per_object: Tensor, candidate_object: Tensor) -> Tensor:
+        return self.mlp(fused)
+
+
+class QhScorer(nn.Module):
+    """encoder -> fusion -> readout; see the module docstring for the contract."""
+
+    def __init__(self, encoder: nn.Module, fusion: nn.Module, readout: nn.Module, dims: ScorerDims) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.fusion = fusion
+        self.readout = readout
+        self.dims = dims
+
+    def forward(
+        self,
+        objects: Tensor,
+        object_mask: Tensor,
+        goal: Tensor,
+        candidates: Tensor,
+        candidate_object: Tensor,
+        candidate_mask: Tensor,
+    ) -> Tensor:
+        """Rate every candidate.
+
+        Args:
+            objects: [B, N, F] float, zero-padded object features.
+            object_mask: [B, N] bool, real objects.
+            goal: [B, G] float.
+            candidates: [B, K, C] float.
+            candidate_object: [B, K] int64, index in N of the struck object.
+            candidate_mask: [B, K] bool, real candidates.
+
+        Returns:
+            q: [B, K, H] float; masked candidates hold 0.0 (finite, never selected by the
+            learning rule or evaluation, which mask them).
+        """
+        per_object, state = self.encoder(objects, object_mask, goal)
+        fused = self.fusion(state, per_object, object_mask, candidates)
+        # Padded candidates may carry any index; point them at slot 0 so the gather is safe.
+        struck = torch.where(candidate_mask, candidate_object, torch.zeros_like(candidate_object))
+        q = self.readout(fused, per_object, struck)
+        return q.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
+
+
+def _encoder(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
+    e = arch.encoder
+    if e.kind == "attention":
+        return AttentionEncoder(dims, e.width, e.depth, e.heads)
+    return DeepSetsEncoder(dims, e.width, e.depth)
+
+
+def _fusion(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
+    if arch.fusion == "cross_attention":
+        return CrossAttentionFusion(dims, arch.encoder.width, arch.encoder.heads)
+    return ConcatFusion(dims, arch.encoder.width)
+
+
+def _readout(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
+    if arch.readout == "local":
+        return LocalReadout(arch.encoder.width, dims.horizon)
+    return GlobalReadout(arch.encoder.width, dims.horizon)
+
+
+# ------------------------------------------------------------------------------- arms
+
+
+@register_arm("baseline", encoder="attention", fusion="concat", readout="local", depth=1)
+def baseline(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """Attention encoder, concat fusion, local readout."""
+    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+
+
+@register_arm("control_global_readout", encoder="attention", fusion="concat", readout="global", depth=1)
+def control_global_readout(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """Baseline with a global readout: the struck puck's embedding is never read."""
+    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+
+
+@register_arm("control_no_interaction", encoder="deepsets", fusion="concat", readout="local", depth=1)
+def control_no_interaction(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """Baseline with a DeepSets encoder: objects never see each other."""
+    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+
+
+@register_arm("variant_cross_attention", encoder="attention", fusion="cross_attention", readout="local", depth=1)
+def variant_cross_attention(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """Baseline whose fusion lets each candidate attend over the objects."""
+    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+
+
+@register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)
+def variant_deep(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """Baseline with a deeper encoder (2 blocks by default)."""
+    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+
+
+def build_scorer(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
+    """Build a fresh scorer of `arch` for `dims` (parameters drawn from torch's global RNG).
+
+    Args:
+        arch: validated architecture config.
+        dims: input/output widths.
+
+    Returns:
+        An `nn.Module` with submodules `encoder`, `fusion`, `readout` whose forward maps
+        (objects[B,N,F], object_mask[B,N], goal[B,G], candidates[B,K,C],
+        candidate_object[B,K], candidate_mask[B,K]) -> q[B,K,H].
+    """
+    if arch.arm not in ARMS:
+        raise ValueError(f"arm={arch.arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
+    return ARMS[arch.arm].builder(arch, dims)

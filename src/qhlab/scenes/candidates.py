@@ -1,0 +1,171 @@
+"""Candidate strikes of a state, their features, the reward, and state features.
+
+Owns: the deterministic list of K strikes offered in a state (a function of the scene and
+the positions only), the feature vectors a scorer sees for states and candidates (names and
+units), and the reward of a transition. Does not own: simulating a strike (``world``) or
+searching trees of strikes (``labels``).
+
+Reward (native metres, not normalized): ``d(s) - d(s') + goal_bonus * [d(s') <= goal_radius]``
+where ``d`` is the target centre's distance to the goal centre. The game has no terminal
+state: after the target reaches the goal, play continues and every transition that ends with
+the target in the goal earns the bonus again. This keeps Q*_h(s, a) = r(s, a) + max over
+C(s') of Q*_{h-1}(s', .) exact at every horizon with no special case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qhlab.scenes.sampler import CandidateLayout
+from qhlab.scenes.world import Scene
+
+__all__ = [
+    "Strike",
+    "OBJECT_FEATURES",
+    "GOAL_FEATURES",
+    "CANDIDATE_FEATURES",
+    "candidate_strikes",
+    "candidate_features",
+    "object_features",
+    "goal_features",
+    "target_goal_distance",
+    "reward",
+]
+
+OBJECT_FEATURES: tuple[tuple[str, str], ...] = (
+    ("x", "m"),
+    ("y", "m"),
+    ("radius", "m"),
+    ("mass", "kg"),
+    ("friction", "1"),
+    ("is_target", "1"),
+    ("goal_dx", "m"),
+    ("goal_dy", "m"),
+    ("goal_distance", "m"),
+)
+"""Per-puck features (name, unit); ``goal_d*`` is goal centre minus puck centre."""
+
+GOAL_FEATURES: tuple[tuple[str, str], ...] = (("x", "m"), ("y", "m"), ("radius", "m"))
+"""Goal features (name, unit)."""
+
+CANDIDATE_FEATURES: tuple[tuple[str, str], ...] = (
+    ("cos_relative", "1"),
+    ("sin_relative", "1"),
+    ("cos_direction", "1"),
+    ("sin_direction", "1"),
+    ("speed", "m/s"),
+    ("strikes_target", "1"),
+)
+"""Candidate features (name, unit): direction relative to its reference line and in the
+table frame, strike speed, and whether the struck puck is the target."""
+
+
+@dataclass(frozen=True)
+class Strike:
+    """One candidate: give puck ``puck`` speed ``speed`` along ``direction`` (radians)."""
+
+    puck: int
+    direction: float
+    relative: float
+    speed: float
+
+
+def target_goal_distance(scene: Scene, positions: np.ndarray) -> float:
+    """Distance (m) from the target centre (puck 0) to the goal centre."""
+    return math.hypot(scene.goal[0] - float(positions[0, 0]), scene.goal[1] - float(positions[0, 1]))
+
+
+def _nearest_other(positions: np.ndarray) -> int:
+    # Ties go to the lowest index so the choice is a function of the positions alone.
+    d = np.hypot(positions[1:, 0] - positions[0, 0], positions[1:, 1] - positions[0, 1])
+    return 1 + int(np.argmin(d))
+
+
+def candidate_strikes(scene: Scene, positions: np.ndarray, layout: CandidateLayout) -> list[Strike]:
+    """The K strikes offered in a state, in a fixed order.
+
+    Target strikes come first: direction ``theta_goal + 2*pi*k / target_directions`` with
+    ``theta_goal`` the angle of the target->goal line (0 when the target sits exactly on the
+    goal centre). Then strikes of the puck nearest the target, starting on its line towards
+    the target.
+
+    Args:
+        scene: the scene.
+        positions: puck centres [n, 2], metres.
+        layout: the preset's candidate layout.
+
+    Returns:
+        K strikes.
+    """
+    tx, ty = float(positions[0, 0]), float(positions[0, 1])
+    theta_goal = math.atan2(scene.goal[1] - ty, scene.goal[0] - tx)
+    strikes = []
+    for k in range(layout.target_directions):
+        relative = 2.0 * math.pi * k / layout.target_directions
+        strikes.append(Strike(0, theta_goal + relative, relative, layout.speed))
+    if layout.other_directions:
+        other = _nearest_other(positions)
+        ox, oy = float(positions[other, 0]), float(positions[other, 1])
+        theta_target = math.atan2(ty - oy, tx - ox)
+        for k in range(layout.other_directions):
+            relative = 2.0 * math.pi * k / layout.other_directions
+            strikes.append(Strike(other, theta_target + relative, relative, layout.speed))
+    return strikes
+
+
+def candidate_features(strikes: list[Strike]) -> np.ndarray:
+    """Feature rows of the strikes.
+
+    Returns:
+        [K, len(CANDIDATE_FEATURES)] float64.
+    """
+    return np.array(
+        [
+            (math.cos(s.relative), math.sin(s.relative), math.cos(s.direction),
+             math.sin(s.direction), s.speed, 1.0 if s.puck == 0 else 0.0)
+            for s in strikes
+        ],
+        dtype=np.float64,
+    )
+
+
+def object_features(scene: Scene, positions: np.ndarray) -> np.ndarray:
+    """Per-puck feature rows.
+
+    Returns:
+        [n, len(OBJECT_FEATURES)] float64.
+    """
+    n = scene.num_pucks
+    out = np.empty((n, len(OBJECT_FEATURES)), dtype=np.float64)
+    out[:, 0:2] = positions
+    out[:, 2] = scene.radius
+    out[:, 3] = scene.mass
+    out[:, 4] = scene.friction
+    out[:, 5] = 0.0
+    out[0, 5] = 1.0
+    out[:, 6] = scene.goal[0] - positions[:, 0]
+    out[:, 7] = scene.goal[1] - positions[:, 1]
+    out[:, 8] = np.hypot(out[:, 6], out[:, 7])
+    return out
+
+
+def goal_features(scene: Scene) -> np.ndarray:
+    """Goal feature row: [len(GOAL_FEATURES)] float64."""
+    return np.array([scene.goal[0], scene.goal[1], scene.goal_radius], dtype=np.float64)
+
+
+def reward(scene: Scene, before: np.ndarray, after: np.ndarray, layout: CandidateLayout) -> float:
+    """r(s, a) in metres: decrease of the target-goal distance plus the goal bonus.
+
+    Args:
+        scene: the scene.
+        before: positions before the strike [n, 2].
+        after: positions at rest after the strike [n, 2].
+        layout: supplies ``goal_bonus``.
+    """
+    d_after = target_goal_distance(scene, after)
+    bonus = layout.goal_bonus if d_after <= scene.goal_radius else 0.0
+    return (target_goal_distance(scene, before) - d_after) + bonus

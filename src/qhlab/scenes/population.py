@@ -1,0 +1,430 @@
+"""The population WRITER: generate a labelled population and publish it write-once.
+
+Owns: ``generate_population`` (sample scenes, run chains with exact labels, write
+``scenes.parquet``, ``states.parquet``, ``candidates.parquet``, ``manifest.json`` binding the
+SHA-256 of every file, and a ``population.receipt.json`` so ``qhlab verify`` authenticates
+it), the content-addressed cache ``cached_population``, and ``read_manifest`` which
+authenticates a population's manifest and file digests. Does not own: turning a population
+into tensors (``qhlab.finite_horizon.data``).
+
+Write-once: the population is staged in a hidden sibling directory and renamed into place
+only when complete, so a crash never leaves a half-written population at ``out``.
+Determinism: the same (generator version, engine version, preset, split, seed) gives
+byte-identical files: labels do not depend on the worker count, the manifest holds no time
+or host, and Parquet is written with fixed options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    MissingEvidenceError,
+    PublishConflictError,
+    QhInputError,
+    SchemaMismatchError,
+    canonical_json,
+    fresh_directory,
+    publish_file,
+    publish_json,
+    read_receipt,
+    sha256_bytes,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.scenes.candidates import (
+    CANDIDATE_FEATURES,
+    GOAL_FEATURES,
+    OBJECT_FEATURES,
+    candidate_features,
+    candidate_strikes,
+    goal_features,
+    object_features,
+)
+from qhlab.scenes.chains import StateRow, run_chains
+from qhlab.scenes.labels import TreeSearch, label_executor
+from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
+from qhlab.scenes.world import engine_identity
+
+__all__ = [
+    "POPULATION_SCHEMA_VERSION",
+    "POPULATION_FILES",
+    "generate_population",
+    "cached_population",
+    "read_manifest",
+    "planned_simulations",
+]
+
+POPULATION_SCHEMA_VERSION = 1
+POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
+MANIFEST = "manifest.json"
+RECEIPT = "population.receipt.json"
+_MANIFEST_KIND = "qhlab.population"
+
+
+def planned_simulations(preset: Preset) -> int:
+    """Simulations a population needs when no two searched states coincide.
+
+    The first chain state needs K + K^2 + ... + K^H; each later one only K^H, because its
+    subtree to depth H-1 was simulated in the previous state's tree.
+    """
+    k, h = preset.candidates.num_candidates, preset.horizon
+    chains = preset.scenes * preset.chains_per_scene
+    return chains * (sum(k**i for i in range(1, h + 1)) + (preset.steps - 1) * k**h)
+
+
+def _resolve_workers(workers: int | None) -> int:
+    if workers is None:
+        return os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise QhInputError(
+            f"generate_population: workers={workers!r} is not allowed; allowed: an integer >= 1 "
+            "or None (all cores). HINT: labels do not depend on the worker count."
+        )
+    return workers
+
+
+def _write_parquet(path: Path, table: pa.Table) -> str:
+    # Fixed options so equal tables give equal bytes (no statistics, no dictionary pages).
+    return publish_file(
+        path,
+        lambda tmp: pq.write_table(
+            table, tmp, compression="zstd", compression_level=3, use_dictionary=False,
+            write_statistics=False, row_group_size=1 << 20,
+        ),
+    )
+
+
+def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) -> dict[str, pa.Table]:
+    f64 = pa.float64()
+    scenes_table = pa.table({
+        "scene_id": pa.array(scene_ids, pa.int64()),
+        "scene_index": pa.array(range(len(scenes)), pa.int64()),
+        "num_pucks": pa.array([s.num_pucks for s in scenes], pa.int64()),
+        "radius": pa.array([list(s.radius) for s in scenes], pa.list_(f64)),
+        "mass": pa.array([list(s.mass) for s in scenes], pa.list_(f64)),
+        "friction": pa.array([list(s.friction) for s in scenes], pa.list_(f64)),
+        "goal_x": pa.array([s.goal[0] for s in scenes], f64),
+        "goal_y": pa.array([s.goal[1] for s in scenes], f64),
+        "goal_radius": pa.array([s.goal_radius for s in scenes], f64),
+        "initial_positions": pa.array([p.ravel().tolist() for p in initial], pa.list_(f64)),
+    })
+    layout = preset.candidates
+    st = {k: [] for k in ("state_id", "scene_id", "chain_id", "step", "parent_state_id",
+                          "num_objects", "positions", "objects", "goal")}
+    ca = {k: [] for k in ("state_id", "candidate", "object", "features", "reward", "q",
+                          "successor_state_id")}
+    for index, row in enumerate(rows):
+        scene = scenes[row.scene_index]
+        st["state_id"].append(index)
+        st["scene_id"].append(scene_ids[row.scene_index])
+        st["chain_id"].append(row.chain)
+        st["step"].append(row.step)
+        st["parent_state_id"].append(row.parent)
+        st["num_objects"].append(scene.num_pucks)
+        st["positions"].append(row.positions.ravel().tolist())
+        st["objects"].append(object_features(scene, row.positions).tolist())
+        st["goal"].append(goal_features(scene).tolist())
+        strikes = candidate_strikes(scene, row.positions, layout)
+        features = candidate_features(strikes)
+        for a, strike in enumerate(strikes):
+            ca["state_id"].append(index)
+            ca["candidate"].append(a)
+            ca["object"].append(strike.puck)
+            ca["features"].append(features[a].tolist())
+            ca["reward"].append(float(row.reward[a]))
+            ca["q"].append(row.q[a].tolist())
+            ca["successor_state_id"].append(int(row.successor[a]))
+    states_table = pa.table({
+        "state_id": pa.array(st["state_id"], pa.int64()),
+        "scene_id": pa.array(st["scene_id"], pa.int64()),
+        "chain_id": pa.array(st["chain_id"], pa.int64()),
+        "step": pa.array(st["step"], pa.int64()),
+        "parent_state_id": pa.array(st["parent_state_id"], pa.int64()),
+        "num_objects": pa.array(st["num_objects"], pa.int64()),
+        "positions": pa.array(st["positions"], pa.list_(f64)),
+        "objects": pa.array(st["objects"], pa.list_(pa.list_(f64))),
+        "goal": pa.array(st["goal"], pa.list_(f64)),
+    })
+    candidates_table = pa.table({
+        "state_id": pa.array(ca["state_id"], pa.int64()),
+        "candidate": pa.array(ca["candidate"], pa.int64()),
+        "object": pa.array(ca["object"], pa.int64()),
+        "features": pa.array(ca["features"], pa.list_(f64)),
+        "reward": pa.array(ca["reward"], f64),
+        "q": pa.array(ca["q"], pa.list_(f64)),
+        "successor_state_id": pa.array(ca["successor_state_id"], pa.int64()),
+    })
+    return {"scenes.parquet": scenes_table, "states.parquet": states_table,
+            "candidates.parquet": candidates_table}
+
+
+def _features_record() -> dict:
+    def names(spec):
+        return [{"name": n, "unit": u} for n, u in spec]
+
+    return {"objects": names(OBJECT_FEATURES), "goal": names(GOAL_FEATURES),
+            "candidates": names(CANDIDATE_FEATURES)}
+
+
+def _generator_record(preset: Preset, split: str, seed: int) -> dict:
+    return {
+        **engine_identity(),
+        "generator_version": GENERATOR_VERSION,
+        "preset": preset.name,
+        "preset_parameters": preset.as_record(),
+        "split": split,
+        "seed": seed,
+        "actor": {"kind": preset.actor.kind, "epsilon": preset.actor.epsilon,
+                  "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))"},
+        "label_dtype": "float64",
+        "reward": "target-goal distance decrease (m) + goal_bonus if the target ends in the goal; no terminal state",
+    }
+
+
+def generate_population(
+    preset: str,
+    split: str,
+    seed: int,
+    out: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Generate a population with exact labels and publish it at ``out`` (write-once).
+
+    Args:
+        preset: registered preset name (``qhlab.scenes.PRESETS``).
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        seed: population seed (non-negative integer).
+        out: directory to create; must not exist.
+        workers: processes for the label search; None uses every core. Outputs do not
+            depend on it.
+        progress: called as ``progress(simulations_done, simulations_planned)``.
+
+    Returns:
+        ``out`` as a Path.
+
+    Raises:
+        QhInputError: bad preset, split, seed or workers (nothing is written).
+        PublishConflictError: ``out`` exists.
+    """
+    spec = get_preset(preset)
+    out = Path(out)
+    workers = _resolve_workers(workers)
+    scenes, initial, scene_ids = [], [], []
+    for i in range(spec.scenes):
+        scene, positions = sample_scene(spec, split, seed, i)  # validates split and seed
+        scenes.append(scene)
+        initial.append(positions)
+        scene_ids.append(scene_id_for(scene, positions, split, seed, i))
+    if out.exists() or out.is_symlink():
+        raise PublishConflictError(
+            f"generate_population: out={str(out)!r} already exists; populations are write-once. "
+            "HINT: choose a new directory, or use cached_population to reuse a population."
+        )
+    planned = planned_simulations(spec)
+    done = [0]
+
+    def _on_simulations(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], max(planned, done[0]))
+
+    executor = label_executor(workers)
+    try:
+        search = TreeSearch(scenes, spec.candidates, executor=executor, workers=workers,
+                            on_simulations=_on_simulations)
+        rows = run_chains(search, scenes, initial, spec, split, seed)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+    if progress is not None:
+        progress(done[0], done[0])
+    tables = _tables(spec, scenes, initial, scene_ids, rows)
+    n_chain = sum(1 for r in rows if r.step >= 0)
+    manifest = {
+        "schema_version": POPULATION_SCHEMA_VERSION,
+        "kind": _MANIFEST_KIND,
+        "name": f"{spec.name}-{split}-seed{seed}",
+        "split": split,
+        "horizon": spec.horizon,
+        "K": spec.candidates.num_candidates,
+        "features": _features_record(),
+        "generator": _generator_record(spec, split, seed),
+        "counts": {
+            "scenes": len(scenes),
+            "chains": len(scenes) * spec.chains_per_scene,
+            "chain_states": n_chain,
+            "successor_states": len(rows) - n_chain,
+            "states": len(rows),
+            "candidates": tables["candidates.parquet"].num_rows,
+            "max_objects": max(s.num_pucks for s in scenes),
+            "simulations": search.simulations,
+        },
+        "files": {},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = fresh_directory(out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        for name in POPULATION_FILES:
+            manifest["files"][name] = _write_parquet(staging / name, tables[name])
+        publish_json(staging / MANIFEST, manifest)
+        write_receipt(
+            staging / RECEIPT, kind="population", schema_version=POPULATION_SCHEMA_VERSION,
+            body={"name": manifest["name"], "split": split, "generator": manifest["generator"],
+                  "counts": manifest["counts"]},
+            outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
+        )
+        if out.exists():
+            raise PublishConflictError(f"generate_population: out={str(out)!r} was created concurrently.")
+        os.rename(staging, out)
+    except BaseException:
+        for child in staging.iterdir() if staging.exists() else ():
+            child.unlink()
+        if staging.exists():
+            staging.rmdir()
+        raise
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return out
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """Authenticate a population directory: its receipt, manifest and every file digest.
+
+    Args:
+        path: population directory.
+
+    Returns:
+        The manifest (a dict).
+
+    Raises:
+        MissingEvidenceError: the directory, receipt, manifest or a bound file is missing.
+        SchemaMismatchError: another schema version or kind.
+        DigestMismatchError: a file's SHA-256 differs from the receipt or the manifest.
+        EvidenceError: the manifest is not valid JSON or lacks fields.
+    """
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    receipt_path = path / RECEIPT
+    if not receipt_path.is_file():
+        raise MissingEvidenceError(
+            f"load_population: {receipt_path} does not exist. HINT: a population directory holds "
+            "manifest.json, population.receipt.json and three Parquet files written by qhlab."
+        )
+    # The receipt binds the manifest's own bytes too, so any changed byte in any file fails.
+    receipt = read_receipt(receipt_path, kind="population", schema_version=POPULATION_SCHEMA_VERSION)
+    expected = {name: name for name in (*POPULATION_FILES, MANIFEST)}
+    if {name: entry["path"] for name, entry in receipt["outputs"].items()} != expected:
+        raise EvidenceError(
+            f"load_population: {receipt_path} binds {sorted(receipt['outputs'])}; allowed: exactly "
+            f"{sorted(expected)} in the population directory."
+        )
+    if not manifest_path.is_file():
+        raise MissingEvidenceError(
+            f"load_population: {manifest_path} does not exist. HINT: generate the population with "
+            "`qhlab scenes generate` or pass a population directory."
+        )
+    raw = manifest_path.read_bytes()
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"load_population: {manifest_path} is not valid UTF-8 JSON ({exc}).") from None
+    if not isinstance(manifest, dict):
+        raise EvidenceError(f"load_population: {manifest_path} is not a JSON object.")
+    version = manifest.get("schema_version")
+    if version != POPULATION_SCHEMA_VERSION:
+        raise SchemaMismatchError(
+            f"load_population: {manifest_path} field schema_version={version!r} is not allowed; "
+            f"allowed: {POPULATION_SCHEMA_VERSION}. HINT: regenerate the population with this qhlab."
+        )
+    if manifest.get("kind") != _MANIFEST_KIND:
+        raise SchemaMismatchError(
+            f"load_population: {manifest_path} field kind={manifest.get('kind')!r} is not allowed; "
+            f"allowed: {_MANIFEST_KIND!r}."
+        )
+    required = ("name", "split", "horizon", "K", "features", "generator", "counts", "files")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise EvidenceError(f"load_population: {manifest_path} lacks fields {missing}.")
+    files = manifest["files"]
+    if not isinstance(files, dict) or sorted(files) != sorted(POPULATION_FILES):
+        raise EvidenceError(
+            f"load_population: {manifest_path} field files={sorted(files) if isinstance(files, dict) else files!r} "
+            f"is not allowed; allowed: exactly {list(POPULATION_FILES)}."
+        )
+    for name in POPULATION_FILES:
+        target = path / name
+        if not target.is_file():
+            raise MissingEvidenceError(f"load_population: {target} (bound by {manifest_path}) is missing.")
+        digest = sha256_file(target)
+        if digest != files[name]:
+            raise DigestMismatchError(
+                f"load_population: {target} has sha256 {digest}; {manifest_path} binds {files[name]}. "
+                "HINT: a population is write-once; regenerate it instead of editing it."
+            )
+    return manifest
+
+
+def _cache_key(spec: Preset, split: str, seed: int) -> str:
+    return sha256_bytes(canonical_json({
+        "schema_version": POPULATION_SCHEMA_VERSION,
+        "generator_version": GENERATOR_VERSION,
+        "engine": engine_identity(),
+        "preset": spec.as_record(),
+        "split": split,
+        "seed": seed,
+    }))
+
+
+def cached_population(
+    preset: str,
+    split: str,
+    seed: int,
+    cache_root: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Return a population for (preset, split, seed), generating it only once per cache.
+
+    The cache directory name carries a digest of the arguments, the generator version, the
+    population schema and the engine version, so a change to any of them misses the cache.
+    A cached population is authenticated (manifest schema, every file digest, and its
+    recorded generator) before it is reused.
+
+    Raises:
+        EvidenceError: a cached population exists but fails authentication (it is never
+            overwritten; remove it by hand).
+    """
+    spec = get_preset(preset)
+    sample_scene(spec, split, seed, 0)  # validates split and seed before touching the cache
+    key = _cache_key(spec, split, seed)
+    target = Path(cache_root) / f"{spec.name}-{split}-seed{seed}-{key[:16]}"
+    if not target.exists():
+        try:
+            return generate_population(preset, split, seed, target, workers=workers, progress=progress)
+        except PublishConflictError:
+            if not target.exists():
+                raise
+    manifest = read_manifest(target)
+    if canonical_json(manifest["generator"]) != canonical_json(_generator_record(spec, split, seed)):
+        raise EvidenceError(
+            f"cached_population: {target / MANIFEST} records generator "
+            f"{manifest['generator'].get('preset')!r}/{manifest['generator'].get('seed')!r} that does not "
+            "match the requested arguments. HINT: remove the stale cache directory."
+        )
+    return target

@@ -1,0 +1,422 @@
+"""Seed 002: the architecture study's API, order, validation closure, tampering and report."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    OrderError,
+    PublishConflictError,
+    QhInputError,
+    read_receipt,
+)
+from qhlab.finite_horizon.studies import architecture_study as study
+from qhlab.finite_horizon.studies.architecture_study import (
+    QhArchitectureStudyConfig,
+    admit_canaries,
+    benchmark_scorer,
+    freeze_study,
+    prepare_development,
+    report_study,
+    run_fit,
+)
+
+
+SEED_SIGNATURES = {
+    "admit_canaries": "(config_path, output)",
+    "benchmark_scorer": "(fit, train)",
+    "freeze_study": "(config_path, output)",
+    "main": "()",
+    "prepare_development": "(config_path, output)",
+    "report_study": "(config_path, output)",
+    "run_fit": "(config_path, output, *, variant, seed, canary_role=None)",
+}
+SEED_ATTRIBUTES = ("train", "validation", "experiment", "seeds", "canary_updates", "broad_updates",
+                   "tie_band", "regret_fraction", "mae_fraction", "max_allocated_bytes")
+ARMS = ("baseline", "control_global_readout", "control_no_interaction", "variant_cross_attention", "variant_deep")
+
+
+# ------------------------------------------------------------------------------ API surface
+
+
+@pytest.mark.parametrize("name", sorted(SEED_SIGNATURES))
+def test_signature_matches_seed(name):
+    assert str(inspect.signature(getattr(study, name))) == SEED_SIGNATURES[name]
+    assert name in study.__all__
+
+
+def test_config_attributes_frozen_and_closed(tiny_config):
+    assert set(SEED_ATTRIBUTES) <= set(QhArchitectureStudyConfig.model_fields)
+    config, _, _ = study._read_config(tiny_config)
+    assert config.seeds == (0, 1)
+    assert config.cells == tuple((a, s) for a in ARMS for s in (0, 1))
+    with pytest.raises(Exception, match="frozen"):
+        config.seeds = (2, 3)  # type: ignore[misc]
+    raw = config.model_dump(mode="json")
+    raw["test"] = {"preset": "tiny", "seed": 9}
+    with pytest.raises(Exception, match="Extra inputs are not permitted"):
+        QhArchitectureStudyConfig.model_validate(raw)
+
+
+def test_variants_alter_only_architecture(tiny_config):
+    config, _, _ = study._read_config(tiny_config)
+    base = config.cell_recipe("baseline", 0, 30).model_dump()
+    for arm in ARMS[1:]:
+        other = config.cell_recipe(arm, 0, 30).model_dump()
+        assert {k for k in base if base[k] != other[k]} == {"architecture", "name"}
+    assert config.cell_recipe("variant_deep", 0, 30).architecture.encoder.depth == 2
+    assert config.cell_recipe("variant_deep", 0, 30).architecture.encoder.width == 16
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("seeds = [0, 1]", "seeds = [0]", "exactly two distinct"),
+        ("seeds = [0, 1]", "seeds = [3, 3]", "exactly two distinct"),
+        ('control = "control_global_readout"', 'control = "baseline"', "a declared control"),
+        ('name = "tiny"', 'name = "tiny"\nseed = 3', "seed (set by the study's seeds)"),
+        ("tie_band = 0.001", "tie_band = -1.0", "tie_band"),
+        ('preset = "tiny"\nseed = 7', 'preset = "nope"\nseed = 7', "preset='nope' is not allowed"),
+    ],
+)
+def test_bad_config_refused_before_anything_is_written(config_writer, tmp_path, population_cache, old, new, message):
+    config = config_writer(tmp_path / "cfg", population_cache, **{old: new})
+    with pytest.raises(QhInputError, match="HINT") as info:
+        freeze_study(config, tmp_path / "out")
+    assert message in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------ freeze and order
+
+
+@pytest.fixture(scope="module")
+def frozen_study(tmp_path_factory, tiny_config):
+    output = tmp_path_factory.mktemp("frozen") / "study"
+    body = freeze_study(tiny_config, output)
+    return {"output": output, "body": body, "config": tiny_config}
+
+
+def test_freeze_records_train_support_arms_and_source(frozen_study):
+    body = frozen_study["body"]
+    receipt = read_receipt(frozen_study["output"] / "freeze.receipt.json", kind="study_freeze", schema_version=1)
+    assert receipt["body"] == body
+    assert body["train"]["support"] == {"scenes": 3, "chain_states": 6, "successor_states": body["train"]["support"]["successor_states"],
+                                         "candidates": 36, "K": 6, "H": 2}
+    chain = body["train"]["canonical_first_chain"]
+    from qhlab.finite_horizon.data import load_population
+
+    train = load_population(body["train"]["path"], split="train")
+    keys = sorted(zip(train.scene_id[train.is_chain].tolist(), train.chain_id[train.is_chain].tolist()))
+    assert (chain["scene_id"], chain["chain_id"]) == keys[0]
+    assert [int(train.step[r]) for r in chain["rows"]] == [0, 1]
+    assert [a["arm"] for a in body["arms"]] == list(ARMS)
+    assert {a["arm"]: a["role"] for a in body["arms"]}["variant_deep"] == "variant"
+    assert {a["arm"]: a["control"] for a in body["arms"]}["variant_deep"] == "control_no_interaction"
+    assert body["seeds"] == [0, 1] and len(body["cells"]) == 10
+    assert body["validation"]["opened"] is False
+    assert body["source_package"]["sha256"] == study.source_package_digest()["sha256"]
+    assert any(name.startswith("train/") for name in receipt["inputs"])
+
+
+def test_freeze_twice_refused(frozen_study):
+    with pytest.raises(PublishConflictError, match="frozen once"):
+        freeze_study(frozen_study["config"], frozen_study["output"])
+
+
+def test_steps_before_freeze_refused(tmp_path, tiny_config):
+    for step in (admit_canaries, prepare_development, report_study):
+        with pytest.raises(OrderError, match="freeze receipt is missing"):
+            step(tiny_config, tmp_path / "nothing")
+    with pytest.raises(OrderError, match="freeze receipt is missing"):
+        run_fit(tiny_config, tmp_path / "nothing", variant="baseline", seed=0)
+
+
+def test_prepare_before_e0_refused(frozen_study):
+    with pytest.raises(OrderError, match="E0 gate receipt is missing"):
+        prepare_development(frozen_study["config"], frozen_study["output"])
+
+
+def test_broad_fit_before_development_refused(frozen_study):
+    with pytest.raises(OrderError, match=r"development receipt \(validation not sealed\) is missing"):
+        run_fit(frozen_study["config"], frozen_study["output"], variant="baseline", seed=0)
+    assert not (frozen_study["output"] / "cells").exists()
+
+
+def test_canary_before_selection_refused(frozen_study):
+    with pytest.raises(OrderError, match="canary row is not selected"):
+        run_fit(frozen_study["config"], frozen_study["output"], variant="baseline", seed=0, canary_role="e0")
+
+
+@pytest.mark.parametrize(("variant", "seed", "message"), [
+    ("variant_wide", 0, "variant='variant_wide' is not allowed"),
+    ("baseline", 2, "seed=2 is not allowed"),
+])
+def test_undeclared_cell_refused(frozen_study, variant, seed, message):
+    with pytest.raises(QhInputError, match=message):
+        run_fit(frozen_study["config"], frozen_study["output"], variant=variant, seed=seed)
+
+
+def test_report_before_development_refused(frozen_study):
+    with pytest.raises(OrderError, match="development receipt"):
+        report_study(frozen_study["config"], frozen_study["output"])
+
+
+def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_cache):
+    missing = tmp_path / "validation-made-later"
+    config = config_writer(tmp_path / "cfg", population_cache,
+                          **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'})
+    body = freeze_study(config, tmp_path / "out")
+    assert body["validation"] == {"declared": {"preset": None, "seed": None, "path": str(missing)}, "opened": False}
+
+
+# ------------------------------------------------------------------------------ tampering
+
+
+def test_changed_config_after_freeze_refused(tmp_path, frozen_study):
+    edited = tmp_path / "tiny-study.toml"
+    edited.write_text(Path(frozen_study["config"]).read_text().replace("broad_updates = 30", "broad_updates = 31"))
+    with pytest.raises(EvidenceError, match="a frozen study's config cannot change"):
+        admit_canaries(edited, frozen_study["output"])
+
+
+def test_train_byte_tampering_refused(config_writer, tmp_path, population_cache):
+    from qhlab.scenes import cached_population
+
+    source = cached_population("tiny", "train", 7, population_cache, workers=1)
+    train = tmp_path / "train-copy"
+    shutil.copytree(source, train)
+    config = config_writer(tmp_path / "cfg", population_cache,
+                          **{'[train]\npreset = "tiny"\nseed = 7': f'[train]\npath = "{train}"'})
+    freeze_study(config, tmp_path / "out")
+    target = train / "states.parquet"
+    target.chmod(0o644)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(DigestMismatchError, match="states.parquet"):
+        admit_canaries(config, tmp_path / "out")
+
+
+def test_frozen_receipt_tampering_refused(tmp_path, frozen_study):
+    output = tmp_path / "study"
+    shutil.copytree(frozen_study["output"], output)
+    receipt = output / "freeze.receipt.json"
+    receipt.chmod(0o644)
+    original = receipt.read_bytes()
+    assert original.count(b'"broad_updates": 30') >= 1
+    receipt.write_bytes(original.replace(b'"broad_updates": 30', b'"broad_updates": 31'))
+    with pytest.raises(DigestMismatchError, match="freeze.receipt.json"):
+        admit_canaries(frozen_study["config"], output)
+
+
+def test_package_code_change_after_freeze_refused(tmp_path, frozen_study, monkeypatch):
+    from qhlab.evidence import source_package_digest
+
+    package = tmp_path / "qhlab"
+    shutil.copytree(Path(study.__file__).resolve().parents[2], package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    original = source_package_digest(package)
+    (package / "finite_horizon" / "evaluation.py").write_text(
+        (package / "finite_horizon" / "evaluation.py").read_text() + "\n# a change\n")
+    changed = source_package_digest(package)
+    assert changed["sha256"] != original["sha256"]
+    monkeypatch.setattr(study, "source_package_digest", lambda: changed)
+    with pytest.raises(EvidenceError, match="package code changed after freeze"):
+        admit_canaries(frozen_study["config"], frozen_study["output"])
+
+
+# ------------------------------------------------------------------------------ end to end (slow)
+
+
+@pytest.mark.slow
+def test_run_finishes_every_step(finished_study):
+    output = finished_study["output"]
+    assert "finished" in finished_study["stdout"]
+    e0 = read_receipt(output / "canaries" / "e0.receipt.json", kind="study_e0", schema_version=1)
+    assert e0["body"]["passed"] is True
+    assert [c["seed"] for c in e0["body"]["canaries"]] == [0, 1]
+    for arm in ARMS:
+        for seed in (0, 1):
+            cell = read_receipt(output / "cells" / f"{arm}-s{seed}" / "cell.receipt.json", kind="study_cell", schema_version=1)
+            assert cell["body"]["observed_updates"] == 30
+            assert len(cell["body"]["evaluation"]["mae"]) == 2
+    report = read_receipt(output / "report" / "report.receipt.json", kind="study_report", schema_version=1)
+    assert len([k for k in report["inputs"] if k.startswith("cell/")]) == 10
+    for name in ("report.json", "report.md", "arms.png", "paired_differences.png"):
+        assert name in report["outputs"]
+    assert (output / "report" / "arms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_second_run_only_verifies(finished_study, capsys):
+    from qhlab.cli import main
+
+    before = sorted(p.relative_to(finished_study["output"]) for p in finished_study["output"].rglob("*"))
+    code = main(["study", "run", str(finished_study["config"]), "--output", str(finished_study["output"])])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "is complete" in out and "nothing was run" in out
+    after = sorted(p.relative_to(finished_study["output"]) for p in finished_study["output"].rglob("*"))
+    assert before == after
+
+
+@pytest.mark.slow
+def test_report_shows_every_arm_and_seed(finished_study):
+    report_dir = finished_study["output"] / "report"
+    text = (report_dir / "report.md").read_text()
+    report = json.loads((report_dir / "report.json").read_text())
+    for arm in ARMS:
+        for seed in (0, 1):
+            assert any(line.startswith(f"| {arm} | ") and f" | {seed} | " in line for line in text.splitlines())
+    assert "TRAIN constant" in text
+    assert [(c["arm"], c["seed"]) for c in report["cells"]] == [(a, s) for a in ARMS for s in (0, 1)]
+    assert {r["variant"] for r in report["retention"]} == {"variant_cross_attention", "variant_deep"}
+    for r in report["retention"]:
+        for decision in r["per_seed"].values():
+            assert decision["retained"] == (decision["d_reg"]["estimate"] <= 0 and decision["d_mae"]["estimate"] <= 0)
+            assert decision["label"] in ("robust", "inconclusive")
+        assert r["seeds_disagree"] == (len({d["retained"] for d in r["per_seed"].values()}) > 1)
+    assert report["n_scenes"] == 3 and report["horizon"] == 2
+
+
+@pytest.mark.slow
+def test_report_before_all_cells_refused(study_copy, finished_study):
+    output = study_copy("report", "benchmarks")
+    shutil.rmtree(output / "cells" / "variant_deep-s1")
+    with pytest.raises(OrderError, match="1 of 10 charged cells have no final receipt: variant_deep-s1"):
+        report_study(finished_study["config"], output)
+    assert not (output / "report").exists()
+
+
+@pytest.mark.slow
+def test_cell_state_tampering_refused(study_copy, finished_study):
+    output = study_copy("report", "benchmarks")
+    cell = read_receipt(output / "cells" / "baseline-s1" / "cell.receipt.json", kind="study_cell", schema_version=1)
+    state = output / "cells" / "baseline-s1" / cell["body"]["attempt"] / "final_state.safetensors"
+    state.chmod(0o644)
+    data = bytearray(state.read_bytes())
+    data[-3] ^= 0x10
+    state.write_bytes(bytes(data))
+    with pytest.raises(DigestMismatchError, match="final_state"):
+        report_study(finished_study["config"], output)
+
+
+@pytest.mark.slow
+def test_finished_cell_never_rerun_and_crashed_cell_gets_new_attempt(study_copy, finished_study):
+    output = study_copy("report", "benchmarks")
+    with pytest.raises(PublishConflictError, match="cell baseline-s0 is finished"):
+        run_fit(finished_study["config"], output, variant="baseline", seed=0)
+    shutil.rmtree(output / "cells" / "control_global_readout-s0")
+    crashed = output / "cells" / "control_global_readout-s0" / "crashed-attempt"
+    crashed.mkdir(parents=True)
+    (crashed / "cold_init.safetensors").write_bytes(b"partial")
+    body = run_fit(finished_study["config"], output, variant="control_global_readout", seed=0)
+    assert body["previous_attempts"] == ["crashed-attempt"]
+    assert body["attempt"] != "crashed-attempt" and body["observed_updates"] == 30
+
+
+@pytest.mark.slow
+def test_benchmark_scorer_fields(finished_study):
+    output = finished_study["output"]
+    cell = read_receipt(output / "cells" / "variant_cross_attention-s0" / "cell.receipt.json", kind="study_cell", schema_version=1)
+    attempt = output / "cells" / "variant_cross_attention-s0" / cell["body"]["attempt"]
+    result = benchmark_scorer(attempt, read_receipt(output / "freeze.receipt.json", kind="study_freeze", schema_version=1)["body"]["train"]["path"])
+    assert result["warmup_forwards"] == 10 and result["timed_forwards"] == 20
+    assert len(result["forward_seconds"]) == 20 and result["median_forward_seconds"] > 0
+    assert result["rows"] == 2 and result["updates_applied"] == 0
+    assert any(n.startswith("fusion.") for n in result["parameters_receiving_gradients"])
+    assert any(n.startswith("readout.") for n in result["parameters_receiving_gradients"])
+    timings = result["module_timings"]
+    assert timings["encoder_seconds"] > 0 and timings["readout_seconds"] > 0
+    assert timings["fusion_seconds"] is None and timings["additive"] is False
+    assert "max_rss_bytes" in result["memory"]
+    assert result["final_state_sha256"] == cell["body"]["final_state_sha256"]
+
+
+@pytest.mark.slow
+def test_validation_opens_only_at_development(config_writer, tmp_path, population_cache):
+    from qhlab.scenes import generate_population
+
+    missing = tmp_path / "validation-made-later"
+    config = config_writer(tmp_path / "cfg", population_cache,
+                          **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'})
+    output = tmp_path / "out"
+    freeze_study(config, output)
+    assert admit_canaries(config, output)["passed"] is True
+    with pytest.raises(QhInputError, match="validation.path=.*is not allowed; allowed: an existing population directory"):
+        prepare_development(config, output)
+    assert not (output / "development.receipt.json").exists()
+    generate_population("tiny", "validation", 8, missing, workers=1)
+    body = prepare_development(config, output)
+    assert body["validation"]["path"] == str(missing)
+    assert len(body["train_constant"]) == 2
+
+
+def test_cli_refuses_out_of_order_with_exit_2(tmp_path, tiny_config, capsys):
+    from qhlab.cli import main
+
+    code = main(["study", "prepare-development", str(tiny_config), "--output", str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: prepare_development: the freeze receipt is missing")
+    assert not (tmp_path / "none").exists()
+
+
+def test_module_main_parses_sys_argv(tmp_path, tiny_config, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["architecture_study", "report", str(tiny_config), "--output", str(tmp_path / "none")])
+    with pytest.raises(SystemExit) as info:
+        study.main()
+    assert info.value.code == 2
+    assert "report_study: the freeze receipt is missing" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ pure rules
+
+
+def _toy_population(q, mask):
+    import types
+
+    import torch
+
+    s = len(q)
+    return types.SimpleNamespace(
+        q=torch.tensor(q, dtype=torch.float32), candidate_mask=torch.tensor(mask),
+        horizon=2, state_id=torch.arange(s) + 100, scene_id=torch.zeros(s, dtype=torch.int64),
+        chain_id=torch.zeros(s, dtype=torch.int64), step=torch.arange(s),
+    )
+
+
+def test_canary_row_rule_takes_first_state_unique_at_every_horizon():
+    q = [
+        [[1.0, 2.0], [0.5, 2.0005], [0.0, 0.0]],  # best at h=2 within 0.001 of runner-up: skipped
+        [[1.0, 2.0], [0.5, 1.0], [0.9, 1.5]],     # best action 0 by > tie_band at both horizons
+        [[3.0, 3.0], [0.0, 0.0], [0.0, 0.0]],
+    ]
+    mask = [[True, True, True]] * 3
+    selected = study._select_canary_row(_toy_population(q, mask), {"rows": [0, 1, 2]}, 0.001)
+    assert selected["row"] == 1 and selected["state_id"] == 101
+    assert selected["best_action"] == [0, 0]
+    assert selected["gaps"] == pytest.approx([0.1, 0.5])
+    assert study._select_canary_row(_toy_population(q[:1], mask[:1]), {"rows": [0]}, 0.001) is None
+
+
+def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():
+    import numpy as np
+
+    labels = np.array([[1.0, 2.0], [0.5, 1.0], [0.9, 1.5]])
+    mask = np.array([True, True, True])
+    good = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [0.7, 1.0]]), labels, mask, 0.001)
+    assert [h["recovered"] for h in good] == [True, True] and good[0]["chosen"] == [0]
+    tied = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [0.8, 1.0]]), labels, mask, 0.001)
+    assert [h["recovered"] for h in tied] == [False, True] and tied[0]["chosen"] == [0, 2]
+    masked = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels,
+                             np.array([True, True, False]), 0.001)
+    assert [h["recovered"] for h in masked] == [True, True]

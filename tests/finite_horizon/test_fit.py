@@ -1,0 +1,189 @@
+"""End-to-end tests of `fit_recipe` and `qhlab fit` on the tiny preset populations."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qhlab.cli import main
+from qhlab.evidence import LockHeldError, QhInputError, read_receipt
+from qhlab.finite_horizon.fit import fit_recipe
+from qhlab.scenes import generate_population
+from qhlab.training.execution_profile import WandbAttempt
+from qhlab.training.tensor_state import load_tensor_state
+
+_RECIPE = """\
+name = "fit-test"
+seed = {seed}
+horizon = {horizon}
+batch_size = 4
+huber_delta = 0.05
+updates = {updates}
+
+[architecture]
+arm = "{arm}"
+encoder = {{ depth = 1, width = 16, heads = 2 }}
+
+[optimizer]
+lr = {lr}
+
+[target_update]
+kind = "hard"
+interval = 3
+"""
+
+
+def _recipe(tmp: Path, name: str = "recipe.toml", *, seed=0, horizon=2, updates=8, arm="baseline", lr=3e-3) -> Path:
+    path = tmp / name
+    path.write_text(_RECIPE.format(seed=seed, horizon=horizon, updates=updates, arm=arm, lr=lr))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Tiny TRAIN (seed 0) and validation (seed 1) populations, generated once per session."""
+    root = tmp_path_factory.mktemp("tiny-pops")
+    return {
+        "train": generate_population("tiny", "train", 0, root / "train", workers=1),
+        "validation": generate_population("tiny", "validation", 1, root / "validation", workers=1),
+    }
+
+
+def _cli(recipe: Path, out: Path, tiny: dict[str, Path], *extra: str) -> list[str]:
+    return ["fit", str(recipe), "--profile", "cpu-fp32", "--output", str(out), "--train", str(tiny["train"]),
+            "--validation", str(tiny["validation"]), "--no-progress", *extra]
+
+
+def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
+    recipe = _recipe(tmp_path)
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    assert main(_cli(recipe, out, tiny)) == 0
+    wall = time.perf_counter() - started
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    segment = Path(summary["output_directory"])
+    assert segment.parent == out / "fit-test-s0"
+    names = {p.name for p in segment.iterdir()}
+    assert {"cold_init.safetensors", "cold_init.json", "cold_init.receipt.json", "final_state.safetensors",
+            "final_state.json", "fit.receipt.json", "evaluation.receipt.json", "wandb_attempt.receipt.json",
+            "wandb"} <= names
+    assert list((segment / "wandb").glob("offline-run-*"))
+    fit = read_receipt(segment / "fit.receipt.json", kind="fit", schema_version=1)["body"]
+    assert fit["observed_updates"] == fit["update_budget"] == 8
+    assert fit["profile"] == "cpu-fp32" and fit["recipe"]["accelerator"] == "cpu"
+    tensors, structure = load_tensor_state(segment / "final_state.safetensors",
+                                           expected_sha256=fit["final_state_sha256"])
+    steps = {int(v) for k, v in tensors.items() if k.endswith(".step")}
+    assert steps == {8} and structure["observed_updates"] == 8
+    assert any(k.startswith("target.") for k in tensors) and any(k.startswith("online.") for k in tensors)
+    evaluation = read_receipt(segment / "evaluation.receipt.json", kind="evaluation", schema_version=1)["body"]
+    assert evaluation["horizon"] == 2 and len(evaluation["mae"]) == 2 and len(evaluation["regret"]) == 2
+    assert evaluation["final_state_sha256"] == fit["final_state_sha256"]
+    assert evaluation["population"]["split"] == "validation"
+    assert len(evaluation["per_scene"]["mae"]) == evaluation["counts"]["n_scenes"] == 3
+    assert len(evaluation["constant_reference"]["constant"]) == 2
+    wandb = read_receipt(segment / "wandb_attempt.receipt.json", kind="wandb_attempt", schema_version=1)["body"]
+    assert wandb["publication"]["cloud_publication"].startswith("not published")
+    assert set(wandb["files"]) >= {"fit_receipt", "final_state", "evaluation_receipt"}
+    assert main(["verify", str(segment)]) == 0
+    print(f"\nqhlab fit wall time on tiny (8 updates, in-process CLI): {wall:.2f} s")
+
+
+def test_same_seed_same_final_state(tmp_path, tiny):
+    recipe = _recipe(tmp_path)
+    kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
+                  validation=tiny["validation"], progress=False)
+    first = fit_recipe(recipe, **kwargs)
+    second = fit_recipe(recipe, **kwargs)
+    assert first.output_directory != second.output_directory
+    assert first.final_state_sha256 == second.final_state_sha256
+    assert first.metrics == second.metrics
+    assert first.observed_updates == 8 and first.resumed_from is None
+
+
+@pytest.mark.parametrize(
+    ("recipe_kwargs", "profile", "message"),
+    [
+        ({"arm": "no-such-arm"}, "cpu-fp32", "architecture"),
+        ({"lr": -0.1}, "cpu-fp32", "optimizer.lr=-0.1 is not allowed"),
+        ({"horizon": 3}, "cpu-fp32", "horizon"),
+        ({}, "cuda-amp", "cuda-amp"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, tiny, capsys, recipe_kwargs, profile, message):
+    recipe = _recipe(tmp_path, **recipe_kwargs)
+    out = tmp_path / "out"
+    argv = _cli(recipe, out, tiny)
+    argv[argv.index("cpu-fp32")] = profile
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and message in err
+    assert not out.exists()
+
+
+def test_concurrent_fit_of_same_logical_run_fails_at_once(tmp_path, tiny):
+    out = tmp_path / "out"
+    holder = WandbAttempt(run_id="holder", offline=True, logical_run_id="fit-test-s0")
+    with holder.local_writer_lock(out) as lock:
+        with pytest.raises(LockHeldError, match=str(lock)):
+            fit_recipe(_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
+                       validation=tiny["validation"], progress=False)
+    assert not (out / "fit-test-s0").exists()
+
+
+def test_resume_of_unknown_or_finished_segment_is_refused(tmp_path, tiny):
+    recipe = _recipe(tmp_path)
+    kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
+                  validation=tiny["validation"], progress=False)
+    done = fit_recipe(recipe, **kwargs)
+    with pytest.raises(QhInputError, match="already finished"):
+        fit_recipe(recipe, resume=done.local_attempt_id, **kwargs)
+    with pytest.raises(QhInputError, match="does not exist"):
+        fit_recipe(recipe, resume="nope", **kwargs)
+    assert [p.name for p in done.output_directory.parent.iterdir()] == [done.local_attempt_id]
+
+
+_RUN_CLI = "import sys; from qhlab.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.slow
+def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
+    recipe = _recipe(tmp_path, updates=60)
+    out = tmp_path / "out"
+    cell = out / "fit-test-s0"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _RUN_CLI, *_cli(recipe, out, tiny, "--checkpoint-every", "5")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not list(cell.glob("*/segment_checkpoint_u*.receipt.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    first = next(cell.iterdir())
+    assert "--resume " + first.name in err
+    assert not (first / "final_state.safetensors").exists()
+    # another seed (same cell) is refused by the cold-init lineage check, writing nothing
+    other = _recipe(tmp_path, "other.toml", seed=5, updates=60)
+    assert main(_cli(other, out, tiny, "--cell", "fit-test-s0", "--resume", first.name)) == 2
+    assert len(list(cell.iterdir())) == 1
+    resumed = fit_recipe(recipe, profile="cpu-fp32", output=out, train=tiny["train"],
+                         validation=tiny["validation"], resume=first.name, progress=False)
+    fit = read_receipt(resumed.fit_receipt, kind="fit", schema_version=1)["body"]
+    assert resumed.observed_updates == 60 and resumed.output_directory != first
+    assert fit["lineage"]["kind"] == "resumed" and fit["lineage"]["previous_local_attempt_id"] == first.name
+    assert fit["lineage"]["cold_initialization"]["seed"] == 0
+    assert fit["logical_run_id"] == "fit-test-s0"
+    assert main(["verify", str(resumed.output_directory)]) == 0
+    # optimizer moments and the batch stream continue exactly: same bytes as one uninterrupted fit
+    straight = fit_recipe(recipe, profile="cpu-fp32", output=tmp_path / "straight", train=tiny["train"],
+                          validation=tiny["validation"], progress=False)
+    assert straight.final_state_sha256 == resumed.final_state_sha256

@@ -1,0 +1,366 @@
+"""TD learning rule: hand-checked targets and losses, target refresh, data batches, short fits.
+
+The population here is a synthetic-but-valid shim with the tensor fields of the
+`Population` contract (docs/ARCHITECTURE.md), so these tests do not depend on the scene
+generator; the end-to-end path over real populations is tested by the fit launcher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from qhlab.evidence import QhInputError
+from qhlab.finite_horizon.predict import predict_q
+from qhlab.finite_horizon.q_learning import (
+    BATCH_KEYS,
+    QhPopulationDataModule,
+    QhTDModule,
+    hard_target_update,
+    native_huber_loss,
+    polyak_target_update,
+    population_dims,
+    refresh_target,
+    td_targets,
+)
+from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
+from qhlab.training.launcher import observed_optimizer_updates
+
+INF = float("inf")
+
+
+# ----------------------------------------------------------------- pure TD functions
+
+
+def test_td_targets_by_hand() -> None:
+    reward = torch.tensor([[1.0, 2.0, -0.5]])  # [B=1, K=3]
+    # next_q [1, 3, K'=3, H=3]; horizon index 2 (Q_3) is never read for H=3
+    next_q = torch.tensor([[
+        [[0.5, 9.0, 99.0], [0.7, -1.0, 99.0], [100.0, 100.0, 100.0]],  # a'=2 masked below
+        [[-3.0, -2.0, 0.0], [-1.0, -4.0, 0.0], [-2.0, -5.0, 0.0]],
+        [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0], [5.0, 5.0, 5.0]],           # invalid successor
+    ]])
+    next_mask = torch.tensor([[[True, True, False], [True, True, True], [True, True, True]]])
+    valid = torch.tensor([[True, True, False]])
+    y = td_targets(reward, next_q, next_mask, valid, horizon=3)
+    expected = torch.tensor([[
+        [1.0, 1.0 + 0.7, 1.0 + 9.0],   # max over a' in {0, 1}; the masked 100 is ignored
+        [2.0, 2.0 - 1.0, 2.0 - 2.0],
+        [-0.5, -0.5, -0.5],            # terminal: y_h = r
+    ]])
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+def test_td_targets_masked_never_the_max_even_when_all_negative() -> None:
+    reward = torch.zeros(1, 1)
+    next_q = torch.tensor([[[[-5.0], [-7.0], [0.0]]]])  # [1, 1, 3, 1]; the 0.0 slot is padding
+    mask = torch.tensor([[[True, True, False]]])
+    y = td_targets(reward, next_q, mask, torch.tensor([[True]]), horizon=2)
+    torch.testing.assert_close(y, torch.tensor([[[0.0, -5.0]]]))
+    # a successor with no valid candidate bootstraps nothing (and yields no -inf)
+    y = td_targets(reward, next_q, torch.zeros_like(mask), torch.tensor([[True]]), horizon=2)
+    torch.testing.assert_close(y, torch.tensor([[[0.0, 0.0]]]))
+
+
+def test_td_targets_horizon_one_is_reward_and_bad_args_refused() -> None:
+    reward = torch.tensor([[0.25, -1.0]])
+    next_q = torch.full((1, 2, 2, 1), 50.0)
+    y = td_targets(reward, next_q, torch.ones(1, 2, 2, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool), 1)
+    torch.testing.assert_close(y, reward.unsqueeze(-1))
+    with pytest.raises(ValueError, match="horizon"):
+        td_targets(reward, next_q, torch.ones(1, 2, 2, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool), 3)
+
+
+def test_native_huber_loss_by_hand() -> None:
+    delta = 0.5
+    q = torch.tensor([[[0.1, 1.0], [2.0, 0.0], [9.0, 9.0]]])  # [1, 3, 2]
+    y = torch.tensor([[[0.0, 0.0], [0.0, -0.3], [0.0, 0.0]]])
+    mask = torch.tensor([[True, True, False]])
+    # candidate 0: 0.5*0.1^2 + 0.5*(1.0-0.25) = 0.005 + 0.375; candidate 1: 0.5*(2-0.25) + 0.5*0.3^2
+    c0 = 0.5 * 0.01 + 0.5 * (1.0 - 0.25)
+    c1 = 0.5 * (2.0 - 0.25) + 0.5 * 0.09
+    loss = native_huber_loss(q, y, mask, delta)
+    assert loss.item() == pytest.approx((c0 + c1) / 2, abs=1e-7)
+    assert native_huber_loss(q, y, torch.zeros_like(mask), delta).item() == 0.0
+
+
+def test_target_refresh_rules() -> None:
+    online, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    before = [p.clone() for p in target.parameters()]
+    hard = HardTargetUpdate(kind="hard", interval=5)
+    assert refresh_target(target, online, hard, 0, 4) == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))
+    assert refresh_target(target, online, hard, 4, 4) == 0  # skipped AMP step: nothing observed
+    assert refresh_target(target, online, hard, 4, 5) == 1
+    assert all(torch.equal(a, b) for a, b in zip(online.parameters(), target.parameters()))
+
+    target2 = torch.nn.Linear(2, 2)
+    start = [p.clone() for p in target2.parameters()]
+    polyak_target_update(target2, online, 0.25)
+    for s, o, t in zip(start, online.parameters(), target2.parameters()):
+        torch.testing.assert_close(t, 0.75 * s + 0.25 * o)
+    assert refresh_target(target2, online, PolyakTargetUpdate(kind="polyak", tau=1.0), 3, 5) == 2
+    assert all(torch.equal(a, b) for a, b in zip(online.parameters(), target2.parameters()))
+    hard_target_update(target2, torch.nn.Linear(2, 2))
+
+
+# ------------------------------------------------------------ synthetic population shim
+
+
+@dataclasses.dataclass(frozen=True)
+class _Population:
+    """Private shim with the tensor fields of `qhlab.finite_horizon.data.Population`."""
+
+    horizon: int
+    num_candidates: int
+    objects: torch.Tensor
+    object_mask: torch.Tensor
+    goal: torch.Tensor
+    candidates: torch.Tensor
+    candidate_object: torch.Tensor
+    candidate_mask: torch.Tensor
+    reward: torch.Tensor
+    q: torch.Tensor
+    successor: torch.Tensor
+    is_chain: torch.Tensor
+    split: str = "train"
+
+
+def synthetic_population(n_chain: int = 6, k: int = 4, n: int = 3, horizon: int = 2, seed: int = 0) -> _Population:
+    """n_chain chain rows, each with k successor rows (whose own successors are -1)."""
+    g = torch.Generator().manual_seed(seed)
+    s = n_chain * (1 + k)
+    objects = torch.randn(s, n, 4, generator=g)
+    object_mask = torch.ones(s, n, dtype=torch.bool)
+    object_mask[::3, -1] = False
+    objects = objects * object_mask.unsqueeze(-1)
+    candidates = torch.randn(s, k, 3, generator=g)
+    candidate_object = torch.randint(0, n - 1, (s, k), generator=g)
+    candidate_mask = torch.ones(s, k, dtype=torch.bool)
+    candidate_mask[1::4, -1] = False
+    struck = torch.gather(objects[..., 0], 1, candidate_object)
+    reward = 0.1 * torch.tanh(candidates[..., 0] + struck) * candidate_mask
+    successor = torch.full((s, k), -1, dtype=torch.int64)
+    successor[:n_chain] = n_chain + torch.arange(n_chain * k).view(n_chain, k)
+    successor[:n_chain][~candidate_mask[:n_chain]] = -1
+    is_chain = torch.zeros(s, dtype=torch.bool)
+    is_chain[:n_chain] = True
+    return _Population(
+        horizon=horizon, num_candidates=k, objects=objects, object_mask=object_mask,
+        goal=torch.randn(s, 2, generator=g), candidates=candidates, candidate_object=candidate_object,
+        candidate_mask=candidate_mask, reward=reward, q=torch.zeros(s, k, horizon), successor=successor,
+        is_chain=is_chain,
+    )
+
+
+def _recipe(**update) -> QhRecipe:
+    raw = {
+        "name": "t", "seed": 7, "horizon": 2, "batch_size": 8, "huber_delta": 0.05, "updates": 20,
+        "architecture": {"arm": "baseline", "encoder": {"width": 16, "heads": 2}},
+        "optimizer": {"lr": 3e-3},
+        "target_update": {"kind": "hard", "interval": 100},
+    }
+    raw.update(update)
+    return QhRecipe.model_validate(raw)
+
+
+# ------------------------------------------------------------------------ data module
+
+
+def test_batches_gather_rows_and_successors() -> None:
+    pop = synthetic_population()
+    dm = QhPopulationDataModule(pop, batch_size=5, seed=1)
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == set(BATCH_KEYS)
+    rows = batch["rows"]
+    assert rows.shape == (5,) and pop.is_chain[rows].all()
+    torch.testing.assert_close(batch["objects"], pop.objects[rows])
+    torch.testing.assert_close(batch["reward"], pop.reward[rows])
+    succ = pop.successor[rows]
+    assert torch.equal(batch["successor_valid"], succ >= 0)
+    assert batch["next_objects"].shape == (5, 4, 3, 4)
+    assert batch["next_candidates"].shape == (5, 4, 4, 3)
+    for b in range(5):
+        for k in range(4):
+            if succ[b, k] >= 0:
+                torch.testing.assert_close(batch["next_objects"][b, k], pop.objects[succ[b, k]])
+                assert torch.equal(batch["next_candidate_mask"][b, k], pop.candidate_mask[succ[b, k]])
+            else:
+                assert not batch["next_candidate_mask"][b, k].any()
+
+
+def test_batch_stream_is_seeded_covers_passes_and_resumes() -> None:
+    pop = synthetic_population(n_chain=6)
+    take = lambda dm, n: [b["rows"] for _, b in zip(range(n), dm.train_dataloader())]  # noqa: E731
+    first = take(QhPopulationDataModule(pop, batch_size=4, seed=3), 6)
+    again = take(QhPopulationDataModule(pop, batch_size=4, seed=3), 6)
+    other = take(QhPopulationDataModule(pop, batch_size=4, seed=4), 6)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other))
+    stream = torch.cat(first)  # 24 rows = 4 passes over 6 chain rows, each pass a permutation
+    for p in range(4):
+        assert sorted(stream[6 * p: 6 * p + 6].tolist()) == list(range(6))
+    resumed = take(QhPopulationDataModule(pop, batch_size=4, seed=3, start_batch=2), 4)
+    assert all(torch.equal(a, b) for a, b in zip(first[2:], resumed))
+    # a single row (the canary case) fills a batch by repetition
+    canary = take(QhPopulationDataModule(pop, batch_size=8, seed=0, rows=torch.tensor([2])), 1)[0]
+    assert canary.tolist() == [2] * 8
+
+
+def test_data_module_refuses_bad_arguments() -> None:
+    pop = synthetic_population()
+    with pytest.raises(QhInputError, match="batch_size=0"):
+        QhPopulationDataModule(pop, batch_size=0, seed=0)
+    with pytest.raises(QhInputError, match=r"rows=\[7\]"):
+        QhPopulationDataModule(pop, batch_size=2, seed=0, rows=torch.tensor([1, 7]))
+    with pytest.raises(QhInputError, match="dims.horizon=2"):
+        QhTDModule(_recipe(horizon=3), population_dims(pop))
+
+
+# ------------------------------------------------------------------------------ fits
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: intra-op threads only add contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _fit(recipe: QhRecipe, pop: _Population, steps: int, log_every: int = 50) -> tuple[QhTDModule, pl.Trainer]:
+    pl.seed_everything(recipe.seed, workers=True, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    dm = QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed)
+    trainer = pl.Trainer(
+        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
+        deterministic=True, log_every_n_steps=log_every,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        trainer.fit(module, datamodule=dm)
+    return module, trainer
+
+
+def _fixed_loss(module: QhTDModule, pop: _Population) -> float:
+    dm = QhPopulationDataModule(pop, batch_size=1, seed=0)
+    batch = dm.gather(dm.chain_rows)
+    with torch.no_grad():
+        y = module.td_target(batch)
+        return native_huber_loss(module(batch), y, batch["candidate_mask"], module.recipe.huber_delta).item()
+
+
+def test_short_fit_reduces_loss_and_counts_updates_from_optimizer() -> None:
+    pop = synthetic_population()
+    recipe = _recipe()
+    pl.seed_everything(recipe.seed, verbose=False)
+    before = _fixed_loss(QhTDModule(recipe, population_dims(pop)), pop)
+    module, trainer = _fit(recipe, pop, 20, log_every=4)
+    after = _fixed_loss(module, pop)
+    logged = trainer.callback_metrics["train/loss"]
+    assert torch.isfinite(logged) and logged.item() > 0
+    assert after < 0.5 * before, (before, after)
+    assert observed_optimizer_updates(trainer.optimizers[0]) == 20
+    assert module.observed_updates == 20
+    assert module.target_refreshes == 0  # interval 100 never crossed
+    assert not module.target.training and all(not p.requires_grad for p in module.target.parameters())
+    assert {n.split(".")[0] for n, _ in module.state_dict().items()} == {"online", "target"}
+    fresh = module.build_scorer()
+    fresh.load_state_dict(module.online.state_dict(), strict=True)
+
+
+def test_hard_target_refresh_follows_observed_updates() -> None:
+    pop = synthetic_population()
+    module, _ = _fit(_recipe(target_update={"kind": "hard", "interval": 5}), pop, 20)
+    assert module.target_refreshes == 4
+    for a, b in zip(module.online.parameters(), module.target.parameters()):
+        assert torch.equal(a, b)
+    module, _ = _fit(_recipe(target_update={"kind": "hard", "interval": 6}), pop, 20)
+    assert module.target_refreshes == 3  # after updates 6, 12, 18: target lags online
+    assert not all(torch.equal(a, b) for a, b in zip(module.online.parameters(), module.target.parameters()))
+
+
+def test_polyak_refresh_runs_every_update() -> None:
+    pop = synthetic_population()
+    module, _ = _fit(_recipe(target_update={"kind": "polyak", "tau": 0.1}), pop, 10)
+    assert module.target_refreshes == 10
+
+
+def test_two_fits_with_same_seed_are_bit_identical() -> None:
+    pop = synthetic_population()
+    recipe = _recipe(architecture={"arm": "variant_cross_attention", "encoder": {"width": 16, "heads": 2}},
+                     target_update={"kind": "hard", "interval": 7})
+    a, ta = _fit(recipe, pop, 12)
+    b, tb = _fit(recipe, pop, 12)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    oa, ob = ta.optimizers[0].state_dict()["state"], tb.optimizers[0].state_dict()["state"]
+    assert all(torch.equal(oa[i]["exp_avg_sq"], ob[i]["exp_avg_sq"]) for i in oa)
+    c, _ = _fit(recipe.model_copy(update={"seed": 8}), pop, 12)
+    assert not torch.equal(c.state_dict()["online.readout.mlp.2.weight"], sa["online.readout.mlp.2.weight"])
+
+
+def test_predict_q_matches_direct_forward_on_chain_rows() -> None:
+    pop = synthetic_population()
+    pl.seed_everything(0, verbose=False)
+    module = QhTDModule(_recipe(), population_dims(pop))
+    pred = predict_q(module.online, pop, batch_size=4)
+    rows = pop.is_chain.nonzero().flatten()
+    with torch.no_grad():
+        direct = module.online(pop.objects[rows], pop.object_mask[rows], pop.goal[rows],
+                               pop.candidates[rows], pop.candidate_object[rows], pop.candidate_mask[rows])
+    assert pred.shape == (6, 4, 2) and not pred.requires_grad
+    torch.testing.assert_close(pred, direct, rtol=1e-5, atol=1e-6)
+    every = predict_q(module.online, pop, rows=torch.arange(pop.objects.shape[0]), batch_size=7)
+    assert every.shape == (pop.objects.shape[0], 4, 2)
+
+
+# ------------------------------------------------------------- real tiny population
+
+
+@pytest.fixture(scope="module")
+def tiny_train(tmp_path_factory):
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.scenes.population import generate_population
+
+    path = generate_population("tiny", "train", 0, tmp_path_factory.mktemp("qh") / "tiny-train", workers=1)
+    return load_population(path, split="train", horizon=2)
+
+
+def test_td_targets_on_exact_successor_labels_reproduce_exact_labels(tiny_train) -> None:
+    """With Q- = Q* the TD target is the Bellman recursion the labels were built with."""
+    pop = tiny_train
+    dm = QhPopulationDataModule(pop, batch_size=1, seed=0)
+    batch = dm.gather(dm.chain_rows)
+    next_q = pop.q.index_select(0, pop.successor[dm.chain_rows].clamp_min(0).flatten())
+    next_q = next_q.view(*batch["reward"].shape, *next_q.shape[1:])
+    y = td_targets(batch["reward"], next_q, batch["next_candidate_mask"], batch["successor_valid"], pop.horizon)
+    mask = batch["candidate_mask"]
+    torch.testing.assert_close(y[mask], pop.q[dm.chain_rows][mask], rtol=0, atol=1e-6)
+    # and a wrong bootstrap (ignoring the successor) does not
+    assert not torch.allclose(batch["reward"][mask], pop.q[dm.chain_rows][mask][:, 1], atol=1e-6)
+
+
+def test_example_recipes_match_presets_and_tiny_recipe_fits(tiny_train) -> None:
+    from pathlib import Path
+
+    from qhlab.finite_horizon.recipe import load_recipe
+    from qhlab.scenes import get_preset
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    tiny = load_recipe(examples / "tiny-recipe.toml")
+    assert tiny.horizon == get_preset("tiny").horizon
+    assert load_recipe(examples / "demo-recipe.toml").horizon == get_preset("demo-train").horizon
+    pl.seed_everything(tiny.seed, verbose=False)
+    before = _fixed_loss(QhTDModule(tiny, population_dims(tiny_train)), tiny_train)
+    module, trainer = _fit(tiny, tiny_train, tiny.updates)
+    assert observed_optimizer_updates(trainer.optimizers[0]) == tiny.updates
+    assert module.target_refreshes == tiny.updates // tiny.target_update.interval
+    assert _fixed_loss(module, tiny_train) < before

@@ -1,0 +1,172 @@
+"""Recipe loading and validation: one QhInputError naming every bad field; digests; paths."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.finite_horizon.recipe import (
+    DataConfig,
+    HardTargetUpdate,
+    PolyakTargetUpdate,
+    QhRecipe,
+    load_recipe,
+    recipe_digest,
+    validate_recipe,
+)
+from qhlab.finite_horizon.scorer import ARMS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _raw() -> dict:
+    return tomllib.loads((EXAMPLES / "demo-recipe.toml").read_text())
+
+
+def _error(raw: dict) -> str:
+    with pytest.raises(QhInputError) as info:
+        validate_recipe(raw)
+    return str(info.value)
+
+
+def test_examples_load_with_declared_values() -> None:
+    demo = load_recipe(EXAMPLES / "demo-recipe.toml")
+    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 1000
+    assert demo.architecture.arm == "baseline"
+    assert demo.architecture.encoder.kind == "attention"
+    assert demo.architecture.readout == "local" and demo.architecture.fusion == "concat"
+    assert demo.target_update == HardTargetUpdate(kind="hard", interval=25)
+    assert demo.optimizer.betas == (0.9, 0.999)
+    assert (demo.accelerator, demo.devices, demo.precision) == ("cpu", 1, "32-true")
+    tiny = load_recipe(EXAMPLES / "tiny-recipe.toml")
+    assert tiny.updates < 100 and tiny.horizon >= 1
+
+
+def test_recipe_is_frozen() -> None:
+    recipe = load_recipe(EXAMPLES / "demo-recipe.toml")
+    with pytest.raises(Exception, match="frozen"):
+        recipe.seed = 3  # type: ignore[misc]
+    with pytest.raises(Exception, match="frozen"):
+        recipe.optimizer.lr = 1.0  # type: ignore[misc]
+
+
+def test_unknown_arm_lists_registered_arms() -> None:
+    raw = _raw()
+    raw["architecture"]["arm"] = "resnet"
+    message = _error(raw)
+    assert "1 invalid field" in message
+    assert "architecture.arm" in message and "'resnet'" in message
+    for arm in ARMS:
+        assert arm in message
+    assert "HINT" in message
+
+
+def test_negative_lr_names_field_value_and_bound() -> None:
+    raw = _raw()
+    raw["optimizer"]["lr"] = -0.1
+    message = _error(raw)
+    assert "1 invalid field" in message
+    assert "optimizer.lr=-0.1 is not allowed; allowed: a number > 0.0" in message
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_float_is_refused(bad: float) -> None:
+    raw = _raw()
+    raw["huber_delta"] = bad
+    message = _error(raw)
+    assert "1 invalid field" in message
+    assert f"huber_delta={bad!r}" in message and "finite" in message
+
+
+def test_extra_field_is_refused_listing_known_fields() -> None:
+    raw = _raw()
+    raw["optimizer"]["momentum"] = 0.9
+    message = _error(raw)
+    assert "1 invalid field" in message
+    assert "optimizer.momentum=0.9 is not allowed" in message
+    assert "lr, weight_decay, betas, eps" in message
+
+
+def test_missing_field_is_named() -> None:
+    raw = _raw()
+    del raw["huber_delta"]
+    message = _error(raw)
+    assert "1 invalid field" in message and "huber_delta is missing" in message
+
+
+def test_all_errors_are_listed_at_once() -> None:
+    raw = _raw()
+    raw["seed"] = -1
+    raw["optimizer"]["betas"] = [0.9, 1.0]
+    raw["optimizer"]["eps"] = 0.0
+    raw["target_update"] = {"kind": "polyak", "tau": 0.0}
+    raw["devices"] = 2
+    raw["precision"] = "bf16"
+    raw["evaluation"]["tie_band"] = -1e-3
+    message = _error(raw)
+    assert "7 invalid field(s)" in message
+    for fragment in ("seed=-1", "optimizer.betas.1=1.0", "optimizer.eps=0.0", "tau=0.0",
+                     "devices=2", "precision='bf16'", "evaluation.tie_band=-0.001"):
+        assert fragment in message
+
+
+def test_target_update_kinds() -> None:
+    raw = _raw()
+    raw["target_update"] = {"kind": "polyak", "tau": 0.05}
+    assert validate_recipe(raw).target_update == PolyakTargetUpdate(kind="polyak", tau=0.05)
+    raw["target_update"] = {"kind": "hard", "interval": 0}
+    assert "target_update.hard.interval=0" in _error(raw)
+    raw["target_update"] = {"kind": "polyak", "tau": 0.1, "interval": 3}
+    assert "target_update.polyak.interval=3 is not allowed; allowed: only the known fields (kind, tau)" in _error(raw)
+    raw["target_update"] = {"kind": "soft"}
+    assert "target_update" in _error(raw) and "'hard'" in _error(raw)
+
+
+def test_arm_fills_structure_and_refuses_a_contradicting_one() -> None:
+    raw = _raw()
+    raw["architecture"] = {"arm": "control_no_interaction"}
+    arch = validate_recipe(raw).architecture
+    assert arch.encoder.kind == "deepsets" and arch.readout == "local"
+    raw["architecture"] = {"arm": "variant_deep"}
+    assert validate_recipe(raw).architecture.encoder.depth == 2
+    raw["architecture"] = {"arm": "baseline", "readout": "global"}
+    message = _error(raw)
+    assert "readout='global'" in message and "requires 'local'" in message
+    raw["architecture"] = {"arm": "baseline", "encoder": {"width": 30, "heads": 4}}
+    assert "width=30 is not divisible by heads=4" in _error(raw)
+
+
+def test_data_paths_resolve_relative_to_the_toml(tmp_path: Path) -> None:
+    text = (EXAMPLES / "demo-recipe.toml").read_text().replace(
+        'train = ""', 'train = "../pops/train"').replace('validation = ""', 'validation = "/abs/val"')
+    sub = tmp_path / "configs"
+    sub.mkdir()
+    (sub / "r.toml").write_text(text)
+    recipe = load_recipe(sub / "r.toml")
+    assert recipe.data == DataConfig(train=str(tmp_path / "pops" / "train"), validation="/abs/val")
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(QhInputError, match="does not exist"):
+        load_recipe(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [unclosed")
+    with pytest.raises(QhInputError, match="not valid TOML"):
+        load_recipe(bad)
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text((EXAMPLES / "demo-recipe.toml").read_text().replace("lr = 3e-3", "lr = -1.0"))
+    with pytest.raises(QhInputError, match=r"wrong\.toml.*\n.*optimizer\.lr=-1\.0"):
+        load_recipe(wrong)
+
+
+def test_digest_is_canonical_and_sensitive() -> None:
+    recipe = load_recipe(EXAMPLES / "demo-recipe.toml")
+    digest = recipe_digest(recipe)
+    assert digest == sha256_bytes(canonical_json(recipe.model_dump(mode="json")))
+    assert digest == recipe_digest(QhRecipe.model_validate(recipe.model_dump(mode="json")))
+    assert recipe_digest(recipe.model_copy(update={"seed": 1})) != digest
+    assert recipe_digest(recipe.model_copy(update={"precision": "16-mixed"})) != digest
+    assert len(digest) == 64

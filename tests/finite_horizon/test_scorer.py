@@ -1,0 +1,150 @@
+"""Scorer family: every arm builds with encoder/fusion/readout, right shapes, symmetries, masks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qhlab.finite_horizon.scorer import (
+    ARMS,
+    ArchitectureConfig,
+    ScorerDims,
+    build_scorer,
+    register_arm,
+)
+
+DIMS = ScorerDims(object_features=6, goal_features=3, candidate_features=5, horizon=3)
+B, N, K = 4, 5, 8
+
+
+def _inputs(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    object_mask = torch.ones(B, N, dtype=torch.bool)
+    object_mask[0, 3:] = False  # state 0 has 3 pucks
+    object_mask[1, 4:] = False
+    objects = torch.randn(B, N, DIMS.object_features, generator=g) * object_mask.unsqueeze(-1)
+    candidate_mask = torch.ones(B, K, dtype=torch.bool)
+    candidate_mask[2, 6:] = False
+    n_real = object_mask.sum(1, keepdim=True)
+    candidate_object = torch.randint(0, 1000, (B, K), generator=g) % n_real
+    return {
+        "objects": objects,
+        "object_mask": object_mask,
+        "goal": torch.randn(B, DIMS.goal_features, generator=g),
+        "candidates": torch.randn(B, K, DIMS.candidate_features, generator=g),
+        "candidate_object": candidate_object,
+        "candidate_mask": candidate_mask,
+    }
+
+
+def _scorer(arm: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_scorer(ArchitectureConfig(arm=arm), DIMS).eval()
+
+
+def _q(scorer: torch.nn.Module, x: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
+                      x["candidate_object"], x["candidate_mask"])
+
+
+def test_registered_arms() -> None:
+    assert set(ARMS) >= {"baseline", "control_global_readout", "control_no_interaction",
+                         "variant_cross_attention", "variant_deep"}
+    with pytest.raises(ValueError, match="already registered"):
+        register_arm("baseline", encoder="attention", fusion="concat", readout="local")
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_arm_builds_with_named_parts_and_shape(arm: str) -> None:
+    scorer = _scorer(arm)
+    names = {name for name, _ in scorer.named_children()}
+    assert {"encoder", "fusion", "readout"} <= names
+    q = _q(scorer, _inputs())
+    assert q.shape == (B, K, DIMS.horizon) and q.dtype == torch.float32
+    assert torch.isfinite(q).all()
+    assert (q[2, 6:] == 0).all()  # masked candidates: finite placeholder
+    # every parameter receives a gradient from a loss on valid candidates
+    scorer.train()
+    x = _inputs()
+    out = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
+                 x["candidate_object"], x["candidate_mask"])
+    out.square().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in scorer.parameters())
+
+
+def test_arm_structures_differ_as_declared() -> None:
+    kinds = {arm: (type(_scorer(arm).encoder).__name__, type(_scorer(arm).fusion).__name__,
+                   type(_scorer(arm).readout).__name__) for arm in ARMS}
+    assert kinds["baseline"] == ("AttentionEncoder", "ConcatFusion", "LocalReadout")
+    assert kinds["control_global_readout"][2] == "GlobalReadout"
+    assert kinds["control_no_interaction"][0] == "DeepSetsEncoder"
+    assert kinds["variant_cross_attention"][1] == "CrossAttentionFusion"
+    assert len(_scorer("variant_deep").encoder.blocks) > len(_scorer("baseline").encoder.blocks)
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_masked_objects_do_not_change_outputs(arm: str) -> None:
+    scorer = _scorer(arm)
+    x = _inputs()
+    y = {k: v.clone() for k, v in x.items()}
+    y["objects"][0, 3:] = torch.randn(N - 3, DIMS.object_features) * 100.0
+    y["objects"][1, 4:] = 7.0
+    torch.testing.assert_close(_q(scorer, x), _q(scorer, y), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_object_permutation_invariance_and_candidate_equivariance(arm: str) -> None:
+    scorer = _scorer(arm)
+    x = _inputs()
+    base = _q(scorer, x)
+    # permute the object slots (and re-point candidate_object): Q unchanged
+    perm = torch.tensor([4, 2, 0, 3, 1])
+    inverse = torch.argsort(perm)
+    y = dict(x)
+    y["objects"] = x["objects"][:, perm]
+    y["object_mask"] = x["object_mask"][:, perm]
+    y["candidate_object"] = inverse[x["candidate_object"]]
+    torch.testing.assert_close(_q(scorer, y), base, rtol=1e-5, atol=1e-5)
+    # permute the candidates: Q permutes the same way
+    cperm = torch.randperm(K, generator=torch.Generator().manual_seed(3))
+    z = dict(x)
+    for key in ("candidates", "candidate_object", "candidate_mask"):
+        z[key] = x[key][:, cperm]
+    torch.testing.assert_close(_q(scorer, z), base[:, cperm], rtol=1e-5, atol=1e-5)
+
+
+def test_global_readout_ignores_candidate_object() -> None:
+    scorer = _scorer("control_global_readout")
+    x = _inputs()
+    y = dict(x)
+    y["candidate_object"] = (x["candidate_object"] + 1) % x["object_mask"].sum(1, keepdim=True)
+    assert not torch.equal(y["candidate_object"], x["candidate_object"])
+    torch.testing.assert_close(_q(scorer, x), _q(scorer, y), rtol=0, atol=0)
+    local = _scorer("baseline")
+    assert not torch.allclose(_q(local, x), _q(local, y))
+
+
+def test_no_interaction_encoder_keeps_objects_independent() -> None:
+    scorer = _scorer("control_no_interaction")
+    x = _inputs()
+    y = {k: v.clone() for k, v in x.items()}
+    y["objects"][:, 1] += 1.0
+    with torch.no_grad():
+        a, _ = scorer.encoder(x["objects"], x["object_mask"], x["goal"])
+        b, _ = scorer.encoder(y["objects"], y["object_mask"], y["goal"])
+    torch.testing.assert_close(a[:, [0, 2]], b[:, [0, 2]], rtol=0, atol=0)
+    attention = _scorer("baseline")
+    with torch.no_grad():
+        c, _ = attention.encoder(x["objects"], x["object_mask"], x["goal"])
+        d, _ = attention.encoder(y["objects"], y["object_mask"], y["goal"])
+    assert not torch.allclose(c[:, 0], d[:, 0])
+
+
+def test_sizes_follow_config_and_dims_are_validated() -> None:
+    small = build_scorer(ArchitectureConfig(arm="baseline", encoder={"width": 16, "heads": 2}), DIMS)
+    large = build_scorer(ArchitectureConfig(arm="baseline"), DIMS)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(small) < count(large)
+    with pytest.raises(ValueError, match="horizon=0"):
+        ScorerDims(object_features=1, goal_features=1, candidate_features=1, horizon=0)

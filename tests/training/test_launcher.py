@@ -1,0 +1,248 @@
+"""Tests of the generic fit launcher seam (qhlab.training.launcher) with a small real module.
+
+The module here is a genuine LightningModule (a linear regressor trained by AdamW), not a
+mock: the seam is generic and must work for any module that returns one AdamW optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import torch
+from lightning.pytorch import Callback, LightningDataModule, LightningModule
+from pydantic import BaseModel, ConfigDict
+from torch.utils.data import DataLoader, IterableDataset
+
+from qhlab.evidence import (
+    EvidenceError,
+    QhError,
+    QhInputError,
+    read_receipt,
+    source_package_digest,
+    verify_directory,
+)
+from qhlab.training.execution_profile import WandbAttempt
+from qhlab.training.launcher import (
+    FitInterrupted,
+    SegmentCheckpointCallback,
+    UpdateBudgetCallback,
+    admit_launch,
+    launch_fit,
+    load_resume_state,
+    observed_optimizer_updates,
+)
+from qhlab.training.tensor_state import load_tensor_state
+
+
+class _Recipe(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    seed: int = 3
+    updates: int = 12
+    lr: float = 0.05
+    accelerator: Literal["cpu", "cuda", "mps"] = "cpu"
+    devices: Literal[1] = 1
+    precision: Literal["32-true", "16-mixed"] = "32-true"
+
+
+class _Regressor(LightningModule):
+    """y = x @ w_true; online learns it, target mirrors online after every update."""
+
+    def __init__(self, recipe: _Recipe) -> None:
+        super().__init__()
+        self.recipe = recipe
+        self.online = torch.nn.Linear(4, 1)
+        self.target = torch.nn.Linear(4, 1)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.requires_grad_(False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.online(x), y)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.target.load_state_dict(self.online.state_dict())
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.online.parameters(), lr=self.recipe.lr)
+
+
+class _Stream(IterableDataset):
+    def __init__(self, start_batch: int) -> None:
+        self.start_batch = start_batch
+
+    def __iter__(self):
+        i = self.start_batch
+        while True:  # batch i is a pure function of i, so a resumed stream continues exactly
+            g = torch.Generator().manual_seed(1000 + i)
+            x = torch.randn(8, 4, generator=g)
+            yield x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+            i += 1
+
+
+class _Data(LightningDataModule):
+    def __init__(self, start_batch: int = 0) -> None:
+        super().__init__()
+        self.start_batch = start_batch
+
+    def train_dataloader(self):
+        return DataLoader(_Stream(self.start_batch), batch_size=None)
+
+
+class _SigintAt(Callback):
+    """Send SIGINT to this process once the optimizer has made `at` updates."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.sent = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self.sent and observed_optimizer_updates(trainer.optimizers[0]) == self.at:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None, callbacks=(), every=None):
+    recipe = recipe or _Recipe()
+    admitted = admit_launch("cpu-fp32", recipe)
+    attempt = WandbAttempt(run_id=name, offline=True, logical_run_id="toy")
+    start = resume.start_updates if resume is not None else 0
+    return launch_fit(
+        admitted,
+        module_factory=_Regressor,
+        datamodule=_Data(start),
+        update_budget=recipe.updates,
+        seed=recipe.seed,
+        attempt=attempt,
+        directory=tmp / "cell" / name,
+        recipe_digest="d" * 64,
+        resume=resume,
+        extra_callbacks=callbacks,
+        segment_checkpoint_every=every,
+        progress=False,
+    )
+
+
+def test_observed_updates_come_from_adamw_state():
+    layer = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    assert observed_optimizer_updates(opt) == 0
+    for _ in range(3):
+        layer(torch.ones(1, 3)).sum().backward()
+        opt.step()
+    assert observed_optimizer_updates(opt) == 3
+    # a parameter without a gradient keeps its older count; the optimizer made 4 updates
+    layer.bias.grad = None
+    layer.weight.grad = torch.ones_like(layer.weight)
+    opt.step()
+    assert observed_optimizer_updates(opt) == 4
+    assert int(opt.state[layer.bias]["step"]) == 3
+
+
+def test_observed_updates_refuse_optimizer_without_step():
+    layer = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    with pytest.raises(QhError, match="keeps no 'step'"):
+        observed_optimizer_updates(opt)
+
+
+@pytest.mark.parametrize("budget", [0, -3, True, 2.0])
+def test_budget_callback_checks_arguments(budget):
+    with pytest.raises(QhInputError, match="update_budget=.* is not allowed"):
+        UpdateBudgetCallback(budget)
+
+
+def test_budget_callback_refuses_finished_start():
+    with pytest.raises(QhInputError, match="start_updates=5 is not allowed"):
+        UpdateBudgetCallback(5, start_updates=5)
+
+
+def test_checkpoint_callback_checks_arguments(tmp_path):
+    with pytest.raises(QhInputError, match="every=0 is not allowed"):
+        SegmentCheckpointCallback(tmp_path, every=0, update_budget=5, body={}, inputs={})
+    with pytest.raises(QhInputError, match="directory="):
+        SegmentCheckpointCallback(tmp_path / "absent", every=1, update_budget=5, body={}, inputs={})
+
+
+def test_admit_refuses_profile_not_admitted():
+    with pytest.raises(QhInputError, match="cuda-amp"):
+        admit_launch("cuda-amp", _Recipe())
+    with pytest.raises(QhInputError):
+        admit_launch("no-such-lane", _Recipe())
+
+
+def test_launch_publishes_verified_segment(tmp_path):
+    result = _launch(tmp_path, "a1", every=5)
+    assert result.observed_updates == 12
+    names = {p.name for p in result.directory.iterdir()}
+    assert {"cold_init.safetensors", "cold_init.receipt.json", "final_state.safetensors", "final_state.json",
+            "fit.receipt.json", "wandb_attempt.receipt.json", "wandb"} <= names
+    assert {"segment_checkpoint_u00000005.receipt.json", "segment_checkpoint_u00000010.receipt.json"} <= names
+    assert list((result.directory / "wandb").glob("offline-run-*/run-a1.wandb"))
+    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    assert fit["observed_updates"] == 12 and fit["update_budget"] == 12
+    assert fit["observed_updates_source"] == "optimizer.state[p]['step']"
+    assert fit["lineage"] == {"kind": "fresh", "segment": 0}
+    assert fit["runtime"]["profile"] == "cpu-fp32"
+    assert fit["segment_checkpoints"] == [5, 10]
+    tensors, structure = load_tensor_state(result.final_state, expected_sha256=result.final_state_sha256)
+    assert structure["observed_updates"] == 12
+    assert {int(tensors[f"optim.{i}.step"]) for i in range(2)} == {12}
+    assert structure["param_names"] == ["online.weight", "online.bias"]
+    assert structure["param_groups"][0]["hyper_parameters"]["lr"] == 0.05
+    assert torch.equal(tensors["online.weight"], tensors["target.weight"])
+    verified = verify_directory(result.directory)
+    assert verified  # every receipt below authenticated
+
+
+def test_same_seed_same_final_state(tmp_path):
+    first = _launch(tmp_path, "d1")
+    second = _launch(tmp_path, "d2")
+    third = _launch(tmp_path, "d3", recipe=_Recipe(seed=4))
+    assert first.final_state_sha256 == second.final_state_sha256
+    assert first.final_state_sha256 != third.final_state_sha256
+
+
+def test_sigint_checkpoint_then_resume_matches_uninterrupted(tmp_path):
+    reference = _launch(tmp_path, "ref")
+    with pytest.raises(FitInterrupted, match="--resume r1"):
+        _launch(tmp_path, "r1", callbacks=[_SigintAt(7)], every=100)
+    first = tmp_path / "cell" / "r1"
+    assert (first / "segment_checkpoint_u00000007.receipt.json").is_file()  # first boundary after SIGINT
+    assert not (first / "final_state.safetensors").exists()
+    source = source_package_digest()["sha256"]
+    resume = load_resume_state(first, seed=3, source_package_digest=source, recipe_digest="d" * 64)
+    assert resume.start_updates == 7
+    second = _launch(tmp_path, "r2", resume=resume)
+    assert second.observed_updates == 12
+    fit = read_receipt(second.fit_receipt, kind="fit", schema_version=1)["body"]
+    assert fit["lineage"]["kind"] == "resumed"
+    assert fit["lineage"]["previous_local_attempt_id"] == "r1"
+    assert fit["lineage"]["start_updates"] == 7
+    assert fit["lineage"]["cold_initialization"]["seed"] == 3
+    # the data stream and the optimizer state continue exactly: same bytes as one long fit
+    assert second.final_state_sha256 == reference.final_state_sha256
+    assert verify_directory(second.directory)
+
+
+def test_resume_refusals(tmp_path):
+    with pytest.raises(FitInterrupted):
+        _launch(tmp_path, "x1", callbacks=[_SigintAt(3)], every=100)
+    first = tmp_path / "cell" / "x1"
+    source = source_package_digest()["sha256"]
+    with pytest.raises(EvidenceError, match="seed=3 but the lineage expects seed=9"):
+        load_resume_state(first, seed=9, source_package_digest=source, recipe_digest="d" * 64)
+    with pytest.raises(EvidenceError, match="source_package_digest"):
+        load_resume_state(first, seed=3, source_package_digest="0" * 64, recipe_digest="d" * 64)
+    with pytest.raises(QhInputError, match="recipe_digest="):
+        load_resume_state(first, seed=3, source_package_digest=source, recipe_digest="e" * 64)
+    done = _launch(tmp_path, "x2")
+    with pytest.raises(QhInputError, match="already finished"):
+        load_resume_state(done.directory, seed=3, source_package_digest=source, recipe_digest="d" * 64)
+    with pytest.raises(EvidenceError, match="does not exist"):
+        load_resume_state(tmp_path / "cell" / "nope", seed=3, source_package_digest=source, recipe_digest="d" * 64)
