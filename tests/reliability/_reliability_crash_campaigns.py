@@ -79,7 +79,13 @@ class _Campaign:
         _check_after_kill(point, self.root)
         return point
 
-    def complete(self, label: str, argv: list) -> None:
+    def complete(self, label: str, argv: list, *, done: Path | None = None) -> None:
+        """Run ``argv`` to the end (exit 0 required); skipped when ``done`` exists already,
+        i.e. the last killed run had published its final receipt before the kill landed."""
+        if done is not None and done.exists():
+            self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": None,
+                                     "seconds": 0.0, "skipped": f"{done.name} already published"})
+            return
         started = time.monotonic()
         result = run_to_end([str(a) for a in argv], log=self.log)
         self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": result.returncode,
@@ -181,7 +187,7 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
                   delay=(0.0, 0.0))
     campaign.kill("run-fit: evaluation receipt", step(*cell), pattern=cell_glob + "evaluation.receipt.json",
                   delay=(0.0, 0.2))
-    campaign.complete("run-fit baseline-s0", step(*cell))
+    campaign.complete("run-fit baseline-s0", step(*cell), done=out / "cells" / "baseline-s0" / "cell.receipt.json")
     campaign.kill("run-fit: another cell, seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
                   pattern=None, delay=(2.0, 6.0))
     # 5. the remaining cells in one `study run`, killed in the benchmark step; then `benchmark`

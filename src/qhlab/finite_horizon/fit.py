@@ -157,6 +157,11 @@ def fit_recipe(
         )
     if attempt is None:
         attempt = _default_attempt(cell, resume_state.logical_run_id if resume_state else None, offline)
+    if output.is_dir():
+        # A concurrent writer of this logical run may already have created the attempt
+        # directory checked below: report its lock (LockHeldError, exit 3), not a conflict.
+        with attempt.local_writer_lock(output):
+            pass
     directory = attempt.output_directory(output, cell)
     # Built before anything is written: it validates rows and batch size.
     datamodule = QhPopulationDataModule(
