@@ -2,7 +2,8 @@
 
 Prints ONE JSON line: updates/s of `Trainer.fit(QhTDModule, QhPopulationDataModule)` and of a
 plain loop over the same batch stream doing the same TD math (targets from the target scorer,
-native Huber, AdamW, target refresh from the optimizer's observed step count), their ratio
+native Huber, the recipe's successor-reward Q_1 term, AdamW, target refresh from the
+optimizer's observed step count), their ratio
 (target >= 0.9), whether both ended with bit-identical parameters, and the share of a
 training step spent producing the batch (target <= 10%).
 
@@ -82,6 +83,13 @@ def _hand_loop(recipe, population, updates: int) -> tuple[float, dict[str, torch
         q = online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
                    batch["candidate_object"], batch["candidate_mask"])
         loss = native_huber_loss(q, y, batch["candidate_mask"], recipe.huber_delta)
+        m = min(recipe.successor_reward_rows, b)
+        if m:  # Q_1 of the first m rows' successor states against their own rewards (y_1 = r)
+            q1 = online(*(batch["next_" + n][:m].flatten(0, 1) for n in (
+                "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
+            )))[..., :1]
+            loss = loss + native_huber_loss(q1, batch["next_reward"][:m].flatten(0, 1).unsqueeze(-1),
+                                            batch["next_candidate_mask"][:m].flatten(0, 1), recipe.huber_delta)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

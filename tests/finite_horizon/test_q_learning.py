@@ -25,6 +25,7 @@ from qhlab.finite_horizon.q_learning import (
     polyak_target_update,
     population_dims,
     refresh_target,
+    successor_reward_loss,
     td_targets,
 )
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
@@ -86,6 +87,17 @@ def test_native_huber_loss_by_hand() -> None:
     loss = native_huber_loss(q, y, mask, delta)
     assert loss.item() == pytest.approx((c0 + c1) / 2, abs=1e-7)
     assert native_huber_loss(q, y, torch.zeros_like(mask), delta).item() == 0.0
+
+
+def test_successor_reward_loss_is_native_huber_of_q1_against_reward() -> None:
+    delta = 0.5
+    next_q = torch.tensor([[[0.1, 7.0], [2.0, -7.0], [9.0, 9.0]]])  # [M=1, K'=3, H=2]
+    next_reward = torch.tensor([[0.0, 0.2, 5.0]])
+    mask = torch.tensor([[True, True, False]])
+    # only horizon 1 is read: 0.5*0.1^2 and 0.5*(1.8-0.25); the masked candidate adds nothing
+    want = (0.5 * 0.01 + 0.5 * (1.8 - 0.25)) / 2
+    assert successor_reward_loss(next_q, next_reward, mask, delta).item() == pytest.approx(want, abs=1e-7)
+    assert successor_reward_loss(next_q, next_reward, torch.zeros_like(mask), delta).item() == 0.0
 
 
 def test_target_refresh_rules() -> None:
@@ -191,6 +203,7 @@ def test_batches_gather_rows_and_successors() -> None:
                 assert torch.equal(batch["next_candidate_mask"][b, k], pop.candidate_mask[succ[b, k]])
             else:
                 assert not batch["next_candidate_mask"][b, k].any()
+            torch.testing.assert_close(batch["next_reward"][b, k], pop.reward[succ[b, k].clamp_min(0)])
 
 
 def test_batch_stream_is_seeded_covers_passes_and_resumes() -> None:
@@ -284,6 +297,31 @@ def test_hard_target_refresh_follows_observed_updates() -> None:
     module, _ = _fit(_recipe(target_update={"kind": "hard", "interval": 6}), pop, 20)
     assert module.target_refreshes == 3  # after updates 6, 12, 18: target lags online
     assert not all(torch.equal(a, b) for a, b in zip(module.online.parameters(), module.target.parameters()))
+
+
+def test_successor_reward_rows_add_the_q1_reward_loss_of_the_first_rows() -> None:
+    pop = synthetic_population()
+    recipe = _recipe(successor_reward_rows=2)
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    batch = QhPopulationDataModule(pop, batch_size=5, seed=1).gather(torch.tensor([0, 1, 2, 3, 4]))
+    chain = native_huber_loss(module(batch), module.td_target(batch), batch["candidate_mask"], 0.05)
+    rows = pop.successor[:2].flatten()  # the first 2 chain rows' successor states, in order
+    valid = rows >= 0
+    q1 = module.online(*(getattr(pop, n)[rows.clamp_min(0)] for n in (
+        "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")))[..., :1]
+    mask = pop.candidate_mask[rows.clamp_min(0)] & valid.unsqueeze(-1)
+    extra = native_huber_loss(q1, pop.reward[rows.clamp_min(0)].unsqueeze(-1), mask, 0.05)
+    got = module.training_step(batch, 0)
+    torch.testing.assert_close(got, chain + extra)
+    assert extra.item() > 0
+    plain = QhTDModule(_recipe(), population_dims(pop))
+    plain.load_state_dict(module.state_dict())
+    torch.testing.assert_close(plain.training_step(batch, 0), chain)
+    with pytest.raises(Exception, match="successor_reward_rows"):
+        _recipe(successor_reward_rows=-1)
+    module, _ = _fit(recipe, pop, 6)  # a real fit with the extra term runs and counts updates
+    assert module.observed_updates == 6
 
 
 def test_polyak_refresh_runs_every_update() -> None:

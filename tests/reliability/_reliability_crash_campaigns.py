@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from _reliability_support import KillPoint, assert_nothing_partial, kill_when, run_to_end
+from _reliability_support import TEMP_MARKER, KillPoint, assert_nothing_partial, kill_when, matches, run_to_end
 
 SEED = 20251130
 FIT_UPDATES = 60
@@ -61,30 +61,36 @@ class _Campaign:
     def __init__(self, name: str, root: Path, log: Path, rng: random.Random) -> None:
         self.name, self.root, self.log, self.rng = name, root, log, rng
         self.points: list[KillPoint] = []
+        self.finished_steps: set[str] = set()
         self.completions: list[dict] = []
         self.error: BaseException | None = None
 
     def kill(self, label: str, argv: list, *, pattern: str | None, new: int = 1,
              delay: tuple[float, float] = (0.0, 0.0)) -> KillPoint:
         planned = round(self.rng.uniform(*delay), 3)
+        step = label.split(":")[0]
+        if step in self.finished_steps:
+            return None  # the step already finished before an earlier kill point landed
         trigger = "delay only" if pattern is None else f"{new} new file(s) matching {pattern!r}"
         point = KillPoint(label=label, argv=[str(a) for a in argv], trigger=trigger, planned_delay=planned)
-        count = new + (len([p for p in self.root.glob(pattern) if ".tmp-" not in p.as_posix()])
-                       if pattern is not None and self.root.exists() else 0)
+        count = new + (len(matches(self.root, pattern)) if pattern is not None else 0)
         kill_when(point, root=self.root, log=self.log, pattern=pattern, count=count)
         self.points.append(point)
         if not point.killed and point.returncode != 0:
             raise CampaignFailure(f"{self.name}: {label} exited {point.returncode} before its kill point:\n"
                                   f"{point.stderr_tail}")
+        if not point.killed:
+            # Finished before its kill point (a fast machine): its later kill points are moot.
+            self.finished_steps.add(step)
         _check_after_kill(point, self.root)
         return point
 
     def complete(self, label: str, argv: list, *, done: Path | None = None) -> None:
         """Run ``argv`` to the end (exit 0 required); skipped when ``done`` exists already,
         i.e. the last killed run had published its final receipt before the kill landed."""
-        if done is not None and done.exists():
+        if label in self.finished_steps or (done is not None and done.exists()):
             self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": None,
-                                     "seconds": 0.0, "skipped": f"{done.name} already published"})
+                                     "seconds": 0.0, "skipped": "already finished before a kill point"})
             return
         started = time.monotonic()
         result = run_to_end([str(a) for a in argv], log=self.log)
@@ -160,11 +166,12 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
         return ["study", name, config, "--output", out, *extra]
 
     # 1. freeze
-    campaign.kill("freeze: start-up", step("freeze"), pattern=None, delay=(0.5, 3.0))
+    campaign.kill("freeze: start-up", step("freeze"), pattern=None, delay=(0.2, 1.2))
     campaign.kill("freeze: config copy published, receipt not yet", step("freeze"),
                   pattern="study-config.toml", delay=(0.0, 0.0))
     campaign.complete("freeze", step("freeze"))
     # 2. canaries (E0)
+    campaign.kill("admit-canaries: start-up", step("admit-canaries"), pattern=None, delay=(0.5, 2.0))
     campaign.kill("admit-canaries: selection published", step("admit-canaries"),
                   pattern="canaries/selection.json", delay=(0.0, 0.2))
     campaign.kill("admit-canaries: canary training", step("admit-canaries"),
@@ -175,7 +182,7 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
                   pattern="canaries/e0-*/cell.receipt.json", delay=(0.0, 0.3))
     campaign.complete("admit-canaries", step("admit-canaries"))
     # 3. development
-    campaign.kill("prepare-development: mid step", step("prepare-development"), pattern=None, delay=(1.0, 4.0))
+    campaign.kill("prepare-development: mid step", step("prepare-development"), pattern=None, delay=(0.5, 2.0))
     campaign.complete("prepare-development", step("prepare-development"))
     # 4. one broad cell, killed at four points, then finished
     cell = ("run-fit", "--variant", "baseline", "--seed", "0")
@@ -189,18 +196,21 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
                   delay=(0.0, 0.2))
     campaign.complete("run-fit baseline-s0", step(*cell), done=out / "cells" / "baseline-s0" / "cell.receipt.json")
     campaign.kill("run-fit: another cell, seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
-                  pattern=None, delay=(2.0, 6.0))
+                  pattern=None, delay=(1.0, 4.0))
     # 5. the remaining cells in one `study run`, killed in the benchmark step; then `benchmark`
     campaign.kill("run: killed at the first benchmark", step("run"), pattern="benchmarks/*.receipt.json",
                   delay=(0.0, 0.3))
     campaign.kill("benchmark: one more benchmark", step("benchmark"), pattern="benchmarks/*.receipt.json",
                   delay=(0.0, 0.1))
+    campaign.kill("benchmark: seeded delay", step("benchmark"), pattern=None, delay=(1.0, 3.0))
     campaign.complete("benchmark", step("benchmark"))
-    # 6. report
-    campaign.kill("report: report.json published, no receipt", step("report"), pattern="report/report.json",
+    # 6. report: staged in a hidden temporary sibling of report/ and renamed into place whole
+    staged = f".report{TEMP_MARKER}*/"
+    campaign.kill("report: report.json staged, nothing published", step("report"), pattern=staged + "report.json",
                   delay=(0.0, 0.0))
-    campaign.kill("report: a figure published", step("report"), pattern="report/arms.png", delay=(0.0, 0.0))
-    campaign.kill("report: seeded delay", step("report"), pattern=None, delay=(1.0, 5.0))
+    campaign.kill("report: a figure staged", step("report"), pattern=staged + "arms.png", delay=(0.0, 0.0))
+    campaign.kill("report: receipt staged, not yet renamed", step("report"), pattern=staged + "report.receipt.json",
+                  delay=(0.0, 0.0))
     # The main job finishes whatever is left and verifies the rest.
     campaign.complete("study run", step("run"))
 

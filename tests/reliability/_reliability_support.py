@@ -179,8 +179,11 @@ def start_qhlab(argv: list[str], *, log: Path) -> subprocess.Popen:
         handle.close()
 
 
-def _matches(root: Path, pattern: str) -> list[Path]:
-    return [p for p in root.glob(pattern) if TEMP_MARKER not in p.as_posix()]
+def matches(root: Path, pattern: str) -> list[Path]:
+    """Files below ``root`` matching ``pattern``; temporary paths only when the pattern names them."""
+    if not root.exists():
+        return []
+    return [p for p in root.glob(pattern) if TEMP_MARKER in pattern or TEMP_MARKER not in p.as_posix()]
 
 
 def kill_when(
@@ -205,7 +208,7 @@ def kill_when(
             now = time.monotonic()
             if now - started > timeout:
                 break
-            if armed_at is None and len(_matches(root, pattern)) >= count:
+            if armed_at is None and len(matches(root, pattern)) >= count:
                 armed_at = now
             if armed_at is not None and now - armed_at >= point.planned_delay:
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -3,7 +3,8 @@
 Owns, top to bottom:
 * pure functions: `td_targets` (y_1 = r; y_h = r + max_{a'} Q-_{h-1}(s', a')),
   `native_huber_loss` (Huber in native units, summed over horizons, averaged over valid
-  candidates), `hard_target_update`, `polyak_target_update`, `refresh_target`;
+  candidates), `successor_reward_loss` (the Q_1 head on successor states, y_1 = r),
+  `hard_target_update`, `polyak_target_update`, `refresh_target`;
 * `QhTDModule` (LightningModule): online scorer, frozen target scorer, AdamW from the recipe,
   target refresh after each *observed* optimizer update (AdamW `state[p]["step"]`, never
   `global_step`: with AMP a skipped step must not refresh the target);
@@ -43,6 +44,7 @@ __all__ = [
     "polyak_target_update",
     "population_dims",
     "refresh_target",
+    "successor_reward_loss",
     "td_targets",
 ]
 
@@ -110,6 +112,27 @@ def native_huber_loss(q: Tensor, y: Tensor, candidate_mask: Tensor, delta: float
     return (per_candidate * weights).sum() / weights.sum().clamp_min(1.0)
 
 
+def successor_reward_loss(
+    next_q: Tensor, next_reward: Tensor, next_candidate_mask: Tensor, delta: float
+) -> Tensor:
+    """Native Huber of the Q_1 head on successor states against their pure reward target.
+
+    y_1 = r(s', a') is the finite-horizon target of horizon 1 on any state, so successor
+    states (whose own rewards the population carries) are extra, exact Q_1 training rows:
+    the TD targets of horizon 2 bootstrap through exactly these Q_1(s', .) values.
+
+    Args:
+        next_q: [M, K', H] online predictions on M successor states.
+        next_reward: [M, K'] r(s', a').
+        next_candidate_mask: [M, K'] bool, valid candidates of s' (False for a missing s').
+        delta: Huber delta (metres).
+
+    Returns:
+        Scalar loss (`native_huber_loss` on horizon 1); 0.0 when no candidate is valid.
+    """
+    return native_huber_loss(next_q[..., :1], next_reward.unsqueeze(-1), next_candidate_mask, delta)
+
+
 @torch.no_grad()
 def hard_target_update(target: nn.Module, online: nn.Module) -> None:
     """target <- online (parameters and buffers, in place)."""
@@ -171,7 +194,7 @@ def population_dims(population: Any) -> ScorerDims:
 BATCH_KEYS = (
     "rows", "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
     "reward", "successor_valid", "next_objects", "next_object_mask", "next_goal",
-    "next_candidates", "next_candidate_object", "next_candidate_mask",
+    "next_candidates", "next_candidate_object", "next_candidate_mask", "next_reward",
 )
 
 
@@ -182,6 +205,10 @@ def _flat(x: Tensor) -> Tensor:
 
 class QhTDModule(pl.LightningModule):
     """Online + target scorer trained by finite-horizon TD (native Huber, AdamW).
+
+    Loss per update: `native_huber_loss(online(s), td_targets(...))` on the batch's chain
+    rows, plus, when `recipe.successor_reward_rows` = m > 0, `successor_reward_loss` of the
+    online Q_1 head on the successor states of the first m chain rows (y_1 = r).
 
     Args:
         recipe: the (applied) recipe; architecture, optimizer, Huber delta, target rule.
@@ -242,15 +269,30 @@ class QhTDModule(pl.LightningModule):
             batch["successor_valid"], self.dims.horizon,
         )
 
+    def successor_q(self, batch: dict[str, Tensor], rows: int) -> Tensor:
+        """Online q[M, K', H] on the successor states of the first `rows` chain rows (M = rows*K)."""
+        m = min(rows, batch["reward"].shape[0])
+        return self.online(
+            _flat(batch["next_objects"][:m]), _flat(batch["next_object_mask"][:m]),
+            _flat(batch["next_goal"][:m]), _flat(batch["next_candidates"][:m]),
+            _flat(batch["next_candidate_object"][:m]), _flat(batch["next_candidate_mask"][:m]),
+        )
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         y = self.td_target(batch)
         q = self(batch).float()
         loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
+        rows = min(self.recipe.successor_reward_rows, q.shape[0])
+        if rows:
+            loss = loss + successor_reward_loss(
+                self.successor_q(batch, rows).float(), _flat(batch["next_reward"][:rows]),
+                _flat(batch["next_candidate_mask"][:rows]), self.recipe.huber_delta,
+            )
         if not bool(torch.isfinite(loss)):
             # Stop before the optimizer step: a non-finite update would poison every later
             # state, and the fit must not publish a final state or receipt for it.
             raise QhError(
-                f"QhTDModule.training_step: loss={float(loss)!r} at observed update {self.observed_updates} "
+                f"QhTDModule.training_step: loss={float(loss.detach())!r} at observed update {self.observed_updates} "
                 "is not finite. HINT: a batch holds a non-finite value or the fit diverged; lower the "
                 "learning rate or regenerate the population."
             )
@@ -400,6 +442,7 @@ class QhPopulationDataModule(pl.LightningDataModule):
         # a missing successor has no candidates, so nothing in it can be bootstrapped
         batch["next_candidate_mask"] = batch["next_candidate_mask"] & valid.unsqueeze(-1)
         batch["reward"] = self._reward.index_select(0, rows)
+        batch["next_reward"] = self._reward.index_select(0, flat).view(b, k, -1)  # [B, K, K']
         batch["successor_valid"] = valid
         batch["rows"] = rows
         return batch

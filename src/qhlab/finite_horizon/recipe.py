@@ -100,6 +100,11 @@ class QhRecipe(BaseModel):
         optimizer: AdamW hyper-parameters.
         batch_size: chain-state rows per update.
         huber_delta: native Huber delta, metres.
+        successor_reward_rows: for the first m chain rows of every batch, the successor
+            states of their candidates also train the Q_1 head on its pure reward target
+            y_1 = r(s', a') (every population row carries its rewards); 0 disables it. More
+            reward rows fit Q_1 where the TD targets bootstrap through it; labels Q* are
+            never read.
         target_update: hard copy every `interval` updates, or Polyak with `tau`.
         updates: final optimizer-update budget of the fit.
         data: train / validation population paths.
@@ -116,6 +121,7 @@ class QhRecipe(BaseModel):
     optimizer: OptimizerConfig
     batch_size: int = Field(ge=1, le=1_000_000)
     huber_delta: float = Field(gt=0.0)
+    successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
     target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
     updates: int = Field(ge=1)
     data: DataConfig = DataConfig()

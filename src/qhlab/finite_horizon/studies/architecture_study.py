@@ -390,6 +390,9 @@ def _config_error(exc: ValidationError, source: str) -> QhInputError:
         path = ".".join(str(p) for p in error["loc"]) or "<config>"
         if error["type"] == "missing":
             lines.append(f"  - {path} is missing; allowed: a value (this field is required)")
+        elif error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+            lines.append(f"  - {path} is not allowed; allowed: only the fields "
+                         f"{', '.join(QhArchitectureStudyConfig.model_fields)} (a study has no test stage)")
         elif error["type"] in ("value_error", "assertion_error"):
             lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
         else:
