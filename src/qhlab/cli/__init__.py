@@ -45,6 +45,31 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--threads N`` (torch intra-op threads of this fit process, default 1)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch intra-op threads for this fit (default 1: the small scorers run fastest on "
+        "one thread, and CPU results are bit-identical only for the same thread count, which "
+        "the fit receipt records)",
+    )
+
+
+def apply_torch_threads(args: argparse.Namespace) -> None:
+    """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
+    if args.threads < 1:
+        raise QhInputError(
+            f"qhlab {args.command}: --threads={args.threads!r} is not allowed; allowed: an integer >= 1. "
+            "HINT: one thread is the default and fastest for the demo scorers."
+        )
+    import torch  # deferred: only fit commands need torch
+
+    torch.set_num_threads(args.threads)
+
+
 def _new_output_dirs(args: argparse.Namespace) -> list[Path]:
     paths = []
     for name in _OUTPUT_ARGUMENTS:

@@ -23,6 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
+from qhlab.cli import add_torch_threads_argument, apply_torch_threads
 from qhlab.evidence import QhInputError
 
 __all__ = ["register", "run"]
@@ -55,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-allocated-bytes", type=int, default=None, help="live MPS tensor budget (mps lanes only)"
     )
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
+    add_torch_threads_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -132,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
     callbacks.append(QhCommissioningMilestonesCallback(config, output))
 
+    apply_torch_threads(args)
     result = fit_recipe(
         engineering,
         profile=profile.name,

@@ -13,6 +13,8 @@ import secrets
 import time
 from pathlib import Path
 
+from qhlab.cli import add_torch_threads_argument, apply_torch_threads
+
 __all__ = ["register", "run"]
 
 
@@ -44,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=None,
                         help="updates between write-once segment checkpoints (default: budget/4)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    add_torch_threads_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             f"qhlab fit: --checkpoint-every={args.checkpoint_every!r} is not allowed; allowed: an int >= 1. "
             "HINT: omit it for a checkpoint every quarter of the budget."
         )
+    apply_torch_threads(args)
     recipe = load_recipe(args.recipe)
     cell = args.cell or f"{recipe.name}-s{recipe.seed}"
     result = fit_recipe(
