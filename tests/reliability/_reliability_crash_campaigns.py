@@ -187,15 +187,21 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     # 4. one broad cell, killed at four points, then finished
     cell = ("run-fit", "--variant", "baseline", "--seed", "0")
     cell_glob = "cells/baseline-s0/*/"
-    campaign.kill("run-fit: cold init", step(*cell), pattern=cell_glob + "cold_init.safetensors", delay=(0.0, 0.5))
-    campaign.kill("run-fit: segment checkpoint", step(*cell),
+    campaign.kill("run-fit baseline-s0: cold init", step(*cell), pattern=cell_glob + "cold_init.safetensors", delay=(0.0, 0.5))
+    campaign.kill("run-fit baseline-s0: segment checkpoint", step(*cell),
                   pattern=cell_glob + "segment_checkpoint_u*.receipt.json", delay=(0.0, 0.3))
-    campaign.kill("run-fit: fit receipt, no cell receipt", step(*cell), pattern=cell_glob + "fit.receipt.json",
+    campaign.kill("run-fit baseline-s0: fit receipt, no cell receipt", step(*cell), pattern=cell_glob + "fit.receipt.json",
                   delay=(0.0, 0.0))
-    campaign.kill("run-fit: evaluation receipt", step(*cell), pattern=cell_glob + "evaluation.receipt.json",
+    campaign.kill("run-fit baseline-s0: evaluation receipt", step(*cell), pattern=cell_glob + "evaluation.receipt.json",
                   delay=(0.0, 0.2))
     campaign.complete("run-fit baseline-s0", step(*cell), done=out / "cells" / "baseline-s0" / "cell.receipt.json")
-    campaign.kill("run-fit: another cell, seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
+    campaign.kill("run-fit control_global_readout-s0: cold init", step("run-fit", "--variant", "control_global_readout",
+                                                                       "--seed", "0"),
+                  pattern="cells/control_global_readout-s0/*/cold_init.receipt.json", delay=(0.0, 1.0))
+    campaign.kill("run-fit control_global_readout-s1: final state", step("run-fit", "--variant",
+                                                                        "control_global_readout", "--seed", "1"),
+                  pattern="cells/control_global_readout-s1/*/final_state.safetensors", delay=(0.0, 0.0))
+    campaign.kill("run-fit variant_deep-s1: seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
                   pattern=None, delay=(1.0, 4.0))
     # 5. the remaining cells in one `study run`, killed in the benchmark step; then `benchmark`
     campaign.kill("run: killed at the first benchmark", step("run"), pattern="benchmarks/*.receipt.json",

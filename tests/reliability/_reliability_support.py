@@ -213,7 +213,8 @@ def kill_when(
             if armed_at is not None and now - armed_at >= point.planned_delay:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-                point.killed = True
+                # It may have exited on its own between the last poll and the signal.
+                point.killed = proc.returncode == -signal.SIGKILL
                 break
             time.sleep(0.005)
         else:
@@ -222,7 +223,7 @@ def kill_when(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-            point.killed = True
+            point.killed = proc.returncode == -signal.SIGKILL
     point.seconds = round(time.monotonic() - started, 3)
     point.returncode = proc.returncode
     files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
