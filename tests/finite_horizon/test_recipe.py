@@ -34,7 +34,9 @@ def _error(raw: dict) -> str:
 
 def test_examples_load_with_declared_values() -> None:
     demo = load_recipe(EXAMPLES / "demo-recipe.toml")
-    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 1000
+    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 1500
+    assert demo.huber_delta == 0.25 and demo.successor_reward_rows == 4
+    assert demo.architecture.encoder.width == 32 and demo.architecture.encoder.depth == 1
     assert demo.architecture.arm == "baseline"
     assert demo.architecture.encoder.kind == "attention"
     assert demo.architecture.readout == "local" and demo.architecture.fusion == "concat"
@@ -43,6 +45,7 @@ def test_examples_load_with_declared_values() -> None:
     assert (demo.accelerator, demo.devices, demo.precision) == ("cpu", 1, "32-true")
     tiny = load_recipe(EXAMPLES / "tiny-recipe.toml")
     assert tiny.updates < 100 and tiny.horizon >= 1
+    assert tiny.successor_reward_rows == 0  # the default: no successor reward term
 
 
 def test_recipe_is_frozen() -> None:
