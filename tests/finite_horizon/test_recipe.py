@@ -34,13 +34,13 @@ def _error(raw: dict) -> str:
 
 def test_examples_load_with_declared_values() -> None:
     demo = load_recipe(EXAMPLES / "demo-recipe.toml")
-    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 1500
+    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 2000
     assert demo.huber_delta == 0.25 and demo.successor_reward_rows == 4
     assert demo.architecture.encoder.width == 32 and demo.architecture.encoder.depth == 1
     assert demo.architecture.arm == "baseline"
     assert demo.architecture.encoder.kind == "attention"
     assert demo.architecture.readout == "local" and demo.architecture.fusion == "concat"
-    assert demo.target_update == HardTargetUpdate(kind="hard", interval=25)
+    assert demo.target_update == PolyakTargetUpdate(kind="polyak", tau=0.04)
     assert demo.optimizer.betas == (0.9, 0.999)
     assert (demo.accelerator, demo.devices, demo.precision) == ("cpu", 1, "32-true")
     tiny = load_recipe(EXAMPLES / "tiny-recipe.toml")
@@ -173,3 +173,34 @@ def test_digest_is_canonical_and_sensitive() -> None:
     assert recipe_digest(recipe.model_copy(update={"seed": 1})) != digest
     assert recipe_digest(recipe.model_copy(update={"precision": "16-mixed"})) != digest
     assert len(digest) == 64
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "bad", "allowed"),
+    [
+        (None, "huber_delta", "0.05", "a number (TOML float or integer, not a string)"),
+        (None, "seed", True, "an integer (not a string, float or boolean)"),
+        (None, "batch_size", "32", "an integer (not a string, float or boolean)"),
+        ("optimizer", "lr", "3e-3", "a number (TOML float or integer, not a string)"),
+    ],
+)
+def test_strings_and_booleans_are_never_coerced(section: str | None, field: str, bad, allowed: str) -> None:
+    raw = _raw()
+    (raw[section] if section else raw)[field] = bad
+    message = _error(raw)
+    path = f"{section}.{field}" if section else field
+    assert "1 invalid field(s)" in message
+    assert f"{path}={bad!r} is not allowed; allowed: {allowed}" in message
+
+
+def test_strict_mode_keeps_ints_for_floats_and_lists_for_tuples() -> None:
+    raw = _raw()
+    raw["optimizer"]["lr"] = 1
+    raw["huber_delta"] = 2
+    recipe = validate_recipe(raw)
+    assert recipe.optimizer.lr == 1.0 and isinstance(recipe.optimizer.lr, float)
+    assert recipe.huber_delta == 2.0 and recipe.optimizer.betas == (0.9, 0.999)
+    # the JSON form (lists) of a recipe validates back to the same recipe
+    assert validate_recipe(recipe.model_dump(mode="json")) == recipe
+    raw["architecture"]["encoder"]["width"] = "32"
+    assert "architecture.encoder.width='32' is not allowed" in _error(raw)

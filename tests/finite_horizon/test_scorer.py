@@ -148,3 +148,40 @@ def test_sizes_follow_config_and_dims_are_validated() -> None:
     assert count(small) < count(large)
     with pytest.raises(ValueError, match="horizon=0"):
         ScorerDims(object_features=1, goal_features=1, candidate_features=1, horizon=0)
+
+
+def _readout_inputs(width: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(7)
+    fused = torch.randn(B, K, width, generator=g)
+    per_object = torch.randn(B, N, width, generator=g)
+    struck = torch.randint(0, 3, (B, K), generator=g)
+    objects = torch.randn(B, N, DIMS.object_features, generator=g)
+    candidates = torch.randn(B, K, DIMS.candidate_features, generator=g)
+    return fused, per_object, struck, objects, candidates
+
+
+def test_local_readout_reads_the_struck_puck_raw_features_only() -> None:
+    readout = _scorer("baseline").readout
+    fused, per_object, struck, objects, candidates = _readout_inputs(64)
+    with torch.no_grad():
+        base = readout(fused, per_object, struck, objects, candidates)
+        # an unstruck slot (index 4 >= every struck index) is invisible to the readout...
+        other = objects.clone()
+        other[:, 4] += 5.0
+        torch.testing.assert_close(readout(fused, per_object, struck, other, candidates), base, rtol=0, atol=0)
+        # ...while the struck puck's raw features reach it through the skip path
+        hit = objects.clone()
+        hit[0, struck[0, 0]] += 5.0
+        moved = readout(fused, per_object, struck, hit, candidates)
+    assert not torch.allclose(moved[0, 0], base[0, 0])
+
+
+def test_global_readout_never_reads_any_puck() -> None:
+    readout = _scorer("control_global_readout").readout
+    fused, per_object, struck, objects, candidates = _readout_inputs(64)
+    with torch.no_grad():
+        base = readout(fused, per_object, struck, objects, candidates)
+        other = readout(fused, per_object + 3.0, (struck + 1) % 3, objects * -2.0, candidates)
+        moved = readout(fused, per_object, struck, objects, candidates + 1.0)
+    torch.testing.assert_close(other, base, rtol=0, atol=0)
+    assert not torch.allclose(moved, base)

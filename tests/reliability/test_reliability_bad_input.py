@@ -75,11 +75,9 @@ def _recipe_case(case_id: str, edits: list[tuple[str, str | None]] | None = None
 
 RECIPE_CASES = [
     _recipe_case("recipe-wrong-type-batch-size", [("batch_size", 'batch_size = "sixteen"')], names=("batch_size",)),
-    # updates = 1: while the bug stands the fit runs, so keep it short.
+    # updates = 1: were the string ever coerced again, the fit that runs stays short.
     _recipe_case("recipe-wrong-type-huber-string", [("huber_delta", 'huber_delta = "0.05"'), ("updates", "updates = 1")],
-                 names=("huber_delta",),
-                 known_bug="QhRecipe validates in pydantic lax mode: the string '0.05' is coerced to a float "
-                           "(owner: recipe; strict=True needs tuple fields that accept TOML lists)"),
+                 names=("huber_delta",)),
     _recipe_case("recipe-float-updates", [("updates", "updates = 10.5")], names=("updates",)),
     _recipe_case("recipe-float-seed", [("seed", "seed = 1.5")], names=("seed",)),
     _recipe_case("recipe-missing-name", [("name", None)], names=("name",)),

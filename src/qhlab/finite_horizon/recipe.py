@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.finite_horizon.scorer import ArchitectureConfig
@@ -34,7 +34,9 @@ __all__ = [
     "validate_recipe",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+# strict: a TOML string never becomes a number (huber_delta = "0.05" is refused); ints are
+# still accepted for float fields. Tuple fields take TOML/JSON lists via a before-validator.
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -49,6 +51,12 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0.0)
     betas: tuple[_Beta, _Beta] = (0.9, 0.999)
     eps: float = Field(default=1e-8, gt=0.0)
+
+    @field_validator("betas", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, value: Any) -> Any:
+        # TOML and JSON have no tuples; strict mode would refuse the list itself
+        return tuple(value) if isinstance(value, list) else value
 
 
 class HardTargetUpdate(BaseModel):
@@ -159,6 +167,15 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return ", ".join(fields) if fields and not union else ""
 
 
+_TYPE_TEXT = {
+    "float_type": "a number (TOML float or integer, not a string)",
+    "int_type": "an integer (not a string, float or boolean)",
+    "string_type": "a string",
+    "bool_type": "a boolean (true or false)",
+    "tuple_type": "a list of numbers",
+}
+
+
 def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -172,6 +189,8 @@ def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
         bound = next(iter(v for k, v in ctx.items() if k in {"gt", "ge", "lt", "le"}), "?")
         return f"a number {op} {bound}"
+    if kind in _TYPE_TEXT:
+        return _TYPE_TEXT[kind]
     if kind == "finite_number":
         return "a finite number (no NaN or infinity)"
     if kind == "literal_error":

@@ -7,8 +7,9 @@ units. It is made of three named submodules so that diagnostics can hook them:
 * `encoder`: objects (pucks) and goal -> per-object embeddings [B, N, W] and a pooled state
   embedding [B, W];
 * `fusion`: pooled state with each candidate -> fused candidate embeddings [B, K, W];
-* `readout`: fused embeddings -> q [B, K, H]; "local" also reads the embedding of the puck
-  the candidate strikes, "global" reads the fused (pooled-state) embedding only.
+* `readout`: fused embeddings -> q [B, K, H]; "local" also reads the embedding and the raw
+  features of the puck the candidate strikes, "global" reads the fused (pooled-state)
+  embedding and the candidate's raw features only.
 
 Arms are small builder functions registered by name (torchtune style), never subclasses.
 Does not own: the learning rule (`q_learning`), data loading (`data`) or the recipe
@@ -50,7 +51,7 @@ class EncoderConfig(BaseModel):
             by the cross-attention fusion).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     kind: Literal["attention", "deepsets"]
     depth: int = Field(ge=1, le=16)
@@ -132,7 +133,7 @@ class ArchitectureConfig(BaseModel):
     structure, which is what makes an arm an arm.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
     arm: str
     encoder: EncoderConfig
@@ -341,27 +342,44 @@ class CrossAttentionFusion(nn.Module):
 
 
 class LocalReadout(nn.Module):
-    """q[B,K,H] = MLP([fused, per_object[candidate_object]])."""
+    """q[B,K,H] = MLP([fused, struck embedding, struck raw features, candidate raw features]).
 
-    def __init__(self, width: int, horizon: int) -> None:
+    "Local" means the readout reads the puck the candidate strikes: its encoder embedding
+    and, through a skip connection around the encoder, its raw features. With the
+    candidate's own raw features this lets the readout form the geometry of a strike
+    directly instead of only through the encoder and fusion (measured on the demo
+    populations: the skip path is what brings MAE_3 under half the constant's).
+    """
+
+    def __init__(self, dims: ScorerDims, width: int, horizon: int) -> None:
         super().__init__()
-        self.mlp = _mlp(2 * width, width, horizon)
+        d_in = 2 * width + dims.object_features + dims.candidate_features
+        self.mlp = _mlp(d_in, 2 * width, horizon)
 
-    def forward(self, fused: Tensor, per_object: Tensor, candidate_object: Tensor) -> Tensor:
-        index = candidate_object.unsqueeze(-1).expand(-1, -1, per_object.shape[-1])
-        struck = torch.gather(per_object, 1, index)
-        return self.mlp(torch.cat([fused, struck], dim=-1))
+    def forward(
+        self, fused: Tensor, per_object: Tensor, candidate_object: Tensor, objects: Tensor, candidates: Tensor
+    ) -> Tensor:
+        index = candidate_object.unsqueeze(-1)
+        struck = torch.gather(per_object, 1, index.expand(-1, -1, per_object.shape[-1]))
+        struck_raw = torch.gather(objects, 1, index.expand(-1, -1, objects.shape[-1]))
+        return self.mlp(torch.cat([fused, struck, struck_raw, candidates], dim=-1))
 
 
 class GlobalReadout(nn.Module):
-    """q[B,K,H] = MLP(fused): never looks at which puck a candidate strikes."""
+    """q[B,K,H] = MLP([fused, candidate raw]): never reads any puck's embedding or features.
 
-    def __init__(self, width: int, horizon: int) -> None:
+    The candidate's raw features (direction, speed, strikes-target flag) carry no puck
+    state, so this is the local readout minus exactly the object-specific inputs.
+    """
+
+    def __init__(self, dims: ScorerDims, width: int, horizon: int) -> None:
         super().__init__()
-        self.mlp = _mlp(width, width, horizon)
+        self.mlp = _mlp(width + dims.candidate_features, 2 * width, horizon)
 
-    def forward(self, fused: Tensor, per_object: Tensor, candidate_object: Tensor) -> Tensor:
-        return self.mlp(fused)
+    def forward(
+        self, fused: Tensor, per_object: Tensor, candidate_object: Tensor, objects: Tensor, candidates: Tensor
+    ) -> Tensor:
+        return self.mlp(torch.cat([fused, candidates], dim=-1))
 
 
 class QhScorer(nn.Module):
@@ -401,7 +419,7 @@ class QhScorer(nn.Module):
         fused = self.fusion(state, per_object, object_mask, candidates)
         # Padded candidates may carry any index; point them at slot 0 so the gather is safe.
         struck = torch.where(candidate_mask, candidate_object, torch.zeros_like(candidate_object))
-        q = self.readout(fused, per_object, struck)
+        q = self.readout(fused, per_object, struck, objects, candidates)
         return q.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
 
 
@@ -420,8 +438,8 @@ def _fusion(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
 
 def _readout(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
     if arch.readout == "local":
-        return LocalReadout(arch.encoder.width, dims.horizon)
-    return GlobalReadout(arch.encoder.width, dims.horizon)
+        return LocalReadout(dims, arch.encoder.width, dims.horizon)
+    return GlobalReadout(dims, arch.encoder.width, dims.horizon)
 
 
 # ------------------------------------------------------------------------------- arms
