@@ -64,12 +64,17 @@ class _Campaign:
         self.finished_steps: set[str] = set()
         self.completions: list[dict] = []
         self.error: BaseException | None = None
+        # step -> the receipt that proves it finished; a kill landing just after that receipt
+        # was published still counts as a kill, but the step must not be started again.
+        self.done_for: Callable[[str], Path | None] = lambda step: None
 
     def kill(self, label: str, argv: list, *, pattern: str | None, new: int = 1,
              delay: tuple[float, float] = (0.0, 0.0)) -> KillPoint:
         planned = round(self.rng.uniform(*delay), 3)
         step = label.split(":")[0]
-        if step in self.finished_steps:
+        done = self.done_for(step)
+        if step in self.finished_steps or (done is not None and done.exists()):
+            self.finished_steps.add(step)
             return None  # the step already finished before an earlier kill point landed
         trigger = "delay only" if pattern is None else f"{new} new file(s) matching {pattern!r}"
         point = KillPoint(label=label, argv=[str(a) for a in argv], trigger=trigger, planned_delay=planned)
@@ -88,6 +93,7 @@ class _Campaign:
     def complete(self, label: str, argv: list, *, done: Path | None = None) -> None:
         """Run ``argv`` to the end (exit 0 required); skipped when ``done`` exists already,
         i.e. the last killed run had published its final receipt before the kill landed."""
+        done = done if done is not None else self.done_for(label)
         if label in self.finished_steps or (done is not None and done.exists()):
             self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": None,
                                      "seconds": 0.0, "skipped": "already finished before a kill point"})
@@ -164,6 +170,17 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
 
     def step(name: str, *extra) -> list:
         return ["study", name, config, "--output", out, *extra]
+
+    def done_for(step_label: str) -> Path | None:
+        name, _, cell = step_label.partition(" ")
+        receipts = {"freeze": out / "freeze.receipt.json",
+                    "admit-canaries": out / "canaries" / "e0.receipt.json",
+                    "prepare-development": out / "development.receipt.json"}
+        if name == "run-fit" and cell:
+            return out / "cells" / cell / "cell.receipt.json"
+        return receipts.get(name)
+
+    campaign.done_for = done_for
 
     # 1. freeze
     campaign.kill("freeze: start-up", step("freeze"), pattern=None, delay=(0.2, 1.2))

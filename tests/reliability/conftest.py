@@ -85,8 +85,12 @@ def study_config_writer(rel_populations) -> Callable[..., Path]:
 
 @pytest.fixture(scope="session")
 def rel_study_config(tmp_path_factory, study_config_writer) -> Path:
-    """The reliability study config, written once per session (its bytes are what freeze binds)."""
-    return study_config_writer(tmp_path_factory.mktemp("rel-study-config"))
+    """The reliability study config, written once per session (its bytes are what freeze binds).
+
+    120 broad updates keep a cell running for a second or more after its first segment
+    checkpoint, so the crash campaign's kill points land inside the fit they aim at.
+    """
+    return study_config_writer(tmp_path_factory.mktemp("rel-study-config"), broad_updates=120)
 
 
 @pytest.fixture(scope="session")
