@@ -7,7 +7,6 @@ generator; the end-to-end path over real populations is tested by the fit launch
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import lightning.pytorch as pl
@@ -30,6 +29,7 @@ from qhlab.finite_horizon.q_learning import (
 )
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
+from synthetic_population import SyntheticPopulation, synthetic_population
 
 INF = float("inf")
 
@@ -120,53 +120,7 @@ def test_target_refresh_rules() -> None:
     hard_target_update(target2, torch.nn.Linear(2, 2))
 
 
-# ------------------------------------------------------------ synthetic population shim
-
-
-@dataclasses.dataclass(frozen=True)
-class _Population:
-    """Private shim with the tensor fields of `qhlab.finite_horizon.data.Population`."""
-
-    horizon: int
-    num_candidates: int
-    objects: torch.Tensor
-    object_mask: torch.Tensor
-    goal: torch.Tensor
-    candidates: torch.Tensor
-    candidate_object: torch.Tensor
-    candidate_mask: torch.Tensor
-    reward: torch.Tensor
-    q: torch.Tensor
-    successor: torch.Tensor
-    is_chain: torch.Tensor
-    split: str = "train"
-
-
-def synthetic_population(n_chain: int = 6, k: int = 4, n: int = 3, horizon: int = 2, seed: int = 0) -> _Population:
-    """n_chain chain rows, each with k successor rows (whose own successors are -1)."""
-    g = torch.Generator().manual_seed(seed)
-    s = n_chain * (1 + k)
-    objects = torch.randn(s, n, 4, generator=g)
-    object_mask = torch.ones(s, n, dtype=torch.bool)
-    object_mask[::3, -1] = False
-    objects = objects * object_mask.unsqueeze(-1)
-    candidates = torch.randn(s, k, 3, generator=g)
-    candidate_object = torch.randint(0, n - 1, (s, k), generator=g)
-    candidate_mask = torch.ones(s, k, dtype=torch.bool)
-    candidate_mask[1::4, -1] = False
-    struck = torch.gather(objects[..., 0], 1, candidate_object)
-    reward = 0.1 * torch.tanh(candidates[..., 0] + struck) * candidate_mask
-    successor = torch.full((s, k), -1, dtype=torch.int64)
-    successor[:n_chain] = n_chain + torch.arange(n_chain * k).view(n_chain, k)
-    successor[:n_chain][~candidate_mask[:n_chain]] = -1
-    is_chain = torch.zeros(s, dtype=torch.bool)
-    is_chain[:n_chain] = True
-    return _Population(
-        horizon=horizon, num_candidates=k, objects=objects, object_mask=object_mask,
-        goal=torch.randn(s, 2, generator=g), candidates=candidates, candidate_object=candidate_object,
-        candidate_mask=candidate_mask, reward=reward, q=torch.zeros(s, k, horizon), successor=successor,
-        is_chain=is_chain,
-    )
+# ------------------------------------------------------- fits on a synthetic population
 
 
 def _recipe(**update) -> QhRecipe:
@@ -246,7 +200,7 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _fit(recipe: QhRecipe, pop: _Population, steps: int, log_every: int = 50) -> tuple[QhTDModule, pl.Trainer]:
+def _fit(recipe: QhRecipe, pop: SyntheticPopulation, steps: int, log_every: int = 50) -> tuple[QhTDModule, pl.Trainer]:
     pl.seed_everything(recipe.seed, workers=True, verbose=False)
     module = QhTDModule(recipe, population_dims(pop))
     dm = QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed)
@@ -261,7 +215,7 @@ def _fit(recipe: QhRecipe, pop: _Population, steps: int, log_every: int = 50) ->
     return module, trainer
 
 
-def _fixed_loss(module: QhTDModule, pop: _Population) -> float:
+def _fixed_loss(module: QhTDModule, pop: SyntheticPopulation) -> float:
     dm = QhPopulationDataModule(pop, batch_size=1, seed=0)
     batch = dm.gather(dm.chain_rows)
     with torch.no_grad():

@@ -34,6 +34,7 @@ from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, 
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
 from qhlab.training.tensor_state import load_tensor_state
+from synthetic_population import synthetic_population
 
 CONTEXT = ("recipe:" + "a" * 64, "source:" + "b" * 64, "population:train:" + "c" * 64)
 
@@ -122,48 +123,7 @@ def test_config_refuses_bad_fields(update: dict, field: str) -> None:
 # ------------------------------------------------------------------ fits on a synthetic population
 
 
-@dataclasses.dataclass(frozen=True)
-class _Population:
-    """Private shim with the tensor fields of `qhlab.finite_horizon.data.Population`."""
-
-    horizon: int
-    num_candidates: int
-    objects: torch.Tensor
-    object_mask: torch.Tensor
-    goal: torch.Tensor
-    candidates: torch.Tensor
-    candidate_object: torch.Tensor
-    candidate_mask: torch.Tensor
-    reward: torch.Tensor
-    q: torch.Tensor
-    successor: torch.Tensor
-    is_chain: torch.Tensor
-    split: str = "train"
-
-
-def _population(n_chain: int = 8, k: int = 4, n: int = 3, horizon: int = 2) -> _Population:
-    g = torch.Generator().manual_seed(0)
-    s = n_chain * (1 + k)
-    object_mask = torch.ones(s, n, dtype=torch.bool)
-    object_mask[::3, -1] = False
-    objects = torch.randn(s, n, 4, generator=g) * object_mask.unsqueeze(-1)
-    candidates = torch.randn(s, k, 3, generator=g)
-    candidate_object = torch.randint(0, n - 1, (s, k), generator=g)
-    candidate_mask = torch.ones(s, k, dtype=torch.bool)
-    reward = 0.1 * torch.tanh(candidates[..., 0] + torch.gather(objects[..., 0], 1, candidate_object))
-    successor = torch.full((s, k), -1, dtype=torch.int64)
-    successor[:n_chain] = n_chain + torch.arange(n_chain * k).view(n_chain, k)
-    is_chain = torch.zeros(s, dtype=torch.bool)
-    is_chain[:n_chain] = True
-    return _Population(
-        horizon=horizon, num_candidates=k, objects=objects, object_mask=object_mask,
-        goal=torch.randn(s, 2, generator=g), candidates=candidates, candidate_object=candidate_object,
-        candidate_mask=candidate_mask, reward=reward, q=torch.zeros(s, k, horizon), successor=successor,
-        is_chain=is_chain,
-    )
-
-
-POPULATION = _population()
+POPULATION = synthetic_population(n_chain=8, masked_candidates=False)
 RECIPE = QhRecipe.model_validate({
     "name": "commission-test", "seed": 3, "horizon": 2, "batch_size": 4, "huber_delta": 0.05, "updates": 20,
     "architecture": {"arm": "baseline", "encoder": {"width": 16, "heads": 2}},
