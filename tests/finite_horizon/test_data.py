@@ -191,3 +191,45 @@ def test_bad_shapes_and_ids_are_refused(copy) -> None:
     _rewrite(copy, "candidates.parquet", trimmed)
     with pytest.raises(QhInputError, match="rows="):
         load_population(copy, split="train")
+
+
+def _set_successor(population: Path, row: int, value: int) -> tuple[int, int]:
+    """Set ``successor_state_id`` of one candidates.parquet row, re-binding every digest."""
+    table = pq.read_table(population / "candidates.parquet")
+    ids = table.column("successor_state_id").to_pylist()
+    ids[row] = value
+    _rewrite(population, "candidates.parquet",
+             table.set_column(table.column_names.index("successor_state_id"), "successor_state_id",
+                              pa.array(ids, pa.int64())))
+    return table.column("state_id")[row].as_py(), table.column("candidate")[row].as_py()
+
+
+def _step_of(population: Path) -> dict[int, int]:
+    states = pq.read_table(population / "states.parquet").to_pydict()
+    return dict(zip(states["state_id"], states["step"]))
+
+
+def test_a_chain_row_candidate_without_a_successor_is_refused(copy) -> None:
+    step = _step_of(copy)
+    cands = pq.read_table(copy / "candidates.parquet").column("state_id").to_pylist()
+    chain_rows = [i for i, sid in enumerate(cands) if step[sid] >= 0]
+    row = chain_rows[len(chain_rows) // 2]
+    state_id, candidate = _set_successor(copy, row, -1)
+    with pytest.raises(QhInputError) as info:
+        load_population(copy, split="train")
+    message = str(info.value)
+    assert message.startswith(f"load_population: {copy / 'candidates.parquet'} field successor_state_id=-1 "
+                              "is not allowed; allowed: an id of states.parquet for every candidate of a chain state")
+    assert f"state_id {state_id} candidate {candidate}" in message
+    assert "-1 only on successor rows (step == -1)" in message
+    assert "HINT: the game has no terminal state" in message
+
+
+def test_successor_rows_keep_their_missing_successors(tiny) -> None:
+    # Every successor row of a generated population has -1 successors and loads as such.
+    step = _step_of(tiny)
+    table = pq.read_table(tiny / "candidates.parquet").to_pydict()
+    on_successors = [s for sid, s in zip(table["state_id"], table["successor_state_id"]) if step[sid] < 0]
+    assert on_successors and set(on_successors) == {-1}
+    pop = load_population(tiny, split="train")
+    assert (pop.successor[~pop.is_chain] == -1).all() and (pop.successor[pop.is_chain] >= 0).all()

@@ -11,13 +11,19 @@ import torch
 
 from qhlab.evidence.errors import QhInputError
 from qhlab.finite_horizon.evaluation import (
+    STRAIGHT_STRIKE_INDEX,
+    best_fixed_index,
     constant_predictions,
     evaluate_population,
+    fixed_index_regret,
+    myopic_oracle_regret,
     per_scene_mae,
     per_scene_regret,
     per_scene_uniform_regret,
+    per_state_choice_regret,
     per_state_mae,
     per_state_regret,
+    population_heuristic_references,
     population_train_constant,
     scene_means,
     scene_weighted_summary,
@@ -219,3 +225,144 @@ def test_population_train_constant_uses_train_chain_rows_only():
     np.testing.assert_allclose(population_train_constant(_population("train")), [1.5, 17 / 6])
     with pytest.raises(QhInputError, match="population.split='validation'"):
         population_train_constant(_population("validation"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Heuristic reference policies. Three states, K=3, H=2: scene 0 holds A and B, scene 1 holds C,
+# whose slot 2 is padding (so slot 2 is not a fixed policy every state allows).
+REF_LABELS = np.array(
+    [
+        [[2.0, 2.0], [1.6, 5.0], [0.0, 1.0]],  # A
+        [[0.0, 4.0], [1.0, 2.0], [3.0, 3.0]],  # B
+        [[1.0, 1.0], [1.0, 2.0], [99.0, 99.0]],  # C (slot 2 padding)
+    ]
+)
+REF_MASK = np.array([[True, True, True], [True, True, True], [True, True, False]])
+REF_SCENE = np.array([0, 0, 1])
+
+
+def test_per_state_choice_regret_is_best_label_minus_the_chosen_label():
+    # A picks 1: h1 2 - 1.6, h2 5 - 5; B picks 2: h1 3 - 3, h2 4 - 3; C picks 0: h1 0, h2 2 - 1.
+    regret = per_state_choice_regret(REF_LABELS, REF_MASK, np.array([1, 2, 0]))
+    np.testing.assert_allclose(regret, [[0.4, 0.0], [0.0, 1.0], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize(
+    "chosen, message",
+    [
+        (np.array([0, 0, 2]), "chosen='padding slots at rows [2]'"),
+        (np.array([0, 3, 0]), "chosen='[3] at rows [1]'"),
+        (np.array([0, 0]), "chosen='shape (2,)"),
+    ],
+)
+def test_choice_regret_refuses_padding_and_out_of_range_picks(chosen, message):
+    with pytest.raises(QhInputError) as info:
+        per_state_choice_regret(REF_LABELS, REF_MASK, chosen)
+    assert message in str(info.value) and "HINT" in str(info.value)
+
+
+def test_fixed_index_regret_weights_states_within_scene_then_scenes():
+    # Slot 0 per state (h1, h2): A (0, 3), B (3, 0), C (0, 1) -> scene 0 (1.5, 1.5), scene 1 (0, 1).
+    np.testing.assert_allclose(fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 0), [[1.5, 1.5], [0.0, 1.0]])
+    # Slot 1: A (.4, 0), B (2, 2), C (0, 0) -> scene 0 (1.2, 1), scene 1 (0, 0).
+    np.testing.assert_allclose(fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 1), [[1.2, 1.0], [0.0, 0.0]])
+    with pytest.raises(QhInputError, match="padding slots at rows"):
+        fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 2)
+    with pytest.raises(QhInputError, match=r"index=3 is not allowed; allowed: an integer in \[0, 2\]"):
+        fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 3)
+
+
+def test_best_fixed_index_minimises_scene_weighted_regret_at_h():
+    # Regret_H by slot: 0 -> (1.5 + 1) / 2 = 1.25, 1 -> (1 + 0) / 2 = 0.5, 2 -> not eligible.
+    index, by_index = best_fixed_index(REF_LABELS, REF_MASK, REF_SCENE)
+    assert index == 1
+    np.testing.assert_allclose(by_index, [1.25, 0.5, np.inf])
+
+
+def test_best_fixed_index_ties_go_to_the_lowest_index():
+    # One scene, H=1: slot 0 regret (1 + 1) / 2 = 1; slots 1 and 2 both (0 + 1) / 2 = .5.
+    labels = np.array([[[0.0], [1.0], [0.0]], [[0.0], [0.0], [1.0]]])
+    index, by_index = best_fixed_index(labels, np.ones((2, 3), bool), np.array([0, 0]))
+    assert index == 1
+    np.testing.assert_allclose(by_index, [1.0, 0.5, 0.5])
+    # Every slot ties: slot 0 wins.
+    assert best_fixed_index(np.ones((2, 3, 1)), np.ones((2, 3), bool), np.array([0, 1]))[0] == 0
+
+
+def test_myopic_oracle_averages_ties_within_the_band_at_every_horizon():
+    # Band .5: A's Q*_1 2 and 1.6 tie -> h1 2 - 1.8 = .2, h2 5 - (2 + 5) / 2 = 1.5; B picks slot 2
+    # (1 < 3 - .5) -> (0, 1); C ties exactly (padding 99 ignored) -> (0, 2 - 1.5).
+    wide = myopic_oracle_regret(REF_LABELS, REF_MASK, REF_SCENE, tie_band=0.5)
+    np.testing.assert_allclose(wide, [[0.1, 1.25], [0.0, 0.5]])
+    # Band 0: A picks slot 0 alone -> (0, 3); B and C unchanged.
+    exact = myopic_oracle_regret(REF_LABELS, REF_MASK, REF_SCENE, tie_band=0.0)
+    np.testing.assert_allclose(exact, [[0.0, 2.0], [0.0, 0.5]])
+    with pytest.raises(QhInputError, match="tie_band=-1.0"):
+        myopic_oracle_regret(REF_LABELS, REF_MASK, REF_SCENE, tie_band=-1.0)
+
+
+def _reference_populations() -> tuple[_Population, _Population]:
+    # TRAIN: chain rows A, B, C plus one successor row in C's scene whose labels would flip the
+    # best fixed index to slot 0 if it were (wrongly) counted.
+    successor = np.array([[[0.0, 9.0], [0.0, 0.0], [0.0, 0.0]]])
+    train = _Population(
+        q=torch.tensor(np.concatenate([REF_LABELS, successor]), dtype=torch.float64),
+        candidate_mask=torch.tensor(np.concatenate([REF_MASK, np.ones((1, 3), bool)])),
+        scene_index=torch.tensor([0, 0, 1, 1]),
+        scene_id=torch.tensor([10, 10, 11, 11]),
+        is_chain=torch.tensor([True, True, True, False]),
+        q_horizons=torch.tensor([2, 2, 2, 1]),
+        split="train", name="train-hand", digest="1" * 64,
+    )
+    # Validation: V1 in scene index 1 (id 50), V2 in scene index 0 (id 40).
+    labels = np.array(
+        [
+            [[1.0, 1.0], [0.0, 3.0], [2.0, 2.0]],  # V1
+            [[0.0, 4.0], [2.0, 1.0], [2.0, 0.0]],  # V2
+        ]
+    )
+    validation = _Population(
+        q=torch.tensor(labels, dtype=torch.float64),
+        candidate_mask=torch.ones((2, 3), dtype=torch.bool),
+        scene_index=torch.tensor([1, 0]),
+        scene_id=torch.tensor([50, 40]),
+        is_chain=torch.tensor([True, True]),
+        q_horizons=torch.tensor([2, 2]),
+    )
+    return train, validation
+
+
+def test_population_heuristic_references_choose_on_train_and_evaluate_on_validation():
+    train, validation = _reference_populations()
+    refs = population_heuristic_references(train, validation, tie_band=0.5)
+    assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
+    best = refs["best_fixed_index"]
+    assert best["index"] == 1 and best["chosen_on"] == "train" and best["oracle"] is False
+    # Slot 2 is padding in TRAIN state C, so it is not eligible (None, not a number).
+    assert best["train_regret_by_index"] == pytest.approx([1.25, 0.5, None])
+    assert best["train_population_digest"] == "1" * 64
+    # Slot 1 on validation: V1 (2 - 0, 3 - 3), V2 (2 - 2, 4 - 1); scenes ordered by index (V2 first).
+    assert best["per_scene"]["scene_index"] == [0, 1] and best["per_scene"]["scene_id"] == [40, 50]
+    np.testing.assert_allclose(best["per_scene"]["regret"], [[0.0, 3.0], [2.0, 0.0]])
+    np.testing.assert_allclose(best["regret"], [1.0, 1.5])
+    assert best["regret_primary"] == pytest.approx(1.5)
+    # Straight strike (slot 0): V1 (1, 2), V2 (2, 0).
+    straight = refs["straight_strike"]
+    assert straight["index"] == STRAIGHT_STRIKE_INDEX == 0 and straight["oracle"] is False
+    np.testing.assert_allclose(straight["per_scene"]["regret"], [[2.0, 0.0], [1.0, 2.0]])
+    np.testing.assert_allclose(straight["regret"], [1.5, 1.0])
+    # Myopic oracle, band .5: V1 picks slot 2 -> (0, 3 - 2); V2 ties slots 1, 2 -> (0, 4 - .5).
+    oracle = refs["myopic_oracle"]
+    assert oracle["oracle"] is True and oracle["reads"] == "validation labels" and oracle["tie_band"] == 0.5
+    np.testing.assert_allclose(oracle["per_scene"]["regret"], [[0.0, 3.5], [0.0, 1.0]])
+    np.testing.assert_allclose(oracle["regret"], [0.0, 2.25])
+    assert oracle["evaluated_on"] == {"name": "hand", "split": "validation", "digest": "0" * 64, "rows": 2}
+    json.dumps(refs, allow_nan=False)
+
+
+def test_population_heuristic_references_refuse_swapped_splits():
+    train, validation = _reference_populations()
+    with pytest.raises(QhInputError, match="train_population.split='validation'"):
+        population_heuristic_references(validation, validation, tie_band=0.0)
+    with pytest.raises(QhInputError, match="validation_population.split='train'"):
+        population_heuristic_references(train, train, tie_band=0.0)

@@ -2,8 +2,10 @@
 
 The demo study's TRAIN and validation populations (same presets and seeds as
 ``examples/default-study.toml``) are generated into a temporary cache, and the demo recipe
-is fitted for both study seeds on the CPU lane. The criterion is the project's: validation
-MAE_H at most half the TRAIN-only constant's, and regret_H below the constant's.
+is fitted for both study seeds on the CPU lane. The criteria are the project's (issue 11):
+validation regret_H at most 0.7 x the best TRAIN-chosen heuristic's (the fixed candidate
+index with the lowest TRAIN regret_H), and MAE_H at most half the TRAIN-only constant's.
+Nothing here is tuned: the recipe was checked only on the declared tuning population.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def demo_populations(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_baseline_beats_half_the_train_constant_on_the_demo(seed, demo_populations, tmp_path):
+def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, demo_populations, tmp_path):
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.evaluation import population_heuristic_references
     from qhlab.finite_horizon.fit import fit_recipe
     from qhlab.finite_horizon.recipe import load_recipe
 
@@ -49,4 +53,11 @@ def test_baseline_beats_half_the_train_constant_on_the_demo(seed, demo_populatio
     m = result.metrics
     assert result.observed_updates == recipe.updates
     assert m["val_mae_h3"] <= 0.5 * m["constant_mae_h3"], m
-    assert m["val_regret_h3"] < m["constant_regret_h3"], m
+    references = population_heuristic_references(
+        load_population(demo_populations["train"], split="train"),
+        load_population(demo_populations["validation"], split="validation"),
+        tie_band=recipe.evaluation.tie_band,
+    )
+    heuristic = references["best_fixed_index"]["regret_primary"]
+    assert m["val_regret_h3"] <= 0.7 * heuristic, (m, heuristic)
+    assert references["straight_strike"]["regret_primary"] >= heuristic

@@ -24,6 +24,7 @@ from qhlab.finite_horizon.q_learning import (
     polyak_target_update,
     population_dims,
     refresh_target,
+    successor_label_loss,
     successor_reward_loss,
     td_targets,
 )
@@ -51,7 +52,7 @@ def test_td_targets_by_hand() -> None:
     expected = torch.tensor([[
         [1.0, 1.0 + 0.7, 1.0 + 9.0],   # max over a' in {0, 1}; the masked 100 is ignored
         [2.0, 2.0 - 1.0, 2.0 - 2.0],
-        [-0.5, -0.5, -0.5],            # terminal: y_h = r
+        [-0.5, -0.5, -0.5],            # no successor (padded/synthetic input only): y_h = r
     ]])
     torch.testing.assert_close(y, expected, rtol=0, atol=0)
 
@@ -98,6 +99,19 @@ def test_successor_reward_loss_is_native_huber_of_q1_against_reward() -> None:
     want = (0.5 * 0.01 + 0.5 * (1.8 - 0.25)) / 2
     assert successor_reward_loss(next_q, next_reward, mask, delta).item() == pytest.approx(want, abs=1e-7)
     assert successor_reward_loss(next_q, next_reward, torch.zeros_like(mask), delta).item() == 0.0
+
+
+def test_successor_label_loss_is_native_huber_of_heads_1_to_h_minus_1() -> None:
+    delta = 0.5
+    next_q = torch.tensor([[[0.1, 0.3, 7.0], [2.0, 0.0, -7.0], [9.0, 9.0, 9.0]]])  # [M=1, K'=3, H=3]
+    labels = torch.tensor([[[0.0, 0.0, 0.0], [0.2, 1.0, 5.0], [0.0, 0.0, 0.0]]])
+    mask = torch.tensor([[True, True, False]])
+    # horizons 1..2 only (H=3 is the parent's horizon, never a successor's label); per
+    # candidate the horizons are summed: c0 = 0.5*0.1^2 + 0.5*0.3^2, c1 = 0.5*(1.8-0.25) + 0.5*(1-0.25)
+    c0 = 0.5 * 0.01 + 0.5 * 0.09
+    c1 = 0.5 * (1.8 - 0.25) + 0.5 * (1.0 - 0.25)
+    assert successor_label_loss(next_q, labels, mask, delta).item() == pytest.approx((c0 + c1) / 2, abs=1e-6)
+    assert successor_label_loss(next_q[..., :1], labels[..., :1], mask, delta).item() == 0.0  # H = 1
 
 
 def test_target_refresh_rules() -> None:
@@ -276,6 +290,29 @@ def test_successor_reward_rows_add_the_q1_reward_loss_of_the_first_rows() -> Non
         _recipe(successor_reward_rows=-1)
     module, _ = _fit(recipe, pop, 6)  # a real fit with the extra term runs and counts updates
     assert module.observed_updates == 6
+
+
+def test_successor_label_rows_anchor_the_successors_of_the_first_rows_to_their_labels() -> None:
+    pop = synthetic_population()
+    recipe = _recipe(successor_label_rows=2)
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    plain_batch = QhPopulationDataModule(pop, batch_size=5, seed=1).gather(torch.tensor([0, 1, 2, 3, 4]))
+    with pytest.raises(QhInputError, match="successor_label_rows=2 is not allowed.*successor_labels=True"):
+        module.training_step(plain_batch, 0)
+    batch = QhPopulationDataModule(pop, batch_size=5, seed=1, successor_labels=True).gather(torch.tensor([0, 1, 2, 3, 4]))
+    assert set(batch) == set(BATCH_KEYS) | {"next_labels"}
+    succ = pop.successor[:5]
+    torch.testing.assert_close(batch["next_labels"], pop.q[succ.clamp_min(0)])
+    chain = native_huber_loss(module(batch), module.td_target(batch), batch["candidate_mask"], 0.05)
+    rows = pop.successor[:2].flatten()
+    valid = rows >= 0
+    q = module.online(*(getattr(pop, n)[rows.clamp_min(0)] for n in (
+        "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")))
+    mask = pop.candidate_mask[rows.clamp_min(0)] & valid.unsqueeze(-1)
+    extra = native_huber_loss(q[..., :1], pop.q[rows.clamp_min(0)][..., :1], mask, 0.05)  # H=2: head 1 only
+    assert extra.item() > 0
+    torch.testing.assert_close(module.training_step(batch, 0), chain + extra)
 
 
 def test_polyak_refresh_runs_every_update() -> None:

@@ -78,17 +78,26 @@ def test_simulation_is_a_pure_function_of_its_inputs() -> None:
 
 
 def _spec_candidates(scene: Scene, pos: np.ndarray, layout) -> list[tuple[int, float, float]]:
-    """(puck, direction, speed) per candidate, straight from the spec wording."""
-    target = pos[0]
-    to_goal = math.atan2(scene.goal[1] - target[1], scene.goal[0] - target[0])
-    out = [(0, to_goal + 2 * math.pi * k / layout.target_directions, layout.speed)
-           for k in range(layout.target_directions)]
-    if layout.other_directions:
-        others = [(math.dist(pos[i], target), i) for i in range(1, len(pos))]
-        nearest = min(others)[1]
-        to_target = math.atan2(target[1] - pos[nearest][1], target[0] - pos[nearest][0])
-        out += [(nearest, to_target + 2 * math.pi * k / layout.other_directions, layout.speed)
-                for k in range(layout.other_directions)]
+    """(puck, direction, speed) per candidate, straight from the layout's wording."""
+    target, goal, r0 = pos[0], np.array(scene.goal), scene.radius[0]
+    to_goal = math.atan2(goal[1] - target[1], goal[0] - target[0])
+    fast, slow = max(layout.speeds), min(layout.speeds)
+    out = [(0, to_goal, v) for v in layout.speeds]
+    out += [(0, to_goal + off, fast) for off in layout.offsets]
+    # Mirror the goal in the line the target's centre turns at (left, right, bottom, top).
+    w, h = scene.physics.table_width, scene.physics.table_height
+    images = [(-(goal[0] - r0) + r0, goal[1]), (w - r0 + (w - r0 - goal[0]), goal[1]),
+              (goal[0], -(goal[1] - r0) + r0), (goal[0], h - r0 + (h - r0 - goal[1]))]
+    by_path = sorted((math.dist(target, img), i) for i, img in enumerate(images))
+    for _, i in by_path[:layout.bank_shots]:
+        out.append((0, math.atan2(images[i][1] - target[1], images[i][0] - target[0]), fast))
+    if layout.blocker_strikes:
+        def gap(j: int) -> float:
+            seg = goal - target
+            t = min(1.0, max(0.0, float(np.dot(pos[j] - target, seg) / np.dot(seg, seg))))
+            return math.dist(pos[j], target + t * seg) - scene.radius[j] - r0
+        blocker = min(range(1, len(pos)), key=lambda j: (gap(j), j))
+        out += [(blocker, to_goal + math.pi / 2, slow), (blocker, to_goal - math.pi / 2, slow)]
     return out
 
 

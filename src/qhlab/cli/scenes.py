@@ -1,7 +1,7 @@
-"""``qhlab scenes generate``: generate a labelled population with a progress bar.
+"""``qhlab scenes {generate,describe}``: make a labelled population; print its difficulty card.
 
-Owns: the command's arguments, its progress display (rich) and its one-line summary. Does
-not own: generation, labels or the file format (``qhlab.scenes.generate_population``).
+Owns: the commands' arguments, the progress display (rich) and what they print. Does not
+own: generation, labels, the card or the file format (``qhlab.scenes``).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import argparse
 import json
 import time
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "run_describe"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``scenes`` command group (``scenes generate``)."""
+    """Add the ``scenes`` command group (``scenes generate``, ``scenes describe``)."""
     from qhlab.scenes.sampler import PRESETS, SPLITS
 
     parser = subparsers.add_parser(
@@ -40,6 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--workers", type=int, default=None, help="label processes (default: all cores)")
     generate.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     generate.set_defaults(handler=run)
+    describe = commands.add_parser(
+        "describe",
+        help="authenticate a population and print its difficulty card",
+        description=(
+            "Authenticate a population, recompute its difficulty card from the files (it must equal "
+            "the card in manifest.json) and print it: scene-weighted regret_H of the uniform policy, "
+            "of every fixed candidate index and of the myopic oracle, the share of states where the "
+            "myopic choice loses, and the optimal index's distribution and entropy."
+        ),
+    )
+    describe.add_argument("population", help="population directory")
+    describe.add_argument("--tie-band", type=float, default=None,
+                          help="tie band in metres (default: the card's own, 0.001)")
+    describe.add_argument("--json", action="store_true", help="print the card as one JSON line")
+    describe.set_defaults(handler=run_describe)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,4 +87,37 @@ def run(args: argparse.Namespace) -> int:
         "counts": manifest["counts"],
         "seconds": round(time.perf_counter() - start, 2),
     }, sort_keys=True))
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    """Print the authenticated, recomputed difficulty card; return 0."""
+    from qhlab.scenes.difficulty import describe_population
+
+    described = describe_population(args.population, tie_band=args.tie_band)
+    card = described["card"]
+    if args.json:
+        print(json.dumps(described, sort_keys=True))
+        return 0
+    regret, ratio = card["regret_H"], card["ratio_to_uniform"]
+    best = regret["best_fixed_index"]
+    h = card["horizon"]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} x uniform"
+
+    lines = [
+        f"{described['name']} ({described['split']}): {card['scenes']} scenes, {card['chain_states']} chain "
+        f"states, K={card['K']}, H={h}, tie_band={card['tie_band']} m; {card['weighting']}",
+        f"  regret_{h} uniform random      {regret['uniform']:.4f}",
+        f"  regret_{h} straight strike (0) {regret['straight_strike']:.4f}  ({share(ratio['straight_strike'])})",
+        f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",
+        f"  regret_{h} myopic oracle       {regret['myopic_oracle']:.4f}  ({share(ratio['myopic_oracle'])})",
+        "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
+        f"  myopic choice loses > tie_band at H in {100 * card['myopic_loses_share']:.1f}% of chain states",
+        "  optimal index distribution    {}".format(" ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])),
+        f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
+        f"({card['optimal_index']['entropy_over_log2K']:.3f} x log2 K)",
+    ]
+    print("\n".join(lines))
     return 0

@@ -64,7 +64,8 @@ class Population:
         reward: [S, K] float32 r(s, a), metres.
         q: [S, K, H] float32 exact labels; successor rows hold 1..H-1, 0.0 beyond.
         q_horizons: [S] int64 valid label horizons (H chain rows, H-1 successor rows).
-        successor: [S, K] int64 row of the successor state, -1 if none.
+        successor: [S, K] int64 row of the successor state; -1 only on successor rows (the
+            loader refuses a chain-row candidate without a successor: no terminal state).
         scene_index: [S] int64 dense 0..n_scenes-1 (scene order of ``scenes.parquet``).
         scene_id: [S] int64.
         state_id: [S] int64.
@@ -177,7 +178,8 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     Raises:
         MissingEvidenceError / DigestMismatchError / SchemaMismatchError: manifest or files
             missing, altered, or of another schema.
-        QhInputError: split or horizon mismatch, bad shapes, unknown ids, non-finite values.
+        QhInputError: split or horizon mismatch, bad shapes, unknown ids, non-finite values,
+            a chain-row candidate without a successor (successor_state_id -1).
     """
     path = Path(path)
     if split not in SPLITS:
@@ -325,6 +327,20 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             raise _fail(cands_path, "successor_state_id", sid, f"-1 or an id of {states_path.name}",
                         "regenerate the population.")
         succ_rows[i] = row_of[sid]
+    # The game has no terminal state: every candidate of a chain state leads somewhere, and
+    # its successor row carries the labels that training bootstraps through. A chain-row -1
+    # would silently turn that candidate into a terminal one (y_h = r for every h), so it is
+    # refused; successor rows (step == -1) are leaves of the stored tree and keep -1.
+    missing = np.flatnonzero((succ_ids == -1) & (step_file[order][c_row] >= 0))
+    if missing.size:
+        i = int(missing[0])
+        raise _fail(cands_path, "successor_state_id", -1,
+                    f"an id of {states_path.name} for every candidate of a chain state (step >= 0; "
+                    f"here state_id {int(c_state[i])} candidate {int(c_index[i])}, "
+                    f"{missing.size} such candidate(s) in all); -1 only on successor rows (step == -1)",
+                    "the game has no terminal state, so every chain-row candidate has a successor "
+                    "state; the population is corrupt or was written by another generator; "
+                    "regenerate it.")
 
     def grid(values: np.ndarray, dtype) -> np.ndarray:
         out = np.zeros((s_rows, k) + values.shape[1:], dtype=dtype)

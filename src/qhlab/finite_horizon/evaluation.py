@@ -2,8 +2,10 @@
 
 Owns: the evaluation arithmetic of SPEC §5 as pure functions over arrays (per-candidate absolute
 error and per-state regret, averaged within state, then states within scene, then scenes
-equally), the TRAIN-only constant predictor and its uniform-tie regret, and a convenience that
-applies them to the chain rows of a loaded ``Population``.
+equally), the TRAIN-only constant predictor and its uniform-tie regret, the cheap heuristic
+reference policies (the TRAIN-chosen best fixed candidate index, the straight strike and the
+myopic oracle, which reads the evaluated labels), and conveniences that apply them to the chain
+rows of loaded ``Population`` objects.
 
 Does not own: running a scorer (callers pass predictions), loading populations
 (``qhlab.finite_horizon.data``), confidence intervals and retention margins
@@ -35,8 +37,18 @@ __all__ = [
     "train_constant",
     "constant_predictions",
     "population_train_constant",
+    "per_state_choice_regret",
+    "fixed_index_regret",
+    "best_fixed_index",
+    "myopic_oracle_regret",
+    "STRAIGHT_STRIKE_INDEX",
     "evaluate_population",
+    "population_heuristic_references",
 ]
+
+# By the scene layout contract (``qhlab.scenes.candidates``), candidate 0 of every state is the
+# target puck struck straight at the goal centre.
+STRAIGHT_STRIKE_INDEX = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +427,141 @@ def population_train_constant(population: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# Heuristic reference policies: cheap policies a learned scorer must beat to be worth it.
+
+
+def _check_chosen(call: str, chosen: Any, mask: np.ndarray) -> np.ndarray:
+    picks = _to_numpy(chosen)
+    s, k = mask.shape
+    if picks.shape != (s,) or not np.issubdtype(picks.dtype, np.integer):
+        raise _fail(call, "chosen", f"shape {tuple(picks.shape)} dtype {picks.dtype}",
+                    f"an integer array of shape {(s,)}", "pass one candidate index per state")
+    picks = picks.astype(np.int64, copy=False)
+    outside = np.flatnonzero((picks < 0) | (picks >= k))
+    if outside.size:
+        raise _fail(call, "chosen", f"{picks[outside[:5]].tolist()} at rows {outside[:5].tolist()}",
+                    f"indices in [0, {k - 1}]", "a policy picks one of the K candidate slots")
+    invalid = np.flatnonzero(~mask[np.arange(s), picks])
+    if invalid.size:
+        # A padding slot has no outcome: silently scoring it would invent a regret.
+        raise _fail(call, "chosen", f"padding slots at rows {invalid[:5].tolist()}",
+                    "a valid candidate of each state (candidate_mask True)",
+                    "a policy can only pick a real candidate")
+    return picks
+
+
+def _choice_regret(labels: np.ndarray, mask: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    # A one-hot prediction with a zero tie band chooses exactly the picked slot, so the
+    # regret arithmetic stays the one of ``per_state_regret``.
+    one_hot = np.zeros(labels.shape, dtype=np.float64)
+    one_hot[np.arange(picks.size), picks, :] = 1.0
+    return _state_regret(one_hot, labels, mask, 0.0)
+
+
+def per_state_choice_regret(labels: Any, candidate_mask: Any, chosen: Any) -> np.ndarray:
+    """Regret of a policy that picks one candidate per state, at every horizon.
+
+    Args:
+        labels: exact labels Q*_h, shape [S, K, H].
+        candidate_mask: bool [S, K], real candidates.
+        chosen: int [S], the picked candidate slot of each state; it must be a valid candidate.
+
+    Returns:
+        float64 [S, H]: ``max_{a valid} Q*_h(s, a) - Q*_h(s, chosen[s])``, every entry >= 0.
+    """
+    call = "per_state_choice_regret"
+    _, labels_np, mask, _ = _check_inputs(call, None, labels, candidate_mask)
+    return _choice_regret(labels_np, mask, _check_chosen(call, chosen, mask))
+
+
+def _check_index(call: str, index: Any, k: int) -> int:
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < k:
+        raise _fail(call, "index", index, f"an integer in [0, {k - 1}]", "a fixed policy names one candidate slot")
+    return int(index)
+
+
+def fixed_index_regret(labels: Any, candidate_mask: Any, scene_index: Any, index: int) -> np.ndarray:
+    """Per-scene regret_h of the policy that always picks candidate slot ``index``.
+
+    Args:
+        labels: exact labels Q*_h, shape [S, K, H].
+        candidate_mask: bool [S, K]; ``index`` must be a valid candidate of every state.
+        scene_index: int [S].
+        index: the fixed candidate slot, in [0, K).
+
+    Returns:
+        float64 [n_scenes, H], scenes in ascending scene_index order; the scene-weighted
+        regret_h is the column mean.
+    """
+    call = "fixed_index_regret"
+    _, labels_np, mask, scene = _check_inputs(call, None, labels, candidate_mask, scene_index)
+    slot = _check_index(call, index, mask.shape[1])
+    picks = _check_chosen(call, np.full(mask.shape[0], slot, dtype=np.int64), mask)
+    return scene_means(_choice_regret(labels_np, mask, picks), scene)[1]
+
+
+def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -> tuple[int, np.ndarray]:
+    """The fixed candidate slot with the lowest scene-weighted TRAIN regret_H.
+
+    Pass TRAIN chain rows only: the choice is part of the reference policy, so it must never
+    see validation or test labels. Slots that are not a valid candidate of every state are not
+    eligible (a fixed policy could not act there).
+
+    Args:
+        train_labels: exact TRAIN labels Q*_h, shape [S, K, H].
+        candidate_mask: bool [S, K].
+        scene_index: int [S].
+
+    Returns:
+        (index, regret_by_index): ``index`` the chosen slot (ties go to the lowest index);
+        ``regret_by_index`` float64 [K], the scene-weighted TRAIN regret_H of each slot
+        (``inf`` for ineligible slots).
+    """
+    call = "best_fixed_index"
+    _, labels_np, mask, scene = _check_inputs(call, None, train_labels, candidate_mask, scene_index)
+    s, k, _ = labels_np.shape
+    by_index = np.full(k, np.inf, dtype=np.float64)
+    for slot in np.flatnonzero(mask.all(axis=0)):
+        picks = np.full(s, slot, dtype=np.int64)
+        by_index[slot] = scene_means(_choice_regret(labels_np, mask, picks)[:, -1], scene)[1].mean()
+    if not np.isfinite(by_index).any():
+        raise _fail(call, "candidate_mask", "no slot is valid in every state",
+                    "at least one candidate slot valid in every TRAIN state",
+                    "a fixed-index policy needs a slot every state offers")
+    # Equal regrets summed in a different order can differ in the last bits; treat those as the
+    # tie they are, so the documented lowest-index rule decides and not rounding.
+    best = by_index.min()
+    tied = np.flatnonzero(by_index <= best + 1e-12 * max(1.0, abs(best)))
+    return int(tied[0]), by_index
+
+
+def myopic_oracle_regret(labels: Any, candidate_mask: Any, scene_index: Any, *, tie_band: float) -> np.ndarray:
+    """Per-scene regret_h of the myopic oracle: act greedily on the exact Q*_1 labels.
+
+    An ORACLE: it reads the labels of the rows it is evaluated on, so it is a reference for how
+    much look-ahead matters, never a deployable policy. Candidates whose Q*_1 lies within
+    ``tie_band`` of the best Q*_1 tie, and the regret at each horizon is averaged over the tied
+    set exactly as in ``per_state_regret``.
+
+    Args:
+        labels: exact labels Q*_h, shape [S, K, H] (horizon 1 at ``[..., 0]``).
+        candidate_mask: bool [S, K].
+        scene_index: int [S].
+        tie_band: finite tolerance >= 0, native Q units.
+
+    Returns:
+        float64 [n_scenes, H], scenes in ascending scene_index order (0 at horizon 1 up to the
+        tie band).
+    """
+    call = "myopic_oracle_regret"
+    band = _check_tie_band(call, tie_band)
+    _, labels_np, mask, scene = _check_inputs(call, None, labels, candidate_mask, scene_index)
+    # Q*_1 broadcast to every horizon is a prediction whose greedy choice is the myopic one.
+    myopic = np.broadcast_to(labels_np[:, :, :1], labels_np.shape)
+    return scene_means(_state_regret(myopic, labels_np, mask, band), scene)[1]
+
+
+# ---------------------------------------------------------------------------------------------
 # Population convenience.
 
 
@@ -486,7 +633,18 @@ def evaluate_population(
     if pred_np.shape[2] != horizon:
         raise _fail(call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}",
                     "the scorer must predict Q_1..Q_H")
-    labels = labels_all[selected][:, :, :horizon]
+    labels, mask, scene_index = _chain_arrays(call, population, selected)
+    summary = scene_weighted_summary(pred_np, labels, mask, scene_index, tie_band=band)
+    summary["per_scene"]["scene_id"] = _scene_ids(call, population, selected, summary["per_scene"]["scene_index"])
+    summary["rows"] = int(selected.size)
+    summary.update(_identity(population))
+    return summary
+
+
+def _chain_arrays(call: str, population: Any, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """labels [R, K, H], candidate_mask [R, K] and scene_index [R] of the selected chain rows."""
+    horizon = int(population.horizon)
+    labels = _to_numpy(population.q)[selected][:, :, :horizon]
     q_horizons = getattr(population, "q_horizons", None)
     if q_horizons is not None:
         short = selected[_to_numpy(q_horizons)[selected] < horizon]
@@ -495,16 +653,117 @@ def evaluate_population(
                         f"rows labelled at all {horizon} horizons", "evaluate chain rows")
     mask = _to_numpy(population.candidate_mask)[selected]
     scene_index = _to_numpy(population.scene_index)[selected]
-    summary = scene_weighted_summary(pred_np, labels, mask, scene_index, tie_band=band)
+    return labels, mask, scene_index
+
+
+def _scene_ids(call: str, population: Any, selected: np.ndarray, scenes: list[int]) -> list[int]:
+    """The scene_id of each scene index in ``scenes`` (checked one id per index)."""
+    scene_index = _to_numpy(population.scene_index)[selected]
     scene_ids = _to_numpy(population.scene_id)[selected]
     by_index: dict[int, int] = {}
     for index, sid in zip(scene_index.tolist(), scene_ids.tolist()):
         if by_index.setdefault(int(index), int(sid)) != int(sid):
             raise _fail(call, "population.scene_id", f"scene_index {index} maps to several ids",
                         "one scene_id per scene_index", "the population file is inconsistent")
-    summary["per_scene"]["scene_id"] = [by_index[i] for i in summary["per_scene"]["scene_index"]]
-    summary["rows"] = int(selected.size)
+    return [by_index[int(i)] for i in scenes]
+
+
+def _identity(population: Any) -> dict[str, str | None]:
+    values = {}
     for key in ("name", "split", "digest"):
         value = getattr(population, key, None)
-        summary[key] = None if value is None else str(value)
-    return summary
+        values[key] = None if value is None else str(value)
+    return values
+
+
+def population_heuristic_references(
+    train_population: Any, validation_population: Any, *, tie_band: float
+) -> dict[str, dict[str, Any]]:
+    """The cheap heuristic reference policies on a held-out population's chain rows.
+
+    * ``best_fixed_index``: always the candidate slot with the lowest scene-weighted TRAIN
+      regret_H (``best_fixed_index`` on TRAIN chain rows only; ties go to the lowest index).
+    * ``straight_strike``: always slot ``STRAIGHT_STRIKE_INDEX`` (0), the target struck
+      straight at the goal centre by the scene layout contract.
+    * ``myopic_oracle``: argmax of the evaluated rows' exact Q*_1 (ties within ``tie_band``
+      averaged). It is an ORACLE (``"oracle": True``): it reads the held-out labels.
+
+    Args:
+        train_population: a TRAIN ``Population`` (``split == "train"``); only its chain rows
+            are read, and only to choose the fixed index.
+        validation_population: the held-out ``Population`` (``split`` "validation" or "test")
+            with TRAIN's horizon and K; every chain row is evaluated.
+        tie_band: finite tolerance >= 0, native Q units (the myopic oracle's ties).
+
+    Returns:
+        JSON-able ``{name: entry}`` for the three names above, in that order. Every entry has
+        ``policy`` (words), ``oracle`` (bool), ``horizon``, ``regret`` [H] (scene-weighted,
+        index h-1), ``regret_primary`` (at H), ``per_scene`` = {``scene_index`` [n_scenes],
+        ``scene_id`` [n_scenes], ``regret`` [n_scenes][H]} in ascending scene_index order (the
+        order of ``evaluate_population``), and ``evaluated_on`` (name, split, digest, rows).
+        The fixed-index entries add ``index``; ``best_fixed_index`` adds ``chosen_on``
+        ("train"), ``train_population_digest`` and ``train_regret_by_index`` [K] (None for a
+        slot not valid in every TRAIN state); the oracle adds ``reads`` and ``tie_band``.
+    """
+    call = "population_heuristic_references"
+    band = _check_tie_band(call, tie_band)
+    train_split = getattr(train_population, "split", None)
+    if train_split != "train":
+        raise _fail(call, "train_population.split", train_split, "'train'",
+                    "the fixed index is chosen on TRAIN only; never on validation or test")
+    split = getattr(validation_population, "split", None)
+    if split not in ("validation", "test"):
+        raise _fail(call, "validation_population.split", split, "'validation' | 'test'",
+                    "references are evaluated on held-out scenes, like the scorer")
+    horizon = int(validation_population.horizon)
+    if int(train_population.horizon) != horizon:
+        raise _fail(call, "train_population.horizon", int(train_population.horizon),
+                    f"the evaluated population's horizon {horizon}",
+                    "use TRAIN and validation populations of the same preset family")
+    train_rows = _chain_rows(call, train_population, None)
+    train_labels, train_mask, train_scene = _chain_arrays(call, train_population, train_rows)
+    rows = _chain_rows(call, validation_population, None)
+    labels, mask, scene_index = _chain_arrays(call, validation_population, rows)
+    if train_labels.shape[1] != labels.shape[1]:
+        raise _fail(call, "train_population K", int(train_labels.shape[1]),
+                    f"the evaluated population's K {labels.shape[1]}",
+                    "a fixed index means the same candidate slot in both populations")
+    index, train_by_index = best_fixed_index(train_labels, train_mask, train_scene)
+    scenes = np.unique(_to_numpy(scene_index).astype(np.int64))
+    scene_ids = _scene_ids(call, validation_population, rows, scenes.tolist())
+    evaluated_on: dict[str, Any] = {**_identity(validation_population), "rows": int(rows.size)}
+
+    def entry(per_scene: np.ndarray, **fields: Any) -> dict[str, Any]:
+        regret = per_scene.mean(axis=0)
+        return {
+            **fields,
+            "horizon": horizon,
+            "regret": [float(v) for v in regret],
+            "regret_primary": float(regret[-1]),
+            "per_scene": {"scene_index": [int(v) for v in scenes], "scene_id": list(scene_ids),
+                          "regret": per_scene.tolist()},
+            "evaluated_on": dict(evaluated_on),
+        }
+
+    return {
+        "best_fixed_index": entry(
+            fixed_index_regret(labels, mask, scene_index, index),
+            policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H "
+                   "(ties: lowest index)",
+            oracle=False, index=index, chosen_on="train",
+            train_population_digest=_identity(train_population)["digest"],
+            train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
+        ),
+        "straight_strike": entry(
+            fixed_index_regret(labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
+            policy="always candidate slot 0: the target struck straight at the goal centre "
+                   "(scene layout contract)",
+            oracle=False, index=STRAIGHT_STRIKE_INDEX,
+        ),
+        "myopic_oracle": entry(
+            myopic_oracle_regret(labels, mask, scene_index, tie_band=band),
+            policy="argmax of the exact Q*_1 labels of each evaluated state (ties within "
+                   "tie_band averaged)",
+            oracle=True, reads=f"{split} labels", tie_band=band,
+        ),
+    }

@@ -170,6 +170,7 @@ def fit_recipe(
         seed=applied.seed,
         rows=rows,
         start_batch=resume_state.start_updates if resume_state is not None else 0,
+        successor_labels=applied.successor_label_rows > 0,
     )
     dims = population_dims(train_pop)
 

@@ -44,6 +44,7 @@ __all__ = [
     "polyak_target_update",
     "population_dims",
     "refresh_target",
+    "successor_label_loss",
     "successor_reward_loss",
     "td_targets",
 ]
@@ -62,8 +63,12 @@ def td_targets(
     """Finite-horizon TD targets.
 
     y_1 = r;  y_h = r + max_{a' valid in s'} Q-_{h-1}(s', a')  for h = 2..H.
-    A missing successor (`successor_valid` False) or a successor without any valid candidate
-    is terminal: nothing is reachable after it, so y_h = r for every h.
+    The game has no terminal state, and `load_population` refuses a chain-row candidate
+    without a successor, so in a loaded population every valid (s, a) bootstraps. The
+    masking below serves only padded or synthetic inputs (a masked candidate, whose own
+    loss is masked anyway, or a hand-made batch): there a missing successor
+    (`successor_valid` False) or a successor without any valid candidate contributes
+    nothing after r, so y_h = r for every h.
 
     Args:
         reward: [B, K] r(s, a).
@@ -86,7 +91,8 @@ def td_targets(
             f"td_targets: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}"
         )
     future = next_q[..., : horizon - 1]
-    # masked a' can never be the max: -inf before the max, then drop empty/terminal rows
+    # masked a' can never be the max: -inf before the max, then drop rows with nothing to
+    # bootstrap (padded/synthetic inputs only; loaded populations always have a successor)
     masked = future.masked_fill(~next_candidate_mask.unsqueeze(-1), float("-inf"))
     best = masked.amax(dim=2)  # [B, K, H-1]
     bootstrap = successor_valid & next_candidate_mask.any(dim=2)
@@ -131,6 +137,28 @@ def successor_reward_loss(
         Scalar loss (`native_huber_loss` on horizon 1); 0.0 when no candidate is valid.
     """
     return native_huber_loss(next_q[..., :1], next_reward.unsqueeze(-1), next_candidate_mask, delta)
+
+
+def successor_label_loss(
+    next_q: Tensor, next_labels: Tensor, next_candidate_mask: Tensor, delta: float
+) -> Tensor:
+    """Native Huber of the Q_1..Q_{H-1} heads on successor states against their exact labels.
+
+    A successor state carries Q*_1..Q*_{H-1}. Fitting them anchors every value the TD targets
+    of its parent bootstrap through; with one training row (the E0 canary) nothing else can.
+
+    Args:
+        next_q: [M, K', H] online predictions on M successor states.
+        next_labels: [M, K', H] exact labels (horizons 1..H-1 valid; H is ignored).
+        next_candidate_mask: [M, K'] bool, valid candidates of s'.
+        delta: Huber delta (metres).
+
+    Returns:
+        Scalar loss; 0.0 when H == 1 or no candidate is valid.
+    """
+    if next_q.shape[-1] < 2:
+        return next_q.new_zeros(())
+    return native_huber_loss(next_q[..., :-1], next_labels[..., :-1], next_candidate_mask, delta)
 
 
 @torch.no_grad()
@@ -208,7 +236,10 @@ class QhTDModule(pl.LightningModule):
 
     Loss per update: `native_huber_loss(online(s), td_targets(...))` on the batch's chain
     rows, plus, when `recipe.successor_reward_rows` = m > 0, `successor_reward_loss` of the
-    online Q_1 head on the successor states of the first m chain rows (y_1 = r).
+    online Q_1 head on the successor states of the first m chain rows (y_1 = r), plus, when
+    `recipe.successor_label_rows` = m' > 0, `successor_label_loss` of the Q_1..Q_{H-1} heads on
+    the successor states of the first m' chain rows against their exact labels (the canary's
+    anchor; the data module must then be built with `successor_labels=True`).
 
     Args:
         recipe: the (applied) recipe; architecture, optimizer, Huber delta, target rule.
@@ -287,6 +318,18 @@ class QhTDModule(pl.LightningModule):
             loss = loss + successor_reward_loss(
                 self.successor_q(batch, rows).float(), _flat(batch["next_reward"][:rows]),
                 _flat(batch["next_candidate_mask"][:rows]), self.recipe.huber_delta,
+            )
+        anchored = min(self.recipe.successor_label_rows, q.shape[0])
+        if anchored:
+            if "next_labels" not in batch:
+                raise QhInputError(
+                    f"QhTDModule.training_step: recipe.successor_label_rows={self.recipe.successor_label_rows!r} "
+                    "is not allowed with batches without 'next_labels'; allowed: 0, or a data module built "
+                    "with successor_labels=True. HINT: fit_recipe builds it from the recipe."
+                )
+            loss = loss + successor_label_loss(
+                self.successor_q(batch, anchored).float(), _flat(batch["next_labels"][:anchored]),
+                _flat(batch["next_candidate_mask"][:anchored]), self.recipe.huber_delta,
             )
         if not bool(torch.isfinite(loss)):
             # Stop before the optimizer step: a non-finite update would poison every later
@@ -380,6 +423,8 @@ class QhPopulationDataModule(pl.LightningDataModule):
         seed: batch-order seed.
         rows: optional subset of chain rows (e.g. the canary's single row) [R] int64.
         start_batch: index of the first batch produced (a resumed fit continues the stream).
+        successor_labels: also gather the successor states' exact labels as `next_labels`
+            [B, K, K', H] (for `recipe.successor_label_rows`; off by default, it costs a gather).
 
     Attributes:
         dims: `ScorerDims` of the population.
@@ -387,7 +432,8 @@ class QhPopulationDataModule(pl.LightningDataModule):
     """
 
     def __init__(
-        self, train: Any, *, batch_size: int, seed: int, rows: Tensor | None = None, start_batch: int = 0
+        self, train: Any, *, batch_size: int, seed: int, rows: Tensor | None = None, start_batch: int = 0,
+        successor_labels: bool = False,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -427,6 +473,7 @@ class QhPopulationDataModule(pl.LightningDataModule):
         }
         self._reward = p.reward.contiguous()
         self._successor = p.successor.contiguous()
+        self._labels = p.q.contiguous() if successor_labels else None
 
     def gather(self, rows: Tensor) -> dict[str, Tensor]:
         """Batch dict for chain rows [B] (keys: `BATCH_KEYS`; shapes in ARCHITECTURE.md)."""
@@ -444,6 +491,8 @@ class QhPopulationDataModule(pl.LightningDataModule):
         batch["reward"] = self._reward.index_select(0, rows)
         batch["next_reward"] = self._reward.index_select(0, flat).view(b, k, -1)  # [B, K, K']
         batch["successor_valid"] = valid
+        if self._labels is not None:
+            batch["next_labels"] = self._labels.index_select(0, flat).view(b, k, *self._labels.shape[1:])
         batch["rows"] = rows
         return batch
 

@@ -113,6 +113,11 @@ class QhRecipe(BaseModel):
             y_1 = r(s', a') (every population row carries its rewards); 0 disables it. More
             reward rows fit Q_1 where the TD targets bootstrap through it; labels Q* are
             never read.
+        successor_label_rows: for the first m chain rows of every batch, the successor
+            states also fit their Q_1..Q_{H-1} heads to their exact stored labels (a
+            supervised anchor, native Huber); 0 (the default) disables it. Broad fits leave it
+            at 0; the E0 canary sets it to 1, because its one row's targets bootstrap through
+            Q_{h-1} on successors that no TD row of a one-row fit can train.
         target_update: hard copy every `interval` updates, or Polyak with `tau`.
         updates: final optimizer-update budget of the fit.
         data: train / validation population paths.
@@ -130,6 +135,7 @@ class QhRecipe(BaseModel):
     batch_size: int = Field(ge=1, le=1_000_000)
     huber_delta: float = Field(gt=0.0)
     successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
+    successor_label_rows: int = Field(default=0, ge=0, le=1_000_000)
     target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
     updates: int = Field(ge=1)
     data: DataConfig = DataConfig()

@@ -52,20 +52,24 @@ GOAL_FEATURES: tuple[tuple[str, str], ...] = (("x", "m"), ("y", "m"), ("radius",
 """Goal features (name, unit)."""
 
 CANDIDATE_FEATURES: tuple[tuple[str, str], ...] = (
-    ("cos_relative", "1"),
-    ("sin_relative", "1"),
     ("cos_direction", "1"),
     ("sin_direction", "1"),
     ("speed", "m/s"),
     ("strikes_target", "1"),
 )
-"""Candidate features (name, unit): direction relative to its reference line and in the
-table frame, strike speed, and whether the struck puck is the target."""
+"""Candidate features (name, unit): the strike's direction in the table frame, its speed and
+whether the struck puck is the target. Which puck is struck is ``candidates.parquet`` column
+``object``. Nothing here says how a strike relates to the goal or to other pucks: a scorer
+must learn what a strike does from the objects."""
 
 
 @dataclass(frozen=True)
 class Strike:
-    """One candidate: give puck ``puck`` speed ``speed`` along ``direction`` (radians)."""
+    """One candidate: give puck ``puck`` speed ``speed`` along ``direction`` (radians).
+
+    ``relative`` is the direction minus the target->goal angle; it documents the layout and
+    is deliberately not a feature.
+    """
 
     puck: int
     direction: float
@@ -78,19 +82,43 @@ def target_goal_distance(scene: Scene, positions: np.ndarray) -> float:
     return math.hypot(scene.goal[0] - float(positions[0, 0]), scene.goal[1] - float(positions[0, 1]))
 
 
-def _nearest_other(positions: np.ndarray) -> int:
-    # Ties go to the lowest index so the choice is a function of the positions alone.
-    d = np.hypot(positions[1:, 0] - positions[0, 0], positions[1:, 1] - positions[0, 1])
-    return 1 + int(np.argmin(d))
+def _blocker(positions: np.ndarray, radius: tuple[float, ...], goal: tuple[float, float]) -> int:
+    """The other puck that most obstructs the target->goal segment.
+
+    Obstruction is the free gap between the puck and the segment swept by the target
+    (distance from its centre to the segment minus both radii); the smallest gap wins and
+    ties go to the lowest index, so the choice is a function of the state alone.
+    """
+    start = positions[0]
+    seg = np.asarray(goal, dtype=np.float64) - start
+    length2 = float(seg @ seg)
+    others = positions[1:]
+    t = np.zeros(len(others)) if length2 == 0.0 else np.clip((others - start) @ seg / length2, 0.0, 1.0)
+    closest = start + t[:, None] * seg
+    gap = np.hypot(*(others - closest).T) - (np.asarray(radius[1:]) + radius[0])
+    return 1 + int(np.argmin(gap))
+
+
+def _bank_aims(scene: Scene, positions: np.ndarray, count: int) -> list[float]:
+    """Directions of one-cushion shots: the target aimed at the goal mirrored in a wall.
+
+    The target's centre turns at ``radius`` from a wall, so the mirror line is offset by it.
+    Walls are ordered by the banked path length (shortest first; ties by wall order).
+    """
+    tx, ty = float(positions[0, 0]), float(positions[0, 1])
+    gx, gy = scene.goal
+    r = scene.radius[0]
+    w, h = scene.physics.table_width, scene.physics.table_height
+    mirrors = [(2 * r - gx, gy), (2 * (w - r) - gx, gy), (gx, 2 * r - gy), (gx, 2 * (h - r) - gy)]
+    ranked = sorted(range(4), key=lambda i: (math.hypot(mirrors[i][0] - tx, mirrors[i][1] - ty), i))
+    return [math.atan2(mirrors[i][1] - ty, mirrors[i][0] - tx) for i in ranked[:count]]
 
 
 def candidate_strikes(scene: Scene, positions: np.ndarray, layout: CandidateLayout) -> list[Strike]:
-    """The K strikes offered in a state, in a fixed order.
+    """The K strikes offered in a state, in the fixed order of ``CandidateLayout``.
 
-    Target strikes come first: direction ``theta_goal + 2*pi*k / target_directions`` with
-    ``theta_goal`` the angle of the target->goal line (0 when the target sits exactly on the
-    goal centre). Then strikes of the puck nearest the target, starting on its line towards
-    the target.
+    ``theta_goal`` is the angle of the target->goal line (0 when the target sits exactly on
+    the goal centre). Candidate 0 is always the straight strike of the target at the goal.
 
     Args:
         scene: the scene.
@@ -102,17 +130,14 @@ def candidate_strikes(scene: Scene, positions: np.ndarray, layout: CandidateLayo
     """
     tx, ty = float(positions[0, 0]), float(positions[0, 1])
     theta_goal = math.atan2(scene.goal[1] - ty, scene.goal[0] - tx)
-    strikes = []
-    for k in range(layout.target_directions):
-        relative = 2.0 * math.pi * k / layout.target_directions
-        strikes.append(Strike(0, theta_goal + relative, relative, layout.speed))
-    if layout.other_directions:
-        other = _nearest_other(positions)
-        ox, oy = float(positions[other, 0]), float(positions[other, 1])
-        theta_target = math.atan2(ty - oy, tx - ox)
-        for k in range(layout.other_directions):
-            relative = 2.0 * math.pi * k / layout.other_directions
-            strikes.append(Strike(other, theta_target + relative, relative, layout.speed))
+    strikes = [Strike(0, theta_goal, 0.0, speed) for speed in layout.speeds]
+    strikes += [Strike(0, theta_goal + off, off, layout.fast_speed) for off in layout.offsets]
+    strikes += [Strike(0, aim, aim - theta_goal, layout.fast_speed)
+                for aim in _bank_aims(scene, positions, layout.bank_shots)]
+    if layout.blocker_strikes:
+        blocker = _blocker(positions, scene.radius, scene.goal)
+        for side in (0.5 * math.pi, -0.5 * math.pi):
+            strikes.append(Strike(blocker, theta_goal + side, side, layout.slow_speed))
     return strikes
 
 
@@ -124,8 +149,7 @@ def candidate_features(strikes: list[Strike]) -> np.ndarray:
     """
     return np.array(
         [
-            (math.cos(s.relative), math.sin(s.relative), math.cos(s.direction),
-             math.sin(s.direction), s.speed, 1.0 if s.puck == 0 else 0.0)
+            (math.cos(s.direction), math.sin(s.direction), s.speed, 1.0 if s.puck == 0 else 0.0)
             for s in strikes
         ],
         dtype=np.float64,

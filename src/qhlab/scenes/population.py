@@ -22,6 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -51,6 +52,7 @@ from qhlab.scenes.candidates import (
     object_features,
 )
 from qhlab.scenes.chains import StateRow, run_chains
+from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.labels import TreeSearch, label_executor
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
@@ -168,6 +170,12 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
             "candidates.parquet": candidates_table}
 
 
+def _card(rows: list[StateRow]) -> dict:
+    chain = [row for row in rows if row.step >= 0]
+    return difficulty_card(np.stack([row.q for row in chain]), np.array([row.scene_index for row in chain]),
+                           tie_band=CARD_TIE_BAND)
+
+
 def _features_record() -> dict:
     def names(spec):
         return [{"name": n, "unit": u} for n, u in spec]
@@ -271,6 +279,7 @@ def generate_population(
             "max_objects": max(s.num_pucks for s in scenes),
             "simulations": search.simulations,
         },
+        "difficulty": _card(rows),
         "files": {},
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ __all__ = [
     "scene_id_for",
 ]
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Bumped whenever a change to sampling, candidates, rewards or labels changes any output."""
 
 SPLITS = ("train", "validation", "test")
@@ -40,26 +40,50 @@ _SPLIT_CODE = {"train": 0, "validation": 1, "test": 2}
 
 @dataclass(frozen=True)
 class CandidateLayout:
-    """Which strikes a state offers; K = target_directions + other_directions.
+    """Which strikes a state offers, in a fixed order; K = ``num_candidates``.
+
+    Every group is oriented on the state's own geometry, never on a learned quantity, and
+    the order is fixed so that "always candidate k" is a meaningful (TRAIN-chosen) heuristic:
+
+    1. one straight strike of the target at the goal centre per entry of ``speeds``
+       (candidate 0, the first speed, is *the straight strike*);
+    2. target strikes at ``offsets`` (radians, counter-clockwise) from the target->goal line,
+       at the fastest speed: they go around a blocker or set up the next strike;
+    3. ``bank_shots`` target strikes aimed at the goal's mirror image in a wall (one cushion),
+       at the fastest speed, walls ordered by the length of the banked path;
+    4. ``blocker_strikes`` (0 or 2) strikes of the *blocker*, the other puck that most
+       obstructs the target->goal segment, perpendicular to that segment (left, then right),
+       at the slowest speed: clearing the line first can be optimal at H >= 2.
 
     Attributes:
-        target_directions: strikes of the target (puck 0), evenly spaced and starting on the
-            target->goal line.
-        other_directions: strikes of the puck nearest the target, evenly spaced and starting
-            on that puck's line towards the target.
-        speed: initial speed of the struck puck, m/s.
+        speeds: straight-strike speeds, m/s (at least one; stopping in the goal depends on the
+            speed, the puck's friction and, through collisions, the masses).
+        offsets: relative directions of the offset strikes, radians.
+        bank_shots: number of one-cushion shots (0-4).
+        blocker_strikes: 0 or 2.
         goal_bonus: reward bonus (metres) when the target ends a transition in the goal.
     """
 
-    target_directions: int = 8
-    other_directions: int = 0
-    speed: float = 1.2
+    speeds: tuple[float, ...] = (0.9, 1.5)
+    offsets: tuple[float, ...] = (0.6, -0.6)
+    bank_shots: int = 2
+    blocker_strikes: int = 2
     goal_bonus: float = 0.1
 
     @property
     def num_candidates(self) -> int:
         """K, fixed for every state of the preset."""
-        return self.target_directions + self.other_directions
+        return len(self.speeds) + len(self.offsets) + self.bank_shots + self.blocker_strikes
+
+    @property
+    def fast_speed(self) -> float:
+        """Speed of offset and bank shots (the fastest straight speed), m/s."""
+        return max(self.speeds)
+
+    @property
+    def slow_speed(self) -> float:
+        """Speed of blocker strikes (the slowest straight speed), m/s."""
+        return min(self.speeds)
 
 
 @dataclass(frozen=True)
@@ -96,6 +120,10 @@ class Preset:
         goal_radius: goal circle radius, metres.
         placement_gap: least free distance between pucks, walls and (for the target) the
             goal edge in initial positions, metres.
+        blocker_probability: chance that puck 1 starts on or near the target's straight line
+            to the goal (a *blocker*); otherwise it is placed uniformly like the others.
+        blocker_lateral: largest sideways offset of a blocker from that line, as a multiple
+            of the two pucks' summed radii (below 1 the straight strike always hits it).
         physics: fixed physical constants.
     """
 
@@ -112,6 +140,8 @@ class Preset:
     friction: tuple[float, float] = (0.15, 0.35)
     goal_radius: float = 0.08
     placement_gap: float = 0.01
+    blocker_probability: float = 0.0
+    blocker_lateral: float = 0.8
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
 
     def __post_init__(self) -> None:
@@ -119,17 +149,21 @@ class Preset:
         checks = {
             "scenes": self.scenes >= 1, "chains_per_scene": self.chains_per_scene >= 1,
             "steps": self.steps >= 1, "horizon": self.horizon >= 2,
-            "candidates": self.candidates.target_directions >= 1 and self.candidates.other_directions >= 0,
+            "candidates": len(self.candidates.speeds) >= 1 and all(v > 0 for v in self.candidates.speeds)
+            and 0 <= self.candidates.bank_shots <= 4 and self.candidates.blocker_strikes in (0, 2),
             "pucks": 1 <= self.pucks[0] <= self.pucks[1]
-            and (self.candidates.other_directions == 0 or self.pucks[0] >= 2),
+            and (self.candidates.blocker_strikes == 0 or self.pucks[0] >= 2)
+            and (self.blocker_probability == 0.0 or self.pucks[0] >= 2),
+            "blocker_probability": 0.0 <= self.blocker_probability <= 1.0 and self.blocker_lateral >= 0.0,
             "actor": self.actor.kind in ("uniform", "epsilon-greedy") and 0.0 <= self.actor.epsilon <= 1.0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise QhInputError(
                 f"Preset {self.name!r}: fields {bad} are not allowed; allowed: scenes, chains_per_scene, "
-                "steps >= 1; horizon >= 2; target_directions >= 1; at least 2 pucks when other pucks are "
-                "struck; actor 'uniform' or 'epsilon-greedy' with epsilon in [0, 1]."
+                "steps >= 1; horizon >= 2; at least one positive speed, 0-4 bank shots, 0 or 2 blocker "
+                "strikes; at least 2 pucks when a blocker is placed or struck; blocker_probability in "
+                "[0, 1]; actor 'uniform' or 'epsilon-greedy' with epsilon in [0, 1]."
             )
 
     def as_record(self) -> dict:
@@ -142,16 +176,20 @@ PRESETS: dict[str, Preset] = {
     # struck-object index is exercised.
     "tiny": Preset(
         name="tiny", scenes=3, chains_per_scene=1, steps=2, horizon=2,
-        candidates=CandidateLayout(target_directions=4, other_directions=2),
+        candidates=CandidateLayout(speeds=(0.9, 1.5), offsets=(), bank_shots=2, blocker_strikes=2),
+        blocker_probability=0.5,
     ),
-    # The default demo (H=3, K=8): about 2,000 simulations per CPU-second, so both splits
-    # together (352k simulations, ~175 CPU-s) take about 1.5 minutes on 2 idle cores.
-    "demo-train": Preset(name="demo-train", scenes=192, chains_per_scene=1, steps=3, horizon=3),
+    # The default demo (H=3, K=8: two straight speeds, two offsets, two bank shots, two
+    # blocker strikes; a blocker in half the scenes). About 2,000 simulations per CPU-second:
+    # TRAIN (192 chains x 1,608 = 309k simulations) takes about 80 s and VALIDATION
+    # (120 chains x 1,096 = 132k) about 35 s on 2 idle cores.
+    "demo-train": Preset(name="demo-train", scenes=192, chains_per_scene=1, steps=3, horizon=3,
+                         blocker_probability=0.5),
     "demo-validation": Preset(
-        name="demo-validation", scenes=40, chains_per_scene=1, steps=2, horizon=3
+        name="demo-validation", scenes=120, chains_per_scene=1, steps=2, horizon=3, blocker_probability=0.5,
     ),
     # bench/labeling.py: about 20 seconds of labelling on 2 idle cores (amortizes pool start-up).
-    "bench": Preset(name="bench", scenes=24, chains_per_scene=1, steps=3, horizon=3),
+    "bench": Preset(name="bench", scenes=24, chains_per_scene=1, steps=3, horizon=3, blocker_probability=0.5),
 }
 
 
@@ -202,16 +240,34 @@ def _place_pucks(
     physics = preset.physics
     gap = preset.placement_gap
     positions = np.zeros((len(radius), 2), dtype=np.float64)
+
+    def clear_of_placed(i: int, candidate: np.ndarray) -> bool:
+        lo = radius[i] + gap
+        inside = lo <= candidate[0] <= physics.table_width - lo and lo <= candidate[1] <= physics.table_height - lo
+        return inside and all(
+            np.hypot(*(candidate - positions[j])) >= radius[i] + radius[j] + gap for j in range(i)
+        )
+
+    # The blocker's draws happen for every scene (used or not), so the stream position of
+    # the remaining pucks does not depend on whether a blocker was placed.
+    wants_blocker = rng.random() < preset.blocker_probability
+    along, sideways = rng.uniform(0.3, 0.75), rng.uniform(-1.0, 1.0)
     for i, r in enumerate(radius):
+        if i == 1 and wants_blocker:
+            line = goal - positions[0]
+            length = float(np.hypot(*line))
+            normal = np.array([-line[1], line[0]]) / max(length, 1e-12)
+            candidate = positions[0] + along * line + sideways * preset.blocker_lateral * (radius[0] + r) * normal
+            if clear_of_placed(i, candidate):
+                positions[i] = candidate
+                continue
         for _ in range(10_000):
             lo = r + gap
             candidate = np.array([
                 rng.uniform(lo, physics.table_width - lo),
                 rng.uniform(lo, physics.table_height - lo),
             ])
-            clear = all(
-                np.hypot(*(candidate - positions[j])) >= r + radius[j] + gap for j in range(i)
-            )
+            clear = clear_of_placed(i, candidate)
             # The target starts outside the goal, so the first strike can earn the bonus.
             if i == 0:
                 clear = clear and np.hypot(*(candidate - goal)) >= preset.goal_radius + r + gap

@@ -282,9 +282,43 @@ def test_report_shows_every_arm_and_seed(finished_study):
     for r in report["retention"]:
         for decision in r["per_seed"].values():
             assert decision["retained"] == (decision["d_reg"]["estimate"] <= 0 and decision["d_mae"]["estimate"] <= 0)
-            assert decision["label"] in ("robust", "inconclusive")
+            # 3 validation scenes < 30: nothing is robust, and the decision says why.
+            assert decision["label"] == "inconclusive" and decision["n_scenes"] == 3
+            assert decision["label_reason"].startswith("fewer than 30 validation scenes (n_scenes=3)")
         assert r["seeds_disagree"] == (len({d["retained"] for d in r["per_seed"].values()}) > 1)
     assert report["n_scenes"] == 3 and report["horizon"] == 2
+    # One plain sentence near the top (before the first table) says so.
+    sentence = ("There are fewer than 30 validation scenes (3), so no retention decision is labelled "
+                "robust: every decision below is inconclusive.")
+    assert sentence in text and text.index(sentence) < text.index("## Every arm and seed")
+
+
+@pytest.mark.slow
+def test_report_shows_heuristic_references_and_headline_first(finished_study):
+    output = finished_study["output"]
+    report = json.loads((output / "report" / "report.json").read_text())
+    lines = (output / "report" / "report.md").read_text().splitlines()
+    sealed = read_receipt(output / "development.receipt.json", kind="study_development", schema_version=1)["body"]["references"]
+    best = sealed["best_fixed_index"]
+    assert best["chosen_on"] == "train"
+    assert best["train_regret_by_index"][best["index"]] == min(v for v in best["train_regret_by_index"] if v is not None)
+    assert sealed["straight_strike"]["index"] == 0 and sealed["myopic_oracle"]["oracle"] is True
+    baseline = {c["seed"]: c["regret"][-1] for c in report["cells"] if c["arm"] == "baseline"}
+    assert set(report["references"]) == {"best_fixed_index", "straight_strike", "myopic_oracle"}
+    for name, ref in report["references"].items():
+        assert ref["regret"] == pytest.approx(sealed[name]["regret"])
+        assert ref["regret_interval"]["estimate"] == pytest.approx(ref["regret"][-1])
+        assert [p["seed"] for p in ref["paired"]] == [0, 1]
+        for p in ref["paired"]:
+            assert p["interval"]["estimate"] == pytest.approx(baseline[p["seed"]] - ref["regret"][-1])
+    headline = report["headline"]
+    for row in headline["per_seed"]:
+        assert row["ratio"] == pytest.approx(baseline[row["seed"]] / report["references"]["best_fixed_index"]["regret"][-1])
+        assert row["beats"] == (row["baseline_regret"] < row["heuristic_regret"] and row["high"] < 0)
+    assert headline["beats_every_seed"] == all(r["beats"] for r in headline["per_seed"])
+    # The headline is the first paragraph, then the references table marks the oracle.
+    assert lines[0].startswith("# Architecture study") and lines[1] == "" and lines[2] == headline["text"]
+    assert any(line.startswith("| myopic oracle (argmax Q*_1) (oracle: reads validation labels) |") for line in lines)
 
 
 @pytest.mark.slow
@@ -360,6 +394,68 @@ def test_validation_opens_only_at_development(config_writer, tmp_path, populatio
     assert len(body["train_constant"]) == 2
 
 
+def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_successors(
+        config_writer, tmp_path, population_cache, capsys):
+    """One optimizer update cannot recover the optimal action: E0 fails, and says how."""
+    from qhlab.cli import main
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.training.execution_profile import execution_profile
+
+    config = config_writer(tmp_path / "cfg", population_cache, **{"canary_updates = 600": "canary_updates = 1"})
+    output = tmp_path / "out"
+    freeze = freeze_study(config, output)
+    code = main(["study", "admit-canaries", str(config), "--output", str(output)])
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert code == 1, captured.err
+    e0 = read_receipt(output / "canaries" / "e0.receipt.json", kind="study_e0", schema_version=1)["body"]
+    assert e0["passed"] is False
+    selected = e0["selection"]["selected"]
+    labels = selected["labels"]  # [K][H] original labels of the canary row
+
+    # (a) The study recipe has successor_label_rows = 0 (the default); each canary still
+    # anchored its row's successors at Q_1..Q_{H-1}, and its receipt says so and why.
+    study_config, _, _ = study._read_config(config)
+    for seed in (0, 1):
+        frozen = study_config.cell_recipe("baseline", seed, 1)
+        assert frozen.successor_label_rows == 0
+        assert recipe_digest(frozen) == freeze["recipes"]["baseline"][str(seed)]["1"]
+        canary_recipe = frozen.model_copy(update={"successor_label_rows": 1})
+        cell = read_receipt(output / "canaries" / f"e0-baseline-s{seed}" / "cell.receipt.json",
+                            kind="study_cell", schema_version=1)["body"]
+        training = cell["canary"]["successor_training"]
+        assert training["successor_label_rows"] == 1 and training["study_successor_label_rows"] == 0
+        assert "bootstrap through" in training["why"]
+        assert training["canary_recipe_digest"] == recipe_digest(canary_recipe)
+        assert training["frozen_recipe_digest"] == recipe_digest(frozen)
+        assert cell["recipe_digest"] == recipe_digest(canary_recipe) != recipe_digest(frozen)
+        # The fit itself ran that recipe (on the profile's backend fields).
+        assert cell["fit_recipe_digest"] == recipe_digest(execution_profile("cpu-fp32").apply(canary_recipe))
+
+    # (b) The reason names, per failing canary and horizon, the chosen and the optimal
+    # candidates with their predicted and true values; the CLI prints it.
+    failing = [(c, h) for c in e0["canaries"] for h in c["canary"]["per_horizon"] if not h["recovered"]]
+    assert failing and len(e0["failures"]) == len(failing)
+    assert e0["reason"].startswith("a canary did not recover the optimal action within tie_band=0.001: ")
+    for (c, h), record in zip(failing, e0["failures"]):
+        i = h["horizon"] - 1
+        best = selected["best_action"][i]
+        assert record["chosen"] == h["chosen"] and record["optimal"] == best
+        assert record["chosen_true"] == [labels[a][i] for a in h["chosen"]]
+        chosen = ", ".join(str(a) for a in h["chosen"])
+        predicted = ", ".join(f"{h['predicted'][a]:.4f}" for a in h["chosen"])
+        true = ", ".join(f"{labels[a][i]:.4f}" for a in h["chosen"])
+        text = (f"{c['cell']} (seed {c['seed']}) at H={h['horizon']} chose candidate(s) {chosen} "
+                f"(predicted {predicted}; true {true}); "
+                f"the optimal candidate is {best} (predicted {h['predicted'][best]:.4f}; "
+                f"true {labels[best][i]:.4f})")
+        assert text in e0["reason"]
+        assert text in printed
+    assert f"E0 failed: {e0['reason']}; broad fits will not run." in printed
+    with pytest.raises(OrderError, match="the E0 gate did not pass"):
+        prepare_development(config, output)
+
+
 def test_cli_refuses_out_of_order_with_exit_2(tmp_path, tiny_config, capsys):
     from qhlab.cli import main
 
@@ -420,3 +516,116 @@ def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():
     masked = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels,
                              np.array([True, True, False]), 0.001)
     assert [h["recovered"] for h in masked] == [True, True]
+
+
+# ------------------------------------------------------------------------------ heuristic references
+
+_BOOTSTRAP = {"resamples": 999, "seed": 0, "confidence": 0.95}
+_SCENES = [11, 12, 13, 14, 15, 16]
+
+
+def _references(best_h: list[float], straight_h: list[float], oracle_h: list[float], index: int = 3) -> dict:
+    """Hand-made development references on six scenes, H=2 (regret_1 is 0.1 everywhere)."""
+
+    def entry(values_h, **fields):
+        per_scene = [[0.1, v] for v in values_h]
+        return {**fields, "per_scene": {"scene_id": list(_SCENES), "regret": per_scene}}
+
+    return {
+        "best_fixed_index": entry(best_h, policy="best fixed", oracle=False, index=index, chosen_on="train"),
+        "straight_strike": entry(straight_h, policy="slot 0", oracle=False, index=0),
+        "myopic_oracle": entry(oracle_h, policy="argmax Q*_1", oracle=True, reads="validation labels"),
+    }
+
+
+def _baseline(values_h: list[float]):
+    import numpy as np
+
+    return np.array([[0.05, v] for v in values_h])
+
+
+def test_reference_comparisons_paired_intervals_and_headline():
+    import numpy as np
+
+    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+
+    best = [1.0, 2.0, 1.5, 1.0, 3.0, 2.5]        # mean 1.8333
+    straight = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]   # mean 2 (zero spread: point interval)
+    oracle = [0.5, 0.2, 0.4, 0.1, 0.3, 0.5]     # mean 0.3333
+    seed0 = [0.2, 0.4, 0.3, 0.1, 0.6, 0.5]      # below best on every scene
+    seed1 = [2.0, 2.5, 1.0, 3.0, 3.5, 2.0]      # worse than best on average
+    result = reference_comparisons(_references(best, straight, oracle), {0: _baseline(seed0), 1: _baseline(seed1)},
+                                   scene_ids=_SCENES, bootstrap=_BOOTSTRAP, baseline_arm="baseline")
+    refs = result["references"]
+    assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
+    assert refs["myopic_oracle"]["oracle"] is True
+    assert refs["myopic_oracle"]["note"] == "(oracle: reads validation labels)"
+    assert refs["best_fixed_index"]["note"] is None and refs["best_fixed_index"]["index"] == 3
+    assert refs["best_fixed_index"]["label"] == "best fixed index (TRAIN-chosen: index 3)"
+    for name, values in (("best_fixed_index", best), ("straight_strike", straight), ("myopic_oracle", oracle)):
+        ref = refs[name]
+        np.testing.assert_allclose(ref["regret"], [0.1, np.mean(values)])
+        assert ref["regret_interval"]["estimate"] == pytest.approx(np.mean(values))
+        assert ref["regret_interval"]["statistic"] == "mean" and ref["regret_interval"]["n_resamples"] == 999
+        assert [p["seed"] for p in ref["paired"]] == [0, 1]
+        for p, seed_values in zip(ref["paired"], (seed0, seed1)):
+            assert p["relation"] == "baseline minus reference" and p["horizon"] == 2 and p["arm"] == "baseline"
+            interval = p["interval"]
+            assert interval["estimate"] == pytest.approx(np.mean(seed_values) - np.mean(values))
+            assert interval["low"] <= interval["estimate"] <= interval["high"]
+            assert interval["statistic"] == "mean difference" and interval["confidence"] == 0.95
+    assert refs["straight_strike"]["regret_interval"]["method"] == "point"
+
+    headline = result["headline"]
+    assert headline["heuristic"] == "best_fixed_index" and headline["index"] == 3
+    assert headline["heuristic_regret"] == pytest.approx(np.mean(best))
+    per_seed = {r["seed"]: r for r in headline["per_seed"]}
+    assert per_seed[0]["beats"] is True and per_seed[0]["high"] < 0
+    assert per_seed[0]["ratio"] == pytest.approx(np.mean(seed0) / np.mean(best))
+    assert per_seed[1]["beats"] is False and per_seed[1]["ratio"] == pytest.approx(np.mean(seed1) / np.mean(best))
+    assert headline["beats_every_seed"] is False
+    text = headline["text"]
+    assert text.startswith("The learned baseline does not beat the best TRAIN-chosen heuristic "
+                           "(fixed candidate index 3) on both seeds at H=2 (it does on 1 of 2): ")
+    assert "seed 0: baseline regret_2 0.35 vs heuristic 1.833" in text
+    assert ": beats;" in text and text.endswith(": does not beat.")
+    assert f"ratio {np.mean(seed0) / np.mean(best):.3g}" in text
+    json.dumps(result, allow_nan=False)
+
+
+def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
+    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+
+    best = [1.0] * 5 + [1.2]
+    # Lower on every scene for seed 0; seed 1 is lower on average (-0.1333) but one scene is far
+    # worse, so resamples with it twice have a positive mean and the upper bound crosses 0.
+    below = [0.5, 0.6, 0.4, 0.5, 0.5, 0.9]
+    crossing = [0.5, 0.5, 0.5, 0.5, 0.5, 3.2]
+    both = reference_comparisons(_references(best, best, best), {0: _baseline(below), 1: _baseline(below)},
+                                 scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    assert both["headline"]["beats_every_seed"] is True
+    assert both["headline"]["text"].startswith("The learned baseline beats the best TRAIN-chosen heuristic")
+    mixed = reference_comparisons(_references(best, best, best), {0: _baseline(below), 1: _baseline(crossing)},
+                                  scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    seed1 = mixed["headline"]["per_seed"][1]
+    assert seed1["baseline_regret"] < seed1["heuristic_regret"] and seed1["high"] > 0
+    assert seed1["beats"] is False and mixed["headline"]["beats_every_seed"] is False
+    # A heuristic with zero regret cannot be beaten and has no ratio.
+    zero = reference_comparisons(_references([0.0] * 6, best, best), {0: _baseline(below), 1: _baseline(below)},
+                                 scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    assert [r["ratio"] for r in zero["headline"]["per_seed"]] == [None, None]
+    assert "ratio undefined" in zero["headline"]["text"] and zero["headline"]["beats_every_seed"] is False
+
+
+def test_reference_comparisons_refuse_other_scenes_and_missing_references():
+    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+
+    refs = _references([1.0] * 6, [1.0] * 6, [1.0] * 6)
+    with pytest.raises(EvidenceError, match="reference best_fixed_index was evaluated on other scenes"):
+        reference_comparisons(refs, {0: _baseline([0.5] * 6)}, scene_ids=list(reversed(_SCENES)), bootstrap=_BOOTSTRAP)
+    del refs["myopic_oracle"]
+    with pytest.raises(QhInputError, match="references=.*is not allowed; allowed: exactly"):
+        reference_comparisons(refs, {0: _baseline([0.5] * 6)}, scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    with pytest.raises(QhInputError, match=r"baseline_regret\[0\]='shape \(5, 2\)'"):
+        reference_comparisons(_references([1.0] * 6, [1.0] * 6, [1.0] * 6), {0: _baseline([0.5] * 5)},
+                              scene_ids=_SCENES, bootstrap=_BOOTSTRAP)

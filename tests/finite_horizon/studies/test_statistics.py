@@ -10,6 +10,7 @@ from scipy import stats
 
 from qhlab.evidence.errors import QhInputError
 from qhlab.finite_horizon.studies.statistics import (
+    MIN_SCENES_FOR_ROBUST,
     paired_scene_bootstrap,
     pooled_seed_values,
     retention_margins,
@@ -135,7 +136,10 @@ def test_retention_margins_by_hand_retained_but_inconclusive():
     assert decision.d_reg.upper.high == reg_high < 0.0
     assert decision.d_mae.upper.high == mae_high > 0.0
     assert decision.d_reg.confirmed and not decision.d_mae.confirmed
-    assert decision.label == "inconclusive"
+    assert decision.label == "inconclusive" and decision.n_scenes == 4
+    # Two reasons: only 4 scenes, and D_mae's upper bound is above 0.
+    assert decision.label_reason.startswith("fewer than 30 validation scenes (n_scenes=4)")
+    assert "upper bound of D_mae is not <= 0" in decision.label_reason
     json.dumps(decision.as_dict(), allow_nan=False)
 
 
@@ -164,13 +168,91 @@ def test_retention_margins_robust_retention_and_robust_rejection():
 
 def test_retention_margins_with_constant_margins_use_the_point_and_say_so():
     decision = retention_margins(
-        [1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0],
+        [1.0, 2.0, 3.0] * 10, [2.0, 4.0, 6.0] * 10, [1.0] * 30, [2.0] * 30,
         regret_fraction=0.5, mae_fraction=0.5, rng_seed=0, n_resamples=500,
     )
     # Both per-scene margins are exactly 0 everywhere: retained (<= 0), bound = 0 <= 0.
-    assert decision.d_reg.per_scene == [0.0, 0.0, 0.0]
+    assert decision.d_reg.per_scene == [0.0] * 30
     assert decision.retained and decision.label == "robust"
     assert decision.d_mae.upper.method == "point" and "zero spread" in decision.d_mae.upper.note
+
+
+def test_a_rejection_is_robust_on_one_confirmed_failing_margin_whatever_the_passing_one():
+    # 40 scenes, control regret 1 and matched MAE 1 everywhere.
+    # D_reg per scene: 1.5 - .9*1 = .6 and 1.7 - .9*1 = .8 alternating -> mean .7 > 0: fails.
+    #   Every per-scene value is >= .6, so every bootstrap mean (and any BCa bound, a quantile
+    #   of the bootstrap means) is >= .6: the one-sided lower bound is > 0.
+    # D_mae per scene: 0 - 1.1*1 = -1.1 and 2.1 - 1.1*1 = 1.0 alternating -> mean -.05 <= 0:
+    #   passes, but its spread (sd ~1.05, se ~.17) puts the one-sided upper bound above 0.
+    n = 40
+    variant_regret = np.tile([1.5, 1.7], n // 2)
+    variant_mae = np.tile([0.0, 2.1], n // 2)
+    decision = retention_margins(
+        variant_regret, np.ones(n), variant_mae, np.ones(n),
+        regret_fraction=0.9, mae_fraction=1.1, rng_seed=3, n_resamples=4000,
+    )
+    assert decision.d_reg.estimate == pytest.approx(0.7)
+    np.testing.assert_allclose(decision.d_reg.per_scene, np.tile([0.6, 0.8], n // 2))
+    assert decision.d_mae.estimate == pytest.approx(-0.05)
+    np.testing.assert_allclose(decision.d_mae.per_scene, np.tile([-1.1, 1.0], n // 2))
+    assert not decision.d_reg.passes and decision.d_mae.passes
+    assert decision.retained is False
+    reg_low, _ = _scipy_interval(
+        (np.array(decision.d_reg.per_scene),), np.mean, 3, 4000, alternative="greater"
+    )
+    _, mae_high = _scipy_interval(
+        (np.array(decision.d_mae.per_scene),), np.mean, 3, 4000, alternative="less"
+    )
+    assert decision.d_reg.lower.low == reg_low and reg_low >= 0.6
+    assert decision.d_mae.upper.high == mae_high > 0.0
+    # The passing margin's open upper bound does not matter for a rejection.
+    assert decision.label == "robust" and decision.n_scenes == n
+    assert decision.label_reason == "failing margin D_reg: one-sided lower bound > 0"
+    assert "a rejection is robust iff at least one failing margin" in decision.rule
+    json.dumps(decision.as_dict(), allow_nan=False)
+
+
+def test_a_rejection_whose_failing_margin_has_a_lower_bound_below_zero_is_inconclusive():
+    # D_reg per scene: 0 - .9 = -.9 and 2 - .9 = 1.1 alternating -> mean .1 > 0: fails, but
+    #   with sd 1.0 over 40 scenes (se ~.16) the one-sided lower bound is below 0.
+    # D_mae per scene: .5 - 1.1 = -.6 everywhere except .4 - 1.1 = -.7: clearly passes.
+    n = 40
+    variant_mae = np.full(n, 0.5)
+    variant_mae[0] = 0.4
+    decision = retention_margins(
+        np.tile([0.0, 2.0], n // 2), np.ones(n), variant_mae, np.ones(n),
+        regret_fraction=0.9, mae_fraction=1.1, rng_seed=3, n_resamples=4000,
+    )
+    assert decision.d_reg.estimate == pytest.approx(0.1)
+    assert decision.d_mae.estimate == pytest.approx(-0.6 - 0.1 / n)
+    assert decision.retained is False
+    assert decision.d_reg.lower.low < 0.0 and not decision.d_reg.confirmed
+    assert decision.d_mae.upper.high <= 0.0 and decision.d_mae.confirmed
+    assert decision.label == "inconclusive"
+    assert decision.label_reason == "no failing margin (D_reg) has a one-sided lower bound > 0"
+
+
+@pytest.mark.parametrize("n_scenes, label", [(20, "inconclusive"), (40, "robust")])
+def test_fewer_than_30_scenes_are_never_robust(n_scenes, label):
+    assert MIN_SCENES_FOR_ROBUST == 30
+    rng = np.random.default_rng(2)
+    control = rng.uniform(1.0, 2.0, size=n_scenes)
+    # Very clear margins either way: the variant halves (retained) or doubles (rejected) both.
+    for scale, retained in ((0.5, True), (2.0, False)):
+        decision = retention_margins(
+            scale * control, control, scale * control, control,
+            regret_fraction=0.9, mae_fraction=1.1, rng_seed=4, n_resamples=2000,
+        )
+        assert decision.retained is retained and decision.n_scenes == n_scenes
+        # The bounds themselves are clear whatever n is; only the label is withheld.
+        assert decision.d_reg.confirmed and decision.d_mae.confirmed
+        assert decision.label == label
+        if n_scenes < MIN_SCENES_FOR_ROBUST:
+            assert decision.label_reason.startswith(
+                f"fewer than 30 validation scenes (n_scenes={n_scenes}): no decision is labelled robust"
+            )
+        else:
+            assert "fewer than" not in decision.label_reason
 
 
 def test_retention_margins_refuse_mismatched_scenes_and_bad_fractions():

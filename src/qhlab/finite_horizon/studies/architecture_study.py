@@ -62,6 +62,7 @@ __all__ = [
     "freeze_study",
     "main",
     "prepare_development",
+    "reference_comparisons",
     "report_study",
     "run_fit",
 ]
@@ -773,6 +774,77 @@ def _recovers(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, tie_band: 
     return out
 
 
+_CANARY_SUCCESSOR_WHY = (
+    "a canary trains one TRAIN row; its Q_h targets (h >= 2) bootstrap through the target "
+    "scorer's Q_{h-1} on the row's successor states, which no TD row of a one-row fit trains "
+    "(successor states carry no successors of their own), so without an anchor those values "
+    "stay at their initialization and the canary could fail (or pass) whatever the learning "
+    "rule does; the canary therefore also fits the successors' Q_1..Q_{H-1} heads to their "
+    "exact stored TRAIN labels, and its batch is its one row repeated, so one anchored row "
+    "covers every successor"
+)
+
+
+def _canary_recipe(recipe) -> tuple[Any, dict]:
+    """The recipe a canary fits: the frozen baseline recipe with its successors anchored.
+
+    ``successor_label_rows`` becomes 1 (see ``_CANARY_SUCCESSOR_WHY``); every other field is
+    the frozen recipe's. The change is a fixed rule of this (frozen) source package applied to
+    the authenticated frozen recipe, so the freeze still determines exactly what a canary runs.
+
+    Args:
+        recipe: the authenticated baseline ``QhRecipe`` at ``canary_updates``.
+
+    Returns:
+        (the canary ``QhRecipe``, a JSON-able record of the change and why for the cell
+        receipt).
+    """
+    from qhlab.finite_horizon.recipe import recipe_digest
+
+    canary = type(recipe).model_validate({**recipe.model_dump(), "successor_label_rows": 1})
+    record = {
+        "successor_label_rows": 1,
+        "study_successor_label_rows": int(recipe.successor_label_rows),
+        "successor_reward_rows": int(recipe.successor_reward_rows),
+        "frozen_recipe_digest": recipe_digest(recipe),
+        "canary_recipe_digest": recipe_digest(canary),
+        "why": _CANARY_SUCCESSOR_WHY,
+    }
+    return canary, record
+
+
+def _canary_failures(canaries: list[dict], selected: dict) -> list[dict]:
+    """One record per failing (canary, horizon): the chosen candidates and the optimal one,
+    each with predicted and true (original label) values. ``selected["labels"]`` is [K][H]."""
+    labels = selected["labels"]
+    failures = []
+    for c in canaries:
+        for h in c["canary"]["per_horizon"]:
+            if h["recovered"]:
+                continue
+            i = h["horizon"] - 1
+            best = selected["best_action"][i]
+            failures.append({
+                "cell": c["cell"], "seed": c["seed"], "horizon": h["horizon"],
+                "chosen": h["chosen"],
+                "chosen_predicted": [h["predicted"][a] for a in h["chosen"]],
+                "chosen_true": [labels[a][i] for a in h["chosen"]],
+                "optimal": best, "optimal_predicted": h["predicted"][best],
+                "optimal_true": labels[best][i],
+            })
+    return failures
+
+
+def _failure_text(f: dict) -> str:
+    def values(xs: list[float]) -> str:
+        return ", ".join(f"{x:.4f}" for x in xs)
+
+    return (f"{f['cell']} (seed {f['seed']}) at H={f['horizon']} chose candidate(s) "
+            f"{', '.join(map(str, f['chosen']))} (predicted {values(f['chosen_predicted'])}; "
+            f"true {values(f['chosen_true'])}); the optimal candidate is {f['optimal']} "
+            f"(predicted {f['optimal_predicted']:.4f}; true {f['optimal_true']:.4f})")
+
+
 def admit_canaries(config_path, output):
     """Gate broad fits using the original labels of one prospectively selected TRAIN row.
 
@@ -782,8 +854,15 @@ def admit_canaries(config_path, output):
     ``run_fit(..., canary_role="e0")``) and admits when each recovers the optimal action
     within ``tie_band`` on the row's original labels. Writes the E0 receipt either way.
 
+    Each canary fits the frozen baseline recipe with ``successor_label_rows = 1``, so every
+    value its H >= 2 targets bootstrap through (Q_1..Q_{H-1} on the row's successors) is fitted
+    to the exact TRAIN labels (recorded in the canary cell receipt, ``canary.successor_training``).
+
     Returns:
-        The E0 receipt body; ``body["passed"]`` says whether broad fits may run.
+        The E0 receipt body; ``body["passed"]`` says whether broad fits may run. On failure
+        ``body["reason"]`` names, per failing canary and horizon, the chosen candidates and
+        the optimal one with their predicted and true values, and ``body["failures"]`` holds
+        the same as records.
     """
     frozen = _authenticate_freeze(config_path, output, "admit_canaries")
     directory = frozen.output / CANARY_DIR
@@ -819,13 +898,21 @@ def admit_canaries(config_path, output):
             canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path,
                              "canary": document["body"]["canary"]})
     passed = bool(canaries) and all(c["canary"]["recovered"] for c in canaries)
+    failures = _canary_failures(canaries, selection["selected"]) if canaries else []
+    if selection["selected"] is None:
+        reason = "no state of the canonical first chain has a unique best action at every horizon"
+    elif passed:
+        reason = "every canary recovered the optimal action"
+    else:
+        # Name what each failing canary chose, so a failed gate can be diagnosed from the
+        # receipt (and the CLI line) without reopening the fits.
+        reason = (f"a canary did not recover the optimal action within tie_band={config.tie_band}: "
+                  + "; ".join(_failure_text(f) for f in failures))
     body = {
         "study": config.name,
         "passed": passed,
-        "reason": ("no state of the canonical first chain has a unique best action at every horizon"
-                   if selection["selected"] is None else
-                   "every canary recovered the optimal action" if passed else
-                   "a canary did not recover the optimal action within tie_band"),
+        "reason": reason,
+        "failures": failures,
         "selection": selection,
         "canaries": [{k: v for k, v in c.items() if k != "receipt"} for c in canaries],
         "canary_updates": config.canary_updates,
@@ -856,8 +943,9 @@ def prepare_development(config_path, output):
 
     Resolves (generates or reuses) and authenticates the validation population, checks that it
     matches TRAIN's horizon, candidates and features and shares no scene with it, computes
-    the TRAIN-only constant predictor and its validation metrics, and writes the development
-    receipt binding the validation files.
+    the TRAIN-only constant predictor and its validation metrics, the heuristic references
+    (TRAIN-chosen best fixed index, straight strike, myopic oracle; body ``references``), and
+    writes the development receipt binding the validation files.
 
     Returns:
         The development receipt body.
@@ -865,6 +953,7 @@ def prepare_development(config_path, output):
     from qhlab.finite_horizon.evaluation import (
         constant_predictions,
         evaluate_population,
+        population_heuristic_references,
         population_train_constant,
     )
 
@@ -897,6 +986,9 @@ def prepare_development(config_path, output):
     constant = population_train_constant(train)
     summary = evaluate_population(constant_predictions(constant, validation.candidate_mask.numpy()),
                                   validation, tie_band=config.tie_band)
+    # Cheap policies next to the constant: the fixed index is chosen on TRAIN chain rows only;
+    # every reference is evaluated on validation chain rows in the cells' scene order.
+    references = population_heuristic_references(train, validation, tie_band=config.tie_band)
     body = {
         "study": config.name,
         "validation": {"path": str(validation_path.resolve()), "manifest_sha256": validation.digest,
@@ -904,6 +996,7 @@ def prepare_development(config_path, output):
                        "declared": source.model_dump(mode="json")},
         "train_constant": [float(v) for v in constant],
         "constant_on_validation": summary,
+        "references": references,
     }
     inputs = {"freeze": frozen.receipt_path, "e0": frozen.output / CANARY_DIR / E0_RECEIPT}
     inputs.update({f"validation/{k}": v for k, v in _population_files(validation_path).items()})
@@ -1093,7 +1186,8 @@ def _run_canary_cell(frozen: _Frozen, variant: str, seed: int, cell: str, cell_d
     selection = _read_selection(frozen)["selected"]
     if selection is None:
         raise OrderError("run_fit(canary): no canary row was selected; the E0 gate fails without fits.")
-    recipe = frozen.recipe(variant, seed, config.canary_updates)
+    # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
+    recipe, successor_training = _canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
     previous = [p.name for p in _attempt_directories(cell_dir)]
     attempt = _adoptable_attempt(cell_dir, config.canary_updates, evaluate=False)
     if attempt is None:
@@ -1111,7 +1205,8 @@ def _run_canary_cell(frozen: _Frozen, variant: str, seed: int, cell: str, cell_d
     per_horizon = _recovers(pred, labels, mask, config.tie_band)
     body["canary"] = {"role": "e0", "row": selection["row"], "state_id": selection["state_id"],
                       "per_horizon": per_horizon,
-                      "recovered": all(h["recovered"] for h in per_horizon)}
+                      "recovered": all(h["recovered"] for h in per_horizon),
+                      "successor_training": successor_training}
     inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
     write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body
@@ -1371,13 +1466,143 @@ def report_study(config_path, output):
 
 
 def _interval(values: np.ndarray, config: QhArchitectureStudyConfig, other: np.ndarray | None = None) -> dict:
+    return _bootstrap_interval(values, config.bootstrap, other)
+
+
+def _bootstrap_interval(values: np.ndarray, bootstrap: BootstrapConfig, other: np.ndarray | None = None) -> dict:
     from qhlab.finite_horizon.studies.statistics import paired_scene_bootstrap, scene_mean_interval
 
-    options = dict(confidence=config.bootstrap.confidence, n_resamples=config.bootstrap.resamples,
-                   rng_seed=config.bootstrap.seed)
+    options = dict(confidence=bootstrap.confidence, n_resamples=bootstrap.resamples, rng_seed=bootstrap.seed)
     if other is None:
         return scene_mean_interval(values, **options).as_dict()
     return paired_scene_bootstrap(values, other, **options).as_dict()
+
+
+REFERENCE_NAMES = ("best_fixed_index", "straight_strike", "myopic_oracle")
+ORACLE_MARK = "(oracle: reads validation labels)"
+_REFERENCE_LABELS = {
+    "best_fixed_index": "best fixed index (TRAIN-chosen: index {index})",
+    "straight_strike": "straight strike (index {index})",
+    "myopic_oracle": "myopic oracle (argmax Q*_1)",
+}
+_BEATS_RULE = ("beats = the baseline's scene-weighted regret_H is below the heuristic's AND the upper "
+               "bound of the paired scene-bootstrap interval of (baseline - heuristic) regret_H is < 0")
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids: Sequence[int],
+                          bootstrap: BootstrapConfig | dict, baseline_arm: str = "baseline") -> dict:
+    """The report's heuristic references and its headline, from per-scene values (pure of files).
+
+    Every interval uses the study's scene-bootstrap settings, as the paired comparisons between
+    arms do. The headline asks one question: does the learned baseline beat the best
+    TRAIN-chosen heuristic (the best fixed index; the straight strike is itself a fixed index,
+    so the TRAIN choice covers it) on every seed? The myopic oracle reads validation labels, so
+    it is shown but never the headline's yardstick.
+
+    Args:
+        references: the development receipt's ``references`` (as written by
+            ``qhlab.finite_horizon.evaluation.population_heuristic_references``): for each name
+            of ``REFERENCE_NAMES``, ``per_scene`` = {``scene_id`` [n_scenes], ``regret``
+            [n_scenes][H]} and the policy fields (``policy``, ``oracle``, ``index``...).
+        baseline_regret: {seed: float [n_scenes, H]}, the baseline arm's per-scene regret of
+            each seed, scenes in ``scene_ids`` order.
+        scene_ids: [n_scenes], the scene order of the cells' evaluation; every reference must
+            have been evaluated on exactly these scenes in this order.
+        bootstrap: the study's ``BootstrapConfig`` (or its dict: resamples, seed, confidence).
+        baseline_arm: the baseline arm's name, recorded in every paired entry.
+
+    Returns:
+        JSON-able {``references``: {name: entry}, ``headline``: {...}}. An entry has ``label``,
+        ``policy``, ``oracle``, ``note`` (``ORACLE_MARK`` for the oracle, else None), ``index``,
+        ``chosen_on``, ``regret`` [H], ``regret_interval`` (scene bootstrap at H) and ``paired``:
+        per seed, the interval of (baseline - reference) regret_H. The headline has ``text``
+        (one plain sentence), ``beats_every_seed``, ``rule``, the heuristic's ``index`` and
+        ``heuristic_regret``, and ``per_seed`` (baseline regret_H, ``ratio`` baseline /
+        heuristic or None when the heuristic's regret is 0, the paired interval, ``beats``).
+    """
+    call = "reference_comparisons"
+    settings = bootstrap if isinstance(bootstrap, BootstrapConfig) else BootstrapConfig.model_validate(bootstrap)
+    order = [int(s) for s in scene_ids]
+    if not isinstance(references, dict) or set(references) != set(REFERENCE_NAMES):
+        raise _fail("references", sorted(references) if isinstance(references, dict) else references,
+                    f"exactly {list(REFERENCE_NAMES)}",
+                    "pass the development receipt's references (population_heuristic_references)", call=call)
+    if not baseline_regret:
+        raise _fail("baseline_regret", baseline_regret, "one [n_scenes, H] array per seed",
+                    "pass the baseline arm's per-scene regret of every seed", call=call)
+    per_scene: dict[str, np.ndarray] = {}
+    for name in REFERENCE_NAMES:
+        ref = references[name]
+        if [int(s) for s in ref["per_scene"]["scene_id"]] != order:
+            raise EvidenceError(f"{call}: reference {name} was evaluated on other scenes (or another "
+                                "order) than the cells. HINT: references and cells must both use the "
+                                "sealed validation population.")
+        per_scene[name] = np.asarray(ref["per_scene"]["regret"], dtype=np.float64)
+    horizon = per_scene[REFERENCE_NAMES[0]].shape[1] if per_scene[REFERENCE_NAMES[0]].ndim == 2 else 0
+    seeds = list(baseline_regret)
+    baseline = {s: np.asarray(baseline_regret[s], dtype=np.float64) for s in seeds}
+    for label, values in [*((f"references[{n!r}]", v) for n, v in per_scene.items()),
+                          *((f"baseline_regret[{s!r}]", v) for s, v in baseline.items())]:
+        if values.shape != (len(order), horizon) or horizon < 1 or not np.isfinite(values).all():
+            raise _fail(label, f"shape {values.shape}", f"finite values of shape {(len(order), max(horizon, 1))}",
+                        "per-scene regret [n_scenes][H] in the cells' scene order", call=call)
+    section: dict[str, Any] = {}
+    for name in REFERENCE_NAMES:
+        ref, values = references[name], per_scene[name]
+        oracle = bool(ref.get("oracle", False))
+        section[name] = {
+            "reference": name,
+            "label": _REFERENCE_LABELS[name].format(index=ref.get("index")),
+            "policy": ref.get("policy"),
+            "oracle": oracle,
+            "note": ORACLE_MARK if oracle else None,
+            "index": ref.get("index"),
+            "chosen_on": ref.get("chosen_on"),
+            "regret": [float(v) for v in values.mean(axis=0)],
+            "regret_interval": _bootstrap_interval(values[:, -1], settings),
+            "paired": [{"arm": baseline_arm, "seed": s, "relation": "baseline minus reference",
+                        "metric": "regret", "horizon": horizon,
+                        "interval": _bootstrap_interval(baseline[s][:, -1], settings, values[:, -1])}
+                       for s in seeds],
+        }
+    best = section["best_fixed_index"]
+    heuristic = best["regret"][-1]
+    rows = []
+    for paired in best["paired"]:
+        seed, interval = paired["seed"], paired["interval"]
+        own = float(baseline[seed][:, -1].mean())
+        high = interval["high"]
+        rows.append({
+            "seed": seed, "baseline_regret": own, "heuristic_regret": heuristic,
+            "ratio": own / heuristic if heuristic > 0 else None,
+            "difference": interval["estimate"], "low": interval["low"], "high": high,
+            "method": interval["method"],
+            "beats": bool(own < heuristic and high is not None and high < 0),
+        })
+    beats_every_seed = all(r["beats"] for r in rows)
+    every = "both seeds" if len(rows) == 2 else ("its seed" if len(rows) == 1 else f"all {len(rows)} seeds")
+    level = f"{settings.confidence:.0%}"
+    parts = []
+    for r in rows:
+        ratio = "ratio undefined: the heuristic's regret is 0" if r["ratio"] is None else f"ratio {r['ratio']:.3g}"
+        verdict = "" if beats_every_seed else (": beats" if r["beats"] else ": does not beat")
+        parts.append(f"seed {r['seed']}: baseline regret_{horizon} {_g(r['baseline_regret'])} vs heuristic "
+                     f"{_g(heuristic)} ({ratio}), "
+                     f"paired {level} CI of baseline minus heuristic [{_g(r['low'])}, {_g(r['high'])}]{verdict}")
+    text = (f"The learned {baseline_arm} {'beats' if beats_every_seed else 'does not beat'} the best "
+            f"TRAIN-chosen heuristic (fixed candidate index {best['index']}) on {every} at H={horizon}"
+            + ("" if beats_every_seed else f" (it does on {sum(r['beats'] for r in rows)} of {len(rows)})")
+            + ": " + "; ".join(parts) + ".")
+    headline = {
+        "text": text, "beats_every_seed": beats_every_seed, "rule": _BEATS_RULE,
+        "baseline_arm": baseline_arm, "heuristic": "best_fixed_index", "index": best["index"],
+        "horizon": horizon, "heuristic_regret": heuristic, "per_seed": rows,
+    }
+    return {"references": section, "headline": headline}
 
 
 def _build_report(config: QhArchitectureStudyConfig, freeze: dict, development: dict,
@@ -1404,9 +1629,17 @@ def _build_report(config: QhArchitectureStudyConfig, freeze: dict, development: 
     primary = horizon - 1
     constant = development["constant_on_validation"]
     constant_scene = {m: np.asarray(constant["per_scene"][m], dtype=np.float64) for m in ("mae", "regret")}
+    if "references" not in development:
+        raise EvidenceError("report_study: the development receipt carries no heuristic references. "
+                            "HINT: it was sealed by an older qhlab; freeze a new study.")
+    compared = reference_comparisons(
+        development["references"], {s: per_scene[(config.baseline_arm, s)]["regret"] for s in config.seeds},
+        scene_ids=reference, bootstrap=config.bootstrap, baseline_arm=config.baseline_arm,
+    )
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "study": config.name,
+        "headline": compared["headline"],
         "profile": config.profile,
         "horizon": horizon,
         "primary_horizon": horizon,
@@ -1422,6 +1655,7 @@ def _build_report(config: QhArchitectureStudyConfig, freeze: dict, development: 
             "mae_interval": _interval(constant_scene["mae"][:, primary], config),
             "regret_interval": _interval(constant_scene["regret"][:, primary], config),
         },
+        "references": compared["references"],
         "cells": [],
         "arms": [],
         "paired": [],
@@ -1506,6 +1740,9 @@ def _build_report(config: QhArchitectureStudyConfig, freeze: dict, development: 
         "regret_primary": {c["cell"]: c["regret"][primary] for c in report["cells"]},
         "constant_mae_primary": constant["mae"][primary],
         "constant_regret_primary": constant["regret"][primary],
+        "reference_regret_primary": {name: ref["regret"][primary] for name, ref in report["references"].items()},
+        "headline": compared["headline"]["text"],
+        "beats_best_heuristic_every_seed": compared["headline"]["beats_every_seed"],
         "retention": {r["variant"]: {"retained": {s: d["retained"] for s, d in r["per_seed"].items()},
                                      "label": {s: d["label"] for s, d in r["per_seed"].items()},
                                      "seeds_disagree": r["seeds_disagree"]}
@@ -1526,11 +1763,43 @@ def _ci(interval: dict) -> str:
     return f"[{_fmt(interval['low'])}, {_fmt(interval['high'])}]"
 
 
+def _reference_lines(report: dict) -> list[str]:
+    """The headline sentence (the report's first paragraph) and the heuristic references table."""
+    h, seeds = report["horizon"], report["seeds"]
+    level = f"{report['bootstrap']['confidence']:.0%}"
+    lines = [
+        report["headline"]["text"],
+        "",
+        "## Heuristic references (validation chain rows, scenes weighted equally)",
+        "",
+        "The fixed index was chosen on TRAIN only; the straight strike is candidate 0 (the target "
+        "struck at the goal centre); the myopic oracle acts on the exact Q*_1 labels, so it reads "
+        "validation labels and is no deployable policy. Paired columns: per seed, (baseline - "
+        f"reference) regret_{h} on the same scenes with its {level} scene-bootstrap interval; below 0 "
+        "favours the baseline.",
+        "",
+        "| reference | " + " | ".join(f"regret_{i}" for i in range(1, h + 1)) + f" | regret_{h} {level} CI | "
+        + " | ".join(f"baseline - reference, seed {s}" for s in seeds) + " |",
+        "|" + "---|" * (1 + h + 1 + len(seeds)),
+    ]
+    for ref in report["references"].values():
+        label = f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"]
+        paired = {p["seed"]: p["interval"] for p in ref["paired"]}
+        lines.append(
+            f"| {label} | " + " | ".join(_fmt(v) for v in ref["regret"]) + f" | {_ci(ref['regret_interval'])} | "
+            + " | ".join(f"{_fmt(paired[s]['estimate'])} {_ci(paired[s])}" for s in seeds) + " |"
+        )
+    return lines + [""]
+
+
 def _markdown(report: dict) -> str:
+    from qhlab.finite_horizon.studies.statistics import MIN_SCENES_FOR_ROBUST
+
     h = report["horizon"]
     lines = [
         f"# Architecture study `{report['study']}`",
         "",
+        *_reference_lines(report),
         f"Lane `{report['profile']}`; {report['n_scenes']} validation scenes; horizon H={h} is primary; "
         f"seeds {report['seeds']}. Statistical unit: the scene. {report['states_used']}.",
         f"Thresholds: tie_band={report['thresholds']['tie_band']}, regret_fraction="
@@ -1538,6 +1807,16 @@ def _markdown(report: dict) -> str:
         f"Intervals: {report['bootstrap']['confidence']:.0%} scene bootstrap (BCa unless noted), "
         f"{report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']}.",
         "",
+    ]
+    if report["n_scenes"] < MIN_SCENES_FOR_ROBUST:
+        # Said once, up front, in plain words: a reader must not mistake a retention table on a
+        # handful of scenes for evidence (statistics labels every such decision inconclusive).
+        lines += [
+            f"There are fewer than {MIN_SCENES_FOR_ROBUST} validation scenes ({report['n_scenes']}), "
+            "so no retention decision is labelled robust: every decision below is inconclusive.",
+            "",
+        ]
+    lines += [
         "## Every arm and seed (final states)",
         "",
         "| arm | role | seed | " + " | ".join(f"MAE_{i}" for i in range(1, h + 1)) + " | "
@@ -1569,14 +1848,21 @@ def _markdown(report: dict) -> str:
     lines += ["", "## Retention rule", "",
               "D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control; "
               "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. Retained iff "
-              "both <= 0 (point estimates decide); one-sided 95% bounds label the decision robust or inconclusive.",
-              "", "| variant | control | matched | seed | D_reg | upper | D_mae | upper | retained | label |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              f"both <= 0 (point estimates decide). With one-sided {report['bootstrap']['confidence']:.0%} "
+              "scene-bootstrap bounds: a retention is robust iff both upper bounds are <= 0; a rejection "
+              "is robust iff at least one failing margin (> 0) has its lower bound > 0, whatever the "
+              f"passing margin's bound; nothing is robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; "
+              "otherwise inconclusive.",
+              "", "| variant | control | matched | seed | D_reg | upper | lower | D_mae | upper | lower "
+              "| retained | label |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["retention"]:
         for seed, d in r["per_seed"].items():
             lines.append(f"| {r['variant']} | {r['structural_control']} | {r['matched_control']} | {seed} | "
                          f"{_fmt(d['d_reg']['estimate'])} | {_fmt(d['d_reg']['upper']['high'])} | "
+                         f"{_fmt(d['d_reg']['lower']['low'])} | "
                          f"{_fmt(d['d_mae']['estimate'])} | {_fmt(d['d_mae']['upper']['high'])} | "
+                         f"{_fmt(d['d_mae']['lower']['low'])} | "
                          f"{'yes' if d['retained'] else 'no'} | {d['label']} |")
         if r["seeds_disagree"]:
             lines.append(f"\n**Seeds disagree for `{r['variant']}`**: the decision is not replicated.\n")
@@ -1615,6 +1901,12 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
                             fmt="o", capsize=3, color=f"C{report['seeds'].index(c['seed'])}")
                 labels.append(f"{c['arm']}\ns{c['seed']}")
             ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", label="TRAIN constant")
+            if metric == "regret":
+                # The heuristics are policies (no MAE); the oracle line is labelled as such.
+                for ref, style in zip(report["references"].values(), (":", "-.", (0, (1, 3)))):
+                    ax.axhline(ref["regret"][-1], color="C3" if ref["oracle"] else "black",
+                               linestyle=style, linewidth=0.9,
+                               label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"])
             ax.set_xticks(range(len(labels)))
             ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
             ax.set_ylabel(f"{metric} at H={h} (m)")
@@ -1713,7 +2005,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if command == "prepare-development":
         body = prepare_development(config, output)
         console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
-                      f"TRAIN constant {body['train_constant']}")
+                      f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
+                      f"{body['references']['best_fixed_index']['index']}")
         return 0
     if command == "run-fit":
         body = run_fit(config, output, variant=args.variant, seed=args.seed, canary_role=args.canary_role)
@@ -1732,7 +2025,11 @@ def _say_e0(console, body: dict) -> int:
     if body["passed"]:
         console.print(f"[green]E0 passed[/]: {body['reason']}")
         return 0
-    console.print(f"[red]E0 failed[/]: {body['reason']}; broad fits will not run.")
+    from rich.markup import escape
+
+    # The reason holds brackets-free numbers and names today, but it is data: escape it so it
+    # is never read as markup, and do not wrap it, so each failure stays one greppable line.
+    console.print(f"[red]E0 failed[/]: {escape(body['reason'])}; broad fits will not run.", soft_wrap=True)
     return 1
 
 

@@ -3,7 +3,8 @@
 Owns: pure functions over per-scene arrays (the scene is the statistical unit): BCa scene
 bootstrap intervals through ``scipy.stats.bootstrap`` (paired when two arms are compared), with
 an explicit, recorded fallback where BCa is undefined; the retention margins D_reg and D_mae
-with their one-sided bounds and the robust/inconclusive label; seed agreement.
+with their one-sided bounds and the robust/inconclusive label (never "robust" on fewer than
+``MIN_SCENES_FOR_ROBUST`` scenes); seed agreement.
 
 Does not own: computing per-scene MAE or regret (``qhlab.finite_horizon.evaluation``, whose
 ``scene_means`` aggregates states into scenes), choosing thresholds (the frozen study config),
@@ -25,6 +26,7 @@ from scipy import stats
 from qhlab.evidence.errors import QhInputError
 
 __all__ = [
+    "MIN_SCENES_FOR_ROBUST",
     "BootstrapInterval",
     "Margin",
     "RetentionDecision",
@@ -38,6 +40,10 @@ __all__ = [
 _STATISTICS = ("mean difference", "mean")
 _ALTERNATIVES = ("two-sided", "less", "greater")
 DEFAULT_RESAMPLES = 9999
+# Below this many scenes a scene-bootstrap bound is too unstable to back a claim (the bootstrap
+# distribution of a mean over a handful of scenes is lumpy and BCa's corrections are noise), so
+# a retention decision on fewer scenes is reported but never labelled "robust".
+MIN_SCENES_FOR_ROBUST = 30
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,10 @@ class Margin:
 
     ``passes`` is the point decision (estimate <= 0). ``upper`` is the one-sided upper bound
     (alternative "less"), ``lower`` the one-sided lower bound (alternative "greater"), both at
-    the requested confidence. ``confirmed`` is True when the bound on the side of the decision
-    agrees with it: ``upper.high <= 0`` when it passes, ``lower.low > 0`` when it fails.
+    the requested confidence. ``confirmed`` is True when the bound on the side of this
+    margin's own sign agrees with it: ``upper.high <= 0`` when it passes, ``lower.low > 0``
+    when it fails. How the two margins' ``confirmed`` combine into the decision's label is
+    ``RetentionDecision``'s rule (a rejection needs only one confirmed failing margin).
     """
 
     name: str
@@ -98,12 +106,24 @@ class RetentionDecision:
     """The retention rule's outcome for one variant (one seed).
 
     ``retained`` is decided by the point estimates: both margins <= 0. ``label`` is "robust"
-    when the one-sided bound of BOTH margins agrees with that margin's point decision (see
-    ``Margin.confirmed``), else "inconclusive".
+    or "inconclusive":
+
+    * with fewer than ``MIN_SCENES_FOR_ROBUST`` scenes it is always "inconclusive";
+    * a retention (both margins pass) is "robust" iff BOTH margins' one-sided upper bounds
+      are <= 0 (both ``Margin.confirmed``);
+    * a rejection is decided by a failing margin (estimate > 0), so it is "robust" iff at
+      least one failing margin has a one-sided lower bound > 0 (that margin is
+      ``confirmed``), whatever the bound of a passing margin: the passing margin cannot
+      turn a confirmed failure into a retention.
+
+    ``label_reason`` says in words why the label was given; ``n_scenes`` is the number of
+    scenes the margins were computed on.
     """
 
     retained: bool
     label: str
+    label_reason: str
+    n_scenes: int
     rule: str
     confidence: float
     d_reg: Margin
@@ -439,10 +459,15 @@ def retention_margins(
     D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control;
     D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. The variant is
     retained iff D_reg <= 0 and D_mae <= 0. Each margin also gets one-sided ``confidence``
-    bounds (BCa scene bootstrap of its per-scene values, seeded); the decision is labelled
-    "robust" iff, for both margins, the bound on the decision's side agrees with the margin's
-    point sign (upper bound <= 0 for a margin <= 0; lower bound > 0 for a margin > 0), else
-    "inconclusive".
+    bounds (BCa scene bootstrap of its per-scene values, seeded) that label the decision:
+
+    * fewer than ``MIN_SCENES_FOR_ROBUST`` scenes (n_scenes is the arrays' length):
+      "inconclusive", whatever the bounds;
+    * retained: "robust" iff both margins' one-sided upper bounds are <= 0;
+    * rejected: "robust" iff at least one failing margin (estimate > 0) has a one-sided lower
+      bound > 0, whatever the other margin's bound (a rejection is decided by a failing
+      margin, so one confirmed failure suffices);
+    * otherwise "inconclusive". ``label_reason`` says which case applied.
 
     Args:
         variant_regret: float [n_scenes], per-scene regret_H of the variant.
@@ -478,14 +503,37 @@ def retention_margins(
                     **options)
     d_mae = _margin("D_mae", arrays["variant_mae"], arrays["matched_mae"], mae_frac, **options)
     retained = d_reg.passes and d_mae.passes
-    label = "robust" if d_reg.confirmed and d_mae.confirmed else "inconclusive"
+    n_scenes = sizes["variant_regret"]
+    margins = (d_reg, d_mae)
+    if retained:
+        robust = all(m.confirmed for m in margins)
+        open_margins = [m.name for m in margins if not m.confirmed]
+        reason = ("both margins' one-sided upper bounds are <= 0" if robust else
+                  f"the one-sided upper bound of {' and '.join(open_margins)} is not <= 0")
+    else:
+        failing = [m for m in margins if not m.passes]
+        confirmed = [m.name for m in failing if m.confirmed]
+        robust = bool(confirmed)
+        reason = (f"failing margin {' and '.join(confirmed)}: one-sided lower bound > 0"
+                  if robust else
+                  f"no failing margin ({' and '.join(m.name for m in failing)}) has a one-sided "
+                  "lower bound > 0")
+    if n_scenes < MIN_SCENES_FOR_ROBUST:
+        # The bounds are still computed and reported; they are just not trusted to label.
+        robust = False
+        reason = (f"fewer than {MIN_SCENES_FOR_ROBUST} validation scenes (n_scenes={n_scenes}): "
+                  f"no decision is labelled robust ({reason})")
     rule = (
-        "retained iff D_reg <= 0 and D_mae <= 0 (point estimates); robust iff each margin's "
-        f"one-sided {confidence:.0%} bound agrees with its sign (upper <= 0 / lower > 0)"
+        "retained iff D_reg <= 0 and D_mae <= 0 (point estimates); a retention is robust iff "
+        f"both margins' one-sided {confidence:.0%} upper bounds are <= 0; a rejection is robust "
+        f"iff at least one failing margin (> 0) has its one-sided {confidence:.0%} lower bound > 0; "
+        f"never robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; otherwise inconclusive"
     )
     return RetentionDecision(
         retained=bool(retained),
-        label=label,
+        label="robust" if robust else "inconclusive",
+        label_reason=reason,
+        n_scenes=int(n_scenes),
         rule=rule,
         confidence=float(confidence),
         d_reg=d_reg,

@@ -1,0 +1,176 @@
+"""The difficulty card of a population: how well cheap policies do on its exact labels.
+
+Owns: ``difficulty_card`` (pure numpy over the chain states' labels) and
+``describe_population`` (authenticate a population directory, recompute its card from the
+Parquet files and check it against the card its manifest records). Does not own: learned
+predictions or their evaluation (``qhlab.finite_horizon.evaluation``), or choosing a
+heuristic for a report (a report chooses on TRAIN; the card describes one population).
+
+A benchmark is only worth its receipts if learned decisions can beat cheap ones. The card
+gives, at the primary horizon H and weighted like every qhlab metric (states within scene,
+then scenes equally), the regret of:
+
+* the uniform-random policy (what any constant predictor gets);
+* every fixed candidate index (candidate 0 is the straight strike at the goal);
+* the myopic oracle, argmax of the exact Q*_1 (ties within ``tie_band`` averaged);
+
+and the share of chain states where the myopic choice loses more than ``tie_band`` at H, and
+the distribution and entropy of the optimal index (an index within ``tie_band`` of the best
+shares the state's unit weight with the other tied indices).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qhlab.evidence import EvidenceError, QhInputError
+
+__all__ = ["CARD_TIE_BAND", "difficulty_card", "describe_population"]
+
+CARD_TIE_BAND = 0.001
+"""Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
+
+
+def _scene_weighted(values: np.ndarray, scene_index: np.ndarray) -> np.ndarray:
+    """Mean over states within each scene, then over scenes: [S, ...] -> [...]."""
+    scenes, inverse = np.unique(scene_index, return_inverse=True)
+    flat = values.reshape(values.shape[0], -1)
+    sums = np.zeros((scenes.size, flat.shape[1]))
+    np.add.at(sums, inverse, flat)
+    counts = np.bincount(inverse, minlength=scenes.size).astype(np.float64)
+    return (sums / counts[:, None]).mean(axis=0).reshape(values.shape[1:])
+
+
+def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND) -> dict[str, Any]:
+    """The difficulty card of a population's chain states.
+
+    Args:
+        q: exact labels Q*_1..Q*_H of the chain states, [S, K, H] (every candidate valid).
+        scene_index: the scene of each state, integer [S].
+        tie_band: finite tolerance >= 0, metres.
+
+    Returns:
+        JSON-able dict: ``regret_H`` (uniform, fixed_index [K], straight_strike, best_fixed_index,
+        myopic_oracle), the same as ``ratio_to_uniform``, ``myopic_loses_share`` (share of chain
+        states, unweighted), and ``optimal_index`` (distribution [K] over chain states,
+        entropy in bits, and entropy / log2 K).
+
+    Raises:
+        QhInputError: wrong shapes, non-finite labels or a bad ``tie_band``.
+    """
+    labels = np.asarray(q, dtype=np.float64)
+    scenes = np.asarray(scene_index)
+    if labels.ndim != 3 or 0 in labels.shape or scenes.shape != (labels.shape[0],):
+        raise QhInputError(
+            f"difficulty_card: q.shape={labels.shape!r} is not allowed; allowed: [S, K, H] with S, K, H >= 1 "
+            f"and scene_index of shape [S]. HINT: pass the chain states' labels."
+        )
+    if not np.isfinite(labels).all():
+        raise QhInputError("difficulty_card: q holds non-finite labels; allowed: finite. HINT: regenerate the population.")
+    if isinstance(tie_band, bool) or not isinstance(tie_band, (int, float)) or not 0 <= tie_band < math.inf:
+        raise QhInputError(f"difficulty_card: tie_band={tie_band!r} is not allowed; allowed: a finite number >= 0.")
+    s, k, h = labels.shape
+    final, first = labels[:, :, h - 1], labels[:, :, 0]
+    best = final.max(axis=1)  # [S]
+    uniform = best - final.mean(axis=1)
+    fixed = best[:, None] - final  # [S, K]
+    myopic_set = first >= first.max(axis=1, keepdims=True) - tie_band
+    myopic = best - (final * myopic_set).sum(axis=1) / myopic_set.sum(axis=1)
+    optimal_set = final >= best[:, None] - tie_band
+    distribution = (optimal_set / optimal_set.sum(axis=1, keepdims=True)).mean(axis=0)
+    nonzero = distribution[distribution > 0]
+    entropy = float(-(nonzero * np.log2(nonzero)).sum())
+    regrets = _scene_weighted(np.column_stack([uniform, fixed, myopic]), scenes)
+    uniform_w, fixed_w, myopic_w = float(regrets[0]), regrets[1:1 + k], float(regrets[-1])
+    best_index = int(np.argmin(fixed_w))  # ties to the lowest index
+
+    def ratio(value: float) -> float | None:
+        return None if uniform_w == 0.0 else float(value / uniform_w)
+
+    return {
+        "tie_band": float(tie_band),
+        "horizon": h,
+        "K": k,
+        "chain_states": s,
+        "scenes": int(np.unique(scenes).size),
+        "weighting": "states within scene, scenes equally",
+        "regret_H": {
+            "uniform": uniform_w,
+            "fixed_index": [float(v) for v in fixed_w],
+            "straight_strike": float(fixed_w[0]),
+            "best_fixed_index": {"index": best_index, "regret": float(fixed_w[best_index])},
+            "myopic_oracle": myopic_w,
+        },
+        "ratio_to_uniform": {
+            "straight_strike": ratio(float(fixed_w[0])),
+            "best_fixed_index": ratio(float(fixed_w[best_index])),
+            "myopic_oracle": ratio(myopic_w),
+        },
+        "myopic_loses_share": float((myopic > tie_band).mean()),
+        "optimal_index": {
+            "distribution": [float(v) for v in distribution],
+            "entropy_bits": entropy,
+            "entropy_over_log2K": None if k == 1 else entropy / math.log2(k),
+        },
+    }
+
+
+def describe_population(path: str | os.PathLike, *, tie_band: float | None = None) -> dict[str, Any]:
+    """Authenticate a population, recompute its difficulty card from the files, and check it.
+
+    Args:
+        path: population directory.
+        tie_band: None uses the band of the card in the manifest (and the recomputed card must
+            equal it); another band recomputes the card for that band.
+
+    Returns:
+        ``{"name", "split", "generator", "counts", "card"}``.
+
+    Raises:
+        EvidenceError (or a subclass): the population fails authentication, or its manifest
+            lacks a card or records one that the files do not reproduce.
+    """
+    import pyarrow.parquet as pq
+
+    from qhlab.evidence import canonical_json
+    from qhlab.scenes.population import read_manifest
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    recorded = manifest.get("difficulty")
+    if not isinstance(recorded, dict) or "tie_band" not in recorded:
+        raise EvidenceError(
+            f"describe_population: {path / 'manifest.json'} has no difficulty card. HINT: it was made by an "
+            "older generator; regenerate it with `qhlab scenes generate`."
+        )
+    states = pq.read_table(path / "states.parquet", columns=["state_id", "scene_id", "step"])
+    cands = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "q"])
+    # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
+    # at generation, so the recomputed card is equal to the bit, not just close.
+    scene_order = {int(sid): i for i, sid in enumerate(pq.read_table(path / "scenes.parquet", columns=["scene_id"])
+                                                      .column("scene_id").to_numpy())}
+    step = states.column("step").to_numpy()
+    chain_ids = states.column("state_id").to_numpy()[step >= 0]
+    scene_index = np.array([scene_order[int(s)] for s in states.column("scene_id").to_numpy()[step >= 0]])
+    row_of = {int(sid): i for i, sid in enumerate(chain_ids)}
+    k, h = int(manifest["K"]), int(manifest["horizon"])
+    labels = np.full((len(chain_ids), k, h), np.nan)
+    for sid, cand, values in zip(cands.column("state_id").to_numpy(), cands.column("candidate").to_numpy(),
+                                 cands.column("q").to_pylist()):
+        row = row_of.get(int(sid))
+        if row is not None:
+            labels[row, int(cand)] = values
+    band = recorded["tie_band"] if tie_band is None else tie_band
+    card = difficulty_card(labels, scene_index, tie_band=band)
+    if band == recorded["tie_band"] and canonical_json(card) != canonical_json(recorded):
+        raise EvidenceError(
+            f"describe_population: {path / 'manifest.json'} records a difficulty card that its files do not "
+            "reproduce. HINT: the card and the labels were written by different code; regenerate the population."
+        )
+    return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
+            "counts": manifest["counts"], "card": card}
