@@ -210,3 +210,51 @@ def test_evidence_layer_imports_no_torch():
     code = "import sys, qhlab.evidence, qhlab.cli.verify; print('torch' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False False"
+
+
+# ---------------------------------------------------------------- directories and messages
+
+
+def test_publish_directory_publishes_whole_or_nothing(tmp_path) -> None:
+    from qhlab.evidence import publish_directory, publish_json
+
+    def write(staging):
+        publish_json(staging / "a.json", {"a": 1})
+        (staging / "sub").mkdir()
+        publish_json(staging / "sub" / "b.json", {"b": 2})
+        return staging.name
+
+    staged_name = publish_directory(tmp_path / "out", write)
+    assert staged_name.startswith(".out.tmp-")
+    assert json.loads((tmp_path / "out" / "sub" / "b.json").read_text()) == {"b": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging left behind
+
+    def crash(staging):
+        publish_json(staging / "a.json", {"a": 1})
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        publish_directory(tmp_path / "other", crash)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing published, staging removed
+    with pytest.raises(PublishConflictError, match="publish_directory: .*out already exists.*HINT"):
+        publish_directory(tmp_path / "out", write)
+    (tmp_path / "empty").mkdir()
+    publish_directory(tmp_path / "empty", write)  # an empty directory is replaced
+    assert (tmp_path / "empty" / "a.json").is_file()
+
+
+def test_one_message_form_for_refusals() -> None:
+    from qhlab.evidence import input_error, require_int, require_number
+
+    error = input_error("freeze_study", "seeds", [0], "exactly two seeds", "declare two seeds")
+    assert isinstance(error, QhInputError)
+    assert str(error) == "freeze_study: seeds=[0] is not allowed; allowed: exactly two seeds. HINT: declare two seeds"
+    assert isinstance(input_error("c", "f", 1, "a", "h", error=DigestMismatchError), DigestMismatchError)
+    assert require_int("c", "workers", 3, minimum=1, hint="h") == 3
+    for bad in (True, 2.0, "3", 0):
+        with pytest.raises(QhInputError, match=rf"c: workers={bad!r} is not allowed; allowed: an integer >= 1\. HINT: h"):
+            require_int("c", "workers", bad, minimum=1, hint="h")
+    assert require_number("c", "tau", 1, minimum=0.0, hint="h") == 1.0
+    for bad in (False, float("nan"), float("inf"), "1", -0.5):
+        with pytest.raises(QhInputError, match=r"c: tau=.* is not allowed; allowed: a finite number >= 0.0\. HINT: h"):
+            require_number("c", "tau", bad, minimum=0.0, hint="h")

@@ -14,6 +14,9 @@ from qhlab.evidence.canonical import (
     tree_manifest,
 )
 from qhlab.evidence.errors import (
+    input_error,
+    require_int,
+    require_number,
     DigestMismatchError,
     EvidenceError,
     LockHeldError,
@@ -24,7 +27,14 @@ from qhlab.evidence.errors import (
     QhInputError,
     SchemaMismatchError,
 )
-from qhlab.evidence.publish import fresh_directory, publish_bytes, publish_file, publish_json, safe_component
+from qhlab.evidence.publish import (
+    fresh_directory,
+    publish_bytes,
+    publish_directory,
+    publish_file,
+    publish_json,
+    safe_component,
+)
 from qhlab.evidence.receipts import RECEIPT_SUFFIX, bind_files, read_receipt, verify_directory, write_receipt
 from qhlab.evidence.source import exclusive_lock, source_package_digest
 
@@ -38,6 +48,9 @@ __all__ = [
     "PublishConflictError",
     "OrderError",
     "LockHeldError",
+    "input_error",
+    "require_int",
+    "require_number",
     "canonical_json",
     "to_jsonable",
     "sha256_bytes",
@@ -47,6 +60,7 @@ __all__ = [
     "publish_bytes",
     "publish_json",
     "publish_file",
+    "publish_directory",
     "fresh_directory",
     "safe_component",
     "RECEIPT_SUFFIX",

@@ -1,12 +1,21 @@
-"""The error types every qhlab layer raises, and the exit code each maps to.
+"""The error types every qhlab layer raises, the exit code each maps to, and one message form.
 
-Owns: the exception hierarchy and exit codes. Does not own: message wording (callers name
-the field, the value, what is allowed and a HINT) or printing (``qhlab.cli``).
+Owns: the exception hierarchy, exit codes, and the one builder of "not allowed" messages
+(``input_error``) with the two argument checks every layer repeats (``require_int``,
+``require_number``). Every refusal reads the same way:
+``"<call>: <field>=<value!r> is not allowed; allowed: <...>. HINT: <...>"``.
+Does not own: printing (``qhlab.cli``).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 __all__ = [
+    "input_error",
+    "require_int",
+    "require_number",
     "QhError",
     "QhInputError",
     "EvidenceError",
@@ -59,3 +68,41 @@ class LockHeldError(QhError):
     """Another process holds the writer lock. Exit status 3; names the lock file."""
 
     exit_code = 3
+
+
+def input_error(
+    call: str, field: str, value: Any, allowed: str, hint: str, *, error: type[QhInputError] = QhInputError
+) -> QhInputError:
+    """The one form of a refusal: ``"<call>: <field>=<value!r> is not allowed; allowed: ...; HINT: ..."``.
+
+    Args:
+        call: the public call or command refusing (e.g. ``"freeze_study"``).
+        field: the field, argument or column (e.g. ``"experiment.arms[0].arm"``).
+        value: the offending value (shown with ``repr``).
+        allowed: what would be accepted.
+        hint: what to do next.
+        error: the exception class (``QhInputError`` or an ``EvidenceError`` subclass).
+
+    Returns:
+        The exception, for the caller to ``raise``.
+    """
+    return error(f"{call}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}")
+
+
+def require_int(call: str, field: str, value: Any, *, minimum: int | None = None, hint: str) -> int:
+    """``value`` as an int, refusing bools, non-integers and values below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise input_error(call, field, value, allowed, hint)
+    return value
+
+
+def require_number(
+    call: str, field: str, value: Any, *, minimum: float | None = None, hint: str
+) -> float:
+    """``value`` as a finite float, refusing bools, non-numbers, NaN/inf and values below ``minimum``."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(float(value))
+    if not ok or (minimum is not None and float(value) < minimum):
+        allowed = "a finite number" if minimum is None else f"a finite number >= {minimum}"
+        raise input_error(call, field, value, allowed, hint)
+    return float(value)

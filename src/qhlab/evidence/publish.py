@@ -2,9 +2,10 @@
 
 Owns: the only way qhlab puts a file at its published name: write a temporary file in the
 same directory, flush and fsync it, hard-link it to the target (which fails if the target
-exists, so even a race cannot overwrite), fsync the directory. A crash at any point leaves
-at most a hidden ``.NAME.tmp-*`` file, never a partial published file. Does not own: what
-the files contain.
+exists, so even a race cannot overwrite), fsync the directory; and the only way it puts a
+directory at its published name (``publish_directory``: stage, fsync, rename). A crash at any
+point leaves at most a hidden ``.NAME.tmp-*`` file or directory, never a partial published
+one. Does not own: what the files contain.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
 from qhlab.evidence.errors import PublishConflictError, QhInputError
@@ -22,10 +24,13 @@ __all__ = [
     "publish_bytes",
     "publish_json",
     "publish_file",
+    "publish_directory",
     "fresh_directory",
     "safe_component",
     "TEMP_MARKER",
 ]
+
+T = TypeVar("T")
 
 TEMP_MARKER = ".tmp-"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -154,3 +159,57 @@ def fresh_directory(path: str | os.PathLike) -> Path:
     except FileExistsError:
         raise PublishConflictError(f"fresh_directory: {path} was created concurrently.") from None
     return path
+
+
+def publish_directory(target: str | os.PathLike, writer: Callable[[Path], T]) -> T:
+    """Publish a directory made by ``writer(staging)`` at ``target``, all at once or not at all.
+
+    ``writer`` fills a hidden sibling staging directory; it is then fsynced (files and
+    directory) and renamed to ``target`` in one atomic step, so a reader never sees a partial
+    directory. On any failure (or interrupt) the staging directory is removed and nothing is
+    published.
+
+    Args:
+        target: directory to publish; must not exist (an empty directory is replaced).
+        writer: fills the staging directory (given as a Path) and returns any value.
+
+    Returns:
+        What ``writer`` returned (e.g. the paths it wrote, under the staging name; callers
+        that need published paths rebase them on ``target``).
+
+    Raises:
+        PublishConflictError: ``target`` exists with content, before or after staging.
+    """
+    target = Path(target)
+    if target.is_symlink() or (target.exists() and (not target.is_dir() or any(target.iterdir()))):
+        raise PublishConflictError(
+            f"publish_directory: {target} already exists; published directories are write-once. "
+            "HINT: inspect it and choose a fresh output path; qhlab never overwrites evidence."
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        result = writer(staging)
+        for path in sorted(staging.rglob("*")):
+            if path.is_file():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _fsync_directory(staging)
+        # rename() replaces an empty directory and refuses a non-empty one: a target that got
+        # content meanwhile is never overwritten.
+        try:
+            os.rename(staging, target)
+        except OSError:
+            raise PublishConflictError(
+                f"publish_directory: {target} was created concurrently; nothing was published. "
+                "HINT: another process published it; inspect it."
+            ) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_directory(target.parent)
+    return result

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +33,7 @@ from qhlab.evidence import (
     QhInputError,
     SchemaMismatchError,
     canonical_json,
-    fresh_directory,
+    publish_directory,
     publish_file,
     publish_json,
     read_receipt,
@@ -282,9 +281,8 @@ def generate_population(
         "difficulty": _card(rows),
         "files": {},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = fresh_directory(out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
+
+    def _write(staging: Path) -> None:
         for name in POPULATION_FILES:
             manifest["files"][name] = _write_parquet(staging / name, tables[name])
         publish_json(staging / MANIFEST, manifest)
@@ -294,20 +292,8 @@ def generate_population(
                   "counts": manifest["counts"]},
             outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
         )
-        if out.exists():
-            raise PublishConflictError(f"generate_population: out={str(out)!r} was created concurrently.")
-        os.rename(staging, out)
-    except BaseException:
-        for child in staging.iterdir() if staging.exists() else ():
-            child.unlink()
-        if staging.exists():
-            staging.rmdir()
-        raise
-    fd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+
+    publish_directory(out, _write)
     return out
 
 
