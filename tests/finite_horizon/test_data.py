@@ -218,7 +218,7 @@ def test_a_chain_row_candidate_without_a_successor_is_refused(copy) -> None:
     with pytest.raises(QhInputError) as info:
         load_population(copy, split="train")
     message = str(info.value)
-    assert message.startswith(f"load_population: {copy / 'candidates.parquet'} field successor_state_id=-1 "
+    assert message.startswith(f"load_population: {copy / 'candidates.parquet'}: successor_state_id=-1 "
                               "is not allowed; allowed: an id of states.parquet for every candidate of a chain state")
     assert f"state_id {state_id} candidate {candidate}" in message
     assert "-1 only on successor rows (step == -1)" in message

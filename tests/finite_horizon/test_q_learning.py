@@ -31,6 +31,7 @@ from qhlab.finite_horizon.q_learning import (
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
 from synthetic_population import SyntheticPopulation, synthetic_population
+from tiny_recipe import TINY_RECIPE
 
 INF = float("inf")
 
@@ -378,15 +379,12 @@ def test_td_targets_on_exact_successor_labels_reproduce_exact_labels(tiny_train)
 
 
 def test_example_recipes_match_presets_and_tiny_recipe_fits(tiny_train) -> None:
-    from pathlib import Path
-
     from qhlab.finite_horizon.recipe import load_recipe
     from qhlab.scenes import get_preset
 
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    tiny = load_recipe(examples / "tiny-recipe.toml")
+    tiny = load_recipe(TINY_RECIPE)
     assert tiny.horizon == get_preset("tiny").horizon
-    assert load_recipe(examples / "demo-recipe.toml").horizon == get_preset("demo-train").horizon
+    assert load_recipe(TINY_RECIPE.parent / "demo-recipe.toml").horizon == get_preset("demo-train").horizon
     pl.seed_everything(tiny.seed, verbose=False)
     before = _fixed_loss(QhTDModule(tiny, population_dims(tiny_train)), tiny_train)
     module, trainer = _fit(tiny, tiny_train, tiny.updates)

@@ -18,8 +18,9 @@ from qhlab.finite_horizon.recipe import (
     validate_recipe,
 )
 from qhlab.finite_horizon.scorer import ARMS
+from tiny_recipe import TINY_RECIPE
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = TINY_RECIPE.parent
 
 
 def _raw() -> dict:
@@ -43,7 +44,7 @@ def test_examples_load_with_declared_values() -> None:
     assert demo.target_update == PolyakTargetUpdate(kind="polyak", tau=0.04)
     assert demo.optimizer.betas == (0.9, 0.999)
     assert (demo.accelerator, demo.devices, demo.precision) == ("cpu", 1, "32-true")
-    tiny = load_recipe(EXAMPLES / "tiny-recipe.toml")
+    tiny = load_recipe(TINY_RECIPE)
     assert tiny.updates < 100 and tiny.horizon >= 1
     assert tiny.successor_reward_rows == 0  # the default: no successor reward term
 

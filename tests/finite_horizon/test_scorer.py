@@ -53,6 +53,9 @@ def test_registered_arms() -> None:
                          "variant_cross_attention", "variant_deep"}
     with pytest.raises(ValueError, match="already registered"):
         register_arm("baseline", encoder="attention", fusion="concat", readout="local")
+    with pytest.raises(ValueError, match="fusion='film' is not allowed; allowed: concat, cross_attention"):
+        register_arm("variant_film", encoder="attention", fusion="film", readout="local")
+    assert "variant_film" not in ARMS
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))

@@ -1,7 +1,8 @@
 """Helpers of the reliability suite (imported by its conftest and test modules).
 
-Owns: the reliability recipe and study config templates, the in-process CLI runner, the
-subprocess helpers that start ``qhlab`` and SIGKILL it at a recorded point, the "no published
+Owns: the reliability recipe (the tiny example recipe with a few lines replaced) and the study
+config template, the in-process CLI runner, the subprocess helpers that start ``qhlab`` and
+SIGKILL it at a recorded point, the "no published
 file is partial" invariant check, and the population forger (rewrite tables, recompute every
 digest) used by the numerics and bad-input tests. Does not own: fixtures (``conftest.py``) or
 any behaviour under test. The module name is unique so that test modules can import it
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from tiny_recipe import tiny_recipe_text
+
 REPO = Path(__file__).resolve().parents[2]
 # `qhlab.cli` is a package without __main__; this is exactly what the console script runs.
 QHLAB = [sys.executable, "-c", "import sys; from qhlab.cli import main; sys.exit(main())"]
@@ -35,37 +38,16 @@ CHILD_ENV = {
     "MKL_NUM_THREADS": "1",
     "WANDB_MODE": "offline",
     "WANDB_SILENT": "true",
-    "QHLAB_FIT_PROGRESS": "0",
     "PYTHONUNBUFFERED": "1",
 }
 
-RECIPE_TEMPLATE = """\
-name = "rel-tiny"
-seed = 0
-horizon = 2
-batch_size = 8
-huber_delta = 0.05
-updates = {updates}
 
-[architecture]
-arm = "baseline"
-encoder = {{ depth = 1, width = 16, heads = 2 }}
+def reliability_recipe(*, updates: int, train: Path | str, validation: Path | str) -> str:
+    """The reliability recipe's TOML: the tiny example recipe, smaller (batch 8, width 16),
+    with ``updates`` and the session's populations."""
+    return tiny_recipe_text(name="rel-tiny", batch_size=8, updates=updates,
+                            encoder={"depth": 1, "width": 16, "heads": 2}, train=train, validation=validation)
 
-[optimizer]
-lr = 3e-3
-weight_decay = 0.0
-
-[target_update]
-kind = "hard"
-interval = 10
-
-[data]
-train = "{train}"
-validation = "{validation}"
-
-[evaluation]
-tie_band = 0.001
-"""
 
 STUDY_TEMPLATE = """\
 name = "rel-study"

@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from _reliability_support import CHILD_ENV, RECIPE_TEMPLATE, REPO, STUDY_TEMPLATE, run_to_end
+from _reliability_support import CHILD_ENV, REPO, STUDY_TEMPLATE, reliability_recipe, run_to_end
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -57,8 +57,8 @@ def recipe_writer(rel_populations) -> Callable[..., Path]:
     def write(directory: Path, *, updates: int = 40, name: str = "recipe.toml") -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / name
-        path.write_text(RECIPE_TEMPLATE.format(updates=updates, train=rel_populations["train"],
-                                               validation=rel_populations["validation"]))
+        path.write_text(reliability_recipe(updates=updates, train=rel_populations["train"],
+                                           validation=rel_populations["validation"]))
         return path
 
     return write

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from _reliability_support import (
-    RECIPE_TEMPLATE,
     assert_nothing_partial,
     forge_population,
+    reliability_recipe,
     run_cli,
     set_list_value,
     set_scalar_value,
@@ -60,7 +60,7 @@ def test_non_finite_population_value_is_refused_by_the_loader(tmp_path, rel_popu
 
     # Through the CLI: exit 2, one error line, and no fit output at all.
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE_TEMPLATE.format(updates=5, train=forged, validation=rel_populations["validation"]))
+    recipe.write_text(reliability_recipe(updates=5, train=forged, validation=rel_populations["validation"]))
     result = run_cli(["fit", recipe, "--profile", "cpu-fp32", "--output", tmp_path / "out", "--no-progress"])
     assert result.code == 2, result.stderr[-2000:]
     assert len(result.error_lines) == 1 and "finite" in result.error_lines[0], result.stderr

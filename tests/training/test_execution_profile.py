@@ -1,4 +1,8 @@
-"""Tests for qhlab.training.execution_profile (seed 000): profiles, W&B attempts, device checks."""
+"""Tests for qhlab.training.execution_profile (seed 000): profiles, W&B attempts, device checks.
+
+Seed names are imported from the seed path; ``qhlab.training.profiles`` is named only where
+the test is about which module the policy digest covers.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.training import execution_profile as ep_module
+from qhlab.training import lineage, profiles, tensor_state, wandb_attempt
 from qhlab.training.execution_profile import (
     PROFILE_NAMES,
     ProfileRefusedError,
@@ -95,6 +100,14 @@ def test_signature_matches_seed(name: str) -> None:
     assert actual == expected
 
 
+@pytest.mark.parametrize("name", sorted(n for n in SEED_SIGNATURES if "." in n or n[0].islower()))
+def test_seed_functions_and_methods_are_fully_annotated(name: str) -> None:
+    signature = inspect.signature(SEED_SIGNATURES[name][0])
+    missing = [p.name for p in signature.parameters.values() if p.annotation is E]
+    assert missing == [], f"{name}: parameters without a type hint: {missing}"
+    assert signature.return_annotation is not inspect.Signature.empty, f"{name}: no return type hint"
+
+
 def test_seed_classes_are_frozen_dataclasses_and_property_exists() -> None:
     assert dataclasses.is_dataclass(QhExecutionProfile) and QhExecutionProfile.__dataclass_params__.frozen
     assert dataclasses.is_dataclass(WandbAttempt) and WandbAttempt.__dataclass_params__.frozen
@@ -108,9 +121,30 @@ def test_package_exports_seed_names_lazily() -> None:
 
     for name in ("QhExecutionProfile", "WandbAttempt", "execution_profile", "save_tensor_state"):
         assert name in training.__all__
-        assert getattr(training, name) is not None
+    for name in training.__all__:
+        # The lazy package name and its owning module give one object; the seed submodule
+        # ``execution_profile`` shadows the seed function of the same name on the package.
+        if name == "execution_profile":
+            expected = ep_module
+        else:
+            expected = getattr(ep_module, name) if name in ep_module.__all__ else getattr(tensor_state, name)
+        assert getattr(training, name) is expected, name
     with pytest.raises(AttributeError):
         training.not_a_name  # noqa: B018
+
+
+def test_seed_path_reexports_the_implementing_modules() -> None:
+    owners = {
+        profiles: ("PROFILE_NAMES", "ProfileRefusedError", "QhExecutionProfile", "RuntimeEvidence",
+                   "assert_device_tensors", "captured_fallback_operations", "execution_policy_source",
+                   "execution_profile"),
+        wandb_attempt: ("WandbAttempt", "publish_wandb_attempt"),
+        lineage: ("ColdInitializationLineage", "verified_cold_initialization_lineage"),
+    }
+    assert sorted(n for names in owners.values() for n in names) == sorted(ep_module.__all__)
+    for module, names in owners.items():
+        for name in names:
+            assert getattr(ep_module, name) is getattr(module, name), name
 
 
 # -- registry ---------------------------------------------------------------------------------
@@ -270,7 +304,12 @@ def test_admit_runtime_matches_the_real_host(name: str, monkeypatch) -> None:
     assert evidence.host["node_sha256"] == hashlib.sha256(platform.node().encode()).hexdigest()
     assert platform.node() not in json.dumps(evidence.as_dict()) or not platform.node()
     assert evidence.float32_matmul_precision == torch.get_float32_matmul_precision()
-    assert evidence.execution_policy_source["sha256"] == execution_policy_source()["sha256"]
+    lane_policy = Path(profiles.__file__).read_bytes()
+    assert dict(evidence.execution_policy_source) == {
+        "owner": "src/qhlab/training/profiles.py",
+        "sha256": hashlib.sha256(lane_policy).hexdigest(),
+        "schema_version": "1",
+    }
     assert set(evidence.environment) == {"PYTORCH_ENABLE_MPS_FALLBACK", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG"}
     if profile.device_type == "cuda":
         assert list(evidence.device["capability"]) == list(torch.cuda.get_device_capability(0))
@@ -291,7 +330,7 @@ def test_cpu_evidence_is_frozen_json_and_records_environment(monkeypatch) -> Non
     data = evidence.as_dict()
     assert json.loads(canonical_json(data)) == data
     assert data["allowed_cpu_fallback_operations"] == []
-    assert data["execution_policy_source"]["owner"] == "src/qhlab/training/execution_profile.py"
+    assert data["execution_policy_source"]["owner"] == "src/qhlab/training/profiles.py"
 
 
 @pytest.mark.skipif(
@@ -346,16 +385,21 @@ def test_memory_cap_is_validated(bad) -> None:
 def test_cuda_memory_accounting_sets_fraction_and_resets_peaks() -> None:
     profile = execution_profile("cuda-amp")
     total = torch.cuda.get_device_properties(0).total_memory
-    record = profile.prepare_memory_accounting(total // 4)
-    assert record["cap_enforced"] is True and record["peak_stats_reset"] is True
-    assert math.isclose(record["memory_fraction"], (total // 4) / total)
-    x = torch.empty(32 * 2**20, device="cuda")
-    evidence = profile.memory_evidence()
-    assert set(evidence) == {"peak_allocated_bytes", "peak_reserved_bytes"}
-    assert evidence["peak_allocated_bytes"] >= x.numel() * 4
-    with pytest.raises(QhInputError, match="max_allocated_bytes"):
-        profile.prepare_memory_accounting(total * 2)
-    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    previous_fraction = torch.cuda.get_per_process_memory_fraction(0)
+    try:
+        record = profile.prepare_memory_accounting(total // 4)
+        assert record["cap_enforced"] is True and record["peak_stats_reset"] is True
+        assert math.isclose(record["memory_fraction"], (total // 4) / total)
+        assert math.isclose(torch.cuda.get_per_process_memory_fraction(0), (total // 4) / total)
+        x = torch.empty(32 * 2**20, device="cuda")
+        evidence = profile.memory_evidence()
+        assert set(evidence) == {"peak_allocated_bytes", "peak_reserved_bytes"}
+        assert evidence["peak_allocated_bytes"] >= x.numel() * 4
+        with pytest.raises(QhInputError, match="max_allocated_bytes"):
+            profile.prepare_memory_accounting(total * 2)
+    finally:
+        # The cap is process-wide: later CUDA tests in this process must not inherit it.
+        torch.cuda.set_per_process_memory_fraction(previous_fraction, 0)
 
 
 @pytest.mark.skipif(not torch.backends.mps.is_available(), reason="needs an MPS device")
@@ -481,20 +525,32 @@ def test_captured_fallback_operations_restores_warn_always_on_error() -> None:
 # -- policy source ----------------------------------------------------------------------------
 
 
-def test_execution_policy_source_binds_module_bytes(tmp_path: Path) -> None:
+def test_execution_policy_source_binds_lane_policy_bytes_only(tmp_path: Path) -> None:
     source = execution_policy_source()
-    module_path = Path(ep_module.__file__)
+    module_path = Path(profiles.__file__)
     assert source == {
-        "owner": "src/qhlab/training/execution_profile.py",
+        "owner": "src/qhlab/training/profiles.py",
         "sha256": hashlib.sha256(module_path.read_bytes()).hexdigest(),
         "schema_version": "1",
     }
     assert execution_policy_source(REPO_ROOT) == source
-    copy = tmp_path / "src/qhlab/training/execution_profile.py"
-    copy.parent.mkdir(parents=True)
+    # A producer checkout is read at the lane-policy path; W&B, lineage and the seed facade
+    # are not policy, so a checkout holding other bytes there keeps the same digest.
+    training_dir = tmp_path / "src/qhlab/training"
+    training_dir.mkdir(parents=True)
+    copy = training_dir / "profiles.py"
+    copy.write_bytes(module_path.read_bytes())
+    for other_module in (ep_module, wandb_attempt, lineage):
+        (training_dir / Path(other_module.__file__).name).write_bytes(b"# not policy\n")
+    assert execution_policy_source(tmp_path) == source
     copy.write_bytes(module_path.read_bytes() + b"# changed policy\n")
     other = execution_policy_source(tmp_path)
     assert other["owner"] == source["owner"] and other["sha256"] == sha256_file(copy) != source["sha256"]
+    legacy_only = tmp_path / "legacy"
+    (legacy_only / "src/qhlab/training").mkdir(parents=True)
+    (legacy_only / "src/qhlab/training/execution_profile.py").write_bytes(module_path.read_bytes())
+    with pytest.raises(MissingEvidenceError, match="source_root"):
+        execution_policy_source(legacy_only)
     with pytest.raises(MissingEvidenceError, match="source_root"):
         execution_policy_source(tmp_path / "empty")
 

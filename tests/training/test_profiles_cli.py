@@ -61,7 +61,7 @@ def test_profiles_json_carries_evidence_and_refusals(capsys) -> None:
         assert row["admitted"] is line.endswith(": admitted")
         if row["admitted"]:
             assert row["evidence"]["profile"] == row["profile"]
-            assert row["evidence"]["execution_policy_source"]["owner"] == "src/qhlab/training/execution_profile.py"
+            assert row["evidence"]["execution_policy_source"]["owner"] == "src/qhlab/training/profiles.py"
         else:
             assert line.endswith(f"needs {row['needs']}; this host {row['actual']}")
 

@@ -82,10 +82,10 @@ def test_save_is_write_once_and_validates_before_writing(tmp_path: Path) -> None
     assert not other.exists()
     bad_cases = [
         (tmp_path / "a.pt", {"w": torch.ones(1)}, {}, "path="),
-        (tmp_path / "b.safetensors", {"w": [1.0]}, {}, "tensors\\['w'\\]=list"),
-        (tmp_path / "c.safetensors", {"": torch.ones(1)}, {}, "tensor name ''"),
+        (tmp_path / "b.safetensors", {"w": [1.0]}, {}, "tensors\\['w'\\]='list'"),
+        (tmp_path / "c.safetensors", {"": torch.ones(1)}, {}, "tensor name=''"),
         (tmp_path / "d.safetensors", {"w": torch.ones(1)}, {"lr": float("nan")}, "structure"),
-        (tmp_path / "e.safetensors", [torch.ones(1)], {}, "tensors=list"),
+        (tmp_path / "e.safetensors", [torch.ones(1)], {}, "tensors='list'"),
     ]
     for target, tensors, structure, match in bad_cases:
         with pytest.raises(QhInputError, match=match):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from qhlab import __version__
-from qhlab.evidence import QhError, QhInputError
+from qhlab.evidence import QhError, QhInputError, require_int
 
 __all__ = ["main"]
 
@@ -60,11 +60,8 @@ def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 def apply_torch_threads(args: argparse.Namespace) -> None:
     """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
-    if args.threads < 1:
-        raise QhInputError(
-            f"qhlab {args.command}: --threads={args.threads!r} is not allowed; allowed: an integer >= 1. "
-            "HINT: one thread is the default and fastest for the demo scorers."
-        )
+    require_int(f"qhlab {args.command}", "--threads", args.threads, minimum=1,
+                hint="one thread is the default and fastest for the demo scorers.")
     import torch  # deferred: only fit commands need torch
 
     torch.set_num_threads(args.threads)

@@ -57,21 +57,20 @@ def _attempt(args: argparse.Namespace, cell: str):
         return None  # fit_recipe derives a fresh segment id grouped by the cell
     if not args.offline and args.resume is not None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        return WandbAttempt(run_id=args.run_id, resume=True, local_attempt_id=f"{args.run_id[:40]}-{stamp}-{secrets.token_hex(2)}")
+        local_attempt_id = f"{args.run_id[:40]}-{stamp}-{secrets.token_hex(2)}"
+        return WandbAttempt(run_id=args.run_id, resume=True, local_attempt_id=local_attempt_id)
     return WandbAttempt(run_id=args.run_id, offline=args.offline, logical_run_id=cell[:64] if args.offline else None)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab fit``; print a one-line JSON summary. Returns 0 on success."""
-    from qhlab.evidence import QhInputError
+    from qhlab.evidence import require_int
     from qhlab.finite_horizon.fit import fit_recipe
     from qhlab.finite_horizon.recipe import load_recipe
 
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        raise QhInputError(
-            f"qhlab fit: --checkpoint-every={args.checkpoint_every!r} is not allowed; allowed: an int >= 1. "
-            "HINT: omit it for a checkpoint every quarter of the budget."
-        )
+    if args.checkpoint_every is not None:
+        require_int("qhlab fit", "--checkpoint-every", args.checkpoint_every, minimum=1,
+                    hint="omit it for a checkpoint every quarter of the budget.")
     apply_torch_threads(args)
     recipe = load_recipe(args.recipe)
     cell = args.cell or f"{recipe.name}-s{recipe.seed}"

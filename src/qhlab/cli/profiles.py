@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
             evidence = profile.admit_runtime()
         except ProfileRefusedError as exc:
             if args.json:
-                print(json.dumps({"profile": name, "admitted": False, "needs": exc.needs, "actual": exc.actual}, sort_keys=True))
+                refusal = {"profile": name, "admitted": False, "needs": exc.needs, "actual": exc.actual}
+                print(json.dumps(refusal, sort_keys=True))
             else:
                 print(f"{name}: refused: needs {exc.needs}; this host {exc.actual}")
             continue

@@ -1,7 +1,8 @@
 """``qhlab scenes {generate,describe}``: make a labelled population; print its difficulty card.
 
 Owns: the commands' arguments, the progress display (rich) and what they print. Does not
-own: generation, labels, the card or the file format (``qhlab.scenes``).
+own: generation, labels, the card or its text (``qhlab.scenes.difficulty.card_lines``), or
+the file format (``qhlab.scenes``).
 """
 
 from __future__ import annotations
@@ -92,32 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
-    from qhlab.scenes.difficulty import describe_population
+    from qhlab.scenes.difficulty import card_lines, describe_population
 
     described = describe_population(args.population, tie_band=args.tie_band)
-    card = described["card"]
-    if args.json:
-        print(json.dumps(described, sort_keys=True))
-        return 0
-    regret, ratio = card["regret_H"], card["ratio_to_uniform"]
-    best = regret["best_fixed_index"]
-    h = card["horizon"]
-
-    def share(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f} x uniform"
-
-    lines = [
-        f"{described['name']} ({described['split']}): {card['scenes']} scenes, {card['chain_states']} chain "
-        f"states, K={card['K']}, H={h}, tie_band={card['tie_band']} m; {card['weighting']}",
-        f"  regret_{h} uniform random      {regret['uniform']:.4f}",
-        f"  regret_{h} straight strike (0) {regret['straight_strike']:.4f}  ({share(ratio['straight_strike'])})",
-        f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",
-        f"  regret_{h} myopic oracle       {regret['myopic_oracle']:.4f}  ({share(ratio['myopic_oracle'])})",
-        "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
-        f"  myopic choice loses > tie_band at H in {100 * card['myopic_loses_share']:.1f}% of chain states",
-        "  optimal index distribution    {}".format(" ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])),
-        f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
-        f"({card['optimal_index']['entropy_over_log2K']:.3f} x log2 K)",
-    ]
-    print("\n".join(lines))
+    print(json.dumps(described, sort_keys=True) if args.json else "\n".join(card_lines(described)))
     return 0

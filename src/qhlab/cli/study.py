@@ -1,8 +1,9 @@
 """``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run}``.
 
-Owns: registering the ``study`` command group. Does not own: any step's behaviour or its
-arguments, which live in ``qhlab.finite_horizon.studies.architecture_study`` (so that
-``python -m ...architecture_study`` and ``qhlab study`` parse exactly the same way).
+Owns: registering the ``study`` command group. Does not own: the steps, their arguments or
+what they print, which live in the study's one command entry
+(``qhlab.finite_horizon.studies.architecture.command``), so that ``python -m
+...architecture_study`` and ``qhlab study`` parse and print exactly the same way.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ __all__ = ["register", "run"]
 
 def register(subparsers) -> None:
     """Add the ``study`` parser and its steps; the handler is :func:`run`."""
-    from qhlab.finite_horizon.studies import architecture_study
+    from qhlab.finite_horizon.studies.architecture.command import add_study_arguments
 
     parser = subparsers.add_parser(
         "study",
         help="the pre-registered, paired architecture study (`qhlab study run CONFIG --output DIR`)",
         description="Freeze, gate, fit, benchmark and report a paired architecture study.",
     )
-    architecture_study._add_arguments(parser)
+    add_study_arguments(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
-    from qhlab.finite_horizon.studies import architecture_study
+    from qhlab.finite_horizon.studies.architecture.command import run_study_command
 
-    return architecture_study._dispatch(args)
+    return run_study_command(args)

@@ -7,7 +7,8 @@ reference policies (the TRAIN-chosen best fixed candidate index, the straight st
 myopic oracle, which reads the evaluated labels), and conveniences that apply them to the chain
 rows of loaded ``Population`` objects.
 
-Does not own: running a scorer (callers pass predictions), loading populations
+Does not own: checking inputs and selecting chain rows (``evaluation_inputs``), running a
+scorer (callers pass predictions), loading populations
 (``qhlab.finite_horizon.data``), confidence intervals and retention margins
 (``qhlab.finite_horizon.studies.statistics``), or writing receipts.
 
@@ -18,12 +19,23 @@ are ordered by ascending ``scene_index`` of the scenes present in the rows given
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from qhlab.evidence.errors import QhInputError
+from qhlab.evidence import input_error
+from qhlab.finite_horizon.evaluation_inputs import (
+    chain_arrays,
+    chain_rows,
+    checked_choices,
+    checked_index,
+    checked_inputs,
+    checked_tie_band,
+    float_array,
+    population_identity,
+    scene_ids_of,
+    to_numpy,
+)
 
 __all__ = [
     "per_state_mae",
@@ -52,92 +64,6 @@ STRAIGHT_STRIKE_INDEX = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Input checks (private): one clear error naming the field, the value and what is allowed.
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    # torch is optional here on purpose: the arithmetic is numpy, and tensors may live on a
-    # device or require grad, so detach and move before converting.
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu()
-        if hasattr(value, "numpy"):
-            return value.numpy()
-    return np.asarray(value)
-
-
-def _fail(call: str, field: str, value: Any, allowed: str, hint: str) -> QhInputError:
-    return QhInputError(f"{call}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}")
-
-
-def _float_array(call: str, field: str, value: Any, ndim: int) -> np.ndarray:
-    array = _to_numpy(value)
-    if array.ndim != ndim:
-        raise _fail(call, f"{field}.shape", tuple(array.shape), f"{ndim} dimensions",
-                    "pass [S, K, H] for predictions/labels")
-    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise _fail(call, f"{field}.dtype", str(array.dtype), "a real numeric dtype",
-                    "convert predictions and labels to float")
-    array = array.astype(np.float64, copy=False)
-    return array
-
-
-def _check_inputs(
-    call: str,
-    pred: Any,
-    labels: Any,
-    candidate_mask: Any,
-    scene_index: Any | None = None,
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]:
-    labels_np = _float_array(call, "labels", labels, 3)
-    pred_np = None if pred is None else _float_array(call, "pred", pred, 3)
-    mask = _to_numpy(candidate_mask)
-    if mask.dtype != np.bool_:
-        raise _fail(call, "candidate_mask.dtype", str(mask.dtype), "bool",
-                    "pass the population's boolean candidate_mask[S, K]")
-    s, k, h = labels_np.shape
-    if s == 0 or k == 0 or h == 0:
-        raise _fail(call, "labels.shape", (s, k, h), "S >= 1, K >= 1, H >= 1",
-                    "evaluate at least one state with one candidate and one horizon")
-    if pred_np is not None and pred_np.shape != labels_np.shape:
-        raise _fail(call, "pred.shape", tuple(pred_np.shape), f"the labels' shape {(s, k, h)}",
-                    "predict every candidate slot of every state at every horizon")
-    if mask.shape != (s, k):
-        raise _fail(call, "candidate_mask.shape", tuple(mask.shape), f"{(s, k)} (labels' [S, K])",
-                    "the mask marks real candidates of each state")
-    empty = np.flatnonzero(~mask.any(axis=1))
-    if empty.size:
-        raise _fail(call, "candidate_mask", f"rows {empty[:5].tolist()} have no valid candidate",
-                    "every state has at least one valid candidate",
-                    "drop states without candidates before evaluation")
-    if not np.isfinite(labels_np[mask]).all():
-        raise _fail(call, "labels", "non-finite values at valid candidates", "finite labels",
-                    "the population loader rejects NaN labels; check the rows selected")
-    if pred_np is not None and not np.isfinite(pred_np[mask]).all():
-        raise _fail(call, "pred", "non-finite values at valid candidates", "finite predictions",
-                    "a diverged scorer cannot be scored; inspect the fit receipt")
-    scene = None
-    if scene_index is not None:
-        scene = _to_numpy(scene_index)
-        if scene.shape != (s,) or not np.issubdtype(scene.dtype, np.integer):
-            raise _fail(call, "scene_index", f"shape {tuple(scene.shape)} dtype {scene.dtype}",
-                        f"an integer array of shape {(s,)}", "pass the population's scene_index[S]")
-        if scene.min() < 0:
-            raise _fail(call, "scene_index", int(scene.min()), "non-negative dense scene indices",
-                        "pass the population's scene_index, not scene_id with sentinels")
-        scene = scene.astype(np.int64, copy=False)
-    return pred_np, labels_np, mask, scene
-
-
-def _check_tie_band(call: str, tie_band: Any) -> float:
-    if isinstance(tie_band, bool) or not isinstance(tie_band, (int, float)) or not math.isfinite(
-        float(tie_band)
-    ) or float(tie_band) < 0:
-        raise _fail(call, "tie_band", tie_band, "a finite number >= 0 (native Q units, metres)",
-                    "use the study's declared tie_band")
-    return float(tie_band)
-
-
-# ---------------------------------------------------------------------------------------------
 # Per-state quantities.
 
 
@@ -152,7 +78,7 @@ def per_state_mae(pred: Any, labels: Any, candidate_mask: Any) -> np.ndarray:
     Returns:
         float64 [S, H]: mean_{a valid} |Q_h(s, a) - Q*_h(s, a)|.
     """
-    pred_np, labels_np, mask, _ = _check_inputs("per_state_mae", pred, labels, candidate_mask)
+    pred_np, labels_np, mask, _ = checked_inputs("per_state_mae", pred, labels, candidate_mask)
     return _state_mae(pred_np, labels_np, mask)
 
 
@@ -178,8 +104,8 @@ def per_state_regret(pred: Any, labels: Any, candidate_mask: Any, *, tie_band: f
     Returns:
         float64 [S, H], every entry >= 0.
     """
-    band = _check_tie_band("per_state_regret", tie_band)
-    pred_np, labels_np, mask, _ = _check_inputs("per_state_regret", pred, labels, candidate_mask)
+    band = checked_tie_band("per_state_regret", tie_band)
+    pred_np, labels_np, mask, _ = checked_inputs("per_state_regret", pred, labels, candidate_mask)
     return _state_regret(pred_np, labels_np, mask, band)
 
 
@@ -203,7 +129,7 @@ def per_state_uniform_regret(labels: Any, candidate_mask: Any) -> np.ndarray:
     Returns:
         float64 [S, H]: max_{a valid} Q*_h - mean_{a valid} Q*_h.
     """
-    _, labels_np, mask, _ = _check_inputs("per_state_uniform_regret", None, labels, candidate_mask)
+    _, labels_np, mask, _ = checked_inputs("per_state_uniform_regret", None, labels, candidate_mask)
     valid = mask[:, :, None]
     best = np.where(valid, labels_np, -np.inf).max(axis=1)
     mean = np.where(valid, labels_np, 0.0).sum(axis=1) / valid.sum(axis=1)
@@ -226,16 +152,16 @@ def scene_means(values: Any, scene_index: Any) -> tuple[np.ndarray, np.ndarray]:
         order; ``means`` float64 [n_scenes, ...], the mean over each scene's states. The
         scene-weighted metric is ``means.mean(axis=0)`` (every scene weighs the same).
     """
-    vals = _to_numpy(values).astype(np.float64, copy=False)
-    scene = _to_numpy(scene_index)
+    vals = to_numpy(values).astype(np.float64, copy=False)
+    scene = to_numpy(scene_index)
     if vals.ndim < 1 or scene.shape != (vals.shape[0],) or not np.issubdtype(scene.dtype, np.integer):
-        raise _fail("scene_means", "scene_index",
-                    f"shape {tuple(scene.shape)} dtype {scene.dtype}",
-                    f"an integer array of shape {(vals.shape[0] if vals.ndim else 0,)}",
-                    "one scene index per state row")
+        raise input_error("scene_means", "scene_index",
+                          f"shape {tuple(scene.shape)} dtype {scene.dtype}",
+                          f"an integer array of shape {(vals.shape[0] if vals.ndim else 0,)}",
+                          "one scene index per state row")
     if vals.shape[0] == 0:
-        raise _fail("scene_means", "values.shape", tuple(vals.shape), "at least one state row",
-                    "select some states before aggregating")
+        raise input_error("scene_means", "values.shape", tuple(vals.shape), "at least one state row",
+                          "select some states before aggregating")
     scenes, inverse = np.unique(scene, return_inverse=True)
     counts = np.bincount(inverse, minlength=scenes.size).astype(np.float64)
     flat = vals.reshape(vals.shape[0], -1)
@@ -258,7 +184,7 @@ def per_scene_mae(pred: Any, labels: Any, candidate_mask: Any, scene_index: Any)
         float64 [n_scenes, H], scenes in ascending scene_index order. The scene-weighted MAE_h
         is the column mean.
     """
-    pred_np, labels_np, mask, scene = _check_inputs(
+    pred_np, labels_np, mask, scene = checked_inputs(
         "per_scene_mae", pred, labels, candidate_mask, scene_index
     )
     return scene_means(_state_mae(pred_np, labels_np, mask), scene)[1]
@@ -279,8 +205,8 @@ def per_scene_regret(
     Returns:
         float64 [n_scenes, H], scenes in ascending scene_index order.
     """
-    band = _check_tie_band("per_scene_regret", tie_band)
-    pred_np, labels_np, mask, scene = _check_inputs(
+    band = checked_tie_band("per_scene_regret", tie_band)
+    pred_np, labels_np, mask, scene = checked_inputs(
         "per_scene_regret", pred, labels, candidate_mask, scene_index
     )
     return scene_means(_state_regret(pred_np, labels_np, mask, band), scene)[1]
@@ -298,7 +224,7 @@ def per_scene_uniform_regret(labels: Any, candidate_mask: Any, scene_index: Any)
         float64 [n_scenes, H]; equals ``per_scene_regret`` of any constant prediction for every
         ``tie_band``.
     """
-    _, _, _, scene = _check_inputs(
+    _, _, _, scene = checked_inputs(
         "per_scene_uniform_regret", None, labels, candidate_mask, scene_index
     )
     return scene_means(per_state_uniform_regret(labels, candidate_mask), scene)[1]
@@ -355,8 +281,8 @@ def scene_weighted_summary(
         ``per_scene`` = {``scene_index``: [n_scenes], ``mae``: [n_scenes][H], ``regret``:
         [n_scenes][H]} in ascending scene_index order.
     """
-    band = _check_tie_band("scene_weighted_summary", tie_band)
-    pred_np, labels_np, mask, scene = _check_inputs(
+    band = checked_tie_band("scene_weighted_summary", tie_band)
+    pred_np, labels_np, mask, scene = checked_inputs(
         "scene_weighted_summary", pred, labels, candidate_mask, scene_index
     )
     scenes, mae = scene_means(_state_mae(pred_np, labels_np, mask), scene)
@@ -383,7 +309,7 @@ def train_constant(train_labels: Any, candidate_mask: Any) -> np.ndarray:
     Returns:
         float64 [H]: sum over valid (s, a) of Q*_h(s, a) divided by the number of valid pairs.
     """
-    _, labels_np, mask, _ = _check_inputs("train_constant", None, train_labels, candidate_mask)
+    _, labels_np, mask, _ = checked_inputs("train_constant", None, train_labels, candidate_mask)
     return labels_np[mask].mean(axis=0)
 
 
@@ -397,13 +323,13 @@ def constant_predictions(constant: Any, candidate_mask: Any) -> np.ndarray:
     Returns:
         float64 [S, K, H], the constant at every slot (padding slots too; masks ignore them).
     """
-    values = _float_array("constant_predictions", "constant", constant, 1)
-    mask = _to_numpy(candidate_mask)
+    values = float_array("constant_predictions", "constant", constant, 1)
+    mask = to_numpy(candidate_mask)
     if mask.ndim != 2 or values.size == 0 or not np.isfinite(values).all():
-        raise _fail("constant_predictions", "constant/candidate_mask",
-                    f"constant {values.tolist()} mask shape {tuple(mask.shape)}",
-                    "a finite [H] constant (H >= 1) and a [S, K] mask",
-                    "compute the constant with train_constant on TRAIN chain rows")
+        raise input_error("constant_predictions", "constant/candidate_mask",
+                          f"constant {values.tolist()} mask shape {tuple(mask.shape)}",
+                          "a finite [H] constant (H >= 1) and a [S, K] mask",
+                          "compute the constant with train_constant on TRAIN chain rows")
     return np.broadcast_to(values, mask.shape + values.shape).copy()
 
 
@@ -418,36 +344,16 @@ def population_train_constant(population: Any) -> np.ndarray:
     """
     split = getattr(population, "split", None)
     if split != "train":
-        raise _fail("population_train_constant", "population.split", split, "'train'",
-                    "the constant predictor is fitted on TRAIN only; never on validation or test")
-    rows = _chain_rows("population_train_constant", population, None)
+        raise input_error("population_train_constant", "population.split", split, "'train'",
+                          "the constant predictor is fitted on TRAIN only; never on validation or test")
+    rows = chain_rows("population_train_constant", population, None)
     horizon = int(population.horizon)
-    labels = _to_numpy(population.q)[rows][:, :, :horizon]
-    return train_constant(labels, _to_numpy(population.candidate_mask)[rows])
+    labels = to_numpy(population.q)[rows][:, :, :horizon]
+    return train_constant(labels, to_numpy(population.candidate_mask)[rows])
 
 
 # ---------------------------------------------------------------------------------------------
 # Heuristic reference policies: cheap policies a learned scorer must beat to be worth it.
-
-
-def _check_chosen(call: str, chosen: Any, mask: np.ndarray) -> np.ndarray:
-    picks = _to_numpy(chosen)
-    s, k = mask.shape
-    if picks.shape != (s,) or not np.issubdtype(picks.dtype, np.integer):
-        raise _fail(call, "chosen", f"shape {tuple(picks.shape)} dtype {picks.dtype}",
-                    f"an integer array of shape {(s,)}", "pass one candidate index per state")
-    picks = picks.astype(np.int64, copy=False)
-    outside = np.flatnonzero((picks < 0) | (picks >= k))
-    if outside.size:
-        raise _fail(call, "chosen", f"{picks[outside[:5]].tolist()} at rows {outside[:5].tolist()}",
-                    f"indices in [0, {k - 1}]", "a policy picks one of the K candidate slots")
-    invalid = np.flatnonzero(~mask[np.arange(s), picks])
-    if invalid.size:
-        # A padding slot has no outcome: silently scoring it would invent a regret.
-        raise _fail(call, "chosen", f"padding slots at rows {invalid[:5].tolist()}",
-                    "a valid candidate of each state (candidate_mask True)",
-                    "a policy can only pick a real candidate")
-    return picks
 
 
 def _choice_regret(labels: np.ndarray, mask: np.ndarray, picks: np.ndarray) -> np.ndarray:
@@ -470,14 +376,8 @@ def per_state_choice_regret(labels: Any, candidate_mask: Any, chosen: Any) -> np
         float64 [S, H]: ``max_{a valid} Q*_h(s, a) - Q*_h(s, chosen[s])``, every entry >= 0.
     """
     call = "per_state_choice_regret"
-    _, labels_np, mask, _ = _check_inputs(call, None, labels, candidate_mask)
-    return _choice_regret(labels_np, mask, _check_chosen(call, chosen, mask))
-
-
-def _check_index(call: str, index: Any, k: int) -> int:
-    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < k:
-        raise _fail(call, "index", index, f"an integer in [0, {k - 1}]", "a fixed policy names one candidate slot")
-    return int(index)
+    _, labels_np, mask, _ = checked_inputs(call, None, labels, candidate_mask)
+    return _choice_regret(labels_np, mask, checked_choices(call, chosen, mask))
 
 
 def fixed_index_regret(labels: Any, candidate_mask: Any, scene_index: Any, index: int) -> np.ndarray:
@@ -494,9 +394,9 @@ def fixed_index_regret(labels: Any, candidate_mask: Any, scene_index: Any, index
         regret_h is the column mean.
     """
     call = "fixed_index_regret"
-    _, labels_np, mask, scene = _check_inputs(call, None, labels, candidate_mask, scene_index)
-    slot = _check_index(call, index, mask.shape[1])
-    picks = _check_chosen(call, np.full(mask.shape[0], slot, dtype=np.int64), mask)
+    _, labels_np, mask, scene = checked_inputs(call, None, labels, candidate_mask, scene_index)
+    slot = checked_index(call, index, mask.shape[1])
+    picks = checked_choices(call, np.full(mask.shape[0], slot, dtype=np.int64), mask)
     return scene_means(_choice_regret(labels_np, mask, picks), scene)[1]
 
 
@@ -518,16 +418,16 @@ def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -
         (``inf`` for ineligible slots).
     """
     call = "best_fixed_index"
-    _, labels_np, mask, scene = _check_inputs(call, None, train_labels, candidate_mask, scene_index)
+    _, labels_np, mask, scene = checked_inputs(call, None, train_labels, candidate_mask, scene_index)
     s, k, _ = labels_np.shape
     by_index = np.full(k, np.inf, dtype=np.float64)
     for slot in np.flatnonzero(mask.all(axis=0)):
         picks = np.full(s, slot, dtype=np.int64)
         by_index[slot] = scene_means(_choice_regret(labels_np, mask, picks)[:, -1], scene)[1].mean()
     if not np.isfinite(by_index).any():
-        raise _fail(call, "candidate_mask", "no slot is valid in every state",
-                    "at least one candidate slot valid in every TRAIN state",
-                    "a fixed-index policy needs a slot every state offers")
+        raise input_error(call, "candidate_mask", "no slot is valid in every state",
+                          "at least one candidate slot valid in every TRAIN state",
+                          "a fixed-index policy needs a slot every state offers")
     # Equal regrets summed in a different order can differ in the last bits; treat those as the
     # tie they are, so the documented lowest-index rule decides and not rounding.
     best = by_index.min()
@@ -554,8 +454,8 @@ def myopic_oracle_regret(labels: Any, candidate_mask: Any, scene_index: Any, *, 
         tie band).
     """
     call = "myopic_oracle_regret"
-    band = _check_tie_band(call, tie_band)
-    _, labels_np, mask, scene = _check_inputs(call, None, labels, candidate_mask, scene_index)
+    band = checked_tie_band(call, tie_band)
+    _, labels_np, mask, scene = checked_inputs(call, None, labels, candidate_mask, scene_index)
     # Q*_1 broadcast to every horizon is a prediction whose greedy choice is the myopic one.
     myopic = np.broadcast_to(labels_np[:, :, :1], labels_np.shape)
     return scene_means(_state_regret(myopic, labels_np, mask, band), scene)[1]
@@ -563,41 +463,6 @@ def myopic_oracle_regret(labels: Any, candidate_mask: Any, scene_index: Any, *, 
 
 # ---------------------------------------------------------------------------------------------
 # Population convenience.
-
-
-def _chain_rows(call: str, population: Any, rows: Any | None) -> np.ndarray:
-    is_chain = _to_numpy(population.is_chain).astype(bool)
-    n_rows = is_chain.shape[0]
-    if rows is None:
-        selected = np.flatnonzero(is_chain)
-    else:
-        raw = _to_numpy(rows)
-        if raw.dtype == np.bool_:
-            if raw.shape != (n_rows,):
-                raise _fail(call, "rows.shape", tuple(raw.shape), f"{(n_rows,)} for a bool mask",
-                            "pass a bool mask over all population rows or row indices")
-            selected = np.flatnonzero(raw)
-        elif np.issubdtype(raw.dtype, np.integer) and raw.ndim == 1:
-            if raw.size and (raw.min() < 0 or raw.max() >= n_rows):
-                raise _fail(call, "rows", f"indices in [{raw.min()}, {raw.max()}]",
-                            f"indices in [0, {n_rows - 1}]", "row indices of this population")
-            selected = np.unique(raw)
-            if selected.size != raw.size:
-                raise _fail(call, "rows", "repeated indices", "each row at most once",
-                            "a repeated state would weigh twice within its scene")
-        else:
-            raise _fail(call, "rows", f"dtype {raw.dtype} shape {tuple(raw.shape)}",
-                        "None, a bool mask [S] or a 1-D integer index array",
-                        "omit rows to evaluate every chain row")
-        successors = selected[~is_chain[selected]]
-        if successors.size:
-            raise _fail(call, "rows", f"successor rows {successors[:5].tolist()}",
-                        "chain rows only (population.is_chain)",
-                        "successor rows lack the horizon-H label; evaluate chain rows")
-    if selected.size == 0:
-        raise _fail(call, "rows", "no chain rows selected", "at least one chain row",
-                    "check the population has chain states")
-    return selected
 
 
 def evaluate_population(
@@ -619,61 +484,26 @@ def evaluate_population(
         ``name`` / ``split`` / ``digest``.
     """
     call = "evaluate_population"
-    band = _check_tie_band(call, tie_band)
-    selected = _chain_rows(call, population, rows)
+    band = checked_tie_band(call, tie_band)
+    selected = chain_rows(call, population, rows)
     horizon = int(population.horizon)
-    labels_all = _to_numpy(population.q)
-    pred_np = _float_array(call, "pred", pred, 3)
+    labels_all = to_numpy(population.q)
+    pred_np = float_array(call, "pred", pred, 3)
     if pred_np.shape[0] == labels_all.shape[0]:
         pred_np = pred_np[selected]
     elif pred_np.shape[0] != selected.size:
-        raise _fail(call, "pred.shape[0]", int(pred_np.shape[0]),
-                    f"{labels_all.shape[0]} (all rows) or {selected.size} (selected rows)",
-                    "predict every population row, or exactly the selected chain rows in order")
+        raise input_error(call, "pred.shape[0]", int(pred_np.shape[0]),
+                          f"{labels_all.shape[0]} (all rows) or {selected.size} (selected rows)",
+                          "predict every population row, or exactly the selected chain rows in order")
     if pred_np.shape[2] != horizon:
-        raise _fail(call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}",
-                    "the scorer must predict Q_1..Q_H")
-    labels, mask, scene_index = _chain_arrays(call, population, selected)
+        raise input_error(call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}",
+                          "the scorer must predict Q_1..Q_H")
+    labels, mask, scene_index = chain_arrays(call, population, selected)
     summary = scene_weighted_summary(pred_np, labels, mask, scene_index, tie_band=band)
-    summary["per_scene"]["scene_id"] = _scene_ids(call, population, selected, summary["per_scene"]["scene_index"])
+    summary["per_scene"]["scene_id"] = scene_ids_of(call, population, selected, summary["per_scene"]["scene_index"])
     summary["rows"] = int(selected.size)
-    summary.update(_identity(population))
+    summary.update(population_identity(population))
     return summary
-
-
-def _chain_arrays(call: str, population: Any, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """labels [R, K, H], candidate_mask [R, K] and scene_index [R] of the selected chain rows."""
-    horizon = int(population.horizon)
-    labels = _to_numpy(population.q)[selected][:, :, :horizon]
-    q_horizons = getattr(population, "q_horizons", None)
-    if q_horizons is not None:
-        short = selected[_to_numpy(q_horizons)[selected] < horizon]
-        if short.size:
-            raise _fail(call, "rows", f"rows {short[:5].tolist()} with fewer than H labels",
-                        f"rows labelled at all {horizon} horizons", "evaluate chain rows")
-    mask = _to_numpy(population.candidate_mask)[selected]
-    scene_index = _to_numpy(population.scene_index)[selected]
-    return labels, mask, scene_index
-
-
-def _scene_ids(call: str, population: Any, selected: np.ndarray, scenes: list[int]) -> list[int]:
-    """The scene_id of each scene index in ``scenes`` (checked one id per index)."""
-    scene_index = _to_numpy(population.scene_index)[selected]
-    scene_ids = _to_numpy(population.scene_id)[selected]
-    by_index: dict[int, int] = {}
-    for index, sid in zip(scene_index.tolist(), scene_ids.tolist()):
-        if by_index.setdefault(int(index), int(sid)) != int(sid):
-            raise _fail(call, "population.scene_id", f"scene_index {index} maps to several ids",
-                        "one scene_id per scene_index", "the population file is inconsistent")
-    return [by_index[int(i)] for i in scenes]
-
-
-def _identity(population: Any) -> dict[str, str | None]:
-    values = {}
-    for key in ("name", "split", "digest"):
-        value = getattr(population, key, None)
-        values[key] = None if value is None else str(value)
-    return values
 
 
 def population_heuristic_references(
@@ -706,32 +536,32 @@ def population_heuristic_references(
         slot not valid in every TRAIN state); the oracle adds ``reads`` and ``tie_band``.
     """
     call = "population_heuristic_references"
-    band = _check_tie_band(call, tie_band)
+    band = checked_tie_band(call, tie_band)
     train_split = getattr(train_population, "split", None)
     if train_split != "train":
-        raise _fail(call, "train_population.split", train_split, "'train'",
-                    "the fixed index is chosen on TRAIN only; never on validation or test")
+        raise input_error(call, "train_population.split", train_split, "'train'",
+                          "the fixed index is chosen on TRAIN only; never on validation or test")
     split = getattr(validation_population, "split", None)
     if split not in ("validation", "test"):
-        raise _fail(call, "validation_population.split", split, "'validation' | 'test'",
-                    "references are evaluated on held-out scenes, like the scorer")
+        raise input_error(call, "validation_population.split", split, "'validation' | 'test'",
+                          "references are evaluated on held-out scenes, like the scorer")
     horizon = int(validation_population.horizon)
     if int(train_population.horizon) != horizon:
-        raise _fail(call, "train_population.horizon", int(train_population.horizon),
-                    f"the evaluated population's horizon {horizon}",
-                    "use TRAIN and validation populations of the same preset family")
-    train_rows = _chain_rows(call, train_population, None)
-    train_labels, train_mask, train_scene = _chain_arrays(call, train_population, train_rows)
-    rows = _chain_rows(call, validation_population, None)
-    labels, mask, scene_index = _chain_arrays(call, validation_population, rows)
+        raise input_error(call, "train_population.horizon", int(train_population.horizon),
+                          f"the evaluated population's horizon {horizon}",
+                          "use TRAIN and validation populations of the same preset family")
+    train_rows = chain_rows(call, train_population, None)
+    train_labels, train_mask, train_scene = chain_arrays(call, train_population, train_rows)
+    rows = chain_rows(call, validation_population, None)
+    labels, mask, scene_index = chain_arrays(call, validation_population, rows)
     if train_labels.shape[1] != labels.shape[1]:
-        raise _fail(call, "train_population K", int(train_labels.shape[1]),
-                    f"the evaluated population's K {labels.shape[1]}",
-                    "a fixed index means the same candidate slot in both populations")
+        raise input_error(call, "train_population K", int(train_labels.shape[1]),
+                          f"the evaluated population's K {labels.shape[1]}",
+                          "a fixed index means the same candidate slot in both populations")
     index, train_by_index = best_fixed_index(train_labels, train_mask, train_scene)
-    scenes = np.unique(_to_numpy(scene_index).astype(np.int64))
-    scene_ids = _scene_ids(call, validation_population, rows, scenes.tolist())
-    evaluated_on: dict[str, Any] = {**_identity(validation_population), "rows": int(rows.size)}
+    scenes = np.unique(to_numpy(scene_index).astype(np.int64))
+    scene_ids = scene_ids_of(call, validation_population, rows, scenes.tolist())
+    evaluated_on: dict[str, Any] = {**population_identity(validation_population), "rows": int(rows.size)}
 
     def entry(per_scene: np.ndarray, **fields: Any) -> dict[str, Any]:
         regret = per_scene.mean(axis=0)
@@ -751,7 +581,7 @@ def population_heuristic_references(
             policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H "
                    "(ties: lowest index)",
             oracle=False, index=index, chosen_on="train",
-            train_population_digest=_identity(train_population)["digest"],
+            train_population_digest=population_identity(train_population)["digest"],
             train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
         ),
         "straight_strike": entry(

@@ -11,7 +11,11 @@ units. It is made of three named submodules so that diagnostics can hook them:
   features of the puck the candidate strikes, "global" reads the fused (pooled-state)
   embedding and the candidate's raw features only.
 
-Arms are small builder functions registered by name (torchtune style), never subclasses.
+Arms are data: one table (`_ARM_TABLE`) says each arm's encoder kind, fusion, readout and
+default depth, and one builder per component kind (`_ENCODERS`, `_FUSIONS`, `_READOUTS`)
+makes its part; adding an arm is one row. Every arm check (registered name, known kinds,
+structure of a config) and its message lives in this module's "arms" section. Arms are
+registered by name (`register_arm`, torchtune style), never subclasses.
 Does not own: the learning rule (`q_learning`), data loading (`data`) or the recipe
 (`recipe`).
 """
@@ -26,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor, nn
+
+from qhlab.evidence import require_int
 
 __all__ = [
     "ARMS",
@@ -108,16 +114,18 @@ def register_arm(
 
     Returns:
         A decorator that stores the builder and returns it unchanged.
-    """
 
-    if name in ARMS:
-        raise ValueError(f"arm {name!r} is already registered")
+    Raises:
+        ValueError: the name is already registered, or a kind has no component builder.
+    """
+    structure = {"encoder.kind": encoder, "fusion": fusion, "readout": readout}
+    _check_new_arm(name, structure)
 
     def decorate(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         ARMS[name] = ArmSpec(
             name=name,
             builder=builder,
-            structure={"encoder.kind": encoder, "fusion": fusion, "readout": readout},
+            structure=structure,
             defaults={"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads},
         )
         return builder
@@ -164,24 +172,11 @@ class ArchitectureConfig(BaseModel):
     @field_validator("arm")
     @classmethod
     def _arm_is_registered(cls, arm: str) -> str:
-        if arm not in ARMS:
-            raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
-        return arm
+        return _arm_spec(arm).name
 
     @model_validator(mode="after")
     def _structure_matches_arm(self) -> ArchitectureConfig:
-        spec = ARMS[self.arm]
-        actual = {"encoder.kind": self.encoder.kind, "fusion": self.fusion, "readout": self.readout}
-        wrong = [
-            f"{key}={actual[key]!r} (arm {self.arm!r} requires {want!r})"
-            for key, want in spec.structure.items()
-            if actual[key] != want
-        ]
-        if wrong:
-            raise ValueError(
-                "structure does not match the arm: " + "; ".join(wrong)
-                + "; allowed: omit these fields or choose the arm that has this structure"
-            )
+        _check_structure(self)
         return self
 
 
@@ -203,9 +198,8 @@ class ScorerDims:
 
     def __post_init__(self) -> None:
         for name in ("object_features", "goal_features", "candidate_features", "horizon"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ScorerDims.{name}={value!r} is not allowed; allowed: int >= 1")
+            require_int("ScorerDims", name, getattr(self, name), minimum=1,
+                        hint="read the widths from a population (population_dims).")
 
 
 # --------------------------------------------------------------------------- components
@@ -423,56 +417,81 @@ class QhScorer(nn.Module):
         return q.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
 
 
-def _encoder(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
-    e = arch.encoder
-    if e.kind == "attention":
-        return AttentionEncoder(dims, e.width, e.depth, e.heads)
-    return DeepSetsEncoder(dims, e.width, e.depth)
-
-
-def _fusion(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
-    if arch.fusion == "cross_attention":
-        return CrossAttentionFusion(dims, arch.encoder.width, arch.encoder.heads)
-    return ConcatFusion(dims, arch.encoder.width)
-
-
-def _readout(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
-    if arch.readout == "local":
-        return LocalReadout(dims, arch.encoder.width, dims.horizon)
-    return GlobalReadout(dims, arch.encoder.width, dims.horizon)
-
-
 # ------------------------------------------------------------------------------- arms
 
+# One builder per component kind. Each receives the validated config and the dims; adding a
+# kind is one entry here (and one value in the config's Literal).
+_ENCODERS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
+    "attention": lambda arch, dims: AttentionEncoder(
+        dims, arch.encoder.width, arch.encoder.depth, arch.encoder.heads
+    ),
+    "deepsets": lambda arch, dims: DeepSetsEncoder(dims, arch.encoder.width, arch.encoder.depth),
+}
+_FUSIONS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
+    "concat": lambda arch, dims: ConcatFusion(dims, arch.encoder.width),
+    "cross_attention": lambda arch, dims: CrossAttentionFusion(dims, arch.encoder.width, arch.encoder.heads),
+}
+_READOUTS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
+    "local": lambda arch, dims: LocalReadout(dims, arch.encoder.width, dims.horizon),
+    "global": lambda arch, dims: GlobalReadout(dims, arch.encoder.width, dims.horizon),
+}
+_KINDS = {"encoder.kind": _ENCODERS, "fusion": _FUSIONS, "readout": _READOUTS}
 
-@register_arm("baseline", encoder="attention", fusion="concat", readout="local", depth=1)
-def baseline(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
-    """Attention encoder, concat fusion, local readout."""
-    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+# The arms of the family: adding an arm is one row.
+_ARM_TABLE: tuple[tuple[str, str, str, str, int], ...] = (
+    # name                      encoder      fusion             readout   depth    what it changes
+    ("baseline",                "attention", "concat",          "local",  1),    # the reference
+    ("control_global_readout",  "attention", "concat",          "global", 1),    # never reads the struck puck
+    ("control_no_interaction",  "deepsets",  "concat",          "local",  1),    # objects never see each other
+    ("variant_cross_attention", "attention", "cross_attention", "local",  1),    # candidates attend over objects
+    ("variant_deep",            "attention", "concat",          "local",  2),    # a deeper encoder
+)
 
 
-@register_arm("control_global_readout", encoder="attention", fusion="concat", readout="global", depth=1)
-def control_global_readout(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
-    """Baseline with a global readout: the struck puck's embedding is never read."""
-    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+def _check_new_arm(name: str, structure: dict[str, str]) -> None:
+    """Refuse a second registration of ``name`` or a kind without a component builder."""
+    if name in ARMS:
+        raise ValueError(f"arm {name!r} is already registered")
+    for part, kind in structure.items():
+        builders = _KINDS[part]
+        if kind not in builders:
+            raise ValueError(
+                f"arm {name!r}: {part}={kind!r} is not allowed; allowed: {', '.join(sorted(builders))}"
+            )
 
 
-@register_arm("control_no_interaction", encoder="deepsets", fusion="concat", readout="local", depth=1)
-def control_no_interaction(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
-    """Baseline with a DeepSets encoder: objects never see each other."""
-    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+def _arm_spec(arm: str) -> ArmSpec:
+    """The registered arm ``arm``, or the one "not registered" refusal naming every arm."""
+    if arm not in ARMS:
+        raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
+    return ARMS[arm]
 
 
-@register_arm("variant_cross_attention", encoder="attention", fusion="cross_attention", readout="local", depth=1)
-def variant_cross_attention(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
-    """Baseline whose fusion lets each candidate attend over the objects."""
-    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+def _check_structure(arch: ArchitectureConfig) -> None:
+    """Refuse a config whose encoder kind, fusion or readout differs from its arm's."""
+    actual = {"encoder.kind": arch.encoder.kind, "fusion": arch.fusion, "readout": arch.readout}
+    wrong = [
+        f"{key}={actual[key]!r} (arm {arch.arm!r} requires {want!r})"
+        for key, want in _arm_spec(arch.arm).structure.items()
+        if actual[key] != want
+    ]
+    if wrong:
+        raise ValueError(
+            "structure does not match the arm: " + "; ".join(wrong)
+            + "; allowed: omit these fields or choose the arm that has this structure"
+        )
 
 
-@register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)
-def variant_deep(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
-    """Baseline with a deeper encoder (2 blocks by default)."""
-    return QhScorer(_encoder(arch, dims), _fusion(arch, dims), _readout(arch, dims), dims)
+def _compose(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
+    """encoder, then fusion, then readout: this order fixes how parameters draw from the RNG."""
+    encoder = _ENCODERS[arch.encoder.kind](arch, dims)
+    fusion = _FUSIONS[arch.fusion](arch, dims)
+    readout = _READOUTS[arch.readout](arch, dims)
+    return QhScorer(encoder, fusion, readout, dims)
+
+
+for _name, _encoder_kind, _fusion_kind, _readout_kind, _depth in _ARM_TABLE:
+    register_arm(_name, encoder=_encoder_kind, fusion=_fusion_kind, readout=_readout_kind, depth=_depth)(_compose)
 
 
 def build_scorer(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
@@ -487,6 +506,4 @@ def build_scorer(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
         (objects[B,N,F], object_mask[B,N], goal[B,G], candidates[B,K,C],
         candidate_object[B,K], candidate_mask[B,K]) -> q[B,K,H].
     """
-    if arch.arm not in ARMS:
-        raise ValueError(f"arm={arch.arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
-    return ARMS[arch.arm].builder(arch, dims)
+    return _arm_spec(arch.arm).builder(arch, dims)

@@ -1,8 +1,9 @@
 """The difficulty card of a population: how well cheap policies do on its exact labels.
 
-Owns: ``difficulty_card`` (pure numpy over the chain states' labels) and
+Owns: ``difficulty_card`` (pure numpy over the chain states' labels),
 ``describe_population`` (authenticate a population directory, recompute its card from the
-Parquet files and check it against the card its manifest records). Does not own: learned
+Parquet files and check it against the card its manifest records) and ``card_lines`` (the
+card as the text ``qhlab scenes describe`` prints). Does not own: learned
 predictions or their evaluation (``qhlab.finite_horizon.evaluation``), or choosing a
 heuristic for a report (a report chooses on TRAIN; the card describes one population).
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from qhlab.evidence import EvidenceError, QhInputError
 
-__all__ = ["CARD_TIE_BAND", "difficulty_card", "describe_population"]
+__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card", "describe_population"]
 
 CARD_TIE_BAND = 0.001
 """Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
@@ -174,3 +175,38 @@ def describe_population(path: str | os.PathLike, *, tie_band: float | None = Non
         )
     return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
             "counts": manifest["counts"], "card": card}
+
+
+def card_lines(described: dict[str, Any]) -> list[str]:
+    """The difficulty card as text lines, one quantity per line (``qhlab scenes describe``).
+
+    Args:
+        described: the result of ``describe_population`` (``name``, ``split`` and ``card``).
+
+    Returns:
+        A header line naming the population, its size, K, H, the tie band and the weighting,
+        then one indented line per regret reference, the regret by fixed index, the myopic
+        loss share and the optimal index's distribution and entropy.
+    """
+    card = described["card"]
+    regret, ratio = card["regret_H"], card["ratio_to_uniform"]
+    best = regret["best_fixed_index"]
+    h = card["horizon"]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} x uniform"
+
+    return [
+        f"{described['name']} ({described['split']}): {card['scenes']} scenes, {card['chain_states']} chain "
+        f"states, K={card['K']}, H={h}, tie_band={card['tie_band']} m; {card['weighting']}",
+        f"  regret_{h} uniform random      {regret['uniform']:.4f}",
+        f"  regret_{h} straight strike (0) {regret['straight_strike']:.4f}  ({share(ratio['straight_strike'])})",
+        f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",
+        f"  regret_{h} myopic oracle       {regret['myopic_oracle']:.4f}  ({share(ratio['myopic_oracle'])})",
+        "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
+        f"  myopic choice loses > tie_band at H in {100 * card['myopic_loses_share']:.1f}% of chain states",
+        "  optimal index distribution    {}".format(
+            " ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])),
+        f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
+        f"({card['optimal_index']['entropy_over_log2K']:.3f} x log2 K)",
+    ]

@@ -1,9 +1,12 @@
 """Training layer: execution profiles (seed 000), tensor state files, the Lightning launcher.
 
-Owns: backend/precision policy, W&B attempt identity, tensor state files and the
-cold-initialization artifact. Does not own: the QH learning rule, scorer or recipe
-(``qhlab.finite_horizon``) or receipts (``qhlab.evidence``). Names resolve lazily so that
-``import qhlab.training`` does not import torch until one is used.
+Owns: backend/precision policy (``profiles``), W&B attempt identity (``wandb_attempt``),
+tensor state files and the cold-initialization artifact (``tensor_state``, ``lineage``), and
+the generic fit seam (``launcher`` with ``optimizer_state``, ``callbacks``, ``segments``).
+``execution_profile`` is seed 000's public path and re-exports its names. Does not own: the
+QH learning rule, scorer or recipe (``qhlab.finite_horizon``) or receipts
+(``qhlab.evidence``). Names resolve lazily so that ``import qhlab.training`` does not import
+torch until one is used.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ __all__ = [
     "write_cold_initialization",
 ]
 
+# Seed names resolve through the seed path: importing it also binds the submodule
+# ``qhlab.training.execution_profile``, which shares its name with the seed function.
+_SEED_PATH = "qhlab.training.execution_profile"
 _OWNERS = {
     "load_tensor_state": "qhlab.training.tensor_state",
     "save_tensor_state": "qhlab.training.tensor_state",
@@ -35,7 +41,7 @@ _OWNERS = {
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'qhlab.training' has no attribute {name!r}")
-    module = importlib.import_module(_OWNERS.get(name, "qhlab.training.execution_profile"))
+    module = importlib.import_module(_OWNERS.get(name, _SEED_PATH))
     return getattr(module, name)
 
 

@@ -7,7 +7,7 @@ safetensors bytes and the caller's structure), and writing the cold-initializati
 
 Does not own: write-once publication, digests and receipts (``qhlab.evidence``), or
 authenticating a cold-initialization lineage
-(``qhlab.training.execution_profile.verified_cold_initialization_lineage``). Nothing here
+(``qhlab.training.lineage.verified_cold_initialization_lineage``). Nothing here
 unpickles: tensors are read with ``safetensors.torch.load`` from bytes already hashed.
 """
 
@@ -32,8 +32,10 @@ from qhlab.evidence import (
     QhInputError,
     SchemaMismatchError,
     canonical_json,
+    input_error,
     publish_file,
     publish_json,
+    require_int,
     sha256_bytes,
     write_receipt,
 )
@@ -76,9 +78,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _check_state_path(call: str, path: Path) -> Path:
     path = Path(path)
     if path.suffix != ".safetensors":
-        raise QhInputError(
-            f"{call}: path={str(path)!r} is not allowed; allowed: a file name ending in "
-            "'.safetensors'. HINT: the structure file is written beside it with suffix '.json'."
+        raise input_error(
+            call, "path", str(path), "a file name ending in '.safetensors'",
+            "the structure file is written beside it with suffix '.json'.",
         )
     return path
 
@@ -103,27 +105,22 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
     path = _check_state_path(call, path)
     json_path = structure_path(path)
     if not isinstance(tensors, Mapping):
-        raise QhInputError(
-            f"{call}: tensors={type(tensors).__name__} is not allowed; allowed: a dict name -> "
-            "torch.Tensor. HINT: pass module.state_dict() or an explicit dict."
+        raise input_error(
+            call, "tensors", type(tensors).__name__, "a dict name -> torch.Tensor",
+            "pass module.state_dict() or an explicit dict.",
         )
     if not isinstance(structure, Mapping):
-        raise QhInputError(
-            f"{call}: structure={type(structure).__name__} is not allowed; allowed: a JSON-able "
-            "dict. HINT: pass {} when there is nothing to describe."
+        raise input_error(
+            call, "structure", type(structure).__name__, "a JSON-able dict", "pass {} when there is nothing to describe."
         )
     cpu_tensors: dict[str, torch.Tensor] = {}
     description: dict[str, dict[str, Any]] = {}
     for name, tensor in tensors.items():
         if not isinstance(name, str) or not name:
-            raise QhInputError(
-                f"{call}: tensor name {name!r} is not allowed; allowed: a non-empty string. "
-                "HINT: use the parameter's qualified name."
-            )
+            raise input_error(call, "tensor name", name, "a non-empty string", "use the parameter's qualified name.")
         if not isinstance(tensor, torch.Tensor):
-            raise QhInputError(
-                f"{call}: tensors[{name!r}]={type(tensor).__name__} is not allowed; allowed: "
-                "torch.Tensor. HINT: convert numbers with torch.tensor(...)."
+            raise input_error(
+                call, f"tensors[{name!r}]", type(tensor).__name__, "torch.Tensor", "convert numbers with torch.tensor(...)."
             )
         # A private contiguous CPU copy: safetensors refuses views sharing one storage.
         cpu_tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
@@ -243,22 +240,17 @@ def load_tensor_state(
 
 def normalize_seed(call: str, seed: Any) -> int:
     """Return ``seed`` if it is a non-negative int (not bool); raise QhInputError otherwise."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise QhInputError(
-            f"{call}: seed={seed!r} is not allowed; allowed: an int >= 0. "
-            "HINT: pass the recipe's integer seed."
-        )
-    return seed
+    return require_int(call, "seed", seed, minimum=0, hint="pass the recipe's integer seed.")
 
 
 def normalize_source_package_digest(call: str, digest: Any) -> str:
     """Return the hex source-package digest from a hex string or ``source_package_digest()`` dict."""
     value = digest.get("sha256") if isinstance(digest, Mapping) else digest
     if not isinstance(value, str) or not _HEX64.fullmatch(value):
-        raise QhInputError(
-            f"{call}: source_package_digest={digest!r} is not allowed; allowed: a 64-character "
-            "lowercase hex SHA-256 or the dict from qhlab.evidence.source_package_digest(). "
-            "HINT: pass source_package_digest()['sha256']."
+        raise input_error(
+            call, "source_package_digest", digest,
+            "a 64-character lowercase hex SHA-256 or the dict from qhlab.evidence.source_package_digest()",
+            "pass source_package_digest()['sha256'].",
         )
     return value
 
@@ -296,10 +288,7 @@ def write_cold_initialization(
     source_digest = normalize_source_package_digest(call, source_package_digest)
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise QhInputError(
-            f"{call}: directory={str(directory)!r} is not allowed; allowed: a directory path. "
-            "HINT: it names a file."
-        )
+        raise input_error(call, "directory", str(directory), "a directory path", "it names a file.")
     for name in (COLD_INIT_STATE, COLD_INIT_STRUCTURE, COLD_INIT_RECEIPT):
         if (directory / name).exists():
             raise PublishConflictError(

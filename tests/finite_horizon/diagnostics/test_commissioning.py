@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import shutil
+import typing
 import warnings
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
 from qhlab.training.tensor_state import load_tensor_state
 from synthetic_population import synthetic_population
+from tiny_recipe import TINY_RECIPE
 
 CONTEXT = ("recipe:" + "a" * 64, "source:" + "b" * 64, "population:train:" + "c" * 64)
 
@@ -42,12 +44,15 @@ CONTEXT = ("recipe:" + "a" * 64, "source:" + "b" * 64, "population:train:" + "c"
 # ------------------------------------------------------------------ seed signatures
 
 
+_POSITIONAL, _KEYWORD, _REQUIRED = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
+# (name, kind, default) of every seed parameter, in order (``self`` of methods left out).
 SEED_CALLABLES = {
-    "QhCommissioningMilestonesCallback": "(config, output_dir)",
-    "QhCommissioningMilestonesCallback.on_fit_end": "(self, trainer, pl_module)",
-    "QhMpsMemoryBudgetCallback": "(max_allocated_bytes, output_dir)",
-    "read_commissioning_milestones": "(config, output_dir)",
-    "read_mps_memory_observation": "(output_dir, *, max_allocated_bytes)",
+    "QhCommissioningMilestonesCallback": (("config", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
+    "QhCommissioningMilestonesCallback.on_fit_end": (
+        ("trainer", _POSITIONAL, _REQUIRED), ("pl_module", _POSITIONAL, _REQUIRED)),
+    "QhMpsMemoryBudgetCallback": (("max_allocated_bytes", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
+    "read_commissioning_milestones": (("config", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
+    "read_mps_memory_observation": (("output_dir", _POSITIONAL, _REQUIRED), ("max_allocated_bytes", _KEYWORD, _REQUIRED)),
 }
 SEED_ATTRIBUTES = {
     "QhCommissioningMilestoneReceipt": (
@@ -63,12 +68,26 @@ SEED_ATTRIBUTES = {
 }
 
 
-@pytest.mark.parametrize("qualname", sorted(SEED_CALLABLES))
-def test_signature_equals_seed(qualname: str) -> None:
+def _seed_callable(qualname: str):
     obj = cm
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    assert str(inspect.signature(obj)) == SEED_CALLABLES[qualname]
+    return obj
+
+
+@pytest.mark.parametrize("qualname", sorted(SEED_CALLABLES))
+def test_signature_equals_seed(qualname: str) -> None:
+    parameters = inspect.signature(_seed_callable(qualname)).parameters.values()
+    actual = tuple((p.name, p.kind, p.default) for p in parameters if p.name != "self")
+    assert actual == SEED_CALLABLES[qualname]
+
+
+@pytest.mark.parametrize("qualname", sorted(SEED_CALLABLES))
+def test_seed_callables_are_fully_annotated(qualname: str) -> None:
+    obj = _seed_callable(qualname)
+    function = obj.__init__ if inspect.isclass(obj) else obj
+    hints = typing.get_type_hints(function)
+    assert {name for name, _, _ in SEED_CALLABLES[qualname]} | {"return"} <= set(hints), hints
 
 
 @pytest.mark.parametrize("name", sorted(SEED_ATTRIBUTES))
@@ -356,7 +375,7 @@ def test_setup_refusals(tmp_path: Path) -> None:
         _fit([QhCommissioningMilestonesCallback(_config(), tmp_path / "b")])
     with pytest.raises(QhInputError, match="QhMpsMemoryBudgetCallback of the same budget placed before"):
         _fit([QhCommissioningMilestonesCallback(_config(max_allocated_bytes=10**9), tmp_path / "c")])
-    with pytest.raises(QhInputError, match="config=dict is not allowed"):
+    with pytest.raises(QhInputError, match=r"config=\{'milestones': \(1,\)\} is not allowed"):
         QhCommissioningMilestonesCallback({"milestones": (1,)}, tmp_path / "d")
 
 
@@ -489,9 +508,6 @@ def test_observation_record_refuses_inconsistent_values() -> None:
 
 # ------------------------------------------------------------------ `qhlab commission` end to end (slow)
 
-TINY_RECIPE = Path(__file__).resolve().parents[3] / "examples" / "tiny-recipe.toml"
-
-
 @pytest.fixture(scope="module")
 def tiny_train(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from qhlab.scenes import generate_population
@@ -570,7 +586,7 @@ def test_cli_refuses_bad_milestones_and_writes_nothing(tiny_train: Path, tmp_pat
 def test_cli_refuses_memory_budget_on_a_cpu_lane(tiny_train: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "commission"
     assert _commission(tiny_train, out, "--max-allocated-bytes", "1000000") == 2
-    assert "--max-allocated-bytes=1000000 is not allowed with profile 'cpu-fp32'" in capsys.readouterr().err
+    assert "max_allocated_bytes=1000000 is not allowed; allowed: None with profile 'cpu-fp32'" in capsys.readouterr().err
     assert not out.exists()
 
 

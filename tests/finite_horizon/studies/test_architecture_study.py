@@ -16,8 +16,13 @@ from qhlab.evidence import (
     PublishConflictError,
     QhInputError,
     read_receipt,
+    source_package_digest,
 )
 from qhlab.finite_horizon.studies import architecture_study as study
+from qhlab.finite_horizon.studies.architecture import authentication
+from qhlab.finite_horizon.studies.architecture.canary import canary_recovery, select_canary_row
+from qhlab.finite_horizon.studies.architecture.config import read_study_config
+from qhlab.finite_horizon.studies.architecture.layout import BENCHMARK_DIR, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import (
     QhArchitectureStudyConfig,
     admit_canaries,
@@ -29,14 +34,19 @@ from qhlab.finite_horizon.studies.architecture_study import (
 )
 
 
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+_NONE = inspect.Parameter.empty
+# (name, kind, default) of every parameter, exactly as seed 002 declares them.
 SEED_SIGNATURES = {
-    "admit_canaries": "(config_path, output)",
-    "benchmark_scorer": "(fit, train)",
-    "freeze_study": "(config_path, output)",
-    "main": "()",
-    "prepare_development": "(config_path, output)",
-    "report_study": "(config_path, output)",
-    "run_fit": "(config_path, output, *, variant, seed, canary_role=None)",
+    "admit_canaries": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
+    "benchmark_scorer": [("fit", _POSITIONAL, _NONE), ("train", _POSITIONAL, _NONE)],
+    "freeze_study": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
+    "main": [],
+    "prepare_development": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
+    "report_study": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
+    "run_fit": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE),
+                ("variant", _KEYWORD, _NONE), ("seed", _KEYWORD, _NONE), ("canary_role", _KEYWORD, None)],
 }
 SEED_ATTRIBUTES = ("train", "validation", "experiment", "seeds", "canary_updates", "broad_updates",
                    "tie_band", "regret_fraction", "mae_fraction", "max_allocated_bytes")
@@ -48,13 +58,17 @@ ARMS = ("baseline", "control_global_readout", "control_no_interaction", "variant
 
 @pytest.mark.parametrize("name", sorted(SEED_SIGNATURES))
 def test_signature_matches_seed(name):
-    assert str(inspect.signature(getattr(study, name))) == SEED_SIGNATURES[name]
+    signature = inspect.signature(getattr(study, name))
+    assert [(p.name, p.kind, p.default) for p in signature.parameters.values()] == SEED_SIGNATURES[name]
     assert name in study.__all__
+    # Typed: every parameter and the return value carry an annotation.
+    assert all(p.annotation is not _NONE for p in signature.parameters.values())
+    assert signature.return_annotation is not inspect.Signature.empty
 
 
 def test_config_attributes_frozen_and_closed(tiny_config):
     assert set(SEED_ATTRIBUTES) <= set(QhArchitectureStudyConfig.model_fields)
-    config, _, _ = study._read_config(tiny_config)
+    config, _, _ = read_study_config(tiny_config)
     assert config.seeds == (0, 1)
     assert config.cells == tuple((a, s) for a in ARMS for s in (0, 1))
     with pytest.raises(Exception, match="frozen"):
@@ -66,7 +80,7 @@ def test_config_attributes_frozen_and_closed(tiny_config):
 
 
 def test_variants_alter_only_architecture(tiny_config):
-    config, _, _ = study._read_config(tiny_config)
+    config, _, _ = read_study_config(tiny_config)
     base = config.cell_recipe("baseline", 0, 30).model_dump()
     for arm in ARMS[1:]:
         other = config.cell_recipe(arm, 0, 30).model_dump()
@@ -122,7 +136,7 @@ def test_freeze_records_train_support_arms_and_source(frozen_study):
     assert {a["arm"]: a["control"] for a in body["arms"]}["variant_deep"] == "control_no_interaction"
     assert body["seeds"] == [0, 1] and len(body["cells"]) == 10
     assert body["validation"]["opened"] is False
-    assert body["source_package"]["sha256"] == study.source_package_digest()["sha256"]
+    assert body["source_package"]["sha256"] == source_package_digest()["sha256"]
     assert any(name.startswith("train/") for name in receipt["inputs"])
 
 
@@ -218,8 +232,6 @@ def test_frozen_receipt_tampering_refused(tmp_path, frozen_study):
 
 
 def test_package_code_change_after_freeze_refused(tmp_path, frozen_study, monkeypatch):
-    from qhlab.evidence import source_package_digest
-
     package = tmp_path / "qhlab"
     shutil.copytree(Path(study.__file__).resolve().parents[2], package,
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -228,7 +240,7 @@ def test_package_code_change_after_freeze_refused(tmp_path, frozen_study, monkey
         (package / "finite_horizon" / "evaluation.py").read_text() + "\n# a change\n")
     changed = source_package_digest(package)
     assert changed["sha256"] != original["sha256"]
-    monkeypatch.setattr(study, "source_package_digest", lambda: changed)
+    monkeypatch.setattr(authentication, "source_package_digest", lambda: changed)
     with pytest.raises(EvidenceError, match="package code changed after freeze"):
         admit_canaries(frozen_study["config"], frozen_study["output"])
 
@@ -323,7 +335,7 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
 
 @pytest.mark.slow
 def test_report_before_all_cells_refused(study_copy, finished_study):
-    output = study_copy("report", "benchmarks")
+    output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     shutil.rmtree(output / "cells" / "variant_deep-s1")
     with pytest.raises(OrderError, match="1 of 10 charged cells have no final receipt: variant_deep-s1"):
         report_study(finished_study["config"], output)
@@ -331,8 +343,26 @@ def test_report_before_all_cells_refused(study_copy, finished_study):
 
 
 @pytest.mark.slow
+def test_report_is_published_whole_and_never_over_content(study_copy, finished_study):
+    output = study_copy(REPORT_DIR)
+    stray = output / REPORT_DIR / "notes.txt"
+    stray.parent.mkdir()
+    stray.write_text("by hand")
+    with pytest.raises(PublishConflictError, match="holds a partial report"):
+        report_study(finished_study["config"], output)
+    assert [p.name for p in (output / REPORT_DIR).iterdir()] == ["notes.txt"]
+    assert not any(p.name.startswith(f".{REPORT_DIR}") for p in output.iterdir())
+    stray.unlink()
+    # An empty report/ is replaced by the published directory, receipt inside with relative paths.
+    report_study(finished_study["config"], output)
+    receipt = read_receipt(output / REPORT_DIR / "report.receipt.json", kind="study_report", schema_version=1)
+    assert receipt["outputs"]["report.json"]["path"] == "report.json"
+    assert not any(p.name.startswith(f".{REPORT_DIR}") for p in output.iterdir())
+
+
+@pytest.mark.slow
 def test_cell_state_tampering_refused(study_copy, finished_study):
-    output = study_copy("report", "benchmarks")
+    output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     cell = read_receipt(output / "cells" / "baseline-s1" / "cell.receipt.json", kind="study_cell", schema_version=1)
     state = output / "cells" / "baseline-s1" / cell["body"]["attempt"] / "final_state.safetensors"
     state.chmod(0o644)
@@ -345,7 +375,7 @@ def test_cell_state_tampering_refused(study_copy, finished_study):
 
 @pytest.mark.slow
 def test_finished_cell_never_rerun_and_crashed_cell_gets_new_attempt(study_copy, finished_study):
-    output = study_copy("report", "benchmarks")
+    output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     with pytest.raises(PublishConflictError, match="cell baseline-s0 is finished"):
         run_fit(finished_study["config"], output, variant="baseline", seed=0)
     shutil.rmtree(output / "cells" / "control_global_readout-s0")
@@ -415,7 +445,7 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
 
     # (a) The study recipe has successor_label_rows = 0 (the default); each canary still
     # anchored its row's successors at Q_1..Q_{H-1}, and its receipt says so and why.
-    study_config, _, _ = study._read_config(config)
+    study_config, _, _ = read_study_config(config)
     for seed in (0, 1):
         frozen = study_config.cell_recipe("baseline", seed, 1)
         assert frozen.successor_label_rows == 0
@@ -497,11 +527,11 @@ def test_canary_row_rule_takes_first_state_unique_at_every_horizon():
         [[3.0, 3.0], [0.0, 0.0], [0.0, 0.0]],
     ]
     mask = [[True, True, True]] * 3
-    selected = study._select_canary_row(_toy_population(q, mask), {"rows": [0, 1, 2]}, 0.001)
+    selected = select_canary_row(_toy_population(q, mask), {"rows": [0, 1, 2]}, 0.001)
     assert selected["row"] == 1 and selected["state_id"] == 101
     assert selected["best_action"] == [0, 0]
     assert selected["gaps"] == pytest.approx([0.1, 0.5])
-    assert study._select_canary_row(_toy_population(q[:1], mask[:1]), {"rows": [0]}, 0.001) is None
+    assert select_canary_row(_toy_population(q[:1], mask[:1]), {"rows": [0]}, 0.001) is None
 
 
 def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():
@@ -509,11 +539,11 @@ def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():
 
     labels = np.array([[1.0, 2.0], [0.5, 1.0], [0.9, 1.5]])
     mask = np.array([True, True, True])
-    good = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [0.7, 1.0]]), labels, mask, 0.001)
+    good = canary_recovery(np.array([[0.8, 1.9], [0.1, 0.2], [0.7, 1.0]]), labels, mask, 0.001)
     assert [h["recovered"] for h in good] == [True, True] and good[0]["chosen"] == [0]
-    tied = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [0.8, 1.0]]), labels, mask, 0.001)
+    tied = canary_recovery(np.array([[0.8, 1.9], [0.1, 0.2], [0.8, 1.0]]), labels, mask, 0.001)
     assert [h["recovered"] for h in tied] == [False, True] and tied[0]["chosen"] == [0, 2]
-    masked = study._recovers(np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels,
+    masked = canary_recovery(np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels,
                              np.array([True, True, False]), 0.001)
     assert [h["recovered"] for h in masked] == [True, True]
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from qhlab.evidence.errors import QhInputError
+from qhlab.evidence.errors import input_error, require_number
 
 __all__ = [
     "MIN_SCENES_FOR_ROBUST",
@@ -138,24 +138,20 @@ class RetentionDecision:
 # Validation (private).
 
 
-def _fail(call: str, field: str, value: Any, allowed: str, hint: str) -> QhInputError:
-    return QhInputError(f"{call}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}")
-
-
 def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         value = value.detach().cpu().numpy()
     array = np.asarray(value)
     if array.ndim != 1 or array.size == 0:
-        raise _fail(call, f"{field}.shape", tuple(array.shape), "a non-empty 1-D array [n_scenes]",
-                    "pass one value per scene (evaluation per-scene arrays, one horizon)")
+        raise input_error(call, f"{field}.shape", tuple(array.shape), "a non-empty 1-D array [n_scenes]",
+                          "pass one value per scene (evaluation per-scene arrays, one horizon)")
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise _fail(call, f"{field}.dtype", str(array.dtype), "real numbers",
-                    "pass per-scene metric values")
+        raise input_error(call, f"{field}.dtype", str(array.dtype), "real numbers",
+                          "pass per-scene metric values")
     array = array.astype(np.float64)
     if not np.isfinite(array).all():
-        raise _fail(call, field, "non-finite values", "finite per-scene values",
-                    "a NaN metric means an upstream evaluation failed; fix it there")
+        raise input_error(call, field, "non-finite values", "finite per-scene values",
+                          "a NaN metric means an upstream evaluation failed; fix it there")
     return array
 
 
@@ -163,15 +159,15 @@ def _check_options(call: str, confidence: Any, n_resamples: Any, rng_seed: Any) 
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
         0.0 < float(confidence) < 1.0
     ):
-        raise _fail(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
+        raise input_error(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
         n_resamples < 1
     ):
-        raise _fail(call, "n_resamples", n_resamples, "an integer >= 1",
-                    f"scipy's default is {DEFAULT_RESAMPLES}")
+        raise input_error(call, "n_resamples", n_resamples, "an integer >= 1",
+                          f"scipy's default is {DEFAULT_RESAMPLES}")
     if isinstance(rng_seed, bool) or not isinstance(rng_seed, (int, np.integer)) or rng_seed < 0:
-        raise _fail(call, "rng_seed", rng_seed, "an integer >= 0",
-                    "declare the seed in the study config so intervals are reproducible")
+        raise input_error(call, "rng_seed", rng_seed, "an integer >= 0",
+                          "declare the seed in the study config so intervals are reproducible")
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -268,11 +264,11 @@ def paired_scene_bootstrap(
     """
     call = "paired_scene_bootstrap"
     if statistic not in _STATISTICS:
-        raise _fail(call, "statistic", statistic, " | ".join(_STATISTICS),
-                    "paired arms use 'mean difference'; one arm uses 'mean'")
+        raise input_error(call, "statistic", statistic, " | ".join(_STATISTICS),
+                          "paired arms use 'mean difference'; one arm uses 'mean'")
     if alternative not in _ALTERNATIVES:
-        raise _fail(call, "alternative", alternative, " | ".join(_ALTERNATIVES),
-                    "'less' gives a one-sided upper bound, 'greater' a lower bound")
+        raise input_error(call, "alternative", alternative, " | ".join(_ALTERNATIVES),
+                          "'less' gives a one-sided upper bound, 'greater' a lower bound")
     _check_options(call, confidence, n_resamples, rng_seed)
     first = _scene_array(call, "x", x)
     if y is None:
@@ -280,12 +276,12 @@ def paired_scene_bootstrap(
         values = first
     else:
         if statistic == "mean":
-            raise _fail(call, "y", "an array", "None with statistic 'mean'",
-                        "use statistic='mean difference' to compare two arms")
+            raise input_error(call, "y", "an array", "None with statistic 'mean'",
+                              "use statistic='mean difference' to compare two arms")
         second = _scene_array(call, "y", y)
         if second.shape != first.shape:
-            raise _fail(call, "y.shape", tuple(second.shape), f"x's shape {tuple(first.shape)}",
-                        "both arms must be evaluated on the same scenes, in the same order")
+            raise input_error(call, "y.shape", tuple(second.shape), f"x's shape {tuple(first.shape)}",
+                              "both arms must be evaluated on the same scenes, in the same order")
         data = (first, second)
         values = first - second
     estimate = float(values.mean())
@@ -386,14 +382,14 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
     """
     call = "pooled_seed_values"
     if not isinstance(per_scene_by_seed, dict) or not per_scene_by_seed:
-        raise _fail(call, "per_scene_by_seed", per_scene_by_seed,
-                    "a non-empty dict seed -> [n_scenes] values", "one entry per declared seed")
+        raise input_error(call, "per_scene_by_seed", per_scene_by_seed,
+                          "a non-empty dict seed -> [n_scenes] values", "one entry per declared seed")
     arrays = [_scene_array(call, f"per_scene_by_seed[{seed}]", values)
               for seed, values in sorted(per_scene_by_seed.items())]
     sizes = sorted({a.size for a in arrays})
     if len(sizes) != 1:
-        raise _fail(call, "n_scenes", sizes, "the same number of scenes for every seed",
-                    "evaluate every seed on the same validation scenes")
+        raise input_error(call, "n_scenes", sizes, "the same number of scenes for every seed",
+                          "evaluate every seed on the same validation scenes")
     return np.mean(np.stack(arrays), axis=0)
 
 
@@ -402,12 +398,8 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
 
 
 def _check_fraction(call: str, field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-        float(value)
-    ) or float(value) < 0:
-        raise _fail(call, field, value, "a finite number >= 0",
-                    "use the fraction declared in the frozen study config")
-    return float(value)
+    return require_number(call, field, value, minimum=0,
+                          hint="use the fraction declared in the frozen study config")
 
 
 def _margin(
@@ -493,8 +485,8 @@ def retention_margins(
     }
     sizes = {name: int(a.size) for name, a in arrays.items()}
     if len(set(sizes.values())) != 1:
-        raise _fail(call, "n_scenes", sizes, "the same number of scenes for all four arrays",
-                    "evaluate every arm on the same validation scenes, in the same order")
+        raise input_error(call, "n_scenes", sizes, "the same number of scenes for all four arrays",
+                          "evaluate every arm on the same validation scenes, in the same order")
     reg_fraction = _check_fraction(call, "regret_fraction", regret_fraction)
     mae_frac = _check_fraction(call, "mae_fraction", mae_fraction)
     options = dict(confidence=float(confidence), n_resamples=int(n_resamples),
@@ -552,12 +544,12 @@ def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
     """
     call = "seed_disagreement"
     if not isinstance(decisions_by_seed, dict) or not decisions_by_seed:
-        raise _fail(call, "decisions_by_seed", decisions_by_seed, "a non-empty dict seed -> bool",
-                    "pass one decision per declared seed")
+        raise input_error(call, "decisions_by_seed", decisions_by_seed, "a non-empty dict seed -> bool",
+                          "pass one decision per declared seed")
     for seed, decision in decisions_by_seed.items():
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise _fail(call, "seed", seed, "an integer seed", "keys are the declared seeds")
+            raise input_error(call, "seed", seed, "an integer seed", "keys are the declared seeds")
         if not isinstance(decision, (bool, np.bool_)):
-            raise _fail(call, f"decisions_by_seed[{seed}]", decision, "True or False",
-                        "pass RetentionDecision.retained")
+            raise input_error(call, f"decisions_by_seed[{seed}]", decision, "True or False",
+                              "pass RetentionDecision.retained")
     return len({bool(v) for v in decisions_by_seed.values()}) > 1

@@ -1,0 +1,112 @@
+"""Step 2, the E0 gate: select the canary row, run the two TRAIN canaries, admit broad fits or not.
+
+Owns: ``admit_canaries``: publishing ``canaries/selection.json`` by the fixed rule, running the
+canaries through ``cells.run_fit``, and the E0 receipt (written whether the gate passed or
+not, with the reason and a failure record per failing canary and horizon). Does not own: the
+rules themselves (``canary``) or the canary fits (``cells``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from qhlab.evidence import PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze, read_canary_selection
+from qhlab.finite_horizon.studies.architecture.canary import canary_failures, failure_text, select_canary_row
+from qhlab.finite_horizon.studies.architecture.cells import run_fit
+from qhlab.finite_horizon.studies.architecture.layout import (
+    CANARY_DIR,
+    CELL_RECEIPT,
+    E0_RECEIPT,
+    SCHEMA_VERSION,
+    SELECTION_FILE,
+    cell_name,
+)
+
+__all__ = ["admit_canaries"]
+
+
+def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
+    """Gate broad fits using the original labels of one prospectively selected TRAIN row.
+
+    Selects the row by the fixed rule (first state of the canonical first TRAIN chain whose
+    best label beats the runner-up by more than ``tie_band`` at every horizon), runs the two
+    canary fits (baseline, each seed, ``canary_updates``, that TRAIN row only, via
+    ``run_fit(..., canary_role="e0")``) and admits when each recovers the optimal action
+    within ``tie_band`` on the row's original labels. Writes the E0 receipt either way.
+
+    Each canary fits the frozen baseline recipe with ``successor_label_rows = 1``, so every
+    value its H >= 2 targets bootstrap through (Q_1..Q_{H-1} on the row's successors) is fitted
+    to the exact TRAIN labels (recorded in the canary cell receipt, ``canary.successor_training``).
+
+    Args:
+        config_path: the study TOML (its bytes must be the frozen ones).
+        output: the study directory.
+
+    Returns:
+        The E0 receipt body; ``body["passed"]`` says whether broad fits may run. On failure
+        ``body["reason"]`` names, per failing canary and horizon, the chosen candidates and
+        the optimal one with their predicted and true values, and ``body["failures"]`` holds
+        the same as records.
+    """
+    frozen = authenticate_freeze(config_path, output, "admit_canaries")
+    directory = frozen.output / CANARY_DIR
+    if (directory / E0_RECEIPT).exists():
+        raise PublishConflictError(
+            f"admit_canaries: {directory / E0_RECEIPT} already exists; the E0 gate is decided once."
+        )
+    config = frozen.config
+    selection_path = directory / SELECTION_FILE
+    if not selection_path.exists():
+        from qhlab.finite_horizon.data import load_population
+
+        population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+        selected = select_canary_row(population, frozen.body["train"]["canonical_first_chain"],
+                                     config.tie_band)
+        directory.mkdir(exist_ok=True)
+        publish_json(selection_path, {
+            "schema_version": SCHEMA_VERSION,
+            "rule": "first state of the canonical first TRAIN chain whose best label beats the "
+                    "runner-up by more than tie_band at every horizon",
+            "tie_band": config.tie_band,
+            "canonical_first_chain": frozen.body["train"]["canonical_first_chain"],
+            "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
+            "selected": selected,
+        })
+    selection = read_canary_selection(frozen)
+    canaries = []
+    if selection["selected"] is not None:
+        for seed in config.seeds:
+            cell = cell_name(config.baseline_arm, seed, "e0")
+            receipt_path = directory / cell / CELL_RECEIPT
+            if not receipt_path.exists():
+                run_fit(config_path, output, variant=config.baseline_arm, seed=seed, canary_role="e0")
+            document = read_receipt(receipt_path, kind="study_cell", schema_version=SCHEMA_VERSION)
+            canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path,
+                             "canary": document["body"]["canary"]})
+    passed = bool(canaries) and all(c["canary"]["recovered"] for c in canaries)
+    failures = canary_failures(canaries, selection["selected"]) if canaries else []
+    if selection["selected"] is None:
+        reason = "no state of the canonical first chain has a unique best action at every horizon"
+    elif passed:
+        reason = "every canary recovered the optimal action"
+    else:
+        # Name what each failing canary chose, so a failed gate can be diagnosed from the
+        # receipt (and the CLI line) without reopening the fits.
+        reason = (f"a canary did not recover the optimal action within tie_band={config.tie_band}: "
+                  + "; ".join(failure_text(f) for f in failures))
+    body = {
+        "study": config.name,
+        "passed": passed,
+        "reason": reason,
+        "failures": failures,
+        "selection": selection,
+        "canaries": [{k: v for k, v in c.items() if k != "receipt"} for c in canaries],
+        "canary_updates": config.canary_updates,
+    }
+    inputs = {"freeze": frozen.receipt_path, "selection": selection_path}
+    inputs.update({f"canary/{c['cell']}": c["receipt"] for c in canaries})
+    write_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
+                  body=body, inputs=inputs)
+    return body
+

@@ -1,0 +1,289 @@
+"""Step 4, fits: run one charged cell (a broad fit or an E0 canary) once, to its final budget.
+
+Owns: ``run_fit`` / ``fit_cell`` (validation of the requested cell, its writer lock, adopting
+a finished but unrecorded attempt, a new attempt after a crash) and the cell receipt that
+binds a fit's final state, its evaluation on the sealed validation (broad cells) or its
+recovery on the canary row (canaries). Does not own: the optimizer loop
+(``qhlab.finite_horizon.fit.fit_recipe``), the canary rules (``canary``) or the gate
+(``admission``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qhlab.evidence import (
+    EvidenceError,
+    OrderError,
+    PublishConflictError,
+    QhError,
+    exclusive_lock,
+    input_error,
+    read_receipt,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.finite_horizon.studies.architecture.authentication import (
+    FrozenStudy,
+    authenticate_development,
+    authenticate_freeze,
+    read_canary_selection,
+)
+from qhlab.finite_horizon.studies.architecture.canary import canary_recipe, canary_recovery
+from qhlab.finite_horizon.studies.architecture.layout import (
+    CANARY_DIR,
+    CANARY_ROLES,
+    CELL_RECEIPT,
+    CELLS_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    SCHEMA_VERSION,
+    SELECTION_FILE,
+    cell_name,
+)
+
+if TYPE_CHECKING:
+    from qhlab.finite_horizon.fit import FitResult
+    from qhlab.finite_horizon.recipe import QhRecipe
+
+__all__ = ["fit_cell", "run_fit"]
+
+
+def _attempt_directories(cell_dir: Path) -> list[Path]:
+    """The attempt directories of a cell (finished or crashed), sorted by name."""
+    if not cell_dir.is_dir():
+        return []
+    return sorted(p for p in cell_dir.iterdir() if p.is_dir())
+
+
+def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
+            canary_role: str | None = None) -> dict:
+    """Fit one charged cell using canonical diagnostic admission and receipts.
+
+    A broad cell (``canary_role=None``) runs the frozen recipe of ``variant`` with ``seed`` to
+    ``broad_updates`` on TRAIN and is evaluated on the sealed validation population; a canary
+    (``canary_role="e0"``, baseline only) runs ``canary_updates`` on the selected TRAIN row only
+    and is scored on that row's original labels. A finished cell (its cell receipt exists) is
+    never rerun; a crashed attempt (no final receipt) is kept and a new attempt is recorded.
+    The fit draws Lightning's progress bar (``fit_cell`` can hide it).
+
+    Args:
+        config_path: the study TOML (its bytes must be the frozen ones).
+        output: the study directory.
+        variant: a declared arm (the baseline for a canary).
+        seed: a declared seed.
+        canary_role: None for a broad cell, or ``"e0"`` for a canary of the E0 gate.
+
+    Returns:
+        The cell receipt body.
+    """
+    return fit_cell(config_path, output, variant=variant, seed=seed, canary_role=canary_role, progress=True)
+
+
+def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
+             canary_role: str | None = None, progress: bool = True) -> dict:
+    """``run_fit`` with the fit's progress bar on or off.
+
+    Args:
+        config_path, output, variant, seed, canary_role: as for ``run_fit``.
+        progress: draw Lightning's progress bar inside the fit (off in the worker processes
+            of ``qhlab study run``, whose own bar counts cells). Display only: the fit, its
+            files and its numbers are the same either way.
+
+    Returns:
+        The cell receipt body.
+    """
+    step = "run_fit" if canary_role is None else "run_fit(canary)"
+    frozen = authenticate_freeze(config_path, output, step)
+    config = frozen.config
+    if variant not in config.arms:
+        raise input_error(step, "variant", variant, f"a declared arm ({', '.join(config.arms)})",
+                          "exactly the frozen cells may be run")
+    if isinstance(seed, bool) or seed not in config.seeds:
+        raise input_error(step, "seed", seed, f"a declared seed ({', '.join(map(str, config.seeds))})",
+                          "exactly the frozen cells may be run; there is no seed search")
+    if canary_role is not None:
+        if canary_role not in CANARY_ROLES:
+            raise input_error(step, "canary_role", canary_role, f"None or {', '.join(CANARY_ROLES)}",
+                              "canaries are the E0 gate's fits")
+        if variant != config.baseline_arm:
+            raise input_error(step, "variant", variant, f"the baseline {config.baseline_arm!r} for a canary",
+                              "canaries fit the baseline only")
+        if not (frozen.output / CANARY_DIR / SELECTION_FILE).exists():
+            raise OrderError(
+                f"{step}: the canary row is not selected yet ({frozen.output / CANARY_DIR / SELECTION_FILE} "
+                "is missing). HINT: canaries run through `qhlab study admit-canaries`."
+            )
+        if (frozen.output / CANARY_DIR / E0_RECEIPT).exists():
+            raise OrderError(f"{step}: the E0 gate is already decided; canaries do not run again.")
+        parent = frozen.output / CANARY_DIR
+        development = None
+    else:
+        development = authenticate_development(frozen, step)
+        parent = frozen.output / CELLS_DIR
+    cell = cell_name(variant, seed, canary_role)
+    cell_dir = parent / cell
+    parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(parent / f".{cell}.lock"):
+        if (cell_dir / CELL_RECEIPT).exists():
+            raise PublishConflictError(
+                f"{step}: cell {cell} is finished ({cell_dir / CELL_RECEIPT} exists); a charged cell "
+                "runs once and is reported whatever its result. HINT: nothing to do."
+            )
+        if canary_role is None:
+            return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress)
+        return _run_canary_cell(frozen, variant, seed, cell, cell_dir, progress=progress)
+
+
+def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Path | None,
+         progress: bool, rows: list[int] | None = None) -> FitResult:
+    """One ``fit_recipe`` call on the frozen lane, TRAIN and thread count."""
+    import torch
+
+    from qhlab.finite_horizon.fit import fit_recipe
+
+    torch.set_num_threads(frozen.config.torch_threads)
+    kwargs: dict[str, Any] = {}
+    if rows is not None:
+        kwargs["train_rows"] = rows
+    return fit_recipe(recipe, profile=frozen.config.profile, output=parent, train=frozen.train_path,
+                      validation=validation, cell=cell, evaluate=validation is not None,
+                      max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
+                      **kwargs)
+
+
+def _adoptable_attempt(cell_dir: Path, budget: int, evaluate: bool) -> Path | None:
+    """An attempt whose fit finished (authenticated fit receipt at the budget) but whose cell
+    receipt was never written: adopted rather than rerun, since a finished fit is never rerun."""
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+    from qhlab.training.launcher import FIT_RECEIPT
+
+    for attempt in _attempt_directories(cell_dir):
+        fit_receipt = attempt / FIT_RECEIPT
+        if not fit_receipt.is_file() or (evaluate and not (attempt / EVALUATION_RECEIPT).is_file()):
+            continue
+        document = read_receipt(fit_receipt, kind="fit", schema_version=None)
+        if document["body"].get("observed_updates") == budget:
+            return attempt
+    return None
+
+
+def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, recipe: QhRecipe, attempt: Path,
+                      previous: list[str], updates: int) -> tuple[dict, dict]:
+    """The body and inputs every cell receipt shares; refuses a fit off its frozen budget."""
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.training.launcher import FINAL_STATE, FIT_RECEIPT
+    from qhlab.training.tensor_state import structure_path
+
+    fit_doc = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None)
+    observed = fit_doc["body"].get("observed_updates")
+    if observed != updates:
+        raise QhError(
+            f"run_fit: cell {cell} observed {observed!r} optimizer updates; the frozen budget is {updates}."
+        )
+    final_state = attempt / FINAL_STATE
+    body = {
+        "study": frozen.config.name,
+        "cell": cell,
+        "arm": variant,
+        "seed": seed,
+        "attempt": attempt.name,
+        "previous_attempts": previous,
+        "recipe_digest": recipe_digest(recipe),
+        "fit_recipe_digest": fit_doc["body"].get("recipe_digest"),
+        "observed_updates": observed,
+        "update_budget": updates,
+        "final_state_sha256": sha256_file(final_state),
+        "profile": fit_doc["body"].get("profile"),
+        "wall_seconds": fit_doc["body"].get("wall_seconds"),
+    }
+    inputs = {
+        "freeze": frozen.receipt_path,
+        "fit": attempt / FIT_RECEIPT,
+        "final_state": final_state,
+        "final_state_structure": structure_path(final_state),
+    }
+    return body, inputs
+
+
+def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: int, cell: str, cell_dir: Path,
+                    *, progress: bool) -> dict:
+    """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+
+    config = frozen.config
+    recipe = frozen.recipe(variant, seed, config.broad_updates)
+    validation_path = Path(development["body"]["validation"]["path"])
+    previous = [p.name for p in _attempt_directories(cell_dir)]
+    attempt = _adoptable_attempt(cell_dir, config.broad_updates, evaluate=True)
+    if attempt is None:
+        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=validation_path,
+                      progress=progress)
+        attempt = Path(result.output_directory)
+    else:
+        previous.remove(attempt.name)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates)
+    evaluation = read_receipt(attempt / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)
+    ev = evaluation["body"]
+    population_digest = (ev.get("population") or {}).get("digest")
+    if population_digest != development["body"]["validation"]["manifest_sha256"]:
+        raise EvidenceError(
+            f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates population {population_digest}; "
+            f"the sealed validation is {development['body']['validation']['manifest_sha256']}."
+        )
+    if ev.get("final_state_sha256") != body["final_state_sha256"]:
+        raise EvidenceError(f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates another final state.")
+    # Per-scene arrays are [n_scenes][H] in ascending scene order of the sealed validation.
+    body["evaluation"] = {
+        "horizon": ev["horizon"], "mae": ev["mae"], "regret": ev["regret"],
+        "scene_ids": ev["per_scene"]["scene_id"], "scene_mae": ev["per_scene"]["mae"],
+        "scene_regret": ev["per_scene"]["regret"],
+    }
+    inputs.update(development=frozen.output / DEVELOPMENT_RECEIPT, evaluation=attempt / EVALUATION_RECEIPT)
+    write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    return body
+
+
+def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, cell_dir: Path,
+                     *, progress: bool) -> dict:
+    """Fit (or adopt) a canary on the selected TRAIN row, score its recovery, publish its receipt."""
+    import torch
+
+    from qhlab.finite_horizon.benchmark import load_final_module
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.predict import predict_q
+    from qhlab.training.launcher import FINAL_STATE
+
+    config = frozen.config
+    selection = read_canary_selection(frozen)["selected"]
+    if selection is None:
+        raise OrderError("run_fit(canary): no canary row was selected; the E0 gate fails without fits.")
+    # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
+    recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
+    previous = [p.name for p in _attempt_directories(cell_dir)]
+    attempt = _adoptable_attempt(cell_dir, config.canary_updates, evaluate=False)
+    if attempt is None:
+        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
+                      progress=progress, rows=[selection["row"]])
+        attempt = Path(result.output_directory)
+    else:
+        previous.remove(attempt.name)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates)
+    population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+    module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
+    pred = predict_q(module.online, population, rows=torch.tensor([selection["row"]])).numpy()[0]
+    labels = np.asarray(selection["labels"], dtype=np.float64)
+    mask = np.asarray(selection["candidate_mask"], dtype=bool)
+    per_horizon = canary_recovery(pred, labels, mask, config.tie_band)
+    body["canary"] = {"role": "e0", "row": selection["row"], "state_id": selection["state_id"],
+                      "per_horizon": per_horizon,
+                      "recovered": all(h["recovered"] for h in per_horizon),
+                      "successor_training": successor_training}
+    inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
+    write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    return body
+

@@ -1,0 +1,304 @@
+"""The study command: ``qhlab study STEP CONFIG --output DIR`` and ``python -m ...architecture_study``.
+
+Owns: the study's arguments (``add_study_arguments``), running the named step and printing
+what it did (``run_study_command``), ``qhlab study run`` (every step in order, skipping steps
+whose receipts authenticate, broad fits in a process pool), and ``main``. This is the one
+entry of the study's command line: ``qhlab.cli.study`` registers it. Does not own: any step's
+behaviour (the step modules), or mapping errors to exit codes inside ``qhlab`` (``qhlab.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from qhlab.evidence import QhError, read_receipt
+from qhlab.finite_horizon.studies.architecture.admission import admit_canaries
+from qhlab.finite_horizon.studies.architecture.authentication import (
+    FrozenStudy,
+    authenticate_cells,
+    authenticate_development,
+    authenticate_e0,
+    authenticate_freeze,
+)
+from qhlab.finite_horizon.studies.architecture.benchmarks import benchmark_cells
+from qhlab.finite_horizon.studies.architecture.cells import fit_cell, run_fit
+from qhlab.finite_horizon.studies.architecture.development import prepare_development
+from qhlab.finite_horizon.studies.architecture.freeze import freeze_study
+from qhlab.finite_horizon.studies.architecture.layout import (
+    CANARY_DIR,
+    CANARY_ROLES,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    FREEZE_RECEIPT,
+    REPORT_DIR,
+    REPORT_MARKDOWN,
+    REPORT_RECEIPT,
+    SCHEMA_VERSION,
+    benchmark_receipt_path,
+    cell_receipt_path,
+)
+from qhlab.finite_horizon.studies.architecture.report import report_study
+from qhlab.finite_horizon.studies.architecture.terminal import console as study_console
+from qhlab.finite_horizon.studies.architecture.terminal import fits_progress
+
+__all__ = ["add_study_arguments", "main", "run_study_command"]
+
+_SUBCOMMANDS = ("freeze", "admit-canaries", "prepare-development", "run-fit", "benchmark", "report", "run")
+
+
+def add_study_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the study steps as subcommands of ``parser`` (shared by ``qhlab study`` and ``main``).
+
+    The parsed namespace has ``study_command`` (the step), ``config``, ``study_output`` and,
+    per step, ``variant``, ``seed``, ``canary_role`` and ``workers``; pass it to
+    ``run_study_command``.
+    """
+    sub = parser.add_subparsers(dest="study_command", metavar="STEP", required=True)
+    helps = {
+        "freeze": "validate the config, resolve TRAIN, bind source and arms (step 1)",
+        "admit-canaries": "select the canary row and run the two TRAIN canaries: the E0 gate (step 2)",
+        "prepare-development": "seal validation and the TRAIN-only constant after E0 passes (step 3)",
+        "run-fit": "fit one declared cell to its final budget (step 4)",
+        "benchmark": "time verified final scorers on the canonical first TRAIN chain (step 5)",
+        "report": "compare all charged final cells; report.json, report.md, figures (step 6)",
+        "run": "every step in order, skipping steps whose receipts authenticate (the main job)",
+    }
+    for name in _SUBCOMMANDS:
+        p = sub.add_parser(name, help=helps[name], description=helps[name])
+        p.add_argument("config", help="study TOML (e.g. examples/default-study.toml)")
+        # dest is not "output": a study directory outlives any one failed step, so the CLI's
+        # "remove a new --output on bad input" net must not delete a study's finished steps.
+        # Each step validates before it writes, so bad input still writes nothing.
+        p.add_argument("--output", dest="study_output", metavar="DIR", required=True, help="study directory")
+        if name in ("run-fit", "benchmark"):
+            p.add_argument("--variant", required=name == "run-fit", help="declared arm")
+            p.add_argument("--seed", type=int, required=name == "run-fit", help="declared seed")
+        if name == "run-fit":
+            p.add_argument("--canary-role", default=None, choices=CANARY_ROLES,
+                           help="run a canary of the E0 gate (normally done by admit-canaries)")
+        if name == "run":
+            p.add_argument("--workers", type=int, default=None,
+                           help="override the config's parallel fits (does not change results)")
+
+
+def run_study_command(args: argparse.Namespace) -> int:
+    """Run the study step named by ``args.study_command`` and print what it did.
+
+    Args:
+        args: a namespace parsed by a parser given ``add_study_arguments``.
+
+    Returns:
+        The exit status: 0, or 1 when the E0 gate failed (its receipt stays).
+
+    Raises:
+        QhError: a step refused or failed (the caller maps it to an exit status).
+    """
+    console = study_console()
+    command = args.study_command
+    config, output = args.config, Path(args.study_output)
+    if command == "freeze":
+        body = freeze_study(config, output)
+        console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
+                      f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
+        return 0
+    if command == "admit-canaries":
+        return _say_e0(console, admit_canaries(config, output))
+    if command == "prepare-development":
+        body = prepare_development(config, output)
+        console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
+                      f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
+                      f"{body['references']['best_fixed_index']['index']}")
+        return 0
+    if command == "run-fit":
+        body = run_fit(config, output, variant=args.variant, seed=args.seed, canary_role=args.canary_role)
+        console.print(f"[green]cell {body['cell']}[/] finished: {body['observed_updates']} updates")
+        return 0
+    if command == "benchmark":
+        return _benchmark_all(console, config, output, args.variant, args.seed)
+    if command == "report":
+        report = report_study(config, output)
+        console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
+        return 0
+    return _run_all(console, config, output, workers=getattr(args, "workers", None))
+
+
+def _say_e0(console: Any, body: dict) -> int:
+    """Print the E0 decision; 0 when it passed, else 1."""
+    if body["passed"]:
+        console.print(f"[green]E0 passed[/]: {body['reason']}")
+        return 0
+    from rich.markup import escape
+
+    # The reason holds brackets-free numbers and names today, but it is data: escape it so it
+    # is never read as markup, and do not wrap it, so each failure stays one greppable line.
+    console.print(f"[red]E0 failed[/]: {escape(body['reason'])}; broad fits will not run.", soft_wrap=True)
+    return 1
+
+
+def _benchmark_all(console: Any, config_path: str | os.PathLike, output: Path, variant: str | None,
+                   seed: int | None) -> int:
+    """Benchmark one cell or every cell not benchmarked yet, printing one line per new benchmark."""
+
+    def say(arm: str, s: int, result: dict) -> None:
+        console.print(f"benchmark {arm}-s{s}: median forward {result['median_forward_seconds'] * 1e3:.3f} ms, "
+                      f"{len(result['parameters_receiving_gradients'])} tensors with gradient")
+
+    benchmark_cells(config_path, output, variant, seed, on_result=say)
+    return 0
+
+
+def _cell_worker(config_path: str, output: str, arm: str, seed: int, progress: bool) -> dict:
+    """Process-pool entry: one broad cell (the fit sets the config's torch threads)."""
+    body = fit_cell(config_path, output, variant=arm, seed=seed, progress=progress)
+    return {"cell": body["cell"], "mae": body["evaluation"]["mae"], "regret": body["evaluation"]["regret"],
+            "wall_seconds": body.get("wall_seconds")}
+
+
+def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], workers: int) -> None:
+    """Run the pending broad cells, ``workers`` at a time (one spawned process each, or in-process for 1).
+
+    Each fit's own progress bar is off: the cells bar counts them, and bars of several fits
+    would garble each other.
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing
+
+    config_path, output = str(frozen.config_path), str(frozen.output)
+    workers = max(1, min(workers, len(pending)))
+    fit_progress = False
+    with fits_progress(console) as progress:
+        task = progress.add_task("fits", total=len(pending))
+        if workers == 1:
+            for arm, seed in pending:
+                summary = _cell_worker(config_path, output, arm, seed, fit_progress)
+                progress.console.print(f"  cell {summary['cell']}: MAE_H {summary['mae'][-1]:.4f}, "
+                                       f"regret_H {summary['regret'][-1]:.4f}")
+                progress.advance(task)
+            return
+        errors = []
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress): (arm, seed)
+                       for arm, seed in pending}
+            for future in as_completed(futures):
+                try:
+                    summary = future.result()
+                except Exception as exc:  # noqa: BLE001 - reported after every other cell finished
+                    errors.append(exc)
+                    arm, seed = futures[future]
+                    progress.console.print(f"  [red]cell {arm}-s{seed} failed[/]: {exc}")
+                else:
+                    progress.console.print(f"  cell {summary['cell']}: MAE_H {summary['mae'][-1]:.4f}, "
+                                           f"regret_H {summary['regret'][-1]:.4f}")
+                progress.advance(task)
+        if errors:
+            raise errors[0]
+
+
+def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None = None) -> int:
+    """Every step in order; a step whose receipt authenticates is verified and skipped."""
+    started = time.perf_counter()
+    ran: list[str] = []
+    verified: list[str] = []
+    if (output / FREEZE_RECEIPT).exists():
+        frozen = authenticate_freeze(config_path, output, "run")
+        verified.append("freeze")
+    else:
+        console.rule("[bold]1/6 freeze")
+        freeze_study(config_path, output)
+        frozen = authenticate_freeze(config_path, output, "run")
+        ran.append("freeze")
+    config = frozen.config
+    if (output / CANARY_DIR / E0_RECEIPT).exists():
+        e0 = authenticate_e0(frozen, "run")["body"]
+        verified.append("admit-canaries")
+    else:
+        console.rule("[bold]2/6 canaries (E0 gate)")
+        e0 = admit_canaries(config_path, output)
+        ran.append("admit-canaries")
+    if not e0["passed"]:
+        return _say_e0(console, e0)
+    if (output / DEVELOPMENT_RECEIPT).exists():
+        authenticate_development(frozen, "run")
+        verified.append("prepare-development")
+    else:
+        console.rule("[bold]3/6 development")
+        prepare_development(config_path, output)
+        ran.append("prepare-development")
+    pending = []
+    for arm, seed in config.cells:
+        path = cell_receipt_path(output, arm, seed)
+        if path.exists():
+            read_receipt(path, kind="study_cell", schema_version=SCHEMA_VERSION)
+        else:
+            pending.append((arm, seed))
+    if pending:
+        console.rule(f"[bold]4/6 broad fits ({len(pending)} of {len(config.cells)} cells, "
+                     f"{workers or config.workers} at a time)")
+        _run_cells(console, frozen, pending, workers or config.workers)
+        ran.append("run-fit")
+    else:
+        verified.append("run-fit")
+    missing_bench = [c for c in config.cells if not benchmark_receipt_path(output, *c).exists()]
+    # Once the report is published the study is closed: benchmarks are not added afterwards.
+    if missing_bench and not (output / REPORT_DIR / REPORT_RECEIPT).exists():
+        console.rule("[bold]5/6 benchmark")
+        _benchmark_all(console, config_path, output, None, None)
+        ran.append("benchmark")
+    else:
+        for arm, seed in config.cells:
+            path = benchmark_receipt_path(output, arm, seed)
+            if path.exists():
+                read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)
+        verified.append("benchmark")
+    if (output / REPORT_DIR / REPORT_RECEIPT).exists():
+        read_receipt(output / REPORT_DIR / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION)
+        authenticate_cells(frozen, "run")
+        verified.append("report")
+    else:
+        console.rule("[bold]6/6 report")
+        report_study(config_path, output)
+        ran.append("report")
+    elapsed = time.perf_counter() - started
+    if not ran:
+        console.print(f"[green]study {output} is complete[/]: every receipt authenticated "
+                      f"({', '.join(verified)}); nothing was run ({elapsed:.1f} s).")
+    else:
+        console.print(f"[green]study {output} finished[/]: ran {', '.join(ran)}"
+                      + (f"; verified {', '.join(verified)}" if verified else "")
+                      + f" ({elapsed:.1f} s). Report: {output / REPORT_DIR / REPORT_MARKDOWN}")
+    return 0
+
+
+def main() -> NoReturn:
+    """Execute one explicit, immutable study operation from the command line.
+
+    Parses ``sys.argv[1:]`` (``STEP CONFIG --output DIR ...``), runs the step, prints
+    ``error: <message>`` on a refusal or failure, and exits with the step's status.
+    """
+    try:
+        code = _main(sys.argv[1:])
+    except QhError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str]) -> int:
+    """Parse ``argv`` (``STEP CONFIG --output DIR ...``, no program name); run it; return the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m qhlab.finite_horizon.studies.architecture_study",
+        description="The pre-registered, paired architecture study (seed 002).",
+    )
+    add_study_arguments(parser)
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return run_study_command(args)

@@ -1,0 +1,416 @@
+"""The study config: a frozen, closed pydantic model of one pre-registered architecture study.
+
+Owns: ``QhArchitectureStudyConfig`` and its parts (population sources, arms, bootstrap
+settings), the rule that a cell's recipe is the baseline recipe with only the architecture
+changed (``cell_recipe``), and reading a study TOML (``read_study_config``: every invalid
+field listed in one error). Does not own: the recipe model (``qhlab.finite_horizon.recipe``),
+the scorer arms (``qhlab.finite_horizon.scorer``), presets (``qhlab.scenes``) or what the
+study does with the config (the step modules beside this one).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from qhlab.evidence import QhInputError, input_error
+from qhlab.finite_horizon.studies.architecture.layout import STUDY_CALL
+
+if TYPE_CHECKING:
+    from qhlab.finite_horizon.recipe import QhRecipe
+
+__all__ = [
+    "ArmDeclaration",
+    "BootstrapConfig",
+    "EncoderSizes",
+    "PopulationSource",
+    "QhArchitectureStudyConfig",
+    "StudyExperiment",
+    "read_study_config",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+# Fields of the experiment recipe that the study itself owns.
+_STUDY_OWNED_RECIPE_FIELDS = {
+    "seed": "seeds",
+    "updates": "broad_updates / canary_updates",
+    "data": "train / validation",
+    "accelerator": "profile",
+    "devices": "profile",
+    "precision": "profile",
+}
+
+
+class PopulationSource(BaseModel):
+    """A population named by preset and seed (generated and cached) or by a directory.
+
+    Attributes:
+        preset: registered ``qhlab.scenes`` preset (with ``seed``).
+        seed: population seed (with ``preset``).
+        path: an existing population directory (instead of preset and seed); relative paths
+            are resolved against the study config's directory.
+    """
+
+    model_config = _FROZEN
+
+    preset: str | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PopulationSource:
+        if self.path is not None:
+            if self.preset is not None or self.seed is not None:
+                raise ValueError(
+                    "path together with preset/seed is not allowed; allowed: either path, or "
+                    "preset and seed"
+                )
+            if not self.path:
+                raise ValueError("path='' is not allowed; allowed: a population directory")
+            return self
+        if self.preset is None or self.seed is None:
+            raise ValueError(
+                f"preset={self.preset!r}, seed={self.seed!r} is not allowed; allowed: both preset "
+                "and seed (explicit), or path"
+            )
+        from qhlab.scenes import PRESETS
+
+        if self.preset not in PRESETS:
+            raise ValueError(
+                f"preset={self.preset!r} is not allowed; allowed: {', '.join(sorted(PRESETS))}"
+            )
+        return self
+
+
+class EncoderSizes(BaseModel):
+    """Size overrides of one arm's encoder (structure comes from the registered arm)."""
+
+    model_config = _FROZEN
+
+    depth: int | None = Field(default=None, ge=1, le=16)
+    width: int | None = Field(default=None, ge=8, le=1024)
+    heads: int | None = Field(default=None, ge=1, le=64)
+
+
+class ArmDeclaration(BaseModel):
+    """One non-baseline arm of the comparison family.
+
+    Attributes:
+        arm: a registered scorer arm (``qhlab.finite_horizon.scorer.ARMS``).
+        role: "control" (a structural ablation of the baseline) or "variant" (a candidate
+            improvement).
+        control: variants only: the structural control the regret margin compares against.
+        matched: variants only: the matched control of the calibration (MAE) margin; default
+            the baseline.
+        encoder: optional size overrides (architecture fields only).
+    """
+
+    model_config = _FROZEN
+
+    arm: str
+    role: Literal["control", "variant"]
+    control: str | None = None
+    matched: str | None = None
+    encoder: EncoderSizes = EncoderSizes()
+
+    @field_validator("arm")
+    @classmethod
+    def _registered(cls, arm: str) -> str:
+        from qhlab.finite_horizon.scorer import ARMS
+
+        if arm not in ARMS:
+            raise ValueError(f"arm={arm!r} is not allowed; allowed: {', '.join(sorted(ARMS))}")
+        return arm
+
+
+class StudyExperiment(BaseModel):
+    """The native-Huber baseline recipe and the arms derived from it.
+
+    Attributes:
+        recipe: the baseline recipe's scientific fields (as in a recipe TOML) without
+            ``seed``, ``updates``, ``data`` and backend fields, which the study owns. Its
+            ``architecture.arm`` is the baseline arm.
+        arms: controls and variants; each alters only architecture fields.
+    """
+
+    model_config = _FROZEN
+
+    recipe: dict[str, Any]
+    arms: tuple[ArmDeclaration, ...] = Field(min_length=2)
+
+    @field_validator("recipe")
+    @classmethod
+    def _no_study_fields(cls, recipe: dict[str, Any]) -> dict[str, Any]:
+        owned = [f"{k} (set by the study's {v})" for k, v in _STUDY_OWNED_RECIPE_FIELDS.items() if k in recipe]
+        if owned:
+            raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed; allowed: the "
+                             "scientific fields only")
+        return recipe
+
+
+class BootstrapConfig(BaseModel):
+    """Scene bootstrap settings (declared, so every interval is reproducible)."""
+
+    model_config = _FROZEN
+
+    resamples: int = Field(default=9999, ge=100, le=1_000_000)
+    seed: int = Field(default=0, ge=0, lt=2**32)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+
+    def interval(self, values: np.ndarray, other: np.ndarray | None = None) -> dict:
+        """The scene-bootstrap interval of ``values`` under these settings, as a JSON-able dict.
+
+        Args:
+            values: float [n_scenes], one value per scene.
+            other: float [n_scenes] on the same scenes: the interval is then of the paired
+                mean difference ``values - other``; None: of the mean of ``values``.
+
+        Returns:
+            ``BootstrapInterval.as_dict()`` (``qhlab.finite_horizon.studies.statistics``).
+        """
+        from qhlab.finite_horizon.studies.statistics import paired_scene_bootstrap, scene_mean_interval
+
+        options = dict(confidence=self.confidence, n_resamples=self.resamples, rng_seed=self.seed)
+        if other is None:
+            return scene_mean_interval(values, **options).as_dict()
+        return paired_scene_bootstrap(values, other, **options).as_dict()
+
+
+class QhArchitectureStudyConfig(BaseModel):
+    """Bind data, optimization and a finite architecture comparison family.
+
+    Attributes:
+        name: study name.
+        profile: execution profile (lane) of every fit, e.g. "cpu-fp32".
+        train: TRAIN-only actor/label population; paths are explicit in the frozen record.
+        validation: exposed development validation; no test-stage field exists in this study.
+        experiment: native-Huber baseline; derived variants alter only the declared architecture.
+        seeds: both declared replication seeds; no seed search.
+        canary_updates: fixed final-update budget for each of the two TRAIN canary fits.
+        broad_updates: fixed final-update budget for each broad fit.
+        tie_band: native Q tolerance for ranking ties and canary optimal-action admission.
+        regret_fraction: prospective retention threshold relative to the structural control.
+        mae_fraction: calibration safety bound relative to the matched control.
+        max_allocated_bytes: scorer process GPU allocator ceiling (enforced on CUDA only).
+        workers: broad fits run at once (one process each).
+        torch_threads: torch intra-op threads of each fit process. One is the fastest for these
+            small scorers (with two threads on a busy 2-core host a forward can be 30x slower)
+            and keeps every reduction in one order.
+        population_cache: cache directory of generated populations.
+        bootstrap: scene bootstrap settings of the report.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    profile: str = "cpu-fp32"
+    train: PopulationSource
+    validation: PopulationSource
+    experiment: StudyExperiment
+    seeds: tuple[int, ...]
+    canary_updates: int = Field(ge=1, le=10_000_000)
+    broad_updates: int = Field(ge=1, le=10_000_000)
+    tie_band: float = Field(ge=0.0)
+    regret_fraction: float = Field(gt=0.0)
+    mae_fraction: float = Field(gt=0.0)
+    max_allocated_bytes: int | None = Field(default=None, gt=0)
+    workers: int = Field(default=1, ge=1, le=64)
+    torch_threads: int = Field(default=1, ge=1, le=256)
+    population_cache: str = "~/.cache/qhlab/populations"
+    bootstrap: BootstrapConfig = BootstrapConfig()
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, profile: str) -> str:
+        from qhlab.training.execution_profile import PROFILE_NAMES
+
+        if profile not in PROFILE_NAMES:
+            raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
+        return profile
+
+    @field_validator("seeds")
+    @classmethod
+    def _two_seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        if len(seeds) != 2 or len(set(seeds)) != 2 or any(s < 0 or s >= 2**63 for s in seeds):
+            raise ValueError(
+                f"seeds={list(seeds)!r} is not allowed; allowed: exactly two distinct integers >= 0 "
+                "(both replication seeds are declared up front; no seed search)"
+            )
+        return seeds
+
+    @model_validator(mode="after")
+    def _family(self) -> QhArchitectureStudyConfig:
+        problems = []
+        baseline = self.baseline_arm
+        names = [a.arm for a in self.experiment.arms]
+        if len(set(names)) != len(names):
+            problems.append(f"experiment.arms={names!r}: each arm may appear once")
+        if baseline in names:
+            problems.append(f"experiment.arms: {baseline!r} is the baseline (experiment.recipe.architecture.arm)")
+        controls = {a.arm for a in self.experiment.arms if a.role == "control"}
+        variants = [a for a in self.experiment.arms if a.role == "variant"]
+        if not controls or not variants:
+            problems.append("experiment.arms needs at least one control and one variant")
+        for a in self.experiment.arms:
+            if a.role == "control" and (a.control is not None or a.matched is not None):
+                problems.append(f"experiment.arms[{a.arm}]: a control names no control/matched")
+            if a.role == "variant":
+                if a.control not in controls:
+                    problems.append(
+                        f"experiment.arms[{a.arm}].control={a.control!r} is not allowed; allowed: "
+                        f"a declared control ({', '.join(sorted(controls)) or 'none'})"
+                    )
+                if a.matched is not None and a.matched not in controls | {baseline}:
+                    problems.append(
+                        f"experiment.arms[{a.arm}].matched={a.matched!r} is not allowed; allowed: "
+                        f"the baseline {baseline!r} or a declared control"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        # Every cell's recipe must validate now, not at fit time.
+        for arm in [baseline, *names]:
+            self.cell_recipe(arm, self.seeds[0], self.broad_updates)
+        return self
+
+    @property
+    def baseline_arm(self) -> str:
+        """The baseline arm (the experiment recipe's ``architecture.arm``)."""
+        architecture = self.experiment.recipe.get("architecture", {})
+        arm = architecture.get("arm") if isinstance(architecture, dict) else None
+        if not isinstance(arm, str):
+            raise ValueError("experiment.recipe.architecture.arm is missing; allowed: a registered arm")
+        return arm
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """Every arm in declaration order, baseline first."""
+        return (self.baseline_arm, *(a.arm for a in self.experiment.arms))
+
+    @property
+    def cells(self) -> tuple[tuple[str, int], ...]:
+        """Every declared (arm, seed) cell, arm-major."""
+        return tuple((arm, seed) for arm in self.arms for seed in self.seeds)
+
+    def declaration(self, arm: str) -> ArmDeclaration | None:
+        """The declaration of a non-baseline arm (None for the baseline)."""
+        return next((a for a in self.experiment.arms if a.arm == arm), None)
+
+    def cell_recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
+        """The recipe of one cell: the baseline recipe with only the architecture changed.
+
+        Args:
+            arm: a declared arm.
+            seed: the fit seed.
+            updates: the final update budget.
+
+        Returns:
+            A validated ``QhRecipe`` (data fields empty; backend fields from no profile yet).
+        """
+        from qhlab.finite_horizon.recipe import validate_recipe
+
+        raw = dict(self.experiment.recipe)
+        base_arch = dict(raw.get("architecture", {}))
+        base_encoder = dict(base_arch.get("encoder", {}))
+        evaluation = dict(raw.get("evaluation", {}))
+        if "tie_band" in evaluation and float(evaluation["tie_band"]) != self.tie_band:
+            raise ValueError(
+                f"experiment.recipe.evaluation.tie_band={evaluation['tie_band']!r} is not allowed; "
+                f"allowed: omit it or use the study tie_band {self.tie_band!r}"
+            )
+        evaluation["tie_band"] = self.tie_band
+        if arm == self.baseline_arm:
+            architecture = base_arch
+        else:
+            declaration = self.declaration(arm)
+            if declaration is None:
+                raise ValueError(f"arm={arm!r} is not declared")
+            # Shared sizes follow the baseline; the depth is the arm's own (its default or an
+            # explicit override), because depth is what e.g. variant_deep changes.
+            encoder = {k: base_encoder[k] for k in ("width", "heads") if k in base_encoder}
+            encoder.update(declaration.encoder.model_dump(exclude_none=True))
+            architecture = {"arm": arm, "encoder": encoder}
+        raw.update(
+            name=f"{self.name}-{arm}-s{seed}"[:128],
+            seed=seed,
+            updates=updates,
+            architecture=architecture,
+            evaluation=evaluation,
+        )
+        try:
+            return validate_recipe(raw, source=f"study {self.name!r} arm {arm!r}")
+        except QhInputError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _config_error(exc: ValidationError, source: str) -> QhInputError:
+    lines = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(p) for p in error["loc"]) or "<config>"
+        if error["type"] == "missing":
+            lines.append(f"  - {path} is missing; allowed: a value (this field is required)")
+        elif error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+            lines.append(f"  - {path} is not allowed; allowed: only the fields "
+                         f"{', '.join(QhArchitectureStudyConfig.model_fields)} (a study has no test stage)")
+        elif error["type"] in ("value_error", "assertion_error"):
+            lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
+        else:
+            value = error.get("input")
+            shown = "{...}" if isinstance(value, dict) else repr(value)
+            lines.append(f"  - {path}={shown} is not allowed; allowed: {error['msg']}")
+    return QhInputError(
+        f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines)
+        + "\nHINT: compare with examples/default-study.toml."
+    )
+
+
+def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
+    """Read and fully validate a study TOML before anything is written.
+
+    Relative ``train.path``, ``validation.path`` and ``population_cache`` are resolved against
+    the config file's directory.
+
+    Args:
+        config_path: the study TOML (e.g. ``examples/default-study.toml``).
+
+    Returns:
+        (the validated config, the file's exact bytes (a freeze binds their digest), the
+        resolved path of the file).
+
+    Raises:
+        QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
+    """
+    path = Path(config_path).expanduser()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise input_error(STUDY_CALL, "config_path", str(path), "an existing study TOML file",
+                          "see examples/default-study.toml") from None
+    except OSError as exc:
+        raise input_error(STUDY_CALL, "config_path", str(path), f"a readable file ({exc})",
+                          "check permissions") from None
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise input_error(STUDY_CALL, "config_path", str(path), f"a UTF-8 TOML file ({exc})",
+                          "compare with examples/default-study.toml") from None
+    base = path.resolve().parent
+    for section in ("train", "validation"):
+        entry = raw.get(section)
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
+            p = Path(entry["path"]).expanduser()
+            raw[section] = {**entry, "path": str(p if p.is_absolute() else (base / p).resolve())}
+    cache = raw.get("population_cache")
+    if isinstance(cache, str) and cache:
+        p = Path(cache).expanduser()
+        raw["population_cache"] = str(p if p.is_absolute() else (base / p).resolve())
+    try:
+        config = QhArchitectureStudyConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _config_error(exc, f"study config {str(path)!r}") from None
+    return config, data, path.resolve()
+

@@ -1,0 +1,99 @@
+"""Step 3, development: open and seal the validation population after the E0 gate has passed.
+
+Owns: ``prepare_development``: authenticating validation (TRAIN's horizon, features and K; no
+shared scene), the TRAIN-only constant predictor and its validation metrics, the heuristic
+references, and the development receipt binding the validation files. Does not own: the
+evaluation arithmetic or the references' policies (``qhlab.finite_horizon.evaluation``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qhlab.evidence import OrderError, PublishConflictError, input_error, write_receipt
+from qhlab.finite_horizon.studies.architecture.authentication import authenticate_e0, authenticate_freeze
+from qhlab.finite_horizon.studies.architecture.layout import (
+    CANARY_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    SCHEMA_VERSION,
+)
+from qhlab.finite_horizon.studies.architecture.populations import (
+    population_files,
+    population_support,
+    resolve_population,
+)
+
+__all__ = ["prepare_development"]
+
+
+def prepare_development(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
+    """Seal exposed validation and TRAIN-only constant after the E0 gate passes.
+
+    Resolves (generates or reuses) and authenticates the validation population, checks that it
+    matches TRAIN's horizon, candidates and features and shares no scene with it, computes
+    the TRAIN-only constant predictor and its validation metrics, the heuristic references
+    (TRAIN-chosen best fixed index, straight strike, myopic oracle; body ``references``), and
+    writes the development receipt binding the validation files.
+
+    Args:
+        config_path: the study TOML (its bytes must be the frozen ones).
+        output: the study directory.
+
+    Returns:
+        The development receipt body.
+    """
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.evaluation import (
+        constant_predictions,
+        evaluate_population,
+        population_heuristic_references,
+        population_train_constant,
+    )
+
+    frozen = authenticate_freeze(config_path, output, "prepare_development")
+    e0 = authenticate_e0(frozen, "prepare_development")
+    if not e0["body"]["passed"]:
+        raise OrderError(
+            f"prepare_development: the E0 gate did not pass ({e0['body']['reason']}); validation "
+            "stays closed. HINT: a study whose canaries fail is stopped; fix the recipe and freeze a new study."
+        )
+    path = frozen.output / DEVELOPMENT_RECEIPT
+    if path.exists():
+        raise PublishConflictError(f"prepare_development: {path} already exists; development is sealed once.")
+    config = frozen.config
+    source = config.validation
+    if source.path is not None and not Path(source.path).is_dir():
+        raise input_error("prepare_development", "validation.path", source.path, "an existing population directory",
+                          "generate it with `qhlab scenes generate --split validation` or name a preset")
+    validation_path = resolve_population(source, "validation", config.population_cache, progress=True)
+    validation = load_population(validation_path, split="validation", horizon=frozen.horizon)
+    train = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+    if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
+        raise input_error("prepare_development", "validation", str(validation_path),
+                          "a population with TRAIN's features and K", "use the same preset family for both splits")
+    shared = set(train.scene_id.tolist()) & set(validation.scene_id.tolist())
+    if shared:
+        raise input_error("prepare_development", "validation", f"{len(shared)} scene(s) shared with TRAIN",
+                          "disjoint scenes", "generate validation with split='validation'")
+    constant = population_train_constant(train)
+    summary = evaluate_population(constant_predictions(constant, validation.candidate_mask.numpy()),
+                                  validation, tie_band=config.tie_band)
+    # Cheap policies next to the constant: the fixed index is chosen on TRAIN chain rows only;
+    # every reference is evaluated on validation chain rows in the cells' scene order.
+    references = population_heuristic_references(train, validation, tie_band=config.tie_band)
+    body = {
+        "study": config.name,
+        "validation": {"path": str(validation_path.resolve()), "manifest_sha256": validation.digest,
+                       "support": population_support(validation),
+                       "declared": source.model_dump(mode="json")},
+        "train_constant": [float(v) for v in constant],
+        "constant_on_validation": summary,
+        "references": references,
+    }
+    inputs = {"freeze": frozen.receipt_path, "e0": frozen.output / CANARY_DIR / E0_RECEIPT}
+    inputs.update({f"validation/{k}": v for k, v in population_files(validation_path).items()})
+    write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    return body
+

@@ -1,0 +1,138 @@
+"""Step 1, freeze: bind TRAIN, the source package, the arms and every threshold before any fit.
+
+Owns: ``freeze_study`` and the rule that arms differ only in architecture. Does not own: the
+config (``config``), resolving populations (``populations``) or authenticating the freeze
+later (``authentication``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qhlab.evidence import (
+    PublishConflictError,
+    input_error,
+    publish_bytes,
+    sha256_bytes,
+    source_package_digest,
+    write_receipt,
+)
+from qhlab.evidence.publish import TEMP_MARKER
+from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig, read_study_config
+from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FREEZE_RECEIPT, SCHEMA_VERSION, cell_name
+from qhlab.finite_horizon.studies.architecture.populations import (
+    population_files,
+    population_support,
+    resolve_population,
+)
+
+__all__ = ["freeze_study"]
+
+
+def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
+    """Bind TRAIN support, source and controls without constructing held-out data.
+
+    Validates the config completely, resolves the TRAIN population (generated or reused from
+    the cache when named by preset) and digests its files, records TRAIN support, the
+    canonical first TRAIN chain, the arms with their resolved architectures and recipe
+    digests, both seeds, budgets, thresholds and the source-package digest. The validation
+    population is only declared: it is neither generated nor opened here.
+
+    Args:
+        config_path: the study TOML.
+        output: the study directory (must not exist, or be empty).
+
+    Returns:
+        The freeze receipt body (dict).
+
+    Raises:
+        QhInputError: bad config or TRAIN data (nothing written).
+        PublishConflictError: the study is already frozen at ``output``.
+    """
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.recipe import recipe_digest
+
+    config, data, resolved = read_study_config(config_path)
+    output = Path(output)
+    if (output / FREEZE_RECEIPT).exists():
+        raise PublishConflictError(
+            f"freeze_study: {output / FREEZE_RECEIPT} already exists; a study is frozen once. "
+            "HINT: `qhlab study run` skips steps that already authenticate; use a new --output for a new study."
+        )
+    # A freeze killed after publishing its config copy leaves only that copy (and perhaps a
+    # temporary file): the same config bytes may complete the freeze there.
+    leftovers = sorted(p.name for p in output.iterdir() if TEMP_MARKER not in p.name) if output.is_dir() else []
+    resumable = leftovers == [CONFIG_COPY] and (output / CONFIG_COPY).read_bytes() == data
+    if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
+        raise input_error("freeze_study", "output", str(output), "a new or empty directory",
+                          "each study publishes into its own directory")
+    train_path = resolve_population(config.train, "train", config.population_cache, progress=True)
+    first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
+    population = load_population(train_path, split="train", horizon=first.horizon)
+    support = population_support(population)
+    chain = canonical_first_chain(population)
+    recipes = {
+        arm: {
+            str(seed): {str(u): recipe_digest(config.cell_recipe(arm, seed, u))
+                        for u in (config.broad_updates, config.canary_updates)}
+            for seed in config.seeds
+        }
+        for arm in config.arms
+    }
+    arms = []
+    for arm in config.arms:
+        declaration = config.declaration(arm)
+        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates)
+        arms.append({
+            "arm": arm,
+            "role": "baseline" if declaration is None else declaration.role,
+            "control": None if declaration is None else declaration.control,
+            "matched": None if declaration is None or declaration.role != "variant"
+            else (declaration.matched or config.baseline_arm),
+            "architecture": recipe.architecture.model_dump(mode="json"),
+        })
+    body = {
+        "study": config.name,
+        "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
+                   "resolved": config.model_dump(mode="json")},
+        "profile": config.profile,
+        "source_package": source_package_digest(),
+        "train": {
+            "path": str(train_path.resolve()),
+            "declared": config.train.model_dump(mode="json"),
+            "manifest_sha256": population.digest,
+            "support": support,
+            "canonical_first_chain": chain,
+        },
+        "validation": {"declared": config.validation.model_dump(mode="json"), "opened": False},
+        "arms": arms,
+        "recipes": recipes,
+        "only_architecture_differs": _only_architecture_differs(config),
+        "seeds": list(config.seeds),
+        "cells": [cell_name(a, s) for a, s in config.cells],
+        "budgets": {"canary_updates": config.canary_updates, "broad_updates": config.broad_updates},
+        "thresholds": {"tie_band": config.tie_band, "regret_fraction": config.regret_fraction,
+                       "mae_fraction": config.mae_fraction},
+        "max_allocated_bytes": config.max_allocated_bytes,
+        "test_data": "none: this study has no test stage",
+    }
+    output.mkdir(parents=True, exist_ok=True)
+    if not resumable:
+        publish_bytes(output / CONFIG_COPY, data)
+    inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
+    write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
+                  body=body, inputs=inputs, outputs={"config": output / CONFIG_COPY})
+    return body
+
+
+def _only_architecture_differs(config: QhArchitectureStudyConfig) -> bool:
+    base = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
+    for arm in config.arms[1:]:
+        other = config.cell_recipe(arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
+        changed = {k for k in base if base[k] != other[k]} - {"architecture", "name"}
+        if changed:
+            raise input_error("freeze_study", f"experiment.arms[{arm}]", sorted(changed), "architecture fields only",
+                              "a variant alters only the declared architecture")
+    return True

@@ -1,0 +1,604 @@
+"""Execution lanes of the QH launchers: the closed profile registry and runtime admission (seed 000).
+
+Owns: the closed registry of execution profiles (``cuda-amp``, ``mps-fp32``, ``cpu-fp32``,
+``cpu-fp32-darwin-arm64``), applying one profile's backend fields to a recipe, admitting the
+real host/backend and returning immutable runtime evidence, the precision context, memory
+accounting, device/dtype assertions, MPS CPU-fallback observation, and the digest of this
+module's bytes (``execution_policy_source``): this file alone is the lane policy it seals.
+
+Does not own: starting a Trainer (``qhlab.training.launcher``), W&B attempt identity and
+publication (``qhlab.training.wandb_attempt``), cold-initialization lineage
+(``qhlab.training.lineage``), the recipe's scientific fields (``qhlab.finite_horizon.recipe``),
+or receipts, digests and errors (``qhlab.evidence``). Seed 000's public path
+``qhlab.training.execution_profile`` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from qhlab.evidence import (
+    MissingEvidenceError,
+    QhError,
+    QhInputError,
+    input_error,
+    require_int,
+    sha256_file,
+)
+
+__all__ = [
+    "PROFILE_NAMES",
+    "ProfileRefusedError",
+    "QhExecutionProfile",
+    "RuntimeEvidence",
+    "assert_device_tensors",
+    "captured_fallback_operations",
+    "execution_policy_source",
+    "execution_profile",
+]
+
+# The versioned owner path of the lane policy; execution_policy_source() hashes this file's
+# bytes, so W&B and lineage code can change without changing the recorded policy digest.
+_POLICY_OWNER = "src/qhlab/training/profiles.py"
+_POLICY_SCHEMA_VERSION = "1"
+
+_ACCELERATORS = ("cuda", "mps", "cpu")
+_PRECISIONS = ("16-mixed", "32-true")
+_BACKEND_FIELDS = ("accelerator", "devices", "precision")
+_ENVIRONMENT_KEYS = ("PYTORCH_ENABLE_MPS_FALLBACK", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG")
+_FALLBACK_MESSAGE = re.compile(
+    r"The operator '(?P<op>[^']+)' is not currently supported on the MPS backend and will fall "
+    r"back to run on the CPU"
+)
+_FALLBACK_FILTER = r"The operator '[^']+' is not currently supported on the MPS backend"
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+_Config = TypeVar("_Config", bound="BaseModel")
+
+
+class ProfileRefusedError(QhInputError):
+    """This host cannot run the requested profile; ``needs`` and ``actual`` are short phrases."""
+
+    def __init__(self, message: str, *, needs: str, actual: str) -> None:
+        super().__init__(message)
+        self.needs = needs
+        self.actual = actual
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeEvidence:
+    """Immutable record of one admitted runtime (returned by ``admit_runtime``).
+
+    Nested mappings are read-only ``MappingProxyType``; ``as_dict()`` returns plain JSON values.
+    """
+
+    profile: str
+    accelerator: str
+    device_type: str
+    precision: str
+    allowed_cpu_fallback_operations: tuple[str, ...]
+    versions: Mapping[str, str]
+    host: Mapping[str, str]
+    device: Mapping[str, Any]
+    float32_matmul_precision: str
+    environment: Mapping[str, str | None]
+    execution_policy_source: Mapping[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the evidence as plain, JSON-able dicts and lists."""
+        return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class QhExecutionProfile:
+    """One admitted single-device training backend and precision policy.
+
+    Attributes:
+        name: Stable profile identity persisted in protocol and attempt evidence.
+        accelerator: Lightning accelerator selector.
+        device_type: Torch device type required for model parameters, batches and gradients.
+        precision: Lightning precision policy; the Mac lane is strictly FP32.
+        expected_system: Operating system admitted for this profile (``platform.system()``).
+        expected_machine: Host architecture admitted for this profile (``platform.machine()``).
+        allowed_cpu_fallback_operations: Reviewed MPS operations (``aten::...``) allowed to
+            execute on CPU. While it is empty, ``PYTORCH_ENABLE_MPS_FALLBACK=1`` is refused.
+    """
+
+    name: str
+    accelerator: str
+    device_type: str
+    precision: str
+    expected_system: str
+    expected_machine: str
+    allowed_cpu_fallback_operations: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        call = "QhExecutionProfile"
+        for field, value, allowed in (
+            ("accelerator", self.accelerator, _ACCELERATORS),
+            ("device_type", self.device_type, _ACCELERATORS),
+            ("precision", self.precision, _PRECISIONS),
+        ):
+            if value not in allowed:
+                raise input_error(
+                    call, field, value, ", ".join(allowed),
+                    "profiles are a closed, reviewed registry (execution_profile(name)).",
+                )
+        for field in ("name", "expected_system", "expected_machine"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value:
+                raise input_error(call, field, value, "a non-empty string", "name the profile and its host.")
+        ops = self.allowed_cpu_fallback_operations
+        if isinstance(ops, str) or not all(isinstance(o, str) and o.startswith("aten::") for o in ops):
+            raise input_error(
+                call, "allowed_cpu_fallback_operations", ops,
+                "a tuple of reviewed operator names like 'aten::foo'", "keep it empty unless reviewed.",
+            )
+        object.__setattr__(self, "allowed_cpu_fallback_operations", tuple(ops))
+
+    # -- recipe -----------------------------------------------------------------------------
+
+    def apply(self, config: _Config) -> _Config:
+        """Return the recipe with only backend and precision fields changed.
+
+        Args:
+            config: A frozen pydantic model with top-level fields ``accelerator``, ``devices``
+                and ``precision`` (e.g. ``QhRecipe``).
+
+        Returns:
+            A new, re-validated instance of ``type(config)`` with ``accelerator``,
+            ``devices=1`` and ``precision`` taken from this profile; every other field is
+            the same object as before.
+
+        Raises:
+            QhInputError: ``config`` is not a pydantic model with the three backend fields,
+                or the model refuses the profile's values.
+        """
+        call = f"execution_profile({self.name!r}).apply"
+        model_fields = getattr(type(config), "model_fields", None)
+        if not isinstance(model_fields, Mapping) or not hasattr(config, "model_dump"):
+            raise input_error(
+                call, "config", type(config).__name__,
+                f"a pydantic model with fields {', '.join(_BACKEND_FIELDS)}", "pass the loaded recipe (QhRecipe).",
+            )
+        missing = [f for f in _BACKEND_FIELDS if f not in model_fields]
+        if missing:
+            raise input_error(
+                call, "config", type(config).__name__,
+                f"a recipe with top-level fields {', '.join(_BACKEND_FIELDS)}",
+                f"it lacks backend field(s) {', '.join(missing)}; backend fields live at the recipe's top level.",
+            )
+        update = {"accelerator": self.accelerator, "devices": 1, "precision": self.precision}
+        # Field values (not a dump) keep nested models intact; validation runs the model's
+        # own validators on the whole new recipe.
+        data = {name: getattr(config, name) for name in model_fields}
+        data.update(update)
+        try:
+            applied = type(config).model_validate(data, by_name=True)
+        except ValueError as exc:
+            raise QhInputError(
+                f"{call}: the recipe refuses backend fields {update}: {exc}. HINT: the recipe's "
+                "backend field types must admit this profile's values."
+            ) from exc
+        changed = [n for n in model_fields if n not in _BACKEND_FIELDS and getattr(applied, n) != getattr(config, n)]
+        if changed:
+            raise QhError(
+                f"{call}: re-validation changed scientific field(s) {', '.join(changed)}; a profile "
+                "may change only backend fields. HINT: a recipe validator depends on the backend."
+            )
+        return applied
+
+    # -- admission --------------------------------------------------------------------------
+
+    def _refuse(self, needs: str, actual: str, hint: str) -> ProfileRefusedError:
+        return ProfileRefusedError(
+            f"execution_profile({self.name!r}).admit_runtime: expected {needs}; actual: this host "
+            f"{actual}. HINT: {hint}",
+            needs=needs,
+            actual=actual,
+        )
+
+    def _needs(self) -> str:
+        host = f"{self.expected_system} {self.expected_machine}"
+        if self.device_type == "cuda":
+            return f"{host} with a CUDA device"
+        if self.device_type == "mps":
+            return f"{host} with an MPS device"
+        return host
+
+    def admit_runtime(self) -> RuntimeEvidence:
+        """Validate the real host/backend and return immutable runtime evidence.
+
+        Checks ``platform.system()``/``platform.machine()``, that the backend is available
+        (CUDA: ``torch.cuda.is_available()`` and a device; MPS:
+        ``torch.backends.mps.is_available()``), and the MPS fallback rule:
+        ``PYTORCH_ENABLE_MPS_FALLBACK=1`` is refused while ``allowed_cpu_fallback_operations``
+        is empty (an unsupported op would then silently run on the CPU instead of failing).
+
+        Returns:
+            RuntimeEvidence with profile, versions (python, torch, lightning), host (system,
+            machine, SHA-256 of the node name), device (name, capability), precision,
+            ``torch.get_float32_matmul_precision()``, the relevant environment and
+            ``execution_policy_source()``.
+
+        Raises:
+            ProfileRefusedError: host, backend or environment differ; names expected and actual.
+        """
+        system, machine = platform.system(), platform.machine()
+        needs = self._needs()
+        if (system, machine) != (self.expected_system, self.expected_machine):
+            raise self._refuse(needs, f"is {system} {machine}", "choose a profile for this host (`qhlab profiles`).")
+        environment = {key: os.environ.get(key) for key in _ENVIRONMENT_KEYS}
+        device: dict[str, Any]
+        if self.device_type == "cuda":
+            if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+                built = "a CPU-only torch build" if torch.version.cuda is None else f"CUDA {torch.version.cuda} build"
+                raise self._refuse(
+                    needs,
+                    "has no CUDA device",
+                    f"torch is {built}; install a CUDA torch 2.13 build on a CUDA host or use cpu-fp32.",
+                )
+            props = torch.cuda.get_device_properties(0)
+            device = {
+                "name": torch.cuda.get_device_name(0),
+                "capability": list(torch.cuda.get_device_capability(0)),
+                "total_memory_bytes": int(props.total_memory),
+                "torch_cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version(),
+            }
+        elif self.device_type == "mps":
+            if not torch.backends.mps.is_available():
+                built = "built with MPS" if torch.backends.mps.is_built() else "built without MPS"
+                raise self._refuse(needs, "has no MPS device", f"torch is {built}; use an Apple-silicon Mac.")
+            if environment["PYTORCH_ENABLE_MPS_FALLBACK"] == "1" and not self.allowed_cpu_fallback_operations:
+                raise self._refuse(
+                    f"{needs} and PYTORCH_ENABLE_MPS_FALLBACK unset or not '1'",
+                    "sets PYTORCH_ENABLE_MPS_FALLBACK='1' with no reviewed fallback operations",
+                    "unset PYTORCH_ENABLE_MPS_FALLBACK; the reviewed fallback list is empty.",
+                )
+            device = {
+                "name": f"Apple MPS ({platform.processor() or machine})",
+                "capability": None,
+                "recommended_max_memory_bytes": int(torch.mps.recommended_max_memory()),
+            }
+        else:
+            device = {"name": _cpu_name(), "capability": None, "torch_threads": torch.get_num_threads()}
+        return RuntimeEvidence(
+            profile=self.name,
+            accelerator=self.accelerator,
+            device_type=self.device_type,
+            precision=self.precision,
+            allowed_cpu_fallback_operations=self.allowed_cpu_fallback_operations,
+            versions=_freeze(
+                {
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "lightning": _distribution_version("lightning"),
+                }
+            ),
+            host=_freeze(
+                {
+                    "system": system,
+                    "machine": machine,
+                    "node_sha256": hashlib.sha256(platform.node().encode()).hexdigest(),
+                }
+            ),
+            device=_freeze(device),
+            float32_matmul_precision=torch.get_float32_matmul_precision(),
+            environment=_freeze(environment),
+            execution_policy_source=_freeze(execution_policy_source()),
+        )
+
+    # -- precision and memory ---------------------------------------------------------------
+
+    def autocast_context(self) -> contextlib.AbstractContextManager:
+        """Return the preflight precision context matching Lightning training.
+
+        ``16-mixed`` -> ``torch.autocast(device_type, dtype=torch.float16)`` (what Lightning's
+        MixedPrecision plugin enters); ``32-true`` -> ``contextlib.nullcontext()``.
+        """
+        if self.precision == "16-mixed":
+            return torch.autocast(device_type=self.device_type, dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    def prepare_memory_accounting(self, max_allocated_bytes: int | None) -> dict[str, Any]:
+        """Apply the historical CUDA cap or reset available MPS counters.
+
+        Args:
+            max_allocated_bytes: The allocation cap in bytes (int > 0), or None for no cap.
+                Enforced only on CUDA (``set_per_process_memory_fraction(max / total)``).
+
+        Returns:
+            JSON-able record of what was done: ``cap_enforced``, counters reset, and why not.
+        """
+        call = f"execution_profile({self.name!r}).prepare_memory_accounting"
+        if max_allocated_bytes is not None:
+            require_int(
+                call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
+                hint="the historical lane's cap is a byte count; pass None for no cap.",
+            )
+        record: dict[str, Any] = {
+            "profile": self.name,
+            "backend": self.device_type,
+            "requested_max_allocated_bytes": max_allocated_bytes,
+        }
+        if self.device_type == "cuda":
+            self._require_backend(call)
+            total = int(torch.cuda.get_device_properties(0).total_memory)
+            if max_allocated_bytes is not None:
+                if max_allocated_bytes > total:
+                    raise input_error(
+                        call, "max_allocated_bytes", max_allocated_bytes,
+                        f"at most the device's {total} bytes", "lower the cap.",
+                    )
+                fraction = max_allocated_bytes / total
+                torch.cuda.set_per_process_memory_fraction(fraction, 0)
+                record.update(cap_enforced=True, memory_fraction=fraction)
+            else:
+                record.update(cap_enforced=False, reason="no cap requested")
+            torch.cuda.reset_peak_memory_stats(0)
+            record.update(total_memory_bytes=total, peak_stats_reset=True)
+        elif self.device_type == "mps":
+            self._require_backend(call)
+            torch.mps.synchronize()
+            # empty_cache returns cached blocks to the driver; it is not a counter reset.
+            torch.mps.empty_cache()
+            record.update(
+                cap_enforced=False,
+                peak_stats_reset=False,
+                cache_emptied=True,
+                reason="MPS exposes no peak counters; memory_evidence reports current values",
+                baseline_current_allocated_bytes=int(torch.mps.current_allocated_memory()),
+                baseline_driver_allocated_bytes=int(torch.mps.driver_allocated_memory()),
+            )
+        else:
+            record.update(
+                cap_enforced=False,
+                peak_stats_reset=False,
+                reason="no per-process allocation cap is enforced on CPU; ru_maxrss cannot be reset",
+            )
+        return record
+
+    def memory_evidence(self) -> dict[str, int]:
+        """Return backend-native allocation evidence without equating semantics.
+
+        Returns:
+            CUDA: ``peak_allocated_bytes``, ``peak_reserved_bytes`` (since the last reset);
+            MPS: ``current_allocated_bytes``, ``driver_allocated_bytes`` (now);
+            CPU: ``max_rss_bytes`` (process lifetime, ``resource.getrusage``).
+        """
+        call = f"execution_profile({self.name!r}).memory_evidence"
+        if self.device_type == "cuda":
+            self._require_backend(call)
+            return {
+                "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(0)),
+                "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(0)),
+            }
+        if self.device_type == "mps":
+            self._require_backend(call)
+            return {
+                "current_allocated_bytes": int(torch.mps.current_allocated_memory()),
+                "driver_allocated_bytes": int(torch.mps.driver_allocated_memory()),
+            }
+        import resource
+
+        max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # Linux reports KiB, macOS bytes.
+        return {"max_rss_bytes": int(max_rss) if sys.platform == "darwin" else int(max_rss) * 1024}
+
+    def _require_backend(self, call: str) -> None:
+        available = torch.cuda.is_available() if self.device_type == "cuda" else torch.backends.mps.is_available()
+        if not available:
+            raise QhError(
+                f"{call}: the {self.device_type} backend is not available on this host. "
+                "HINT: call admit_runtime() first."
+            )
+
+
+_REGISTRY: Mapping[str, QhExecutionProfile] = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            QhExecutionProfile("cuda-amp", "cuda", "cuda", "16-mixed", "Linux", "x86_64"),
+            # Reviewed and initially empty: no MPS operation may fall back to the CPU.
+            QhExecutionProfile("mps-fp32", "mps", "mps", "32-true", "Darwin", "arm64", ()),
+            QhExecutionProfile("cpu-fp32", "cpu", "cpu", "32-true", "Linux", "x86_64"),
+            QhExecutionProfile("cpu-fp32-darwin-arm64", "cpu", "cpu", "32-true", "Darwin", "arm64"),
+        )
+    }
+)
+PROFILE_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def execution_profile(name: str) -> QhExecutionProfile:
+    """Resolve one closed, reviewable training execution profile.
+
+    Raises:
+        QhInputError: ``name`` is not one of ``PROFILE_NAMES``; the message lists them.
+    """
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise input_error(
+            "execution_profile", "name", name, ", ".join(PROFILE_NAMES),
+            "`qhlab profiles` shows which lanes this host admits.",
+        )
+    return _REGISTRY[name]
+
+
+def _cpu_name() -> str:
+    # platform.processor() is just "x86_64" on Linux; /proc/cpuinfo names the model.
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def execution_policy_source(source_root: Path | None = None) -> dict[str, str]:
+    """Bind current package policy bytes to their explicitly named source owner.
+
+    Args:
+        source_root: Repository root of a separately authenticated producer; omitted when
+            sealing the imported package implementation.
+
+    Returns:
+        ``{"owner": "src/qhlab/training/profiles.py", "sha256": <hex of the lane-policy
+        module's bytes>, "schema_version": "1"}``. Only the lane policy is hashed: W&B
+        attempts and cold-init lineage live in other modules and do not change this digest.
+        Historical protocols retain their script-byte fields and are verified at their
+        historical root.
+
+    Raises:
+        MissingEvidenceError: ``source_root`` has no file at the owner path.
+    """
+    if source_root is None:
+        path = Path(__file__)
+    else:
+        path = Path(source_root) / _POLICY_OWNER
+        if not path.is_file():
+            raise input_error(
+                "execution_policy_source", "source_root", str(source_root),
+                f"a repository root holding {_POLICY_OWNER!r}", "pass the repository root of the producer checkout.",
+                error=MissingEvidenceError,
+            )
+    return {"owner": _POLICY_OWNER, "sha256": sha256_file(path), "schema_version": _POLICY_SCHEMA_VERSION}
+
+
+# -- device and fallback checks --------------------------------------------------------------
+
+
+def assert_device_tensors(module: torch.nn.Module, device_type: str, *, gradients: bool) -> None:
+    """Reject CPU execution or non-FP32 state when an accelerator was requested.
+
+    Every parameter and buffer must live on ``device_type``; every floating-point one must
+    be float32 (integer/bool buffers such as BatchNorm's ``num_batches_tracked`` are counters,
+    not precision state, and only their device is checked). With ``gradients=True`` every
+    parameter that requires grad must have a float32 gradient on ``device_type``.
+
+    Raises:
+        QhInputError: bad ``module``/``device_type``/``gradients``.
+        QhError: one error listing every offender by qualified name with dtype and device.
+    """
+    call = "assert_device_tensors"
+    if not isinstance(module, torch.nn.Module):
+        raise input_error(call, "module", type(module).__name__, "torch.nn.Module", "pass the LightningModule.")
+    if device_type not in _ACCELERATORS:
+        raise input_error(call, "device_type", device_type, ", ".join(_ACCELERATORS), "pass profile.device_type.")
+    if not isinstance(gradients, bool):
+        raise input_error(call, "gradients", gradients, "True or False", "True after a backward pass.")
+    offenders: list[str] = []
+
+    def _check(kind: str, name: str, tensor: torch.Tensor) -> None:
+        wrong_device = tensor.device.type != device_type
+        wrong_dtype = tensor.dtype != torch.float32 and (tensor.is_floating_point() or tensor.is_complex())
+        if wrong_device or wrong_dtype:
+            offenders.append(f"{kind} {name}: dtype={_dtype(tensor.dtype)} device={tensor.device}")
+
+    parameters = list(module.named_parameters())
+    buffers = list(module.named_buffers())
+    if not parameters and not buffers:
+        raise input_error(
+            call, "module", type(module).__name__, "a module with parameters or buffers", "nothing to verify."
+        )
+    for name, param in parameters:
+        _check("parameter", name, param)
+    for name, buffer in buffers:
+        _check("buffer", name, buffer)
+    if gradients:
+        for name, param in parameters:
+            if not param.requires_grad:
+                continue
+            if param.grad is None:
+                offenders.append(f"gradient {name}: missing")
+            else:
+                _check("gradient", name, param.grad)
+    if offenders:
+        raise QhError(
+            f"{call}: {len(offenders)} tensor(s) are not float32 on {device_type!r}: "
+            + "; ".join(offenders)
+            + ". HINT: the profile requires every parameter, buffer and gradient on the device in FP32."
+        )
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@contextlib.contextmanager
+def captured_fallback_operations() -> Iterator[list[str]]:
+    """Observe fallback names without retaining unrelated long-fit warnings.
+
+    Yields a list that receives, once each and in order of first sight, the operator names
+    (e.g. ``"aten::foo"``) of MPS CPU-fallback warnings raised inside the context. Those
+    warnings are consumed; every other warning is passed to the previous handler unchanged.
+    ``torch.set_warn_always(True)`` is on inside (torch warns once per process otherwise)
+    and restored after.
+    """
+    observed: list[str] = []
+    previous_warn_always = torch.is_warn_always_enabled()
+    with warnings.catch_warnings():
+        previous_show = warnings.showwarning
+        # Only the fallback message is forced to "always"; other warnings keep their filters.
+        warnings.filterwarnings("always", message=_FALLBACK_FILTER)
+
+        def _show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Any = None,
+            line: str | None = None,
+        ) -> None:
+            match = _FALLBACK_MESSAGE.search(str(message))
+            if match is None:
+                previous_show(message, category, filename, lineno, file, line)
+            elif match.group("op") not in observed:
+                observed.append(match.group("op"))
+
+        warnings.showwarning = _show
+        torch.set_warn_always(True)
+        try:
+            yield observed
+        finally:
+            torch.set_warn_always(previous_warn_always)
+

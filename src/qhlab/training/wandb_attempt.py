@@ -1,0 +1,327 @@
+"""W&B identity of one immutable training attempt or segment, and its publication (seed 000).
+
+Owns: ``WandbAttempt`` (run id, resume/offline mode, logical run, local segment id), the
+fresh local output directory of an attempt, its host-local writer lock, and
+``publish_wandb_attempt`` (online summary + artifact, or the closing record of an offline
+segment) with its ``wandb_attempt`` receipt.
+
+Does not own: creating the W&B run or the ``WandbLogger`` (``qhlab.training.launcher``),
+execution lanes (``qhlab.training.profiles``), or receipts, locks and safe path components
+(``qhlab.evidence``). Seed 000's public path ``qhlab.training.execution_profile``
+re-exports these names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import (
+    MissingEvidenceError,
+    PublishConflictError,
+    QhError,
+    QhInputError,
+    exclusive_lock,
+    input_error,
+    require_number,
+    safe_component,
+    sha256_file,
+    write_receipt,
+)
+
+__all__ = ["WandbAttempt", "publish_wandb_attempt"]
+
+_WANDB_RECEIPT_KIND = "wandb_attempt"
+_WANDB_RECEIPT_SCHEMA_VERSION = 1
+_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_WANDB_RESERVED_KEYS = ("id", "version", "resume", "mode", "group", "offline")
+
+
+def _check_id(field: str, value: Any) -> None:
+    if not isinstance(value, str) or not _ID_PATTERN.fullmatch(value):
+        raise input_error(
+            "WandbAttempt", field, value, "1 to 64 characters from [A-Za-z0-9_-]",
+            "W&B run ids and local directory names share this charset.",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbAttempt:
+    """Explicit W&B identity for one immutable training attempt or segment.
+
+    Attributes:
+        run_id: Fresh online run, required online resume id, or unique offline segment id.
+        resume: Require an existing online run with exactly run_id.
+        offline: Write a locally recoverable segment without claiming cloud publication.
+            wandb ignores ``resume`` offline, so every offline segment is a new run, linked
+            to its siblings by ``logical_run_id`` (the W&B group).
+        logical_run_id: Stable experiment identity linking multiple offline segments
+            (defaults to ``run_id``).
+        local_attempt_id: Unique immutable local segment; required when resuming an online
+            run (and then different from ``run_id``, which names the original attempt).
+    """
+
+    run_id: str
+    resume: bool = False
+    offline: bool = False
+    logical_run_id: str | None = None
+    local_attempt_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_id("run_id", self.run_id)
+        for field in ("resume", "offline"):
+            if not isinstance(getattr(self, field), bool):
+                raise input_error(
+                    "WandbAttempt", field, getattr(self, field), "True or False", "pass a bool, not a string or number."
+                )
+        if self.resume and self.offline:
+            raise QhInputError(
+                "WandbAttempt: resume=True with offline=True is not allowed; allowed: resume (online) or "
+                "offline, not both. HINT: wandb ignores resume offline; start a new offline segment with "
+                "its own run_id and the same logical_run_id."
+            )
+        if self.logical_run_id is not None:
+            _check_id("logical_run_id", self.logical_run_id)
+        else:
+            object.__setattr__(self, "logical_run_id", self.run_id)
+        if self.local_attempt_id is not None:
+            _check_id("local_attempt_id", self.local_attempt_id)
+        if self.resume and self.local_attempt_id is None:
+            raise input_error(
+                "WandbAttempt", "local_attempt_id", None, "a new unique id when resume=True",
+                "the resumed segment publishes into its own local directory.",
+            )
+        if self.resume and self.local_attempt_id == self.run_id:
+            raise input_error(
+                "WandbAttempt", "local_attempt_id", self.local_attempt_id, "an id different from run_id when resuming",
+                "run_id names the original attempt's directory.",
+            )
+
+    @property
+    def resolved_local_attempt_id(self) -> str:
+        """Return the immutable local segment id for filesystem publication."""
+        return self.local_attempt_id or self.run_id
+
+    @property
+    def mode(self) -> str:
+        """``"offline"`` or ``"online"``."""
+        return "offline" if self.offline else "online"
+
+    def apply(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Return a config with explicit new/resume/segment W&B identity.
+
+        Args:
+            config: ``WandbLogger``/``wandb.init`` keyword arguments (project, name, tags, ...).
+                It may not set identity keys (id, version, resume, mode, group, offline).
+
+        Returns:
+            A new dict: ``config`` plus ``id=run_id``, ``resume="must"|"never"``,
+            ``mode="online"|"offline"``, ``group=logical_run_id``.
+        """
+        if not isinstance(config, Mapping):
+            raise input_error(
+                "WandbAttempt.apply", "config", type(config).__name__, "a mapping of WandbLogger keyword arguments",
+                "pass e.g. {'project': 'qhlab'}.",
+            )
+        reserved = [key for key in _WANDB_RESERVED_KEYS if key in config]
+        if reserved:
+            raise QhInputError(
+                f"WandbAttempt.apply: config key(s) {reserved} are not allowed; allowed: keys other than "
+                f"{', '.join(_WANDB_RESERVED_KEYS)}. HINT: the attempt alone sets W&B identity."
+            )
+        applied = dict(config)
+        applied.update(
+            id=self.run_id,
+            resume="must" if self.resume else "never",
+            mode=self.mode,
+            group=self.logical_run_id,
+        )
+        return applied
+
+    def evidence(self) -> dict[str, Any]:
+        """Describe intended W&B behavior without creating a remote run."""
+        if self.offline:
+            role = "offline segment (a new local run; wandb ignores resume offline)"
+            publication = "not published (offline segment)"
+        elif self.resume:
+            role = "online resume of an existing run (resume='must')"
+            publication = "online run (publication recorded by publish_wandb_attempt)"
+        else:
+            role = "new online run (resume='never')"
+            publication = "online run (publication recorded by publish_wandb_attempt)"
+        return {
+            "run_id": self.run_id,
+            "logical_run_id": self.logical_run_id,
+            "local_attempt_id": self.resolved_local_attempt_id,
+            "mode": self.mode,
+            "resume": "must" if self.resume else "never",
+            "role": role,
+            "cloud_publication": publication,
+            "links": {"logical_run_id": self.logical_run_id, "wandb_group": self.logical_run_id},
+        }
+
+    def output_directory(self, output_root: Path, cell: str) -> Path:
+        """Resolve a fresh local publication directory independent of W&B resume id.
+
+        Returns ``output_root / cell / resolved_local_attempt_id`` without creating it.
+
+        Raises:
+            QhInputError: ``cell`` is not one safe path component (``safe_component``).
+            PublishConflictError: the directory already exists.
+        """
+        safe_component(cell, field="cell", call="WandbAttempt.output_directory")
+        directory = Path(output_root) / cell / self.resolved_local_attempt_id
+        if directory.exists() or directory.is_symlink():
+            raise PublishConflictError(
+                f"WandbAttempt.output_directory: path={str(directory)!r} already exists; allowed: a fresh "
+                f"directory per local attempt. HINT: use a new local_attempt_id (now "
+                f"{self.resolved_local_attempt_id!r})."
+            )
+        return directory
+
+    @contextlib.contextmanager
+    def local_writer_lock(self, output_root: Path) -> Iterator[Path]:
+        """Hold one nonblocking host-local writer lock for the logical run.
+
+        The lock file is ``output_root/.locks/<logical_run_id>.lock`` (an ``fcntl.flock``
+        through ``qhlab.evidence.exclusive_lock``). Yields the lock path.
+
+        Raises:
+            LockHeldError: another process holds it; the message names the lock file.
+        """
+        lock_path = Path(output_root) / ".locks" / f"{self.logical_run_id}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(lock_path):
+            yield lock_path
+
+
+def _finite_metrics(metrics: Any) -> dict[str, float]:
+    call = "publish_wandb_attempt"
+    if not isinstance(metrics, Mapping):
+        raise input_error(call, "metrics", type(metrics).__name__, "a mapping name -> number", "pass a dict.")
+    clean: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key:
+            raise input_error(call, "metric name", key, "a non-empty string", "name every metric.")
+        clean[key] = require_number(
+            call, f"metrics[{key!r}]", value, hint="a diverged fit is reported as a failure, not published."
+        )
+    return clean
+
+
+def publish_wandb_attempt(
+    attempt: WandbAttempt,
+    result_path: Path,
+    files: Mapping[str, Path],
+    metrics: Mapping[str, float],
+) -> dict[str, Any]:
+    """Publish online evidence or close one explicitly linked offline segment.
+
+    Online: the active ``wandb.run`` (its id must be ``attempt.run_id`` and it must be
+    online) gets ``metrics`` in its summary and one artifact holding ``files``. Offline: a
+    closing segment record (files with digests, metrics, links) that states it was not
+    published to the cloud; an active offline run with the same id also gets the summary.
+    Both write a ``kind="wandb_attempt"`` receipt at ``result_path`` binding the files.
+
+    Args:
+        attempt: The attempt identity.
+        result_path: New ``*.receipt.json`` path.
+        files: Name -> existing file path.
+        metrics: Name -> finite number.
+
+    Returns:
+        The receipt body.
+    """
+    call = "publish_wandb_attempt"
+    if not isinstance(attempt, WandbAttempt):
+        raise input_error(call, "attempt", type(attempt).__name__, "WandbAttempt", "pass the fit's attempt.")
+    result_path = Path(result_path)
+    if not result_path.name.endswith(".receipt.json"):
+        raise input_error(
+            call, "result_path", str(result_path), "a name ending in '.receipt.json'",
+            "`qhlab verify` authenticates *.receipt.json files.",
+        )
+    if result_path.exists():
+        raise input_error(
+            call, "result_path", str(result_path), "a new path (write-once)", "it already exists.",
+            error=PublishConflictError,
+        )
+    if not isinstance(files, Mapping) or not files:
+        raise input_error(call, "files", files, "a non-empty mapping name -> file path", "bind the published files.")
+    paths: dict[str, Path] = {}
+    for name, path in files.items():
+        safe_component(name, field="files key", call=call)
+        if not Path(path).is_file():
+            raise MissingEvidenceError(f"{call}: files[{name!r}]={str(path)!r} does not exist or is not a file.")
+        paths[name] = Path(path)
+    clean_metrics = _finite_metrics(metrics)
+    digests = {name: sha256_file(path) for name, path in paths.items()}
+
+    import wandb
+
+    run = wandb.run
+    if run is not None and run.id != attempt.run_id:
+        raise QhInputError(
+            f"{call}: the active wandb run id={run.id!r} is not allowed; allowed: attempt.run_id="
+            f"{attempt.run_id!r}. HINT: publish from the process that owns this attempt's run."
+        )
+    if attempt.offline:
+        local_run = None
+        if run is not None:
+            if not run.offline:
+                raise QhInputError(f"{call}: the active wandb run {run.id!r} is online but attempt.offline=True.")
+            run.summary.update(clean_metrics)
+            local_run = {"id": run.id, "dir": str(run.dir)}
+        publication: dict[str, Any] = {
+            "status": "closed offline segment",
+            "cloud_publication": "not published (offline segment)",
+            "local_wandb_run": local_run,
+            "sync_note": "`wandb sync` may upload it later as a new run in group logical_run_id",
+        }
+    else:
+        if run is None:
+            raise QhError(
+                f"{call}: no active wandb run for online attempt run_id={attempt.run_id!r}. HINT: start it "
+                "with WandbLogger(**attempt.apply(...)) and publish before wandb.finish()."
+            )
+        if run.offline:
+            raise QhInputError(
+                f"{call}: the active wandb run {run.id!r} is offline but attempt.offline=False. HINT: unset "
+                "WANDB_MODE=offline or construct an offline attempt."
+            )
+        run.summary.update(clean_metrics)
+        artifact_name = f"{attempt.logical_run_id}-{attempt.resolved_local_attempt_id}"
+        artifact = wandb.Artifact(
+            name=artifact_name,
+            type="qhlab-attempt",
+            metadata={"files_sha256": digests, "attempt": attempt.evidence()},
+        )
+        for name, path in paths.items():
+            artifact.add_file(str(path), name=name)
+        run.log_artifact(artifact)
+        publication = {
+            "status": "published online",
+            "cloud_publication": "summary updated and artifact logged to the online run",
+            "artifact": {"name": artifact_name, "type": "qhlab-attempt"},
+            "run": {"id": run.id, "project": run.project, "entity": run.entity, "url": run.url},
+        }
+    body = {
+        "attempt": attempt.evidence(),
+        "files": digests,
+        "metrics": clean_metrics,
+        "links": {"logical_run_id": attempt.logical_run_id},
+        "publication": publication,
+    }
+    write_receipt(
+        result_path,
+        kind=_WANDB_RECEIPT_KIND,
+        schema_version=_WANDB_RECEIPT_SCHEMA_VERSION,
+        body=body,
+        inputs=paths,
+        outputs=None,
+    )
+    return body
