@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         QhCommissioningMilestonesConfig,
         read_commissioning_milestones,
     )
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.finite_horizon.recipe import load_recipe
     from qhlab.scenes import generate_population
 
@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             """(wall seconds, seconds inside the gate's hooks) of one fit of ``variant``."""
             gate = _TimedGate(config, root / f"gates-{tag}") if variant == "gated" else None
             start = time.perf_counter()
-            result = fit_recipe(
-                recipe, profile=args.profile, output=root / f"{variant}-{tag}", train=train,
+            result = fit_recipe(FitRequest(
+                recipe=recipe, profile=args.profile, output=root / f"{variant}-{tag}", train=train,
                 evaluate=False, progress=False, extra_callbacks=[gate] if gate else [],
-            )
+            ))
             wall = time.perf_counter() - start
             if result.observed_updates != args.updates:
                 raise SystemExit(f"bench: {variant} fit observed {result.observed_updates} updates")

@@ -14,7 +14,7 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
-from qhlab.finite_horizon.fit import fit_recipe
+from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 from qhlab.scenes import generate_population
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.tensor_state import load_tensor_state
@@ -100,8 +100,8 @@ def test_same_seed_same_final_state(tmp_path, tiny):
     recipe = _recipe(tmp_path)
     kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
                   validation=tiny["validation"], progress=False)
-    first = fit_recipe(recipe, **kwargs)
-    second = fit_recipe(recipe, **kwargs)
+    first = fit_recipe(FitRequest(recipe=recipe, **kwargs))
+    second = fit_recipe(FitRequest(recipe=recipe, **kwargs))
     assert first.output_directory != second.output_directory
     assert first.final_state_sha256 == second.final_state_sha256
     assert first.metrics == second.metrics
@@ -133,8 +133,8 @@ def test_concurrent_fit_of_same_logical_run_fails_at_once(tmp_path, tiny):
     holder = WandbAttempt(run_id="holder", offline=True, logical_run_id="fit-test-s0")
     with holder.local_writer_lock(out) as lock:
         with pytest.raises(LockHeldError, match=str(lock)):
-            fit_recipe(_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
-                       validation=tiny["validation"], progress=False)
+            fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
+                       validation=tiny["validation"], progress=False))
     assert not (out / "fit-test-s0").exists()
 
 
@@ -142,11 +142,11 @@ def test_resume_of_unknown_or_finished_segment_is_refused(tmp_path, tiny):
     recipe = _recipe(tmp_path)
     kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
                   validation=tiny["validation"], progress=False)
-    done = fit_recipe(recipe, **kwargs)
+    done = fit_recipe(FitRequest(recipe=recipe, **kwargs))
     with pytest.raises(QhInputError, match="already finished"):
-        fit_recipe(recipe, resume=done.local_attempt_id, **kwargs)
+        fit_recipe(FitRequest(recipe=recipe, resume=done.local_attempt_id, **kwargs))
     with pytest.raises(QhInputError, match="does not exist"):
-        fit_recipe(recipe, resume="nope", **kwargs)
+        fit_recipe(FitRequest(recipe=recipe, resume="nope", **kwargs))
     assert [p.name for p in done.output_directory.parent.iterdir()] == [done.local_attempt_id]
 
 
@@ -175,8 +175,8 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     other = _recipe(tmp_path, "other.toml", seed=5, updates=60)
     assert main(_cli(other, out, tiny, "--cell", "fit-test-s0", "--resume", first.name)) == 2
     assert len(list(cell.iterdir())) == 1
-    resumed = fit_recipe(recipe, profile="cpu-fp32", output=out, train=tiny["train"],
-                         validation=tiny["validation"], resume=first.name, progress=False)
+    resumed = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=out, train=tiny["train"],
+                         validation=tiny["validation"], resume=first.name, progress=False))
     fit = read_receipt(resumed.fit_receipt, kind="fit", schema_version=1)["body"]
     assert resumed.observed_updates == 60 and resumed.output_directory != first
     assert fit["lineage"]["kind"] == "resumed" and fit["lineage"]["previous_local_attempt_id"] == first.name
@@ -184,6 +184,14 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     assert fit["logical_run_id"] == "fit-test-s0"
     assert main(["verify", str(resumed.output_directory)]) == 0
     # optimizer moments and the batch stream continue exactly: same bytes as one uninterrupted fit
-    straight = fit_recipe(recipe, profile="cpu-fp32", output=tmp_path / "straight", train=tiny["train"],
-                          validation=tiny["validation"], progress=False)
+    straight = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "straight", train=tiny["train"],
+                          validation=tiny["validation"], progress=False))
     assert straight.final_state_sha256 == resumed.final_state_sha256
+
+
+def test_fit_recipe_takes_one_request_object(tmp_path, tiny):
+    with pytest.raises(QhInputError, match=r"fit_recipe: request='PosixPath' is not allowed; allowed: a FitRequest"):
+        fit_recipe(_recipe(tmp_path))
+    with pytest.raises(TypeError):
+        FitRequest(_recipe(tmp_path), "cpu-fp32", tmp_path)  # keyword-only: fields are named at the call
+    assert not (tmp_path / "out").exists()

@@ -37,17 +37,17 @@ def demo_populations(tmp_path_factory) -> dict[str, Path]:
 def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, demo_populations, tmp_path):
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import population_heuristic_references
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.finite_horizon.recipe import load_recipe
 
     recipe = load_recipe(ROOT / "examples" / "demo-recipe.toml").model_copy(update={"seed": seed})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the demo's per-fit thread count; CPU results depend on it
     try:
-        result = fit_recipe(
-            recipe, profile="cpu-fp32", output=tmp_path, train=demo_populations["train"],
+        result = fit_recipe(FitRequest(
+            recipe=recipe, profile="cpu-fp32", output=tmp_path, train=demo_populations["train"],
             validation=demo_populations["validation"], progress=False,
-        )
+        ))
     finally:
         torch.set_num_threads(threads)
     m = result.metrics

@@ -111,13 +111,13 @@ class _PoisonBatch:
                          ids=["reward-nan", "objects-inf", "successor-goal-nan"])
 def test_non_finite_training_loss_fails_the_fit_without_final_receipt(tmp_path, rel_recipe, key, value):
     from qhlab.evidence import QhError, QhInputError
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     poison = _PoisonBatch(at_batch=3, key=key, value=value)
     output = tmp_path / "out"
     with pytest.raises(QhError) as info:
-        fit_recipe(rel_recipe, profile="cpu-fp32", output=output, extra_callbacks=[poison], progress=False,
-                   segment_checkpoint_every=2)
+        fit_recipe(FitRequest(recipe=rel_recipe, profile="cpu-fp32", output=output, extra_callbacks=[poison], progress=False,
+                   segment_checkpoint_every=2))
     assert poison.poisoned == 1
     assert not isinstance(info.value, QhInputError)  # a runtime failure (exit 1), not bad usage
     message = str(info.value)

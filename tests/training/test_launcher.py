@@ -28,6 +28,7 @@ from qhlab.evidence import (
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import (
     FitInterrupted,
+    LaunchRequest,
     SegmentCheckpointCallback,
     UpdateBudgetCallback,
     admit_launch,
@@ -110,8 +111,7 @@ def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None,
     admitted = admit_launch("cpu-fp32", recipe)
     attempt = WandbAttempt(run_id=name, offline=True, logical_run_id="toy")
     start = resume.start_updates if resume is not None else 0
-    return launch_fit(
-        admitted,
+    return launch_fit(admitted, LaunchRequest(
         module_factory=_Regressor,
         datamodule=_Data(start),
         update_budget=recipe.updates,
@@ -123,7 +123,7 @@ def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None,
         extra_callbacks=callbacks,
         segment_checkpoint_every=every,
         progress=False,
-    )
+    ))
 
 
 def test_observed_updates_come_from_adamw_state():

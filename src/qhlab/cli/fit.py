@@ -65,7 +65,7 @@ def _attempt(args: argparse.Namespace, cell: str):
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab fit``; print a one-line JSON summary. Returns 0 on success."""
     from qhlab.evidence import require_int
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.finite_horizon.recipe import load_recipe
 
     if args.checkpoint_every is not None:
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     apply_torch_threads(args)
     recipe = load_recipe(args.recipe)
     cell = args.cell or f"{recipe.name}-s{recipe.seed}"
-    result = fit_recipe(
-        recipe,
+    result = fit_recipe(FitRequest(
+        recipe=recipe,
         profile=args.profile,
         output=args.output,
         train=args.train,
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         segment_checkpoint_every=args.checkpoint_every,
         offline=args.offline,
         progress=args.progress,
-    )
+    ))
     summary = {
         "output_directory": str(result.output_directory),
         "local_attempt_id": result.local_attempt_id,

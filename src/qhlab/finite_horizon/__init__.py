@@ -5,4 +5,7 @@ this package imports none of them eagerly so that light callers (the CLI's argum
 evidence verification) do not pay for torch and Lightning.
 """
 
-__all__ = ["data", "fit", "predict", "q_learning", "recipe", "scorer"]
+__all__ = [
+    "benchmark", "commission", "data", "diagnostics", "evaluation", "fit", "predict", "q_learning",
+    "recipe", "scorer", "studies",
+]

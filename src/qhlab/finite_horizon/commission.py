@@ -41,7 +41,7 @@ from qhlab.finite_horizon.diagnostics.mps_memory import (
     QhMpsMemoryObservation,
     read_mps_memory_observation,
 )
-from qhlab.finite_horizon.fit import FitResult, fit_recipe
+from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import execution_profile
 
@@ -153,8 +153,8 @@ def commission_recipe(
         callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
     callbacks.append(QhCommissioningMilestonesCallback(config, output))
 
-    fit = fit_recipe(
-        engineering,
+    fit = fit_recipe(FitRequest(
+        recipe=engineering,
         profile=lane.name,
         output=output / "fit",
         train=train,
@@ -162,7 +162,7 @@ def commission_recipe(
         evaluate=False,
         max_allocated_bytes=max_allocated_bytes,
         progress=progress,
-    )
+    ))
     receipts = read_commissioning_milestones(config, output)
     memory = None
     if config.max_allocated_bytes is not None:

@@ -1,6 +1,6 @@
 """One QH fit: recipe + populations -> launcher seam -> final state -> evaluation receipt.
 
-Owns: ``fit_recipe`` (validate everything, then compose the QH module, datamodule and
+Owns: ``FitRequest`` and ``fit_recipe`` (validate everything, then compose the QH module, datamodule and
 evaluation around ``qhlab.training.launcher.launch_fit``), the evaluation receipt, and
 ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the fit
 (``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
@@ -25,10 +25,10 @@ from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import WandbAttempt
-from qhlab.training.launcher import admit_launch, launch_fit, load_resume_state
+from qhlab.training.launcher import LaunchRequest, admit_launch, launch_fit, load_resume_state
 from qhlab.training.tensor_state import structure_path
 
-__all__ = ["FitResult", "fit_recipe"]
+__all__ = ["FitRequest", "FitResult", "fit_recipe"]
 
 EVALUATION_KIND = "evaluation"
 EVALUATION_SCHEMA_VERSION = 1
@@ -74,31 +74,11 @@ def _default_attempt(cell: str, resume_logical: str | None, offline: bool) -> Wa
     return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=resume_logical or cell[:64])
 
 
-def fit_recipe(
-    recipe: QhRecipe | Path | str,
-    *,
-    profile: str,
-    output: Path | str,
-    train: Path | str | None = None,
-    validation: Path | str | None = None,
-    attempt: WandbAttempt | None = None,
-    resume: str | None = None,
-    cell: str | None = None,
-    extra_callbacks: Sequence[Callback] = (),
-    evaluate: bool = True,
-    train_rows: Sequence[int] | None = None,
-    max_allocated_bytes: int | None = None,
-    segment_checkpoint_every: int | None = None,
-    offline: bool = True,
-    progress: bool = True,
-) -> FitResult:
-    """Fit one recipe on one lane and publish its evidence into a new segment directory.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitRequest:
+    """One fit to run: what to fit, on which lane, into which directory, and how.
 
-    Everything is validated before any directory is created: the recipe, both populations
-    (and that their horizon equals ``recipe.horizon``), profile admission on this host, the
-    resume lineage, and the output path.
-
-    Args:
+    Attributes:
         recipe: a ``QhRecipe`` or a TOML path.
         profile: execution profile name (e.g. ``"cpu-fp32"``).
         output: output root; the segment is ``output/<cell>/<local_attempt_id>/``.
@@ -113,6 +93,34 @@ def fit_recipe(
         segment_checkpoint_every: updates between write-once segment checkpoints.
         offline: offline W&B (default) when ``attempt`` is None.
         progress: Lightning progress bar.
+    """
+
+    recipe: QhRecipe | Path | str
+    profile: str
+    output: Path | str
+    train: Path | str | None = None
+    validation: Path | str | None = None
+    attempt: WandbAttempt | None = None
+    resume: str | None = None
+    cell: str | None = None
+    extra_callbacks: Sequence[Callback] = ()
+    evaluate: bool = True
+    train_rows: Sequence[int] | None = None
+    max_allocated_bytes: int | None = None
+    segment_checkpoint_every: int | None = None
+    offline: bool = True
+    progress: bool = True
+
+
+def fit_recipe(request: FitRequest) -> FitResult:
+    """Fit one recipe on one lane and publish its evidence into a new segment directory.
+
+    Everything is validated before any directory is created: the recipe, both populations
+    (and that their horizon equals ``recipe.horizon``), profile admission on this host, the
+    resume lineage, and the output path.
+
+    Args:
+        request: the fit (see ``FitRequest``).
 
     Returns:
         ``FitResult``.
@@ -123,11 +131,17 @@ def fit_recipe(
         LockHeldError: another process writes the same logical run.
         FitInterrupted: SIGINT; a segment checkpoint names the attempt to resume.
     """
+    if not isinstance(request, FitRequest):
+        raise QhInputError(
+            f"fit_recipe: request={type(request).__name__!r} is not allowed; allowed: a FitRequest. "
+            "HINT: fit_recipe(FitRequest(recipe=..., profile='cpu-fp32', output=...))."
+        )
+    recipe, evaluate, resume = request.recipe, request.evaluate, request.resume
     call = "fit_recipe"
     started = time.perf_counter()
     if not isinstance(recipe, QhRecipe):
         recipe = load_recipe(recipe)
-    train_path = _population_path(call, "train", train, recipe.data.train)
+    train_path = _population_path(call, "train", request.train, recipe.data.train)
     train_pop = load_population(train_path, split="train")
     if train_pop.horizon != recipe.horizon:
         raise QhInputError(
@@ -138,16 +152,16 @@ def fit_recipe(
     val_pop = None
     val_path = None
     if evaluate:
-        val_path = _population_path(call, "validation", validation, recipe.data.validation)
+        val_path = _population_path(call, "validation", request.validation, recipe.data.validation)
         val_pop = load_population(val_path, split="validation", horizon=recipe.horizon)
-    rows = None if train_rows is None else torch.as_tensor(list(train_rows), dtype=torch.int64)
+    rows = None if request.train_rows is None else torch.as_tensor(list(request.train_rows), dtype=torch.int64)
 
-    admitted = admit_launch(profile, recipe)
+    admitted = admit_launch(request.profile, recipe)
     applied = admitted.recipe
     digest = recipe_digest(applied)
     # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
-    cell = safe_component(cell or f"{recipe.name}-s{recipe.seed}", field="cell", call=call)
-    output = Path(output)
+    cell = safe_component(request.cell or f"{recipe.name}-s{recipe.seed}", field="cell", call=call)
+    output = Path(request.output)
 
     resume_state = None
     if resume is not None:
@@ -155,8 +169,9 @@ def fit_recipe(
         resume_state = load_resume_state(
             output / cell / resume, seed=recipe.seed, source_package_digest=source, recipe_digest=digest
         )
+    attempt = request.attempt
     if attempt is None:
-        attempt = _default_attempt(cell, resume_state.logical_run_id if resume_state else None, offline)
+        attempt = _default_attempt(cell, resume_state.logical_run_id if resume_state else None, request.offline)
     if output.is_dir():
         # A concurrent writer of this logical run may already have created the attempt
         # directory checked below: report its lock (LockHeldError, exit 3), not a conflict.
@@ -187,8 +202,7 @@ def fit_recipe(
         inputs["validation_manifest"] = val_path / "manifest.json"
     output.mkdir(parents=True, exist_ok=True)
     with attempt.local_writer_lock(output):
-        launched = launch_fit(
-            admitted,
+        launched = launch_fit(admitted, LaunchRequest(
             module_factory=module_factory,
             datamodule=datamodule,
             update_budget=applied.updates,
@@ -198,12 +212,12 @@ def fit_recipe(
             recipe_digest=digest,
             inputs=inputs,
             resume=resume_state,
-            extra_callbacks=extra_callbacks,
-            max_allocated_bytes=max_allocated_bytes,
-            segment_checkpoint_every=segment_checkpoint_every,
-            progress=progress,
+            extra_callbacks=request.extra_callbacks,
+            max_allocated_bytes=request.max_allocated_bytes,
+            segment_checkpoint_every=request.segment_checkpoint_every,
+            progress=request.progress,
             finalize=finalize,
-        )
+        ))
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
     return FitResult(
         output_directory=launched.directory,

@@ -71,6 +71,7 @@ from qhlab.training.wandb_attempt import publish_wandb_attempt
 __all__ = [
     "AdmittedLaunch",
     "FitInterrupted",
+    "LaunchRequest",
     "LaunchResult",
     "ResumeState",
     "SegmentCheckpointCallback",
@@ -245,38 +246,18 @@ class LaunchResult:
     wall_seconds: float
 
 
-def launch_fit(
-    admitted: AdmittedLaunch,
-    *,
-    module_factory: Callable[[Any], LightningModule],
-    datamodule: LightningDataModule,
-    update_budget: int,
-    seed: int,
-    attempt: Any,
-    directory: Path,
-    recipe_digest: str,
-    inputs: Mapping[str, Path] | None = None,
-    resume: ResumeState | None = None,
-    extra_callbacks: Sequence[Callback] = (),
-    max_allocated_bytes: int | None = None,
-    segment_checkpoint_every: int | None = None,
-    progress: bool = True,
-    finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None,
-) -> LaunchResult:
-    """Run one segment: seed, cold init, ``Trainer.fit``, final state, fit receipt, W&B close.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    """Everything one segment needs besides the admitted profile (validated by the caller).
 
-    The caller has validated everything and called :func:`admit_launch`; this function
-    creates ``directory`` (it must not exist) and publishes write-once files into it.
-
-    Args:
-        admitted: the admitted profile and applied recipe.
+    Attributes:
         module_factory: applied recipe -> LightningModule whose ``configure_optimizers``
             returns one AdamW optimizer.
         datamodule: yields training batches.
         update_budget: final observed update count of the lineage.
         seed: the recipe seed (cold init, lineage and Lightning seeding).
         attempt: the ``WandbAttempt`` of this segment.
-        directory: ``attempt.output_directory(output, cell)``.
+        directory: ``attempt.output_directory(output, cell)``; must not exist.
         recipe_digest: digest of the applied recipe (bound in every receipt).
         inputs: files the fit read (population manifests), bound in the fit receipt.
         resume: state from :func:`load_resume_state`, or None for a fresh lineage.
@@ -288,131 +269,96 @@ def launch_fit(
         finalize: hook ``(module, final_state_path, final_state_sha256) -> (files, metrics)``
             run after the fit receipt (evaluation); its files and metrics are published
             with the W&B attempt.
+    """
+
+    module_factory: Callable[[Any], LightningModule]
+    datamodule: LightningDataModule
+    update_budget: int
+    seed: int
+    attempt: Any
+    directory: Path
+    recipe_digest: str
+    inputs: Mapping[str, Path] | None = None
+    resume: ResumeState | None = None
+    extra_callbacks: Sequence[Callback] = ()
+    max_allocated_bytes: int | None = None
+    segment_checkpoint_every: int | None = None
+    progress: bool = True
+    finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None
+
+
+def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
+    """Run one segment: seed, cold init, ``Trainer.fit``, final state, fit receipt, W&B close.
+
+    The caller has validated everything and called :func:`admit_launch`; this function
+    creates ``request.directory`` (it must not exist) and publishes write-once files into it.
+
+    Args:
+        admitted: the admitted profile and applied recipe.
+        request: the segment's module, data, budget, identity and hooks.
 
     Raises:
         FitInterrupted: SIGINT; a segment checkpoint was published first.
         QhError: the observed update count differs from the budget, or a callback failed.
     """
     started = time.perf_counter()
-    profile, recipe = admitted.profile, admitted.recipe
-    update_budget = require_int(
-        "launch_fit", "update_budget", update_budget, minimum=1,
+    budget = require_int(
+        "launch_fit", "update_budget", request.update_budget, minimum=1,
         hint="budgets and intervals count observed optimizer updates.",
     )
-    start_updates = resume.start_updates if resume is not None else 0
-    every = segment_checkpoint_every or max(1, update_budget // 4)
     source = source_package_digest()
-    directory = fresh_directory(directory)
+    directory = fresh_directory(request.directory)
 
-    seed_everything(seed, workers=True, verbose=False)
-    profile.prepare_memory_accounting(max_allocated_bytes)
-    module = module_factory(recipe)
-
-    if resume is None:
-        tensors = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-        cold_init = write_cold_initialization(
-            directory,
-            tensors,
-            seed=seed,
-            source_package_digest=source["sha256"],
-            structure={"module_keys": sorted(tensors), "recipe_digest": recipe_digest, "observed_updates": 0},
-        )
-        lineage: dict[str, Any] = {"kind": "fresh", "segment": 0}
-    else:
-        cold_init = copy_cold_initialization(resume.previous_directory, directory)
-        verified = verified_cold_initialization_lineage(cold_init, source_package_digest=source["sha256"], seed=seed)
-        module.load_state_dict(module_state_tensors(resume.tensors), strict=True)
-        lineage = {
-            "kind": "resumed",
-            "previous_local_attempt_id": resume.previous_local_attempt_id,
-            "previous_state": resume.state_path.name,
-            "previous_state_sha256": resume.state_sha256,
-            "start_updates": start_updates,
-            "cold_initialization": lineage_record(verified),
-        }
-
+    seed_everything(request.seed, workers=True, verbose=False)
+    admitted.profile.prepare_memory_accounting(request.max_allocated_bytes)
+    module = request.module_factory(admitted.recipe)
+    cold_init, lineage = _start_lineage(module, request, directory, source["sha256"])
     identity = {
-        "recipe_digest": recipe_digest,
-        "local_attempt_id": attempt.resolved_local_attempt_id,
-        "logical_run_id": attempt.logical_run_id,
-        "seed": seed,
+        "recipe_digest": request.recipe_digest,
+        "local_attempt_id": request.attempt.resolved_local_attempt_id,
+        "logical_run_id": request.attempt.logical_run_id,
+        "seed": request.seed,
         "cold_init_sha256": sha256_file(cold_init),
     }
-    checkpoints = SegmentCheckpointCallback(
-        directory,
-        every=every,
-        update_budget=update_budget,
-        body=identity,
-        inputs={"cold_init": cold_init},
-        start_updates=start_updates,
-    )
-    budget = UpdateBudgetCallback(update_budget, start_updates=start_updates)
-    callbacks: list[Callback] = [ResumeRestoreCallback(resume)] if resume is not None else []
-    callbacks += [*extra_callbacks, budget, checkpoints]
-
-    logger = wandb_logger(attempt, directory, config={"recipe_digest": recipe_digest, "seed": seed})
-    remaining = update_budget - start_updates
-    # A GradScaler may skip steps that global_step still counts; allow for them.
-    max_steps = remaining if recipe.precision == "32-true" else 2 * remaining + 100
-    trainer = build_trainer(
-        recipe,
-        max_steps=max_steps,
-        callbacks=callbacks,
-        logger=logger,
-        progress=progress,
-        log_every_n_steps=max(1, min(50, remaining // 20)),
-    )
-    try:
-        with deferred_sigint(checkpoints.sigint_handler):
-            trainer.fit(module, datamodule=datamodule)
-    except InterruptedAtBoundary:
-        _finish_wandb(logger, exit_code=130)
-        raise FitInterrupted(
-            f"fit interrupted at {checkpoints.interrupted_at} observed updates (budget {update_budget}); segment "
-            f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}."
-        ) from None
-    except BaseException:
-        _finish_wandb(logger, exit_code=1)
-        raise
+    trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget)
 
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
-    if observed != update_budget:
+    if observed != budget:
         _finish_wandb(logger, exit_code=1)
         raise QhError(
-            f"launch_fit: observed {observed} optimizer updates but update_budget={update_budget}. HINT: the fit "
+            f"launch_fit: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
             "ended early (max_steps backstop or data exhausted); no final state was published."
         )
     tensors, structure = capture_training_state(module, optimizer)
     final_state = directory / FINAL_STATE
     final_sha = save_tensor_state(final_state, tensors, structure)
-    memory = _jsonable_evidence(profile.memory_evidence())
-
+    recipe = admitted.recipe
     body = {
         "recipe": to_jsonable(recipe.model_dump(mode="json") if hasattr(recipe, "model_dump") else recipe),
-        "recipe_digest": recipe_digest,
-        "profile": profile.name,
+        "recipe_digest": request.recipe_digest,
+        "profile": admitted.profile.name,
         "runtime": admitted.runtime,
-        "update_budget": update_budget,
+        "update_budget": budget,
         "observed_updates": observed,
         "observed_updates_source": "optimizer.state[p]['step']",
         "global_step": int(trainer.global_step),
         # CPU reductions depend on the thread count: bit-identical reruns need the same value.
         "torch_num_threads": torch.get_num_threads(),
-        "segment_start_updates": start_updates,
-        "seed": seed,
+        "segment_start_updates": _start_updates(request),
+        "seed": request.seed,
         "source_package": source,
-        "memory": memory,
-        "wandb": _jsonable_evidence(attempt.evidence()),
-        "local_attempt_id": attempt.resolved_local_attempt_id,
-        "logical_run_id": attempt.logical_run_id,
+        "memory": _jsonable_evidence(admitted.profile.memory_evidence()),
+        "wandb": _jsonable_evidence(request.attempt.evidence()),
+        "local_attempt_id": request.attempt.resolved_local_attempt_id,
+        "logical_run_id": request.attempt.logical_run_id,
         "lineage": lineage,
         "segment_checkpoints": sorted(checkpoints.written),
         "final_state_sha256": final_sha,
         "cold_init_sha256": identity["cold_init_sha256"],
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
-    fit_inputs = {**(inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
+    fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
     write_receipt(
         directory / FIT_RECEIPT,
         kind=FIT_KIND,
@@ -421,6 +367,7 @@ def launch_fit(
         inputs=fit_inputs,
         outputs={"final_state": final_state, "final_state_structure": structure_path(final_state)},
     )
+    finalize = request.finalize
     files, metrics = finalize(module, final_state, final_sha) if finalize is not None else ({}, {})
     metrics = {"observed_updates": float(observed), **metrics}
     if logger is not None:
@@ -429,7 +376,7 @@ def launch_fit(
     # the artifact to wandb.run. The offline run's .wandb file is not bound: wandb-core
     # still appends to it asynchronously after finish() returns, so its bytes are not final.
     published = {"fit_receipt": directory / FIT_RECEIPT, "final_state": final_state, **files}
-    publish_wandb_attempt(attempt, directory / WANDB_RECEIPT, published, metrics)
+    publish_wandb_attempt(request.attempt, directory / WANDB_RECEIPT, published, metrics)
     _finish_wandb(logger, exit_code=0)
     return LaunchResult(
         directory=directory,
@@ -443,6 +390,80 @@ def launch_fit(
         metrics=metrics,
         wall_seconds=time.perf_counter() - started,
     )
+
+
+def _start_updates(request: LaunchRequest) -> int:
+    return request.resume.start_updates if request.resume is not None else 0
+
+
+def _start_lineage(module: LightningModule, request: LaunchRequest, directory: Path, source_sha256: str) -> tuple[Path, dict]:
+    """Publish a fresh cold initialization, or copy and verify the resumed lineage's one."""
+    resume = request.resume
+    if resume is None:
+        tensors = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+        cold_init = write_cold_initialization(
+            directory,
+            tensors,
+            seed=request.seed,
+            source_package_digest=source_sha256,
+            structure={"module_keys": sorted(tensors), "recipe_digest": request.recipe_digest, "observed_updates": 0},
+        )
+        return cold_init, {"kind": "fresh", "segment": 0}
+    cold_init = copy_cold_initialization(resume.previous_directory, directory)
+    verified = verified_cold_initialization_lineage(cold_init, source_package_digest=source_sha256, seed=request.seed)
+    module.load_state_dict(module_state_tensors(resume.tensors), strict=True)
+    return cold_init, {
+        "kind": "resumed",
+        "previous_local_attempt_id": resume.previous_local_attempt_id,
+        "previous_state": resume.state_path.name,
+        "previous_state_sha256": resume.state_sha256,
+        "start_updates": resume.start_updates,
+        "cold_initialization": lineage_record(verified),
+    }
+
+
+def _train(
+    admitted: AdmittedLaunch, request: LaunchRequest, module: LightningModule, directory: Path,
+    identity: dict, cold_init: Path, budget: int,
+) -> tuple[Trainer, SegmentCheckpointCallback, Any]:
+    """``Trainer.fit`` with the budget and checkpoint callbacks; a SIGINT becomes FitInterrupted."""
+    start_updates = _start_updates(request)
+    checkpoints = SegmentCheckpointCallback(
+        directory,
+        every=request.segment_checkpoint_every or max(1, budget // 4),
+        update_budget=budget,
+        body=identity,
+        inputs={"cold_init": cold_init},
+        start_updates=start_updates,
+    )
+    callbacks: list[Callback] = [ResumeRestoreCallback(request.resume)] if request.resume is not None else []
+    callbacks += [*request.extra_callbacks, UpdateBudgetCallback(budget, start_updates=start_updates), checkpoints]
+    logger = wandb_logger(request.attempt, directory,
+                          config={"recipe_digest": request.recipe_digest, "seed": request.seed})
+    remaining = budget - start_updates
+    # A GradScaler may skip steps that global_step still counts; allow for them.
+    max_steps = remaining if admitted.recipe.precision == "32-true" else 2 * remaining + 100
+    trainer = build_trainer(
+        admitted.recipe,
+        max_steps=max_steps,
+        callbacks=callbacks,
+        logger=logger,
+        progress=request.progress,
+        log_every_n_steps=max(1, min(50, remaining // 20)),
+    )
+    try:
+        with deferred_sigint(checkpoints.sigint_handler):
+            trainer.fit(module, datamodule=request.datamodule)
+    except InterruptedAtBoundary:
+        _finish_wandb(logger, exit_code=130)
+        raise FitInterrupted(
+            f"fit interrupted at {checkpoints.interrupted_at} observed updates (budget {budget}); segment "
+            f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}."
+        ) from None
+    except BaseException:
+        _finish_wandb(logger, exit_code=1)
+        raise
+    return trainer, checkpoints, logger
 
 
 def _finish_wandb(logger: Any, *, exit_code: int) -> None:

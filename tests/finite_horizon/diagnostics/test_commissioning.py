@@ -592,13 +592,13 @@ def test_cli_refuses_memory_budget_on_a_cpu_lane(tiny_train: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_fit_recipe_with_and_without_gates_is_bit_identical(tiny_train: Path, tmp_path: Path) -> None:
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     config = _config(milestones=(1, 5, 40))  # the last milestone is the recipe's budget here
-    gated = fit_recipe(TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "a", train=tiny_train, evaluate=False,
-                       progress=False, extra_callbacks=[QhCommissioningMilestonesCallback(config, tmp_path / "m")])
-    plain = fit_recipe(TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "b", train=tiny_train, evaluate=False,
-                       progress=False)
+    gated = fit_recipe(FitRequest(recipe=TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "a", train=tiny_train, evaluate=False,
+                       progress=False, extra_callbacks=[QhCommissioningMilestonesCallback(config, tmp_path / "m")]))
+    plain = fit_recipe(FitRequest(recipe=TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "b", train=tiny_train, evaluate=False,
+                       progress=False))
     assert gated.observed_updates == plain.observed_updates == 40
     assert gated.final_state_sha256 == plain.final_state_sha256
     assert len(read_commissioning_milestones(config, tmp_path / "m")) == 3

@@ -144,16 +144,14 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
     """One ``fit_recipe`` call on the frozen lane, TRAIN and thread count."""
     import torch
 
-    from qhlab.finite_horizon.fit import fit_recipe
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     torch.set_num_threads(frozen.config.torch_threads)
-    kwargs: dict[str, Any] = {}
-    if rows is not None:
-        kwargs["train_rows"] = rows
-    return fit_recipe(recipe, profile=frozen.config.profile, output=parent, train=frozen.train_path,
-                      validation=validation, cell=cell, evaluate=validation is not None,
-                      max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
-                      **kwargs)
+    return fit_recipe(FitRequest(
+        recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_path,
+        validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
+        max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
+    ))
 
 
 def _adoptable_attempt(cell_dir: Path, budget: int, evaluate: bool) -> Path | None:
