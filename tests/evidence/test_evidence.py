@@ -258,3 +258,40 @@ def test_one_message_form_for_refusals() -> None:
     for bad in (False, float("nan"), float("inf"), "1", -0.5):
         with pytest.raises(QhInputError, match=r"c: tau=.* is not allowed; allowed: a finite number >= 0.0\. HINT: h"):
             require_number("c", "tau", bad, minimum=0.0, hint="h")
+
+
+def test_verify_finds_moved_directories_and_populations_by_digest(tmp_path, monkeypatch):
+    """Files bound by absolute path are found by digest where the directory and its
+    populations were copied; a missing population is named with its manifest digest."""
+    import shutil
+
+    from qhlab.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    population = tmp_path / "old" / "cache" / "pop-train-1"
+    population.mkdir(parents=True)
+    (population / "manifest.json").write_text("a manifest")
+    study = tmp_path / "old" / "study"
+    (study / "cells").mkdir(parents=True)
+    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={},
+                  inputs={"train/manifest.json": population / "manifest.json"})
+    write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
+                  inputs={"freeze": study / "freeze.receipt.json"})
+    shutil.copytree(study, tmp_path / "new" / "study")
+    shutil.copytree(population, tmp_path / "new" / "pops" / "pop-train-1")
+    shutil.rmtree(tmp_path / "old")
+    moved = tmp_path / "new" / "study"
+    result = verify_directory(moved, [tmp_path / "new" / "pops"])
+    assert len(result["receipts"]) == 2 and result["unbound_files"] == []
+    assert main(["verify", str(moved), "--populations", str(tmp_path / "new" / "pops")]) == 0
+    digest = sha256_bytes(b"a manifest")
+    with pytest.raises(MissingEvidenceError, match=f"population pop-train-1 \\(manifest sha256 {digest}\\)"):
+        verify_directory(moved)
+    assert main(["verify", str(moved)]) == 2
+    # The default cache is always searched.
+    shutil.copytree(tmp_path / "new" / "pops", tmp_path / "home" / ".cache" / "qhlab" / "populations")
+    assert len(verify_directory(moved)["receipts"]) == 2
+    # A copy with other bytes is no substitute.
+    (tmp_path / "home" / ".cache" / "qhlab" / "populations" / "pop-train-1" / "manifest.json").write_text("forged")
+    with pytest.raises(MissingEvidenceError, match=digest):
+        verify_directory(moved)

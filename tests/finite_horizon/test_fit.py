@@ -18,6 +18,7 @@ from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 from qhlab.scenes import generate_population
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.tensor_state import load_tensor_state
+from wandb_records import read_offline_run
 
 _RECIPE = """\
 name = "fit-test"
@@ -93,6 +94,16 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     assert wandb["publication"]["cloud_publication"].startswith("not published")
     assert set(wandb["files"]) >= {"fit_receipt", "final_state", "evaluation_receipt"}
     assert main(["verify", str(segment)]) == 0
+    # What wandb itself recorded for a lone fit: grouped by its logical run, job type "fit".
+    (run_file,) = sorted(segment.glob("wandb/offline-run-*/run-*.wandb"))
+    run = read_offline_run(run_file)
+    assert run["group"] == "fit-test-s0" and run["job_type"] == "fit"
+    assert run["tags"] == ["baseline", "seed-0", "cpu-fp32"]
+    assert run["config"]["recipe"]["horizon"] == 2 and run["config"]["recipe_digest"] == fit["recipe_digest"]
+    assert run["config"]["populations"]["validation"]["manifest_sha256"] == evaluation["population"]["digest"]
+    assert run["summary"]["final_state_sha256"] == fit["final_state_sha256"]
+    assert run["summary"]["val_mae_h2"] == pytest.approx(evaluation["mae"][1])
+    assert (segment / "fit.log").is_file()
     print(f"\nqhlab fit wall time on tiny (8 updates, in-process CLI): {wall:.2f} s")
 
 

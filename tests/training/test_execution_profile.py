@@ -47,6 +47,7 @@ from qhlab.training.execution_profile import (
     publish_wandb_attempt,
     verified_cold_initialization_lineage,
 )
+from qhlab.training.profiles import device_check_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = (platform.system(), platform.machine())
@@ -189,6 +190,44 @@ def test_profile_construction_is_validated(field: str, kwargs: dict) -> None:
     base.update(kwargs)
     with pytest.raises(QhInputError, match=field):
         QhExecutionProfile(**base)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"accelerator": "mps", "device_type": "mps", "precision": "16-mixed"},
+         r"precision='16-mixed' is not allowed; allowed: '32-true' on an mps lane"),
+        ({"accelerator": "cuda", "device_type": "cpu"}, r"device_type='cpu' is not allowed; allowed: 'cuda'"),
+        ({"accelerator": "cpu", "device_type": "mps"}, r"device_type='mps' is not allowed; allowed: 'cpu'"),
+        ({"allowed_cpu_fallback_operations": ("aten::foo",)},
+         r"allowed_cpu_fallback_operations=\('aten::foo',\) is not allowed; allowed: \(\) on a 'cpu' lane"),
+        ({"accelerator": "cuda", "device_type": "cuda", "precision": "16-mixed",
+          "allowed_cpu_fallback_operations": ("aten::foo",)}, r"\(\) on a 'cuda' lane"),
+    ],
+)
+def test_profile_parts_must_agree(kwargs: dict, message: str) -> None:
+    base = dict(name="x", accelerator="cpu", device_type="cpu", precision="32-true",
+                expected_system="Linux", expected_machine="x86_64")
+    base.update(kwargs)
+    with pytest.raises(QhInputError, match=r"QhExecutionProfile: .*" + message + r".*HINT"):
+        QhExecutionProfile(**base)
+
+
+def test_mps_lane_may_list_reviewed_fallback_operations() -> None:
+    profile = QhExecutionProfile("m", "mps", "mps", "32-true", "Darwin", "arm64", ("aten::foo",))
+    assert profile.allowed_cpu_fallback_operations == ("aten::foo",)
+
+
+@pytest.mark.parametrize("name", ["cpu-fp32", "cpu-fp32-darwin-arm64", "mps-fp32"])
+def test_memory_ceiling_is_refused_where_it_cannot_be_enforced(name: str) -> None:
+    profile = execution_profile(name)
+    assert profile.check_memory_ceiling(None) is None
+    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a "
+                       r"'(cpu|mps)' lane \(only CUDA lanes enforce a ceiling\)\. HINT: drop"):
+        profile.check_memory_ceiling(2**30)
+    assert execution_profile("cuda-amp").check_memory_ceiling(2**30) == 2**30
+    with pytest.raises(QhInputError, match="max_allocated_bytes=0 is not allowed"):
+        execution_profile("cuda-amp").check_memory_ceiling(0)
 
 
 # -- apply ------------------------------------------------------------------------------------
@@ -424,6 +463,26 @@ class _Mixed(torch.nn.Module):
         self.register_buffer("mask16", torch.ones(2, dtype=torch.float16))
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
         self.register_buffer("ok_buffer", torch.ones(2))
+
+
+def test_device_check_record_counts_module_and_optimizer_state() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=0.1)
+    record = device_check_record(module, "cpu", optimizer=optimizer)
+    assert record == {
+        "device_type": "cpu", "devices": ["cpu"], "dtypes": ["float32", "int64"], "parameters": 4, "buffers": 3,
+        "optimizer_state_tensors": 0, "optimizer_step_counters": "not checked (torch keeps state['step'] on the CPU)",
+        "passed": True,
+    }
+    module(torch.ones(4, 3)).sum().backward()
+    optimizer.step()
+    assert device_check_record(module, "cpu", optimizer=optimizer)["optimizer_state_tensors"] == 8
+    optimizer.state[module[0].weight]["exp_avg"] = optimizer.state[module[0].weight]["exp_avg"].double()
+    with pytest.raises(QhError, match=r"device_check_record: 1 tensor\(s\) are not float32 on 'cpu': "
+                       r"optimizer state 0\.weight\.exp_avg: dtype=float64 device=cpu"):
+        device_check_record(module, "cpu", optimizer=optimizer)
+    with pytest.raises(QhError, match=r"assert_device_tensors: 7 tensor\(s\) are not float32 on 'cuda'"):
+        device_check_record(module, "cuda")
 
 
 def test_assert_device_tensors_lists_every_offender() -> None:

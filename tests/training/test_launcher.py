@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -25,7 +26,8 @@ from qhlab.evidence import (
     source_package_digest,
     verify_directory,
 )
-from qhlab.training.execution_profile import WandbAttempt
+from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
+from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.launcher import (
     FitInterrupted,
     LaunchRequest,
@@ -198,6 +200,77 @@ def test_launch_publishes_verified_segment(tmp_path):
     assert torch.equal(tensors["online.weight"], tensors["target.weight"])
     verified = verify_directory(result.directory)
     assert verified  # every receipt below authenticated
+
+
+def test_fit_receipt_carries_lane_evidence(tmp_path):
+    result = _launch(tmp_path, "l1")
+    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    checks = fit["lane_checks"]["device_checks"]
+    common = {"device_type": "cpu", "devices": ["cpu"], "dtypes": ["float32"], "parameters": 4, "buffers": 0,
+              "passed": True}
+    assert {k: checks["fit_start"][k] for k in common} == common
+    assert {k: checks["final"][k] for k in common} == common
+    # AdamW moments exist at the end only (exp_avg, exp_avg_sq of the online weight and bias)
+    assert (checks["fit_start"]["optimizer_state_tensors"], checks["final"]["optimizer_state_tensors"]) == (0, 4)
+    assert fit["lane_checks"]["cpu_fallback_operations"]["observed"] is False
+    assert fit["memory_accounting"]["cap_enforced"] is False
+    assert fit["memory_accounting"]["requested_max_allocated_bytes"] is None
+    assert "no per-process allocation cap" in fit["memory_accounting"]["reason"]
+
+
+def test_resumed_fit_checks_restored_optimizer_state_at_start(tmp_path):
+    with pytest.raises(FitInterrupted):
+        _launch(tmp_path, "k1", callbacks=[_SigintAt(5)], every=100)
+    source = source_package_digest()["sha256"]
+    resume = load_resume_state(tmp_path / "cell" / "k1", seed=3, source_package_digest=source, recipe_digest="d" * 64)
+    second = _launch(tmp_path, "k2", resume=resume)
+    checks = read_receipt(second.fit_receipt, kind="fit", schema_version=1)["body"]["lane_checks"]["device_checks"]
+    assert checks["fit_start"]["optimizer_state_tensors"] == 4
+
+
+def test_memory_ceiling_on_a_cpu_lane_is_refused_before_anything_is_written(tmp_path):
+    recipe = _Recipe()
+    admitted = admit_launch("cpu-fp32", recipe)
+    request = LaunchRequest(
+        module_factory=_Regressor, datamodule=_Data(), update_budget=recipe.updates, seed=recipe.seed,
+        attempt=WandbAttempt(run_id="m1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "m1",
+        recipe_digest="d" * 64, max_allocated_bytes=2**30, progress=False,
+    )
+    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"):
+        launch_fit(admitted, request)
+    assert not (tmp_path / "cell").exists()
+
+
+def test_unreviewed_mps_fallback_is_refused_and_recorded():
+    mps = QhExecutionProfile("mps-test", "mps", "mps", "32-true", "Darwin", "arm64", ("aten::reviewed",))
+    lane = LaneEvidenceCallback(mps)
+    with pytest.raises(QhError, match="device checks did not run"):
+        lane.record()
+    lane.fit_start = lane.final = {"passed": True}
+    message = "The operator '{}' is not currently supported on the MPS backend and will fall back to run on the CPU."
+    with lane.observing_fallbacks():
+        warnings.warn(message.format("aten::reviewed"), UserWarning)
+    assert lane.record()["cpu_fallback_operations"] == {
+        "observed": True, "captured": ["aten::reviewed"], "allowed": ["aten::reviewed"]}
+    with lane.observing_fallbacks():
+        warnings.warn(message.format("aten::unreviewed"), UserWarning)
+    with pytest.raises(QhError, match=r"MPS operator\(s\) \['aten::unreviewed'\] fell back to the CPU; allowed: "
+                       r"the reviewed list \['aten::reviewed'\] of profile 'mps-test'"):
+        lane.record()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_fit_checks_tensors_on_the_device(tmp_path):
+    recipe = _Recipe(precision="16-mixed")
+    admitted = admit_launch("cuda-amp", recipe)
+    result = launch_fit(admitted, LaunchRequest(
+        module_factory=_Regressor, datamodule=_Data(), update_budget=recipe.updates, seed=recipe.seed,
+        attempt=WandbAttempt(run_id="c1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "c1",
+        recipe_digest="d" * 64, progress=False,
+    ))
+    checks = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]["lane_checks"]["device_checks"]
+    assert checks["fit_start"]["devices"] == ["cuda:0"] and checks["final"]["devices"] == ["cuda:0"]
+    assert checks["final"]["dtypes"] == ["float32"] and checks["final"]["optimizer_state_tensors"] == 4
 
 
 def test_same_seed_same_final_state(tmp_path):

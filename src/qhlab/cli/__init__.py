@@ -29,6 +29,7 @@ _COMMANDS = {
     "commission": "qhlab.cli.commission",
     "study": "qhlab.cli.study",
     "verify": "qhlab.cli.verify",
+    "sign": "qhlab.cli.sign",
 }
 _OUTPUT_ARGUMENTS = ("output", "out")
 
@@ -39,6 +40,8 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
         description="Finite-horizon Q-learning on physical scenes, with evidence that checks itself.",
     )
     parser.add_argument("--version", action="version", version=f"qhlab {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="anywhere on the line: show third-party "
+                        "banners, tips, warnings and Lightning's progress bar (quiet by default)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in groups:
         importlib.import_module(_COMMANDS[group]).register(subparsers)
@@ -87,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         authentication, 3 writer lock held by another process.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --verbose may stand anywhere (before or after the command words).
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]
     groups = [argv[0]] if argv and argv[0] in _COMMANDS else list(_COMMANDS)
     try:
         parser = _parser(groups)
@@ -94,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     fresh_outputs = _new_output_dirs(args)
+    from qhlab.training.console import configure_console
+
+    configure_console(verbose)
     try:
         return int(args.handler(args) or 0)
     except QhError as exc:

@@ -1,4 +1,4 @@
-"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run}``.
+"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status}``.
 
 Owns: registering the ``study`` command group. Does not own: the steps, their arguments or
 what they print, which live in the study's one command entry

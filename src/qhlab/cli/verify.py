@@ -1,4 +1,4 @@
-"""``qhlab verify DIR``: authenticate every receipt below a directory.
+"""``qhlab verify DIR [--populations ROOT]``: authenticate every receipt below a directory.
 
 Owns: the command's arguments and its report. Does not own: authentication itself
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file.
@@ -22,13 +22,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Authenticate every *.receipt.json below DIR and re-hash every file it binds.",
     )
     parser.add_argument("directory", metavar="DIR")
+    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
+                        help="a directory populations were copied to (repeatable); "
+                             "~/.cache/qhlab/populations is always searched")
+    parser.add_argument("--public-key", metavar="PUB.pem",
+                        help="also check DIR/model.sig (`qhlab sign`) with this EC public key")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
-    result = verify_directory(args.directory)
+    result = verify_directory(args.directory, args.populations)
+    result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0
@@ -44,4 +50,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["temporary_files"]:
         print(f"note: {len(result['temporary_files'])} leftover temporary files from an interrupted write")
+    print(result["signature"]["summary"])
     return 0
+
+
+def _signature(args: argparse.Namespace) -> dict:
+    """Check the directory's signature with ``--public-key``, or say whether it is signed."""
+    from qhlab.evidence.signing import signature_path, verify_signature
+
+    path = signature_path(args.directory)
+    if args.public_key is not None:
+        checked = verify_signature(args.directory, public_key=args.public_key)
+        return {"status": "verified", "path": str(path), "signed_files": checked["signed_files"],
+                "summary": f"signature: {path} verified {checked['signed_files']} files with {args.public_key}"}
+    if path.is_file():
+        return {"status": "not checked", "path": str(path),
+                "summary": f"note: signed ({path}) but the signature was not checked; pass --public-key PUB.pem"}
+    return {"status": "unsigned", "path": None, "summary": f"note: unsigned (no {path}); sign with `qhlab sign`"}

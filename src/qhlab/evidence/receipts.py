@@ -8,12 +8,18 @@ A receipt carries ``content_sha256``: the SHA-256 of the canonical JSON of every
 field. Any changed byte therefore changes either the content or the recorded digest, so an
 edit that leaves valid JSON is still caught. A step that depends on another step's receipt
 binds that receipt's file digest among its own inputs, which chains the evidence.
+
+Evidence travels: a file bound by an absolute path (a population, or a study receipt bound
+from a sub-directory) is authenticated by its digest, so ``verify_directory`` accepts it where
+the directory and its populations were copied to, looking it up by the tails of its recorded
+path under the verified directory and the population roots.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -27,9 +33,18 @@ from qhlab.evidence.errors import (
 )
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 
-__all__ = ["RECEIPT_SUFFIX", "write_receipt", "read_receipt", "verify_directory", "bind_files"]
+__all__ = [
+    "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "write_receipt", "read_receipt", "verify_directory", "bind_files",
+]
 
 RECEIPT_SUFFIX = ".receipt.json"
+# Where populations are cached unless a config names another cache; ``verify_directory``
+# always searches it for populations bound outside the verified directory.
+DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
+# A population's manifest (``qhlab.scenes.population.MANIFEST``; this layer imports nothing
+# above it). Its digest is the population's identity, so it is looked up first and names a
+# missing population.
+_POPULATION_MANIFEST = "manifest.json"
 
 
 def _reference(receipt_dir: Path, target: Path) -> str:
@@ -148,24 +163,67 @@ def read_receipt(
             f"expected {schema_version!r}."
         )
     if verify_files:
-        for section in ("inputs", "outputs"):
-            for name, entry in document[section].items():
-                target = _resolve(path.parent, entry["path"])
-                if not target.is_file():
-                    raise MissingEvidenceError(
-                        f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing."
-                    )
-                digest = sha256_file(target)
-                if digest != entry["sha256"]:
-                    raise DigestMismatchError(
-                        f"read_receipt: {section} file {name!r} ({target}) has sha256 {digest}; "
-                        f"{path} binds {entry['sha256']}."
-                    )
+        _authenticate_files(path, document, roots=None)
     return document
 
 
-def verify_directory(directory: str | os.PathLike) -> dict:
+def _authenticate_files(path: Path, document: dict, roots: Sequence[Path] | None) -> list[Path]:
+    """Re-hash every file ``document`` (read from ``path``) binds; return where each was found.
+
+    Args:
+        roots: None to accept a file only at its recorded path; else the directories under
+            which a file bound by absolute path may have moved (see ``_relocations``).
+    """
+    found = []
+    for section in ("inputs", "outputs"):
+        entries = sorted(document[section].items(), key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST)
+        for name, entry in entries:
+            found.append(_locate(path, section, name, entry, roots))
+    return found
+
+
+def _relocations(recorded: Path, roots: Sequence[Path]) -> Iterator[Path]:
+    """Each tail of an absolute ``recorded`` path (longest first) under each root: where the file
+    is after its directory was copied below a root."""
+    parts = recorded.parts[1:]
+    for root in roots:
+        for start in range(len(parts)):
+            yield root.joinpath(*parts[start:])
+
+
+def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Path] | None) -> Path:
+    """The file bound as ``name``, authenticated by digest; refused when missing or changed."""
+    target = _resolve(path.parent, entry["path"])
+    digest = sha256_file(target) if target.is_file() else None
+    if digest == entry["sha256"]:
+        return target
+    if roots is not None and Path(entry["path"]).is_absolute():
+        for candidate in _relocations(target, roots):
+            if candidate.is_file() and sha256_file(candidate) == entry["sha256"]:
+                return candidate
+        if digest is None and target.name == _POPULATION_MANIFEST:
+            raise MissingEvidenceError(
+                f"verify: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
+                f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots))}. HINT: pass "
+                "the directory the populations were copied to with `qhlab verify DIR --populations ROOT`."
+            )
+    if digest is None:
+        raise MissingEvidenceError(f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing.")
+    raise DigestMismatchError(
+        f"read_receipt: {section} file {name!r} ({target}) has sha256 {digest}; {path} binds {entry['sha256']}."
+    )
+
+
+def verify_directory(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
     """Authenticate every receipt below ``directory`` and every file each binds.
+
+    A file bound by absolute path that is not there with its digest (the directory or its
+    populations were copied elsewhere) is looked up by digest under ``directory``, each of
+    ``populations`` and ``DEFAULT_POPULATION_ROOT``.
+
+    Args:
+        directory: the directory to verify.
+        populations: further roots populations were copied to (``qhlab verify --populations``).
 
     Returns:
         ``{"receipts": [{"path", "kind", "schema_version", "sha256"}], "bound_files": n,
@@ -178,6 +236,7 @@ def verify_directory(directory: str | os.PathLike) -> dict:
     root = Path(directory)
     if not root.is_dir():
         raise MissingEvidenceError(f"verify: {root} does not exist or is not a directory.")
+    roots = [root, *(Path(p).expanduser() for p in populations), Path(DEFAULT_POPULATION_ROOT).expanduser()]
     receipts, bound, temporary, all_files = [], set(), [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -189,7 +248,8 @@ def verify_directory(directory: str | os.PathLike) -> dict:
             else:
                 all_files.append(full)
             if name.endswith(RECEIPT_SUFFIX) and TEMP_MARKER not in name:
-                document = read_receipt(full, kind=None, schema_version=None, verify_files=True)
+                document = read_receipt(full, kind=None, schema_version=None, verify_files=False)
+                located = _authenticate_files(full, document, roots)
                 receipts.append(
                     {
                         "path": rel,
@@ -199,9 +259,7 @@ def verify_directory(directory: str | os.PathLike) -> dict:
                     }
                 )
                 bound.add(os.path.abspath(full))
-                for section in ("inputs", "outputs"):
-                    for entry in document[section].values():
-                        bound.add(os.path.abspath(_resolve(full.parent, entry["path"])))
+                bound.update(os.path.abspath(p) for p in located)
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
     unbound = sorted(

@@ -148,6 +148,8 @@ def commission_recipe(
             f"train_population_manifest_sha256:{population.digest}",
         ),
     )
+    # The budget is enforced by the sampled MPS guard below, not as a lane ceiling: fit_recipe
+    # refuses a ceiling that the profile cannot enforce (check_memory_ceiling).
     callbacks = []
     if config.max_allocated_bytes is not None:
         callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
@@ -160,8 +162,8 @@ def commission_recipe(
         train=train,
         extra_callbacks=callbacks,
         evaluate=False,
-        max_allocated_bytes=max_allocated_bytes,
         progress=progress,
+        job_type="commission",
     ))
     receipts = read_commissioning_milestones(config, output)
     memory = None

@@ -28,7 +28,7 @@ from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import LaunchRequest, admit_launch, launch_fit, load_resume_state
 from qhlab.training.tensor_state import structure_path
 
-__all__ = ["FitRequest", "FitResult", "fit_recipe"]
+__all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe"]
 
 EVALUATION_KIND = "evaluation"
 EVALUATION_SCHEMA_VERSION = 1
@@ -71,7 +71,12 @@ def _default_attempt(cell: str, resume_logical: str | None, offline: bool) -> Wa
     # A unique segment id per call; the logical run (lock and W&B group) is the cell.
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     run_id = f"{cell[:40]}-{stamp}-{secrets.token_hex(2)}"
-    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=resume_logical or cell[:64])
+    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=resume_logical or default_logical_run_id(cell))
+
+
+def default_logical_run_id(cell: str) -> str:
+    """The logical run (writer lock and W&B group) of a fit of ``cell`` that names none."""
+    return cell[:64]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,7 +97,11 @@ class FitRequest:
         max_allocated_bytes: memory cap handed to the profile.
         segment_checkpoint_every: updates between write-once segment checkpoints.
         offline: offline W&B (default) when ``attempt`` is None.
-        progress: Lightning progress bar.
+        progress: a progress bar (qhlab's own; Lightning's with ``--verbose``).
+        job_type: the W&B run's job type: ``fit``, ``canary``, ``cell`` or ``commission``.
+        group: the W&B group (a study's name for its canaries and cells); default the
+            attempt's logical run id.
+        tags: W&B tags added to the arm, ``seed-<n>`` and the lane.
     """
 
     recipe: QhRecipe | Path | str
@@ -110,6 +119,9 @@ class FitRequest:
     segment_checkpoint_every: int | None = None
     offline: bool = True
     progress: bool = True
+    job_type: str = "fit"
+    group: str | None = None
+    tags: Sequence[str] = ()
 
 
 def fit_recipe(request: FitRequest) -> FitResult:
@@ -157,6 +169,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
     rows = None if request.train_rows is None else torch.as_tensor(list(request.train_rows), dtype=torch.int64)
 
     admitted = admit_launch(request.profile, recipe)
+    admitted.profile.check_memory_ceiling(request.max_allocated_bytes)  # CUDA lanes only; refused before writing
     applied = admitted.recipe
     digest = recipe_digest(applied)
     # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
@@ -202,6 +215,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
         inputs["validation_manifest"] = val_path / "manifest.json"
     output.mkdir(parents=True, exist_ok=True)
     with attempt.local_writer_lock(output):
+        run_config = _wandb_config(applied, admitted, cell, train_pop, val_pop)
         launched = launch_fit(admitted, LaunchRequest(
             module_factory=module_factory,
             datamodule=datamodule,
@@ -217,6 +231,10 @@ def fit_recipe(request: FitRequest) -> FitResult:
             segment_checkpoint_every=request.segment_checkpoint_every,
             progress=request.progress,
             finalize=finalize,
+            run_config=run_config,
+            job_type=request.job_type,
+            tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
+            group=request.group,
         ))
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
     return FitResult(
@@ -237,6 +255,30 @@ def fit_recipe(request: FitRequest) -> FitResult:
         wall_seconds=time.perf_counter() - started,
         resumed_from=resume,
     )
+
+
+def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> dict:
+    """The W&B run config: everything a researcher filters and compares runs by."""
+    from qhlab import __version__
+
+    runtime = admitted.runtime
+    populations = {"train": {"name": train_pop.name, "manifest_sha256": train_pop.digest}}
+    if val_pop is not None:
+        populations["validation"] = {"name": val_pop.name, "manifest_sha256": val_pop.digest}
+    return {
+        "recipe": recipe.model_dump(mode="json"),
+        "cell": cell,
+        "lane": {
+            "name": admitted.profile.name,
+            "device_type": runtime.get("device_type"),
+            "precision": runtime.get("precision"),
+            "device": runtime.get("device"),
+            "versions": runtime.get("versions"),
+            "execution_policy_sha256": (runtime.get("execution_policy_source") or {}).get("sha256"),
+        },
+        "populations": populations,
+        "qhlab": {"version": __version__, "source_package_sha256": source_package_digest()["sha256"]},
+    }
 
 
 def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, final_sha: str):

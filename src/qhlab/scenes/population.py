@@ -3,8 +3,9 @@
 Owns: ``generate_population`` (sample scenes, run chains with exact labels, write
 ``scenes.parquet``, ``states.parquet``, ``candidates.parquet``, ``manifest.json`` binding the
 SHA-256 of every file, and a ``population.receipt.json`` so ``qhlab verify`` authenticates
-it), the content-addressed cache ``cached_population``, and ``read_manifest`` which
-authenticates a population's manifest and file digests. Does not own: turning a population
+it), the content-addressed cache ``cached_population``, ``read_manifest`` which
+authenticates a population's manifest and file digests, and ``scene_content_digests``, the
+identity of each scene's physics that disjointness checks compare. Does not own: turning a population
 into tensors (``qhlab.finite_horizon.data``).
 
 Write-once: the population is staged in a hidden sibling directory and renamed into place
@@ -62,6 +63,7 @@ __all__ = [
     "generate_population",
     "cached_population",
     "read_manifest",
+    "scene_content_digests",
     "planned_simulations",
 ]
 
@@ -69,6 +71,11 @@ POPULATION_SCHEMA_VERSION = 1
 POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
 MANIFEST = "manifest.json"
 RECEIPT = "population.receipt.json"
+# The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
+# mass and friction, the goal and its radius, the initial positions. Not scene_id or
+# scene_index, which derive from the split, seed and draw index.
+SCENE_CONTENT_COLUMNS = ("num_pucks", "radius", "mass", "friction", "goal_x", "goal_y", "goal_radius",
+                         "initial_positions")
 _MANIFEST_KIND = "qhlab.population"
 
 
@@ -295,6 +302,18 @@ def generate_population(
 
     publish_directory(out, _write)
     return out
+
+
+def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
+    """{scene_id: SHA-256 of the canonical JSON of its ``SCENE_CONTENT_COLUMNS``} of a population.
+
+    Two scenes with the same digest are the same physical scene whatever their split, seed or
+    index. Reads ``scenes.parquet`` as it is; authenticate the population first
+    (``read_manifest``).
+    """
+    rows = pq.read_table(Path(path) / "scenes.parquet", columns=["scene_id", *SCENE_CONTENT_COLUMNS]).to_pylist()
+    return {int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in SCENE_CONTENT_COLUMNS}))
+            for row in rows}
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

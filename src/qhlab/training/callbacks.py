@@ -3,7 +3,8 @@
 Owns: stopping a fit at exactly the observed update budget (:class:`UpdateBudgetCallback`),
 write-once segment checkpoints and SIGINT deferred to a transaction boundary
 (:class:`SegmentCheckpointCallback`, :func:`deferred_sigint`, :class:`InterruptedAtBoundary`),
-and restoring a resumed optimizer once it exists (:class:`ResumeRestoreCallback`).
+restoring a resumed optimizer once it exists (:class:`ResumeRestoreCallback`), and qhlab's
+own one-line progress bar of a fit (:class:`QhFitProgressBar`).
 
 Does not own: counting updates or capturing state (``qhlab.training.optimizer_state``), the
 segment directory's names and receipt kinds (``qhlab.training.segments``), or building the
@@ -37,6 +38,7 @@ from qhlab.training.tensor_state import save_tensor_state, structure_path
 
 __all__ = [
     "InterruptedAtBoundary",
+    "QhFitProgressBar",
     "ResumeRestoreCallback",
     "SegmentCheckpointCallback",
     "UpdateBudgetCallback",
@@ -213,3 +215,47 @@ def deferred_sigint(handler: Callable[[int, Any], None]) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
 
+
+class QhFitProgressBar(Callback):
+    """One rich bar per running fit: observed optimizer updates against the budget.
+
+    Args:
+        label: what the bar is for (the cell or attempt).
+        update_budget: final observed update count.
+        start_updates: updates already made by earlier segments of the lineage.
+    """
+
+    def __init__(self, label: str, update_budget: int, *, start_updates: int = 0) -> None:
+        self.label = label
+        self.update_budget = int(update_budget)
+        self.start_updates = int(start_updates)
+        self._progress: Any = None
+        self._task: Any = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console()
+        if not console.is_terminal:
+            return  # a transient bar in a log file would only leave blank lines behind
+        self._progress = Progress(TextColumn(f"  fit {self.label}"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("updates"), TimeElapsedColumn(), transient=True, console=console)
+        self._task = self._progress.add_task("updates", total=self.update_budget, completed=self.start_updates)
+        self._progress.start()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Reading the optimizer state every step would cost a few percent of a small CPU step.
+        if self._progress is not None and batch_idx % 20 == 19:
+            self._progress.update(self._task, completed=observed_optimizer_updates(trainer.optimizers[0]))
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._stop()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

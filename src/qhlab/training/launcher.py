@@ -44,11 +44,14 @@ from qhlab.evidence import (
 )
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
+    QhFitProgressBar,
     ResumeRestoreCallback,
     SegmentCheckpointCallback,
     UpdateBudgetCallback,
     deferred_sigint,
 )
+from qhlab.training.console import console_verbose, fit_log
+from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.lineage import copy_cold_initialization, lineage_record, verified_cold_initialization_lineage
 from qhlab.training.optimizer_state import capture_training_state, module_state_tensors, observed_optimizer_updates
 from qhlab.training.profiles import execution_profile
@@ -134,12 +137,22 @@ def build_trainer(
     )
 
 
-def wandb_logger(attempt: Any, directory: Path, *, project: str = "qhlab", config: Mapping | None = None) -> Any:
+def wandb_logger(
+    attempt: Any,
+    directory: Path,
+    *,
+    project: str = "qhlab",
+    config: Mapping | None = None,
+    job_type: str | None = None,
+    tags: Sequence[str] = (),
+    group: str | None = None,
+) -> Any:
     """A ``WandbLogger`` for one attempt, writing under ``directory/wandb``.
 
     Offline attempts never touch the network (``mode="offline"``, silent, no code, git,
     stats or machine-info capture: they also cost start-up time). Each offline segment is
-    a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id``.
+    a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
+    names another group (e.g. the study, so its cells group together in the W&B UI).
     """
     from lightning.pytorch.loggers import WandbLogger
     import wandb
@@ -157,14 +170,22 @@ def wandb_logger(attempt: Any, directory: Path, *, project: str = "qhlab", confi
     )
     # mode comes from attempt.apply; WandbLogger(offline=True) would set WANDB_MODE process-wide.
     init = attempt.apply({"project": project})
-    return WandbLogger(
+    if group is not None:
+        init["group"] = group
+    logger = WandbLogger(
         save_dir=str(directory),
         settings=settings,
         config=dict(config or {}),
         name=attempt.resolved_local_attempt_id,
         log_model=False,
+        job_type=job_type,
+        tags=list(tags) or None,
         **init,
     )
+    # Lightning passes anonymous=None explicitly; wandb 0.31 warns about any explicit value
+    # ("The anonymous setting has no effect"), so leave the deprecated key out at the source.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
 # --------------------------------------------------------------------------------- the seam
@@ -263,12 +284,19 @@ class LaunchRequest:
         resume: state from :func:`load_resume_state`, or None for a fresh lineage.
         extra_callbacks: caller callbacks (e.g. commissioning gates); they run before the
             launcher's budget and checkpoint callbacks in every hook.
-        max_allocated_bytes: memory cap for ``prepare_memory_accounting``.
+        max_allocated_bytes: memory cap for ``prepare_memory_accounting``; CUDA lanes only
+            (``check_memory_ceiling`` refuses it elsewhere before anything is written).
         segment_checkpoint_every: updates between periodic checkpoints (default budget/4).
-        progress: Lightning progress bar.
+        progress: a progress bar: qhlab's own one-line bar, or Lightning's when the console
+            is verbose (``qhlab.training.console``).
         finalize: hook ``(module, final_state_path, final_state_sha256) -> (files, metrics)``
             run after the fit receipt (evaluation); its files and metrics are published
             with the W&B attempt.
+        run_config: the W&B run's config (e.g. the whole resolved recipe, lane, populations);
+            ``recipe_digest`` and ``seed`` are always added.
+        job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
+        tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
+        group: W&B group; default the attempt's logical run.
     """
 
     module_factory: Callable[[Any], LightningModule]
@@ -285,6 +313,10 @@ class LaunchRequest:
     segment_checkpoint_every: int | None = None
     progress: bool = True
     finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None
+    run_config: Mapping[str, Any] | None = None
+    job_type: str = "fit"
+    tags: Sequence[str] = ()
+    group: str | None = None
 
 
 def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
@@ -306,11 +338,12 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "launch_fit", "update_budget", request.update_budget, minimum=1,
         hint="budgets and intervals count observed optimizer updates.",
     )
+    admitted.profile.check_memory_ceiling(request.max_allocated_bytes)  # refused before anything is written
     source = source_package_digest()
     directory = fresh_directory(request.directory)
 
     seed_everything(request.seed, workers=True, verbose=False)
-    admitted.profile.prepare_memory_accounting(request.max_allocated_bytes)
+    memory_accounting = admitted.profile.prepare_memory_accounting(request.max_allocated_bytes)
     module = request.module_factory(admitted.recipe)
     cold_init, lineage = _start_lineage(module, request, directory, source["sha256"])
     identity = {
@@ -320,7 +353,11 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "seed": request.seed,
         "cold_init_sha256": sha256_file(cold_init),
     }
-    trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget)
+    # Device checks at both ends of training and MPS fallback capture; they only read tensors.
+    lane = LaneEvidenceCallback(admitted.profile)
+    request = dataclasses.replace(request, extra_callbacks=(lane, *request.extra_callbacks))
+    with lane.observing_fallbacks():
+        trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget)
 
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
@@ -330,6 +367,11 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
             f"launch_fit: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
             "ended early (max_steps backstop or data exhausted); no final state was published."
         )
+    try:
+        lane_checks = lane.record()  # refuses unreviewed MPS CPU fallbacks before the final state
+    except QhError:
+        _finish_wandb(logger, exit_code=1)
+        raise
     tensors, structure = capture_training_state(module, optimizer)
     final_state = directory / FINAL_STATE
     final_sha = save_tensor_state(final_state, tensors, structure)
@@ -349,6 +391,8 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "seed": request.seed,
         "source_package": source,
         "memory": _jsonable_evidence(admitted.profile.memory_evidence()),
+        "memory_accounting": to_jsonable(memory_accounting),
+        "lane_checks": lane_checks,
         "wandb": _jsonable_evidence(request.attempt.evidence()),
         "local_attempt_id": request.attempt.resolved_local_attempt_id,
         "logical_run_id": request.attempt.logical_run_id,
@@ -372,6 +416,9 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     metrics = {"observed_updates": float(observed), **metrics}
     if logger is not None:
         logger.log_metrics(metrics, step=observed)
+        # Final values belong in the run summary (what W&B tables and filters read), not only
+        # in the history rows.
+        logger.experiment.summary.update({**metrics, "final_state_sha256": final_sha})
     # Publish while the run is still active: online publication attaches the summary and
     # the artifact to wandb.run. The offline run's .wandb file is not bound: wandb-core
     # still appends to it asynchronously after finish() returns, so its bytes are not final.
@@ -438,22 +485,29 @@ def _train(
     )
     callbacks: list[Callback] = [ResumeRestoreCallback(request.resume)] if request.resume is not None else []
     callbacks += [*request.extra_callbacks, UpdateBudgetCallback(budget, start_updates=start_updates), checkpoints]
-    logger = wandb_logger(request.attempt, directory,
-                          config={"recipe_digest": request.recipe_digest, "seed": request.seed})
+    lightning_bar = request.progress and console_verbose()
+    if request.progress and not lightning_bar:
+        callbacks.append(QhFitProgressBar(request.attempt.logical_run_id, budget, start_updates=start_updates))
+    logger = wandb_logger(
+        request.attempt, directory,
+        config={**(request.run_config or {}), "recipe_digest": request.recipe_digest, "seed": request.seed},
+        job_type=request.job_type, tags=request.tags, group=request.group,
+    )
     remaining = budget - start_updates
     # A GradScaler may skip steps that global_step still counts; allow for them.
     max_steps = remaining if admitted.recipe.precision == "32-true" else 2 * remaining + 100
-    trainer = build_trainer(
-        admitted.recipe,
-        max_steps=max_steps,
-        callbacks=callbacks,
-        logger=logger,
-        progress=request.progress,
-        log_every_n_steps=max(1, min(50, remaining // 20)),
-    )
     try:
-        with deferred_sigint(checkpoints.sigint_handler):
-            trainer.fit(module, datamodule=request.datamodule)
+        with fit_log(directory):
+            trainer = build_trainer(
+                admitted.recipe,
+                max_steps=max_steps,
+                callbacks=callbacks,
+                logger=logger,
+                progress=lightning_bar,
+                log_every_n_steps=max(1, min(50, remaining // 20)),
+            )
+            with deferred_sigint(checkpoints.sigint_handler):
+                trainer.fit(module, datamodule=request.datamodule)
     except InterruptedAtBoundary:
         _finish_wandb(logger, exit_code=130)
         raise FitInterrupted(

@@ -47,6 +47,7 @@ __all__ = [
     "RuntimeEvidence",
     "assert_device_tensors",
     "captured_fallback_operations",
+    "device_check_record",
     "execution_policy_source",
     "execution_profile",
 ]
@@ -167,6 +168,23 @@ class QhExecutionProfile:
                 "a tuple of reviewed operator names like 'aten::foo'", "keep it empty unless reviewed.",
             )
         object.__setattr__(self, "allowed_cpu_fallback_operations", tuple(ops))
+        # A lane's parts must agree: Lightning places tensors by accelerator while the checks
+        # read device_type, and the MPS lane is commissioned in FP32 only.
+        if self.device_type != self.accelerator:
+            raise input_error(
+                call, "device_type", self.device_type, f"{self.accelerator!r} (the accelerator)",
+                "a single-device lane keeps its tensors on the accelerator it selects.",
+            )
+        if self.device_type == "mps" and self.precision != "32-true":
+            raise input_error(
+                call, "precision", self.precision, "'32-true' on an mps lane",
+                "the MPS lane is commissioned in FP32 only; mixed precision is the CUDA lane's.",
+            )
+        if self.allowed_cpu_fallback_operations and self.device_type != "mps":
+            raise input_error(
+                call, "allowed_cpu_fallback_operations", self.allowed_cpu_fallback_operations,
+                f"() on a {self.device_type!r} lane", "only MPS operators fall back to the CPU.",
+            )
 
     # -- recipe -----------------------------------------------------------------------------
 
@@ -332,6 +350,31 @@ class QhExecutionProfile:
         if self.precision == "16-mixed":
             return torch.autocast(device_type=self.device_type, dtype=torch.float16)
         return contextlib.nullcontext()
+
+    def check_memory_ceiling(self, max_allocated_bytes: int | None) -> int | None:
+        """Return ``max_allocated_bytes`` (bytes or None); refuse a ceiling this lane cannot enforce.
+
+        Only CUDA enforces a per-process cap; on CPU and MPS a declared ceiling would be
+        recorded yet never applied, so fits and studies call this before writing anything.
+        (Commissioning's MPS live-tensor guard is a separate, sampled budget.)
+
+        Raises:
+            QhInputError: not None or an int >= 1, or declared on a lane other than CUDA.
+        """
+        if max_allocated_bytes is None:
+            return None
+        call = f"execution_profile({self.name!r})"
+        require_int(
+            call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
+            hint="the historical lane's cap is a byte count; pass None for no cap.",
+        )
+        if self.device_type != "cuda":
+            raise input_error(
+                call, "max_allocated_bytes", max_allocated_bytes,
+                f"None on a {self.device_type!r} lane (only CUDA lanes enforce a ceiling)",
+                "drop max_allocated_bytes, or run on a CUDA lane such as cuda-amp.",
+            )
+        return max_allocated_bytes
 
     def prepare_memory_accounting(self, max_allocated_bytes: int | None) -> dict[str, Any]:
         """Apply the historical CUDA cap or reset available MPS counters.
@@ -526,24 +569,13 @@ def assert_device_tensors(module: torch.nn.Module, device_type: str, *, gradient
         raise input_error(call, "device_type", device_type, ", ".join(_ACCELERATORS), "pass profile.device_type.")
     if not isinstance(gradients, bool):
         raise input_error(call, "gradients", gradients, "True or False", "True after a backward pass.")
-    offenders: list[str] = []
-
-    def _check(kind: str, name: str, tensor: torch.Tensor) -> None:
-        wrong_device = tensor.device.type != device_type
-        wrong_dtype = tensor.dtype != torch.float32 and (tensor.is_floating_point() or tensor.is_complex())
-        if wrong_device or wrong_dtype:
-            offenders.append(f"{kind} {name}: dtype={_dtype(tensor.dtype)} device={tensor.device}")
-
     parameters = list(module.named_parameters())
     buffers = list(module.named_buffers())
     if not parameters and not buffers:
         raise input_error(
             call, "module", type(module).__name__, "a module with parameters or buffers", "nothing to verify."
         )
-    for name, param in parameters:
-        _check("parameter", name, param)
-    for name, buffer in buffers:
-        _check("buffer", name, buffer)
+    offenders = _offenders("parameter", parameters, device_type) + _offenders("buffer", buffers, device_type)
     if gradients:
         for name, param in parameters:
             if not param.requires_grad:
@@ -551,13 +583,68 @@ def assert_device_tensors(module: torch.nn.Module, device_type: str, *, gradient
             if param.grad is None:
                 offenders.append(f"gradient {name}: missing")
             else:
-                _check("gradient", name, param.grad)
+                offenders += _offenders("gradient", [(name, param.grad)], device_type)
+    _raise_offenders(call, offenders, device_type)
+
+
+def _offenders(kind: str, named: list[tuple[str, torch.Tensor]], device_type: str) -> list[str]:
+    """``"<kind> <name>: dtype=... device=..."`` for each tensor off the device or not FP32."""
+    found = []
+    for name, tensor in named:
+        wrong_device = tensor.device.type != device_type
+        wrong_dtype = tensor.dtype != torch.float32 and (tensor.is_floating_point() or tensor.is_complex())
+        if wrong_device or wrong_dtype:
+            found.append(f"{kind} {name}: dtype={_dtype(tensor.dtype)} device={tensor.device}")
+    return found
+
+
+def _raise_offenders(call: str, offenders: list[str], device_type: str) -> None:
     if offenders:
         raise QhError(
             f"{call}: {len(offenders)} tensor(s) are not float32 on {device_type!r}: "
             + "; ".join(offenders)
             + ". HINT: the profile requires every parameter, buffer and gradient on the device in FP32."
         )
+
+
+def device_check_record(
+    module: torch.nn.Module, device_type: str, *, optimizer: torch.optim.Optimizer | None = None
+) -> dict[str, Any]:
+    """Run :func:`assert_device_tensors` (and the same check on optimizer state); return the record.
+
+    Optimizer state tensors (AdamW ``exp_avg``/``exp_avg_sq``) must be FP32 on ``device_type``
+    too. ``state["step"]`` is not checked: torch keeps that scalar counter on the CPU unless
+    the optimizer is capturable or fused, on every lane.
+
+    Returns:
+        JSON-able ``{"device_type", "devices", "dtypes", "parameters", "buffers",
+        "optimizer_state_tensors", "optimizer_step_counters", "passed": True}``.
+
+    Raises:
+        QhError: any tensor off the device or not FP32 (every offender listed).
+    """
+    assert_device_tensors(module, device_type, gradients=False)
+    names = {id(p): n for n, p in module.named_parameters()}
+    state: list[tuple[str, torch.Tensor]] = []
+    if optimizer is not None:
+        for param, entries in optimizer.state.items():
+            state += [
+                (f"{names.get(id(param), '<unnamed>')}.{key}", value)
+                for key, value in entries.items()
+                if isinstance(value, torch.Tensor) and key != "step"
+            ]
+    _raise_offenders("device_check_record", _offenders("optimizer state", state, device_type), device_type)
+    tensors = [*module.parameters(), *module.buffers(), *(t for _, t in state)]
+    return {
+        "device_type": device_type,
+        "devices": sorted({str(t.device) for t in tensors}),
+        "dtypes": sorted({_dtype(t.dtype) for t in tensors}),
+        "parameters": sum(1 for _ in module.parameters()),
+        "buffers": sum(1 for _ in module.buffers()),
+        "optimizer_state_tensors": len(state),
+        "optimizer_step_counters": "not checked (torch keeps state['step'] on the CPU)",
+        "passed": True,
+    }
 
 
 def _dtype(dtype: torch.dtype) -> str:

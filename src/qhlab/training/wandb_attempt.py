@@ -33,7 +33,7 @@ from qhlab.evidence import (
     write_receipt,
 )
 
-__all__ = ["WandbAttempt", "publish_wandb_attempt"]
+__all__ = ["WandbAttempt", "publish_wandb_attempt", "writer_lock_path"]
 
 _WANDB_RECEIPT_KIND = "wandb_attempt"
 _WANDB_RECEIPT_SCHEMA_VERSION = 1
@@ -193,10 +193,15 @@ class WandbAttempt:
         Raises:
             LockHeldError: another process holds it; the message names the lock file.
         """
-        lock_path = Path(output_root) / ".locks" / f"{self.logical_run_id}.lock"
+        lock_path = writer_lock_path(output_root, self.logical_run_id)
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(lock_path):
             yield lock_path
+
+
+def writer_lock_path(output_root: str | Path, logical_run_id: str) -> Path:
+    """The host-local writer lock file of one logical run: ``output_root/.locks/<id>.lock``."""
+    return Path(output_root) / ".locks" / f"{logical_run_id}.lock"
 
 
 def _finite_metrics(metrics: Any) -> dict[str, float]:

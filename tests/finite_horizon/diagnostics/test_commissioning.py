@@ -31,6 +31,7 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
     read_commissioning_milestones,
     read_mps_memory_observation,
 )
+from qhlab.finite_horizon.diagnostics.mps_memory import allow_injected_sampler_evidence
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
@@ -438,7 +439,8 @@ def test_memory_guard_records_sampled_maxima_and_count(tmp_path: Path) -> None:
     samples = [(100 + 10 * (i % 7), 5000 - i) for i in range(20)]
     guard = QhMpsMemoryBudgetCallback.with_sampler(1000, tmp_path / "mem", sampler=_sampler(samples))
     _fit([guard])
-    observation = read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
+    with allow_injected_sampler_evidence():
+        observation = read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
     assert observation == guard.observation()
     assert observation.sample_count == 20
     assert (observation.current_allocated_bytes, observation.driver_allocated_bytes) == samples[-1]
@@ -446,12 +448,14 @@ def test_memory_guard_records_sampled_maxima_and_count(tmp_path: Path) -> None:
     assert observation.max_sampled_driver_allocated_bytes == 5000
     assert observation.within_live_tensor_budget is True
     assert observation.sampling_scope.endswith("injected_sampler")
-    with pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json binds max_allocated_bytes=1000"):
+    with allow_injected_sampler_evidence(), pytest.raises(
+        EvidenceError, match=r"mps_memory_observation\.receipt\.json binds max_allocated_bytes=1000"
+    ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=2000)
     receipt = tmp_path / "mem" / cm.MPS_MEMORY_RECEIPT
     receipt.chmod(0o644)
     receipt.write_text(receipt.read_text().replace('"sample_count": 20', '"sample_count": 21'))
-    with pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json"):
+    with allow_injected_sampler_evidence(), pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json"):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
 
 
@@ -463,7 +467,9 @@ def test_memory_guard_fails_over_budget_and_records_the_breach(tmp_path: Path) -
     assert guard.sample_count == 3
     observation = guard.observation()
     assert observation.within_live_tensor_budget is False and observation.max_sampled_driver_allocated_bytes == 1200
-    with pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json records a sampled live-tensor"):
+    with allow_injected_sampler_evidence(), pytest.raises(
+        EvidenceError, match=r"mps_memory_observation\.receipt\.json records a sampled live-tensor"
+    ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
 
 
@@ -481,12 +487,22 @@ def test_milestone_receipts_carry_the_memory_observation(tmp_path: Path) -> None
     guard = QhMpsMemoryBudgetCallback.with_sampler(budget, tmp_path / "m", sampler=_sampler(samples))
     config = _config(max_allocated_bytes=budget)
     _fit([guard, QhCommissioningMilestonesCallback(config, tmp_path / "m")])
-    receipts = read_commissioning_milestones(config, tmp_path / "m")
+    # Both readers refuse an injected sampler's evidence outside the test-only context.
+    injected = r"sampling_scope='callback_instance_train_batch_end:injected_sampler' is not allowed"
+    with pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json: " + injected):
+        read_mps_memory_observation(tmp_path / "m", max_allocated_bytes=budget)
+    with pytest.raises(EvidenceError, match=r"milestone_u00000001\.receipt\.json: " + injected):
+        read_commissioning_milestones(config, tmp_path / "m")
+    with allow_injected_sampler_evidence():
+        receipts = read_commissioning_milestones(config, tmp_path / "m")
+        assert read_mps_memory_observation(tmp_path / "m", max_allocated_bytes=budget).sample_count == 20
     assert [r.memory_observation.sample_count for r in receipts] == [1, 5, 20]
     assert [r.memory_observation.current_allocated_bytes for r in receipts] == [1000, 1004, 1019]
-    assert read_mps_memory_observation(tmp_path / "m", max_allocated_bytes=budget).sample_count == 20
     with pytest.raises(EvidenceError, match=r"milestone_u00000001\.receipt\.json: engineering_budget"):
         read_commissioning_milestones(_config(), tmp_path / "m")
+    # The context ends with its block: outside it the reader refuses again.
+    with pytest.raises(EvidenceError, match=injected):
+        read_mps_memory_observation(tmp_path / "m", max_allocated_bytes=budget)
 
 
 def test_observation_record_refuses_inconsistent_values() -> None:

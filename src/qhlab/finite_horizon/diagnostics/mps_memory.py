@@ -4,7 +4,8 @@ Owns: ``QhMpsMemoryBudgetCallback`` (samples ``torch.mps`` allocator counters af
 training batch, keeps the latest values, sampled maxima and the count, and fails the fit when a
 live-tensor sample exceeds the declared budget), the ``QhMpsMemoryObservation`` record, its
 receipt (``mps_memory_observation.receipt.json``, kind ``mps_memory_observation``) and
-``read_mps_memory_observation``. The commissioning gates (``milestone_gate``) copy the latest
+``read_mps_memory_observation``, which refuses an injected (test) sampler's evidence outside
+``allow_injected_sampler_evidence()``. The commissioning gates (``milestone_gate``) copy the latest
 observation into each milestone receipt.
 
 Does not own: optimizer milestones (``milestones``, ``milestone_gate``), the profile's own
@@ -18,8 +19,10 @@ eviction, model change or optimizer change.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ __all__ = [
     "MPS_MEMORY_SCHEMA_VERSION",
     "QhMpsMemoryBudgetCallback",
     "QhMpsMemoryObservation",
+    "allow_injected_sampler_evidence",
     "observation_from_record",
     "read_mps_memory_observation",
 ]
@@ -66,6 +70,26 @@ _COUNTS = (
     ("max_allocated_bytes", 1),
 )
 _BUDGET_HINT = "the live MPS tensor budget is given in bytes."
+
+# Whether readers accept injected-sampler observations. The seed fixes the reader signatures
+# (read_mps_memory_observation(output_dir, *, max_allocated_bytes), read_commissioning_milestones
+# (config, output_dir)), so a keyword cannot opt in; a context variable set only by
+# allow_injected_sampler_evidence() does, and no environment variable can flip it.
+_ACCEPT_INJECTED: contextvars.ContextVar[bool] = contextvars.ContextVar("accept_injected_sampler", default=False)
+
+
+@contextlib.contextmanager
+def allow_injected_sampler_evidence() -> Iterator[None]:
+    """Test-only: inside this context, readers accept observations from an injected sampler.
+
+    Outside it, ``read_mps_memory_observation`` and ``read_commissioning_milestones`` refuse
+    them: an injected sampler's numbers are not ``torch.mps`` evidence.
+    """
+    token = _ACCEPT_INJECTED.set(True)
+    try:
+        yield
+    finally:
+        _ACCEPT_INJECTED.reset(token)
 
 
 def _is_int(value: Any) -> bool:
@@ -148,15 +172,24 @@ def observation_from_record(body: Any, path: Path) -> QhMpsMemoryObservation:
         The observation.
 
     Raises:
-        EvidenceError: the record lacks a field, has an extra one or is inconsistent.
+        EvidenceError: the record lacks a field, has an extra one or is inconsistent, or its
+            sampler was injected (outside :func:`allow_injected_sampler_evidence`).
     """
     fields = sorted(f.name for f in dataclasses.fields(QhMpsMemoryObservation))
     if not isinstance(body, dict) or sorted(body) != fields:
         raise EvidenceError(f"{path}: memory observation does not have exactly the fields {fields}.")
     try:
-        return QhMpsMemoryObservation(**body)
+        observation = QhMpsMemoryObservation(**body)
     except QhInputError as exc:
         raise EvidenceError(f"{path}: inconsistent memory observation: {exc}") from None
+    if observation.sampling_scope == _SCOPE_INJECTED and not _ACCEPT_INJECTED.get():
+        raise input_error(
+            str(path), "sampling_scope", observation.sampling_scope, repr(_SCOPE_MPS),
+            "this observation came from an injected test sampler, not torch.mps; only tests read it, "
+            "inside allow_injected_sampler_evidence().",
+            error=EvidenceError,
+        )
+    return observation
 
 
 class QhMpsMemoryBudgetCallback(Callback):
@@ -198,7 +231,8 @@ class QhMpsMemoryBudgetCallback(Callback):
     ) -> QhMpsMemoryBudgetCallback:
         """A guard whose samples come from ``sampler() -> (current_bytes, driver_bytes)``.
 
-        It runs on any device; the observation's ``sampling_scope`` says the sampler was injected.
+        It runs on any device; the observation's ``sampling_scope`` says the sampler was injected,
+        and the readers refuse it outside :func:`allow_injected_sampler_evidence`.
         """
         if not callable(sampler):
             raise input_error(
@@ -312,7 +346,8 @@ def read_mps_memory_observation(output_dir: str | Path, *, max_allocated_bytes: 
 
     Raises:
         QhInputError: a bad ``max_allocated_bytes``.
-        EvidenceError: (or a subclass) naming the receipt on any mismatch, altered byte or breach.
+        EvidenceError: (or a subclass) naming the receipt on any mismatch, altered byte or breach,
+            or an injected sampler (outside :func:`allow_injected_sampler_evidence`).
     """
     call = "read_mps_memory_observation"
     require_int(call, "max_allocated_bytes", max_allocated_bytes, minimum=1,

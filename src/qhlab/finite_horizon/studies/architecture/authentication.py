@@ -2,17 +2,21 @@
 
 Owns: ``FrozenStudy`` (the authenticated freeze record plus its config) and the checks every
 later step makes before it writes: the config bytes and the source package are the frozen
-ones (``authenticate_freeze``), the E0 and development receipts exist, authenticate and bind
-the receipts before them, the canary selection is the freeze's, and cells' final receipts are
-complete. Refusals name the missing or mismatching file. Does not own: reading a receipt's
+ones and the packages run at their frozen versions (``authenticate_freeze``,
+``runtime_versions``), the E0 and development receipts exist, authenticate and bind the
+receipts before them, the canary selection is the freeze's, a fit attempt is the fit of its
+frozen cell (``authenticate_attempt``), and cells' final receipts are complete. Refusals name
+the missing or mismatching file or field. Does not own: reading a receipt's
 bytes and digests (``qhlab.evidence.read_receipt``), the layout (``layout``) or what a step
 does once admitted.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import platform
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FrozenStudy",
+    "STUDY_PACKAGES",
+    "authenticate_attempt",
     "authenticate_cells",
     "authenticate_development",
     "authenticate_e0",
@@ -53,7 +59,24 @@ __all__ = [
     "read_canary_selection",
     "read_cell_receipts",
     "require_step",
+    "runtime_versions",
 ]
+
+# The distributions whose versions can change a study's files or numbers: the fits (torch,
+# lightning), the statistics (numpy, scipy), the labels (pymunk), population bytes (pyarrow)
+# and the run record (wandb). The freeze records them with Python's version.
+STUDY_PACKAGES = ("torch", "lightning", "numpy", "scipy", "pymunk", "pyarrow", "wandb")
+
+
+def runtime_versions() -> dict[str, str | None]:
+    """{"python": version, package: installed version or None} for ``STUDY_PACKAGES``."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in STUDY_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def require_step(path: Path, what: str, step: str, hint: str) -> None:
@@ -132,7 +155,65 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
             f"{output / FREEZE_RECEIPT} binds {body['source_package']['sha256']}. HINT: the package "
             "code changed after freeze; a study runs on the code it was frozen with."
         )
+    current = runtime_versions()
+    for package, version in body["versions"].items():
+        if current.get(package) != version:
+            raise input_error(
+                step, f"versions.{package}", current.get(package),
+                f"{version!r}, the version the freeze receipt {output / FREEZE_RECEIPT} binds",
+                f"a study runs under the package versions it was frozen with; install {package} {version}.",
+                error=EvidenceError,
+            )
     return FrozenStudy(config, receipt, output, resolved)
+
+
+def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recipe: QhRecipe, step: str,
+                         verify_files: bool = True) -> dict:
+    """The fit receipt of ``attempt``, refused unless it is the finished fit of this frozen cell.
+
+    Checks the cell (the recipe's name), arm, seed, lane, the digest of the profile-applied
+    recipe, the TRAIN manifest bound as the fit's input and the update budget, so a fit copied
+    in from another cell or study is never adopted or reported.
+
+    Args:
+        frozen: the authenticated freeze.
+        attempt: the attempt directory (holding the fit receipt).
+        cell: the cell's name (for messages).
+        recipe: the cell's recipe as fitted (before the profile is applied).
+        step: the call named in refusals.
+        verify_files: re-hash the files the fit receipt binds.
+
+    Raises:
+        EvidenceError: naming the field, the attempt's value and the frozen one.
+    """
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.training.launcher import FIT_RECEIPT
+    from qhlab.training.profiles import execution_profile
+
+    document = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None, verify_files=verify_files)
+    body = document["body"]
+    fitted = body.get("recipe") or {}
+    train = document["inputs"].get("train_manifest") or {}
+    expected = {
+        "cell": (recipe.name, fitted.get("name")),
+        "arm": (recipe.architecture.arm, (fitted.get("architecture") or {}).get("arm")),
+        "seed": (recipe.seed, body.get("seed")),
+        "profile": (frozen.config.profile, body.get("profile")),
+        "recipe_digest": (recipe_digest(execution_profile(frozen.config.profile).apply(recipe)),
+                          body.get("recipe_digest")),
+        "train_manifest_sha256": (frozen.body["train"]["manifest_sha256"], train.get("sha256")),
+        "update_budget": (recipe.updates, body.get("update_budget")),
+        "observed_updates": (recipe.updates, body.get("observed_updates")),
+    }
+    for field, (want, actual) in expected.items():
+        if actual != want:
+            raise input_error(
+                step, field, actual, f"{want!r}, the frozen value of cell {cell}",
+                f"{attempt / FIT_RECEIPT} is not the fit of cell {cell}; an attempt directory holds the fit "
+                "of its own frozen cell only; remove a foreign or stale attempt by hand after inspection.",
+                error=EvidenceError,
+            )
+    return document
 
 
 def check_bound(receipt: dict, name: str, expected: Path, where: Path) -> None:
@@ -180,7 +261,8 @@ def read_canary_selection(frozen: FrozenStudy) -> dict:
 
 
 def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], dict]:
-    """The final receipt of every declared broad cell, each chained to this freeze and development.
+    """The final receipt of every declared broad cell, each chained to this freeze and development
+    and made from the fit of its own frozen cell (``authenticate_attempt``).
 
     Returns:
         {(arm, seed): {"path": Path, "document": receipt}}.
@@ -197,6 +279,10 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
         document = read_receipt(path, kind="study_cell", schema_version=SCHEMA_VERSION)
         check_bound(document, "freeze", frozen.receipt_path, path)
         check_bound(document, "development", frozen.output / DEVELOPMENT_RECEIPT, path)
+        # The cell receipt re-hashed the fit receipt and final state it binds just above.
+        authenticate_attempt(frozen, path.parent / document["body"]["attempt"], cell=cell_name(arm, seed),
+                             recipe=frozen.recipe(arm, seed, frozen.config.broad_updates), step=step,
+                             verify_files=False)
         cells[(arm, seed)] = {"path": path, "document": document}
     if missing:
         raise OrderError(

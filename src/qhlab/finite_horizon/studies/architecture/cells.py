@@ -1,7 +1,8 @@
 """Step 4, fits: run one charged cell (a broad fit or an E0 canary) once, to its final budget.
 
 Owns: ``run_fit`` / ``fit_cell`` (validation of the requested cell, its writer lock, adopting
-a finished but unrecorded attempt, a new attempt after a crash) and the cell receipt that
+a finished but unrecorded attempt once it authenticates as this cell's fit, a new attempt
+after a crash) and the cell receipt that
 binds a fit's final state, its evaluation on the sealed validation (broad cells) or its
 recovery on the canary row (canaries). Does not own: the optimizer loop
 (``qhlab.finite_horizon.fit.fit_recipe``), the canary rules (``canary``) or the gate
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +21,6 @@ from qhlab.evidence import (
     EvidenceError,
     OrderError,
     PublishConflictError,
-    QhError,
     exclusive_lock,
     input_error,
     read_receipt,
@@ -29,6 +29,7 @@ from qhlab.evidence import (
 )
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
+    authenticate_attempt,
     authenticate_development,
     authenticate_freeze,
     read_canary_selection,
@@ -43,6 +44,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     E0_RECEIPT,
     SCHEMA_VERSION,
     SELECTION_FILE,
+    cell_lock_path,
     cell_name,
 )
 
@@ -128,7 +130,7 @@ def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, varia
     cell = cell_name(variant, seed, canary_role)
     cell_dir = parent / cell
     parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(parent / f".{cell}.lock"):
+    with exclusive_lock(cell_lock_path(parent, cell)):
         if (cell_dir / CELL_RECEIPT).exists():
             raise PublishConflictError(
                 f"{step}: cell {cell} is finished ({cell_dir / CELL_RECEIPT} exists); a charged cell "
@@ -151,38 +153,33 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
         recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_path,
         validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
         max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
+        # W&B: the study's canaries and cells group together under the study's name.
+        job_type="canary" if rows is not None else "cell", group=frozen.config.name,
     ))
 
 
-def _adoptable_attempt(cell_dir: Path, budget: int, evaluate: bool) -> Path | None:
-    """An attempt whose fit finished (authenticated fit receipt at the budget) but whose cell
-    receipt was never written: adopted rather than rerun, since a finished fit is never rerun."""
+def _adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
+    """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
+    whose cell receipt was never written: adopted rather than rerun, since a finished fit is
+    never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
     from qhlab.training.launcher import FIT_RECEIPT
 
     for attempt in _attempt_directories(cell_dir):
-        fit_receipt = attempt / FIT_RECEIPT
-        if not fit_receipt.is_file() or (evaluate and not (attempt / EVALUATION_RECEIPT).is_file()):
-            continue
-        document = read_receipt(fit_receipt, kind="fit", schema_version=None)
-        if document["body"].get("observed_updates") == budget:
+        if (attempt / FIT_RECEIPT).is_file() and (not evaluate or (attempt / EVALUATION_RECEIPT).is_file()):
             return attempt
     return None
 
 
 def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, recipe: QhRecipe, attempt: Path,
-                      previous: list[str], updates: int) -> tuple[dict, dict]:
-    """The body and inputs every cell receipt shares; refuses a fit off its frozen budget."""
+                      previous: list[str], updates: int, step: str) -> tuple[dict, dict]:
+    """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's."""
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.launcher import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
 
-    fit_doc = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None)
-    observed = fit_doc["body"].get("observed_updates")
-    if observed != updates:
-        raise QhError(
-            f"run_fit: cell {cell} observed {observed!r} optimizer updates; the frozen budget is {updates}."
-        )
+    fit_doc = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step)
+    observed = fit_doc["body"]["observed_updates"]
     final_state = attempt / FINAL_STATE
     body = {
         "study": frozen.config.name,
@@ -217,14 +214,15 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
     recipe = frozen.recipe(variant, seed, config.broad_updates)
     validation_path = Path(development["body"]["validation"]["path"])
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = _adoptable_attempt(cell_dir, config.broad_updates, evaluate=True)
+    attempt = _adoptable_attempt(cell_dir, evaluate=True)
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=validation_path,
                       progress=progress)
         attempt = Path(result.output_directory)
     else:
         previous.remove(attempt.name)
-    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates,
+                                     "run_fit")
     evaluation = read_receipt(attempt / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)
     ev = evaluation["body"]
     population_digest = (ev.get("population") or {}).get("digest")
@@ -263,14 +261,15 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
     recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = _adoptable_attempt(cell_dir, config.canary_updates, evaluate=False)
+    attempt = _adoptable_attempt(cell_dir, evaluate=False)
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
                       progress=progress, rows=[selection["row"]])
         attempt = Path(result.output_directory)
     else:
         previous.remove(attempt.name)
-    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates,
+                                     "run_fit(canary)")
     population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
     module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
     pred = predict_q(module.online, population, rows=torch.tensor([selection["row"]])).numpy()[0]

@@ -2,14 +2,16 @@
 
 Owns: the study's arguments (``add_study_arguments``), running the named step and printing
 what it did (``run_study_command``), ``qhlab study run`` (every step in order, skipping steps
-whose receipts authenticate, broad fits in a process pool), and ``main``. This is the one
-entry of the study's command line: ``qhlab.cli.study`` registers it. Does not own: any step's
-behaviour (the step modules), or mapping errors to exit codes inside ``qhlab`` (``qhlab.cli``).
+whose receipts authenticate, broad fits in a process pool), printing ``qhlab study status DIR
+[--json]`` (``status``), and ``main``. This is the one entry of the study's command line:
+``qhlab.cli.study`` registers it. Does not own: any step's behaviour (the step modules), or
+mapping errors to exit codes inside ``qhlab`` (``qhlab.cli``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -44,6 +46,8 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_receipt_path,
 )
 from qhlab.finite_horizon.studies.architecture.report import report_study
+from qhlab.finite_horizon.studies.architecture.report_run import log_report_run
+from qhlab.finite_horizon.studies.architecture.status import status_lines, study_status
 from qhlab.finite_horizon.studies.architecture.terminal import console as study_console
 from qhlab.finite_horizon.studies.architecture.terminal import fits_progress
 
@@ -57,7 +61,8 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
 
     The parsed namespace has ``study_command`` (the step), ``config``, ``study_output`` and,
     per step, ``variant``, ``seed``, ``canary_role`` and ``workers``; pass it to
-    ``run_study_command``.
+    ``run_study_command``. ``status`` reads a study and takes only ``DIR`` (``study_output``)
+    and ``--json``: no config.
     """
     sub = parser.add_subparsers(dest="study_command", metavar="STEP", required=True)
     helps = {
@@ -85,6 +90,11 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "run":
             p.add_argument("--workers", type=int, default=None,
                            help="override the config's parallel fits (does not change results)")
+    status = sub.add_parser("status", help="where a study stands, read from its receipts (writes nothing)",
+                            description="One row per step and cell: state, attempts, updates, MAE_H, "
+                                        "regret_H, wall time. Reads receipts only.")
+    status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
+    status.add_argument("--json", action="store_true", help="print the table as one JSON object")
 
 
 def run_study_command(args: argparse.Namespace) -> int:
@@ -99,8 +109,12 @@ def run_study_command(args: argparse.Namespace) -> int:
     Raises:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
-    console = study_console()
     command = args.study_command
+    if command == "status":
+        status = study_status(args.study_output)
+        print(json.dumps(status, indent=2) if args.json else "\n".join(status_lines(status)))
+        return 0
+    console = study_console()
     config, output = args.config, Path(args.study_output)
     if command == "freeze":
         body = freeze_study(config, output)
@@ -124,6 +138,7 @@ def run_study_command(args: argparse.Namespace) -> int:
     if command == "report":
         report = report_study(config, output)
         console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
+        console.print(f"W&B report run (offline): {log_report_run(output)}")
         return 0
     return _run_all(console, config, output, workers=getattr(args, "workers", None))
 
@@ -183,7 +198,11 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
             return
         errors = []
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        from qhlab.training.console import configure_console, console_verbose
+
+        # Spawned workers start unconfigured: give them this process's console mode.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=configure_console,
+                                 initargs=(console_verbose(),)) as pool:
             futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress): (arm, seed)
                        for arm, seed in pending}
             for future in as_completed(futures):
@@ -222,6 +241,8 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         console.rule("[bold]2/6 canaries (E0 gate)")
         e0 = admit_canaries(config_path, output)
         ran.append("admit-canaries")
+        if e0["passed"]:
+            _say_e0(console, e0)
     if not e0["passed"]:
         return _say_e0(console, e0)
     if (output / DEVELOPMENT_RECEIPT).exists():
@@ -263,7 +284,9 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("report")
     else:
         console.rule("[bold]6/6 report")
-        report_study(config_path, output)
+        report = report_study(config_path, output)
+        console.print(report["headline"]["text"])
+        console.print(f"W&B report run (offline): {log_report_run(output)}")
         ran.append("report")
     elapsed = time.perf_counter() - started
     if not ran:

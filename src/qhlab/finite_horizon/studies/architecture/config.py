@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qhlab.evidence import QhInputError, input_error
+from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.studies.architecture.layout import STUDY_CALL
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ class QhArchitectureStudyConfig(BaseModel):
     max_allocated_bytes: int | None = Field(default=None, gt=0)
     workers: int = Field(default=1, ge=1, le=64)
     torch_threads: int = Field(default=1, ge=1, le=256)
-    population_cache: str = "~/.cache/qhlab/populations"
+    population_cache: str = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
 
     @field_validator("profile")

@@ -1,7 +1,7 @@
 """Step 3, development: open and seal the validation population after the E0 gate has passed.
 
 Owns: ``prepare_development``: authenticating validation (TRAIN's horizon, features and K; no
-shared scene), the TRAIN-only constant predictor and its validation metrics, the heuristic
+scene physically equal to a TRAIN scene), the TRAIN-only constant predictor and its validation metrics, the heuristic
 references, and the development receipt binding the validation files. Does not own: the
 evaluation arithmetic or the references' policies (``qhlab.finite_horizon.evaluation``).
 """
@@ -32,7 +32,8 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     """Seal exposed validation and TRAIN-only constant after the E0 gate passes.
 
     Resolves (generates or reuses) and authenticates the validation population, checks that it
-    matches TRAIN's horizon, candidates and features and shares no scene with it, computes
+    matches TRAIN's horizon, candidates and features and holds no scene physically equal to a
+    TRAIN scene (same pucks, goal and initial positions, whatever the ids), computes
     the TRAIN-only constant predictor and its validation metrics, the heuristic references
     (TRAIN-chosen best fixed index, straight strike, myopic oracle; body ``references``), and
     writes the development receipt binding the validation files.
@@ -73,10 +74,7 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
         raise input_error("prepare_development", "validation", str(validation_path),
                           "a population with TRAIN's features and K", "use the same preset family for both splits")
-    shared = set(train.scene_id.tolist()) & set(validation.scene_id.tolist())
-    if shared:
-        raise input_error("prepare_development", "validation", f"{len(shared)} scene(s) shared with TRAIN",
-                          "disjoint scenes", "generate validation with split='validation'")
+    _refuse_shared_scenes(frozen.train_path, validation_path)
     constant = population_train_constant(train)
     summary = evaluate_population(constant_predictions(constant, validation.candidate_mask.numpy()),
                                   validation, tie_band=config.tie_band)
@@ -97,3 +95,20 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body
 
+
+
+def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:
+    """Refuse validation scenes whose physical content is a TRAIN scene's, naming each pair.
+
+    Compared by ``scene_content_digests``: scene ids hash the split, so equal ids cannot occur
+    across splits and would prove nothing.
+    """
+    from qhlab.scenes.population import scene_content_digests
+
+    train = {digest: scene for scene, digest in scene_content_digests(train_path).items()}
+    shared = [f"validation scene {scene} = TRAIN scene {train[digest]}"
+              for scene, digest in sorted(scene_content_digests(validation_path).items()) if digest in train]
+    if shared:
+        raise input_error("prepare_development", "validation", f"{len(shared)} scene(s) shared with TRAIN: "
+                          f"{'; '.join(shared)}", "scenes disjoint from TRAIN by physical content",
+                          "generate validation with split='validation' and another seed")

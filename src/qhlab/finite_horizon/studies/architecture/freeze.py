@@ -1,4 +1,4 @@
-"""Step 1, freeze: bind TRAIN, the source package, the arms and every threshold before any fit.
+"""Step 1, freeze: bind TRAIN, source, package versions, arms and every threshold before any fit.
 
 Owns: ``freeze_study`` and the rule that arms differ only in architecture. Does not own: the
 config (``config``), resolving populations (``populations``) or authenticating the freeze
@@ -20,6 +20,7 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.finite_horizon.studies.architecture.authentication import runtime_versions
 from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig, read_study_config
 from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FREEZE_RECEIPT, SCHEMA_VERSION, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import (
@@ -37,7 +38,8 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     Validates the config completely, resolves the TRAIN population (generated or reused from
     the cache when named by preset) and digests its files, records TRAIN support, the
     canonical first TRAIN chain, the arms with their resolved architectures and recipe
-    digests, both seeds, budgets, thresholds and the source-package digest. The validation
+    digests, both seeds, budgets, thresholds, the source-package digest and the exact versions
+    of Python and the study's packages (``runtime_versions``). The validation
     population is only declared: it is neither generated nor opened here.
 
     Args:
@@ -53,8 +55,10 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     """
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.training.profiles import execution_profile
 
     config, data, resolved = read_study_config(config_path)
+    execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only
     output = Path(output)
     if (output / FREEZE_RECEIPT).exists():
         raise PublishConflictError(
@@ -99,6 +103,7 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
                    "resolved": config.model_dump(mode="json")},
         "profile": config.profile,
         "source_package": source_package_digest(),
+        "versions": runtime_versions(),
         "train": {
             "path": str(train_path.resolve()),
             "declared": config.train.model_dump(mode="json"),

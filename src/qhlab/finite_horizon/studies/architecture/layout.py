@@ -32,6 +32,7 @@ __all__ = [
     "REPORT_JSON",
     "REPORT_MARKDOWN",
     "REPORT_RECEIPT",
+    "cell_lock_path",
     "cell_name",
     "cell_receipt_path",
     "benchmark_receipt_path",
@@ -70,6 +71,11 @@ def cell_name(arm: str, seed: int, canary_role: str | None = None) -> str:
 def cell_receipt_path(output: Path, arm: str, seed: int) -> Path:
     """``OUTPUT/cells/<arm>-s<seed>/cell.receipt.json``: the final receipt of a broad cell."""
     return Path(output) / CELLS_DIR / cell_name(arm, seed) / CELL_RECEIPT
+
+
+def cell_lock_path(parent: Path, cell: str) -> Path:
+    """``<parent>/.<cell>.lock``: held around a whole cell (``cells.fit_cell``)."""
+    return Path(parent) / f".{cell}.lock"
 
 
 def benchmark_receipt_path(output: Path, arm: str, seed: int) -> Path:
