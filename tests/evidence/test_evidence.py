@@ -295,3 +295,22 @@ def test_verify_finds_moved_directories_and_populations_by_digest(tmp_path, monk
     (tmp_path / "home" / ".cache" / "qhlab" / "populations" / "pop-train-1" / "manifest.json").write_text("forged")
     with pytest.raises(MissingEvidenceError, match=digest):
         verify_directory(moved)
+
+
+def test_a_copy_is_verified_on_its_own_bytes_never_vouched_for_by_the_original(tmp_path):
+    """A copied study binds its own receipts by the original's absolute paths; verifying the
+    copy checks the copy's files, so an intact original cannot hide a changed copy."""
+    import shutil
+
+    study = tmp_path / "original"
+    (study / "cells").mkdir(parents=True)
+    publish_bytes(study / "selection.json", b'{"row": 3}\n')
+    write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
+                  inputs={"selection": study / "selection.json"})  # outside cells/: an absolute path
+    copy = tmp_path / "copy"
+    shutil.copytree(study, copy)
+    assert len(verify_directory(copy)["receipts"]) == 1
+    (copy / "selection.json").write_bytes(b'{"row": 4}\n')  # the original stays intact
+    with pytest.raises(DigestMismatchError, match="the verified directory's copy of"):
+        verify_directory(copy)
+    assert len(verify_directory(study)["receipts"]) == 1

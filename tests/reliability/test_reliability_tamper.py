@@ -27,6 +27,20 @@ STUDY_CHAIN = ("freeze.receipt.json", "canaries/e0.receipt.json", "development.r
                "cells/*/cell.receipt.json", "benchmarks/*.receipt.json", "report/report.receipt.json")
 
 
+def _where_verified(target: Path, root: Path) -> Path:
+    """Where `qhlab verify root` authenticates a bound file: a file recorded outside root (the
+    study this copy was made from) is checked in root's own copy when root holds one (the
+    longest tail of its path under root), else at its recorded path (e.g. a cached population)."""
+    if target.is_relative_to(root.resolve()):
+        return target
+    parts = target.parts[1:]
+    for start in range(len(parts)):
+        candidate = (root / Path(*parts[start:])).resolve()
+        if candidate.is_file():
+            return candidate
+    return target
+
+
 def _bound_files(root: Path) -> dict[Path, set[str]]:
     """Every receipt below ``root`` and every file it binds -> the receipts that bind it."""
     from qhlab.evidence import read_receipt
@@ -42,7 +56,7 @@ def _bound_files(root: Path) -> dict[Path, set[str]]:
             for entry in document[section].values():
                 target = Path(entry["path"])
                 target = (target if target.is_absolute() else receipt.parent / target).resolve()
-                bound.setdefault(target, set()).add(rel)
+                bound.setdefault(_where_verified(target, root), set()).add(rel)
     return bound
 
 

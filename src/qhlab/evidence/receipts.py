@@ -191,9 +191,36 @@ def _relocations(recorded: Path, roots: Sequence[Path]) -> Iterator[Path]:
             yield root.joinpath(*parts[start:])
 
 
+def _own_copy(target: Path, root: Path) -> Path | None:
+    """The verified directory's own copy of a file recorded outside it (longest tail first)."""
+    try:
+        target.relative_to(root)
+        return None  # recorded inside the verified directory: it is its own copy
+    except ValueError:
+        pass
+    return next((c for c in _relocations(target, [root]) if c.is_file()), None)
+
+
 def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Path] | None) -> Path:
-    """The file bound as ``name``, authenticated by digest; refused when missing or changed."""
+    """The file bound as ``name``, authenticated by digest; refused when missing or changed.
+
+    With ``roots`` (``verify_directory``; ``roots[0]`` is the verified directory), a file the
+    verified directory holds a copy of is authenticated there and only there: verifying a
+    copied study checks the copy's bytes, and an intact original elsewhere cannot vouch for a
+    changed copy.
+    """
     target = _resolve(path.parent, entry["path"])
+    if roots is not None and Path(entry["path"]).is_absolute():
+        own = _own_copy(target, roots[0])
+        if own is not None:
+            digest = sha256_file(own)
+            if digest != entry["sha256"]:
+                raise DigestMismatchError(
+                    f"verify: {section} file {name!r} ({own}, the verified directory's copy of {target}) has "
+                    f"sha256 {digest}; {path} binds {entry['sha256']}. HINT: a published file is never edited; "
+                    "restore it from the original or rerun the step that made it."
+                )
+            return own
     digest = sha256_file(target) if target.is_file() else None
     if digest == entry["sha256"]:
         return target
