@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import pymunk
 
 from qhlab.scenes import generate_population, get_preset
+from qhlab.scenes.candidates import CANDIDATE_FEATURES
 
 
 def _raw_strike(physics, radius, mass, friction, positions, puck, direction, speed) -> int:
@@ -69,6 +70,9 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_FEATURES = [name for name, _ in CANDIDATE_FEATURES]
+
+
 def _raw_workload(population: Path):
     scenes = pq.read_table(population / "scenes.parquet").to_pylist()
     by_id = {s["scene_id"]: s for s in scenes}
@@ -79,8 +83,9 @@ def _raw_workload(population: Path):
     for c in candidates:
         scene, flat = positions[c["state_id"]]
         pts = [(flat[2 * i], flat[2 * i + 1]) for i in range(len(flat) // 2)]
-        direction = math.atan2(c["features"][3], c["features"][2])
-        work.append((scene["radius"], scene["mass"], scene["friction"], pts, c["object"], direction, c["features"][4]))
+        features = dict(zip(_FEATURES, c["features"]))
+        direction = math.atan2(features["sin_direction"], features["cos_direction"])
+        work.append((scene["radius"], scene["mass"], scene["friction"], pts, c["object"], direction, features["speed"]))
     return work
 
 
