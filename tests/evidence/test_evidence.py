@@ -314,3 +314,24 @@ def test_a_copy_is_verified_on_its_own_bytes_never_vouched_for_by_the_original(t
     with pytest.raises(DigestMismatchError, match="the verified directory's copy of"):
         verify_directory(copy)
     assert len(verify_directory(study)["receipts"]) == 1
+
+
+def test_a_file_changed_in_place_is_refused_whatever_intact_copies_exist(tmp_path):
+    """Only a file that is gone may be found elsewhere by digest; one present at its recorded
+    path with other bytes was edited, and an intact copy under a population root is no alibi."""
+    import shutil
+
+    population = tmp_path / "pops" / "P"
+    population.mkdir(parents=True)
+    (population / "manifest.json").write_text("a manifest")
+    study = tmp_path / "study"
+    study.mkdir()
+    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={},
+                  inputs={"train/manifest.json": population / "manifest.json"})
+    backup = tmp_path / "backup"
+    shutil.copytree(tmp_path / "pops", backup)
+    (population / "manifest.json").write_text("an edited manifest")
+    with pytest.raises(DigestMismatchError, match="binds"):
+        verify_directory(study, [backup])
+    shutil.rmtree(population)  # gone: now the intact copy is found by digest
+    assert len(verify_directory(study, [backup])["receipts"]) == 1

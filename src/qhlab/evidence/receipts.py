@@ -224,11 +224,13 @@ def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Pa
     digest = sha256_file(target) if target.is_file() else None
     if digest == entry["sha256"]:
         return target
-    if roots is not None and Path(entry["path"]).is_absolute():
+    # Only a file that is gone may be found elsewhere: a file present at its recorded path with
+    # other bytes was changed in place, and no intact copy anywhere vouches for it.
+    if roots is not None and digest is None and Path(entry["path"]).is_absolute():
         for candidate in _relocations(target, roots):
             if candidate.is_file() and sha256_file(candidate) == entry["sha256"]:
                 return candidate
-        if digest is None and target.name == _POPULATION_MANIFEST:
+        if target.name == _POPULATION_MANIFEST:
             raise MissingEvidenceError(
                 f"verify: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
                 f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots))}. HINT: pass "

@@ -15,7 +15,8 @@ then scenes equally), the regret of:
 * every fixed candidate index (candidate 0 is the straight strike at the goal);
 * the myopic oracle, argmax of the exact Q*_1 (ties within ``tie_band`` averaged);
 
-and the share of chain states where the myopic choice loses more than ``tie_band`` at H, and
+and the share of chain states where the myopic choice (its ties averaged, as in its regret)
+loses more than ``tie_band`` at H, and
 the distribution and entropy of the optimal index (an index within ``tie_band`` of the best
 shares the state's unit weight with the other tied indices).
 """
@@ -58,7 +59,8 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
     Returns:
         JSON-able dict: ``regret_H`` (uniform, fixed_index [K], straight_strike, best_fixed_index,
         myopic_oracle), the same as ``ratio_to_uniform``, ``myopic_loses_share`` (share of chain
-        states, unweighted), and ``optimal_index`` (distribution [K] over chain states,
+        states, unweighted, whose myopic regret at H, the loss of the myopic choice with its
+        ties averaged, exceeds ``tie_band``), and ``optimal_index`` (distribution [K] over chain states,
         entropy in bits, and entropy / log2 K).
 
     Raises:
@@ -208,5 +210,10 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         "  optimal index distribution    {}".format(
             " ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])),
         f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
-        f"({card['optimal_index']['entropy_over_log2K']:.3f} x log2 K)",
+        f"({_ratio_text(card['optimal_index']['entropy_over_log2K'])} x log2 K)",
     ]
+
+
+def _ratio_text(value: float | None) -> str:
+    # None where log2 K is 0 (K = 1): there is no choice to spread.
+    return "-" if value is None else f"{value:.3f}"

@@ -659,3 +659,9 @@ def test_reference_comparisons_refuse_other_scenes_and_missing_references():
     with pytest.raises(QhInputError, match=r"baseline_regret\[0\]='shape \(5, 2\)'"):
         reference_comparisons(_references([1.0] * 6, [1.0] * 6, [1.0] * 6), {0: _baseline([0.5] * 5)},
                               scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    # A yardstick not chosen on TRAIN, or an oracle that does not say so, never reaches a report.
+    for name, field, bad in (("best_fixed_index", "chosen_on", "validation"), ("myopic_oracle", "oracle", False)):
+        refs = _references([1.0] * 6, [1.0] * 6, [1.0] * 6)
+        refs[name][field] = bad
+        with pytest.raises(EvidenceError, match=rf"references\['{name}'\]\.{field}={bad!r} is not allowed"):
+            reference_comparisons(refs, {0: _baseline([0.5] * 6)}, scene_ids=_SCENES, bootstrap=_BOOTSTRAP)

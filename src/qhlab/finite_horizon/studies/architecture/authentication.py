@@ -172,7 +172,8 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     """The fit receipt of ``attempt``, refused unless it is the finished fit of this frozen cell.
 
     Checks the cell (the recipe's name), arm, seed, lane, the digest of the profile-applied
-    recipe, the TRAIN manifest bound as the fit's input and the update budget, so a fit copied
+    recipe, the TRAIN manifest bound as the fit's input, the source package that made the fit
+    and the update budget, so a fit copied
     in from another cell or study is never adopted or reported.
 
     Args:
@@ -202,6 +203,8 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
         "recipe_digest": (recipe_digest(execution_profile(frozen.config.profile).apply(recipe)),
                           body.get("recipe_digest")),
         "train_manifest_sha256": (frozen.body["train"]["manifest_sha256"], train.get("sha256")),
+        # The code that made the fit: a fit of another qhlab source is never adopted.
+        "source_package_sha256": (frozen.body["source_package"]["sha256"], (body.get("source_package") or {}).get("sha256")),
         "update_budget": (recipe.updates, body.get("update_budget")),
         "observed_updates": (recipe.updates, body.get("observed_updates")),
     }

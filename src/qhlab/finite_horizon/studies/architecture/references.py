@@ -77,6 +77,14 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
     if not baseline_regret:
         raise input_error(call, "baseline_regret", baseline_regret, "one [n_scenes, H] array per seed",
                           "pass the baseline arm's per-scene regret of every seed")
+    # The headline's yardstick must be chosen on TRAIN and the oracle must say it is one:
+    # a references block that claims otherwise cannot reach a report.
+    for name, field, want in (("best_fixed_index", "chosen_on", "train"), ("myopic_oracle", "oracle", True),
+                              ("straight_strike", "oracle", False), ("best_fixed_index", "oracle", False)):
+        if references[name].get(field) != want:
+            raise input_error(call, f"references[{name!r}].{field}", references[name].get(field), repr(want),
+                              "pass the development receipt's references (population_heuristic_references)",
+                              error=EvidenceError)
     per_scene: dict[str, np.ndarray] = {}
     for name in REFERENCE_NAMES:
         ref = references[name]
