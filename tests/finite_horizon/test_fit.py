@@ -102,6 +102,8 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     assert run["config"]["recipe"]["horizon"] == 2 and run["config"]["recipe_digest"] == fit["recipe_digest"]
     assert run["config"]["populations"]["validation"]["manifest_sha256"] == evaluation["population"]["digest"]
     assert run["summary"]["final_state_sha256"] == fit["final_state_sha256"]
+    assert run["config"]["qhlab"]["source_package_sha256"] == fit["source_package"]["sha256"]
+    assert run["config"]["qhlab"]["version"] == fit["source_package"]["version"]
     assert run["summary"]["val_mae_h2"] == pytest.approx(evaluation["mae"][1])
     assert (segment / "fit.log").is_file()
     print(f"\nqhlab fit wall time on tiny (8 updates, in-process CLI): {wall:.2f} s")

@@ -277,7 +277,7 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
             "execution_policy_sha256": (runtime.get("execution_policy_source") or {}).get("sha256"),
         },
         "populations": populations,
-        "qhlab": {"version": __version__, "source_package_sha256": source_package_digest()["sha256"]},
+        "qhlab": {"version": __version__},  # the launcher adds the source digest it binds
     }
 
 

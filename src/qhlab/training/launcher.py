@@ -293,7 +293,7 @@ class LaunchRequest:
             run after the fit receipt (evaluation); its files and metrics are published
             with the W&B attempt.
         run_config: the W&B run's config (e.g. the whole resolved recipe, lane, populations);
-            ``recipe_digest`` and ``seed`` are always added.
+            ``recipe_digest``, ``seed`` and ``qhlab.source_package_sha256`` are always added.
         job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
         tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
         group: W&B group; default the attempt's logical run.
@@ -357,7 +357,8 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     lane = LaneEvidenceCallback(admitted.profile)
     request = dataclasses.replace(request, extra_callbacks=(lane, *request.extra_callbacks))
     with lane.observing_fallbacks():
-        trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget)
+        trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget,
+                                            source_sha256=source["sha256"])
 
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
@@ -471,7 +472,7 @@ def _start_lineage(module: LightningModule, request: LaunchRequest, directory: P
 
 def _train(
     admitted: AdmittedLaunch, request: LaunchRequest, module: LightningModule, directory: Path,
-    identity: dict, cold_init: Path, budget: int,
+    identity: dict, cold_init: Path, budget: int, *, source_sha256: str,
 ) -> tuple[Trainer, SegmentCheckpointCallback, Any]:
     """``Trainer.fit`` with the budget and checkpoint callbacks; a SIGINT becomes FitInterrupted."""
     start_updates = _start_updates(request)
@@ -488,9 +489,12 @@ def _train(
     lightning_bar = request.progress and console_verbose()
     if request.progress and not lightning_bar:
         callbacks.append(QhFitProgressBar(request.attempt.logical_run_id, budget, start_updates=start_updates))
+    config = dict(request.run_config or {})
     logger = wandb_logger(
         request.attempt, directory,
-        config={**(request.run_config or {}), "recipe_digest": request.recipe_digest, "seed": request.seed},
+        # The source digest the fit receipt binds is hashed once, here, not again by the caller.
+        config={**config, "qhlab": {**config.get("qhlab", {}), "source_package_sha256": source_sha256},
+                "recipe_digest": request.recipe_digest, "seed": request.seed},
         job_type=request.job_type, tags=request.tags, group=request.group,
     )
     remaining = budget - start_updates
