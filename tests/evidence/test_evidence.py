@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -335,3 +336,26 @@ def test_a_file_changed_in_place_is_refused_whatever_intact_copies_exist(tmp_pat
         verify_directory(study, [backup])
     shutil.rmtree(population)  # gone: now the intact copy is found by digest
     assert len(verify_directory(study, [backup])["receipts"]) == 1
+
+
+def test_file_copy_is_digested_where_read_and_bound_under_its_original(tmp_path) -> None:
+    from qhlab.evidence import DigestMismatchError, FileCopy, read_receipt, write_receipt
+
+    original = tmp_path / "driver" / "manifest.json"
+    copy = tmp_path / "worker-tmp" / "manifest.json"
+    for path in (original, copy):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b'{"a": 1}')
+    receipt = tmp_path / "attempt" / "fit.receipt.json"
+    receipt.parent.mkdir()
+    write_receipt(receipt, kind="fit", schema_version=1, body={}, inputs={"train_manifest": FileCopy(copy, original)})
+    document = read_receipt(receipt, kind="fit", schema_version=1)
+    assert document["inputs"]["train_manifest"] == {"path": original.as_posix(), "sha256": sha256_bytes(b'{"a": 1}')}
+    copy.unlink()  # the worker's directory is gone; the original vouches
+    assert read_receipt(receipt, kind="fit", schema_version=1)["inputs"]["train_manifest"]["path"] == str(original)
+    original.write_bytes(b'{"a": 2}')  # a copy that was not byte-identical fails at the original
+    with pytest.raises(DigestMismatchError, match="train_manifest"):
+        read_receipt(receipt, kind="fit", schema_version=1)
+    with pytest.raises(EvidenceError, match="must be absolute"):
+        write_receipt(tmp_path / "other.receipt.json", kind="fit", schema_version=1, body={},
+                      inputs={"x": FileCopy(original, Path("relative/manifest.json"))})

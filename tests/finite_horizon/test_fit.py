@@ -121,6 +121,30 @@ def test_same_seed_same_final_state(tmp_path, tiny):
     assert first.observed_updates == 8 and first.resumed_from is None
 
 
+def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, tiny):
+    """What a Ray worker does: read byte-identical copies in its own directory, name the originals."""
+    import shutil
+
+    recipe = _recipe(tmp_path)
+    copies = {role: shutil.copytree(tiny[role], tmp_path / "worker" / role) for role in ("train", "validation")}
+    kwargs = dict(profile="cpu-fp32", progress=False)
+    direct = fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "direct", train=tiny["train"],
+                                   validation=tiny["validation"], **kwargs))
+    copied = fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "copied", train=copies["train"],
+                                   validation=copies["validation"], recorded_populations=tiny, **kwargs))
+    assert copied.final_state_sha256 == direct.final_state_sha256 and copied.metrics == direct.metrics
+    shutil.rmtree(tmp_path / "worker")  # gone, as a finished Ray task's directory is
+    for name in ("fit.receipt.json", "evaluation.receipt.json"):
+        document = read_receipt(copied.output_directory / name, kind=None, schema_version=None)
+        for role in ("train", "validation"):
+            assert document["inputs"][f"{role}_manifest"]["path"] == (tiny[role] / "manifest.json").as_posix()
+    assert read_receipt(copied.fit_receipt, kind="fit", schema_version=1)["body"]["execution"]["executor"] == "local"
+    with pytest.raises(QhInputError, match="recorded_populations=\\['test'\\] is not allowed"):
+        fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "bad", train=tiny["train"],
+                              validation=tiny["validation"], recorded_populations={"test": tiny["train"]}, **kwargs))
+    assert not (tmp_path / "bad").exists()
+
+
 @pytest.mark.parametrize(
     ("recipe_kwargs", "profile", "message"),
     [

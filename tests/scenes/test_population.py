@@ -34,6 +34,16 @@ def test_same_arguments_give_byte_identical_files_whatever_the_workers(tiny_trai
         assert (again / name).read_bytes() == (tiny_train / name).read_bytes(), name
 
 
+def test_generation_receipt_says_which_executor_ran_where(tiny_train) -> None:
+    from qhlab.evidence import read_receipt
+
+    document = read_receipt(tiny_train / "generation.receipt.json", kind="population_generation", schema_version=1)
+    body = document["body"]
+    assert body["executor"] == "local" and body["ray_address"] is None and body["processes"] == 1
+    assert body["driver"]["pid"] > 0 and body["driver"]["hostname"]
+    assert document["inputs"]["manifest"]["sha256"] == sha256_file(tiny_train / "manifest.json")
+
+
 def test_another_seed_gives_other_scenes(tiny_train, tmp_path) -> None:
     other = generate_population("tiny", "train", 1, tmp_path / "seed1", workers=1)
     for name in POPULATION_FILES:
@@ -79,7 +89,7 @@ def test_manifest_records_engine_counts_and_digests(tiny_train) -> None:
     assert all(set(f) == {"name", "unit"} for group in manifest["features"].values() for f in group)
     # The receipt makes the population verifiable by `qhlab verify`.
     result = verify_directory(tiny_train)
-    assert [r["kind"] for r in result["receipts"]] == ["population"]
+    assert sorted(r["kind"] for r in result["receipts"]) == ["population", "population_generation"]
     assert result["unbound_files"] == []
 
 

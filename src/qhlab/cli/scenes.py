@@ -11,6 +11,8 @@ import argparse
 import json
 import time
 
+from qhlab.execution import add_executor_arguments
+
 __all__ = ["register", "run", "run_describe"]
 
 
@@ -40,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--out", required=True, help="population directory to create (must not exist)")
     generate.add_argument("--workers", type=int, default=None, help="label processes (default: all cores)")
     generate.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
+    add_executor_arguments(generate, what="label chunks")
     generate.set_defaults(handler=run)
     describe = commands.add_parser(
         "describe",
@@ -62,11 +65,14 @@ def run(args: argparse.Namespace) -> int:
     """Generate the population; print a JSON summary line; return 0."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from qhlab.execution import executor_choice
     from qhlab.scenes import generate_population
 
     start = time.perf_counter()
+    choice = executor_choice(args.executor, args.ray_address, call="qhlab scenes generate")
     if args.no_progress:
-        out = generate_population(args.preset, args.split, args.seed, args.out, workers=args.workers)
+        out = generate_population(args.preset, args.split, args.seed, args.out, workers=args.workers,
+                                  executor=choice)
     else:
         columns = (TextColumn("[bold]labelling simulations"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
@@ -77,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=done, total=planned)
 
             out = generate_population(args.preset, args.split, args.seed, args.out,
-                                      workers=args.workers, progress=_progress)
+                                      workers=args.workers, progress=_progress, executor=choice)
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     print(json.dumps({
         "population": str(out),
@@ -86,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         "horizon": manifest["horizon"],
         "K": manifest["K"],
         "counts": manifest["counts"],
+        "executor": choice.kind,
         "seconds": round(time.perf_counter() - start, 2),
     }, sort_keys=True))
     return 0

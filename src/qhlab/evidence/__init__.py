@@ -35,7 +35,7 @@ from qhlab.evidence.publish import (
     publish_json,
     safe_component,
 )
-from qhlab.evidence.receipts import RECEIPT_SUFFIX, bind_files, read_receipt, verify_directory, write_receipt
+from qhlab.evidence.receipts import RECEIPT_SUFFIX, FileCopy, bind_files, read_receipt, verify_directory, write_receipt
 from qhlab.evidence.source import exclusive_lock, source_package_digest
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "fresh_directory",
     "safe_component",
     "RECEIPT_SUFFIX",
+    "FileCopy",
     "bind_files",
     "write_receipt",
     "read_receipt",

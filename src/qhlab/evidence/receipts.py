@@ -17,6 +17,7 @@ path under the verified directory and the population roots.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,8 @@ from qhlab.evidence.errors import (
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 
 __all__ = [
-    "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "write_receipt", "read_receipt", "verify_directory", "bind_files",
+    "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
+    "bind_files",
 ]
 
 RECEIPT_SUFFIX = ".receipt.json"
@@ -55,14 +57,41 @@ def _reference(receipt_dir: Path, target: Path) -> str:
         return target.as_posix()
 
 
-def bind_files(receipt_dir: Path, files: Mapping[str, str | os.PathLike] | None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class FileCopy:
+    """A file read from a byte-identical copy: digested at ``local``, bound as ``recorded``.
+
+    A Ray worker reads the study's populations from copies in its own temporary directory
+    (no shared filesystem); its receipts must name them where the driver knows them, or the
+    driver could not authenticate what the worker returns. The binding stays honest because
+    every reader re-hashes the file at ``recorded``: a copy that was not byte-identical fails
+    there.
+
+    Attributes:
+        local: where the bytes were read.
+        recorded: the path the receipt names (absolute; the original the copy was made from).
+    """
+
+    local: Path
+    recorded: Path
+
+
+def bind_files(receipt_dir: Path, files: Mapping[str, str | os.PathLike | FileCopy] | None) -> dict:
     """Digest each named file; paths inside ``receipt_dir`` are stored relative to it.
+
+    A ``FileCopy`` is digested at its ``local`` path and bound under its ``recorded`` one.
 
     Returns:
         ``{name: {"path": str, "sha256": hex}}``.
     """
     bound = {}
     for name, file_path in sorted((files or {}).items()):
+        if isinstance(file_path, FileCopy):
+            if not Path(file_path.recorded).is_absolute():
+                raise EvidenceError(f"bind_files: {name!r} FileCopy.recorded={str(file_path.recorded)!r} must be absolute.")
+            bound[name] = {"path": Path(os.path.abspath(file_path.recorded)).as_posix(),
+                           "sha256": sha256_file(file_path.local)}
+            continue
         bound[name] = {"path": _reference(receipt_dir, Path(file_path)), "sha256": sha256_file(file_path)}
     return bound
 
@@ -73,7 +102,7 @@ def write_receipt(
     kind: str,
     schema_version: int,
     body: Mapping[str, Any],
-    inputs: Mapping[str, str | os.PathLike] | None = None,
+    inputs: Mapping[str, str | os.PathLike | FileCopy] | None = None,
     outputs: Mapping[str, str | os.PathLike] | None = None,
 ) -> str:
     """Publish a receipt at ``path`` (write-once) and return the SHA-256 of its bytes.
@@ -83,7 +112,8 @@ def write_receipt(
         kind: what step wrote it, e.g. ``"fit"``.
         schema_version: version of ``body``'s layout for this kind.
         body: JSON-able facts of the step.
-        inputs: files the step read, by name; their digests are bound.
+        inputs: files the step read, by name; their digests are bound (a ``FileCopy`` under
+            the path of the original it copies).
         outputs: files the step published, by name; their digests are bound.
     """
     path = Path(path)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 from lightning.pytorch import Callback
 
-from qhlab.evidence import QhInputError, safe_component, source_package_digest, write_receipt
+from qhlab.evidence import FileCopy, QhInputError, input_error, safe_component, source_package_digest, write_receipt
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.evaluation import evaluate_population, population_train_constant
 from qhlab.finite_horizon.predict import predict_q
@@ -102,6 +102,10 @@ class FitRequest:
         group: the W&B group (a study's name for its canaries and cells); default the
             attempt's logical run id.
         tags: W&B tags added to the arm, ``seed-<n>`` and the lane.
+        recorded_populations: ``{"train"|"validation": path}``: the populations were read from
+            byte-identical copies (a Ray worker's temporary directory); receipts bind them
+            under these original paths (``qhlab.evidence.FileCopy``) so the driver that
+            publishes the fit authenticates them where it keeps them.
     """
 
     recipe: QhRecipe | Path | str
@@ -122,6 +126,7 @@ class FitRequest:
     job_type: str = "fit"
     group: str | None = None
     tags: Sequence[str] = ()
+    recorded_populations: Mapping[str, Path] | None = None
 
 
 def fit_recipe(request: FitRequest) -> FitResult:
@@ -205,14 +210,14 @@ def fit_recipe(request: FitRequest) -> FitResult:
     def module_factory(r: QhRecipe) -> QhTDModule:
         return QhTDModule(r, dims)
 
+    manifests = _manifest_bindings(call, request.recorded_populations, train_path, val_path)
+
     def finalize(module: QhTDModule, final_state: Path, final_sha: str):
         if val_pop is None:
             return {}, {}
-        return _evaluate(module, admitted.profile, applied, train_pop, val_pop, final_state, final_sha)
+        return _evaluate(module, admitted.profile, applied, train_pop, val_pop, final_state, final_sha, manifests)
 
-    inputs = {"train_manifest": train_path / "manifest.json"}
-    if val_path is not None:
-        inputs["validation_manifest"] = val_path / "manifest.json"
+    inputs = dict(manifests)
     output.mkdir(parents=True, exist_ok=True)
     with attempt.local_writer_lock(output):
         run_config = _wandb_config(applied, admitted, cell, train_pop, val_pop)
@@ -257,6 +262,25 @@ def fit_recipe(request: FitRequest) -> FitResult:
     )
 
 
+def _manifest_bindings(call: str, recorded: Mapping[str, Path] | None, train: Path,
+                       validation: Path | None) -> dict[str, Path | FileCopy]:
+    """How receipts bind the populations' manifests: where they were read, or as copies of originals."""
+    local = {"train": train, "validation": validation}
+    recorded = dict(recorded or {})
+    unknown = sorted(set(recorded) - {k for k, v in local.items() if v is not None})
+    if unknown:
+        raise input_error(call, "recorded_populations", unknown, "keys 'train' and 'validation' (when evaluated)",
+                          "name the original of each population copy the fit reads")
+    bindings: dict[str, Path | FileCopy] = {}
+    for role, path in local.items():
+        if path is None:
+            continue
+        manifest = path / "manifest.json"
+        original = recorded.get(role)
+        bindings[f"{role}_manifest"] = manifest if original is None else FileCopy(manifest, Path(original) / "manifest.json")
+    return bindings
+
+
 def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> dict:
     """The W&B run config: everything a researcher filters and compares runs by."""
     from qhlab import __version__
@@ -281,7 +305,8 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
     }
 
 
-def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, final_sha: str):
+def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, final_sha: str,
+              manifests: Mapping[str, Path | FileCopy]):
     """Predict validation chain rows with the final online scorer; write the evaluation receipt."""
     tie_band = recipe.evaluation.tie_band
     pred = predict_q(module.online, val_pop, autocast=profile.autocast_context)
@@ -320,8 +345,8 @@ def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, fi
         schema_version=EVALUATION_SCHEMA_VERSION,
         body=body,
         inputs={
-            "validation_manifest": Path(val_pop.path) / "manifest.json",
-            "train_manifest": Path(train_pop.path) / "manifest.json",
+            "validation_manifest": manifests["validation_manifest"],
+            "train_manifest": manifests["train_manifest"],
             "final_state": final_state,
             "final_state_structure": structure_path(final_state),
         },

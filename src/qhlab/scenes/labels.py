@@ -10,17 +10,17 @@ subtree to depth H-1 is already simulated), and the Bellman recursion
 computed in float64. Does not own: which roots are searched (``chains``) or files
 (``population``).
 
-Parallelism: the expansions of one level are independent; they go to a
-``ProcessPoolExecutor`` in chunks (``spawn`` start method, so a parent that imported torch
-is safe). A simulation is a pure function of (scene, positions, strike), so labels do not
-depend on the worker count or on chunking.
+Parallelism: the expansions of one level are independent; they go in chunks to an executor
+from the seam (``qhlab.execution``: a local ``spawn`` process pool or Ray tasks, whose
+arguments and results travel through Ray's object store). A simulation is a pure function of
+(scene, positions, strike), so labels do not depend on the executor, the worker count or the
+chunking.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from typing import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
@@ -32,7 +32,6 @@ from qhlab.scenes.world import Scene, simulate_strike
 __all__ = [
     "expand_state",
     "TreeSearch",
-    "label_executor",
 ]
 
 NodeKey = tuple[int, bytes]
@@ -68,13 +67,6 @@ def _expand_chunk(
     return [expand_state(scene, positions, layout) for scene, positions in nodes]
 
 
-def label_executor(workers: int) -> Executor | None:
-    """A process pool of ``workers`` processes, or None for in-process search (workers == 1)."""
-    if workers <= 1:
-        return None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-
-
 class TreeSearch:
     """Memoized full tree search over the scenes of one population.
 
@@ -84,8 +76,9 @@ class TreeSearch:
     Args:
         scenes: the population's scenes (a node's scene index points here).
         layout: candidate layout.
-        executor: a process pool for expansions, or None to expand in this process.
-        workers: number of processes behind ``executor`` (sizes the chunks).
+        executor: an executor for expansions (``qhlab.execution.open_executor``), or None to
+            expand in this process.
+        workers: number of processes (or cluster CPUs) behind ``executor`` (sizes the chunks).
         on_simulations: called with the number of simulations just finished (progress).
     """
 

@@ -2,8 +2,9 @@
 
 Owns: ``generate_population`` (sample scenes, run chains with exact labels, write
 ``scenes.parquet``, ``states.parquet``, ``candidates.parquet``, ``manifest.json`` binding the
-SHA-256 of every file, and a ``population.receipt.json`` so ``qhlab verify`` authenticates
-it), the content-addressed cache ``cached_population``, ``read_manifest`` which
+SHA-256 of every file, a ``population.receipt.json`` so ``qhlab verify`` authenticates it,
+and a ``generation.receipt.json`` saying which executor labelled it, on which nodes), the
+content-addressed cache ``cached_population``, ``read_manifest`` which
 authenticates a population's manifest and file digests, and ``scene_content_digests``, the
 identity of each scene's physics that disjointness checks compare. Does not own: turning a population
 into tensors (``qhlab.finite_horizon.data``).
@@ -11,14 +12,17 @@ into tensors (``qhlab.finite_horizon.data``).
 Write-once: the population is staged in a hidden sibling directory and renamed into place
 only when complete, so a crash never leaves a half-written population at ``out``.
 Determinism: the same (generator version, engine version, preset, split, seed) gives
-byte-identical files: labels do not depend on the worker count, the manifest holds no time
-or host, and Parquet is written with fixed options.
+byte-identical files: labels do not depend on the executor or the worker count, the manifest
+and population receipt hold no time or host, and Parquet is written with fixed options. Only
+``generation.receipt.json`` (execution evidence, not part of the population's identity)
+differs between a local and a Ray run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -53,7 +57,8 @@ from qhlab.scenes.candidates import (
 )
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
-from qhlab.scenes.labels import TreeSearch, label_executor
+from qhlab.execution import ExecutorChoice, open_executor
+from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
 
@@ -71,6 +76,7 @@ POPULATION_SCHEMA_VERSION = 1
 POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
 MANIFEST = "manifest.json"
 RECEIPT = "population.receipt.json"
+GENERATION_RECEIPT = "generation.receipt.json"
 # The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
 # mass and friction, the goal and its radius, the initial positions. Not scene_id or
 # scene_index, which derive from the split, seed and draw index.
@@ -213,6 +219,7 @@ def generate_population(
     *,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    executor: ExecutorChoice | None = None,
 ) -> Path:
     """Generate a population with exact labels and publish it at ``out`` (write-once).
 
@@ -222,14 +229,17 @@ def generate_population(
         seed: population seed (non-negative integer).
         out: directory to create; must not exist.
         workers: processes for the label search; None uses every core. Outputs do not
-            depend on it.
+            depend on it. Ignored on a Ray cluster (its CPUs size the chunks).
         progress: called as ``progress(simulations_done, simulations_planned)``.
+        executor: where label chunks run (default local); the Parquet files, manifest and
+            population receipt are byte-identical either way.
 
     Returns:
         ``out`` as a Path.
 
     Raises:
-        QhInputError: bad preset, split, seed or workers (nothing is written).
+        QhInputError: bad preset, split, seed, workers or executor, or a Ray cluster that
+            does not answer (nothing is written).
         PublishConflictError: ``out`` exists.
     """
     spec = get_preset(preset)
@@ -254,14 +264,14 @@ def generate_population(
         if progress is not None:
             progress(done[0], max(planned, done[0]))
 
-    executor = label_executor(workers)
-    try:
-        search = TreeSearch(scenes, spec.candidates, executor=executor, workers=workers,
+    choice = executor or ExecutorChoice()
+    started = time.perf_counter()
+    with open_executor(choice, workers, call="generate_population") as pool:
+        chunk_workers = getattr(pool, "cpus", workers)
+        search = TreeSearch(scenes, spec.candidates, executor=pool, workers=chunk_workers,
                             on_simulations=_on_simulations)
         rows = run_chains(search, scenes, initial, spec, split, seed)
-    finally:
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        generation = _generation_record(choice, pool, workers, time.perf_counter() - started)
     if progress is not None:
         progress(done[0], done[0])
     tables = _tables(spec, scenes, initial, scene_ids, rows)
@@ -299,9 +309,25 @@ def generate_population(
                   "counts": manifest["counts"]},
             outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
         )
+        write_receipt(staging / GENERATION_RECEIPT, kind="population_generation", schema_version=1,
+                      body=generation, inputs={"manifest": staging / MANIFEST})
 
     publish_directory(out, _write)
     return out
+
+
+def _generation_record(choice: ExecutorChoice, pool, workers: int, seconds: float) -> dict:
+    """Which executor labelled the population and where: execution evidence, not identity."""
+    from qhlab.execution import RayExecutor, where_am_i
+
+    driver = where_am_i()
+    record = {**choice.record(), "driver": {"hostname": driver["hostname"], "pid": driver["pid"]},
+              "label_seconds": round(seconds, 3)}
+    if isinstance(pool, RayExecutor):
+        record.update(cluster_cpus=pool.cpus, **pool.record())
+    else:
+        record.update(processes=workers if pool is not None else 1)
+    return record
 
 
 def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
@@ -412,6 +438,7 @@ def cached_population(
     *,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    executor: ExecutorChoice | None = None,
 ) -> Path:
     """Return a population for (preset, split, seed), generating it only once per cache.
 
@@ -430,7 +457,8 @@ def cached_population(
     target = Path(cache_root) / f"{spec.name}-{split}-seed{seed}-{key[:16]}"
     if not target.exists():
         try:
-            return generate_population(preset, split, seed, target, workers=workers, progress=progress)
+            return generate_population(preset, split, seed, target, workers=workers, progress=progress,
+                                       executor=executor)
         except PublishConflictError:
             if not target.exists():
                 raise

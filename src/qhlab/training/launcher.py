@@ -42,6 +42,7 @@ from qhlab.evidence import (
     to_jsonable,
     write_receipt,
 )
+from qhlab.execution import where_am_i
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
     QhFitProgressBar,
@@ -394,6 +395,8 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "memory": _jsonable_evidence(admitted.profile.memory_evidence()),
         "memory_accounting": to_jsonable(memory_accounting),
         "lane_checks": lane_checks,
+        # Where the lane was admitted and the fit ran: this host, or a Ray task's node.
+        "execution": where_am_i(),
         "wandb": _jsonable_evidence(request.attempt.evidence()),
         "local_attempt_id": request.attempt.resolved_local_attempt_id,
         "logical_run_id": request.attempt.logical_run_id,

@@ -197,8 +197,51 @@ def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_
 def test_changed_config_after_freeze_refused(tmp_path, frozen_study):
     edited = tmp_path / "tiny-study.toml"
     edited.write_text(Path(frozen_study["config"]).read_text().replace("broad_updates = 30", "broad_updates = 31"))
-    with pytest.raises(EvidenceError, match="a frozen study's config cannot change"):
+    with pytest.raises(EvidenceError, match=r"\(changed: broad_updates\)\. HINT: a frozen study's config cannot change"):
         admit_canaries(edited, frozen_study["output"])
+
+
+def test_execution_fields_may_change_after_freeze_and_nothing_else(tmp_path, frozen_study):
+    original = Path(frozen_study["config"]).read_text()
+    assert "workers = 1" in original
+    edited = tmp_path / "tiny-study.toml"
+    # Where and how many fits run is execution, not science: the freeze binds the rest.
+    edited.write_text(original.replace("workers = 1", 'workers = 2\nexecutor = "ray"\nray_address = "10.0.0.5:6379"')
+                      + "\n# a comment added after the freeze\n")
+    frozen = authentication.authenticate_freeze(edited, frozen_study["output"], "test")
+    assert (frozen.config.workers, frozen.config.executor, frozen.config.ray_address) == (2, "ray", "10.0.0.5:6379")
+    assert frozen.body["config"]["execution_fields_not_frozen"] == ["workers", "executor", "ray_address"]
+    edited.write_text(original.replace("tie_band = 0.001", "tie_band = 0.002").replace("workers = 1", "workers = 2"))
+    with pytest.raises(EvidenceError, match=r"\(changed: tie_band\)"):
+        authentication.authenticate_freeze(edited, frozen_study["output"], "test")
+
+
+@pytest.mark.parametrize(("line", "text"), [
+    ('executor = "cluster"', "executor='cluster' is not allowed; allowed: Input should be 'local' or 'ray'"),
+    ('ray_address = "10.0.0.5:6379"', "ray_address='10.0.0.5:6379' is not allowed; allowed: only with --executor ray"),
+    ('executor = "ray"\nray_address = "10.0.0.5"', "ray_address='10.0.0.5' is not allowed; allowed: HOST:PORT"),
+])
+def test_bad_executor_fields_are_refused_before_anything_is_written(config_writer, tmp_path, population_cache,
+                                                                     line, text):
+    config = config_writer(tmp_path / "cfg", population_cache, **{"workers = 1": f"workers = 1\n{line}"})
+    with pytest.raises(QhInputError) as caught:
+        freeze_study(config, tmp_path / "out")
+    assert text in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_study_run_with_an_unreachable_cluster_exits_2_and_writes_nothing(tiny_config, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ray", reason="ray is installed by the test extra")
+    from qhlab.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    output = tmp_path / "study"
+    code = main(["study", "run", str(tiny_config), "--output", str(output), "--ray-address", "127.0.0.1:1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "qhlab study run: --ray-address='127.0.0.1:1' is not allowed; allowed: the address of a running Ray " \
+           "cluster. HINT: nothing answered there" in err
+    assert not output.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_train_byte_tampering_refused(config_writer, tmp_path, population_cache):

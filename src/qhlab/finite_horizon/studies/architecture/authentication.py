@@ -31,7 +31,11 @@ from qhlab.evidence import (
     sha256_file,
     source_package_digest,
 )
-from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig, read_study_config
+from qhlab.finite_horizon.studies.architecture.config import (
+    EXECUTION_FIELDS,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -132,7 +136,7 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     """Re-read the config and authenticate the freeze receipt, TRAIN bytes and source code.
 
     Args:
-        config_path: the study TOML; its bytes must be the frozen ones.
+        config_path: the study TOML; every field but ``EXECUTION_FIELDS`` must be the frozen one.
         output: the study directory.
         step: the call named in refusals.
     """
@@ -142,11 +146,17 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
                  f"run `qhlab study freeze {config_path} --output {output}` first")
     receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION)
     body = receipt["body"]
-    if body["config"]["sha256"] != sha256_bytes(data):
+    decision = sha256_bytes(canonical_json(config.decision_record()))
+    if body["config"].get("decision_sha256") != decision:
+        frozen_record = {k: v for k, v in (body["config"].get("resolved") or {}).items()
+                         if k not in EXECUTION_FIELDS}
+        changed = sorted(k for k in set(frozen_record) | set(config.decision_record())
+                         if frozen_record.get(k) != config.decision_record().get(k))
         raise EvidenceError(
-            f"{step}: config {str(resolved)!r} has sha256 {sha256_bytes(data)}; the freeze receipt "
-            f"{output / FREEZE_RECEIPT} binds {body['config']['sha256']}. HINT: a frozen study's config "
-            "cannot change; freeze a new study into a new output directory."
+            f"{step}: config {str(resolved)!r} has decision digest {decision}; the freeze receipt "
+            f"{output / FREEZE_RECEIPT} binds {body['config'].get('decision_sha256')} (changed: "
+            f"{', '.join(changed) or 'unknown'}). HINT: a frozen study's config cannot change, except its "
+            f"execution fields ({', '.join(EXECUTION_FIELDS)}); freeze a new study into a new output directory."
         )
     source = source_package_digest()
     if source["sha256"] != body["source_package"]["sha256"]:

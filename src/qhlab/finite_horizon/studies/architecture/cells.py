@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.fit import FitResult
     from qhlab.finite_horizon.recipe import QhRecipe
 
-__all__ = ["fit_cell", "run_fit"]
+__all__ = ["adoptable_attempt", "fit_cell", "run_fit"]
 
 
 def _attempt_directories(cell_dir: Path) -> list[Path]:
@@ -87,7 +87,7 @@ def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, varian
 
 
 def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
-             canary_role: str | None = None, progress: bool = True) -> dict:
+             canary_role: str | None = None, progress: bool = True, execution: dict | None = None) -> dict:
     """``run_fit`` with the fit's progress bar on or off.
 
     Args:
@@ -95,6 +95,9 @@ def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, varia
         progress: draw Lightning's progress bar inside the fit (off in the worker processes
             of ``qhlab study run``, whose own bar counts cells). Display only: the fit, its
             files and its numbers are the same either way.
+        execution: how the attempt this call adopts was run (the Ray driver's record of the
+            executor and every try); None: this process fits or adopts locally. Recorded in
+            the cell receipt's ``execution``.
 
     Returns:
         The cell receipt body.
@@ -137,7 +140,8 @@ def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, varia
                 "runs once and is reported whatever its result. HINT: nothing to do."
             )
         if canary_role is None:
-            return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress)
+            return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress,
+                                   execution=execution)
         return _run_canary_cell(frozen, variant, seed, cell, cell_dir, progress=progress)
 
 
@@ -158,7 +162,7 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
     ))
 
 
-def _adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
+def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
     """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
     whose cell receipt was never written: adopted rather than rerun, since a finished fit is
     never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
@@ -205,8 +209,15 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
     return body, inputs
 
 
+def _local_execution() -> dict:
+    from qhlab.execution import where_am_i
+
+    where = where_am_i()
+    return {"executor": "local", "driver": {"hostname": where["hostname"], "pid": where["pid"]}}
+
+
 def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: int, cell: str, cell_dir: Path,
-                    *, progress: bool) -> dict:
+                    *, progress: bool, execution: dict | None) -> dict:
     """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
 
@@ -214,7 +225,14 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
     recipe = frozen.recipe(variant, seed, config.broad_updates)
     validation_path = Path(development["body"]["validation"]["path"])
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = _adoptable_attempt(cell_dir, evaluate=True)
+    attempt = adoptable_attempt(cell_dir, evaluate=True)
+    if execution is not None and (attempt is None or attempt.name != execution.get("attempt")):
+        # A remote record describes one published attempt; it never labels a local fit.
+        raise EvidenceError(
+            f"run_fit: the {execution.get('executor')} record names attempt {execution.get('attempt')!r} of cell "
+            f"{cell}; the adoptable attempt is {attempt.name if attempt else None!r}."
+        )
+    adopted = attempt is not None
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=validation_path,
                       progress=progress)
@@ -223,6 +241,17 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
         previous.remove(attempt.name)
     body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates,
                                      "run_fit")
+    if execution is None:
+        execution = _local_execution()
+        if adopted:
+            # Finished before a crash of whoever ran it (a local process or a Ray driver): the
+            # fit receipt says where it ran; this process only adopts it.
+            from qhlab.training.launcher import FIT_RECEIPT
+
+            fit_ran = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None,
+                                   verify_files=False)["body"].get("execution") or {}
+            execution.update(executor=fit_ran.get("executor", "local"), attempt=attempt.name,
+                             adopted_after_restart=True, fit_ran_on=fit_ran)
     evaluation = read_receipt(attempt / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)
     ev = evaluation["body"]
     population_digest = (ev.get("population") or {}).get("digest")
@@ -239,6 +268,8 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
         "scene_ids": ev["per_scene"]["scene_id"], "scene_mae": ev["per_scene"]["mae"],
         "scene_regret": ev["per_scene"]["regret"],
     }
+    # Which executor ran the fit, and where (the fit receipt names the node that ran it).
+    body["execution"] = execution
     inputs.update(development=frozen.output / DEVELOPMENT_RECEIPT, evaluation=attempt / EVALUATION_RECEIPT)
     write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body
@@ -261,7 +292,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
     recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = _adoptable_attempt(cell_dir, evaluate=False)
+    attempt = adoptable_attempt(cell_dir, evaluate=False)
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
                       progress=progress, rows=[selection["row"]])

@@ -11,11 +11,12 @@ mapping errors to exit codes inside ``qhlab`` (``qhlab.cli``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,8 +31,8 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
 )
 from qhlab.finite_horizon.studies.architecture.benchmarks import benchmark_cells
 from qhlab.finite_horizon.studies.architecture.cells import fit_cell, run_fit
-from qhlab.finite_horizon.studies.architecture.development import prepare_development
-from qhlab.finite_horizon.studies.architecture.freeze import freeze_study
+from qhlab.finite_horizon.studies.architecture.development import prepare_development_with
+from qhlab.finite_horizon.studies.architecture.freeze import freeze_with
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -45,6 +46,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     benchmark_receipt_path,
     cell_receipt_path,
 )
+from qhlab.finite_horizon.studies.architecture.remote import run_cells_on_ray
 from qhlab.finite_horizon.studies.architecture.report import report_study
 from qhlab.finite_horizon.studies.architecture.report_run import log_report_run
 from qhlab.finite_horizon.studies.architecture.status import status_lines, study_status
@@ -90,6 +92,11 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "run":
             p.add_argument("--workers", type=int, default=None,
                            help="override the config's parallel fits (does not change results)")
+        if name in ("freeze", "prepare-development", "run"):
+            from qhlab.execution import add_executor_arguments
+
+            add_executor_arguments(p, what="population labelling" + (" and broad fits" if name == "run" else ""),
+                                   default_help="the config's executor, local unless it says ray")
     status = sub.add_parser("status", help="where a study stands, read from its receipts (writes nothing)",
                             description="One row per step and cell: state, attempts, updates, MAE_H, "
                                         "regret_H, wall time. Reads receipts only.")
@@ -116,15 +123,16 @@ def run_study_command(args: argparse.Namespace) -> int:
         return 0
     console = study_console()
     config, output = args.config, Path(args.study_output)
+    executor = _executor(config, args)
     if command == "freeze":
-        body = freeze_study(config, output)
+        body = freeze_with(config, output, executor=executor)
         console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
                       f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
         return 0
     if command == "admit-canaries":
         return _say_e0(console, admit_canaries(config, output))
     if command == "prepare-development":
-        body = prepare_development(config, output)
+        body = prepare_development_with(config, output, executor=executor)
         console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
                       f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
                       f"{body['references']['best_fixed_index']['index']}")
@@ -140,7 +148,39 @@ def run_study_command(args: argparse.Namespace) -> int:
         console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
         console.print(f"W&B report run (offline): {log_report_run(output)}")
         return 0
-    return _run_all(console, config, output, workers=getattr(args, "workers", None))
+    with _executor_session(executor):
+        return _run_all(console, config, output, workers=getattr(args, "workers", None), executor=executor)
+
+
+def _executor(config_path: str | os.PathLike, args: argparse.Namespace) -> Any:
+    """The ``ExecutorChoice`` of a step: the CLI's ``--executor``/``--ray-address``, else the config's;
+    None for a step without those options.
+
+    Refuses a bad choice before the step writes anything (the config is read and validated here).
+    """
+    from qhlab.finite_horizon.studies.architecture.config import read_study_config
+
+    if not hasattr(args, "executor"):
+        return None  # a step that runs nothing in parallel
+    kind, address = args.executor, args.ray_address
+    if address is not None and kind is None:
+        kind = "ray"  # --ray-address alone names a cluster: it can only mean the Ray executor
+    config, _, _ = read_study_config(config_path)
+    return config.executor_choice(kind, address)
+
+
+@contextlib.contextmanager
+def _executor_session(choice: Any) -> Iterator[None]:
+    """Connect to Ray once for a whole ``study run`` (labelling and cells share the connection);
+    an unreachable cluster is refused here, before any step writes."""
+    if choice.kind != "ray":
+        yield
+        return
+    from qhlab.execution import open_executor
+    from qhlab.training.console import console_verbose
+
+    with open_executor(choice, os.cpu_count() or 1, call="qhlab study run", verbose=console_verbose()):
+        yield
 
 
 def _say_e0(console: Any, body: dict) -> int:
@@ -175,20 +215,26 @@ def _cell_worker(config_path: str, output: str, arm: str, seed: int, progress: b
             "wall_seconds": body.get("wall_seconds")}
 
 
-def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], workers: int) -> None:
-    """Run the pending broad cells, ``workers`` at a time (one spawned process each, or in-process for 1).
+def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], workers: int,
+               executor: Any) -> None:
+    """Run the pending broad cells, ``workers`` at a time (one spawned process each, or in-process
+    for 1), or as Ray tasks (``remote``).
 
     Each fit's own progress bar is off: the cells bar counts them, and bars of several fits
     would garble each other.
     """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    import multiprocessing
+    from concurrent.futures import as_completed
+
+    from qhlab.execution import open_executor
 
     config_path, output = str(frozen.config_path), str(frozen.output)
     workers = max(1, min(workers, len(pending)))
     fit_progress = False
     with fits_progress(console) as progress:
         task = progress.add_task("fits", total=len(pending))
+        if executor.kind == "ray":
+            _run_cells_ray(progress, task, frozen, pending, executor)
+            return
         if workers == 1:
             for arm, seed in pending:
                 summary = _cell_worker(config_path, output, arm, seed, fit_progress)
@@ -197,12 +243,11 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
                 progress.advance(task)
             return
         errors = []
-        context = multiprocessing.get_context("spawn")
         from qhlab.training.console import configure_console, console_verbose
 
         # Spawned workers start unconfigured: give them this process's console mode.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=configure_console,
-                                 initargs=(console_verbose(),)) as pool:
+        with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
+                           initargs=(console_verbose(),)) as pool:
             futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress): (arm, seed)
                        for arm, seed in pending}
             for future in as_completed(futures):
@@ -220,7 +265,41 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
             raise errors[0]
 
 
-def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None = None) -> int:
+def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
+                   executor: Any) -> None:
+    """The pending cells as Ray tasks, with the same bar and result lines as the local pool."""
+    from rich.markup import escape
+
+    from qhlab.training.console import console_verbose
+
+    def _done(body: dict) -> None:
+        where = _where(body)
+        progress.console.print(f"  cell {body['cell']}: MAE_H {body['evaluation']['mae'][-1]:.4f}, "
+                               f"regret_H {body['evaluation']['regret'][-1]:.4f}{where}")
+        progress.advance(task)
+
+    def _failed(arm: str, seed: int, exc: Exception) -> None:
+        progress.console.print(f"  [red]cell {arm}-s{seed} failed[/]: {escape(str(exc))}")
+        progress.advance(task)
+
+    errors = run_cells_on_ray(frozen, pending, executor, validation=Path(authenticate_development(frozen, "run")["body"]["validation"]["path"]),
+                              verbose=console_verbose(), on_result=_done, on_error=_failed)
+    if errors:
+        raise errors[0]
+
+
+def _where(body: dict) -> str:
+    """`` on <node ip> (try n)`` for a cell a Ray worker ran; empty for a local one."""
+    tries = (body.get("execution") or {}).get("tries") or []
+    returned = next((t for t in tries if t.get("outcome") == "returned"), None)
+    if returned is None:
+        return ""
+    retried = f", after {len(tries) - 1} lost tr{'y' if len(tries) == 2 else 'ies'}" if len(tries) > 1 else ""
+    return f" (ray node {returned.get('node_ip')}{retried})"
+
+
+def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None = None,
+             executor: Any = None) -> int:
     """Every step in order; a step whose receipt authenticates is verified and skipped."""
     started = time.perf_counter()
     ran: list[str] = []
@@ -230,7 +309,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("freeze")
     else:
         console.rule("[bold]1/6 freeze")
-        freeze_study(config_path, output)
+        freeze_with(config_path, output, executor=executor)
         frozen = authenticate_freeze(config_path, output, "run")
         ran.append("freeze")
     config = frozen.config
@@ -250,7 +329,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("prepare-development")
     else:
         console.rule("[bold]3/6 development")
-        prepare_development(config_path, output)
+        prepare_development_with(config_path, output, executor=executor)
         ran.append("prepare-development")
     pending = []
     for arm, seed in config.cells:
@@ -260,9 +339,10 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         else:
             pending.append((arm, seed))
     if pending:
-        console.rule(f"[bold]4/6 broad fits ({len(pending)} of {len(config.cells)} cells, "
-                     f"{workers or config.workers} at a time)")
-        _run_cells(console, frozen, pending, workers or config.workers)
+        executor = executor or config.executor_choice()
+        at_once = "as Ray tasks" if executor.kind == "ray" else f"{workers or config.workers} at a time"
+        console.rule(f"[bold]4/6 broad fits ({len(pending)} of {len(config.cells)} cells, {at_once})")
+        _run_cells(console, frozen, pending, workers or config.workers, executor)
         ran.append("run-fit")
     else:
         verified.append("run-fit")

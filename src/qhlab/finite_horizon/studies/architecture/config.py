@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
 __all__ = [
+    "EXECUTION_FIELDS",
     "ArmDeclaration",
     "BootstrapConfig",
     "EncoderSizes",
@@ -36,6 +37,10 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+# Execution, not science: where and how many fits run at once. Results do not depend on them
+# (tests compare final-state bytes), so the freeze binds the config without them and they may
+# change between steps (a new cluster address, more workers).
+EXECUTION_FIELDS = ("workers", "executor", "ray_address")
 # Fields of the experiment recipe that the study itself owns.
 _STUDY_OWNED_RECIPE_FIELDS = {
     "seed": "seeds",
@@ -198,7 +203,11 @@ class QhArchitectureStudyConfig(BaseModel):
         regret_fraction: prospective retention threshold relative to the structural control.
         mae_fraction: calibration safety bound relative to the matched control.
         max_allocated_bytes: scorer process GPU allocator ceiling (enforced on CUDA only).
-        workers: broad fits run at once (one process each).
+        workers: broad fits run at once (one process each) on the local executor.
+        executor: where broad fits and population labelling run: ``"local"`` (process pools on
+            this machine) or ``"ray"`` (tasks on a Ray cluster). Not frozen (``EXECUTION_FIELDS``).
+        ray_address: ``HOST:PORT`` of the Ray cluster (``executor = "ray"`` only); default
+            ``RAY_ADDRESS``, else a Ray started on this machine. Not frozen.
         torch_threads: torch intra-op threads of each fit process. One is the fastest for these
             small scorers (with two threads on a busy 2-core host a forward can be 30x slower)
             and keeps every reduction in one order.
@@ -221,6 +230,8 @@ class QhArchitectureStudyConfig(BaseModel):
     mae_fraction: float = Field(gt=0.0)
     max_allocated_bytes: int | None = Field(default=None, gt=0)
     workers: int = Field(default=1, ge=1, le=64)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
     torch_threads: int = Field(default=1, ge=1, le=256)
     population_cache: str = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
@@ -233,6 +244,35 @@ class QhArchitectureStudyConfig(BaseModel):
         if profile not in PROFILE_NAMES:
             raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
         return profile
+
+    @model_validator(mode="after")
+    def _executor(self) -> QhArchitectureStudyConfig:
+        from qhlab.execution import executor_choice
+
+        try:
+            executor_choice(self.executor, self.ray_address, call="study config", field="executor")
+        except QhInputError as exc:
+            raise ValueError(str(exc).replace("--ray-address", "ray_address")) from None
+        return self
+
+    def decision_record(self) -> dict[str, Any]:
+        """The config as the freeze binds it: every field except ``EXECUTION_FIELDS``."""
+        return self.model_dump(mode="json", exclude=set(EXECUTION_FIELDS))
+
+    def executor_choice(self, kind: str | None = None, ray_address: str | None = None) -> Any:
+        """The ``qhlab.execution.ExecutorChoice`` of this config, or of the CLI's overrides.
+
+        Args:
+            kind: ``--executor`` (None: the config's ``executor``).
+            ray_address: ``--ray-address`` (None: the config's ``ray_address`` when the
+                executor is the config's).
+        """
+        from qhlab.execution import executor_choice
+
+        if kind is None:
+            kind = self.executor
+            ray_address = ray_address if ray_address is not None else self.ray_address
+        return executor_choice(kind, ray_address, call="qhlab study run")
 
     @field_validator("seeds")
     @classmethod

@@ -25,7 +25,7 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     resolve_population,
 )
 
-__all__ = ["prepare_development"]
+__all__ = ["prepare_development", "prepare_development_with"]
 
 
 def prepare_development(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -45,6 +45,12 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     Returns:
         The development receipt body.
     """
+    return prepare_development_with(config_path, output, executor=None)
+
+
+def prepare_development_with(config_path: str | os.PathLike, output: str | os.PathLike, *, executor) -> dict:
+    """``prepare_development`` labelling a preset validation on ``executor`` (an
+    ``ExecutorChoice``; None: the config's). Validation's bytes do not depend on it."""
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import (
         constant_predictions,
@@ -68,7 +74,8 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     if source.path is not None and not Path(source.path).is_dir():
         raise input_error("prepare_development", "validation.path", source.path, "an existing population directory",
                           "generate it with `qhlab scenes generate --split validation` or name a preset")
-    validation_path = resolve_population(source, "validation", config.population_cache, progress=True)
+    validation_path = resolve_population(source, "validation", config.population_cache, progress=True,
+                                         executor=executor or config.executor_choice())
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)
     train = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
     if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:

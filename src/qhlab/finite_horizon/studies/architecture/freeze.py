@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qhlab.evidence import (
     PublishConflictError,
+    canonical_json,
     input_error,
     publish_bytes,
     sha256_bytes,
@@ -21,7 +22,11 @@ from qhlab.evidence import (
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.studies.architecture.authentication import runtime_versions
-from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig, read_study_config
+from qhlab.finite_horizon.studies.architecture.config import (
+    EXECUTION_FIELDS,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
 from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FREEZE_RECEIPT, SCHEMA_VERSION, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import (
     population_files,
@@ -29,7 +34,7 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     resolve_population,
 )
 
-__all__ = ["freeze_study"]
+__all__ = ["freeze_study", "freeze_with"]
 
 
 def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -53,6 +58,12 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
         QhInputError: bad config or TRAIN data (nothing written).
         PublishConflictError: the study is already frozen at ``output``.
     """
+    return freeze_with(config_path, output, executor=None)
+
+
+def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, executor) -> dict:
+    """``freeze_study`` labelling a preset TRAIN on ``executor`` (an ``ExecutorChoice``; None:
+    the config's). The executor is not part of the freeze: TRAIN's bytes do not depend on it."""
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.profiles import execution_profile
@@ -72,7 +83,8 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
         raise input_error("freeze_study", "output", str(output), "a new or empty directory",
                           "each study publishes into its own directory")
-    train_path = resolve_population(config.train, "train", config.population_cache, progress=True)
+    train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
+                                    executor=executor or config.executor_choice())
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
     population = load_population(train_path, split="train", horizon=first.horizon)
     support = population_support(population)
@@ -99,8 +111,11 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
         })
     body = {
         "study": config.name,
+        # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
         "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
-                   "resolved": config.model_dump(mode="json")},
+                   "resolved": config.model_dump(mode="json"),
+                   "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
+                   "execution_fields_not_frozen": list(EXECUTION_FIELDS)},
         "profile": config.profile,
         "source_package": source_package_digest(),
         "versions": runtime_versions(),

@@ -26,7 +26,8 @@ def population_files(path: Path) -> dict[str, Path]:
     return {name: path / name for name in (MANIFEST, *POPULATION_FILES)}
 
 
-def resolve_population(source: PopulationSource, split: str, cache: str, *, progress: bool) -> Path:
+def resolve_population(source: PopulationSource, split: str, cache: str, *, progress: bool,
+                       executor: Any = None) -> Path:
     """Generate (or reuse from the cache) a preset population, or return the named path.
 
     Args:
@@ -34,6 +35,7 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
         split: "train" or "validation".
         cache: the population cache directory (``~`` allowed).
         progress: draw a bar while a preset population is generated.
+        executor: where its label chunks run (a ``qhlab.execution.ExecutorChoice``; None: local).
     """
     if source.path is not None:
         return Path(source.path)
@@ -46,7 +48,7 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
         reporter = GenerationProgress(f"{split} population ({source.preset}, seed {source.seed})")
     try:
         return cached_population(source.preset, split, source.seed, Path(cache).expanduser(),
-                                 progress=reporter)
+                                 progress=reporter, executor=executor)
     finally:
         if reporter is not None:
             reporter.close()

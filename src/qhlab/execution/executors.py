@@ -1,0 +1,310 @@
+"""The executor seam: where independent work (label chunks, study cells) runs.
+
+Owns: ``ExecutorChoice`` (``local`` or ``ray`` and a Ray address), its validation and the
+``--executor``/``--ray-address`` options every command that fans out work shares,
+connecting to a Ray cluster (``--ray-address``, else ``RAY_ADDRESS``, else a Ray started for
+this process), ``open_executor`` (a ``concurrent.futures.Executor`` over a local process pool
+or over Ray tasks), and ``where_am_i`` (the node record a task puts in its evidence). Does
+not own: what runs (``qhlab.scenes.labels``, the study's cells) or what is published: a task
+only returns values; its caller publishes.
+
+The executor is execution, not science: labels and final states do not depend on it (the
+tests compare bytes), so it is never part of a study's decision inputs, and receipts only
+record which executor ran a step and on which nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import logging
+import multiprocessing
+import os
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from qhlab.evidence import QhInputError, input_error
+
+__all__ = ["EXECUTORS", "ExecutorChoice", "RayExecutor", "add_executor_arguments", "executor_choice", "open_executor",
+           "where_am_i"]
+
+EXECUTORS = ("local", "ray")
+_HINT = ("start a cluster with `ray start --head` and pass the address it prints (HOST:6379), set RAY_ADDRESS, "
+         "or omit --ray-address to start a Ray on this machine")
+# Long enough for a cluster across a data centre, short enough that a typo fails at once
+# (ray.init itself retries an unreachable GCS for minutes).
+_CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorChoice:
+    """Where independent tasks run.
+
+    Attributes:
+        kind: ``"local"`` (a process pool on this machine, the default) or ``"ray"``.
+        ray_address: ``HOST:PORT`` of a running Ray cluster's GCS; None means ``RAY_ADDRESS``
+            if set, else a Ray started for this process. Only with ``kind="ray"``.
+    """
+
+    kind: str = "local"
+    ray_address: str | None = None
+
+    def record(self) -> dict:
+        """The choice as receipts record it (the resolved address, never a secret)."""
+        return {"executor": self.kind, "ray_address": self.resolved_address()}
+
+    def resolved_address(self) -> str | None:
+        """The address Ray connects to: the explicit one, else ``RAY_ADDRESS``, else None."""
+        if self.kind != "ray":
+            return None
+        return self.ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser, *, what: str, default_help: str = "local") -> None:
+    """Add ``--executor {local,ray}`` and ``--ray-address HOST:PORT`` to ``parser``.
+
+    Args:
+        parser: the command's parser.
+        what: what runs on the executor (for the help text).
+        default_help: what happens when ``--executor`` is not given.
+    """
+    parser.add_argument("--executor", default=None, metavar="{" + ",".join(EXECUTORS) + "}",
+                        help=f"where {what} run (default: {default_help}); results do not depend on it")
+    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                        help="a running Ray cluster (`ray start --head` prints it); default RAY_ADDRESS, "
+                             "else a Ray started on this machine")
+
+
+def executor_choice(kind: str | None, ray_address: str | None, *, call: str,
+                    field: str = "--executor") -> ExecutorChoice:
+    """Validate an executor choice (form only; ``open_executor`` checks that the cluster answers).
+
+    Args:
+        kind: ``"local"``, ``"ray"`` or None (``"ray"`` when ``ray_address`` is given, else local).
+        ray_address: ``HOST:PORT`` or None.
+        call: the command refusing (e.g. ``"qhlab scenes generate"``).
+        field: the name of the executor option in the caller's vocabulary.
+
+    Raises:
+        QhInputError: an unknown executor, an address without ``ray``, or a malformed address.
+    """
+    if kind is None:
+        kind = "ray" if ray_address is not None else "local"  # an address can only mean a Ray cluster
+    if kind not in EXECUTORS:
+        raise input_error(call, field, kind, " or ".join(EXECUTORS), "the local process pool is the default")
+    if ray_address is not None:
+        if kind != "ray":
+            raise input_error(call, "--ray-address", ray_address, "only with --executor ray",
+                              "add --executor ray, or drop --ray-address")
+        _split_address(ray_address, call)
+    choice = ExecutorChoice(kind, ray_address)
+    env = choice.resolved_address() if ray_address is None else None
+    if env is not None:
+        _split_address(env, call, field="RAY_ADDRESS")
+    return choice
+
+
+def _split_address(address: Any, call: str, field: str = "--ray-address") -> tuple[str, int]:
+    """``(host, port)`` of a ``HOST:PORT`` address, or one clear refusal."""
+    allowed = "HOST:PORT of a running Ray cluster (e.g. 10.0.0.5:6379)"
+    if not isinstance(address, str) or address.startswith("ray://"):
+        raise input_error(call, field, address, allowed,
+                          "qhlab connects to the cluster's GCS as a driver; Ray Client (ray://) is not supported. "
+                          + _HINT)
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise input_error(call, field, address, allowed, _HINT)
+    return host.strip("[]"), int(port)
+
+
+def _check_reachable(address: str, call: str, field: str) -> None:
+    """Refuse an address no server answers on, before ``ray.init`` waits minutes for it."""
+    host, port = _split_address(address, call, field)
+    try:
+        with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise input_error(call, field, address, "the address of a running Ray cluster",
+                          f"nothing answered there within {_CONNECT_TIMEOUT_S:.0f} s ({exc.strerror or exc}); "
+                          + _HINT) from None
+
+
+def where_am_i() -> dict:
+    """The node and process running the caller: a Ray task's node id and IP, or this host.
+
+    Returns:
+        ``{"executor", "hostname", "pid"}`` plus ``"node_id"``, ``"node_ip"`` and ``"task_id"``
+        inside a Ray worker.
+    """
+    record = {"executor": "local", "hostname": socket.gethostname(), "pid": os.getpid()}
+    try:
+        import ray
+    except ImportError:  # ray is an optional dependency
+        return record
+    if ray.is_initialized():
+        context = ray.get_runtime_context()
+        if context.worker.mode == ray.WORKER_MODE:
+            record.update(executor="ray", node_id=context.get_node_id(), node_ip=ray.util.get_node_ip_address(),
+                          task_id=context.get_task_id())
+    return record
+
+
+def _invoke(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict, Any]:
+    """A Ray task: run ``fn`` and say where it ran."""
+    return where_am_i(), fn(*args, **kwargs)
+
+
+class RayExecutor(concurrent.futures.Executor):
+    """A ``concurrent.futures.Executor`` whose tasks are Ray tasks on a connected cluster.
+
+    Arguments travel through Ray's object store (no driver path is read by a worker); a
+    task's result comes back the same way. ``placements`` counts finished tasks per node.
+
+    Args:
+        cpus: the cluster's CPUs (sizes callers' chunks).
+        owns_ray: shut Ray down on ``shutdown`` (it was started or connected for this executor).
+    """
+
+    def __init__(self, cpus: int, *, owns_ray: bool) -> None:
+        import ray
+
+        self._ray = ray
+        self.cpus = max(1, cpus)
+        self._owns_ray = owns_ray
+        self._remote = ray.remote(_invoke)
+        self._lock = threading.Lock()
+        self.placements: Counter[str] = Counter()
+        self.nodes: dict[str, dict] = {}
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """Run ``fn(*args, **kwargs)`` as a Ray task needing one CPU (``submit_task`` sets resources)."""
+        return self.submit_task(fn, args, kwargs)
+
+    def submit_task(self, fn: Callable[..., Any], args: tuple = (), kwargs: Mapping[str, Any] | None = None, *,
+                    num_cpus: float = 1, num_gpus: float = 0, max_retries: int = 3,
+                    name: str | None = None) -> concurrent.futures.Future:
+        """Run ``fn(*args, **kwargs)`` as a Ray task with these resources.
+
+        Args:
+            num_cpus, num_gpus: the task's Ray resource request.
+            max_retries: times Ray reruns the task when its worker process or node dies (an
+                exception raised by ``fn`` is never retried: it is a result).
+            name: the task's name in Ray (its worker's process title is ``ray::<name>``).
+
+        Returns:
+            A future of ``fn``'s return value.
+        """
+        if self._shutdown:
+            raise RuntimeError("RayExecutor: submit after shutdown")
+        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": max_retries,
+                   "retry_exceptions": False}
+        if name is not None:
+            options["name"] = name
+        ref = self._remote.options(**options).remote(fn, tuple(args), dict(kwargs or {}))
+        outer: concurrent.futures.Future = concurrent.futures.Future()
+
+        def _done(inner: concurrent.futures.Future) -> None:
+            try:
+                where, value = inner.result()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                outer.set_exception(exc)
+                return
+            with self._lock:
+                node = where.get("node_id", where["hostname"])
+                self.placements[node] += 1
+                self.nodes.setdefault(node, {k: where.get(k) for k in ("node_ip", "hostname")})
+            outer.set_result(value)
+
+        ref.future().add_done_callback(_done)
+        return outer
+
+    def put(self, value: Any) -> Any:
+        """Place ``value`` in the object store once; pass the reference to many tasks."""
+        return self._ray.put(value)
+
+    def record(self) -> dict:
+        """Which nodes ran how many tasks: ``{"nodes": {node_id: {"node_ip", "hostname", "tasks"}}}``."""
+        with self._lock:
+            return {"nodes": {node: {**self.nodes[node], "tasks": n} for node, n in sorted(self.placements.items())}}
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Forget the executor; disconnect from (or stop) Ray if this executor connected it."""
+        self._shutdown = True
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verbose: bool) -> bool:
+    """Connect this process to Ray; returns whether this call did (False: it was connected)."""
+    try:
+        import ray
+    except ImportError:
+        raise input_error(call, "--executor", "ray", "local (ray is not installed)",
+                          "pip install -c constraints.txt 'qhlab[ray]' (make venv installs it)") from None
+    if ray.is_initialized():
+        return False
+    address = choice.resolved_address()
+    field = "--ray-address" if choice.ray_address else "RAY_ADDRESS"
+    if address is not None:
+        _check_reachable(address, call, field)
+    level = logging.INFO if verbose else logging.ERROR
+    options: dict[str, Any] = {"logging_level": level, "log_to_driver": verbose, "include_dashboard": False}
+    if address is None:
+        options["num_cpus"] = workers or os.cpu_count() or 1
+    else:
+        options.pop("include_dashboard")  # a cluster's dashboard is the cluster's business
+    try:
+        ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise input_error(call, field, address, "the address of a running Ray cluster",
+                          f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                          + _HINT) from None
+    return True
+
+
+@contextmanager
+def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
+                  initializer: Callable[..., None] | None = None, initargs: tuple = (),
+                  verbose: bool = False) -> Iterator[concurrent.futures.Executor | None]:
+    """An executor for independent tasks; None when ``local`` and ``workers == 1`` (run in-process).
+
+    Args:
+        choice: local or Ray.
+        workers: local processes, or the CPUs of a Ray started here (ignored for a cluster).
+        call: the command named in refusals.
+        initializer, initargs: run in each local worker process (e.g. the console mode).
+        verbose: let Ray log and forward worker output (``--verbose``).
+
+    Yields:
+        A ``ProcessPoolExecutor`` (``spawn``, so a parent that imported torch is safe), a
+        ``RayExecutor``, or None.
+
+    Raises:
+        QhInputError: Ray is not installed or its cluster does not answer (nothing written).
+    """
+    if choice.kind == "local":
+        if workers <= 1:
+            yield None
+            return
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=initializer, initargs=initargs)
+        try:
+            yield pool
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return
+    owns = _connect_ray(choice, workers, call=call, verbose=verbose)
+    import ray
+
+    executor = RayExecutor(int(ray.cluster_resources().get("CPU", 1)), owns_ray=owns)
+    try:
+        yield executor
+    finally:
+        executor.shutdown()

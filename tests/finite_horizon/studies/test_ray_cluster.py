@@ -1,0 +1,194 @@
+"""The Ray executor on a real two-node ``ray.cluster_utils.Cluster`` (slow; run by CI).
+
+One cluster per module: a head node and a second node, one CPU each, whose processes see a
+HOME and TMPDIR of their own. The driver is this test process. Checks: a population labelled
+on the cluster is byte-identical to a local one; the tiny study's cells run as Ray tasks on
+both nodes with final states bit-identical to the local study's and ``qhlab verify`` passing;
+a worker killed during a cell is retried by Ray and the cell receipt records the lost try;
+workers write nothing outside their own temporary directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="ray is installed by the test extra (make venv)")
+
+pytestmark = pytest.mark.slow
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A two-node local Ray cluster whose processes have their own HOME and TMPDIR."""
+    import shutil
+    import tempfile
+
+    from ray.cluster_utils import Cluster
+
+    # Short: Ray puts its session (with Unix sockets, at most 107 bytes a path) under TMPDIR.
+    root = Path(tempfile.mkdtemp(prefix="qr", dir="/tmp"))
+    worker_home, worker_tmp = root / "home", root / "tmp"
+    worker_home.mkdir()
+    worker_tmp.mkdir()
+    saved = {k: os.environ.get(k) for k in ("HOME", "TMPDIR")}
+    # Node processes (raylets and their workers) inherit the environment they start with.
+    os.environ.update(HOME=str(worker_home), TMPDIR=str(worker_tmp))
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    yield {"address": cluster.address, "home": worker_home, "tmp": worker_tmp}
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _kill_first_cell_worker(worker_tmp: Path, stop: threading.Event, killed: list) -> None:
+    """Wait for the first cell try to make its temporary directory (``qhlab-<cell>-*``: by then
+    the try is on record), then SIGKILL the Ray worker running that cell (process title
+    ``ray::qhlab-cell-<cell>``)."""
+    while not stop.is_set() and not killed:
+        made = sorted(p.name for p in worker_tmp.iterdir() if p.name.startswith("qhlab-"))
+        for name in made:
+            cell = name.removeprefix("qhlab-").rsplit("-", 1)[0]
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                except OSError:
+                    continue
+                if title.startswith(f"ray::qhlab-cell-{cell}"):
+                    try:
+                        os.kill(int(proc.name), signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    killed.append((int(proc.name), title, cell))
+                    return
+        time.sleep(0.05)
+
+
+def test_population_labelled_on_the_cluster_is_byte_identical(cluster, tmp_path) -> None:
+    from qhlab.evidence import read_receipt
+    from qhlab.execution import ExecutorChoice
+    from qhlab.scenes import generate_population
+
+    local = generate_population("tiny", "train", 3, tmp_path / "local", workers=1)
+    remote = generate_population("tiny", "train", 3, tmp_path / "ray",
+                                 executor=ExecutorChoice("ray", cluster["address"]))
+    for name in ("scenes.parquet", "states.parquet", "candidates.parquet", "manifest.json", "population.receipt.json"):
+        assert (remote / name).read_bytes() == (local / name).read_bytes(), name
+    generation = read_receipt(remote / "generation.receipt.json", kind="population_generation", schema_version=1)
+    body = generation["body"]
+    assert body["executor"] == "ray" and body["ray_address"] == cluster["address"]
+    assert body["cluster_cpus"] == 2
+    assert sum(node["tasks"] for node in body["nodes"].values()) > 0
+    assert not ray.is_initialized()  # the executor disconnected what it connected
+
+
+def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
+        cluster, tmp_path, tiny_config, finished_study) -> None:
+    from qhlab.cli import main
+    from qhlab.evidence import read_receipt
+
+    cache = Path(json.loads((finished_study["output"] / "freeze.receipt.json").read_text())["body"]["train"]["path"]).parent
+    cache_before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    output = tmp_path / "study"
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_first_cell_worker, args=(cluster["tmp"], stop, killed), daemon=True)
+    killer.start()
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            code = main(["study", "run", str(tiny_config), "--output", str(output),
+                         "--executor", "ray", "--ray-address", cluster["address"]])
+    finally:
+        stop.set()
+        killer.join()
+    assert code == 0, buffer.getvalue()
+    assert killed, "no cell worker was seen running, so none was killed"
+
+    # Bit-identical to the local study, cell by cell; every receipt authenticates.
+    def cell_names(study: Path) -> list[str]:
+        return sorted(p.name for p in (study / "cells").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    cells = cell_names(output)
+    assert cells == cell_names(finished_study["output"]) and len(cells) == 10
+    nodes, lost = set(), []
+    for cell in cells:
+        body = read_receipt(output / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+        local = json.loads((finished_study["output"] / "cells" / cell / "cell.receipt.json").read_text())["body"]
+        assert body["final_state_sha256"] == local["final_state_sha256"], cell
+        assert body["evaluation"]["mae"] == local["evaluation"]["mae"], cell
+        execution = body["execution"]
+        assert execution["executor"] == "ray" and execution["ray_address"] == cluster["address"]
+        returned = [t for t in execution["tries"] if t["outcome"] == "returned"]
+        assert len(returned) == 1 and returned[0]["executor"] == "ray"
+        lost += [(cell, t) for t in execution["tries"] if t["outcome"] != "returned"]
+        fit = read_receipt(output / "cells" / cell / body["attempt"] / "fit.receipt.json", kind="fit",
+                           schema_version=None)["body"]
+        # The lane was admitted on the node that ran the fit, and its evidence names that node.
+        assert fit["execution"]["node_id"] == returned[0]["node_id"]
+        assert fit["execution"]["pid"] == returned[0]["pid"]
+        nodes.add(fit["execution"]["node_id"])
+        # Exactly one attempt per cell reached the driver: the killed try wrote nothing there.
+        assert [p.name for p in (output / "cells" / cell).iterdir() if p.is_dir()] == [body["attempt"]]
+    assert len(nodes) == 2, f"cells ran on {len(nodes)} node(s); the cluster has two"
+    assert len(lost) == 1, lost
+    lost_cell, lost_try = lost[0]
+    assert lost_try["pid"] == killed[0][0] and lost_try["try"] == 1, (lost, killed)
+    assert killed[0][2] == lost_cell and killed[0][1].startswith(f"ray::qhlab-cell-{lost_cell}")
+    assert main(["verify", str(output)]) == 0
+
+    # Workers wrote nothing outside their own temporary directories: not the driver's
+    # population cache, not their HOME; below their TMPDIR only qhlab's per-task directories
+    # remain, and only the killed try's (a finished try removes its own).
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == cache_before
+    assert _files(cluster["home"]) == set()
+    leftovers = [p.name for p in cluster["tmp"].iterdir() if p.name.startswith("qhlab-")]
+    assert leftovers and all(name.startswith(f"qhlab-{lost_cell}-") for name in leftovers), leftovers
+
+    # A second run verifies and reruns nothing, on any executor.
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["study", "run", str(tiny_config), "--output", str(output)]) == 0
+    assert "nothing was run" in " ".join(buffer.getvalue().split())
+
+    # A driver killed after publishing an attempt but before its cell receipt: the restarted
+    # driver adopts the published attempt (no task, no new attempt) and says where it ran.
+    restarted = tmp_path / "restarted"
+    shutil.copytree(output, restarted)
+    for part in ("report", "benchmarks"):
+        shutil.rmtree(restarted / part)
+    cell_dir = restarted / "cells" / "variant_deep-s1"
+    before = read_receipt(cell_dir / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+    (cell_dir / "cell.receipt.json").unlink()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["study", "run", str(tiny_config), "--output", str(restarted),
+                     "--executor", "ray", "--ray-address", cluster["address"]]) == 0
+    after = read_receipt(cell_dir / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+    assert after["attempt"] == before["attempt"] and after["final_state_sha256"] == before["final_state_sha256"]
+    assert [p.name for p in cell_dir.iterdir() if p.is_dir()] == [before["attempt"]]
+    assert after["execution"]["adopted_after_restart"] is True and after["execution"]["executor"] == "ray"
+    assert after["execution"]["fit_ran_on"]["node_id"] in nodes
