@@ -53,10 +53,22 @@ def test_bad_choices_are_refused_naming_field_value_and_allowed(kind, address, t
     assert text in str(caught.value) and "HINT:" in str(caught.value)
 
 
-def test_malformed_ray_address_environment_is_refused_by_name(monkeypatch) -> None:
-    monkeypatch.setenv("RAY_ADDRESS", "not-an-address")
-    with pytest.raises(QhInputError, match="RAY_ADDRESS='not-an-address' is not allowed"):
-        executor_choice("ray", None, call="t")
+def test_ray_address_environment_is_read_only_when_ray_is_connected(monkeypatch) -> None:
+    pytest.importorskip("ray", reason="ray is installed by the test extra")
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    # Choosing (a config, a local run) never depends on the environment ...
+    assert executor_choice("ray", None, call="t") == ExecutorChoice("ray", None)
+    assert executor_choice(None, None, call="t").kind == "local"
+    # ... connecting does, and names the variable.
+    with pytest.raises(QhInputError, match="t: RAY_ADDRESS='auto' is not allowed; allowed: HOST:PORT"):
+        with open_executor(executor_choice("ray", None, call="t"), 1, call="t"):
+            pytest.fail("a malformed RAY_ADDRESS was connected")
+
+
+def test_setting_names_follow_the_callers_vocabulary() -> None:
+    with pytest.raises(QhInputError, match="c: ray_address='h:1' is not allowed; allowed: only with executor ray. "
+                                           "HINT: set executor ray, or drop ray_address"):
+        executor_choice("local", "h:1", call="c", field="executor", address_field="ray_address")
 
 
 def test_unreachable_cluster_is_refused_at_once_without_connecting(monkeypatch) -> None:

@@ -119,6 +119,8 @@ def write_receipt(
     path = Path(path)
     if not path.name.endswith(RECEIPT_SUFFIX):
         raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
+    if any(isinstance(f, FileCopy) for f in (outputs or {}).values()):
+        raise EvidenceError(f"write_receipt: {path} outputs hold a FileCopy; an output is bound where it was written.")
     document = {
         "schema_version": int(schema_version),
         "kind": kind,

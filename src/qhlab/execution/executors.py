@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from qhlab.evidence import QhInputError, input_error
+from qhlab.evidence import input_error
 
 __all__ = ["EXECUTORS", "ExecutorChoice", "RayExecutor", "add_executor_arguments", "executor_choice", "open_executor",
            "where_am_i"]
@@ -39,6 +42,10 @@ _HINT = ("start a cluster with `ray start --head` and pass the address it prints
 # Long enough for a cluster across a data centre, short enough that a typo fails at once
 # (ray.init itself retries an unreachable GCS for minutes).
 _CONNECT_TIMEOUT_S = 5.0
+_GCS_PROBE_TIMEOUT_S = 20.0
+# Run in a child process so that a hung GCS client can be killed; prints the cluster id.
+_GCS_PROBE = ("import sys\nfrom ray._raylet import GcsClient\nclient = GcsClient(address=sys.argv[1])\n"
+              "client.internal_kv_get(b'qhlab-probe', None)\nprint(client.cluster_id)\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,18 +87,20 @@ def add_executor_arguments(parser: argparse.ArgumentParser, *, what: str, defaul
                              "else a Ray started on this machine")
 
 
-def executor_choice(kind: str | None, ray_address: str | None, *, call: str,
-                    field: str = "--executor") -> ExecutorChoice:
+def executor_choice(kind: str | None, ray_address: str | None, *, call: str, field: str = "--executor",
+                    address_field: str = "--ray-address") -> ExecutorChoice:
     """Validate an executor choice (form only; ``open_executor`` checks that the cluster answers).
 
     Args:
         kind: ``"local"``, ``"ray"`` or None (``"ray"`` when ``ray_address`` is given, else local).
         ray_address: ``HOST:PORT`` or None.
         call: the command refusing (e.g. ``"qhlab scenes generate"``).
-        field: the name of the executor option in the caller's vocabulary.
+        field, address_field: the names of the two settings in the caller's vocabulary (the
+            CLI's options, or a config's fields).
 
     Raises:
-        QhInputError: an unknown executor, an address without ``ray``, or a malformed address.
+        QhInputError: an unknown executor, an address without ``ray``, or a malformed address
+            (``RAY_ADDRESS`` is checked when Ray is connected, not here).
     """
     if kind is None:
         kind = "ray" if ray_address is not None else "local"  # an address can only mean a Ray cluster
@@ -99,14 +108,12 @@ def executor_choice(kind: str | None, ray_address: str | None, *, call: str,
         raise input_error(call, field, kind, " or ".join(EXECUTORS), "the local process pool is the default")
     if ray_address is not None:
         if kind != "ray":
-            raise input_error(call, "--ray-address", ray_address, "only with --executor ray",
-                              "add --executor ray, or drop --ray-address")
-        _split_address(ray_address, call)
-    choice = ExecutorChoice(kind, ray_address)
-    env = choice.resolved_address() if ray_address is None else None
-    if env is not None:
-        _split_address(env, call, field="RAY_ADDRESS")
-    return choice
+            raise input_error(call, address_field, ray_address, f"only with {field} ray",
+                              f"set {field} ray, or drop {address_field}")
+        _split_address(ray_address, call, address_field)
+    # RAY_ADDRESS is read, and checked, only when a Ray is actually connected (open_executor):
+    # a config or a local run never depends on this process's environment.
+    return ExecutorChoice(kind, ray_address)
 
 
 def _split_address(address: Any, call: str, field: str = "--ray-address") -> tuple[str, int]:
@@ -123,7 +130,12 @@ def _split_address(address: Any, call: str, field: str = "--ray-address") -> tup
 
 
 def _check_reachable(address: str, call: str, field: str) -> None:
-    """Refuse an address no server answers on, before ``ray.init`` waits minutes for it."""
+    """Refuse an address where no Ray GCS answers, before ``ray.init`` waits minutes for it.
+
+    Two bounded probes: a TCP connection (a closed port fails at once), then one GCS request
+    from a child process that is killed after ``_GCS_PROBE_TIMEOUT_S`` (a server that answers
+    TCP but is not a Ray GCS, e.g. the dashboard's port, never answers it).
+    """
     host, port = _split_address(address, call, field)
     try:
         with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
@@ -132,6 +144,16 @@ def _check_reachable(address: str, call: str, field: str) -> None:
         raise input_error(call, field, address, "the address of a running Ray cluster",
                           f"nothing answered there within {_CONNECT_TIMEOUT_S:.0f} s ({exc.strerror or exc}); "
                           + _HINT) from None
+    try:
+        probe = subprocess.run([sys.executable, "-c", _GCS_PROBE, address], capture_output=True, text=True,
+                               timeout=_GCS_PROBE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        probe = None
+    if probe is None or probe.returncode != 0:
+        raise input_error(call, field, address, "the address of a running Ray cluster's GCS",
+                          "a server answers there, but not as a Ray GCS (no cluster id within "
+                          f"{_GCS_PROBE_TIMEOUT_S:.0f} s); the GCS port is the one `ray start --head` prints "
+                          "(6379 by default), not the dashboard's (8265). " + _HINT)
 
 
 def where_am_i() -> dict:
@@ -142,9 +164,10 @@ def where_am_i() -> dict:
         inside a Ray worker.
     """
     record = {"executor": "local", "hostname": socket.gethostname(), "pid": os.getpid()}
-    try:
-        import ray
-    except ImportError:  # ray is an optional dependency
+    # A Ray worker has imported ray before it runs a task; a process that has not is no Ray
+    # worker, and importing ray here would cost every local fit a third of a second.
+    ray = sys.modules.get("ray")
+    if ray is None:
         return record
     if ray.is_initialized():
         context = ray.get_runtime_context()
@@ -180,6 +203,7 @@ class RayExecutor(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self.placements: Counter[str] = Counter()
         self.nodes: dict[str, dict] = {}
+        self._pending: set[Any] = set()
         self._shutdown = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
@@ -207,9 +231,13 @@ class RayExecutor(concurrent.futures.Executor):
         if name is not None:
             options["name"] = name
         ref = self._remote.options(**options).remote(fn, tuple(args), dict(kwargs or {}))
+        with self._lock:
+            self._pending.add(ref)
         outer: concurrent.futures.Future = concurrent.futures.Future()
 
         def _done(inner: concurrent.futures.Future) -> None:
+            with self._lock:
+                self._pending.discard(ref)
             try:
                 where, value = inner.result()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
@@ -234,8 +262,16 @@ class RayExecutor(concurrent.futures.Executor):
             return {"nodes": {node: {**self.nodes[node], "tasks": n} for node, n in sorted(self.placements.items())}}
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Forget the executor; disconnect from (or stop) Ray if this executor connected it."""
+        """Refuse new tasks; with ``cancel_futures`` cancel the unfinished ones (a caller that
+        failed leaves no work running on a cluster it does not own); disconnect from (or stop)
+        Ray if this executor connected it."""
         self._shutdown = True
+        if cancel_futures and self._ray.is_initialized():
+            with self._lock:
+                pending = list(self._pending)
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(ref, force=True)
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
 
@@ -252,13 +288,13 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
     address = choice.resolved_address()
     field = "--ray-address" if choice.ray_address else "RAY_ADDRESS"
     if address is not None:
-        _check_reachable(address, call, field)
+        _check_reachable(address, call, field)  # also refuses a malformed RAY_ADDRESS
     level = logging.INFO if verbose else logging.ERROR
-    options: dict[str, Any] = {"logging_level": level, "log_to_driver": verbose, "include_dashboard": False}
+    options: dict[str, Any] = {"logging_level": level, "log_to_driver": verbose}
     if address is None:
-        options["num_cpus"] = workers or os.cpu_count() or 1
-    else:
-        options.pop("include_dashboard")  # a cluster's dashboard is the cluster's business
+        # "local": a new Ray for this process, never one that `ray start` left on this machine.
+        address = "local"
+        options.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False)
     try:
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -303,8 +339,12 @@ def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
     owns = _connect_ray(choice, workers, call=call, verbose=verbose)
     import ray
 
-    executor = RayExecutor(int(ray.cluster_resources().get("CPU", 1)), owns_ray=owns)
+    executor = None
     try:
+        executor = RayExecutor(int(ray.cluster_resources().get("CPU", 1)), owns_ray=owns)
         yield executor
     finally:
-        executor.shutdown()
+        if executor is not None:
+            executor.shutdown(cancel_futures=True)
+        elif owns:
+            ray.shutdown()

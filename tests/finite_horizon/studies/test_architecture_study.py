@@ -218,7 +218,7 @@ def test_execution_fields_may_change_after_freeze_and_nothing_else(tmp_path, fro
 
 @pytest.mark.parametrize(("line", "text"), [
     ('executor = "cluster"', "executor='cluster' is not allowed; allowed: Input should be 'local' or 'ray'"),
-    ('ray_address = "10.0.0.5:6379"', "ray_address='10.0.0.5:6379' is not allowed; allowed: only with --executor ray"),
+    ('ray_address = "10.0.0.5:6379"', "ray_address='10.0.0.5:6379' is not allowed; allowed: only with executor ray"),
     ('executor = "ray"\nray_address = "10.0.0.5"', "ray_address='10.0.0.5' is not allowed; allowed: HOST:PORT"),
 ])
 def test_bad_executor_fields_are_refused_before_anything_is_written(config_writer, tmp_path, population_cache,
@@ -228,6 +228,21 @@ def test_bad_executor_fields_are_refused_before_anything_is_written(config_write
         freeze_study(config, tmp_path / "out")
     assert text in str(caught.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_config_executor_is_independent_of_the_environment_and_cli_overrides_it(
+        config_writer, tmp_path, population_cache, monkeypatch):
+    from qhlab.execution import ExecutorChoice
+
+    monkeypatch.setenv("RAY_ADDRESS", "http://head:8265")  # valid for `ray job`, not a GCS address
+    config = config_writer(tmp_path / "cfg", population_cache,
+                           **{"workers = 1": 'workers = 1\nexecutor = "ray"\nray_address = "10.0.0.5:6379"'})
+    parsed, _, _ = read_study_config(config)
+    assert parsed.executor_choice() == ExecutorChoice("ray", "10.0.0.5:6379")
+    # --executor ray without --ray-address keeps the config's cluster; --ray-address wins; local is local.
+    assert parsed.executor_choice("ray", None) == ExecutorChoice("ray", "10.0.0.5:6379")
+    assert parsed.executor_choice(None, "10.0.0.6:6379") == ExecutorChoice("ray", "10.0.0.6:6379")
+    assert parsed.executor_choice("local", None) == ExecutorChoice("local", None)
 
 
 def test_study_run_with_an_unreachable_cluster_exits_2_and_writes_nothing(tiny_config, tmp_path, capsys, monkeypatch):

@@ -192,3 +192,79 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     assert [p.name for p in cell_dir.iterdir() if p.is_dir()] == [before["attempt"]]
     assert after["execution"]["adopted_after_restart"] is True and after["execution"]["executor"] == "ray"
     assert after["execution"]["fit_ran_on"]["node_id"] in nodes
+
+
+def test_a_cell_no_node_can_run_is_refused_before_anything_is_written(cluster, tmp_path, config_writer,
+                                                                     population_cache, capsys) -> None:
+    from qhlab.cli import main
+
+    # Each node of the cluster has one CPU; a cell with two torch threads could never start.
+    config = config_writer(tmp_path / "cfg", population_cache, **{"workers = 1": "workers = 1\ntorch_threads = 2"})
+    output = tmp_path / "study"
+    assert main(["study", "run", str(config), "--output", str(output), "--ray-address", cluster["address"]]) == 2
+    assert "qhlab study run: torch_threads=2 is not allowed; allowed: at most 1, the most CPUs of one live node " \
+           "of the Ray cluster" in capsys.readouterr().err
+    assert not output.exists()
+    assert not ray.is_initialized()
+
+
+def test_a_cell_lost_on_every_try_is_one_clear_error_naming_its_tries(cluster) -> None:
+    from qhlab.execution import where_am_i
+    from qhlab.finite_horizon.studies.architecture.remote import RAY_TASK_RETRIES, _cause
+    from qhlab.finite_horizon.studies.architecture.remote_worker import TryLedger
+
+    ray.init(address=cluster["address"], logging_level="ERROR", log_to_driver=False)
+    try:
+        ledger = ray.remote(num_cpus=0)(TryLedger).remote()
+        for _ in range(RAY_TASK_RETRIES + 1):
+            ray.get(ledger.start.remote("baseline-s0", {**where_am_i(), "node_ip": "10.1.2.3"}))
+        error = _cause(ray.exceptions.WorkerCrashedError(), "baseline-s0", ledger)
+    finally:
+        ray.shutdown()
+    from qhlab.evidence import QhError
+
+    assert isinstance(error, QhError)
+    assert str(error).startswith(f"run_cells_on_ray: cell baseline-s0 was lost: WorkerCrashedError after "
+                                 f"{RAY_TASK_RETRIES} Ray retries (try 1 on node 10.1.2.3 pid {os.getpid()}; try 2")
+    assert "HINT: nothing of it was published" in str(error)
+
+
+def test_a_server_that_is_not_a_ray_gcs_is_refused_in_bounded_time(tmp_path) -> None:
+    import socket
+
+    from qhlab.evidence import QhInputError
+    from qhlab.execution import ExecutorChoice, open_executor
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(listener.accept()) for _ in range(8)], daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    started = time.perf_counter()
+    try:
+        with pytest.raises(QhInputError, match=f"t: --ray-address='{address}' is not allowed; allowed: the address of "
+                                               "a running Ray cluster's GCS. HINT: a server answers there, but not"):
+            with open_executor(ExecutorChoice("ray", address), 1, call="t"):
+                pytest.fail("a server that is not Ray was connected")
+    finally:
+        listener.close()
+    assert accepted and time.perf_counter() - started < 40
+    assert not ray.is_initialized()
+
+
+def test_ray_without_an_address_starts_its_own_ray_not_a_running_cluster(cluster, tmp_path, monkeypatch) -> None:
+    from qhlab.evidence import read_receipt
+    from qhlab.execution import ExecutorChoice
+    from qhlab.scenes import generate_population
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    out = generate_population("tiny", "train", 4, tmp_path / "own", workers=1, executor=ExecutorChoice("ray"))
+    body = read_receipt(out / "generation.receipt.json", kind="population_generation", schema_version=1)["body"]
+    ray.init(address=cluster["address"], logging_level="ERROR", log_to_driver=False)
+    try:
+        cluster_nodes = {n["NodeID"] for n in ray.nodes()}
+    finally:
+        ray.shutdown()
+    assert body["ray_address"] is None and body["cluster_cpus"] == 1
+    assert len(body["nodes"]) == 1 and not set(body["nodes"]) & cluster_nodes

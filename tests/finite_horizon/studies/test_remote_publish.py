@@ -1,16 +1,28 @@
 """The Ray driver publishes a worker's returned attempt only after re-authenticating every file.
 
 A returned attempt is modelled from a real finished attempt of the tiny study (its files and
-digests, exactly what ``_fit_on_worker`` sends); no Ray is needed for the driver's checks.
+digests, its node record and package versions: exactly what ``remote_worker.fit_on_worker``
+sends); no Ray is needed for the driver's checks.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
-from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, sha256_bytes
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    MissingEvidenceError,
+    sha256_bytes,
+    write_receipt,
+)
+from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze
+from qhlab.finite_horizon.studies.architecture.cells import adoptable_attempt
 from qhlab.finite_horizon.studies.architecture.remote import _publish_returned
 
 
@@ -18,22 +30,45 @@ def _returned(finished_study, cell: str = "baseline-s0") -> dict:
     cell_dir = finished_study["output"] / "cells" / cell
     attempt = next(p for p in sorted(cell_dir.iterdir()) if p.is_dir())
     files = {p.relative_to(attempt).as_posix(): p.read_bytes() for p in sorted(attempt.rglob("*")) if p.is_file()}
-    return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()}}
+    fit = json.loads(files["fit.receipt.json"])["body"]
+    freeze = json.loads((finished_study["output"] / "freeze.receipt.json").read_text())["body"]
+    return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()},
+            "where": fit["execution"], "try": 1, "versions": dict(freeze["versions"])}
+
+
+def _publish(finished_study, target: Path, returned: dict, cell: str = "baseline-s0") -> Path:
+    frozen = authenticate_freeze(finished_study["config"], finished_study["output"], "test")
+    arm, seed = cell.rsplit("-s", 1)
+    development = json.loads((finished_study["output"] / "development.receipt.json").read_text())["body"]
+    populations = {"train": frozen.train_path, "validation": Path(development["validation"]["path"])}
+    return _publish_returned(frozen, cell, frozen.recipe(arm, int(seed), frozen.config.broad_updates),
+                             target, returned, populations)
 
 
 def test_an_intact_returned_attempt_is_published_byte_for_byte(finished_study, tmp_path) -> None:
     returned = _returned(finished_study)
-    published = _publish_returned(tmp_path / "baseline-s0", returned)
+    published = _publish(finished_study, tmp_path / "baseline-s0", returned)
     assert published == tmp_path / "baseline-s0" / returned["attempt"]
     assert {p.relative_to(published).as_posix(): p.read_bytes()
             for p in published.rglob("*") if p.is_file()} == returned["files"]
 
 
-@pytest.mark.parametrize("change", ["bytes and digest", "bytes only", "loose file", "escaping path", "missing output"])
+def _planted_receipt(returned: dict, name: str, bound: Path) -> None:
+    """Add a receipt ``name`` binding ``bound`` (a real, self-consistent receipt)."""
+    scratch = bound.parent / "scratch"
+    scratch.mkdir(exist_ok=True)
+    write_receipt(scratch / name, kind="segment_checkpoint", schema_version=1, body={}, inputs={"x": bound})
+    returned["files"][name] = (scratch / name).read_bytes()
+    returned["sha256"][name] = sha256_bytes(returned["files"][name])
+
+
+@pytest.mark.parametrize("change", ["bytes and digest", "bytes only", "loose file", "escaping path", "missing output",
+                                    "planted receipt", "foreign absolute binding", "other cell", "other versions",
+                                    "other node", "log-like name"])
 def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished_study, tmp_path, change) -> None:
     returned = _returned(finished_study)
-    files, digests = dict(returned["files"]), dict(returned["sha256"])
-    state = "final_state.safetensors"
+    files, digests = returned["files"], returned["sha256"]
+    state, cell = "final_state.safetensors", "baseline-s0"
     if change == "bytes and digest":  # a consistent forgery: the fit receipt still binds the old digest
         files[state] = files[state][:-1] + bytes([files[state][-1] ^ 1])
         digests[state] = sha256_bytes(files[state])
@@ -41,19 +76,51 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
     elif change == "bytes only":
         files[state] = files[state] + b"\0"
         error, text = EvidenceError, "does not match its digest"
-    elif change == "loose file":
-        files["extra.bin"] = b"planted"
-        digests["extra.bin"] = sha256_bytes(b"planted")
-        error, text = EvidenceError, re.escape("returned files no receipt binds: ['extra.bin']")
+    elif change in ("loose file", "log-like name"):
+        name = "extra.bin" if change == "loose file" else "fit.logX"
+        files[name] = b"planted"
+        digests[name] = sha256_bytes(b"planted")
+        error, text = EvidenceError, re.escape(f"returned files no receipt binds: ['{name}']")
     elif change == "escaping path":
         files["../outside.txt"] = b"x"
         digests["../outside.txt"] = sha256_bytes(b"x")
         error, text = EvidenceError, "outside the attempt"
-    else:
+    elif change == "missing output":
         del files[state], digests[state]
         error, text = MissingEvidenceError, "final_state"
-    cell_dir = tmp_path / "baseline-s0"
+    elif change == "planted receipt":  # a receipt that binds itself and a planted file
+        outside = tmp_path / "elsewhere" / "planted.bin"
+        outside.parent.mkdir()
+        outside.write_bytes(b"p")
+        _planted_receipt(returned, "x.receipt.json", outside)
+        error, text = EvidenceError, "'x.receipt.json', which is not a receipt a fit writes"
+    elif change == "foreign absolute binding":  # a fit-named receipt binding a driver file
+        outside = tmp_path / "elsewhere" / "other-cell-state.safetensors"
+        outside.parent.mkdir()
+        outside.write_bytes(b"s")
+        _planted_receipt(returned, "segment_checkpoint_u00000099.receipt.json", outside)
+        error, text = EvidenceError, "a returned receipt may bind only the study's populations"
+    elif change == "other cell":  # baseline-s0's fit returned for variant_deep-s1
+        cell = "variant_deep-s1"
+        error, text = EvidenceError, "is not the fit of cell variant_deep-s1"
+    elif change == "other versions":
+        returned["versions"]["torch"] = "2.12.0"
+        error, text = EvidenceError, "versions.torch='2.12.0' is not allowed"
+    else:
+        returned["where"] = {**returned["where"], "pid": returned["where"]["pid"] + 1}
+        error, text = EvidenceError, "its try reported node"
+    cell_dir = tmp_path / cell
     with pytest.raises(error, match=text):
-        _publish_returned(cell_dir, {**returned, "files": files, "sha256": digests})
+        _publish(finished_study, cell_dir, returned, cell)
     assert not (cell_dir / returned["attempt"]).exists()
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not cell_dir.exists() or [p for p in cell_dir.rglob("*") if p.is_file()] == []
+
+
+def test_a_staging_directory_left_by_a_killed_driver_is_never_an_attempt(finished_study, tmp_path) -> None:
+    cell_dir = tmp_path / "baseline-s0"
+    attempt = next(p for p in sorted((finished_study["output"] / "cells" / "baseline-s0").iterdir()) if p.is_dir())
+    # Complete bytes, but never renamed into place: publish_directory's staging name.
+    shutil.copytree(attempt, cell_dir / f".{attempt.name}.tmp-4242-deadbeef")
+    assert adoptable_attempt(cell_dir, evaluate=True) is None
+    shutil.copytree(attempt, cell_dir / attempt.name)
+    assert adoptable_attempt(cell_dir, evaluate=True) == cell_dir / attempt.name

@@ -146,8 +146,13 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
                  f"run `qhlab study freeze {config_path} --output {output}` first")
     receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION)
     body = receipt["body"]
+    if "decision_sha256" not in body["config"]:
+        raise EvidenceError(
+            f"{step}: the freeze receipt {output / FREEZE_RECEIPT} has no config.decision_sha256; it was made by an "
+            "older qhlab. HINT: a study runs on the code it was frozen with; freeze a new study."
+        )
     decision = sha256_bytes(canonical_json(config.decision_record()))
-    if body["config"].get("decision_sha256") != decision:
+    if body["config"]["decision_sha256"] != decision:
         frozen_record = {k: v for k, v in (body["config"].get("resolved") or {}).items()
                          if k not in EXECUTION_FIELDS}
         changed = sorted(k for k in set(frozen_record) | set(config.decision_record())

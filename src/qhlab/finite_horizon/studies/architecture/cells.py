@@ -56,10 +56,14 @@ __all__ = ["adoptable_attempt", "fit_cell", "run_fit"]
 
 
 def _attempt_directories(cell_dir: Path) -> list[Path]:
-    """The attempt directories of a cell (finished or crashed), sorted by name."""
+    """The attempt directories of a cell (finished or crashed), sorted by name.
+
+    A hidden directory is never an attempt: a Ray driver killed while publishing a returned
+    attempt leaves its staging directory (``.<attempt>.tmp-...``), which was never published.
+    """
     if not cell_dir.is_dir():
         return []
-    return sorted(p for p in cell_dir.iterdir() if p.is_dir())
+    return sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
@@ -213,7 +217,8 @@ def _local_execution() -> dict:
     from qhlab.execution import where_am_i
 
     where = where_am_i()
-    return {"executor": "local", "driver": {"hostname": where["hostname"], "pid": where["pid"]}}
+    # The process that fitted or adopted the cell (a pool worker under `study run`).
+    return {"executor": "local", "process": {"hostname": where["hostname"], "pid": where["pid"]}}
 
 
 def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: int, cell: str, cell_dir: Path,
@@ -311,6 +316,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
                       "per_horizon": per_horizon,
                       "recovered": all(h["recovered"] for h in per_horizon),
                       "successor_training": successor_training}
+    body["execution"] = _local_execution()  # canaries always fit in the process that admits them
     inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
     write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body

@@ -125,14 +125,16 @@ def run_study_command(args: argparse.Namespace) -> int:
     config, output = args.config, Path(args.study_output)
     executor = _executor(config, args)
     if command == "freeze":
-        body = freeze_with(config, output, executor=executor)
+        with _executor_session(executor, config, cells=False, call="qhlab study freeze"):
+            body = freeze_with(config, output, executor=executor)
         console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
                       f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
         return 0
     if command == "admit-canaries":
         return _say_e0(console, admit_canaries(config, output))
     if command == "prepare-development":
-        body = prepare_development_with(config, output, executor=executor)
+        with _executor_session(executor, config, cells=False, call="qhlab study prepare-development"):
+            body = prepare_development_with(config, output, executor=executor)
         console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
                       f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
                       f"{body['references']['best_fixed_index']['index']}")
@@ -148,7 +150,7 @@ def run_study_command(args: argparse.Namespace) -> int:
         console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
         console.print(f"W&B report run (offline): {log_report_run(output)}")
         return 0
-    with _executor_session(executor):
+    with _executor_session(executor, config):
         return _run_all(console, config, output, workers=getattr(args, "workers", None), executor=executor)
 
 
@@ -162,24 +164,27 @@ def _executor(config_path: str | os.PathLike, args: argparse.Namespace) -> Any:
 
     if not hasattr(args, "executor"):
         return None  # a step that runs nothing in parallel
-    kind, address = args.executor, args.ray_address
-    if address is not None and kind is None:
-        kind = "ray"  # --ray-address alone names a cluster: it can only mean the Ray executor
     config, _, _ = read_study_config(config_path)
-    return config.executor_choice(kind, address)
+    return config.executor_choice(args.executor, args.ray_address, call=f"qhlab study {args.study_command}")
 
 
 @contextlib.contextmanager
-def _executor_session(choice: Any) -> Iterator[None]:
-    """Connect to Ray once for a whole ``study run`` (labelling and cells share the connection);
-    an unreachable cluster is refused here, before any step writes."""
+def _executor_session(choice: Any, config_path: str | os.PathLike, *, cells: bool = True,
+                      call: str = "qhlab study run") -> Iterator[None]:
+    """Connect to Ray once for a step (for ``study run``, labelling and cells share the
+    connection); an unreachable cluster, or (``cells``) one where no node can run a cell, is
+    refused here, before the step writes."""
     if choice.kind != "ray":
         yield
         return
     from qhlab.execution import open_executor
+    from qhlab.finite_horizon.studies.architecture.config import read_study_config
+    from qhlab.finite_horizon.studies.architecture.remote import check_cells_feasible
     from qhlab.training.console import console_verbose
 
-    with open_executor(choice, os.cpu_count() or 1, call="qhlab study run", verbose=console_verbose()):
+    with open_executor(choice, os.cpu_count() or 1, call=call, verbose=console_verbose()):
+        if cells:
+            check_cells_feasible(read_study_config(config_path)[0], call)
         yield
 
 

@@ -250,29 +250,34 @@ class QhArchitectureStudyConfig(BaseModel):
         from qhlab.execution import executor_choice
 
         try:
-            executor_choice(self.executor, self.ray_address, call="study config", field="executor")
+            executor_choice(self.executor, self.ray_address, call="study config", field="executor",
+                            address_field="ray_address")
         except QhInputError as exc:
-            raise ValueError(str(exc).replace("--ray-address", "ray_address")) from None
+            raise ValueError(str(exc).removeprefix("study config: ")) from None
         return self
 
     def decision_record(self) -> dict[str, Any]:
         """The config as the freeze binds it: every field except ``EXECUTION_FIELDS``."""
         return self.model_dump(mode="json", exclude=set(EXECUTION_FIELDS))
 
-    def executor_choice(self, kind: str | None = None, ray_address: str | None = None) -> Any:
+    def executor_choice(self, kind: str | None = None, ray_address: str | None = None, *,
+                        call: str = "qhlab study run") -> Any:
         """The ``qhlab.execution.ExecutorChoice`` of this config, or of the CLI's overrides.
 
         Args:
-            kind: ``--executor`` (None: the config's ``executor``).
-            ray_address: ``--ray-address`` (None: the config's ``ray_address`` when the
-                executor is the config's).
+            kind: ``--executor`` (None: the config's ``executor``; ``"ray"`` if only
+                ``ray_address`` is given).
+            ray_address: ``--ray-address`` (None: the config's ``ray_address`` whenever the
+                executor is Ray).
+            call: the command named in a refusal.
         """
         from qhlab.execution import executor_choice
 
         if kind is None:
-            kind = self.executor
-            ray_address = ray_address if ray_address is not None else self.ray_address
-        return executor_choice(kind, ray_address, call="qhlab study run")
+            kind = "ray" if ray_address is not None else self.executor
+        if kind == "ray" and ray_address is None:
+            ray_address = self.ray_address
+        return executor_choice(kind, ray_address, call=call)
 
     @field_validator("seeds")
     @classmethod

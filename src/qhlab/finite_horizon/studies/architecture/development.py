@@ -20,6 +20,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     SCHEMA_VERSION,
 )
 from qhlab.finite_horizon.studies.architecture.populations import (
+    labelling_record,
     population_files,
     population_support,
     resolve_population,
@@ -99,6 +100,10 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
     }
     inputs = {"freeze": frozen.receipt_path, "e0": frozen.output / CANARY_DIR / E0_RECEIPT}
     inputs.update({f"validation/{k}": v for k, v in population_files(validation_path).items()})
+    # Execution evidence, not a decision input: which executor labelled validation, and where.
+    body["validation"]["labelling"], generation = labelling_record(validation_path,
+                                                                   executor or config.executor_choice())
+    inputs.update({f"validation/{k}": v for k, v in generation.items()})
     write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body
 

@@ -29,6 +29,7 @@ from qhlab.finite_horizon.studies.architecture.config import (
 )
 from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FREEZE_RECEIPT, SCHEMA_VERSION, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import (
+    labelling_record,
     population_files,
     population_support,
     resolve_population,
@@ -142,6 +143,9 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
     if not resumable:
         publish_bytes(output / CONFIG_COPY, data)
     inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
+    # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
+    body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
+    inputs.update({f"train/{k}": v for k, v in generation.items()})
     write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
                   body=body, inputs=inputs, outputs={"config": output / CONFIG_COPY})
     return body

@@ -16,7 +16,7 @@ import numpy as np
 
 from qhlab.finite_horizon.studies.architecture.config import PopulationSource
 
-__all__ = ["population_files", "population_support", "resolve_population"]
+__all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]
 
 
 def population_files(path: Path) -> dict[str, Path]:
@@ -52,6 +52,29 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
     finally:
         if reporter is not None:
             reporter.close()
+
+
+def labelling_record(path: Path, executor: Any) -> tuple[dict, dict[str, Path]]:
+    """How a step's population was labelled: execution evidence for the step's receipt.
+
+    Args:
+        path: the population directory.
+        executor: the ``ExecutorChoice`` this step would label on (used only if the population
+            was not already in the cache).
+
+    Returns:
+        (``{"executor": this step's choice, "generation": the population's generation receipt
+        body or None}``, ``{"generation_receipt": path}`` to bind when the population has one;
+        a population written before generation receipts existed has none).
+    """
+    from qhlab.evidence import read_receipt
+    from qhlab.scenes.population import GENERATION_RECEIPT
+
+    receipt = path / GENERATION_RECEIPT
+    if not receipt.is_file():
+        return {"executor": executor.record(), "generation": None}, {}
+    body = read_receipt(receipt, kind="population_generation", schema_version=1)["body"]
+    return {"executor": executor.record(), "generation": body}, {"generation_receipt": receipt}
 
 
 def population_support(population: Any) -> dict[str, int]:

@@ -1,9 +1,9 @@
 """Broad cells on a Ray cluster: ship each cell's fit to a worker, publish what comes back.
 
-Owns: the worker side (``_fit_on_worker``: the populations arrive through Ray's object store
+Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store
 and are written into the task's own temporary directory on its node, ``fit_recipe`` runs
 there, and every file of the attempt comes back with its digest; the directory is removed),
-the record of every try of a cell (``_TryLedger``, a Ray actor each try reports to before it
+the record of every try of a cell (``TryLedger``, a Ray actor each try reports to before it
 starts, so a try whose worker died and that Ray retried is on record), and the driver side
 (``run_cells_on_ray``: one task per pending cell with ``num_cpus`` = the study's torch threads
 and ``num_gpus=1`` on a CUDA lane; every returned file re-authenticated against the worker's
@@ -18,152 +18,121 @@ temporary directory. Only the driver publishes.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import time
+import contextlib
+import re
 from collections.abc import Callable
 from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import EvidenceError, RECEIPT_SUFFIX, publish_directory, read_receipt, sha256_bytes
+from qhlab.evidence import (
+    RECEIPT_SUFFIX,
+    EvidenceError,
+    QhError,
+    exclusive_lock,
+    input_error,
+    publish_directory,
+    read_receipt,
+    sha256_bytes,
+)
 from qhlab.execution import ExecutorChoice, open_executor, where_am_i
+from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy
 from qhlab.finite_horizon.studies.architecture.cells import adoptable_attempt, fit_cell
 from qhlab.finite_horizon.studies.architecture.layout import CELLS_DIR, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import population_files
+from qhlab.finite_horizon.studies.architecture.remote_worker import TryLedger, fit_on_worker
+from qhlab.training.wandb_attempt import writer_lock_path
 
-__all__ = ["RAY_TASK_RETRIES", "run_cells_on_ray"]
+__all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]
 
 # Ray reruns a cell whose worker process or node died this many times (a fit that raises is
 # a result, never retried). Each try is a new attempt with its own directory and W&B run.
 RAY_TASK_RETRIES = 2
-# Files of an attempt that no receipt binds: W&B's own run files and the fit's log. Every
-# other returned file must be bound, with the returned bytes, by a receipt of the attempt.
-_UNBOUND_ALLOWED = ("wandb/", "fit.log")
-# Environment variables that move third-party caches and settings into a try's directory.
-_LIBRARY_DIRS = {"MPLCONFIGDIR": "matplotlib", "WANDB_CACHE_DIR": "wandb-cache", "WANDB_CONFIG_DIR": "wandb-config",
-                 "WANDB_DATA_DIR": "wandb-data"}
 
 
-class _TryLedger:
-    """A Ray actor (no CPU) holding every try of every cell: who started it, where, when."""
-
-    def __init__(self) -> None:
-        self._tries: dict[str, list[dict]] = {}
-
-    def start(self, cell: str, where: dict) -> int:
-        tries = self._tries.setdefault(cell, [])
-        tries.append({"try": len(tries) + 1, **where, "started_unix": round(time.time(), 3)})
-        return len(tries)
-
-    def tries(self, cell: str) -> list[dict]:
-        return list(self._tries.get(cell, []))
-
-
-def _fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
-    """A Ray task: one broad cell's fit in this node's temporary directory; returns its files.
-
-    Args:
-        job: the cell (recipe, lane, threads, W&B group, the driver's population paths).
-        populations: object-store reference to ``{"train"|"validation": {file name: bytes}}``.
-        ledger: the ``_TryLedger`` actor.
-
-    Returns:
-        ``{"attempt", "files": {relative path: bytes}, "sha256": {relative path: hex},
-        "where", "try"}``.
-    """
-    import ray
-
-    # On record first, before the slow imports: a try whose worker dies later is still listed.
-    where = where_am_i()
-    number = ray.get(ledger.start.remote(job["cell"], where))
-    root = Path(tempfile.mkdtemp(prefix=f"qhlab-{job['cell']}-"))
-    # Libraries' own caches and settings (matplotlib's font cache, W&B's directories) go into
-    # this try's directory too: a worker writes nothing outside it.
-    saved = {key: os.environ.get(key) for key in _LIBRARY_DIRS}
-    os.environ.update({key: str(root / "home" / sub) for key, sub in _LIBRARY_DIRS.items()})
-    try:
-        import torch
-
-        from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-        from qhlab.training.console import configure_console
-
-        configure_console(job["verbose"])
-        local = {}
-        for role, files in ray.get(populations).items():
-            directory = root / "populations" / role
-            directory.mkdir(parents=True)
-            for name, data in files.items():
-                (directory / name).write_bytes(data)
-            local[role] = directory
-        torch.set_num_threads(job["torch_threads"])
-        result = fit_recipe(FitRequest(
-            recipe=job["recipe"], profile=job["profile"], output=root / CELLS_DIR, train=local["train"],
-            validation=local["validation"], cell=job["cell"], evaluate=True,
-            max_allocated_bytes=job["max_allocated_bytes"], progress=False, job_type="cell", group=job["group"],
-            # Receipts name the populations where the driver keeps them; the bytes are the same.
-            recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
-        ))
-        import wandb
-
-        # wandb-core appends to the offline run file after finish(); stop it so the file is whole.
-        wandb.teardown()
-        attempt = Path(result.output_directory)
-        files = {p.relative_to(attempt).as_posix(): p.read_bytes()
-                 for p in sorted(attempt.rglob("*")) if p.is_file()}
-        return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()},
-                "where": where, "try": number}
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _publish_returned(cell_dir: Path, returned: dict) -> Path:
+def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Path, returned: dict,
+                      populations: dict[str, Path]) -> Path:
     """Publish a returned attempt write-once, after re-authenticating every file in staging.
 
-    Each file's bytes must match the digest the worker sent, every receipt must authenticate
-    with every file it binds (the populations at the driver's paths, the attempt's own files
-    in staging), and every file but W&B's run files and the fit log must be bound by a
-    receipt of the attempt.
+    Refused (nothing published) unless: each file's bytes match the digest sent with it; every
+    receipt is one a fit writes (by name and kind) and authenticates with every file it binds,
+    a relative binding resolving inside the attempt and an absolute one naming only the
+    driver's TRAIN or validation manifest; every other file is the fit log or a W&B run file;
+    the fit authenticates as this frozen cell's (``authenticate_attempt``: cell, arm, seed,
+    lane, recipe, TRAIN, source package, budget); the worker ran the frozen package versions;
+    and the fit receipt names the node and process the try reported.
     """
     from qhlab.evidence import safe_component
+    from qhlab.finite_horizon.studies.architecture.authentication import authenticate_attempt
 
-    name = safe_component(returned["attempt"], field="attempt", call="run_cells_on_ray")
+    call = "run_cells_on_ray"
+    name = safe_component(returned["attempt"], field="attempt", call=call)
     files: dict[str, bytes] = returned["files"]
     if set(files) != set(returned["sha256"]):
-        raise EvidenceError(f"run_cells_on_ray: attempt {name} returned files {sorted(files)} but digests for "
+        raise EvidenceError(f"{call}: attempt {name} returned files {sorted(files)} but digests for "
                             f"{sorted(returned['sha256'])}.")
+    for package, version in frozen.body["versions"].items():
+        if (returned.get("versions") or {}).get(package) != version:
+            raise input_error(call, f"versions.{package}", (returned.get("versions") or {}).get(package),
+                              f"{version!r}, the frozen version", f"the worker on {returned['where'].get('node_ip')} "
+                              "runs another environment; install the frozen versions on every node",
+                              error=EvidenceError)
+    allowed_absolute = {(path / "manifest.json").as_posix() for path in populations.values()}
 
     def _write(staging: Path) -> None:
+        root = staging.resolve()
         for relative, data in files.items():
             target = (staging / relative).resolve()
-            if not target.is_relative_to(staging.resolve()) or sha256_bytes(data) != returned["sha256"][relative]:
-                raise EvidenceError(f"run_cells_on_ray: returned file {relative!r} of attempt {name} is outside "
+            if not target.is_relative_to(root) or sha256_bytes(data) != returned["sha256"][relative]:
+                raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} is outside "
                                     "the attempt or does not match its digest.")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         bound: set[str] = set()
-        for receipt in sorted(staging.rglob(f"*{RECEIPT_SUFFIX}")):
-            document = read_receipt(receipt, kind=None, schema_version=None)
-            bound.add(receipt.relative_to(staging).as_posix())
+        for relative in sorted(r for r in files if r.endswith(RECEIPT_SUFFIX)):
+            kind = _receipt_kind(relative)
+            if kind is None:
+                raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
+            document = read_receipt(staging / relative, kind=kind, schema_version=None)
+            bound.add(relative)
             for section in ("inputs", "outputs"):
                 for entry in document[section].values():
-                    if not Path(entry["path"]).is_absolute():
-                        bound.add((receipt.parent / entry["path"]).relative_to(staging).as_posix())
-        loose = sorted(r for r in files if r not in bound and not r.startswith(_UNBOUND_ALLOWED))
+                    path = entry["path"]
+                    if Path(path).is_absolute():
+                        if path not in allowed_absolute:
+                            raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path}; a returned "
+                                                f"receipt may bind only the study's populations {sorted(allowed_absolute)}.")
+                        continue
+                    target = (staging / path).resolve()
+                    if not target.is_relative_to(root):
+                        raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
+                    bound.add(target.relative_to(root).as_posix())
+        loose = sorted(r for r in files if r not in bound and r != "fit.log" and not r.startswith("wandb/"))
         if loose:
-            raise EvidenceError(f"run_cells_on_ray: attempt {name} returned files no receipt binds: {loose}.")
+            raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
+        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call)["body"]
+        ran = fit.get("execution") or {}
+        said = returned["where"]
+        if (ran.get("node_id"), ran.get("pid")) != (said.get("node_id"), said.get("pid")):
+            raise EvidenceError(f"{call}: the fit receipt of attempt {name} says it ran on node {ran.get('node_id')} "
+                                f"pid {ran.get('pid')}; its try reported node {said.get('node_id')} pid {said.get('pid')}.")
 
     target = cell_dir / name
     cell_dir.mkdir(parents=True, exist_ok=True)
     publish_directory(target, _write)
     return target
+
+
+_RECEIPT_KINDS = {"fit.receipt.json": "fit", "evaluation.receipt.json": "evaluation",
+                  "cold_init.receipt.json": "cold_initialization", "wandb_attempt.receipt.json": "wandb_attempt"}
+
+
+def _receipt_kind(relative: str) -> str | None:
+    """The kind a fit's receipt of this name has; None for any other name (or a sub-directory)."""
+    if relative in _RECEIPT_KINDS:
+        return _RECEIPT_KINDS[relative]
+    return "segment_checkpoint" if re.fullmatch(r"segment_checkpoint_u\d{8}\.receipt\.json", relative) else None
 
 
 def _population_bytes(path: Path) -> dict[str, bytes]:
@@ -200,28 +169,44 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
     output = frozen.output
     gpus = 1 if _device_type(config.profile) == "cuda" else 0
     errors: list[Exception] = []
+    locks: dict[str, contextlib.ExitStack] = {}
 
     def _record(arm: str, seed: int, execution: dict | None) -> None:
         body = fit_cell(frozen.config_path, output, variant=arm, seed=seed, progress=False, execution=execution)
         on_result(body)
 
-    with open_executor(choice, config.workers, call="qhlab study run", verbose=verbose) as pool:
-        ledger = ray.remote(num_cpus=0)(_TryLedger).remote()
+    with contextlib.ExitStack() as held, open_executor(choice, config.workers, call="qhlab study run",
+                                                       verbose=verbose) as pool:
+        held.callback(lambda: [stack.close() for stack in locks.values()])
+        check_cells_feasible(config)
+        # On the driver's node: the ledger outlives any worker node that dies.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ledger = ray.remote(num_cpus=0)(TryLedger).options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)).remote()
         populations = pool.put({"train": _population_bytes(frozen.train_path),
                                 "validation": _population_bytes(validation)})
         futures = {}
         for arm, seed in pending:
             cell = cell_name(arm, seed)
             if adoptable_attempt(output / CELLS_DIR / cell, evaluate=True) is not None:
-                _record(arm, seed, None)
+                try:  # published by a driver that was killed before its cell receipt
+                    _record(arm, seed, None)
+                except Exception as exc:  # noqa: BLE001 - reported like any failed cell
+                    errors.append(exc)
+                    on_error(arm, seed, exc)
                 continue
             job = {
-                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates), "profile": config.profile,
+                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"), "profile": config.profile,
                 "torch_threads": config.torch_threads, "max_allocated_bytes": config.max_allocated_bytes,
                 "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
                 "verbose": verbose,
             }
-            future = pool.submit_task(_fit_on_worker, (job, populations, ledger), num_cpus=config.torch_threads,
+            # The cell's logical-run writer lock, held here while its task runs: `qhlab study
+            # status` shows it running, and a local fit of the same cell is refused meanwhile.
+            locks[cell] = contextlib.ExitStack()
+            locks[cell].enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+            future = pool.submit_task(fit_on_worker, (job, populations, ledger), num_cpus=config.torch_threads,
                                       num_gpus=gpus, max_retries=RAY_TASK_RETRIES, name=f"qhlab-cell-{cell}")
             futures[future] = (arm, seed)
         for future in as_completed(futures):
@@ -229,20 +214,82 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
             cell = cell_name(arm, seed)
             try:
                 returned = future.result()
-                tries = ray.get(ledger.tries.remote(cell))
-                for entry in tries:
-                    entry["outcome"] = ("returned" if entry["try"] == returned["try"]
-                                        else "lost: its worker died; Ray ran the task again")
-                attempt = _publish_returned(output / CELLS_DIR / cell, returned)
+                tries = _tries(ledger, cell, returned)
+                attempt = _publish_returned(frozen, cell, frozen.recipe(arm, seed, config.broad_updates),
+                                            output / CELLS_DIR / cell, returned,
+                                            {"train": frozen.train_path, "validation": validation})
                 execution = {**choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
                              "tries": tries, "driver": {k: where_am_i()[k] for k in ("hostname", "pid")}}
                 _record(arm, seed, execution)
             except Exception as exc:  # noqa: BLE001 - reported after every other cell finished
-                # A worker's exception arrives wrapped with its remote traceback; report the cause.
-                cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
+                cause = _cause(exc, cell, ledger)
                 errors.append(cause)
                 on_error(arm, seed, cause)
+            finally:
+                locks.pop(cell).close()
     return errors
+
+
+def _tries(ledger: Any, cell: str, returned: dict) -> list[dict]:
+    """Every try of ``cell`` with its outcome; the returned try alone if the ledger is lost."""
+    import ray
+
+    try:
+        tries = ray.get(ledger.tries.remote(cell), timeout=30)
+    except Exception:  # noqa: BLE001 - a lost ledger loses the record of lost tries, not the fit
+        tries = []
+    if not any(t["try"] == returned["try"] for t in tries):
+        tries.append({"try": returned["try"], **returned["where"], "ledger": "unavailable"})
+    for entry in tries:
+        entry["outcome"] = ("returned" if entry["try"] == returned["try"]
+                            else "lost: its worker died; Ray ran the task again")
+    return tries
+
+
+def _cause(exc: Exception, cell: str, ledger: Any) -> Exception:
+    """What to report for a failed cell: a fit's own exception (unwrapped from Ray's remote
+    traceback), or one clear error when every try of the cell lost its worker."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        return exc.cause if exc.cause is not None else exc
+    if isinstance(exc, ray.exceptions.RayError):
+        try:
+            tries = ray.get(ledger.tries.remote(cell), timeout=30)
+        except Exception:  # noqa: BLE001 - the ledger's node may be what died
+            tries = []
+        where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) or "no try on record"
+        return QhError(
+            f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} after {RAY_TASK_RETRIES} Ray retries "
+            f"({where}). HINT: nothing of it was published; check the cluster's nodes, then rerun `qhlab study run` "
+            "(finished cells are not rerun)."
+        )
+    return exc
+
+
+def check_cells_feasible(config: Any, call: str = "qhlab study run") -> None:
+    """Refuse when no live node of the connected Ray cluster can ever run a cell of ``config``
+    (Ray would wait forever): fewer CPUs than ``torch_threads``, or no GPU for a CUDA lane.
+
+    Raises:
+        QhInputError: naming ``torch_threads`` or ``profile``.
+    """
+    import ray
+
+    threads, profile = config.torch_threads, config.profile
+    gpus = 1 if _device_type(profile) == "cuda" else 0
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    lane_nodes = [n for n in nodes if n.get("GPU", 0) >= gpus]
+    if not lane_nodes:
+        raise input_error(call, "profile", profile, "a lane the cluster can run (no live node has a GPU)",
+                          "add a GPU node (`ray start --num-gpus 1 ...`) or run the study where its lane exists")
+    most_cpus = max(n.get("CPU", 0) for n in lane_nodes)
+    if most_cpus < threads:
+        where = " with a GPU" if gpus else ""
+        raise input_error(call, "torch_threads", threads,
+                          f"at most {most_cpus:g}, the most CPUs of one live node{where} of the Ray cluster",
+                          "a cell is one Ray task that needs torch_threads CPUs on one node; add a node with "
+                          "that many CPUs (torch_threads is frozen: it sets the bits of every fit)")
 
 
 def _device_type(profile: str) -> str:
