@@ -162,12 +162,13 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     assert main(["verify", str(output)]) == 0
 
     # Workers wrote nothing outside their own temporary directories: not the driver's
-    # population cache, not their HOME; below their TMPDIR only qhlab's per-task directories
-    # remain, and only the killed try's (a finished try removes its own).
+    # population cache, not their HOME; below their TMPDIR at most the killed try's directory
+    # remains (a finished try removes its own; a later try on that node sweeps a dead one's).
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == cache_before
     assert _files(cluster["home"]) == set()
     leftovers = [p.name for p in cluster["tmp"].iterdir() if p.name.startswith("qhlab-")]
-    assert leftovers and all(name.startswith(f"qhlab-{lost_cell}-") for name in leftovers), leftovers
+    assert all(name.startswith(f"qhlab-{lost_cell}-") for name in leftovers), leftovers
+    assert len(leftovers) <= 1
 
     # A second run verifies and reruns nothing, on any executor.
     buffer = io.StringIO()

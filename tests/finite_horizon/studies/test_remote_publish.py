@@ -124,3 +124,23 @@ def test_a_staging_directory_left_by_a_killed_driver_is_never_an_attempt(finishe
     assert adoptable_attempt(cell_dir, evaluate=True) is None
     shutil.copytree(attempt, cell_dir / attempt.name)
     assert adoptable_attempt(cell_dir, evaluate=True) == cell_dir / attempt.name
+
+
+def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from qhlab.finite_horizon.studies.architecture.remote_worker import OWNER_FILE, _sweep_dead_tries
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(gone.stdout)
+    dirs = {name: tmp_path / name for name in ("qhlab-dead-x1", "qhlab-alive-x2", "qhlab-no-owner-x3", "other-x4")}
+    for directory in dirs.values():
+        (directory / "populations").mkdir(parents=True)
+    (dirs["qhlab-dead-x1"] / OWNER_FILE).write_text(f"{dead_pid}\n")
+    (dirs["qhlab-alive-x2"] / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    (dirs["other-x4"] / OWNER_FILE).write_text(f"{dead_pid}\n")
+    _sweep_dead_tries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-x4", "qhlab-alive-x2", "qhlab-no-owner-x3"]

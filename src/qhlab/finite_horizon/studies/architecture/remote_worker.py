@@ -25,11 +25,35 @@ from typing import Any
 from qhlab.evidence import sha256_bytes
 from qhlab.execution import where_am_i
 
-__all__ = ["LIBRARY_DIRS", "TryLedger", "fit_on_worker"]
+__all__ = ["LIBRARY_DIRS", "OWNER_FILE", "TRY_PREFIX", "TryLedger", "fit_on_worker"]
+
+# Each try works in ``<tmp>/qhlab-<cell>-<random>/``, holding ``OWNER_FILE`` (its worker's pid).
+TRY_PREFIX = "qhlab-"
+OWNER_FILE = "owner.pid"
 
 # Environment variables that move third-party caches and settings into a try's directory.
 LIBRARY_DIRS = {"MPLCONFIGDIR": "matplotlib", "WANDB_CACHE_DIR": "wandb-cache", "WANDB_CONFIG_DIR": "wandb-config",
                  "WANDB_DATA_DIR": "wandb-data"}
+
+
+def _sweep_dead_tries(base: Path) -> None:
+    """Remove the directories of earlier tries on this node whose worker process is gone.
+
+    A try killed with its worker (SIGKILL, OOM) cannot remove its own directory, which holds a
+    copy of TRAIN and validation; the next try on the node does. A directory is removed only
+    when its owner file names a pid that no longer exists (a reused pid keeps it: safe side).
+    """
+    for directory in base.glob(f"{TRY_PREFIX}*"):
+        try:
+            pid = int((directory / OWNER_FILE).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue  # not a try's directory, or one still being created
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:
+            continue  # another user's live process
 
 
 class TryLedger:
@@ -57,7 +81,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
 
     Returns:
         ``{"attempt", "files": {relative path: bytes}, "sha256": {relative path: hex},
-        "where", "try"}``.
+        "where", "try", "versions"}``.
     """
     import ray
 
@@ -67,7 +91,9 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
         number = ray.get(ledger.start.remote(job["cell"], where), timeout=60)
     except Exception:  # noqa: BLE001 - a lost ledger loses the record, not the fit
         number = None
-    root = Path(tempfile.mkdtemp(prefix=f"qhlab-{job['cell']}-"))
+    _sweep_dead_tries(Path(tempfile.gettempdir()))
+    root = Path(tempfile.mkdtemp(prefix=f"{TRY_PREFIX}{job['cell']}-"))
+    (root / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
     # Libraries' own caches and settings (matplotlib's font cache, W&B's directories) go into
     # this try's directory too: a worker writes nothing outside it.
     saved = {key: os.environ.get(key) for key in LIBRARY_DIRS}
