@@ -45,6 +45,9 @@ def test_ray_address_alone_means_ray_and_env_is_the_fallback(monkeypatch) -> Non
     ("ray", "10.0.0.5:http", "--ray-address='10.0.0.5:http' is not allowed"),
     ("ray", ":6379", "--ray-address=':6379' is not allowed"),
     ("ray", "ray://10.0.0.5:10001", "Ray Client (ray://) is not supported"),
+    ("ray", "fe80::1", "--ray-address='fe80::1' is not allowed; allowed: HOST:PORT of a running Ray cluster (e.g. "
+                       "10.0.0.5:6379); an IPv6 host in brackets ([::1]:6379)"),
+    ("ray", "::1:6379", "--ray-address='::1:6379' is not allowed"),
 ])
 def test_bad_choices_are_refused_naming_field_value_and_allowed(kind, address, text, monkeypatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -124,9 +124,12 @@ def _split_address(address: Any, call: str, field: str = "--ray-address") -> tup
                           "qhlab connects to the cluster's GCS as a driver; Ray Client (ray://) is not supported. "
                           + _HINT)
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise input_error(call, field, address, allowed, _HINT)
-    return host.strip("[]"), int(port)
+    # An IPv6 host must be bracketed ([::1]:6379): "fe80::1" would otherwise read as host
+    # "fe80:" and port 1.
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or (":" in host and not bracketed):
+        raise input_error(call, field, address, allowed + "; an IPv6 host in brackets ([::1]:6379)", _HINT)
+    return host[1:-1] if bracketed else host, int(port)
 
 
 def _check_reachable(address: str, call: str, field: str) -> None:
@@ -148,12 +151,17 @@ def _check_reachable(address: str, call: str, field: str) -> None:
         probe = subprocess.run([sys.executable, "-c", _GCS_PROBE, address], capture_output=True, text=True,
                                timeout=_GCS_PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        probe = None
-    if probe is None or probe.returncode != 0:
         raise input_error(call, field, address, "the address of a running Ray cluster's GCS",
                           "a server answers there, but not as a Ray GCS (no cluster id within "
                           f"{_GCS_PROBE_TIMEOUT_S:.0f} s); the GCS port is the one `ray start --head` prints "
-                          "(6379 by default), not the dashboard's (8265). " + _HINT)
+                          "(6379 by default), not the dashboard's (8265). " + _HINT) from None
+    except OSError as exc:
+        raise input_error(call, field, address, "an address this process can probe",
+                          f"the GCS probe could not start ({exc}); " + _HINT) from None
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise input_error(call, field, address, "the address of a running Ray cluster's GCS",
+                          f"the GCS request failed ({last}). " + _HINT)
 
 
 def where_am_i() -> dict:
@@ -297,7 +305,12 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
         options.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False)
     try:
         ray.init(address=address, **options)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever ray.init raises is one refusal
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # a half-started local Ray is stopped, not left to atexit
+        if address == "local":
+            raise input_error(call, "--executor", "ray", "local (a Ray could not start on this machine)",
+                              f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
         raise input_error(call, field, address, "the address of a running Ray cluster",
                           f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
                           + _HINT) from None

@@ -225,8 +225,9 @@ def test_a_cell_lost_on_every_try_is_one_clear_error_naming_its_tries(cluster) -
     from qhlab.evidence import QhError
 
     assert isinstance(error, QhError)
-    assert str(error).startswith(f"run_cells_on_ray: cell baseline-s0 was lost: WorkerCrashedError after "
-                                 f"{RAY_TASK_RETRIES} Ray retries (try 1 on node 10.1.2.3 pid {os.getpid()}; try 2")
+    assert str(error).startswith(f"run_cells_on_ray: cell baseline-s0 was lost: WorkerCrashedError (Ray allows "
+                                 f"{RAY_TASK_RETRIES} retries; 3 tries on record: try 1 on node 10.1.2.3 pid "
+                                 f"{os.getpid()}; try 2")
     assert "HINT: nothing of it was published" in str(error)
 
 

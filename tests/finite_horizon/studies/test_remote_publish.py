@@ -42,7 +42,7 @@ def _publish(finished_study, target: Path, returned: dict, cell: str = "baseline
     development = json.loads((finished_study["output"] / "development.receipt.json").read_text())["body"]
     populations = {"train": frozen.train_path, "validation": Path(development["validation"]["path"])}
     return _publish_returned(frozen, cell, frozen.recipe(arm, int(seed), frozen.config.broad_updates),
-                             target, returned, populations)
+                             target, returned, populations, development["validation"]["manifest_sha256"])
 
 
 def test_an_intact_returned_attempt_is_published_byte_for_byte(finished_study, tmp_path) -> None:
@@ -64,7 +64,8 @@ def _planted_receipt(returned: dict, name: str, bound: Path) -> None:
 
 @pytest.mark.parametrize("change", ["bytes and digest", "bytes only", "loose file", "escaping path", "missing output",
                                     "planted receipt", "foreign absolute binding", "other cell", "other versions",
-                                    "other node", "log-like name"])
+                                    "other node", "log-like name", "hidden in wandb", "empty name", "file and folder",
+                                    "case twins", "escaping binding", "renamed attempt", "other attempt name"])
 def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished_study, tmp_path, change) -> None:
     returned = _returned(finished_study)
     files, digests = returned["files"], returned["sha256"]
@@ -84,7 +85,34 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
     elif change == "escaping path":
         files["../outside.txt"] = b"x"
         digests["../outside.txt"] = sha256_bytes(b"x")
-        error, text = EvidenceError, "outside the attempt"
+        error, text = EvidenceError, "'../outside.txt' of attempt .* is not a clean relative path"
+    elif change in ("hidden in wandb", "empty name", "file and folder", "case twins"):
+        planted = {"hidden in wandb": ["wandb/../planted.bin"], "empty name": [""],
+                   "file and folder": ["zz", "zz/y"], "case twins": ["wandb/Run.log", "wandb/run.LOG"]}[change]
+        for name in planted:
+            files[name] = b"p"
+            digests[name] = sha256_bytes(b"p")
+        error, text = EvidenceError, {"hidden in wandb": "not a clean relative path", "empty name": "not a clean",
+                                      "file and folder": "are also folders of other files",
+                                      "case twins": "differ only by case"}[change]
+    elif change == "escaping binding":  # a well-formed receipt whose relative binding leaves the attempt
+        from qhlab import __version__
+        from qhlab.evidence import canonical_json
+
+        document = {"schema_version": 1, "kind": "segment_checkpoint", "created_by": {"package": "qhlab",
+                    "version": __version__}, "body": {}, "inputs": {"x": {"path": "../escape.bin", "sha256": "0" * 64}},
+                    "outputs": {}}
+        document["content_sha256"] = sha256_bytes(canonical_json(document))
+        name = "segment_checkpoint_u00000099.receipt.json"
+        files[name] = canonical_json(document)
+        digests[name] = sha256_bytes(files[name])
+        error, text = EvidenceError, "binds '../escape.bin', outside the attempt"
+    elif change == "renamed attempt":  # e.g. a directory named like the cell receipt
+        returned["attempt"] = "cell.receipt.json"
+        error, text = EvidenceError, "'cell.receipt.json' is reserved"
+    elif change == "other attempt name":
+        returned["attempt"] = returned["attempt"][:-1] + ("0" if returned["attempt"][-1] != "0" else "1")
+        error, text = EvidenceError, "holds the fit of local attempt"
     elif change == "missing output":
         del files[state], digests[state]
         error, text = MissingEvidenceError, "final_state"
@@ -99,7 +127,7 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
         outside.parent.mkdir()
         outside.write_bytes(b"s")
         _planted_receipt(returned, "segment_checkpoint_u00000099.receipt.json", outside)
-        error, text = EvidenceError, "a returned receipt may bind only the study's populations"
+        error, text = EvidenceError, "binds x=.*; a returned receipt may bind by absolute path only"
     elif change == "other cell":  # baseline-s0's fit returned for variant_deep-s1
         cell = "variant_deep-s1"
         error, text = EvidenceError, "is not the fit of cell variant_deep-s1"
@@ -108,7 +136,7 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
         error, text = EvidenceError, "versions.torch='2.12.0' is not allowed"
     else:
         returned["where"] = {**returned["where"], "pid": returned["where"]["pid"] + 1}
-        error, text = EvidenceError, "its try reported node"
+        error, text = EvidenceError, "its try reported"
     cell_dir = tmp_path / cell
     with pytest.raises(error, match=text):
         _publish(finished_study, cell_dir, returned, cell)
@@ -128,19 +156,22 @@ def test_a_staging_directory_left_by_a_killed_driver_is_never_an_attempt(finishe
 
 def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
     import os
-    import subprocess
-    import sys
 
-    from qhlab.finite_horizon.studies.architecture.remote_worker import OWNER_FILE, _sweep_dead_tries
+    from qhlab.finite_horizon.studies.architecture.remote_worker import OWNER_FILE, _own, _sweep_dead_tries
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    dead_pid = int(gone.stdout)
     dirs = {name: tmp_path / name for name in ("qhlab-dead-x1", "qhlab-alive-x2", "qhlab-no-owner-x3", "other-x4")}
     for directory in dirs.values():
         (directory / "populations").mkdir(parents=True)
-    (dirs["qhlab-dead-x1"] / OWNER_FILE).write_text(f"{dead_pid}\n")
-    (dirs["qhlab-alive-x2"] / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    (dirs["other-x4"] / OWNER_FILE).write_text(f"{dead_pid}\n")
-    _sweep_dead_tries(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-x4", "qhlab-alive-x2", "qhlab-no-owner-x3"]
+    (dirs["qhlab-dead-x1"] / OWNER_FILE).write_text("12345\n")  # its try died: nobody holds the lock
+    (dirs["other-x4"] / OWNER_FILE).write_text("12345\n")  # not a try's directory name
+    alive = _own(dirs["qhlab-alive-x2"])  # a live try (another open file description of the lock)
+    (tmp_path / "qhlab-link-x5").symlink_to(dirs["qhlab-dead-x1"])
+    try:
+        _sweep_dead_tries(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["other-x4", "qhlab-alive-x2", "qhlab-link-x5",
+                                                              "qhlab-no-owner-x3"]
+        assert (dirs["qhlab-alive-x2"] / OWNER_FILE).read_text() == f"{os.getpid()}\n"
+    finally:
+        os.close(alive)
+    _sweep_dead_tries(tmp_path)  # the try ended without removing its directory: now it goes
+    assert not dirs["qhlab-alive-x2"].exists()

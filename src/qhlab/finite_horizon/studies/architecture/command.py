@@ -287,8 +287,10 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
         progress.console.print(f"  [red]cell {arm}-s{seed} failed[/]: {escape(str(exc))}")
         progress.advance(task)
 
-    errors = run_cells_on_ray(frozen, pending, executor, validation=Path(authenticate_development(frozen, "run")["body"]["validation"]["path"]),
-                              verbose=console_verbose(), on_result=_done, on_error=_failed)
+    sealed = authenticate_development(frozen, "run")["body"]["validation"]
+    errors = run_cells_on_ray(frozen, pending, executor, validation=Path(sealed["path"]),
+                              validation_digest=sealed["manifest_sha256"], verbose=console_verbose(),
+                              on_result=_done, on_error=_failed)
     if errors:
         raise errors[0]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import unicodedata
 from collections.abc import Callable
 from concurrent.futures import as_completed
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 from qhlab.evidence import (
     RECEIPT_SUFFIX,
     EvidenceError,
+    LockHeldError,
     QhError,
     exclusive_lock,
     input_error,
@@ -52,18 +54,25 @@ RAY_TASK_RETRIES = 2
 
 
 def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Path, returned: dict,
-                      populations: dict[str, Path]) -> Path:
+                      populations: dict[str, Path], validation_digest: str) -> Path:
     """Publish a returned attempt write-once, after re-authenticating every file in staging.
 
-    Refused (nothing published) unless: each file's bytes match the digest sent with it; every
-    receipt is one a fit writes (by name and kind) and authenticates with every file it binds,
-    a relative binding resolving inside the attempt and an absolute one naming only the
-    driver's TRAIN or validation manifest; every other file is the fit log or a W&B run file;
-    the fit authenticates as this frozen cell's (``authenticate_attempt``: cell, arm, seed,
-    lane, recipe, TRAIN, source package, budget); the worker ran the frozen package versions;
-    and the fit receipt names the node and process the try reported.
+    Refused (nothing published) unless: every file name is a clean relative path (no ``.``,
+    ``..``, empty or absolute parts, no name that is a folder of another or equal to another
+    but for case) whose bytes match the digest sent with it; every receipt is one a fit writes
+    (by name and kind) and authenticates with every file it binds, a relative binding inside
+    the attempt and an absolute one only ``train_manifest`` -> the driver's TRAIN manifest or
+    ``validation_manifest`` -> the sealed validation manifest (paths are checked before any
+    bound file is read); every other file is the fit log or a W&B run file; the fit
+    authenticates as this frozen cell's (``authenticate_attempt``: cell, arm, seed, lane,
+    recipe, TRAIN, source package, budget) and the attempt's name is its recorded
+    ``local_attempt_id``; the evaluation is of the sealed validation and of the final state;
+    the worker ran the frozen package versions; and the fit receipt names the node, process
+    and task the try reported. The last two compare what one worker says with what it wrote:
+    they catch a misconfigured worker, not a forging one (receipts are not signed per worker).
     """
     from qhlab.evidence import safe_component
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
     from qhlab.finite_horizon.studies.architecture.authentication import authenticate_attempt
 
     call = "run_cells_on_ray"
@@ -72,21 +81,21 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
     if set(files) != set(returned["sha256"]):
         raise EvidenceError(f"{call}: attempt {name} returned files {sorted(files)} but digests for "
                             f"{sorted(returned['sha256'])}.")
+    _check_names(call, name, list(files))
     for package, version in frozen.body["versions"].items():
         if (returned.get("versions") or {}).get(package) != version:
             raise input_error(call, f"versions.{package}", (returned.get("versions") or {}).get(package),
                               f"{version!r}, the frozen version", f"the worker on {returned['where'].get('node_ip')} "
                               "runs another environment; install the frozen versions on every node",
                               error=EvidenceError)
-    allowed_absolute = {(path / "manifest.json").as_posix() for path in populations.values()}
+    allowed_absolute = {"train_manifest": (populations["train"] / "manifest.json").as_posix(),
+                        "validation_manifest": (populations["validation"] / "manifest.json").as_posix()}
 
     def _write(staging: Path) -> None:
-        root = staging.resolve()
         for relative, data in files.items():
-            target = (staging / relative).resolve()
-            if not target.is_relative_to(root) or sha256_bytes(data) != returned["sha256"][relative]:
-                raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} is outside "
-                                    "the attempt or does not match its digest.")
+            if sha256_bytes(data) != returned["sha256"][relative]:
+                raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} does not match its digest.")
+            target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         bound: set[str] = set()
@@ -94,34 +103,86 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
             kind = _receipt_kind(relative)
             if kind is None:
                 raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
-            document = read_receipt(staging / relative, kind=kind, schema_version=None)
+            # Paths first, without reading what they name; then the receipt with every file it binds.
+            document = read_receipt(staging / relative, kind=kind, schema_version=None, verify_files=False)
             bound.add(relative)
             for section in ("inputs", "outputs"):
-                for entry in document[section].values():
+                for key, entry in document[section].items():
                     path = entry["path"]
-                    if Path(path).is_absolute():
-                        if path not in allowed_absolute:
-                            raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path}; a returned "
-                                                f"receipt may bind only the study's populations {sorted(allowed_absolute)}.")
+                    if Path(path).is_absolute() or "\\" in path:
+                        if section != "inputs" or allowed_absolute.get(key) != path:
+                            raise EvidenceError(f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
+                                                f"receipt may bind by absolute path only {allowed_absolute}.")
                         continue
-                    target = (staging / path).resolve()
-                    if not target.is_relative_to(root):
+                    inner = _clean_relative(path, relative)
+                    if inner is None:
                         raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
-                    bound.add(target.relative_to(root).as_posix())
-        loose = sorted(r for r in files if r not in bound and r != "fit.log" and not r.startswith("wandb/"))
+                    bound.add(inner)
+            read_receipt(staging / relative, kind=kind, schema_version=None)
+        loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
         if loose:
             raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
         fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call)["body"]
+        if fit.get("local_attempt_id") != name:
+            raise EvidenceError(f"{call}: attempt {name!r} holds the fit of local attempt "
+                                f"{fit.get('local_attempt_id')!r}; an attempt directory is named by its fit.")
+        if EVALUATION_RECEIPT not in files:
+            raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
+        evaluation = read_receipt(staging / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)["body"]
+        if (evaluation.get("population") or {}).get("digest") != validation_digest or \
+                evaluation.get("final_state_sha256") != fit.get("final_state_sha256"):
+            raise EvidenceError(f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
+                                f"{validation_digest} and this attempt's final state.")
         ran = fit.get("execution") or {}
         said = returned["where"]
-        if (ran.get("node_id"), ran.get("pid")) != (said.get("node_id"), said.get("pid")):
-            raise EvidenceError(f"{call}: the fit receipt of attempt {name} says it ran on node {ran.get('node_id')} "
-                                f"pid {ran.get('pid')}; its try reported node {said.get('node_id')} pid {said.get('pid')}.")
+        keys = ("node_id", "pid", "task_id")
+        if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
+            raise EvidenceError(f"{call}: the fit receipt of attempt {name} says it ran as "
+                                f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }.")
 
     target = cell_dir / name
     cell_dir.mkdir(parents=True, exist_ok=True)
     publish_directory(target, _write)
     return target
+
+
+def _check_names(call: str, attempt: str, names: list[str]) -> None:
+    """Refuse a returned file name that is not a clean relative path inside the attempt."""
+    from qhlab.finite_horizon.studies.architecture.layout import CELL_RECEIPT
+
+    if attempt == CELL_RECEIPT or attempt.startswith("."):
+        raise EvidenceError(f"{call}: attempt name {attempt!r} is reserved in a cell directory.")
+    seen: dict[str, str] = {}
+    folders: set[str] = set()
+    for relative in names:
+        parts = relative.split("/")
+        if not relative or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+            raise EvidenceError(f"{call}: returned file name {relative!r} of attempt {attempt} is not a clean relative "
+                                "path inside the attempt.")
+        folded = unicodedata.normalize("NFC", relative).casefold()
+        if folded in seen:
+            raise EvidenceError(f"{call}: returned files {seen[folded]!r} and {relative!r} of attempt {attempt} "
+                                "differ only by case or normalisation.")
+        seen[folded] = relative
+        folders.update("/".join(parts[:i]).casefold() for i in range(1, len(parts)))
+    clash = sorted(n for n in seen if n in folders)
+    if clash:
+        raise EvidenceError(f"{call}: returned file names {clash} of attempt {attempt} are also folders of other files.")
+
+
+def _clean_relative(path: str, receipt: str) -> str | None:
+    """The attempt-relative name a receipt's relative binding points at; None if it leaves the attempt."""
+    parts: list[str] = receipt.split("/")[:-1]
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts) or None
 
 
 _RECEIPT_KINDS = {"fit.receipt.json": "fit", "evaluation.receipt.json": "evaluation",
@@ -144,7 +205,7 @@ def _population_bytes(path: Path) -> dict[str, bytes]:
 
 
 def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice: ExecutorChoice, *,
-                     validation: Path, verbose: bool, on_result: Callable[[dict], None],
+                     validation: Path, validation_digest: str, verbose: bool, on_result: Callable[[dict], None],
                      on_error: Callable[[str, int, Exception], None]) -> list[Exception]:
     """Run the pending broad cells as Ray tasks; publish each returned attempt and its cell receipt.
 
@@ -156,6 +217,7 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
         pending: the (arm, seed) cells without a cell receipt.
         choice: the Ray executor (address or a Ray started here).
         validation: the sealed validation population (the development receipt's path).
+        validation_digest: its manifest digest (the development receipt's).
         verbose: let Ray and the workers print (``--verbose``).
         on_result: called with each cell receipt body as it is published.
         on_error: called with (arm, seed, exception) for a cell that failed.
@@ -204,8 +266,14 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
             }
             # The cell's logical-run writer lock, held here while its task runs: `qhlab study
             # status` shows it running, and a local fit of the same cell is refused meanwhile.
-            locks[cell] = contextlib.ExitStack()
-            locks[cell].enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+            except LockHeldError as exc:  # another writer has this cell; the other cells still run
+                errors.append(exc)
+                on_error(arm, seed, exc)
+                continue
+            locks[cell] = stack
             future = pool.submit_task(fit_on_worker, (job, populations, ledger), num_cpus=config.torch_threads,
                                       num_gpus=gpus, max_retries=RAY_TASK_RETRIES, name=f"qhlab-cell-{cell}")
             futures[future] = (arm, seed)
@@ -217,7 +285,8 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
                 tries = _tries(ledger, cell, returned)
                 attempt = _publish_returned(frozen, cell, frozen.recipe(arm, seed, config.broad_updates),
                                             output / CELLS_DIR / cell, returned,
-                                            {"train": frozen.train_path, "validation": validation})
+                                            {"train": frozen.train_path, "validation": validation},
+                                            validation_digest)
                 execution = {**choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
                              "tries": tries, "driver": {k: where_am_i()[k] for k in ("hostname", "pid")}}
                 _record(arm, seed, execution)
@@ -260,8 +329,8 @@ def _cause(exc: Exception, cell: str, ledger: Any) -> Exception:
             tries = []
         where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) or "no try on record"
         return QhError(
-            f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} after {RAY_TASK_RETRIES} Ray retries "
-            f"({where}). HINT: nothing of it was published; check the cluster's nodes, then rerun `qhlab study run` "
+            f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} (Ray allows {RAY_TASK_RETRIES} retries; "
+            f"{len(tries)} tr{'y' if len(tries) == 1 else 'ies'} on record: {where}). HINT: nothing of it was published; check the cluster's nodes, then rerun `qhlab study run` "
             "(finished cells are not rerun)."
         )
     return exc
@@ -279,6 +348,8 @@ def check_cells_feasible(config: Any, call: str = "qhlab study run") -> None:
     threads, profile = config.torch_threads, config.profile
     gpus = 1 if _device_type(profile) == "cuda" else 0
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        raise QhError(f"{call}: the Ray cluster has no live node. HINT: check `ray status` on the head node.")
     lane_nodes = [n for n in nodes if n.get("GPU", 0) >= gpus]
     if not lane_nodes:
         raise input_error(call, "profile", profile, "a lane the cluster can run (no live node has a GPU)",

@@ -15,6 +15,7 @@ moved third-party caches into its own directory.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -27,7 +28,8 @@ from qhlab.execution import where_am_i
 
 __all__ = ["LIBRARY_DIRS", "OWNER_FILE", "TRY_PREFIX", "TryLedger", "fit_on_worker"]
 
-# Each try works in ``<tmp>/qhlab-<cell>-<random>/``, holding ``OWNER_FILE`` (its worker's pid).
+# Each try works in ``<tmp>/qhlab-<cell>-<random>/``, holding ``OWNER_FILE`` (its worker's pid,
+# flock-ed by the try while it lives).
 TRY_PREFIX = "qhlab-"
 OWNER_FILE = "owner.pid"
 
@@ -37,23 +39,43 @@ LIBRARY_DIRS = {"MPLCONFIGDIR": "matplotlib", "WANDB_CACHE_DIR": "wandb-cache", 
 
 
 def _sweep_dead_tries(base: Path) -> None:
-    """Remove the directories of earlier tries on this node whose worker process is gone.
+    """Remove the directories of earlier tries on this node whose worker is gone.
 
     A try killed with its worker (SIGKILL, OOM) cannot remove its own directory, which holds a
-    copy of TRAIN and validation; the next try on the node does. A directory is removed only
-    when its owner file names a pid that no longer exists (a reused pid keeps it: safe side).
+    copy of TRAIN and validation; the next try on the node does. A try holds an ``flock`` on
+    its owner file for its whole life and the kernel drops it when the process dies, so a
+    directory is removed only when that lock can be taken: never a live try's (whatever pid
+    namespace or host it runs in), never a directory without an owner file.
     """
     for directory in base.glob(f"{TRY_PREFIX}*"):
+        if directory.is_symlink() or not directory.is_dir():
+            continue
         try:
-            pid = int((directory / OWNER_FILE).read_text(encoding="ascii"))
-        except (OSError, ValueError):
+            fd = os.open(directory / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
             continue  # not a try's directory, or one still being created
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its try is alive
             shutil.rmtree(directory, ignore_errors=True)
-        except PermissionError:
-            continue  # another user's live process
+        finally:
+            os.close(fd)
+
+
+def _own(root: Path) -> int:
+    """Hold the lock that marks ``root`` as a live try's; returns the descriptor to close at the end.
+
+    The owner file is locked under a temporary name and renamed into place, so a sweeper never
+    sees an owner file that is not yet locked.
+    """
+    pending = root / f".{OWNER_FILE}.new"
+    fd = os.open(pending, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    os.rename(pending, root / OWNER_FILE)
+    return fd
 
 
 class TryLedger:
@@ -93,7 +115,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
         number = None
     _sweep_dead_tries(Path(tempfile.gettempdir()))
     root = Path(tempfile.mkdtemp(prefix=f"{TRY_PREFIX}{job['cell']}-"))
-    (root / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
+    owner = _own(root)
     # Libraries' own caches and settings (matplotlib's font cache, W&B's directories) go into
     # this try's directory too: a worker writes nothing outside it.
     saved = {key: os.environ.get(key) for key in LIBRARY_DIRS}
@@ -139,3 +161,4 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
+        os.close(owner)
