@@ -175,3 +175,14 @@ def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
         os.close(alive)
     _sweep_dead_tries(tmp_path)  # the try ended without removing its directory: now it goes
     assert not dirs["qhlab-alive-x2"].exists()
+
+
+def test_a_cell_result_line_names_the_ray_node_and_lost_tries() -> None:
+    from qhlab.finite_horizon.studies.architecture.command import _where
+
+    returned = {"try": 2, "node_ip": "10.0.0.6", "outcome": "returned"}
+    lost = {"try": 1, "node_ip": "10.0.0.5", "outcome": "lost: its worker died; Ray ran the task again"}
+    assert _where({"execution": {"executor": "local", "process": {"pid": 1}}}) == ""
+    assert _where({"execution": {"executor": "ray", "tries": [{**returned, "try": 1}]}}) == " @ 10.0.0.6"
+    assert _where({"execution": {"executor": "ray", "tries": [lost, returned]}}) == " @ 10.0.0.6, after 1 lost try"
+    assert _where({"execution": {"executor": "ray", "tries": [lost, lost, returned]}}).endswith("after 2 lost tries")

@@ -296,13 +296,15 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
 
 
 def _where(body: dict) -> str:
-    """`` on <node ip> (try n)`` for a cell a Ray worker ran; empty for a local one."""
+    """`` @ <node ip>`` (``, after n lost tries``) for a cell a Ray worker ran; empty for a local one.
+
+    Short, so that a cell's result line fits an 80-column terminal."""
     tries = (body.get("execution") or {}).get("tries") or []
     returned = next((t for t in tries if t.get("outcome") == "returned"), None)
     if returned is None:
         return ""
     retried = f", after {len(tries) - 1} lost tr{'y' if len(tries) == 2 else 'ies'}" if len(tries) > 1 else ""
-    return f" (ray node {returned.get('node_ip')}{retried})"
+    return f" @ {returned.get('node_ip')}{retried}"
 
 
 def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None = None,
