@@ -259,7 +259,8 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
                     on_error(arm, seed, exc)
                 continue
             job = {
-                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"), "profile": config.profile,
+                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
+                "profile": config.profile,
                 "torch_threads": config.torch_threads, "max_allocated_bytes": config.max_allocated_bytes,
                 "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
                 "verbose": verbose,
@@ -327,10 +328,12 @@ def _cause(exc: Exception, cell: str, ledger: Any) -> Exception:
             tries = ray.get(ledger.tries.remote(cell), timeout=30)
         except Exception:  # noqa: BLE001 - the ledger's node may be what died
             tries = []
-        where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) or "no try on record"
+        where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) \
+            or "no try on record"
         return QhError(
             f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} (Ray allows {RAY_TASK_RETRIES} retries; "
-            f"{len(tries)} tr{'y' if len(tries) == 1 else 'ies'} on record: {where}). HINT: nothing of it was published; check the cluster's nodes, then rerun `qhlab study run` "
+            f"{len(tries)} tr{'y' if len(tries) == 1 else 'ies'} on record: {where}). HINT: nothing of it was "
+            "published; check the cluster's nodes, then rerun `qhlab study run` "
             "(finished cells are not rerun)."
         )
     return exc

@@ -230,7 +230,9 @@ def _attempt_progress(attempt: Path) -> tuple[bool, int | None, float | None]:
 def _cell_row(parent: Path, cell: str, kind: str, budget: int) -> dict:
     """A cell's row: its final receipt when present, else its attempts and writer locks."""
     directory = parent / cell
-    attempts = sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")) if directory.is_dir() else []
+    # Hidden directories are never attempts (a Ray driver's unpublished staging directory).
+    attempts = sorted(p for p in directory.iterdir()
+                      if p.is_dir() and not p.name.startswith(".")) if directory.is_dir() else []
     receipt = directory / CELL_RECEIPT
     if receipt.is_file():
         document, failure = _authenticate(receipt, "study_cell", SCHEMA_VERSION)
