@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Sequence
 
 from qhlab import __version__
 from qhlab.evidence import QhError, QhInputError, require_int
+from qhlab.evidence.publish import storage_error
 
 __all__ = ["main"]
 
@@ -32,6 +35,9 @@ _COMMANDS = {
     "sign": "qhlab.cli.sign",
 }
 _OUTPUT_ARGUMENTS = ("output", "out")
+# Exit status when the reader of stdout went away (`qhlab verify S | head -1`): 128 + SIGPIPE,
+# what a shell reports for a program that a closed pipe ended, without a traceback.
+BROKEN_PIPE_EXIT = 141
 
 
 def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
@@ -79,6 +85,35 @@ def _new_output_dirs(args: argparse.Namespace) -> list[Path]:
     return paths
 
 
+def os_error_message(call: str, exc: OSError) -> str:
+    """The ``error:`` text of an OS error that reached the CLI: the path and the OS error."""
+    where = exc.filename if exc.filename is not None else "a file"
+    if exc.filename2 is not None:
+        where = f"{where} -> {exc.filename2}"
+    return str(storage_error(call, where, exc))
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one qhlab command.
 
@@ -86,8 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name; None reads ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 success, 1 runtime failure, 2 bad input or failed
-        authentication, 3 writer lock held by another process.
+        The exit status: 0 success, 1 runtime failure (an OS error too: read-only or full
+        storage), 2 bad input or failed authentication, 3 writer lock held by another
+        process, 141 stdout closed by its reader (quiet, as a program ended by SIGPIPE).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     # --verbose may stand anywhere (before or after the command words).
@@ -104,7 +140,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_console(verbose)
     try:
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        # Flush here, not at interpreter exit, so a closed stdout is seen by the handler below.
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            print(f"error: {os_error_message(f'qhlab {args.command}', exc)}", file=sys.stderr)
+            return 1
+        _silence_stdout()
+        return BROKEN_PIPE_EXIT
+    except OSError as exc:
+        # The storage refused (read-only file system, full disk, a file where a directory was
+        # expected): one line naming the path and the OS error. Published files are write-once
+        # through temporary names, so nothing half-written carries a published name.
+        print(f"error: {os_error_message(f'qhlab {args.command}', exc)}", file=sys.stderr)
+        return 1
     except QhError as exc:
         if isinstance(exc, QhInputError):
             for path in fresh_outputs:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
-from qhlab.evidence.errors import PublishConflictError, QhInputError
+from qhlab.evidence.errors import PublishConflictError, QhError, QhInputError
 
 __all__ = [
     "publish_bytes",
@@ -27,6 +27,7 @@ __all__ = [
     "publish_directory",
     "fresh_directory",
     "safe_component",
+    "storage_error",
     "TEMP_MARKER",
 ]
 
@@ -54,6 +55,29 @@ def safe_component(value: Any, *, field: str, call: str = "qhlab") -> str:
             "so separators, '..' and non-ASCII are refused."
         )
     return value
+
+
+def storage_error(call: str, path: Any, exc: OSError) -> QhError:
+    """The runtime error (exit 1) for storage that refused a write: names ``path`` and the OS error.
+
+    ``"<call>: cannot write <path>: [Errno 28] No space left on device (ENOSPC). HINT: ..."``.
+    """
+    code = exc.errno
+    if isinstance(code, int):
+        reason = f"[Errno {code}] {os.strerror(code)} ({errno.errorcode.get(code, '?')})"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return QhError(
+        f"{call}: cannot write {path}: {reason}. HINT: the output directory must be writable and "
+        "its disk must have free space; nothing was published under a partial name."
+    )
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -120,9 +144,11 @@ def publish_file(path: str | os.PathLike, writer: Callable[[Path], None]) -> str
         digest = sha256_file(tmp)
         _link_into_place(tmp, path)
         _fsync_directory(path.parent)
+    except OSError as exc:
+        raise storage_error("publish", path, exc) from exc
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        # The temporary file never outlives the call, published or not.
+        _remove_quietly(tmp)
     return digest
 
 
@@ -153,11 +179,13 @@ def fresh_directory(path: str | os.PathLike) -> Path:
             f"fresh_directory: {path} already exists. HINT: every attempt publishes into a new "
             "directory; pick another output path or attempt id."
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir()
     except FileExistsError:
         raise PublishConflictError(f"fresh_directory: {path} was created concurrently.") from None
+    except OSError as exc:
+        raise storage_error("fresh_directory", path, exc) from exc
     return path
 
 
@@ -186,9 +214,12 @@ def publish_directory(target: str | os.PathLike, writer: Callable[[Path], T]) ->
             f"publish_directory: {target} already exists; published directories are write-once. "
             "HINT: inspect it and choose a fresh output path; qhlab never overwrites evidence."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
-    staging.mkdir()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise storage_error("publish_directory", target, exc) from exc
     try:
         result = writer(staging)
         for path in sorted(staging.rglob("*")):
@@ -203,13 +234,28 @@ def publish_directory(target: str | os.PathLike, writer: Callable[[Path], T]) ->
         # content meanwhile is never overwritten.
         try:
             os.rename(staging, target)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise storage_error("publish_directory", target, exc) from exc
             raise PublishConflictError(
                 f"publish_directory: {target} was created concurrently; nothing was published. "
                 "HINT: another process published it; inspect it."
             ) from None
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise storage_error("publish_directory", target, exc) from exc
+    except QhError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if type(exc) is QhError and isinstance(exc.__cause__, OSError):
+            # A file inside the staging directory could not be written: name the directory
+            # the user asked for, not its hidden staging name (which is gone now).
+            raise QhError(str(exc).replace(str(staging), str(target))) from exc.__cause__
+        raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_directory(target.parent)
+    try:
+        _fsync_directory(target.parent)
+    except OSError as exc:
+        raise storage_error("publish_directory", target, exc) from exc
     return result

@@ -13,7 +13,9 @@ unpickles: tensors are read with ``safetensors.torch.load`` from bytes already h
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +87,14 @@ def _check_state_path(call: str, path: Path) -> Path:
     return path
 
 
+def _os_error_of(exc: Exception, path: Path) -> OSError:
+    """The ``OSError`` inside a ``SafetensorError`` (its ``os error N``), else EIO with its text."""
+    found = re.search(r"(?:\bcode: |\bos error )(\d+)", str(exc))
+    code = int(found.group(1)) if found else errno.EIO
+    reason = os.strerror(code) if found else f"{os.strerror(code)}: {exc}"
+    return OSError(code, reason, str(path))
+
+
 def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: dict) -> str:
     """Write a tensor state write-once and return the SHA-256 of its safetensors bytes.
 
@@ -140,7 +150,12 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
             )
 
     def _writer(tmp: Path) -> None:
-        _safetensors_save_file(cpu_tensors, str(tmp))
+        try:
+            _safetensors_save_file(cpu_tensors, str(tmp))
+        except SafetensorError as exc:
+            # safetensors reports an OS failure as its own error ("... Os { code: 28, ...");
+            # give it back as the OSError it is, so publish_file names the path and the OS error.
+            raise _os_error_of(exc, tmp) from exc
 
     digest = publish_file(path, _writer)
     publish_json(
