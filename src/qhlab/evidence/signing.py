@@ -20,7 +20,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from qhlab.evidence.errors import EvidenceError, MissingEvidenceError, PublishConflictError, input_error
+from qhlab.evidence.errors import (
+    EvidenceError,
+    MissingEvidenceError,
+    PublishConflictError,
+    QhInputError,
+    input_error,
+)
 from qhlab.evidence.publish import publish_bytes
 from qhlab.evidence.receipts import verify_directory
 
@@ -41,6 +47,50 @@ def _hashing_config():
     # `model_signing verify` leaves it out too. Git metadata is left out as the library's
     # own CLI does by default, so both verifiers hash the same set of files.
     return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE])
+
+
+def _refuse_links(call: str, root: Path, *, error: type[QhInputError] = QhInputError) -> None:
+    """Refuse ``root`` when it, or anything below it, is a symbolic link or not a regular file.
+
+    model_signing refuses links (a link's target is not what the signature covers) and special
+    files; naming the first ones here, by path, keeps the refusal on the directory, where it
+    belongs, and happens before anything is hashed or written.
+    """
+    if root.is_symlink():
+        raise input_error(
+            call, "directory", str(root), "a real directory, not a symbolic link",
+            f"it links to {os.readlink(root)!r}; pass the directory itself ({root.resolve()}).", error=error,
+        )
+    if not root.is_dir():
+        return  # refused by the caller's next check (verify_directory), with its own message
+    links: list[str] = []
+    special: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):  # does not follow links
+        dirnames.sort()
+        for name in sorted((*dirnames, *filenames)):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                links.append(f"{str(path)!r} -> {os.readlink(path)!r}")
+            elif not (path.is_file() or path.is_dir()):
+                special.append(repr(str(path)))
+    if links:
+        shown = "; ".join(links[:5]) + (f"; and {len(links) - 5} more" if len(links) > 5 else "")
+        raise input_error(
+            call, "directory", str(root), "a directory of regular files and directories, no symbolic links",
+            f"{len(links)} symbolic link(s) below it: {shown}. Model signing refuses links (a link's "
+            "target is not part of what is signed). qhlab publishes attempts, commissioning runs and "
+            "studies without links; W&B's links left by an older qhlab (wandb/latest-run, wandb/debug.log, "
+            "wandb/debug-internal.log, <run>/logs/debug-core.log) are bound by no receipt and can be "
+            "deleted (`find DIR -type l -path '*/wandb/*' -delete`); remove any other link, or replace "
+            "it by a copy of its target, then sign again.",
+            error=error,
+        )
+    if special:
+        raise input_error(
+            call, "directory", str(root), "a directory of regular files and directories",
+            f"{len(special)} special file(s) (socket, pipe, device) below it: {', '.join(special[:5])}. "
+            "Remove them, then sign again.", error=error,
+        )
 
 
 def _key(call: str, field: str, path: str | os.PathLike) -> Path:
@@ -70,14 +120,18 @@ def sign_directory(
         ``{"signature": path, "signed_files": n, "receipts": n}``.
 
     Raises:
-        EvidenceError: (or a subclass) the directory does not authenticate; nothing is written.
+        QhInputError: ``directory`` is, or holds, a symbolic link or a special file (each named
+            by its path), or the key file is missing or not a usable EC private key (its
+            password included); nothing is written.
+        EvidenceError: (or a subclass) the directory does not authenticate, or a file could not
+            be read while it was hashed; nothing is written.
         PublishConflictError: the directory is already signed (signatures are write-once).
-        QhInputError: a missing or unusable key file.
     """
     from model_signing import signing
 
     call = "sign_directory"
     root = Path(directory)
+    _refuse_links(call, root)
     verified = verify_directory(root, populations)
     target = signature_path(root)
     if target.exists() or target.is_symlink():
@@ -86,18 +140,34 @@ def sign_directory(
             "write-once; verify it with `qhlab verify DIR --public-key PUB.pem`."
         )
     key = _key(call, "private_key", private_key)
+    # The key is loaded (and refused) on its own: only an error loading it is the key's fault.
+    try:
+        # model_signing 1.1.1 hands the password to cryptography unchanged, which needs bytes.
+        secret = None if password is None else password.encode()
+        config = signing.Config().use_elliptic_key_signer(private_key=key, password=secret)
+    except Exception as exc:  # cryptography raises ValueError, TypeError, UnsupportedAlgorithm
+        if isinstance(exc, AttributeError):  # model_signing reads .curve of whatever key it loaded
+            hint = ("it is not an elliptic-curve key (RSA? Ed25519?); create one with "
+                    "`openssl ecparam -name prime256v1 -genkey`")
+        elif password is None and "encrypted" in str(exc):
+            hint = "it is encrypted: pass its password with --password-env VAR"
+        else:
+            hint = f"the signer could not load it: {exc}"
+        raise input_error(call, "private_key", str(private_key), "a PEM elliptic-curve private key "
+                          "(P-256, P-384 or P-521) and its password if it is encrypted", hint) from None
     # The bundle is written outside the directory first (nothing there changes while it is
     # hashed), then published write-once beside the files it signs.
     with tempfile.TemporaryDirectory() as scratch:
         bundle = Path(scratch) / SIGNATURE_FILE
         try:
-            # model_signing 1.1.1 hands the password to cryptography unchanged, which needs bytes.
-            secret = None if password is None else password.encode()
-            config = signing.Config().use_elliptic_key_signer(private_key=key, password=secret)
             config.set_hashing_config(_hashing_config()).sign(root, bundle)
-        except (ValueError, TypeError, OSError) as exc:
-            raise input_error(call, "private_key", str(private_key), "a PEM elliptic-curve private key",
-                              f"the signer refused it: {exc}") from None
+        except (ValueError, OSError) as exc:
+            # The key loaded: what fails now is reading the directory (a file removed, made
+            # unreadable or replaced by a link after the check above).
+            raise EvidenceError(
+                f"{call}: {root} could not be hashed for signing: {exc}. HINT: nothing was written; sign "
+                "a finished directory that no process is still writing to."
+            ) from None
         publish_bytes(target, bundle.read_bytes())
     signed = sum(1 for p in root.rglob("*") if p.is_file() and p != target)
     return {"signature": target, "signed_files": signed, "receipts": len(verified["receipts"])}
@@ -118,7 +188,8 @@ def verify_signature(directory: str | os.PathLike, *, public_key: str | os.PathL
 
     Raises:
         MissingEvidenceError: the directory has no signature.
-        EvidenceError: the signature does not match the files or the key.
+        EvidenceError: the signature does not match the files or the key, or a symbolic link or
+            special file is below the directory (named by its path).
         QhInputError: a missing key file.
     """
     from model_signing import verifying
@@ -128,6 +199,7 @@ def verify_signature(directory: str | os.PathLike, *, public_key: str | os.PathL
     target = signature_path(root)
     if not target.is_file():
         raise MissingEvidenceError(f"{call}: {target} does not exist: {root} is not signed.")
+    _refuse_links(call, root, error=EvidenceError)
     key = _key(call, "public_key", public_key)
     try:
         config = verifying.Config().use_elliptic_key_verifier(public_key=key)

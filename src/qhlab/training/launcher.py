@@ -70,7 +70,7 @@ from qhlab.training.segments import (
     load_resume_state,
 )
 from qhlab.training.tensor_state import COLD_INIT_RECEIPT, save_tensor_state, structure_path, write_cold_initialization
-from qhlab.training.wandb_attempt import publish_wandb_attempt
+from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
 
 __all__ = [
     "AdmittedLaunch",
@@ -151,7 +151,9 @@ def wandb_logger(
     """A ``WandbLogger`` for one attempt, writing under ``directory/wandb``.
 
     Offline attempts never touch the network (``mode="offline"``, silent, no code, git,
-    stats or machine-info capture: they also cost start-up time). Each offline segment is
+    stats or machine-info capture: they also cost start-up time). W&B's convenience links
+    (``latest-run``, ``debug.log``) are not made (``symlink=False``); the one wandb-core makes
+    anyway is dropped when the run finishes (``drop_wandb_links``). Each offline segment is
     a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
     names another group (e.g. the study, so its cells group together in the W&B UI).
     """
@@ -168,6 +170,8 @@ def wandb_logger(
         x_disable_meta=True,
         x_disable_machine_info=True,
         silent=True,
+        # A published attempt holds no symbolic link (model signing refuses them).
+        symlink=False,
     )
     # mode comes from attempt.apply; WandbLogger(offline=True) would set WANDB_MODE process-wide.
     init = attempt.apply({"project": project})
@@ -364,7 +368,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
     if observed != budget:
-        _finish_wandb(logger, exit_code=1)
+        _finish_wandb(logger, directory, exit_code=1)
         raise QhError(
             f"launch_fit: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
             "ended early (max_steps backstop or data exhausted); no final state was published."
@@ -372,7 +376,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     try:
         lane_checks = lane.record()  # refuses unreviewed MPS CPU fallbacks before the final state
     except QhError:
-        _finish_wandb(logger, exit_code=1)
+        _finish_wandb(logger, directory, exit_code=1)
         raise
     tensors, structure = capture_training_state(module, optimizer)
     final_state = directory / FINAL_STATE
@@ -428,7 +432,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     # still appends to it asynchronously after finish() returns, so its bytes are not final.
     published = {"fit_receipt": directory / FIT_RECEIPT, "final_state": final_state, **files}
     publish_wandb_attempt(request.attempt, directory / WANDB_RECEIPT, published, metrics)
-    _finish_wandb(logger, exit_code=0)
+    _finish_wandb(logger, directory, exit_code=0)
     return LaunchResult(
         directory=directory,
         observed_updates=observed,
@@ -516,20 +520,28 @@ def _train(
             with deferred_sigint(checkpoints.sigint_handler):
                 trainer.fit(module, datamodule=request.datamodule)
     except InterruptedAtBoundary:
-        _finish_wandb(logger, exit_code=130)
+        _finish_wandb(logger, directory, exit_code=130)
         raise FitInterrupted(
             f"fit interrupted at {checkpoints.interrupted_at} observed updates (budget {budget}); segment "
             f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}."
         ) from None
     except BaseException:
-        _finish_wandb(logger, exit_code=1)
+        _finish_wandb(logger, directory, exit_code=1)
         raise
     return trainer, checkpoints, logger
 
 
-def _finish_wandb(logger: Any, *, exit_code: int) -> None:
-    # Close the run so its .wandb file is complete before it is digested.
+def _finish_wandb(logger: Any, directory: Path, *, exit_code: int) -> None:
+    """Close the attempt's W&B run, then drop the links it left in ``directory/wandb``.
+
+    Every end of a segment comes here (published, refused, interrupted): each leaves a
+    directory that may be verified, signed or resumed from, so each is left without links.
+    The links are dropped only after ``finish()``: wandb-core makes ``debug-core.log`` when the
+    run starts, and the run's own files (``.wandb``, ``files/``, ``logs/``) are not touched.
+    """
     experiment = getattr(logger, "_experiment", None)
     if experiment is not None:
         with contextlib.suppress(Exception):
             experiment.finish(exit_code=exit_code)
+    # WandbLogger(save_dir=directory) makes wandb write under directory/wandb.
+    drop_wandb_links(Path(directory) / "wandb")

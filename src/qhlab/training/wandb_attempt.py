@@ -1,9 +1,10 @@
 """W&B identity of one immutable training attempt or segment, and its publication (seed 000).
 
 Owns: ``WandbAttempt`` (run id, resume/offline mode, logical run, local segment id), the
-fresh local output directory of an attempt, its host-local writer lock, and
+fresh local output directory of an attempt, its host-local writer lock,
 ``publish_wandb_attempt`` (online summary + artifact, or the closing record of an offline
-segment) with its ``wandb_attempt`` receipt.
+segment) with its ``wandb_attempt`` receipt, and ``drop_wandb_links``: a finished run's W&B
+directory holds no symbolic link, so a published directory can be signed.
 
 Does not own: creating the W&B run or the ``WandbLogger`` (``qhlab.training.launcher``),
 execution lanes (``qhlab.training.profiles``), or receipts, locks and safe path components
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,7 +35,7 @@ from qhlab.evidence import (
     write_receipt,
 )
 
-__all__ = ["WandbAttempt", "publish_wandb_attempt", "writer_lock_path"]
+__all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "writer_lock_path"]
 
 _WANDB_RECEIPT_KIND = "wandb_attempt"
 _WANDB_RECEIPT_SCHEMA_VERSION = 1
@@ -330,3 +332,41 @@ def publish_wandb_attempt(
         outputs=None,
     )
     return body
+
+
+def drop_wandb_links(wandb_dir: str | os.PathLike) -> list[str]:
+    """Remove every symbolic link below a finished run's W&B directory; return what was removed.
+
+    Call only after the run finished (``run.finish()``), before the directory is published.
+    wandb 0.31 leaves, at run start, ``wandb/latest-run``, ``wandb/debug.log`` and
+    ``wandb/debug-internal.log`` (links into the run's own directory; qhlab also turns them
+    off with ``Settings(symlink=False)``) and, from wandb-core, ``<run>/logs/debug-core.log``,
+    an absolute link to ``~/.cache/wandb/logs/core-debug-<time>.log``. OpenSSF model signing
+    refuses links, and a link to a file outside the directory is not evidence of it.
+
+    Every link is dropped, not replaced by a copy of its target: a link into the run only
+    duplicates a real file that stays (the run's ``.wandb`` file, ``files/``, ``logs/debug*.log``
+    are never touched), and ``debug-core.log`` is the wandb-core service's log, shared by every
+    run of the process (all cells of a study), still appended after ``finish()`` returns: a
+    copy would be a partial snapshot mixing other attempts' lines into this one's evidence. The
+    service log itself stays at its path for debugging. Nothing a receipt binds is a link.
+
+    Args:
+        wandb_dir: the run's W&B directory (``<attempt>/wandb``, or a report run's directory);
+            a missing directory (no run was started) removes nothing.
+
+    Returns:
+        The removed links as ``"<path relative to wandb_dir> -> <target>"``, sorted.
+    """
+    root = Path(wandb_dir)
+    dropped: list[str] = []
+    # os.walk does not follow links: a linked directory (latest-run) is listed, never entered.
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                target = os.readlink(path)
+                path.unlink()
+                dropped.append(f"{path.relative_to(root).as_posix()} -> {target}")
+        dirnames[:] = [name for name in dirnames if (Path(dirpath) / name).is_dir()]
+    return sorted(dropped)

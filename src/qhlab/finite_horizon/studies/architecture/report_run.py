@@ -6,7 +6,8 @@ every table of the authenticated ``report.json`` as a ``wandb.Table`` and both f
 ``wandb.Image``s, puts the headline in the run summary, and, when online, logs the report
 directory as an artifact whose metadata carries the report receipt's SHA-256 and the
 digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
-stay syncable later with ``wandb sync``. Does not own: the report itself (``report``), or
+stay syncable later with ``wandb sync``; like a fit attempt's, the run's directory is left
+without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does not own: the report itself (``report``), or
 deciding anything: the run only mirrors authenticated files.
 """
 
@@ -24,6 +25,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_RECEIPT,
     SCHEMA_VERSION,
 )
+from qhlab.training.wandb_attempt import drop_wandb_links
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
 
@@ -92,8 +94,9 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     run_dir = output / REPORT_RUN_DIR / f"{stamp}-{secrets.token_hex(2)}"
     run_dir.mkdir(parents=True)
+    # symlink=False: no latest-run/debug.log links (a signed study directory holds no link).
     settings = wandb.Settings(console="off", disable_git=True, save_code=False, x_disable_stats=True,
-                              x_disable_meta=True, x_disable_machine_info=True, silent=True)
+                              x_disable_meta=True, x_disable_machine_info=True, silent=True, symlink=False)
     run = wandb.init(
         project="qhlab", id=f"{study[:40]}-report-{run_dir.name}", name=f"{study} report", group=study,
         job_type="report", tags=["report"], dir=str(run_dir), mode="offline" if offline else "online",
@@ -120,4 +123,6 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
             run.log_artifact(artifact)
     finally:
         run.finish()
+        # After finish: wandb-core's debug-core.log link (outside the study) is made at run start.
+        drop_wandb_links(run_dir)
     return run_dir
