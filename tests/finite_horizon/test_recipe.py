@@ -205,3 +205,39 @@ def test_strict_mode_keeps_ints_for_floats_and_lists_for_tuples() -> None:
     assert validate_recipe(recipe.model_dump(mode="json")) == recipe
     raw["architecture"]["encoder"]["width"] = "32"
     assert "architecture.encoder.width='32' is not allowed" in _error(raw)
+
+
+def test_update_budget_is_bounded_by_the_study_cap() -> None:
+    from qhlab.finite_horizon.budget import MAX_UPDATES
+    from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig
+
+    assert MAX_UPDATES == 10_000_000
+    # One constant: the study's budgets carry the very bound the recipe does.
+    for model, field in ((QhRecipe, "updates"), (QhArchitectureStudyConfig, "canary_updates"),
+                         (QhArchitectureStudyConfig, "broad_updates")):
+        assert [m.le for m in model.model_fields[field].metadata if getattr(m, "le", None) is not None] == [MAX_UPDATES]
+    assert validate_recipe({**_raw(), "updates": MAX_UPDATES}).updates == MAX_UPDATES
+    message = _error({**_raw(), "updates": MAX_UPDATES + 1})
+    assert "updates=10000001 is not allowed; allowed: an integer from 1 to 10000000" in message
+
+
+@pytest.mark.parametrize("value", ["100000000000000000000", "1e20"])
+def test_cli_refuses_a_huge_update_budget_and_writes_nothing(tmp_path: Path, capsys, value: str) -> None:
+    from qhlab.cli import main
+
+    text = TINY_RECIPE.read_text()
+    assert "\nupdates = 40\n" in text
+    recipe = tmp_path / "huge.toml"
+    recipe.write_text(text.replace("\nupdates = 40\n", f"\nupdates = {value}\n"))
+    output = tmp_path / "fits"
+    assert main(["fit", str(recipe), "--profile", "cpu-fp32", "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: recipe {str(recipe)!r}: 1 invalid field(s):"]
+    if value == "1e20":  # a TOML float is never an integer budget
+        assert "  - updates=1e+20 is not allowed; allowed: an integer (not a string, float or boolean)" in err
+    else:
+        assert f"  - updates={value} is not allowed; allowed: an integer from 1 to 10000000" in err
+    assert not output.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.toml"]

@@ -19,9 +19,11 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.scorer import ArchitectureConfig
 
 __all__ = [
+    "MAX_UPDATES",
     "DataConfig",
     "EvaluationConfig",
     "HardTargetUpdate",
@@ -137,7 +139,7 @@ class QhRecipe(BaseModel):
     successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
     successor_label_rows: int = Field(default=0, ge=0, le=1_000_000)
     target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
-    updates: int = Field(ge=1)
+    updates: int = Field(ge=1, le=MAX_UPDATES)
     data: DataConfig = DataConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     accelerator: Literal["cpu", "cuda", "mps"] = "cpu"
@@ -173,6 +175,18 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return ", ".join(fields) if fields and not union else ""
 
 
+def _integer_bounds(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[int, int] | None:
+    """``(ge, le)`` of a top-level integer field bounded on both sides (the range to show), else None."""
+    if len(loc) != 1 or loc[0] not in model.model_fields:
+        return None
+    info = model.model_fields[loc[0]]
+    if info.annotation is not int:
+        return None
+    low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
+    high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
+    return None if low is None or high is None else (low, high)
+
+
 _TYPE_TEXT = {
     "float_type": "a number (TOML float or integer, not a string)",
     "int_type": "an integer (not a string, float or boolean)",
@@ -191,6 +205,9 @@ def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
         return f"only the known fields ({names})" if names else "only the documented fields"
     if kind == "missing":
         return "a value (this field is required)"
+    bounds = _integer_bounds(model, loc)
+    if bounds is not None and kind in {"greater_than_equal", "less_than_equal"}:
+        return f"an integer from {bounds[0]} to {bounds[1]}"
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
         bound = next(iter(v for k, v in ctx.items() if k in {"gt", "ge", "lt", "le"}), "?")

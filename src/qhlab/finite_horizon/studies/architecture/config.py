@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qhlab.evidence import QhInputError, input_error
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
+from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.studies.architecture.layout import STUDY_CALL
 
 if TYPE_CHECKING:
@@ -223,8 +224,8 @@ class QhArchitectureStudyConfig(BaseModel):
     validation: PopulationSource
     experiment: StudyExperiment
     seeds: tuple[int, ...]
-    canary_updates: int = Field(ge=1, le=10_000_000)
-    broad_updates: int = Field(ge=1, le=10_000_000)
+    canary_updates: int = Field(ge=1, le=MAX_UPDATES)
+    broad_updates: int = Field(ge=1, le=MAX_UPDATES)
     tie_band: float = Field(ge=0.0)
     regret_fraction: float = Field(gt=0.0)
     mae_fraction: float = Field(gt=0.0)
