@@ -1,4 +1,5 @@
-"""``qhlab scenes {generate,describe}``: make a labelled population; print its difficulty card.
+"""``qhlab scenes {generate,describe,audit}``: make a labelled population; print its difficulty
+card; audit it against physics.
 
 Owns: the commands' arguments, the progress display (rich) and what they print. Does not
 own: generation, labels, the card or its text (``qhlab.scenes.difficulty.card_lines``), or
@@ -13,7 +14,7 @@ import time
 
 from qhlab.execution import add_executor_arguments
 
-__all__ = ["register", "run", "run_describe"]
+__all__ = ["register", "run", "run_audit", "run_describe"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,6 +60,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="tie band in metres (default: the card's own, 0.001)")
     describe.add_argument("--json", action="store_true", help="print the card as one JSON line")
     describe.set_defaults(handler=run_describe)
+    audit = commands.add_parser(
+        "audit",
+        help="re-simulate a population against pymunk physics",
+        description=(
+            "Authenticate a population, regenerate every scene from its preset, split and seed, check "
+            "every label's Bellman rule exactly, and re-simulate the whole depth-H tree of N chain states "
+            "(drawn with OS randomness) or of every chain state (--all): positions, features, rewards "
+            "and labels must equal physics to the bit."
+        ),
+    )
+    audit.add_argument("population", help="population directory")
+    group = audit.add_mutually_exclusive_group()
+    group.add_argument("--states", type=int, default=None, metavar="N",
+                       help="chain states to re-simulate (default 8)")
+    group.add_argument("--all", action="store_true", help="re-simulate every chain state")
+    audit.add_argument("--json", action="store_true", help="print the audit record as one JSON line")
+    audit.set_defaults(handler=run_audit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,5 +121,31 @@ def run_describe(args: argparse.Namespace) -> int:
     from qhlab.scenes.difficulty import card_lines, describe_population
 
     described = describe_population(args.population, tie_band=args.tie_band)
-    print(json.dumps(described, sort_keys=True) if args.json else "\n".join(card_lines(described)))
+    if args.json:
+        print(json.dumps(described, sort_keys=True))
+    else:
+        audit = described["audit"]
+        print("\n".join([*card_lines(described),
+                         f"  audited: every label obeys the Bellman rule; {audit['audited']} of {audit['chain_states']} "
+                         f"chain states re-simulated ({audit['simulations']} simulations) equal physics"]))
+    return 0
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """Audit the population (``qhlab.scenes.audit.audit_population``); print the result; return 0."""
+    from qhlab.scenes.audit import AUDIT_STATES, audit_population
+
+    if args.states is not None and args.states < 1:
+        from qhlab.evidence import input_error
+
+        raise input_error("qhlab scenes audit", "--states", args.states, "an integer >= 1 (or --all)",
+                          "8 chain states take a few seconds")
+    states = None if args.all else (AUDIT_STATES if args.states is None else args.states)
+    record = audit_population(args.population, states=states, call="qhlab scenes audit")
+    if args.json:
+        print(json.dumps(record, sort_keys=True))
+    else:
+        print(f"audit passed: {args.population}: {record['scenes_checked']} scenes regenerated, every label obeys "
+              f"the Bellman rule, {record['audited']} of {record['chain_states']} chain states re-simulated "
+              f"({record['simulations']} simulations, {record['seconds']:.1f} s; states {record['states']})")
     return 0

@@ -1,7 +1,9 @@
-"""``qhlab verify DIR [--populations ROOT]``: authenticate every receipt below a directory.
+"""``qhlab verify DIR [--populations ROOT] [--audit N]``: authenticate every receipt below a directory.
 
 Owns: the command's arguments and its report. Does not own: authentication itself
-(``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file.
+(``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
+the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
+always, a physics audit of N chain states with ``--audit``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qhlab.evidence import verify_directory
+from qhlab.evidence import QhInputError, verify_directory
 
 __all__ = ["register", "run"]
 
@@ -27,13 +29,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "~/.cache/qhlab/populations is always searched")
     parser.add_argument("--public-key", metavar="PUB.pem",
                         help="also check DIR/model.sig (`qhlab sign`) with this EC public key")
+    parser.add_argument("--audit", metavar="N", type=int, default=None,
+                        help="also re-simulate N chain states (drawn with OS randomness) of every population "
+                             "found, against pymunk physics")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
+    from qhlab.scenes.audit import audit_population, check_population_labels
+
+    if args.audit is not None and args.audit < 1:
+        raise QhInputError(f"qhlab verify: --audit={args.audit!r} is not allowed; allowed: an integer >= 1. "
+                           "HINT: 8 chain states take a few seconds per population.")
     result = verify_directory(args.directory, args.populations)
+    # Digests prove the bytes; the labels must also obey Bellman, and with --audit, physics.
+    checks = []
+    for population in result["populations"]:
+        check_population_labels(population, call="qhlab verify")
+        entry = {"population": population, "bellman": "exact"}
+        if args.audit is not None:
+            entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
+        checks.append(entry)
+    result["label_checks"] = checks
     result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -46,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
         f"verified: {len(result['receipts'])} receipts ({summary}); "
         f"{result['bound_files']} files bound and authenticated in {args.directory}"
     )
+    for entry in checks:
+        line = f"labels: {entry['population']}: every label obeys the Bellman rule exactly"
+        if "audit" in entry:
+            audit = entry["audit"]
+            line += (f"; physics audit of {audit['audited']} of {audit['chain_states']} chain states "
+                     f"({audit['simulations']} simulations, {audit['seconds']:.1f} s) passed")
+        print(line)
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["temporary_files"]:

@@ -288,7 +288,8 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
 
     Returns:
         ``{"receipts": [{"path", "kind", "schema_version", "sha256"}], "bound_files": n,
-        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...]}``.
+        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...],
+        "populations": [absolute directories of every population inside or bound, as found]}``.
 
     Raises:
         EvidenceError: (or a subclass) at the first receipt or file that fails.
@@ -298,7 +299,7 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     if not root.is_dir():
         raise MissingEvidenceError(f"verify: {root} does not exist or is not a directory.")
     roots = [root, *(Path(p).expanduser() for p in populations), Path(DEFAULT_POPULATION_ROOT).expanduser()]
-    receipts, bound, temporary, all_files = [], set(), [], []
+    receipts, bound, temporary, all_files, population_dirs = [], set(), [], [], {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
@@ -321,6 +322,11 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
                 )
                 bound.add(os.path.abspath(full))
                 bound.update(os.path.abspath(p) for p in located)
+                # Populations (inside or bound from outside) for label checks a layer up.
+                for path in (full, *located):
+                    if Path(path).name in ("population.receipt.json", "manifest.json") and \
+                            (Path(path).parent / "population.receipt.json").is_file():
+                        population_dirs.setdefault(os.path.abspath(Path(path).parent), None)
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
     unbound = sorted(
@@ -332,4 +338,5 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
         "bound_files": bound_inside,
         "unbound_files": unbound,
         "temporary_files": temporary,
+        "populations": list(population_dirs),
     }

@@ -3,7 +3,8 @@
 Owns: ``load_population`` and the frozen ``Population`` (the tensor contract of
 docs/ARCHITECTURE.md, "Populations"), including every validation of a population's
 content: manifest schema and file digests (through ``qhlab.scenes.read_manifest``), the
-requested split and horizon, column presence and types, shapes, identities, and finiteness.
+requested split and horizon, column presence and types, shapes, identities, finiteness, and
+the exact Bellman consistency of every label (``qhlab.scenes.audit.check_bellman``).
 Does not own: generating populations (``qhlab.scenes``), batching or evaluation.
 
 Row order: S = chain rows (step >= 0) in file order, then successor rows (step == -1) in
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 import torch
 
 from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
+from qhlab.scenes.audit import check_bellman
 from qhlab.scenes.population import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
@@ -177,6 +179,8 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             missing, altered, or of another schema.
         QhInputError: split or horizon mismatch, bad shapes, unknown ids, non-finite values,
             a chain-row candidate without a successor (successor_state_id -1).
+        EvidenceError: a label breaks the Bellman rule (``qhlab.scenes.audit.check_bellman``):
+            every label is checked, exactly, against the stored rewards and successors.
     """
     path = Path(path)
     if split not in SPLITS:
@@ -347,6 +351,9 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         return out
 
     step = step_file[order]
+    reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
+    check_bellman(cands_path, q, reward_grid, succ_grid, np.where(step >= 0, big_h, big_h - 1), state_id,
+                  call=_CALL)
     tensor = torch.from_numpy
     return Population(
         manifest=manifest,
@@ -362,10 +369,10 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         candidates=tensor(grid(features, np.float32)),
         candidate_object=tensor(grid(struck, np.int64)),
         candidate_mask=tensor(np.ones((s_rows, k), dtype=bool)),
-        reward=tensor(grid(reward_flat, np.float32)),
+        reward=tensor(reward_grid.astype(np.float32)),
         q=tensor(q.astype(np.float32)),
         q_horizons=tensor(np.where(step >= 0, big_h, big_h - 1).astype(np.int64)),
-        successor=tensor(grid(succ_rows, np.int64)),
+        successor=tensor(succ_grid),
         scene_index=tensor(scene_index),
         scene_id=tensor(scene_ids[scene_index].astype(np.int64)),
         state_id=tensor(state_id.astype(np.int64)),

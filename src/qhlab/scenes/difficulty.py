@@ -123,24 +123,29 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
     }
 
 
-def describe_population(path: str | os.PathLike, *, tie_band: float | None = None) -> dict[str, Any]:
-    """Authenticate a population, recompute its difficulty card from the files, and check it.
+def describe_population(path: str | os.PathLike, *, tie_band: float | None = None,
+                        audit_states: int = 8) -> dict[str, Any]:
+    """Authenticate and audit a population, recompute its difficulty card from the files, and check it.
 
     Args:
         path: population directory.
         tie_band: None uses the band of the card in the manifest (and the recomputed card must
             equal it); another band recomputes the card for that band.
+        audit_states: chain states re-simulated first (``qhlab.scenes.audit.audit_population``,
+            which also regenerates every scene and checks counts and every label's Bellman rule).
 
     Returns:
-        ``{"name", "split", "generator", "counts", "card"}``.
+        ``{"name", "split", "generator", "counts", "card", "audit"}``.
 
     Raises:
-        EvidenceError (or a subclass): the population fails authentication, or its manifest
-            lacks a card or records one that the files do not reproduce.
+        EvidenceError (or a subclass): the population fails authentication or the audit
+            (counts, Bellman rule, physics), or its manifest lacks a card or records one that
+            the files do not reproduce.
     """
     import pyarrow.parquet as pq
 
     from qhlab.evidence import canonical_json
+    from qhlab.scenes.audit import audit_population, read_labels
     from qhlab.scenes.population import read_manifest
 
     path = Path(path)
@@ -151,23 +156,16 @@ def describe_population(path: str | os.PathLike, *, tie_band: float | None = Non
             f"describe_population: {path / 'manifest.json'} has no difficulty card. HINT: it was made by an "
             "older generator; regenerate it with `qhlab scenes generate`."
         )
-    states = pq.read_table(path / "states.parquet", columns=["state_id", "scene_id", "step"])
-    cands = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "q"])
+    # Counts, every label's Bellman rule and physics first: a card of forged labels is no card.
+    audit = audit_population(path, states=audit_states, call="describe_population")
+    labels = read_labels(path, manifest, call="describe_population")
     # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
     # at generation, so the recomputed card is equal to the bit, not just close.
     scene_order = {int(sid): i for i, sid in enumerate(pq.read_table(path / "scenes.parquet", columns=["scene_id"])
                                                       .column("scene_id").to_numpy())}
-    step = states.column("step").to_numpy()
-    chain_ids = states.column("state_id").to_numpy()[step >= 0]
-    scene_index = np.array([scene_order[int(s)] for s in states.column("scene_id").to_numpy()[step >= 0]])
-    row_of = {int(sid): i for i, sid in enumerate(chain_ids)}
-    k, h = int(manifest["K"]), int(manifest["horizon"])
-    labels = np.full((len(chain_ids), k, h), np.nan)
-    for sid, cand, values in zip(cands.column("state_id").to_numpy(), cands.column("candidate").to_numpy(),
-                                 cands.column("q").to_pylist()):
-        row = row_of.get(int(sid))
-        if row is not None:
-            labels[row, int(cand)] = values
+    chain = labels.step >= 0
+    scene_index = np.array([scene_order[int(s)] for s in labels.scene_id[chain]])
+    labels = labels.q[chain]
     band = recorded["tie_band"] if tie_band is None else tie_band
     card = difficulty_card(labels, scene_index, tie_band=band)
     if band == recorded["tie_band"] and canonical_json(card) != canonical_json(recorded):
@@ -176,7 +174,7 @@ def describe_population(path: str | os.PathLike, *, tie_band: float | None = Non
             "reproduce. HINT: the card and the labels were written by different code; regenerate the population."
         )
     return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
-            "counts": manifest["counts"], "card": card}
+            "counts": manifest["counts"], "card": card, "audit": audit}
 
 
 def card_lines(described: dict[str, Any]) -> list[str]:

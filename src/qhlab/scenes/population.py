@@ -439,17 +439,24 @@ def cached_population(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     executor: ExecutorChoice | None = None,
+    audit: bool = True,
 ) -> Path:
     """Return a population for (preset, split, seed), generating it only once per cache.
 
     The cache directory name carries a digest of the arguments, the generator version, the
     population schema and the engine version, so a change to any of them misses the cache.
     A cached population is authenticated (manifest schema, every file digest, and its
-    recorded generator) before it is reused.
+    recorded generator) and, since anyone can write to a cache, audited against physics
+    (``qhlab.scenes.audit.audit_population``: every scene regenerated, every label's Bellman
+    rule, ``AUDIT_STATES`` chain states re-simulated) before it is reused.
+
+    Args:
+        audit: False only where the caller audits the returned population itself and records
+            the audit (the study steps do).
 
     Raises:
-        EvidenceError: a cached population exists but fails authentication (it is never
-            overwritten; remove it by hand).
+        EvidenceError: a cached population exists but fails authentication or the audit (it
+            is never overwritten; remove it by hand).
     """
     spec = get_preset(preset)
     sample_scene(spec, split, seed, 0)  # validates split and seed before touching the cache
@@ -469,4 +476,8 @@ def cached_population(
             f"{manifest['generator'].get('preset')!r}/{manifest['generator'].get('seed')!r} that does not "
             "match the requested arguments. HINT: remove the stale cache directory."
         )
+    if audit:
+        from qhlab.scenes.audit import audit_population
+
+        audit_population(target, call="cached_population")
     return target

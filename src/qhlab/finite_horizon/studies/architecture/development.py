@@ -59,6 +59,7 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
         population_heuristic_references,
         population_train_constant,
     )
+    from qhlab.scenes.audit import audit_population
 
     frozen = authenticate_freeze(config_path, output, "prepare_development")
     e0 = authenticate_e0(frozen, "prepare_development")
@@ -77,7 +78,8 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
                           "generate it with `qhlab scenes generate --split validation` or name a preset")
     validation_path = resolve_population(source, "validation", config.population_cache, progress=True,
                                          executor=executor or config.executor_choice())
-    validation = load_population(validation_path, split="validation", horizon=frozen.horizon)
+    validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
+    audit = audit_population(validation_path, call="prepare_development")
     train = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
     if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
         raise input_error("prepare_development", "validation", str(validation_path),
@@ -93,7 +95,9 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
         "study": config.name,
         "validation": {"path": str(validation_path.resolve()), "manifest_sha256": validation.digest,
                        "support": population_support(validation),
-                       "declared": source.model_dump(mode="json")},
+                       "declared": source.model_dump(mode="json"),
+                       # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
+                       "audit": audit},
         "train_constant": [float(v) for v in constant],
         "constant_on_validation": summary,
         "references": references,

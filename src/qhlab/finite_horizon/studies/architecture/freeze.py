@@ -67,6 +67,7 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
     the config's). The executor is not part of the freeze: TRAIN's bytes do not depend on it."""
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.scenes.audit import audit_population
     from qhlab.training.profiles import execution_profile
 
     config, data, resolved = read_study_config(config_path)
@@ -87,7 +88,8 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
     train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
                                     executor=executor or config.executor_choice())
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
-    population = load_population(train_path, split="train", horizon=first.horizon)
+    population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked
+    audit = audit_population(train_path, call="freeze_study")
     support = population_support(population)
     chain = canonical_first_chain(population)
     recipes = {
@@ -126,6 +128,8 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
             "manifest_sha256": population.digest,
             "support": support,
             "canonical_first_chain": chain,
+            # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
+            "audit": audit,
         },
         "validation": {"declared": config.validation.model_dump(mode="json"), "opened": False},
         "arms": arms,

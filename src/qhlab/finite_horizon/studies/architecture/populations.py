@@ -47,8 +47,9 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
 
         reporter = GenerationProgress(f"{split} population ({source.preset}, seed {source.seed})")
     try:
+        # The step audits the population itself and records that audit in its receipt.
         return cached_population(source.preset, split, source.seed, Path(cache).expanduser(),
-                                 progress=reporter, executor=executor)
+                                 progress=reporter, executor=executor, audit=False)
     finally:
         if reporter is not None:
             reporter.close()

@@ -1,0 +1,432 @@
+"""Labels that answer to physics: the Bellman check of every label and the physics audit.
+
+Owns: reading a population's label arrays (``read_labels``), the manifest counts they must
+match (``check_counts``), the exact Bellman consistency of every stored label against the
+stored rewards and successors (``bellman_violations``, ``check_bellman``), and the physics
+audit (``audit_population``), which regenerates every scene from the generator's seed and
+re-simulates the whole depth-H tree of chosen chain states. Does not own: authenticating file
+digests (``population.read_manifest``), tensors (``qhlab.finite_horizon.data``) or where the
+checks are required (the loader, ``describe``, ``verify``, the study steps and the cache).
+
+Why both. Digests prove the bytes are the ones a manifest names, but a forger who rewrites a
+population can recompute every digest. The Bellman check is exact (genuine labels are
+computed as ``r + max`` in float64, the same operation repeated here, so the tolerance is 0)
+and catches every label that disagrees with the stored rewards and successors. A forgery that
+rewrites rewards and labels consistently passes it; the audit catches that, because a
+population is a pure function of (generator version, engine, preset, split, seed): its scenes
+are regenerated exactly, and an audited chain state's K candidates, their K successors and
+every label of both are re-simulated with pymunk and compared to the bit.
+
+Detection: the scenes check covers every scene. A consistent label forgery changes at least
+one leaf reward, hence the labels of at least one chain state's tree; if it touches m of the n
+chain states, an audit of N states drawn without replacement from OS randomness misses it with
+probability C(n - m, N) / C(n, N) <= (1 - m/n)^N (``miss_probability``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qhlab.evidence import EvidenceError, QhInputError, canonical_json
+
+__all__ = [
+    "AUDIT_STATES",
+    "LabelArrays",
+    "read_labels",
+    "check_counts",
+    "bellman_violations",
+    "check_bellman",
+    "check_population_labels",
+    "audit_population",
+    "miss_probability",
+]
+
+AUDIT_STATES = 8
+"""Chain states a study step, the cache and ``qhlab verify --audit`` re-simulate by default."""
+
+RANDOMNESS_SOURCE = "os.urandom (secrets.SystemRandom().sample over chain-state rows)"
+
+
+@dataclass(frozen=True)
+class LabelArrays:
+    """A population's labels in file order (S states: chain and successor rows as stored).
+
+    Attributes:
+        state_id: [S] int64.
+        scene_id: [S] int64.
+        chain_id: [S] int64.
+        step: [S] int64, -1 for successor rows.
+        reward: [S, K] float64 r(s, a).
+        q: [S, K, H] float64 labels; NaN beyond a row's horizons.
+        horizons: [S] int64 label horizons (H on chain rows, H-1 on successor rows).
+        successor: [S, K] int64 row (index into the arrays) of each candidate's successor, -1 none.
+    """
+
+    state_id: np.ndarray
+    scene_id: np.ndarray
+    chain_id: np.ndarray
+    step: np.ndarray
+    reward: np.ndarray
+    q: np.ndarray
+    horizons: np.ndarray
+    successor: np.ndarray
+
+
+def _refuse(call: str, where: Path, what: str) -> EvidenceError:
+    return EvidenceError(
+        f"{call}: {where}: {what}. HINT: a population's labels are exact physics; regenerate it with "
+        "`qhlab scenes generate` instead of editing it."
+    )
+
+
+def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_labels") -> LabelArrays:
+    """Read states.parquet and candidates.parquet into ``LabelArrays`` (authenticate first).
+
+    Raises:
+        EvidenceError: a column is missing, an id is unknown or a (state, candidate) pair is
+            not present exactly once.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    k, big_h = int(manifest["K"]), int(manifest["horizon"])
+    states_path, cands_path = path / "states.parquet", path / "candidates.parquet"
+    try:
+        states = pq.read_table(states_path, columns=["state_id", "scene_id", "chain_id", "step"])
+        cands = pq.read_table(cands_path, columns=["state_id", "candidate", "reward", "q", "successor_state_id"])
+    except Exception as exc:  # pyarrow raises several types for a missing column or a bad file
+        raise _refuse(call, path, f"cannot read the label columns ({exc})") from None
+    ints = {name: states.column(name).to_numpy().astype(np.int64) for name in states.column_names}
+    state_id, step = ints["state_id"], ints["step"]
+    s_rows = len(state_id)
+    order = np.argsort(state_id, kind="stable")
+    if s_rows and (np.diff(state_id[order]) == 0).any():
+        raise _refuse(call, states_path, "state_id holds duplicates")
+
+    def rows_of(ids: np.ndarray, what: str) -> np.ndarray:
+        pos = np.searchsorted(state_id[order], ids)
+        pos = np.clip(pos, 0, max(s_rows - 1, 0))
+        ok = (s_rows > 0) & (state_id[order][pos] == ids) if s_rows else np.zeros(len(ids), bool)
+        if not np.all(ok):
+            raise _refuse(call, cands_path, f"{what}={int(ids[~ok][0])} is not a state_id of {states_path.name}")
+        return order[pos]
+
+    c_state = cands.column("state_id").to_numpy().astype(np.int64)
+    c_index = cands.column("candidate").to_numpy().astype(np.int64)
+    c_row = rows_of(c_state, "state_id")
+    if ((c_index < 0) | (c_index >= k)).any():
+        raise _refuse(call, cands_path, f"candidate={int(c_index[(c_index < 0) | (c_index >= k)][0])} is outside 0..{k - 1}")
+    filled = np.zeros((s_rows, k), dtype=np.int64)
+    np.add.at(filled, (c_row, c_index), 1)
+    if (filled != 1).any():
+        row, cand = np.argwhere(filled != 1)[0]
+        raise _refuse(call, cands_path, f"state_id {int(state_id[row])} candidate {int(cand)} has "
+                      f"{int(filled[row, cand])} rows; allowed: exactly one")
+    horizons = np.where(step >= 0, big_h, big_h - 1).astype(np.int64)
+    q_col = cands.column("q").combine_chunks()
+    lengths = pc.list_value_length(q_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    if (lengths != horizons[c_row]).any():
+        bad = int(np.argmax(lengths != horizons[c_row]))
+        raise _refuse(call, cands_path, f"state_id {int(c_state[bad])} candidate {int(c_index[bad])} has "
+                      f"{int(lengths[bad])} labels; allowed: {int(horizons[c_row][bad])} (H on chain states, "
+                      "H-1 on successors)")
+    flat = q_col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+    q = np.full((s_rows, k, big_h), np.nan)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    for h in range(big_h):
+        has = lengths > h
+        q[c_row[has], c_index[has], h] = flat[offsets[has] + h]
+    reward = np.full((s_rows, k), np.nan)
+    reward[c_row, c_index] = cands.column("reward").to_numpy().astype(np.float64)
+    succ_ids = cands.column("successor_state_id").to_numpy().astype(np.int64)
+    successor = np.full((s_rows, k), -1, dtype=np.int64)
+    linked = succ_ids != -1
+    successor[c_row[linked], c_index[linked]] = rows_of(succ_ids[linked], "successor_state_id")
+    return LabelArrays(state_id=state_id, scene_id=ints["scene_id"], chain_id=ints["chain_id"], step=step,
+                       reward=reward, q=q, horizons=horizons, successor=successor)
+
+
+def check_counts(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, scenes: int,
+                 call: str = "check_labels") -> None:
+    """Refuse a manifest whose ``counts`` disagree with the files.
+
+    Args:
+        scenes: rows of scenes.parquet.
+
+    Raises:
+        EvidenceError: naming the count, the recorded and the actual value.
+    """
+    chain = labels.step >= 0
+    actual = {
+        "scenes": scenes,
+        "chains": int(np.unique(labels.chain_id[chain]).size),
+        "chain_states": int(chain.sum()),
+        "successor_states": int((~chain).sum()),
+        "states": int(len(labels.state_id)),
+        "candidates": int(labels.reward.size),
+    }
+    counts = manifest.get("counts")
+    for name, value in actual.items():
+        recorded = counts.get(name) if isinstance(counts, dict) else None
+        if recorded != value:
+            raise _refuse(call, Path(path) / "manifest.json",
+                          f"counts.{name}={recorded!r} is not allowed; allowed: {value} (what the files hold)")
+
+
+def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
+                       horizons: np.ndarray) -> np.ndarray:
+    """Where stored labels break Q_1 = r and Q_h = r + max_a' Q_{h-1}(s', a'), exactly.
+
+    Args:
+        q: [S, K, H] float64 labels (NaN beyond ``horizons``).
+        reward: [S, K] float64 rewards.
+        successor: [S, K] int64 successor row per candidate, -1 where none is stored.
+        horizons: [S] int64 label horizons per row.
+
+    Returns:
+        [V, 3] int64 (row, candidate, horizon h in 1..H) of every violation, sorted by row.
+        A label whose successor is not stored (a successor row's Q_h, h >= 2) is not
+        checkable here; the physics audit checks it.
+    """
+    s_rows, k, big_h = q.shape
+    valid = np.arange(1, big_h + 1)[None, :] <= horizons[:, None]            # [S, H]
+    expected = np.full_like(q, np.nan)
+    expected[:, :, 0] = reward
+    linked = successor >= 0
+    safe = np.where(linked, successor, 0)
+    for h in range(2, big_h + 1):
+        best = np.max(q[:, :, h - 2], axis=1)                                # [S] V_{h-1}(row)
+        expected[:, :, h - 1] = np.where(linked, reward + best[safe], np.nan)
+    checked = valid[:, None, :] & ~np.isnan(expected)
+    # Genuine labels are the same float64 sum, so equality is exact; NaN or inf never passes.
+    bad = checked & ~(q == expected)
+    found = np.argwhere(bad)
+    found[:, 2] += 1
+    return found.astype(np.int64)
+
+
+def check_bellman(where: str | os.PathLike, q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
+                  horizons: np.ndarray, state_id: np.ndarray, *, call: str = "check_labels") -> None:
+    """Refuse labels that break the Bellman rule, naming the first state, candidate and horizon.
+
+    Args:
+        where: the file named in the refusal (candidates.parquet).
+        q, reward, successor, horizons: as in ``bellman_violations``.
+        state_id: [S] int64 id of each row.
+
+    Raises:
+        EvidenceError: with the number of violations in all.
+    """
+    found = bellman_violations(q, reward, successor, horizons)
+    if not len(found):
+        return
+    row, cand, h = (int(v) for v in found[0])
+    if h == 1:
+        rule = f"Q*_1 = r = {float(reward[row, cand])!r}"
+    else:
+        succ = int(successor[row, cand])
+        rule = (f"Q*_{h} = r + max Q*_{h - 1}(successor state_id {int(state_id[succ])}) = "
+                f"{float(reward[row, cand])!r} + {float(np.max(q[succ, :, h - 2]))!r}")
+    raise _refuse(call, where, (
+        f"labels break the Bellman rule at state_id {int(state_id[row])} candidate {cand} horizon {h}: "
+        f"stored {float(q[row, cand, h - 1])!r}, but {rule} ({len(found)} violation(s) in all)"))
+
+
+def check_population_labels(path: str | os.PathLike, manifest: dict | None = None, *,
+                            call: str = "check_labels") -> LabelArrays:
+    """Authenticate (unless ``manifest`` is given), then check counts and every label's Bellman rule.
+
+    Returns:
+        The checked ``LabelArrays``.
+    """
+    import pyarrow.parquet as pq
+
+    from qhlab.scenes.population import read_manifest
+
+    path = Path(path)
+    manifest = read_manifest(path) if manifest is None else manifest
+    labels = read_labels(path, manifest, call=call)
+    scenes = pq.read_metadata(path / "scenes.parquet").num_rows
+    check_counts(path, manifest, labels, scenes=scenes, call=call)
+    check_bellman(path / "candidates.parquet", labels.q, labels.reward, labels.successor, labels.horizons,
+                  labels.state_id, call=call)
+    return labels
+
+
+def miss_probability(chain_states: int, forged: int, audited: int) -> float:
+    """P(an audit of ``audited`` of ``chain_states`` states, drawn without replacement, misses
+    all ``forged`` ones) = C(n - m, N) / C(n, N)."""
+    if audited > chain_states - forged:
+        return 0.0
+    return math.comb(chain_states - forged, audited) / math.comb(chain_states, audited)
+
+
+def _scene_record(row: dict) -> tuple:
+    return (int(row["num_pucks"]), tuple(row["radius"]), tuple(row["mass"]), tuple(row["friction"]),
+            float(row["goal_x"]), float(row["goal_y"]), float(row["goal_radius"]), tuple(row["initial_positions"]))
+
+
+def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STATES,
+                     rows: list[int] | None = None, call: str = "audit_population") -> dict:
+    """Re-simulate a population against physics; raise on the first label that physics denies.
+
+    Checks, in order: the manifest's preset is the registered one; every scene (parameters,
+    initial positions, id) is the one the generator draws for (preset, split, seed, index);
+    counts and every label's Bellman rule; then, for each audited chain state: its positions
+    (the scene's initial ones at step 0, else the simulated outcome of its parent's stored
+    action), its object, goal and candidate features, and by a full depth-H tree search its
+    K rewards and K x H labels and each successor's positions, rewards and labels.
+
+    Args:
+        path: population directory.
+        states: how many chain states to draw with OS randomness; None audits every one.
+        rows: audit exactly these chain-state ids instead of drawing (tests, ``--state``).
+        call: the caller named in refusals.
+
+    Returns:
+        ``{"source", "chain_states", "audited", "states" (state ids), "simulations",
+        "seconds", "result": "passed", "scenes_checked"}``.
+
+    Raises:
+        QhInputError: ``states`` is not a positive integer.
+        EvidenceError: naming the state, the candidate, the horizon and both values.
+    """
+    import pyarrow.parquet as pq
+
+    from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features
+    from qhlab.scenes.labels import TreeSearch
+    from qhlab.scenes.population import read_manifest
+    from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, sample_scene, scene_id_for
+    from qhlab.scenes.world import engine_identity, simulate_strike
+
+    if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
+        raise QhInputError(f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
+                           "every chain state. HINT: 8 states take a few seconds.")
+    started = time.perf_counter()
+    path = Path(path)
+    manifest = read_manifest(path)
+    generator = manifest["generator"]
+    preset = PRESETS.get(generator.get("preset"))
+    if preset is None or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record()) \
+            or generator.get("generator_version") != GENERATOR_VERSION \
+            or {k: generator.get(k) for k in engine_identity()} != engine_identity():
+        raise _refuse(call, path / "manifest.json", (
+            f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
+            f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
+            "the audit can only re-simulate what this qhlab generates"))
+    split, seed = generator["split"], generator["seed"]
+    scene_rows = pq.read_table(path / "scenes.parquet").to_pylist()
+    if len(scene_rows) != preset.scenes:
+        raise _refuse(call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws "
+                      f"{preset.scenes}")
+    scenes, initial, scene_of = [], [], {}
+    for index, row in enumerate(scene_rows):
+        scene, positions = sample_scene(preset, split, seed, index)
+        want = (scene.num_pucks, scene.radius, scene.mass, scene.friction, scene.goal[0], scene.goal[1],
+                scene.goal_radius, tuple(positions.ravel().tolist()))
+        ident = scene_id_for(scene, positions, split, seed, index)
+        if row["scene_index"] != index or _scene_record(row) != want or row["scene_id"] != ident:
+            raise _refuse(call, path / "scenes.parquet", (
+                f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
+                f"preset {preset.name!r}, split {split!r}, seed {seed}"))
+        scenes.append(scene)
+        initial.append(positions)
+        scene_of[int(row["scene_id"])] = index
+    labels = check_population_labels(path, manifest, call=call)
+    chain_rows = np.flatnonzero(labels.step >= 0)
+    if rows is not None:
+        wanted = {int(s) for s in rows}
+        chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
+        if len(chosen) != len(wanted):
+            raise QhInputError(f"{call}: rows={sorted(wanted)!r} is not allowed; allowed: chain-state ids of "
+                               f"{path}. HINT: successor states are audited with their parent.")
+    elif states is None or states >= len(chain_rows):
+        chosen = [int(r) for r in chain_rows]
+    else:
+        chosen = sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
+    st = pq.read_table(path / "states.parquet", columns=["positions", "objects", "goal"]).to_pydict()
+    ca = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "object", "features"])
+    c_row = {(int(s), int(c)): i for i, (s, c) in enumerate(zip(ca.column("state_id").to_numpy(),
+                                                                  ca.column("candidate").to_numpy()))}
+    c_object = ca.column("object").to_numpy()
+    c_features = ca.column("features").to_pylist()
+    row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
+    layout, big_h = preset.candidates, preset.horizon
+    simulations = 0
+
+    def deny(row: int, what: str) -> EvidenceError:
+        return _refuse(call, path, f"physics denies state_id {int(labels.state_id[row])}: {what}")
+
+    def same(a, b) -> bool:
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+
+    def check_state(row: int, scene, positions: np.ndarray) -> None:
+        sid = int(labels.state_id[row])
+        if not same(np.asarray(st["positions"][row]).reshape(-1, 2), positions):
+            raise deny(row, "its positions are not where the pucks come to rest")
+        if not same(st["objects"][row], object_features(scene, positions)) or \
+                not same(st["goal"][row], goal_features(scene)):
+            raise deny(row, "its object or goal features are not the scene's")
+        strikes = candidate_strikes(scene, positions, layout)
+        features = candidate_features(strikes)
+        for a, strike in enumerate(strikes):
+            i = c_row[(sid, a)]
+            if int(c_object[i]) != strike.puck or not same(c_features[i], features[a]):
+                raise deny(row, f"candidate {a}'s struck puck or features are not the layout's")
+
+    def check_labels(row: int, search, key, horizons: int) -> None:
+        true_q = search.q(key, horizons)
+        true_r = np.array([r for _, r in search.children(key)])
+        for a in range(layout.num_candidates):
+            if labels.reward[row, a] != true_r[a]:
+                raise deny(row, f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, "
+                                f"simulated {true_r[a]!r}")
+            for h in range(horizons):
+                if labels.q[row, a, h] != true_q[a, h]:
+                    raise deny(row, f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {labels.q[row, a, h]!r}, "
+                                    f"simulated {true_q[a, h]!r}")
+
+    for row in chosen:
+        scene_index = scene_of[int(labels.scene_id[row])]
+        scene = scenes[scene_index]
+        step = int(labels.step[row])
+        if step == 0:
+            positions = initial[scene_index]
+        else:
+            parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
+            taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
+            if parent is None or len(taken) != 1:
+                raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
+            parent_positions = np.asarray(st["positions"][parent]).reshape(-1, 2)
+            strike = candidate_strikes(scenes[scene_index], parent_positions, layout)[int(taken[0])]
+            positions = simulate_strike(scene, parent_positions, strike.puck, strike.direction, strike.speed).positions
+            simulations += 1
+        check_state(row, scene, positions)
+        search = TreeSearch([scene], layout)
+        root = search.node(0, positions)
+        search.expand([root], big_h)
+        check_labels(row, search, root, big_h)
+        for a, (child, _) in enumerate(search.children(root)):
+            succ = int(labels.successor[row, a])
+            check_state(succ, scene, search.positions(child))
+            check_labels(succ, search, child, big_h - 1)
+        simulations += search.simulations
+    return {
+        "source": RANDOMNESS_SOURCE if rows is None else "rows named by the caller",
+        "chain_states": int(len(chain_rows)),
+        "audited": len(chosen),
+        "states": [int(labels.state_id[r]) for r in chosen],
+        "scenes_checked": len(scenes),
+        "simulations": simulations,
+        "seconds": round(time.perf_counter() - started, 3),
+        "result": "passed",
+    }

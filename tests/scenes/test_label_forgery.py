@@ -1,0 +1,226 @@
+"""Forged labels against the Bellman check and the physics audit (issue 19, part 1).
+
+Every forgery here recomputes the manifest's file digests and re-issues the population receipt,
+so digests alone cannot refuse it: only the label checks can.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from qhlab.cli import main
+from qhlab.evidence import EvidenceError, canonical_json, sha256_file, write_receipt
+from qhlab.finite_horizon.data import load_population
+from qhlab.scenes import cached_population
+from qhlab.scenes.audit import (
+    audit_population,
+    bellman_violations,
+    check_population_labels,
+    miss_probability,
+    read_labels,
+)
+from qhlab.scenes.population import POPULATION_FILES, read_manifest
+
+STUDY_TEMPLATE = Path(__file__).resolve().parents[1] / "finite_horizon" / "studies" / "tiny-study.toml"
+
+
+def _reseal(population: Path, *, manifest_edit=None) -> None:
+    """Re-bind every file digest in the manifest and re-issue the receipt (what a forger does)."""
+    manifest = json.loads((population / "manifest.json").read_text())
+    for name in POPULATION_FILES:
+        manifest["files"][name] = sha256_file(population / name)
+    if manifest_edit is not None:
+        manifest_edit(manifest)
+    (population / "manifest.json").write_bytes(canonical_json(manifest))
+    receipt = population / "population.receipt.json"
+    body = json.loads(receipt.read_text())["body"]
+    receipt.unlink()
+    write_receipt(receipt, kind="population", schema_version=1, body=body,
+                  outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")})
+    generation = population / "generation.receipt.json"
+    body = json.loads(generation.read_text())["body"]
+    generation.unlink()
+    write_receipt(generation, kind="population_generation", schema_version=1, body=body,
+                  inputs={"manifest": population / "manifest.json"})
+
+
+def _write_labels(population: Path, reward: np.ndarray, q: np.ndarray, labels) -> None:
+    """Write rewards [S, K] and labels [S, K, H] (file-order rows) back into candidates.parquet."""
+    table = pq.read_table(population / "candidates.parquet")
+    row_of = {int(s): i for i, s in enumerate(labels.state_id)}
+    rows = [row_of[int(s)] for s in table.column("state_id").to_numpy()]
+    cands = table.column("candidate").to_numpy()
+    new_reward = [float(reward[r, c]) for r, c in zip(rows, cands)]
+    new_q = [[float(v) for v in q[r, c, : labels.horizons[r]]] for r, c in zip(rows, cands)]
+    table = table.set_column(table.column_names.index("reward"), "reward", pa.array(new_reward, pa.float64()))
+    table = table.set_column(table.column_names.index("q"), "q", pa.array(new_q, pa.list_(pa.float64())))
+    pq.write_table(table, population / "candidates.parquet")
+    _reseal(population)
+
+
+def _copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    for f in target.iterdir():
+        f.chmod(0o644)
+    return target
+
+
+def swap_forgery(source: Path, target: Path) -> Path:
+    """Labels of candidates 0 and 1 of the first chain state swapped (not Bellman-consistent)."""
+    population = _copy(source, target)
+    labels = read_labels(population, read_manifest(population))
+    q = labels.q.copy()
+    first = int(np.flatnonzero(labels.step >= 0)[0])
+    q[first, [0, 1]] = q[first, [1, 0]]
+    _write_labels(population, labels.reward, q, labels)
+    return population
+
+
+def consistent_forgery(source: Path, target: Path, delta: float = 0.01) -> Path:
+    """Every successor state's rewards raised by ``delta`` and every label recomputed so that
+    Q_1 = r and Q_h = r + max Q_{h-1}(successor) hold exactly: fake physics, true Bellman."""
+    population = _copy(source, target)
+    labels = read_labels(population, read_manifest(population))
+    reward, q = labels.reward.copy(), labels.q.copy()
+    leaves = labels.step < 0
+    reward[leaves] += delta
+    q[leaves] += delta
+    for _ in range(q.shape[2]):  # a fixed point: chains are at most H deep in successors
+        for row in np.flatnonzero(labels.step >= 0):
+            succ = labels.successor[row]
+            for h in range(1, labels.horizons[row]):
+                q[row, :, h] = reward[row] + np.max(q[succ, :, h - 1], axis=1)
+    q[:, :, 0] = np.where(np.isnan(q[:, :, 0]), np.nan, reward)
+    _write_labels(population, reward, q, labels)
+    return population
+
+
+@pytest.fixture
+def swapped(tiny_train, tmp_path) -> Path:
+    return swap_forgery(tiny_train, tmp_path / "swapped")
+
+
+@pytest.fixture
+def consistent(tiny_train, tmp_path) -> Path:
+    return consistent_forgery(tiny_train, tmp_path / "consistent")
+
+
+def test_genuine_labels_are_exactly_bellman_consistent(tiny_train) -> None:
+    labels = check_population_labels(tiny_train)
+    assert len(bellman_violations(labels.q, labels.reward, labels.successor, labels.horizons)) == 0
+    record = audit_population(tiny_train, states=None)
+    assert record["result"] == "passed" and record["audited"] == record["chain_states"] == 6
+    assert record["scenes_checked"] == 3 and record["simulations"] > 0
+
+
+def test_bellman_violations_by_hand() -> None:
+    # Two rows: a chain row (H=2) whose candidates lead to row 1, a successor row (H-1 = 1).
+    reward = np.array([[0.1, 0.2], [0.3, 0.05]])
+    q = np.full((2, 2, 2), np.nan)
+    q[1, :, 0] = [0.3, 0.05]
+    q[0, :, 0] = [0.1, 0.2]
+    q[0, :, 1] = [0.1 + 0.3, 0.2 + 0.3]
+    successor = np.array([[1, 1], [-1, -1]])
+    horizons = np.array([2, 1])
+    assert bellman_violations(q, reward, successor, horizons).tolist() == []
+    q[0, 1, 1] = np.nextafter(q[0, 1, 1], 1.0)  # one ulp is a violation: the tolerance is 0
+    q[1, 0, 0] = 0.31
+    assert bellman_violations(q, reward, successor, horizons).tolist() == [[0, 0, 2], [0, 1, 2], [1, 0, 1]]
+
+
+def test_the_swap_forgery_is_refused_by_load_describe_and_verify(swapped, capsys) -> None:
+    with pytest.raises(EvidenceError, match=r"Bellman rule at state_id 0 candidate 0 horizon 1"):
+        load_population(swapped, split="train")
+    assert main(["scenes", "describe", str(swapped)]) == 2
+    err = capsys.readouterr().err
+    assert "describe_population" in err and "state_id 0 candidate 0 horizon 1" in err, err
+    assert main(["verify", str(swapped)]) == 2
+    err = capsys.readouterr().err
+    assert "qhlab verify" in err and "state_id 0 candidate 0 horizon 1" in err, err
+
+
+def test_the_consistent_forgery_passes_bellman_but_not_physics(consistent, capsys) -> None:
+    # The forgery is good: digests, counts and every Bellman equation hold.
+    check_population_labels(consistent)
+    load_population(consistent, split="train")
+    assert main(["verify", str(consistent)]) == 0
+    capsys.readouterr()
+    # Physics does not: every audit names a state, a candidate and a horizon.
+    with pytest.raises(EvidenceError, match=r"physics denies state_id \d+: candidate \d horizon [12]"):
+        audit_population(consistent, states=1)
+    for argv in (["scenes", "audit", str(consistent)], ["scenes", "describe", str(consistent)],
+                 ["verify", str(consistent), "--audit", "8"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and "physics denies state_id" in err and "horizon" in err, (argv, err)
+
+
+def test_a_forged_scene_is_refused_even_with_true_labels(tiny_train, tmp_path) -> None:
+    population = _copy(tiny_train, tmp_path / "heavy")
+    table = pq.read_table(population / "scenes.parquet")
+    masses = table.column("mass").to_pylist()
+    masses[1] = [m * 1.01 for m in masses[1]]
+    table = table.set_column(table.column_names.index("mass"), "mass", pa.array(masses, pa.list_(pa.float64())))
+    pq.write_table(table, population / "scenes.parquet")
+    _reseal(population)
+    with pytest.raises(EvidenceError, match=r"scene_index 1 .* is not the scene the generator draws"):
+        audit_population(population, states=1)
+
+
+def test_lying_counts_are_refused_by_describe(tiny_train, tmp_path, capsys) -> None:
+    population = _copy(tiny_train, tmp_path / "liar")
+
+    def lie(manifest: dict) -> None:
+        manifest["counts"]["chain_states"] += 1
+
+    _reseal(population, manifest_edit=lie)
+    assert main(["scenes", "describe", str(population)]) == 2
+    err = capsys.readouterr().err
+    assert "counts.chain_states=7 is not allowed; allowed: 6" in err, err
+
+
+def test_a_planted_cache_entry_is_refused(tiny_train, tmp_path) -> None:
+    cache = tmp_path / "cache"
+    genuine = cached_population("tiny", "train", 0, cache, workers=1)
+    shutil.rmtree(genuine)
+    consistent_forgery(tiny_train, genuine)  # tiny_train is (tiny, train, 0): the same key
+    with pytest.raises(EvidenceError, match=r"cached_population: .*physics denies state_id"):
+        cached_population("tiny", "train", 0, cache, workers=1)
+
+
+def test_freeze_refuses_both_forgeries_and_records_its_audit(swapped, consistent, tiny_train, tmp_path,
+                                                            capsys) -> None:
+    def config(train: Path, name: str) -> Path:
+        text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"',
+                                                  f'population_cache = "{tmp_path / "cache"}"')
+        text = text.replace('[train]\npreset = "tiny"\nseed = 7', f'[train]\npath = "{train}"')
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    for forged, expected in ((swapped, "Bellman rule at state_id 0 candidate 0 horizon 1"),
+                             (consistent, "physics denies state_id")):
+        out = tmp_path / f"study-{forged.name}"
+        assert main(["study", "freeze", str(config(forged, forged.name)), "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("error:") == 1, err
+        assert not out.exists()
+    out = tmp_path / "study-genuine"
+    assert main(["study", "freeze", str(config(tiny_train, "genuine")), "--output", str(out)]) == 0
+    audit = json.loads((out / "freeze.receipt.json").read_text())["body"]["train"]["audit"]
+    assert audit["result"] == "passed" and audit["audited"] == 6 and audit["source"].startswith("os.urandom")
+
+
+def test_miss_probability() -> None:
+    assert miss_probability(576, 576, 8) == 0.0
+    assert miss_probability(10, 1, 8) == pytest.approx(0.2)
+    by_hand = float(np.prod([(518 - i) / (576 - i) for i in range(8)]))  # draws without replacement
+    assert miss_probability(576, 58, 8) == pytest.approx(by_hand, rel=1e-12)
+    assert miss_probability(576, 58, 8) <= (1 - 58 / 576) ** 8
