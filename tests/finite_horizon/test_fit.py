@@ -232,3 +232,88 @@ def test_fit_recipe_takes_one_request_object(tmp_path, tiny):
     with pytest.raises(TypeError):
         FitRequest(_recipe(tmp_path), "cpu-fp32", tmp_path)  # keyword-only: fields are named at the call
     assert not (tmp_path / "out").exists()
+
+
+class _SigintAt:
+    """A Lightning callback sending SIGINT to this process after ``at`` optimizer updates."""
+
+    def __new__(cls, at: int):
+        from lightning.pytorch import Callback
+
+        from qhlab.training.launcher import observed_optimizer_updates
+
+        class _Sigint(Callback):
+            sent = False
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                if not self.sent and observed_optimizer_updates(trainer.optimizers[0]) == at:
+                    self.sent = True
+                    os.kill(os.getpid(), signal.SIGINT)
+
+        return _Sigint()
+
+
+def _interrupted_segment(tmp_path: Path, out: Path, tiny) -> Path:
+    """An interrupted segment of cell fit-test-s0 under ``out`` (checkpoint at 3 of 8 updates)."""
+    from qhlab.training.launcher import FitInterrupted
+
+    with pytest.raises(FitInterrupted, match="--resume "):
+        fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
+                              validation=tiny["validation"], progress=False, extra_callbacks=[_SigintAt(3)],
+                              segment_checkpoint_every=100))
+    (segment,) = (out / "fit-test-s0").iterdir()
+    assert (segment / "segment_checkpoint_u00000003.receipt.json").is_file()
+    return segment
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>")
+            for p in sorted(root.rglob("*"))}
+
+
+def test_resume_is_confined_to_the_output_root(tmp_path, tiny, capsys):
+    elsewhere = _interrupted_segment(tmp_path, tmp_path / "elsewhere", tiny)
+    out = tmp_path / "out"
+    (out / "fit-test-s0").mkdir(parents=True)
+    link = out / "fit-test-s0" / "innocent"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    before = {"out": _tree(out), "elsewhere": _tree(elsewhere.parent)}
+    recipe = _recipe(tmp_path)
+    dotted = f"../../elsewhere/fit-test-s0/{elsewhere.name}"
+    assert (out / "fit-test-s0" / dotted).resolve() == elsewhere  # the path did reach the other output
+    for attempt, allowed in (
+        (dotted, "allowed: one segment directory name of this cell (no '/', no '..', not hidden)"),
+        ("..", "allowed: one segment directory name of this cell"),
+        ("innocent", f"allowed: a segment directory inside {str(out.resolve())!r} (it resolves to "
+                     f"{str(elsewhere.resolve())!r}, through a symbolic link)"),
+    ):
+        assert main(_cli(recipe, out, tiny, "--resume", attempt)) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        (line,) = err.splitlines()
+        assert line.startswith(f"error: fit_recipe: --resume={attempt!r} is not allowed; {allowed}"), line
+        assert "HINT: pass the local_attempt_id of an interrupted segment of this cell" in line
+    assert {"out": _tree(out), "elsewhere": _tree(elsewhere.parent)} == before
+
+
+def test_a_segment_is_continued_at_most_once(tmp_path, tiny, capsys):
+    out = tmp_path / "out"
+    interrupted = _interrupted_segment(tmp_path, out, tiny)
+    recipe = _recipe(tmp_path)
+    assert main(_cli(recipe, out, tiny, "--resume", interrupted.name)) == 0
+    first = Path(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output_directory"])
+    fit = read_receipt(first / "fit.receipt.json", kind="fit", schema_version=1)
+    assert fit["body"]["lineage"]["previous_local_attempt_id"] == interrupted.name
+    assert json.loads((first / "continuation.json").read_bytes())["previous_local_attempt_id"] == interrupted.name
+    assert fit["inputs"]["continuation"]["path"] == "continuation.json"
+    assert main(["verify", str(first)]) == 0
+    capsys.readouterr()
+    before = _tree(out / "fit-test-s0")
+    assert main(_cli(recipe, out, tiny, "--resume", interrupted.name)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: resume: --resume={interrupted.name!r} is not allowed; allowed: an interrupted "
+                           f"segment that no segment continues yet; {interrupted.name!r} is already continued by "
+                           f"segment {first.name!r} ({str(first)!r}). HINT: a segment is continued at most once"), line
+    assert _tree(out / "fit-test-s0") == before

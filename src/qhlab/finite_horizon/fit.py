@@ -26,6 +26,7 @@ from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, 
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import LaunchRequest, admit_launch, launch_fit, load_resume_state
+from qhlab.training.segments import refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
 __all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe"]
@@ -185,7 +186,8 @@ def fit_recipe(request: FitRequest) -> FitResult:
     if resume is not None:
         source = source_package_digest()["sha256"]
         resume_state = load_resume_state(
-            output / cell / resume, seed=recipe.seed, source_package_digest=source, recipe_digest=digest
+            resume_segment_directory(output, cell, resume, call=call), seed=recipe.seed,
+            source_package_digest=source, recipe_digest=digest,
         )
     attempt = request.attempt
     if attempt is None:
@@ -220,6 +222,9 @@ def fit_recipe(request: FitRequest) -> FitResult:
     inputs = dict(manifests)
     output.mkdir(parents=True, exist_ok=True)
     with attempt.local_writer_lock(output):
+        if resume_state is not None:
+            # Again under the writer lock: a continuation that started meanwhile is seen.
+            refuse_second_continuation(resume_state.previous_directory, call=call)
         run_config = _wandb_config(applied, admitted, cell, train_pop, val_pop)
         launched = launch_fit(admitted, LaunchRequest(
             module_factory=module_factory,

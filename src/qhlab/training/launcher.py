@@ -36,6 +36,7 @@ from qhlab.evidence import (
     QhError,
     QhInputError,
     fresh_directory,
+    publish_json,
     require_int,
     sha256_file,
     source_package_digest,
@@ -61,6 +62,7 @@ from qhlab.training.profiles import execution_profile
 from qhlab.training.segments import (
     CHECKPOINT_KIND,
     CHECKPOINT_SCHEMA_VERSION,
+    CONTINUATION_FILE,
     FINAL_STATE,
     FIT_KIND,
     FIT_RECEIPT,
@@ -411,6 +413,8 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
     fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
+    if request.resume is not None:
+        fit_inputs["continuation"] = directory / CONTINUATION_FILE
     write_receipt(
         directory / FIT_RECEIPT,
         kind=FIT_KIND,
@@ -464,17 +468,18 @@ def _start_lineage(module: LightningModule, request: LaunchRequest, directory: P
             structure={"module_keys": sorted(tensors), "recipe_digest": request.recipe_digest, "observed_updates": 0},
         )
         return cold_init, {"kind": "fresh", "segment": 0}
-    cold_init = copy_cold_initialization(resume.previous_directory, directory)
-    verified = verified_cold_initialization_lineage(cold_init, source_package_digest=source_sha256, seed=request.seed)
-    module.load_state_dict(module_state_tensors(resume.tensors), strict=True)
-    return cold_init, {
-        "kind": "resumed",
+    continued = {
         "previous_local_attempt_id": resume.previous_local_attempt_id,
         "previous_state": resume.state_path.name,
         "previous_state_sha256": resume.state_sha256,
         "start_updates": resume.start_updates,
-        "cold_initialization": lineage_record(verified),
     }
+    # First file of a continuation: the previous segment is now continued (at most once).
+    publish_json(directory / CONTINUATION_FILE, continued)
+    cold_init = copy_cold_initialization(resume.previous_directory, directory)
+    verified = verified_cold_initialization_lineage(cold_init, source_package_digest=source_sha256, seed=request.seed)
+    module.load_state_dict(module_state_tensors(resume.tensors), strict=True)
+    return cold_init, {"kind": "resumed", **continued, "cold_initialization": lineage_record(verified)}
 
 
 def _train(

@@ -13,6 +13,7 @@ Does not own: writing checkpoints (``qhlab.training.callbacks``), the cold-init 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from qhlab.training.tensor_state import COLD_INIT_STATE, load_tensor_state
 __all__ = [
     "CHECKPOINT_KIND",
     "CHECKPOINT_SCHEMA_VERSION",
+    "CONTINUATION_FILE",
     "FINAL_STATE",
     "FIT_KIND",
     "FIT_RECEIPT",
@@ -30,7 +32,10 @@ __all__ = [
     "WANDB_RECEIPT",
     "ResumeState",
     "checkpoint_state_path",
+    "continuation_of",
     "load_resume_state",
+    "refuse_second_continuation",
+    "resume_segment_directory",
 ]
 
 FIT_KIND = "fit"
@@ -40,6 +45,9 @@ CHECKPOINT_SCHEMA_VERSION = 1
 FINAL_STATE = "final_state.safetensors"
 FIT_RECEIPT = "fit.receipt.json"
 WANDB_RECEIPT = "wandb_attempt.receipt.json"
+# Published first in a segment that continues another (write-once, bound by its fit receipt):
+# which segment and checkpoint it continues. A segment is continued at most once.
+CONTINUATION_FILE = "continuation.json"
 _CHECKPOINT_RE = re.compile(r"^segment_checkpoint_u(\d{8})\.receipt\.json$")
 
 
@@ -79,11 +87,80 @@ class ResumeState:
     structure: dict
 
 
+def resume_segment_directory(output: Path, cell: str, attempt: str, *, call: str = "resume") -> Path:
+    """``output/cell/attempt``, the segment ``--resume ATTEMPT`` names, confined to that cell.
+
+    ``attempt`` is one directory name (no ``/``, no ``..``), and the path must resolve to
+    itself under the resolved output root: a symlink (at the segment or the cell) leading
+    elsewhere is refused, so a new segment never continues one of another output.
+
+    Raises:
+        QhInputError: any of the above; nothing is read or written.
+    """
+    hint = (f"pass the local_attempt_id of an interrupted segment of this cell: one directory name "
+            f"under {str(Path(output) / cell)!r}, as the interrupted fit printed it")
+    if (not isinstance(attempt, str) or not attempt or attempt in {".", ".."} or "/" in attempt
+            or "\\" in attempt or "\x00" in attempt or attempt.startswith(".")):
+        raise input_error(call, "--resume", attempt, "one segment directory name of this cell (no '/', no '..', "
+                          "not hidden)", hint)
+    expected = Path(output).resolve() / cell / attempt
+    path = Path(output) / cell / attempt
+    resolved = path.resolve()
+    if resolved != expected:
+        raise input_error(call, "--resume", attempt, f"a segment directory inside {str(Path(output).resolve())!r} "
+                          f"(it resolves to {str(resolved)!r}, through a symbolic link)", hint)
+    return path
+
+
+def continuation_of(previous_directory: Path) -> Path | None:
+    """The segment that continues ``previous_directory`` (a sibling in its cell), or None.
+
+    A continuation is recognised by its ``continuation.json`` (published before it trains) or,
+    for a segment finished before that file existed, by its fit receipt's lineage.
+    """
+    previous = Path(previous_directory)
+    parent = previous.parent
+    if not parent.is_dir():
+        return None
+    for sibling in sorted(p for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if sibling.name == previous.name:
+            continue
+        for name, key in ((CONTINUATION_FILE, ()), (FIT_RECEIPT, ("body", "lineage"))):
+            record = sibling / name
+            if not record.is_file():
+                continue
+            try:
+                document = json.loads(record.read_bytes())
+                for part in key:
+                    document = document[part]
+                named = document.get("previous_local_attempt_id")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if named == previous.name:
+                return sibling
+    return None
+
+
+def refuse_second_continuation(previous_directory: Path, *, call: str = "resume") -> None:
+    """Refuse to continue a segment that another segment already continues (at most once)."""
+    previous = Path(previous_directory)
+    first = continuation_of(previous)
+    if first is not None:
+        raise input_error(
+            call, "--resume", previous.name,
+            f"an interrupted segment that no segment continues yet; {previous.name!r} is already continued "
+            f"by segment {first.name!r} ({str(first)!r})",
+            f"a segment is continued at most once; continue the lineage from its latest segment "
+            f"(--resume {first.name}) if that one was interrupted",
+        )
+
+
 def load_resume_state(previous_directory: Path, *, seed: int, source_package_digest: str, recipe_digest: str) -> ResumeState:
     """Authenticate a previous segment and return its newest segment checkpoint.
 
     Order of checks: the previous segment exists and has no final state (a finished fit is
-    never continued); its cold initialization verifies for ``seed`` and
+    never continued) and no other segment continues it yet (a segment is continued at most
+    once); its cold initialization verifies for ``seed`` and
     ``source_package_digest``; its newest checkpoint receipt and state authenticate; the
     checkpoint was written for ``recipe_digest``.
 
@@ -101,6 +178,7 @@ def load_resume_state(previous_directory: Path, *, seed: int, source_package_dig
             f"resume: segment {previous.name!r} already finished (it has {FINAL_STATE}); allowed: an interrupted "
             "segment. HINT: a finished fit is never continued; start a new cell instead."
         )
+    refuse_second_continuation(previous)
     lineage = verified_cold_initialization_lineage(
         previous / COLD_INIT_STATE, source_package_digest=source_package_digest, seed=seed
     )
