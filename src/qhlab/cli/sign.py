@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Run `qhlab verify DIR`, then sign every file below DIR with an elliptic-curve private "
             "key (offline, no account). The signature, a Sigstore bundle (DSSE envelope around an "
             "in-toto statement), is written once to DIR/model.sig and is not part of the signed set. "
-            "Check it with `qhlab verify DIR --public-key PUB.pem` or `model_signing verify key`."
+            "A symbolic link or special file below DIR is refused by its path before anything is "
+            "written (qhlab publishes none). Check the signature with `qhlab verify DIR --public-key "
+            "PUB.pem` or `model_signing verify key`."
         ),
     )
     parser.add_argument("directory", metavar="DIR")
@@ -35,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Sign ``args.directory``; refuse (exit 2) when it does not authenticate or is already signed."""
+    """Sign ``args.directory``; refuse (exit 2) when it holds a link, does not authenticate, is
+    already signed, or the key is unusable (each refusal names its cause; nothing is written)."""
     from qhlab.evidence.signing import sign_directory
 
     password = os.environ.get(args.password_env) if args.password_env else None
