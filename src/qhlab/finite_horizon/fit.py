@@ -18,7 +18,16 @@ from pathlib import Path
 import torch
 from lightning.pytorch import Callback
 
-from qhlab.evidence import FileCopy, QhInputError, input_error, safe_component, source_package_digest, write_receipt
+from qhlab.evidence import (
+    FileCopy,
+    QhInputError,
+    canonical_json,
+    input_error,
+    safe_component,
+    sha256_bytes,
+    source_package_digest,
+    write_receipt,
+)
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.evaluation import evaluate_population, population_train_constant
 from qhlab.finite_horizon.predict import predict_q
@@ -29,7 +38,7 @@ from qhlab.training.launcher import LaunchRequest, admit_launch, launch_fit, loa
 from qhlab.training.segments import refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
-__all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe"]
+__all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe", "train_rows_record"]
 
 EVALUATION_KIND = "evaluation"
 EVALUATION_SCHEMA_VERSION = 1
@@ -103,6 +112,9 @@ class FitRequest:
         group: the W&B group (a study's name for its canaries and cells); default the
             attempt's logical run id.
         tags: W&B tags added to the arm, ``seed-<n>`` and the lane.
+        study: ``{"name", "freeze_receipt_sha256", "study_id"}`` of the study whose canary or
+            cell this fit is (None for a lone fit); recorded in the fit receipt so that an
+            attempt of another study is never adopted.
         recorded_populations: ``{"train"|"validation": path}``: the populations were read from
             byte-identical copies (a Ray worker's temporary directory); receipts bind them
             under these original paths (``qhlab.evidence.FileCopy``) so the driver that
@@ -128,6 +140,15 @@ class FitRequest:
     group: str | None = None
     tags: Sequence[str] = ()
     recorded_populations: Mapping[str, Path] | None = None
+    study: Mapping[str, str] | None = None
+
+
+def train_rows_record(train_digest: str, rows: Sequence[int] | None) -> dict:
+    """Which TRAIN rows a fit trained on: ``{"rows": sorted row indices of the loaded TRAIN or None (all),
+    "sha256": digest of (TRAIN manifest digest, rows)}``; adoption compares it."""
+    listed = None if rows is None else sorted(int(r) for r in rows)
+    return {"rows": listed,
+            "sha256": sha256_bytes(canonical_json({"train_manifest_sha256": train_digest, "rows": listed}))}
 
 
 def fit_recipe(request: FitRequest) -> FitResult:
@@ -245,6 +266,8 @@ def fit_recipe(request: FitRequest) -> FitResult:
             job_type=request.job_type,
             tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
             group=request.group,
+            receipt_fields={"train_rows": train_rows_record(train_pop.digest, request.train_rows),
+                            "study": None if request.study is None else dict(request.study)},
         ))
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
     return FitResult(

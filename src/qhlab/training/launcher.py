@@ -304,6 +304,8 @@ class LaunchRequest:
         job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
         tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
         group: W&B group; default the attempt's logical run.
+        receipt_fields: the caller's own fields of the fit receipt body (e.g. which TRAIN
+            rows were fitted and for which study); a name the launcher writes is refused.
     """
 
     module_factory: Callable[[Any], LightningModule]
@@ -324,6 +326,7 @@ class LaunchRequest:
     job_type: str = "fit"
     tags: Sequence[str] = ()
     group: str | None = None
+    receipt_fields: Mapping[str, Any] | None = None
 
 
 def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
@@ -412,6 +415,11 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "cold_init_sha256": identity["cold_init_sha256"],
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+    clash = sorted(set(request.receipt_fields or {}) & set(body))
+    if clash:
+        _finish_wandb(logger, directory, exit_code=1)
+        raise QhError(f"launch_fit: receipt_fields {clash} are written by the launcher itself.")
+    body.update(to_jsonable(dict(request.receipt_fields or {})))
     fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
     if request.resume is not None:
         fit_inputs["continuation"] = directory / CONTINUATION_FILE

@@ -114,6 +114,12 @@ class FrozenStudy:
         self.train_path = Path(self.body["train"]["path"])
 
     @property
+    def identity(self) -> dict[str, str]:
+        """What a fit of this study records as its ``study`` (``FitRequest.study``)."""
+        return {"name": self.config.name, "study_id": self.body.get("study_id"),
+                "freeze_receipt_sha256": sha256_file(self.receipt_path)}
+
+    @property
     def horizon(self) -> int:
         """H of the frozen TRAIN population."""
         return int(self.body["train"]["support"]["H"])
@@ -183,13 +189,14 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
 
 
 def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recipe: QhRecipe, step: str,
-                         verify_files: bool = True) -> dict:
+                         verify_files: bool = True, train_rows: list[int] | None = None) -> dict:
     """The fit receipt of ``attempt``, refused unless it is the finished fit of this frozen cell.
 
     Checks the cell (the recipe's name), arm, seed, lane, the digest of the profile-applied
-    recipe, the TRAIN manifest bound as the fit's input, the source package that made the fit
-    and the update budget, so a fit copied
-    in from another cell or study is never adopted or reported.
+    recipe, the TRAIN manifest bound as the fit's input, the TRAIN rows it trained on, the
+    study it was fitted for (freeze receipt digest and study id), the source package that made
+    the fit and the update budget, so a fit copied in from another cell or study (even one
+    frozen from the same config), or trained on another row, is never adopted or reported.
 
     Args:
         frozen: the authenticated freeze.
@@ -198,10 +205,12 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
         recipe: the cell's recipe as fitted (before the profile is applied).
         step: the call named in refusals.
         verify_files: re-hash the files the fit receipt binds.
+        train_rows: the TRAIN rows the cell trains on (a canary's selected row); None: all.
 
     Raises:
         EvidenceError: naming the field, the attempt's value and the frozen one.
     """
+    from qhlab.finite_horizon.fit import train_rows_record
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.launcher import FIT_RECEIPT
     from qhlab.training.profiles import execution_profile
@@ -221,6 +230,8 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
         # The code that made the fit: a fit of another qhlab source is never adopted.
         "source_package_sha256": (frozen.body["source_package"]["sha256"], (body.get("source_package") or {}).get("sha256")),
         "update_budget": (recipe.updates, body.get("update_budget")),
+        "train_rows": (train_rows_record(frozen.body["train"]["manifest_sha256"], train_rows), body.get("train_rows")),
+        "study": (frozen.identity, body.get("study")),
         "observed_updates": (recipe.updates, body.get("observed_updates")),
     }
     for field, (want, actual) in expected.items():

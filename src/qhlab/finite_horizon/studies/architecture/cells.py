@@ -137,12 +137,17 @@ def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, varia
     cell = cell_name(variant, seed, canary_role)
     cell_dir = parent / cell
     parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(cell_lock_path(parent, cell)):
+
+    def _refuse_finished() -> None:
         if (cell_dir / CELL_RECEIPT).exists():
             raise PublishConflictError(
                 f"{step}: cell {cell} is finished ({cell_dir / CELL_RECEIPT} exists); a charged cell "
                 "runs once and is reported whatever its result. HINT: nothing to do."
             )
+
+    # Checked with the lock held but before the lock file records this process: a refused
+    # run-fit leaves the lock file's bytes and mtime untouched.
+    with exclusive_lock(cell_lock_path(parent, cell), admit=_refuse_finished):
         if canary_role is None:
             return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress,
                                    execution=execution)
@@ -163,6 +168,7 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
         max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
         # W&B: the study's canaries and cells group together under the study's name.
         job_type="canary" if rows is not None else "cell", group=frozen.config.name,
+        study=frozen.identity,
     ))
 
 
@@ -180,13 +186,15 @@ def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
 
 
 def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, recipe: QhRecipe, attempt: Path,
-                      previous: list[str], updates: int, step: str) -> tuple[dict, dict]:
-    """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's."""
+                      previous: list[str], updates: int, step: str, *, adopted: bool,
+                      train_rows: list[int] | None = None) -> tuple[dict, dict]:
+    """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
+    (trained on ``train_rows``, None: all of TRAIN)."""
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.launcher import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
 
-    fit_doc = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step)
+    fit_doc = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows)
     observed = fit_doc["body"]["observed_updates"]
     final_state = attempt / FINAL_STATE
     body = {
@@ -195,6 +203,8 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
         "arm": variant,
         "seed": seed,
         "attempt": attempt.name,
+        # True: the fit finished earlier (before a crash) and this step adopted it.
+        "adopted": adopted,
         "previous_attempts": previous,
         "recipe_digest": recipe_digest(recipe),
         "fit_recipe_digest": fit_doc["body"].get("recipe_digest"),
@@ -245,7 +255,7 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
     else:
         previous.remove(attempt.name)
     body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates,
-                                     "run_fit")
+                                     "run_fit", adopted=adopted)
     if execution is None:
         execution = _local_execution()
         if adopted:
@@ -298,6 +308,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
     previous = [p.name for p in _attempt_directories(cell_dir)]
     attempt = adoptable_attempt(cell_dir, evaluate=False)
+    adopted = attempt is not None
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
                       progress=progress, rows=[selection["row"]])
@@ -305,7 +316,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     else:
         previous.remove(attempt.name)
     body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates,
-                                     "run_fit(canary)")
+                                     "run_fit(canary)", adopted=adopted, train_rows=[selection["row"]])
     population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
     module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
     pred = predict_q(module.online, population, rows=torch.tensor([selection["row"]])).numpy()[0]

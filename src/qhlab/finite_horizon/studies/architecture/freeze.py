@@ -8,6 +8,7 @@ later (``authentication``).
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from qhlab.evidence import (
@@ -114,6 +115,9 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
         })
     body = {
         "study": config.name,
+        # A fresh identity: two studies frozen from the same config are still two studies, and
+        # a fit of one is never adopted by the other (fit receipts carry it, adoption compares).
+        "study_id": secrets.token_hex(16),
         # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
         "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
                    "resolved": config.model_dump(mode="json"),

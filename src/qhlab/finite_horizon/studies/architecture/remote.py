@@ -263,6 +263,7 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
                 "profile": config.profile,
                 "torch_threads": config.torch_threads, "max_allocated_bytes": config.max_allocated_bytes,
                 "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
+                "study": frozen.identity,
                 "verbose": verbose,
             }
             # The cell's logical-run writer lock, held here while its task runs: `qhlab study

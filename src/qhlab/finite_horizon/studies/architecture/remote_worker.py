@@ -140,6 +140,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
             recipe=QhRecipe.model_validate(job["recipe"]), profile=job["profile"], output=root / "cells", train=local["train"],
             validation=local["validation"], cell=job["cell"], evaluate=True,
             max_allocated_bytes=job["max_allocated_bytes"], progress=False, job_type="cell", group=job["group"],
+            study=job["study"],
             # Receipts name the populations where the driver keeps them; the bytes are the same.
             recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
         ))
