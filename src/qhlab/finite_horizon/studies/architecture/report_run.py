@@ -7,8 +7,9 @@ every table of the authenticated ``report.json`` as a ``wandb.Table`` and both f
 directory as an artifact whose metadata carries the report receipt's SHA-256 and the
 digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
 stay syncable later with ``wandb sync``; like a fit attempt's, the run's directory is left
-without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does not own: the report itself (``report``), or
-deciding anything: the run only mirrors authenticated files.
+without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does
+not own: the report itself (``report``), or deciding anything: the run only mirrors
+authenticated files.
 """
 
 from __future__ import annotations
