@@ -359,3 +359,28 @@ def test_file_copy_is_digested_where_read_and_bound_under_its_original(tmp_path)
     with pytest.raises(EvidenceError, match="must be absolute"):
         write_receipt(tmp_path / "other.receipt.json", kind="fit", schema_version=1, body={},
                       inputs={"x": FileCopy(original, Path("relative/manifest.json"))})
+
+
+def test_a_refused_locker_leaves_the_lock_file_untouched(tmp_path):
+    import os
+
+    from qhlab.evidence import LockHeldError, PublishConflictError, exclusive_lock
+
+    lock = tmp_path / ".cell.lock"
+    lock.write_bytes(b"4242\n")
+    os.utime(lock, ns=(1_000_000_000, 1_000_000_000))
+
+    def _finished() -> None:
+        raise PublishConflictError("cell is finished")
+
+    with pytest.raises(PublishConflictError, match="cell is finished"):
+        with exclusive_lock(lock, admit=_finished):
+            raise AssertionError("the body of a refused lock never runs")
+    assert lock.read_bytes() == b"4242\n" and lock.stat().st_mtime_ns == 1_000_000_000
+    with exclusive_lock(lock) as held:  # the refusal released the lock; now it records this pid
+        assert held.read_bytes() == f"{os.getpid()}\n".encode()
+        mtime = lock.stat().st_mtime_ns
+        with pytest.raises(LockHeldError, match=rf"lock: {lock} is held by another process \(pid {os.getpid()}\)"):
+            with exclusive_lock(lock):  # a second open file description: flock refuses it
+                pass
+        assert lock.read_bytes() == f"{os.getpid()}\n".encode() and lock.stat().st_mtime_ns == mtime

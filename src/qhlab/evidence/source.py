@@ -12,7 +12,7 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from qhlab import __version__
 from qhlab.evidence.errors import LockHeldError, MissingEvidenceError
@@ -46,12 +46,20 @@ def source_package_digest(package_root: str | os.PathLike | None = None) -> dict
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: str | os.PathLike) -> Iterator[Path]:
+def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | None = None) -> Iterator[Path]:
     """Hold a non-blocking exclusive ``fcntl.flock`` on ``lock_path`` for the ``with`` body.
 
     The lock file is created if needed and never deleted (deleting a lock file lets two
     processes lock two different inodes). The kernel drops the lock when the process dies,
-    so a crashed holder never blocks a later run.
+    so a crashed holder never blocks a later run. The holder's pid is written into the file
+    only once the lock is held and ``admit`` (if given) has returned: a refused writer (the
+    lock is held, or ``admit`` raises, e.g. because the work is already done) leaves the lock
+    file's bytes and mtime exactly as they were.
+
+    Args:
+        lock_path: the lock file.
+        admit: called with the lock held, before anything is written; what it raises
+            propagates after the lock is released.
 
     Raises:
         LockHeldError: at once, naming the lock file and its recorded holder.
@@ -68,9 +76,13 @@ def exclusive_lock(lock_path: str | os.PathLike) -> Iterator[Path]:
                 f"lock: {path} is held by another process (pid {holder}). HINT: another writer "
                 "is publishing this logical run; wait for it or use another run id."
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         try:
+            if admit is not None:
+                admit()
+            holder = f"{os.getpid()}\n".encode("ascii")
+            if os.pread(fd, 64, 0) != holder:  # a pid already recorded is not rewritten
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, holder, 0)
             yield path
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -723,3 +723,32 @@ def test_reference_comparisons_refuse_other_scenes_and_missing_references():
         refs[name][field] = bad
         with pytest.raises(EvidenceError, match=rf"references\['{name}'\]\.{field}={bad!r} is not allowed"):
             reference_comparisons(refs, {0: _baseline([0.5] * 6)}, scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+
+
+@pytest.mark.slow
+def test_refused_run_fit_leaves_the_cell_lock_file_untouched(study_copy, finished_study, capsys):
+    import fcntl
+    import os
+
+    from qhlab.cli import main
+
+    output = study_copy(REPORT_DIR, BENCHMARK_DIR)
+    lock = output / "cells" / ".baseline-s0.lock"
+    assert lock.is_file()
+    lock.write_bytes(b"12345\n")
+    os.utime(lock, ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    before = (lock.read_bytes(), lock.stat().st_mtime_ns)
+    argv = ["study", "run-fit", str(finished_study["config"]), "--output", str(output),
+            "--variant", "baseline", "--seed", "0"]
+    assert main(argv) == 2  # the cell is finished
+    err = capsys.readouterr().err
+    assert err.startswith("error: run_fit: cell baseline-s0 is finished") and "Traceback" not in err
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
+    fd = os.open(lock, os.O_RDONLY)  # another writer holds the lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(argv) == 3
+        assert f"lock: {lock} is held by another process (pid 12345)" in capsys.readouterr().err
+    finally:
+        os.close(fd)
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
