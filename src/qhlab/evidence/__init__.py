@@ -35,7 +35,17 @@ from qhlab.evidence.publish import (
     publish_json,
     safe_component,
 )
-from qhlab.evidence.receipts import RECEIPT_SUFFIX, FileCopy, bind_files, read_receipt, verify_directory, write_receipt
+from qhlab.evidence.receipts import (
+    RECEIPT_SUFFIX,
+    FileCopy,
+    authentication_roots,
+    bind_files,
+    locate_population,
+    population_roots,
+    read_receipt,
+    verify_directory,
+    write_receipt,
+)
 from qhlab.evidence.source import exclusive_lock, source_package_digest
 
 __all__ = [
@@ -66,6 +76,9 @@ __all__ = [
     "RECEIPT_SUFFIX",
     "FileCopy",
     "bind_files",
+    "authentication_roots",
+    "locate_population",
+    "population_roots",
     "write_receipt",
     "read_receipt",
     "verify_directory",

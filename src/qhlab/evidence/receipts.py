@@ -17,6 +17,8 @@ path under the verified directory and the population roots.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
 import os
@@ -36,7 +38,7 @@ from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 
 __all__ = [
     "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
-    "bind_files",
+    "bind_files", "authentication_roots", "locate_population", "population_roots",
 ]
 
 RECEIPT_SUFFIX = ".receipt.json"
@@ -47,6 +49,70 @@ DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
 # above it). Its digest is the population's identity, so it is looked up first and names a
 # missing population.
 _POPULATION_MANIFEST = "manifest.json"
+# Set by ``authentication_roots``: (the directory being worked in, population roots...).
+_ROOTS: contextvars.ContextVar[tuple[Path, ...] | None] = contextvars.ContextVar("qhlab_roots", default=None)
+
+
+@contextlib.contextmanager
+def authentication_roots(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> Iterator[
+        tuple[Path, ...]]:
+    """Within this block, ``read_receipt`` authenticates the way ``verify_directory`` does.
+
+    A file bound by absolute path that ``directory`` holds a copy of (its tail exists below
+    ``directory``) is authenticated there and only there, so a copied study is judged on its
+    own bytes and an intact original elsewhere never vouches for a changed copy; a file that
+    is gone from its recorded path is looked up by digest below ``directory``, each of
+    ``populations`` (inherited from an enclosing block too) and ``DEFAULT_POPULATION_ROOT``.
+
+    Args:
+        directory: the directory a command works in (a study).
+        populations: further roots populations were copied to (``--populations``).
+    """
+    outer = _ROOTS.get() or ()
+    extra = tuple(Path(p).expanduser().absolute() for p in populations)
+    inherited = tuple(r for r in outer[1:] if r not in extra)
+    default = Path(DEFAULT_POPULATION_ROOT).expanduser()
+    roots = (Path(directory).absolute(), *extra, *(r for r in inherited if r != default), default)
+    token = _ROOTS.set(roots)
+    try:
+        yield roots
+    finally:
+        _ROOTS.reset(token)
+
+
+def population_roots() -> tuple[Path, ...]:
+    """The population roots of the enclosing ``authentication_roots`` (none outside one), to hand
+    to a process that starts without them."""
+    return (_ROOTS.get() or ())[1:]
+
+
+def locate_population(recorded: str | os.PathLike, manifest_sha256: str) -> Path:
+    """The directory that now holds the population a receipt bound at ``recorded`` by digest.
+
+    Outside ``authentication_roots`` this is ``recorded``. Within, the working directory's own
+    copy comes first, then ``recorded`` itself, then a copy below any population root whose
+    manifest has the bound digest.
+
+    Raises:
+        MissingEvidenceError: within roots, no manifest with that digest is found (names the
+            population, its digest and the roots; HINT: ``--populations ROOT``).
+    """
+    recorded = Path(recorded)
+    roots = _ROOTS.get()
+    if roots is None:
+        return recorded
+    manifest = recorded / _POPULATION_MANIFEST
+    own = _own_copy(manifest, roots[0])
+    candidates = [own] if own is not None else []
+    candidates += [manifest, *_relocations(manifest, roots[1:])]
+    for candidate in candidates:
+        if candidate.is_file() and sha256_file(candidate) == manifest_sha256:
+            return candidate.parent
+    raise MissingEvidenceError(
+        f"locate_population: population {recorded.name} (manifest sha256 {manifest_sha256}) not found at "
+        f"{recorded} nor under {', '.join(map(str, roots))}. HINT: pass the directory the populations were "
+        "copied to with --populations ROOT."
+    )
 
 
 def _reference(receipt_dir: Path, target: Path) -> str:
@@ -195,7 +261,7 @@ def read_receipt(
             f"expected {schema_version!r}."
         )
     if verify_files:
-        _authenticate_files(path, document, roots=None)
+        _authenticate_files(path, document, roots=_ROOTS.get())
     return document
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from qhlab.evidence import PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
-from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze, read_canary_selection
+from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze, read_canary_selection, within_study
 from qhlab.finite_horizon.studies.architecture.canary import canary_failures, failure_text, select_canary_row
 from qhlab.finite_horizon.studies.architecture.cells import run_fit
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -26,6 +26,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 __all__ = ["admit_canaries"]
 
 
+@within_study
 def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
     """Gate broad fits using the original labels of one prospectively selected TRAIN row.
 

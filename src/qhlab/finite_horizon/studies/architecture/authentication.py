@@ -13,17 +13,20 @@ does once admitted.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
 import platform
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from qhlab.evidence import (
     EvidenceError,
     OrderError,
+    authentication_roots,
+    locate_population,
     canonical_json,
     input_error,
     read_receipt,
@@ -51,6 +54,8 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
+T = TypeVar("T")
+
 __all__ = [
     "FrozenStudy",
     "STUDY_PACKAGES",
@@ -64,6 +69,7 @@ __all__ = [
     "read_cell_receipts",
     "require_step",
     "runtime_versions",
+    "within_study",
 ]
 
 # The distributions whose versions can change a study's files or numbers: the fits (torch,
@@ -81,6 +87,22 @@ def runtime_versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def within_study(step: Callable[..., T]) -> Callable[..., T]:
+    """Run a step ``step(config_path, output, ...)`` on the study's own bytes.
+
+    Inside, receipts authenticate the way ``qhlab verify`` does (``authentication_roots``):
+    files of a copied study are checked in the copy, never at the original's paths, and
+    populations that moved are found by digest (below ``--populations`` roots and the cache).
+    """
+
+    @functools.wraps(step)
+    def wrapper(config_path, output, *args, **kwargs):
+        with authentication_roots(output):
+            return step(config_path, output, *args, **kwargs)
+
+    return wrapper
 
 
 def require_step(path: Path, what: str, step: str, hint: str) -> None:
@@ -111,7 +133,8 @@ class FrozenStudy:
         self.output = output
         self.config_path = config_path
         self.receipt_path = output / FREEZE_RECEIPT
-        self.train_path = Path(self.body["train"]["path"])
+        # Where TRAIN's bytes are now (a moved study's populations are found by digest).
+        self.train_path = locate_population(self.body["train"]["path"], self.body["train"]["manifest_sha256"])
 
     @property
     def identity(self) -> dict[str, str]:

@@ -18,6 +18,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     authenticate_development,
     authenticate_freeze,
     read_cell_receipts,
+    within_study,
 )
 from qhlab.finite_horizon.studies.architecture.layout import (
     CELLS_DIR,
@@ -58,6 +59,7 @@ def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, ar
     return result
 
 
+@within_study
 def benchmark_cells(config_path: str | os.PathLike, output: str | os.PathLike, variant: str | None,
                     seed: int | None, *, on_result: Callable[[str, int, dict], None] | None = None) -> None:
     """Benchmark one cell (``variant`` and ``seed``) or every declared cell (both None).

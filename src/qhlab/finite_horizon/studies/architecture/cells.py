@@ -23,6 +23,7 @@ from qhlab.evidence import (
     PublishConflictError,
     exclusive_lock,
     input_error,
+    locate_population,
     read_receipt,
     sha256_file,
     write_receipt,
@@ -33,6 +34,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     authenticate_development,
     authenticate_freeze,
     read_canary_selection,
+    within_study,
 )
 from qhlab.finite_horizon.studies.architecture.canary import canary_recipe, canary_recovery
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -90,6 +92,7 @@ def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, varian
     return fit_cell(config_path, output, variant=variant, seed=seed, canary_role=canary_role, progress=True)
 
 
+@within_study
 def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
              canary_role: str | None = None, progress: bool = True, execution: dict | None = None) -> dict:
     """``run_fit`` with the fit's progress bar on or off.
@@ -238,7 +241,8 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
 
     config = frozen.config
     recipe = frozen.recipe(variant, seed, config.broad_updates)
-    validation_path = Path(development["body"]["validation"]["path"])
+    sealed = development["body"]["validation"]
+    validation_path = locate_population(sealed["path"], sealed["manifest_sha256"])
     previous = [p.name for p in _attempt_directories(cell_dir)]
     attempt = adoptable_attempt(cell_dir, evaluate=True)
     if execution is not None and (attempt is None or attempt.name != execution.get("attempt")):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from qhlab.evidence import QhError, read_receipt
+from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
 from qhlab.finite_horizon.studies.architecture.admission import admit_canaries
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
@@ -92,6 +92,7 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "run":
             p.add_argument("--workers", type=int, default=None,
                            help="override the config's parallel fits (does not change results)")
+        _add_populations_argument(p)
         if name in ("freeze", "prepare-development", "run"):
             from qhlab.execution import add_executor_arguments
 
@@ -102,6 +103,13 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
                                         "regret_H, wall time. Reads receipts only.")
     status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
     status.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    _add_populations_argument(status)
+
+
+def _add_populations_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
+                        help="a directory the study's populations were copied to (repeatable; as for "
+                             "`qhlab verify`); ~/.cache/qhlab/populations is always searched")
 
 
 def run_study_command(args: argparse.Namespace) -> int:
@@ -116,6 +124,12 @@ def run_study_command(args: argparse.Namespace) -> int:
     Raises:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
+    # Every step authenticates the study's own bytes, wherever it was copied to.
+    with authentication_roots(args.study_output, args.populations):
+        return _run_step(args)
+
+
+def _run_step(args: argparse.Namespace) -> int:
     command = args.study_command
     if command == "status":
         status = study_status(args.study_output)
@@ -213,9 +227,12 @@ def _benchmark_all(console: Any, config_path: str | os.PathLike, output: Path, v
     return 0
 
 
-def _cell_worker(config_path: str, output: str, arm: str, seed: int, progress: bool) -> dict:
-    """Process-pool entry: one broad cell (the fit sets the config's torch threads)."""
-    body = fit_cell(config_path, output, variant=arm, seed=seed, progress=progress)
+def _cell_worker(config_path: str, output: str, arm: str, seed: int, progress: bool,
+                 populations: tuple[str, ...] = ()) -> dict:
+    """Process-pool entry: one broad cell (the fit sets the config's torch threads); ``populations``
+    are the driver's population roots (a spawned worker starts without them)."""
+    with authentication_roots(output, populations):
+        body = fit_cell(config_path, output, variant=arm, seed=seed, progress=progress)
     return {"cell": body["cell"], "mae": body["evaluation"]["mae"], "regret": body["evaluation"]["regret"],
             "wall_seconds": body.get("wall_seconds")}
 
@@ -253,7 +270,8 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
         # Spawned workers start unconfigured: give them this process's console mode.
         with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
                            initargs=(console_verbose(),)) as pool:
-            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress): (arm, seed)
+            roots = tuple(str(r) for r in population_roots())
+            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress, roots): (arm, seed)
                        for arm, seed in pending}
             for future in as_completed(futures):
                 try:
@@ -288,7 +306,8 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
         progress.advance(task)
 
     sealed = authenticate_development(frozen, "run")["body"]["validation"]
-    errors = run_cells_on_ray(frozen, pending, executor, validation=Path(sealed["path"]),
+    errors = run_cells_on_ray(frozen, pending, executor,
+                              validation=locate_population(sealed["path"], sealed["manifest_sha256"]),
                               validation_digest=sealed["manifest_sha256"], verbose=console_verbose(),
                               on_result=_done, on_error=_failed)
     if errors:

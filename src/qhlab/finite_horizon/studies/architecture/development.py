@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from qhlab.evidence import OrderError, PublishConflictError, input_error, write_receipt
-from qhlab.finite_horizon.studies.architecture.authentication import authenticate_e0, authenticate_freeze
+from qhlab.finite_horizon.studies.architecture.authentication import authenticate_e0, authenticate_freeze, within_study
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -49,6 +49,7 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     return prepare_development_with(config_path, output, executor=None)
 
 
+@within_study
 def prepare_development_with(config_path: str | os.PathLike, output: str | os.PathLike, *, executor) -> dict:
     """``prepare_development`` labelling a preset validation on ``executor`` (an
     ``ExecutorChoice``; None: the config's). Validation's bytes do not depend on it."""
@@ -79,12 +80,13 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
     validation_path = resolve_population(source, "validation", config.population_cache, progress=True,
                                          executor=executor or config.executor_choice())
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
-    audit = audit_population(validation_path, call="prepare_development")
     train = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
     if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
         raise input_error("prepare_development", "validation", str(validation_path),
                           "a population with TRAIN's features and K", "use the same preset family for both splits")
     _refuse_shared_scenes(frozen.train_path, validation_path)
+    # After the cheap disjointness check (it names the shared pair), before anything is computed.
+    audit = audit_population(validation_path, call="prepare_development")
     constant = population_train_constant(train)
     summary = evaluate_population(constant_predictions(constant, validation.candidate_mask.numpy()),
                                   validation, tie_band=config.tie_band)

@@ -22,6 +22,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     authenticate_cells,
     authenticate_development,
     authenticate_freeze,
+    within_study,
 )
 from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -38,6 +39,7 @@ from qhlab.finite_horizon.studies.architecture.render import write_report_files
 __all__ = ["build_report", "report_study"]
 
 
+@within_study
 def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
     """Compare all ten charged final cells; never select an intermediate checkpoint.
 

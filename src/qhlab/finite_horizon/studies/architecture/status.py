@@ -32,9 +32,10 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, input_error, read_receipt
+from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, authentication_roots, input_error, read_receipt
 from qhlab.finite_horizon.studies.architecture.config import read_study_config
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
@@ -77,11 +78,15 @@ _COLUMNS = {
 }
 
 
-def study_status(output: str | os.PathLike) -> dict:
+def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
     """Read where a study stands from its receipts, writing nothing.
+
+    Receipts are authenticated on the study's own bytes (``authentication_roots``): a copy is
+    judged by what the copy holds, whether or not the original still exists.
 
     Args:
         output: a study directory (it holds ``freeze.receipt.json``).
+        populations: further roots its populations were copied to (``--populations``).
 
     Returns:
         ``{"study": name, "output": str, "rows": [row, ...]}``; rows in study order: freeze,
@@ -96,6 +101,11 @@ def study_status(output: str | os.PathLike) -> dict:
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
     """
+    with authentication_roots(output, populations):
+        return _status(Path(output))
+
+
+def _status(output: Path) -> dict:
     output = Path(output)
     if not (output / FREEZE_RECEIPT).is_file():
         raise input_error(_CALL, "DIR", str(output), f"a study output directory (it holds {FREEZE_RECEIPT})",
