@@ -41,7 +41,8 @@ def _bash_block_after(marker: str) -> list[str]:
 
 
 def _localize(command: str, tmp: Path) -> str:
-    return (command.replace(".venv/bin/", f"{VENV_BIN}/").replace("/tmp/", f"{tmp}/")
+    # /tmp/ first: the venv or the repository may themselves live under /tmp (a fresh clone in CI).
+    return (command.replace("/tmp/", f"{tmp}/").replace(".venv/bin/", f"{VENV_BIN}/")
             .replace("examples/", f"{REPO}/examples/"))
 
 
