@@ -188,6 +188,23 @@ class BootstrapConfig(BaseModel):
         return paired_scene_bootstrap(values, other, **options).as_dict()
 
 
+class SeedVarianceConfig(BaseModel):
+    """The training-seed variance measured by a pilot before the study, frozen with it.
+
+    Each value is the standard deviation, across the pilot's extra seeds, of one seed's mean
+    paired difference at H between two arms (the largest over the pilot's comparisons), in
+    metres. The report's seed-pooled intervals add it to the scene variance
+    (``qhlab.finite_horizon.studies.replication``); without it they estimate it from the
+    study's own two seeds (one degree of freedom: honest, and very wide).
+    """
+
+    model_config = _FROZEN
+
+    regret: float = Field(ge=0.0)
+    mae: float = Field(ge=0.0)
+    source: str = Field(min_length=1, max_length=500)
+
+
 class QhArchitectureStudyConfig(BaseModel):
     """Bind data, optimization and a finite architecture comparison family.
 
@@ -214,6 +231,7 @@ class QhArchitectureStudyConfig(BaseModel):
             and keeps every reduction in one order.
         population_cache: cache directory of generated populations.
         bootstrap: scene bootstrap settings of the report.
+        seed_variance: the pilot's seed variance of paired differences (None: the study's own).
     """
 
     model_config = _FROZEN
@@ -236,6 +254,7 @@ class QhArchitectureStudyConfig(BaseModel):
     torch_threads: int = Field(default=1, ge=1, le=256)
     population_cache: str = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
+    seed_variance: SeedVarianceConfig | None = None
 
     @field_validator("profile")
     @classmethod

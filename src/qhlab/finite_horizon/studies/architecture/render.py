@@ -16,6 +16,7 @@ from typing import Any
 
 from qhlab.evidence import publish_bytes, publish_file, publish_json
 from qhlab.finite_horizon.studies.architecture.layout import REPORT_JSON, REPORT_MARKDOWN
+from qhlab.finite_horizon.studies.architecture.seed_aware import seed_aware_markdown
 
 __all__ = ["FIGURES", "write_report_files"]
 
@@ -140,6 +141,7 @@ def _markdown(report: dict) -> str:
                          f"{'yes' if d['retained'] else 'no'} | {d['label']} |")
         if r["seeds_disagree"]:
             lines.append(f"\n**Seeds disagree for `{r['variant']}`**: the decision is not replicated.\n")
+    lines += seed_aware_markdown(report)
     if any("benchmark" in c for c in report["cells"]):
         lines += ["", "## Scorer benchmark (canonical first TRAIN chain, no updates)", "",
                   "| arm | seed | median forward (ms) | encoder (ms, hooked) | readout (ms, hooked) | tensors with grad |",

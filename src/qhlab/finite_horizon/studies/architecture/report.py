@@ -35,6 +35,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 )
 from qhlab.finite_horizon.studies.architecture.references import reference_comparisons
 from qhlab.finite_horizon.studies.architecture.render import write_report_files
+from qhlab.finite_horizon.studies.architecture.seed_aware import seed_aware_section
 
 __all__ = ["build_report", "report_study"]
 
@@ -245,4 +246,5 @@ def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: d
                                      "seeds_disagree": r["seeds_disagree"]}
                       for r in report["retention"]},
     }
+    seed_aware_section(config, per_scene, comparisons, report, primary)
     return report

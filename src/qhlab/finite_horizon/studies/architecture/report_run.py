@@ -26,6 +26,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_RECEIPT,
     SCHEMA_VERSION,
 )
+from qhlab.finite_horizon.studies.architecture.seed_aware import seed_aware_tables
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
@@ -42,7 +43,8 @@ def report_tables(report: dict) -> dict[str, tuple[list[str], list[list[Any]]]]:
         report: the parsed ``report.json``.
 
     Returns:
-        {"cells", "references", "paired", "retention"}: columns and rows of each table.
+        {"cells", "references", "paired", "retention", "replication", "verdicts"}: columns and
+        rows of each table.
     """
     h = int(report["horizon"])
     horizons = range(1, h + 1)
@@ -63,6 +65,7 @@ def report_tables(report: dict) -> dict[str, tuple[list[str], list[list[Any]]]]:
                         *(f"baseline_minus_reference_s{s}" for s in seeds)], references),
         "paired": (["arm", "against", "relation", "seed", "metric", "difference", "low", "high"], paired),
         "retention": (["variant", "seed", "retained", "label"], retention),
+        **seed_aware_tables(report),
     }
 
 

@@ -1,0 +1,162 @@
+"""The report's seed-aware section: pooled comparisons, replication labels, verdicts and MDEs.
+
+Owns, in one place, one statistic of the report: its computation from the per-scene arrays
+(``seed_aware_section``, called by ``report.build_report``), its markdown
+(``seed_aware_markdown``, called by ``render``) and its W&B tables (``seed_aware_tables``,
+called by ``report_run``). Does not own: the arithmetic (``qhlab.finite_horizon.studies.
+replication``) or the per-seed scene bootstrap and retention margins (``statistics``).
+
+What it adds to ``report.json``:
+
+* ``replication``: for every paired comparison and metric at H, the seed-pooled estimate (the
+  mean over both seeds of the per-scene paired differences), its interval including the
+  between-seed variance (source stated: the config's pilot, else the study's own seeds), the
+  replication label (replicated / seed-dependent / inconclusive) and the minimum detectable
+  effect (80% power at the report's level);
+* per variant in ``retention``: the study-level ``verdict`` (retained / rejected / not
+  replicated), the decision's ``replication`` label, the seed-pooled margins with one-sided
+  bounds and their MDEs, and a ``sensitivity`` sentence. A per-seed "robust" label that the
+  other seed contradicts becomes "seed-dependent" (kept as ``seed_label``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qhlab.finite_horizon.studies.replication import (
+    pooled_difference,
+    replication_label,
+    retention_replication,
+    study_verdict,
+)
+
+__all__ = ["POWER", "seed_aware_markdown", "seed_aware_section", "seed_aware_tables"]
+
+POWER = 0.8
+"""The power at which every MDE of the report is stated."""
+
+
+def _seed_sd(config: Any, metric: str) -> tuple[float | None, str | None]:
+    pilot = config.seed_variance
+    if pilot is None:
+        return None, None
+    return float(getattr(pilot, metric)), pilot.source
+
+
+def seed_aware_section(config: Any, per_scene: dict[tuple[str, int], dict[str, np.ndarray]],
+                       comparisons: list[tuple[str, str, str]], report: dict, primary: int) -> None:
+    """Add ``replication`` to ``report`` and the study-level fields to each ``retention`` entry.
+
+    Args:
+        config: the study config (seeds, bootstrap confidence, seed_variance).
+        per_scene: {(arm, seed): {"mae" | "regret": [n_scenes, H]}}.
+        comparisons: (arm, against, relation) of every paired comparison, in report order.
+        report: the report being built; its ``paired`` (per-seed intervals) and ``retention``
+            (per-seed decisions) entries are read, the new fields written.
+        primary: the index of H in the horizon axis.
+    """
+    confidence = config.bootstrap.confidence
+    intervals = {(p["arm"], p["against"], p["seed"], p["metric"]): p["interval"] for p in report["paired"]}
+    rows = []
+    for arm, against, relation in comparisons:
+        for metric in ("regret", "mae"):
+            diffs = np.stack([per_scene[(arm, s)][metric][:, primary] - per_scene[(against, s)][metric][:, primary]
+                              for s in config.seeds])
+            sd, source = _seed_sd(config, metric)
+            pooled = pooled_difference(diffs, seed_sd=sd, seed_sd_source=source, confidence=confidence, power=POWER)
+            per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
+            rows.append({
+                "arm": arm, "against": against, "relation": relation, "metric": metric,
+                "per_seed": {str(s): {"estimate": i["estimate"], "low": i["low"], "high": i["high"]}
+                             for s, i in per_seed.items()},
+                "pooled": pooled.as_dict(),
+                "label": replication_label([(i["low"], i["high"]) for i in per_seed.values()], pooled),
+            })
+    report["replication"] = rows
+    for entry in report["retention"]:
+        decisions = [entry["per_seed"][str(s)] for s in config.seeds]
+        verdict = study_verdict({s: d["retained"] for s, d in zip(config.seeds, decisions)})
+        # The bound that could confirm the verdict: upper bounds for a retention, lower ones else.
+        alternative = "less" if verdict == "retained" else "greater"
+        pooled = {}
+        for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
+            key = "d_reg" if name == "D_reg" else "d_mae"
+            margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
+            sd, source = _seed_sd(config, metric)
+            pooled[name] = pooled_difference(margin, seed_sd=sd, seed_sd_source=source, confidence=confidence,
+                                             power=POWER, alternative=alternative)
+        label = retention_replication(decisions, pooled)
+        if label == "seed-dependent":
+            for d in decisions:
+                d["seed_label"], d["label"] = d["label"], "seed-dependent"
+        entry["verdict"] = verdict
+        entry["replication"] = label
+        entry["pooled_margins"] = {name: p.as_dict() for name, p in pooled.items()}
+        entry["sensitivity"] = (
+            f"{verdict}; {label}; a D_reg below {pooled['D_reg'].mde:.4f} m or a D_mae below "
+            f"{pooled['D_mae'].mde:.4f} m could not be detected (80% power, one-sided {confidence:.0%}, "
+            "both seeds)")
+    report["summary"]["verdicts"] = {e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]}
+                                     for e in report["retention"]}
+    report["summary"]["seed_variance_source"] = (rows[0]["pooled"]["seed_sd_source"] if rows else None)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def seed_aware_markdown(report: dict) -> list[str]:
+    """The section's markdown lines (seed-pooled comparisons, then study-level verdicts)."""
+    rows = report.get("replication") or []
+    h, seeds = report["horizon"], report["seeds"]
+    level = f"{report['bootstrap']['confidence']:.0%}"
+    source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
+    lines = [
+        "", f"## Seed-pooled paired differences at H={h} (both seeds; the interval carries the seed variance)", "",
+        f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds the "
+        f"between-seed variance to the scene variance (seed variance source: {source}). Replicated: every "
+        "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
+        "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE: the smallest true difference "
+        f"this design detects with {POWER:.0%} power.", "",
+        "| arm | against | metric | " + " | ".join(f"seed {s}" for s in seeds)
+        + f" | pooled | {level} CI | replication | MDE |",
+        "|" + "---|" * (3 + len(seeds) + 4),
+    ]
+    for r in rows:
+        p = r["pooled"]
+        lines.append(f"| {r['arm']} | {r['against']} | {r['metric']} | "
+                     + " | ".join(f"{_fmt(r['per_seed'][str(s)]['estimate'])} [{_fmt(r['per_seed'][str(s)]['low'])}, "
+                                  f"{_fmt(r['per_seed'][str(s)]['high'])}]" for s in seeds)
+                     + f" | {_fmt(p['estimate'])} | [{_fmt(p['low'])}, {_fmt(p['high'])}] | {r['label']} | "
+                     f"{_fmt(p['mde'])} |")
+    lines += ["", "## Study-level retention verdicts", "",
+              "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
+              "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
+              "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.", "",
+              "| variant | verdict | replication | pooled D_reg | MDE D_reg | pooled D_mae | MDE D_mae |",
+              "|---|---|---|---|---|---|---|"]
+    for e in report["retention"]:
+        if "verdict" not in e:
+            continue
+        m = e["pooled_margins"]
+        lines.append(f"| {e['variant']} | {e['verdict']} | {e['replication']} | {_fmt(m['D_reg']['estimate'])} | "
+                     f"{_fmt(m['D_reg']['mde'])} | {_fmt(m['D_mae']['estimate'])} | {_fmt(m['D_mae']['mde'])} |")
+    for e in report["retention"]:
+        if "sensitivity" in e:
+            lines.append(f"\n`{e['variant']}`: {e['sensitivity']}.")
+    return lines
+
+
+def seed_aware_tables(report: dict) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """The section's W&B tables as (columns, rows): ``replication`` and ``verdicts``."""
+    replication = [[r["arm"], r["against"], r["relation"], r["metric"], r["pooled"]["estimate"], r["pooled"]["low"],
+                    r["pooled"]["high"], r["label"], r["pooled"]["mde"]] for r in report.get("replication") or []]
+    verdicts = [[e["variant"], e["verdict"], e["replication"], e["pooled_margins"]["D_reg"]["mde"],
+                 e["pooled_margins"]["D_mae"]["mde"]] for e in report["retention"] if "verdict" in e]
+    return {
+        "replication": (["arm", "against", "relation", "metric", "pooled", "low", "high", "label", "mde"],
+                        replication),
+        "verdicts": (["variant", "verdict", "replication", "mde_d_reg", "mde_d_mae"], verdicts),
+    }

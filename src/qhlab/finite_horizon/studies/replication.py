@@ -1,0 +1,262 @@
+"""Seed-aware statistics: pooled paired differences whose intervals carry the training seed,
+replication labels, study-level verdicts and minimum detectable effects.
+
+Owns: pure functions over per-scene arrays of several training seeds. Does not own: the
+per-seed scene bootstrap (``statistics``), choosing thresholds or the seed-variance source
+(the frozen study config) or writing reports.
+
+The model. For one comparison (arm minus control, or a retention margin), seed s and scene i,
+the paired per-scene difference is ``d[s, i] = delta + u_s + v_i + e[s, i]``: the true
+difference, a training-seed effect (variance tau^2), a scene effect shared by every seed
+(the same validation scenes) and a seed-by-scene residual. The pooled estimate is the mean over
+seeds and scenes; its variance is ``tau^2 / S + Var_scene / n``. A per-seed scene bootstrap
+sees only the second term, so it describes one fit, not the arm: with seed effects as large as
+arm effects, two seeds' intervals can exclude 0 on opposite sides.
+
+Two sources for tau (stated in every record, ``seed_sd_source``):
+
+* ``pilot``: the standard deviation across extra seeds of a seed's mean paired difference,
+  measured on the declared tuning population before the study and frozen into the config
+  (Colas et al. 2018); the interval uses the normal quantile. It slightly over-counts
+  (it includes the pilot's own residual noise), which errs on the wide side.
+* ``study``: estimated from the study's own seeds, ``tau^2 = max(0, Var_s(mean_i d[s, i]) -
+  sigma_e^2 / n)`` with the residual variance ``sigma_e^2`` of the seed-by-scene two-way
+  table; with S seeds it has S - 1 degrees of freedom, so the interval uses Student's t with
+  S - 1 degrees of freedom (12.7 x the standard error at 95% with two seeds: honest, and wide).
+
+The scene part is the standard error of the seed-averaged per-scene differences (scenes are
+the statistical unit, seeds are averaged within a scene first).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from qhlab.evidence.errors import input_error
+
+__all__ = [
+    "REPLICATION_LABELS",
+    "STUDY_VERDICTS",
+    "PooledDifference",
+    "pooled_difference",
+    "interval_side",
+    "replication_label",
+    "retention_replication",
+    "study_verdict",
+    "minimum_detectable_effect",
+]
+
+REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")
+STUDY_VERDICTS = ("retained", "rejected", "not replicated")
+
+
+@dataclass(frozen=True)
+class PooledDifference:
+    """The seed-pooled estimate of one paired comparison, with a seed-aware interval.
+
+    ``low``/``high`` follow ``alternative`` as in ``statistics.BootstrapInterval`` (None: an
+    open side). ``se`` = sqrt(scene_se^2 + seed_sd^2 / n_seeds); ``quantile`` multiplies it
+    (normal for a pilot source, Student's t with n_seeds - 1 degrees of freedom for the study's
+    own estimate). ``mde`` is the smallest true difference this design detects with ``power``
+    at this level and alternative (``minimum_detectable_effect``).
+    """
+
+    estimate: float
+    low: float | None
+    high: float | None
+    alternative: str
+    confidence: float
+    n_seeds: int
+    n_scenes: int
+    scene_se: float
+    seed_sd: float
+    seed_sd_source: str
+    se: float
+    distribution: str
+    quantile: float
+    power: float
+    mde: float
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-able dict."""
+        return asdict(self)
+
+
+def _differences(call: str, differences: Any) -> np.ndarray:
+    array = np.asarray(differences, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 2:
+        raise input_error(call, "differences.shape", tuple(array.shape), "[n_seeds >= 1, n_scenes >= 2]",
+                          "one row of per-scene paired differences per training seed, same scenes")
+    if not np.isfinite(array).all():
+        raise input_error(call, "differences", "non-finite values", "finite per-scene differences",
+                          "a NaN metric means an upstream evaluation failed; fix it there")
+    return array
+
+
+def _quantile(distribution: str, dof: int, probability: float) -> float:
+    return float(stats.norm.ppf(probability) if distribution == "normal" else stats.t.ppf(probability, dof))
+
+
+def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: float = 0.8,
+                              alternative: str = "two-sided", distribution: str = "normal",
+                              dof: int | None = None) -> float:
+    """The smallest true difference detected with probability ``power`` (Colas et al. 2018).
+
+    A test that rejects 0 when the interval excludes it detects a true difference m with
+    probability ~Phi(m / se - q) (one side); setting that to ``power`` gives
+    ``m = (q_level + q_power) * se``, where q_level is the interval's quantile (1 - alpha/2
+    two-sided, ``confidence`` one-sided).
+
+    Args:
+        se: standard error of the estimate (>= 0).
+        confidence: the interval's level.
+        power: the detection probability, in (0, 1).
+        alternative: "two-sided", "less" or "greater" (one-sided bounds).
+        distribution: "normal" or "t" (with ``dof`` degrees of freedom).
+
+    Returns:
+        The MDE in the estimate's unit (metres), >= 0.
+    """
+    level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
+    return (_quantile(distribution, dof or 1, level) + _quantile(distribution, dof or 1, power)) * float(se)
+
+
+def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd_source: str | None = None,
+                      confidence: float = 0.95, power: float = 0.8,
+                      alternative: str = "two-sided") -> PooledDifference:
+    """Mean over seeds and scenes of paired per-scene differences, with an interval that carries
+    the between-seed variance (see the module docstring).
+
+    Args:
+        differences: float [n_seeds, n_scenes], per-scene paired differences (arm minus
+            control, or a margin's per-scene values) for each training seed, same scenes.
+        seed_sd: the pilot's standard deviation of one seed's mean difference; None: estimate
+            it from ``differences`` (needs n_seeds >= 2; Student's t with n_seeds - 1 dof).
+        seed_sd_source: where ``seed_sd`` came from (recorded); required with ``seed_sd``.
+        confidence: the interval's level, in (0, 1).
+        power: for ``mde``.
+        alternative: "two-sided", "less" (upper bound only) or "greater" (lower bound only).
+
+    Returns:
+        A ``PooledDifference``.
+    """
+    call = "pooled_difference"
+    d = _differences(call, differences)
+    if not 0.0 < float(confidence) < 1.0:
+        raise input_error(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
+    if not 0.0 < float(power) < 1.0:
+        raise input_error(call, "power", power, "a number in (0, 1)", "e.g. 0.8")
+    if alternative not in ("two-sided", "less", "greater"):
+        raise input_error(call, "alternative", alternative, "two-sided | less | greater",
+                          "'less' gives an upper bound, 'greater' a lower bound")
+    n_seeds, n_scenes = d.shape
+    pooled_scenes = d.mean(axis=0)
+    estimate = float(d.mean())
+    scene_se = float(pooled_scenes.std(ddof=1) / math.sqrt(n_scenes))
+    if seed_sd is not None:
+        if not isinstance(seed_sd, (int, float)) or isinstance(seed_sd, bool) or not math.isfinite(seed_sd) \
+                or seed_sd < 0:
+            raise input_error(call, "seed_sd", seed_sd, "a finite number >= 0 (metres) or None",
+                              "the pilot's standard deviation of a seed's mean paired difference")
+        if not seed_sd_source:
+            raise input_error(call, "seed_sd_source", seed_sd_source, "a non-empty description",
+                              "say which pilot (population, seeds) measured seed_sd")
+        tau, source, distribution, dof = float(seed_sd), f"pilot: {seed_sd_source}", "normal", None
+        note = "seed variance from the pilot, frozen in the config before the study"
+    else:
+        if n_seeds < 2:
+            raise input_error(call, "differences.shape", tuple(d.shape), "n_seeds >= 2 without seed_sd",
+                              "one seed says nothing about the seed variance; give a pilot's seed_sd")
+        seed_means = d.mean(axis=1)
+        residual = d - seed_means[:, None] - pooled_scenes[None, :] + estimate
+        sigma_e2 = float((residual ** 2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
+        tau = math.sqrt(max(0.0, float(seed_means.var(ddof=1)) - sigma_e2 / n_scenes))
+        source, distribution, dof = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)", "t", \
+            n_seeds - 1
+        note = (f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
+                "so the interval is wide by design")
+    se = math.sqrt(scene_se ** 2 + tau ** 2 / n_seeds)
+    level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
+    q = _quantile(distribution, dof or 1, level)
+    low = None if alternative == "less" else estimate - q * se
+    high = None if alternative == "greater" else estimate + q * se
+    mde = minimum_detectable_effect(se, confidence=confidence, power=power, alternative=alternative,
+                                    distribution=distribution, dof=dof)
+    return PooledDifference(
+        estimate=estimate, low=low, high=high, alternative=alternative, confidence=float(confidence),
+        n_seeds=int(n_seeds), n_scenes=int(n_scenes), scene_se=scene_se, seed_sd=tau, seed_sd_source=source,
+        se=se, distribution="normal" if distribution == "normal" else f"t({dof})", quantile=q,
+        power=float(power), mde=mde, note=note,
+    )
+
+
+def interval_side(low: float | None, high: float | None) -> int:
+    """+1 when an interval lies above 0 (low > 0), -1 below (high < 0), else 0."""
+    if low is not None and low > 0:
+        return 1
+    if high is not None and high < 0:
+        return -1
+    return 0
+
+
+def replication_label(per_seed: list[tuple[float | None, float | None]], pooled: PooledDifference) -> str:
+    """The replication label of one paired comparison.
+
+    * "seed-dependent": two seeds' intervals exclude 0 on opposite sides;
+    * "replicated": every seed's interval excludes 0 on the same side, and so does the
+      seed-aware pooled interval (the seeds' scene-only intervals alone would call a pure seed
+      effect replicated about half the time: they ignore the seed variance);
+    * "inconclusive": anything else.
+
+    Args:
+        per_seed: (low, high) of each seed's scene interval (None: an open side).
+        pooled: the comparison's ``pooled_difference`` (two-sided).
+    """
+    sides = {interval_side(low, high) for low, high in per_seed}
+    if {1, -1} <= sides:
+        return "seed-dependent"
+    if len(sides) == 1 and 0 not in sides and interval_side(pooled.low, pooled.high) in sides:
+        return "replicated"
+    return "inconclusive"
+
+
+def retention_replication(per_seed: list[dict], pooled_margins: dict[str, PooledDifference]) -> str:
+    """The replication label of one variant's retention decision.
+
+    Args:
+        per_seed: each seed's ``RetentionDecision.as_dict()`` (``retained``, ``label``).
+        pooled_margins: {"D_reg": ..., "D_mae": ...} seed-pooled margins with one-sided bounds:
+            ``alternative="less"`` (upper bound) when the seeds retain, ``"greater"`` otherwise.
+
+    Returns:
+        "replicated" (every seed reaches the same decision, robustly, and the pooled margins
+        confirm it: both upper bounds <= 0 for a retention, a failing margin's lower bound > 0
+        for a rejection), "seed-dependent" (the seeds reach opposite decisions and each is
+        robust on its own seed), or "inconclusive".
+    """
+    decisions = {bool(d["retained"]) for d in per_seed}
+    robust = all(d["label"] == "robust" for d in per_seed)
+    if len(decisions) > 1:
+        return "seed-dependent" if robust else "inconclusive"
+    if not robust:
+        return "inconclusive"
+    if decisions == {True}:
+        confirmed = all(m.high is not None and m.high <= 0 for m in pooled_margins.values())
+    else:
+        confirmed = any(m.estimate > 0 and m.low is not None and m.low > 0 for m in pooled_margins.values())
+    return "replicated" if confirmed else "inconclusive"
+
+
+def study_verdict(retained_by_seed: dict[int, bool]) -> str:
+    """"retained" when every seed retains, "rejected" when every seed rejects, else "not replicated"."""
+    if not retained_by_seed:
+        raise input_error("study_verdict", "retained_by_seed", retained_by_seed, "one decision per seed",
+                          "pass RetentionDecision.retained for each declared seed")
+    values = set(bool(v) for v in retained_by_seed.values())
+    return "retained" if values == {True} else "rejected" if values == {False} else "not replicated"
