@@ -34,6 +34,26 @@ WARMUP_FORWARDS = 10
 TIMED_FORWARDS = 20
 
 
+def canonical_chains(population: Any) -> list[dict[str, Any]]:
+    """Every chain in canonical order: by (scene_id, chain_id), each chain's rows in step order.
+
+    Args:
+        population: a ``Population`` (``is_chain``, ``scene_id``, ``chain_id``, ``step``: [S]).
+
+    Returns:
+        ``[{"scene_id": int, "chain_id": int, "rows": [int, ...]}, ...]`` (rows index S).
+    """
+    rows = np.flatnonzero(population.is_chain.numpy().astype(bool))
+    scene = population.scene_id.numpy()[rows]
+    chain = population.chain_id.numpy()[rows]
+    step = population.step.numpy()[rows]
+    order = np.lexsort((step, chain, scene))
+    chains: dict[tuple[int, int], list[int]] = {}
+    for i in order:
+        chains.setdefault((int(scene[i]), int(chain[i])), []).append(int(rows[i]))
+    return [{"scene_id": s, "chain_id": c, "rows": r} for (s, c), r in chains.items()]
+
+
 def canonical_first_chain(population: Any) -> dict[str, Any]:
     """The rows of the chain with the smallest (scene_id, chain_id), in step order.
 
@@ -43,15 +63,7 @@ def canonical_first_chain(population: Any) -> dict[str, Any]:
     Returns:
         ``{"scene_id": int, "chain_id": int, "rows": [int, ...]}`` (rows index S).
     """
-    is_chain = population.is_chain.numpy().astype(bool)
-    rows = np.flatnonzero(is_chain)
-    scene = population.scene_id.numpy()[rows]
-    chain = population.chain_id.numpy()[rows]
-    key = min(zip(scene.tolist(), chain.tolist()))
-    selected = rows[(scene == key[0]) & (chain == key[1])]
-    steps = population.step.numpy()[selected]
-    ordered = selected[np.argsort(steps, kind="stable")]
-    return {"scene_id": int(key[0]), "chain_id": int(key[1]), "rows": [int(r) for r in ordered]}
+    return canonical_chains(population)[0]
 
 
 def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,

