@@ -391,3 +391,51 @@ def test_example_recipes_match_presets_and_tiny_recipe_fits(tiny_train) -> None:
     assert observed_optimizer_updates(trainer.optimizers[0]) == tiny.updates
     assert module.target_refreshes == tiny.updates // tiny.target_update.interval
     assert _fixed_loss(module, tiny_train) < before
+
+
+def test_cosine_schedule_by_hand_and_in_a_fit() -> None:
+    from qhlab.finite_horizon.q_learning import scheduled_lr
+
+    assert scheduled_lr(1e-3, 0, 10) == 1e-3
+    assert scheduled_lr(1e-3, 5, 10) == pytest.approx(5e-4)
+    assert scheduled_lr(1e-3, 10, 10) == pytest.approx(0.0, abs=1e-18)
+    pop = synthetic_population()
+    recipe = _recipe(optimizer={"lr": 3e-3, "schedule": "cosine"}, updates=8)
+    seen = []
+
+    class Spy(pl.Callback):
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            seen.append(optimizer.param_groups[0]["lr"])
+
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    trainer = pl.Trainer(max_steps=8, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
+    trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
+    # Each update's rate is the schedule at the updates observed before it: 3e-3 first, decaying to ~0.
+    assert seen == pytest.approx([scheduled_lr(3e-3, u, 8) for u in range(8)])
+
+
+def test_gradient_clipping_bounds_the_gradient_norm_of_every_update() -> None:
+    pop = synthetic_population()
+    norms = []
+
+    class Spy(pl.Callback):
+        # Lightning clips after on_before_optimizer_step, inside the step: look after the step.
+        def on_train_start(self, trainer, pl_module):
+            def record(optimizer, args, kwargs):
+                grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+                norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+                                                                         for g in grads]))))
+
+            trainer.optimizers[0].register_step_post_hook(record)
+
+    for clip, check in ((1e-3, lambda n: n <= 1e-3 * (1 + 1e-4)), (None, lambda n: n > 1e-3)):
+        norms.clear()
+        recipe = _recipe(optimizer={"lr": 3e-3, "grad_clip_norm": clip})
+        pl.seed_everything(recipe.seed, verbose=False)
+        trainer = pl.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                             enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
+        trainer.fit(QhTDModule(recipe, population_dims(pop)),
+                    datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
+        assert len(norms) == 4 and all(check(n) for n in norms), (clip, norms)

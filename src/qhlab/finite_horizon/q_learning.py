@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "polyak_target_update",
     "population_dims",
     "refresh_target",
+    "scheduled_lr",
     "successor_label_loss",
     "successor_reward_loss",
     "td_targets",
@@ -98,6 +100,14 @@ def td_targets(
     bootstrap = successor_valid & next_candidate_mask.any(dim=2)
     best = torch.where(bootstrap.unsqueeze(-1), best, torch.zeros_like(best))
     return torch.cat([reward.unsqueeze(-1), reward.unsqueeze(-1) + best.to(reward.dtype)], dim=-1)
+
+
+def scheduled_lr(lr: float, observed_updates: int, budget: int) -> float:
+    """The cosine schedule's learning rate for the update after ``observed_updates`` of ``budget``.
+
+    lr * (1 + cos(pi * u / U)) / 2: ``lr`` at the first update, 0 after the final one.
+    """
+    return lr * 0.5 * (1.0 + math.cos(math.pi * min(observed_updates, budget) / budget))
 
 
 def native_huber_loss(q: Tensor, y: Tensor, candidate_mask: Tensor, delta: float) -> Tensor:
@@ -363,6 +373,21 @@ class QhTDModule(pl.LightningModule):
     def on_train_start(self) -> None:
         # A resumed fit starts from a loaded optimizer state: count from there.
         self.observed_updates = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # The schedule is a function of the observed update count alone (read from the
+        # optimizer's state), so a resumed segment continues it exactly, with no scheduler state.
+        opt = self.recipe.optimizer
+        if opt.schedule == "cosine":
+            rate = scheduled_lr(opt.lr, self.observed_updates, self.recipe.updates)
+            for group in self.optimizers(use_pl_optimizer=False).param_groups:
+                group["lr"] = rate
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: Any = None,
+                                    gradient_clip_algorithm: Any = None) -> None:
+        norm = self.recipe.optimizer.grad_clip_norm
+        if norm is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=norm, gradient_clip_algorithm="norm")
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))

@@ -44,7 +44,13 @@ _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class OptimizerConfig(BaseModel):
-    """AdamW hyper-parameters (the only optimizer of the learning rule)."""
+    """AdamW hyper-parameters (the only optimizer of the learning rule).
+
+    ``schedule``: "constant" keeps ``lr``; "cosine" decays it as lr * (1 + cos(pi u / U)) / 2
+    over the observed updates u of the fit's budget U (``QhRecipe.updates``), ending at 0 at
+    the final update, so the final state is not one noisy step among many. ``grad_clip_norm``:
+    the largest global L2 norm of the gradient per update (None: no clipping).
+    """
 
     model_config = _FROZEN
 
@@ -53,6 +59,8 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0.0)
     betas: tuple[_Beta, _Beta] = (0.9, 0.999)
     eps: float = Field(default=1e-8, gt=0.0)
+    schedule: Literal["constant", "cosine"] = "constant"
+    grad_clip_norm: float | None = Field(default=None, gt=0.0)
 
     @field_validator("betas", mode="before")
     @classmethod

@@ -1,0 +1,130 @@
+"""Benchmark: the training-seed spread of the default recipe on the declared tuning population.
+
+Fits the default study's cells (the baseline, or ``--arms all``) with ``--seeds`` extra seeds
+that no reported study uses (default 2-7; the studies use 0 and 1) on TRAIN demo-train seed
+31001, evaluated on the tuning population only (preset demo-validation, split validation,
+seed 31900). ``--override JSON`` merges fields into the study's recipe (e.g.
+'{"optimizer": {"schedule": "cosine"}}') to compare candidate recipes there and nowhere else.
+
+Prints ONE JSON line:
+* ``ratio``: the baseline's seed spread of regret_3 as a fraction of its mean (sd / mean;
+  target <= 0.05), and ``mae_ratio`` the same for MAE_3 (target <= 0.03);
+* with ``--arms all``, ``paired_seed_sd``: for each comparison of the report (baseline minus
+  control, variant minus structural and matched control), the standard deviation across seeds
+  of a seed's mean paired difference of regret_3 and MAE_3. Their maxima are the pilot's seed
+  variance that a study config may freeze (``[seed_variance]``).
+Run: ``python bench/seed_spread.py [--arms all] [--workers 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+_ROOT = Path(__file__).resolve().parent.parent
+_TUNING = ("demo-validation", "validation", 31900)
+_TRAIN = ("demo-train", "train", 31001)
+
+
+def _fit(job: dict) -> dict:
+    import torch
+
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+    from qhlab.finite_horizon.recipe import QhRecipe
+    from qhlab.training.console import configure_console
+
+    configure_console(False)
+    torch.set_num_threads(1)
+    result = fit_recipe(FitRequest(recipe=QhRecipe.model_validate(job["recipe"]), profile="cpu-fp32",
+                                   output=job["output"], train=job["train"], validation=job["validation"],
+                                   progress=False, cell=f"{job['arm']}-s{job['seed']}"))
+    body = json.loads(Path(result.evaluation_receipt).read_text())["body"]
+    return {"arm": job["arm"], "seed": job["seed"], "mae": body["per_scene"]["mae"],
+            "regret": body["per_scene"]["regret"], "seconds": round(result.wall_seconds, 1)}
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def main() -> None:
+    from qhlab.finite_horizon.studies.architecture.config import read_study_config
+    from qhlab.scenes import cached_population
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")
+    parser.add_argument("--seeds", default="2-7", help="FIRST-LAST, none of the study's seeds")
+    parser.add_argument("--arms", default="baseline", help="'baseline' or 'all'")
+    parser.add_argument("--override", default="{}", help="JSON merged into the recipe (tuning candidates)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--cache", default="~/.cache/qhlab/populations")
+    args = parser.parse_args()
+    config = read_study_config(args.config)[0]
+    first, _, last = args.seeds.partition("-")
+    seeds = list(range(int(first), int(last or first) + 1))
+    if set(seeds) & set(config.seeds):
+        raise SystemExit(f"--seeds {args.seeds}: {sorted(set(seeds) & set(config.seeds))} are the study's own seeds")
+    arms = list(config.arms) if args.arms == "all" else [config.baseline_arm]
+    override = json.loads(args.override)
+    cache = Path(args.cache).expanduser()
+    train = cached_population(*_TRAIN, cache)
+    tuning = cached_population(*_TUNING, cache)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="qhlab-bench-seeds-") as tmp:
+        jobs = []
+        for arm in arms:
+            for seed in seeds:
+                raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
+                jobs.append({"arm": arm, "seed": seed, "recipe": raw, "output": str(Path(tmp) / "fits"),
+                             "train": str(train), "validation": str(tuning)})
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            results = list(pool.map(_fit, jobs))
+    h = -1
+    value = {(r["arm"], r["seed"]): {m: np.asarray(r[m], dtype=np.float64)[:, h] for m in ("mae", "regret")}
+             for r in results}
+    base = config.baseline_arm
+    spread = {}
+    for metric in ("regret", "mae"):
+        means = np.array([value[(base, s)][metric].mean() for s in seeds])
+        spread[metric] = {"mean": float(means.mean()), "sd": float(means.std(ddof=1)),
+                          "per_seed": [round(float(v), 5) for v in means]}
+    paired = {}
+    if args.arms == "all":
+        pairs = [(base, a.arm) for a in config.experiment.arms if a.role == "control"]
+        for a in config.experiment.arms:
+            if a.role == "variant":
+                pairs += [(a.arm, a.control), (a.arm, a.matched or base)]
+        for arm, against in pairs:
+            paired[f"{arm} - {against}"] = {
+                metric: float(np.std([(value[(arm, s)][metric] - value[(against, s)][metric]).mean() for s in seeds],
+                                     ddof=1))
+                for metric in ("regret", "mae")}
+    print(json.dumps({
+        "bench": "seed_spread",
+        "population": f"{_TUNING[0]} {_TUNING[1]} seed {_TUNING[2]} (tuning only), TRAIN {_TRAIN[0]} seed {_TRAIN[2]}",
+        "seeds": seeds,
+        "override": override,
+        "ratio": round(spread["regret"]["sd"] / spread["regret"]["mean"], 4),
+        "mae_ratio": round(spread["mae"]["sd"] / spread["mae"]["mean"], 4),
+        "target": "ratio <= 0.05, mae_ratio <= 0.03",
+        "baseline": spread,
+        "paired_seed_sd": paired,
+        "paired_seed_sd_max": ({m: max(v[m] for v in paired.values()) for m in ("regret", "mae")} if paired else None),
+        "fit_seconds": [r["seconds"] for r in results],
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }, sort_keys=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
