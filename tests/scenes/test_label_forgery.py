@@ -224,3 +224,51 @@ def test_miss_probability() -> None:
     by_hand = float(np.prod([(518 - i) / (576 - i) for i in range(8)]))  # draws without replacement
     assert miss_probability(576, 58, 8) == pytest.approx(by_hand, rel=1e-12)
     assert miss_probability(576, 58, 8) <= (1 - 58 / 576) ** 8
+
+
+def _edit_column(population: Path, name: str, column: str, edit) -> None:
+    table = pq.read_table(population / name)
+    values = table.column(column).to_pylist()
+    edit(values)
+    table = table.set_column(table.column_names.index(column), table.schema.field(column),
+                             pa.array(values, type=table.schema.field(column).type))
+    pq.write_table(table, population / name)
+
+
+def test_structural_forgeries_are_refused_naming_the_state(tiny_train, tmp_path) -> None:
+    # A NaN reward (it would hide its parent's labels from the Bellman equations).
+    nan = _copy(tiny_train, tmp_path / "nan")
+    _edit_column(nan, "candidates.parquet", "reward", lambda v: v.__setitem__(len(v) - 1, float("nan")))
+    _reseal(nan)
+    with pytest.raises(EvidenceError, match=r"state_id \d+ holds a reward or label that is not a finite number"):
+        check_population_labels(nan)
+    # A successor state that names another parent than the candidate that leads to it.
+    parent = _copy(tiny_train, tmp_path / "parent")
+    _edit_column(parent, "states.parquet", "parent_state_id", lambda v: v.__setitem__(6, 3 if v[6] != 3 else 0))
+    _reseal(parent)
+    with pytest.raises(EvidenceError, match=r"state_id 6 names parent state_id \d+, but state_id \d+ candidate"):
+        check_population_labels(parent)
+
+
+def test_a_dropped_chain_is_refused_by_the_audit(tiny_train, tmp_path) -> None:
+    import pyarrow.compute as pc
+
+    population = _copy(tiny_train, tmp_path / "dropped")
+    states = pq.read_table(population / "states.parquet")
+    keep = pc.not_equal(states.column("chain_id"), 2)
+    kept_ids = set(states.filter(keep).column("state_id").to_pylist())
+    pq.write_table(states.filter(keep), population / "states.parquet")
+    cands = pq.read_table(population / "candidates.parquet")
+    pq.write_table(cands.filter(pa.array([s in kept_ids for s in cands.column("state_id").to_pylist()])),
+                   population / "candidates.parquet")
+
+    def counts(manifest: dict) -> None:
+        labels = read_labels(population, manifest)
+        chain = labels.step >= 0
+        manifest["counts"].update(chains=2, chain_states=int(chain.sum()), successor_states=int((~chain).sum()),
+                                  states=len(labels.state_id), candidates=int(labels.reward.size))
+
+    _reseal(population, manifest_edit=counts)
+    check_population_labels(population)  # what is left is a consistent tree
+    with pytest.raises(EvidenceError, match=r"chain ids \[0, 1\]\.\.\. are not the 3 chains 0\.\.2 preset 'tiny'"):
+        audit_population(population, states=None)

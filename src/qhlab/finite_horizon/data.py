@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import torch
 
 from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
-from qhlab.scenes.audit import check_bellman
+from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure
 from qhlab.scenes.population import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
@@ -352,8 +352,12 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
 
     step = step_file[order]
     reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
-    check_bellman(cands_path, q, reward_grid, succ_grid, np.where(step >= 0, big_h, big_h - 1), state_id,
-                  call=_CALL)
+    labels = LabelArrays(state_id=state_id, scene_id=_ints(states, "scene_id")[order],
+                         chain_id=_ints(states, "chain_id")[order],
+                         step=step, reward=reward_grid, q=q, horizons=np.where(step >= 0, big_h, big_h - 1),
+                         successor=succ_grid)
+    check_structure(cands_path, labels, call=_CALL)
+    check_bellman(cands_path, q, reward_grid, succ_grid, labels.horizons, state_id, call=_CALL)
     tensor = torch.from_numpy
     return Population(
         manifest=manifest,

@@ -41,6 +41,7 @@ __all__ = [
     "LabelArrays",
     "read_labels",
     "check_counts",
+    "check_structure",
     "bellman_violations",
     "check_bellman",
     "check_population_labels",
@@ -67,6 +68,8 @@ class LabelArrays:
         q: [S, K, H] float64 labels; NaN beyond a row's horizons.
         horizons: [S] int64 label horizons (H on chain rows, H-1 on successor rows).
         successor: [S, K] int64 row (index into the arrays) of each candidate's successor, -1 none.
+        parent: [S] int64 row of the chain state a successor row belongs to (-1 on chain rows), or
+            None where the reader did not read ``parent_state_id`` (the tensor loader).
     """
 
     state_id: np.ndarray
@@ -77,6 +80,7 @@ class LabelArrays:
     q: np.ndarray
     horizons: np.ndarray
     successor: np.ndarray
+    parent: np.ndarray | None = None
 
 
 def _refuse(call: str, where: Path, what: str) -> EvidenceError:
@@ -100,7 +104,7 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
     k, big_h = int(manifest["K"]), int(manifest["horizon"])
     states_path, cands_path = path / "states.parquet", path / "candidates.parquet"
     try:
-        states = pq.read_table(states_path, columns=["state_id", "scene_id", "chain_id", "step"])
+        states = pq.read_table(states_path, columns=["state_id", "scene_id", "chain_id", "step", "parent_state_id"])
         cands = pq.read_table(cands_path, columns=["state_id", "candidate", "reward", "q", "successor_state_id"])
     except Exception as exc:  # pyarrow raises several types for a missing column or a bad file
         raise _refuse(call, path, f"cannot read the label columns ({exc})") from None
@@ -150,8 +154,12 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
     successor = np.full((s_rows, k), -1, dtype=np.int64)
     linked = succ_ids != -1
     successor[c_row[linked], c_index[linked]] = rows_of(succ_ids[linked], "successor_state_id")
+    parent_ids = ints["parent_state_id"]
+    parent = np.full(s_rows, -1, dtype=np.int64)
+    has_parent = parent_ids != -1
+    parent[has_parent] = rows_of(parent_ids[has_parent], "parent_state_id")
     return LabelArrays(state_id=state_id, scene_id=ints["scene_id"], chain_id=ints["chain_id"], step=step,
-                       reward=reward, q=q, horizons=horizons, successor=successor)
+                       reward=reward, q=q, horizons=horizons, successor=successor, parent=parent)
 
 
 def check_counts(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, scenes: int,
@@ -181,6 +189,66 @@ def check_counts(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *
                           f"counts.{name}={recorded!r} is not allowed; allowed: {value} (what the files hold)")
 
 
+def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str = "check_labels") -> None:
+    """Refuse a population whose states do not form the tree the generator writes.
+
+    Every reward and every label within a row's horizons is finite; chain rows have steps
+    0, 1, ... without gaps and one row per (chain, step); every candidate of a chain row has a
+    successor in the same scene and chain, which is the chain's next state or a successor row
+    (step -1) that no other candidate points at; successor rows have no successors. Without
+    this a NaN label, a dropped candidate link or a successor borrowed from another scene would
+    hide labels from the Bellman check.
+
+    Raises:
+        EvidenceError: naming the state and what is wrong.
+    """
+    def refuse(row: int, what: str) -> EvidenceError:
+        return _refuse(call, where, f"state_id {int(labels.state_id[row])} {what}")
+
+    s_rows, _, big_h = labels.q.shape
+    valid = np.arange(1, big_h + 1)[None, :] <= labels.horizons[:, None]
+    bad = ~np.isfinite(labels.reward).all(axis=1) | ~np.where(valid[:, None, :], np.isfinite(labels.q), True).all(
+        axis=(1, 2))
+    if bad.any():
+        raise refuse(int(np.argmax(bad)), "holds a reward or label that is not a finite number")
+    chain = labels.step >= 0
+    if (labels.step < -1).any():
+        raise refuse(int(np.argmax(labels.step < -1)), f"has step {int(labels.step.min())}; allowed: -1 or >= 0")
+    seen: dict[tuple[int, int], int] = {}
+    for row in np.flatnonzero(chain):
+        key = (int(labels.chain_id[row]), int(labels.step[row]))
+        if key in seen:
+            raise refuse(int(row), f"repeats chain {key[0]} step {key[1]} (also state_id {int(labels.state_id[seen[key]])})")
+        seen[key] = int(row)
+    for (chain_id, step), row in seen.items():
+        if step > 0 and (chain_id, step - 1) not in seen:
+            raise refuse(row, f"is step {step} of chain {chain_id}, whose step {step - 1} is missing")
+    if (labels.successor[~chain] != -1).any():
+        raise refuse(int(np.flatnonzero(~chain & (labels.successor != -1).any(axis=1))[0]),
+                     "is a successor state with successors; allowed: none (leaves of the stored tree)")
+    referenced = np.zeros(s_rows, dtype=np.int64)
+    for row in np.flatnonzero(chain):
+        for a, succ in enumerate(labels.successor[row]):
+            if succ < 0:
+                raise refuse(int(row), f"candidate {a} has no successor; every chain-state candidate has one")
+            if labels.scene_id[succ] != labels.scene_id[row] or labels.chain_id[succ] != labels.chain_id[row]:
+                raise refuse(int(row), f"candidate {a} leads to state_id {int(labels.state_id[succ])} of another "
+                                       "scene or chain")
+            if labels.step[succ] >= 0 and labels.step[succ] != labels.step[row] + 1:
+                raise refuse(int(row), f"candidate {a} leads to chain state {int(labels.state_id[succ])} that is not "
+                                       "its chain's next step")
+            referenced[succ] += 1
+            if labels.parent is not None and labels.step[succ] < 0 and labels.parent[succ] != row:
+                raise refuse(int(succ), f"names parent state_id {int(labels.state_id[labels.parent[succ]])}, but state_id "
+                                        f"{int(labels.state_id[row])} candidate {a} leads to it")
+    if labels.parent is not None and (labels.parent[chain] != -1).any():
+        raise refuse(int(np.flatnonzero(chain & (labels.parent != -1))[0]), "is a chain state with a parent_state_id")
+    shared = ~chain & (referenced != 1)
+    if shared.any():
+        row = int(np.argmax(shared))
+        raise refuse(row, f"is a successor state reached by {int(referenced[row])} candidates; allowed: exactly 1")
+
+
 def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
                        horizons: np.ndarray) -> np.ndarray:
     """Where stored labels break Q_1 = r and Q_h = r + max_a' Q_{h-1}(s', a'), exactly.
@@ -206,7 +274,8 @@ def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
         best = np.max(q[:, :, h - 2], axis=1)                                # [S] V_{h-1}(row)
         expected[:, :, h - 1] = np.where(linked, reward + best[safe], np.nan)
     checked = valid[:, None, :] & ~np.isnan(expected)
-    # Genuine labels are the same float64 sum, so equality is exact; NaN or inf never passes.
+    # Genuine labels are the same float64 sum, so equality is exact. Non-finite values and
+    # missing links are refused by check_structure first, which a caller runs before this.
     bad = checked & ~(q == expected)
     found = np.argwhere(bad)
     found[:, 2] += 1
@@ -247,15 +316,20 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
     Returns:
         The checked ``LabelArrays``.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from qhlab.scenes.population import read_manifest
 
     path = Path(path)
     manifest = read_manifest(path) if manifest is None else manifest
-    labels = read_labels(path, manifest, call=call)
+    try:
+        labels = read_labels(path, manifest, call=call)
+    except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:  # nulls, bad types
+        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     scenes = pq.read_metadata(path / "scenes.parquet").num_rows
     check_counts(path, manifest, labels, scenes=scenes, call=call)
+    check_structure(path / "candidates.parquet", labels, call=call)
     check_bellman(path / "candidates.parquet", labels.q, labels.reward, labels.successor, labels.horizons,
                   labels.state_id, call=call)
     return labels
@@ -333,7 +407,11 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         want = (scene.num_pucks, scene.radius, scene.mass, scene.friction, scene.goal[0], scene.goal[1],
                 scene.goal_radius, tuple(positions.ravel().tolist()))
         ident = scene_id_for(scene, positions, split, seed, index)
-        if row["scene_index"] != index or _scene_record(row) != want or row["scene_id"] != ident:
+        try:
+            stored = _scene_record(row)
+        except (KeyError, ValueError, TypeError) as exc:  # a null or missing column
+            raise _refuse(call, path / "scenes.parquet", f"malformed scene_index {index} ({exc})") from None
+        if row.get("scene_index") != index or stored != want or row.get("scene_id") != ident:
             raise _refuse(call, path / "scenes.parquet", (
                 f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
                 f"preset {preset.name!r}, split {split!r}, seed {seed}"))
@@ -342,6 +420,7 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         scene_of[int(row["scene_id"])] = index
     labels = check_population_labels(path, manifest, call=call)
     chain_rows = np.flatnonzero(labels.step >= 0)
+    _check_chains(path, labels, preset, split, seed, [int(row["scene_id"]) for row in scene_rows], call=call)
     if rows is not None:
         wanted = {int(s) for s in rows}
         chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
@@ -395,31 +474,34 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
                     raise deny(row, f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {labels.q[row, a, h]!r}, "
                                     f"simulated {true_q[a, h]!r}")
 
-    for row in chosen:
-        scene_index = scene_of[int(labels.scene_id[row])]
-        scene = scenes[scene_index]
-        step = int(labels.step[row])
-        if step == 0:
-            positions = initial[scene_index]
-        else:
-            parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
-            taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
-            if parent is None or len(taken) != 1:
-                raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
-            parent_positions = np.asarray(st["positions"][parent]).reshape(-1, 2)
-            strike = candidate_strikes(scenes[scene_index], parent_positions, layout)[int(taken[0])]
-            positions = simulate_strike(scene, parent_positions, strike.puck, strike.direction, strike.speed).positions
-            simulations += 1
-        check_state(row, scene, positions)
-        search = TreeSearch([scene], layout)
-        root = search.node(0, positions)
-        search.expand([root], big_h)
-        check_labels(row, search, root, big_h)
-        for a, (child, _) in enumerate(search.children(root)):
-            succ = int(labels.successor[row, a])
-            check_state(succ, scene, search.positions(child))
-            check_labels(succ, search, child, big_h - 1)
-        simulations += search.simulations
+    try:
+        for row in chosen:
+            scene_index = scene_of[int(labels.scene_id[row])]
+            scene = scenes[scene_index]
+            step = int(labels.step[row])
+            if step == 0:
+                positions = initial[scene_index]
+            else:
+                parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
+                taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
+                if parent is None or len(taken) != 1:
+                    raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
+                parent_positions = np.asarray(st["positions"][parent]).reshape(-1, 2)
+                strike = candidate_strikes(scenes[scene_index], parent_positions, layout)[int(taken[0])]
+                positions = simulate_strike(scene, parent_positions, strike.puck, strike.direction, strike.speed).positions
+                simulations += 1
+            check_state(row, scene, positions)
+            search = TreeSearch([scene], layout)
+            root = search.node(0, positions)
+            search.expand([root], big_h)
+            check_labels(row, search, root, big_h)
+            for a, (child, _) in enumerate(search.children(root)):
+                succ = int(labels.successor[row, a])
+                check_state(succ, scene, search.positions(child))
+                check_labels(succ, search, child, big_h - 1)
+            simulations += search.simulations
+    except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
+        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     return {
         "source": RANDOMNESS_SOURCE if rows is None else "rows named by the caller",
         "chain_states": int(len(chain_rows)),
@@ -430,3 +512,40 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         "seconds": round(time.perf_counter() - started, 3),
         "result": "passed",
     }
+
+
+def _check_chains(path: Path, labels: LabelArrays, preset, split: str, seed: int, scene_ids: list[int], *,
+                  call: str) -> None:
+    """Every chain the preset draws is there, whole, and follows its actor's own choices.
+
+    Chain g is chain g % chains_per_scene of scene g // chains_per_scene (``chains.run_chains``);
+    its actor stream is replayed on the stored Q*_H of each of its states (checked by Bellman
+    and, where audited, by physics), and the state after each step must be the successor of the
+    candidate the actor takes. So a forger can neither drop, add nor re-route a chain.
+    """
+    from qhlab.scenes.chains import choose_action
+    from qhlab.scenes.sampler import actor_seed_sequence
+
+    chain = labels.step >= 0
+    by_chain: dict[int, dict[int, int]] = {}
+    for row in np.flatnonzero(chain):
+        by_chain.setdefault(int(labels.chain_id[row]), {})[int(labels.step[row])] = int(row)
+    per_scene = preset.chains_per_scene
+    expected = preset.scenes * per_scene
+    if sorted(by_chain) != list(range(expected)):
+        raise _refuse(call, path / "states.parquet", f"chain ids {sorted(by_chain)[:8]}... are not the {expected} chains "
+                      f"0..{expected - 1} preset {preset.name!r} draws")
+    for chain_id, steps in sorted(by_chain.items()):
+        scene_index, c = divmod(chain_id, per_scene)
+        rows = [steps.get(step) for step in range(preset.steps)]
+        if None in rows or len(steps) != preset.steps or any(int(labels.scene_id[r]) != scene_ids[scene_index]
+                                                              for r in rows):
+            raise _refuse(call, path / "states.parquet", f"chain {chain_id} does not hold steps 0..{preset.steps - 1} "
+                          f"of scene_id {scene_ids[scene_index]}")
+        rng = np.random.Generator(np.random.PCG64(actor_seed_sequence(split, seed, scene_index, c)))
+        for step, row in enumerate(rows[:-1]):
+            taken = choose_action(preset.actor, labels.q[row, :, preset.horizon - 1], rng)
+            if int(labels.successor[row, taken]) != rows[step + 1]:
+                raise _refuse(call, path, f"physics denies state_id {int(labels.state_id[rows[step + 1]])}: chain "
+                              f"{chain_id} step {step + 1} is not where the declared actor goes (it takes candidate "
+                              f"{taken} at state_id {int(labels.state_id[row])})")

@@ -14,9 +14,10 @@ What it adds to ``report.json``:
   replication label (replicated / seed-dependent / inconclusive) and the minimum detectable
   effect (80% power at the report's level);
 * per variant in ``retention``: the study-level ``verdict`` (retained / rejected / not
-  replicated), the decision's ``replication`` label, the seed-pooled margins with one-sided
-  bounds and their MDEs, and a ``sensitivity`` sentence. A per-seed "robust" label that the
-  other seed contradicts becomes "seed-dependent" (kept as ``seed_label``).
+  replicated), the decision's ``replication`` label, the seed-pooled margins (one-sided bounds
+  in the verdict's direction; two-sided for a split) and their MDEs, and a ``sensitivity``
+  sentence. When the seeds reach opposite decisions and each is robust on its own seed, both
+  per-seed labels become "seed-dependent" (kept as ``seed_label``), here and in the summary.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ def seed_aware_section(config: Any, per_scene: dict[tuple[str, int], dict[str, n
     for entry in report["retention"]:
         decisions = [entry["per_seed"][str(s)] for s in config.seeds]
         verdict = study_verdict({s: d["retained"] for s, d in zip(config.seeds, decisions)})
-        # The bound that could confirm the verdict: upper bounds for a retention, lower ones else.
-        alternative = "less" if verdict == "retained" else "greater"
+        # The bound that could confirm the verdict: upper bounds for a retention, lower ones for a
+        # rejection; a split has no direction, so its pooled margins are two-sided.
+        alternative = {"retained": "less", "rejected": "greater"}.get(verdict, "two-sided")
         pooled = {}
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
@@ -89,14 +91,16 @@ def seed_aware_section(config: Any, per_scene: dict[tuple[str, int], dict[str, n
                                              power=POWER, alternative=alternative)
         label = retention_replication(decisions, pooled)
         if label == "seed-dependent":
-            for d in decisions:
+            for seed, d in zip(config.seeds, decisions):
                 d["seed_label"], d["label"] = d["label"], "seed-dependent"
+                report["summary"]["retention"][entry["variant"]]["label"][str(seed)] = "seed-dependent"
         entry["verdict"] = verdict
         entry["replication"] = label
         entry["pooled_margins"] = {name: p.as_dict() for name, p in pooled.items()}
+        sided = "two-sided" if alternative == "two-sided" else "one-sided"
         entry["sensitivity"] = (
-            f"{verdict}; {label}; a D_reg below {pooled['D_reg'].mde:.4f} m or a D_mae below "
-            f"{pooled['D_mae'].mde:.4f} m could not be detected (80% power, one-sided {confidence:.0%}, "
+            f"{verdict}; {label}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
+            f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, {sided} {confidence:.0%}, "
             "both seeds)")
     report["summary"]["verdicts"] = {e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]}
                                      for e in report["retention"]}
