@@ -247,7 +247,7 @@ class QhArchitectureStudyConfig(BaseModel):
     canary_updates: int = Field(ge=1, le=MAX_UPDATES)
     broad_updates: int = Field(ge=1, le=MAX_UPDATES)
     tie_band: float = Field(ge=0.0)
-    canary_gap_multiple: float = Field(default=5.0, ge=1.0, le=1000.0)
+    canary_gap_multiple: float = Field(default=10.0, ge=1.0, le=1000.0)
     regret_fraction: float = Field(gt=0.0)
     mae_fraction: float = Field(gt=0.0)
     max_allocated_bytes: int | None = Field(default=None, gt=0)
