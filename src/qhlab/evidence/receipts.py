@@ -49,33 +49,58 @@ DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
 # above it). Its digest is the population's identity, so it is looked up first and names a
 # missing population.
 _POPULATION_MANIFEST = "manifest.json"
-# Set by ``authentication_roots``: (the directory being worked in, population roots...).
-_ROOTS: contextvars.ContextVar[tuple[Path, ...] | None] = contextvars.ContextVar("qhlab_roots", default=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Roots:
+    """Where a command works (``directory``), where that directory was made (``original``: the
+    absolute path its receipts name for files inside it; None when unknown) and the roots
+    populations may have been copied to."""
+
+    directory: Path
+    original: Path | None
+    populations: tuple[Path, ...]
+
+    def mapped(self, target: Path) -> Path | None:
+        """The working directory's own file for ``target`` recorded below ``original``, else None."""
+        if self.original is None:
+            return None
+        try:
+            return self.directory / target.relative_to(self.original)
+        except ValueError:
+            return None
+
+
+_ROOTS: contextvars.ContextVar[_Roots | None] = contextvars.ContextVar("qhlab_roots", default=None)
 
 
 @contextlib.contextmanager
-def authentication_roots(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> Iterator[
-        tuple[Path, ...]]:
-    """Within this block, ``read_receipt`` authenticates the way ``verify_directory`` does.
+def authentication_roots(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = (), *,
+                         original: str | os.PathLike | None = None) -> Iterator[None]:
+    """Within this block, ``read_receipt`` judges ``directory`` on its own bytes.
 
-    A file bound by absolute path that ``directory`` holds a copy of (its tail exists below
-    ``directory``) is authenticated there and only there, so a copied study is judged on its
-    own bytes and an intact original elsewhere never vouches for a changed copy; a file that
-    is gone from its recorded path is looked up by digest below ``directory``, each of
-    ``populations`` (inherited from an enclosing block too) and ``DEFAULT_POPULATION_ROOT``.
+    A file a receipt binds by absolute path below ``original`` (where ``directory`` was made,
+    e.g. a study's recorded output) is authenticated at the same relative path in
+    ``directory`` and only there: a copied study is judged on its own bytes, a file missing from
+    the copy is missing, and an intact original (or a nested copy) never vouches for a changed
+    copy. A file bound outside ``original`` (a population) is authenticated at its recorded
+    path, or, when it is gone from there, found by digest below each of ``populations``
+    (inherited from an enclosing block too) and ``DEFAULT_POPULATION_ROOT``.
 
     Args:
         directory: the directory a command works in (a study).
         populations: further roots populations were copied to (``--populations``).
+        original: the absolute path ``directory`` had when its receipts were written; None:
+            ``directory`` itself (nothing was moved).
     """
-    outer = _ROOTS.get() or ()
+    outer = _ROOTS.get()
     extra = tuple(Path(p).expanduser().absolute() for p in populations)
-    inherited = tuple(r for r in outer[1:] if r not in extra)
     default = Path(DEFAULT_POPULATION_ROOT).expanduser()
-    roots = (Path(directory).absolute(), *extra, *(r for r in inherited if r != default), default)
-    token = _ROOTS.set(roots)
+    inherited = tuple(r for r in (outer.populations if outer else ()) if r not in extra and r != default)
+    here = Path(os.path.abspath(directory))
+    token = _ROOTS.set(_Roots(here, Path(original) if original is not None else here, (*extra, *inherited, default)))
     try:
-        yield roots
+        yield
     finally:
         _ROOTS.reset(token)
 
@@ -83,15 +108,16 @@ def authentication_roots(directory: str | os.PathLike, populations: Sequence[str
 def population_roots() -> tuple[Path, ...]:
     """The population roots of the enclosing ``authentication_roots`` (none outside one), to hand
     to a process that starts without them."""
-    return (_ROOTS.get() or ())[1:]
+    roots = _ROOTS.get()
+    return roots.populations if roots else ()
 
 
 def locate_population(recorded: str | os.PathLike, manifest_sha256: str) -> Path:
     """The directory that now holds the population a receipt bound at ``recorded`` by digest.
 
-    Outside ``authentication_roots`` this is ``recorded``. Within, the working directory's own
-    copy comes first, then ``recorded`` itself, then a copy below any population root whose
-    manifest has the bound digest.
+    Outside ``authentication_roots`` this is ``recorded``. Within, a population recorded inside
+    the working directory's original is its own copy; otherwise ``recorded`` itself, then a copy
+    below any population root whose manifest has the bound digest.
 
     Raises:
         MissingEvidenceError: within roots, no manifest with that digest is found (names the
@@ -102,16 +128,52 @@ def locate_population(recorded: str | os.PathLike, manifest_sha256: str) -> Path
     if roots is None:
         return recorded
     manifest = recorded / _POPULATION_MANIFEST
-    own = _own_copy(manifest, roots[0])
-    candidates = [own] if own is not None else []
-    candidates += [manifest, *_relocations(manifest, roots[1:])]
+    own = roots.mapped(manifest)
+    candidates = [own] if own is not None else [manifest, *_relocations(manifest, roots.populations)]
     for candidate in candidates:
         if candidate.is_file() and sha256_file(candidate) == manifest_sha256:
             return candidate.parent
     raise MissingEvidenceError(
         f"locate_population: population {recorded.name} (manifest sha256 {manifest_sha256}) not found at "
-        f"{recorded} nor under {', '.join(map(str, roots))}. HINT: pass the directory the populations were "
-        "copied to with --populations ROOT."
+        f"{own or recorded} nor under {', '.join(map(str, roots.populations))}. HINT: pass the directory the "
+        "populations were copied to with --populations ROOT."
+    )
+
+
+def _locate_in(roots: _Roots, path: Path, section: str, name: str, entry: dict) -> Path:
+    """``_locate`` within ``authentication_roots``: own files by exact relative path, others by digest."""
+    target = _resolve(path.parent, entry["path"])
+    own = roots.mapped(target) if Path(entry["path"]).is_absolute() else None
+    if own is not None:
+        digest = sha256_file(own) if own.is_file() else None
+        if digest == entry["sha256"]:
+            return own
+        if digest is None:
+            raise MissingEvidenceError(
+                f"read_receipt: {section} file {name!r} ({own}, this directory's copy of {target}) bound by {path} "
+                "is missing. HINT: a copied study is judged on its own files; copy the study whole."
+            )
+        raise DigestMismatchError(
+            f"read_receipt: {section} file {name!r} ({own}, this directory's copy of {target}) has sha256 {digest}; "
+            f"{path} binds {entry['sha256']}. HINT: a published file is never edited."
+        )
+    digest = sha256_file(target) if target.is_file() else None
+    if digest == entry["sha256"]:
+        return target
+    if digest is None and Path(entry["path"]).is_absolute():
+        for candidate in _relocations(target, roots.populations):
+            if candidate.is_file() and sha256_file(candidate) == entry["sha256"]:
+                return candidate
+        if target.name == _POPULATION_MANIFEST:
+            raise MissingEvidenceError(
+                f"read_receipt: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
+                f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots.populations))}. "
+                "HINT: pass the directory the populations were copied to with --populations ROOT."
+            )
+    if digest is None:
+        raise MissingEvidenceError(f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing.")
+    raise DigestMismatchError(
+        f"read_receipt: {section} file {name!r} ({target}) has sha256 {digest}; {path} binds {entry['sha256']}."
     )
 
 
@@ -261,7 +323,14 @@ def read_receipt(
             f"expected {schema_version!r}."
         )
     if verify_files:
-        _authenticate_files(path, document, roots=_ROOTS.get())
+        roots = _ROOTS.get()
+        if roots is None:
+            _authenticate_files(path, document, roots=None)
+        else:
+            for section in ("inputs", "outputs"):
+                for name, entry in sorted(document[section].items(),
+                                          key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST):
+                    _locate_in(roots, path, section, name, entry)
     return document
 
 

@@ -329,6 +329,15 @@ class LaunchRequest:
     receipt_fields: Mapping[str, Any] | None = None
 
 
+# The fit receipt body's own fields (a caller's ``receipt_fields`` may not overwrite them).
+_FIT_BODY_FIELDS = frozenset((
+    "recipe", "recipe_digest", "profile", "runtime", "update_budget", "observed_updates", "observed_updates_source",
+    "global_step", "torch_num_threads", "segment_start_updates", "seed", "source_package", "memory",
+    "memory_accounting", "lane_checks", "execution", "wandb", "local_attempt_id", "logical_run_id", "lineage",
+    "segment_checkpoints", "final_state_sha256", "cold_init_sha256", "wall_seconds",
+))
+
+
 def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
     """Run one segment: seed, cold init, ``Trainer.fit``, final state, fit receipt, W&B close.
 
@@ -349,6 +358,10 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         hint="budgets and intervals count observed optimizer updates.",
     )
     admitted.profile.check_memory_ceiling(request.max_allocated_bytes)  # refused before anything is written
+    clash = sorted(set(request.receipt_fields or {}) & _FIT_BODY_FIELDS)
+    if clash:
+        raise QhInputError(f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: names the launcher "
+                           "does not write itself. HINT: pick another field name.")
     source = source_package_digest()
     directory = fresh_directory(request.directory)
 
@@ -415,10 +428,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "cold_init_sha256": identity["cold_init_sha256"],
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
-    clash = sorted(set(request.receipt_fields or {}) & set(body))
-    if clash:
-        _finish_wandb(logger, directory, exit_code=1)
-        raise QhError(f"launch_fit: receipt_fields {clash} are written by the launcher itself.")
+    assert set(body) == _FIT_BODY_FIELDS, "keep _FIT_BODY_FIELDS in step with the fit receipt body"
     body.update(to_jsonable(dict(request.receipt_fields or {})))
     fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
     if request.resume is not None:

@@ -68,6 +68,7 @@ __all__ = [
     "read_canary_selection",
     "read_cell_receipts",
     "require_step",
+    "recorded_output",
     "runtime_versions",
     "within_study",
 ]
@@ -99,10 +100,24 @@ def within_study(step: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(step)
     def wrapper(config_path, output, *args, **kwargs):
-        with authentication_roots(output):
+        with authentication_roots(output, original=recorded_output(output)):
             return step(config_path, output, *args, **kwargs)
 
     return wrapper
+
+
+def recorded_output(output: str | os.PathLike) -> str | None:
+    """The study directory's absolute path at freeze, the path its receipts name its own files by.
+
+    Read from ``freeze.receipt.json`` without authenticating it: it only says where the copy's
+    own files were made; every step authenticates the freeze receipt itself (and a resealed
+    edit of it breaks every receipt that binds it). None when there is no freeze yet.
+    """
+    try:
+        value = json.loads((Path(output) / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"].get("output")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def require_step(path: Path, what: str, step: str, hint: str) -> None:

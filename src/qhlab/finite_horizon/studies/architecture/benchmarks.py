@@ -30,6 +30,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 __all__ = ["benchmark_cell", "benchmark_cells"]
 
 
+@within_study
 def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, arm: str, seed: int) -> dict:
     """Benchmark one finished broad cell and publish ``benchmarks/<cell>.receipt.json``.
 

@@ -251,7 +251,8 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
             f"run_fit: the {execution.get('executor')} record names attempt {execution.get('attempt')!r} of cell "
             f"{cell}; the adoptable attempt is {attempt.name if attempt else None!r}."
         )
-    adopted = attempt is not None
+    # A remote record describes the attempt its driver just published: fitted, not adopted.
+    adopted = attempt is not None and execution is None
     if attempt is None:
         result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=validation_path,
                       progress=progress)

@@ -28,6 +28,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     authenticate_development,
     authenticate_e0,
     authenticate_freeze,
+    recorded_output,
 )
 from qhlab.finite_horizon.studies.architecture.benchmarks import benchmark_cells
 from qhlab.finite_horizon.studies.architecture.cells import fit_cell, run_fit
@@ -125,7 +126,7 @@ def run_study_command(args: argparse.Namespace) -> int:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
     # Every step authenticates the study's own bytes, wherever it was copied to.
-    with authentication_roots(args.study_output, args.populations):
+    with authentication_roots(args.study_output, args.populations, original=recorded_output(args.study_output)):
         return _run_step(args)
 
 

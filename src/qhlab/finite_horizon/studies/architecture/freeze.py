@@ -118,6 +118,9 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
         # A fresh identity: two studies frozen from the same config are still two studies, and
         # a fit of one is never adopted by the other (fit receipts carry it, adoption compares).
         "study_id": secrets.token_hex(16),
+        # Where the study was made: receipts name its own files by this absolute path, so a copy
+        # elsewhere maps them to its own bytes (``authentication.recorded_output``).
+        "output": os.path.abspath(output),
         # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
         "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
                    "resolved": config.model_dump(mode="json"),

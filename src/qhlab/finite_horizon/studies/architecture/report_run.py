@@ -86,9 +86,13 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
 
     import wandb
 
+    from qhlab.evidence import authentication_roots
+    from qhlab.finite_horizon.studies.architecture.authentication import recorded_output
+
     output = Path(output)
     report_dir = output / REPORT_DIR
-    receipt = read_receipt(report_dir / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION)
+    with authentication_roots(output, original=recorded_output(output)):  # the study's own bytes
+        receipt = read_receipt(report_dir / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION)
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     if canonical_json(report["summary"]) != canonical_json(receipt["body"]["summary"]):
         from qhlab.evidence import EvidenceError

@@ -101,7 +101,9 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
     """
-    with authentication_roots(output, populations):
+    from qhlab.finite_horizon.studies.architecture.authentication import recorded_output
+
+    with authentication_roots(output, populations, original=recorded_output(output)):
         return _status(Path(output))
 
 
