@@ -1,10 +1,12 @@
 """The QH recipe: one frozen, fully validated config for a finite-horizon fit.
 
 Owns: `QhRecipe` and its nested models, `load_recipe` (TOML -> validated recipe, every
-error listed at once in one `QhInputError`) and `recipe_digest`. Scientific fields (seed,
-horizon, architecture, optimizer, batch size, Huber delta, target update, update budget,
-data, evaluation) never depend on the hardware lane; the backend fields (`accelerator`,
-`devices`, `precision`) are changed only by an execution profile's `apply`.
+error listed at once in one `QhInputError`), `recipe_digest`, and the one TOML reader
+(`read_toml`, relative paths resolved) and pydantic-error formatter (`validation_error`)
+that the study config uses too. Scientific fields (seed, horizon, architecture, optimizer,
+batch size, Huber delta, target update, update budget, data, evaluation) never depend on the
+hardware lane; the backend fields (`accelerator`, `devices`, `precision`) are changed only by
+an execution profile's `apply`.
 
 Does not own: profiles (`qhlab.training.execution_profile`), the fit launcher, or data
 loading.
@@ -18,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.scorer import ArchitectureConfig
 
@@ -32,8 +34,9 @@ __all__ = [
     "QhRecipe",
     "load_recipe",
     "recipe_digest",
-    "recipe_validation_error",
+    "read_toml",
     "validate_recipe",
+    "validation_error",
 ]
 
 # strict: a TOML string never becomes a number (huber_delta = "0.05" is refused); ints are
@@ -155,7 +158,7 @@ class QhRecipe(BaseModel):
     precision: Literal["32-true", "16-mixed"] = "32-true"
 
 
-# ------------------------------------------------------------------------ error text
+# ------------------------------------------------------- reading and validating TOML
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
@@ -163,8 +166,8 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     current: Any = model
     union: list[type[BaseModel]] = []
     for part in loc[:-1]:
-        if union:  # a discriminated union puts the tag (e.g. "hard") into loc
-            tagged = [m for m in union if part in get_args(m.model_fields["kind"].annotation)]
+        if union:  # a tuple index, or a discriminated union's tag (e.g. "hard"), is in loc
+            tagged = [m for m in union if isinstance(part, int) or part in _kinds(m)]
             current, union = (tagged[0] if tagged else None), []
             if current is None:
                 return ""
@@ -181,6 +184,12 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
                 return ""
     fields = getattr(current, "model_fields", None)
     return ", ".join(fields) if fields and not union else ""
+
+
+def _kinds(model: type[BaseModel]) -> tuple[Any, ...]:
+    """The tags of a discriminated union member (its ``kind`` Literal), else ()."""
+    kind = model.model_fields.get("kind")
+    return get_args(kind.annotation) if kind is not None else ()
 
 
 def _integer_bounds(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[int, int] | None:
@@ -201,7 +210,9 @@ _TYPE_TEXT = {
     "string_type": "a string",
     "bool_type": "a boolean (true or false)",
     "tuple_type": "a list of numbers",
+    "finite_number": "a finite number (no NaN or infinity)",
 }
+_BOUND_OPS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
 def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
@@ -211,73 +222,88 @@ def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
     if kind == "extra_forbidden":
         names = _allowed_fields(model, loc)
         return f"only the known fields ({names})" if names else "only the documented fields"
-    if kind == "missing":
-        return "a value (this field is required)"
     bounds = _integer_bounds(model, loc)
     if bounds is not None and kind in {"greater_than_equal", "less_than_equal"}:
         return f"an integer from {bounds[0]} to {bounds[1]}"
-    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+    if kind in _BOUND_OPS:
         bound = next(iter(v for k, v in ctx.items() if k in {"gt", "ge", "lt", "le"}), "?")
-        return f"a number {op} {bound}"
-    if kind in _TYPE_TEXT:
-        return _TYPE_TEXT[kind]
-    if kind == "finite_number":
-        return "a finite number (no NaN or infinity)"
-    if kind == "literal_error":
-        return f"one of {ctx.get('expected', '?')}"
+        return f"a number {_BOUND_OPS[kind]} {bound}"
     if kind in {"union_tag_invalid", "union_tag_not_found"}:
         return f"kind one of {ctx.get('expected_tags', '?')}"
-    return error["msg"]
+    return _TYPE_TEXT.get(kind, error["msg"])
 
 
-def recipe_validation_error(exc: ValidationError, source: str) -> QhInputError:
+def validation_error(exc: ValidationError, source: str, model: type[BaseModel], hint: str) -> QhInputError:
     """Turn a pydantic ValidationError into one QhInputError listing every bad field.
 
     Args:
         exc: the validation error (all field errors).
-        source: what was validated (a file path or "recipe").
+        source: what was validated (e.g. "recipe 'r.toml'").
+        model: the validated model (names the known fields and integer ranges).
+        hint: the closing HINT line.
 
     Returns:
         The error to raise; its message has one line per field:
-        `<field.path>=<value!r> is not allowed; allowed: <...> (<pydantic message>)`.
+        `<field.path>=<value!r> is not allowed; allowed: <...> (<pydantic message>)`, or
+        `<field.path> is missing; ...`, or `<field.path>: <our validator's message>`.
     """
     lines = []
     for error in exc.errors(include_url=False):
-        path = ".".join(str(p) for p in error["loc"]) or "<recipe>"
-        value = error.get("input")
+        path = ".".join(str(p) for p in error["loc"]) or "<top level>"
         if error["type"] == "missing":
-            lines.append(f"  - {path} is missing; allowed: {_allowed_text(error, QhRecipe)}")
-            continue
-        if error["type"] == "value_error":
+            lines.append(f"  - {path} is missing; allowed: a value (this field is required)")
+        elif error["type"] in ("value_error", "assertion_error"):
             # our own validators already name the value and what is allowed
             lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
-            continue
-        shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)
-        lines.append(
-            f"  - {path}={shown} is not allowed; allowed: {_allowed_text(error, QhRecipe)}"
-            f" ({error['msg']})"
-        )
-    return QhInputError(
-        f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines)
-        + "\nHINT: fix every listed field (see examples/tiny-recipe.toml for a valid recipe)."
-    )
+        else:
+            value = error.get("input")
+            shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)
+            allowed = _allowed_text(error, model)
+            detail = "" if allowed == error["msg"] else f" ({error['msg']})"
+            lines.append(f"  - {path}={shown} is not allowed; allowed: {allowed}{detail}")
+    return QhInputError(f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines) + f"\nHINT: {hint}")
 
 
-# ---------------------------------------------------------------------------- loading
+def read_toml(
+    path: str | Path, *, call: str, field: str, example: str, relative: tuple[tuple[str, ...], ...] = ()
+) -> tuple[dict[str, Any], bytes, Path]:
+    """Read a UTF-8 TOML file and resolve its relative paths against the file's directory.
 
+    Args:
+        path: the file (``~`` expanded).
+        call, field: what a refusal names (``"<call>: <field>=<path> is not allowed; ..."``).
+        example: the example file a refusal points to.
+        relative: key paths (e.g. ``("data", "train")``) whose non-empty string values are
+            paths; relative ones become absolute against the file's directory.
 
-def _resolve_data_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    data = raw.get("data")
-    if not isinstance(data, dict):
-        return raw
-    resolved = dict(data)
-    for key in ("train", "validation"):
-        value = resolved.get(key)
-        if isinstance(value, str) and value:
-            path = Path(value).expanduser()
-            resolved[key] = str(path if path.is_absolute() else (base / path).resolve())
-    return {**raw, "data": resolved}
+    Returns:
+        (the parsed mapping, the file's exact bytes, the resolved path of the file).
+
+    Raises:
+        QhInputError: a missing or unreadable file, or one that is not UTF-8 TOML.
+    """
+    path = Path(path).expanduser()
+    try:
+        data = path.read_bytes()
+        raw = tomllib.loads(data.decode("utf-8"))
+    except FileNotFoundError:
+        raise input_error(call, field, str(path), "an existing TOML file (this one does not exist)",
+                          f"see {example}") from None
+    except OSError as exc:
+        raise input_error(call, field, str(path), f"a readable file ({exc})",
+                          "check the path and permissions") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise input_error(call, field, str(path), f"a UTF-8 TOML file (this one is not valid TOML: {exc})",
+                          f"compare with {example}") from None
+    base = path.resolve().parent
+    for *parents, key in relative:
+        node: Any = raw
+        for parent in parents:
+            node = node.get(parent) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str) and node[key]:
+            value = Path(node[key]).expanduser()
+            node[key] = str(value if value.is_absolute() else (base / value).resolve())
+    return raw, data, path.resolve()
 
 
 def load_recipe(path: str | Path) -> QhRecipe:
@@ -295,28 +321,9 @@ def load_recipe(path: str | Path) -> QhRecipe:
     Raises:
         QhInputError: unreadable file, invalid TOML, or any invalid field (all listed).
     """
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise QhInputError(
-            f"recipe path={str(path)!r} does not exist; allowed: an existing TOML file. "
-            "HINT: see examples/tiny-recipe.toml."
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QhInputError(
-            f"recipe path={str(path)!r} cannot be read ({exc}); allowed: a UTF-8 TOML file. "
-            "HINT: check the path and permissions."
-        ) from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise QhInputError(
-            f"recipe path={str(path)!r} is not valid TOML ({exc}); allowed: TOML 1.0. "
-            "HINT: compare with examples/tiny-recipe.toml."
-        ) from None
-    raw = _resolve_data_paths(raw, path.resolve().parent)
-    return validate_recipe(raw, source=f"recipe {str(path)!r}")
+    raw, _, _ = read_toml(path, call="recipe", field="path", example="examples/tiny-recipe.toml",
+                          relative=(("data", "train"), ("data", "validation")))
+    return validate_recipe(raw, source=f"recipe {str(Path(path))!r}")
 
 
 def validate_recipe(raw: dict[str, Any], *, source: str = "recipe") -> QhRecipe:
@@ -324,7 +331,8 @@ def validate_recipe(raw: dict[str, Any], *, source: str = "recipe") -> QhRecipe:
     try:
         return QhRecipe.model_validate(raw)
     except ValidationError as exc:
-        raise recipe_validation_error(exc, source) from None
+        raise validation_error(exc, source, QhRecipe,
+                               "fix every listed field (see examples/tiny-recipe.toml for a valid recipe).") from None
 
 
 def recipe_digest(recipe: QhRecipe) -> str:

@@ -11,11 +11,11 @@ units. It is made of three named submodules so that diagnostics can hook them:
   features of the puck the candidate strikes, "global" reads the fused (pooled-state)
   embedding and the candidate's raw features only.
 
-Arms are data: one table (`_ARM_TABLE`) says each arm's encoder kind, fusion, readout and
-default depth, and one builder per component kind (`_ENCODERS`, `_FUSIONS`, `_READOUTS`)
-makes its part; adding an arm is one row. Every arm check (registered name, known kinds,
-structure of a config) and its message lives in this module's "arms" section. Arms are
-registered by name (`register_arm`, torchtune style), never subclasses.
+Arms are registered by name, never subclasses: one `register_arm` call per arm declares its
+encoder kind, fusion, readout and default sizes, and its builder (by default the one
+composition of the component builders `_ENCODERS`, `_FUSIONS`, `_READOUTS`); adding an arm
+is one call. Every arm check (registered name, known kinds, structure of a config) and its
+message lives in this module's "arms" section.
 Does not own: the learning rule (`q_learning`), data loading (`data`) or the recipe
 (`recipe`).
 """
@@ -93,44 +93,6 @@ class ArmSpec:
 
 
 ARMS: dict[str, ArmSpec] = {}
-
-
-def register_arm(
-    name: str,
-    *,
-    encoder: str,
-    fusion: str,
-    readout: str,
-    depth: int = 1,
-    width: int = 64,
-    heads: int = 4,
-) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Register an arm builder under `name` with its declared structure and defaults.
-
-    Args:
-        name: registry key, used as `architecture.arm` in recipes.
-        encoder, fusion, readout: the arm's structural kinds (fixed for this arm).
-        depth, width, heads: defaults for the free encoder fields.
-
-    Returns:
-        A decorator that stores the builder and returns it unchanged.
-
-    Raises:
-        ValueError: the name is already registered, or a kind has no component builder.
-    """
-    structure = {"encoder.kind": encoder, "fusion": fusion, "readout": readout}
-    _check_new_arm(name, structure)
-
-    def decorate(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        ARMS[name] = ArmSpec(
-            name=name,
-            builder=builder,
-            structure=structure,
-            defaults={"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads},
-        )
-        return builder
-
-    return decorate
 
 
 class ArchitectureConfig(BaseModel):
@@ -437,16 +399,6 @@ _READOUTS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
 }
 _KINDS = {"encoder.kind": _ENCODERS, "fusion": _FUSIONS, "readout": _READOUTS}
 
-# The arms of the family: adding an arm is one row.
-_ARM_TABLE: tuple[tuple[str, str, str, str, int], ...] = (
-    # name                      encoder      fusion             readout   depth    what it changes
-    ("baseline",                "attention", "concat",          "local",  1),    # the reference
-    ("control_global_readout",  "attention", "concat",          "global", 1),    # never reads the struck puck
-    ("control_no_interaction",  "deepsets",  "concat",          "local",  1),    # objects never see each other
-    ("variant_cross_attention", "attention", "cross_attention", "local",  1),    # candidates attend over objects
-    ("variant_deep",            "attention", "concat",          "local",  2),    # a deeper encoder
-)
-
 
 def _check_new_arm(name: str, structure: dict[str, str]) -> None:
     """Refuse a second registration of ``name`` or a kind without a component builder."""
@@ -490,8 +442,48 @@ def _compose(arch: ArchitectureConfig, dims: ScorerDims) -> QhScorer:
     return QhScorer(encoder, fusion, readout, dims)
 
 
-for _name, _encoder_kind, _fusion_kind, _readout_kind, _depth in _ARM_TABLE:
-    register_arm(_name, encoder=_encoder_kind, fusion=_fusion_kind, readout=_readout_kind, depth=_depth)(_compose)
+def register_arm(
+    name: str,
+    *,
+    encoder: str,
+    fusion: str,
+    readout: str,
+    depth: int = 1,
+    width: int = 64,
+    heads: int = 4,
+    builder: Callable[[ArchitectureConfig, ScorerDims], nn.Module] = _compose,
+) -> ArmSpec:
+    """Register an arm under `name`: its fixed structure, default sizes and builder.
+
+    Args:
+        name: registry key, used as `architecture.arm` in recipes.
+        encoder, fusion, readout: the arm's structural kinds (fixed for this arm).
+        depth, width, heads: defaults for the free encoder fields.
+        builder: `(arch, dims) -> nn.Module`; default the shared encoder -> fusion -> readout
+            composition, which builds every part from the validated config.
+
+    Returns:
+        The registered `ArmSpec`.
+
+    Raises:
+        ValueError: the name is already registered, or a kind has no component builder.
+    """
+    structure = {"encoder.kind": encoder, "fusion": fusion, "readout": readout}
+    _check_new_arm(name, structure)
+    ARMS[name] = ArmSpec(name=name, builder=builder, structure=structure,
+                         defaults={"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads})
+    return ARMS[name]
+
+
+# The arms of the family; adding an arm is one call.
+register_arm("baseline", encoder="attention", fusion="concat", readout="local")  # the reference
+register_arm("control_global_readout",  # never reads the struck puck
+             encoder="attention", fusion="concat", readout="global")
+register_arm("control_no_interaction",  # objects never see each other
+             encoder="deepsets", fusion="concat", readout="local")
+register_arm("variant_cross_attention",  # candidates attend over objects
+             encoder="attention", fusion="cross_attention", readout="local")
+register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)  # a deeper encoder
 
 
 def build_scorer(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:

@@ -11,14 +11,13 @@ study does with the config (the step modules beside this one).
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from qhlab.evidence import QhInputError, input_error
+from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.studies.architecture.layout import STUDY_CALL
@@ -108,7 +107,7 @@ class ArmDeclaration(BaseModel):
     """One non-baseline arm of the comparison family.
 
     Attributes:
-        arm: a registered scorer arm (``qhlab.finite_horizon.scorer.ARMS``).
+        arm: a registered scorer arm (checked once, by the arm's cell recipe).
         role: "control" (a structural ablation of the baseline) or "variant" (a candidate
             improvement).
         control: variants only: the structural control the regret margin compares against.
@@ -124,15 +123,6 @@ class ArmDeclaration(BaseModel):
     control: str | None = None
     matched: str | None = None
     encoder: EncoderSizes = EncoderSizes()
-
-    @field_validator("arm")
-    @classmethod
-    def _registered(cls, arm: str) -> str:
-        from qhlab.finite_horizon.scorer import ARMS
-
-        if arm not in ARMS:
-            raise ValueError(f"arm={arm!r} is not allowed; allowed: {', '.join(sorted(ARMS))}")
-        return arm
 
 
 class StudyExperiment(BaseModel):
@@ -412,29 +402,8 @@ class QhArchitectureStudyConfig(BaseModel):
         )
         try:
             return validate_recipe(raw, source=f"study {self.name!r} arm {arm!r}")
-        except QhInputError as exc:
-            raise ValueError(str(exc)) from None
-
-
-def _config_error(exc: ValidationError, source: str) -> QhInputError:
-    lines = []
-    for error in exc.errors(include_url=False):
-        path = ".".join(str(p) for p in error["loc"]) or "<config>"
-        if error["type"] == "missing":
-            lines.append(f"  - {path} is missing; allowed: a value (this field is required)")
-        elif error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
-            lines.append(f"  - {path} is not allowed; allowed: only the fields "
-                         f"{', '.join(QhArchitectureStudyConfig.model_fields)} (a study has no test stage)")
-        elif error["type"] in ("value_error", "assertion_error"):
-            lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
-        else:
-            value = error.get("input")
-            shown = "{...}" if isinstance(value, dict) else repr(value)
-            lines.append(f"  - {path}={shown} is not allowed; allowed: {error['msg']}")
-    return QhInputError(
-        f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines)
-        + "\nHINT: compare with examples/default-study.toml."
-    )
+        except QhInputError as exc:  # the recipe's field lines, nested under the study's, without its HINT
+            raise ValueError(str(exc).rsplit("\nHINT: ", 1)[0].replace("\n", "\n  ")) from None
 
 
 def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
@@ -453,33 +422,14 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
-    path = Path(config_path).expanduser()
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise input_error(STUDY_CALL, "config_path", str(path), "an existing study TOML file",
-                          "see examples/default-study.toml") from None
-    except OSError as exc:
-        raise input_error(STUDY_CALL, "config_path", str(path), f"a readable file ({exc})",
-                          "check permissions") from None
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise input_error(STUDY_CALL, "config_path", str(path), f"a UTF-8 TOML file ({exc})",
-                          "compare with examples/default-study.toml") from None
-    base = path.resolve().parent
-    for section in ("train", "validation"):
-        entry = raw.get(section)
-        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
-            p = Path(entry["path"]).expanduser()
-            raw[section] = {**entry, "path": str(p if p.is_absolute() else (base / p).resolve())}
-    cache = raw.get("population_cache")
-    if isinstance(cache, str) and cache:
-        p = Path(cache).expanduser()
-        raw["population_cache"] = str(p if p.is_absolute() else (base / p).resolve())
+    from qhlab.finite_horizon.recipe import read_toml, validation_error
+
+    raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
+                                example="examples/default-study.toml",
+                                relative=(("train", "path"), ("validation", "path"), ("population_cache",)))
     try:
         config = QhArchitectureStudyConfig.model_validate(raw)
     except ValidationError as exc:
-        raise _config_error(exc, f"study config {str(path)!r}") from None
-    return config, data, path.resolve()
-
+        raise validation_error(exc, f"study config {str(Path(config_path).expanduser())!r}",
+                               QhArchitectureStudyConfig, "compare with examples/default-study.toml.") from None
+    return config, data, path
