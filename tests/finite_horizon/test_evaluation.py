@@ -21,8 +21,6 @@ from qhlab.finite_horizon.evaluation import (
     per_scene_regret,
     per_scene_uniform_regret,
     per_state_choice_regret,
-    per_state_mae,
-    per_state_regret,
     population_heuristic_references,
     population_train_constant,
     scene_means,
@@ -48,12 +46,13 @@ PRED = np.array(
 )
 MASK = np.array([[True, True, True], [True, True, False], [True, False, False]])
 SCENE = np.array([0, 0, 1])
+EACH = np.arange(3)  # one state per scene: the per_scene_* functions give per-state values
 
 
 def test_per_state_mae_ignores_padding_candidates():
     # A: h1 (.5 + 0 + 1)/3, h2 (0 + 0 + 1)/3; B: h1 (1 + 0)/2, h2 (1 + 2)/2; C: h1 2, h2 0.
     expected = np.array([[0.5, 1 / 3], [0.5, 1.5], [2.0, 0.0]])
-    np.testing.assert_allclose(per_state_mae(PRED, LABELS, MASK), expected)
+    np.testing.assert_allclose(per_scene_mae(PRED, LABELS, MASK, EACH), expected)
 
 
 def test_per_scene_mae_weights_states_within_scene_then_scenes_equally():
@@ -70,7 +69,7 @@ def test_regret_without_band_averages_exact_ties_and_ignores_padding():
     # A h1: preds 2, 2 tie -> labels 2, 3 -> mean 2.5, regret .5; A h2 picks label 6 = max.
     # B h1: preds 1, 1 tie -> labels 0, 1 -> regret .5; B h2 picks slot 1 (padding 1000 ignored).
     expected = np.array([[0.5, 0.0], [0.5, 0.0], [0.0, 0.0]])
-    np.testing.assert_allclose(per_state_regret(PRED, LABELS, MASK, tie_band=0.0), expected)
+    np.testing.assert_allclose(per_scene_regret(PRED, LABELS, MASK, EACH, tie_band=0.0), expected)
     np.testing.assert_allclose(
         per_scene_regret(PRED, LABELS, MASK, SCENE, tie_band=0.0), [[0.5, 0.0], [0.0, 0.0]]
     )
@@ -78,11 +77,11 @@ def test_regret_without_band_averages_exact_ties_and_ignores_padding():
 
 def test_tie_band_widens_the_tied_set():
     # band .6 at A h1: max pred 2, and 1.5 >= 1.4 ties too -> mean label 2 -> regret 1.
-    per_state = per_state_regret(PRED, LABELS, MASK, tie_band=0.6)
+    per_state = per_scene_regret(PRED, LABELS, MASK, EACH, tie_band=0.6)
     np.testing.assert_allclose(per_state[:, 0], [1.0, 0.5, 0.0])
     np.testing.assert_allclose(per_state[:, 1], [0.0, 0.0, 0.0])
     # band 3.5 at A h2: preds 4 and 7 tie (4 >= 3.5, 2 < 3.5) -> labels 4, 6 -> regret 6 - 5.
-    wide = per_state_regret(PRED, LABELS, MASK, tie_band=3.5)
+    wide = per_scene_regret(PRED, LABELS, MASK, EACH, tie_band=3.5)
     assert wide[0, 1] == pytest.approx(6.0 - 5.0)
     summary = scene_weighted_summary(PRED, LABELS, MASK, SCENE, tie_band=0.6)
     np.testing.assert_allclose(summary["regret"], [0.375, 0.0])

@@ -13,7 +13,9 @@ scorer (callers pass predictions), loading populations
 (``qhlab.finite_horizon.studies.statistics``), or writing receipts.
 
 Inputs may be torch tensors or numpy arrays; every result is numpy (float64) or, for the
-summaries, plain JSON-able Python values. The statistical unit is the scene: per-scene arrays
+summaries, plain JSON-able Python values. Each public function checks its inputs once, at
+entry, and composes private kernels (``_state_mae``, ``_state_regret``, ...) on the checked
+arrays; no check runs twice on one call. The statistical unit is the scene: per-scene arrays
 are ordered by ascending ``scene_index`` of the scenes present in the rows given.
 """
 
@@ -38,9 +40,6 @@ from qhlab.finite_horizon.evaluation_inputs import (
 )
 
 __all__ = [
-    "per_state_mae",
-    "per_state_regret",
-    "per_state_uniform_regret",
     "scene_means",
     "per_scene_mae",
     "per_scene_regret",
@@ -64,52 +63,23 @@ STRAIGHT_STRIKE_INDEX = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-state quantities.
-
-
-def per_state_mae(pred: Any, labels: Any, candidate_mask: Any) -> np.ndarray:
-    """Mean absolute error over the valid candidates of each state.
-
-    Args:
-        pred: predictions Q_h, shape [S, K, H].
-        labels: exact labels Q*_h, shape [S, K, H].
-        candidate_mask: bool [S, K], real candidates.
-
-    Returns:
-        float64 [S, H]: mean_{a valid} |Q_h(s, a) - Q*_h(s, a)|.
-    """
-    pred_np, labels_np, mask, _ = checked_inputs("per_state_mae", pred, labels, candidate_mask)
-    return _state_mae(pred_np, labels_np, mask)
+# Per-state kernels, on checked arrays (``checked_inputs``): each returns float64 [S, H].
 
 
 def _state_mae(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean absolute error over the valid candidates: mean_{a valid} |Q_h(s, a) - Q*_h(s, a)|."""
     weights = mask[:, :, None].astype(np.float64)
     error = np.where(mask[:, :, None], np.abs(pred - labels), 0.0)
     return error.sum(axis=1) / weights.sum(axis=1)
 
 
-def per_state_regret(pred: Any, labels: Any, candidate_mask: Any, *, tie_band: float) -> np.ndarray:
+def _state_regret(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, band: float) -> np.ndarray:
     """Regret of acting greedily on the predictions, with ties averaged.
 
-    For each state and horizon h, the chosen set is every valid candidate whose prediction lies
-    within ``tie_band`` of the largest valid prediction; the regret is
-    ``max_{a valid} Q*_h(s, a) - mean_{a chosen} Q*_h(s, a)`` (uniform tie-breaking).
-
-    Args:
-        pred: predictions Q_h, shape [S, K, H].
-        labels: exact labels Q*_h, shape [S, K, H].
-        candidate_mask: bool [S, K], real candidates.
-        tie_band: finite tolerance >= 0 in native Q units.
-
-    Returns:
-        float64 [S, H], every entry >= 0.
+    The chosen set is every valid candidate whose prediction lies within ``band`` of the
+    largest valid prediction; the regret is ``max_{a valid} Q*_h(s, a) - mean_{a chosen}
+    Q*_h(s, a)`` (uniform tie-breaking), every entry >= 0.
     """
-    band = checked_tie_band("per_state_regret", tie_band)
-    pred_np, labels_np, mask, _ = checked_inputs("per_state_regret", pred, labels, candidate_mask)
-    return _state_regret(pred_np, labels_np, mask, band)
-
-
-def _state_regret(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, band: float) -> np.ndarray:
     valid = mask[:, :, None]
     best_label = np.where(valid, labels, -np.inf).max(axis=1)
     best_pred = np.where(valid, pred, -np.inf).max(axis=1)
@@ -119,20 +89,11 @@ def _state_regret(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, band: 
     return np.maximum(best_label - chosen_value, 0.0)
 
 
-def per_state_uniform_regret(labels: Any, candidate_mask: Any) -> np.ndarray:
-    """Regret when every valid candidate ties (what any constant predictor gets).
-
-    Args:
-        labels: exact labels Q*_h, shape [S, K, H].
-        candidate_mask: bool [S, K].
-
-    Returns:
-        float64 [S, H]: max_{a valid} Q*_h - mean_{a valid} Q*_h.
-    """
-    _, labels_np, mask, _ = checked_inputs("per_state_uniform_regret", None, labels, candidate_mask)
+def _uniform_regret(labels: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Regret when every valid candidate ties (any constant predictor): max - mean of Q*_h."""
     valid = mask[:, :, None]
-    best = np.where(valid, labels_np, -np.inf).max(axis=1)
-    mean = np.where(valid, labels_np, 0.0).sum(axis=1) / valid.sum(axis=1)
+    best = np.where(valid, labels, -np.inf).max(axis=1)
+    mean = np.where(valid, labels, 0.0).sum(axis=1) / valid.sum(axis=1)
     return np.maximum(best - mean, 0.0)
 
 
@@ -182,11 +143,10 @@ def per_scene_mae(pred: Any, labels: Any, candidate_mask: Any, scene_index: Any)
 
     Returns:
         float64 [n_scenes, H], scenes in ascending scene_index order. The scene-weighted MAE_h
-        is the column mean.
+        is the column mean; ``scene_index = arange(S)`` (one state per scene) gives per-state
+        values, as for the other ``per_scene_*`` functions.
     """
-    pred_np, labels_np, mask, scene = checked_inputs(
-        "per_scene_mae", pred, labels, candidate_mask, scene_index
-    )
+    pred_np, labels_np, mask, scene = checked_inputs("per_scene_mae", pred, labels, candidate_mask, scene_index)
     return scene_means(_state_mae(pred_np, labels_np, mask), scene)[1]
 
 
@@ -206,9 +166,7 @@ def per_scene_regret(
         float64 [n_scenes, H], scenes in ascending scene_index order.
     """
     band = checked_tie_band("per_scene_regret", tie_band)
-    pred_np, labels_np, mask, scene = checked_inputs(
-        "per_scene_regret", pred, labels, candidate_mask, scene_index
-    )
+    pred_np, labels_np, mask, scene = checked_inputs("per_scene_regret", pred, labels, candidate_mask, scene_index)
     return scene_means(_state_regret(pred_np, labels_np, mask, band), scene)[1]
 
 
@@ -224,43 +182,8 @@ def per_scene_uniform_regret(labels: Any, candidate_mask: Any, scene_index: Any)
         float64 [n_scenes, H]; equals ``per_scene_regret`` of any constant prediction for every
         ``tie_band``.
     """
-    _, _, _, scene = checked_inputs(
-        "per_scene_uniform_regret", None, labels, candidate_mask, scene_index
-    )
-    return scene_means(per_state_uniform_regret(labels, candidate_mask), scene)[1]
-
-
-def _summary_from_arrays(
-    scenes: np.ndarray,
-    mae: np.ndarray,
-    regret: np.ndarray,
-    *,
-    tie_band: float,
-    n_states: int,
-    n_candidates: int,
-) -> dict[str, Any]:
-    horizon = int(mae.shape[1])
-    mae_h = mae.mean(axis=0)
-    regret_h = regret.mean(axis=0)
-    return {
-        "weighting": "candidates within state, states within scene, scenes equally",
-        "horizon": horizon,
-        "primary_horizon": horizon,
-        "horizons": list(range(1, horizon + 1)),
-        "tie_band": float(tie_band),
-        "n_scenes": int(scenes.size),
-        "n_states": int(n_states),
-        "n_candidates": int(n_candidates),
-        "mae": [float(v) for v in mae_h],
-        "regret": [float(v) for v in regret_h],
-        "mae_primary": float(mae_h[-1]),
-        "regret_primary": float(regret_h[-1]),
-        "per_scene": {
-            "scene_index": [int(v) for v in scenes],
-            "mae": mae.tolist(),
-            "regret": regret.tolist(),
-        },
-    }
+    _, labels_np, mask, scene = checked_inputs("per_scene_uniform_regret", None, labels, candidate_mask, scene_index)
+    return scene_means(_uniform_regret(labels_np, mask), scene)[1]
 
 
 def scene_weighted_summary(
@@ -281,15 +204,36 @@ def scene_weighted_summary(
         ``per_scene`` = {``scene_index``: [n_scenes], ``mae``: [n_scenes][H], ``regret``:
         [n_scenes][H]} in ascending scene_index order.
     """
-    band = checked_tie_band("scene_weighted_summary", tie_band)
-    pred_np, labels_np, mask, scene = checked_inputs(
-        "scene_weighted_summary", pred, labels, candidate_mask, scene_index
-    )
-    scenes, mae = scene_means(_state_mae(pred_np, labels_np, mask), scene)
-    _, regret = scene_means(_state_regret(pred_np, labels_np, mask, band), scene)
-    return _summary_from_arrays(
-        scenes, mae, regret, tie_band=band, n_states=mask.shape[0], n_candidates=int(mask.sum())
-    )
+    call = "scene_weighted_summary"
+    band = checked_tie_band(call, tie_band)
+    return _summary(*checked_inputs(call, pred, labels, candidate_mask, scene_index), band)
+
+
+def _summary(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, scene: np.ndarray, band: float) -> dict:
+    scenes, mae = scene_means(_state_mae(pred, labels, mask), scene)
+    _, regret = scene_means(_state_regret(pred, labels, mask, band), scene)
+    horizon = int(mae.shape[1])
+    mae_h = mae.mean(axis=0)
+    regret_h = regret.mean(axis=0)
+    return {
+        "weighting": "candidates within state, states within scene, scenes equally",
+        "horizon": horizon,
+        "primary_horizon": horizon,
+        "horizons": list(range(1, horizon + 1)),
+        "tie_band": float(band),
+        "n_scenes": int(scenes.size),
+        "n_states": int(mask.shape[0]),
+        "n_candidates": int(mask.sum()),
+        "mae": [float(v) for v in mae_h],
+        "regret": [float(v) for v in regret_h],
+        "mae_primary": float(mae_h[-1]),
+        "regret_primary": float(regret_h[-1]),
+        "per_scene": {
+            "scene_index": [int(v) for v in scenes],
+            "mae": mae.tolist(),
+            "regret": regret.tolist(),
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +302,7 @@ def population_train_constant(population: Any) -> np.ndarray:
 
 def _choice_regret(labels: np.ndarray, mask: np.ndarray, picks: np.ndarray) -> np.ndarray:
     # A one-hot prediction with a zero tie band chooses exactly the picked slot, so the
-    # regret arithmetic stays the one of ``per_state_regret``.
+    # regret arithmetic stays the one of ``_state_regret``.
     one_hot = np.zeros(labels.shape, dtype=np.float64)
     one_hot[np.arange(picks.size), picks, :] = 1.0
     return _state_regret(one_hot, labels, mask, 0.0)
@@ -394,10 +338,13 @@ def fixed_index_regret(labels: Any, candidate_mask: Any, scene_index: Any, index
         regret_h is the column mean.
     """
     call = "fixed_index_regret"
-    _, labels_np, mask, scene = checked_inputs(call, None, labels, candidate_mask, scene_index)
+    return _fixed_index_regret(call, *checked_inputs(call, None, labels, candidate_mask, scene_index)[1:], index)
+
+
+def _fixed_index_regret(call: str, labels: np.ndarray, mask: np.ndarray, scene: np.ndarray, index: Any) -> np.ndarray:
     slot = checked_index(call, index, mask.shape[1])
     picks = checked_choices(call, np.full(mask.shape[0], slot, dtype=np.int64), mask)
-    return scene_means(_choice_regret(labels_np, mask, picks), scene)[1]
+    return scene_means(_choice_regret(labels, mask, picks), scene)[1]
 
 
 def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -> tuple[int, np.ndarray]:
@@ -418,12 +365,15 @@ def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -
         (``inf`` for ineligible slots).
     """
     call = "best_fixed_index"
-    _, labels_np, mask, scene = checked_inputs(call, None, train_labels, candidate_mask, scene_index)
-    s, k, _ = labels_np.shape
+    return _best_fixed_index(call, *checked_inputs(call, None, train_labels, candidate_mask, scene_index)[1:])
+
+
+def _best_fixed_index(call: str, labels: np.ndarray, mask: np.ndarray, scene: np.ndarray) -> tuple[int, np.ndarray]:
+    s, k, _ = labels.shape
     by_index = np.full(k, np.inf, dtype=np.float64)
     for slot in np.flatnonzero(mask.all(axis=0)):
         picks = np.full(s, slot, dtype=np.int64)
-        by_index[slot] = scene_means(_choice_regret(labels_np, mask, picks)[:, -1], scene)[1].mean()
+        by_index[slot] = scene_means(_choice_regret(labels, mask, picks)[:, -1], scene)[1].mean()
     if not np.isfinite(by_index).any():
         raise input_error(call, "candidate_mask", "no slot is valid in every state",
                           "at least one candidate slot valid in every TRAIN state",
@@ -441,7 +391,7 @@ def myopic_oracle_regret(labels: Any, candidate_mask: Any, scene_index: Any, *, 
     An ORACLE: it reads the labels of the rows it is evaluated on, so it is a reference for how
     much look-ahead matters, never a deployable policy. Candidates whose Q*_1 lies within
     ``tie_band`` of the best Q*_1 tie, and the regret at each horizon is averaged over the tied
-    set exactly as in ``per_state_regret``.
+    set exactly as in ``per_scene_regret``.
 
     Args:
         labels: exact labels Q*_h, shape [S, K, H] (horizon 1 at ``[..., 0]``).
@@ -455,10 +405,13 @@ def myopic_oracle_regret(labels: Any, candidate_mask: Any, scene_index: Any, *, 
     """
     call = "myopic_oracle_regret"
     band = checked_tie_band(call, tie_band)
-    _, labels_np, mask, scene = checked_inputs(call, None, labels, candidate_mask, scene_index)
+    return _myopic_regret(*checked_inputs(call, None, labels, candidate_mask, scene_index)[1:], band)
+
+
+def _myopic_regret(labels: np.ndarray, mask: np.ndarray, scene: np.ndarray, band: float) -> np.ndarray:
     # Q*_1 broadcast to every horizon is a prediction whose greedy choice is the myopic one.
-    myopic = np.broadcast_to(labels_np[:, :, :1], labels_np.shape)
-    return scene_means(_state_regret(myopic, labels_np, mask, band), scene)[1]
+    myopic = np.broadcast_to(labels[:, :, :1], labels.shape)
+    return scene_means(_state_regret(myopic, labels, mask, band), scene)[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,8 +451,7 @@ def evaluate_population(
     if pred_np.shape[2] != horizon:
         raise input_error(call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}",
                           "the scorer must predict Q_1..Q_H")
-    labels, mask, scene_index = chain_arrays(call, population, selected)
-    summary = scene_weighted_summary(pred_np, labels, mask, scene_index, tie_band=band)
+    summary = _summary(*checked_inputs(call, pred_np, *chain_arrays(call, population, selected)), band)
     summary["per_scene"]["scene_id"] = scene_ids_of(call, population, selected, summary["per_scene"]["scene_index"])
     summary["rows"] = int(selected.size)
     summary.update(population_identity(population))
@@ -551,15 +503,15 @@ def population_heuristic_references(
                           f"the evaluated population's horizon {horizon}",
                           "use TRAIN and validation populations of the same preset family")
     train_rows = chain_rows(call, train_population, None)
-    train_labels, train_mask, train_scene = chain_arrays(call, train_population, train_rows)
+    train = checked_inputs(call, None, *chain_arrays(call, train_population, train_rows))[1:]
     rows = chain_rows(call, validation_population, None)
-    labels, mask, scene_index = chain_arrays(call, validation_population, rows)
-    if train_labels.shape[1] != labels.shape[1]:
-        raise input_error(call, "train_population K", int(train_labels.shape[1]),
+    labels, mask, scene_index = checked_inputs(call, None, *chain_arrays(call, validation_population, rows))[1:]
+    if train[0].shape[1] != labels.shape[1]:
+        raise input_error(call, "train_population K", int(train[0].shape[1]),
                           f"the evaluated population's K {labels.shape[1]}",
                           "a fixed index means the same candidate slot in both populations")
-    index, train_by_index = best_fixed_index(train_labels, train_mask, train_scene)
-    scenes = np.unique(to_numpy(scene_index).astype(np.int64))
+    index, train_by_index = _best_fixed_index(call, *train)
+    scenes = np.unique(scene_index)
     scene_ids = scene_ids_of(call, validation_population, rows, scenes.tolist())
     evaluated_on: dict[str, Any] = {**population_identity(validation_population), "rows": int(rows.size)}
 
@@ -577,7 +529,7 @@ def population_heuristic_references(
 
     return {
         "best_fixed_index": entry(
-            fixed_index_regret(labels, mask, scene_index, index),
+            _fixed_index_regret(call, labels, mask, scene_index, index),
             policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H "
                    "(ties: lowest index)",
             oracle=False, index=index, chosen_on="train",
@@ -585,13 +537,13 @@ def population_heuristic_references(
             train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
         ),
         "straight_strike": entry(
-            fixed_index_regret(labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
+            _fixed_index_regret(call, labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
             policy="always candidate slot 0: the target struck straight at the goal centre "
                    "(scene layout contract)",
             oracle=False, index=STRAIGHT_STRIKE_INDEX,
         ),
         "myopic_oracle": entry(
-            myopic_oracle_regret(labels, mask, scene_index, tie_band=band),
+            _myopic_regret(labels, mask, scene_index, band),
             policy="argmax of the exact Q*_1 labels of each evaluated state (ties within "
                    "tie_band averaged)",
             oracle=True, reads=f"{split} labels", tie_band=band,
