@@ -34,7 +34,7 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.training import execution_profile as ep_module
-from qhlab.training import lineage, profiles, tensor_state, wandb_attempt
+from qhlab.training import device_checks, lineage, profiles, tensor_state, wandb_attempt
 from qhlab.training.execution_profile import (
     PROFILE_NAMES,
     ProfileRefusedError,
@@ -47,7 +47,7 @@ from qhlab.training.execution_profile import (
     publish_wandb_attempt,
     verified_cold_initialization_lineage,
 )
-from qhlab.training.profiles import device_check_record
+from qhlab.training.device_checks import device_check_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = (platform.system(), platform.machine())
@@ -137,8 +137,8 @@ def test_package_exports_seed_names_lazily() -> None:
 def test_seed_path_reexports_the_implementing_modules() -> None:
     owners = {
         profiles: ("PROFILE_NAMES", "ProfileRefusedError", "QhExecutionProfile", "RuntimeEvidence",
-                   "assert_device_tensors", "captured_fallback_operations", "execution_policy_source",
-                   "execution_profile"),
+                   "execution_policy_source", "execution_profile"),
+        device_checks: ("assert_device_tensors", "captured_fallback_operations"),
         wandb_attempt: ("WandbAttempt", "publish_wandb_attempt"),
         lineage: ("ColdInitializationLineage", "verified_cold_initialization_lineage"),
     }
@@ -593,13 +593,13 @@ def test_execution_policy_source_binds_lane_policy_bytes_only(tmp_path: Path) ->
         "schema_version": "1",
     }
     assert execution_policy_source(REPO_ROOT) == source
-    # A producer checkout is read at the lane-policy path; W&B, lineage and the seed facade
+    # A producer checkout is read at the lane-policy path; W&B, lineage, device checks and the seed facade
     # are not policy, so a checkout holding other bytes there keeps the same digest.
     training_dir = tmp_path / "src/qhlab/training"
     training_dir.mkdir(parents=True)
     copy = training_dir / "profiles.py"
     copy.write_bytes(module_path.read_bytes())
-    for other_module in (ep_module, wandb_attempt, lineage):
+    for other_module in (ep_module, wandb_attempt, lineage, device_checks):
         (training_dir / Path(other_module.__file__).name).write_bytes(b"# not policy\n")
     assert execution_policy_source(tmp_path) == source
     copy.write_bytes(module_path.read_bytes() + b"# changed policy\n")

@@ -4,8 +4,8 @@ Owns: nothing of its own. It is the stable import path of seed 000 and re-export
 from the module that implements it:
 
 - ``qhlab.training.profiles``: execution lanes, their registry and admission, precision,
-  memory accounting, device checks, MPS fallback capture and ``execution_policy_source``
-  (which hashes ``profiles.py`` alone);
+  memory accounting and ``execution_policy_source`` (which hashes ``profiles.py`` alone);
+- ``qhlab.training.device_checks``: device/dtype checks and MPS fallback capture;
 - ``qhlab.training.wandb_attempt``: ``WandbAttempt`` and ``publish_wandb_attempt``;
 - ``qhlab.training.lineage``: ``verified_cold_initialization_lineage``.
 
@@ -16,14 +16,13 @@ recipe's scientific fields (``qhlab.finite_horizon.recipe``), or receipts
 
 from __future__ import annotations
 
+from qhlab.training.device_checks import assert_device_tensors, captured_fallback_operations
 from qhlab.training.lineage import ColdInitializationLineage, verified_cold_initialization_lineage
 from qhlab.training.profiles import (
     PROFILE_NAMES,
     ProfileRefusedError,
     QhExecutionProfile,
     RuntimeEvidence,
-    assert_device_tensors,
-    captured_fallback_operations,
     execution_policy_source,
     execution_profile,
 )

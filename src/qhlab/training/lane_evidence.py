@@ -1,14 +1,15 @@
 """Lane evidence of one fit: device checks at fit start and on the final state, CPU fallbacks.
 
-Owns: :class:`LaneEvidenceCallback`, which runs the profile's device check
-(``profiles.device_check_record``: parameters, buffers and optimizer moments FP32 on the lane's
-device) when training starts and when it ends, observes MPS CPU-fallback operators during the
-fit (``captured_fallback_operations``) and refuses any operator that the profile's reviewed
+Owns: :class:`LaneEvidenceCallback`, which runs the device check (``device_check_record``:
+parameters, buffers and optimizer moments FP32 on the lane's device) when training starts and
+when it ends, observes MPS CPU-fallback operators during the fit
+(``captured_fallback_operations``) and refuses any operator that the profile's reviewed
 ``allowed_cpu_fallback_operations`` does not list; and the record the fit receipt carries.
 
-Does not own: the checks themselves or the lane policy (``qhlab.training.profiles``), the fit
-(``qhlab.training.launcher``) or receipts (``qhlab.evidence``). Every check only reads
-tensors: a fit is bit-identical with and without this callback.
+Does not own: the checks themselves (``qhlab.training.device_checks``), the lane policy
+(``qhlab.training.profiles``), the fit (``qhlab.training.launcher``) or receipts
+(``qhlab.evidence``). Every check only reads tensors: a fit is bit-identical with and without
+this callback.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import QhError
-from qhlab.training.profiles import QhExecutionProfile, captured_fallback_operations, device_check_record
+from qhlab.training.device_checks import captured_fallback_operations, device_check_record
+from qhlab.training.profiles import QhExecutionProfile
 
 __all__ = ["LaneEvidenceCallback"]
 
