@@ -49,14 +49,6 @@ def test_examples_load_with_declared_values() -> None:
     assert tiny.successor_reward_rows == 0  # the default: no successor reward term
 
 
-def test_recipe_is_frozen() -> None:
-    recipe = load_recipe(EXAMPLES / "demo-recipe.toml")
-    with pytest.raises(Exception, match="frozen"):
-        recipe.seed = 3  # type: ignore[misc]
-    with pytest.raises(Exception, match="frozen"):
-        recipe.optimizer.lr = 1.0  # type: ignore[misc]
-
-
 def test_unknown_arm_lists_registered_arms() -> None:
     raw = _raw()
     raw["architecture"]["arm"] = "resnet"

@@ -66,17 +66,11 @@ def test_signature_matches_seed(name):
     assert signature.return_annotation is not inspect.Signature.empty
 
 
-def test_config_attributes_frozen_and_closed(tiny_config):
+def test_config_attributes_and_cells(tiny_config):
     assert set(SEED_ATTRIBUTES) <= set(QhArchitectureStudyConfig.model_fields)
     config, _, _ = read_study_config(tiny_config)
     assert config.seeds == (0, 1)
     assert config.cells == tuple((a, s) for a in ARMS for s in (0, 1))
-    with pytest.raises(Exception, match="frozen"):
-        config.seeds = (2, 3)  # type: ignore[misc]
-    raw = config.model_dump(mode="json")
-    raw["test"] = {"preset": "tiny", "seed": 9}
-    with pytest.raises(Exception, match="Extra inputs are not permitted"):
-        QhArchitectureStudyConfig.model_validate(raw)
 
 
 def test_variants_alter_only_architecture(tiny_config):
