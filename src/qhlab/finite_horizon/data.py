@@ -103,16 +103,6 @@ class Population:
     step: torch.Tensor
     is_chain: torch.Tensor
 
-    @property
-    def num_states(self) -> int:
-        """S, all rows."""
-        return int(self.objects.shape[0])
-
-    @property
-    def num_scenes(self) -> int:
-        """Number of scenes (the statistical unit)."""
-        return int(self.manifest["counts"]["scenes"])
-
 
 def _read_table(path: Path) -> pa.Table:
     expected = _COLUMNS[path.name]

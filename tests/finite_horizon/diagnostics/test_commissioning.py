@@ -31,7 +31,7 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
     read_commissioning_milestones,
     read_mps_memory_observation,
 )
-from qhlab.finite_horizon.diagnostics.mps_memory import allow_injected_sampler_evidence
+from qhlab.finite_horizon.diagnostics.mps_memory import MPS_MEMORY_RECEIPT, allow_injected_sampler_evidence
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.training.launcher import observed_optimizer_updates
@@ -452,7 +452,7 @@ def test_memory_guard_records_sampled_maxima_and_count(tmp_path: Path) -> None:
         EvidenceError, match=r"mps_memory_observation\.receipt\.json binds max_allocated_bytes=1000"
     ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=2000)
-    receipt = tmp_path / "mem" / cm.MPS_MEMORY_RECEIPT
+    receipt = tmp_path / "mem" / MPS_MEMORY_RECEIPT
     receipt.chmod(0o644)
     receipt.write_text(receipt.read_text().replace('"sample_count": 20', '"sample_count": 21'))
     with allow_injected_sampler_evidence(), pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json"):

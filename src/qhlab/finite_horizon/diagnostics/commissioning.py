@@ -4,12 +4,10 @@ Owns: the seed module path ``qhlab.finite_horizon.diagnostics.commissioning`` an
 Every name is re-exported, unchanged, from the module that implements it:
 
 * ``milestones``: ``QhCommissioningMilestonesConfig``, ``QhCommissioningMilestoneReceipt``,
-  ``read_commissioning_milestones``, ``milestone_receipt_path``, ``MILESTONE_KIND``,
-  ``MILESTONE_SCHEMA_VERSION``;
+  ``read_commissioning_milestones`` (and the milestone file names and schema);
 * ``milestone_gate``: ``QhCommissioningMilestonesCallback`` (the gate on a live fit);
 * ``mps_memory``: ``QhMpsMemoryBudgetCallback``, ``QhMpsMemoryObservation``,
-  ``read_mps_memory_observation``, ``MPS_MEMORY_KIND``, ``MPS_MEMORY_RECEIPT``,
-  ``MPS_MEMORY_SCHEMA_VERSION``.
+  ``read_mps_memory_observation`` (and the observation's file name and schema).
 
 Does not own: any behaviour (see those modules), the fit composition
 (``qhlab.finite_horizon.fit``) or the ``qhlab commission`` run
@@ -22,34 +20,22 @@ from __future__ import annotations
 
 from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
 from qhlab.finite_horizon.diagnostics.milestones import (
-    MILESTONE_KIND,
-    MILESTONE_SCHEMA_VERSION,
     QhCommissioningMilestoneReceipt,
     QhCommissioningMilestonesConfig,
-    milestone_receipt_path,
     read_commissioning_milestones,
 )
 from qhlab.finite_horizon.diagnostics.mps_memory import (
-    MPS_MEMORY_KIND,
-    MPS_MEMORY_RECEIPT,
-    MPS_MEMORY_SCHEMA_VERSION,
     QhMpsMemoryBudgetCallback,
     QhMpsMemoryObservation,
     read_mps_memory_observation,
 )
 
 __all__ = [
-    "MILESTONE_KIND",
-    "MILESTONE_SCHEMA_VERSION",
-    "MPS_MEMORY_KIND",
-    "MPS_MEMORY_RECEIPT",
-    "MPS_MEMORY_SCHEMA_VERSION",
     "QhCommissioningMilestoneReceipt",
     "QhCommissioningMilestonesCallback",
     "QhCommissioningMilestonesConfig",
     "QhMpsMemoryBudgetCallback",
     "QhMpsMemoryObservation",
-    "milestone_receipt_path",
     "read_commissioning_milestones",
     "read_mps_memory_observation",
 ]
