@@ -157,24 +157,7 @@ def _locate_in(roots: _Roots, path: Path, section: str, name: str, entry: dict) 
             f"read_receipt: {section} file {name!r} ({own}, this directory's copy of {target}) has sha256 {digest}; "
             f"{path} binds {entry['sha256']}. HINT: a published file is never edited."
         )
-    digest = sha256_file(target) if target.is_file() else None
-    if digest == entry["sha256"]:
-        return target
-    if digest is None and Path(entry["path"]).is_absolute():
-        for candidate in _relocations(target, roots.populations):
-            if candidate.is_file() and sha256_file(candidate) == entry["sha256"]:
-                return candidate
-        if target.name == _POPULATION_MANIFEST:
-            raise MissingEvidenceError(
-                f"read_receipt: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
-                f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots.populations))}. "
-                "HINT: pass the directory the populations were copied to with --populations ROOT."
-            )
-    if digest is None:
-        raise MissingEvidenceError(f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing.")
-    raise DigestMismatchError(
-        f"read_receipt: {section} file {name!r} ({target}) has sha256 {digest}; {path} binds {entry['sha256']}."
-    )
+    return _at_or_moved(path, section, name, entry, target, roots.populations, "read_receipt", "--populations ROOT")
 
 
 def _reference(receipt_dir: Path, target: Path) -> str:
@@ -388,6 +371,13 @@ def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Pa
                     "restore it from the original or rerun the step that made it."
                 )
             return own
+    return _at_or_moved(path, section, name, entry, target, roots, "verify",
+                        "`qhlab verify DIR --populations ROOT`")
+
+
+def _at_or_moved(path: Path, section: str, name: str, entry: dict, target: Path, roots: Sequence[Path] | None,
+                 call: str, option: str) -> Path:
+    """``target`` with the bound digest, or, when it is gone, a copy by digest under ``roots``."""
     digest = sha256_file(target) if target.is_file() else None
     if digest == entry["sha256"]:
         return target
@@ -399,9 +389,9 @@ def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Pa
                 return candidate
         if target.name == _POPULATION_MANIFEST:
             raise MissingEvidenceError(
-                f"verify: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
+                f"{call}: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
                 f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots))}. HINT: pass "
-                "the directory the populations were copied to with `qhlab verify DIR --populations ROOT`."
+                f"the directory the populations were copied to with {option}."
             )
     if digest is None:
         raise MissingEvidenceError(f"read_receipt: {section} file {name!r} ({target}) bound by {path} is missing.")
