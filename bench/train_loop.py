@@ -38,7 +38,7 @@ from qhlab.finite_horizon.q_learning import (
 )
 from qhlab.finite_horizon.recipe import load_recipe
 from qhlab.scenes.population import cached_population
-from qhlab.training.launcher import observed_optimizer_updates
+from qhlab.training.optimizer_state import observed_optimizer_updates
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -89,7 +89,7 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     assert evaluation["final_state_sha256"] == fit["final_state_sha256"]
     assert evaluation["population"]["split"] == "validation"
     assert len(evaluation["per_scene"]["mae"]) == evaluation["counts"]["n_scenes"] == 3
-    assert len(evaluation["constant_reference"]["constant"]) == 2
+    assert "constant_reference" not in evaluation  # the TRAIN-only constant is a study's development step's
     wandb = read_receipt(segment / "wandb_attempt.receipt.json", kind="wandb_attempt", schema_version=1)["body"]
     assert wandb["publication"]["cloud_publication"].startswith("not published")
     assert set(wandb["files"]) >= {"fit_receipt", "final_state", "evaluation_receipt"}
@@ -134,9 +134,10 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
                                    validation=copies["validation"], recorded_populations=tiny, **kwargs))
     assert copied.final_state_sha256 == direct.final_state_sha256 and copied.metrics == direct.metrics
     shutil.rmtree(tmp_path / "worker")  # gone, as a finished Ray task's directory is
-    for name in ("fit.receipt.json", "evaluation.receipt.json"):
+    for name, roles in (("fit.receipt.json", ("train", "validation")), ("evaluation.receipt.json", ("validation",))):
         document = read_receipt(copied.output_directory / name, kind=None, schema_version=None)
-        for role in ("train", "validation"):
+        assert {k for k in document["inputs"] if k.endswith("_manifest")} == {f"{role}_manifest" for role in roles}
+        for role in roles:
             assert document["inputs"][f"{role}_manifest"]["path"] == (tiny[role] / "manifest.json").as_posix()
     assert read_receipt(copied.fit_receipt, kind="fit", schema_version=1)["body"]["execution"]["executor"] == "local"
     with pytest.raises(QhInputError, match="recorded_populations=\\['test'\\] is not allowed"):
@@ -234,13 +235,21 @@ def test_fit_recipe_takes_one_request_object(tmp_path, tiny):
     assert not (tmp_path / "out").exists()
 
 
+def test_memory_ceiling_is_admitted_with_the_lane_before_anything_is_written(tmp_path, tiny):
+    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"):
+        fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=tmp_path / "out",
+                              train=tiny["train"], validation=tiny["validation"], max_allocated_bytes=2**30,
+                              progress=False))
+    assert not (tmp_path / "out").exists()
+
+
 class _SigintAt:
     """A Lightning callback sending SIGINT to this process after ``at`` optimizer updates."""
 
     def __new__(cls, at: int):
         from lightning.pytorch import Callback
 
-        from qhlab.training.launcher import observed_optimizer_updates
+        from qhlab.training.optimizer_state import observed_optimizer_updates
 
         class _Sigint(Callback):
             sent = False

@@ -29,7 +29,7 @@ from qhlab.finite_horizon.q_learning import (
     td_targets,
 )
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
-from qhlab.training.launcher import observed_optimizer_updates
+from qhlab.training.optimizer_state import observed_optimizer_updates
 from synthetic_population import SyntheticPopulation, synthetic_population
 from tiny_recipe import TINY_RECIPE
 

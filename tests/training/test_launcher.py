@@ -28,16 +28,10 @@ from qhlab.evidence import (
 )
 from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
 from qhlab.training.lane_evidence import LaneEvidenceCallback
-from qhlab.training.launcher import (
-    FitInterrupted,
-    LaunchRequest,
-    SegmentCheckpointCallback,
-    UpdateBudgetCallback,
-    admit_launch,
-    launch_fit,
-    load_resume_state,
-    observed_optimizer_updates,
-)
+from qhlab.training.callbacks import SegmentCheckpointCallback, UpdateBudgetCallback
+from qhlab.training.launcher import FitInterrupted, LaunchOptions, LaunchRequest, admit_launch, launch_fit
+from qhlab.training.optimizer_state import observed_optimizer_updates
+from qhlab.training.segments import load_resume_state
 from qhlab.training.tensor_state import load_tensor_state
 
 
@@ -122,9 +116,7 @@ def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None,
         directory=tmp / "cell" / name,
         recipe_digest="d" * 64,
         resume=resume,
-        extra_callbacks=callbacks,
-        segment_checkpoint_every=every,
-        progress=False,
+        options=LaunchOptions(extra_callbacks=callbacks, segment_checkpoint_every=every, progress=False),
     ))
 
 
@@ -228,17 +220,11 @@ def test_resumed_fit_checks_restored_optimizer_state_at_start(tmp_path):
     assert checks["fit_start"]["optimizer_state_tensors"] == 4
 
 
-def test_memory_ceiling_on_a_cpu_lane_is_refused_before_anything_is_written(tmp_path):
-    recipe = _Recipe()
-    admitted = admit_launch("cpu-fp32", recipe)
-    request = LaunchRequest(
-        module_factory=_Regressor, datamodule=_Data(), update_budget=recipe.updates, seed=recipe.seed,
-        attempt=WandbAttempt(run_id="m1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "m1",
-        recipe_digest="d" * 64, max_allocated_bytes=2**30, progress=False,
-    )
+def test_memory_ceiling_on_a_cpu_lane_is_refused_at_admission(tmp_path):
+    # Admission is the one check, before any launch_fit can write anything.
     with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"):
-        launch_fit(admitted, request)
-    assert not (tmp_path / "cell").exists()
+        admit_launch("cpu-fp32", _Recipe(), max_allocated_bytes=2**30)
+    assert admit_launch("cpu-fp32", _Recipe()).max_allocated_bytes is None
 
 
 def test_unreviewed_mps_fallback_is_refused_and_recorded():
@@ -266,7 +252,7 @@ def test_cuda_fit_checks_tensors_on_the_device(tmp_path):
     result = launch_fit(admitted, LaunchRequest(
         module_factory=_Regressor, datamodule=_Data(), update_budget=recipe.updates, seed=recipe.seed,
         attempt=WandbAttempt(run_id="c1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "c1",
-        recipe_digest="d" * 64, progress=False,
+        recipe_digest="d" * 64, options=LaunchOptions(progress=False),
     ))
     checks = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]["lane_checks"]["device_checks"]
     assert checks["fit_start"]["devices"] == ["cuda:0"] and checks["final"]["devices"] == ["cuda:0"]

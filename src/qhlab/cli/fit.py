@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
-import time
 from pathlib import Path
 
 from qhlab.cli import add_torch_threads_argument, apply_torch_threads
@@ -50,39 +48,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _attempt(args: argparse.Namespace, cell: str):
-    from qhlab.training.execution_profile import WandbAttempt
-
-    if args.run_id is None:
-        return None  # fit_recipe derives a fresh segment id grouped by the cell
-    if not args.offline and args.resume is not None:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        local_attempt_id = f"{args.run_id[:40]}-{stamp}-{secrets.token_hex(2)}"
-        return WandbAttempt(run_id=args.run_id, resume=True, local_attempt_id=local_attempt_id)
-    return WandbAttempt(run_id=args.run_id, offline=args.offline, logical_run_id=cell[:64] if args.offline else None)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab fit``; print a one-line JSON summary. Returns 0 on success."""
     from qhlab.evidence import require_int
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-    from qhlab.finite_horizon.recipe import load_recipe
 
     if args.checkpoint_every is not None:
         require_int("qhlab fit", "--checkpoint-every", args.checkpoint_every, minimum=1,
                     hint="omit it for a checkpoint every quarter of the budget.")
     apply_torch_threads(args)
-    recipe = load_recipe(args.recipe)
-    cell = args.cell or f"{recipe.name}-s{recipe.seed}"
     result = fit_recipe(FitRequest(
-        recipe=recipe,
+        recipe=args.recipe,
         profile=args.profile,
         output=args.output,
         train=args.train,
         validation=args.validation,
-        attempt=_attempt(args, cell),
+        run_id=args.run_id,
         resume=args.resume,
-        cell=cell,
+        cell=args.cell,
         segment_checkpoint_every=args.checkpoint_every,
         offline=args.offline,
         progress=args.progress,

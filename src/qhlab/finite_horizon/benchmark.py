@@ -124,7 +124,7 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     from qhlab.finite_horizon.q_learning import QhPopulationDataModule, native_huber_loss
     from qhlab.finite_horizon.recipe import validate_recipe
     from qhlab.training.execution_profile import execution_profile
-    from qhlab.training.launcher import FINAL_STATE, FIT_RECEIPT
+    from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
 
     directory = Path(getattr(fit, "output_directory", fit))
     receipt_path = directory if directory.name == FIT_RECEIPT else directory / FIT_RECEIPT

@@ -149,7 +149,7 @@ def commission_recipe(
         ),
     )
     # The budget is enforced by the sampled MPS guard below, not as a lane ceiling: fit_recipe
-    # refuses a ceiling that the profile cannot enforce (check_memory_ceiling).
+    # admits no ceiling that the profile cannot enforce (admit_launch).
     callbacks = []
     if config.max_allocated_bytes is not None:
         callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))

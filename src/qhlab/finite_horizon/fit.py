@@ -1,10 +1,12 @@
 """One QH fit: recipe + populations -> launcher seam -> final state -> evaluation receipt.
 
-Owns: ``FitRequest`` and ``fit_recipe`` (validate everything, then compose the QH module, datamodule and
-evaluation around ``qhlab.training.launcher.launch_fit``), the evaluation receipt, and
-``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the fit
-(``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
-(``evaluation``) or the population format (``data``).
+Owns: ``FitRequest`` (the launcher's ``LaunchOptions`` plus what to fit, where and as whom) and
+``fit_recipe`` (validate everything once, then compose the QH module, datamodule and evaluation
+around ``qhlab.training.launcher.launch_fit``), the default cell and attempt ids, the evaluation
+receipt, and ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the
+fit (``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
+(``evaluation``), the TRAIN-only constant reference (a study's development step) or the
+population format (``data``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from lightning.pytorch import Callback
 
 from qhlab.evidence import (
     FileCopy,
@@ -29,13 +30,13 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.finite_horizon.data import load_population
-from qhlab.finite_horizon.evaluation import evaluate_population, population_train_constant
+from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import WandbAttempt
-from qhlab.training.launcher import LaunchRequest, admit_launch, launch_fit, load_resume_state
-from qhlab.training.segments import refuse_second_continuation, resume_segment_directory
+from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, launch_fit
+from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
 __all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe", "train_rows_record"]
@@ -77,41 +78,51 @@ def _population_path(call: str, field: str, explicit: Path | str | None, from_re
     return Path(value)
 
 
-def _default_attempt(cell: str, resume_logical: str | None, offline: bool) -> WandbAttempt:
-    # A unique segment id per call; the logical run (lock and W&B group) is the cell.
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    run_id = f"{cell[:40]}-{stamp}-{secrets.token_hex(2)}"
-    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=resume_logical or default_logical_run_id(cell))
-
-
 def default_logical_run_id(cell: str) -> str:
     """The logical run (writer lock and W&B group) of a fit of ``cell`` that names none."""
     return cell[:64]
 
 
+def _attempt(request: FitRequest, cell: str, resume_logical: str | None) -> WandbAttempt:
+    """The request's W&B identity; every id default is here. A new segment id is
+    ``<cell or resumed online run, [:40]>-<UTC stamp>-<hex4>``; the logical run (lock and W&B
+    group) is the resumed segment's or the cell's."""
+    def segment_id(prefix: str) -> str:
+        return f"{prefix[:40]}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+    offline, run_id = request.offline, request.run_id
+    if request.attempt is not None:
+        return request.attempt
+    if run_id is None:
+        return WandbAttempt(run_id=segment_id(cell), offline=offline,
+                            logical_run_id=resume_logical or default_logical_run_id(cell))
+    if not offline and request.resume is not None:
+        return WandbAttempt(run_id=run_id, resume=True, local_attempt_id=segment_id(run_id))
+    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=default_logical_run_id(cell) if offline else None)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FitRequest:
+class FitRequest(LaunchOptions):
     """One fit to run: what to fit, on which lane, into which directory, and how.
+
+    The launch options (``extra_callbacks``, ``segment_checkpoint_every``, ``progress``,
+    ``job_type``, ``tags``, ``group``) are ``qhlab.training.launcher.LaunchOptions``'s, passed
+    through as they are; ``tags`` follow the arm, ``seed-<n>`` and the lane.
 
     Attributes:
         recipe: a ``QhRecipe`` or a TOML path.
         profile: execution profile name (e.g. ``"cpu-fp32"``).
         output: output root; the segment is ``output/<cell>/<local_attempt_id>/``.
         train / validation: population directories; default ``recipe.data.*``.
-        attempt: W&B identity; default a new offline segment grouped by ``cell``.
+        attempt: W&B identity; default a new segment grouped by ``cell`` (see ``run_id``).
+        run_id: W&B run id of this segment when ``attempt`` is None (online with ``resume``:
+            the run to resume); default ``<cell>-<UTC stamp>-<hex4>``.
         resume: local_attempt_id of an interrupted segment of the same cell to continue.
         cell: cell name; default ``<recipe.name>-s<seed>``.
-        extra_callbacks: run before the launcher's callbacks (e.g. commissioning gates).
         evaluate: evaluate on validation and write ``evaluation.receipt.json``.
         train_rows: optional TRAIN chain rows to train on (e.g. a canary row).
-        max_allocated_bytes: memory cap handed to the profile.
-        segment_checkpoint_every: updates between write-once segment checkpoints.
+        max_allocated_bytes: memory cap admitted with the profile (CUDA lanes only).
         offline: offline W&B (default) when ``attempt`` is None.
-        progress: a progress bar (qhlab's own; Lightning's with ``--verbose``).
-        job_type: the W&B run's job type: ``fit``, ``canary``, ``cell`` or ``commission``.
-        group: the W&B group (a study's name for its canaries and cells); default the
-            attempt's logical run id.
-        tags: W&B tags added to the arm, ``seed-<n>`` and the lane.
         study: ``{"name", "freeze_receipt_sha256", "study_id"}`` of the study whose canary or
             cell this fit is (None for a lone fit); recorded in the fit receipt so that an
             attempt of another study is never adopted.
@@ -127,18 +138,13 @@ class FitRequest:
     train: Path | str | None = None
     validation: Path | str | None = None
     attempt: WandbAttempt | None = None
+    run_id: str | None = None
     resume: str | None = None
     cell: str | None = None
-    extra_callbacks: Sequence[Callback] = ()
     evaluate: bool = True
     train_rows: Sequence[int] | None = None
     max_allocated_bytes: int | None = None
-    segment_checkpoint_every: int | None = None
     offline: bool = True
-    progress: bool = True
-    job_type: str = "fit"
-    group: str | None = None
-    tags: Sequence[str] = ()
     recorded_populations: Mapping[str, Path] | None = None
     study: Mapping[str, str] | None = None
 
@@ -195,8 +201,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
         val_pop = load_population(val_path, split="validation", horizon=recipe.horizon)
     rows = None if request.train_rows is None else torch.as_tensor(list(request.train_rows), dtype=torch.int64)
 
-    admitted = admit_launch(request.profile, recipe)
-    admitted.profile.check_memory_ceiling(request.max_allocated_bytes)  # CUDA lanes only; refused before writing
+    admitted = admit_launch(request.profile, recipe, request.max_allocated_bytes)  # refused before writing
     applied = admitted.recipe
     digest = recipe_digest(applied)
     # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
@@ -210,9 +215,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
             resume_segment_directory(output, cell, resume, call=call), seed=recipe.seed,
             source_package_digest=source, recipe_digest=digest,
         )
-    attempt = request.attempt
-    if attempt is None:
-        attempt = _default_attempt(cell, resume_state.logical_run_id if resume_state else None, request.offline)
+    attempt = _attempt(request, cell, resume_state.logical_run_id if resume_state else None)
     if output.is_dir():
         # A concurrent writer of this logical run may already have created the attempt
         # directory checked below: report its lock (LockHeldError, exit 3), not a conflict.
@@ -238,7 +241,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
     def finalize(module: QhTDModule, final_state: Path, final_sha: str):
         if val_pop is None:
             return {}, {}
-        return _evaluate(module, admitted.profile, applied, train_pop, val_pop, final_state, final_sha, manifests)
+        return _evaluate(module, admitted.profile, applied, val_pop, final_state, final_sha, manifests)
 
     inputs = dict(manifests)
     output.mkdir(parents=True, exist_ok=True)
@@ -255,17 +258,13 @@ def fit_recipe(request: FitRequest) -> FitResult:
             attempt=attempt,
             directory=directory,
             recipe_digest=digest,
+            # The request's own launch options; its tags follow the arm, seed and lane.
+            options=dataclasses.replace(
+                request, tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags)),
             inputs=inputs,
             resume=resume_state,
-            extra_callbacks=request.extra_callbacks,
-            max_allocated_bytes=request.max_allocated_bytes,
-            segment_checkpoint_every=request.segment_checkpoint_every,
-            progress=request.progress,
             finalize=finalize,
             run_config=run_config,
-            job_type=request.job_type,
-            tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
-            group=request.group,
             receipt_fields={"train_rows": train_rows_record(train_pop.digest, request.train_rows),
                             "study": None if request.study is None else dict(request.study)},
         ))
@@ -333,17 +332,16 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
     }
 
 
-def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, final_sha: str,
+def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: str,
               manifests: Mapping[str, Path | FileCopy]):
-    """Predict validation chain rows with the final online scorer; write the evaluation receipt."""
+    """Predict validation chain rows with the final online scorer; write the evaluation receipt.
+
+    The TRAIN-only constant reference is not computed here: a study's development step
+    computes it once for every cell.
+    """
     tie_band = recipe.evaluation.tie_band
     pred = predict_q(module.online, val_pop, autocast=profile.autocast_context)
     summary = evaluate_population(pred, val_pop, tie_band=tie_band)
-    constant = population_train_constant(train_pop)
-    is_chain = val_pop.is_chain
-    mask = val_pop.candidate_mask[is_chain]
-    const_pred = torch.as_tensor(constant, dtype=torch.float64).expand(*mask.shape, -1).clone()
-    reference = evaluate_population(const_pred.numpy(), val_pop, tie_band=tie_band)
     body = {
         "horizon": summary["horizon"],
         "tie_band": tie_band,
@@ -354,14 +352,6 @@ def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, fi
         "regret_primary": summary["regret_primary"],
         "per_scene": summary["per_scene"],
         "counts": {k: summary[k] for k in ("n_scenes", "n_states", "n_candidates", "rows")},
-        "constant_reference": {
-            "source": "TRAIN chain rows only (mean label per horizon)",
-            "train_population_digest": train_pop.digest,
-            "constant": [float(v) for v in constant],
-            "mae": reference["mae"],
-            "regret": reference["regret"],
-            "per_scene": reference["per_scene"],
-        },
         "population": {"name": val_pop.name, "split": val_pop.split, "digest": val_pop.digest},
         "final_state_sha256": final_sha,
     }
@@ -374,7 +364,6 @@ def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, fi
         body=body,
         inputs={
             "validation_manifest": manifests["validation_manifest"],
-            "train_manifest": manifests["train_manifest"],
             "final_state": final_state,
             "final_state_structure": structure_path(final_state),
         },
@@ -383,6 +372,4 @@ def _evaluate(module, profile, recipe, train_pop, val_pop, final_state: Path, fi
     for h in range(1, body["horizon"] + 1):
         metrics[f"val_mae_h{h}"] = float(body["mae"][h - 1])
         metrics[f"val_regret_h{h}"] = float(body["regret"][h - 1])
-        metrics[f"constant_mae_h{h}"] = float(reference["mae"][h - 1])
-        metrics[f"constant_regret_h{h}"] = float(reference["regret"][h - 1])
     return {"evaluation_receipt": receipt}, metrics

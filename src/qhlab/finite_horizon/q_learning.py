@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from qhlab.evidence import QhError, QhInputError
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
 from qhlab.finite_horizon.scorer import ScorerDims, build_scorer
-from qhlab.training.launcher import observed_optimizer_updates
+from qhlab.training.optimizer_state import observed_optimizer_updates
 
 __all__ = [
     "BATCH_KEYS",

@@ -137,7 +137,7 @@ class SegmentCheckpointCallback(Callback):
                 "the launcher creates it before the fit.",
             )
         self.every = require_int(call, "every", every, minimum=1, hint=_COUNT_HINT)
-        self.update_budget = require_int(call, "update_budget", update_budget, minimum=1, hint=_COUNT_HINT)
+        self.update_budget = int(update_budget)  # checked by UpdateBudgetCallback
         self.body = dict(body)
         self.inputs = dict(inputs)
         self.start_updates = int(start_updates)

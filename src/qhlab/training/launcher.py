@@ -1,22 +1,19 @@
 """The fit launcher seam: one admitted execution profile -> one Lightning fit -> evidence.
 
 Owns: building the ``Trainer`` from an admitted profile (:func:`build_trainer`), the
-offline-by-default ``WandbLogger`` (:func:`wandb_logger`), and the seam itself
-(:func:`admit_launch`, :func:`launch_fit`): seeding, cold initialization, ``Trainer.fit``,
-final state, fit receipt and closing the W&B attempt.
+offline-by-default ``WandbLogger`` (:func:`wandb_logger`), the options a caller passes
+through (:class:`LaunchOptions`, which ``qhlab.finite_horizon.fit.FitRequest`` extends), and
+the seam itself (:func:`admit_launch`: lane and memory ceiling, checked once; :func:`launch_fit`:
+seeding, cold initialization, ``Trainer.fit``, final state, fit receipt and closing the W&B
+attempt).
 
 Does not own: any learning rule, scorer, recipe schema or population (``qhlab.finite_horizon``
 composes those and passes a module factory and a datamodule), profiles
 (``qhlab.training.profiles``), W&B identity (``qhlab.training.wandb_attempt``), tensor files
-(``qhlab.training.tensor_state``), or the pieces the seam composes, which it re-exports so
-that ``qhlab.training.launcher`` stays the one import path:
-
-- ``qhlab.training.optimizer_state``: observed update counts, capturing/restoring state;
-- ``qhlab.training.callbacks``: the update budget, segment checkpoints and SIGINT handling;
-- ``qhlab.training.segments``: segment file names, receipt kinds and resuming a segment;
-- ``qhlab.training.lineage``: the cold-initialization lineage check.
-
-This module never imports ``qhlab.finite_horizon``.
+(``qhlab.training.tensor_state``), or the pieces the seam composes, imported from where they
+are defined: update counts and state capture (``optimizer_state``), the budget, checkpoint and
+SIGINT callbacks (``callbacks``), segment file names and resuming (``segments``) and the
+cold-initialization lineage (``lineage``). This module never imports ``qhlab.finite_horizon``.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from qhlab.evidence import (
     QhInputError,
     fresh_directory,
     publish_json,
-    require_int,
     sha256_file,
     source_package_digest,
     to_jsonable,
@@ -57,11 +53,7 @@ from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.lineage import copy_cold_initialization, lineage_record, verified_cold_initialization_lineage
 from qhlab.training.optimizer_state import capture_training_state, module_state_tensors, observed_optimizer_updates
 from qhlab.training.profiles import execution_profile
-
-# The segment's file names and receipt kinds are re-exported: other packages import them from here.
 from qhlab.training.segments import (
-    CHECKPOINT_KIND,
-    CHECKPOINT_SCHEMA_VERSION,
     CONTINUATION_FILE,
     FINAL_STATE,
     FIT_KIND,
@@ -69,7 +61,6 @@ from qhlab.training.segments import (
     FIT_SCHEMA_VERSION,
     WANDB_RECEIPT,
     ResumeState,
-    load_resume_state,
 )
 from qhlab.training.tensor_state import COLD_INIT_RECEIPT, save_tensor_state, structure_path, write_cold_initialization
 from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
@@ -77,17 +68,12 @@ from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
 __all__ = [
     "AdmittedLaunch",
     "FitInterrupted",
+    "LaunchOptions",
     "LaunchRequest",
     "LaunchResult",
-    "ResumeState",
-    "SegmentCheckpointCallback",
-    "UpdateBudgetCallback",
     "admit_launch",
     "build_trainer",
-    "capture_training_state",
     "launch_fit",
-    "load_resume_state",
-    "observed_optimizer_updates",
     "wandb_logger",
 ]
 
@@ -200,26 +186,30 @@ def wandb_logger(
 
 @dataclasses.dataclass(frozen=True)
 class AdmittedLaunch:
-    """A profile admitted on this host and the recipe it applied.
+    """A profile admitted on this host, the recipe it applied and the memory ceiling it admitted.
 
     Attributes:
         profile: the ``QhExecutionProfile``.
         runtime: JSON-able ``admit_runtime()`` evidence.
         recipe: ``profile.apply(recipe)``: only backend fields changed.
+        max_allocated_bytes: the allocator ceiling ``launch_fit`` applies (CUDA lanes only), or None.
     """
 
     profile: Any
     runtime: dict
     recipe: Any
+    max_allocated_bytes: int | None = None
 
 
-def admit_launch(profile_name: str, recipe: Any) -> AdmittedLaunch:
-    """Resolve the profile, admit the real runtime and apply the profile to the recipe.
+def admit_launch(profile_name: str, recipe: Any, max_allocated_bytes: int | None = None) -> AdmittedLaunch:
+    """Resolve the profile, admit the real runtime and the memory ceiling, apply the profile to the recipe.
 
-    Call before creating any directory: a refusal writes nothing.
+    The one check of both per fit; call it before creating any directory: a refusal writes
+    nothing. Only CUDA lanes admit a ``max_allocated_bytes`` (``check_memory_ceiling``).
 
     Raises:
-        QhInputError: unknown profile, or the host does not admit it (names expected and actual).
+        QhInputError: unknown profile, the host does not admit it (names expected and actual),
+            or a ceiling the lane cannot enforce.
     """
     try:
         profile = execution_profile(profile_name)
@@ -232,7 +222,9 @@ def admit_launch(profile_name: str, recipe: Any) -> AdmittedLaunch:
             f"admit_launch: profile={profile_name!r} is not admitted on this host: {exc}. "
             "HINT: run `qhlab profiles` to see the lanes this host admits."
         ) from exc
-    return AdmittedLaunch(profile=profile, runtime=_jsonable_evidence(runtime), recipe=profile.apply(recipe))
+    ceiling = profile.check_memory_ceiling(max_allocated_bytes)
+    return AdmittedLaunch(profile=profile, runtime=_jsonable_evidence(runtime), recipe=profile.apply(recipe),
+                          max_allocated_bytes=ceiling)
 
 
 def _jsonable_evidence(value: Any) -> dict:
@@ -275,6 +267,29 @@ class LaunchResult:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class LaunchOptions:
+    """How a segment runs and is logged: what a caller passes through to the seam unchanged.
+
+    Attributes:
+        extra_callbacks: caller callbacks (e.g. commissioning gates); they run before the
+            launcher's budget and checkpoint callbacks in every hook.
+        segment_checkpoint_every: updates between periodic checkpoints (default budget/4).
+        progress: a progress bar: qhlab's own one-line bar, or Lightning's when the console
+            is verbose (``qhlab.training.console``).
+        job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
+        tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
+        group: W&B group; default the attempt's logical run.
+    """
+
+    extra_callbacks: Sequence[Callback] = ()
+    segment_checkpoint_every: int | None = None
+    progress: bool = True
+    job_type: str = "fit"
+    tags: Sequence[str] = ()
+    group: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LaunchRequest:
     """Everything one segment needs besides the admitted profile (validated by the caller).
 
@@ -282,28 +297,19 @@ class LaunchRequest:
         module_factory: applied recipe -> LightningModule whose ``configure_optimizers``
             returns one AdamW optimizer.
         datamodule: yields training batches.
-        update_budget: final observed update count of the lineage.
+        update_budget: final observed update count of the lineage (an int >= 1).
         seed: the recipe seed (cold init, lineage and Lightning seeding).
         attempt: the ``WandbAttempt`` of this segment.
         directory: ``attempt.output_directory(output, cell)``; must not exist.
         recipe_digest: digest of the applied recipe (bound in every receipt).
+        options: callbacks, checkpoint interval, progress and W&B labels (``LaunchOptions``).
         inputs: files the fit read (population manifests), bound in the fit receipt.
-        resume: state from :func:`load_resume_state`, or None for a fresh lineage.
-        extra_callbacks: caller callbacks (e.g. commissioning gates); they run before the
-            launcher's budget and checkpoint callbacks in every hook.
-        max_allocated_bytes: memory cap for ``prepare_memory_accounting``; CUDA lanes only
-            (``check_memory_ceiling`` refuses it elsewhere before anything is written).
-        segment_checkpoint_every: updates between periodic checkpoints (default budget/4).
-        progress: a progress bar: qhlab's own one-line bar, or Lightning's when the console
-            is verbose (``qhlab.training.console``).
+        resume: state from ``qhlab.training.segments.load_resume_state``, or None for a fresh lineage.
         finalize: hook ``(module, final_state_path, final_state_sha256) -> (files, metrics)``
             run after the fit receipt (evaluation); its files and metrics are published
             with the W&B attempt.
         run_config: the W&B run's config (e.g. the whole resolved recipe, lane, populations);
             ``recipe_digest``, ``seed`` and ``qhlab.source_package_sha256`` are always added.
-        job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
-        tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
-        group: W&B group; default the attempt's logical run.
         receipt_fields: the caller's own fields of the fit receipt body (e.g. which TRAIN
             rows were fitted and for which study); a name the launcher writes is refused.
     """
@@ -315,17 +321,11 @@ class LaunchRequest:
     attempt: Any
     directory: Path
     recipe_digest: str
+    options: LaunchOptions = LaunchOptions()
     inputs: Mapping[str, Path] | None = None
     resume: ResumeState | None = None
-    extra_callbacks: Sequence[Callback] = ()
-    max_allocated_bytes: int | None = None
-    segment_checkpoint_every: int | None = None
-    progress: bool = True
     finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None
     run_config: Mapping[str, Any] | None = None
-    job_type: str = "fit"
-    tags: Sequence[str] = ()
-    group: str | None = None
     receipt_fields: Mapping[str, Any] | None = None
 
 
@@ -341,8 +341,9 @@ _FIT_BODY_FIELDS = frozenset((
 def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
     """Run one segment: seed, cold init, ``Trainer.fit``, final state, fit receipt, W&B close.
 
-    The caller has validated everything and called :func:`admit_launch`; this function
-    creates ``request.directory`` (it must not exist) and publishes write-once files into it.
+    The caller has validated everything (the budget, the options) and called
+    :func:`admit_launch`; this function creates ``request.directory`` (it must not exist) and
+    publishes write-once files into it.
 
     Args:
         admitted: the admitted profile and applied recipe.
@@ -353,11 +354,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         QhError: the observed update count differs from the budget, or a callback failed.
     """
     started = time.perf_counter()
-    budget = require_int(
-        "launch_fit", "update_budget", request.update_budget, minimum=1,
-        hint="budgets and intervals count observed optimizer updates.",
-    )
-    admitted.profile.check_memory_ceiling(request.max_allocated_bytes)  # refused before anything is written
+    budget = request.update_budget
     clash = sorted(set(request.receipt_fields or {}) & _FIT_BODY_FIELDS)
     if clash:
         raise QhInputError(f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: names the launcher "
@@ -366,7 +363,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     directory = fresh_directory(request.directory)
 
     seed_everything(request.seed, workers=True, verbose=False)
-    memory_accounting = admitted.profile.prepare_memory_accounting(request.max_allocated_bytes)
+    memory_accounting = admitted.profile.prepare_memory_accounting(admitted.max_allocated_bytes)
     module = request.module_factory(admitted.recipe)
     cold_init, lineage = _start_lineage(module, request, directory, source["sha256"])
     identity = {
@@ -378,10 +375,9 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     }
     # Device checks at both ends of training and MPS fallback capture; they only read tensors.
     lane = LaneEvidenceCallback(admitted.profile)
-    request = dataclasses.replace(request, extra_callbacks=(lane, *request.extra_callbacks))
     with lane.observing_fallbacks():
         trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget,
-                                            source_sha256=source["sha256"])
+                                            lane=lane, source_sha256=source["sha256"])
 
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
@@ -502,22 +498,23 @@ def _start_lineage(module: LightningModule, request: LaunchRequest, directory: P
 
 def _train(
     admitted: AdmittedLaunch, request: LaunchRequest, module: LightningModule, directory: Path,
-    identity: dict, cold_init: Path, budget: int, *, source_sha256: str,
+    identity: dict, cold_init: Path, budget: int, *, lane: Callback, source_sha256: str,
 ) -> tuple[Trainer, SegmentCheckpointCallback, Any]:
-    """``Trainer.fit`` with the budget and checkpoint callbacks; a SIGINT becomes FitInterrupted."""
+    """``Trainer.fit`` with the lane, caller, budget and checkpoint callbacks; a SIGINT becomes FitInterrupted."""
+    options = request.options
     start_updates = _start_updates(request)
     checkpoints = SegmentCheckpointCallback(
         directory,
-        every=request.segment_checkpoint_every or max(1, budget // 4),
+        every=options.segment_checkpoint_every or max(1, budget // 4),
         update_budget=budget,
         body=identity,
         inputs={"cold_init": cold_init},
         start_updates=start_updates,
     )
     callbacks: list[Callback] = [ResumeRestoreCallback(request.resume)] if request.resume is not None else []
-    callbacks += [*request.extra_callbacks, UpdateBudgetCallback(budget, start_updates=start_updates), checkpoints]
-    lightning_bar = request.progress and console_verbose()
-    if request.progress and not lightning_bar:
+    callbacks += [lane, *options.extra_callbacks, UpdateBudgetCallback(budget, start_updates=start_updates), checkpoints]
+    lightning_bar = options.progress and console_verbose()
+    if options.progress and not lightning_bar:
         callbacks.append(QhFitProgressBar(request.attempt.logical_run_id, budget, start_updates=start_updates))
     config = dict(request.run_config or {})
     logger = wandb_logger(
@@ -525,7 +522,7 @@ def _train(
         # The source digest the fit receipt binds is hashed once, here, not again by the caller.
         config={**config, "qhlab": {**config.get("qhlab", {}), "source_package_sha256": source_sha256},
                 "recipe_digest": request.recipe_digest, "seed": request.seed},
-        job_type=request.job_type, tags=request.tags, group=request.group,
+        job_type=options.job_type, tags=options.tags, group=options.group,
     )
     remaining = budget - start_updates
     # A GradScaler may skip steps that global_step still counts; allow for them.

@@ -34,7 +34,7 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
 from qhlab.finite_horizon.diagnostics.mps_memory import MPS_MEMORY_RECEIPT, allow_injected_sampler_evidence
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe
-from qhlab.training.launcher import observed_optimizer_updates
+from qhlab.training.optimizer_state import observed_optimizer_updates
 from qhlab.training.tensor_state import load_tensor_state
 from synthetic_population import synthetic_population
 from tiny_recipe import TINY_RECIPE

@@ -5,10 +5,10 @@ Owns: ``QhCommissioningMilestonesCallback`` and the checks a gate runs on live t
 the strict CPU scorer reconstruction under a forked RNG.
 
 Does not own: the config, receipt record, file names and reader (``milestones``), the MPS
-memory guard (``mps_memory``), counting updates (``qhlab.training.launcher.
+memory guard (``mps_memory``), counting updates (``qhlab.training.optimizer_state.
 observed_optimizer_updates``, which reads AdamW ``state[p]["step"]``), capturing
-module/optimizer state (``qhlab.training.launcher.capture_training_state``) or tensor files
-(``qhlab.training.tensor_state``).
+module/optimizer state (``qhlab.training.optimizer_state.capture_training_state``) or tensor
+files (``qhlab.training.tensor_state``).
 
 Where a gate observes. Lightning's automatic optimization zeroes gradients inside the
 closure *before* the next backward (``loops/optimization/automatic.py``), so at
@@ -43,7 +43,7 @@ from qhlab.finite_horizon.diagnostics.milestones import (
     milestone_state_path,
 )
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryBudgetCallback
-from qhlab.training.launcher import capture_training_state, observed_optimizer_updates
+from qhlab.training.optimizer_state import capture_training_state, observed_optimizer_updates
 from qhlab.training.tensor_state import load_tensor_state, save_tensor_state, structure_path
 
 __all__ = ["QhCommissioningMilestonesCallback"]
