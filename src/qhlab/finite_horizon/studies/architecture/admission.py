@@ -1,7 +1,7 @@
 """Step 2, the E0 gate: select the canary row, run the two TRAIN canaries, admit broad fits or not.
 
 Owns: ``admit_canaries``: publishing ``canaries/selection.json`` by the fixed rule, running the
-canaries through ``cells.run_fit``, and the E0 receipt (written whether the gate passed or
+canaries through ``cells.fit_cell``, and the E0 receipt (written whether the gate passed or
 not, with the reason and a failure record per failing canary and horizon). Does not own: the
 rules themselves (``canary``) or the canary fits (``cells``).
 """
@@ -12,9 +12,9 @@ import os
 
 from qhlab.evidence import PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
 from qhlab.finite_horizon.benchmark import canonical_chains
-from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze, read_canary_selection, within_study
+from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, opened_study, read_canary_selection
 from qhlab.finite_horizon.studies.architecture.canary import canary_failures, failure_text, select_canary_row
-from qhlab.finite_horizon.studies.architecture.cells import run_fit
+from qhlab.finite_horizon.studies.architecture.cells import fit_cell
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CELL_RECEIPT,
@@ -24,10 +24,9 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_name,
 )
 
-__all__ = ["admit_canaries"]
+__all__ = ["admit_canaries", "decide_e0"]
 
 
-@within_study
 def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
     """Gate broad fits using the original labels of one prospectively selected TRAIN row.
 
@@ -52,7 +51,12 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
         the optimal one with their predicted and true values, and ``body["failures"]`` holds
         the same as records.
     """
-    frozen = authenticate_freeze(config_path, output, "admit_canaries")
+    with opened_study(config_path, output, "admit_canaries") as frozen:
+        return decide_e0(frozen)
+
+
+def decide_e0(frozen: FrozenStudy) -> dict:
+    """``admit_canaries`` on an authenticated study (the canaries fit in this process)."""
     directory = frozen.output / CANARY_DIR
     if (directory / E0_RECEIPT).exists():
         raise PublishConflictError(
@@ -61,9 +65,7 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
     config = frozen.config
     selection_path = directory / SELECTION_FILE
     if not selection_path.exists():
-        from qhlab.finite_horizon.data import load_population
-
-        population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+        population = frozen.train_population()
         selected = select_canary_row(population, canonical_chains(population), config.tie_band,
                                      gap_multiple=config.canary_gap_multiple)
         directory.mkdir(exist_ok=True)
@@ -85,7 +87,7 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
             cell = cell_name(config.baseline_arm, seed, "e0")
             receipt_path = directory / cell / CELL_RECEIPT
             if not receipt_path.exists():
-                run_fit(config_path, output, variant=config.baseline_arm, seed=seed, canary_role="e0")
+                fit_cell(frozen, variant=config.baseline_arm, seed=seed, canary_role="e0")
             document = read_receipt(receipt_path, kind="study_cell", schema_version=SCHEMA_VERSION)
             canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path,
                              "canary": document["body"]["canary"]})
@@ -114,5 +116,8 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
     inputs.update({f"canary/{c['cell']}": c["receipt"] for c in canaries})
     write_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
                   body=body, inputs=inputs)
+    # Written here from this process's digests: the next step takes it without re-hashing.
+    frozen._e0 = read_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
+                              verify_files=False)
     return body
 

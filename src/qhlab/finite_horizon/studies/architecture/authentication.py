@@ -13,12 +13,13 @@ does once admitted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import json
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -67,8 +68,9 @@ __all__ = [
     "check_bound",
     "read_canary_selection",
     "read_cell_receipts",
-    "require_step",
     "recorded_output",
+    "require_step",
+    "opened_study",
     "runtime_versions",
     "within_study",
 ]
@@ -90,13 +92,29 @@ def runtime_versions() -> dict[str, str | None]:
     return versions
 
 
-def within_study(step: Callable[..., T]) -> Callable[..., T]:
-    """Run a step ``step(config_path, output, ...)`` on the study's own bytes.
+@contextlib.contextmanager
+def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step: str) -> Iterator[FrozenStudy]:
+    """Authenticate a study once (``authenticate_freeze``) and work on its own bytes.
 
-    Inside, receipts authenticate the way ``qhlab verify`` does (``authentication_roots``):
-    files of a copied study are checked in the copy, never at the original's paths, and
-    populations that moved are found by digest (below ``--populations`` roots and the cache).
+    The path-based step functions (``admit_canaries(config_path, output)``, ...) are this plus
+    the step's code on the yielded ``FrozenStudy``; ``qhlab study run`` opens the study once and
+    hands the same ``FrozenStudy`` from step to step. Inside, receipts authenticate the way
+    ``qhlab verify`` does (``authentication_roots``): files of a copied study are checked in the
+    copy, never at the original's paths, and populations that moved are found by digest (below
+    ``--populations`` roots and the cache).
+
+    Args:
+        config_path: the study TOML.
+        output: the study directory.
+        step: the call named in refusals.
     """
+    with authentication_roots(output, original=recorded_output(output)):
+        yield authenticate_freeze(config_path, output, step)
+
+
+def within_study(step: Callable[..., T]) -> Callable[..., T]:
+    """Run a path-based step ``step(config_path, output, ...)`` on the study's own bytes
+    (``authentication_roots``, as in ``opened_study``)."""
 
     @functools.wraps(step)
     def wrapper(config_path, output, *args, **kwargs):
@@ -132,6 +150,11 @@ def require_step(path: Path, what: str, step: str, hint: str) -> None:
 class FrozenStudy:
     """The authenticated freeze record plus the config it was made from.
 
+    One object per study and process: later steps take it from the step before, and the E0
+    and development receipts, once authenticated against it, are kept on it (they are
+    write-once), so each is read and re-hashed once per process (``authenticate_e0``,
+    ``authenticate_development``).
+
     Attributes:
         config: the study config (its bytes are the frozen ones).
         receipt: the whole freeze receipt; ``body`` its body.
@@ -150,6 +173,17 @@ class FrozenStudy:
         self.receipt_path = output / FREEZE_RECEIPT
         # Where TRAIN's bytes are now (a moved study's populations are found by digest).
         self.train_path = locate_population(self.body["train"]["path"], self.body["train"]["manifest_sha256"])
+        self._e0: dict | None = None
+        self._development: dict | None = None
+        self._train_population = None
+
+    def train_population(self):
+        """The frozen TRAIN ``Population`` (Bellman-checked), loaded once per process."""
+        if self._train_population is None:
+            from qhlab.finite_horizon.data import load_population
+
+            self._train_population = load_population(self.train_path, split="train", horizon=self.horizon)
+        return self._train_population
 
     @property
     def identity(self) -> dict[str, str]:
@@ -250,7 +284,7 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     """
     from qhlab.finite_horizon.fit import train_rows_record
     from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.training.launcher import FIT_RECEIPT
+    from qhlab.training.segments import FIT_RECEIPT
     from qhlab.training.profiles import execution_profile
 
     document = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None, verify_files=verify_files)
@@ -294,27 +328,32 @@ def check_bound(receipt: dict, name: str, expected: Path, where: Path) -> None:
 
 
 def authenticate_e0(frozen: FrozenStudy, step: str) -> dict:
-    """The E0 gate receipt (passed or not), chained to the freeze."""
-    path = frozen.output / CANARY_DIR / E0_RECEIPT
-    require_step(path, "the E0 gate receipt", step,
-                 f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`")
-    receipt = read_receipt(path, kind="study_e0", schema_version=SCHEMA_VERSION)
-    check_bound(receipt, "freeze", frozen.receipt_path, path)
-    return receipt
+    """The E0 gate receipt (passed or not), chained to the freeze; read once per ``frozen``."""
+    if frozen._e0 is None:
+        path = frozen.output / CANARY_DIR / E0_RECEIPT
+        require_step(path, "the E0 gate receipt", step,
+                     f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`")
+        receipt = read_receipt(path, kind="study_e0", schema_version=SCHEMA_VERSION)
+        check_bound(receipt, "freeze", frozen.receipt_path, path)
+        frozen._e0 = receipt
+    return frozen._e0
 
 
 def authenticate_development(frozen: FrozenStudy, step: str) -> dict:
-    """The development receipt, chained to the freeze and to an E0 gate that passed."""
-    path = frozen.output / DEVELOPMENT_RECEIPT
-    require_step(path, "the development receipt (validation not sealed)", step,
-                 f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`")
-    receipt = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION)
-    check_bound(receipt, "freeze", frozen.receipt_path, path)
-    e0 = authenticate_e0(frozen, step)
-    check_bound(receipt, "e0", frozen.output / CANARY_DIR / E0_RECEIPT, path)
-    if not e0["body"]["passed"]:
-        raise EvidenceError(f"{step}: {path} binds an E0 gate that did not pass.")
-    return receipt
+    """The development receipt, chained to the freeze and to an E0 gate that passed; read once
+    per ``frozen``."""
+    if frozen._development is None:
+        path = frozen.output / DEVELOPMENT_RECEIPT
+        require_step(path, "the development receipt (validation not sealed)", step,
+                     f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`")
+        receipt = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION)
+        check_bound(receipt, "freeze", frozen.receipt_path, path)
+        e0 = authenticate_e0(frozen, step)
+        check_bound(receipt, "e0", frozen.output / CANARY_DIR / E0_RECEIPT, path)
+        if not e0["body"]["passed"]:
+            raise EvidenceError(f"{step}: {path} binds an E0 gate that did not pass.")
+        frozen._development = receipt
+    return frozen._development
 
 
 def read_canary_selection(frozen: FrozenStudy) -> dict:

@@ -1,24 +1,22 @@
 """Step 5, benchmarks: time each finished cell's final scorer and publish one receipt per cell.
 
-Owns: ``benchmark_cell`` (authenticate the chain up to the cell's final receipt, run
-``qhlab.finite_horizon.benchmark.benchmark_scorer`` on its attempt with the study's thread
-count, publish ``benchmarks/<cell>.receipt.json`` once) and ``benchmark_cells`` (every
-declared cell, or one; finished receipts are verified and skipped). Does not own: the
+Owns: ``benchmark_cells`` (on an authenticated study: every declared cell, or one; finished
+receipts are verified and skipped; each new one runs
+``qhlab.finite_horizon.benchmark.benchmark_scorer`` on the cell's attempt with the study's
+thread count and publishes ``benchmarks/<cell>.receipt.json`` once). Does not own: the
 measurement (``qhlab.finite_horizon.benchmark``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from qhlab.evidence import PublishConflictError, input_error, read_receipt, write_receipt
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.finite_horizon.studies.architecture.authentication import (
+    FrozenStudy,
     authenticate_development,
-    authenticate_freeze,
     read_cell_receipts,
-    within_study,
 )
 from qhlab.finite_horizon.studies.architecture.layout import (
     CELLS_DIR,
@@ -27,11 +25,38 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_name,
 )
 
-__all__ = ["benchmark_cell", "benchmark_cells"]
+__all__ = ["benchmark_cells"]
 
 
-@within_study
-def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, arm: str, seed: int) -> dict:
+def benchmark_cells(frozen: FrozenStudy, variant: str | None, seed: int | None, *,
+                    on_result: Callable[[str, int, dict], None] | None = None) -> None:
+    """Benchmark one cell (``variant`` and ``seed``) or every declared cell (both None).
+
+    For every cell, a benchmark receipt that already exists is authenticated and skipped; a
+    single named cell is always benchmarked (and refused if already done).
+
+    Args:
+        frozen: the authenticated study (its development record is authenticated once on it).
+        variant: a declared arm, or None with ``seed`` None.
+        seed: a declared seed, or None with ``variant`` None.
+        on_result: called as ``on_result(arm, seed, result)`` after each new benchmark.
+    """
+    if (variant is None) != (seed is None):
+        raise input_error("benchmark", "--variant/--seed", (variant, seed), "both or neither",
+                          "omit both to benchmark every cell")
+    authenticate_development(frozen, "benchmark")
+    wanted = [(variant, seed)] if variant is not None else list(frozen.config.cells)
+    for arm, s in wanted:
+        path = benchmark_receipt_path(frozen.output, arm, s)
+        if path.exists() and variant is None:
+            read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)
+            continue
+        result = _benchmark_cell(frozen, arm, s)
+        if on_result is not None:
+            on_result(arm, s, result)
+
+
+def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
     """Benchmark one finished broad cell and publish ``benchmarks/<cell>.receipt.json``.
 
     Returns:
@@ -40,8 +65,8 @@ def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, ar
     Raises:
         PublishConflictError: the cell is already benchmarked.
     """
-    frozen = authenticate_freeze(config_path, output, "benchmark")
-    authenticate_development(frozen, "benchmark")
+    import torch
+
     cells = read_cell_receipts(frozen, [(arm, seed)], "benchmark")
     cell = cell_name(arm, seed)
     path = benchmark_receipt_path(frozen.output, arm, seed)
@@ -49,8 +74,6 @@ def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, ar
         raise PublishConflictError(f"benchmark: {path} already exists; cell {cell} is benchmarked once.")
     document = cells[(arm, seed)]["document"]
     attempt = frozen.output / CELLS_DIR / cell / document["body"]["attempt"]
-    import torch
-
     torch.set_num_threads(frozen.config.torch_threads)
     result = benchmark_scorer(attempt, frozen.train_path)
     path.parent.mkdir(exist_ok=True)
@@ -58,33 +81,3 @@ def benchmark_cell(config_path: str | os.PathLike, output: str | os.PathLike, ar
                   body={"cell": cell, "arm": arm, "seed": seed, **result},
                   inputs={"freeze": frozen.receipt_path, "cell": cells[(arm, seed)]["path"]})
     return result
-
-
-@within_study
-def benchmark_cells(config_path: str | os.PathLike, output: str | os.PathLike, variant: str | None,
-                    seed: int | None, *, on_result: Callable[[str, int, dict], None] | None = None) -> None:
-    """Benchmark one cell (``variant`` and ``seed``) or every declared cell (both None).
-
-    For every cell, a benchmark receipt that already exists is authenticated and skipped; a
-    single named cell is always benchmarked (and refused if already done).
-
-    Args:
-        config_path: the study TOML.
-        output: the study directory.
-        variant: a declared arm, or None with ``seed`` None.
-        seed: a declared seed, or None with ``variant`` None.
-        on_result: called as ``on_result(arm, seed, result)`` after each new benchmark.
-    """
-    frozen = authenticate_freeze(config_path, output, "benchmark")
-    if (variant is None) != (seed is None):
-        raise input_error("benchmark", "--variant/--seed", (variant, seed), "both or neither",
-                          "omit both to benchmark every cell")
-    wanted = [(variant, seed)] if variant is not None else list(frozen.config.cells)
-    for arm, s in wanted:
-        path = benchmark_receipt_path(frozen.output, arm, s)
-        if path.exists() and variant is None:
-            read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)
-            continue
-        result = benchmark_cell(config_path, output, arm, s)
-        if on_result is not None:
-            on_result(arm, s, result)

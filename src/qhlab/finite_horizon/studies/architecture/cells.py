@@ -1,6 +1,6 @@
 """Step 4, fits: run one charged cell (a broad fit or an E0 canary) once, to its final budget.
 
-Owns: ``run_fit`` / ``fit_cell`` (validation of the requested cell, its writer lock, adopting
+Owns: ``fit_cell`` (``run_fit``: the seed's path-based call; validation of the requested cell, its writer lock, adopting
 a finished but unrecorded attempt once it authenticates as this cell's fit, a new attempt
 after a crash) and the cell receipt that
 binds a fit's final state, its evaluation on the sealed validation (broad cells) or its
@@ -32,9 +32,8 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_attempt,
     authenticate_development,
-    authenticate_freeze,
+    opened_study,
     read_canary_selection,
-    within_study,
 )
 from qhlab.finite_horizon.studies.architecture.canary import canary_recipe, canary_recovery
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -89,16 +88,18 @@ def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, varian
     Returns:
         The cell receipt body.
     """
-    return fit_cell(config_path, output, variant=variant, seed=seed, canary_role=canary_role, progress=True)
+    step = "run_fit" if canary_role is None else "run_fit(canary)"
+    with opened_study(config_path, output, step) as frozen:
+        return fit_cell(frozen, variant=variant, seed=seed, canary_role=canary_role)
 
 
-@within_study
-def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
-             canary_role: str | None = None, progress: bool = True, execution: dict | None = None) -> dict:
-    """``run_fit`` with the fit's progress bar on or off.
+def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str | None = None,
+             progress: bool = True, execution: dict | None = None) -> dict:
+    """``run_fit`` on an authenticated study, with the fit's progress bar on or off.
 
     Args:
-        config_path, output, variant, seed, canary_role: as for ``run_fit``.
+        frozen: the authenticated study (its development record is authenticated once on it).
+        variant, seed, canary_role: as for ``run_fit``.
         progress: draw Lightning's progress bar inside the fit (off in the worker processes
             of ``qhlab study run``, whose own bar counts cells). Display only: the fit, its
             files and its numbers are the same either way.
@@ -110,7 +111,6 @@ def fit_cell(config_path: str | os.PathLike, output: str | os.PathLike, *, varia
         The cell receipt body.
     """
     step = "run_fit" if canary_role is None else "run_fit(canary)"
-    frozen = authenticate_freeze(config_path, output, step)
     config = frozen.config
     if variant not in config.arms:
         raise input_error(step, "variant", variant, f"a declared arm ({', '.join(config.arms)})",
@@ -180,7 +180,7 @@ def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
     whose cell receipt was never written: adopted rather than rerun, since a finished fit is
     never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
-    from qhlab.training.launcher import FIT_RECEIPT
+    from qhlab.training.segments import FIT_RECEIPT
 
     for attempt in _attempt_directories(cell_dir):
         if (attempt / FIT_RECEIPT).is_file() and (not evaluate or (attempt / EVALUATION_RECEIPT).is_file()):
@@ -194,7 +194,7 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
     """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
     (trained on ``train_rows``, None: all of TRAIN)."""
     from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.training.launcher import FINAL_STATE, FIT_RECEIPT
+    from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
 
     fit_doc = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows)
@@ -266,7 +266,7 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
         if adopted:
             # Finished before a crash of whoever ran it (a local process or a Ray driver): the
             # fit receipt says where it ran; this process only adopts it.
-            from qhlab.training.launcher import FIT_RECEIPT
+            from qhlab.training.segments import FIT_RECEIPT
 
             fit_ran = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None,
                                    verify_files=False)["body"].get("execution") or {}
@@ -301,9 +301,8 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     import torch
 
     from qhlab.finite_horizon.benchmark import load_final_module
-    from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.predict import predict_q
-    from qhlab.training.launcher import FINAL_STATE
+    from qhlab.training.segments import FINAL_STATE
 
     config = frozen.config
     selection = read_canary_selection(frozen)["selected"]
@@ -322,7 +321,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
         previous.remove(attempt.name)
     body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates,
                                      "run_fit(canary)", adopted=adopted, train_rows=[selection["row"]])
-    population = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+    population = frozen.train_population()
     module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
     pred = predict_q(module.online, population, rows=torch.tensor([selection["row"]])).numpy()[0]
     labels = np.asarray(selection["labels"], dtype=np.float64)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
-from qhlab.finite_horizon.studies.architecture.admission import admit_canaries
+from qhlab.finite_horizon.studies.architecture.admission import decide_e0
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_cells,
@@ -31,9 +31,9 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     recorded_output,
 )
 from qhlab.finite_horizon.studies.architecture.benchmarks import benchmark_cells
-from qhlab.finite_horizon.studies.architecture.cells import fit_cell, run_fit
-from qhlab.finite_horizon.studies.architecture.development import prepare_development_with
-from qhlab.finite_horizon.studies.architecture.freeze import freeze_with
+from qhlab.finite_horizon.studies.architecture.cells import fit_cell
+from qhlab.finite_horizon.studies.architecture.development import seal_development
+from qhlab.finite_horizon.studies.architecture.freeze import freeze
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -116,6 +116,9 @@ def _add_populations_argument(parser: argparse.ArgumentParser) -> None:
 def run_study_command(args: argparse.Namespace) -> int:
     """Run the study step named by ``args.study_command`` and print what it did.
 
+    The study is authenticated once (``authenticate_freeze``), and the step (every step, for
+    ``run``) works on that ``FrozenStudy``.
+
     Args:
         args: a namespace parsed by a parser given ``add_study_arguments``.
 
@@ -130,6 +133,11 @@ def run_study_command(args: argparse.Namespace) -> int:
         return _run_step(args)
 
 
+# The call each step names in its refusals.
+_STEP_CALLS = {"admit-canaries": "admit_canaries", "prepare-development": "prepare_development",
+               "run-fit": "run_fit", "benchmark": "benchmark", "report": "report_study"}
+
+
 def _run_step(args: argparse.Namespace) -> int:
     command = args.study_command
     if command == "status":
@@ -137,54 +145,58 @@ def _run_step(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2) if args.json else "\n".join(status_lines(status)))
         return 0
     console = study_console()
-    config, output = args.config, Path(args.study_output)
-    executor = _executor(config, args)
+    output = Path(args.study_output)
+    executor, config = _executor(args)
     if command == "freeze":
         with _executor_session(executor, config, cells=False, call="qhlab study freeze"):
-            body = freeze_with(config, output, executor=executor)
+            body = freeze(args.config, output, executor=executor).body
         console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
                       f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
         return 0
+    if command == "run":
+        with _executor_session(executor, config):
+            return _run_all(console, args.config, output, workers=args.workers, executor=executor)
+    call = _STEP_CALLS[command]
+    if command == "run-fit" and args.canary_role is not None:
+        call = "run_fit(canary)"
+    frozen = authenticate_freeze(args.config, output, call)
     if command == "admit-canaries":
-        return _say_e0(console, admit_canaries(config, output))
+        return _say_e0(console, decide_e0(frozen))
     if command == "prepare-development":
         with _executor_session(executor, config, cells=False, call="qhlab study prepare-development"):
-            body = prepare_development_with(config, output, executor=executor)
+            body = seal_development(frozen, executor=executor)
         console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
                       f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
                       f"{body['references']['best_fixed_index']['index']}")
         return 0
     if command == "run-fit":
-        body = run_fit(config, output, variant=args.variant, seed=args.seed, canary_role=args.canary_role)
+        body = fit_cell(frozen, variant=args.variant, seed=args.seed, canary_role=args.canary_role)
         console.print(f"[green]cell {body['cell']}[/] finished: {body['observed_updates']} updates")
         return 0
     if command == "benchmark":
-        return _benchmark_all(console, config, output, args.variant, args.seed)
-    if command == "report":
-        report = report_study(config, output)
-        console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
-        console.print(f"W&B report run (offline): {log_report_run(output)}")
-        return 0
-    with _executor_session(executor, config):
-        return _run_all(console, config, output, workers=getattr(args, "workers", None), executor=executor)
+        return _benchmark_all(console, frozen, args.variant, args.seed)
+    report = report_study(frozen.config_path, frozen.output)
+    console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
+    console.print(f"W&B report run (offline): {log_report_run(output)}")
+    return 0
 
 
-def _executor(config_path: str | os.PathLike, args: argparse.Namespace) -> Any:
-    """The ``ExecutorChoice`` of a step: the CLI's ``--executor``/``--ray-address``, else the config's;
-    None for a step without those options.
+def _executor(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The ``ExecutorChoice`` of a step (the CLI's ``--executor``/``--ray-address``, else the
+    config's) and the config it was read from; (None, None) for a step without those options.
 
     Refuses a bad choice before the step writes anything (the config is read and validated here).
     """
     from qhlab.finite_horizon.studies.architecture.config import read_study_config
 
     if not hasattr(args, "executor"):
-        return None  # a step that runs nothing in parallel
-    config, _, _ = read_study_config(config_path)
-    return config.executor_choice(args.executor, args.ray_address, call=f"qhlab study {args.study_command}")
+        return None, None  # a step that runs nothing in parallel
+    config, _, _ = read_study_config(args.config)
+    return config.executor_choice(args.executor, args.ray_address, call=f"qhlab study {args.study_command}"), config
 
 
 @contextlib.contextmanager
-def _executor_session(choice: Any, config_path: str | os.PathLike, *, cells: bool = True,
+def _executor_session(choice: Any, config: Any, *, cells: bool = True,
                       call: str = "qhlab study run") -> Iterator[None]:
     """Connect to Ray once for a step (for ``study run``, labelling and cells share the
     connection); an unreachable cluster, or (``cells``) one where no node can run a cell, is
@@ -193,13 +205,12 @@ def _executor_session(choice: Any, config_path: str | os.PathLike, *, cells: boo
         yield
         return
     from qhlab.execution import open_executor
-    from qhlab.finite_horizon.studies.architecture.config import read_study_config
     from qhlab.finite_horizon.studies.architecture.remote import check_cells_feasible
     from qhlab.training.console import console_verbose
 
     with open_executor(choice, os.cpu_count() or 1, call=call, verbose=console_verbose()):
         if cells:
-            check_cells_feasible(read_study_config(config_path)[0], call)
+            check_cells_feasible(config, call)
         yield
 
 
@@ -216,24 +227,32 @@ def _say_e0(console: Any, body: dict) -> int:
     return 1
 
 
-def _benchmark_all(console: Any, config_path: str | os.PathLike, output: Path, variant: str | None,
-                   seed: int | None) -> int:
+def _benchmark_all(console: Any, frozen: FrozenStudy, variant: str | None, seed: int | None) -> int:
     """Benchmark one cell or every cell not benchmarked yet, printing one line per new benchmark."""
 
     def say(arm: str, s: int, result: dict) -> None:
         console.print(f"benchmark {arm}-s{s}: median forward {result['median_forward_seconds'] * 1e3:.3f} ms, "
                       f"{len(result['parameters_receiving_gradients'])} tensors with gradient")
 
-    benchmark_cells(config_path, output, variant, seed, on_result=say)
+    benchmark_cells(frozen, variant, seed, on_result=say)
     return 0
 
 
-def _cell_worker(config_path: str, output: str, arm: str, seed: int, progress: bool,
-                 populations: tuple[str, ...] = ()) -> dict:
+# A pool worker process authenticates its study once, for every cell it runs.
+_WORKER_STUDIES: dict[tuple[str, str], FrozenStudy] = {}
+
+
+def _cell_worker(config_path: str, output: str, arm: str, seed: int, populations: tuple[str, ...] = ()) -> dict:
     """Process-pool entry: one broad cell (the fit sets the config's torch threads); ``populations``
     are the driver's population roots (a spawned worker starts without them)."""
-    with authentication_roots(output, populations):
-        body = fit_cell(config_path, output, variant=arm, seed=seed, progress=progress)
+    with authentication_roots(output, populations, original=recorded_output(output)):
+        frozen = _WORKER_STUDIES.get((config_path, output))
+        if frozen is None:
+            frozen = _WORKER_STUDIES[(config_path, output)] = authenticate_freeze(config_path, output, "run_fit")
+        return _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False))
+
+
+def _cell_summary(body: dict) -> dict:
     return {"cell": body["cell"], "mae": body["evaluation"]["mae"], "regret": body["evaluation"]["regret"],
             "wall_seconds": body.get("wall_seconds")}
 
@@ -252,7 +271,6 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
 
     config_path, output = str(frozen.config_path), str(frozen.output)
     workers = max(1, min(workers, len(pending)))
-    fit_progress = False
     with fits_progress(console) as progress:
         task = progress.add_task("fits", total=len(pending))
         if executor.kind == "ray":
@@ -260,7 +278,7 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
             return
         if workers == 1:
             for arm, seed in pending:
-                summary = _cell_worker(config_path, output, arm, seed, fit_progress)
+                summary = _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False))
                 progress.console.print(f"  cell {summary['cell']}: MAE_H {summary['mae'][-1]:.4f}, "
                                        f"regret_H {summary['regret'][-1]:.4f}")
                 progress.advance(task)
@@ -272,7 +290,7 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
         with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
                            initargs=(console_verbose(),)) as pool:
             roots = tuple(str(r) for r in population_roots())
-            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, fit_progress, roots): (arm, seed)
+            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, roots): (arm, seed)
                        for arm, seed in pending}
             for future in as_completed(futures):
                 try:
@@ -338,8 +356,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("freeze")
     else:
         console.rule("[bold]1/6 freeze")
-        freeze_with(config_path, output, executor=executor)
-        frozen = authenticate_freeze(config_path, output, "run")
+        frozen = freeze(config_path, output, executor=executor)
         ran.append("freeze")
     config = frozen.config
     if (output / CANARY_DIR / E0_RECEIPT).exists():
@@ -347,7 +364,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("admit-canaries")
     else:
         console.rule("[bold]2/6 canaries (E0 gate)")
-        e0 = admit_canaries(config_path, output)
+        e0 = decide_e0(frozen)
         ran.append("admit-canaries")
         if e0["passed"]:
             _say_e0(console, e0)
@@ -358,7 +375,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("prepare-development")
     else:
         console.rule("[bold]3/6 development")
-        prepare_development_with(config_path, output, executor=executor)
+        seal_development(frozen, executor=executor)
         ran.append("prepare-development")
     pending = []
     for arm, seed in config.cells:
@@ -379,7 +396,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
     # Once the report is published the study is closed: benchmarks are not added afterwards.
     if missing_bench and not (output / REPORT_DIR / REPORT_RECEIPT).exists():
         console.rule("[bold]5/6 benchmark")
-        _benchmark_all(console, config_path, output, None, None)
+        _benchmark_all(console, frozen, None, None)
         ran.append("benchmark")
     else:
         for arm, seed in config.cells:
@@ -393,7 +410,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("report")
     else:
         console.rule("[bold]6/6 report")
-        report = report_study(config_path, output)
+        report = report_study(frozen.config_path, frozen.output)
         console.print(report["headline"]["text"])
         console.print(f"W&B report run (offline): {log_report_run(output)}")
         ran.append("report")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qhlab.evidence import OrderError, PublishConflictError, input_error, write_receipt
-from qhlab.finite_horizon.studies.architecture.authentication import authenticate_e0, authenticate_freeze, within_study
+from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, write_receipt
+from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, authenticate_e0, opened_study
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -26,7 +26,7 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     resolve_population,
 )
 
-__all__ = ["prepare_development", "prepare_development_with"]
+__all__ = ["prepare_development", "seal_development"]
 
 
 def prepare_development(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -46,13 +46,13 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     Returns:
         The development receipt body.
     """
-    return prepare_development_with(config_path, output, executor=None)
+    with opened_study(config_path, output, "prepare_development") as frozen:
+        return seal_development(frozen)
 
 
-@within_study
-def prepare_development_with(config_path: str | os.PathLike, output: str | os.PathLike, *, executor) -> dict:
-    """``prepare_development`` labelling a preset validation on ``executor`` (an
-    ``ExecutorChoice``; None: the config's). Validation's bytes do not depend on it."""
+def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
+    """``prepare_development`` on an authenticated study, labelling a preset validation on
+    ``executor`` (an ``ExecutorChoice``; None: the config's). Validation's bytes do not depend on it."""
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import (
         constant_predictions,
@@ -62,7 +62,6 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
     )
     from qhlab.scenes.audit import audit_population
 
-    frozen = authenticate_freeze(config_path, output, "prepare_development")
     e0 = authenticate_e0(frozen, "prepare_development")
     if not e0["body"]["passed"]:
         raise OrderError(
@@ -80,7 +79,7 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
     validation_path = resolve_population(source, "validation", config.population_cache, progress=True,
                                          executor=executor or config.executor_choice())
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
-    train = load_population(frozen.train_path, split="train", horizon=frozen.horizon)
+    train = frozen.train_population()
     if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
         raise input_error("prepare_development", "validation", str(validation_path),
                           "a population with TRAIN's features and K", "use the same preset family for both splits")
@@ -111,6 +110,9 @@ def prepare_development_with(config_path: str | os.PathLike, output: str | os.Pa
                                                                    executor or config.executor_choice())
     inputs.update({f"validation/{k}": v for k, v in generation.items()})
     write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    # Written here from this process's digests: the next step takes it without re-hashing.
+    frozen._development = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION,
+                                       verify_files=False)
     return body
 
 

@@ -1,6 +1,6 @@
 """Step 1, freeze: bind TRAIN, source, package versions, arms and every threshold before any fit.
 
-Owns: ``freeze_study`` and the rule that arms differ only in architecture. Does not own: the
+Owns: ``freeze`` (``freeze_study``: the seed's path-based call) and the rule that arms differ only in architecture. Does not own: the
 config (``config``), resolving populations (``populations``) or authenticating the freeze
 later (``authentication``).
 """
@@ -16,13 +16,14 @@ from qhlab.evidence import (
     canonical_json,
     input_error,
     publish_bytes,
+    read_receipt,
     sha256_bytes,
     source_package_digest,
     write_receipt,
 )
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
-from qhlab.finite_horizon.studies.architecture.authentication import runtime_versions
+from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, runtime_versions
 from qhlab.finite_horizon.studies.architecture.config import (
     EXECUTION_FIELDS,
     QhArchitectureStudyConfig,
@@ -36,7 +37,7 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     resolve_population,
 )
 
-__all__ = ["freeze_study", "freeze_with"]
+__all__ = ["freeze", "freeze_study"]
 
 
 def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -60,12 +61,21 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
         QhInputError: bad config or TRAIN data (nothing written).
         PublishConflictError: the study is already frozen at ``output``.
     """
-    return freeze_with(config_path, output, executor=None)
+    return freeze(config_path, output).body
 
 
-def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, executor) -> dict:
-    """``freeze_study`` labelling a preset TRAIN on ``executor`` (an ``ExecutorChoice``; None:
-    the config's). The executor is not part of the freeze: TRAIN's bytes do not depend on it."""
+def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executor=None) -> FrozenStudy:
+    """``freeze_study``, returning the study it froze for the next step.
+
+    Args:
+        config_path, output: as for ``freeze_study``.
+        executor: where a preset TRAIN is labelled (an ``ExecutorChoice``; None: the config's).
+            Not part of the freeze: TRAIN's bytes do not depend on it.
+
+    Returns:
+        The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
+        process, so they are not re-hashed).
+    """
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.scenes.audit import audit_population
@@ -159,7 +169,11 @@ def freeze_with(config_path: str | os.PathLike, output: str | os.PathLike, *, ex
     inputs.update({f"train/{k}": v for k, v in generation.items()})
     write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
                   body=body, inputs=inputs, outputs={"config": output / CONFIG_COPY})
-    return body
+    receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
+                           verify_files=False)
+    frozen = FrozenStudy(config, receipt, output, resolved)
+    frozen._train_population = population
+    return frozen
 
 
 def _only_architecture_differs(config: QhArchitectureStudyConfig) -> bool:

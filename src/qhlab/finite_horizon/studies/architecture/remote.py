@@ -234,7 +234,7 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
     locks: dict[str, contextlib.ExitStack] = {}
 
     def _record(arm: str, seed: int, execution: dict | None) -> None:
-        body = fit_cell(frozen.config_path, output, variant=arm, seed=seed, progress=False, execution=execution)
+        body = fit_cell(frozen, variant=arm, seed=seed, progress=False, execution=execution)
         on_result(body)
 
     with contextlib.ExitStack() as held, open_executor(choice, config.workers, call="qhlab study run",
