@@ -29,7 +29,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.finite_horizon.data import load_population
+from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
@@ -68,14 +68,24 @@ class FitResult:
     resumed_from: str | None
 
 
-def _population_path(call: str, field: str, explicit: Path | str | None, from_recipe: str) -> Path:
+def _population(call: str, field: str, explicit: Path | str | Population | None, from_recipe: str,
+                horizon: int | None = None) -> Population:
+    """The ``field`` population: an already loaded (authenticated) one, or loaded from its path."""
+    if isinstance(explicit, Population):
+        if explicit.split != field:
+            raise input_error(call, field, f"a {explicit.split} population ({explicit.path})",
+                              f"a {field} population", f"pass the {field} split here")
+        if horizon is not None and explicit.horizon != horizon:
+            raise input_error(call, f"{field}.horizon", explicit.horizon, f"{horizon} (the requested horizon)",
+                              "generate a population with the recipe's horizon.")
+        return explicit
     value = explicit if explicit is not None else from_recipe
     if not value:
         raise QhInputError(
             f"{call}: {field}={value!r} is not allowed; allowed: a population directory (recipe "
             f"data.{field} or the --{field} option). HINT: generate one with `qhlab scenes generate`."
         )
-    return Path(value)
+    return load_population(Path(value), split=field, horizon=horizon)
 
 
 def default_logical_run_id(cell: str) -> str:
@@ -113,7 +123,8 @@ class FitRequest(LaunchOptions):
         recipe: a ``QhRecipe`` or a TOML path.
         profile: execution profile name (e.g. ``"cpu-fp32"``).
         output: output root; the segment is ``output/<cell>/<local_attempt_id>/``.
-        train / validation: population directories; default ``recipe.data.*``.
+        train / validation: population directories, or ``Population`` s already loaded (and
+            so authenticated) by the caller, e.g. a study's; default ``recipe.data.*``.
         attempt: W&B identity; default a new segment grouped by ``cell`` (see ``run_id``).
         run_id: W&B run id of this segment when ``attempt`` is None (online with ``resume``:
             the run to resume); default ``<cell>-<UTC stamp>-<hex4>``.
@@ -135,8 +146,8 @@ class FitRequest(LaunchOptions):
     recipe: QhRecipe | Path | str
     profile: str
     output: Path | str
-    train: Path | str | None = None
-    validation: Path | str | None = None
+    train: Path | str | Population | None = None
+    validation: Path | str | Population | None = None
     attempt: WandbAttempt | None = None
     run_id: str | None = None
     resume: str | None = None
@@ -186,8 +197,8 @@ def fit_recipe(request: FitRequest) -> FitResult:
     started = time.perf_counter()
     if not isinstance(recipe, QhRecipe):
         recipe = load_recipe(recipe)
-    train_path = _population_path(call, "train", request.train, recipe.data.train)
-    train_pop = load_population(train_path, split="train")
+    train_pop = _population(call, "train", request.train, recipe.data.train)
+    train_path = train_pop.path
     if train_pop.horizon != recipe.horizon:
         raise QhInputError(
             f"{call}: population horizon={train_pop.horizon} of {str(train_path)!r} is not allowed; allowed: "
@@ -197,8 +208,8 @@ def fit_recipe(request: FitRequest) -> FitResult:
     val_pop = None
     val_path = None
     if evaluate:
-        val_path = _population_path(call, "validation", request.validation, recipe.data.validation)
-        val_pop = load_population(val_path, split="validation", horizon=recipe.horizon)
+        val_pop = _population(call, "validation", request.validation, recipe.data.validation, recipe.horizon)
+        val_path = val_pop.path
     rows = None if request.train_rows is None else torch.as_tensor(list(request.train_rows), dtype=torch.int64)
 
     admitted = admit_launch(request.profile, recipe, request.max_allocated_bytes)  # refused before writing

@@ -176,14 +176,25 @@ class FrozenStudy:
         self._e0: dict | None = None
         self._development: dict | None = None
         self._train_population = None
+        self._validation_population = None
 
     def train_population(self):
-        """The frozen TRAIN ``Population`` (Bellman-checked), loaded once per process."""
+        """The frozen TRAIN ``Population`` (authenticated, Bellman-checked), loaded once per process."""
         if self._train_population is None:
             from qhlab.finite_horizon.data import load_population
 
             self._train_population = load_population(self.train_path, split="train", horizon=self.horizon)
         return self._train_population
+
+    def validation_population(self, step: str):
+        """The sealed validation ``Population`` (after ``authenticate_development``), loaded once per process."""
+        if self._validation_population is None:
+            from qhlab.finite_horizon.data import load_population
+
+            sealed = authenticate_development(self, step)["body"]["validation"]
+            path = locate_population(sealed["path"], sealed["manifest_sha256"])
+            self._validation_population = load_population(path, split="validation", horizon=self.horizon)
+        return self._validation_population
 
     @property
     def identity(self) -> dict[str, str]:

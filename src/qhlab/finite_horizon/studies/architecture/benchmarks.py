@@ -75,7 +75,7 @@ def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
     document = cells[(arm, seed)]["document"]
     attempt = frozen.output / CELLS_DIR / cell / document["body"]["attempt"]
     torch.set_num_threads(frozen.config.torch_threads)
-    result = benchmark_scorer(attempt, frozen.train_path)
+    result = benchmark_scorer(attempt, frozen.train_population())
     path.parent.mkdir(exist_ok=True)
     write_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION,
                   body={"cell": cell, "arm": arm, "seed": seed, **result},

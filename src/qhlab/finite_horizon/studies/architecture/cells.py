@@ -23,7 +23,6 @@ from qhlab.evidence import (
     PublishConflictError,
     exclusive_lock,
     input_error,
-    locate_population,
     read_receipt,
     sha256_file,
     write_receipt,
@@ -50,6 +49,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 )
 
 if TYPE_CHECKING:
+    from qhlab.finite_horizon.data import Population
     from qhlab.finite_horizon.fit import FitResult
     from qhlab.finite_horizon.recipe import QhRecipe
 
@@ -157,16 +157,16 @@ def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str |
         return _run_canary_cell(frozen, variant, seed, cell, cell_dir, progress=progress)
 
 
-def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Path | None,
+def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Population | None,
          progress: bool, rows: list[int] | None = None) -> FitResult:
-    """One ``fit_recipe`` call on the frozen lane, TRAIN and thread count."""
+    """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count."""
     import torch
 
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     torch.set_num_threads(frozen.config.torch_threads)
     return fit_recipe(FitRequest(
-        recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_path,
+        recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_population(),
         validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
         max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
         # W&B: the study's canaries and cells group together under the study's name.
@@ -241,8 +241,6 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
 
     config = frozen.config
     recipe = frozen.recipe(variant, seed, config.broad_updates)
-    sealed = development["body"]["validation"]
-    validation_path = locate_population(sealed["path"], sealed["manifest_sha256"])
     previous = [p.name for p in _attempt_directories(cell_dir)]
     attempt = adoptable_attempt(cell_dir, evaluate=True)
     if execution is not None and (attempt is None or attempt.name != execution.get("attempt")):
@@ -254,8 +252,8 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
     # A remote record describes the attempt its driver just published: fitted, not adopted.
     adopted = attempt is not None and execution is None
     if attempt is None:
-        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=validation_path,
-                      progress=progress)
+        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell,
+                      validation=frozen.validation_population("run_fit"), progress=progress)
         attempt = Path(result.output_directory)
     else:
         previous.remove(attempt.name)
