@@ -6,9 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from scipy import stats
 
 from qhlab.evidence.errors import QhInputError
+from qhlab.finite_horizon.studies.architecture.config import BootstrapConfig
 from qhlab.finite_horizon.studies.statistics import (
     MIN_SCENES_FOR_ROBUST,
     paired_scene_bootstrap,
@@ -104,14 +106,22 @@ def test_undefined_bca_with_spread_falls_back_to_percentile_and_says_so():
          "y='an array'"),
         (lambda: paired_scene_bootstrap([1.0, 2.0], statistic="median", rng_seed=0),
          "statistic='median'"),
-        (lambda: scene_mean_interval([1.0, 2.0], rng_seed=-1), "rng_seed=-1"),
-        (lambda: scene_mean_interval([1.0, 2.0], rng_seed=0, confidence=1.0), "confidence=1.0"),
     ],
 )
 def test_bad_inputs_are_refused_with_the_field_named(call, message):
     with pytest.raises(QhInputError) as info:
         call()
     assert message in str(info.value) and "HINT" in str(info.value)
+
+
+@pytest.mark.parametrize("settings, field", [({"seed": -1}, "seed"), ({"confidence": 1.0}, "confidence"),
+                                             ({"resamples": 0}, "resamples")])
+def test_bootstrap_settings_are_refused_at_the_boundary(settings, field):
+    # The statistics take their settings from the study config's BootstrapConfig, which is
+    # where a negative seed or a confidence outside (0.5, 1) is refused, naming the field.
+    with pytest.raises(ValidationError) as info:
+        BootstrapConfig(**settings)
+    assert info.value.errors()[0]["loc"] == (field,)
 
 
 def test_retention_margins_by_hand_retained_but_inconclusive():

@@ -1,9 +1,10 @@
 """Seed-aware statistics: pooled paired differences whose intervals carry the training seed,
 replication labels, study-level verdicts and minimum detectable effects.
 
-Owns: pure functions over per-scene arrays of several training seeds. Does not own: the
-per-seed scene bootstrap (``statistics``), choosing thresholds or the seed-variance source
-(the frozen study config) or writing reports.
+Owns: pure functions over per-scene arrays of several training seeds (the arrays are checked
+here; confidence, power and sidedness are taken as validated by the study config and the
+report). Does not own: the per-seed scene bootstrap (``statistics``), choosing thresholds or
+the seed-variance source (the frozen study config) or writing reports.
 
 The model. For one comparison (arm minus control, or a retention margin), seed s and scene i,
 the paired per-scene difference is ``d[s, i] = delta + u_s + v_i + e[s, i]``: the true
@@ -123,14 +124,6 @@ def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: flo
     Returns:
         The MDE in the estimate's unit (metres), >= 0.
     """
-    call = "minimum_detectable_effect"
-    if isinstance(se, bool) or not isinstance(se, (int, float)) or not math.isfinite(se) or se < 0:
-        raise input_error(call, "se", se, "a finite number >= 0", "the standard error of the estimate")
-    if alternative not in ("two-sided", "less", "greater"):
-        raise input_error(call, "alternative", alternative, "two-sided | less | greater", "as for the interval")
-    if distribution not in ("normal", "t") or (distribution == "t" and (not isinstance(dof, int) or dof < 1)):
-        raise input_error(call, "distribution", (distribution, dof), "'normal', or 't' with an integer dof >= 1",
-                          "the interval's own distribution")
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
     return (_quantile(distribution, dof or 1, level) + _quantile(distribution, dof or 1, power)) * float(se)
 
@@ -156,13 +149,6 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
     """
     call = "pooled_difference"
     d = _differences(call, differences)
-    if not 0.0 < float(confidence) < 1.0:
-        raise input_error(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
-    if not 0.0 < float(power) < 1.0:
-        raise input_error(call, "power", power, "a number in (0, 1)", "e.g. 0.8")
-    if alternative not in ("two-sided", "less", "greater"):
-        raise input_error(call, "alternative", alternative, "two-sided | less | greater",
-                          "'less' gives an upper bound, 'greater' a lower bound")
     n_seeds, n_scenes = d.shape
     pooled_scenes = d.mean(axis=0)
     estimate = float(d.mean())

@@ -10,7 +10,9 @@ Does not own: computing per-scene MAE or regret (``qhlab.finite_horizon.evaluati
 ``scene_means`` aggregates states into scenes), choosing thresholds (the frozen study config),
 or writing reports. Every result is a frozen dataclass of plain floats/ints/strings with an
 ``as_dict()`` that is JSON-able: no NaN or infinity ever leaves this module (an undefined or
-open bound is ``None`` and the record's ``note`` says why).
+open bound is ``None`` and the record's ``note`` says why). The per-scene values are checked
+here; the bootstrap settings (confidence, resamples, seed) are validated once, at the
+boundary (the study config's ``BootstrapConfig``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,16 @@ DEFAULT_RESAMPLES = 9999
 MIN_SCENES_FOR_ROBUST = 30
 
 
+class _Record:
+    """A frozen result record (the dataclasses below)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-able dict."""
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class BootstrapInterval:
+class BootstrapInterval(_Record):
     """A scene-bootstrap interval for a mean (or a paired mean difference).
 
     ``alternative`` follows scipy: "two-sided" gives [low, high]; "less" gives the one-sided
@@ -70,13 +80,9 @@ class BootstrapInterval:
     rng_seed: int
     note: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-able dict."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Margin:
+class Margin(_Record):
     """One retention margin: mean over scenes of ``variant_s - fraction * reference_s``.
 
     ``passes`` is the point decision (estimate <= 0). ``upper`` is the one-sided upper bound
@@ -84,7 +90,7 @@ class Margin:
     the requested confidence. ``confirmed`` is True when the bound on the side of this
     margin's own sign agrees with it: ``upper.high <= 0`` when it passes, ``lower.low > 0``
     when it fails. How the two margins' ``confirmed`` combine into the decision's label is
-    ``RetentionDecision``'s rule (a rejection needs only one confirmed failing margin).
+    ``retention_margins``'s rule (a rejection needs only one confirmed failing margin).
     """
 
     name: str
@@ -96,28 +102,16 @@ class Margin:
     upper: BootstrapInterval
     lower: BootstrapInterval
 
-    def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-able dict."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class RetentionDecision:
+class RetentionDecision(_Record):
     """The retention rule's outcome for one variant (one seed).
 
     ``retained`` is decided by the point estimates: both margins <= 0. ``label`` is "robust"
-    or "inconclusive":
-
-    * with fewer than ``MIN_SCENES_FOR_ROBUST`` scenes it is always "inconclusive";
-    * a retention (both margins pass) is "robust" iff BOTH margins' one-sided upper bounds
-      are <= 0 (both ``Margin.confirmed``);
-    * a rejection is decided by a failing margin (estimate > 0), so it is "robust" iff at
-      least one failing margin has a one-sided lower bound > 0 (that margin is
-      ``confirmed``), whatever the bound of a passing margin: the passing margin cannot
-      turn a confirmed failure into a retention.
-
-    ``label_reason`` says in words why the label was given; ``n_scenes`` is the number of
-    scenes the margins were computed on.
+    or "inconclusive" by the rule of ``retention_margins`` (a retention needs both margins
+    ``confirmed``, a rejection one confirmed failing margin; never robust on fewer than
+    ``MIN_SCENES_FOR_ROBUST`` scenes); ``label_reason`` says in words why; ``n_scenes`` is the
+    number of scenes the margins were computed on.
     """
 
     retained: bool
@@ -128,10 +122,6 @@ class RetentionDecision:
     confidence: float
     d_reg: Margin
     d_mae: Margin
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-able dict."""
-        return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,21 +145,6 @@ def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
     return array
 
 
-def _check_options(call: str, confidence: Any, n_resamples: Any, rng_seed: Any) -> None:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
-        0.0 < float(confidence) < 1.0
-    ):
-        raise input_error(call, "confidence", confidence, "a number in (0, 1)", "e.g. 0.95")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
-        n_resamples < 1
-    ):
-        raise input_error(call, "n_resamples", n_resamples, "an integer >= 1",
-                          f"scipy's default is {DEFAULT_RESAMPLES}")
-    if isinstance(rng_seed, bool) or not isinstance(rng_seed, (int, np.integer)) or rng_seed < 0:
-        raise input_error(call, "rng_seed", rng_seed, "an integer >= 0",
-                          "declare the seed in the study config so intervals are reproducible")
-
-
 def _finite_or_none(value: float) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
@@ -187,29 +162,14 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis)
 
 
-def _run_scipy(
-    data: tuple[np.ndarray, ...],
-    *,
-    method: str,
-    confidence: float,
-    alternative: str,
-    n_resamples: int,
-    rng_seed: int,
-) -> tuple[float, float, list[str]]:
+def _run_scipy(data: tuple[np.ndarray, ...], *, method: str, confidence: float, alternative: str, n_resamples: int,
+               rng_seed: int) -> tuple[float, float, list[str]]:
     statistic = _mean_difference if len(data) == 2 else _mean
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = stats.bootstrap(
-            data,
-            statistic,
-            n_resamples=int(n_resamples),
-            vectorized=True,
-            paired=len(data) == 2,
-            confidence_level=float(confidence),
-            alternative=alternative,
-            method=method,
-            rng=np.random.default_rng(int(rng_seed)),
-        )
+        result = stats.bootstrap(data, statistic, n_resamples=int(n_resamples), vectorized=True, paired=len(data) == 2,
+                                 confidence_level=float(confidence), alternative=alternative, method=method,
+                                 rng=np.random.default_rng(int(rng_seed)))
     messages = sorted({str(w.message).split(".")[0] for w in caught})
     return float(result.confidence_interval.low), float(result.confidence_interval.high), messages
 
@@ -228,16 +188,9 @@ def _point_bounds(estimate: float, alternative: str) -> tuple[float | None, floa
     return low, high
 
 
-def paired_scene_bootstrap(
-    x: Any,
-    y: Any | None = None,
-    *,
-    statistic: str = "mean difference",
-    confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    rng_seed: int,
-    alternative: str = "two-sided",
-) -> BootstrapInterval:
+def paired_scene_bootstrap(x: Any, y: Any | None = None, *, statistic: str = "mean difference",
+                           confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, rng_seed: int,
+                           alternative: str = "two-sided") -> BootstrapInterval:
     """BCa scene-bootstrap interval for a mean or a paired mean difference.
 
     Scenes are resampled with replacement (the same scenes for both arms when ``y`` is given:
@@ -269,7 +222,6 @@ def paired_scene_bootstrap(
     if alternative not in _ALTERNATIVES:
         raise input_error(call, "alternative", alternative, " | ".join(_ALTERNATIVES),
                           "'less' gives a one-sided upper bound, 'greater' a lower bound")
-    _check_options(call, confidence, n_resamples, rng_seed)
     first = _scene_array(call, "x", x)
     if y is None:
         data: tuple[np.ndarray, ...] = (first,)
@@ -321,29 +273,14 @@ def paired_scene_bootstrap(
     elif alternative == "greater":
         notes.append("one-sided lower bound: high is +infinity (reported as None)")
     return BootstrapInterval(
-        statistic=statistic,
-        estimate=estimate,
-        low=low,
-        high=high,
-        confidence=float(confidence),
-        alternative=alternative,
-        method=method,
-        requested_method="BCa",
-        n_scenes=n,
-        n_resamples=int(n_resamples),
-        rng_seed=int(rng_seed),
-        note="; ".join(notes) if notes else None,
+        statistic=statistic, estimate=estimate, low=low, high=high, confidence=float(confidence),
+        alternative=alternative, method=method, requested_method="BCa", n_scenes=n, n_resamples=int(n_resamples),
+        rng_seed=int(rng_seed), note="; ".join(notes) if notes else None,
     )
 
 
-def scene_mean_interval(
-    values: Any,
-    *,
-    confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    rng_seed: int,
-    alternative: str = "two-sided",
-) -> BootstrapInterval:
+def scene_mean_interval(values: Any, *, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
+                        rng_seed: int, alternative: str = "two-sided") -> BootstrapInterval:
     """BCa scene-bootstrap interval for one arm's scene mean (e.g. MAE_H of one cell).
 
     Args:
@@ -356,15 +293,8 @@ def scene_mean_interval(
     Returns:
         A ``BootstrapInterval`` with statistic "mean".
     """
-    return paired_scene_bootstrap(
-        values,
-        None,
-        statistic="mean",
-        confidence=confidence,
-        n_resamples=n_resamples,
-        rng_seed=rng_seed,
-        alternative=alternative,
-    )
+    return paired_scene_bootstrap(values, None, statistic="mean", confidence=confidence, n_resamples=n_resamples,
+                                  rng_seed=rng_seed, alternative=alternative)
 
 
 def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
@@ -402,16 +332,8 @@ def _check_fraction(call: str, field: str, value: Any) -> float:
                           hint="use the fraction declared in the frozen study config")
 
 
-def _margin(
-    name: str,
-    variant: np.ndarray,
-    reference: np.ndarray,
-    fraction: float,
-    *,
-    confidence: float,
-    n_resamples: int,
-    rng_seed: int,
-) -> Margin:
+def _margin(name: str, variant: np.ndarray, reference: np.ndarray, fraction: float, *, confidence: float,
+            n_resamples: int, rng_seed: int) -> Margin:
     per_scene = variant - fraction * reference
     options = dict(statistic="mean difference", confidence=confidence,
                    n_resamples=n_resamples, rng_seed=rng_seed)
@@ -422,30 +344,13 @@ def _margin(
     confirmed = (upper.high is not None and upper.high <= 0.0) if passes else (
         lower.low is not None and lower.low > 0.0
     )
-    return Margin(
-        name=name,
-        fraction=fraction,
-        estimate=estimate,
-        per_scene=[float(v) for v in per_scene],
-        passes=passes,
-        confirmed=bool(confirmed),
-        upper=upper,
-        lower=lower,
-    )
+    return Margin(name=name, fraction=fraction, estimate=estimate, per_scene=[float(v) for v in per_scene],
+                  passes=passes, confirmed=bool(confirmed), upper=upper, lower=lower)
 
 
-def retention_margins(
-    variant_regret: Any,
-    control_regret: Any,
-    variant_mae: Any,
-    matched_mae: Any,
-    *,
-    regret_fraction: float,
-    mae_fraction: float,
-    rng_seed: int,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = 0.95,
-) -> RetentionDecision:
+def retention_margins(variant_regret: Any, control_regret: Any, variant_mae: Any, matched_mae: Any, *,
+                      regret_fraction: float, mae_fraction: float, rng_seed: int,
+                      n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95) -> RetentionDecision:
     """The retention rule as two margins over scenes, decided by the point estimates.
 
     D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control;
@@ -476,7 +381,6 @@ def retention_margins(
         A ``RetentionDecision`` (JSON-able via ``as_dict()``).
     """
     call = "retention_margins"
-    _check_options(call, confidence, n_resamples, rng_seed)
     arrays = {
         "variant_regret": _scene_array(call, "variant_regret", variant_regret),
         "control_regret": _scene_array(call, "control_regret", control_regret),
@@ -521,16 +425,9 @@ def retention_margins(
         f"iff at least one failing margin (> 0) has its one-sided {confidence:.0%} lower bound > 0; "
         f"never robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; otherwise inconclusive"
     )
-    return RetentionDecision(
-        retained=bool(retained),
-        label="robust" if robust else "inconclusive",
-        label_reason=reason,
-        n_scenes=int(n_scenes),
-        rule=rule,
-        confidence=float(confidence),
-        d_reg=d_reg,
-        d_mae=d_mae,
-    )
+    return RetentionDecision(retained=bool(retained), label="robust" if robust else "inconclusive",
+                             label_reason=reason, n_scenes=int(n_scenes), rule=rule, confidence=float(confidence),
+                             d_reg=d_reg, d_mae=d_mae)
 
 
 def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:

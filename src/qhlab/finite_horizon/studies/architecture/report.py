@@ -2,23 +2,30 @@
 
 Owns: ``report_study`` (authenticate every cell receipt against this freeze and development,
 collect the benchmarks when all exist, publish ``report/`` through
-``qhlab.evidence.publish_directory`` with its receipt inside) and ``build_report``, every
-number of ``report.json`` from the authenticated receipt bodies (per-cell and seed-mean
-intervals, paired differences, retention decisions, the heuristic references and headline).
-Does not own: the statistics (``statistics``), the references (``references``) or the
-markdown and figures (``render``).
+``qhlab.evidence.publish_directory`` with its receipt inside); the report's sections: a
+``Section`` is one statistic of the report and owns its computation (``build``: its fields of
+``report.json`` and its entries of the summary), its lines of ``report.md`` and its W&B
+tables; ``SECTIONS`` is their registry, in report order; ``build_report`` is a loop over it.
+Does not own: the statistics (``statistics``, ``replication``), the references
+(``references``), the seed-aware section's code (``seed_aware``), the figures and writing the
+files (``render``) or the W&B run (``report_run``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qhlab.evidence import EvidenceError, PublishConflictError, publish_directory, read_receipt, write_receipt
+from qhlab.finite_horizon.studies.architecture import seed_aware
 from qhlab.finite_horizon.studies.architecture.authentication import (
+    FrozenStudy,
     authenticate_cells,
     authenticate_development,
     authenticate_freeze,
@@ -34,10 +41,25 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_name,
 )
 from qhlab.finite_horizon.studies.architecture.references import reference_comparisons
-from qhlab.finite_horizon.studies.architecture.render import write_report_files
-from qhlab.finite_horizon.studies.architecture.seed_aware import seed_aware_section
+from qhlab.finite_horizon.studies.architecture.render import ci, fmt, table, write_report_files
+from qhlab.finite_horizon.studies.statistics import (
+    MIN_SCENES_FOR_ROBUST,
+    pooled_seed_values,
+    retention_margins,
+    seed_disagreement,
+)
 
-__all__ = ["build_report", "report_study"]
+__all__ = ["SECTIONS", "ReportInputs", "Section", "build_report", "report_study"]
+
+Tables = dict[str, tuple[list[str], list[list[Any]]]]
+"""W&B tables of a section: {name: (columns, rows)}, logged as ``report/<name>``."""
+
+
+def _authenticated(config_path: str | os.PathLike, output: str | os.PathLike) -> tuple[FrozenStudy, dict, dict]:
+    """The report's authenticated inputs from the study's path: the freeze, the development
+    receipt and every cell receipt ({(arm, seed): {"path", "document"}})."""
+    frozen = authenticate_freeze(config_path, output, "report_study")
+    return frozen, authenticate_development(frozen, "report_study"), authenticate_cells(frozen, "report_study")
 
 
 @within_study
@@ -59,9 +81,7 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     Raises:
         PublishConflictError: the report exists, or ``report/`` holds anything.
     """
-    frozen = authenticate_freeze(config_path, output, "report_study")
-    development = authenticate_development(frozen, "report_study")
-    cells = authenticate_cells(frozen, "report_study")
+    frozen, development, cells = _authenticated(config_path, output)
     directory = frozen.output / REPORT_DIR
     if (directory / REPORT_RECEIPT).exists():
         raise PublishConflictError(f"report_study: {directory / REPORT_RECEIPT} already exists; the report is written once.")
@@ -84,7 +104,7 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     def write(staging: Path) -> None:
         # The receipt is written inside the staging directory, so its output paths are
         # relative ("report.json") and stay valid once the directory is renamed to report/.
-        outputs = write_report_files(report, staging)
+        outputs = write_report_files(report, staging, SECTIONS)
         write_receipt(staging / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION,
                       body={"study": frozen.config.name, "summary": report["summary"]},
                       inputs=inputs, outputs=outputs)
@@ -93,89 +113,353 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     return report
 
 
-def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: dict,
-                 cells: dict[tuple[str, int], dict], benchmarks: dict[tuple[str, int], dict]) -> dict:
-    """Every number of the report from the authenticated receipt bodies (pure of files).
+@dataclass(frozen=True)
+class ReportInputs:
+    """What every section computes from: the authenticated receipt bodies (pure of files).
 
-    Per-scene arrays are [n_scenes][H] in the evaluation's scene order, which must be the same
-    for every cell (the same sealed validation population).
-
-    Args:
+    Attributes:
         config: the study config.
         freeze: the freeze receipt body.
         development: the development receipt body (with ``references``).
         cells: {(arm, seed): cell receipt body} for every declared cell.
         benchmarks: {(arm, seed): benchmark receipt body} for every cell, or empty.
+    """
+
+    config: QhArchitectureStudyConfig
+    freeze: dict
+    development: dict
+    cells: dict[tuple[str, int], dict]
+    benchmarks: dict[tuple[str, int], dict]
+
+    @property
+    def horizon(self) -> int:
+        """H, the primary horizon."""
+        return int(self.freeze["train"]["support"]["H"])
+
+    @property
+    def primary(self) -> int:
+        """The index of H in the horizon axis."""
+        return self.horizon - 1
+
+    @property
+    def scene_ids(self) -> list[int]:
+        """The evaluation's scene order (the first cell's; ``per_scene`` checks every cell's)."""
+        return next(iter(self.cells.values()))["evaluation"]["scene_ids"]
+
+    @cached_property
+    def per_scene(self) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+        """{(arm, seed): {"mae" | "regret": float [n_scenes, H]}}, scenes in ``scene_ids`` order.
+
+        Raises:
+            EvidenceError: a cell was evaluated on other scenes (the sealed validation is one).
+        """
+        arrays = {}
+        for key, body in self.cells.items():
+            ev = body["evaluation"]
+            if ev["scene_ids"] != self.scene_ids:
+                raise EvidenceError(f"report_study: cell {body['cell']} was evaluated on other scenes.")
+            arrays[key] = {m: np.asarray(ev[f"scene_{m}"], dtype=np.float64).reshape(len(self.scene_ids), self.horizon)
+                           for m in ("mae", "regret")}
+        return arrays
+
+    @cached_property
+    def roles(self) -> dict[str, dict]:
+        """{arm: the freeze's arm record (``role``, ``control``, ``matched``)}."""
+        return {a["arm"]: a for a in self.freeze["arms"]}
+
+    @cached_property
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """(arm, against, relation) of every paired comparison, in report order."""
+        baseline, arms = self.config.baseline_arm, self.config.experiment.arms
+        pairs = [(baseline, a.arm, "baseline minus control") for a in arms if a.role == "control"]
+        for a in (a for a in arms if a.role == "variant"):
+            pairs += [(a.arm, a.control, "variant minus structural control"),
+                      (a.arm, a.matched or baseline, "variant minus matched control")]
+        return pairs
+
+    def at_h(self, arm: str, seed: int, metric: str) -> np.ndarray:
+        """float [n_scenes]: one cell's per-scene ``metric`` ("mae" | "regret") at H."""
+        return self.per_scene[(arm, seed)][metric][:, self.primary]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One statistic of the report: its computation, its markdown and its W&B tables.
+
+    Attributes:
+        name: the section's name.
+        build: ``build(inputs, report)`` adds the section's fields to ``report`` and its
+            entries to ``report["summary"]``; it may read and extend what sections before it
+            in ``SECTIONS`` wrote.
+        markdown: ``markdown(report) -> lines`` of ``report.md`` (from the report dict only).
+        tables: ``tables(report) -> Tables`` of the W&B report run (from ``report.json``).
+        lead: its markdown opens ``report.md`` (the headline); the others follow in order.
+    """
+
+    name: str
+    build: Callable[[ReportInputs, dict], None]
+    markdown: Callable[[dict], list[str]] = lambda report: []
+    tables: Callable[[dict], Tables] = lambda report: {}
+    lead: bool = False
+
+
+def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: dict,
+                 cells: dict[tuple[str, int], dict], benchmarks: dict[tuple[str, int], dict]) -> dict:
+    """Every number of the report from the authenticated receipt bodies: each of ``SECTIONS`` in turn.
+
+    Args:
+        config, freeze, development, cells, benchmarks: as in ``ReportInputs``.
 
     Returns:
         The JSON-able report (the content of ``report.json``).
     """
-    from qhlab.finite_horizon.studies.statistics import retention_margins, seed_disagreement
+    inputs = ReportInputs(config, freeze, development, cells, benchmarks)
+    report: dict[str, Any] = {"summary": {}}
+    for section in SECTIONS:
+        section.build(inputs, report)
+    return report
 
-    horizon = int(freeze["train"]["support"]["H"])
-    reference = None
-    per_scene: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    for key, body in cells.items():
-        ev = body["evaluation"]
-        if reference is None:
-            reference = ev["scene_ids"]
-        elif ev["scene_ids"] != reference:
-            raise EvidenceError(f"report_study: cell {body['cell']} was evaluated on other scenes.")
-        per_scene[key] = {m: np.asarray(ev[f"scene_{m}"], dtype=np.float64).reshape(len(reference), horizon)
-                          for m in ("mae", "regret")}
-    roles = {a["arm"]: a for a in freeze["arms"]}
-    primary = horizon - 1
-    constant = development["constant_on_validation"]
-    constant_scene = {m: np.asarray(constant["per_scene"][m], dtype=np.float64) for m in ("mae", "regret")}
-    if "references" not in development:
-        raise EvidenceError("report_study: the development receipt carries no heuristic references. "
-                            "HINT: it was sealed by an older qhlab; freeze a new study.")
-    compared = reference_comparisons(
-        development["references"], {s: per_scene[(config.baseline_arm, s)]["regret"] for s in config.seeds},
-        scene_ids=reference, bootstrap=config.bootstrap, baseline_arm=config.baseline_arm,
-    )
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "study": config.name,
-        "headline": compared["headline"],
-        "profile": config.profile,
-        "horizon": horizon,
-        "primary_horizon": horizon,
-        "n_scenes": len(reference),
+
+# ---------------------------------------------------------------------------------------------
+# The sections (each: build, markdown, tables).
+
+
+def _overview(inputs: ReportInputs, report: dict) -> None:
+    config = inputs.config
+    report.update({
+        "schema_version": SCHEMA_VERSION, "study": config.name, "profile": config.profile,
+        "horizon": inputs.horizon, "primary_horizon": inputs.horizon, "n_scenes": len(inputs.scene_ids),
         "statistical_unit": "scene (candidates within state, states within scene, scenes equally)",
         "states_used": "final states of charged cells only; no intermediate checkpoint",
-        "thresholds": freeze["thresholds"],
-        "bootstrap": config.bootstrap.model_dump(mode="json"),
+        "thresholds": inputs.freeze["thresholds"], "bootstrap": config.bootstrap.model_dump(mode="json"),
         "seeds": list(config.seeds),
-        "constant": {
-            "train_constant": development["train_constant"],
-            "mae": constant["mae"], "regret": constant["regret"],
-            "mae_interval": config.bootstrap.interval(constant_scene["mae"][:, primary]),
-            "regret_interval": config.bootstrap.interval(constant_scene["regret"][:, primary]),
-        },
-        "references": compared["references"],
-        "cells": [],
-        "arms": [],
-        "paired": [],
-        "retention": [],
-    }
+    })
+
+
+def _overview_markdown(report: dict) -> list[str]:
+    lines = [
+        f"Lane `{report['profile']}`; {report['n_scenes']} validation scenes; horizon H={report['horizon']} is "
+        f"primary; seeds {report['seeds']}. Statistical unit: the scene. {report['states_used']}.",
+        f"Thresholds: tie_band={report['thresholds']['tie_band']}, regret_fraction="
+        f"{report['thresholds']['regret_fraction']}, mae_fraction={report['thresholds']['mae_fraction']}. "
+        f"Intervals: {report['bootstrap']['confidence']:.0%} scene bootstrap (BCa unless noted), "
+        f"{report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']}.",
+        "",
+    ]
+    if report["n_scenes"] < MIN_SCENES_FOR_ROBUST:
+        # Said once, up front, in plain words: a reader must not mistake a retention table on a
+        # handful of scenes for evidence (statistics labels every such decision inconclusive).
+        lines += [f"There are fewer than {MIN_SCENES_FOR_ROBUST} validation scenes ({report['n_scenes']}), "
+                  "so no retention decision is labelled robust: every decision below is inconclusive.", ""]
+    return lines
+
+
+def _cells(inputs: ReportInputs, report: dict) -> None:
+    config, horizon, primary = inputs.config, inputs.horizon, inputs.primary
+    constant = inputs.development["constant_on_validation"]
+    constant_scene = {m: np.asarray(constant["per_scene"][m], dtype=np.float64) for m in ("mae", "regret")}
+    report["constant"] = {"train_constant": inputs.development["train_constant"], "mae": constant["mae"],
+                          "regret": constant["regret"], **{f"{m}_interval": config.bootstrap.interval(
+                              constant_scene[m][:, primary]) for m in ("mae", "regret")}}
+    report["cells"] = []
     for arm, seed in config.cells:
-        body = cells[(arm, seed)]
-        values = per_scene[(arm, seed)]
-        entry = {
-            "arm": arm, "seed": seed, "role": roles[arm]["role"], "cell": body["cell"],
+        body, values = inputs.cells[(arm, seed)], inputs.per_scene[(arm, seed)]
+        report["cells"].append({
+            "arm": arm, "seed": seed, "role": inputs.roles[arm]["role"], "cell": body["cell"],
             "mae": [float(v) for v in values["mae"].mean(axis=0)],
             "regret": [float(v) for v in values["regret"].mean(axis=0)],
             "mae_intervals": [config.bootstrap.interval(values["mae"][:, h]) for h in range(horizon)],
             "regret_intervals": [config.bootstrap.interval(values["regret"][:, h]) for h in range(horizon)],
-            "observed_updates": body["observed_updates"],
-            "final_state_sha256": body["final_state_sha256"],
-            "attempt": body["attempt"],
-            "previous_attempts": body["previous_attempts"],
+            **{k: body[k] for k in ("observed_updates", "final_state_sha256", "attempt", "previous_attempts")},
             "wall_seconds": body.get("wall_seconds"),
+        })
+    report["summary"].update({
+        "n_cells": len(report["cells"]),
+        **{f"{m}_primary": {c["cell"]: c[m][primary] for c in report["cells"]} for m in ("mae", "regret")},
+        **{f"constant_{m}_primary": constant[m][primary] for m in ("mae", "regret")},
+    })
+
+
+def _cells_markdown(report: dict) -> list[str]:
+    h, k = report["horizon"], report["constant"]
+    columns = ["arm", "role", "seed", *(f"MAE_{i}" for i in range(1, h + 1)), *(f"regret_{i}" for i in range(1, h + 1)),
+               f"MAE_{h} 95% CI", f"regret_{h} 95% CI", "updates"]
+    rows = [[c["arm"], c["role"], c["seed"], *map(fmt, c["mae"]), *map(fmt, c["regret"]), ci(c["mae_intervals"][-1]),
+             ci(c["regret_intervals"][-1]), c["observed_updates"]] for c in report["cells"]]
+    rows.append(["TRAIN constant", "reference", "-", *map(fmt, k["mae"]), *map(fmt, k["regret"]), ci(k["mae_interval"]),
+                 ci(k["regret_interval"]), "-"])
+    return ["## Every arm and seed (final states)", "", *table(columns, rows)]
+
+
+def _cells_tables(report: dict) -> Tables:
+    horizons = range(1, int(report["horizon"]) + 1)
+    rows = [[c["arm"], c["seed"], c["role"], *c["mae"], *c["regret"], c["observed_updates"]] for c in report["cells"]]
+    return {"cells": (["arm", "seed", "role", *(f"mae_{i}" for i in horizons), *(f"regret_{i}" for i in horizons),
+                       "observed_updates"], rows)}
+
+
+def _references(inputs: ReportInputs, report: dict) -> None:
+    config, development = inputs.config, inputs.development
+    if "references" not in development:
+        raise EvidenceError("report_study: the development receipt carries no heuristic references. "
+                            "HINT: it was sealed by an older qhlab; freeze a new study.")
+    compared = reference_comparisons(
+        development["references"], {s: inputs.per_scene[(config.baseline_arm, s)]["regret"] for s in config.seeds},
+        scene_ids=inputs.scene_ids, bootstrap=config.bootstrap, baseline_arm=config.baseline_arm,
+    )
+    report["headline"], report["references"] = compared["headline"], compared["references"]
+    report["summary"].update({
+        "reference_regret_primary": {name: ref["regret"][inputs.primary] for name, ref in report["references"].items()},
+        "headline": compared["headline"]["text"],
+        "beats_best_heuristic_every_seed": compared["headline"]["beats_every_seed"],
+    })
+
+
+def _references_markdown(report: dict) -> list[str]:
+    """The headline sentence (the report's first paragraph) and the heuristic references table."""
+    h, seeds = report["horizon"], report["seeds"]
+    level = f"{report['bootstrap']['confidence']:.0%}"
+    lines = [
+        report["headline"]["text"], "", "## Heuristic references (validation chain rows, scenes weighted equally)", "",
+        "The fixed index was chosen on TRAIN only; the straight strike is candidate 0 (the target "
+        "struck at the goal centre); the myopic oracle acts on the exact Q*_1 labels, so it reads "
+        "validation labels and is no deployable policy. Paired columns: per seed, (baseline - "
+        f"reference) regret_{h} on the same scenes with its {level} scene-bootstrap interval; below 0 "
+        "favours the baseline.",
+        "",
+    ]
+    columns = ["reference", *(f"regret_{i}" for i in range(1, h + 1)), f"regret_{h} {level} CI",
+               *(f"baseline - reference, seed {s}" for s in seeds)]
+    rows = []
+    for ref in report["references"].values():
+        paired = {p["seed"]: p["interval"] for p in ref["paired"]}
+        rows.append([f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"], *map(fmt, ref["regret"]),
+                     ci(ref["regret_interval"]), *(f"{fmt(paired[s]['estimate'])} {ci(paired[s])}" for s in seeds)])
+    return lines + table(columns, rows) + [""]
+
+
+def _references_tables(report: dict) -> Tables:
+    horizons = range(1, int(report["horizon"]) + 1)
+    rows = [[name, r["label"], bool(r["oracle"]), *r["regret"], *[p["interval"]["estimate"] for p in r["paired"]]]
+            for name, r in sorted(report["references"].items())]
+    seeds = [p["seed"] for p in next(iter(report["references"].values()))["paired"]]
+    return {"references": (["reference", "label", "oracle", *(f"regret_{i}" for i in horizons),
+                            *(f"baseline_minus_reference_s{s}" for s in seeds)], rows)}
+
+
+def _arms(inputs: ReportInputs, report: dict) -> None:
+    config, primary = inputs.config, inputs.primary
+    report["arms"] = []
+    for arm in config.arms:
+        # [n_scenes, H]: each scene's value averaged over the seeds, horizon by horizon.
+        pooled = {m: np.stack([pooled_seed_values({s: inputs.per_scene[(arm, s)][m][:, h] for s in config.seeds})
+                               for h in range(inputs.horizon)], axis=1) for m in ("mae", "regret")}
+        role = inputs.roles[arm]
+        report["arms"].append({
+            "arm": arm, "role": role["role"], "control": role["control"], "matched": role["matched"],
+            "seed_mean_mae": [float(v) for v in pooled["mae"].mean(axis=0)],
+            "seed_mean_regret": [float(v) for v in pooled["regret"].mean(axis=0)],
+            "seed_mean_mae_interval": config.bootstrap.interval(pooled["mae"][:, primary]),
+            "seed_mean_regret_interval": config.bootstrap.interval(pooled["regret"][:, primary]),
+        })
+
+
+def _arms_markdown(report: dict) -> list[str]:
+    h = report["horizon"]
+    rows = [[a["arm"], a["role"], fmt(a["seed_mean_mae"][-1]), ci(a["seed_mean_mae_interval"]),
+             fmt(a["seed_mean_regret"][-1]), ci(a["seed_mean_regret_interval"])] for a in report["arms"]]
+    return ["", "## Seed-mean per arm (per-scene values averaged over both seeds)", "",
+            *table(["arm", "role", f"MAE_{h}", "95% CI", f"regret_{h}", "95% CI"], rows)]
+
+
+def _paired(inputs: ReportInputs, report: dict) -> None:
+    report["paired"] = [
+        {"arm": arm, "against": against, "relation": relation, "seed": seed, "metric": metric,
+         "horizon": inputs.horizon,
+         "interval": inputs.config.bootstrap.interval(inputs.at_h(arm, seed, metric),
+                                                      inputs.at_h(against, seed, metric))}
+        for arm, against, relation in inputs.comparisons for seed in inputs.config.seeds for metric in ("regret", "mae")
+    ]
+
+
+def _paired_markdown(report: dict) -> list[str]:
+    rows = [[p["arm"], p["against"], p["relation"], p["seed"], p["metric"], fmt(p["interval"]["estimate"]),
+             ci(p["interval"]), p["interval"]["method"]] for p in report["paired"]]
+    return ["", f"## Paired differences at H={report['horizon']} (same scenes, same seed)", "",
+            *table(["arm", "against", "relation", "seed", "metric", "difference", "95% CI", "method"], rows)]
+
+
+def _paired_tables(report: dict) -> Tables:
+    rows = [[p["arm"], p["against"], p["relation"], p["seed"], p["metric"], p["interval"]["estimate"],
+             p["interval"]["low"], p["interval"]["high"]] for p in report["paired"]]
+    return {"paired": (["arm", "against", "relation", "seed", "metric", "difference", "low", "high"], rows)}
+
+
+def _retention(inputs: ReportInputs, report: dict) -> None:
+    config = inputs.config
+    report["retention"] = []
+    for a in config.experiment.arms:
+        if a.role != "variant":
+            continue
+        matched = a.matched or config.baseline_arm
+        decisions = {
+            seed: retention_margins(
+                inputs.at_h(a.arm, seed, "regret"), inputs.at_h(a.control, seed, "regret"),
+                inputs.at_h(a.arm, seed, "mae"), inputs.at_h(matched, seed, "mae"),
+                regret_fraction=config.regret_fraction, mae_fraction=config.mae_fraction,
+                rng_seed=config.bootstrap.seed, n_resamples=config.bootstrap.resamples,
+                confidence=config.bootstrap.confidence,
+            )
+            for seed in config.seeds
         }
-        if (arm, seed) in benchmarks:
-            b = benchmarks[(arm, seed)]
+        report["retention"].append({
+            "variant": a.arm, "structural_control": a.control, "matched_control": matched,
+            "per_seed": {str(s): d.as_dict() for s, d in decisions.items()},
+            "seeds_disagree": seed_disagreement({s: d.retained for s, d in decisions.items()}),
+            "retained_every_seed": all(d.retained for d in decisions.values()),
+        })
+    report["summary"]["retention"] = {
+        r["variant"]: {"retained": {s: d["retained"] for s, d in r["per_seed"].items()},
+                       "label": {s: d["label"] for s, d in r["per_seed"].items()},
+                       "seeds_disagree": r["seeds_disagree"]}
+        for r in report["retention"]
+    }
+
+
+def _retention_markdown(report: dict) -> list[str]:
+    lines = ["", "## Retention rule", "",
+             "D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control; "
+             "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. Retained iff "
+             f"both <= 0 (point estimates decide). With one-sided {report['bootstrap']['confidence']:.0%} "
+             "scene-bootstrap bounds: a retention is robust iff both upper bounds are <= 0; a rejection "
+             "is robust iff at least one failing margin (> 0) has its lower bound > 0, whatever the "
+             f"passing margin's bound; nothing is robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; "
+             "otherwise inconclusive.",
+             ""]
+    columns = ["variant", "control", "matched", "seed", "D_reg", "upper", "lower", "D_mae", "upper", "lower",
+               "retained", "label"]
+    lines += table(columns, [])
+    for r in report["retention"]:
+        lines += table(columns, [[r["variant"], r["structural_control"], r["matched_control"], seed,
+                                  *(fmt(v) for m in ("d_reg", "d_mae")
+                                    for v in (d[m]["estimate"], d[m]["upper"]["high"], d[m]["lower"]["low"])),
+                                  "yes" if d["retained"] else "no", d["label"]]
+                                 for seed, d in r["per_seed"].items()])[2:]  # the rows, under one header
+        if r["seeds_disagree"]:
+            lines.append(f"\n**Seeds disagree for `{r['variant']}`**: the decision is not replicated.\n")
+    return lines
+
+
+def _retention_tables(report: dict) -> Tables:
+    rows = [[r["variant"], seed, d["retained"], d["label"]]
+            for r in report["retention"] for seed, d in sorted(r["per_seed"].items())]
+    return {"retention": (["variant", "seed", "retained", "label"], rows)}
+
+
+def _benchmark(inputs: ReportInputs, report: dict) -> None:
+    for entry in report["cells"]:
+        b = inputs.benchmarks.get((entry["arm"], entry["seed"]))
+        if b is not None:
             entry["benchmark"] = {
                 "median_forward_seconds": b["median_forward_seconds"],
                 "parameters_receiving_gradients": len(b["parameters_receiving_gradients"]),
@@ -183,68 +467,27 @@ def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: d
                 "readout_seconds": b["module_timings"]["readout_seconds"],
                 "memory": b["memory"],
             }
-        report["cells"].append(entry)
-    for arm in config.arms:
-        pooled = {m: np.mean([per_scene[(arm, s)][m] for s in config.seeds], axis=0) for m in ("mae", "regret")}
-        report["arms"].append({
-            "arm": arm, "role": roles[arm]["role"], "control": roles[arm]["control"],
-            "matched": roles[arm]["matched"],
-            "seed_mean_mae": [float(v) for v in pooled["mae"].mean(axis=0)],
-            "seed_mean_regret": [float(v) for v in pooled["regret"].mean(axis=0)],
-            "seed_mean_mae_interval": config.bootstrap.interval(pooled["mae"][:, primary]),
-            "seed_mean_regret_interval": config.bootstrap.interval(pooled["regret"][:, primary]),
-        })
-    comparisons = []
-    baseline = config.baseline_arm
-    for a in config.experiment.arms:
-        if a.role == "control":
-            comparisons.append((baseline, a.arm, "baseline minus control"))
-    for a in config.experiment.arms:
-        if a.role == "variant":
-            comparisons.append((a.arm, a.control, "variant minus structural control"))
-            comparisons.append((a.arm, a.matched or baseline, "variant minus matched control"))
-    for arm, against, relation in comparisons:
-        for seed in config.seeds:
-            for metric in ("regret", "mae"):
-                x = per_scene[(arm, seed)][metric][:, primary]
-                y = per_scene[(against, seed)][metric][:, primary]
-                report["paired"].append({"arm": arm, "against": against, "relation": relation,
-                                         "seed": seed, "metric": metric, "horizon": horizon,
-                                         "interval": config.bootstrap.interval(x, y)})
-    for a in config.experiment.arms:
-        if a.role != "variant":
-            continue
-        matched = a.matched or baseline
-        decisions = {}
-        for seed in config.seeds:
-            decision = retention_margins(
-                per_scene[(a.arm, seed)]["regret"][:, primary], per_scene[(a.control, seed)]["regret"][:, primary],
-                per_scene[(a.arm, seed)]["mae"][:, primary], per_scene[(matched, seed)]["mae"][:, primary],
-                regret_fraction=config.regret_fraction, mae_fraction=config.mae_fraction,
-                rng_seed=config.bootstrap.seed, n_resamples=config.bootstrap.resamples,
-                confidence=config.bootstrap.confidence,
-            )
-            decisions[seed] = decision
-        disagree = seed_disagreement({s: d.retained for s, d in decisions.items()})
-        report["retention"].append({
-            "variant": a.arm, "structural_control": a.control, "matched_control": matched,
-            "per_seed": {str(s): d.as_dict() for s, d in decisions.items()},
-            "seeds_disagree": disagree,
-            "retained_every_seed": all(d.retained for d in decisions.values()),
-        })
-    report["summary"] = {
-        "n_cells": len(report["cells"]),
-        "mae_primary": {c["cell"]: c["mae"][primary] for c in report["cells"]},
-        "regret_primary": {c["cell"]: c["regret"][primary] for c in report["cells"]},
-        "constant_mae_primary": constant["mae"][primary],
-        "constant_regret_primary": constant["regret"][primary],
-        "reference_regret_primary": {name: ref["regret"][primary] for name, ref in report["references"].items()},
-        "headline": compared["headline"]["text"],
-        "beats_best_heuristic_every_seed": compared["headline"]["beats_every_seed"],
-        "retention": {r["variant"]: {"retained": {s: d["retained"] for s, d in r["per_seed"].items()},
-                                     "label": {s: d["label"] for s, d in r["per_seed"].items()},
-                                     "seeds_disagree": r["seeds_disagree"]}
-                      for r in report["retention"]},
-    }
-    seed_aware_section(config, per_scene, comparisons, report, primary)
-    return report
+
+
+def _benchmark_markdown(report: dict) -> list[str]:
+    rows = [[c["arm"], c["seed"], f"{b['median_forward_seconds'] * 1e3:.3f}", f"{b['encoder_seconds'] * 1e3:.3f}",
+             f"{b['readout_seconds'] * 1e3:.3f}", b["parameters_receiving_gradients"]]
+            for c in report["cells"] if (b := c.get("benchmark"))]
+    columns = ["arm", "seed", "median forward (ms)", "encoder (ms, hooked)", "readout (ms, hooked)",
+               "tensors with grad"]
+    heading = ["", "## Scorer benchmark (canonical first TRAIN chain, no updates)", ""]
+    return heading + table(columns, rows) if rows else []
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("overview", _overview, _overview_markdown),
+    Section("cells", _cells, _cells_markdown, _cells_tables),
+    Section("references", _references, _references_markdown, _references_tables, lead=True),
+    Section("arms", _arms, _arms_markdown),
+    Section("paired", _paired, _paired_markdown, _paired_tables),
+    Section("retention", _retention, _retention_markdown, _retention_tables),
+    Section("seed_aware", seed_aware.build, seed_aware.markdown, seed_aware.tables),
+    Section("benchmark", _benchmark, _benchmark_markdown),
+)
+"""The report's sections, in build order (a section may extend what the sections before it
+wrote); ``report.md`` follows this order after the lead section, and the W&B tables follow it."""

@@ -2,10 +2,10 @@
 
 Owns: ``log_report_run(output, *, offline=True)``: after the report step, one W&B run (job
 type ``report``, grouped with the study's canaries and cells under the study's name) logs
-every table of the authenticated ``report.json`` as a ``wandb.Table`` and both figures as
-``wandb.Image``s, puts the headline in the run summary, and, when online, logs the report
-directory as an artifact whose metadata carries the report receipt's SHA-256 and the
-digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
+every section's tables of the authenticated ``report.json`` (``report_tables``) as a
+``wandb.Table`` and both figures as ``wandb.Image``s, puts the headline in the run summary,
+and, when online, logs the report directory as an artifact whose metadata carries the report
+receipt's SHA-256 and the digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
 stay syncable later with ``wandb sync``; like a fit attempt's, the run's directory is left
 without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does
 not own: the report itself (``report``), or deciding anything: the run only mirrors
@@ -18,15 +18,14 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
-
 from qhlab.evidence import canonical_json, read_receipt, sha256_file
 from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_DIR,
     REPORT_RECEIPT,
     SCHEMA_VERSION,
 )
-from qhlab.finite_horizon.studies.architecture.seed_aware import seed_aware_tables
+from qhlab.finite_horizon.studies.architecture.render import FIGURES
+from qhlab.finite_horizon.studies.architecture.report import SECTIONS, Tables
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
@@ -36,37 +35,16 @@ REPORT_RUN_DIR = "wandb-report"
 published whole and bound by its receipt)."""
 
 
-def report_tables(report: dict) -> dict[str, tuple[list[str], list[list[Any]]]]:
+def report_tables(report: dict) -> Tables:
     """The report's tables as (columns, rows), exactly the numbers of ``report.json``.
 
     Args:
         report: the parsed ``report.json``.
 
     Returns:
-        {"cells", "references", "paired", "retention", "replication", "verdicts"}: columns and
-        rows of each table.
+        {table name: (columns, rows)}: every section's tables (``report.SECTIONS``), in order.
     """
-    h = int(report["horizon"])
-    horizons = range(1, h + 1)
-    cells = [[c["arm"], c["seed"], c["role"], *c["mae"], *c["regret"], c["observed_updates"]]
-             for c in report["cells"]]
-    references = [[name, r["label"], bool(r["oracle"]), *r["regret"],
-                   *[p["interval"]["estimate"] for p in r["paired"]]]
-                  for name, r in sorted(report["references"].items())]
-    paired = [[p["arm"], p["against"], p["relation"], p["seed"], p["metric"], p["interval"]["estimate"],
-               p["interval"]["low"], p["interval"]["high"]] for p in report["paired"]]
-    retention = [[r["variant"], seed, d["retained"], d["label"]]
-                 for r in report["retention"] for seed, d in sorted(r["per_seed"].items())]
-    seeds = [p["seed"] for p in next(iter(report["references"].values()))["paired"]]
-    return {
-        "cells": (["arm", "seed", "role", *(f"mae_{i}" for i in horizons), *(f"regret_{i}" for i in horizons),
-                   "observed_updates"], cells),
-        "references": (["reference", "label", "oracle", *(f"regret_{i}" for i in horizons),
-                        *(f"baseline_minus_reference_s{s}" for s in seeds)], references),
-        "paired": (["arm", "against", "relation", "seed", "metric", "difference", "low", "high"], paired),
-        "retention": (["variant", "seed", "retained", "label"], retention),
-        **seed_aware_tables(report),
-    }
+    return {name: table for section in SECTIONS for name, table in section.tables(report).items()}
 
 
 def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
@@ -116,7 +94,7 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     try:
         for name, (columns, rows) in report_tables(report).items():
             run.log({f"report/{name}": wandb.Table(columns=columns, data=rows)})
-        for figure in ("arms.png", "paired_differences.png"):
+        for figure in FIGURES:
             if (report_dir / figure).is_file():
                 run.log({f"report/{figure.removesuffix('.png')}": wandb.Image(str(report_dir / figure))})
         run.summary.update({"headline": report["headline"]["text"],

@@ -1,10 +1,11 @@
 """The report's seed-aware section: pooled comparisons, replication labels, verdicts and MDEs.
 
-Owns, in one place, one statistic of the report: its computation from the per-scene arrays
-(``seed_aware_section``, called by ``report.build_report``), its markdown
-(``seed_aware_markdown``, called by ``render``) and its W&B tables (``seed_aware_tables``,
-called by ``report_run``). Does not own: the arithmetic (``qhlab.finite_horizon.studies.
-replication``) or the per-seed scene bootstrap and retention margins (``statistics``).
+Owns one section of the report (registered in ``report.SECTIONS`` as "seed_aware"): its
+computation from the per-scene arrays (``build``), its markdown (``markdown``) and its W&B
+tables (``tables``). It is built after the per-seed ``paired`` and ``retention`` sections, which
+it reads and extends. Does not own: the arithmetic (``qhlab.finite_horizon.studies.
+replication``), the per-seed scene bootstrap and retention margins (``statistics``) or the
+section mechanism (``report``).
 
 What it adds to ``report.json``:
 
@@ -22,10 +23,11 @@ What it adds to ``report.json``:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qhlab.finite_horizon.studies.architecture.render import ci, fmt, table
 from qhlab.finite_horizon.studies.replication import (
     pooled_difference,
     replication_label,
@@ -33,7 +35,10 @@ from qhlab.finite_horizon.studies.replication import (
     study_verdict,
 )
 
-__all__ = ["POWER", "seed_aware_markdown", "seed_aware_section", "seed_aware_tables"]
+if TYPE_CHECKING:
+    from qhlab.finite_horizon.studies.architecture.report import ReportInputs, Tables
+
+__all__ = ["POWER", "build", "markdown", "tables"]
 
 POWER = 0.8
 """The power at which every MDE of the report is stated."""
@@ -46,25 +51,23 @@ def _seed_sd(config: Any, metric: str) -> tuple[float | None, str | None]:
     return float(getattr(pilot, metric)), pilot.source
 
 
-def seed_aware_section(config: Any, per_scene: dict[tuple[str, int], dict[str, np.ndarray]],
-                       comparisons: list[tuple[str, str, str]], report: dict, primary: int) -> None:
+def build(inputs: ReportInputs, report: dict) -> None:
     """Add ``replication`` to ``report`` and the study-level fields to each ``retention`` entry.
 
     Args:
-        config: the study config (seeds, bootstrap confidence, seed_variance).
-        per_scene: {(arm, seed): {"mae" | "regret": [n_scenes, H]}}.
-        comparisons: (arm, against, relation) of every paired comparison, in report order.
+        inputs: the report's inputs (config: seeds, bootstrap confidence, seed_variance;
+            per-scene arrays; the paired comparisons).
         report: the report being built; its ``paired`` (per-seed intervals) and ``retention``
-            (per-seed decisions) entries are read, the new fields written.
-        primary: the index of H in the horizon axis.
+            (per-seed decisions) entries are read, the new fields written (and the summary's
+            ``verdicts``, ``seed_variance_source`` and relabelled per-seed labels).
     """
+    config = inputs.config
     confidence = config.bootstrap.confidence
     intervals = {(p["arm"], p["against"], p["seed"], p["metric"]): p["interval"] for p in report["paired"]}
     rows = []
-    for arm, against, relation in comparisons:
+    for arm, against, relation in inputs.comparisons:
         for metric in ("regret", "mae"):
-            diffs = np.stack([per_scene[(arm, s)][metric][:, primary] - per_scene[(against, s)][metric][:, primary]
-                              for s in config.seeds])
+            diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
             sd, source = _seed_sd(config, metric)
             pooled = pooled_difference(diffs, seed_sd=sd, seed_sd_source=source, confidence=confidence, power=POWER)
             per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
@@ -107,53 +110,37 @@ def seed_aware_section(config: Any, per_scene: dict[tuple[str, int], dict[str, n
     report["summary"]["seed_variance_source"] = (rows[0]["pooled"]["seed_sd_source"] if rows else None)
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
-def seed_aware_markdown(report: dict) -> list[str]:
+def markdown(report: dict) -> list[str]:
     """The section's markdown lines (seed-pooled comparisons, then study-level verdicts)."""
-    rows = report.get("replication") or []
-    h, seeds = report["horizon"], report["seeds"]
+    rows, seeds = report["replication"], report["seeds"]
     level = f"{report['bootstrap']['confidence']:.0%}"
     source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
-    lines = [
-        "", f"## Seed-pooled paired differences at H={h} (both seeds; the interval carries the seed variance)", "",
+    pooled = [[r["arm"], r["against"], r["metric"], *(f"{fmt(i['estimate'])} {ci(i)}" for i in
+                                                     (r["per_seed"][str(s)] for s in seeds)),
+               fmt(r["pooled"]["estimate"]), ci(r["pooled"]), r["label"], fmt(r["pooled"]["mde"])] for r in rows]
+    verdicts = [[e["variant"], e["verdict"], e["replication"],
+                 *(fmt(e["pooled_margins"][m][k]) for m in ("D_reg", "D_mae") for k in ("estimate", "mde"))]
+                for e in report["retention"]]
+    return [
+        "", f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the seed "
+        "variance)", "",
         f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds the "
         f"between-seed variance to the scene variance (seed variance source: {source}). Replicated: every "
         "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
         "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE: the smallest true difference "
         f"this design detects with {POWER:.0%} power.", "",
-        "| arm | against | metric | " + " | ".join(f"seed {s}" for s in seeds)
-        + f" | pooled | {level} CI | replication | MDE |",
-        "|" + "---|" * (3 + len(seeds) + 4),
+        *table(["arm", "against", "metric", *(f"seed {s}" for s in seeds), "pooled", f"{level} CI", "replication", "MDE"],
+               pooled),
+        "", "## Study-level retention verdicts", "",
+        "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
+        "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
+        "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.", "",
+        *table(["variant", "verdict", "replication", "pooled D_reg", "MDE D_reg", "pooled D_mae", "MDE D_mae"], verdicts),
+        *(f"\n`{e['variant']}`: {e['sensitivity']}." for e in report["retention"]),
     ]
-    for r in rows:
-        p = r["pooled"]
-        lines.append(f"| {r['arm']} | {r['against']} | {r['metric']} | "
-                     + " | ".join(f"{_fmt(r['per_seed'][str(s)]['estimate'])} [{_fmt(r['per_seed'][str(s)]['low'])}, "
-                                  f"{_fmt(r['per_seed'][str(s)]['high'])}]" for s in seeds)
-                     + f" | {_fmt(p['estimate'])} | [{_fmt(p['low'])}, {_fmt(p['high'])}] | {r['label']} | "
-                     f"{_fmt(p['mde'])} |")
-    lines += ["", "## Study-level retention verdicts", "",
-              "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
-              "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
-              "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.", "",
-              "| variant | verdict | replication | pooled D_reg | MDE D_reg | pooled D_mae | MDE D_mae |",
-              "|---|---|---|---|---|---|---|"]
-    for e in report["retention"]:
-        if "verdict" not in e:
-            continue
-        m = e["pooled_margins"]
-        lines.append(f"| {e['variant']} | {e['verdict']} | {e['replication']} | {_fmt(m['D_reg']['estimate'])} | "
-                     f"{_fmt(m['D_reg']['mde'])} | {_fmt(m['D_mae']['estimate'])} | {_fmt(m['D_mae']['mde'])} |")
-    for e in report["retention"]:
-        if "sensitivity" in e:
-            lines.append(f"\n`{e['variant']}`: {e['sensitivity']}.")
-    return lines
 
 
-def seed_aware_tables(report: dict) -> dict[str, tuple[list[str], list[list[Any]]]]:
+def tables(report: dict) -> Tables:
     """The section's W&B tables as (columns, rows): ``replication`` and ``verdicts``."""
     replication = [[r["arm"], r["against"], r["relation"], r["metric"], r["pooled"]["estimate"], r["pooled"]["low"],
                     r["pooled"]["high"], r["label"], r["pooled"]["mde"]] for r in report.get("replication") or []]
