@@ -14,14 +14,13 @@ does once admitted.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.metadata
 import json
 import os
 import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING
 
 from qhlab.evidence import (
     EvidenceError,
@@ -55,8 +54,6 @@ from qhlab.finite_horizon.studies.architecture.layout import (
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
-T = TypeVar("T")
-
 __all__ = [
     "FrozenStudy",
     "STUDY_PACKAGES",
@@ -72,7 +69,6 @@ __all__ = [
     "require_step",
     "opened_study",
     "runtime_versions",
-    "within_study",
 ]
 
 # The distributions whose versions can change a study's files or numbers: the fits (torch,
@@ -110,18 +106,6 @@ def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step
     """
     with authentication_roots(output, original=recorded_output(output)):
         yield authenticate_freeze(config_path, output, step)
-
-
-def within_study(step: Callable[..., T]) -> Callable[..., T]:
-    """Run a path-based step ``step(config_path, output, ...)`` on the study's own bytes
-    (``authentication_roots``, as in ``opened_study``)."""
-
-    @functools.wraps(step)
-    def wrapper(config_path, output, *args, **kwargs):
-        with authentication_roots(output, original=recorded_output(output)):
-            return step(config_path, output, *args, **kwargs)
-
-    return wrapper
 
 
 def recorded_output(output: str | os.PathLike) -> str | None:

@@ -48,7 +48,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_receipt_path,
 )
 from qhlab.finite_horizon.studies.architecture.remote import run_cells_on_ray
-from qhlab.finite_horizon.studies.architecture.report import report_study
+from qhlab.finite_horizon.studies.architecture.report import write_report
 from qhlab.finite_horizon.studies.architecture.report_run import log_report_run
 from qhlab.finite_horizon.studies.architecture.status import status_lines, study_status
 from qhlab.finite_horizon.studies.architecture.terminal import console as study_console
@@ -175,7 +175,7 @@ def _run_step(args: argparse.Namespace) -> int:
         return 0
     if command == "benchmark":
         return _benchmark_all(console, frozen, args.variant, args.seed)
-    report = report_study(frozen.config_path, frozen.output)
+    report = write_report(frozen)
     console.print(f"[green]report[/] {output / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
     console.print(f"W&B report run (offline): {log_report_run(output)}")
     return 0
@@ -410,7 +410,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("report")
     else:
         console.rule("[bold]6/6 report")
-        report = report_study(frozen.config_path, frozen.output)
+        report = write_report(frozen)
         console.print(report["headline"]["text"])
         console.print(f"W&B report run (offline): {log_report_run(output)}")
         ran.append("report")

@@ -28,8 +28,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_cells,
     authenticate_development,
-    authenticate_freeze,
-    within_study,
+    opened_study,
 )
 from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -49,20 +48,12 @@ from qhlab.finite_horizon.studies.statistics import (
     seed_disagreement,
 )
 
-__all__ = ["SECTIONS", "ReportInputs", "Section", "build_report", "report_study"]
+__all__ = ["SECTIONS", "ReportInputs", "Section", "build_report", "report_study", "write_report"]
 
 Tables = dict[str, tuple[list[str], list[list[Any]]]]
 """W&B tables of a section: {name: (columns, rows)}, logged as ``report/<name>``."""
 
 
-def _authenticated(config_path: str | os.PathLike, output: str | os.PathLike) -> tuple[FrozenStudy, dict, dict]:
-    """The report's authenticated inputs from the study's path: the freeze, the development
-    receipt and every cell receipt ({(arm, seed): {"path", "document"}})."""
-    frozen = authenticate_freeze(config_path, output, "report_study")
-    return frozen, authenticate_development(frozen, "report_study"), authenticate_cells(frozen, "report_study")
-
-
-@within_study
 def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
     """Compare all ten charged final cells; never select an intermediate checkpoint.
 
@@ -81,7 +72,14 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     Raises:
         PublishConflictError: the report exists, or ``report/`` holds anything.
     """
-    frozen, development, cells = _authenticated(config_path, output)
+    with opened_study(config_path, output, "report_study") as frozen:
+        return write_report(frozen)
+
+
+def write_report(frozen: FrozenStudy) -> dict:
+    """``report_study`` on an authenticated study (its development record authenticated once on it)."""
+    development = authenticate_development(frozen, "report_study")
+    cells = authenticate_cells(frozen, "report_study")
     directory = frozen.output / REPORT_DIR
     if (directory / REPORT_RECEIPT).exists():
         raise PublishConflictError(f"report_study: {directory / REPORT_RECEIPT} already exists; the report is written once.")
