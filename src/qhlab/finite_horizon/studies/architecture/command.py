@@ -65,7 +65,8 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     The parsed namespace has ``study_command`` (the step), ``config``, ``study_output`` and,
     per step, ``variant``, ``seed``, ``canary_role`` and ``workers``; pass it to
     ``run_study_command``. ``status`` reads a study and takes only ``DIR`` (``study_output``)
-    and ``--json``: no config.
+    and ``--json``: no config. ``compare-lanes`` takes two study directories (``lane_a``,
+    ``lane_b``), ``--output`` and ``--margin`` (``lanes.compare_lanes``).
     """
     sub = parser.add_subparsers(dest="study_command", metavar="STEP", required=True)
     helps = {
@@ -105,6 +106,13 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
     status.add_argument("--json", action="store_true", help="print the table as one JSON object")
     _add_populations_argument(status)
+    lanes = sub.add_parser("compare-lanes", help="is study B (another lane) the same science as study A?",
+                           description="Re-authenticate two finished studies frozen identically but for the "
+                                       "profile; publish lanes.json, lanes.md, lanes.png and their receipt.")
+    lanes.add_argument("lane_a", metavar="A", help="lane A's finished study directory")
+    lanes.add_argument("lane_b", metavar="B", help="lane B's finished study directory")
+    lanes.add_argument("--output", required=True, metavar="DIR", help="new directory for the lane report")
+    lanes.add_argument("--margin", type=float, required=True, help="TOST equivalence margin on regret_H (metres)")
 
 
 def _add_populations_argument(parser: argparse.ArgumentParser) -> None:
@@ -128,6 +136,10 @@ def run_study_command(args: argparse.Namespace) -> int:
     Raises:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
+    if args.study_command == "compare-lanes":  # two studies, each authenticated in its own directory
+        from qhlab.finite_horizon.studies.architecture.lanes import run_command
+
+        return run_command(args)
     # Every step authenticates the study's own bytes, wherever it was copied to.
     with authentication_roots(args.study_output, args.populations, original=recorded_output(args.study_output)):
         return _run_step(args)

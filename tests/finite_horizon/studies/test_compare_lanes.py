@@ -1,0 +1,224 @@
+"""Issue 20 (part 2): ``qhlab study compare-lanes A B --output DIR --margin M``.
+
+Identical lanes are equivalent with zero differences and drift; a copy whose regret is shifted
+by 0.05 m (cell receipts edited and resealed, the report rebuilt on them) is not equivalent;
+studies frozen from different decisions, tampered receipts, bad margins and used outputs are
+refused with exit 2 and nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qhlab.cli import main
+from qhlab.evidence import EvidenceError, canonical_json, sha256_bytes
+from qhlab.finite_horizon.studies.architecture.lanes import (
+    LANE_FILES,
+    compare_lanes,
+    decision_differences,
+    tensor_group,
+    tost_verdict,
+)
+
+SHIFT = 0.05
+
+
+def _run(argv: list) -> tuple[int, str, str]:
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _copy(finished_study, target: Path) -> Path:
+    shutil.copytree(finished_study["output"], target)
+    return target
+
+
+def _reseal(path: Path, edit) -> None:
+    """Edit a receipt's document and recompute its own content digest (as test_moved_study does)."""
+    document = json.loads(path.read_text())
+    edit(document)
+    document.pop("content_sha256")
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    path.chmod(0o644)
+    path.write_bytes(canonical_json(document))
+
+
+def _shifted_copy(finished_study, target: Path) -> Path:
+    """A copy whose every cell's per-scene regret (every horizon) is SHIFT higher, its report rebuilt."""
+    from qhlab.finite_horizon.studies.architecture_study import report_study
+
+    study = _copy(finished_study, target)
+
+    def shift(document: dict) -> None:
+        ev = document["body"]["evaluation"]
+        ev["scene_regret"] = [[v + SHIFT for v in row] for row in ev["scene_regret"]]
+        ev["regret"] = [v + SHIFT for v in ev["regret"]]
+
+    for path in sorted((study / "cells").glob("*/cell.receipt.json")):
+        _reseal(path, shift)
+    # The report and benchmark receipts bind the old cell receipts: rebuild the report on the new ones.
+    shutil.rmtree(study / "report")
+    shutil.rmtree(study / "benchmarks", ignore_errors=True)
+    report_study(study / "study-config.toml", study)
+    return study
+
+
+# ---------------------------------------------------------------------------------------------
+# The pure parts (fast).
+
+
+def test_tost_verdicts_on_constructed_differences():
+    rng = np.random.default_rng(0)
+    options = dict(resamples=999, seed=0)
+    assert tost_verdict(np.zeros(40), 0.01, **options)["verdict"] == "equivalent"
+    assert tost_verdict(rng.normal(0.0, 0.002, 40), 0.01, **options)["verdict"] == "equivalent"
+    shifted = tost_verdict(SHIFT + rng.normal(0.0, 0.002, 40), 0.01, **options)
+    assert shifted["verdict"] == "not equivalent" and shifted["interval_95"]["low"] > 0.01
+    assert tost_verdict(np.full(3, SHIFT), 0.01, **options)["verdict"] == "not equivalent"
+    # Too noisy to tell: the 90% interval leaves the margin, the 95% one still straddles it.
+    assert tost_verdict(rng.normal(0.0, 0.05, 40), 0.01, **options)["verdict"] == "inconclusive"
+    assert tost_verdict(np.zeros(5), 0.01, **options)["margin"] == 0.01
+
+
+def test_decision_differences_name_every_field_with_both_values():
+    a = {"profile": "cpu-fp32", "workers": 1, "tie_band": 0.001, "bootstrap": {"seed": 0, "resamples": 999},
+         "name": "x"}
+    b = {"profile": "cpu-bf16", "workers": 4, "tie_band": 0.002, "bootstrap": {"seed": 1, "resamples": 999},
+         "name": "x", "extra": True}
+    assert decision_differences(a, b) == ["bootstrap.seed (A: 0, B: 1)", "extra (A: null, B: true)",
+                                          "tie_band (A: 0.001, B: 0.002)"]
+    assert decision_differences(a, {**a, "profile": "cpu-bf16", "workers": 3}) == []
+
+
+def test_tensor_groups():
+    assert tensor_group("online.encoder.blocks.0.qkv.weight") == "online.encoder"
+    assert tensor_group("optim.12.exp_avg_sq") == "optim.exp_avg_sq"
+    assert tensor_group("bias") == "bias"
+
+
+@pytest.mark.parametrize("margin", ["0", "-0.01", "nan", "inf"])
+def test_a_bad_margin_is_refused_before_reading(tmp_path, margin):
+    out = tmp_path / "lanes"
+    code, _, err = _run(["study", "compare-lanes", tmp_path / "a", tmp_path / "b", "--output", out,
+                         "--margin", margin])
+    assert code == 2 and "margin=" in err, err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# On the finished tiny study (slow).
+
+
+@pytest.mark.slow
+def test_a_study_and_its_byte_copy_are_equivalent(tmp_path, finished_study):
+    copy = _copy(finished_study, tmp_path / "copy")
+    result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
+    assert sorted(p.name for p in (tmp_path / "lanes").iterdir()) == sorted(LANE_FILES)
+    assert json.loads((tmp_path / "lanes" / "lanes.json").read_text()) == result
+    assert len(result["cells"]) == 10 and result["margin"] == 0.01
+    for cell in result["cells"]:
+        for metric in ("mae_h", "regret_h"):
+            d = cell[metric]["difference"]
+            assert (d["estimate"], d["low"], d["high"]) == (0.0, 0.0, 0.0), cell
+        assert cell["observed_updates"]["A"] == cell["observed_updates"]["B"] == 30
+    assert {g["relative_l2"] for d in result["drift"] for g in d["groups"].values()} == {0.0}
+    assert {"online.encoder", "target.encoder", "optim.exp_avg"} <= set(result["drift"][0]["groups"])
+    assert set(result["summary"]["tost"].values()) == {"equivalent"} and len(result["summary"]["tost"]) == 5
+    assert all(r["regret"]["lane_effect"] == 0.0 and r["mae"]["lane_effect"] == 0.0 for r in result["arms"])
+    assert all(r[m]["seed_effect_A"] == r[m]["seed_effect_B"] for r in result["arms"] for m in ("mae", "regret"))
+    assert all(r["mae"]["seed_effect_A"] > 0 for r in result["arms"])  # the seeds differ; the lanes do not
+    assert result["retention"]["agree"] and result["summary"]["checks_passed"]
+    assert {v["variant"] for v in result["retention"]["variants"]} == {"variant_cross_attention", "variant_deep"}
+    assert "| variant_deep |" in (tmp_path / "lanes" / "lanes.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_shifted_copy_is_not_equivalent(tmp_path, finished_study):
+    shifted = _shifted_copy(finished_study, tmp_path / "shifted")
+    result = compare_lanes(finished_study["output"], shifted, tmp_path / "lanes", margin=0.01)
+    assert set(result["summary"]["tost"].values()) == {"not equivalent"}
+    for cell in result["cells"]:
+        assert cell["regret_h"]["difference"]["estimate"] == pytest.approx(SHIFT)
+        assert cell["mae_h"]["difference"]["estimate"] == 0.0
+    assert all(r["regret"]["lane_effect"] == pytest.approx(SHIFT) for r in result["arms"])
+    # The final states are the same bytes: only the evaluation moved.
+    assert {g["relative_l2"] for d in result["drift"] for g in d["groups"].values()} == {0.0}
+
+
+@pytest.mark.slow
+def test_studies_frozen_from_different_decisions_are_refused(tmp_path, finished_study, population_cache,
+                                                             config_writer):
+    config = config_writer(tmp_path / "other-config", population_cache, **{"tie_band = 0.001": "tie_band = 0.002"})
+    other = tmp_path / "other"
+    code, out, err = _run(["study", "run", config, "--output", other])
+    assert code == 0, out + err
+    lanes = tmp_path / "lanes"
+    code, _, err = _run(["study", "compare-lanes", finished_study["output"], other, "--output", lanes,
+                         "--margin", "0.01"])
+    assert code == 2 and "tie_band (A: 0.001, B: 0.002)" in err, err
+    assert "population_cache (A:" not in err and "profile (A:" not in err and "workers (A:" not in err, err
+    assert not lanes.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["cells/baseline-s1/cell.receipt.json", "report/report.json"])
+def test_a_tampered_study_is_refused_and_nothing_written(tmp_path, finished_study, target):
+    copy = _copy(finished_study, tmp_path / "copy")
+    path = copy / target
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace('"regret"', '"regret" ', 1))  # one byte more
+    lanes = tmp_path / "lanes"
+    code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
+                         "--margin", "0.01"])
+    assert code == 2 and err.startswith("error:"), err
+    assert not lanes.exists()
+    with pytest.raises(EvidenceError):
+        compare_lanes(copy, finished_study["output"], lanes, margin=0.01)
+    assert not lanes.exists()
+
+
+@pytest.mark.slow
+def test_the_command_writes_the_four_files_which_verify(tmp_path, finished_study):
+    copy = _copy(finished_study, tmp_path / "copy")
+    lanes = tmp_path / "lanes"
+    code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
+                           "--margin", "0.01"])
+    assert code == 0, out + err
+    assert sorted(p.name for p in lanes.iterdir()) == sorted(LANE_FILES)
+    assert "equivalent at margin 0.01" in out and "checks passed" in out, out
+    assert (lanes / "lanes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out, err = _run(["verify", lanes])
+    assert code == 0, out + err
+    # Write-once: the same output again is refused and left as it was.
+    code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
+                         "--margin", "0.01"])
+    assert code == 2 and "output=" in err, err
+    assert sorted(p.name for p in lanes.iterdir()) == sorted(LANE_FILES)
+
+
+@pytest.mark.slow
+def test_unequal_observed_updates_are_a_failed_check(tmp_path, finished_study):
+    from qhlab.finite_horizon.studies.architecture import lanes as module
+
+    read = module._read_lane
+
+    def fewer_updates(directory):
+        lane = read(directory)
+        if directory.name == "copy":
+            lane["cells"][("baseline", 0)] = {**lane["cells"][("baseline", 0)], "observed_updates": 29}
+        return lane
+
+    copy = _copy(finished_study, tmp_path / "copy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_read_lane", fewer_updates)
+        result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
+    check = next(c for c in result["checks"] if c["check"].startswith("observed updates"))
+    assert not check["passed"] and "baseline-s0" in check["detail"] and not result["summary"]["checks_passed"]
