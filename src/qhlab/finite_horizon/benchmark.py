@@ -140,6 +140,9 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     if getattr(population, "split", None) != "train":
         raise input_error("benchmark_scorer", "train.split", getattr(population, "split", None), "'train'",
                           "the benchmark runs on the canonical first TRAIN chain")
+    if population.horizon != recipe.horizon:
+        raise input_error("benchmark_scorer", "train.horizon", population.horizon,
+                          f"{recipe.horizon} (the fitted recipe's horizon)", "pass the fit's own TRAIN population")
     final_state = receipt_path.parent / FINAL_STATE
     digest = sha256_file(final_state)
     bound = {e["sha256"] for e in document["outputs"].values()}

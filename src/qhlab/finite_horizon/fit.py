@@ -26,6 +26,7 @@ from qhlab.evidence import (
     input_error,
     safe_component,
     sha256_bytes,
+    sha256_file,
     source_package_digest,
     write_receipt,
 )
@@ -78,6 +79,12 @@ def _population(call: str, field: str, explicit: Path | str | Population | None,
         if horizon is not None and explicit.horizon != horizon:
             raise input_error(call, f"{field}.horizon", explicit.horizon, f"{horizon} (the requested horizon)",
                               "generate a population with the recipe's horizon.")
+        # Loaded earlier: the manifest the receipts will bind must still be the one it was loaded from.
+        current = sha256_file(explicit.path / "manifest.json") if (explicit.path / "manifest.json").is_file() else None
+        if current != explicit.digest:
+            raise input_error(call, f"{field}.manifest_sha256", current,
+                              f"{explicit.digest}, the digest of the loaded population",
+                              f"{explicit.path} changed after it was loaded; load it again")
         return explicit
     value = explicit if explicit is not None else from_recipe
     if not value:

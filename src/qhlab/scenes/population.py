@@ -43,7 +43,6 @@ from qhlab.evidence import (
     publish_json,
     read_receipt,
     sha256_bytes,
-    sha256_file,
     write_receipt,
 )
 from qhlab.scenes.candidates import (

@@ -11,7 +11,7 @@ The study's order: ``freeze_study`` -> ``admit_canaries`` (E0 gate) -> ``prepare
 
 Scientific guard rails, each enforced by the step modules:
 * the statistical unit is the scene (evaluation and bootstrap work on per-scene values);
-* TRAIN is digested at freeze and re-authenticated by every later step; validation is not
+* TRAIN is digested at freeze and re-authenticated once by each process that runs a later step; validation is not
   opened before ``prepare_development`` and only after a passed E0 gate; no test data exists;
 * exactly the declared cells (arm x seed) run, each once to its final budget; only a
   crashed cell (no final receipt) is attempted again, as a new recorded attempt;

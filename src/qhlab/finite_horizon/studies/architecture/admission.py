@@ -117,7 +117,7 @@ def decide_e0(frozen: FrozenStudy) -> dict:
     write_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
                   body=body, inputs=inputs)
     # Written here from this process's digests: the next step takes it without re-hashing.
-    frozen._e0 = read_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
-                              verify_files=False)
+    frozen.keep("_e0", directory / E0_RECEIPT,
+                read_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION, verify_files=False))
     return body
 

@@ -1,4 +1,4 @@
-"""The receipt chain of a study: each step re-reads and authenticates what came before it.
+"""The receipt chain of a study: each step authenticates what came before it, once per process.
 
 Owns: ``FrozenStudy`` (the authenticated freeze record plus its config) and the checks every
 later step makes before it writes: the config bytes and the source package are the frozen
@@ -135,9 +135,11 @@ class FrozenStudy:
     """The authenticated freeze record plus the config it was made from.
 
     One object per study and process: later steps take it from the step before, and the E0
-    and development receipts, once authenticated against it, are kept on it (they are
-    write-once), so each is read and re-hashed once per process (``authenticate_e0``,
-    ``authenticate_development``).
+    and development receipts and the TRAIN and validation populations, once authenticated
+    against it, are kept on it, so each is read and its bound files re-hashed once per process
+    (``authenticate_e0``, ``authenticate_development``, ``train_population``). Each later use of
+    a kept receipt re-hashes that small file (``unchanged``): one replaced mid-run is refused,
+    so a later receipt never binds bytes other than those this process checked.
 
     Attributes:
         config: the study config (its bytes are the frozen ones).
@@ -155,6 +157,9 @@ class FrozenStudy:
         self.output = output
         self.config_path = config_path
         self.receipt_path = output / FREEZE_RECEIPT
+        # The digests of the receipts authenticated (or written) once in this process: each later
+        # use re-hashes the small receipt file and refuses a change (``unchanged``).
+        self._digests: dict[Path, str] = {self.receipt_path: sha256_file(self.receipt_path)}
         # Where TRAIN's bytes are now (a moved study's populations are found by digest).
         self.train_path = locate_population(self.body["train"]["path"], self.body["train"]["manifest_sha256"])
         self._e0: dict | None = None
@@ -170,6 +175,16 @@ class FrozenStudy:
             self._train_population = load_population(self.train_path, split="train", horizon=self.horizon)
         return self._train_population
 
+    def keep_population(self, population) -> None:
+        """Keep a Population this process just loaded (and authenticated) for the later steps,
+        when it was read from the directory the receipts bind (else it is loaded again there)."""
+        if population.split == "train" and population.path == self.train_path:
+            self._train_population = population
+        elif population.split == "validation" and self._development is not None:
+            sealed = self._development["body"]["validation"]
+            if population.path == locate_population(sealed["path"], sealed["manifest_sha256"]):
+                self._validation_population = population
+
     def validation_population(self, step: str):
         """The sealed validation ``Population`` (after ``authenticate_development``), loaded once per process."""
         if self._validation_population is None:
@@ -184,7 +199,24 @@ class FrozenStudy:
     def identity(self) -> dict[str, str]:
         """What a fit of this study records as its ``study`` (``FitRequest.study``)."""
         return {"name": self.config.name, "study_id": self.body.get("study_id"),
-                "freeze_receipt_sha256": sha256_file(self.receipt_path)}
+                "freeze_receipt_sha256": self.unchanged(self.receipt_path)}
+
+    def unchanged(self, path: Path) -> str:
+        """The sha256 of a receipt this object authenticated, refused if the file changed since."""
+        current = sha256_file(path) if path.is_file() else None
+        if current != self._digests[path]:
+            raise EvidenceError(
+                f"{STUDY_CALL}: {path} changed after it was authenticated in this process (sha256 "
+                f"{self._digests[path]}, now {current}). HINT: a study's receipts are write-once; "
+                "restore it or run the study again from a copy."
+            )
+        return current
+
+    def keep(self, attribute: str, path: Path, receipt: dict) -> dict:
+        """Keep an authenticated (or just written) receipt on this object; returns it."""
+        self._digests[path] = sha256_file(path)
+        setattr(self, attribute, receipt)
+        return receipt
 
     @property
     def horizon(self) -> int:
@@ -324,21 +356,23 @@ def check_bound(receipt: dict, name: str, expected: Path, where: Path) -> None:
 
 def authenticate_e0(frozen: FrozenStudy, step: str) -> dict:
     """The E0 gate receipt (passed or not), chained to the freeze; read once per ``frozen``."""
+    path = frozen.output / CANARY_DIR / E0_RECEIPT
     if frozen._e0 is None:
-        path = frozen.output / CANARY_DIR / E0_RECEIPT
         require_step(path, "the E0 gate receipt", step,
                      f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`")
         receipt = read_receipt(path, kind="study_e0", schema_version=SCHEMA_VERSION)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
-        frozen._e0 = receipt
+        return frozen.keep("_e0", path, receipt)
+    frozen.unchanged(path)
+    frozen.unchanged(frozen.receipt_path)
     return frozen._e0
 
 
 def authenticate_development(frozen: FrozenStudy, step: str) -> dict:
     """The development receipt, chained to the freeze and to an E0 gate that passed; read once
     per ``frozen``."""
+    path = frozen.output / DEVELOPMENT_RECEIPT
     if frozen._development is None:
-        path = frozen.output / DEVELOPMENT_RECEIPT
         require_step(path, "the development receipt (validation not sealed)", step,
                      f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`")
         receipt = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION)
@@ -347,7 +381,9 @@ def authenticate_development(frozen: FrozenStudy, step: str) -> dict:
         check_bound(receipt, "e0", frozen.output / CANARY_DIR / E0_RECEIPT, path)
         if not e0["body"]["passed"]:
             raise EvidenceError(f"{step}: {path} binds an E0 gate that did not pass.")
-        frozen._development = receipt
+        return frozen.keep("_development", path, receipt)
+    frozen.unchanged(path)
+    frozen.unchanged(frozen.receipt_path)
     return frozen._development
 
 

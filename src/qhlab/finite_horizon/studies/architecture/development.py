@@ -111,8 +111,9 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     inputs.update({f"validation/{k}": v for k, v in generation.items()})
     write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     # Written here from this process's digests: the next step takes it without re-hashing.
-    frozen._development = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION,
-                                       verify_files=False)
+    frozen.keep("_development", path,
+                read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, verify_files=False))
+    frozen.keep_population(validation)
     return body
 
 

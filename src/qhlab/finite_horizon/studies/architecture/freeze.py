@@ -172,7 +172,7 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
     receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
                            verify_files=False)
     frozen = FrozenStudy(config, receipt, output, resolved)
-    frozen._train_population = population
+    frozen.keep_population(population)
     return frozen
 
 
