@@ -326,3 +326,53 @@ def test_a_segment_is_continued_at_most_once(tmp_path, tiny, capsys):
                            f"segment that no segment continues yet; {interrupted.name!r} is already continued by "
                            f"segment {first.name!r} ({str(first)!r}). HINT: a segment is continued at most once"), line
     assert _tree(out / "fit-test-s0") == before
+
+
+def test_a_loaded_population_fits_as_its_path_does(tmp_path, tiny):
+    """A study hands fit_recipe the Population it authenticated once: same fit as from the path."""
+    from qhlab.finite_horizon.data import load_population
+
+    recipe = _recipe(tmp_path)
+    train = load_population(tiny["train"], split="train")
+    validation = load_population(tiny["validation"], split="validation")
+    by_path = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "a", train=tiny["train"],
+                                    validation=tiny["validation"], progress=False))
+    loaded = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "b", train=train,
+                                   validation=validation, progress=False))
+    assert loaded.final_state_sha256 == by_path.final_state_sha256
+    assert loaded.metrics == by_path.metrics
+
+
+def test_a_loaded_population_is_refused_when_stale_or_of_another_split(tmp_path, tiny):
+    import shutil
+
+    from qhlab.finite_horizon.data import load_population
+
+    recipe = _recipe(tmp_path)
+    validation = load_population(tiny["validation"], split="validation")
+    with pytest.raises(QhInputError, match=r"fit_recipe: train=.*a validation population.*allowed: a train population"):
+        fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "out", train=validation,
+                              validation=validation, progress=False))
+    copy = tmp_path / "train-copy"
+    shutil.copytree(tiny["train"], copy)
+    train = load_population(copy, split="train")
+    manifest = copy / "manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=3))  # same content, other bytes
+    with pytest.raises(QhInputError, match=r"train.manifest_sha256=.*changed after it was loaded"):
+        fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "out", train=train,
+                              validation=validation, progress=False))
+    assert not (tmp_path / "out").exists()
+
+
+def test_benchmark_refuses_a_population_of_another_horizon(tmp_path, tiny):
+    import dataclasses
+
+    from qhlab.finite_horizon.benchmark import benchmark_scorer
+    from qhlab.finite_horizon.data import load_population
+
+    result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=tmp_path / "out",
+                                   train=tiny["train"], validation=tiny["validation"], progress=False))
+    train = load_population(tiny["train"], split="train")
+    other = dataclasses.replace(train, horizon=train.horizon + 1)
+    with pytest.raises(QhInputError, match=r"benchmark_scorer: train.horizon=3 is not allowed; allowed: 2"):
+        benchmark_scorer(result, other)
