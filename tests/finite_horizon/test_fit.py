@@ -376,3 +376,28 @@ def test_benchmark_refuses_a_population_of_another_horizon(tmp_path, tiny):
     other = dataclasses.replace(train, horizon=train.horizon + 1)
     with pytest.raises(QhInputError, match=r"benchmark_scorer: train.horizon=3 is not allowed; allowed: 2"):
         benchmark_scorer(result, other)
+
+
+def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
+    from qhlab.finite_horizon.benchmark import load_final_module
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.evaluation import evaluate_population
+    from qhlab.finite_horizon.predict import predict_q
+    from qhlab.finite_horizon.recipe import load_recipe
+
+    path = _recipe(tmp_path, updates=12)
+    path.write_text(path.read_text() + "\n[evaluation]\naverage_decay = 0.8\n")
+    recipe = load_recipe(path)
+    result = fit_recipe(FitRequest(recipe=path, profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
+                                   validation=tiny["validation"], progress=False))
+    tensors, _ = load_tensor_state(Path(result.output_directory) / "final_state.safetensors")
+    assert {k.split(".")[0] for k in tensors if not k.startswith("optim")} >= {"online", "target", "average"}
+    val = load_population(tiny["validation"], split="validation")
+    module = load_final_module(recipe, val, Path(result.output_directory) / "final_state.safetensors")
+    body = read_receipt(result.evaluation_receipt, kind="evaluation", schema_version=1)["body"]
+    on_average = evaluate_population(predict_q(module.average, val), val, tie_band=recipe.evaluation.tie_band)
+    on_online = evaluate_population(predict_q(module.online, val), val, tie_band=recipe.evaluation.tie_band)
+    assert body["mae"] == on_average["mae"] and body["mae"] != on_online["mae"]
+    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    assert fit["recipe"]["evaluation"]["average_decay"] == 0.8
+    assert main(["verify", str(result.output_directory)]) == 0

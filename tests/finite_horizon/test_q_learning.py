@@ -439,3 +439,39 @@ def test_gradient_clipping_bounds_the_gradient_norm_of_every_update() -> None:
         trainer.fit(QhTDModule(recipe, population_dims(pop)),
                     datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
         assert len(norms) == 4 and all(check(n) for n in norms), (clip, norms)
+
+
+def test_averaged_evaluation_weights_follow_the_polyak_rule_by_hand() -> None:
+    pop = synthetic_population()
+    plain = QhTDModule(_recipe(), population_dims(pop))
+    assert plain.average is None and plain.evaluated is plain.online
+    assert not any(k.startswith("average.") for k in plain.state_dict())
+    recipe = _recipe(evaluation={"average_decay": 0.9}, updates=6)
+    online_after = []
+
+    class Spy(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            online_after.append({k: v.detach().clone() for k, v in pl_module.online.state_dict().items()})
+
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    cold = {k: v.detach().clone() for k, v in module.online.state_dict().items()}
+    assert module.evaluated is module.average and not any(p.requires_grad for p in module.average.parameters())
+    trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
+    trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
+    # The callback runs after the module's hook, so each record is online after one observed update.
+    assert len(online_after) == 6 and module.observed_updates == 6
+    expected = cold
+    for online in online_after:
+        expected = {k: expected[k] + 0.1 * (online[k] - expected[k]) for k in expected}
+    for name, tensor in module.average.state_dict().items():
+        torch.testing.assert_close(tensor, expected[name], rtol=1e-6, atol=1e-7)
+    assert not torch.equal(module.average.state_dict()[name], module.online.state_dict()[name])
+    assert {k.split(".")[0] for k in module.state_dict()} == {"online", "target", "average"}
+
+
+@pytest.mark.parametrize("decay", [0.0, 1.0, -0.5])
+def test_average_decay_outside_the_open_unit_interval_is_refused(decay) -> None:
+    with pytest.raises(Exception, match="average_decay"):
+        _recipe(evaluation={"average_decay": decay})

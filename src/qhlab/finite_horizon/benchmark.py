@@ -68,7 +68,7 @@ def canonical_first_chain(population: Any) -> dict[str, Any]:
 
 def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
                       expected_sha256: str | None = None) -> QhTDModule:
-    """The module (online + target) of a fit's final state, loaded strictly, on the CPU.
+    """The module (online + target, + average if kept) of a fit's final state, loaded strictly, on the CPU.
 
     Args:
         recipe: the recipe the fit ran (its architecture builds the scorers).
@@ -81,7 +81,10 @@ def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
 
     module = QhTDModule(recipe, population_dims(population))
     tensors, _ = load_tensor_state(final_state, expected_sha256=expected_sha256)
-    for prefix, target in (("online.", module.online), ("target.", module.target)):
+    scorers = [("online.", module.online), ("target.", module.target)]
+    if module.average is not None:
+        scorers.append(("average.", module.average))
+    for prefix, target in scorers:
         state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
         target.load_state_dict(state, strict=True)
     return module

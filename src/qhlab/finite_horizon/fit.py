@@ -352,13 +352,13 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
 
 def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: str,
               manifests: Mapping[str, Path | FileCopy]):
-    """Predict validation chain rows with the final online scorer; write the evaluation receipt.
+    """Predict validation chain rows with the final evaluated scorer; write the evaluation receipt.
 
     The TRAIN-only constant reference is not computed here: a study's development step
     computes it once for every cell.
     """
     tie_band = recipe.evaluation.tie_band
-    pred = predict_q(module.online, val_pop, autocast=profile.autocast_context)
+    pred = predict_q(module.evaluated, val_pop, autocast=profile.autocast_context)
     summary = evaluate_population(pred, val_pop, tie_band=tie_band)
     body = {
         "horizon": summary["horizon"],

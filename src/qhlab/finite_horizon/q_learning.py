@@ -259,6 +259,8 @@ class QhTDModule(pl.LightningModule):
         online: the trained scorer.
         target: a frozen copy (requires_grad False, always eval) refreshed by the recipe's rule
             after each observed optimizer update.
+        average: None, or (with ``recipe.evaluation.average_decay``) a frozen Polyak average of
+            the online weights, one step per observed update; `evaluated` names the one read.
         recipe, dims: as given.
         observed_updates: successful optimizer updates seen so far (from optimizer state).
         target_refreshes: number of refresh operations applied.
@@ -277,6 +279,13 @@ class QhTDModule(pl.LightningModule):
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.target.eval()
+        # Only a recipe that evaluates averaged weights has them, so every other final state
+        # keeps exactly its online.* and target.* tensors.
+        self.average = None
+        if recipe.evaluation.average_decay is not None:
+            self.average = copy.deepcopy(self.online)
+            self.average.requires_grad_(False)
+            self.average.eval()
         self.observed_updates = 0
         self.target_refreshes = 0
 
@@ -287,7 +296,14 @@ class QhTDModule(pl.LightningModule):
     def train(self, mode: bool = True) -> QhTDModule:
         super().train(mode)
         self.target.eval()  # the target is a constant of the loss, never in training mode
+        if self.average is not None:
+            self.average.eval()
         return self
+
+    @property
+    def evaluated(self) -> nn.Module:
+        """The scorer that evaluation reads: the Polyak average when the recipe keeps one, else online."""
+        return self.online if self.average is None else self.average
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """Online q[B, K, H] of a batch's chain states."""
@@ -394,6 +410,9 @@ class QhTDModule(pl.LightningModule):
         self.target_refreshes += refresh_target(
             self.target, self.online, self.recipe.target_update, self.observed_updates, now
         )
+        if self.average is not None:
+            for _ in range(now - self.observed_updates):
+                polyak_target_update(self.average, self.online, 1.0 - self.recipe.evaluation.average_decay)
         self.observed_updates = now
 
 

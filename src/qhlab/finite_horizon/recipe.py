@@ -103,11 +103,18 @@ class DataConfig(BaseModel):
 
 
 class EvaluationConfig(BaseModel):
-    """Evaluation settings: predictions within `tie_band` (metres) of the max are ties."""
+    """Evaluation settings.
+
+    ``tie_band``: predictions within it (metres) of the max are ties. ``average_decay``: None
+    evaluates the online weights; a decay d evaluates their Polyak average instead,
+    a <- d a + (1 - d) online after every observed update (a starts at the cold
+    initialization), so the evaluated state is not one noisy step among many.
+    """
 
     model_config = _FROZEN
 
     tie_band: float = Field(default=1e-3, ge=0.0)
+    average_decay: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class QhRecipe(BaseModel):

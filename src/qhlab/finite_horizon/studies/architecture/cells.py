@@ -321,7 +321,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
                                      "run_fit(canary)", adopted=adopted, train_rows=[selection["row"]])
     population = frozen.train_population()
     module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
-    pred = predict_q(module.online, population, rows=torch.tensor([selection["row"]])).numpy()[0]
+    pred = predict_q(module.evaluated, population, rows=torch.tensor([selection["row"]])).numpy()[0]
     labels = np.asarray(selection["labels"], dtype=np.float64)
     mask = np.asarray(selection["candidate_mask"], dtype=bool)
     per_horizon = canary_recovery(pred, labels, mask, config.tie_band)
