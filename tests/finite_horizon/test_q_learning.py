@@ -475,3 +475,24 @@ def test_averaged_evaluation_weights_follow_the_polyak_rule_by_hand() -> None:
 def test_average_decay_outside_the_open_unit_interval_is_refused(decay) -> None:
     with pytest.raises(Exception, match="average_decay"):
         _recipe(evaluation={"average_decay": decay})
+
+
+def test_averaging_never_feeds_back_into_the_online_weights() -> None:
+    from qhlab.finite_horizon.studies.architecture.canary import canary_recipe
+
+    pop = synthetic_population()
+    finals = []
+    for evaluation in ({}, {"average_decay": 0.95}):
+        recipe = _recipe(evaluation=evaluation, updates=6, target_update={"kind": "polyak", "tau": 0.1})
+        pl.seed_everything(recipe.seed, verbose=False)
+        module = QhTDModule(recipe, population_dims(pop))
+        trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                             enable_model_summary=False, enable_progress_bar=False)
+        trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
+        finals.append({k: v for k, v in module.state_dict().items() if not k.startswith("average.")})
+    assert finals[0].keys() == finals[1].keys()
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+    # so the E0 canary, which checks the learner, reads the online weights of the same trajectory
+    canary, record = canary_recipe(_recipe(evaluation={"average_decay": 0.95}))
+    assert canary.evaluation.average_decay is None and canary.successor_label_rows == 1
+    assert record["evaluated"] == "online" and record["study_average_decay"] == 0.95

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
 __all__ = [
+    "CANARY_ONLINE_WHY",
     "CANARY_SUCCESSOR_WHY",
     "canary_failures",
     "canary_recipe",
@@ -101,6 +102,12 @@ def canary_recovery(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, tie_
     return out
 
 
+CANARY_ONLINE_WHY = (
+    "E0 checks the learner: the canary's labels are read from its online weights, which a "
+    "recipe's Polyak-averaged evaluation weights never feed back into (the average is not used "
+    "by the loss, the targets or the optimizer), so they are the same with or without averaging"
+)
+
 CANARY_SUCCESSOR_WHY = (
     "a canary trains one TRAIN row; its Q_h targets (h >= 2) bootstrap through the target "
     "scorer's Q_{h-1} on the row's successor states, which no TD row of a one-row fit trains "
@@ -115,8 +122,9 @@ CANARY_SUCCESSOR_WHY = (
 def canary_recipe(recipe: QhRecipe) -> tuple[QhRecipe, dict]:
     """The recipe a canary fits: the frozen baseline recipe with its successors anchored.
 
-    ``successor_label_rows`` becomes 1 (see ``CANARY_SUCCESSOR_WHY``); every other field is
-    the frozen recipe's. The change is a fixed rule of this (frozen) source package applied to
+    ``successor_label_rows`` becomes 1 (see ``CANARY_SUCCESSOR_WHY``) and
+    ``evaluation.average_decay`` None (see ``CANARY_ONLINE_WHY``); every other field is the
+    frozen recipe's. The change is a fixed rule of this (frozen) source package applied to
     the authenticated frozen recipe, so the freeze still determines exactly what a canary runs.
 
     Args:
@@ -128,10 +136,15 @@ def canary_recipe(recipe: QhRecipe) -> tuple[QhRecipe, dict]:
     """
     from qhlab.finite_horizon.recipe import recipe_digest
 
-    canary = type(recipe).model_validate({**recipe.model_dump(), "successor_label_rows": 1})
+    raw = recipe.model_dump()
+    canary = type(recipe).model_validate({**raw, "successor_label_rows": 1,
+                                          "evaluation": {**raw["evaluation"], "average_decay": None}})
     record = {
         "successor_label_rows": 1,
         "study_successor_label_rows": int(recipe.successor_label_rows),
+        "evaluated": "online",
+        "study_average_decay": recipe.evaluation.average_decay,
+        "evaluated_why": CANARY_ONLINE_WHY,
         "successor_reward_rows": int(recipe.successor_reward_rows),
         "frozen_recipe_digest": recipe_digest(recipe),
         "canary_recipe_digest": recipe_digest(canary),
