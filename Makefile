@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.qhlab-installed
 DEMO_CONFIG ?= examples/default-study.toml
 DEMO_OUTPUT ?= runs/demo-study
+# The offline CUDA node's Python (make device-wheels; README, "Check the GPU lane").
+DEVICE_PYTHON ?= 3.12
 
-.PHONY: venv demo test test-fast bench clean-demo
+.PHONY: venv demo test test-fast bench clean-demo device-wheels
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,3 +35,9 @@ bench: $(STAMP)
 
 clean-demo:
 	rm -rf $(DEMO_OUTPUT)
+
+# On a connected machine: the wheels an offline CUDA node lacks (pymunk, pydantic, wandb, pytest and
+# their requirements) for Python $(DEVICE_PYTHON), pinned by constraints.txt, into device-wheels/
+# (<= 60 MiB, MANIFEST.json). Copy the tree with it and run `python3 scripts/device-check` there.
+device-wheels:
+	$(PYTHON) scripts/prepare-device-wheels --python-version $(DEVICE_PYTHON) --output device-wheels
