@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from qhlab.cli import main
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
@@ -19,6 +20,9 @@ from qhlab.scenes import generate_population
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.tensor_state import load_tensor_state
 from wandb_records import read_offline_run
+
+_CUDA = torch.cuda.is_available()
+_MPS = torch.backends.mps.is_available()
 
 _RECIPE = """\
 name = "fit-test"
@@ -152,7 +156,10 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
         ({"arm": "no-such-arm"}, "cpu-fp32", "architecture"),
         ({"lr": -0.1}, "cpu-fp32", "optimizer.lr=-0.1 is not allowed"),
         ({"horizon": 3}, "cpu-fp32", "horizon"),
-        ({}, "cuda-amp", "cuda-amp"),
+        pytest.param({}, "cuda-amp", "cuda-amp", marks=pytest.mark.skipif(
+            _CUDA, reason="a CUDA device is present, so cuda-amp is admitted here")),
+        pytest.param({}, "mps-fp32", "mps-fp32", marks=pytest.mark.skipif(
+            _MPS, reason="an MPS device is present, so mps-fp32 is admitted here")),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, tiny, capsys, recipe_kwargs, profile, message):
