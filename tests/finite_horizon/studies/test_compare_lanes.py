@@ -222,3 +222,22 @@ def test_unequal_observed_updates_are_a_failed_check(tmp_path, finished_study):
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
     check = next(c for c in result["checks"] if c["check"].startswith("observed updates"))
     assert not check["passed"] and "baseline-s0" in check["detail"] and not result["summary"]["checks_passed"]
+
+
+@pytest.mark.slow
+def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_path, finished_study):
+    """Another lane is often another machine: its versions are reported; a running step still refuses them."""
+    from qhlab.finite_horizon.studies.architecture import authentication
+    from qhlab.finite_horizon.studies.architecture_study import report_study
+
+    real = authentication.runtime_versions
+    copy = _copy(finished_study, tmp_path / "copy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(authentication, "runtime_versions", lambda: {**real(), "torch": "2.11.0+cu130"})
+        result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
+        with pytest.raises(EvidenceError, match=r"versions\.torch='2\.11\.0\+cu130' is not allowed"):
+            report_study(copy / "study-config.toml", copy)
+    assert result["lanes"]["A"]["versions"] == result["lanes"]["B"]["versions"] == {
+        k: v for k, v in real().items() if k in result["lanes"]["A"]["versions"]}
+    assert result["versions_differ"] == [] and result["summary"]["checks_passed"]
+    assert "Package versions that differ between the lanes: none." in (tmp_path / "lanes" / "lanes.md").read_text()

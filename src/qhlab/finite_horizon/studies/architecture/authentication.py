@@ -89,7 +89,8 @@ def runtime_versions() -> dict[str, str | None]:
 
 
 @contextlib.contextmanager
-def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step: str) -> Iterator[FrozenStudy]:
+def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step: str, *,
+                 runs: bool = True) -> Iterator[FrozenStudy]:
     """Authenticate a study once (``authenticate_freeze``) and work on its own bytes.
 
     The path-based step functions (``admit_canaries(config_path, output)``, ...) are this plus
@@ -103,9 +104,10 @@ def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step
         config_path: the study TOML.
         output: the study directory.
         step: the call named in refusals.
+        runs: as for ``authenticate_freeze``.
     """
     with authentication_roots(output, original=recorded_output(output)):
-        yield authenticate_freeze(config_path, output, step)
+        yield authenticate_freeze(config_path, output, step, runs=runs)
 
 
 def recorded_output(output: str | os.PathLike) -> str | None:
@@ -237,13 +239,17 @@ class FrozenStudy:
         return recipe
 
 
-def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLike, step: str) -> FrozenStudy:
+def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLike, step: str, *,
+                        runs: bool = True) -> FrozenStudy:
     """Re-read the config and authenticate the freeze receipt, TRAIN bytes and source code.
 
     Args:
         config_path: the study TOML; every field but ``EXECUTION_FIELDS`` must be the frozen one.
         output: the study directory.
         step: the call named in refusals.
+        runs: the step runs study code (fits, benchmarks, reports), so this process must have the
+            frozen package versions. False for a step that only reads finished studies (a lane
+            comparison of a study made on another machine), which reports the versions instead.
     """
     config, data, resolved = read_study_config(config_path)
     output = Path(output)
@@ -275,7 +281,7 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
             f"{output / FREEZE_RECEIPT} binds {body['source_package']['sha256']}. HINT: the package "
             "code changed after freeze; a study runs on the code it was frozen with."
         )
-    current = runtime_versions()
+    current = runtime_versions() if runs else body["versions"]
     for package, version in body["versions"].items():
         if current.get(package) != version:
             raise input_error(

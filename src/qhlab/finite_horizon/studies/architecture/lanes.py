@@ -100,7 +100,9 @@ def _read_lane(directory: Path) -> dict[str, Any]:
         (receipt paths), "study", "study_id", "report_json", "cells": {(arm, seed): cell receipt
         body}, "states": {(arm, seed): final-state path}}.
     """
-    with opened_study(_config_path(directory), directory, CALL) as frozen:
+    # Another lane is often another machine with other package versions: they are reported
+    # (``versions``), not refused; the source package, config and every receipt still must hold.
+    with opened_study(_config_path(directory), directory, CALL, runs=False) as frozen:
         cells = authenticate_cells(frozen, CALL)
         path = directory / REPORT_DIR / REPORT_RECEIPT
         receipt = read_receipt(path, kind="study_report", schema_version=SCHEMA_VERSION)
@@ -113,6 +115,7 @@ def _read_lane(directory: Path) -> dict[str, Any]:
             "train_manifest": frozen.body["train"]["manifest_sha256"], "freeze": frozen.receipt_path,
             "report": path, "study": frozen.config.name, "study_id": frozen.body.get("study_id"),
             "report_json": report, "cells": {k: c["document"]["body"] for k, c in cells.items()},
+            "versions": frozen.body["versions"],
             "states": {k: c["path"].parent / c["document"]["body"]["attempt"] / FINAL_STATE for k, c in cells.items()},
         }
 
@@ -246,10 +249,13 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
     worst = max((g["relative_l2"] or 0.0 for d in drift for g in d["groups"].values()), default=0.0)
     lanes = {k: {"directory": str(lane["directory"]), "profile": lane["profile"], "study_id": lane["study_id"],
                  "freeze_receipt_sha256": sha256_file(lane["freeze"]),
-                 "report_receipt_sha256": sha256_file(lane["report"])} for k, lane in (("A", a), ("B", b))}
+                 "report_receipt_sha256": sha256_file(lane["report"]), "versions": lane["versions"]}
+             for k, lane in (("A", a), ("B", b))}
     record = {k: v for k, v in a["resolved"].items() if k not in _NOT_COMPARED}
     return {
         "schema_version": SCHEMA_VERSION, "study": a["study"], "lanes": lanes,
+        "versions_differ": sorted(k for k in set(a["versions"]) | set(b["versions"])
+                                  if a["versions"].get(k) != b["versions"].get(k)),
         "decision_sha256_without_profile": sha256_bytes(canonical_json(record)),
         "difference": "B - A", "horizon": int(np.asarray(a["cells"][keys[0]]["evaluation"]["scene_mae"]).shape[1]),
         "n_scenes": len(scene_ids), "scene_ids": scene_ids, "seeds": seeds, "margin": margin,
@@ -333,6 +339,9 @@ def markdown(c: dict) -> str:
              f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
              f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
              f"{c['bootstrap']['seed']}). Equivalence margin {c['margin']} m on regret_{h}.", "",
+             "Package versions that differ between the lanes: " + (", ".join(
+                 f"{k} {c['lanes']['A']['versions'].get(k)} / {c['lanes']['B']['versions'].get(k)}"
+                 for k in c["versions_differ"]) or "none") + ".", "",
              "## Checks", "", *table(["check", "passed", "detail"], [[k["check"], "yes" if k["passed"] else "**NO**",
                                                                       k["detail"]] for k in c["checks"]]),
              "", "## Per arm: lane effect beside seed effect, and equivalence", ""]
