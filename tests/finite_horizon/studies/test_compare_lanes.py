@@ -241,3 +241,40 @@ def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_
         k: v for k, v in real().items() if k in result["lanes"]["A"]["versions"]}
     assert result["versions_differ"] == [] and result["summary"]["checks_passed"]
     assert "Package versions that differ between the lanes: none." in (tmp_path / "lanes" / "lanes.md").read_text()
+
+
+@pytest.mark.slow
+def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_1(tmp_path, finished_study,
+                                                                                    monkeypatch):
+    from qhlab.finite_horizon.studies.architecture import lanes as module
+
+    copy = _copy(finished_study, tmp_path / "copy")
+    populations = [Path(json.loads((copy / name).read_text())["body"][split]["path"])
+                   for name, split in (("freeze.receipt.json", "train"), ("development.receipt.json", "validation"))]
+    for population in populations:  # as on another machine: not at the recorded paths, not in the cache
+        shutil.copytree(population, tmp_path / "moved" / population.name)
+        population.rename(population.with_name(population.name + ".away"))
+    monkeypatch.setattr("qhlab.evidence.receipts.DEFAULT_POPULATION_ROOT", str(tmp_path / "empty-cache"))
+    try:
+        code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
+                             tmp_path / "lanes-missing", "--margin", "0.01"])
+        assert code == 2 and not (tmp_path / "lanes-missing").exists(), err
+        code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
+                               tmp_path / "lanes", "--margin", "0.01", "--populations", tmp_path / "moved"])
+        assert code == 0, out + err
+        read = module._read_lane
+
+        def fewer_updates(directory):
+            lane = read(directory)
+            if directory.name == "copy":
+                lane["cells"][("baseline", 0)] = {**lane["cells"][("baseline", 0)], "observed_updates": 29}
+            return lane
+
+        monkeypatch.setattr(module, "_read_lane", fewer_updates)
+        code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
+                               tmp_path / "lanes-failed", "--margin", "0.01", "--populations", tmp_path / "moved"])
+        assert code == 1 and "checks FAILED" in out, out + err
+        assert sorted(p.name for p in (tmp_path / "lanes-failed").iterdir()) == sorted(LANE_FILES)
+    finally:
+        for population in populations:
+            population.with_name(population.name + ".away").rename(population)

@@ -113,6 +113,7 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     lanes.add_argument("lane_b", metavar="B", help="lane B's finished study directory")
     lanes.add_argument("--output", required=True, metavar="DIR", help="new directory for the lane report")
     lanes.add_argument("--margin", type=float, required=True, help="TOST equivalence margin on regret_H (metres)")
+    _add_populations_argument(lanes)
 
 
 def _add_populations_argument(parser: argparse.ArgumentParser) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qhlab.evidence import (canonical_json, input_error, publish_bytes, publish_directory, publish_file, publish_json,
-                            read_receipt, sha256_bytes, sha256_file, write_receipt)
+from qhlab.evidence import (authentication_roots, canonical_json, input_error, publish_bytes, publish_directory,
+                            publish_file, publish_json, read_receipt, sha256_bytes, sha256_file, write_receipt)
 from qhlab.finite_horizon.studies.architecture.authentication import authenticate_cells, check_bound, opened_study
 from qhlab.finite_horizon.studies.architecture.config import EXECUTION_FIELDS
 from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_RECEIPT, REPORT_DIR, REPORT_JSON,
@@ -39,7 +40,8 @@ _NOT_COMPARED = (*EXECUTION_FIELDS, "profile")
 
 
 def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: float,
-                  resamples: int | None = None, seed: int | None = None) -> dict:
+                  resamples: int | None = None, seed: int | None = None,
+                  populations: Sequence[str | Path] = ()) -> dict:
     """Compare two finished lanes of one study and publish ``output`` whole.
 
     Args:
@@ -49,6 +51,8 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         margin: the TOST equivalence margin on regret_H, in metres (finite, > 0).
         resamples: bootstrap resamples; None: the studies' frozen ``bootstrap.resamples``.
         seed: bootstrap seed; None: the studies' frozen ``bootstrap.seed``.
+        populations: directories the studies' populations were copied to (``--populations``;
+            a study made on another machine names paths of that machine).
 
     Returns:
         The comparison (the content of ``lanes.json``).
@@ -65,7 +69,8 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise input_error(CALL, "output", str(output), "a new or empty directory",
                           "the lane report is written once; choose a fresh --output")
-    lanes = {"A": _read_lane(Path(a)), "B": _read_lane(Path(b))}
+    with authentication_roots(Path(a), populations):  # each study's own roots inherit these
+        lanes = {"A": _read_lane(Path(a)), "B": _read_lane(Path(b))}
     changed = decision_differences(lanes["A"]["resolved"], lanes["B"]["resolved"])
     if lanes["A"]["train_manifest"] != lanes["B"]["train_manifest"]:
         changed.append(f"train.manifest_sha256 (A: {lanes['A']['train_manifest']}, B: {lanes['B']['train_manifest']})")
@@ -395,14 +400,17 @@ def _figure(c: dict, path: Path) -> None:
 
 
 def run_command(args: Any) -> int:
-    """``qhlab study compare-lanes A B --output DIR --margin M``: compare and print one line per arm."""
+    """``qhlab study compare-lanes A B --output DIR --margin M [--populations ROOT]``: compare and print
+    one line per arm. Exit status 0, or 1 when a check failed (the lane report is written either way)."""
     from qhlab.finite_horizon.studies.architecture.terminal import console as study_console
 
-    result, console = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin), study_console()
+    result = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin, populations=args.populations)
+    console = study_console()
     for row in result["arms"]:
         console.print(f"{row['arm']}: lane effect regret_H {row['regret']['lane_effect']:.4f} vs seed effect "
                       f"{row['regret']['seed_effect_A']:.4f} / {row['regret']['seed_effect_B']:.4f}; "
                       f"{row['tost_regret_h']['verdict']} at margin {result['margin']}", soft_wrap=True)
     console.print(f"[green]lanes[/] {Path(args.output) / LANES_MARKDOWN} (checks "
                   f"{'passed' if result['summary']['checks_passed'] else 'FAILED'})", soft_wrap=True)
-    return 0
+    # As for a failed E0 gate: the report is written and stays, and the status says it failed.
+    return 0 if result["summary"]["checks_passed"] else 1
