@@ -156,9 +156,10 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
         ({"arm": "no-such-arm"}, "cpu-fp32", "architecture"),
         ({"lr": -0.1}, "cpu-fp32", "optimizer.lr=-0.1 is not allowed"),
         ({"horizon": 3}, "cpu-fp32", "horizon"),
-        pytest.param({}, "cuda-amp", "cuda-amp", marks=pytest.mark.skipif(
+        # ids without "cuda": scripts/device-check selects the CUDA tests with -k cuda
+        pytest.param({}, "cuda-amp", "cuda-amp", id="gpu-lane-without-its-device", marks=pytest.mark.skipif(
             _CUDA, reason="a CUDA device is present, so cuda-amp is admitted here")),
-        pytest.param({}, "mps-fp32", "mps-fp32", marks=pytest.mark.skipif(
+        pytest.param({}, "mps-fp32", "mps-fp32", id="mac-lane-without-its-device", marks=pytest.mark.skipif(
             _MPS, reason="an MPS device is present, so mps-fp32 is admitted here")),
     ],
 )

@@ -35,7 +35,8 @@ def _error(raw: dict) -> str:
 
 def test_examples_load_with_declared_values() -> None:
     demo = load_recipe(EXAMPLES / "demo-recipe.toml")
-    assert demo.horizon == 3 and demo.batch_size == 32 and demo.updates == 2000
+    assert demo.horizon == 3 and demo.batch_size == 64 and demo.updates == 2000
+    assert demo.optimizer.schedule == "cosine" and demo.evaluation.average_decay is None
     assert demo.huber_delta == 0.25 and demo.successor_reward_rows == 4
     assert demo.architecture.encoder.width == 32 and demo.architecture.encoder.depth == 1
     assert demo.architecture.arm == "baseline"

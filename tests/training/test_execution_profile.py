@@ -152,12 +152,13 @@ def test_seed_path_reexports_the_implementing_modules() -> None:
 
 
 def test_registry_is_closed_and_exact() -> None:
-    assert PROFILE_NAMES == ("cuda-amp", "mps-fp32", "cpu-fp32", "cpu-fp32-darwin-arm64")
+    assert PROFILE_NAMES == ("cuda-amp", "mps-fp32", "cpu-fp32", "cpu-bf16", "cpu-fp32-darwin-arm64")
     rows = {n: dataclasses.astuple(execution_profile(n)) for n in PROFILE_NAMES}
     assert rows == {
         "cuda-amp": ("cuda-amp", "cuda", "cuda", "16-mixed", "Linux", "x86_64", ()),
         "mps-fp32": ("mps-fp32", "mps", "mps", "32-true", "Darwin", "arm64", ()),
         "cpu-fp32": ("cpu-fp32", "cpu", "cpu", "32-true", "Linux", "x86_64", ()),
+        "cpu-bf16": ("cpu-bf16", "cpu", "cpu", "bf16-mixed", "Linux", "x86_64", ()),
         "cpu-fp32-darwin-arm64": ("cpu-fp32-darwin-arm64", "cpu", "cpu", "32-true", "Darwin", "arm64", ()),
     }
     assert execution_profile("cpu-fp32") is execution_profile("cpu-fp32")
@@ -178,7 +179,7 @@ def test_unknown_profile_lists_valid_names(bad) -> None:
     ("field", "kwargs"),
     [
         ("accelerator", {"accelerator": "tpu"}),
-        ("precision", {"precision": "bf16-mixed"}),
+        ("precision", {"precision": "bf16-true"}),
         ("device_type", {"device_type": "xla"}),
         ("allowed_cpu_fallback_operations", {"allowed_cpu_fallback_operations": ("index_put",)}),
         ("allowed_cpu_fallback_operations", {"allowed_cpu_fallback_operations": "aten::x"}),
@@ -197,6 +198,9 @@ def test_profile_construction_is_validated(field: str, kwargs: dict) -> None:
     [
         ({"accelerator": "mps", "device_type": "mps", "precision": "16-mixed"},
          r"precision='16-mixed' is not allowed; allowed: '32-true' on an mps lane"),
+        ({"accelerator": "cuda", "device_type": "cuda", "precision": "bf16-mixed"},
+         r"precision='bf16-mixed' is not allowed; allowed: '16-mixed' or '32-true' on a 'cuda' lane"),
+        ({"accelerator": "mps", "device_type": "mps", "precision": "bf16-mixed"}, r"precision='bf16-mixed'"),
         ({"accelerator": "cuda", "device_type": "cpu"}, r"device_type='cpu' is not allowed; allowed: 'cuda'"),
         ({"accelerator": "cpu", "device_type": "mps"}, r"device_type='mps' is not allowed; allowed: 'cpu'"),
         ({"allowed_cpu_fallback_operations": ("aten::foo",)},
@@ -218,7 +222,7 @@ def test_mps_lane_may_list_reviewed_fallback_operations() -> None:
     assert profile.allowed_cpu_fallback_operations == ("aten::foo",)
 
 
-@pytest.mark.parametrize("name", ["cpu-fp32", "cpu-fp32-darwin-arm64", "mps-fp32"])
+@pytest.mark.parametrize("name", ["cpu-fp32", "cpu-bf16", "cpu-fp32-darwin-arm64", "mps-fp32"])
 def test_memory_ceiling_is_refused_where_it_cannot_be_enforced(name: str) -> None:
     profile = execution_profile(name)
     assert profile.check_memory_ceiling(None) is None
@@ -253,7 +257,7 @@ class _Recipe(BaseModel):
     population: str
     accelerator: Literal["cpu", "cuda", "mps"]
     devices: int
-    precision: Literal["32-true", "16-mixed"]
+    precision: Literal["32-true", "16-mixed", "bf16-mixed"]
 
 
 def _recipe() -> _Recipe:
@@ -316,6 +320,9 @@ def _admissible(profile: QhExecutionProfile) -> bool:
         return torch.cuda.is_available()
     if profile.device_type == "mps":
         return torch.backends.mps.is_available()
+    if profile.precision == "bf16-mixed":  # from the kernel's CPU flags, not from torch
+        flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+        return any(f in flags for f in ("avx512_bf16", "amx_bf16", "amx_tile"))
     return True
 
 
@@ -330,6 +337,9 @@ def test_admit_runtime_matches_the_real_host(name: str, monkeypatch) -> None:
         assert f"expected {profile.expected_system} {profile.expected_machine}" in message
         if HOST != (profile.expected_system, profile.expected_machine):
             assert f"this host is {HOST[0]} {HOST[1]}" in message
+        elif profile.precision == "bf16-mixed":
+            assert f"has CPU capability {torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX" \
+                in message
         else:
             assert f"has no {profile.device_type.upper()} device" in message
         assert info.value.exit_code == 2
@@ -350,6 +360,9 @@ def test_admit_runtime_matches_the_real_host(name: str, monkeypatch) -> None:
         "schema_version": "1",
     }
     assert set(evidence.environment) == {"PYTORCH_ENABLE_MPS_FALLBACK", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG"}
+    if profile.precision == "bf16-mixed":
+        assert evidence.device["autocast_dtype"] == "bfloat16" and evidence.device["grad_scaler"].startswith("none")
+        assert evidence.device["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     if profile.device_type == "cuda":
         assert list(evidence.device["capability"]) == list(torch.cuda.get_device_capability(0))
         assert evidence.device["name"] == torch.cuda.get_device_name(0)

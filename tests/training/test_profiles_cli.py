@@ -18,6 +18,15 @@ HOST = (platform.system(), platform.machine())
 QHLAB = Path(sys.executable).with_name("qhlab")
 
 
+def _native_cpu_bf16() -> bool:
+    """The kernel's CPU flags (not torch) say whether this CPU computes bf16 natively."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16", "amx_tile"))
+
+
 def _expected_lines() -> list[str]:
     """What this host must print, derived from the host itself rather than from the code."""
     host = f"{HOST[0]} {HOST[1]}"
@@ -26,12 +35,18 @@ def _expected_lines() -> list[str]:
         ("cuda-amp", "Linux", "x86_64", "cuda"),
         ("mps-fp32", "Darwin", "arm64", "mps"),
         ("cpu-fp32", "Linux", "x86_64", None),
+        ("cpu-bf16", "Linux", "x86_64", "bf16"),
         ("cpu-fp32-darwin-arm64", "Darwin", "arm64", None),
     ):
-        needs = f"{system} {machine}" + {"cuda": " with a CUDA device", "mps": " with an MPS device", None: ""}[device]
-        available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), None: True}[device]
+        needs = f"{system} {machine}" + {"cuda": " with a CUDA device", "mps": " with an MPS device", None: "",
+                                         "bf16": " with native CPU bf16 (AVX512-BF16 or AMX)"}[device]
+        available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), None: True,
+                     "bf16": _native_cpu_bf16()}[device]
         if HOST != (system, machine):
             lines.append(f"{name}: refused: needs {needs}; this host is {host}")
+        elif device == "bf16" and not available:
+            lines.append(f"{name}: refused: needs {needs}; this host has CPU capability "
+                         f"{torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX")
         elif not available:
             lines.append(f"{name}: refused: needs {needs}; this host has no {device.upper()} device")
         else:

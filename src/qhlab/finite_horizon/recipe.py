@@ -162,7 +162,7 @@ class QhRecipe(BaseModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     accelerator: Literal["cpu", "cuda", "mps"] = "cpu"
     devices: Literal[1] = 1
-    precision: Literal["32-true", "16-mixed"] = "32-true"
+    precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
 
 
 # ------------------------------------------------------- reading and validating TOML

@@ -1,7 +1,7 @@
 """Execution lanes of the QH launchers: the closed profile registry and runtime admission (seed 000).
 
 Owns: the closed registry of execution profiles (``cuda-amp``, ``mps-fp32``, ``cpu-fp32``,
-``cpu-fp32-darwin-arm64``), applying one profile's backend fields to a recipe, admitting the
+``cpu-bf16``, ``cpu-fp32-darwin-arm64``), applying one profile's backend fields to a recipe, admitting the
 real host/backend and returning immutable runtime evidence, the precision context, memory
 accounting, and the digest of this module's bytes (``execution_policy_source``): this file
 alone is the lane policy it seals.
@@ -54,7 +54,10 @@ _POLICY_OWNER = "src/qhlab/training/profiles.py"
 _POLICY_SCHEMA_VERSION = "1"
 
 ACCELERATORS = ("cuda", "mps", "cpu")
-_PRECISIONS = ("16-mixed", "32-true")
+_PRECISIONS = ("16-mixed", "bf16-mixed", "32-true")
+# bf16 keeps float32's exponent range, so Lightning's bf16-mixed uses no GradScaler: no update is
+# skipped for an inf/NaN gradient, and the observed updates equal the optimizer steps.
+_BF16_SCALER = "none: bf16 keeps float32's exponent range, so no loss scaling and no skipped update"
 _BACKEND_FIELDS = ("accelerator", "devices", "precision")
 _ENVIRONMENT_KEYS = ("PYTORCH_ENABLE_MPS_FALLBACK", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG")
 
@@ -166,6 +169,11 @@ class QhExecutionProfile:
                 call, "device_type", self.device_type, f"{self.accelerator!r} (the accelerator)",
                 "a single-device lane keeps its tensors on the accelerator it selects.",
             )
+        if self.precision == "bf16-mixed" and self.device_type != "cpu":
+            raise input_error(
+                call, "precision", self.precision, f"'16-mixed' or '32-true' on a {self.device_type!r} lane",
+                "bf16-mixed is the CPU bf16 lane's (cpu-bf16); CUDA mixed precision is 16-mixed.",
+            )
         if self.device_type == "mps" and self.precision != "32-true":
             raise input_error(
                 call, "precision", self.precision, "'32-true' on an mps lane",
@@ -245,6 +253,8 @@ class QhExecutionProfile:
             return f"{host} with a CUDA device"
         if self.device_type == "mps":
             return f"{host} with an MPS device"
+        if self.precision == "bf16-mixed":
+            return f"{host} with native CPU bf16 (AVX512-BF16 or AMX)"
         return host
 
     def admit_runtime(self) -> RuntimeEvidence:
@@ -304,6 +314,19 @@ class QhExecutionProfile:
             }
         else:
             device = {"name": _cpu_name(), "capability": None, "torch_threads": torch.get_num_threads()}
+            if self.precision == "bf16-mixed":
+                native = {"avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+                          "amx_tile": bool(torch.cpu._is_amx_tile_supported())}
+                capability = torch.backends.cpu.get_cpu_capability()
+                if not any(native.values()):
+                    # Without them torch still computes bf16, emulated and slowly: not a lane.
+                    raise self._refuse(
+                        needs, f"has CPU capability {capability} without AVX512-BF16 or AMX",
+                        "use cpu-fp32 here; cpu-bf16 needs e.g. an Intel Xeon of the Sapphire Rapids "
+                        "generation or later, or an AMD Zen 4.",
+                    )
+                device.update(cpu_capability=capability, **native, autocast_dtype="bfloat16",
+                              grad_scaler=_BF16_SCALER)
         return RuntimeEvidence(
             profile=self.name,
             accelerator=self.accelerator,
@@ -335,11 +358,14 @@ class QhExecutionProfile:
     def autocast_context(self) -> contextlib.AbstractContextManager:
         """Return the preflight precision context matching Lightning training.
 
-        ``16-mixed`` -> ``torch.autocast(device_type, dtype=torch.float16)`` (what Lightning's
-        MixedPrecision plugin enters); ``32-true`` -> ``contextlib.nullcontext()``.
+        ``16-mixed`` -> ``torch.autocast(device_type, dtype=torch.float16)`` and ``bf16-mixed``
+        -> ``torch.autocast("cpu", dtype=torch.bfloat16)`` (what Lightning's MixedPrecision
+        plugin enters); ``32-true`` -> ``contextlib.nullcontext()``.
         """
         if self.precision == "16-mixed":
             return torch.autocast(device_type=self.device_type, dtype=torch.float16)
+        if self.precision == "bf16-mixed":
+            return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def check_memory_ceiling(self, max_allocated_bytes: int | None) -> int | None:
@@ -469,6 +495,8 @@ _REGISTRY: Mapping[str, QhExecutionProfile] = MappingProxyType(
             # Reviewed and initially empty: no MPS operation may fall back to the CPU.
             QhExecutionProfile("mps-fp32", "mps", "mps", "32-true", "Darwin", "arm64", ()),
             QhExecutionProfile("cpu-fp32", "cpu", "cpu", "32-true", "Linux", "x86_64"),
+            # bf16 autocast forward, float32 master weights, gradients and AdamW moments.
+            QhExecutionProfile("cpu-bf16", "cpu", "cpu", "bf16-mixed", "Linux", "x86_64"),
             QhExecutionProfile("cpu-fp32-darwin-arm64", "cpu", "cpu", "32-true", "Darwin", "arm64"),
         )
     }

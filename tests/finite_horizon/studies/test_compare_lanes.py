@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, canonical_json, sha256_bytes
@@ -278,3 +279,21 @@ def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_
     finally:
         for population in populations:
             population.with_name(population.name + ".away").rename(population)
+
+
+@pytest.mark.skipif(not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()),
+                    reason=f"cpu-bf16 needs a CPU with AVX512-BF16 or AMX; this one has "
+                           f"{torch.backends.cpu.get_cpu_capability()}")
+@pytest.mark.slow
+def test_the_tiny_study_on_cpu_bf16_compares_with_cpu_fp32(tmp_path, finished_study, population_cache,
+                                                            config_writer) -> None:
+    """Issue 20's two-lane test: the same tiny study on cpu-fp32 (A) and cpu-bf16 (B)."""
+    config = config_writer(tmp_path / "bf16-config", population_cache,
+                           **{'profile = "cpu-fp32"': 'profile = "cpu-bf16"'})
+    assert main(["study", "run", str(config), "--output", str(tmp_path / "bf16")]) == 0
+    code = main(["study", "compare-lanes", str(finished_study["output"]), str(tmp_path / "bf16"),
+                 "--output", str(tmp_path / "lanes"), "--margin", "0.01"])
+    lanes = json.loads((tmp_path / "lanes" / "lanes.json").read_text())
+    assert code in (0, 1) and lanes["lanes"]["B"]["profile"] == "cpu-bf16"
+    assert all(c["observed_updates"]["A"] == c["observed_updates"]["B"] for c in lanes["cells"])
+    assert any(g["relative_l2"] > 0 for d in lanes["drift"] for g in d["groups"].values())
