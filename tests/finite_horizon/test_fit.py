@@ -394,7 +394,7 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     from qhlab.finite_horizon.recipe import load_recipe
 
     path = _recipe(tmp_path, updates=12)
-    path.write_text(path.read_text() + "\n[evaluation]\naverage_decay = 0.8\n")
+    path.write_text(path.read_text() + "\n[evaluation]\naverage_decay = 0.5\n")
     recipe = load_recipe(path)
     result = fit_recipe(FitRequest(recipe=path, profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
                                    validation=tiny["validation"], progress=False))
@@ -407,5 +407,5 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     on_online = evaluate_population(predict_q(module.online, val), val, tie_band=recipe.evaluation.tie_band)
     assert body["mae"] == on_average["mae"] and body["mae"] != on_online["mae"]
     fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
-    assert fit["recipe"]["evaluation"]["average_decay"] == 0.8
+    assert fit["recipe"]["evaluation"]["average_decay"] == 0.5
     assert main(["verify", str(result.output_directory)]) == 0

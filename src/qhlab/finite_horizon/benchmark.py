@@ -84,6 +84,13 @@ def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
     scorers = [("online.", module.online), ("target.", module.target)]
     if module.average is not None:
         scorers.append(("average.", module.average))
+    # A state holding a scorer the recipe does not build (average.* without averaging) is not this fit's.
+    foreign = sorted({k.split(".")[0] for k in tensors} - {p.rstrip(".") for p, _ in scorers} - {"optim"})
+    if foreign:
+        raise EvidenceError(
+            f"load_final_module: {final_state} holds tensors {', '.join(p + '.*' for p in foreign)} that the recipe "
+            f"{recipe.name!r} does not build. HINT: load a final state with the recipe its fit ran."
+        )
     for prefix, target in scorers:
         state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
         target.load_state_dict(state, strict=True)

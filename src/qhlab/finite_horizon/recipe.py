@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
 from qhlab.finite_horizon.budget import MAX_UPDATES
@@ -163,6 +163,23 @@ class QhRecipe(BaseModel):
     accelerator: Literal["cpu", "cuda", "mps"] = "cpu"
     devices: Literal[1] = 1
     precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
+
+    @model_validator(mode="after")
+    def _average_forgets_the_initialization(self) -> QhRecipe:
+        # The average starts at the cold initialization, which still weighs d^U after U
+        # updates: refuse a window that the budget cannot flush below e^-5 (0.7%).
+        decay = self.evaluation.average_decay
+        if decay is not None and self.updates * (1.0 - decay) < _AVERAGE_FLUSH:
+            raise ValueError(
+                f"evaluation.average_decay={decay!r} with updates={self.updates} is not allowed; allowed: "
+                f"updates x (1 - average_decay) >= {_AVERAGE_FLUSH:g} (here {self.updates * (1.0 - decay):.3g}), "
+                f"so the cold initialization weighs at most e^-{_AVERAGE_FLUSH:g} in the evaluated weights. "
+                f"HINT: lower average_decay or raise updates"
+            )
+        return self
+
+
+_AVERAGE_FLUSH = 5.0
 
 
 # ------------------------------------------------------- reading and validating TOML

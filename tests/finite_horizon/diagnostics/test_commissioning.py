@@ -618,3 +618,20 @@ def test_fit_recipe_with_and_without_gates_is_bit_identical(tiny_train: Path, tm
     assert gated.observed_updates == plain.observed_updates == 40
     assert gated.final_state_sha256 == plain.final_state_sha256
     assert len(read_commissioning_milestones(config, tmp_path / "m")) == 3
+
+
+def test_a_recipe_with_averaged_weights_is_gated_and_reloaded_with_them(tmp_path: Path) -> None:
+    averaged = QhRecipe.model_validate({**RECIPE.model_dump(), "evaluation": {"average_decay": 0.5}})
+
+    class Averaged(QhTDModule):
+        def __init__(self, recipe, dims):
+            super().__init__(averaged, dims)
+
+    gate = QhCommissioningMilestonesCallback(_config(milestones=(1, 5)), tmp_path / "milestones")
+    module, _ = _fit([gate], max_steps=5, module_cls=Averaged)
+    assert module.average is not None
+    for receipt in read_commissioning_milestones(_config(milestones=(1, 5)), tmp_path / "milestones"):
+        assert receipt.strict_reload is True
+        assert receipt.optimizer_evidence["residency"]["average"] == ["cpu"]
+        tensors, _ = load_tensor_state(tmp_path / "milestones" / receipt.state_filename)
+        assert {k.split(".")[0] for k in tensors} == {"online", "target", "average", "grad", "optim"}

@@ -234,14 +234,39 @@ def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_
     real = authentication.runtime_versions
     copy = _copy(finished_study, tmp_path / "copy")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(authentication, "runtime_versions", lambda: {**real(), "torch": "2.11.0+cu130"})
+        node = {**real(), "torch": "2.11.0+cu130"}
+        patch.setattr(authentication, "runtime_versions", lambda: node)
+        patch.setattr("qhlab.finite_horizon.studies.architecture.lanes.runtime_versions", lambda: node)
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
         with pytest.raises(EvidenceError, match=r"versions\.torch='2\.11\.0\+cu130' is not allowed"):
             report_study(copy / "study-config.toml", copy)
     assert result["lanes"]["A"]["versions"] == result["lanes"]["B"]["versions"] == {
         k: v for k, v in real().items() if k in result["lanes"]["A"]["versions"]}
     assert result["versions_differ"] == [] and result["summary"]["checks_passed"]
+    assert result["compared_under"]["torch"] == "2.11.0+cu130"  # the process that compared
     assert "Package versions that differ between the lanes: none." in (tmp_path / "lanes" / "lanes.md").read_text()
+
+
+@pytest.mark.slow
+def test_differing_lane_versions_are_listed(tmp_path, finished_study):
+    from qhlab.finite_horizon.studies.architecture import lanes as module
+
+    read = module._read_lane
+
+    def node_versions(directory):
+        lane = read(directory)
+        if directory.name == "copy":
+            lane["versions"] = {**lane["versions"], "torch": "2.11.0+cu130", "lightning": "2.6.6"}
+        return lane
+
+    copy = _copy(finished_study, tmp_path / "copy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_read_lane", node_versions)
+        result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
+    assert result["versions_differ"] == sorted({"torch"} | ({"lightning"} if result["lanes"]["A"]["versions"].get(
+        "lightning") != "2.6.6" else set()))
+    text = (tmp_path / "lanes" / "lanes.md").read_text()
+    assert f"torch {result['lanes']['A']['versions']['torch']} / 2.11.0+cu130" in text
 
 
 @pytest.mark.slow

@@ -62,10 +62,16 @@ def _gate_failed(gate: int, reason: str) -> QhError:
 # ------------------------------------------------------------------------------ live checks
 
 
+def _roles(pl_module: LightningModule) -> tuple[str, ...]:
+    """The module's scorers: online, target and, where the recipe keeps one, the evaluated average."""
+    return ("online", "target") + (("average",) if getattr(pl_module, "average", None) is not None else ())
+
+
 def _live_tensors(pl_module: LightningModule, optimizer: torch.optim.Optimizer) -> dict[str, dict[str, torch.Tensor]]:
     """Live references (no copies) grouped by what they are, keyed by their state-file name."""
-    groups: dict[str, dict[str, torch.Tensor]] = {"online": {}, "target": {}, "gradient": {}, "moment": {}}
-    for role in ("online", "target"):
+    groups: dict[str, dict[str, torch.Tensor]] = {r: {} for r in _roles(pl_module)}
+    groups.update(gradient={}, moment={})
+    for role in _roles(pl_module):
         scorer = getattr(pl_module, role)
         for name, tensor in scorer.state_dict(keep_vars=True).items():
             groups[role][f"{role}.{name}"] = tensor
@@ -135,10 +141,10 @@ def _fork_devices(device: torch.device) -> tuple[list[Any], str]:
 def _strict_reload(
     pl_module: LightningModule, loaded: Mapping[str, torch.Tensor], device: torch.device, gate: int
 ) -> None:
-    """Rebuild online and target scorers on CPU, load strictly and require exact equality."""
+    """Rebuild every scorer (online, target, average) on CPU, load strictly and require exact equality."""
     devices, device_type = _fork_devices(device)
     with torch.random.fork_rng(devices=devices, device_type=device_type):
-        for role in ("online", "target"):
+        for role in _roles(pl_module):
             prefix = f"{role}."
             state = {k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)}
             scorer = pl_module.build_scorer()

@@ -22,7 +22,8 @@ import numpy as np
 
 from qhlab.evidence import (authentication_roots, canonical_json, input_error, publish_bytes, publish_directory,
                             publish_file, publish_json, read_receipt, sha256_bytes, sha256_file, write_receipt)
-from qhlab.finite_horizon.studies.architecture.authentication import authenticate_cells, check_bound, opened_study
+from qhlab.finite_horizon.studies.architecture.authentication import (authenticate_cells, check_bound, opened_study,
+                                                                      runtime_versions)
 from qhlab.finite_horizon.studies.architecture.config import EXECUTION_FIELDS
 from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_RECEIPT, REPORT_DIR, REPORT_JSON,
                                                               REPORT_RECEIPT, SCHEMA_VERSION, cell_name)
@@ -261,6 +262,7 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
         "schema_version": SCHEMA_VERSION, "study": a["study"], "lanes": lanes,
         "versions_differ": sorted(k for k in set(a["versions"]) | set(b["versions"])
                                   if a["versions"].get(k) != b["versions"].get(k)),
+        "compared_under": runtime_versions(),  # the bootstrap and drift ran here
         "decision_sha256_without_profile": sha256_bytes(canonical_json(record)),
         "difference": "B - A", "horizon": int(np.asarray(a["cells"][keys[0]]["evaluation"]["scene_mae"]).shape[1]),
         "n_scenes": len(scene_ids), "scene_ids": scene_ids, "seeds": seeds, "margin": margin,
