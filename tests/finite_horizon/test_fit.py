@@ -409,3 +409,9 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
     assert fit["recipe"]["evaluation"]["average_decay"] == 0.5
     assert main(["verify", str(result.output_directory)]) == 0
+    # The same bytes read with a recipe that keeps no average: refused, not silently half-loaded.
+    from qhlab.evidence import EvidenceError
+
+    plain = recipe.model_copy(update={"evaluation": recipe.evaluation.model_copy(update={"average_decay": None})})
+    with pytest.raises(EvidenceError, match=r"holds tensors average\.\* that the recipe 'fit-test' does not build"):
+        load_final_module(plain, val, Path(result.output_directory) / "final_state.safetensors")

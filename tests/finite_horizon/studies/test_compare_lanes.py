@@ -72,6 +72,25 @@ def _shifted_copy(finished_study, target: Path) -> Path:
     return study
 
 
+def _reading_copy_as(edit):
+    """A ``lanes._read_lane`` that applies ``edit(lane)`` to the lane read from the "copy" directory."""
+    from qhlab.finite_horizon.studies.architecture import lanes as module
+
+    read = module._read_lane
+
+    def reader(directory):
+        lane = read(directory)
+        if directory.name == "copy":
+            edit(lane)
+        return lane
+
+    return reader
+
+
+def _fewer_updates(lane: dict) -> None:
+    lane["cells"][("baseline", 0)] = {**lane["cells"][("baseline", 0)], "observed_updates": 29}
+
+
 # ---------------------------------------------------------------------------------------------
 # The pure parts (fast).
 
@@ -209,17 +228,9 @@ def test_the_command_writes_the_four_files_which_verify(tmp_path, finished_study
 def test_unequal_observed_updates_are_a_failed_check(tmp_path, finished_study):
     from qhlab.finite_horizon.studies.architecture import lanes as module
 
-    read = module._read_lane
-
-    def fewer_updates(directory):
-        lane = read(directory)
-        if directory.name == "copy":
-            lane["cells"][("baseline", 0)] = {**lane["cells"][("baseline", 0)], "observed_updates": 29}
-        return lane
-
     copy = _copy(finished_study, tmp_path / "copy")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_read_lane", fewer_updates)
+        patch.setattr(module, "_read_lane", _reading_copy_as(_fewer_updates))
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
     check = next(c for c in result["checks"] if c["check"].startswith("observed updates"))
     assert not check["passed"] and "baseline-s0" in check["detail"] and not result["summary"]["checks_passed"]
@@ -251,17 +262,12 @@ def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_
 def test_differing_lane_versions_are_listed(tmp_path, finished_study):
     from qhlab.finite_horizon.studies.architecture import lanes as module
 
-    read = module._read_lane
-
-    def node_versions(directory):
-        lane = read(directory)
-        if directory.name == "copy":
-            lane["versions"] = {**lane["versions"], "torch": "2.11.0+cu130", "lightning": "2.6.6"}
-        return lane
+    def node_versions(lane):
+        lane["versions"] = {**lane["versions"], "torch": "2.11.0+cu130", "lightning": "2.6.6"}
 
     copy = _copy(finished_study, tmp_path / "copy")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_read_lane", node_versions)
+        patch.setattr(module, "_read_lane", _reading_copy_as(node_versions))
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
     assert result["versions_differ"] == sorted({"torch"} | ({"lightning"} if result["lanes"]["A"]["versions"].get(
         "lightning") != "2.6.6" else set()))
@@ -288,15 +294,7 @@ def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_
         code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
                                tmp_path / "lanes", "--margin", "0.01", "--populations", tmp_path / "moved"])
         assert code == 0, out + err
-        read = module._read_lane
-
-        def fewer_updates(directory):
-            lane = read(directory)
-            if directory.name == "copy":
-                lane["cells"][("baseline", 0)] = {**lane["cells"][("baseline", 0)], "observed_updates": 29}
-            return lane
-
-        monkeypatch.setattr(module, "_read_lane", fewer_updates)
+        monkeypatch.setattr(module, "_read_lane", _reading_copy_as(_fewer_updates))
         code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
                                tmp_path / "lanes-failed", "--margin", "0.01", "--populations", tmp_path / "moved"])
         assert code == 1 and "checks FAILED" in out, out + err
