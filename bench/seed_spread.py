@@ -9,10 +9,15 @@ seed 31900). ``--override JSON`` merges fields into the study's recipe (e.g.
 Prints ONE JSON line:
 * ``ratio``: the baseline's seed spread of regret_3 as a fraction of its mean (sd / mean;
   target <= 0.05), and ``mae_ratio`` the same for MAE_3 (target <= 0.03);
+* ``baseline.<metric>.seed_effect_sd``: the part of that spread that is a seed effect
+  (``replication.seed_effect_sd``: the seed means' variance less the seed-by-scene residual's
+  share, sigma_e^2 / n); the rest shrinks with more validation scenes;
 * with ``--arms all``, ``paired_seed_sd``: for each comparison of the report (baseline minus
   control, variant minus structural and matched control), the standard deviation across seeds
-  of a seed's mean paired difference of regret_3 and MAE_3. Their maxima are the pilot's seed
-  variance that a study config may freeze (``[seed_variance]``).
+  of a seed's mean paired difference of regret_3 and MAE_3, and ``paired_seed_tau``, its seed
+  effect tau (same estimator), ``margin_seed_tau`` the same for each variant's retention
+  margins (D_reg as ``regret``, D_mae as ``mae``), and ``seed_variance``: what a study config
+  may freeze as its pilot (``[seed_variance]``): the largest tau of each metric and the seed count.
 Run: ``python bench/seed_spread.py [--arms all] [--workers 2]``.
 """
 
@@ -58,9 +63,25 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
+def _run_fits(arms: list[str], seeds: list[int], config, override: dict, cache: Path, workers: int) -> list[dict]:
+    from qhlab.scenes import cached_population
+
+    train = cached_population(*_TRAIN, cache)
+    tuning = cached_population(*_TUNING, cache)
+    with tempfile.TemporaryDirectory(prefix="qhlab-bench-seeds-") as tmp:
+        jobs = []
+        for arm in arms:
+            for seed in seeds:
+                raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
+                jobs.append({"arm": arm, "seed": seed, "recipe": raw, "output": str(Path(tmp) / "fits"),
+                             "train": str(train), "validation": str(tuning)})
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(_fit, jobs))
+
+
 def main() -> None:
     from qhlab.finite_horizon.studies.architecture.config import read_study_config
-    from qhlab.scenes import cached_population
+    from qhlab.finite_horizon.studies.replication import seed_effect_sd
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")
@@ -69,7 +90,13 @@ def main() -> None:
     parser.add_argument("--override", default="{}", help="JSON merged into the recipe (tuning candidates)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cache", default="~/.cache/qhlab/populations")
+    parser.add_argument("--fits", type=Path, default=None,
+                        help="JSONL of every fit's per-scene results: written after fitting")
+    parser.add_argument("--reuse-fits", action="store_true",
+                        help="read --fits instead of fitting (re-analysis; the arms and seeds must match)")
     args = parser.parse_args()
+    if args.reuse_fits and args.fits is None:
+        raise SystemExit("--reuse-fits needs --fits FILE")
     config = read_study_config(args.config)[0]
     first, _, last = args.seeds.partition("-")
     seeds = list(range(int(first), int(last or first) + 1))
@@ -77,39 +104,44 @@ def main() -> None:
         raise SystemExit(f"--seeds {args.seeds}: {sorted(set(seeds) & set(config.seeds))} are the study's own seeds")
     arms = list(config.arms) if args.arms == "all" else [config.baseline_arm]
     override = json.loads(args.override)
-    cache = Path(args.cache).expanduser()
-    train = cached_population(*_TRAIN, cache)
-    tuning = cached_population(*_TUNING, cache)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="qhlab-bench-seeds-") as tmp:
-        jobs = []
-        for arm in arms:
-            for seed in seeds:
-                raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
-                jobs.append({"arm": arm, "seed": seed, "recipe": raw, "output": str(Path(tmp) / "fits"),
-                             "train": str(train), "validation": str(tuning)})
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            results = list(pool.map(_fit, jobs))
+    if args.reuse_fits:
+        results = [json.loads(line) for line in args.fits.read_text().splitlines() if line.strip()]
+        found, wanted = sorted((r["arm"], r["seed"]) for r in results), sorted((a, s) for a in arms for s in seeds)
+        if found != wanted:
+            raise SystemExit(f"--fits {args.fits}: holds fits {found}, not the {len(wanted)} of --arms/--seeds")
+    else:
+        results = _run_fits(arms, seeds, config, override, Path(args.cache).expanduser(), args.workers)
+        if args.fits is not None:
+            args.fits.write_text("".join(json.dumps(r) + "\n" for r in results))
     h = -1
     value = {(r["arm"], r["seed"]): {m: np.asarray(r[m], dtype=np.float64)[:, h] for m in ("mae", "regret")}
              for r in results}
     base = config.baseline_arm
     spread = {}
     for metric in ("regret", "mae"):
-        means = np.array([value[(base, s)][metric].mean() for s in seeds])
+        table = np.stack([value[(base, s)][metric] for s in seeds])
+        means = table.mean(axis=1)
         spread[metric] = {"mean": float(means.mean()), "sd": float(means.std(ddof=1)),
-                          "per_seed": [round(float(v), 5) for v in means]}
-    paired = {}
+                          "seed_effect_sd": seed_effect_sd(table), "per_seed": [round(float(v), 5) for v in means]}
+    paired, tau, margins = {}, {}, {}
     if args.arms == "all":
-        pairs = [(base, a.arm) for a in config.experiment.arms if a.role == "control"]
-        for a in config.experiment.arms:
-            if a.role == "variant":
-                pairs += [(a.arm, a.control), (a.arm, a.matched or base)]
-        for arm, against in pairs:
-            paired[f"{arm} - {against}"] = {
-                metric: float(np.std([(value[(arm, s)][metric] - value[(against, s)][metric]).mean() for s in seeds],
-                                     ddof=1))
-                for metric in ("regret", "mae")}
+        for arm, against, _ in config.comparisons():
+            tables = {metric: np.stack([value[(arm, s)][metric] - value[(against, s)][metric] for s in seeds])
+                      for metric in ("regret", "mae")}
+            paired[f"{arm} - {against}"] = {m: float(t.mean(axis=1).std(ddof=1)) for m, t in tables.items()}
+            tau[f"{arm} - {against}"] = {m: seed_effect_sd(t) for m, t in tables.items()}
+        for a in (a for a in config.experiment.arms if a.role == "variant"):
+            # The retention margins of the report (statistics.retention_margins), per scene.
+            d_reg = np.stack([value[(a.arm, s)]["regret"] - config.regret_fraction * value[(a.control, s)]["regret"]
+                              for s in seeds])
+            d_mae = np.stack([value[(a.arm, s)]["mae"] - config.mae_fraction * value[(a.matched or base, s)]["mae"]
+                              for s in seeds])
+            margins[a.arm] = {"regret": seed_effect_sd(d_reg), "mae": seed_effect_sd(d_mae)}
+    pilot = None
+    if tau:
+        pilot = {m: round(max(v[m] for v in (*tau.values(), *margins.values())), 5) for m in ("regret", "mae")}
+        pilot["seeds"] = len(seeds)
     print(json.dumps({
         "bench": "seed_spread",
         "population": f"{_TUNING[0]} {_TUNING[1]} seed {_TUNING[2]} (tuning only), TRAIN {_TRAIN[0]} seed {_TRAIN[2]}",
@@ -121,7 +153,12 @@ def main() -> None:
         "baseline": spread,
         "paired_seed_sd": paired,
         "paired_seed_sd_max": ({m: max(v[m] for v in paired.values()) for m in ("regret", "mae")} if paired else None),
+        "paired_seed_tau": tau,
+        "margin_seed_tau": margins,
+        "seed_variance": pilot,
+        "scenes": int(next(iter(value.values()))["regret"].size),
         "fit_seconds": [r["seconds"] for r in results],
+        "fits": f"reused from {args.fits}" if args.reuse_fits else "fitted here",
         "wall_seconds": round(time.perf_counter() - started, 1),
     }, sort_keys=True))
 

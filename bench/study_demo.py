@@ -3,7 +3,9 @@
 Runs ``qhlab study run examples/default-study.toml`` end to end in a fresh output directory,
 by default with a fresh population cache too (so population generation is included, as on a
 new machine); ``--reuse-cache`` keeps the configured cache. The study's own receipts are then
-authenticated with ``qhlab verify``.
+authenticated with ``qhlab verify``. ``--output DIR`` keeps the finished study there (a new
+directory) instead of a temporary one, and its config copy and fresh cache in ``DIR-inputs``,
+so that it can be read and verified later.
 
 Prints ONE JSON line: ``ratio = wall_seconds / 600`` (target <= 1.0), the wall time of each
 phase as measured here, and the load average (a shared machine slows everything).
@@ -34,9 +36,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")
     parser.add_argument("--reuse-cache", action="store_true", help="keep the configured population cache")
+    parser.add_argument("--output", type=Path, default=None, help="keep the study here (must not exist)")
     args = parser.parse_args()
+    if args.output is not None:
+        args.output = args.output.resolve()
+        inputs = args.output.with_name(args.output.name + "-inputs")
+        if args.output.exists() or inputs.exists():
+            raise SystemExit(f"--output {args.output}: it or {inputs.name} exists; give a new directory")
+        inputs.mkdir(parents=True)
 
     with tempfile.TemporaryDirectory(prefix="qhlab-bench-study-") as tmp:
+        tmp = tmp if args.output is None else inputs
         config = args.config
         if not args.reuse_cache:
             # Same study, fresh cache: rewrite only the cache line of a copy of the config.
@@ -47,7 +57,7 @@ def main() -> None:
                 text = f'population_cache = "{cache}"\n' + text
             config = Path(tmp) / config.name
             config.write_text(text, encoding="utf-8")
-        output = Path(tmp) / "study"
+        output = args.output or Path(tmp) / "study"
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         _qhlab("study", "run", str(config), "--output", str(output))

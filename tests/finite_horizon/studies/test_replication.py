@@ -17,6 +17,7 @@ from qhlab.finite_horizon.studies.replication import (
     pooled_difference,
     replication_label,
     retention_replication,
+    seed_effect_sd,
     study_verdict,
 )
 
@@ -24,15 +25,21 @@ N_SCENES, N_SEEDS = 120, 2
 SCENE_SD, RESIDUAL_SD, SEED_SD = 0.012, 0.010, 0.003  # metres, of the order of the default study's
 
 
-def _study(rng: np.random.Generator, delta: float, seed_sd: float = SEED_SD) -> np.ndarray:
-    """[N_SEEDS, N_SCENES] paired differences of one simulated study."""
-    seed = rng.normal(0.0, seed_sd, size=(N_SEEDS, 1))
+def _study(rng: np.random.Generator, delta: float, seed_sd: float = SEED_SD, n_seeds: int = N_SEEDS) -> np.ndarray:
+    """[n_seeds, N_SCENES] paired differences of one simulated study."""
+    seed = rng.normal(0.0, seed_sd, size=(n_seeds, 1))
     scene = rng.normal(0.0, SCENE_SD, size=(1, N_SCENES))
-    return delta + seed + scene + rng.normal(0.0, RESIDUAL_SD, size=(N_SEEDS, N_SCENES))
+    return delta + seed + scene + rng.normal(0.0, RESIDUAL_SD, size=(n_seeds, N_SCENES))
 
 
-# What a pilot measures: the spread across seeds of one seed's mean difference.
-PILOT_SD = math.sqrt(SEED_SD ** 2 + RESIDUAL_SD ** 2 / N_SCENES)
+PILOT_SEEDS = 6  # as bench/seed_spread.py's default (seeds 2-7)
+
+
+def _pilot(rng: np.random.Generator, seed_sd: float = SEED_SD) -> dict:
+    """What a study config freezes: tau estimated on a simulated pilot of PILOT_SEEDS seeds
+    (its own scenes), so the pilot's estimation noise is part of every calibration below."""
+    tau = seed_effect_sd(_study(rng, 0.0, seed_sd, n_seeds=PILOT_SEEDS))
+    return {"seed_sd": tau, "seed_sd_source": "simulated pilot", "seed_sd_dof": PILOT_SEEDS - 1}
 
 
 def _scene_interval(row: np.ndarray) -> tuple[float, float]:
@@ -41,18 +48,30 @@ def _scene_interval(row: np.ndarray) -> tuple[float, float]:
     return float(row.mean() - half), float(row.mean() + half)
 
 
+def test_seed_effect_sd_by_hand() -> None:
+    # A pure seed shift (no residual): tau is the sd of the shifts ...
+    d = np.array([[0.0, 1.0, 2.0], [0.5, 1.5, 2.5], [1.0, 2.0, 3.0]])
+    assert seed_effect_sd(d) == pytest.approx(0.5)
+    # ... and a pure seed-by-scene residual has no seed effect at all: the seed means' spread is
+    # what the residual alone puts there (Var_s = sigma_e^2 / n, clamped at 0).
+    assert seed_effect_sd(np.array([[1.0, -1.0], [-1.0, 1.0]])) == 0.0
+    rng = np.random.default_rng(5)
+    big = _study(rng, 0.0, 0.003, n_seeds=400)
+    assert seed_effect_sd(big) == pytest.approx(0.003, rel=0.1)
+
+
 def test_the_pooled_interval_covers_the_truth() -> None:
     rng = np.random.default_rng(20261201)
     delta = 0.002
-    # The default-like design, and one where the seed effect dominates (there, leaving the seed
-    # term out of the interval would cover ~0.74: the upper bound keeps the pilot honest too).
-    for seed_sd in (SEED_SD, 0.02):
-        pilot = math.sqrt(seed_sd ** 2 + RESIDUAL_SD ** 2 / N_SCENES)
+    # The default-like design, one where the seed effect dominates (there, leaving the seed term
+    # out of the interval would cover ~0.74; a normal quantile on a 6-seed pilot ~0.89) and one
+    # with no seed effect at all (the regret spread of the default recipe is all seed-by-scene).
+    for seed_sd in (SEED_SD, 0.02, 0.0):
         for source in ("pilot", "study"):
             covered = 0
             for _ in range(600):
                 d = _study(rng, delta, seed_sd)
-                pooled = (pooled_difference(d, seed_sd=pilot, seed_sd_source="simulated pilot")
+                pooled = (pooled_difference(d, **_pilot(rng, seed_sd))
                           if source == "pilot" else pooled_difference(d))
                 covered += pooled.low <= delta <= pooled.high
             assert covered / 600 >= 0.93, (seed_sd, source, covered / 600)
@@ -70,8 +89,7 @@ def test_scene_only_intervals_alone_would_call_seed_effects_replicated() -> None
         per_seed = [_scene_interval(row) for row in d]
         sides = {1 if lo > 0 else -1 if hi < 0 else 0 for lo, hi in per_seed}
         naive += len(sides) == 1 and 0 not in sides
-        labelled += replication_label(per_seed, pooled_difference(d, seed_sd=PILOT_SD,
-                                                                  seed_sd_source="simulated pilot")) == "replicated"
+        labelled += replication_label(per_seed, pooled_difference(d, **_pilot(rng))) == "replicated"
     assert naive / 1000 > 0.08
     # ... and the label says "replicated" in at most 5% of them.
     assert labelled / 1000 <= 0.05, labelled / 1000
@@ -80,16 +98,15 @@ def test_scene_only_intervals_alone_would_call_seed_effects_replicated() -> None
 def test_the_mde_is_detected_with_80_percent_power() -> None:
     rng = np.random.default_rng(11)
     se = math.sqrt(SEED_SD ** 2 / N_SEEDS + (SCENE_SD ** 2 + RESIDUAL_SD ** 2 / N_SEEDS) / N_SCENES)
-    mde = minimum_detectable_effect(se)
-    assert mde == pytest.approx((1.959964 + 0.841621) * se, rel=1e-5)
-    detected, reported = 0, []
+    assert minimum_detectable_effect(se) == pytest.approx((1.959964 + 0.841621) * se, rel=1e-5)
+    # The design's MDE as the report states it: Student's t on the Welch-Satterthwaite dof of a
+    # 6-seed pilot (wider than the normal one: the pilot's tau is itself an estimate).
+    mde = float(np.median([pooled_difference(_study(rng, 0.0), **_pilot(rng)).mde for _ in range(300)]))
+    assert mde > minimum_detectable_effect(se)
+    detected = 0
     for _ in range(600):
-        pooled = pooled_difference(_study(rng, mde), seed_sd=PILOT_SD, seed_sd_source="simulated pilot")
-        detected += pooled.low > 0
-        reported.append(pooled.mde)
+        detected += pooled_difference(_study(rng, mde), **_pilot(rng)).low > 0
     assert 0.75 <= detected / 600 <= 0.86, detected / 600
-    # The MDE a study reports from its own data is the design's, within sampling noise.
-    assert np.median(reported) == pytest.approx(mde, rel=0.1)
 
 
 def test_study_source_uses_student_t_with_one_degree_of_freedom() -> None:
@@ -102,13 +119,13 @@ def test_study_source_uses_student_t_with_one_degree_of_freedom() -> None:
 
 def test_labels_by_hand() -> None:
     pooled_above = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]),
-                                     seed_sd=0.0001, seed_sd_source="hand")
+                                     seed_sd=0.0001, seed_sd_source="hand", seed_sd_dof=5)
     assert pooled_above.low > 0
     assert replication_label([(0.001, 0.02), (0.002, 0.03)], pooled_above) == "replicated"
     assert replication_label([(0.001, 0.02), (-0.03, -0.002)], pooled_above) == "seed-dependent"
     assert replication_label([(0.001, 0.02), (-0.01, 0.03)], pooled_above) == "inconclusive"
     wide = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=1.0,
-                             seed_sd_source="hand")
+                             seed_sd_source="hand", seed_sd_dof=5)
     assert replication_label([(0.001, 0.02), (0.002, 0.03)], wide) == "inconclusive"
     assert study_verdict({0: True, 1: True}) == "retained"
     assert study_verdict({0: False, 1: False}) == "rejected"
@@ -117,9 +134,9 @@ def test_labels_by_hand() -> None:
 
 def test_retention_replication_by_hand() -> None:
     below = pooled_difference(np.array([[-0.01, -0.012, -0.011], [-0.011, -0.013, -0.012]]), seed_sd=0.0001,
-                              seed_sd_source="hand", alternative="less")
+                              seed_sd_source="hand", seed_sd_dof=5, alternative="less")
     above = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=0.0001,
-                              seed_sd_source="hand", alternative="greater")
+                              seed_sd_source="hand", seed_sd_dof=5, alternative="greater")
     robust_kept = {"retained": True, "label": "robust"}
     robust_dropped = {"retained": False, "label": "robust"}
     assert retention_replication([robust_kept, robust_kept], {"D_reg": below, "D_mae": below}) == "replicated"
@@ -136,6 +153,10 @@ def test_bad_input_is_refused() -> None:
         pooled_difference(np.zeros((1, 5)))
     with pytest.raises(QhInputError, match=r"seed_sd_source=None is not allowed"):
         pooled_difference(np.zeros((2, 5)), seed_sd=0.1)
+    with pytest.raises(QhInputError, match=r"seed_sd_dof=None is not allowed; allowed: an integer >= 1"):
+        pooled_difference(np.zeros((2, 5)), seed_sd=0.1, seed_sd_source="hand")
+    with pytest.raises(QhInputError, match=r"seed_effect_sd: differences.shape=\(1, 5\) is not allowed"):
+        seed_effect_sd(np.zeros((1, 5)))
 
 
 @pytest.mark.slow

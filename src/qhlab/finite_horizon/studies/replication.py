@@ -16,14 +16,17 @@ arm effects, two seeds' intervals can exclude 0 on opposite sides.
 
 Two sources for tau (stated in every record, ``seed_sd_source``):
 
-* ``pilot``: the standard deviation across extra seeds of a seed's mean paired difference,
-  measured on the declared tuning population before the study and frozen into the config
-  (Colas et al. 2018); the interval uses the normal quantile. It slightly over-counts
-  (it includes the pilot's own residual noise), which errs on the wide side.
-* ``study``: estimated from the study's own seeds, ``tau^2 = max(0, Var_s(mean_i d[s, i]) -
-  sigma_e^2 / n)`` with the residual variance ``sigma_e^2`` of the seed-by-scene two-way
-  table; with S seeds it has S - 1 degrees of freedom, so the interval uses Student's t with
-  S - 1 degrees of freedom (12.7 x the standard error at 95% with two seeds: honest, and wide).
+* ``pilot``: tau measured on the declared tuning population before the study, with extra
+  seeds, and frozen into the config (Colas et al. 2018). It is the same estimator as below,
+  ``seed_effect_sd``, on the pilot's seeds-by-scenes table, so it does not depend on how many
+  scenes the pilot had (the raw spread of the pilot's seed means would add its own residual
+  ``sigma_e^2 / n_pilot``, counted a second time in the scene part). The estimate has
+  ``pilot seeds - 1`` degrees of freedom, so the interval uses Student's t with the
+  Welch-Satterthwaite degrees of freedom of the two variance terms: close to normal where the
+  scene part dominates, t(pilot seeds - 1) where the seed part does.
+* ``study``: estimated from the study's own seeds (``seed_effect_sd``); with S seeds it has
+  S - 1 degrees of freedom, so the interval uses Student's t with S - 1 degrees of freedom
+  (12.7 x the standard error at 95% with two seeds: honest, and wide).
 
 The scene part is the standard error of the seed-averaged per-scene differences (scenes are
 the statistical unit, seeds are averaged within a scene first).
@@ -50,6 +53,7 @@ __all__ = [
     "retention_replication",
     "study_verdict",
     "minimum_detectable_effect",
+    "seed_effect_sd",
 ]
 
 REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")
@@ -62,9 +66,10 @@ class PooledDifference:
 
     ``low``/``high`` follow ``alternative`` as in ``statistics.BootstrapInterval`` (None: an
     open side). ``se`` = sqrt(scene_se^2 + seed_sd^2 / n_seeds); ``quantile`` multiplies it
-    (normal for a pilot source, Student's t with n_seeds - 1 degrees of freedom for the study's
-    own estimate). ``mde`` is the smallest true difference this design detects with ``power``
-    at this level and alternative (``minimum_detectable_effect``).
+    (Student's t: with the Welch-Satterthwaite degrees of freedom for a pilot source, with
+    n_seeds - 1 for the study's own estimate; ``distribution`` says which). ``mde`` is the
+    smallest true difference this design detects with ``power`` at this level and alternative
+    (``minimum_detectable_effect``).
     """
 
     estimate: float
@@ -100,13 +105,38 @@ def _differences(call: str, differences: Any) -> np.ndarray:
     return array
 
 
-def _quantile(distribution: str, dof: int, probability: float) -> float:
+def _quantile(distribution: str, dof: float, probability: float) -> float:
     return float(stats.norm.ppf(probability) if distribution == "normal" else stats.t.ppf(probability, dof))
+
+
+def seed_effect_sd(differences: Any) -> float:
+    """The training-seed effect's standard deviation tau of a seeds-by-scenes table.
+
+    ``tau^2 = max(0, Var_s(mean_i d[s, i]) - sigma_e^2 / n)``, where ``sigma_e^2`` is the
+    residual mean square of the two-way (seed, scene) table: the seed means' spread less what
+    the seed-by-scene residual alone puts there. It has n_seeds - 1 degrees of freedom.
+
+    Args:
+        differences: float [n_seeds >= 2, n_scenes >= 2], per-scene paired differences (or a
+            metric) for each training seed, same scenes.
+
+    Returns:
+        tau, in the unit of ``differences`` (metres), >= 0.
+    """
+    d = _differences("seed_effect_sd", differences)
+    n_seeds, n_scenes = d.shape
+    if n_seeds < 2:
+        raise input_error("seed_effect_sd", "differences.shape", tuple(d.shape), "n_seeds >= 2",
+                          "one seed says nothing about the seed variance")
+    seed_means = d.mean(axis=1)
+    residual = d - seed_means[:, None] - d.mean(axis=0)[None, :] + d.mean()
+    sigma_e2 = float((residual ** 2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
+    return math.sqrt(max(0.0, float(seed_means.var(ddof=1)) - sigma_e2 / n_scenes))
 
 
 def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: float = 0.8,
                               alternative: str = "two-sided", distribution: str = "normal",
-                              dof: int | None = None) -> float:
+                              dof: float | None = None) -> float:
     """The smallest true difference detected with probability ``power`` (Colas et al. 2018).
 
     A test that rejects 0 when the interval excludes it detects a true difference m with
@@ -119,7 +149,7 @@ def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: flo
         confidence: the interval's level.
         power: the detection probability, in (0, 1).
         alternative: "two-sided", "less" or "greater" (one-sided bounds).
-        distribution: "normal" or "t" (with ``dof`` degrees of freedom).
+        distribution: "normal" or "t" (with ``dof`` degrees of freedom, not necessarily whole).
 
     Returns:
         The MDE in the estimate's unit (metres), >= 0.
@@ -129,7 +159,7 @@ def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: flo
 
 
 def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd_source: str | None = None,
-                      confidence: float = 0.95, power: float = 0.8,
+                      seed_sd_dof: int | None = None, confidence: float = 0.95, power: float = 0.8,
                       alternative: str = "two-sided") -> PooledDifference:
     """Mean over seeds and scenes of paired per-scene differences, with an interval that carries
     the between-seed variance (see the module docstring).
@@ -137,9 +167,11 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
     Args:
         differences: float [n_seeds, n_scenes], per-scene paired differences (arm minus
             control, or a margin's per-scene values) for each training seed, same scenes.
-        seed_sd: the pilot's standard deviation of one seed's mean difference; None: estimate
-            it from ``differences`` (needs n_seeds >= 2; Student's t with n_seeds - 1 dof).
+        seed_sd: the pilot's seed-effect sd tau (``seed_effect_sd`` on the pilot's table); None:
+            estimate it from ``differences`` (needs n_seeds >= 2; Student's t with n_seeds - 1 dof).
         seed_sd_source: where ``seed_sd`` came from (recorded); required with ``seed_sd``.
+        seed_sd_dof: the pilot estimate's degrees of freedom (its seeds - 1); required with
+            ``seed_sd``.
         confidence: the interval's level, in (0, 1).
         power: for ``mde``.
         alternative: "two-sided", "less" (upper bound only) or "greater" (lower bound only).
@@ -161,32 +193,36 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
         if not seed_sd_source:
             raise input_error(call, "seed_sd_source", seed_sd_source, "a non-empty description",
                               "say which pilot (population, seeds) measured seed_sd")
-        tau, source, distribution, dof = float(seed_sd), f"pilot: {seed_sd_source}", "normal", None
-        note = "seed variance from the pilot, frozen in the config before the study"
+        if isinstance(seed_sd_dof, bool) or not isinstance(seed_sd_dof, int) or seed_sd_dof < 1:
+            raise input_error(call, "seed_sd_dof", seed_sd_dof, "an integer >= 1 (the pilot's seeds - 1)",
+                              "an estimated tau carries its own uncertainty into the interval")
+        tau = float(seed_sd)
+        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof.
+        terms = scene_se ** 4 / (n_scenes - 1) + (tau ** 2 / n_seeds) ** 2 / seed_sd_dof
+        dof = (scene_se ** 2 + tau ** 2 / n_seeds) ** 2 / terms if terms > 0 else float(n_scenes - 1)
+        source = f"pilot: {seed_sd_source}"
+        note = (f"seed variance from the pilot ({seed_sd_dof + 1} seeds), frozen in the config before the study; "
+                f"Student's t with {dof:.1f} Welch-Satterthwaite dof")
     else:
         if n_seeds < 2:
             raise input_error(call, "differences.shape", tuple(d.shape), "n_seeds >= 2 without seed_sd",
                               "one seed says nothing about the seed variance; give a pilot's seed_sd")
-        seed_means = d.mean(axis=1)
-        residual = d - seed_means[:, None] - pooled_scenes[None, :] + estimate
-        sigma_e2 = float((residual ** 2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
-        tau = math.sqrt(max(0.0, float(seed_means.var(ddof=1)) - sigma_e2 / n_scenes))
-        source, distribution, dof = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)", "t", \
-            n_seeds - 1
+        tau, dof = seed_effect_sd(d), float(n_seeds - 1)
+        source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
         note = (f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
                 "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
                 "estimated: about 0.73 power at the MDE with two seeds, by simulation)")
     se = math.sqrt(scene_se ** 2 + tau ** 2 / n_seeds)
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
-    q = _quantile(distribution, dof or 1, level)
+    q = _quantile("t", dof, level)
     low = None if alternative == "less" else estimate - q * se
     high = None if alternative == "greater" else estimate + q * se
     mde = minimum_detectable_effect(se, confidence=confidence, power=power, alternative=alternative,
-                                    distribution=distribution, dof=dof)
+                                    distribution="t", dof=dof)
     return PooledDifference(
         estimate=estimate, low=low, high=high, alternative=alternative, confidence=float(confidence),
         n_seeds=int(n_seeds), n_scenes=int(n_scenes), scene_se=scene_se, seed_sd=tau, seed_sd_source=source,
-        se=se, distribution="normal" if distribution == "normal" else f"t({dof})", quantile=q,
+        se=se, distribution=f"t({dof:.3g})", quantile=q,
         power=float(power), mde=mde, note=note,
     )
 

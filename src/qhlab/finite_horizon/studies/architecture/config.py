@@ -181,17 +181,22 @@ class BootstrapConfig(BaseModel):
 class SeedVarianceConfig(BaseModel):
     """The training-seed variance measured by a pilot before the study, frozen with it.
 
-    Each value is the standard deviation, across the pilot's extra seeds, of one seed's mean
-    paired difference at H between two arms (the largest over the pilot's comparisons), in
-    metres. The report's seed-pooled intervals add it to the scene variance
-    (``qhlab.finite_horizon.studies.replication``); without it they estimate it from the
-    study's own two seeds (one degree of freedom: honest, and very wide).
+    Each value is the largest, over the report's paired comparisons and the variants' retention
+    margins, seed-effect standard deviation tau at H (``replication.seed_effect_sd`` on the
+    pilot's seeds-by-scenes table), in metres. The report's seed-pooled intervals add tau^2 / S
+    to the scene variance, with Student's t on the Welch-Satterthwaite degrees of freedom of the
+    two terms (the pilot's part has ``seeds - 1``); see
+    ``qhlab.finite_horizon.studies.replication``. One value per metric, not one per comparison:
+    a single comparison's tau from a few seeds can be far too small (measured: one pilot tau of
+    0.6 mm against study seeds 6.7 mm apart). Without a pilot the intervals estimate tau from
+    the study's own two seeds (one degree of freedom: honest, and very wide).
     """
 
     model_config = _FROZEN
 
     regret: float = Field(ge=0.0)
     mae: float = Field(ge=0.0)
+    seeds: int = Field(ge=2, le=1000)
     source: str = Field(min_length=1, max_length=500)
 
 
@@ -301,6 +306,15 @@ class QhArchitectureStudyConfig(BaseModel):
                 "(both replication seeds are declared up front; no seed search)"
             )
         return seeds
+
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """(arm, against, relation) of every paired comparison of the report, in report order."""
+        baseline, arms = self.baseline_arm, self.experiment.arms
+        pairs = [(baseline, a.arm, "baseline minus control") for a in arms if a.role == "control"]
+        for a in (a for a in arms if a.role == "variant"):
+            pairs += [(a.arm, a.control, "variant minus structural control"),
+                      (a.arm, a.matched or baseline, "variant minus matched control")]
+        return pairs
 
     @model_validator(mode="after")
     def _family(self) -> QhArchitectureStudyConfig:

@@ -167,13 +167,8 @@ class ReportInputs:
 
     @cached_property
     def comparisons(self) -> list[tuple[str, str, str]]:
-        """(arm, against, relation) of every paired comparison, in report order."""
-        baseline, arms = self.config.baseline_arm, self.config.experiment.arms
-        pairs = [(baseline, a.arm, "baseline minus control") for a in arms if a.role == "control"]
-        for a in (a for a in arms if a.role == "variant"):
-            pairs += [(a.arm, a.control, "variant minus structural control"),
-                      (a.arm, a.matched or baseline, "variant minus matched control")]
-        return pairs
+        """(arm, against, relation) of every paired comparison, in report order (the config's)."""
+        return self.config.comparisons()
 
     def at_h(self, arm: str, seed: int, metric: str) -> np.ndarray:
         """float [n_scenes]: one cell's per-scene ``metric`` ("mae" | "regret") at H."""

@@ -44,11 +44,12 @@ POWER = 0.8
 """The power at which every MDE of the report is stated."""
 
 
-def _seed_sd(config: Any, metric: str) -> tuple[float | None, str | None]:
+def _pilot(config: Any, metric: str) -> dict[str, Any]:
+    """``pooled_difference``'s seed-variance arguments: the frozen pilot's tau, or none (the study's own)."""
     pilot = config.seed_variance
     if pilot is None:
-        return None, None
-    return float(getattr(pilot, metric)), pilot.source
+        return {}
+    return {"seed_sd": float(getattr(pilot, metric)), "seed_sd_source": pilot.source, "seed_sd_dof": pilot.seeds - 1}
 
 
 def build(inputs: ReportInputs, report: dict) -> None:
@@ -68,8 +69,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
     for arm, against, relation in inputs.comparisons:
         for metric in ("regret", "mae"):
             diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
-            sd, source = _seed_sd(config, metric)
-            pooled = pooled_difference(diffs, seed_sd=sd, seed_sd_source=source, confidence=confidence, power=POWER)
+            pooled = pooled_difference(diffs, **_pilot(config, metric), confidence=confidence, power=POWER)
             per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
             rows.append({
                 "arm": arm, "against": against, "relation": relation, "metric": metric,
@@ -89,8 +89,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
             margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
-            sd, source = _seed_sd(config, metric)
-            pooled[name] = pooled_difference(margin, seed_sd=sd, seed_sd_source=source, confidence=confidence,
+            pooled[name] = pooled_difference(margin, **_pilot(config, metric), confidence=confidence,
                                              power=POWER, alternative=alternative)
         label = retention_replication(decisions, pooled)
         if label == "seed-dependent":
@@ -117,7 +116,8 @@ def markdown(report: dict) -> list[str]:
     source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
     pooled = [[r["arm"], r["against"], r["metric"], *(f"{fmt(i['estimate'])} {ci(i)}" for i in
                                                      (r["per_seed"][str(s)] for s in seeds)),
-               fmt(r["pooled"]["estimate"]), ci(r["pooled"]), r["label"], fmt(r["pooled"]["mde"])] for r in rows]
+               fmt(r["pooled"]["estimate"]), ci(r["pooled"]), r["pooled"]["distribution"], r["label"],
+               fmt(r["pooled"]["mde"])] for r in rows]
     verdicts = [[e["variant"], e["verdict"], e["replication"],
                  *(fmt(e["pooled_margins"][m][k]) for m in ("D_reg", "D_mae") for k in ("estimate", "mde"))]
                 for e in report["retention"]]
@@ -125,12 +125,14 @@ def markdown(report: dict) -> list[str]:
         "", f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the seed "
         "variance)", "",
         f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds the "
-        f"between-seed variance to the scene variance (seed variance source: {source}). Replicated: every "
+        f"between-seed variance to the scene variance (seed variance source: {source}) and uses Student's t "
+        "(quantile: the Welch-Satterthwaite degrees of freedom of the scene and pilot terms, or the study's "
+        "own seeds - 1). Replicated: every "
         "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
         "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE: the smallest true difference "
         f"this design detects with {POWER:.0%} power.", "",
-        *table(["arm", "against", "metric", *(f"seed {s}" for s in seeds), "pooled", f"{level} CI", "replication", "MDE"],
-               pooled),
+        *table(["arm", "against", "metric", *(f"seed {s}" for s in seeds), "pooled", f"{level} CI", "quantile",
+                "replication", "MDE"], pooled),
         "", "## Study-level retention verdicts", "",
         "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
         "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
