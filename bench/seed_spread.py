@@ -18,6 +18,8 @@ Prints ONE JSON line:
   effect tau (same estimator), ``margin_seed_tau`` the same for each variant's retention
   margins (D_reg as ``regret``, D_mae as ``mae``), and ``seed_variance``: what a study config
   may freeze as its pilot (``[seed_variance]``): the largest tau of each metric and the seed count.
+``--fits FILE`` saves every fit's per-scene results; ``--reuse-fits`` re-analyses them and
+``--resume`` fits only the (arm, seed) pairs FILE lacks for this ``--override``.
 Run: ``python bench/seed_spread.py [--arms all] [--workers 2]``.
 """
 
@@ -52,7 +54,7 @@ def _fit(job: dict) -> dict:
                                    output=job["output"], train=job["train"], validation=job["validation"],
                                    progress=False, cell=f"{job['arm']}-s{job['seed']}"))
     body = json.loads(Path(result.evaluation_receipt).read_text())["body"]
-    return {"arm": job["arm"], "seed": job["seed"], "mae": body["per_scene"]["mae"],
+    return {"arm": job["arm"], "seed": job["seed"], "override": job["override"], "mae": body["per_scene"]["mae"],
             "regret": body["per_scene"]["regret"], "seconds": round(result.wall_seconds, 1)}
 
 
@@ -63,18 +65,17 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def _run_fits(arms: list[str], seeds: list[int], config, override: dict, cache: Path, workers: int) -> list[dict]:
+def _run_fits(pairs: list[tuple[str, int]], config, override: dict, cache: Path, workers: int) -> list[dict]:
     from qhlab.scenes import cached_population
 
     train = cached_population(*_TRAIN, cache)
     tuning = cached_population(*_TUNING, cache)
     with tempfile.TemporaryDirectory(prefix="qhlab-bench-seeds-") as tmp:
         jobs = []
-        for arm in arms:
-            for seed in seeds:
-                raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
-                jobs.append({"arm": arm, "seed": seed, "recipe": raw, "output": str(Path(tmp) / "fits"),
-                             "train": str(train), "validation": str(tuning)})
+        for arm, seed in pairs:
+            raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
+            jobs.append({"arm": arm, "seed": seed, "recipe": raw, "override": override,
+                         "output": str(Path(tmp) / "fits"), "train": str(train), "validation": str(tuning)})
         with ProcessPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(_fit, jobs))
 
@@ -94,9 +95,11 @@ def main() -> None:
                         help="JSONL of every fit's per-scene results: written after fitting")
     parser.add_argument("--reuse-fits", action="store_true",
                         help="read --fits instead of fitting (re-analysis; the arms and seeds must match)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the fits in --fits made with this --override and fit only the missing ones")
     args = parser.parse_args()
-    if args.reuse_fits and args.fits is None:
-        raise SystemExit("--reuse-fits needs --fits FILE")
+    if (args.reuse_fits or args.resume) and args.fits is None:
+        raise SystemExit("--reuse-fits and --resume need --fits FILE")
     config = read_study_config(args.config)[0]
     first, _, last = args.seeds.partition("-")
     seeds = list(range(int(first), int(last or first) + 1))
@@ -110,8 +113,18 @@ def main() -> None:
         found, wanted = sorted((r["arm"], r["seed"]) for r in results), sorted((a, s) for a in arms for s in seeds)
         if found != wanted:
             raise SystemExit(f"--fits {args.fits}: holds fits {found}, not the {len(wanted)} of --arms/--seeds")
+        if any(r.get("override", override) != override for r in results):
+            raise SystemExit(f"--fits {args.fits}: holds fits made with another --override than {override}")
     else:
-        results = _run_fits(arms, seeds, config, override, Path(args.cache).expanduser(), args.workers)
+        wanted = [(a, s) for a in arms for s in seeds]
+        kept = []
+        if args.resume and args.fits.exists():
+            # A record without its override cannot prove which recipe it fitted: it is refitted.
+            kept = [r for line in args.fits.read_text().splitlines() if line.strip()
+                    for r in [json.loads(line)] if r.get("override") == override and (r["arm"], r["seed"]) in wanted]
+        done = {(r["arm"], r["seed"]) for r in kept}
+        results = kept + _run_fits([p for p in wanted if p not in done], config, override,
+                                   Path(args.cache).expanduser(), args.workers)
         if args.fits is not None:
             args.fits.write_text("".join(json.dumps(r) + "\n" for r in results))
     h = -1
@@ -158,7 +171,9 @@ def main() -> None:
         "seed_variance": pilot,
         "scenes": int(next(iter(value.values()))["regret"].size),
         "fit_seconds": [r["seconds"] for r in results],
-        "fits": f"reused from {args.fits}" if args.reuse_fits else "fitted here",
+        "fits": (f"reused from {args.fits}" if args.reuse_fits
+                 else f"{len(kept)} kept from {args.fits}, {len(results) - len(kept)} fitted here" if kept
+                 else "fitted here"),
         "wall_seconds": round(time.perf_counter() - started, 1),
     }, sort_keys=True))
 
