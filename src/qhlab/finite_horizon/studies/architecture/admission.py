@@ -24,7 +24,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     cell_name,
 )
 
-__all__ = ["admit_canaries", "decide_e0"]
+__all__ = ["admit_canaries", "decide_e0", "publish_selection"]
 
 
 def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -56,31 +56,15 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
 
 
 def decide_e0(frozen: FrozenStudy) -> dict:
-    """``admit_canaries`` on an authenticated study (the canaries fit in this process)."""
+    """``admit_canaries`` on an authenticated study (a canary not fitted yet fits in this process;
+    ``qhlab study run`` may have fitted them on its pool first)."""
     directory = frozen.output / CANARY_DIR
     if (directory / E0_RECEIPT).exists():
         raise PublishConflictError(
             f"admit_canaries: {directory / E0_RECEIPT} already exists; the E0 gate is decided once."
         )
     config = frozen.config
-    selection_path = directory / SELECTION_FILE
-    if not selection_path.exists():
-        population = frozen.train_population()
-        selected = select_canary_row(population, canonical_chains(population), config.tie_band,
-                                     gap_multiple=config.canary_gap_multiple)
-        directory.mkdir(exist_ok=True)
-        publish_json(selection_path, {
-            "schema_version": SCHEMA_VERSION,
-            "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
-                    "step) whose best label beats the runner-up by more than canary_gap_multiple x "
-                    "tie_band at every horizon",
-            "tie_band": config.tie_band,
-            "canary_gap_multiple": config.canary_gap_multiple,
-            "canonical_first_chain": frozen.body["train"]["canonical_first_chain"],
-            "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
-            "selected": selected,
-        })
-    selection = read_canary_selection(frozen)
+    selection = publish_selection(frozen)
     canaries = []
     if selection["selected"] is not None:
         for seed in config.seeds:
@@ -112,7 +96,7 @@ def decide_e0(frozen: FrozenStudy) -> dict:
         "canaries": [{k: v for k, v in c.items() if k != "receipt"} for c in canaries],
         "canary_updates": config.canary_updates,
     }
-    inputs = {"freeze": frozen.receipt_path, "selection": selection_path}
+    inputs = {"freeze": frozen.receipt_path, "selection": directory / SELECTION_FILE}
     inputs.update({f"canary/{c['cell']}": c["receipt"] for c in canaries})
     write_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
                   body=body, inputs=inputs)
@@ -121,3 +105,27 @@ def decide_e0(frozen: FrozenStudy) -> dict:
                 read_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION, verify_files=False))
     return body
 
+
+def publish_selection(frozen: FrozenStudy) -> dict:
+    """The canary row by the fixed rule, published once as ``canaries/selection.json``; the
+    authenticated selection (``selected`` None when no row qualifies)."""
+    config = frozen.config
+    directory = frozen.output / CANARY_DIR
+    selection_path = directory / SELECTION_FILE
+    if not selection_path.exists():
+        population = frozen.train_population()
+        selected = select_canary_row(population, canonical_chains(population), config.tie_band,
+                                     gap_multiple=config.canary_gap_multiple)
+        directory.mkdir(exist_ok=True)
+        publish_json(selection_path, {
+            "schema_version": SCHEMA_VERSION,
+            "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
+                    "step) whose best label beats the runner-up by more than canary_gap_multiple x "
+                    "tie_band at every horizon",
+            "tie_band": config.tie_band,
+            "canary_gap_multiple": config.canary_gap_multiple,
+            "canonical_first_chain": frozen.body["train"]["canonical_first_chain"],
+            "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
+            "selected": selected,
+        })
+    return read_canary_selection(frozen)

@@ -329,7 +329,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
                       "per_horizon": per_horizon,
                       "recovered": all(h["recovered"] for h in per_horizon),
                       "successor_training": successor_training}
-    body["execution"] = _local_execution()  # canaries always fit in the process that admits them
+    body["execution"] = _local_execution()  # canaries fit locally: in the admitting process or its pool
     inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
     write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
     return body

@@ -2,7 +2,7 @@
 
 Owns: the study's arguments (``add_study_arguments``), running the named step and printing
 what it did (``run_study_command``), ``qhlab study run`` (every step in order, skipping steps
-whose receipts authenticate, broad fits in a process pool), printing ``qhlab study status DIR
+whose receipts authenticate, canaries and broad fits in a process pool), printing ``qhlab study status DIR
 [--json]`` (``status``), and ``main``. This is the one entry of the study's command line:
 ``qhlab.cli.study`` registers it. Does not own: any step's behaviour (the step modules), or
 mapping errors to exit codes inside ``qhlab`` (``qhlab.cli``).
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
-from qhlab.finite_horizon.studies.architecture.admission import decide_e0
+from qhlab.finite_horizon.studies.architecture.admission import decide_e0, publish_selection
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_cells,
@@ -37,6 +37,7 @@ from qhlab.finite_horizon.studies.architecture.freeze import freeze
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CANARY_ROLES,
+    CELL_RECEIPT,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
     FREEZE_RECEIPT,
@@ -45,6 +46,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_RECEIPT,
     SCHEMA_VERSION,
     benchmark_receipt_path,
+    cell_name,
     cell_receipt_path,
 )
 from qhlab.finite_horizon.studies.architecture.remote import run_cells_on_ray
@@ -255,14 +257,45 @@ def _benchmark_all(console: Any, frozen: FrozenStudy, variant: str | None, seed:
 _WORKER_STUDIES: dict[tuple[str, str], FrozenStudy] = {}
 
 
-def _cell_worker(config_path: str, output: str, arm: str, seed: int, populations: tuple[str, ...] = ()) -> dict:
-    """Process-pool entry: one broad cell (the fit sets the config's torch threads); ``populations``
-    are the driver's population roots (a spawned worker starts without them)."""
+def _cell_worker(config_path: str, output: str, arm: str, seed: int, populations: tuple[str, ...] = (),
+                 canary_role: str | None = None) -> dict:
+    """Process-pool entry: one broad cell, or a canary (the fit sets the config's torch threads);
+    ``populations`` are the driver's population roots (a spawned worker starts without them)."""
     with authentication_roots(output, populations, original=recorded_output(output)):
         frozen = _WORKER_STUDIES.get((config_path, output))
         if frozen is None:
             frozen = _WORKER_STUDIES[(config_path, output)] = authenticate_freeze(config_path, output, "run_fit")
-        return _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False))
+        body = fit_cell(frozen, variant=arm, seed=seed, canary_role=canary_role, progress=False)
+        return _cell_summary(body) if canary_role is None else {"cell": body["cell"]}
+
+
+def _fit_canaries(frozen: FrozenStudy, workers: int, executor: Any) -> None:
+    """Fit the missing E0 canaries side by side on the local pool, before ``decide_e0`` reads them.
+
+    Each canary is one single-threaded fit, so in-process they left all but one core idle (the
+    demo's two took 190 s one after the other). A pool worker fits exactly what ``decide_e0``
+    would (the same ``fit_cell``, seeded and threaded by the frozen config); with one worker or
+    on Ray, ``decide_e0`` fits them in this process as before.
+    """
+    from qhlab.execution import open_executor
+    from qhlab.training.console import configure_console, console_verbose
+
+    config = frozen.config
+    if publish_selection(frozen)["selected"] is None:
+        return
+    pending = [seed for seed in config.seeds if not (
+        frozen.output / CANARY_DIR / cell_name(config.baseline_arm, seed, "e0") / CELL_RECEIPT).exists()]
+    executor = executor or config.executor_choice()
+    workers = min(workers, len(pending))
+    if executor.kind != "local" or workers < 2:
+        return
+    with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
+                       initargs=(console_verbose(),)) as pool:
+        roots = tuple(str(r) for r in population_roots())
+        futures = [pool.submit(_cell_worker, str(frozen.config_path), str(frozen.output), config.baseline_arm,
+                               seed, roots, "e0") for seed in pending]
+        for future in futures:
+            future.result()
 
 
 def _cell_summary(body: dict) -> dict:
@@ -377,6 +410,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         verified.append("admit-canaries")
     else:
         console.rule("[bold]2/6 canaries (E0 gate)")
+        _fit_canaries(frozen, workers or config.workers, executor)
         e0 = decide_e0(frozen)
         ran.append("admit-canaries")
         if e0["passed"]:
