@@ -12,6 +12,9 @@ Prints ONE JSON line:
 * ``baseline.<metric>.seed_effect_sd``: the part of that spread that is a seed effect
   (``replication.seed_effect_sd``: the seed means' variance less the seed-by-scene residual's
   share, sigma_e^2 / n); the rest shrinks with more validation scenes;
+* ``baseline_train_bias``: per seed, the fit's signed error on TRAIN at each horizon
+  (``bias``) and that of its successor states' maximum (``successor_max_bias``), which the
+  bootstrapped targets inherit (examples/demo-recipe.toml, amendment 7);
 * with ``--arms all``, ``paired_seed_sd``: for each comparison of the report (baseline minus
   control, variant minus structural and matched control), the standard deviation across seeds
   of a seed's mean paired difference of regret_3 and MAE_3, and ``paired_seed_tau``, its seed
@@ -55,7 +58,38 @@ def _fit(job: dict) -> dict:
                                    progress=False, cell=f"{job['arm']}-s{job['seed']}"))
     body = json.loads(Path(result.evaluation_receipt).read_text())["body"]
     return {"arm": job["arm"], "seed": job["seed"], "override": job["override"], "mae": body["per_scene"]["mae"],
-            "regret": body["per_scene"]["regret"], "seconds": round(result.wall_seconds, 1)}
+            "regret": body["per_scene"]["regret"], "seconds": round(result.wall_seconds, 1),
+            **_train_biases(result, job["train"])}
+
+
+def _train_biases(result, train_path: str) -> dict:
+    """The fit's signed errors on TRAIN, where the TD targets are formed (no scene weighting).
+
+    ``bias``: [H] mean of Q_h - Q*_h over the valid candidates of TRAIN chain states.
+    ``successor_max_bias``: [H-1] mean over TRAIN successor states of max_a' Q_h - max_a' Q*_h,
+    the error that the target y_{h+1} = r + max_a' Q-_h(s', a') inherits.
+    """
+    import torch
+
+    from qhlab.finite_horizon.benchmark import load_final_module
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.predict import predict_q
+
+    train = load_population(train_path, split="train")
+    module = load_final_module(result.recipe, train, result.final_state, result.final_state_sha256)
+    out = {}
+    for key, rows, horizons in (("bias", train.is_chain, train.q.shape[-1]),
+                                ("successor_max_bias", ~train.is_chain, train.q.shape[-1] - 1)):
+        rows = torch.nonzero(rows).flatten()
+        q = predict_q(module.evaluated, train, rows=rows)[..., :horizons]
+        labels, mask = train.q[rows][..., :horizons], train.candidate_mask[rows].unsqueeze(-1)
+        if key == "bias":
+            values = ((q - labels) * mask).sum(dim=(0, 1)) / mask.sum()
+        else:
+            values = (q.masked_fill(~mask, float("-inf")).amax(dim=1)
+                      - labels.masked_fill(~mask, float("-inf")).amax(dim=1)).mean(dim=0)
+        out[key] = [round(float(v), 5) for v in values]
+    return out
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -130,6 +164,7 @@ def main() -> None:
     h = -1
     value = {(r["arm"], r["seed"]): {m: np.asarray(r[m], dtype=np.float64)[:, h] for m in ("mae", "regret")}
              for r in results}
+    by_pair = {(r["arm"], r["seed"]): r for r in results}
     base = config.baseline_arm
     spread = {}
     for metric in ("regret", "mae"):
@@ -137,6 +172,9 @@ def main() -> None:
         means = table.mean(axis=1)
         spread[metric] = {"mean": float(means.mean()), "sd": float(means.std(ddof=1)),
                           "seed_effect_sd": seed_effect_sd(table), "per_seed": [round(float(v), 5) for v in means]}
+    # Records fitted before the biases were measured carry none: then the bench prints null.
+    biases = {key: [value_of.get(key) for value_of in (by_pair[(base, s)] for s in seeds)]
+              for key in ("bias", "successor_max_bias")}
     paired, tau, margins = {}, {}, {}
     if args.arms == "all":
         for arm, against, _ in config.comparisons():
@@ -164,6 +202,7 @@ def main() -> None:
         "mae_ratio": round(spread["mae"]["sd"] / spread["mae"]["mean"], 4),
         "target": "ratio <= 0.05, mae_ratio <= 0.03",
         "baseline": spread,
+        "baseline_train_bias": biases,
         "paired_seed_sd": paired,
         "paired_seed_sd_max": ({m: max(v[m] for v in paired.values()) for m in ("regret", "mae")} if paired else None),
         "paired_seed_tau": tau,
