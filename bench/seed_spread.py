@@ -65,9 +65,9 @@ def _fit(job: dict) -> dict:
 def _train_biases(result, train_path: str) -> dict:
     """The fit's signed errors on TRAIN, where the TD targets are formed (no scene weighting).
 
-    ``bias``: [H] mean of Q_h - Q*_h over the valid candidates of TRAIN chain states.
-    ``successor_max_bias``: [H-1] mean over TRAIN successor states of max_a' Q_h - max_a' Q*_h,
-    the error that the target y_{h+1} = r + max_a' Q-_h(s', a') inherits.
+    ``bias``: [H] mean of Q_h - Q*_h of the evaluated scorer over the valid candidates of TRAIN
+    chain states. ``successor_max_bias``: [H-1] mean over TRAIN successor states of the target
+    scorer's max_a' Q-_h - max_a' Q*_h, the error that y_{h+1} = r + max_a' Q-_h(s', a') inherits.
     """
     import torch
 
@@ -77,19 +77,16 @@ def _train_biases(result, train_path: str) -> dict:
 
     train = load_population(train_path, split="train")
     module = load_final_module(result.recipe, train, result.final_state, result.final_state_sha256)
-    out = {}
-    for key, rows, horizons in (("bias", train.is_chain, train.q.shape[-1]),
-                                ("successor_max_bias", ~train.is_chain, train.q.shape[-1] - 1)):
-        rows = torch.nonzero(rows).flatten()
-        q = predict_q(module.evaluated, train, rows=rows)[..., :horizons]
-        labels, mask = train.q[rows][..., :horizons], train.candidate_mask[rows].unsqueeze(-1)
-        if key == "bias":
-            values = ((q - labels) * mask).sum(dim=(0, 1)) / mask.sum()
-        else:
-            values = (q.masked_fill(~mask, float("-inf")).amax(dim=1)
-                      - labels.masked_fill(~mask, float("-inf")).amax(dim=1)).mean(dim=0)
-        out[key] = [round(float(v), 5) for v in values]
-    return out
+    chain, successors = torch.nonzero(train.is_chain).flatten(), torch.nonzero(~train.is_chain).flatten()
+    mask = train.candidate_mask[chain].unsqueeze(-1)
+    error = (predict_q(module.evaluated, train, rows=chain) - train.q[chain]) * mask
+    bias = error.sum(dim=(0, 1)) / mask.sum()
+    h = train.q.shape[-1] - 1  # successor rows hold labels for horizons 1..H-1
+    mask = train.candidate_mask[successors].unsqueeze(-1)
+    best = [x[..., :h].masked_fill(~mask, float("-inf")).amax(dim=1)
+            for x in (predict_q(module.target, train, rows=successors), train.q[successors])]
+    return {"bias": [round(float(v), 5) for v in bias],
+            "successor_max_bias": [round(float(v), 5) for v in (best[0] - best[1]).mean(dim=0)]}
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -173,8 +170,7 @@ def main() -> None:
         spread[metric] = {"mean": float(means.mean()), "sd": float(means.std(ddof=1)),
                           "seed_effect_sd": seed_effect_sd(table), "per_seed": [round(float(v), 5) for v in means]}
     # Records fitted before the biases were measured carry none: then the bench prints null.
-    biases = {key: [value_of.get(key) for value_of in (by_pair[(base, s)] for s in seeds)]
-              for key in ("bias", "successor_max_bias")}
+    biases = {key: [by_pair[(base, s)].get(key) for s in seeds] for key in ("bias", "successor_max_bias")}
     paired, tau, margins = {}, {}, {}
     if args.arms == "all":
         for arm, against, _ in config.comparisons():
