@@ -9,6 +9,12 @@ seed 31900). ``--override JSON`` merges fields into the study's recipe (e.g.
 Prints ONE JSON line:
 * ``ratio``: the baseline's seed spread of regret_3 as a fraction of its mean (sd / mean;
   target <= 0.05), and ``mae_ratio`` the same for MAE_3 (target <= 0.03);
+* ``ratio_ci90`` / ``mae_ratio_ci90``: a 90% interval for each ratio (chi-square on the sd of the
+  seed means, which assumes they are normal; the mean is taken as known: its own relative error,
+  ratio / sqrt(seeds), is small beside the sd's), and ``decided``: per metric ``meets`` (the upper
+  end is within target), ``misses`` (the lower end is above it) or ``undecided``. Six seeds leave a
+  sd uncertain by a factor of about 0.67-2.1 (90%), so most recipes near a target are undecided;
+  the target is judged on the ratio itself;
 * ``baseline.<metric>.seed_effect_sd``: the part of that spread that is a seed effect
   (``replication.seed_effect_sd``: the seed means' variance less the seed-by-scene residual's
   share, sigma_e^2 / n); the rest shrinks with more validation scenes;
@@ -87,6 +93,23 @@ def _train_biases(result, train_path: str) -> dict:
             for x in (predict_q(module.target, train, rows=successors), train.q[successors])]
     return {"bias": [round(float(v), 5) for v in bias],
             "successor_max_bias": [round(float(v), 5) for v in (best[0] - best[1]).mean(dim=0)]}
+
+
+def _ratio_interval(means: np.ndarray, confidence: float = 0.90) -> tuple[float, float]:
+    """A ``confidence`` interval for sd / mean of S seed means [S] (chi-square on the sd)."""
+    from scipy import stats
+
+    dof = means.size - 1
+    sd, mean = float(means.std(ddof=1)), float(means.mean())
+    tail = (1.0 - confidence) / 2.0
+    low = sd * np.sqrt(dof / stats.chi2.ppf(1.0 - tail, dof)) / mean
+    high = sd * np.sqrt(dof / stats.chi2.ppf(tail, dof)) / mean
+    return round(float(low), 4), round(float(high), 4)
+
+
+def _decided(interval: tuple[float, float], target: float) -> str:
+    """``meets`` / ``misses`` / ``undecided``: where a ratio's interval lies against its target."""
+    return "meets" if interval[1] <= target else "misses" if interval[0] > target else "undecided"
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -168,6 +191,7 @@ def main() -> None:
         table = np.stack([value[(base, s)][metric] for s in seeds])
         means = table.mean(axis=1)
         spread[metric] = {"mean": float(means.mean()), "sd": float(means.std(ddof=1)),
+                          "ratio_ci90": _ratio_interval(means),
                           "seed_effect_sd": seed_effect_sd(table), "per_seed": [round(float(v), 5) for v in means]}
     # Records fitted before the biases were measured carry none: then the bench prints null.
     biases = {key: [by_pair[(base, s)].get(key) for s in seeds] for key in ("bias", "successor_max_bias")}
@@ -197,6 +221,10 @@ def main() -> None:
         "ratio": round(spread["regret"]["sd"] / spread["regret"]["mean"], 4),
         "mae_ratio": round(spread["mae"]["sd"] / spread["mae"]["mean"], 4),
         "target": "ratio <= 0.05, mae_ratio <= 0.03",
+        "ratio_ci90": spread["regret"]["ratio_ci90"],
+        "mae_ratio_ci90": spread["mae"]["ratio_ci90"],
+        "decided": {"regret": _decided(spread["regret"]["ratio_ci90"], 0.05),
+                    "mae": _decided(spread["mae"]["ratio_ci90"], 0.03)},
         "baseline": spread,
         "baseline_train_bias": biases,
         "paired_seed_sd": paired,
