@@ -32,6 +32,25 @@ def _qhlab(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "qhlab.cli", *args], check=True, stdout=subprocess.DEVNULL)
 
 
+def _phases(output: Path, started: float) -> dict[str, float]:
+    """Seconds per phase, from when each step's final receipt was written (``started``: epoch seconds).
+
+    A phase ends when its step publishes its receipt: TRAIN generation and the freeze, the two
+    canaries (E0), validation generation and development, the broad cells (the last cell
+    receipt), then benchmarks and the report.
+    """
+    ends = [("train_and_freeze", [output / "freeze.receipt.json"]),
+            ("canaries", [output / "canaries" / "e0.receipt.json"]),
+            ("validation_and_development", [output / "development.receipt.json"]),
+            ("cells", sorted((output / "cells").glob("*/cell.receipt.json"))),
+            ("benchmarks_and_report", [output / "report" / "report.receipt.json"])]
+    phases, previous = {}, started
+    for name, files in ends:
+        end = max(f.stat().st_mtime for f in files)
+        phases[name], previous = round(end - previous, 1), end
+    return phases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")
@@ -59,9 +78,10 @@ def main() -> None:
             config.write_text(text, encoding="utf-8")
         output = args.output or Path(tmp) / "study"
         load_before = os.getloadavg()[0]
-        started = time.perf_counter()
+        started, started_epoch = time.perf_counter(), time.time()
         _qhlab("study", "run", str(config), "--output", str(output))
         wall = time.perf_counter() - started
+        phases = _phases(Path(output), started_epoch)
         _qhlab("verify", str(output))
         print(
             json.dumps(
@@ -72,6 +92,7 @@ def main() -> None:
                     "wall_seconds": round(wall, 1),
                     "target_seconds": _TARGET_SECONDS,
                     "ratio": round(wall / _TARGET_SECONDS, 3),
+                    "phase_seconds": phases,
                     "cores": os.cpu_count(),
                     "load_average_before": round(load_before, 2),
                     "load_average_after": round(os.getloadavg()[0], 2),
