@@ -188,3 +188,37 @@ def test_global_readout_never_reads_any_puck() -> None:
         moved = readout(fused, per_object, struck, objects, candidates + 1.0)
     torch.testing.assert_close(other, base, rtol=0, atol=0)
     assert not torch.allclose(moved, base)
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_q_heads_compute_in_float32_under_a_bf16_autocast(arm: str) -> None:
+    """Q values are compared at tie_band (1 mm): a bf16 output would step by 2-4 mm at 0.5-1 m."""
+    scorer, x = _scorer(arm), _inputs()
+    head = scorer.readout.mlp[-1]
+    seen = {}
+    hook = head.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0], out=out))
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            q = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
+                       x["candidate_object"], x["candidate_mask"])
+    finally:
+        hook.remove()
+    assert seen["inputs"].dtype == torch.bfloat16  # the layers before the head ran under the autocast
+    assert q.dtype == torch.float32
+    expected = torch.nn.functional.linear(seen["inputs"].float(), head.weight, head.bias)
+    assert torch.equal(seen["out"], expected)
+
+
+def test_the_float32_head_is_a_plain_linear_without_autocast() -> None:
+    """Same initial weights, names and float32 arithmetic as before the head existed."""
+    from qhlab.finite_horizon.scorer import _mlp
+
+    torch.manual_seed(3)
+    plain = _mlp(7, 12, 3)
+    torch.manual_seed(3)
+    head = _mlp(7, 12, 3, float32_out=True)
+    assert type(head[-1]) is not torch.nn.Linear and isinstance(head[-1], torch.nn.Linear)
+    assert plain.state_dict().keys() == head.state_dict().keys()
+    assert all(torch.equal(plain.state_dict()[k], head.state_dict()[k]) for k in plain.state_dict())
+    x = torch.randn(5, 7)
+    assert torch.equal(plain(x), head(x))

@@ -167,8 +167,28 @@ class ScorerDims:
 # --------------------------------------------------------------------------- components
 
 
-def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_out))
+class _Float32Linear(nn.Linear):
+    """A Linear layer that computes in float32 under any autocast (a Q head).
+
+    Q values are compared at ``tie_band`` (1 mm), finer than a bf16 output resolves: bf16 keeps
+    8 significant bits, a step of 2-4 mm at 0.5-1 m, so on the ``cpu-bf16`` lane the E0 canaries
+    of the tiny study ranked candidates 1.5 cm apart as ties. Only the output layer leaves the
+    autocast, as mixed-precision practice keeps outputs and losses in float32. Without an
+    active autocast (every float32 lane) it is exactly ``nn.Linear``: same parameters, names,
+    initialization and arithmetic.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                return F.linear(x.float(), self.weight, self.bias)
+        return super().forward(x)
+
+
+def _mlp(d_in: int, d_hidden: int, d_out: int, *, float32_out: bool = False) -> nn.Sequential:
+    # Built first to last: the order in which layers draw their initial weights from the RNG.
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(),
+                         (_Float32Linear if float32_out else nn.Linear)(d_hidden, d_out))
 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -310,7 +330,7 @@ class LocalReadout(nn.Module):
     def __init__(self, dims: ScorerDims, width: int, horizon: int) -> None:
         super().__init__()
         d_in = 2 * width + dims.object_features + dims.candidate_features
-        self.mlp = _mlp(d_in, 2 * width, horizon)
+        self.mlp = _mlp(d_in, 2 * width, horizon, float32_out=True)
 
     def forward(
         self, fused: Tensor, per_object: Tensor, candidate_object: Tensor, objects: Tensor, candidates: Tensor
@@ -330,7 +350,7 @@ class GlobalReadout(nn.Module):
 
     def __init__(self, dims: ScorerDims, width: int, horizon: int) -> None:
         super().__init__()
-        self.mlp = _mlp(width + dims.candidate_features, 2 * width, horizon)
+        self.mlp = _mlp(width + dims.candidate_features, 2 * width, horizon, float32_out=True)
 
     def forward(
         self, fused: Tensor, per_object: Tensor, candidate_object: Tensor, objects: Tensor, candidates: Tensor
