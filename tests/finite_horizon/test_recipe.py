@@ -159,6 +159,16 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_recipe(wrong)
 
 
+def test_q_head_init_defaults_to_random_and_refuses_other_values() -> None:
+    raw = _raw()
+    raw.pop("q_head_init", None)
+    assert validate_recipe(raw).q_head_init == "random"
+    raw["q_head_init"] = "zero"
+    assert validate_recipe(raw).q_head_init == "zero"
+    raw["q_head_init"] = "ones"
+    assert "q_head_init='ones' is not allowed; allowed: Input should be 'random' or 'zero'" in _error(raw)
+
+
 def test_digest_is_canonical_and_sensitive() -> None:
     recipe = load_recipe(EXAMPLES / "demo-recipe.toml")
     digest = recipe_digest(recipe)
@@ -166,6 +176,8 @@ def test_digest_is_canonical_and_sensitive() -> None:
     assert digest == recipe_digest(QhRecipe.model_validate(recipe.model_dump(mode="json")))
     assert recipe_digest(recipe.model_copy(update={"seed": 1})) != digest
     assert recipe_digest(recipe.model_copy(update={"precision": "16-mixed"})) != digest
+    flipped = "zero" if recipe.q_head_init == "random" else "random"
+    assert recipe_digest(recipe.model_copy(update={"q_head_init": flipped})) != digest
     assert len(digest) == 64
 
 

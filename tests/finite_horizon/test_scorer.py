@@ -222,3 +222,49 @@ def test_the_float32_head_is_a_plain_linear_without_autocast() -> None:
     assert all(torch.equal(plain.state_dict()[k], head.state_dict()[k]) for k in plain.state_dict())
     x = torch.randn(5, 7)
     assert torch.equal(plain(x), head(x))
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_a_zero_q_head_outputs_zero_and_leaves_every_other_parameter_as_drawn(arm: str) -> None:
+    """q_head_init='zero' removes the seed's initial function, nothing else (amendment 17)."""
+    torch.manual_seed(5)
+    drawn = build_scorer(ArchitectureConfig(arm=arm), DIMS)
+    torch.manual_seed(5)
+    zeroed = build_scorer(ArchitectureConfig(arm=arm), DIMS, q_head_init="zero")
+    head = {f"readout.mlp.{len(zeroed.readout.mlp) - 1}.{p}" for p in ("weight", "bias")}
+    for name, value in zeroed.state_dict().items():
+        if name in head:
+            assert not value.any() and drawn.state_dict()[name].any(), name
+        else:
+            assert torch.equal(value, drawn.state_dict()[name]), name
+    x = _inputs()
+    assert not _q(zeroed, x).any()
+    # the RNG advanced exactly as for a random head: the next draw is the same
+    torch.manual_seed(5)
+    build_scorer(ArchitectureConfig(arm=arm), DIMS)
+    after_drawn = torch.rand(1)
+    torch.manual_seed(5)
+    build_scorer(ArchitectureConfig(arm=arm), DIMS, q_head_init="zero")
+    assert torch.equal(torch.rand(1), after_drawn)
+
+
+def test_a_zero_q_head_still_learns() -> None:
+    """A zero head passes gradients to itself at once and to the layers before it after one step."""
+    torch.manual_seed(0)
+    scorer = build_scorer(ArchitectureConfig(arm="baseline"), DIMS, q_head_init="zero")
+    x = _inputs()
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    first = scorer.encoder.embed_object.weight.detach().clone()
+    for _ in range(2):
+        optimizer.zero_grad()
+        q = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"],
+                   x["candidate_mask"])
+        (q - 1.0).pow(2).mean().backward()
+        optimizer.step()
+    assert _q(scorer, x).abs().sum() > 0
+    assert not torch.equal(scorer.encoder.embed_object.weight, first)
+
+
+def test_an_unknown_q_head_init_is_refused_by_the_builder() -> None:
+    with pytest.raises(ValueError, match=r"q_head_init='ones' is not allowed; allowed: random, zero"):
+        build_scorer(ArchitectureConfig(arm="baseline"), DIMS, q_head_init="ones")

@@ -275,7 +275,7 @@ class QhTDModule(pl.LightningModule):
             )
         self.recipe = recipe
         self.dims = dims
-        self.online = build_scorer(recipe.architecture, dims)
+        self.online = build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.target.eval()
@@ -291,7 +291,7 @@ class QhTDModule(pl.LightningModule):
 
     def build_scorer(self) -> nn.Module:
         """A fresh scorer of the same architecture and dims (parameters from torch's RNG)."""
-        return build_scorer(self.recipe.architecture, self.dims)
+        return build_scorer(self.recipe.architecture, self.dims, q_head_init=self.recipe.q_head_init)
 
     def train(self, mode: bool = True) -> QhTDModule:
         super().train(mode)

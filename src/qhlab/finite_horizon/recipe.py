@@ -138,6 +138,11 @@ class QhRecipe(BaseModel):
             supervised anchor, native Huber); 0 (the default) disables it. Broad fits leave it
             at 0; the E0 canary sets it to 1, because its one row's targets bootstrap through
             Q_{h-1} on successors that no TD row of a one-row fit can train.
+        q_head_init: "random" (the default: every layer as drawn from the seed) or "zero": the
+            readout's last layer starts at zero, so the cold scorer's Q is 0 everywhere. A
+            random initial function persists after training where the data do not pin the
+            fit down (Chizat et al. 2019, "On lazy training"), which is a seed effect on
+            held-out scenes (examples/demo-recipe.toml, amendment 17).
         target_update: hard copy every `interval` updates, or Polyak with `tau`.
         updates: final optimizer-update budget of the fit.
         data: train / validation population paths.
@@ -156,6 +161,7 @@ class QhRecipe(BaseModel):
     huber_delta: float = Field(gt=0.0)
     successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
     successor_label_rows: int = Field(default=0, ge=0, le=1_000_000)
+    q_head_init: Literal["random", "zero"] = "random"
     target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
     updates: int = Field(ge=1, le=MAX_UPDATES)
     data: DataConfig = DataConfig()

@@ -506,16 +506,30 @@ register_arm("variant_cross_attention",  # candidates attend over objects
 register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)  # a deeper encoder
 
 
-def build_scorer(arch: ArchitectureConfig, dims: ScorerDims) -> nn.Module:
+def build_scorer(arch: ArchitectureConfig, dims: ScorerDims, *, q_head_init: str = "random") -> nn.Module:
     """Build a fresh scorer of `arch` for `dims` (parameters drawn from torch's global RNG).
 
     Args:
         arch: validated architecture config.
         dims: input/output widths.
+        q_head_init: "random" (every layer as drawn) or "zero": the readout's Q head (its last
+            layer) is drawn as usual, then set to zero, so the scorer outputs Q = 0 everywhere
+            and every other parameter is what "random" draws.
 
     Returns:
         An `nn.Module` with submodules `encoder`, `fusion`, `readout` whose forward maps
         (objects[B,N,F], object_mask[B,N], goal[B,G], candidates[B,K,C],
         candidate_object[B,K], candidate_mask[B,K]) -> q[B,K,H].
     """
-    return _arm_spec(arch.arm).builder(arch, dims)
+    if q_head_init not in ("random", "zero"):
+        raise ValueError(f"build_scorer: q_head_init={q_head_init!r} is not allowed; allowed: random, zero")
+    scorer = _arm_spec(arch.arm).builder(arch, dims)
+    if q_head_init == "zero":
+        heads = [m for m in scorer.readout.modules() if isinstance(m, _Float32Linear)]
+        if len(heads) != 1:
+            raise ValueError(f"build_scorer: arm {arch.arm!r} has {len(heads)} Q heads; allowed: exactly 1 "
+                             "(q_head_init='zero' zeroes the readout's one _Float32Linear)")
+        with torch.no_grad():
+            heads[0].weight.zero_()
+            heads[0].bias.zero_()
+    return scorer
