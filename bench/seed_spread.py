@@ -97,6 +97,20 @@ def _train_biases(result, train_path: str) -> dict:
             "successor_max_bias": [round(float(v), 5) for v in (best[0] - best[1]).mean(dim=0)]}
 
 
+def _seed_list(text: str) -> list[int]:
+    """``FIRST-LAST[,FIRST-LAST...]`` -> the seeds, in order; a repeated or malformed one is refused."""
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
+            raise SystemExit(f"--seeds {text}: {part!r} is not allowed; allowed: FIRST-LAST[,FIRST-LAST...] "
+                             "with 0 <= FIRST <= LAST, e.g. 2-13,32-67")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seeds {text}: a seed is listed twice; allowed: disjoint ranges")
+    return seeds
+
+
 def _ratio_interval(means: np.ndarray, confidence: float = 0.90) -> tuple[float, float]:
     """A ``confidence`` interval for sd / mean of S seed means [S] (chi-square on the sd)."""
     from scipy import stats
@@ -142,7 +156,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")
-    parser.add_argument("--seeds", default="2-7", help="FIRST-LAST, none of the study's seeds")
+    parser.add_argument("--seeds", default="2-7", help="FIRST-LAST[,FIRST-LAST...], none of the study's seeds")
     parser.add_argument("--arms", default="baseline", help="'baseline' or 'all'")
     parser.add_argument("--override", default="{}", help="JSON merged into the recipe (tuning candidates)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -157,8 +171,7 @@ def main() -> None:
     if (args.reuse_fits or args.resume) and args.fits is None:
         raise SystemExit("--reuse-fits and --resume need --fits FILE")
     config = read_study_config(args.config)[0]
-    first, _, last = args.seeds.partition("-")
-    seeds = list(range(int(first), int(last or first) + 1))
+    seeds = _seed_list(args.seeds)
     if set(seeds) & set(config.seeds):
         raise SystemExit(f"--seeds {args.seeds}: {sorted(set(seeds) & set(config.seeds))} are the study's own seeds")
     arms = list(config.arms) if args.arms == "all" else [config.baseline_arm]
