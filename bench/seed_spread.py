@@ -17,9 +17,10 @@ Prints ONE JSON line:
   the target is judged on the ratio itself;
 * ``baseline.<metric>.seed_effect_sd``: the part of that spread that is a seed effect
   (``replication.seed_effect_sd``: the seed means' variance less the seed-by-scene residual's
-  share, sigma_e^2 / n), and ``scene_residual_sd`` the rest, sqrt(sd^2 - tau^2), which shrinks only
-  with more tuning scenes (about 0.0010 of regret_3 at 480 scenes under every recipe measured, a third
-  of the regret target before any seed effect: examples/demo-recipe.toml, amendment 20);
+  share, sigma_e^2 / n), and ``scene_residual_sd`` the rest, sqrt(sd^2 - tau^2) (the whole sd where
+  tau is clamped at 0), which shrinks only with more tuning scenes: about 0.0010 of regret_3 at 480
+  scenes under every recipe measured, 0.032-0.036 of the mean, so about half of the variance that the
+  0.05 target allows (examples/demo-recipe.toml, amendments 20-21);
 * ``baseline_train_bias``: per seed, the fit's signed error on TRAIN at each horizon
   (``bias``) and that of its successor states' maximum (``successor_max_bias``), which the
   bootstrapped targets inherit (examples/demo-recipe.toml, amendment 7);
@@ -101,13 +102,16 @@ def _seed_list(text: str) -> list[int]:
     """``FIRST-LAST[,FIRST-LAST...]`` -> the seeds, in order; a repeated or malformed one is refused."""
     seeds = []
     for part in text.split(","):
-        first, _, last = part.strip().partition("-")
+        first, dash, last = part.strip().partition("-")
+        if dash and not last:
+            last = "x"  # "2-" names no last seed: refused below
         if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
             raise SystemExit(f"--seeds {text}: {part!r} is not allowed; allowed: FIRST-LAST[,FIRST-LAST...] "
                              "with 0 <= FIRST <= LAST, e.g. 2-13,32-67")
         seeds.extend(range(int(first), int(last or first) + 1))
-    if len(set(seeds)) != len(seeds):
-        raise SystemExit(f"--seeds {text}: a seed is listed twice; allowed: disjoint ranges")
+    twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if twice:
+        raise SystemExit(f"--seeds {text}: seeds {twice} are listed twice; allowed: disjoint ranges")
     return seeds
 
 

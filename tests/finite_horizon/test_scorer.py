@@ -253,14 +253,17 @@ def test_a_zero_q_head_still_learns() -> None:
     torch.manual_seed(0)
     scorer = build_scorer(ArchitectureConfig(arm="baseline"), DIMS, q_head_init="zero")
     x = _inputs()
-    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2, weight_decay=0.0)  # no decay: only gradients move
     first = scorer.encoder.embed_object.weight.detach().clone()
+    grads = []
     for _ in range(2):
         optimizer.zero_grad()
         q = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"],
                    x["candidate_mask"])
         (q - 1.0).pow(2).mean().backward()
+        grads.append(scorer.encoder.embed_object.weight.grad.abs().sum().item())
         optimizer.step()
+    assert grads[0] == 0.0 and grads[1] > 0.0  # the zero head blocks the first step only
     assert _q(scorer, x).abs().sum() > 0
     assert not torch.equal(scorer.encoder.embed_object.weight, first)
 
@@ -268,3 +271,21 @@ def test_a_zero_q_head_still_learns() -> None:
 def test_an_unknown_q_head_init_is_refused_by_the_builder() -> None:
     with pytest.raises(ValueError, match=r"q_head_init='ones' is not allowed; allowed: random, zero"):
         build_scorer(ArchitectureConfig(arm="baseline"), DIMS, q_head_init="ones")
+
+
+def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(monkeypatch) -> None:
+    """A custom readout with a layer after its float32 head would not start at Q = 0: refused."""
+    from qhlab.finite_horizon import scorer as scorer_module
+
+    def builder(arch, dims):
+        built = scorer_module._compose(arch, dims)
+        built.readout.mlp.append(torch.nn.Linear(dims.horizon, dims.horizon))
+        return built
+
+    monkeypatch.setattr(scorer_module, "ARMS", dict(ARMS))  # the registration leaves the real registry alone
+    scorer_module.register_arm("late_head", encoder="attention", fusion="concat", readout="local", builder=builder)
+    arch = ArchitectureConfig(arm="late_head")
+    assert _q(build_scorer(arch, DIMS), _inputs()).abs().sum() > 0  # "random" builds it as declared
+    with pytest.raises(ValueError, match=r"q_head_init='zero' with arm='late_head' is not allowed: its readout has "
+                                         r"1 float32 Q head\(s\), not its last Linear"):
+        build_scorer(arch, DIMS, q_head_init="zero")

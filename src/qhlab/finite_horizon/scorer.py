@@ -526,9 +526,14 @@ def build_scorer(arch: ArchitectureConfig, dims: ScorerDims, *, q_head_init: str
     scorer = _arm_spec(arch.arm).builder(arch, dims)
     if q_head_init == "zero":
         heads = [m for m in scorer.readout.modules() if isinstance(m, _Float32Linear)]
-        if len(heads) != 1:
-            raise ValueError(f"build_scorer: arm {arch.arm!r} has {len(heads)} Q heads; allowed: exactly 1 "
-                             "(q_head_init='zero' zeroes the readout's one _Float32Linear)")
+        linears = [m for m in scorer.readout.modules() if isinstance(m, nn.Linear)]
+        if len(heads) != 1 or linears[-1] is not heads[0]:
+            where = ", not its last Linear" if len(heads) == 1 else ""
+            raise ValueError(
+                f"build_scorer: q_head_init='zero' with arm={arch.arm!r} is not allowed: its readout has "
+                f"{len(heads)} float32 Q head(s){where}; allowed: exactly one _Float32Linear, the readout's last "
+                "Linear. HINT: end the arm's readout with _mlp(..., float32_out=True), or use q_head_init='random'."
+            )
         with torch.no_grad():
             heads[0].weight.zero_()
             heads[0].bias.zero_()
