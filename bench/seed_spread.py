@@ -103,12 +103,11 @@ def _seed_list(text: str) -> list[int]:
     seeds = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
-        if dash and not last:
-            last = "x"  # "2-" names no last seed: refused below
-        if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
+        last = last if dash else first  # "7" is the range 7-7; "2-" names no last seed and is refused
+        if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
             raise SystemExit(f"--seeds {text}: {part!r} is not allowed; allowed: FIRST-LAST[,FIRST-LAST...] "
                              "with 0 <= FIRST <= LAST, e.g. 2-13,32-67")
-        seeds.extend(range(int(first), int(last or first) + 1))
+        seeds.extend(range(int(first), int(last) + 1))
     twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
     if twice:
         raise SystemExit(f"--seeds {text}: seeds {twice} are listed twice; allowed: disjoint ranges")
