@@ -29,6 +29,7 @@ from qhlab.finite_horizon.q_learning import (
     td_targets,
 )
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
+from qhlab.finite_horizon.scorer import scorer_members
 from qhlab.training.optimizer_state import observed_optimizer_updates
 from synthetic_population import SyntheticPopulation, synthetic_population
 from tiny_recipe import TINY_RECIPE
@@ -507,3 +508,82 @@ def test_averaging_never_feeds_back_into_the_online_weights() -> None:
     canary, record = canary_recipe(_recipe(evaluation={"average_decay": 0.5}))
     assert canary.evaluation.average_decay is None and canary.successor_label_rows == 1
     assert record["evaluated"] == "online" and record["study_average_decay"] == 0.5
+
+
+# --------------------------------------------------------------------------- ensembles
+
+
+def _member_grads(module: QhTDModule, batch: dict) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+    module.zero_grad()
+    loss = module.training_step(batch, 0)
+    loss.backward()
+    return loss.detach(), [{n: p.grad.clone() for n, p in m.named_parameters()} for m in scorer_members(module.online)]
+
+
+def test_each_ensemble_member_is_trained_as_its_own_one_member_fit() -> None:
+    """Member m's loss and gradient come from online member m and target member m alone (amendment 22)."""
+    pop = synthetic_population()
+    recipe = _recipe(ensemble_members=2, successor_reward_rows=2,
+                     target_update={"kind": "polyak", "tau": 0.5})
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    # targets that differ from their online members, so a crossed target would show
+    for member in scorer_members(module.target):
+        with torch.no_grad():
+            for p in member.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    batch = QhPopulationDataModule(pop, batch_size=5, seed=1).gather(torch.tensor([0, 1, 2, 3, 4]))
+    loss, grads = _member_grads(module, batch)
+    singles = []
+    for online, target, got in zip(scorer_members(module.online), scorer_members(module.target), grads, strict=True):
+        single = QhTDModule(_recipe(successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.5}),
+                            population_dims(pop))
+        single.online.load_state_dict(online.state_dict())
+        single.target.load_state_dict(target.state_dict())
+        one, (want,) = _member_grads(single, batch)
+        singles.append(one)
+        assert want.keys() == got.keys()
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(loss, singles[0] + singles[1])
+    assert not torch.allclose(singles[0], singles[1])
+    with torch.no_grad():  # the evaluated Q is the members' mean
+        torch.testing.assert_close(module(batch), (scorer_members(module.online)[0](
+            *(batch[k] for k in ("objects", "object_mask", "goal", "candidates", "candidate_object",
+                                 "candidate_mask"))) + scorer_members(module.online)[1](
+            *(batch[k] for k in ("objects", "object_mask", "goal", "candidates", "candidate_object",
+                                 "candidate_mask")))) / 2)
+
+
+def test_an_ensemble_clips_each_member_by_its_own_norm() -> None:
+    pop = synthetic_population()
+    recipe = _recipe(ensemble_members=2, optimizer={"lr": 3e-3, "grad_clip_norm": 1e-4})
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(pop))
+    batch = QhPopulationDataModule(pop, batch_size=5, seed=1).gather(torch.tensor([0, 1, 2, 3, 4]))
+    _, raw = _member_grads(module, batch)
+    norms = [torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in m.values()])) for m in raw]
+    assert all(n > 1e-3 for n in norms) and not torch.isclose(norms[0], norms[1])
+    module.configure_gradient_clipping(torch.optim.AdamW(module.online.parameters()))
+    for member in scorer_members(module.online):
+        clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in member.parameters()]))
+        torch.testing.assert_close(clipped, torch.tensor(1e-4), rtol=1e-4, atol=0)  # one global norm would not give both
+
+
+def test_an_ensemble_fit_moves_every_member_and_reloads_into_a_fresh_ensemble() -> None:
+    pop = synthetic_population()
+    recipe = _recipe(ensemble_members=2, target_update={"kind": "polyak", "tau": 0.1})
+    pl.seed_everything(recipe.seed, verbose=False)
+    cold = QhTDModule(recipe, population_dims(pop)).state_dict()
+    module, _ = _fit(recipe, pop, 8)
+    assert module.observed_updates == 8 and module.target_refreshes == 8
+    state = module.state_dict()
+    assert {k.split(".")[0] for k in state} == {"online", "target"}
+    assert all(k.split(".")[1] == "members" for k in state)
+    for m in range(2):
+        moved = [k for k in state if k.startswith(f"online.members.{m}.") and not torch.equal(state[k], cold[k])]
+        assert moved, m
+    fresh = module.build_scorer()
+    fresh.load_state_dict(module.online.state_dict(), strict=True)
+    with pytest.raises(Exception, match="ensemble_members"):
+        _recipe(ensemble_members=9)

@@ -169,6 +169,17 @@ def test_q_head_init_defaults_to_random_and_refuses_other_values() -> None:
     assert "q_head_init='ones' is not allowed; allowed: Input should be 'random' or 'zero'" in _error(raw)
 
 
+def test_ensemble_members_defaults_to_one_and_refuses_values_outside_1_to_8() -> None:
+    raw = _raw()
+    raw.pop("ensemble_members", None)
+    assert validate_recipe(raw).ensemble_members == 1
+    raw["ensemble_members"] = 2
+    assert validate_recipe(raw).ensemble_members == 2
+    for bad, allowed in ((0, "ensemble_members=0 is not allowed"), (9, "ensemble_members=9 is not allowed")):
+        raw["ensemble_members"] = bad
+        assert allowed in _error(raw) and "8" in _error(raw)
+
+
 def test_digest_is_canonical_and_sensitive() -> None:
     recipe = load_recipe(EXAMPLES / "demo-recipe.toml")
     digest = recipe_digest(recipe)
@@ -178,6 +189,7 @@ def test_digest_is_canonical_and_sensitive() -> None:
     assert recipe_digest(recipe.model_copy(update={"precision": "16-mixed"})) != digest
     flipped = "zero" if recipe.q_head_init == "random" else "random"
     assert recipe_digest(recipe.model_copy(update={"q_head_init": flipped})) != digest
+    assert recipe_digest(recipe.model_copy(update={"ensemble_members": recipe.ensemble_members + 1})) != digest
     assert len(digest) == 64
 
 

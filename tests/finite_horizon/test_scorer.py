@@ -8,9 +8,11 @@ import torch
 from qhlab.finite_horizon.scorer import (
     ARMS,
     ArchitectureConfig,
+    QhEnsemble,
     ScorerDims,
     build_scorer,
     register_arm,
+    scorer_members,
 )
 
 DIMS = ScorerDims(object_features=6, goal_features=3, candidate_features=5, horizon=3)
@@ -289,3 +291,36 @@ def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(m
     with pytest.raises(ValueError, match=r"q_head_init='zero' with arm='late_head' is not allowed: its readout has "
                                          r"1 float32 Q head\(s\), not its last Linear"):
         build_scorer(arch, DIMS, q_head_init="zero")
+
+
+@pytest.mark.parametrize("q_head_init", ["random", "zero"])
+def test_an_ensemble_draws_its_members_one_after_another_and_outputs_their_mean(q_head_init: str) -> None:
+    """Member 0 is the plain scorer of the seed, member 1 the RNG's next one; Q is the mean (amendment 22)."""
+    arch = ArchitectureConfig(arm="baseline")
+    torch.manual_seed(3)
+    first = build_scorer(arch, DIMS, q_head_init=q_head_init)
+    second = build_scorer(arch, DIMS, q_head_init=q_head_init)
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    ensemble = build_scorer(arch, DIMS, q_head_init=q_head_init, members=2)
+    assert torch.equal(torch.rand(1), after)  # it drew exactly two scorers
+    assert isinstance(ensemble, QhEnsemble) and scorer_members(ensemble) == list(ensemble.members)
+    for plain, member in zip((first, second), ensemble.members, strict=True):
+        assert plain.state_dict().keys() == member.state_dict().keys()
+        assert all(torch.equal(v, member.state_dict()[k]) for k, v in plain.state_dict().items())
+    x = _inputs()
+    q = _q(ensemble, x)
+    torch.testing.assert_close(q, (_q(first, x) + _q(second, x)) / 2, rtol=0, atol=1e-7)
+    if q_head_init == "random":
+        assert not torch.allclose(_q(first, x), _q(second, x))  # two initializations, not one twice
+    else:
+        assert not q.any()
+    assert scorer_members(first) == [first]
+
+
+@pytest.mark.parametrize("members", [0, 9, True, 2.0])
+def test_an_ensemble_size_outside_1_to_8_is_refused_by_the_builder(members) -> None:
+    with pytest.raises(ValueError, match=rf"members={members!r} is not allowed; allowed: an int in 1..8"):
+        build_scorer(ArchitectureConfig(arm="baseline"), DIMS, members=members)
+    with pytest.raises(ValueError, match=r"QhEnsemble: 1 member\(s\) is not allowed; allowed: >= 2"):
+        QhEnsemble([build_scorer(ArchitectureConfig(arm="baseline"), DIMS)], DIMS)

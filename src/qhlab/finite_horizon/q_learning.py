@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from qhlab.evidence import QhError, QhInputError
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
-from qhlab.finite_horizon.scorer import ScorerDims, build_scorer
+from qhlab.finite_horizon.scorer import ScorerDims, build_scorer, scorer_members
 from qhlab.training.optimizer_state import observed_optimizer_updates
 
 __all__ = [
@@ -251,6 +251,12 @@ class QhTDModule(pl.LightningModule):
     the successor states of the first m' chain rows against their exact labels (the canary's
     anchor; the data module must then be built with `successor_labels=True`).
 
+    With `recipe.ensemble_members` = M > 1 the online and target scorers are `QhEnsemble`s:
+    member m's loss above is formed from online member m and target member m alone, and the
+    update minimises the sum, so each member's gradient is exactly a one-member fit's on the
+    same batch (AdamW's state is per parameter; clipping, if any, is per member). The logged
+    loss is the members' mean.
+
     Args:
         recipe: the (applied) recipe; architecture, optimizer, Huber delta, target rule.
         dims: scorer dims; `dims.horizon` must equal `recipe.horizon`.
@@ -275,7 +281,8 @@ class QhTDModule(pl.LightningModule):
             )
         self.recipe = recipe
         self.dims = dims
-        self.online = build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init)
+        self.online = build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init,
+                                   members=recipe.ensemble_members)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.target.eval()
@@ -291,7 +298,8 @@ class QhTDModule(pl.LightningModule):
 
     def build_scorer(self) -> nn.Module:
         """A fresh scorer of the same architecture and dims (parameters from torch's RNG)."""
-        return build_scorer(self.recipe.architecture, self.dims, q_head_init=self.recipe.q_head_init)
+        return build_scorer(self.recipe.architecture, self.dims, q_head_init=self.recipe.q_head_init,
+                            members=self.recipe.ensemble_members)
 
     def train(self, mode: bool = True) -> QhTDModule:
         super().train(mode)
@@ -313,10 +321,10 @@ class QhTDModule(pl.LightningModule):
         )
 
     @torch.no_grad()
-    def td_target(self, batch: dict[str, Tensor]) -> Tensor:
-        """y[B, K, H] from the target scorer on the successor states."""
+    def td_target(self, batch: dict[str, Tensor], target: nn.Module | None = None) -> Tensor:
+        """y[B, K, H] from the target scorer (or the given target member) on the successor states."""
         b, k = batch["reward"].shape
-        next_q = self.target(
+        next_q = (self.target if target is None else target)(
             _flat(batch["next_objects"]), _flat(batch["next_object_mask"]), _flat(batch["next_goal"]),
             _flat(batch["next_candidates"]), _flat(batch["next_candidate_object"]),
             _flat(batch["next_candidate_mask"]),
@@ -326,37 +334,20 @@ class QhTDModule(pl.LightningModule):
             batch["successor_valid"], self.dims.horizon,
         )
 
-    def successor_q(self, batch: dict[str, Tensor], rows: int) -> Tensor:
-        """Online q[M, K', H] on the successor states of the first `rows` chain rows (M = rows*K)."""
+    def successor_q(self, batch: dict[str, Tensor], rows: int, online: nn.Module | None = None) -> Tensor:
+        """Online q[M, K', H] (or the given online member's) on the successor states of the first
+        `rows` chain rows (M = rows*K)."""
         m = min(rows, batch["reward"].shape[0])
-        return self.online(
+        return (self.online if online is None else online)(
             _flat(batch["next_objects"][:m]), _flat(batch["next_object_mask"][:m]),
             _flat(batch["next_goal"][:m]), _flat(batch["next_candidates"][:m]),
             _flat(batch["next_candidate_object"][:m]), _flat(batch["next_candidate_mask"][:m]),
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        y = self.td_target(batch)
-        q = self(batch).float()
-        loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
-        rows = min(self.recipe.successor_reward_rows, q.shape[0])
-        if rows:
-            loss = loss + successor_reward_loss(
-                self.successor_q(batch, rows).float(), _flat(batch["next_reward"][:rows]),
-                _flat(batch["next_candidate_mask"][:rows]), self.recipe.huber_delta,
-            )
-        anchored = min(self.recipe.successor_label_rows, q.shape[0])
-        if anchored:
-            if "next_labels" not in batch:
-                raise QhInputError(
-                    f"QhTDModule.training_step: recipe.successor_label_rows={self.recipe.successor_label_rows!r} "
-                    "is not allowed with batches without 'next_labels'; allowed: 0, or a data module built "
-                    "with successor_labels=True. HINT: fit_recipe builds it from the recipe."
-                )
-            loss = loss + successor_label_loss(
-                self.successor_q(batch, anchored).float(), _flat(batch["next_labels"][:anchored]),
-                _flat(batch["next_candidate_mask"][:anchored]), self.recipe.huber_delta,
-            )
+        pairs = zip(scorer_members(self.online), scorer_members(self.target), strict=True)
+        losses = [self._member_loss(batch, online, target) for online, target in pairs]
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
         if not bool(torch.isfinite(loss)):
             # Stop before the optimizer step: a non-finite update would poison every later
             # state, and the fit must not publish a final state or receipt for it.
@@ -369,8 +360,36 @@ class QhTDModule(pl.LightningModule):
         # on the other steps would cost ~10% of a small CPU step for values nobody reads.
         trainer = self._trainer  # None when called outside a fit (then there is nothing to log to)
         if trainer is not None and (self.global_step + 1) % max(trainer.log_every_n_steps, 1) == 0:
-            self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True,
-                     batch_size=q.shape[0])
+            self.log("train/loss", loss.detach() / len(losses), on_step=True, on_epoch=False, prog_bar=True,
+                     batch_size=batch["reward"].shape[0])
+        return loss
+
+    def _member_loss(self, batch: dict[str, Tensor], online: nn.Module, target: nn.Module) -> Tensor:
+        """One scorer's TD loss on a batch: chain rows, plus the successor rows the recipe asks for."""
+        y = self.td_target(batch, target)
+        q = online(
+            batch["objects"], batch["object_mask"], batch["goal"],
+            batch["candidates"], batch["candidate_object"], batch["candidate_mask"],
+        ).float()
+        loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
+        rows = min(self.recipe.successor_reward_rows, q.shape[0])
+        if rows:
+            loss = loss + successor_reward_loss(
+                self.successor_q(batch, rows, online).float(), _flat(batch["next_reward"][:rows]),
+                _flat(batch["next_candidate_mask"][:rows]), self.recipe.huber_delta,
+            )
+        anchored = min(self.recipe.successor_label_rows, q.shape[0])
+        if anchored:
+            if "next_labels" not in batch:
+                raise QhInputError(
+                    f"QhTDModule.training_step: recipe.successor_label_rows={self.recipe.successor_label_rows!r} "
+                    "is not allowed with batches without 'next_labels'; allowed: 0, or a data module built "
+                    "with successor_labels=True. HINT: fit_recipe builds it from the recipe."
+                )
+            loss = loss + successor_label_loss(
+                self.successor_q(batch, anchored, online).float(), _flat(batch["next_labels"][:anchored]),
+                _flat(batch["next_candidate_mask"][:anchored]), self.recipe.huber_delta,
+            )
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -402,8 +421,15 @@ class QhTDModule(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: Any = None,
                                     gradient_clip_algorithm: Any = None) -> None:
         norm = self.recipe.optimizer.grad_clip_norm
-        if norm is not None:
+        if norm is None:
+            return
+        members = scorer_members(self.online)
+        if len(members) == 1:
             self.clip_gradients(optimizer, gradient_clip_val=norm, gradient_clip_algorithm="norm")
+            return
+        # One global norm would couple the members; each is clipped as its own fit would be.
+        for member in members:
+            torch.nn.utils.clip_grad_norm_(member.parameters(), norm)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))

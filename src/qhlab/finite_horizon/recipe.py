@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
 from qhlab.finite_horizon.budget import MAX_UPDATES
-from qhlab.finite_horizon.scorer import ArchitectureConfig
+from qhlab.finite_horizon.scorer import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 
 __all__ = [
     "MAX_UPDATES",
@@ -143,6 +143,12 @@ class QhRecipe(BaseModel):
             random initial function persists after training where the data do not pin the
             fit down (Chizat et al. 2019, "On lazy training"), which is a seed effect on
             held-out scenes (examples/demo-recipe.toml, amendment 17).
+        ensemble_members: M >= 1 scorers of the architecture, drawn one after another from
+            the seed. Each member is trained by the learning rule above against its own target
+            scorer, on the same batches (its loss and gradients are a one-member fit's); the
+            evaluated Q is the members' mean. M = 1 (the default) is the plain scorer. Averaging
+            M initializations divides the variance that an initialization alone leaves in the
+            fitted function by about M (examples/demo-recipe.toml, amendment 22).
         target_update: hard copy every `interval` updates, or Polyak with `tau`.
         updates: final optimizer-update budget of the fit.
         data: train / validation population paths.
@@ -162,6 +168,7 @@ class QhRecipe(BaseModel):
     successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
     successor_label_rows: int = Field(default=0, ge=0, le=1_000_000)
     q_head_init: Literal["random", "zero"] = "random"
+    ensemble_members: int = Field(default=1, ge=1, le=MAX_ENSEMBLE_MEMBERS)
     target_update: Annotated[HardTargetUpdate | PolyakTargetUpdate, Field(discriminator="kind")]
     updates: int = Field(ge=1, le=MAX_UPDATES)
     data: DataConfig = DataConfig()

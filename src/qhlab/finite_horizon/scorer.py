@@ -1,8 +1,9 @@
 """The QH scorer family: a frozen architecture config, registered arms and their builders.
 
-Owns: `ArchitectureConfig`, `ScorerDims`, the arm registry (`register_arm`, `ARMS`) and
-`build_scorer`. A scorer rates every candidate action of a state with Q_1..Q_H in native
-units. It is made of three named submodules so that diagnostics can hook them:
+Owns: `ArchitectureConfig`, `ScorerDims`, the arm registry (`register_arm`, `ARMS`),
+`build_scorer` and `QhEnsemble` (M scorers whose Q is their mean; `scorer_members`). A
+scorer rates every candidate action of a state with Q_1..Q_H in native units. It is made of
+three named submodules so that diagnostics can hook them:
 
 * `encoder`: objects (pucks) and goal -> per-object embeddings [B, N, W] and a pooled state
   embedding [B, W];
@@ -38,10 +39,13 @@ __all__ = [
     "ArchitectureConfig",
     "ArmSpec",
     "EncoderConfig",
+    "MAX_ENSEMBLE_MEMBERS",
+    "QhEnsemble",
     "QhScorer",
     "ScorerDims",
     "build_scorer",
     "register_arm",
+    "scorer_members",
 ]
 
 
@@ -506,7 +510,47 @@ register_arm("variant_cross_attention",  # candidates attend over objects
 register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)  # a deeper encoder
 
 
-def build_scorer(arch: ArchitectureConfig, dims: ScorerDims, *, q_head_init: str = "random") -> nn.Module:
+MAX_ENSEMBLE_MEMBERS = 8
+
+
+class QhEnsemble(nn.Module):
+    """M scorers of one architecture whose Q is their mean; the learning rule trains each alone.
+
+    Attributes:
+        members: `nn.ModuleList` of M scorers (each with `encoder`, `fusion`, `readout`).
+        dims: the members' dims.
+    """
+
+    def __init__(self, members: list[nn.Module], dims: ScorerDims) -> None:
+        super().__init__()
+        if len(members) < 2:
+            raise ValueError(f"QhEnsemble: {len(members)} member(s) is not allowed; allowed: >= 2. "
+                             "HINT: one scorer is the plain scorer, not an ensemble")
+        self.members = nn.ModuleList(members)
+        self.dims = dims
+
+    def forward(
+        self,
+        objects: Tensor,
+        object_mask: Tensor,
+        goal: Tensor,
+        candidates: Tensor,
+        candidate_object: Tensor,
+        candidate_mask: Tensor,
+    ) -> Tensor:
+        """The members' mean q [B, K, H] (arguments as in `QhScorer.forward`)."""
+        inputs = (objects, object_mask, goal, candidates, candidate_object, candidate_mask)
+        return torch.stack([member(*inputs) for member in self.members]).mean(dim=0)
+
+
+def scorer_members(scorer: nn.Module) -> list[nn.Module]:
+    """The scorers a learning rule trains one by one: an ensemble's members, else [scorer]."""
+    return list(scorer.members) if isinstance(scorer, QhEnsemble) else [scorer]
+
+
+def build_scorer(
+    arch: ArchitectureConfig, dims: ScorerDims, *, q_head_init: str = "random", members: int = 1
+) -> nn.Module:
     """Build a fresh scorer of `arch` for `dims` (parameters drawn from torch's global RNG).
 
     Args:
@@ -515,14 +559,23 @@ def build_scorer(arch: ArchitectureConfig, dims: ScorerDims, *, q_head_init: str
         q_head_init: "random" (every layer as drawn) or "zero": the readout's Q head (its last
             layer) is drawn as usual, then set to zero, so the scorer outputs Q = 0 everywhere
             and every other parameter is what "random" draws.
+        members: M in 1..MAX_ENSEMBLE_MEMBERS. 1 builds the plain scorer; M > 1 a `QhEnsemble`
+            of M scorers built one after another (member 0 draws exactly what the plain
+            scorer draws, member 1 the RNG's next values, ...).
 
     Returns:
-        An `nn.Module` with submodules `encoder`, `fusion`, `readout` whose forward maps
-        (objects[B,N,F], object_mask[B,N], goal[B,G], candidates[B,K,C],
-        candidate_object[B,K], candidate_mask[B,K]) -> q[B,K,H].
+        An `nn.Module` whose forward maps (objects[B,N,F], object_mask[B,N], goal[B,G],
+        candidates[B,K,C], candidate_object[B,K], candidate_mask[B,K]) -> q[B,K,H]: with
+        M = 1 a scorer with submodules `encoder`, `fusion`, `readout`; with M > 1 a
+        `QhEnsemble` of such scorers (`scorer_members` lists them).
     """
     if q_head_init not in ("random", "zero"):
         raise ValueError(f"build_scorer: q_head_init={q_head_init!r} is not allowed; allowed: random, zero")
+    if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= MAX_ENSEMBLE_MEMBERS:
+        raise ValueError(f"build_scorer: members={members!r} is not allowed; allowed: an int in "
+                         f"1..{MAX_ENSEMBLE_MEMBERS}. HINT: 1 is the plain scorer")
+    if members > 1:
+        return QhEnsemble([build_scorer(arch, dims, q_head_init=q_head_init) for _ in range(members)], dims)
     scorer = _arm_spec(arch.arm).builder(arch, dims)
     if q_head_init == "zero":
         heads = [m for m in scorer.readout.modules() if isinstance(m, _Float32Linear)]

@@ -120,6 +120,7 @@ def test_decision_differences_name_every_field_with_both_values():
 
 def test_tensor_groups():
     assert tensor_group("online.encoder.blocks.0.qkv.weight") == "online.encoder"
+    assert tensor_group("target.members.1.readout.mlp.2.bias") == "target.readout"
     assert tensor_group("optim.12.exp_avg_sq") == "optim.exp_avg_sq"
     assert tensor_group("bias") == "bias"
 

@@ -302,12 +302,16 @@ def _retention_agreement(a: dict, b: dict) -> dict:
 
 
 def tensor_group(key: str) -> str:
-    """A state-dict key's group: its first two non-numeric components.
+    """A state-dict key's group: its first two non-numeric components, ensemble members pooled.
 
-    ``online.encoder.blocks.0.qkv.weight`` -> ``online.encoder``; ``optim.3.exp_avg`` ->
-    ``optim.exp_avg`` (one group per optimizer moment); ``bias`` -> ``bias``.
+    ``online.encoder.blocks.0.qkv.weight`` -> ``online.encoder``; an ensemble's
+    ``online.members.1.encoder.blocks.0.qkv.weight`` -> ``online.encoder`` too;
+    ``optim.3.exp_avg`` -> ``optim.exp_avg`` (one group per optimizer moment); ``bias`` -> ``bias``.
     """
-    return ".".join([part for part in key.split(".") if not part.isdigit()][:2])
+    parts = [part for part in key.split(".") if not part.isdigit()]
+    if len(parts) > 2 and parts[1] == "members":
+        parts = parts[:1] + parts[2:]
+    return ".".join(parts[:2])
 
 
 def state_drift(a: Path, b: Path) -> dict[str, dict]:
