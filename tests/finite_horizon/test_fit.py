@@ -415,3 +415,37 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     plain = recipe.model_copy(update={"evaluation": recipe.evaluation.model_copy(update={"average_decay": None})})
     with pytest.raises(EvidenceError, match=r"holds tensors average\.\* that the recipe 'fit-test' does not build"):
         load_final_module(plain, val, Path(result.output_directory) / "final_state.safetensors")
+
+
+def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp_path, tiny):
+    """ensemble_members = 2 end to end: receipts, the evaluated mean, verify and the scorer benchmark."""
+    from qhlab.finite_horizon.benchmark import benchmark_scorer, load_final_module
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.evaluation import evaluate_population
+    from qhlab.finite_horizon.predict import predict_q
+    from qhlab.finite_horizon.recipe import load_recipe
+    from qhlab.finite_horizon.scorer import scorer_members
+
+    path = _recipe(tmp_path, updates=12)
+    path.write_text(path.read_text().replace("horizon = 2\n", "horizon = 2\nensemble_members = 2\n", 1))
+    recipe = load_recipe(path)
+    assert recipe.ensemble_members == 2
+    result = fit_recipe(FitRequest(recipe=path, profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
+                                   validation=tiny["validation"], progress=False))
+    val = load_population(tiny["validation"], split="validation")
+    state = Path(result.output_directory) / "final_state.safetensors"
+    module = load_final_module(recipe, val, state)
+    body = read_receipt(result.evaluation_receipt, kind="evaluation", schema_version=1)["body"]
+    tie = recipe.evaluation.tie_band
+    assert body["mae"] == evaluate_population(predict_q(module.online, val), val, tie_band=tie)["mae"]
+    alone = [evaluate_population(predict_q(m, val), val, tie_band=tie)["mae"] for m in scorer_members(module.online)]
+    assert len(alone) == 2 and body["mae"] not in alone and alone[0] != alone[1]
+    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    assert fit["recipe"]["ensemble_members"] == 2
+    assert main(["verify", str(result.output_directory)]) == 0
+    bench = benchmark_scorer(result, load_population(tiny["train"], split="train"))
+    assert bench["module_timings"]["encoder_seconds"] > 0 and bench["module_timings"]["readout_seconds"] > 0
+    assert all(n.startswith(("members.0.", "members.1.")) for n in bench["parameters_receiving_gradients"])
+    assert {n.split(".")[1] for n in bench["parameters_receiving_gradients"]} == {"0", "1"}
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: \"encoder"):
+        load_final_module(recipe.model_copy(update={"ensemble_members": 1}), val, state)

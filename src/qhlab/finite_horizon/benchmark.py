@@ -133,6 +133,7 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.q_learning import QhPopulationDataModule, native_huber_loss
     from qhlab.finite_horizon.recipe import validate_recipe
+    from qhlab.finite_horizon.scorer import scorer_members
     from qhlab.training.execution_profile import execution_profile
     from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
 
@@ -205,13 +206,15 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     def _post(name):
         def hook(_module, _inputs, _output):
             _sync(profile.device_type)
-            spans[name] = time.perf_counter() - marks[name]
+            spans[name] = spans.get(name, 0.0) + time.perf_counter() - marks[name]
         return hook
 
+    # An ensemble's members run one after another: each part's time is the sum over members.
     handles = []
-    for name in ("encoder", "readout"):
-        sub = getattr(online, name)
-        handles += [sub.register_forward_pre_hook(_pre(name)), sub.register_forward_hook(_post(name))]
+    for member in scorer_members(online):
+        for name in ("encoder", "readout"):
+            sub = getattr(member, name)
+            handles += [sub.register_forward_pre_hook(_pre(name)), sub.register_forward_hook(_post(name))]
     try:
         with torch.no_grad(), profile.autocast_context():
             online(*inputs)
