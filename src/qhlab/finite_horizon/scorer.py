@@ -529,17 +529,8 @@ class QhEnsemble(nn.Module):
         self.members = nn.ModuleList(members)
         self.dims = dims
 
-    def forward(
-        self,
-        objects: Tensor,
-        object_mask: Tensor,
-        goal: Tensor,
-        candidates: Tensor,
-        candidate_object: Tensor,
-        candidate_mask: Tensor,
-    ) -> Tensor:
-        """The members' mean q [B, K, H] (arguments as in `QhScorer.forward`)."""
-        inputs = (objects, object_mask, goal, candidates, candidate_object, candidate_mask)
+    def forward(self, *inputs: Tensor) -> Tensor:
+        """The members' mean q [B, K, H]; ``inputs`` are `QhScorer.forward`'s six tensors, in order."""
         return torch.stack([member(*inputs) for member in self.members]).mean(dim=0)
 
 
