@@ -18,9 +18,10 @@ Prints ONE JSON line:
 * ``baseline.<metric>.seed_effect_sd``: the part of that spread that is a seed effect
   (``replication.seed_effect_sd``: the seed means' variance less the seed-by-scene residual's
   share, sigma_e^2 / n), and ``scene_residual_sd`` the rest, sqrt(sd^2 - tau^2) (the whole sd where
-  tau is clamped at 0), which shrinks only with more tuning scenes: about 0.0010 of regret_3 at 480
-  scenes under every recipe measured, 0.032-0.036 of the mean, so about half of the variance that the
-  0.05 target allows (examples/demo-recipe.toml, amendments 20-21);
+  tau is clamped at 0), which shrinks with more tuning scenes and with less initialization variance:
+  about 0.0010 of regret_3 at 480 scenes (0.032-0.036 of the mean) under every one-scorer recipe
+  measured, about half of the variance that the 0.05 target allows, and 0.00085 with two-member
+  ensembles (examples/demo-recipe.toml, amendments 20-22);
 * ``baseline_train_bias``: per seed, the fit's signed error on TRAIN at each horizon
   (``bias``) and that of its successor states' maximum (``successor_max_bias``), which the
   bootstrapped targets inherit (examples/demo-recipe.toml, amendment 7);
