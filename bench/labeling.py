@@ -9,6 +9,10 @@ Measured in one run on the same machine:
    population struck in each of its candidate directions, for about as long as step 1 took
    per core or at least ``--raw-seconds``.
 
+3. One authenticated ``load_population`` of the generated population, and alone the part of it
+   that re-simulates every chain state's one-strike successors (``check_successors``):
+   ``successor_check_share_of_load``.
+
 Prints ONE JSON line (also ``cpu_efficiency``, the same comparison per CPU-second, and the
 load average, because a shared machine makes the wall-clock ratio understate): ``ratio = generation_sims_per_s / (raw_sims_per_s * cores)``; the
 target is >= 0.8. Run: ``python bench/labeling.py``.
@@ -28,7 +32,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pymunk
 
+from qhlab.finite_horizon.data import load_population
 from qhlab.scenes import generate_population, get_preset
+from qhlab.scenes.audit import check_successors, read_labels
+from qhlab.scenes.population import read_manifest
 from qhlab.scenes.candidates import CANDIDATE_FEATURES
 
 
@@ -106,6 +113,13 @@ def main() -> None:
         manifest = json.loads((out / "manifest.json").read_text())
         simulations = manifest["counts"]["simulations"]
         work = _raw_workload(out)
+        # What every load pays for physics: the one-strike re-simulation of every successor,
+        # timed alone and inside a whole authenticated load.
+        start = time.perf_counter()
+        load_population(out, split="train")
+        load_s = time.perf_counter() - start
+        labels = read_labels(out, read_manifest(out))
+        successors = check_successors(out, read_manifest(out), labels)
     raw_sims, raw_steps = 0, 0
     raw_cpu_before = time.process_time()
     start = time.perf_counter()
@@ -136,6 +150,10 @@ def main() -> None:
         "cpu_efficiency": round((simulations / generation_cpu_s) / (raw_sims / raw_cpu_s), 3),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "target": ">= 0.8",
+        "load_seconds": round(load_s, 3),
+        "successor_check_seconds": successors["seconds"],
+        "successor_check_simulations": successors["simulations"],
+        "successor_check_share_of_load": round(successors["seconds"] / load_s, 3),
     }, sort_keys=True))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -274,7 +275,8 @@ def test_verify_finds_moved_directories_and_populations_by_digest(tmp_path, monk
     (population / "manifest.json").write_text("a manifest")
     study = tmp_path / "old" / "study"
     (study / "cells").mkdir(parents=True)
-    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={},
+    # As a study's freeze receipt does, it records where its directory was made.
+    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={"output": str(study)},
                   inputs={"train/manifest.json": population / "manifest.json"})
     write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
                   inputs={"freeze": study / "freeze.receipt.json"})
@@ -306,15 +308,16 @@ def test_a_copy_is_verified_on_its_own_bytes_never_vouched_for_by_the_original(t
     study = tmp_path / "original"
     (study / "cells").mkdir(parents=True)
     publish_bytes(study / "selection.json", b'{"row": 3}\n')
+    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={"output": str(study)})
     write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
                   inputs={"selection": study / "selection.json"})  # outside cells/: an absolute path
     copy = tmp_path / "copy"
     shutil.copytree(study, copy)
-    assert len(verify_directory(copy)["receipts"]) == 1
+    assert len(verify_directory(copy)["receipts"]) == 2
     (copy / "selection.json").write_bytes(b'{"row": 4}\n')  # the original stays intact
-    with pytest.raises(DigestMismatchError, match="the verified directory's copy of"):
+    with pytest.raises(DigestMismatchError, match="this directory's copy of"):
         verify_directory(copy)
-    assert len(verify_directory(study)["receipts"]) == 1
+    assert len(verify_directory(study)["receipts"]) == 2
 
 
 def test_a_file_changed_in_place_is_refused_whatever_intact_copies_exist(tmp_path):
@@ -384,3 +387,53 @@ def test_a_refused_locker_leaves_the_lock_file_untouched(tmp_path):
             with exclusive_lock(lock):  # a second open file description: flock refuses it
                 pass
         assert lock.read_bytes() == f"{os.getpid()}\n".encode() and lock.stat().st_mtime_ns == mtime
+
+
+def test_leftovers_of_a_killed_publication_are_named_by_verify_and_removed_by_the_next_one(tmp_path):
+    """A kill leaves ``.NAME.tmp-<pid>-<hex>/``: verify lists its files as leftovers (not as
+    unbound files), and the next publication of NAME removes it unless its process still runs."""
+    from qhlab.evidence import publish_directory
+
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+    dead = int(finished.stdout)
+    write_receipt(tmp_path / "freeze.receipt.json", kind="freeze", schema_version=1, body={})
+    stale = tmp_path / f".report.tmp-{dead}-abcd"
+    stale.mkdir()
+    (stale / "report.json").write_text("{}")
+    running = tmp_path / f".report.tmp-{os.getppid()}-ef01"  # a live writer's staging: kept
+    running.mkdir()
+    result = verify_directory(tmp_path)
+    assert result["temporary_files"] == [f".report.tmp-{dead}-abcd/report.json"]
+    assert result["unbound_files"] == []
+    publish_directory(tmp_path / "report", lambda staging: (staging / "report.json").write_text("{}"))
+    assert not stale.exists() and running.is_dir() and (tmp_path / "report" / "report.json").is_file()
+
+
+def test_only_a_killed_fits_log_link_is_listed_every_other_link_is_refused(tmp_path):
+    from qhlab.evidence import QhInputError
+
+    directory = tmp_path / "attempt"
+    directory.mkdir()
+    (directory / "state.json").write_text("{}")
+    write_receipt(directory / "fit.receipt.json", kind="fit", schema_version=1, body={},
+                  inputs={"state": directory / "state.json"})
+    outside = tmp_path / "core-debug.log"
+    outside.write_text("a service log\n")
+    logs = directory / "wandb" / "offline-run-1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "debug-core.log").symlink_to(outside)
+    assert verify_directory(directory)["linked_logs"] == [f"{str(logs / 'debug-core.log')!r} -> {str(outside)!r}"]
+    (logs / "elsewhere.log").symlink_to(tmp_path)  # a link to a directory is never a log
+    with pytest.raises(QhInputError, match="elsewhere.log"):
+        verify_directory(directory)
+    (logs / "elsewhere.log").unlink()
+    (directory / "cells.log").symlink_to(outside)  # not below wandb/
+    with pytest.raises(QhInputError, match="cells.log"):
+        verify_directory(directory)
+    (directory / "cells.log").unlink()
+    # A receipt that binds a link is refused, wherever the link is.
+    write_receipt(directory / "log.receipt.json", kind="log", schema_version=1, body={},
+                  inputs={"log": logs / "debug-core.log"})
+    with pytest.raises(EvidenceError, match="a symbolic link"):
+        verify_directory(directory)

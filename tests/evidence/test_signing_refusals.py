@@ -74,7 +74,7 @@ def test_a_link_inside_dir_is_named_by_its_path_and_not_blamed_on_the_key(tmp_pa
     err = _sign_refused(directory, key, capsys)
     assert (f"error: sign_directory: directory={str(directory)!r} is not allowed; allowed: a directory of regular "
             "files and directories, no symbolic links. HINT: 1 symbolic link(s) below it: "
-            f"{str(link)!r} -> {target!r}. Model signing refuses links") in err
+            f"{str(link)!r} -> {target!r}. A link's target is not part of the directory") in err
     assert "private_key" not in err and "key.pem" not in err
     assert link.is_symlink()  # nothing below DIR was changed either
 
@@ -104,7 +104,7 @@ def test_a_special_file_inside_dir_is_named(tmp_path, key, capsys):
     os.mkfifo(fifo)
     err = _sign_refused(directory, key, capsys)
     assert (f"directory={str(directory)!r} is not allowed; allowed: a directory of regular files and directories. "
-            f"HINT: 1 special file(s) (socket, pipe, device) below it: {str(fifo)!r}.") in err
+            f"HINT: 1 special file(s) below it: {str(fifo)!r} (a FIFO (named pipe)).") in err
 
 
 def test_a_key_that_is_not_an_ec_key_is_blamed_on_the_key(tmp_path, capsys):

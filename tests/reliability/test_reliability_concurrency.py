@@ -1,7 +1,8 @@
 """Concurrency: two writers of the same logical run start at once; exactly one proceeds.
 
 Owns: racing two ``qhlab fit`` processes (same output root, same run id or same logical run)
-and two ``qhlab study run-fit`` processes for the same cell. The loser must fail at once with
+and two ``qhlab study run-fit`` processes for the same cell; a ``study freeze`` or ``study report``
+while another process holds that study's freeze or report lock. The loser must fail at once with
 exit status 3 (``LockHeldError``) and one ``error:`` line naming the lock file, and must
 publish nothing; the winner's evidence must authenticate. Does not own: the locks
 (``qhlab.evidence.exclusive_lock``, ``WandbAttempt.local_writer_lock``).
@@ -98,3 +99,35 @@ def test_two_study_run_fits_of_one_cell_exactly_one_proceeds(tmp_path, finished_
     attempts = [p.name for p in (study / "cells" / cell).iterdir() if p.is_dir()]
     assert attempts == [receipt["body"]["attempt"]] and receipt["body"]["previous_attempts"] == []
     assert_nothing_partial(study, context="run-fit race")
+
+
+def _refused_while_held(argv: list, lock: Path, log: Path) -> str:
+    """Run ``argv`` while this process holds ``lock`` (as a concurrent step would); its output."""
+    from qhlab.evidence import exclusive_lock
+
+    with exclusive_lock(lock):
+        proc = start_qhlab(argv, log=log)
+        assert proc.wait(timeout=300) == 3, log.read_text()
+    return log.read_text(errors="replace")
+
+
+def test_a_second_freeze_of_one_study_exits_3_and_writes_nothing(tmp_path, rel_study_config):
+    study = tmp_path / "study"
+    study.mkdir()
+    lock = study / ".study-freeze.lock"
+    text = _refused_while_held(["study", "freeze", rel_study_config, "--output", study], lock, tmp_path / "a.log")
+    lines = _error_lines(text)
+    assert len(lines) == 1 and str(lock) in lines[0] and "held by another process" in lines[0], text
+    assert [p.name for p in study.iterdir()] == [lock.name]  # the holder's lock only
+
+
+def test_a_second_report_of_one_study_exits_3_and_writes_nothing(tmp_path, finished_study):
+    study = tmp_path / "study"
+    shutil.copytree(finished_study["output"], study, symlinks=True)
+    shutil.rmtree(study / "report")
+    lock = study / ".study-report.lock"
+    text = _refused_while_held(["study", "report", finished_study["config"], "--output", study], lock,
+                               tmp_path / "a.log")
+    lines = _error_lines(text)
+    assert len(lines) == 1 and str(lock) in lines[0], text
+    assert not (study / "report").exists() and not list(study.glob(".report*"))

@@ -23,6 +23,7 @@ from qhlab.scenes.audit import (
     audit_population,
     bellman_violations,
     check_population_labels,
+    check_successors,
     miss_probability,
     read_labels,
 )
@@ -272,3 +273,73 @@ def test_a_dropped_chain_is_refused_by_the_audit(tiny_train, tmp_path) -> None:
     check_population_labels(population)  # what is left is a consistent tree
     with pytest.raises(EvidenceError, match=r"chain ids \[0, 1\]\.\.\. are not the 3 chains 0\.\.2 preset 'tiny'"):
         audit_population(population, states=None)
+
+
+def moved_successors_forgery(source: Path, target: Path, *, shift: float = 0.01) -> tuple[Path, int]:
+    """Puck 0 moved by ``shift`` metres in every successor row (step -1) of one chain state,
+    positions and object features changed together; rewards and labels untouched, digests
+    resealed. Returns the population and the chain state's id."""
+    population = _copy(source, target)
+    labels = read_labels(population, read_manifest(population))
+    chain_row = int(np.flatnonzero(labels.step >= 0)[-1])
+    rows = [int(r) for r in labels.successor[chain_row] if labels.step[r] < 0]
+    table = pq.read_table(population / "states.parquet")
+    positions, objects = table.column("positions").to_pylist(), table.column("objects").to_pylist()
+    for row in rows:
+        positions[row][0] += shift
+        objects[row][0][0] += shift
+    for column, values in (("positions", positions), ("objects", objects)):
+        field = table.schema.field(column)
+        table = table.set_column(table.column_names.index(column), field, pa.array(values, type=field.type))
+    pq.write_table(table, population / "states.parquet")
+    _reseal(population)
+    return population, int(labels.state_id[chain_row])
+
+
+def test_every_successor_is_re_simulated_on_every_load(tiny_train, tmp_path, capsys) -> None:
+    population, state = moved_successors_forgery(tiny_train, tmp_path / "moved")
+    labels = read_labels(population, read_manifest(population))
+    # Bellman holds (labels untouched), so only physics can refuse it: every load, every row.
+    assert len(bellman_violations(labels.q, labels.reward, labels.successor, labels.horizons)) == 0
+    denial = rf"physics denies state_id {state}: candidate \d leads to state_id \d+, whose stored positions"
+    with pytest.raises(EvidenceError, match=denial):
+        load_population(population, split="train")
+    with pytest.raises(EvidenceError, match=denial):
+        check_population_labels(population)
+    assert main(["verify", str(population)]) == 2  # no --audit: the successor check is not sampled
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and f"physics denies state_id {state}" in err, err
+    # The genuine population passes, with one simulation per chain-state candidate.
+    genuine = read_labels(tiny_train, read_manifest(tiny_train))
+    assert check_successors(tiny_train, read_manifest(tiny_train), genuine)["simulations"] == \
+        int((genuine.step >= 0).sum()) * genuine.reward.shape[1]
+
+
+def test_verify_and_describe_state_the_audit_coverage(tiny_train, capsys) -> None:
+    assert main(["verify", str(tiny_train)]) == 0
+    out = capsys.readouterr().out
+    assert "every one-strike successor re-simulated (36 strikes) equals physics; the depth-H tree of its 6 " \
+           "chain states was not audited" in out, out
+    assert main(["verify", str(tiny_train), "--audit", "2"]) == 0
+    out = capsys.readouterr().out
+    # C(5, 2) / C(6, 2) = 10 / 15: a one-state forgery of the tree escapes 2 of 6 audited states.
+    assert "depth-H tree of 2 of 6 chain states re-simulated" in out and "missed with p = 0.667" in out, out
+    assert main(["scenes", "describe", str(tiny_train)]) == 0
+    assert "depth-H tree of 6 of 6 chain states" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_successor_forgery_beyond_the_sampled_audit_is_always_refused(tmp_path, capsys) -> None:
+    """On the bench preset (72 chain states, 8 audited) the tree audit would miss a one-state
+    forgery with p = 0.889; the every-successor check refuses it on every run."""
+    from qhlab.scenes import generate_population
+
+    genuine = generate_population("bench", "train", 5, tmp_path / "bench", workers=2)
+    population, state = moved_successors_forgery(genuine, tmp_path / "forged")
+    assert miss_probability(72, 1, 8) == pytest.approx(64 / 72)
+    for _ in range(3):
+        assert main(["scenes", "describe", str(population)]) == 2
+        err = capsys.readouterr().err
+        assert f"physics denies state_id {state}" in err, err
+    with pytest.raises(EvidenceError, match=f"physics denies state_id {state}"):
+        load_population(population, split="train")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from qhlab import __version__
-from qhlab.evidence import QhError, QhInputError, require_int
+from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError, require_int
 from qhlab.evidence.publish import storage_error
 
 __all__ = ["main"]
@@ -159,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QhError as exc:
         if isinstance(exc, QhInputError):
             for path in fresh_outputs:
-                if path.exists():
+                # Only what this refused command may have started: a directory that meanwhile
+                # holds evidence was published by another process (a concurrent run) and stays.
+                if path.exists() and not any(path.rglob(f"*{RECEIPT_SUFFIX}")):
                     shutil.rmtree(path, ignore_errors=True)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
+    from qhlab.scenes.audit import coverage_text
     from qhlab.scenes.difficulty import card_lines, describe_population
 
     described = describe_population(args.population, tie_band=args.tie_band)
@@ -126,14 +127,13 @@ def run_describe(args: argparse.Namespace) -> int:
     else:
         audit = described["audit"]
         print("\n".join([*card_lines(described),
-                         f"  audited: every label obeys the Bellman rule; {audit['audited']} of {audit['chain_states']} "
-                         f"chain states re-simulated ({audit['simulations']} simulations) equal physics"]))
+                         f"  audited: every label obeys the Bellman rule; {coverage_text(audit)}; all equal physics"]))
     return 0
 
 
 def run_audit(args: argparse.Namespace) -> int:
     """Audit the population (``qhlab.scenes.audit.audit_population``); print the result; return 0."""
-    from qhlab.scenes.audit import AUDIT_STATES, audit_population
+    from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text
 
     if args.states is not None and args.states < 1:
         from qhlab.evidence import input_error
@@ -146,6 +146,5 @@ def run_audit(args: argparse.Namespace) -> int:
         print(json.dumps(record, sort_keys=True))
     else:
         print(f"audit passed: {args.population}: {record['scenes_checked']} scenes regenerated, every label obeys "
-              f"the Bellman rule, {record['audited']} of {record['chain_states']} chain states re-simulated "
-              f"({record['simulations']} simulations, {record['seconds']:.1f} s; states {record['states']})")
+              f"the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})")
     return 0

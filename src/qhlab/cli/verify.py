@@ -13,7 +13,12 @@ import json
 
 from qhlab.evidence import QhInputError, verify_directory
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "KEYLESS"]
+
+# What a pass proves, said once: in --help and at the end of every keyless verify.
+KEYLESS = ("Without --public-key a pass proves internal consistency (every receipt and every file it binds "
+           "agree), not origin: anyone can rewrite a file and reseal the receipts above it; only a signature "
+           "checked with --public-key says who made the bytes.")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "verify",
         help="authenticate every receipt (and every file it binds) below a directory",
-        description="Authenticate every *.receipt.json below DIR and re-hash every file it binds.",
+        description="Authenticate every *.receipt.json below DIR and re-hash every file it binds, each at its "
+                    "one place below DIR; refuse links and special files; check every population's labels. "
+                    f"{KEYLESS}",
     )
     parser.add_argument("directory", metavar="DIR")
     parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
@@ -38,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
-    from qhlab.scenes.audit import audit_population, check_population_labels
+    from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
 
     if args.audit is not None and args.audit < 1:
         raise QhInputError(f"qhlab verify: --audit={args.audit!r} is not allowed; allowed: an integer >= 1. "
@@ -47,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     # Digests prove the bytes; the labels must also obey Bellman, and with --audit, physics.
     checks = []
     for population in result["populations"]:
-        check_population_labels(population, call="qhlab verify")
-        entry = {"population": population, "bellman": "exact"}
+        labels = check_population_labels(population, call="qhlab verify")
+        chain_states = int((labels.step >= 0).sum())
+        entry = {"population": population, "bellman": "exact", "chain_states": chain_states,
+                 "successors_checked": chain_states * int(labels.reward.shape[1])}
         if args.audit is not None:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
@@ -68,21 +77,31 @@ def run(args: argparse.Namespace) -> int:
     for entry in checks:
         line = f"labels: {entry['population']}: every label obeys the Bellman rule exactly"
         if "audit" in entry:
-            audit = entry["audit"]
-            line += (f"; physics audit of {audit['audited']} of {audit['chain_states']} chain states "
-                     f"({audit['simulations']} simulations, {audit['seconds']:.1f} s) passed")
+            line += f"; {coverage_text(entry['audit'])}; passed"
+        else:
+            line += (f"; every one-strike successor re-simulated ({entry['successors_checked']} strikes) equals "
+                     f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
+                     "(--audit N samples it)")
         print(line)
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
+    if result["linked_logs"]:
+        print(f"note: {len(result['linked_logs'])} W&B log link(s) a killed fit left ({result['linked_logs'][0]}); "
+              "never followed, bound by no receipt; `qhlab study run` drops them when it resumes the cell, or "
+              "delete them (`find DIR -type l -path '*/wandb/*' -delete`) before `qhlab sign`")
     if result["temporary_files"]:
-        print(f"note: {len(result['temporary_files'])} leftover temporary files from an interrupted write")
+        shown = ", ".join(result["temporary_files"][:3]) + (", ..." if len(result["temporary_files"]) > 3 else "")
+        print(f"note: {len(result['temporary_files'])} leftover files of an interrupted publication ({shown}); "
+              "bound by no receipt, removed by the next run of the step that left them")
     print(result["signature"]["summary"])
+    if result["signature"]["status"] != "verified":
+        print(f"note: {KEYLESS}")
     return 0
 
 
 def _signature(args: argparse.Namespace) -> dict:
     """Check the directory's signature with ``--public-key``, or say whether it is signed."""
-    from qhlab.evidence.signing import signature_path, verify_signature
+    from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 
     path = signature_path(args.directory)
     if args.public_key is not None:
@@ -90,6 +109,9 @@ def _signature(args: argparse.Namespace) -> dict:
         return {"status": "verified", "path": str(path), "signed_files": checked["signed_files"],
                 "summary": f"signature: {path} verified {checked['signed_files']} files with {args.public_key}"}
     if path.is_file():
-        return {"status": "not checked", "path": str(path),
-                "summary": f"note: signed ({path}) but the signature was not checked; pass --public-key PUB.pem"}
+        listed = check_statement(args.directory)
+        return {"status": "statement checked", "path": str(path), "signed_files": listed["signed_files"],
+                "summary": f"signature: {path} lists exactly the {listed['signed_files']} files below "
+                           f"{args.directory} with their digests; the signature itself was not checked (pass "
+                           "--public-key PUB.pem to check who signed them)"}
     return {"status": "unsigned", "path": None, "summary": f"note: unsigned (no {path}); sign with `qhlab sign`"}

@@ -43,10 +43,12 @@ from qhlab.evidence.receipts import (
     locate_population,
     population_roots,
     read_receipt,
+    recorded_origin,
     verify_directory,
     write_receipt,
 )
 from qhlab.evidence.source import exclusive_lock, source_package_digest
+from qhlab.evidence.tree import refuse_links
 
 __all__ = [
     "QhError",
@@ -81,7 +83,9 @@ __all__ = [
     "population_roots",
     "write_receipt",
     "read_receipt",
+    "recorded_origin",
     "verify_directory",
     "source_package_digest",
     "exclusive_lock",
+    "refuse_links",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "fresh_directory",
     "safe_component",
     "storage_error",
+    "remove_leftovers",
     "TEMP_MARKER",
 ]
 
@@ -96,6 +97,42 @@ def _refuse_existing(path: Path) -> None:
         )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove what an interrupted publication of ``path`` left beside it; return what was removed.
+
+    A publication stages at ``.NAME.tmp-<pid>-<hex>`` (a file or a directory) and a kill (SIGKILL,
+    power loss) can leave it behind. One whose process is gone is removed by the next
+    publication of the same name; one whose process still runs (a concurrent writer on this
+    machine) is left alone.
+    """
+    prefix = f".{path.name}{TEMP_MARKER}"
+    removed = []
+    try:
+        siblings = [p for p in path.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for sibling in siblings:
+        pid = sibling.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if sibling.is_dir() and not sibling.is_symlink():
+            shutil.rmtree(sibling, ignore_errors=True)
+        else:
+            _remove_quietly(sibling)
+        removed.append(sibling)
+    return removed
+
+
 def _link_into_place(tmp: Path, path: Path) -> None:
     try:
         os.link(tmp, path)
@@ -134,6 +171,7 @@ def publish_file(path: str | os.PathLike, writer: Callable[[Path], None]) -> str
     if not path.parent.is_dir():
         raise QhInputError(f"publish: directory {path.parent} does not exist for {path.name}.")
     tmp = path.parent / f".{path.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    remove_leftovers(path)
     try:
         writer(tmp)
         fd = os.open(tmp, os.O_RDONLY)
@@ -215,6 +253,7 @@ def publish_directory(target: str | os.PathLike, writer: Callable[[Path], T]) ->
             "HINT: inspect it and choose a fresh output path; qhlab never overwrites evidence."
         )
     staging = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    remove_leftovers(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()

@@ -9,10 +9,12 @@ field. Any changed byte therefore changes either the content or the recorded dig
 edit that leaves valid JSON is still caught. A step that depends on another step's receipt
 binds that receipt's file digest among its own inputs, which chains the evidence.
 
-Evidence travels: a file bound by an absolute path (a population, or a study receipt bound
-from a sub-directory) is authenticated by its digest, so ``verify_directory`` accepts it where
-the directory and its populations were copied to, looking it up by the tails of its recorded
-path under the verified directory and the population roots.
+Evidence travels, and each bound file has exactly one place. A directory whose receipt records
+where it was made (``ORIGIN_FIELD``: a study's freeze receipt) maps every absolute path made
+there to one path inside it, wherever it was copied: a copy is judged on its own bytes, never
+on the original's nor on a nested copy's. A file made outside every such directory (a
+population) is authenticated at its recorded path, or, when it is gone, at
+``ROOT/<population>/<file>`` below a population root.
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ from qhlab.evidence.errors import (
     DigestMismatchError,
     EvidenceError,
     MissingEvidenceError,
+    QhInputError,
     SchemaMismatchError,
 )
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
+from qhlab.evidence.tree import logger_leftover, refuse_links
 
 __all__ = [
     "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
-    "bind_files", "authentication_roots", "locate_population", "population_roots",
+    "bind_files", "authentication_roots", "locate_population", "population_roots", "recorded_origin",
+    "ORIGIN_FIELD",
 ]
 
 RECEIPT_SUFFIX = ".receipt.json"
@@ -49,6 +54,9 @@ DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
 # above it). Its digest is the population's identity, so it is looked up first and names a
 # missing population.
 _POPULATION_MANIFEST = "manifest.json"
+# A receipt body's field naming the absolute path of the directory the receipt was written in
+# (``recorded_origin``); ``write_receipt`` refuses any other absolute path there.
+ORIGIN_FIELD = "output"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +238,11 @@ def write_receipt(
     path = Path(path)
     if not path.name.endswith(RECEIPT_SUFFIX):
         raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
+    origin = body.get(ORIGIN_FIELD)
+    if isinstance(origin, str) and Path(origin).is_absolute() and \
+            Path(os.path.abspath(origin)) != Path(os.path.abspath(path.parent)):
+        raise EvidenceError(f"write_receipt: {path} body {ORIGIN_FIELD}={origin!r} must be the directory the "
+                            f"receipt is written in ({os.path.abspath(path.parent)}).")
     if any(isinstance(f, FileCopy) for f in (outputs or {}).values()):
         raise EvidenceError(f"write_receipt: {path} outputs hold a FileCopy; an output is bound where it was written.")
     document = {
@@ -274,6 +287,9 @@ def read_receipt(
     """
     path = Path(path)
     if not path.is_file():
+        if path.exists():
+            raise EvidenceError(f"read_receipt: receipt {path} is not a regular file (a FIFO, socket, device or "
+                                "directory). HINT: a receipt is a file qhlab published; remove this one.")
         raise MissingEvidenceError(f"read_receipt: receipt {path} does not exist.")
     raw = path.read_bytes()
     try:
@@ -307,85 +323,46 @@ def read_receipt(
         )
     if verify_files:
         roots = _ROOTS.get()
-        if roots is None:
-            _authenticate_files(path, document, roots=None)
-        else:
-            for section in ("inputs", "outputs"):
-                for name, entry in sorted(document[section].items(),
-                                          key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST):
-                    _locate_in(roots, path, section, name, entry)
+        for section, name, entry in _bindings(document):
+            if roots is None:
+                _at_or_moved(path, section, name, entry, _resolve(path.parent, entry["path"]), None,
+                             "read_receipt", "")
+            else:
+                _locate_in(roots, path, section, name, entry)
     return document
 
 
-def _authenticate_files(path: Path, document: dict, roots: Sequence[Path] | None) -> list[Path]:
-    """Re-hash every file ``document`` (read from ``path``) binds; return where each was found.
-
-    Args:
-        roots: None to accept a file only at its recorded path; else the directories under
-            which a file bound by absolute path may have moved (see ``_relocations``).
-    """
-    found = []
+def _bindings(document: dict) -> Iterator[tuple[str, str, dict]]:
+    """Every (section, name, entry) a receipt binds, each section's population manifests first (a
+    missing population is then named as such, before any of its files)."""
     for section in ("inputs", "outputs"):
-        entries = sorted(document[section].items(), key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST)
-        for name, entry in entries:
-            found.append(_locate(path, section, name, entry, roots))
-    return found
+        for name, entry in sorted(document[section].items(),
+                                  key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST):
+            yield section, name, entry
 
 
 def _relocations(recorded: Path, roots: Sequence[Path]) -> Iterator[Path]:
-    """Each tail of an absolute ``recorded`` path (longest first) under each root: where the file
-    is after its directory was copied below a root."""
-    parts = recorded.parts[1:]
-    for root in roots:
-        for start in range(len(parts)):
-            yield root.joinpath(*parts[start:])
+    """Where a population file bound at ``recorded`` is after its population was copied below a
+    root: ``root/<population directory>/<file>``, one place per root.
 
-
-def _own_copy(target: Path, root: Path) -> Path | None:
-    """The verified directory's own copy of a file recorded outside it (longest tail first)."""
-    try:
-        target.relative_to(root)
-        return None  # recorded inside the verified directory: it is its own copy
-    except ValueError:
-        pass
-    return next((c for c in _relocations(target, [root]) if c.is_file()), None)
-
-
-def _locate(path: Path, section: str, name: str, entry: dict, roots: Sequence[Path] | None) -> Path:
-    """The file bound as ``name``, authenticated by digest; refused when missing or changed.
-
-    With ``roots`` (``verify_directory``; ``roots[0]`` is the verified directory), a file the
-    verified directory holds a copy of is authenticated there and only there: verifying a
-    copied study checks the copy's bytes, and an intact original elsewhere cannot vouch for a
-    changed copy.
+    A population is copied whole, under its own (content-named) directory name, so that is the
+    only place a root can hold it; no other tail of the recorded path is ever tried.
     """
-    target = _resolve(path.parent, entry["path"])
-    if roots is not None and Path(entry["path"]).is_absolute():
-        own = _own_copy(target, roots[0])
-        if own is not None:
-            digest = sha256_file(own)
-            if digest != entry["sha256"]:
-                raise DigestMismatchError(
-                    f"verify: {section} file {name!r} ({own}, the verified directory's copy of {target}) has "
-                    f"sha256 {digest}; {path} binds {entry['sha256']}. HINT: a published file is never edited; "
-                    "restore it from the original or rerun the step that made it."
-                )
-            return own
-    return _at_or_moved(path, section, name, entry, target, roots, "verify",
-                        "`qhlab verify DIR --populations ROOT`")
+    for root in roots:
+        yield root / recorded.parent.name / recorded.name
 
 
 def _at_or_moved(path: Path, section: str, name: str, entry: dict, target: Path, roots: Sequence[Path] | None,
                  call: str, option: str) -> Path:
     """``target`` with the bound digest, or, when it is gone, a copy by digest under ``roots``."""
-    digest = sha256_file(target) if target.is_file() else None
+    digest = _digest_or_none(target)
     if digest == entry["sha256"]:
         return target
     # Only a file that is gone may be found elsewhere: a file present at its recorded path with
     # other bytes was changed in place, and no intact copy anywhere vouches for it.
     if roots is not None and digest is None and Path(entry["path"]).is_absolute():
         for candidate in _relocations(target, roots):
-            if candidate.is_file() and sha256_file(candidate) == entry["sha256"]:
+            if _digest_or_none(candidate) == entry["sha256"]:
                 return candidate
         if target.name == _POPULATION_MANIFEST:
             raise MissingEvidenceError(
@@ -400,12 +377,148 @@ def _at_or_moved(path: Path, section: str, name: str, entry: dict, target: Path,
     )
 
 
-def verify_directory(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
-    """Authenticate every receipt below ``directory`` and every file each binds.
+def _digest_or_none(path: Path) -> str | None:
+    """The SHA-256 of the regular file at ``path``; None when there is none."""
+    return sha256_file(path) if path.is_file() else None
 
-    A file bound by absolute path that is not there with its digest (the directory or its
-    populations were copied elsewhere) is looked up by digest under ``directory``, each of
-    ``populations`` and ``DEFAULT_POPULATION_ROOT``.
+
+def recorded_origin(directory: str | os.PathLike) -> Path | None:
+    """Where ``directory`` was made, as a receipt directly in it records; None when none does.
+
+    A receipt whose body holds ``ORIGIN_FIELD`` (a study's freeze receipt) names the absolute
+    path of the directory it was written in; ``write_receipt`` refuses any other value. Every
+    file below that directory was made at the same relative place below the recorded path, which
+    is how receipts bind files of a directory they are not in (a report binds its cells' receipts
+    by absolute path). The value is read without authentication: it only says where to look,
+    and the receipt itself is authenticated like any other.
+
+    Raises:
+        EvidenceError: two receipts in ``directory`` record different origins.
+    """
+    directory = Path(directory)
+    found: dict[str, Path] = {}
+    try:
+        names = sorted(p.name for p in directory.iterdir() if p.name.endswith(RECEIPT_SUFFIX)
+                       and TEMP_MARKER not in p.name and p.is_file() and not p.is_symlink())
+    except OSError:
+        return None
+    for name in names:
+        try:
+            value = json.loads((directory / name).read_text(encoding="utf-8"))["body"].get(ORIGIN_FIELD)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if isinstance(value, str) and Path(value).is_absolute():
+            found[name] = Path(value)
+    if len(set(found.values())) > 1:
+        raise EvidenceError(
+            f"verify: {directory} holds receipts that record different origins ("
+            + ", ".join(f"{name}: {origin}" for name, origin in found.items())
+            + "). HINT: one directory was made in one place; remove the receipt that was copied in."
+        )
+    return next(iter(found.values()), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Anchor:
+    """A directory below the verified one (``here``) that was made at ``origin``."""
+
+    here: Path
+    origin: Path
+
+
+def _anchors(root: Path, directories: Sequence[Path]) -> list[_Anchor]:
+    """Every directory below ``root`` that records its origin, the nearest such directory above
+    ``root`` (verifying a part of a copied study), else ``root`` as made where it is.
+
+    Raises:
+        EvidenceError: two directories record the same origin, or one inside another's: a
+            file made there would have two places in ``root``, and verify refuses to choose.
+    """
+    recorded = [_Anchor(d, origin) for d in directories if (origin := recorded_origin(d)) is not None]
+    if not any(a.here == root for a in recorded):
+        above = next(((parent, origin) for parent in root.parents
+                      if (origin := recorded_origin(parent)) is not None), None)
+        # Where the directory itself was made: as its nearest anchor above says, else where it is.
+        recorded.append(_Anchor(above[0], above[1]) if above else _Anchor(root, root))
+    for i, a in enumerate(recorded):
+        for b in recorded[i + 1:]:
+            if a.origin == b.origin or a.origin.is_relative_to(b.origin) or b.origin.is_relative_to(a.origin):
+                raise EvidenceError(
+                    f"verify: {a.here} and {b.here} are both copies of files made in {a.origin}"
+                    + ("" if a.origin == b.origin else f" and {b.origin}")
+                    + f" (a nested copy), so a file bound there has two places in {root}. HINT: verify each "
+                    "copy on its own, after moving the nested one out; a file's place is never chosen."
+                )
+    return recorded
+
+
+def _place(anchors: Sequence[_Anchor], recorded: Path) -> Path | None:
+    """The one path in the verified directory of a file bound at absolute ``recorded``, or None
+    when it was made outside every anchor (a population)."""
+    for anchor in anchors:
+        if recorded.is_relative_to(anchor.origin):
+            return anchor.here / recorded.relative_to(anchor.origin)
+    return None
+
+
+def _locate_below(root: Path, anchors: Sequence[_Anchor], populations: Sequence[Path], receipt: Path,
+                  section: str, name: str, entry: dict) -> Path:
+    """Where ``verify_directory`` authenticates one bound file, and only there.
+
+    A relative path is beside the receipt; an absolute path made inside an anchor is at its one
+    place below ``root`` (never the original's bytes, never a nested copy's); any other absolute
+    path (a population) is at its recorded path, or, when gone, at ``ROOT/<population>/<file>``
+    below each population root.
+    """
+    recorded = Path(entry["path"])
+    if not recorded.is_absolute():
+        place = Path(os.path.normpath(receipt.parent / recorded))
+        if not place.is_relative_to(root):
+            raise EvidenceError(f"verify: {receipt} binds {section} file {name!r} at {entry['path']!r}, outside "
+                                f"{root}. HINT: a relative path stays inside the directory it is read in.")
+    else:
+        place = _place(anchors, Path(os.path.normpath(recorded)))
+    if place is None:
+        return _at_or_moved(receipt, section, name, entry, recorded, populations, "verify",
+                            "`qhlab verify DIR --populations ROOT`")
+    if place.is_symlink():
+        raise EvidenceError(f"verify: {receipt} binds {section} file {name!r} at {place}, a symbolic link (to "
+                            f"{os.readlink(place)!r}). HINT: a bound file is a regular file of the directory.")
+    digest = _digest_or_none(place)
+    if digest == entry["sha256"]:
+        return place
+    copy = "" if place == recorded else f", this directory's copy of {recorded}"
+    if digest is None:
+        raise MissingEvidenceError(
+            f"verify: {section} file {name!r} ({place}{copy}) bound by {receipt} is missing. HINT: a copied "
+            "directory is judged on its own files; copy it whole."
+        )
+    raise DigestMismatchError(
+        f"verify: {section} file {name!r} ({place}{copy}) has sha256 {digest}; {receipt} binds "
+        f"{entry['sha256']}. HINT: a published file is never edited; restore it from the original or rerun "
+        "the step that made it."
+    )
+
+
+def _is_temporary(relative: str) -> bool:
+    """A file publication left behind: its name, or a directory it is in, carries ``TEMP_MARKER``."""
+    return any(TEMP_MARKER in part for part in relative.split("/"))
+
+
+def verify_directory(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
+    """Authenticate every receipt below ``directory`` and every file each binds, each at one place.
+
+    Where a bound file is follows one rule (``_locate_below``): each directory whose receipts
+    record their origin (``recorded_origin``; a study's freeze receipt) maps every path made
+    there to exactly one path below it, as the study steps do (``authentication_roots``); two
+    copies of one origin below ``directory`` are refused. Links and special files anywhere
+    below ``directory`` are refused before anything is read (``refuse_links``), except the log
+    link a fit killed in its logger's start-up leaves (``logger_leftover``), which is listed.
+
+    What a pass proves without a signature: the directory is internally consistent (every
+    receipt's content digest and every bound file's digest agree). It does not prove origin:
+    anyone can rewrite a file and reseal every receipt above it; only ``qhlab verify
+    --public-key`` checks who made the bytes.
 
     Args:
         directory: the directory to verify.
@@ -413,55 +526,65 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
 
     Returns:
         ``{"receipts": [{"path", "kind", "schema_version", "sha256"}], "bound_files": n,
-        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...],
+        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...
+        files of interrupted publications, in a staging directory or under a temporary name],
+        "linked_logs": [W&B log links a killed fit left (``tree.logger_leftover``): never followed],
         "populations": [absolute directories of every population inside or bound, as found]}``.
 
     Raises:
+        QhInputError: ``directory`` is, or holds, a symbolic link, a special file or a file
+            hard-linked outside it (each named).
         EvidenceError: (or a subclass) at the first receipt or file that fails.
         MissingEvidenceError: the directory is missing or holds no receipt.
     """
-    root = Path(directory)
+    if str(directory) == "":
+        raise QhInputError("verify: directory='' is not allowed; allowed: the path of a directory of receipts. "
+                           "HINT: pass the directory to verify, e.g. `qhlab verify runs/demo-study`.")
+    root = Path(os.path.abspath(directory))
     if not root.is_dir():
-        raise MissingEvidenceError(f"verify: {root} does not exist or is not a directory.")
-    roots = [root, *(Path(p).expanduser() for p in populations), Path(DEFAULT_POPULATION_ROOT).expanduser()]
+        raise MissingEvidenceError(f"verify: {directory} does not exist or is not a directory.")
+    linked_logs = refuse_links("qhlab verify", root, tolerate=logger_leftover)
+    extra = [Path(p).expanduser().absolute() for p in populations]
+    roots = [root, *extra, Path(DEFAULT_POPULATION_ROOT).expanduser()]
     receipts, bound, temporary, all_files, population_dirs = [], set(), [], [], {}
+    documents: list[tuple[Path, str, dict]] = []
+    directories: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
+        here = Path(dirpath)
+        if not _is_temporary(here.relative_to(root).as_posix()):
+            directories.append(here)
         for name in sorted(filenames):
-            full = Path(dirpath) / name
+            full = here / name
             rel = full.relative_to(root).as_posix()
-            if TEMP_MARKER in name:
+            if _is_temporary(rel):
                 temporary.append(rel)
-            else:
-                all_files.append(full)
-            if name.endswith(RECEIPT_SUFFIX) and TEMP_MARKER not in name:
-                document = read_receipt(full, kind=None, schema_version=None, verify_files=False)
-                located = _authenticate_files(full, document, roots)
-                receipts.append(
-                    {
-                        "path": rel,
-                        "kind": document["kind"],
-                        "schema_version": document["schema_version"],
-                        "sha256": sha256_file(full),
-                    }
-                )
-                bound.add(os.path.abspath(full))
-                bound.update(os.path.abspath(p) for p in located)
-                # Populations (inside or bound from outside) for label checks a layer up.
-                for path in (full, *located):
-                    if Path(path).name in ("population.receipt.json", "manifest.json") and \
-                            (Path(path).parent / "population.receipt.json").is_file():
-                        population_dirs.setdefault(os.path.abspath(Path(path).parent), None)
+                continue
+            all_files.append(full)
+            if name.endswith(RECEIPT_SUFFIX):
+                documents.append((full, rel, read_receipt(full, kind=None, schema_version=None, verify_files=False)))
+    anchors = _anchors(root, directories)
+    for full, rel, document in documents:
+        located = [_locate_below(root, anchors, roots, full, section, name, entry)
+                   for section, name, entry in _bindings(document)]
+        receipts.append({"path": rel, "kind": document["kind"], "schema_version": document["schema_version"],
+                         "sha256": sha256_file(full)})
+        bound.add(full)
+        bound.update(Path(os.path.abspath(p)) for p in located)
+        # Populations (inside or bound from outside) for label checks a layer up.
+        for path in (full, *located):
+            if Path(path).name in ("population.receipt.json", "manifest.json") and \
+                    (Path(path).parent / "population.receipt.json").is_file():
+                population_dirs.setdefault(os.path.abspath(Path(path).parent), None)
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
-    unbound = sorted(
-        f.relative_to(root).as_posix() for f in all_files if os.path.abspath(f) not in bound
-    )
-    bound_inside = sum(1 for f in all_files if os.path.abspath(f) in bound)
+    unbound = sorted(f.relative_to(root).as_posix() for f in all_files if f not in bound)
+    bound_inside = sum(1 for f in all_files if f in bound)
     return {
         "receipts": receipts,
         "bound_files": bound_inside,
         "unbound_files": unbound,
         "temporary_files": temporary,
+        "linked_logs": linked_logs,
         "populations": list(population_dirs),
     }

@@ -15,22 +15,25 @@ functions: importing ``qhlab.evidence`` stays stdlib-only and fast.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from qhlab.evidence.canonical import sha256_file
 from qhlab.evidence.errors import (
     EvidenceError,
     MissingEvidenceError,
     PublishConflictError,
-    QhInputError,
     input_error,
 )
 from qhlab.evidence.publish import publish_bytes
 from qhlab.evidence.receipts import verify_directory
+from qhlab.evidence.tree import refuse_links
 
-__all__ = ["SIGNATURE_FILE", "sign_directory", "signature_path", "verify_signature"]
+__all__ = ["SIGNATURE_FILE", "check_statement", "sign_directory", "signature_path", "verify_signature"]
 
 SIGNATURE_FILE = "model.sig"
 
@@ -49,48 +52,10 @@ def _hashing_config():
     return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE])
 
 
-def _refuse_links(call: str, root: Path, *, error: type[QhInputError] = QhInputError) -> None:
-    """Refuse ``root`` when it, or anything below it, is a symbolic link or not a regular file.
-
-    model_signing refuses links (a link's target is not what the signature covers) and special
-    files; naming the first ones here, by path, keeps the refusal on the directory, where it
-    belongs, and happens before anything is hashed or written.
-    """
-    if root.is_symlink():
-        raise input_error(
-            call, "directory", str(root), "a real directory, not a symbolic link",
-            f"it links to {os.readlink(root)!r}; pass the directory itself ({root.resolve()}).", error=error,
-        )
-    if not root.is_dir():
-        return  # refused by the caller's next check (verify_directory), with its own message
-    links: list[str] = []
-    special: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):  # does not follow links
-        dirnames.sort()
-        for name in sorted((*dirnames, *filenames)):
-            path = Path(dirpath) / name
-            if path.is_symlink():
-                links.append(f"{str(path)!r} -> {os.readlink(path)!r}")
-            elif not (path.is_file() or path.is_dir()):
-                special.append(repr(str(path)))
-    if links:
-        shown = "; ".join(links[:5]) + (f"; and {len(links) - 5} more" if len(links) > 5 else "")
-        raise input_error(
-            call, "directory", str(root), "a directory of regular files and directories, no symbolic links",
-            f"{len(links)} symbolic link(s) below it: {shown}. Model signing refuses links (a link's "
-            "target is not part of what is signed). qhlab publishes attempts, commissioning runs and "
-            "studies without links; W&B's links left by an older qhlab (wandb/latest-run, wandb/debug.log, "
-            "wandb/debug-internal.log, <run>/logs/debug-core.log) are bound by no receipt and can be "
-            "deleted (`find DIR -type l -path '*/wandb/*' -delete`); remove any other link, or replace "
-            "it by a copy of its target, then sign again.",
-            error=error,
-        )
-    if special:
-        raise input_error(
-            call, "directory", str(root), "a directory of regular files and directories",
-            f"{len(special)} special file(s) (socket, pipe, device) below it: {', '.join(special[:5])}. "
-            "Remove them, then sign again.", error=error,
-        )
+_SIGN_HINT = ("qhlab publishes attempts, commissioning runs and studies without links; W&B's links left by an "
+              "older qhlab (wandb/latest-run, wandb/debug.log, wandb/debug-internal.log, <run>/logs/debug-core.log) "
+              "are bound by no receipt and can be deleted (`find DIR -type l -path '*/wandb/*' -delete`). Then "
+              "sign again.")
 
 
 def _key(call: str, field: str, path: str | os.PathLike) -> Path:
@@ -131,7 +96,7 @@ def sign_directory(
 
     call = "sign_directory"
     root = Path(directory)
-    _refuse_links(call, root)
+    refuse_links(call, root, hint=_SIGN_HINT)
     verified = verify_directory(root, populations)
     target = signature_path(root)
     if target.exists() or target.is_symlink():
@@ -199,7 +164,7 @@ def verify_signature(directory: str | os.PathLike, *, public_key: str | os.PathL
     target = signature_path(root)
     if not target.is_file():
         raise MissingEvidenceError(f"{call}: {target} does not exist: {root} is not signed.")
-    _refuse_links(call, root, error=EvidenceError)
+    refuse_links(call, root, error=EvidenceError)
     key = _key(call, "public_key", public_key)
     try:
         config = verifying.Config().use_elliptic_key_verifier(public_key=key)
@@ -208,3 +173,55 @@ def verify_signature(directory: str | os.PathLike, *, public_key: str | os.PathL
         raise EvidenceError(f"{call}: {target} does not verify {root} with {key}: {exc}") from None
     signed = sum(1 for p in root.rglob("*") if p.is_file() and p != target)
     return {"signature": target, "signed_files": signed}
+
+
+def check_statement(directory: str | os.PathLike) -> dict:
+    """Without a key: check that ``DIR/model.sig`` lists exactly the files below ``directory``.
+
+    The signature's in-toto statement names every signed file with its SHA-256. Comparing it
+    with the files proves that they are the bytes the statement lists, so a directory changed
+    after signing (a stale ``model.sig``) is refused. It does not prove who signed: the
+    signature over the statement is only checked with a public key (``verify_signature``).
+
+    Args:
+        directory: a directory holding ``model.sig``.
+
+    Returns:
+        ``{"signature": path, "signed_files": n}``.
+
+    Raises:
+        MissingEvidenceError: the directory has no signature.
+        EvidenceError: the bundle is not a model-signing statement of files, or a listed file is
+            missing or has other bytes, or a file below the directory is not listed (each named).
+    """
+    call = "qhlab verify"
+    root = Path(directory)
+    target = signature_path(root)
+    if not target.is_file():
+        raise MissingEvidenceError(f"{call}: {target} does not exist: {root} is not signed.")
+    try:
+        envelope = json.loads(target.read_text(encoding="utf-8"))["dsseEnvelope"]
+        statement = json.loads(base64.b64decode(envelope["payload"]))
+        serialization = statement["predicate"]["serialization"]
+        resources = {r["name"]: (r["algorithm"], r["digest"]) for r in statement["predicate"]["resources"]}
+        ignored = set(serialization.get("ignore_paths", []))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvidenceError(f"{call}: {target} is not a model-signing bundle with an in-toto statement ({exc!r}). "
+                            "HINT: sign with `qhlab sign DIR --private-key KEY.pem`.") from None
+    if serialization.get("method") != "files" or any(a != "sha256" for a, _ in resources.values()):
+        raise EvidenceError(f"{call}: {target} signs by method {serialization.get('method')!r}; allowed: 'files' "
+                            "with sha256 (what `qhlab sign` writes). HINT: check it with --public-key PUB.pem.")
+    present = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
+               if p.is_file() and not ({p.relative_to(root).parts[0], p.relative_to(root).as_posix()} & ignored)}
+    problems = [f"{name} is listed but missing" for name in sorted(set(resources) - set(present))]
+    problems += [f"{name} is not listed" for name in sorted(set(present) - set(resources))]
+    problems += [f"{name} has sha256 {digest}, the statement lists {resources[name][1]}"
+                 for name in sorted(set(resources) & set(present))
+                 if (digest := sha256_file(present[name])) != resources[name][1]]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise EvidenceError(
+            f"{call}: {target} does not list the files below {root}: {shown}. HINT: the directory changed after "
+            "it was signed (a stale signature); restore the signed bytes, or remove model.sig and sign again."
+        )
+    return {"signature": target, "signed_files": len(resources)}

@@ -46,7 +46,9 @@ def source_package_digest(package_root: str | os.PathLike | None = None) -> dict
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | None = None) -> Iterator[Path]:
+def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | None = None,
+                   hint: str = "another writer is publishing this logical run; wait for it or use another run id"
+                   ) -> Iterator[Path]:
     """Hold a non-blocking exclusive ``fcntl.flock`` on ``lock_path`` for the ``with`` body.
 
     The lock file is created if needed and never deleted (deleting a lock file lets two
@@ -60,6 +62,7 @@ def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | 
         lock_path: the lock file.
         admit: called with the lock held, before anything is written; what it raises
             propagates after the lock is released.
+        hint: what a refused writer should do, after the holder's pid.
 
     Raises:
         LockHeldError: at once, naming the lock file and its recorded holder.
@@ -73,8 +76,7 @@ def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | 
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
             raise LockHeldError(
-                f"lock: {path} is held by another process (pid {holder}). HINT: another writer "
-                "is publishing this logical run; wait for it or use another run id."
+                f"lock: {path} is held by another process (pid {holder}). HINT: {hint}."
             ) from None
         try:
             if admit is not None:

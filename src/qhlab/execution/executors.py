@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from qhlab.execution.reaper import start_reaper
 from qhlab.evidence import input_error
 
 __all__ = ["EXECUTORS", "ExecutorChoice", "RayExecutor", "add_executor_arguments", "executor_choice", "open_executor",
@@ -314,6 +315,11 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
         raise input_error(call, field, address, "the address of a running Ray cluster",
                           f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
                           + _HINT) from None
+    if address == "local":
+        # The Ray started here must die with this process, however it dies (``reaper``).
+        node = ray._private.worker._global_node
+        start_reaper(os.getpid(), [info.process.pid for infos in node.all_processes.values() for info in infos
+                                   if info.process is not None])
     return True
 
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import torch
 
 from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
-from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure
+from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure, check_successors, read_labels
 from qhlab.scenes.population import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
@@ -348,6 +348,9 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
                          successor=succ_grid)
     check_structure(cands_path, labels, call=_CALL)
     check_bellman(cands_path, q, reward_grid, succ_grid, labels.horizons, state_id, call=_CALL)
+    # Bellman leaves the rewards and successors themselves to physics: every one-strike
+    # successor is re-simulated on every load (read in file order, as the files hold them).
+    check_successors(path, manifest, read_labels(path, manifest, call=_CALL), call=_CALL)
     tensor = torch.from_numpy
     return Population(
         manifest=manifest,

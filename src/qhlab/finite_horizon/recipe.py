@@ -44,6 +44,8 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+# Upper bounds below are sanity bounds, not tuning ranges: native-unit quantities (metres) of a
+# 1.2 m table stay under 10, and a learning rate above 10 or an eps above 1 is a typo.
 
 
 class OptimizerConfig(BaseModel):
@@ -58,12 +60,12 @@ class OptimizerConfig(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["adamw"] = "adamw"
-    lr: float = Field(gt=0.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
+    lr: float = Field(gt=0.0, le=10.0)
+    weight_decay: float = Field(default=0.0, ge=0.0, le=10.0)
     betas: tuple[_Beta, _Beta] = (0.9, 0.999)
-    eps: float = Field(default=1e-8, gt=0.0)
+    eps: float = Field(default=1e-8, gt=0.0, le=1.0)
     schedule: Literal["constant", "cosine"] = "constant"
-    grad_clip_norm: float | None = Field(default=None, gt=0.0)
+    grad_clip_norm: float | None = Field(default=None, gt=0.0, le=1e6)
 
     @field_validator("betas", mode="before")
     @classmethod
@@ -113,7 +115,7 @@ class EvaluationConfig(BaseModel):
 
     model_config = _FROZEN
 
-    tie_band: float = Field(default=1e-3, ge=0.0)
+    tie_band: float = Field(default=1e-3, ge=0.0, le=10.0)
     average_decay: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
@@ -164,7 +166,7 @@ class QhRecipe(BaseModel):
     architecture: ArchitectureConfig
     optimizer: OptimizerConfig
     batch_size: int = Field(ge=1, le=1_000_000)
-    huber_delta: float = Field(gt=0.0)
+    huber_delta: float = Field(gt=0.0, le=10.0)
     successor_reward_rows: int = Field(default=0, ge=0, le=1_000_000)
     successor_label_rows: int = Field(default=0, ge=0, le=1_000_000)
     q_head_init: Literal["random", "zero"] = "random"
@@ -338,6 +340,9 @@ def read_toml(
         for parent in parents:
             node = node.get(parent) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and node[key]:
+            if "\x00" in node[key]:
+                raise input_error(call, ".".join((*parents, key)), node[key], "a path without NUL characters",
+                                  f"fix the path in {path}")
             value = Path(node[key]).expanduser()
             node[key] = str(value if value.is_absolute() else (base / value).resolve())
     return raw, data, path.resolve()

@@ -45,8 +45,10 @@ __all__ = [
     "bellman_violations",
     "check_bellman",
     "check_population_labels",
+    "check_successors",
     "audit_population",
     "miss_probability",
+    "coverage_text",
 ]
 
 AUDIT_STATES = 8
@@ -311,7 +313,8 @@ def check_bellman(where: str | os.PathLike, q: np.ndarray, reward: np.ndarray, s
 
 def check_population_labels(path: str | os.PathLike, manifest: dict | None = None, *,
                             call: str = "check_labels") -> LabelArrays:
-    """Authenticate (unless ``manifest`` is given), then check counts and every label's Bellman rule.
+    """Authenticate (unless ``manifest`` is given), then check counts, every label's Bellman rule
+    and every successor's physics (``check_successors``).
 
     Returns:
         The checked ``LabelArrays``.
@@ -332,7 +335,175 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
     check_structure(path / "candidates.parquet", labels, call=call)
     check_bellman(path / "candidates.parquet", labels.q, labels.reward, labels.successor, labels.horizons,
                   labels.state_id, call=call)
+    check_successors(path, manifest, labels, call=call)
     return labels
+
+
+@dataclass(frozen=True)
+class _Regenerated:
+    """A population's scenes as the generator draws them, after the stored ones were checked.
+
+    Attributes:
+        preset, split, seed: the manifest's generator.
+        scenes: [n_scenes] ``Scene`` in scene_index order.
+        initial: [n_scenes] initial positions [n, 2] float64.
+        index_of: scene_id -> scene_index.
+        scene_ids: [n_scenes] scene ids in scene_index order.
+    """
+
+    preset: object
+    split: str
+    seed: int
+    scenes: list
+    initial: list
+    index_of: dict
+    scene_ids: list
+
+
+def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerated:
+    """Regenerate every scene from the manifest's generator and refuse a stored one that differs.
+
+    Raises:
+        EvidenceError: the preset is not this generator's, or a stored scene (parameters,
+            initial positions, id) is not the one drawn for (preset, split, seed, index).
+    """
+    import pyarrow.parquet as pq
+
+    from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, sample_scene, scene_id_for
+    from qhlab.scenes.world import engine_identity
+
+    generator = manifest["generator"]
+    preset = PRESETS.get(generator.get("preset"))
+    if preset is None or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record()) \
+            or generator.get("generator_version") != GENERATOR_VERSION \
+            or {k: generator.get(k) for k in engine_identity()} != engine_identity():
+        raise _refuse(call, path / "manifest.json", (
+            f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
+            f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
+            "the audit can only re-simulate what this qhlab generates"))
+    split, seed = generator["split"], generator["seed"]
+    scene_rows = pq.read_table(path / "scenes.parquet").to_pylist()
+    if len(scene_rows) != preset.scenes:
+        raise _refuse(call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws "
+                      f"{preset.scenes}")
+    scenes, initial, index_of = [], [], {}
+    for index, row in enumerate(scene_rows):
+        scene, positions = sample_scene(preset, split, seed, index)
+        want = (scene.num_pucks, scene.radius, scene.mass, scene.friction, scene.goal[0], scene.goal[1],
+                scene.goal_radius, tuple(positions.ravel().tolist()))
+        ident = scene_id_for(scene, positions, split, seed, index)
+        try:
+            stored = _scene_record(row)
+        except (KeyError, ValueError, TypeError) as exc:  # a null or missing column
+            raise _refuse(call, path / "scenes.parquet", f"malformed scene_index {index} ({exc})") from None
+        if row.get("scene_index") != index or stored != want or row.get("scene_id") != ident:
+            raise _refuse(call, path / "scenes.parquet", (
+                f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
+                f"preset {preset.name!r}, split {split!r}, seed {seed}"))
+        scenes.append(scene)
+        initial.append(positions)
+        index_of[int(row["scene_id"])] = index
+    return _Regenerated(preset, split, seed, scenes, initial, index_of, [int(r["scene_id"]) for r in scene_rows])
+
+
+def _ragged(table, column: str) -> list[np.ndarray]:
+    """A list<double> or list<list<double>> column as one flat float64 array per row."""
+    import pyarrow as pa
+
+    array = table.column(column).combine_chunks()
+    offsets = array.offsets.to_numpy()
+    values = array.values
+    if pa.types.is_list(values.type):  # rows of per-puck lists: the bounds of each row's values
+        bounds = values.offsets.to_numpy()[offsets]
+        values = values.values
+    else:
+        bounds = offsets
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    return [flat[bounds[i]:bounds[i + 1]] for i in range(len(array))]
+
+
+def check_successors(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *,
+                     call: str = "check_labels") -> dict:
+    """Re-simulate every chain state's K strikes and refuse a successor that physics denies.
+
+    Every row, not a sample: from each chain state's stored positions (a chain's first state
+    must stand where its scene starts), each candidate's strike is simulated once, and the
+    successor row it leads to must hold the simulated rest positions, their object features,
+    and the chain state's stored reward for that candidate. That is n x K simulations for n
+    chain states, cheap beside the depth-H tree (which ``audit_population`` samples). With
+    Bellman, it leaves a forger only the successors' own K rewards (and so their labels) to
+    rewrite, which the sampled tree audit checks.
+
+    Args:
+        path: the population directory (its scenes are regenerated from the manifest).
+        manifest: the authenticated manifest.
+        labels: the population's labels in file order (``read_labels``).
+        call: the caller named in refusals.
+
+    Returns:
+        ``{"chain_states": n, "simulations": n * K, "seconds": s}``.
+
+    Raises:
+        EvidenceError: naming the chain state, the candidate, the successor and what differs.
+    """
+    import pyarrow.parquet as pq
+
+    from qhlab.scenes.candidates import candidate_strikes, object_features, reward
+    from qhlab.scenes.world import simulate_strike
+
+    started = time.perf_counter()
+    path = Path(path)
+    regenerated = _regenerated_scenes(path, manifest, call=call)
+    layout = regenerated.preset.candidates
+    table = pq.read_table(path / "states.parquet", columns=["state_id", "positions", "objects"])
+    if table.column("state_id").to_numpy().astype(np.int64).tolist() != labels.state_id.tolist():
+        raise _refuse(call, path / "states.parquet", "its rows are not in the order its labels were read in")
+    positions, objects = _ragged(table, "positions"), _ragged(table, "objects")
+    chain_rows = np.flatnonzero(labels.step >= 0)
+
+    def deny(row: int, what: str) -> EvidenceError:
+        return _refuse(call, path, f"physics denies state_id {int(labels.state_id[row])}: {what}")
+
+    simulations = 0
+    try:
+        for row in chain_rows:
+            index = regenerated.index_of[int(labels.scene_id[row])]
+            scene = regenerated.scenes[index]
+            before = positions[row].reshape(-1, 2)
+            if int(labels.step[row]) == 0 and not np.array_equal(before, regenerated.initial[index]):
+                raise deny(int(row), "it is the first state of its chain but not where its scene starts")
+            if not np.array_equal(objects[row], object_features(scene, before).ravel()):
+                raise deny(int(row), "its object features are not those of its positions")
+            for a, strike in enumerate(candidate_strikes(scene, before, layout)):
+                after = simulate_strike(scene, before, strike.puck, strike.direction, strike.speed).positions
+                simulations += 1
+                succ = int(labels.successor[row, a])
+                where = f"candidate {a} leads to state_id {int(labels.state_id[succ])}"
+                if not np.array_equal(positions[succ], after.ravel()):
+                    raise deny(int(row), f"{where}, whose stored positions are not where the strike's pucks come "
+                                         "to rest")
+                if not np.array_equal(objects[succ], object_features(scene, after).ravel()):
+                    raise deny(int(row), f"{where}, whose object features are not the simulated outcome's")
+                simulated = reward(scene, before, after, layout)
+                if labels.reward[row, a] != simulated:
+                    raise deny(int(row), f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, "
+                                         f"simulated {simulated!r}")
+    except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
+        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+    return {"chain_states": int(len(chain_rows)), "simulations": simulations,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def coverage_text(record: dict) -> str:
+    """What an audit record covered, in one clause (``describe``, ``scenes audit``, ``verify``).
+
+    Args:
+        record: an ``audit_population`` result.
+    """
+    return (f"every one-strike successor re-simulated ({record['successors_checked']} strikes); depth-H tree of "
+            f"{record['audited']} of {record['chain_states']} chain states re-simulated ({record['simulations']} "
+            f"simulations): a forgery confined to one chain state's tree is missed with p = "
+            f"{record['miss_probability_one_state']:.3f}")
 
 
 def miss_probability(chain_states: int, forged: int, audited: int) -> float:
@@ -367,7 +538,9 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
 
     Returns:
         ``{"source", "chain_states", "audited", "states" (state ids), "simulations",
-        "seconds", "result": "passed", "scenes_checked"}``.
+        "seconds", "result": "passed", "scenes_checked", "successors_checked" (one-strike
+        successors re-simulated, all of them), "miss_probability_one_state" (of the sampled
+        depth-H tree audit, for a forgery confined to one chain state)}``.
 
     Raises:
         QhInputError: ``states`` is not a positive integer.
@@ -378,8 +551,7 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
     from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features
     from qhlab.scenes.labels import TreeSearch
     from qhlab.scenes.population import read_manifest
-    from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, sample_scene, scene_id_for
-    from qhlab.scenes.world import engine_identity, simulate_strike
+    from qhlab.scenes.world import simulate_strike
 
     if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
         raise QhInputError(f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
@@ -387,40 +559,13 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
     started = time.perf_counter()
     path = Path(path)
     manifest = read_manifest(path)
-    generator = manifest["generator"]
-    preset = PRESETS.get(generator.get("preset"))
-    if preset is None or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record()) \
-            or generator.get("generator_version") != GENERATOR_VERSION \
-            or {k: generator.get(k) for k in engine_identity()} != engine_identity():
-        raise _refuse(call, path / "manifest.json", (
-            f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
-            f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
-            "the audit can only re-simulate what this qhlab generates"))
-    split, seed = generator["split"], generator["seed"]
-    scene_rows = pq.read_table(path / "scenes.parquet").to_pylist()
-    if len(scene_rows) != preset.scenes:
-        raise _refuse(call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws "
-                      f"{preset.scenes}")
-    scenes, initial, scene_of = [], [], {}
-    for index, row in enumerate(scene_rows):
-        scene, positions = sample_scene(preset, split, seed, index)
-        want = (scene.num_pucks, scene.radius, scene.mass, scene.friction, scene.goal[0], scene.goal[1],
-                scene.goal_radius, tuple(positions.ravel().tolist()))
-        ident = scene_id_for(scene, positions, split, seed, index)
-        try:
-            stored = _scene_record(row)
-        except (KeyError, ValueError, TypeError) as exc:  # a null or missing column
-            raise _refuse(call, path / "scenes.parquet", f"malformed scene_index {index} ({exc})") from None
-        if row.get("scene_index") != index or stored != want or row.get("scene_id") != ident:
-            raise _refuse(call, path / "scenes.parquet", (
-                f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
-                f"preset {preset.name!r}, split {split!r}, seed {seed}"))
-        scenes.append(scene)
-        initial.append(positions)
-        scene_of[int(row["scene_id"])] = index
+    regenerated = _regenerated_scenes(path, manifest, call=call)
+    preset, split, seed = regenerated.preset, regenerated.split, regenerated.seed
+    scenes, initial, scene_of = regenerated.scenes, regenerated.initial, regenerated.index_of
+    scene_rows = regenerated.scene_ids
     labels = check_population_labels(path, manifest, call=call)
     chain_rows = np.flatnonzero(labels.step >= 0)
-    _check_chains(path, labels, preset, split, seed, [int(row["scene_id"]) for row in scene_rows], call=call)
+    _check_chains(path, labels, preset, split, seed, scene_rows, call=call)
     if rows is not None:
         wanted = {int(s) for s in rows}
         chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
@@ -508,6 +653,11 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         "audited": len(chosen),
         "states": [int(labels.state_id[r]) for r in chosen],
         "scenes_checked": len(scenes),
+        # Every chain state's K one-strike successors were re-simulated by the label checks.
+        "successors_checked": int(len(chain_rows)) * layout.num_candidates,
+        # The depth-H tree is sampled: a forgery confined to one chain state's tree is missed
+        # with this probability (0 when every chain state was audited).
+        "miss_probability_one_state": miss_probability(int(len(chain_rows)), 1, len(chosen)),
         "simulations": simulations,
         "seconds": round(time.perf_counter() - started, 3),
         "result": "passed",

@@ -141,7 +141,7 @@ def wandb_logger(
     Offline attempts never touch the network (``mode="offline"``, silent, no code, git,
     stats or machine-info capture: they also cost start-up time). W&B's convenience links
     (``latest-run``, ``debug.log``) are not made (``symlink=False``); the one wandb-core makes
-    anyway is dropped when the run finishes (``drop_wandb_links``). Each offline segment is
+    anyway is dropped as soon as the run starts (``drop_wandb_links``). Each offline segment is
     a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
     names another group (e.g. the study, so its cells group together in the W&B UI).
     """
@@ -524,6 +524,10 @@ def _train(
                 "recipe_digest": request.recipe_digest, "seed": request.seed},
         job_type=options.job_type, tags=options.tags, group=options.group,
     )
+    # Start the run now and drop the link wandb-core made at its start (``<run>/logs/debug-core.log``):
+    # an attempt killed mid-fit then holds no symbolic link, which `qhlab verify` and `sign` refuse.
+    logger.experiment
+    drop_wandb_links(Path(directory) / "wandb")
     remaining = budget - start_updates
     # A GradScaler may skip steps that global_step still counts; allow for them.
     max_steps = remaining if admitted.recipe.precision == "32-true" else 2 * remaining + 100

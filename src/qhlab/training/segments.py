@@ -33,6 +33,7 @@ __all__ = [
     "ResumeState",
     "checkpoint_state_path",
     "continuation_of",
+    "interrupted_segment",
     "load_resume_state",
     "refuse_second_continuation",
     "resume_segment_directory",
@@ -110,6 +111,25 @@ def resume_segment_directory(output: Path, cell: str, attempt: str, *, call: str
         raise input_error(call, "--resume", attempt, f"a segment directory inside {str(Path(output).resolve())!r} "
                           f"(it resolves to {str(resolved)!r}, through a symbolic link)", hint)
     return path
+
+
+def interrupted_segment(cell_dir: Path) -> Path | None:
+    """The newest segment of a cell that a kill interrupted after a checkpoint, or None.
+
+    A segment is interrupted when it holds a segment checkpoint receipt but no fit receipt and
+    no final state, and no later segment continues it. Continuing it (``load_resume_state``)
+    gives the same final state as an uninterrupted fit, so a killed cell resumes from its last
+    checkpoint instead of starting over. Hidden directories (staging) are never segments.
+    """
+    if not Path(cell_dir).is_dir():
+        return None
+    for segment in sorted((p for p in Path(cell_dir).iterdir() if p.is_dir() and not p.name.startswith(".")),
+                          reverse=True):
+        if (segment / FIT_RECEIPT).exists() or (segment / FINAL_STATE).exists():
+            continue
+        if any(_CHECKPOINT_RE.match(p.name) for p in segment.iterdir()) and continuation_of(segment) is None:
+            return segment
+    return None
 
 
 def continuation_of(previous_directory: Path) -> Path | None:

@@ -335,9 +335,10 @@ def publish_wandb_attempt(
 
 
 def drop_wandb_links(wandb_dir: str | os.PathLike) -> list[str]:
-    """Remove every symbolic link below a finished run's W&B directory; return what was removed.
+    """Remove every symbolic link below a run's W&B directory; return what was removed.
 
-    Call only after the run finished (``run.finish()``), before the directory is published.
+    Called once the run has started (so a killed fit leaves no link) and again after the run
+    finished (``run.finish()``), before the directory is published.
     wandb 0.31 leaves, at run start, ``wandb/latest-run``, ``wandb/debug.log`` and
     ``wandb/debug-internal.log`` (links into the run's own directory; qhlab also turns them
     off with ``Settings(symlink=False)``) and, from wandb-core, ``<run>/logs/debug-core.log``,

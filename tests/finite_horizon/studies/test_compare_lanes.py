@@ -19,12 +19,13 @@ import pytest
 import torch
 
 from qhlab.cli import main
-from qhlab.evidence import EvidenceError, canonical_json, sha256_bytes
+from qhlab.evidence import EvidenceError, QhInputError, canonical_json, sha256_bytes
 from qhlab.finite_horizon.studies.architecture.lanes import (
     LANE_FILES,
     compare_lanes,
     decision_differences,
     tensor_group,
+    study_regret_mde,
     tost_verdict,
 )
 
@@ -97,15 +98,37 @@ def _fewer_updates(lane: dict) -> None:
 
 def test_tost_verdicts_on_constructed_differences():
     rng = np.random.default_rng(0)
-    options = dict(resamples=999, seed=0)
-    assert tost_verdict(np.zeros(40), 0.01, **options)["verdict"] == "equivalent"
-    assert tost_verdict(rng.normal(0.0, 0.002, 40), 0.01, **options)["verdict"] == "equivalent"
-    shifted = tost_verdict(SHIFT + rng.normal(0.0, 0.002, 40), 0.01, **options)
+    pilot = dict(seed_sd=0.001, seed_sd_source="constructed", seed_sd_dof=5)
+    assert tost_verdict(np.zeros((2, 40)), 0.01, seed_variance=pilot)["verdict"] == "equivalent"
+    assert tost_verdict(rng.normal(0.0, 0.002, (2, 40)), 0.01, seed_variance=pilot)["verdict"] == "equivalent"
+    shifted = tost_verdict(SHIFT + rng.normal(0.0, 0.002, (2, 40)), 0.01, seed_variance=pilot)
     assert shifted["verdict"] == "not equivalent" and shifted["interval_95"]["low"] > 0.01
-    assert tost_verdict(np.full(3, SHIFT), 0.01, **options)["verdict"] == "not equivalent"
     # Too noisy to tell: the 90% interval leaves the margin, the 95% one still straddles it.
-    assert tost_verdict(rng.normal(0.0, 0.05, 40), 0.01, **options)["verdict"] == "inconclusive"
-    assert tost_verdict(np.zeros(5), 0.01, **options)["margin"] == 0.01
+    assert tost_verdict(rng.normal(0.0, 0.05, (2, 40)), 0.01, seed_variance=pilot)["verdict"] == "inconclusive"
+    assert tost_verdict(np.zeros((2, 5)), 0.01, seed_variance=pilot)["margin"] == 0.01
+
+
+def test_tost_carries_the_seed_variance():
+    """A lane difference of +8 mm on one seed and -8 mm on the other, exact on every scene:
+    a scene-only interval sees [0, 0] and calls it equivalent at 1 cm; the seed-aware one
+    sees a seed effect of 8 mm (its own two seeds, t with 1 dof) or the pilot's tau."""
+    differences = np.stack([np.full(40, 0.008), np.full(40, -0.008)])
+    differences += np.random.default_rng(1).normal(0.0, 1e-4, differences.shape)
+    own = tost_verdict(differences, 0.01)
+    assert own["verdict"] == "inconclusive" and own["interval_90"]["seed_sd"] > 0.01
+    assert own["interval_90"]["seed_sd_source"].startswith("study: its own 2 seeds")
+    small = tost_verdict(differences, 0.01, seed_variance=dict(seed_sd=0.0005, seed_sd_source="pilot", seed_sd_dof=5))
+    assert small["verdict"] == "equivalent" and small["interval_90"]["seed_sd"] == 0.0005
+    large = tost_verdict(differences, 0.01, seed_variance=dict(seed_sd=0.02, seed_sd_source="pilot", seed_sd_dof=5))
+    assert large["verdict"] == "inconclusive"
+
+
+def test_the_default_margin_is_the_study_regret_mde():
+    report = {"retention": [{"pooled_margins": {"D_reg": {"mde": 0.003}}},
+                            {"pooled_margins": {"D_reg": {"mde": 0.0041}}}]}
+    assert study_regret_mde(report) == 0.0041
+    with pytest.raises(QhInputError, match="pass --margin"):
+        study_regret_mde({"retention": []})
 
 
 def test_decision_differences_name_every_field_with_both_values():

@@ -270,3 +270,63 @@ def test_ray_without_an_address_starts_its_own_ray_not_a_running_cluster(cluster
         ray.shutdown()
     assert body["ray_address"] is None and body["cluster_cpus"] == 1
     assert len(body["nodes"]) == 1 and not set(body["nodes"]) & cluster_nodes
+
+
+_DRIVER = """
+import json, os, sys, time
+from qhlab.execution import executor_choice
+from qhlab.execution.executors import open_executor
+from qhlab.execution.reaper import process_tree
+with open_executor(executor_choice("ray", sys.argv[1] or None, call="test"), 1, call="test") as pool:
+    worker = pool.submit(os.getpid).result()
+    print(json.dumps({"worker": worker, "tree": sorted(process_tree([os.getpid()]))}), flush=True)
+    time.sleep(600)
+"""
+
+
+def _killed_driver(address: str, tmp_path: Path) -> dict:
+    """Start a driver on ``address`` ('' for a Ray of its own), SIGKILL it once it ran a task."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, "-c", _DRIVER, address], stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not log.read_text().strip().startswith("{"):
+        assert driver.poll() is None, log.read_text()
+        time.sleep(0.2)
+    record = json.loads(log.read_text().strip().splitlines()[0])
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and its whole process group
+    driver.wait()
+    return record
+
+
+def _alive(pids) -> list[int]:
+    from qhlab.execution.reaper import process_tree
+
+    return sorted(process_tree(pids))
+
+
+def _wait_gone(pids, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _alive(pids)
+
+
+def test_a_killed_driver_leaves_no_process_of_the_ray_it_started(tmp_path) -> None:
+    record = _killed_driver("", tmp_path)
+    assert len(record["tree"]) >= 6  # the GCS, the raylet, its agents, the worker, the reaper...
+    assert record["worker"] in record["tree"]
+    assert _wait_gone(record["tree"], 15) == [], "Ray processes outlived their driver"
+
+
+def test_a_killed_driver_of_a_cluster_leaves_no_worker_of_its_job(cluster, tmp_path) -> None:
+    record = _killed_driver(cluster["address"], tmp_path)
+    assert _wait_gone([record["worker"]], 30) == [], "the dead driver's worker still runs on the cluster"
+    # The cluster's own processes are the cluster's: they stay, and take new drivers.
+    (tmp_path / "again").mkdir()
+    again = _killed_driver(cluster["address"], tmp_path / "again")
+    assert _wait_gone([again["worker"]], 30) == []

@@ -30,6 +30,7 @@ from qhlab.evidence import (
     canonical_json,
     input_error,
     read_receipt,
+    recorded_origin,
     sha256_bytes,
     sha256_file,
     source_package_digest,
@@ -66,6 +67,7 @@ __all__ = [
     "read_canary_selection",
     "read_cell_receipts",
     "recorded_output",
+    "refuse_linked_study",
     "require_step",
     "opened_study",
     "runtime_versions",
@@ -113,15 +115,43 @@ def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step
 def recorded_output(output: str | os.PathLike) -> str | None:
     """The study directory's absolute path at freeze, the path its receipts name its own files by.
 
-    Read from ``freeze.receipt.json`` without authenticating it: it only says where the copy's
-    own files were made; every step authenticates the freeze receipt itself (and a resealed
-    edit of it breaks every receipt that binds it). None when there is no freeze yet.
+    The freeze receipt records it (``qhlab.evidence.recorded_origin``), read without
+    authentication: it only says where the copy's own files were made; every step authenticates
+    the freeze receipt itself (and a resealed edit of it breaks every receipt that binds it).
+    None when there is no freeze yet.
     """
-    try:
-        value = json.loads((Path(output) / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"].get("output")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+    origin = recorded_origin(output)
+    return None if origin is None else str(origin)
+
+
+# How deep below a study directory its steps write directories of their own (``cells/<cell>/
+# <attempt>``); a link at or above that depth would put a step's evidence outside the study.
+_STEP_DEPTH = 3
+
+
+def refuse_linked_study(output: str | os.PathLike, step: str) -> None:
+    """Refuse a study directory that is, or holds where its steps write, a symbolic link.
+
+    ``ln -s /tmp/out S/cells`` would put every cell outside the directory that is verified and
+    signed. Only the levels the steps create are looked at (``_STEP_DEPTH``), not the whole tree,
+    so a fit still writing its W&B files below its attempt is never in the way.
+
+    Raises:
+        QhInputError: the first link, named with its target.
+    """
+    output = Path(output)
+    level = [output]
+    for depth in range(_STEP_DEPTH + 1):
+        following = []
+        for path in level:
+            if path.is_symlink():
+                raise input_error(step, "output", str(output), "a study directory without symbolic links where "
+                                  "its steps write", f"{path} links to {os.readlink(path)!r}; a step never writes "
+                                  "through a link, since its target is outside the study that is verified and "
+                                  "signed. Remove the link and move the study whole.")
+            if depth < _STEP_DEPTH and path.is_dir():
+                following.extend(sorted(path.iterdir()))
+        level = following
 
 
 def require_step(path: Path, what: str, step: str, hint: str) -> None:
@@ -255,6 +285,7 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     output = Path(output)
     require_step(output / FREEZE_RECEIPT, "the freeze receipt", step,
                  f"run `qhlab study freeze {config_path} --output {output}` first")
+    refuse_linked_study(output, step)
     receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION)
     body = receipt["body"]
     if "decision_sha256" not in body["config"]:

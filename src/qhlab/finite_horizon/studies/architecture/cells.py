@@ -159,19 +159,31 @@ def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str |
 
 def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Population | None,
          progress: bool, rows: list[int] | None = None) -> FitResult:
-    """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count."""
+    """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count.
+
+    A segment of this cell that a kill interrupted after a checkpoint is continued from that
+    checkpoint (``interrupted_segment``), as ``qhlab fit --resume`` would: the final state is
+    the one an uninterrupted fit makes, and the fit receipt records the lineage.
+    """
     import torch
 
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+    from qhlab.training.segments import interrupted_segment
+    from qhlab.training.wandb_attempt import drop_wandb_links
 
     torch.set_num_threads(frozen.config.torch_threads)
+    interrupted = interrupted_segment(parent / cell)
+    # A killed attempt may hold the W&B log link its logger made at start: it goes, so the
+    # finished study holds no link (`qhlab sign` refuses links).
+    for attempt in _attempt_directories(parent / cell):
+        drop_wandb_links(attempt / "wandb")
     return fit_recipe(FitRequest(
         recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_population(),
         validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
         max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
         # W&B: the study's canaries and cells group together under the study's name.
         job_type="canary" if rows is not None else "cell", group=frozen.config.name,
-        study=frozen.identity,
+        study=frozen.identity, resume=None if interrupted is None else interrupted.name,
     ))
 
 

@@ -114,7 +114,11 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     lanes.add_argument("lane_a", metavar="A", help="lane A's finished study directory")
     lanes.add_argument("lane_b", metavar="B", help="lane B's finished study directory")
     lanes.add_argument("--output", required=True, metavar="DIR", help="new directory for the lane report")
-    lanes.add_argument("--margin", type=float, required=True, help="TOST equivalence margin on regret_H (metres)")
+    lanes.add_argument("--margin", type=float, default=None,
+                       help="TOST equivalence margin on regret_H (metres); default: --margin-mde-multiple x the "
+                            "study's regret MDE (lane A's largest D_reg MDE)")
+    lanes.add_argument("--margin-mde-multiple", type=float, default=1.0, metavar="K",
+                       help="without --margin, the margin is K x the study's regret MDE (default 1)")
     _add_populations_argument(lanes)
 
 

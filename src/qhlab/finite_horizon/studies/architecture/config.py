@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, field_validator,
+                      model_validator)
 
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
@@ -37,6 +38,32 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic's lax mode reads true as 1.0: a TOML boolean is never a number here.
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not allowed; allowed: a number (a TOML boolean is not one)")
+    return value
+
+
+def _path_text(value: Any) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(f"{value!r} is not allowed; allowed: a path without NUL characters")
+    if value == "":
+        # An empty path would resolve to the working directory, not the config's: never meant.
+        raise ValueError("'' is not allowed; allowed: a non-empty directory path (a relative one is resolved "
+                         "against the config's directory)")
+    return value
+
+
+# Integers are integers (not true, not 2.0); numbers are numbers (not true).
+_Int = Annotated[int, Strict()]
+_Number = Annotated[float, BeforeValidator(_not_bool)]
+_PathText = Annotated[str, BeforeValidator(_path_text)]
+# The largest sensible scale of a native-unit threshold: the table is 1.2 m across and a
+# return is a few metres at most, so anything above this is a typo, not a choice.
+_MAX_METRES = 10.0
 # Execution, not science: where and how many fits run at once. Results do not depend on them
 # (tests compare final-state bytes), so the freeze binds the config without them and they may
 # change between steps (a new cluster address, more workers).
@@ -65,8 +92,8 @@ class PopulationSource(BaseModel):
     model_config = _FROZEN
 
     preset: str | None = None
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
-    path: str | None = None
+    seed: _Int | None = Field(default=None, ge=0, lt=2**63)
+    path: Annotated[str, BeforeValidator(_path_text)] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> PopulationSource:
@@ -98,9 +125,9 @@ class EncoderSizes(BaseModel):
 
     model_config = _FROZEN
 
-    depth: int | None = Field(default=None, ge=1, le=16)
-    width: int | None = Field(default=None, ge=8, le=1024)
-    heads: int | None = Field(default=None, ge=1, le=64)
+    depth: _Int | None = Field(default=None, ge=1, le=16)
+    width: _Int | None = Field(default=None, ge=8, le=1024)
+    heads: _Int | None = Field(default=None, ge=1, le=64)
 
 
 class ArmDeclaration(BaseModel):
@@ -155,9 +182,9 @@ class BootstrapConfig(BaseModel):
 
     model_config = _FROZEN
 
-    resamples: int = Field(default=9999, ge=100, le=1_000_000)
-    seed: int = Field(default=0, ge=0, lt=2**32)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    resamples: _Int = Field(default=9999, ge=100, le=1_000_000)
+    seed: _Int = Field(default=0, ge=0, lt=2**32)
+    confidence: _Number = Field(default=0.95, gt=0.5, lt=1.0)
 
     def interval(self, values: np.ndarray, other: np.ndarray | None = None) -> dict:
         """The scene-bootstrap interval of ``values`` under these settings, as a JSON-able dict.
@@ -194,9 +221,9 @@ class SeedVarianceConfig(BaseModel):
 
     model_config = _FROZEN
 
-    regret: float = Field(ge=0.0)
-    mae: float = Field(ge=0.0)
-    seeds: int = Field(ge=2, le=1000)
+    regret: _Number = Field(ge=0.0, le=_MAX_METRES)
+    mae: _Number = Field(ge=0.0, le=_MAX_METRES)
+    seeds: _Int = Field(ge=2, le=1000)
     source: str = Field(min_length=1, max_length=500)
 
 
@@ -238,19 +265,19 @@ class QhArchitectureStudyConfig(BaseModel):
     train: PopulationSource
     validation: PopulationSource
     experiment: StudyExperiment
-    seeds: tuple[int, ...]
-    canary_updates: int = Field(ge=1, le=MAX_UPDATES)
-    broad_updates: int = Field(ge=1, le=MAX_UPDATES)
-    tie_band: float = Field(ge=0.0)
-    canary_gap_multiple: float = Field(default=10.0, ge=1.0, le=1000.0)
-    regret_fraction: float = Field(gt=0.0)
-    mae_fraction: float = Field(gt=0.0)
-    max_allocated_bytes: int | None = Field(default=None, gt=0)
-    workers: int = Field(default=1, ge=1, le=64)
+    seeds: tuple[_Int, ...]
+    canary_updates: _Int = Field(ge=1, le=MAX_UPDATES)
+    broad_updates: _Int = Field(ge=1, le=MAX_UPDATES)
+    tie_band: _Number = Field(ge=0.0, le=_MAX_METRES)
+    canary_gap_multiple: _Number = Field(default=10.0, ge=1.0, le=1000.0)
+    regret_fraction: _Number = Field(gt=0.0, le=100.0)
+    mae_fraction: _Number = Field(gt=0.0, le=100.0)
+    max_allocated_bytes: _Int | None = Field(default=None, gt=0, le=2**50)
+    workers: _Int = Field(default=1, ge=1, le=64)
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
-    torch_threads: int = Field(default=1, ge=1, le=256)
-    population_cache: str = DEFAULT_POPULATION_ROOT
+    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    population_cache: _PathText = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
     seed_variance: SeedVarianceConfig | None = None
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 from qhlab.evidence import (
+    QhInputError,
     PublishConflictError,
     canonical_json,
+    exclusive_lock,
     input_error,
     publish_bytes,
     read_receipt,
@@ -23,13 +26,14 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
-from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, runtime_versions
+from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, refuse_linked_study, runtime_versions
 from qhlab.finite_horizon.studies.architecture.config import (
     EXECUTION_FIELDS,
     QhArchitectureStudyConfig,
     read_study_config,
 )
-from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FREEZE_RECEIPT, SCHEMA_VERSION, cell_name
+from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_LOCK, FREEZE_RECEIPT, SCHEMA_VERSION,
+                                                              cell_name)
 from qhlab.finite_horizon.studies.architecture.populations import (
     labelling_record,
     population_files,
@@ -76,14 +80,29 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
         The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
         process, so they are not re-hashed).
     """
-    from qhlab.finite_horizon.data import load_population
-    from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.scenes.audit import audit_population
     from qhlab.training.profiles import execution_profile
 
     config, data, resolved = read_study_config(config_path)
     execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only
     output = Path(output)
+    refuse_linked_study(output, "freeze_study")
+    _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
+    created = not output.exists()
+    try:
+        with exclusive_lock(output / FREEZE_LOCK, hint="another `qhlab study freeze` (or `study run`) is "
+                            "freezing this study; wait for it, then run `qhlab study run` again"):
+            return _freeze_locked(config, data, resolved, output, executor)
+    except QhInputError:
+        # Bad TRAIN data is refused with nothing written: a directory this call made for its
+        # lock alone goes again (a concurrent freeze's lock is held, so its refusal is not this).
+        if created and output.is_dir() and [p.name for p in output.iterdir()] == [FREEZE_LOCK]:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
+
+
+def _refuse_occupied(output: Path, data: bytes) -> bool:
+    """Refuse an output that is frozen or holds anything else; return whether a killed freeze
+    of the same config bytes left only its config copy there (it may then complete)."""
     if (output / FREEZE_RECEIPT).exists():
         raise PublishConflictError(
             f"freeze_study: {output / FREEZE_RECEIPT} already exists; a study is frozen once. "
@@ -91,11 +110,23 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
         )
     # A freeze killed after publishing its config copy leaves only that copy (and perhaps a
     # temporary file): the same config bytes may complete the freeze there.
-    leftovers = sorted(p.name for p in output.iterdir() if TEMP_MARKER not in p.name) if output.is_dir() else []
+    leftovers = sorted(p.name for p in output.iterdir()
+                       if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
     resumable = leftovers == [CONFIG_COPY] and (output / CONFIG_COPY).read_bytes() == data
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
         raise input_error("freeze_study", "output", str(output), "a new or empty directory",
                           "each study publishes into its own directory")
+    return resumable
+
+
+def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path,
+                   executor) -> FrozenStudy:
+    """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.scenes.audit import audit_population
+
+    resumable = _refuse_occupied(output, data)  # again, now that no other freeze can run here
     train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
                                     executor=executor or config.executor_choice())
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)

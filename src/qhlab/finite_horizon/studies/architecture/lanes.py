@@ -28,10 +28,11 @@ from qhlab.finite_horizon.studies.architecture.config import EXECUTION_FIELDS
 from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_RECEIPT, REPORT_DIR, REPORT_JSON,
                                                               REPORT_RECEIPT, SCHEMA_VERSION, cell_name)
 from qhlab.finite_horizon.studies.architecture.render import ci, fmt, table
-from qhlab.finite_horizon.studies.statistics import paired_scene_bootstrap, pooled_seed_values
+from qhlab.finite_horizon.studies.replication import pooled_difference
+from qhlab.finite_horizon.studies.statistics import paired_scene_bootstrap
 from qhlab.training.segments import FINAL_STATE
 
-__all__ = ["LANE_FILES", "compare_lanes", "lane_comparison", "tost_verdict"]
+__all__ = ["LANE_FILES", "compare_lanes", "lane_comparison", "study_regret_mde", "tost_verdict"]
 
 CALL = "compare_lanes"
 LANES_JSON, LANES_MARKDOWN, LANES_FIGURE, LANES_RECEIPT = "lanes.json", "lanes.md", "lanes.png", "lanes.receipt.json"
@@ -40,8 +41,8 @@ LANE_FILES = (LANES_JSON, LANES_MARKDOWN, LANES_FIGURE, LANES_RECEIPT)
 _NOT_COMPARED = (*EXECUTION_FIELDS, "profile")
 
 
-def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: float,
-                  resamples: int | None = None, seed: int | None = None,
+def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: float | None = None,
+                  margin_mde_multiple: float = 1.0, resamples: int | None = None, seed: int | None = None,
                   populations: Sequence[str | Path] = ()) -> dict:
     """Compare two finished lanes of one study and publish ``output`` whole.
 
@@ -49,7 +50,9 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         a, b: lane A's and lane B's finished study directories (each holds its config copy).
         output: a new (or empty) directory for ``lanes.json``, ``lanes.md``, ``lanes.png`` and
             ``lanes.receipt.json``.
-        margin: the TOST equivalence margin on regret_H, in metres (finite, > 0).
+        margin: the TOST equivalence margin on regret_H, in metres (finite, > 0); None:
+            ``margin_mde_multiple`` x lane A's regret MDE (``study_regret_mde``).
+        margin_mde_multiple: the multiple of the MDE used when ``margin`` is None (> 0).
         resamples: bootstrap resamples; None: the studies' frozen ``bootstrap.resamples``.
         seed: bootstrap seed; None: the studies' frozen ``bootstrap.seed``.
         populations: directories the studies' populations were copied to (``--populations``;
@@ -63,9 +66,15 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
             (every differing field named with both values) or that were evaluated on other
             scenes; EvidenceError: a study does not authenticate. Nothing is written.
     """
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
+                               or not math.isfinite(margin) or margin <= 0):
         raise input_error(CALL, "margin", margin, "a finite number of metres > 0",
-                          "declare the largest regret_H difference that is still the same science, e.g. 0.01")
+                          "declare the largest regret_H difference that is still the same science, or leave it "
+                          "out to use the study's MDE")
+    if isinstance(margin_mde_multiple, bool) or not isinstance(margin_mde_multiple, (int, float)) \
+            or not math.isfinite(margin_mde_multiple) or not 0 < margin_mde_multiple <= 100:
+        raise input_error(CALL, "margin_mde_multiple", margin_mde_multiple, "a finite number in (0, 100]",
+                          "1 uses the study's MDE itself as the margin")
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise input_error(CALL, "output", str(output), "a new or empty directory",
@@ -81,7 +90,17 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
                           "compare two lanes of the same study: freeze the same config with only `profile` changed")
     frozen = lanes["A"]["resolved"]["bootstrap"]  # a decision: the same in both lanes
     resamples, seed = int(resamples or frozen["resamples"]), int(frozen["seed"] if seed is None else seed)
-    comparison = lane_comparison(lanes["A"], lanes["B"], margin=float(margin), resamples=resamples, seed=seed)
+    if margin is None:
+        mde = study_regret_mde(lanes["A"]["report_json"])
+        margin = float(margin_mde_multiple) * mde
+        margin_source = f"{margin_mde_multiple:g} x the study's regret MDE ({mde:.4g} m, lane A's largest D_reg MDE)"
+    else:
+        margin_source = "explicit (--margin)"
+    pilot = lanes["A"]["resolved"].get("seed_variance")
+    seed_variance = None if not pilot else {"seed_sd": float(pilot["regret"]), "seed_sd_source": pilot["source"],
+                                            "seed_sd_dof": int(pilot["seeds"]) - 1}
+    comparison = lane_comparison(lanes["A"], lanes["B"], margin=float(margin), resamples=resamples, seed=seed,
+                                 seed_variance=seed_variance, margin_source=margin_source)
     inputs = {f"{k.lower()}/{name}": lanes[k][name] for k in lanes for name in ("freeze", "report")}
 
     def write(staging: Path) -> None:
@@ -159,25 +178,31 @@ def decision_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return changed
 
 
-def tost_verdict(per_scene: Any, margin: float, *, resamples: int, seed: int) -> dict:
-    """Two one-sided tests of |mean| < margin on paired per-scene differences (B - A).
+def tost_verdict(differences: Any, margin: float, *, seed_variance: dict[str, Any] | None = None) -> dict:
+    """Two one-sided tests of |mean| < margin on seed-pooled paired differences (B - A).
 
-    "equivalent" when the 90% interval lies inside [-margin, margin] (both one-sided 95% tests
+    The intervals are the report's seed-aware ones (``replication.pooled_difference``): the
+    scene part of the variance plus tau^2 / S, where tau is the pilot's frozen seed sd or,
+    without a pilot, the estimate from the study's own seeds. A lane difference that changes
+    sign from seed to seed therefore widens the interval instead of averaging away.
+    "equivalent" when the 90% interval lies inside [-margin, margin] (both one-sided 5% tests
     reject a difference of at least the margin); "not equivalent" when the 95% interval lies
     entirely outside it; otherwise "inconclusive".
 
     Args:
-        per_scene: float [n_scenes], the seed-pooled per-scene differences (B - A) of regret_H.
+        differences: float [n_seeds, n_scenes], per seed the per-scene paired differences
+            (B - A) of regret_H, same scenes.
         margin: the equivalence margin (metres, > 0).
-        resamples, seed: the scene bootstrap's resamples and seed.
+        seed_variance: ``pooled_difference``'s ``seed_sd``, ``seed_sd_source`` and
+            ``seed_sd_dof`` (the pilot); None or empty: the study's own seeds.
 
     Returns:
         {"verdict", "margin", "estimate", "interval_90", "interval_95"} (intervals as
-        ``BootstrapInterval.as_dict()``).
+        ``PooledDifference.as_dict()``).
     """
-    options = dict(n_resamples=resamples, rng_seed=seed)
-    i90 = paired_scene_bootstrap(per_scene, confidence=0.90, **options).as_dict()
-    i95 = paired_scene_bootstrap(per_scene, confidence=0.95, **options).as_dict()
+    pilot = seed_variance or {}
+    i90 = pooled_difference(differences, confidence=0.90, **pilot).as_dict()
+    i95 = pooled_difference(differences, confidence=0.95, **pilot).as_dict()
     if -margin <= i90["low"] and i90["high"] <= margin:
         verdict = "equivalent"
     elif i95["low"] > margin or i95["high"] < -margin:
@@ -185,6 +210,26 @@ def tost_verdict(per_scene: Any, margin: float, *, resamples: int, seed: int) ->
     else:
         verdict = "inconclusive"
     return {"verdict": verdict, "margin": margin, "estimate": i90["estimate"], "interval_90": i90, "interval_95": i95}
+
+
+def study_regret_mde(report: dict) -> float:
+    """The study's minimum detectable effect on regret: the largest D_reg MDE of its variants.
+
+    It is the smallest regret difference the study's own retention decisions can resolve, so a
+    lane difference below it cannot change a decision the study could detect.
+
+    Args:
+        report: a finished study's ``report.json``.
+
+    Raises:
+        QhInputError: the report holds no seed-pooled D_reg margin (made by an older qhlab).
+    """
+    mdes = [entry.get("pooled_margins", {}).get("D_reg", {}).get("mde") for entry in report.get("retention", [])]
+    mdes = [float(m) for m in mdes if isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
+    if not mdes:
+        raise input_error(CALL, "margin", None, "an explicit --margin (metres > 0)",
+                          "lane A's report has no seed-pooled D_reg MDE to default to; pass --margin")
+    return max(mdes)
 
 
 def _at_h(body: dict, metric: str) -> np.ndarray:
@@ -199,14 +244,18 @@ def _seed_effect(values: dict[int, float]) -> float:
     return float(np.mean(pairs)) if pairs else 0.0
 
 
-def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: int) -> dict:
+def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: int,
+                    seed_variance: dict[str, Any] | None = None, margin_source: str = "explicit") -> dict:
     """Every number of ``lanes.json`` from two lanes read by ``_read_lane`` (pure but for the states).
 
     Args:
         a, b: the lanes (``cells``: {(arm, seed): cell receipt body}; ``report_json``;
             ``states``: {(arm, seed): final-state path}; identities).
         margin: the TOST margin on regret_H (metres).
-        resamples, seed: the scene bootstrap's settings.
+        resamples, seed: the scene bootstrap's settings (per-cell differences).
+        seed_variance: the frozen pilot's regret tau for the TOST (``tost_verdict``); None:
+            the study's own seeds.
+        margin_source: how the margin was chosen (recorded).
 
     Returns:
         The JSON-able comparison.
@@ -242,10 +291,10 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
         effects = {m: {"lane_effect": float(np.mean([abs(at[m][s]["B"] - at[m][s]["A"]) for s in seeds])),
                        **{f"seed_effect_{k}": _seed_effect({s: at[m][s][k] for s in seeds}) for k in ("A", "B")}}
                    for m in at}
-        pooled = pooled_seed_values({s: _at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret")
-                                     for s in seeds})
-        arm_rows.append({"arm": arm, **effects, "tost_regret_h": tost_verdict(pooled, margin, resamples=resamples,
-                                                                               seed=seed)})
+        differences = np.stack([_at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret")
+                                for s in seeds])
+        arm_rows.append({"arm": arm, **effects, "tost_regret_h": tost_verdict(differences, margin,
+                                                                               seed_variance=seed_variance)})
     missing = [d["cell"] for d in drift if any(g["missing"] for g in d["groups"].values())]
     checks.append({"check": "final states hold the same tensors", "passed": not missing,
                    "detail": f"differ in {', '.join(missing)}" if missing else f"{len(drift)} cells"})
@@ -266,12 +315,16 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
         "decision_sha256_without_profile": sha256_bytes(canonical_json(record)),
         "difference": "B - A", "horizon": int(np.asarray(a["cells"][keys[0]]["evaluation"]["scene_mae"]).shape[1]),
         "n_scenes": len(scene_ids), "scene_ids": scene_ids, "seeds": seeds, "margin": margin,
+        "margin_source": margin_source,
+        "tost_seed_variance": (f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g} m)"
+                               if seed_variance else f"study: its own {len(seeds)} seeds"),
         "bootstrap": {"resamples": resamples, "seed": seed, "confidence": 0.95, "method": "paired scene bootstrap"},
         "definitions": {
             "lane_effect": "mean over seeds of |metric_H(B, seed) - metric_H(A, seed)| (scene means)",
             "seed_effect": "on one lane, mean over seed pairs of |metric_H(s_j) - metric_H(s_i)| (|s1 - s0|)",
-            "tost": "regret_H, per-scene (B - A) averaged over seeds; equivalent iff the 90% interval lies inside "
-                    "[-margin, margin]; not equivalent iff the 95% interval lies outside it; else inconclusive",
+            "tost": "regret_H, per-scene (B - A) pooled over seeds with the report's seed-aware variance (scene "
+                    "part + tau^2 / seeds); equivalent iff the 90% interval lies inside [-margin, margin]; not "
+                    "equivalent iff the 95% interval lies outside it; else inconclusive",
             "drift": "per tensor group (the key's first two non-numeric components: online.encoder, "
                      "optim.exp_avg, ...), sqrt(sum ||B - A||^2) / sqrt(sum ||A||^2) over the group's tensors",
         },
@@ -349,7 +402,9 @@ def markdown(c: dict) -> str:
              f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
              f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
              f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
-             f"{c['bootstrap']['seed']}). Equivalence margin {c['margin']} m on regret_{h}.", "",
+             f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])} m on regret_{h} "
+             f"({c['margin_source']}); the TOST intervals are seed-aware, as the report's ({c['tost_seed_variance']}).",
+             "",
              "Package versions that differ between the lanes: " + (", ".join(
                  f"{k} {c['lanes']['A']['versions'].get(k)} / {c['lanes']['B']['versions'].get(k)}"
                  for k in c["versions_differ"]) or "none") + ".", "",
@@ -410,7 +465,8 @@ def run_command(args: Any) -> int:
     one line per arm. Exit status 0, or 1 when a check failed (the lane report is written either way)."""
     from qhlab.finite_horizon.studies.architecture.terminal import console as study_console
 
-    result = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin, populations=args.populations)
+    result = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin,
+                           margin_mde_multiple=args.margin_mde_multiple, populations=args.populations)
     console = study_console()
     for row in result["arms"]:
         console.print(f"{row['arm']}: lane effect regret_H {row['regret']['lane_effect']:.4f} vs seed effect "

@@ -21,6 +21,8 @@ __all__ = [
     "CANARY_ROLES",
     "CONFIG_COPY",
     "FREEZE_RECEIPT",
+    "FREEZE_LOCK",
+    "REPORT_LOCK",
     "CANARY_DIR",
     "SELECTION_FILE",
     "E0_RECEIPT",
@@ -45,6 +47,9 @@ CANARY_ROLES = ("e0",)
 
 CONFIG_COPY = "study-config.toml"
 FREEZE_RECEIPT = "freeze.receipt.json"
+# Held while a step that publishes once per study runs: a second freeze or report exits 3.
+FREEZE_LOCK = ".study-freeze.lock"
+REPORT_LOCK = ".study-report.lock"
 CANARY_DIR = "canaries"
 SELECTION_FILE = "selection.json"
 E0_RECEIPT = "e0.receipt.json"

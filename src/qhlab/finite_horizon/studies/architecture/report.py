@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from qhlab.evidence import EvidenceError, PublishConflictError, publish_directory, read_receipt, write_receipt
+from qhlab.evidence import (EvidenceError, PublishConflictError, exclusive_lock, publish_directory, read_receipt,
+                            write_receipt)
 from qhlab.finite_horizon.studies.architecture import seed_aware
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
@@ -34,6 +35,7 @@ from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudy
 from qhlab.finite_horizon.studies.architecture.layout import (
     DEVELOPMENT_RECEIPT,
     REPORT_DIR,
+    REPORT_LOCK,
     REPORT_RECEIPT,
     SCHEMA_VERSION,
     benchmark_receipt_path,
@@ -77,7 +79,17 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
 
 
 def write_report(frozen: FrozenStudy) -> dict:
-    """``report_study`` on an authenticated study (its development record authenticated once on it)."""
+    """``report_study`` on an authenticated study (its development record authenticated once on it).
+
+    Raises:
+        LockHeldError: another process is writing this study's report (exit 3).
+    """
+    with exclusive_lock(frozen.output / REPORT_LOCK, hint="another `qhlab study report` (or `study run`) is "
+                        "writing this study's report; wait for it"):
+        return _write_report_locked(frozen)
+
+
+def _write_report_locked(frozen: FrozenStudy) -> dict:
     development = authenticate_development(frozen, "report_study")
     cells = authenticate_cells(frozen, "report_study")
     directory = frozen.output / REPORT_DIR
