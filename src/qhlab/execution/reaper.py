@@ -11,7 +11,8 @@ GCS that died with it and never exit, orphaned to init. The reaper runs in a ses
 own, so a kill of the driver (or of its process group) does not reach it. While the driver
 lives it records every descendant of the Ray node's processes with its start time; once the
 driver is gone it SIGKILLs each recorded process that still runs with the same start time (a
-reused pid is never touched), then exits. A clean ``ray.shutdown()`` leaves it nothing to do.
+reused pid is never touched), then exits. After a clean ``ray.shutdown()`` every recorded
+process is gone and the reaper exits at once.
 
 Linux only (it reads ``/proc``); elsewhere ``start_reaper`` returns None and says so.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 
 __all__ = ["start_reaper", "process_tree"]
 
-_POLL_SECONDS = 0.2
+_POLL_SECONDS = 0.5
 # A driver that exits cleanly has shut its Ray down already; one that was killed has left the
 # agents waiting on a dead GCS. Either way they are given this long to go by themselves.
 _GRACE_SECONDS = 1.0
@@ -99,6 +100,8 @@ def _reap(driver_pid: int, roots: list[int]) -> None:
     seen: dict[int, int] = {}
     while _alive(driver_pid, driver_start):
         seen.update(process_tree(roots + list(seen)))
+        if seen and not any(_alive(pid, start) for pid, start in seen.items()):
+            return  # the driver shut its Ray down: nothing is left to reap
         time.sleep(_POLL_SECONDS)
     deadline = time.monotonic() + _GRACE_SECONDS
     while time.monotonic() < deadline and any(_alive(pid, start) for pid, start in seen.items()):
