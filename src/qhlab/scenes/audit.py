@@ -341,15 +341,9 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
 
 @dataclass(frozen=True)
 class _Regenerated:
-    """A population's scenes as the generator draws them, after the stored ones were checked.
-
-    Attributes:
-        preset, split, seed: the manifest's generator.
-        scenes: [n_scenes] ``Scene`` in scene_index order.
-        initial: [n_scenes] initial positions [n, 2] float64.
-        index_of: scene_id -> scene_index.
-        scene_ids: [n_scenes] scene ids in scene_index order.
-    """
+    """A population's scenes as the generator draws them (the stored ones checked against them):
+    the manifest's preset, split and seed; per scene_index the ``Scene``, its initial positions
+    [n, 2] float64 and its id (``scene_ids``); ``index_of`` maps a scene_id to its index."""
 
     preset: object
     split: str
