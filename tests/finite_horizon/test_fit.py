@@ -449,3 +449,23 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
     assert {n.split(".")[1] for n in bench["parameters_receiving_gradients"]} == {"0", "1"}
     with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: \"encoder"):
         load_final_module(recipe.model_copy(update={"ensemble_members": 1}), val, state)
+
+
+def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, FitRequest, fit_recipe
+
+    results = {}
+    for name, curve in (("plain", ()), ("curve", (2, 4, 99))):
+        results[name] = fit_recipe(FitRequest(
+            recipe=Path(__file__).resolve().parents[2] / "examples" / "tiny-recipe.toml", profile="cpu-fp32", output=tmp_path / name,
+            train=tiny["train"], validation=tiny["validation"], progress=False,
+            curve_updates=curve))
+    assert results["plain"].final_state_sha256 == results["curve"].final_state_sha256
+    plain = read_receipt(Path(results["plain"].output_directory) / EVALUATION_RECEIPT, kind="evaluation",
+                         schema_version=None)["body"]
+    body = read_receipt(Path(results["curve"].output_directory) / EVALUATION_RECEIPT, kind="evaluation",
+                        schema_version=None)["body"]
+    assert "curve" not in plain
+    # 99 is past the budget (40): never reached, so not a point; the final evaluation closes the curve.
+    assert [p["updates"] for p in body["curve"]] == [2, 4, 40]
+    assert body["curve"][-1]["mae"] == body["mae"] and body["curve"][0]["mae"] != body["mae"]

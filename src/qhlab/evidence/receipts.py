@@ -505,6 +505,24 @@ def _is_temporary(relative: str) -> bool:
     return any(TEMP_MARKER in part for part in relative.split("/"))
 
 
+# A receipt body may name directories beside it (relative, e.g. a study's copied arm sources) whose
+# every file it binds: verify then refuses any file added there, not only a changed one.
+SEALED_FIELD = "sealed_directories"
+
+
+def _refuse_unbound_in_sealed(root: Path, documents: list[tuple[Path, str, dict]], unbound: list[str]) -> None:
+    for full, rel, document in documents:
+        sealed = (document.get("body") or {}).get(SEALED_FIELD) or []
+        for name in sealed:
+            directory = (full.parent / str(name)).relative_to(root).as_posix()
+            extra = [f for f in unbound if f.startswith(directory + "/")]
+            if extra:
+                raise DigestMismatchError(
+                    f"verify: {', '.join(extra[:5])} lie(s) in {directory}/, which {rel} seals, but no receipt binds "
+                    "it. HINT: a sealed directory holds exactly the files its receipt binds; remove what was added."
+                )
+
+
 def verify_directory(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
     """Authenticate every receipt below ``directory`` and every file each binds, each at one place.
 
@@ -514,6 +532,8 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     copies of one origin below ``directory`` are refused. Links and special files anywhere
     below ``directory`` are refused before anything is read (``refuse_links``), except the log
     link a fit killed in its logger's start-up leaves (``logger_leftover``), which is listed.
+    A file no receipt binds is listed, except below a directory a receipt seals
+    (``sealed_directories`` in its body), where it is refused.
 
     What a pass proves without a signature: the directory is internally consistent (every
     receipt's content digest and every bound file's digest agree). It does not prove origin:
@@ -579,6 +599,7 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
     unbound = sorted(f.relative_to(root).as_posix() for f in all_files if f not in bound)
+    _refuse_unbound_in_sealed(root, documents, unbound)
     bound_inside = sum(1 for f in all_files if f in bound)
     return {
         "receipts": receipts,

@@ -125,7 +125,8 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
         JSON-able dict: ``warmup_forwards``, ``timed_forwards``, ``median_forward_seconds``,
         ``forward_seconds`` [20], ``rows``, ``parameters_receiving_gradients``,
         ``parameters_without_gradients``, ``module_timings`` (``encoder_seconds``,
-        ``readout_seconds``, ``fusion_seconds`` None, ``fusion``, ``additive`` False),
+        ``readout_seconds``: None, with a ``encoder``/``readout`` key saying why, for a module
+        without such a submodule; ``fusion_seconds`` None, ``fusion``, ``additive`` False),
         ``memory``, ``profile``, ``device_type``, ``final_state_sha256``, ``updates_applied`` 0.
     """
     import torch
@@ -209,10 +210,13 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
             spans[name] = spans.get(name, 0.0) + time.perf_counter() - marks[name]
         return hook
 
-    # An ensemble's members run one after another: each part's time is the sum over members.
+    # An ensemble's members run one after another: each part's time is the sum over members. A
+    # user module times only the parts it exposes as submodules named encoder and readout.
     handles = []
+    parts = [name for name in ("encoder", "readout")
+             if all(isinstance(getattr(m, name, None), torch.nn.Module) for m in scorer_members(online))]
     for member in scorer_members(online):
-        for name in ("encoder", "readout"):
+        for name in parts:
             sub = getattr(member, name)
             handles += [sub.register_forward_pre_hook(_pre(name)), sub.register_forward_hook(_post(name))]
     try:
@@ -235,8 +239,10 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
         "parameters_without_gradients": without,
         "h1_huber_loss": float(loss.detach()),
         "module_timings": {
-            "encoder_seconds": float(spans["encoder"]),
-            "readout_seconds": float(spans["readout"]),
+            "encoder_seconds": float(spans["encoder"]) if "encoder" in parts else None,
+            "readout_seconds": float(spans["readout"]) if "readout" in parts else None,
+            **{part: f"unavailable: the module has no submodule named {part!r}"
+               for part in ("encoder", "readout") if part not in parts},
             "fusion_seconds": None,
             "fusion": "unavailable: fusion is not independently hookable in this measurement",
             "additive": False,

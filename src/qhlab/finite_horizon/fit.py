@@ -3,7 +3,8 @@
 Owns: ``FitRequest`` (the launcher's ``LaunchOptions`` plus what to fit, where and as whom) and
 ``fit_recipe`` (validate everything once, then compose the QH module, datamodule and evaluation
 around ``qhlab.training.launcher.launch_fit``), the default cell and attempt ids, the evaluation
-receipt, and ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the
+receipt, the validation learning curve (``ValidationCurve``), a fit's scorer record and its user
+arm's source (``scorer_record``), and ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the
 fit (``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
 (``evaluation``), the TRAIN-only constant reference (a study's development step) or the
 population format (``data``).
@@ -14,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+from lightning.pytorch import Callback
 
 from qhlab.evidence import (
     FileCopy,
@@ -30,6 +33,8 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
+from qhlab.finite_horizon.arm_source import (BUILDER_FORMS, ArmSource, locate_source, parse_builder, provide,
+                                             resolve_builder, source_digest, source_files)
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
@@ -40,7 +45,8 @@ from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, 
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
-__all__ = ["FitRequest", "FitResult", "default_logical_run_id", "fit_recipe", "train_rows_record"]
+__all__ = ["FitRequest", "FitResult", "ValidationCurve", "default_logical_run_id", "fit_recipe", "scorer_record",
+           "train_rows_record"]
 
 EVALUATION_KIND = "evaluation"
 EVALUATION_SCHEMA_VERSION = 1
@@ -148,6 +154,9 @@ class FitRequest(LaunchOptions):
             byte-identical copies (a Ray worker's temporary directory); receipts bind them
             under these original paths (``qhlab.evidence.FileCopy``) so the driver that
             publishes the fit authenticates them where it keeps them.
+        curve_updates: observed updates (each below the budget) at which the evaluated scorer is
+            also measured on validation, for the learning curve only (``ValidationCurve``): the
+            evaluation receipt's ``curve`` lists them with the final point. Display, never selection.
     """
 
     recipe: QhRecipe | Path | str
@@ -165,6 +174,90 @@ class FitRequest(LaunchOptions):
     offline: bool = True
     recorded_populations: Mapping[str, Path] | None = None
     study: Mapping[str, str] | None = None
+    curve_updates: Sequence[int] = ()
+
+
+class ValidationCurve(Callback):
+    """Validation MAE_h and regret_h of the evaluated scorer at declared observed updates.
+
+    It measures at the start of the batch after each declared update, when the update, the
+    target refresh and any weight average of that step are done; it predicts without gradients
+    and with torch's RNG forked, so the fit's state and numbers are those of a fit without it
+    (a test compares final-state bytes). Each point is also logged (``curve/val_mae_h``,
+    ``curve/val_regret_h`` at H). A resumed segment measures only the points after its start.
+
+    Attributes:
+        points: ``[{"updates", "mae": [H], "regret": [H]}]`` measured so far, in update order.
+    """
+
+    def __init__(self, population: Population, updates: Sequence[int], *, tie_band: float,
+                 autocast: Callable[[], Any]) -> None:
+        super().__init__()
+        wanted = sorted(set(updates))
+        if any(isinstance(u, bool) or not isinstance(u, int) or u < 1 for u in wanted):
+            raise QhInputError(f"ValidationCurve: updates={list(updates)!r} is not allowed; allowed: observed update "
+                               "counts >= 1. HINT: curve points are counts of successful optimizer updates.")
+        self._wanted = wanted
+        self._population = population
+        self._tie_band = tie_band
+        self._autocast = autocast
+        self.points: list[dict] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = pl_module.observed_updates
+        if now not in self._wanted or any(p["updates"] == now for p in self.points):
+            return
+        devices = [pl_module.device] if pl_module.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            pred = predict_q(pl_module.evaluated, self._population, autocast=self._autocast)
+            summary = evaluate_population(pred, self._population, tie_band=self._tie_band)
+        self.points.append({"updates": int(now), "mae": summary["mae"], "regret": summary["regret"]})
+        pl_module.log_dict({"curve/val_mae_h": float(summary["mae_primary"]),
+                            "curve/val_regret_h": float(summary["regret_primary"])}, on_step=True, on_epoch=False)
+
+
+def scorer_record(recipe: QhRecipe) -> dict:
+    """What built a fit's scorer: the arm, its builder and source digest, and how members ran.
+
+    Returns:
+        ``{"arm", "builder"`` ("qhlab" for a built-in arm, else the builder string),
+        ``"source_sha256"`` (a user arm's source digest, else None), ``"members"`` (M) and
+        ``"members_path"`` (how an ensemble's members compute)``}``.
+    """
+    arch, members = recipe.architecture, recipe.ensemble_members
+    return {"arm": arch.arm, "builder": arch.builder or "qhlab", "source_sha256": arch.source_sha256,
+            "members": members, "members_path": "one scorer" if members == 1 else "sequential"}
+
+
+def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe:
+    """Provide a recipe file's user arm from the source beside it, binding its digest into the recipe.
+
+    A recipe read from a file (``base``: its directory) names its builder relative to that
+    file; its source is digested and provided here, and ``architecture.source_sha256`` is set
+    (or, when the file sets it, must match). A recipe object (``base`` None) must name a source
+    already provided in this process (a study's frozen copy). Built-in arms pass unchanged.
+    """
+    arch = recipe.architecture
+    if not arch.is_user_arm:
+        return recipe
+    if base is not None:
+        try:
+            located = locate_source(parse_builder(arch.builder), base)
+            digests = {rel: sha256_bytes(data) for rel, data in source_files(located.path).items()}
+        except (ValueError, OSError) as exc:
+            raise input_error(call, "architecture.builder", arch.builder, BUILDER_FORMS,
+                              f"{exc}".replace(f"builder={arch.builder!r}: ", "")) from None
+        sha = source_digest(digests)
+        if arch.source_sha256 not in (None, sha):
+            raise input_error(call, "architecture.source_sha256", arch.source_sha256,
+                              f"{sha!r}, the digest of {str(located.path)!r} now",
+                              "the recipe binds another version of the arm's source; remove source_sha256 or "
+                              "restore that source")
+        provide(ArmSource(arm=arch.arm, builder=arch.builder, root=located.path.parent, module=located.module,
+                          function=located.function, files=digests))
+        recipe = recipe.model_copy(update={"architecture": arch.model_copy(update={"source_sha256": sha})})
+    resolve_builder(arch.arm, arch.builder, recipe.architecture.source_sha256)
+    return recipe
 
 
 def train_rows_record(train_digest: str, rows: Sequence[int] | None) -> dict:
@@ -203,7 +296,9 @@ def fit_recipe(request: FitRequest) -> FitResult:
     call = "fit_recipe"
     started = time.perf_counter()
     if not isinstance(recipe, QhRecipe):
-        recipe = load_recipe(recipe)
+        recipe = _user_arm_source(load_recipe(recipe), Path(recipe).expanduser().parent, call)
+    else:
+        _user_arm_source(recipe, None, call)
     train_pop = _population(call, "train", request.train, recipe.data.train)
     train_path = train_pop.path
     if train_pop.horizon != recipe.horizon:
@@ -256,10 +351,16 @@ def fit_recipe(request: FitRequest) -> FitResult:
 
     manifests = _manifest_bindings(call, request.recorded_populations, train_path, val_path)
 
+    curve = None
+    if val_pop is not None and request.curve_updates:
+        curve = ValidationCurve(val_pop, [u for u in request.curve_updates if u < applied.updates],
+                                tie_band=applied.evaluation.tie_band, autocast=admitted.profile.autocast_context)
+
     def finalize(module: QhTDModule, final_state: Path, final_sha: str):
         if val_pop is None:
             return {}, {}
-        return _evaluate(module, admitted.profile, applied, val_pop, final_state, final_sha, manifests)
+        return _evaluate(module, admitted.profile, applied, val_pop, final_state, final_sha, manifests,
+                         curve=None if curve is None else curve.points)
 
     inputs = dict(manifests)
     output.mkdir(parents=True, exist_ok=True)
@@ -278,12 +379,14 @@ def fit_recipe(request: FitRequest) -> FitResult:
             recipe_digest=digest,
             # The request's own launch options; its tags follow the arm, seed and lane.
             options=dataclasses.replace(
-                request, tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags)),
+                request, tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
+                extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else []))),
             inputs=inputs,
             resume=resume_state,
             finalize=finalize,
             run_config=run_config,
             receipt_fields={"train_rows": train_rows_record(train_pop.digest, request.train_rows),
+                            "scorer": scorer_record(applied),
                             "study": None if request.study is None else dict(request.study)},
         ))
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
@@ -351,11 +454,12 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
 
 
 def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: str,
-              manifests: Mapping[str, Path | FileCopy]):
+              manifests: Mapping[str, Path | FileCopy], *, curve: list[dict] | None = None):
     """Predict validation chain rows with the final evaluated scorer; write the evaluation receipt.
 
     The TRAIN-only constant reference is not computed here: a study's development step
-    computes it once for every cell.
+    computes it once for every cell. ``curve``: the ``ValidationCurve`` points, recorded with
+    the final point appended as ``curve`` (absent without a curve, so such receipts are unchanged).
     """
     tie_band = recipe.evaluation.tie_band
     pred = predict_q(module.evaluated, val_pop, autocast=profile.autocast_context)
@@ -373,6 +477,9 @@ def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: st
         "population": {"name": val_pop.name, "split": val_pop.split, "digest": val_pop.digest},
         "final_state_sha256": final_sha,
     }
+    if curve is not None:
+        body["curve"] = [*curve, {"updates": int(module.observed_updates), "mae": summary["mae"],
+                                  "regret": summary["regret"]}]
     directory = final_state.parent
     receipt = directory / EVALUATION_RECEIPT
     write_receipt(

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator, model_serializer,
+                      model_validator)
 from torch import Tensor, nn
 
-from qhlab.evidence import require_int
+from qhlab.evidence import QhError, require_int
+from qhlab.finite_horizon.arm_source import no_bytecode, parse_builder, resolve_builder
 
 __all__ = [
     "ARMS",
@@ -54,7 +56,8 @@ class EncoderConfig(BaseModel):
 
     Attributes:
         kind: "attention" (objects interact through masked self-attention) or "deepsets"
-            (no interaction: per-object MLP then masked pooling).
+            (no interaction: per-object MLP then masked pooling); None for a user arm, whose
+            builder alone says what it is.
         depth: number of encoder blocks.
         width: embedding width W (also the width of fusion and readout).
         heads: attention heads; W must be divisible by it (used by attention encoders and
@@ -63,7 +66,7 @@ class EncoderConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
-    kind: Literal["attention", "deepsets"]
+    kind: Literal["attention", "deepsets"] | None = None
     depth: int = Field(ge=1, le=16)
     width: int = Field(default=64, ge=8, le=1024)
     heads: int = Field(default=4, ge=1, le=64)
@@ -77,6 +80,14 @@ class EncoderConfig(BaseModel):
             )
         return self
 
+    @model_serializer(mode="wrap")
+    def _omit_kind_of_user_arm(self, handler: Any) -> dict[str, Any]:
+        # A user arm has no kind; leaving the key out keeps built-in arms' dumps (and digests) as before.
+        data = handler(self)
+        if data.get("kind") is None:
+            data.pop("kind", None)
+        return data
+
 
 @dataclass(frozen=True)
 class ArmSpec:
@@ -87,7 +98,8 @@ class ArmSpec:
         builder: `(arch, dims) -> QhScorer`.
         structure: the fixed structural fields of this arm ("encoder.kind", "fusion",
             "readout"); a config that names another value is refused.
-        defaults: default values of the free fields (e.g. "encoder.depth").
+        defaults: the free fields this arm declares (e.g. ``{"encoder.depth": 2}``); a study
+            applies them over the baseline's sizes. Undeclared sizes follow the baseline.
     """
 
     name: str
@@ -97,28 +109,51 @@ class ArmSpec:
 
 
 ARMS: dict[str, ArmSpec] = {}
+# The sizes of an arm that declares none and is not sized by a study's baseline.
+_GLOBAL_DEFAULTS = {"depth": 1, "width": 64, "heads": 4}
+
+
+_OptionValue = Annotated[bool, Strict()] | Annotated[int, Strict()] | Annotated[float, Strict()] | str
+_ARM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class ArchitectureConfig(BaseModel):
     """Frozen architecture of one scorer.
 
-    Only `arm` is required: the arm fills its structure (encoder kind, fusion, readout) and
-    default sizes; a config may override the sizes (depth, width, heads) but not the
-    structure, which is what makes an arm an arm.
+    Only `arm` is required for a built-in arm: it fills its structure (encoder kind, fusion,
+    readout) and default sizes; a config may override the sizes (depth, width, heads) but not
+    the structure, which is what makes an arm an arm.
+
+    A user arm names its ``builder`` (``"file.py:function"`` or ``"package.module:function"``;
+    ``arm_source``): it has no structure fields, its sizes (``encoder.width``, ``depth``,
+    ``heads``) and ``options`` (extra scalars the builder reads) pass through to the builder,
+    and ``source_sha256`` binds the source the builder is imported from (set by the study's
+    freeze or by ``qhlab fit`` from the file it names). Validating one never imports it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
-    arm: str
+    # builder first: the arm's validator reads it (a user arm needs no registration).
+    builder: str | None = None
+    arm: str = Field(min_length=1, max_length=64, pattern=_ARM_NAME)
+    source_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    options: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], _OptionValue] = Field(
+        default_factory=dict, max_length=32)
     encoder: EncoderConfig
-    fusion: Literal["concat", "cross_attention"]
-    readout: Literal["local", "global"]
+    fusion: Literal["concat", "cross_attention"] | None = None
+    readout: Literal["local", "global"] | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _fill_from_arm(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if data.get("builder") is not None:
+            filled = dict(data)
+            encoder = filled.get("encoder", {})
+            if isinstance(encoder, dict):
+                filled["encoder"] = {**_GLOBAL_DEFAULTS, **encoder}
+            return filled
         arm = data.get("arm")
         # An unknown arm is reported once, by the `arm` field validator; fill the other
         # fields from the baseline so they add no spurious "missing" errors.
@@ -129,7 +164,7 @@ class ArchitectureConfig(BaseModel):
             encoder = dict(encoder)
             encoder.setdefault("kind", spec.structure["encoder.kind"])
             for key in ("depth", "width", "heads"):
-                encoder.setdefault(key, spec.defaults[f"encoder.{key}"])
+                encoder.setdefault(key, spec.defaults.get(f"encoder.{key}", _GLOBAL_DEFAULTS[key]))
             filled["encoder"] = encoder
         filled.setdefault("fusion", spec.structure["fusion"])
         filled.setdefault("readout", spec.structure["readout"])
@@ -137,13 +172,44 @@ class ArchitectureConfig(BaseModel):
 
     @field_validator("arm")
     @classmethod
-    def _arm_is_registered(cls, arm: str) -> str:
-        return _arm_spec(arm).name
+    def _arm_is_registered(cls, arm: str, info: ValidationInfo) -> str:
+        return arm if info.data.get("builder") is not None else _arm_spec(arm).name
 
     @model_validator(mode="after")
-    def _structure_matches_arm(self) -> ArchitectureConfig:
-        _check_structure(self)
+    def _arm_and_structure(self) -> ArchitectureConfig:
+        if self.builder is None:
+            if self.options or self.source_sha256 is not None:
+                raise ValueError("options and source_sha256 are not allowed for a built-in arm; allowed: only with "
+                                 "builder (a user arm)")
+            _check_structure(self)
+            return self
+        parse_builder(self.builder)
+        if self.arm in ARMS:
+            raise ValueError(f"arm={self.arm!r} with builder={self.builder!r} is not allowed; allowed: a name that is "
+                             f"not a built-in arm ({', '.join(sorted(ARMS))}), or no builder")
+        given = [k for k, v in (("encoder.kind", self.encoder.kind), ("fusion", self.fusion),
+                                ("readout", self.readout)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} is not allowed for a user arm (builder={self.builder!r}); allowed: "
+                             "only sizes (encoder.width, depth, heads) and options: the builder says what it is")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unused(self, handler: Any) -> dict[str, Any]:
+        # Built-in arms dump exactly their old fields (so their recipe digests stay as they were);
+        # a user arm dumps no structure fields.
+        data = handler(self)
+        for key in ("builder", "source_sha256", "fusion", "readout"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        if not data.get("options"):
+            data.pop("options", None)
+        return data
+
+    @property
+    def is_user_arm(self) -> bool:
+        """The arm is built by a user builder (``builder``), not by one of qhlab's."""
+        return self.builder is not None
 
 
 @dataclass(frozen=True)
@@ -439,7 +505,8 @@ def _check_new_arm(name: str, structure: dict[str, str]) -> None:
 def _arm_spec(arm: str) -> ArmSpec:
     """The registered arm ``arm``, or the one "not registered" refusal naming every arm."""
     if arm not in ARMS:
-        raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}")
+        raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}, or a user arm that "
+                         'names its builder (builder = "arms.py:build_fn")')
     return ARMS[arm]
 
 
@@ -472,9 +539,9 @@ def register_arm(
     encoder: str,
     fusion: str,
     readout: str,
-    depth: int = 1,
-    width: int = 64,
-    heads: int = 4,
+    depth: int | None = None,
+    width: int | None = None,
+    heads: int | None = None,
     builder: Callable[[ArchitectureConfig, ScorerDims], nn.Module] = _compose,
 ) -> ArmSpec:
     """Register an arm under `name`: its fixed structure, default sizes and builder.
@@ -482,7 +549,9 @@ def register_arm(
     Args:
         name: registry key, used as `architecture.arm` in recipes.
         encoder, fusion, readout: the arm's structural kinds (fixed for this arm).
-        depth, width, heads: defaults for the free encoder fields.
+        depth, width, heads: the sizes this arm declares (None: it follows the baseline's in a
+            study, else depth 1, width 64, heads 4). A declared size is applied, never ignored:
+            a study's cell of this arm has it unless the study's arm entry overrides it.
         builder: `(arch, dims) -> nn.Module`; default the shared encoder -> fusion -> readout
             composition, which builds every part from the validated config.
 
@@ -494,8 +563,9 @@ def register_arm(
     """
     structure = {"encoder.kind": encoder, "fusion": fusion, "readout": readout}
     _check_new_arm(name, structure)
+    declared = {"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads}
     ARMS[name] = ArmSpec(name=name, builder=builder, structure=structure,
-                         defaults={"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads})
+                         defaults={k: v for k, v in declared.items() if v is not None})
     return ARMS[name]
 
 
@@ -567,6 +637,8 @@ def build_scorer(
                          f"1..{MAX_ENSEMBLE_MEMBERS}. HINT: 1 is the plain scorer")
     if members > 1:
         return QhEnsemble([build_scorer(arch, dims, q_head_init=q_head_init) for _ in range(members)], dims)
+    if arch.is_user_arm:
+        return _build_user_arm(arch, dims, q_head_init)
     scorer = _arm_spec(arch.arm).builder(arch, dims)
     if q_head_init == "zero":
         heads = [m for m in scorer.readout.modules() if isinstance(m, _Float32Linear)]
@@ -581,4 +653,31 @@ def build_scorer(
         with torch.no_grad():
             heads[0].weight.zero_()
             heads[0].bias.zero_()
+    return scorer
+
+
+def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str) -> nn.Module:
+    """A user arm's module, from the copy of its source provided in this process.
+
+    ``q_head_init="zero"`` zeroes the module's Q head: the last ``nn.Linear`` (in module order)
+    whose ``out_features`` is H, drawn as usual first.
+    """
+    source = resolve_builder(arch.arm, arch.builder, arch.source_sha256)
+    with no_bytecode():
+        scorer = source.builder_function()(arch, dims)
+    if not isinstance(scorer, nn.Module):
+        raise QhError(f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "
+                      "allowed: a torch.nn.Module. HINT: the builder is build(arch, dims) -> nn.Module.")
+    if q_head_init == "zero":
+        heads = [m for m in scorer.modules() if isinstance(m, nn.Linear) and m.out_features == dims.horizon]
+        if not heads:
+            raise QhError(
+                f"build_scorer: q_head_init='zero' with arm {arch.arm!r} is not allowed: the module has no nn.Linear "
+                f"with out_features={dims.horizon} (H) to zero; allowed: a module whose Q head is such a Linear. "
+                "HINT: end the arm with nn.Linear(..., dims.horizon), or use q_head_init='random'."
+            )
+        with torch.no_grad():
+            heads[-1].weight.zero_()
+            if heads[-1].bias is not None:
+                heads[-1].bias.zero_()
     return scorer

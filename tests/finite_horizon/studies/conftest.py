@@ -17,6 +17,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "tiny-study.toml"
+EXAMPLES = HERE.parents[2] / "examples"
 
 
 def write_config(directory: Path, cache: Path, **replace: str) -> Path:
@@ -30,6 +31,29 @@ def write_config(directory: Path, cache: Path, **replace: str) -> Path:
     path = directory / "tiny-study.toml"
     path.write_text(text)
     return path
+
+
+def write_byo_config(directory: Path, cache: Path, *, files: dict[str, str] | None = None, **replace: str) -> Path:
+    """``examples/byo-study.toml`` and its ``my_arms.py`` in ``directory``, using ``cache``;
+    ``files`` are further files written beside them; ``replace`` swaps text as in ``write_config``."""
+    text = (EXAMPLES / "byo-study.toml").read_text().replace(
+        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLES / "my_arms.py", directory / "my_arms.py")
+    for name, content in (files or {}).items():
+        (directory / name).write_text(content)
+    path = directory / "byo-study.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="session")
+def byo_writer():
+    """``write_byo_config`` as a fixture."""
+    return write_byo_config
 
 
 @pytest.fixture(scope="session")

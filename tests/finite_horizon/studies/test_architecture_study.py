@@ -319,7 +319,7 @@ def test_run_finishes_every_step(finished_study):
             assert len(cell["body"]["evaluation"]["mae"]) == 2
     report = read_receipt(output / "report" / "report.receipt.json", kind="study_report", schema_version=1)
     assert len([k for k in report["inputs"] if k.startswith("cell/")]) == 10
-    for name in ("report.json", "report.md", "arms.png", "paired_differences.png"):
+    for name in ("report.json", "report.md", "arms.png", "paired_differences.png", "learning_curves.png"):
         assert name in report["outputs"]
     assert (output / "report" / "arms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -58,12 +58,12 @@ def test_a_tiny_study_gives_one_report_run_with_tables_and_images(finished_study
     run = read_offline_run(run_file)
     assert run["job_type"] == "report" and run["group"] == "tiny-study"
     assert run["summary"]["headline"].startswith("The learned baseline")
-    for table in ("cells", "references", "paired", "retention"):
+    for table in ("cells", "references", "paired", "retention", "family"):
         assert run["summary"][f"report/{table}._type"] == "table-file"
-    for image in ("arms", "paired_differences"):
+    for image in ("arms", "paired_differences", "learning_curves"):
         assert run["summary"][f"report/{image}._type"] == "image-file"
     media = run_file.parent / "files" / "media"
-    assert len(list(media.glob("images/report/*.png"))) == 2
+    assert len(list(media.glob("images/report/*.png"))) == 3
     (cells_file,) = sorted(media.glob("table/report/cells_*.table.json"))
     table = json.loads(cells_file.read_text())
     report = json.loads((output / "report" / "report.json").read_text())

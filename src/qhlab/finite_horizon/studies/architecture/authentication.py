@@ -180,6 +180,8 @@ class FrozenStudy:
         config_path: the resolved config file.
         receipt_path: ``output / FREEZE_RECEIPT``.
         train_path: the frozen TRAIN population directory.
+        sources: ``{arm: source sha256}`` of the user arms, whose frozen copies this object
+            made importable in this process (``family.provide_family``).
     """
 
     def __init__(self, config: QhArchitectureStudyConfig, receipt: dict, output: Path, config_path: Path) -> None:
@@ -194,6 +196,10 @@ class FrozenStudy:
         self._digests: dict[Path, str] = {self.receipt_path: sha256_file(self.receipt_path)}
         # Where TRAIN's bytes are now (a moved study's populations are found by digest).
         self.train_path = locate_population(self.body["train"]["path"], self.body["train"]["manifest_sha256"])
+        # User arms are imported from the study's own frozen copies, never from the user's files.
+        from qhlab.finite_horizon.studies.architecture.family import provide_family
+
+        self.sources = provide_family(self.body, output)
         self._e0: dict | None = None
         self._development: dict | None = None
         self._train_population = None
@@ -257,7 +263,7 @@ class FrozenStudy:
 
     def recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
         """The recipe of one cell, refused unless its digest is the one the freeze binds."""
-        recipe = self.config.cell_recipe(arm, seed, updates)
+        recipe = self.config.cell_recipe(arm, seed, updates, sources=self.sources)
         from qhlab.finite_horizon.recipe import recipe_digest
 
         frozen = self.body["recipes"][arm][str(seed)][str(updates)]

@@ -184,6 +184,7 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
         # W&B: the study's canaries and cells group together under the study's name.
         job_type="canary" if rows is not None else "cell", group=frozen.config.name,
         study=frozen.identity, resume=None if interrupted is None else interrupted.name,
+        curve_updates=frozen.config.curve_updates if validation is not None else (),
     ))
 
 
@@ -296,7 +297,7 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
     body["evaluation"] = {
         "horizon": ev["horizon"], "mae": ev["mae"], "regret": ev["regret"],
         "scene_ids": ev["per_scene"]["scene_id"], "scene_mae": ev["per_scene"]["mae"],
-        "scene_regret": ev["per_scene"]["regret"],
+        "scene_regret": ev["per_scene"]["regret"], "curve": ev.get("curve"),
     }
     # Which executor ran the fit, and where (the fit receipt names the node that ran it).
     body["execution"] = execution

@@ -33,7 +33,7 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
 from qhlab.finite_horizon.studies.architecture.benchmarks import benchmark_cells
 from qhlab.finite_horizon.studies.architecture.cells import fit_cell
 from qhlab.finite_horizon.studies.architecture.development import seal_development
-from qhlab.finite_horizon.studies.architecture.freeze import freeze
+from qhlab.finite_horizon.studies.architecture.freeze import describe_family, freeze
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -168,9 +168,12 @@ def _run_step(args: argparse.Namespace) -> int:
     executor, config = _executor(args)
     if command == "freeze":
         with _executor_session(executor, config, cells=False, call="qhlab study freeze"):
-            body = freeze(args.config, output, executor=executor).body
+            frozen = freeze(args.config, output, executor=executor)
+        body = frozen.body
         console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
                       f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
+        for line in describe_family(frozen):
+            console.print(line, highlight=False, markup=False)
         return 0
     if command == "run":
         with _executor_session(executor, config):
@@ -407,6 +410,8 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
     else:
         console.rule("[bold]1/6 freeze")
         frozen = freeze(config_path, output, executor=executor)
+        for line in describe_family(frozen):
+            console.print(line, highlight=False, markup=False)
         ran.append("freeze")
     config = frozen.config
     if (output / CANARY_DIR / E0_RECEIPT).exists():
@@ -462,6 +467,9 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
     else:
         console.rule("[bold]6/6 report")
         report = write_report(frozen)
+        for q in report["question"]:
+            console.print(f"{q['variant']}: {q['verdict']} ({q['replication']}); MDE D_reg {q['mde_d_reg']:.4f} m, "
+                          f"D_mae {q['mde_d_mae']:.4f} m", highlight=False, markup=False)
         console.print(report["headline"]["text"])
         console.print(f"W&B report run (offline): {log_report_run(output)}")
         ran.append("report")

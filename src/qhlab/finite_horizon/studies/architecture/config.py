@@ -134,12 +134,16 @@ class ArmDeclaration(BaseModel):
     """One non-baseline arm of the comparison family.
 
     Attributes:
-        arm: a registered scorer arm (checked once, by the arm's cell recipe).
+        arm: the arm's name: a built-in arm (``qhlab.finite_horizon.scorer.ARMS``), or any
+            other name with ``builder``.
         role: "control" (a structural ablation of the baseline) or "variant" (a candidate
             improvement).
         control: variants only: the structural control the regret margin compares against.
         matched: variants only: the matched control of the calibration (MAE) margin; default
             the baseline.
+        builder: a user arm's builder, ``"file.py:function"`` (relative to the config) or
+            ``"package.module:function"``; the freeze copies its source into the study.
+        options: extra scalars passed to a user arm's builder (``arch.options``).
         encoder: optional size overrides (architecture fields only).
     """
 
@@ -149,6 +153,8 @@ class ArmDeclaration(BaseModel):
     role: Literal["control", "variant"]
     control: str | None = None
     matched: str | None = None
+    builder: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
     encoder: EncoderSizes = EncoderSizes()
 
 
@@ -242,6 +248,9 @@ class QhArchitectureStudyConfig(BaseModel):
         tie_band: native Q tolerance for ranking ties and canary optimal-action admission.
         canary_gap_multiple: the canary row's best label must beat the runner-up by more than
             this many tie bands at every horizon (a margin of several times a canary's accuracy).
+        curve_points: points of each broad cell's validation learning curve, the final
+            evaluation included (evenly spaced in observed updates; drawn by the report, never
+            used to select anything).
         regret_fraction: prospective retention threshold relative to the structural control.
         mae_fraction: calibration safety bound relative to the matched control.
         max_allocated_bytes: scorer process GPU allocator ceiling (enforced on CUDA only).
@@ -270,6 +279,7 @@ class QhArchitectureStudyConfig(BaseModel):
     broad_updates: _Int = Field(ge=1, le=MAX_UPDATES)
     tie_band: _Number = Field(ge=0.0, le=_MAX_METRES)
     canary_gap_multiple: _Number = Field(default=10.0, ge=1.0, le=1000.0)
+    curve_points: _Int = Field(default=4, ge=1, le=64)
     regret_fraction: _Number = Field(gt=0.0, le=100.0)
     mae_fraction: _Number = Field(gt=0.0, le=100.0)
     max_allocated_bytes: _Int | None = Field(default=None, gt=0, le=2**50)
@@ -334,6 +344,12 @@ class QhArchitectureStudyConfig(BaseModel):
             )
         return seeds
 
+    @property
+    def curve_updates(self) -> tuple[int, ...]:
+        """The observed updates of each broad cell's learning curve before its final update."""
+        n, budget = self.curve_points, self.broad_updates
+        return tuple(sorted({round(budget * i / n) for i in range(1, n)} - {0, budget}))
+
     def comparisons(self) -> list[tuple[str, str, str]]:
         """(arm, against, relation) of every paired comparison of the report, in report order."""
         baseline, arms = self.baseline_arm, self.experiment.arms
@@ -383,8 +399,17 @@ class QhArchitectureStudyConfig(BaseModel):
         architecture = self.experiment.recipe.get("architecture", {})
         arm = architecture.get("arm") if isinstance(architecture, dict) else None
         if not isinstance(arm, str):
-            raise ValueError("experiment.recipe.architecture.arm is missing; allowed: a registered arm")
+            raise ValueError("experiment.recipe.architecture.arm is missing; allowed: a built-in arm, or a name "
+                             "with a builder")
         return arm
+
+    def builder(self, arm: str) -> str | None:
+        """The builder string of a user arm as the config wrote it (None for a built-in arm)."""
+        if arm == self.baseline_arm:
+            architecture = self.experiment.recipe.get("architecture", {})
+            return architecture.get("builder") if isinstance(architecture, dict) else None
+        declaration = self.declaration(arm)
+        return None if declaration is None else declaration.builder
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -400,13 +425,18 @@ class QhArchitectureStudyConfig(BaseModel):
         """The declaration of a non-baseline arm (None for the baseline)."""
         return next((a for a in self.experiment.arms if a.arm == arm), None)
 
-    def cell_recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
+    def cell_recipe(self, arm: str, seed: int, updates: int, *, sources: dict[str, str] | None = None) -> QhRecipe:
         """The recipe of one cell: the baseline recipe with only the architecture changed.
+
+        An arm's sizes (encoder width, depth, heads) follow the baseline's, except those its
+        registration declares (``register_arm(..., depth=2)``) and those its entry overrides.
 
         Args:
             arm: a declared arm.
             seed: the fit seed.
             updates: the final update budget.
+            sources: ``{arm: source sha256}`` of the user arms' frozen sources (the freeze's
+                ``family`` record), bound into their architectures; None before the freeze.
 
         Returns:
             A validated ``QhRecipe`` (data fields empty; backend fields from no profile yet).
@@ -426,14 +456,22 @@ class QhArchitectureStudyConfig(BaseModel):
         if arm == self.baseline_arm:
             architecture = base_arch
         else:
+            from qhlab.finite_horizon.scorer import ARMS  # imports torch: only when a cell recipe is made
+
             declaration = self.declaration(arm)
             if declaration is None:
                 raise ValueError(f"arm={arm!r} is not declared")
-            # Shared sizes follow the baseline; the depth is the arm's own (its default or an
-            # explicit override), because depth is what e.g. variant_deep changes.
-            encoder = {k: base_encoder[k] for k in ("width", "heads") if k in base_encoder}
+            own = ARMS[arm].defaults if declaration.builder is None and arm in ARMS else {}
+            encoder = {k: base_encoder[k] for k in ("width", "heads", "depth")
+                       if k in base_encoder and f"encoder.{k}" not in own}
             encoder.update(declaration.encoder.model_dump(exclude_none=True))
             architecture = {"arm": arm, "encoder": encoder}
+            if declaration.builder is not None:
+                architecture["builder"] = declaration.builder
+            if declaration.options:
+                architecture["options"] = dict(declaration.options)
+        if sources is not None and arm in sources:
+            architecture = {**architecture, "source_sha256": sources[arm]}
         raw.update(
             name=f"{self.name}-{arm}-s{seed}"[:128],
             seed=seed,

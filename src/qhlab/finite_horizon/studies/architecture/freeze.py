@@ -1,12 +1,15 @@
 """Step 1, freeze: bind TRAIN, source, package versions, arms and every threshold before any fit.
 
-Owns: ``freeze`` (``freeze_study``: the seed's path-based call) and the rule that arms differ only in architecture. Does not own: the
+Owns: ``freeze`` (``freeze_study``: the seed's path-based call), the rule that arms differ only in
+architecture, and the one-line description of each frozen arm (``describe_family``). The
+family's sources and contracts are checked by ``family``. Does not own: the
 config (``config``), resolving populations (``populations``) or authenticating the freeze
 later (``authentication``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -32,8 +35,9 @@ from qhlab.finite_horizon.studies.architecture.config import (
     QhArchitectureStudyConfig,
     read_study_config,
 )
-from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_LOCK, FREEZE_RECEIPT, SCHEMA_VERSION,
-                                                              cell_name)
+from qhlab.finite_horizon.studies.architecture.family import freeze_family
+from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT,
+                                                              SCHEMA_VERSION, cell_name)
 from qhlab.finite_horizon.studies.architecture.populations import (
     labelling_record,
     population_files,
@@ -41,7 +45,7 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     resolve_population,
 )
 
-__all__ = ["freeze", "freeze_study"]
+__all__ = ["describe_family", "freeze", "freeze_study"]
 
 
 def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -66,6 +70,17 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
         PublishConflictError: the study is already frozen at ``output``.
     """
     return freeze(config_path, output).body
+
+
+def describe_family(frozen: FrozenStudy) -> list[str]:
+    """One line per arm of a frozen study: its role, builder, resolved architecture and size."""
+    lines = []
+    for a in frozen.body["arms"]:
+        arch = {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")}
+        builder = "built-in" if a.get("builder", "qhlab") == "qhlab" else f"builder {a['builder']}"
+        lines.append(f"  {a['arm']} ({a['role']}, {builder}): {json.dumps(arch, sort_keys=True)}, "
+                     f"{a['contract']['parameters']:,} parameters per member")
+    return lines
 
 
 def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executor=None) -> FrozenStudy:
@@ -112,7 +127,9 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
     # temporary file): the same config bytes may complete the freeze there.
     leftovers = sorted(p.name for p in output.iterdir()
                        if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
-    resumable = leftovers == [CONFIG_COPY] and (output / CONFIG_COPY).read_bytes() == data
+    # ...and perhaps the family copies it was making, which the freeze makes again.
+    resumable = bool(leftovers) and set(leftovers) <= {CONFIG_COPY, FAMILY_DIR} and (
+        CONFIG_COPY not in leftovers or (output / CONFIG_COPY).read_bytes() == data)
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
         raise input_error("freeze_study", "output", str(output), "a new or empty directory",
                           "each study publishes into its own directory")
@@ -126,7 +143,7 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.scenes.audit import audit_population
 
-    resumable = _refuse_occupied(output, data)  # again, now that no other freeze can run here
+    _refuse_occupied(output, data)  # again, now that no other freeze can run here
     train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
                                     executor=executor or config.executor_choice())
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
@@ -134,9 +151,12 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     audit = audit_population(train_path, call="freeze_study")
     support = population_support(population)
     chain = canonical_first_chain(population)
+    output.mkdir(parents=True, exist_ok=True)
+    sources, contracts = freeze_family(config, resolved.parent, population, output)
+    shas = {arm: record["sha256"] for arm, record in sources.items()}
     recipes = {
         arm: {
-            str(seed): {str(u): recipe_digest(config.cell_recipe(arm, seed, u))
+            str(seed): {str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
                         for u in (config.broad_updates, config.canary_updates)}
             for seed in config.seeds
         }
@@ -145,7 +165,7 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     arms = []
     for arm in config.arms:
         declaration = config.declaration(arm)
-        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates)
+        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
         arms.append({
             "arm": arm,
             "role": "baseline" if declaration is None else declaration.role,
@@ -153,6 +173,10 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
             "matched": None if declaration is None or declaration.role != "variant"
             else (declaration.matched or config.baseline_arm),
             "architecture": recipe.architecture.model_dump(mode="json"),
+            # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
+            "builder": sources[arm]["builder"] if arm in sources else "qhlab",
+            "source": sources.get(arm),
+            "contract": contracts[arm],
         })
     body = {
         "study": config.name,
@@ -191,15 +215,20 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
         "max_allocated_bytes": config.max_allocated_bytes,
         "test_data": "none: this study has no test stage",
     }
-    output.mkdir(parents=True, exist_ok=True)
-    if not resumable:
+    if sources:
+        # verify refuses a file added to the copies, as every step does before importing them.
+        body["sealed_directories"] = [FAMILY_DIR]
+    if not (output / CONFIG_COPY).exists():
         publish_bytes(output / CONFIG_COPY, data)
     inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
     # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
     body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
     inputs.update({f"train/{k}": v for k, v in generation.items()})
+    outputs = {"config": output / CONFIG_COPY}
+    outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
+                    for arm, record in sources.items() for rel in record["files"]})
     write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
-                  body=body, inputs=inputs, outputs={"config": output / CONFIG_COPY})
+                  body=body, inputs=inputs, outputs=outputs)
     receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
                            verify_files=False)
     frozen = FrozenStudy(config, receipt, output, resolved)

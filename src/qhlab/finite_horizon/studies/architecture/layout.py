@@ -16,6 +16,7 @@ from pathlib import Path
 from qhlab.evidence import RECEIPT_SUFFIX, safe_component
 
 __all__ = [
+    "FAMILY_DIR",
     "SCHEMA_VERSION",
     "STUDY_CALL",
     "CANARY_ROLES",
@@ -46,6 +47,8 @@ STUDY_CALL = "architecture_study"
 CANARY_ROLES = ("e0",)
 
 CONFIG_COPY = "study-config.toml"
+# The frozen copies of user arms' sources: family/<arm>/<file or package>.
+FAMILY_DIR = "family"
 FREEZE_RECEIPT = "freeze.receipt.json"
 # Held while a step that publishes once per study runs: a second freeze or report exits 3.
 FREEZE_LOCK = ".study-freeze.lock"

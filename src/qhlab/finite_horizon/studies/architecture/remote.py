@@ -3,7 +3,7 @@
 Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store
 and are written into the task's own temporary directory on its node, ``fit_recipe`` runs
 there, and every file of the attempt comes back with its digest; the directory is removed),
-the record of every try of a cell (``TryLedger``, a Ray actor each try reports to before it
+a user arm's frozen source shipped with its task and provided there before the fit, the record of every try of a cell (``TryLedger``, a Ray actor each try reports to before it
 starts, so a try whose worker died and that Ray retried is on record), and the driver side
 (``run_cells_on_ray``: one task per pending cell with ``num_cpus`` = the study's torch threads
 and ``num_gpus=1`` on a CUDA lane; every returned file re-authenticated against the worker's
@@ -41,6 +41,7 @@ from qhlab.execution import ExecutorChoice, open_executor, where_am_i
 from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy
 from qhlab.finite_horizon.studies.architecture.cells import adoptable_attempt, fit_cell
+from qhlab.finite_horizon.studies.architecture.family import family_bytes
 from qhlab.finite_horizon.studies.architecture.layout import CELLS_DIR, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import population_files
 from qhlab.finite_horizon.studies.architecture.remote_worker import TryLedger, fit_on_worker
@@ -265,6 +266,9 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
                 "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
                 "study": frozen.identity,
                 "verbose": verbose,
+                # A user arm's frozen source travels with its task (the worker shares no files).
+                "arm_source": family_bytes(frozen.body, output, arm),
+                "curve_updates": list(config.curve_updates),
             }
             # The cell's logical-run writer lock, held here while its task runs: `qhlab study
             # status` shows it running, and a local fit of the same cell is refused meanwhile.

@@ -97,7 +97,8 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
     """A Ray task: one broad cell's fit in this node's temporary directory; returns its files.
 
     Args:
-        job: the cell (recipe, lane, threads, W&B group, the driver's population paths).
+        job: the cell (recipe, lane, threads, W&B group, the driver's population paths, a user
+            arm's frozen source as bytes or None).
         populations: object-store reference to ``{"train"|"validation": {file name: bytes}}``.
         ledger: the ``TryLedger`` actor.
 
@@ -136,6 +137,10 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
                 (directory / name).write_bytes(data)
             local[role] = directory
         torch.set_num_threads(job["torch_threads"])
+        from qhlab.finite_horizon.studies.architecture.family import provide_shipped
+
+        # Checked against the freeze's digests before it is imported (ArmSource.check).
+        provide_shipped(job.get("arm_source"), root / "family")
         result = fit_recipe(FitRequest(
             recipe=QhRecipe.model_validate(job["recipe"]), profile=job["profile"], output=root / "cells", train=local["train"],
             validation=local["validation"], cell=job["cell"], evaluate=True,
@@ -143,6 +148,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
             study=job["study"],
             # Receipts name the populations where the driver keeps them; the bytes are the same.
             recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
+            curve_updates=tuple(job.get("curve_updates", ())),
         ))
         import wandb
 

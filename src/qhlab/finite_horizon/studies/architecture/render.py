@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FIGURES", "ci", "fmt", "table", "write_report_files"]
 
-FIGURES = ("arms.png", "paired_differences.png")
+FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png")
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -47,12 +47,14 @@ def table(columns: list[str], rows: Iterable[list[Any]]) -> list[str]:
 
 
 def _markdown(report: dict, sections: Iterable[Section]) -> str:
-    """The text of ``report.md``: the title, the lead section (the headline) first, then the others."""
+    """The text of ``report.md``: the title, the lead sections (highest ``lead`` first), then the others."""
     lines = [f"# Architecture study `{report['study']}`", ""]
-    for section in sorted(sections, key=lambda s: not s.lead):
+    for section in sorted(sections, key=lambda s: -int(s.lead)):
         lines += section.markdown(report)
     lines += ["", "Figures: `arms.png` (each arm's MAE and regret with intervals), "
-              "`paired_differences.png` (paired differences against controls).", ""]
+              "`paired_differences.png` (paired differences against controls), `learning_curves.png` (each "
+              "cell's validation MAE and regret at the observed updates its fit measured; display only, no "
+              "checkpoint is ever selected).", ""]
     return "\n".join(lines)
 
 
@@ -113,7 +115,28 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
         fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
         plt.close(fig)
 
-    return dict(zip(FIGURES, (arms_figure, paired_figure)))
+    def curves_figure(path: Path) -> None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        arms = list(dict.fromkeys(c["arm"] for c in report["cells"]))
+        for ax, metric in zip(axes, ("mae", "regret")):
+            for c in report["cells"]:
+                points = c.get("curve") or []
+                if points:
+                    ax.plot([p["updates"] for p in points], [p[metric][-1] for p in points], marker="o",
+                            markersize=3, color=f"C{arms.index(c['arm']) % 10}",
+                            linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
+                            label=f"{c['arm']} s{c['seed']}")
+            ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8,
+                       label="TRAIN constant")
+            ax.set_xlabel("observed optimizer updates")
+            ax.set_ylabel(f"validation {metric} at H={h} (m)")
+            ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
+            ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+    return dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
 
 
 def write_report_files(report: dict, directory: Path, sections: Iterable[Section]) -> dict[str, Path]:

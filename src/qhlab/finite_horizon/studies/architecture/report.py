@@ -198,14 +198,15 @@ class Section:
             in ``SECTIONS`` wrote.
         markdown: ``markdown(report) -> lines`` of ``report.md`` (from the report dict only).
         tables: ``tables(report) -> Tables`` of the W&B report run (from ``report.json``).
-        lead: its markdown opens ``report.md`` (the headline); the others follow in order.
+        lead: its markdown opens ``report.md``, before every section with a smaller ``lead``
+            (0: not a lead section; the others follow in order).
     """
 
     name: str
     build: Callable[[ReportInputs, dict], None]
     markdown: Callable[[dict], list[str]] = lambda report: []
     tables: Callable[[dict], Tables] = lambda report: {}
-    lead: bool = False
+    lead: int = 0
 
 
 def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: dict,
@@ -277,6 +278,8 @@ def _cells(inputs: ReportInputs, report: dict) -> None:
             "regret_intervals": [config.bootstrap.interval(values["regret"][:, h]) for h in range(horizon)],
             **{k: body[k] for k in ("observed_updates", "final_state_sha256", "attempt", "previous_attempts")},
             "wall_seconds": body.get("wall_seconds"),
+            # [{updates, mae [H], regret [H]}]: the validation learning curve (display only).
+            "curve": body["evaluation"].get("curve") or [],
         })
     report["summary"].update({
         "n_cells": len(report["cells"]),
@@ -474,9 +477,13 @@ def _benchmark(inputs: ReportInputs, report: dict) -> None:
             }
 
 
+def _milliseconds(seconds: float | None) -> str:
+    return "unavailable" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
 def _benchmark_markdown(report: dict) -> list[str]:
-    rows = [[c["arm"], c["seed"], f"{b['median_forward_seconds'] * 1e3:.3f}", f"{b['encoder_seconds'] * 1e3:.3f}",
-             f"{b['readout_seconds'] * 1e3:.3f}", b["parameters_receiving_gradients"]]
+    rows = [[c["arm"], c["seed"], f"{b['median_forward_seconds'] * 1e3:.3f}", _milliseconds(b["encoder_seconds"]),
+             _milliseconds(b["readout_seconds"]), b["parameters_receiving_gradients"]]
             for c in report["cells"] if (b := c.get("benchmark"))]
     columns = ["arm", "seed", "median forward (ms)", "encoder (ms, hooked)", "readout (ms, hooked)",
                "tensors with grad"]
@@ -484,15 +491,89 @@ def _benchmark_markdown(report: dict) -> list[str]:
     return heading + table(columns, rows) if rows else []
 
 
+def _why_inconclusive(entry: dict, n_scenes: int) -> str | None:
+    """Why a variant's decision is not replicated or not robust, in words (None: it is replicated)."""
+    if entry["replication"] == "replicated":
+        return None
+    reasons = []
+    if n_scenes < MIN_SCENES_FOR_ROBUST:
+        reasons.append(f"only {n_scenes} validation scenes (fewer than {MIN_SCENES_FOR_ROBUST})")
+    if entry["verdict"] == "not replicated":
+        reasons.append("the seeds decide differently")
+    for name, margin in entry["pooled_margins"].items():
+        low, high = margin["low"], margin["high"]
+        if (low is None or low <= 0) and (high is None or high >= 0):
+            reasons.append(f"the pooled {name} {margin['estimate']:+.4f} m has an interval that includes 0 "
+                           f"(MDE {margin['mde']:.4f} m)")
+    return "; ".join(reasons) or "a seed's decision is not robust"
+
+
+def _question(inputs: ReportInputs, report: dict) -> None:
+    """The researcher's question first: each variant's verdict; then each arm's make-up and cost."""
+    report["question"] = [
+        {"variant": e["variant"], "verdict": e["verdict"], "replication": e["replication"],
+         "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"], "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
+         "why_inconclusive": _why_inconclusive(e, report["n_scenes"])}
+        for e in report["retention"]
+    ]
+    report["family"] = []
+    for a in inputs.freeze["arms"]:
+        cells = [c for c in report["cells"] if c["arm"] == a["arm"]]
+        walls = [c["wall_seconds"] for c in cells if c.get("wall_seconds")]
+        report["family"].append({
+            "arm": a["arm"], "role": a["role"], "builder": a.get("builder", "qhlab"),
+            "source_sha256": (a.get("source") or {}).get("sha256"),
+            "architecture": {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")},
+            "parameters": (a.get("contract") or {}).get("parameters"),
+            "mean_cell_wall_seconds": float(np.mean(walls)) if walls else None,
+            "updates_per_second": (float(np.mean([c["observed_updates"] / c["wall_seconds"] for c in cells
+                                                  if c.get("wall_seconds")])) if walls else None),
+        })
+    report["summary"]["question"] = {q["variant"]: q["verdict"] for q in report["question"]}
+
+
+def _question_markdown(report: dict) -> list[str]:
+    lines = ["## The question: is each variant retained?", ""]
+    for q in report["question"]:
+        why = f"; inconclusive because {q['why_inconclusive']}" if q["why_inconclusive"] else ""
+        lines.append(f"- `{q['variant']}`: **{q['verdict']}** ({q['replication']}); MDE D_reg "
+                     f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m{why}.")
+    rows = [[f["arm"], f["role"], "built-in" if f["builder"] == "qhlab" else f"`{f['builder']}`",
+             "`" + ", ".join(f"{k}={v}" for k, v in _flat(f["architecture"]).items()) + "`",
+             "-" if f["parameters"] is None else f"{f['parameters']:,}",
+             "-" if f["mean_cell_wall_seconds"] is None else f"{f['mean_cell_wall_seconds']:.1f}",
+             "-" if f["updates_per_second"] is None else f"{f['updates_per_second']:.1f}"] for f in report["family"]]
+    return lines + ["", "### The family", "",
+                    *table(["arm", "role", "builder", "architecture", "parameters / member", "wall s / cell",
+                            "updates / s"], rows), ""]
+
+
+def _flat(mapping: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _question_tables(report: dict) -> Tables:
+    rows = [[f["arm"], f["role"], f["builder"], f["parameters"], f["mean_cell_wall_seconds"], f["updates_per_second"]]
+            for f in report["family"]]
+    return {"family": (["arm", "role", "builder", "parameters", "wall_seconds", "updates_per_second"], rows)}
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("overview", _overview, _overview_markdown),
     Section("cells", _cells, _cells_markdown, _cells_tables),
-    Section("references", _references, _references_markdown, _references_tables, lead=True),
+    Section("references", _references, _references_markdown, _references_tables, lead=1),
     Section("arms", _arms, _arms_markdown),
     Section("paired", _paired, _paired_markdown, _paired_tables),
     Section("retention", _retention, _retention_markdown, _retention_tables),
     Section("seed_aware", seed_aware.build, seed_aware.markdown, seed_aware.tables),
     Section("benchmark", _benchmark, _benchmark_markdown),
+    Section("question", _question, _question_markdown, _question_tables, lead=2),
 )
 """The report's sections, in build order (a section may extend what the sections before it
 wrote); ``report.md`` follows this order after the lead section, and the W&B tables follow it."""

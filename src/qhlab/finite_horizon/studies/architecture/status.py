@@ -37,6 +37,7 @@ from typing import Any
 
 from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, authentication_roots, input_error, read_receipt
 from qhlab.finite_horizon.studies.architecture.config import read_study_config
+from qhlab.finite_horizon.studies.architecture.family import source_changes
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -96,7 +97,9 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
         ones included; None for a step), ``updates`` (observed optimizer updates: the final
         receipt's, else the latest attempt's fit receipt or newest segment checkpoint),
         ``mae_h`` / ``regret_h`` (validation metrics at horizon H of a finished broad cell),
-        ``wall_seconds`` (the fit's, from its receipt) and ``note``.
+        ``wall_seconds`` (the fit's, from its receipt) and ``note``. ``sources``: ``{arm: what}``
+        for each user arm whose own source file differs from (or is gone since) the copy its
+        freeze made ("source changed since freeze; the frozen copy is used").
 
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
@@ -113,7 +116,9 @@ def _status(output: Path) -> dict:
         raise input_error(_CALL, "DIR", str(output), f"a study output directory (it holds {FREEZE_RECEIPT})",
                           "pass the --output directory of `qhlab study freeze` or `qhlab study run`")
     config, _, _ = read_study_config(output / CONFIG_COPY)
-    freeze, _ = _receipt_row("freeze", output / FREEZE_RECEIPT, "study_freeze")
+    freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, "study_freeze")
+    # The user's own arm files are only compared, never imported: the study uses its frozen copies.
+    sources = {} if frozen is None else source_changes(frozen["body"])
     canary_dir = output / CANARY_DIR
     canaries = [_cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
                 for role in CANARY_ROLES for seed in config.seeds]
@@ -127,7 +132,7 @@ def _status(output: Path) -> dict:
              for arm, seed in config.cells]
     report, _ = _receipt_row("report", output / REPORT_DIR / REPORT_RECEIPT, "study_report")
     benchmarks = _benchmarks_row(output, config.cells)
-    return {"study": config.name, "output": str(output),
+    return {"study": config.name, "output": str(output), "sources": sources,
             "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report]}
 
 
@@ -137,6 +142,7 @@ def status_lines(status: dict) -> list[str]:
     table += [[_cell_text(key, row[key]) for key in _COLUMNS] for row in status["rows"]]
     widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS) - 1)]
     lines = [f"study {status['study']} ({status['output']})"]
+    lines += [f"arm {arm}: {what}" for arm, what in sorted(status.get("sources", {}).items())]
     for line in table:
         lines.append("  ".join(text.ljust(width) for text, width in zip(line, widths)) + "  " + line[-1])
     return [line.rstrip() for line in lines]

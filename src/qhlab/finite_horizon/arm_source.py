@@ -1,0 +1,318 @@
+"""User arms: a builder named by path, its source digested, and imported only from a checked copy.
+
+Owns: parsing a builder string (``parse_builder``: ``"arms.py:build_mlp"`` or
+``"package.module:build_mlp"``), finding the source it names (``locate_source``: one module
+file, a local package directory, or an installed package), reading and digesting that source
+(``source_files``, ``source_digest``), making a copy of it importable in this process under
+the digests it must have (``provide``, ``ArmSource``) and resolving an architecture's builder
+from what was provided (``resolve_builder``). A copy is re-hashed right before its first
+import and imported under a name of its own (never the user's module name), without writing
+bytecode into it, so a study's frozen copy stays exactly the bytes its freeze bound.
+
+Does not own: the built-in arms and ``build_scorer`` (``scorer``), where a study keeps its
+copy and the builder contract it checks at freeze (the study's ``family`` module), or
+digests of evidence files (``qhlab.evidence``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from qhlab.evidence import EvidenceError, QhError, canonical_json, sha256_bytes
+
+__all__ = [
+    "ArmSource",
+    "BuilderSpec",
+    "LocatedSource",
+    "locate_source",
+    "parse_builder",
+    "provide",
+    "resolve_builder",
+    "source_digest",
+    "source_files",
+]
+
+# A source is code, not data: a package this large is a mistake (a virtualenv, a dataset).
+_MAX_FILES = 2000
+_MAX_BYTES = 32 * 2**20
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+BUILDER_FORMS = '"file.py:function" (relative to the config) or "package.module:function"'
+
+
+@dataclass(frozen=True)
+class BuilderSpec:
+    """A parsed builder string.
+
+    Attributes:
+        text: the string as written.
+        module: ``"path/to/file.py"`` (``is_file``) or ``"package.module"``.
+        function: the builder function's name.
+        is_file: the module is named by a file path.
+    """
+
+    text: str
+    module: str
+    function: str
+    is_file: bool
+
+
+def parse_builder(text: Any) -> BuilderSpec:
+    """Parse ``"file.py:function"`` or ``"package.module:function"``.
+
+    Raises:
+        ValueError: any other form (the message says what is allowed).
+    """
+    if not isinstance(text, str) or "\x00" in text or text.count(":") != 1:
+        raise ValueError(f"builder={text!r} is not allowed; allowed: {BUILDER_FORMS}")
+    module, function = text.split(":")
+    is_file = module.endswith(".py")
+    if not _IDENTIFIER.match(function) or not module or (not is_file and not _DOTTED.match(module)):
+        raise ValueError(f"builder={text!r} is not allowed; allowed: {BUILDER_FORMS}")
+    if is_file and not _IDENTIFIER.match(Path(module).stem):
+        raise ValueError(f"builder={text!r} is not allowed; allowed: a file whose name is a Python identifier "
+                         f"plus .py, in {BUILDER_FORMS}")
+    return BuilderSpec(text=text, module=module, function=function, is_file=is_file)
+
+
+@dataclass(frozen=True)
+class LocatedSource:
+    """Where a builder's source is, and what of it is copied.
+
+    Attributes:
+        kind: ``"file"`` (one module file), ``"package"`` (a local package directory) or
+            ``"installed"`` (an installed package's directory).
+        path: the file or the package directory (what is copied).
+        module: the dotted module inside the copy (``"arms"``, ``"mypkg.models"``).
+        function: the builder's name.
+    """
+
+    kind: Literal["file", "package", "installed"]
+    path: Path
+    module: str
+    function: str
+
+
+def _package_top(file: Path) -> Path | None:
+    """The outermost package directory holding ``file`` (None: its directory is no package)."""
+    top = None
+    directory = file.parent
+    while (directory / "__init__.py").is_file():
+        top = directory
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    return top
+
+
+def locate_source(spec: BuilderSpec, base: Path) -> LocatedSource:
+    """Find the source a builder names, relative to ``base`` (the config's directory).
+
+    A ``.py`` path is one module file, unless its directory is a package: then the outermost
+    package directory is the source, so that its relative imports resolve in the copy. A
+    dotted name is a package or module beside the config if one is there, else an installed
+    one (found without importing it).
+
+    Raises:
+        ValueError: the file or package is missing, or is no Python source.
+    """
+    if spec.is_file:
+        path = Path(os.path.abspath(base / Path(spec.module).expanduser()))
+        if not path.is_file():
+            raise ValueError(f"builder={spec.text!r}: the file {str(path)!r} does not exist")
+        top = _package_top(path)
+        if top is None:
+            return LocatedSource("file", path, path.stem, spec.function)
+        parts = path.relative_to(top.parent).with_suffix("").parts
+        if not all(_IDENTIFIER.match(p) for p in parts):
+            raise ValueError(f"builder={spec.text!r}: {str(path)!r} is inside package {str(top)!r} but its path "
+                             f"{'/'.join(parts)} is not a dotted module name")
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        return LocatedSource("package", top, module, spec.function)
+    first = spec.module.split(".")[0]
+    if (base / first / "__init__.py").is_file():
+        return LocatedSource("package", Path(os.path.abspath(base / first)), spec.module, spec.function)
+    if "." not in spec.module and (base / f"{first}.py").is_file():
+        return LocatedSource("file", Path(os.path.abspath(base / f"{first}.py")), first, spec.function)
+    try:
+        found = importlib.util.find_spec(first)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise ValueError(f"builder={spec.text!r}: no module {first!r} beside the config ({str(base)!r}) or installed")
+    if found.submodule_search_locations:
+        return LocatedSource("installed", Path(list(found.submodule_search_locations)[0]), spec.module, spec.function)
+    if found.origin and found.origin.endswith(".py") and "." not in spec.module:
+        return LocatedSource("installed", Path(found.origin), first, spec.function)
+    raise ValueError(f"builder={spec.text!r}: {first!r} is not Python source ({found.origin!r})")
+
+
+def source_files(path: Path) -> dict[str, bytes]:
+    """The bytes of a source: ``{relative posix path: bytes}`` below the file's or package's parent.
+
+    A package keeps every regular file below it except bytecode (``__pycache__``, ``*.pyc``)
+    and hidden entries; links are read through.
+
+    Raises:
+        ValueError: more than 2000 files or 32 MiB, or nothing to read.
+    """
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    files: dict[str, bytes] = {}
+    total = 0
+    for directory, subdirs, names in os.walk(path):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith(".") or name.endswith(".pyc"):
+                continue
+            file = Path(directory) / name
+            if not file.is_file():
+                continue
+            data = file.read_bytes()
+            total += len(data)
+            files[f"{path.name}/{file.relative_to(path).as_posix()}"] = data
+            if len(files) > _MAX_FILES or total > _MAX_BYTES:
+                raise ValueError(f"the source {str(path)!r} holds more than {_MAX_FILES} files or "
+                                 f"{_MAX_BYTES // 2**20} MiB; allowed: a module or package of code")
+    if not files:
+        raise ValueError(f"the source {str(path)!r} holds no files")
+    return files
+
+
+def source_digest(digests: dict[str, str]) -> str:
+    """The digest of a source: sha256 of the canonical JSON of ``{relative path: sha256}``."""
+    return sha256_bytes(canonical_json(dict(sorted(digests.items()))))
+
+
+@dataclass
+class ArmSource:
+    """A copy of a user arm's source that this process may import.
+
+    Attributes:
+        arm: the arm's name.
+        builder: the builder string as the config wrote it.
+        root: the directory holding the copy (its files are ``root / <relative path>``).
+        module: the dotted module inside the copy.
+        function: the builder's name.
+        files: ``{relative path: sha256}`` the copy must have, exactly.
+        sha256: ``source_digest(files)``.
+    """
+
+    arm: str
+    builder: str
+    root: Path
+    module: str
+    function: str
+    files: dict[str, str]
+    sha256: str = ""
+    _builder: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.sha256 = source_digest(self.files)
+
+    def check(self) -> None:
+        """Refuse a copy whose files are not exactly the bound ones (changed, missing or added)."""
+        from qhlab.evidence import sha256_file
+
+        present = {}
+        top = {Path(p).parts[0] for p in self.files}
+        for name in top:
+            entry = self.root / name
+            if entry.is_dir():
+                for rel in source_files(entry):
+                    present[rel] = sha256_file(self.root / rel)
+            elif entry.is_file():
+                present[name] = sha256_file(entry)
+        changed = sorted(p for p in set(self.files) | set(present) if self.files.get(p) != present.get(p))
+        if changed:
+            raise EvidenceError(
+                f"arm {self.arm!r}: the frozen copy of its source in {self.root} differs from the bound digests "
+                f"in {', '.join(changed)}. HINT: a study's arm source is frozen; restore the copy (or run the study "
+                "again from its config), never edit it."
+            )
+
+    def builder_function(self) -> Callable[..., Any]:
+        """The builder, imported from the copy on first use (after ``check``)."""
+        if self._builder is None:
+            self.check()
+            module = _import_copy(self)
+            function = getattr(module, self.function, None)
+            if function is None or not callable(function):
+                raise QhError(f"arm {self.arm!r}: builder {self.builder!r}: module {self.module!r} has no callable "
+                              f"{self.function!r}")
+            self._builder = function
+        return self._builder
+
+
+@contextlib.contextmanager
+def no_bytecode() -> Iterator[None]:
+    """Import without writing ``__pycache__`` (into a study's copy, which verify hashes)."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+def _import_copy(source: ArmSource) -> Any:
+    """Import ``source.module`` from the copy under a unique name (never the user's own module)."""
+    prefix = f"_qhlab_arm_{source.sha256[:16]}_"
+    top, _, rest = source.module.partition(".")
+    name = prefix + top
+    with no_bytecode():
+        if name not in sys.modules:
+            entry = source.root / top
+            if entry.is_dir():
+                spec = importlib.util.spec_from_file_location(name, entry / "__init__.py",
+                                                              submodule_search_locations=[str(entry)])
+            else:
+                spec = importlib.util.spec_from_file_location(name, source.root / f"{top}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return importlib.import_module(f"{name}.{rest}") if rest else sys.modules[name]
+
+
+# The copies this process may import: (arm, builder string, source sha256) -> ArmSource.
+_PROVIDED: dict[tuple[str, str, str], ArmSource] = {}
+
+
+def provide(source: ArmSource) -> ArmSource:
+    """Make ``source`` available to ``resolve_builder`` in this process (imported on first use).
+
+    The latest copy provided under a key wins, and its files are checked at its first use: a
+    process that authenticates a second study (or a moved copy) checks that study's own copy.
+    Modules are named by digest, so two copies with one digest share one imported module.
+    """
+    _PROVIDED[(source.arm, source.builder, source.sha256)] = source
+    return source
+
+
+def resolve_builder(arm: str, builder: str, sha256: str | None) -> ArmSource:
+    """The provided copy of a user arm's source.
+
+    Raises:
+        QhError: no copy with this arm, builder and digest was provided in this process.
+    """
+    source = _PROVIDED.get((arm, builder, sha256 or ""))
+    if source is None:
+        raise QhError(
+            f"build_scorer: arm {arm!r} (builder {builder!r}, source sha256 {sha256}) has no source provided in this "
+            "process. HINT: a study imports the copy its freeze made, and `qhlab fit` the file its recipe names; "
+            "from Python, call qhlab.finite_horizon.arm_source.provide first."
+        )
+    return source

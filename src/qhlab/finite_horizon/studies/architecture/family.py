@@ -1,0 +1,238 @@
+"""The study's declared family: user arms' sources frozen into the study, and every arm's contract.
+
+Owns: at freeze, copying each user arm's source into ``family/<arm>/`` and checking every
+arm's builder contract on the canonical first TRAIN chain (``freeze_family``: output shape
+[B, K, H], finite values, gradients reaching parameters, the same parameters from two builds
+under one seed); after freeze, making the frozen copies importable in this process
+(``provide_family``, called for every authenticated study, on every executor) and shipping
+their bytes to a Ray worker (``family_bytes``, ``provide_shipped``); and what ``qhlab study
+status`` says of the user's own files (``source_changes``). Does not own: parsing builders,
+digesting and importing a copy (``qhlab.finite_horizon.arm_source``), building scorers
+(``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import QhInputError, publish_bytes, sha256_bytes
+from qhlab.finite_horizon.arm_source import (ArmSource, locate_source, parse_builder, provide, source_digest,
+                                             source_files)
+from qhlab.finite_horizon.studies.architecture.layout import FAMILY_DIR
+
+__all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]
+
+_CALL = "freeze_study"
+_INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+
+
+def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputError:
+    what = f"arm {arm!r}" + (f" (builder {builder!r})" if builder else "")
+    return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
+
+
+def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
+    """Copy each user arm's source to ``output/family/<arm>/``; returns ``{arm: source record}``."""
+    records = {}
+    family = output / FAMILY_DIR
+    # Under the freeze lock and before any freeze receipt: a family a killed freeze left is redone.
+    shutil.rmtree(family, ignore_errors=True)
+    for arm in config.arms:
+        builder = config.builder(arm)
+        if builder is None:
+            continue
+        try:
+            located = locate_source(parse_builder(builder), config_dir)
+            files = source_files(located.path)
+        except (ValueError, OSError) as exc:
+            shutil.rmtree(family, ignore_errors=True)
+            raise _refusal(arm, builder, str(exc).replace(f"builder={builder!r}: ", ""),
+                           "a builder names a file beside the config (\"arms.py:build\") or an importable "
+                           "\"package.module:build\"") from None
+        for rel, data in files.items():
+            target = family / arm / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            publish_bytes(target, data)
+        digests = {rel: sha256_bytes(data) for rel, data in files.items()}
+        records[arm] = {"builder": builder, "kind": located.kind, "original": str(located.path),
+                        "module": located.module, "function": located.function, "files": digests,
+                        "sha256": source_digest(digests)}
+    return records
+
+
+def _arm_source(arm: str, record: dict, root: Path) -> ArmSource:
+    return ArmSource(arm=arm, builder=record["builder"], root=root, module=record["module"],
+                     function=record["function"], files=dict(record["files"]))
+
+
+def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Freeze the family: copy user sources, then check every arm's contract from the copies.
+
+    Args:
+        config: the ``QhArchitectureStudyConfig``.
+        config_dir: the config file's directory (relative builder paths start there).
+        population: the TRAIN ``Population`` (its canonical first chain is the check's batch).
+        output: the study directory (``family/`` is written there; removed again on refusal).
+
+    Returns:
+        (``{arm: source record}`` of the user arms, ``{arm: contract record}`` of every arm:
+        ``parameters``, ``output_shape``, ``parameters_receiving_gradients``,
+        ``parameters_without_gradients``).
+
+    Raises:
+        QhInputError: one line naming the arm, its builder and what failed (nothing is kept).
+    """
+    sources = _copy_sources(config, config_dir, output)
+    try:
+        for arm, record in sources.items():
+            provide(_arm_source(arm, record, output / FAMILY_DIR / arm))
+        shas = {arm: record["sha256"] for arm, record in sources.items()}
+        batch = _chain_batch(population)
+        contracts = {}
+        for arm in config.arms:
+            recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
+            contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population)
+        return sources, contracts
+    except BaseException:
+        shutil.rmtree(output / FAMILY_DIR, ignore_errors=True)
+        raise
+
+
+def _chain_batch(population: Any) -> dict:
+    # torch-heavy modules are imported where used: status and verify import this module without torch.
+    import torch
+
+    from qhlab.finite_horizon.benchmark import canonical_first_chain
+    from qhlab.finite_horizon.q_learning import QhPopulationDataModule
+
+    rows = torch.tensor(canonical_first_chain(population)["rows"], dtype=torch.int64)
+    return QhPopulationDataModule(population, batch_size=len(rows), seed=0, rows=rows).gather(rows)
+
+
+def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, population: Any) -> dict:
+    """Check one arm's builder contract on a batch; returns its contract record.
+
+    One member of the cell's recipe is built twice under the recipe's seed (torch's RNG is
+    forked, so nothing else changes): the parameters must be identical. Its forward on the
+    batch must give finite Q of shape [B, K, H], and one native H1 Huber backward must reach at
+    least one parameter with finite gradients.
+
+    Raises:
+        QhInputError: one line naming the arm, its builder and what failed.
+    """
+    import torch
+
+    from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
+    from qhlab.finite_horizon.scorer import build_scorer
+
+    dims = population_dims(population)
+    hint = "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs " \
+           "and returns Q [B, K, H] (docs/ARCHITECTURE.md, \"How to add an arm\")"
+
+    def build() -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(recipe.seed)
+            return build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init)
+
+    try:
+        first, second = build(), build()
+    except QhInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
+        raise _refusal(arm, builder, f"building it raised {type(exc).__name__}: {exc}".replace("\n", " "),
+                       hint) from None
+    one, two = first.state_dict(), second.state_dict()
+    differing = sorted(k for k in set(one) | set(two) if k not in one or k not in two or one[k].shape != two[k].shape
+                       or not torch.equal(one[k], two[k]))
+    if differing:
+        raise _refusal(arm, builder, f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
+                       f"differ in {', '.join(differing[:5])}",
+                       "draw every initial value from torch's global RNG (no time, os.urandom or numpy seeds)")
+    parameters = dict(first.named_parameters())
+    if not parameters:
+        raise _refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
+    b, k = batch["candidates"].shape[:2]
+    expected = [int(b), int(k), dims.horizon]
+    try:
+        q = first(*[batch[name] for name in _INPUTS])
+    except Exception as exc:  # noqa: BLE001 - refused by name, as above
+        raise _refusal(arm, builder, f"its forward raised {type(exc).__name__}: {exc}".replace("\n", " "),
+                       hint) from None
+    shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+    if shape != expected:
+        raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
+    if not torch.isfinite(q).all():
+        raise _refusal(arm, builder, "its output holds non-finite values on the canonical first TRAIN chain",
+                       "keep Q finite (masked candidates too)")
+    loss = native_huber_loss(q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"],
+                             recipe.huber_delta)
+    if loss.requires_grad:
+        loss.backward()
+    receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
+    if not receiving:
+        raise _refusal(arm, builder, "no parameter receives a gradient from Q",
+                       "compute Q from the module's parameters (no detach, no torch.no_grad)")
+    bad = sorted(n for n in receiving if not torch.isfinite(parameters[n].grad).all())
+    if bad:
+        raise _refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
+    return {
+        "parameters": int(sum(p.numel() for p in parameters.values())),
+        "output_shape": expected,
+        "parameters_receiving_gradients": len(receiving),
+        "parameters_without_gradients": sorted(set(parameters) - set(receiving)),
+        "deterministic_initialisation": True,
+    }
+
+
+def family_sources(body: dict) -> dict[str, dict]:
+    """``{arm: source record}`` of a freeze receipt body's user arms."""
+    return {a["arm"]: a["source"] for a in body["arms"] if a.get("source")}
+
+
+def provide_family(body: dict, output: Path) -> dict[str, str]:
+    """Make a frozen study's user-arm copies importable here; returns ``{arm: source sha256}``.
+
+    The copies' digests are checked against the freeze receipt right before their first import
+    (``ArmSource.check``), so a copy changed after the study was authenticated is refused.
+    """
+    sources = family_sources(body)
+    for arm, record in sources.items():
+        provide(_arm_source(arm, record, output / FAMILY_DIR / arm))
+    return {arm: record["sha256"] for arm, record in sources.items()}
+
+
+def family_bytes(body: dict, output: Path, arm: str) -> dict | None:
+    """The frozen copy of ``arm``'s source as bytes, for a worker without the study (None: built-in)."""
+    record = family_sources(body).get(arm)
+    if record is None:
+        return None
+    files = {rel: (output / FAMILY_DIR / arm / rel).read_bytes() for rel in record["files"]}
+    return {"arm": arm, "record": record, "files": files}
+
+
+def provide_shipped(shipped: dict | None, root: Path) -> None:
+    """Write a shipped copy below ``root`` and provide it (its digests are checked at import)."""
+    if shipped is None:
+        return
+    for rel, data in shipped["files"].items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    provide(_arm_source(shipped["arm"], shipped["record"], root))
+
+
+def source_changes(body: dict) -> dict[str, str]:
+    """``{arm: what}`` for each user arm whose original source differs from its frozen copy."""
+    changes = {}
+    for arm, record in family_sources(body).items():
+        original = Path(record["original"])
+        try:
+            now = source_digest({rel: sha256_bytes(data) for rel, data in source_files(original).items()})
+        except (OSError, ValueError):
+            changes[arm] = f"source {original} is gone since freeze; the frozen copy is used"
+            continue
+        if now != record["sha256"]:
+            changes[arm] = f"source {original} changed since freeze; the frozen copy is used"
+    return changes
