@@ -510,17 +510,22 @@ def _is_temporary(relative: str) -> bool:
 SEALED_FIELD = "sealed_directories"
 
 
-def _refuse_unbound_in_sealed(root: Path, documents: list[tuple[Path, str, dict]], unbound: list[str]) -> None:
-    for full, rel, document in documents:
-        sealed = (document.get("body") or {}).get(SEALED_FIELD) or []
-        for name in sealed:
-            directory = (full.parent / str(name)).relative_to(root).as_posix()
-            extra = [f for f in unbound if f.startswith(directory + "/")]
-            if extra:
-                raise DigestMismatchError(
-                    f"verify: {', '.join(extra[:5])} lie(s) in {directory}/, which {rel} seals, but no receipt binds "
-                    "it. HINT: a sealed directory holds exactly the files its receipt binds; remove what was added."
-                )
+def _refuse_unbound_in_sealed(root: Path, full: Path, rel: str, document: dict, own: set[Path],
+                              files: list[Path]) -> None:
+    """Refuse a file below a directory ``document`` seals that ``document`` itself does not bind."""
+    for name in (document.get("body") or {}).get(SEALED_FIELD) or []:
+        parts = Path(str(name)).parts
+        if not parts or Path(str(name)).is_absolute() or ".." in parts:
+            raise DigestMismatchError(f"verify: {rel} seals {name!r}; allowed: a directory below the receipt's own.")
+        directory = full.parent / str(name)
+        extra = sorted(f.relative_to(root).as_posix() for f in files
+                       if directory in f.parents and f not in own)
+        if extra:
+            raise DigestMismatchError(
+                f"verify: {', '.join(extra[:5])} lie(s) in {directory.relative_to(root).as_posix()}/, which {rel} "
+                "seals, but it does not bind them. HINT: a sealed directory holds exactly the files its receipt "
+                "binds; remove what was added."
+            )
 
 
 def verify_directory(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
@@ -589,6 +594,7 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
                    for section, name, entry in _bindings(document)]
         receipts.append({"path": rel, "kind": document["kind"], "schema_version": document["schema_version"],
                          "sha256": sha256_file(full)})
+        _refuse_unbound_in_sealed(root, full, rel, document, {Path(os.path.abspath(p)) for p in located}, all_files)
         bound.add(full)
         bound.update(Path(os.path.abspath(p)) for p in located)
         # Populations (inside or bound from outside) for label checks a layer up.
@@ -599,7 +605,6 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
     unbound = sorted(f.relative_to(root).as_posix() for f in all_files if f not in bound)
-    _refuse_unbound_in_sealed(root, documents, unbound)
     bound_inside = sum(1 for f in all_files if f in bound)
     return {
         "receipts": receipts,

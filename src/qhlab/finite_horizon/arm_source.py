@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -204,6 +206,9 @@ class ArmSource:
         module: the dotted module inside the copy.
         function: the builder's name.
         files: ``{relative path: sha256}`` the copy must have, exactly.
+        sealed: ``root`` holds exactly ``files`` (a study's frozen copy: any other file there,
+            bytecode and hidden files included, is refused); False for a user's own directory
+            (``qhlab fit``), where only the bound files are checked.
         sha256: ``source_digest(files)``.
     """
 
@@ -213,25 +218,32 @@ class ArmSource:
     module: str
     function: str
     files: dict[str, str]
+    sealed: bool = True
     sha256: str = ""
     _builder: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.sha256 = source_digest(self.files)
 
-    def check(self) -> None:
-        """Refuse a copy whose files are not exactly the bound ones (changed, missing or added)."""
-        from qhlab.evidence import sha256_file
+    def check(self) -> dict[str, bytes]:
+        """The copy's bound bytes, refused unless they are exactly the bound ones.
 
-        present = {}
-        top = {Path(p).parts[0] for p in self.files}
-        for name in top:
-            entry = self.root / name
-            if entry.is_dir():
-                for rel in source_files(entry):
-                    present[rel] = sha256_file(self.root / rel)
-            elif entry.is_file():
-                present[name] = sha256_file(entry)
+        Returns:
+            ``{relative path: bytes}``, read once: the import compiles these very bytes.
+
+        Raises:
+            EvidenceError: a bound file changed or is missing, or (``sealed``) a file was added.
+        """
+        read: dict[str, bytes] = {}
+        for rel in self.files:
+            path = self.root / rel
+            if path.is_file() and not path.is_symlink():
+                read[rel] = path.read_bytes()
+        present = {rel: sha256_bytes(data) for rel, data in read.items()}
+        if self.sealed:
+            for directory, subdirs, names in os.walk(self.root):
+                for name in [*names, *(d for d in subdirs if (Path(directory) / d).is_symlink())]:
+                    present.setdefault((Path(directory) / name).relative_to(self.root).as_posix(), "added")
         changed = sorted(p for p in set(self.files) | set(present) if self.files.get(p) != present.get(p))
         if changed:
             raise EvidenceError(
@@ -239,12 +251,12 @@ class ArmSource:
                 f"in {', '.join(changed)}. HINT: a study's arm source is frozen; restore the copy (or run the study "
                 "again from its config), never edit it."
             )
+        return read
 
     def builder_function(self) -> Callable[..., Any]:
-        """The builder, imported from the copy on first use (after ``check``)."""
+        """The builder, imported from the checked bytes of the copy on first use."""
         if self._builder is None:
-            self.check()
-            module = _import_copy(self)
+            module = _import_copy(self, self.check())
             function = getattr(module, self.function, None)
             if function is None or not callable(function):
                 raise QhError(f"arm {self.arm!r}: builder {self.builder!r}: module {self.module!r} has no callable "
@@ -255,7 +267,7 @@ class ArmSource:
 
 @contextlib.contextmanager
 def no_bytecode() -> Iterator[None]:
-    """Import without writing ``__pycache__`` (into a study's copy, which verify hashes)."""
+    """Run code that may import without writing ``__pycache__`` anywhere it imports from."""
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
@@ -264,27 +276,66 @@ def no_bytecode() -> Iterator[None]:
         sys.dont_write_bytecode = saved
 
 
-def _import_copy(source: ArmSource) -> Any:
-    """Import ``source.module`` from the copy under a unique name (never the user's own module)."""
-    prefix = f"_qhlab_arm_{source.sha256[:16]}_"
-    top, _, rest = source.module.partition(".")
-    name = prefix + top
+class _CopyLoader(importlib.abc.Loader):
+    """Executes a module from bytes already checked: never a file read later, never bytecode."""
+
+    def __init__(self, source: bytes, origin: str) -> None:
+        self._source = source
+        self._origin = origin
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        exec(compile(self._source, self._origin, "exec", dont_inherit=True), module.__dict__)
+
+
+class _CopyFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of checked copies, by their digest-derived names, in memory only.
+
+    A module named ``_qhlab_arm_<digest16>_<top>[.<sub>...]`` is served from the checked bytes
+    of the copy with that digest; a name the copy does not hold is not found (a package's
+    relative import of an unbound file fails rather than reading the disk).
+    """
+
+    def __init__(self) -> None:
+        self.copies: dict[str, tuple[Path, dict[str, bytes]]] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(_MODULE_PREFIX):
+            return None
+        prefix, _, top_and_rest = fullname[len(_MODULE_PREFIX):].partition("_")
+        copy = self.copies.get(prefix)
+        if copy is None or not top_and_rest:
+            return None
+        root, files = copy
+        parts = top_and_rest.split(".")
+        for rel, package in (("/".join(parts) + "/__init__.py", True), ("/".join(parts) + ".py", False)):
+            if rel in files:
+                spec = importlib.machinery.ModuleSpec(fullname, _CopyLoader(files[rel], str(root / rel)),
+                                                      origin=str(root / rel), is_package=package)
+                if package:
+                    spec.submodule_search_locations = []
+                spec.has_location = True
+                return spec
+        return None
+
+
+_MODULE_PREFIX = "_qhlab_arm_"
+_FINDER = _CopyFinder()
+sys.meta_path.insert(0, _FINDER)
+
+
+def _import_copy(source: ArmSource, files: dict[str, bytes]) -> Any:
+    """Import ``source.module`` from the checked bytes under a digest-derived name.
+
+    The name is never the user's own module's, so the user's files are never what runs; two
+    copies with one digest are the same bytes and share one imported module.
+    """
+    key = source.sha256[:16]
+    _FINDER.copies.setdefault(key, (source.root, files))
     with no_bytecode():
-        if name not in sys.modules:
-            entry = source.root / top
-            if entry.is_dir():
-                spec = importlib.util.spec_from_file_location(name, entry / "__init__.py",
-                                                              submodule_search_locations=[str(entry)])
-            else:
-                spec = importlib.util.spec_from_file_location(name, source.root / f"{top}.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
-        return importlib.import_module(f"{name}.{rest}") if rest else sys.modules[name]
+        return importlib.import_module(f"{_MODULE_PREFIX}{key}_{source.module}")
 
 
 # The copies this process may import: (arm, builder string, source sha256) -> ArmSource.

@@ -183,8 +183,9 @@ class ValidationCurve(Callback):
     It measures at the start of the batch after each declared update, when the update, the
     target refresh and any weight average of that step are done; it predicts without gradients
     and with torch's RNG forked, so the fit's state and numbers are those of a fit without it
-    (a test compares final-state bytes). Each point is also logged (``curve/val_mae_h``,
-    ``curve/val_regret_h`` at H). A resumed segment measures only the points after its start.
+    (a test compares final-state bytes). Each point is also sent to the fit's loggers
+    (``curve/val_mae_h``, ``curve/val_regret_h`` at H). A resumed segment measures only the points
+    after its start. The fit's wall time includes these evaluations.
 
     Attributes:
         points: ``[{"updates", "mae": [H], "regret": [H]}]`` measured so far, in update order.
@@ -212,8 +213,11 @@ class ValidationCurve(Callback):
             pred = predict_q(pl_module.evaluated, self._population, autocast=self._autocast)
             summary = evaluate_population(pred, self._population, tie_band=self._tie_band)
         self.points.append({"updates": int(now), "mae": summary["mae"], "regret": summary["regret"]})
-        pl_module.log_dict({"curve/val_mae_h": float(summary["mae_primary"]),
-                            "curve/val_regret_h": float(summary["regret_primary"])}, on_step=True, on_epoch=False)
+        # Straight to the loggers: Lightning's own logging would keep only every log_every_n_steps-th step.
+        for logger in trainer.loggers:
+            logger.log_metrics({"curve/val_mae_h": float(summary["mae_primary"]),
+                                "curve/val_regret_h": float(summary["regret_primary"]),
+                                "curve/observed_updates": float(now)}, step=trainer.global_step)
 
 
 def scorer_record(recipe: QhRecipe) -> dict:
@@ -254,7 +258,7 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
                               "the recipe binds another version of the arm's source; remove source_sha256 or "
                               "restore that source")
         provide(ArmSource(arm=arch.arm, builder=arch.builder, root=located.path.parent, module=located.module,
-                          function=located.function, files=digests))
+                          function=located.function, files=digests, sealed=False))
         recipe = recipe.model_copy(update={"architecture": arch.model_copy(update={"source_sha256": sha})})
     resolve_builder(arch.arm, arch.builder, recipe.architecture.source_sha256)
     return recipe

@@ -27,7 +27,8 @@ def predict_q(
     """Q predictions for the given rows of a population.
 
     Args:
-        scorer: a scorer (forward as in `scorer.QhScorer`); used in eval mode, restored after.
+        scorer: a scorer (forward as in `scorer.QhScorer`); used in eval mode, each submodule's
+            mode restored after.
         population: a `Population` (tensor fields as in docs/ARCHITECTURE.md).
         rows: [R] int64 rows to predict; default the chain rows (evaluation rows) in population
             order, i.e. aligned with `population.q[population.is_chain]`.
@@ -43,7 +44,8 @@ def predict_q(
     if rows is None:
         rows = torch.nonzero(population.is_chain, as_tuple=False).flatten()
     device = next(scorer.parameters()).device
-    was_training = scorer.training
+    # Each module's own mode is restored: a builder may keep a part in eval mode while training.
+    modes = [(m, m.training) for m in scorer.modules()]
     scorer.eval()
     outputs = []
     try:
@@ -59,7 +61,8 @@ def predict_q(
                     q = scorer(*inputs)
                 outputs.append(q.float().cpu())
     finally:
-        scorer.train(was_training)
+        for module, training in modes:
+            module.training = training
     if not outputs:
         h = population.horizon
         return torch.zeros(0, population.candidates.shape[1], h)

@@ -23,13 +23,14 @@ Does not own: the learning rule (`q_learning`), data loading (`data`) or the rec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator, model_serializer,
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer,
                       model_validator)
 from torch import Tensor, nn
 
@@ -113,7 +114,6 @@ ARMS: dict[str, ArmSpec] = {}
 _GLOBAL_DEFAULTS = {"depth": 1, "width": 64, "heads": 4}
 
 
-_OptionValue = Annotated[bool, Strict()] | Annotated[int, Strict()] | Annotated[float, Strict()] | str
 _ARM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -137,7 +137,7 @@ class ArchitectureConfig(BaseModel):
     builder: str | None = None
     arm: str = Field(min_length=1, max_length=64, pattern=_ARM_NAME)
     source_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    options: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], _OptionValue] = Field(
+    options: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Any] = Field(
         default_factory=dict, max_length=32)
     encoder: EncoderConfig
     fusion: Literal["concat", "cross_attention"] | None = None
@@ -169,6 +169,15 @@ class ArchitectureConfig(BaseModel):
         filled.setdefault("fusion", spec.structure["fusion"])
         filled.setdefault("readout", spec.structure["readout"])
         return filled
+
+    @field_validator("options")
+    @classmethod
+    def _scalar_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        for key, value in options.items():
+            if not isinstance(value, (bool, int, float, str)) or (isinstance(value, float) and not math.isfinite(value)):
+                raise ValueError(f"options.{key}={value!r} is not allowed; allowed: a scalar a builder reads (a "
+                                 "boolean, an integer, a finite number or a string)")
+        return options
 
     @field_validator("arm")
     @classmethod
@@ -570,13 +579,14 @@ def register_arm(
 
 
 # The arms of the family; adding an arm is one call.
-register_arm("baseline", encoder="attention", fusion="concat", readout="local")  # the reference
+# Each declares depth 1 (variant_deep 2): a study's baseline depth never deepens a control.
+register_arm("baseline", encoder="attention", fusion="concat", readout="local", depth=1)  # the reference
 register_arm("control_global_readout",  # never reads the struck puck
-             encoder="attention", fusion="concat", readout="global")
+             encoder="attention", fusion="concat", readout="global", depth=1)
 register_arm("control_no_interaction",  # objects never see each other
-             encoder="deepsets", fusion="concat", readout="local")
+             encoder="deepsets", fusion="concat", readout="local", depth=1)
 register_arm("variant_cross_attention",  # candidates attend over objects
-             encoder="attention", fusion="cross_attention", readout="local")
+             encoder="attention", fusion="cross_attention", readout="local", depth=1)
 register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)  # a deeper encoder
 
 

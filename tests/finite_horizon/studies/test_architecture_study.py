@@ -385,8 +385,15 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
         assert row["ratio"] == pytest.approx(baseline[row["seed"]] / report["references"]["best_fixed_index"]["regret"][-1])
         assert row["beats"] == (row["baseline_regret"] < row["heuristic_regret"] and row["high"] < 0)
     assert headline["beats_every_seed"] == all(r["beats"] for r in headline["per_seed"])
-    # The headline is the first paragraph, then the references table marks the oracle.
-    assert lines[0].startswith("# Architecture study") and lines[1] == "" and lines[2] == headline["text"]
+    # The researcher's question leads (one line per variant, then the family table); the
+    # heuristic headline is the first paragraph after it, then the references table marks the oracle.
+    assert lines[0].startswith("# Architecture study") and lines[1] == ""
+    assert lines[2] == "## The question: is each variant retained?"
+    assert [line.split("`")[1] for line in lines[4:6]] == ["variant_cross_attention", "variant_deep"]
+    family = lines.index("### The family")
+    assert [row.split(" | ")[0].lstrip("| ") for row in lines[family + 4: family + 9]] == [
+        "baseline", "control_global_readout", "control_no_interaction", "variant_cross_attention", "variant_deep"]
+    assert lines[family + 10].startswith("Wall time is the fit's") and lines[family + 12] == headline["text"]
     assert any(line.startswith("| myopic oracle (argmax Q*_1) (oracle: reads validation labels) |") for line in lines)
 
 

@@ -195,6 +195,29 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     assert after["execution"]["fit_ran_on"]["node_id"] in nodes
 
 
+def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_path, byo_writer,
+                                                                 population_cache) -> None:
+    """A byo study's cells on Ray match its cells fitted locally: each task carries the study's
+    frozen copy of the user arm (no file is shared), and the user's own file is never read."""
+    from qhlab.cli import main
+    from qhlab.evidence import read_receipt
+
+    config = byo_writer(tmp_path / "ray", population_cache)
+    local_config = byo_writer(tmp_path / "local", population_cache)
+    assert main(["study", "run", str(local_config), "--output", str(tmp_path / "local" / "study")]) == 0
+    output = tmp_path / "ray" / "study"
+    assert main(["study", "freeze", str(config), "--output", str(output)]) == 0
+    (tmp_path / "ray" / "my_arms.py").write_text("raise ImportError('the user file is never imported')\n")
+    assert main(["study", "run", str(config), "--output", str(output), "--executor", "ray",
+                 "--ray-address", cluster["address"]]) == 0
+    for cell in ("control_maxpool_sets-s0", "variant_struck_mlp-s1"):
+        ours = read_receipt(output / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)
+        theirs = json.loads((tmp_path / "local" / "study" / "cells" / cell / "cell.receipt.json").read_text())
+        assert ours["body"]["execution"]["executor"] == "ray"
+        assert ours["body"]["final_state_sha256"] == theirs["body"]["final_state_sha256"], cell
+    assert main(["verify", str(output)]) == 0
+
+
 def test_a_cell_no_node_can_run_is_refused_before_anything_is_written(cluster, tmp_path, config_writer,
                                                                      population_cache, capsys) -> None:
     from qhlab.cli import main
@@ -331,25 +354,3 @@ def test_a_killed_driver_of_a_cluster_leaves_no_worker_of_its_job(cluster, tmp_p
     again = _killed_driver(cluster["address"], tmp_path / "again")
     assert _wait_gone([again["worker"]], 30) == []
 
-
-def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_path, byo_writer,
-                                                                 population_cache) -> None:
-    """A byo study's cells on Ray match its cells fitted locally: each task carries the study's
-    frozen copy of the user arm (no file is shared), and the user's own file is never read."""
-    from qhlab.cli import main
-    from qhlab.evidence import read_receipt
-
-    config = byo_writer(tmp_path / "ray", population_cache)
-    local_config = byo_writer(tmp_path / "local", population_cache)
-    assert main(["study", "run", str(local_config), "--output", str(tmp_path / "local" / "study")]) == 0
-    output = tmp_path / "ray" / "study"
-    assert main(["study", "freeze", str(config), "--output", str(output)]) == 0
-    (tmp_path / "ray" / "my_arms.py").write_text("raise ImportError('the user file is never imported')\n")
-    assert main(["study", "run", str(config), "--output", str(output), "--executor", "ray",
-                 "--ray-address", cluster["address"]]) == 0
-    for cell in ("control_maxpool_sets-s0", "variant_struck_mlp-s1"):
-        ours = read_receipt(output / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)
-        theirs = json.loads((tmp_path / "local" / "study" / "cells" / cell / "cell.receipt.json").read_text())
-        assert ours["body"]["execution"]["executor"] == "ray"
-        assert ours["body"]["final_state_sha256"] == theirs["body"]["final_state_sha256"], cell
-    assert main(["verify", str(output)]) == 0

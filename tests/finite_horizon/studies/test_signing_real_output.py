@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from qhlab.evidence import EvidenceError, canonical_json, sha256_bytes, sha256_file
 from qhlab.evidence.signing import SIGNATURE_FILE, verify_signature
+from qhlab.finite_horizon.studies.architecture.render import FIGURES
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
@@ -156,7 +157,7 @@ def test_a_real_study_signs_and_a_forged_receipt_is_refused_by_both_verifiers(fi
     (report_run,) = (study / "wandb-report").iterdir()
     (run,) = (report_run / "wandb").iterdir()
     assert next(run.glob("run-*.wandb")).stat().st_size > 0
-    assert len(list(run.glob("files/media/images/report/*.png"))) == 2  # the figures, copied
+    assert len(list(run.glob("files/media/images/report/*.png"))) == len(FIGURES)  # the figures, copied
     _sign_and_verify(study, cwd)
 
     forged = tmp_path / "forged"

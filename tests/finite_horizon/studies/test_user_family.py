@@ -75,6 +75,16 @@ def build_not_a_module(arch, dims):
     return 42
 
 
+def build_lazy(arch, dims):
+    return nn.Sequential(nn.LazyLinear(dims.horizon))
+
+
+def build_with_sibling(arch, dims):
+    import helper_beside
+
+    return helper_beside.head(dims)
+
+
 not_callable = 3
 '''
 
@@ -216,6 +226,9 @@ def test_status_says_the_user_source_changed(tmp_path, byo, capsys) -> None:
     ("bad_arms.py:build_nan", "non-finite values"),
     ("bad_arms.py:build_detached", "no parameter receives a gradient"),
     ("bad_arms.py:build_random", "initialisation is not deterministic"),
+    ("bad_arms.py:build_lazy", "uninitialised (lazy) parameters or buffers: 0.bias, 0.weight"),
+    ("bad_arms.py:build_with_sibling", "ModuleNotFoundError: No module named 'helper_beside' (only the builder's own "
+     "file or package is frozen)"),
     ("no_such_package.models:build", "no module 'no_such_package'"),
     ("bad arms.py", "builder='bad arms.py' is not allowed"),
 ])
@@ -369,3 +382,83 @@ def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -
     provide_shipped(forged, tmp_path / "forged")
     with pytest.raises(EvidenceError, match="differs from the bound digests in my_arms.py"):
         resolve_builder("variant_struck_mlp", "my_arms.py:build_mlp", sha).builder_function()
+
+
+def test_a_user_baseline_sizes_the_family_and_binds_its_source(tmp_path, byo, capsys) -> None:
+    config = byo(tmp_path, **{
+        'architecture = { arm = "baseline", encoder = { depth = 1, width = 16, heads = 2 } }':
+        'architecture = { arm = "my_baseline", builder = "my_arms.py:build_maxpool_sets", encoder = { width = 24 } }',
+        '[[experiment.arms]]\narm = "control_global_readout"\nrole = "control"\n': "",
+        'control = "control_global_readout"      # its regret': 'control = "control_maxpool_sets" #',
+        'matched = "baseline"  ': 'matched = "my_baseline"  ',
+    })
+    output = tmp_path / "study"
+    code, text = _freeze(config, output, capsys)
+    assert code == 0, text
+    body = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=1)["body"]
+    arms = {a["arm"]: a for a in body["arms"]}
+    assert list(arms) == ["my_baseline", "control_maxpool_sets", "variant_struck_mlp"]
+    assert arms["my_baseline"]["role"] == "baseline" and arms["my_baseline"]["source"]["module"] == "my_arms"
+    # The user baseline's width is the family's width: its arms follow the baseline's sizes.
+    assert {a["architecture"]["encoder"]["width"] for a in arms.values()} == {24}
+    assert body["cells"] == [f"{arm}-s{seed}" for arm in arms for seed in (0, 1)]
+    assert (output / FAMILY_DIR / "my_baseline" / "my_arms.py").is_file()
+    frozen = authenticate_freeze(config, output, "admit_canaries")
+    recipe = frozen.recipe("my_baseline", 0, frozen.config.canary_updates)
+    assert recipe.architecture.source_sha256 == arms["my_baseline"]["source"]["sha256"]
+
+
+HELPER = "from torch import nn\n\n\ndef head(dims):\n    return nn.Linear(dims.candidate_features, dims.horizon)\n"
+
+
+def test_an_arm_that_imports_unfrozen_code_of_its_own_is_refused(tmp_path, byo, capsys, monkeypatch) -> None:
+    """A sibling module found on sys.path, or a package importing itself absolutely, would run
+    the user's files rather than the copy: the freeze refuses both, naming the module."""
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_with_sibling"'})
+    (tmp_path / "helper_beside.py").write_text(HELPER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, text = _freeze(config, tmp_path / "study", capsys)
+    assert code == 2, text
+    assert "importing it loaded module 'helper_beside'" in text and "not in its frozen source" in text
+    assert not (tmp_path / "study").exists()
+
+    package = tmp_path / "selfpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "layers.py").write_text(HELPER)
+    (package / "arms.py").write_text("from selfpkg.layers import head\n\n\ndef build(arch, dims):\n"
+                                     "    return head(dims)\n")
+    config = byo(tmp_path / "pkg", **{'builder = "my_arms.py:build_mlp"': f'builder = "{package}/arms.py:build"'})
+    code, text = _freeze(config, tmp_path / "pkg" / "study", capsys)
+    assert code == 2, text
+    assert "importing it loaded module 'selfpkg" in text
+
+
+def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, frozen_byo, capsys) -> None:
+    """The import compiles the checked bytes themselves (never a .pyc), and the sealed copy may
+    hold nothing else: not bytecode, and not a receipt that binds a planted file."""
+    import py_compile
+
+    from qhlab.evidence import write_receipt
+    from qhlab.finite_horizon.arm_source import resolve_builder
+
+    output = tmp_path / "study"
+    shutil.copytree(frozen_byo["output"], output)
+    copy = output / FAMILY_DIR / "variant_struck_mlp"
+    evil = tmp_path / "evil.py"
+    evil.write_text("def build_mlp(arch, dims):\n    return 'EVIL'\n")
+    (copy / "__pycache__").mkdir()
+    pyc = copy / "__pycache__" / f"my_arms.{sys.implementation.cache_tag}.pyc"
+    py_compile.compile(str(evil), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
+    with pytest.raises(EvidenceError, match="__pycache__"):
+        resolve_builder("variant_struck_mlp", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
+                        ).builder_function()
+    capsys.readouterr()
+    assert main(["verify", str(output)]) == 2
+    assert "__pycache__" in capsys.readouterr().err
+    write_receipt(copy / "planted.receipt.json", kind="planted", schema_version=1, body={},
+                  outputs={"pyc": pyc})
+    assert main(["verify", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert "seals, but it does not bind them" in err and "planted.receipt.json" in err

@@ -13,7 +13,10 @@ digesting and importing a copy (``qhlab.finite_horizon.arm_source``), building s
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +96,35 @@ def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) 
         contracts = {}
         for arm in config.arms:
             recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
-            contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population)
+            before = set(sys.modules)
+            built = None if arm not in sources else (
+                lambda arm=arm: _refuse_unbound_imports(arm, sources[arm], set(sys.modules) - before))
+            contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population, built=built)
         return sources, contracts
     except BaseException:
         shutil.rmtree(output / FAMILY_DIR, ignore_errors=True)
         raise
+
+
+def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
+    """Refuse an arm whose import loaded its own code from the user's files, not from the copy.
+
+    A module named like the user's own package, or loaded from the original source's place
+    (a sibling file, the package itself by an absolute import), is code the freeze never bound.
+    """
+    original = Path(record["original"])
+    place = original.parent if original.is_file() else original
+    top = record["module"].split(".")[0]
+    for name in sorted(new):
+        if name.startswith("_qhlab_arm_"):
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        inside = file is not None and place in Path(os.path.abspath(file)).parents
+        if name == top or name.startswith(top + ".") or inside:
+            raise _refusal(arm, record["builder"], f"importing it loaded module {name!r} from {file!r}, which is not "
+                           "in its frozen source", "import your own helpers relatively from inside the arm's "
+                           "package (from .layers import head), so that they are frozen with it; installed "
+                           "packages are imported as usual")
 
 
 def _chain_batch(population: Any) -> dict:
@@ -111,13 +138,22 @@ def _chain_batch(population: Any) -> dict:
     return QhPopulationDataModule(population, batch_size=len(rows), seed=0, rows=rows).gather(rows)
 
 
-def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, population: Any) -> dict:
+def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, population: Any, *,
+                   built: Callable[[], None] | None = None) -> dict:
     """Check one arm's builder contract on a batch; returns its contract record.
 
     One member of the cell's recipe is built twice under the recipe's seed (torch's RNG is
     forked, so nothing else changes): the parameters must be identical. Its forward on the
     batch must give finite Q of shape [B, K, H], and one native H1 Huber backward must reach at
     least one parameter with finite gradients.
+
+    Args:
+        arm, builder: named in refusals.
+        recipe: the cell recipe whose architecture, seed, head init and Huber delta are used.
+        batch: the canonical first TRAIN chain's batch (``BATCH_KEYS``).
+        population: the TRAIN population (its dims).
+        built: called right after the two builds, before any forward (the freeze checks there
+            what importing the arm loaded).
 
     Raises:
         QhInputError: one line naming the arm, its builder and what failed.
@@ -141,11 +177,26 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
     except QhInputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
-        raise _refusal(arm, builder, f"building it raised {type(exc).__name__}: {exc}".replace("\n", " "),
+        more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
+        raise _refusal(arm, builder, f"building it raised {type(exc).__name__}: {exc}{more}".replace("\n", " "),
                        hint) from None
+    if built is not None:
+        built()
+    lazy = sorted(n for n, t in [*first.named_parameters(), *first.named_buffers()]
+                  if isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
+    if lazy:
+        raise _refusal(arm, builder, f"it has uninitialised (lazy) parameters or buffers: {', '.join(lazy[:5])}",
+                       "give every layer its input size when it is built (nn.Linear, not nn.LazyLinear), so "
+                       "that its initialisation is drawn, checked and frozen at build")
     one, two = first.state_dict(), second.state_dict()
-    differing = sorted(k for k in set(one) | set(two) if k not in one or k not in two or one[k].shape != two[k].shape
-                       or not torch.equal(one[k], two[k]))
+
+    def same(key: str) -> bool:
+        a, b = one.get(key), two.get(key)
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return type(a) is type(b)  # extra state is not a drawn parameter; its presence must match
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+    differing = sorted(k for k in set(one) | set(two) if not same(k))
     if differing:
         raise _refusal(arm, builder, f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
                        f"differ in {', '.join(differing[:5])}",

@@ -545,7 +545,8 @@ def _question_markdown(report: dict) -> list[str]:
              "-" if f["updates_per_second"] is None else f"{f['updates_per_second']:.1f}"] for f in report["family"]]
     return lines + ["", "### The family", "",
                     *table(["arm", "role", "builder", "architecture", "parameters / member", "wall s / cell",
-                            "updates / s"], rows), ""]
+                            "updates / s"], rows),
+                    "", "Wall time is the fit's, learning-curve evaluations included, averaged over seeds.", ""]
 
 
 def _flat(mapping: dict, prefix: str = "") -> dict:
