@@ -3,7 +3,7 @@
 Owns: parsing a builder string (``parse_builder``: ``"arms.py:build_mlp"`` or
 ``"package.module:build_mlp"``), finding the source it names (``locate_source``: one module
 file, a local package directory, or an installed package), reading and digesting that source
-(``source_files``, ``source_digest``), making a copy of it importable in this process under
+(``read_source``, ``source_files``, ``source_digest``), making a copy of it importable in this process under
 the digests it must have (``provide``, ``ArmSource``) and resolving an architecture's builder
 from what was provided (``resolve_builder``). A copy is re-hashed right before its first
 import and imported under a name of its own (never the user's module name), without writing
@@ -16,7 +16,6 @@ digests of evidence files (``qhlab.evidence``).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -24,7 +23,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,9 +34,11 @@ __all__ = [
     "ArmSource",
     "BuilderSpec",
     "LocatedSource",
+    "file_digests",
     "locate_source",
     "parse_builder",
     "provide",
+    "read_source",
     "resolve_builder",
     "source_digest",
     "source_files",
@@ -130,13 +131,13 @@ def locate_source(spec: BuilderSpec, base: Path) -> LocatedSource:
     if spec.is_file:
         path = Path(os.path.abspath(base / Path(spec.module).expanduser()))
         if not path.is_file():
-            raise ValueError(f"builder={spec.text!r}: the file {str(path)!r} does not exist")
+            raise ValueError(f"the file {str(path)!r} does not exist")
         top = _package_top(path)
         if top is None:
             return LocatedSource("file", path, path.stem, spec.function)
         parts = path.relative_to(top.parent).with_suffix("").parts
         if not all(_IDENTIFIER.match(p) for p in parts):
-            raise ValueError(f"builder={spec.text!r}: {str(path)!r} is inside package {str(top)!r} but its path "
+            raise ValueError(f"{str(path)!r} is inside package {str(top)!r} but its path "
                              f"{'/'.join(parts)} is not a dotted module name")
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         return LocatedSource("package", top, module, spec.function)
@@ -150,12 +151,12 @@ def locate_source(spec: BuilderSpec, base: Path) -> LocatedSource:
     except (ImportError, ValueError):
         found = None
     if found is None:
-        raise ValueError(f"builder={spec.text!r}: no module {first!r} beside the config ({str(base)!r}) or installed")
+        raise ValueError(f"no module {first!r} beside the config ({str(base)!r}) or installed")
     if found.submodule_search_locations:
         return LocatedSource("installed", Path(list(found.submodule_search_locations)[0]), spec.module, spec.function)
     if found.origin and found.origin.endswith(".py") and "." not in spec.module:
         return LocatedSource("installed", Path(found.origin), first, spec.function)
-    raise ValueError(f"builder={spec.text!r}: {first!r} is not Python source ({found.origin!r})")
+    raise ValueError(f"{first!r} is not Python source ({found.origin!r})")
 
 
 def source_files(path: Path) -> dict[str, bytes]:
@@ -193,6 +194,24 @@ def source_files(path: Path) -> dict[str, bytes]:
 def source_digest(digests: dict[str, str]) -> str:
     """The digest of a source: sha256 of the canonical JSON of ``{relative path: sha256}``."""
     return sha256_bytes(canonical_json(dict(sorted(digests.items()))))
+
+
+def file_digests(files: dict[str, bytes]) -> dict[str, str]:
+    """``{relative path: sha256}`` of ``source_files``' bytes."""
+    return {rel: sha256_bytes(data) for rel, data in files.items()}
+
+
+def read_source(builder: str, base: Path) -> tuple[LocatedSource, dict[str, bytes]]:
+    """Parse a builder string, find its source relative to ``base`` and read it.
+
+    Returns:
+        (where the source is, ``source_files`` of it).
+
+    Raises:
+        ValueError: a malformed builder, a missing or non-Python source, or one too large.
+    """
+    located = locate_source(parse_builder(builder), base)
+    return located, source_files(located.path)
 
 
 @dataclass
@@ -239,7 +258,7 @@ class ArmSource:
             path = self.root / rel
             if path.is_file() and not path.is_symlink():
                 read[rel] = path.read_bytes()
-        present = {rel: sha256_bytes(data) for rel, data in read.items()}
+        present = file_digests(read)
         if self.sealed:
             for directory, subdirs, names in os.walk(self.root):
                 for name in [*names, *(d for d in subdirs if (Path(directory) / d).is_symlink())]:
@@ -263,17 +282,6 @@ class ArmSource:
                               f"{self.function!r}")
             self._builder = function
         return self._builder
-
-
-@contextlib.contextmanager
-def no_bytecode() -> Iterator[None]:
-    """Run code that may import without writing ``__pycache__`` anywhere it imports from."""
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = saved
 
 
 class _CopyLoader(importlib.abc.Loader):
@@ -334,8 +342,7 @@ def _import_copy(source: ArmSource, files: dict[str, bytes]) -> Any:
     """
     key = source.sha256[:16]
     _FINDER.copies.setdefault(key, (source.root, files))
-    with no_bytecode():
-        return importlib.import_module(f"{_MODULE_PREFIX}{key}_{source.module}")
+    return importlib.import_module(f"{_MODULE_PREFIX}{key}_{source.module}")
 
 
 # The copies this process may import: (arm, builder string, source sha256) -> ArmSource.

@@ -33,8 +33,8 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.finite_horizon.arm_source import (BUILDER_FORMS, ArmSource, locate_source, parse_builder, provide,
-                                             resolve_builder, source_digest, source_files)
+from qhlab.finite_horizon.arm_source import (BUILDER_FORMS, ArmSource, file_digests, provide, read_source,
+                                             resolve_builder, source_digest)
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
@@ -246,11 +246,10 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
         return recipe
     if base is not None:
         try:
-            located = locate_source(parse_builder(arch.builder), base)
-            digests = {rel: sha256_bytes(data) for rel, data in source_files(located.path).items()}
+            located, files = read_source(arch.builder, base)
         except (ValueError, OSError) as exc:
-            raise input_error(call, "architecture.builder", arch.builder, BUILDER_FORMS,
-                              f"{exc}".replace(f"builder={arch.builder!r}: ", "")) from None
+            raise input_error(call, "architecture.builder", arch.builder, BUILDER_FORMS, str(exc)) from None
+        digests = file_digests(files)
         sha = source_digest(digests)
         if arch.source_sha256 not in (None, sha):
             raise input_error(call, "architecture.source_sha256", arch.source_sha256,

@@ -35,7 +35,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_valida
 from torch import Tensor, nn
 
 from qhlab.evidence import QhError, require_int
-from qhlab.finite_horizon.arm_source import no_bytecode, parse_builder, resolve_builder
+from qhlab.finite_horizon.arm_source import parse_builder, resolve_builder
 
 __all__ = [
     "ARMS",
@@ -673,8 +673,7 @@ def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str
     whose ``out_features`` is H, drawn as usual first.
     """
     source = resolve_builder(arch.arm, arch.builder, arch.source_sha256)
-    with no_bytecode():
-        scorer = source.builder_function()(arch, dims)
+    scorer = source.builder_function()(arch, dims)
     if not isinstance(scorer, nn.Module):
         raise QhError(f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "
                       "allowed: a torch.nn.Module. HINT: the builder is build(arch, dims) -> nn.Module.")

@@ -85,6 +85,17 @@ def build_with_sibling(arch, dims):
     return helper_beside.head(dims)
 
 
+class _ImportsWhenRun(_Head):
+    def forward(self, *inputs):
+        import helper_at_forward  # noqa: F401 - imported only when the arm runs
+
+        return super().forward(*inputs)
+
+
+def build_importing_at_forward(arch, dims):
+    return _ImportsWhenRun(dims, "ok")
+
+
 not_callable = 3
 '''
 
@@ -421,6 +432,13 @@ def test_an_arm_that_imports_unfrozen_code_of_its_own_is_refused(tmp_path, byo, 
     assert code == 2, text
     assert "importing it loaded module 'helper_beside'" in text and "not in its frozen source" in text
     assert not (tmp_path / "study").exists()
+
+    config = byo(tmp_path / "forward",
+                 **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_importing_at_forward"'})
+    (tmp_path / "helper_at_forward.py").write_text(HELPER)
+    code, text = _freeze(config, tmp_path / "forward" / "study", capsys)
+    assert code == 2, text
+    assert "importing it loaded module 'helper_at_forward'" in text
 
     package = tmp_path / "selfpkg"
     package.mkdir()

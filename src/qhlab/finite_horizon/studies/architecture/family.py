@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import QhInputError, publish_bytes, sha256_bytes
-from qhlab.finite_horizon.arm_source import (ArmSource, locate_source, parse_builder, provide, source_digest,
-                                             source_files)
+from qhlab.evidence import QhInputError, publish_bytes
+from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
 from qhlab.finite_horizon.studies.architecture.layout import FAMILY_DIR
 
 __all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]
@@ -47,18 +46,16 @@ def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict
         if builder is None:
             continue
         try:
-            located = locate_source(parse_builder(builder), config_dir)
-            files = source_files(located.path)
+            located, files = read_source(builder, config_dir)
         except (ValueError, OSError) as exc:
             shutil.rmtree(family, ignore_errors=True)
-            raise _refusal(arm, builder, str(exc).replace(f"builder={builder!r}: ", ""),
-                           "a builder names a file beside the config (\"arms.py:build\") or an importable "
-                           "\"package.module:build\"") from None
+            raise _refusal(arm, builder, str(exc), "a builder names a file beside the config (\"arms.py:build\") "
+                           "or an importable \"package.module:build\"") from None
         for rel, data in files.items():
             target = family / arm / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             publish_bytes(target, data)
-        digests = {rel: sha256_bytes(data) for rel, data in files.items()}
+        digests = file_digests(files)
         records[arm] = {"builder": builder, "kind": located.kind, "original": str(located.path),
                         "module": located.module, "function": located.function, "files": digests,
                         "sha256": source_digest(digests)}
@@ -106,21 +103,33 @@ def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) 
         raise
 
 
-def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
-    """Refuse an arm whose import loaded its own code from the user's files, not from the copy.
+def _installed_roots() -> list[Path]:
+    """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
+    import sysconfig
 
-    A module named like the user's own package, or loaded from the original source's place
-    (a sibling file, the package itself by an absolute import), is code the freeze never bound.
+    import qhlab
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(qhlab.__file__).parent)}
+    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    return [Path(os.path.abspath(r)) for r in roots]
+
+
+def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
+    """Refuse an arm whose import or run loaded code that is neither its frozen copy nor installed.
+
+    A module named like the user's own package, or loaded from outside the installed library
+    directories (a sibling file on ``sys.path``, the working directory, ``PYTHONPATH``), is code
+    the freeze never bound and that could change after it.
     """
-    original = Path(record["original"])
-    place = original.parent if original.is_file() else original
     top = record["module"].split(".")[0]
+    installed = _installed_roots()
     for name in sorted(new):
         if name.startswith("_qhlab_arm_"):
             continue
         file = getattr(sys.modules.get(name), "__file__", None)
-        inside = file is not None and place in Path(os.path.abspath(file)).parents
-        if name == top or name.startswith(top + ".") or inside:
+        path = None if file is None else Path(os.path.abspath(file))
+        outside = path is not None and not any(root == path or root in path.parents for root in installed)
+        if name == top or name.startswith(top + ".") or outside:
             raise _refusal(arm, record["builder"], f"importing it loaded module {name!r} from {file!r}, which is not "
                            "in its frozen source", "import your own helpers relatively from inside the arm's "
                            "package (from .layers import head), so that they are frozen with it; installed "
@@ -152,8 +161,8 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
         recipe: the cell recipe whose architecture, seed, head init and Huber delta are used.
         batch: the canonical first TRAIN chain's batch (``BATCH_KEYS``).
         population: the TRAIN population (its dims).
-        built: called right after the two builds, before any forward (the freeze checks there
-            what importing the arm loaded).
+        built: called right after the two builds and again after the forward and backward (the
+            freeze checks there what importing and running the arm loaded).
 
     Raises:
         QhInputError: one line naming the arm, its builder and what failed.
@@ -221,6 +230,8 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
                              recipe.huber_delta)
     if loss.requires_grad:
         loss.backward()
+    if built is not None:  # again: a forward may import too
+        built()
     receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
     if not receiving:
         raise _refusal(arm, builder, "no parameter receives a gradient from Q",
@@ -280,7 +291,7 @@ def source_changes(body: dict) -> dict[str, str]:
     for arm, record in family_sources(body).items():
         original = Path(record["original"])
         try:
-            now = source_digest({rel: sha256_bytes(data) for rel, data in source_files(original).items()})
+            now = source_digest(file_digests(source_files(original)))
         except (OSError, ValueError):
             changes[arm] = f"source {original} is gone since freeze; the frozen copy is used"
             continue
