@@ -284,6 +284,11 @@ def _interrupted_segment(tmp_path: Path, out: Path, tiny) -> Path:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
+    import wandb
+
+    # wandb-core still appends to a finished offline run's .wandb file; stopping the service
+    # lands those writes first, so a difference can only be one the refused command made.
+    wandb.teardown()
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>")
             for p in sorted(root.rglob("*"))}
 
