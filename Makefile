@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.qhlab-installed
 DEMO_CONFIG ?= examples/default-study.toml
 DEMO_OUTPUT ?= runs/demo-study
-# The offline CUDA node's Python (make device-wheels; README, "Check the GPU lane").
+# The offline CUDA node's Python (make device-wheels; docs/guide/hardware.md, "Check the GPU lane").
 DEVICE_PYTHON ?= 3.12
 
 .PHONY: venv demo test test-fast bench clean-demo device-wheels
@@ -22,9 +22,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/qhlab study run $(DEMO_CONFIG) --output $(DEMO_OUTPUT)
 
-# The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite.
+# The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite, on every
+# core (pytest-xdist; each test file runs on one worker, see tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -m "" -q -p no:cacheprovider --timeout=1800
+	$(PY) -m pytest -m "" -q -p no:cacheprovider --timeout=1800 -n auto --dist loadgroup
 
 # Fast CPU unit tests only (the default selection).
 test-fast: $(STAMP)

@@ -21,10 +21,10 @@ Prints ONE JSON line:
   tau is clamped at 0), which shrinks with more tuning scenes and with less initialization variance:
   about 0.0010 of regret_3 at 480 scenes (0.032-0.036 of the mean) under every one-scorer recipe
   measured, about half of the variance that the 0.05 target allows, and 0.00085 with two-member
-  ensembles (examples/demo-recipe.toml, amendments 20-22);
+  ensembles (docs/decisions/demo-recipe.md);
 * ``baseline_train_bias``: per seed, the fit's signed error on TRAIN at each horizon
   (``bias``) and that of its successor states' maximum (``successor_max_bias``), which the
-  bootstrapped targets inherit (examples/demo-recipe.toml, amendment 7);
+  bootstrapped targets inherit (docs/decisions/demo-recipe.md);
 * with ``--arms all``, ``paired_seed_sd``: for each comparison of the report (baseline minus
   control, variant minus structural and matched control), the standard deviation across seeds
   of a seed's mean paired difference of regret_3 and MAE_3, and ``paired_seed_tau``, its seed

@@ -1,15 +1,20 @@
 """Benchmark: qhlab's Lightning fit vs a minimal hand-written PyTorch loop (same math, same batches).
 
 Prints ONE JSON line: updates/s of `Trainer.fit(QhTDModule, QhPopulationDataModule)` and of a
-plain loop over the same batch stream doing the same TD math (targets from the target scorer,
-native Huber, the recipe's successor-reward Q_1 term, AdamW, target refresh from the
-optimizer's observed step count), their ratio
-(target >= 0.9), whether both ended with bit-identical parameters, and the share of a
-training step spent producing the batch (target <= 10%).
+plain loop over the same batch stream doing the recipe's exact math with the learning rule's
+pure functions (each member's TD targets from its own target scorer, native Huber, the
+successor Q_1 and label terms, the cosine schedule from the observed update count, per-member
+clipping, AdamW, the target rule and the evaluated average), their ratio (target >= 0.9),
+whether both ended with bit-identical parameters (the first differing tensor is named if not),
+and the share of a training step spent producing the batch (target <= 10%).
+
+With an ensemble (the recipe's ``ensemble_members``, or ``--members M``), it also fits the same
+recipe with one member, interleaved, and prints ``members_ratio``: the M-member fit's updates/s
+over the one-member fit's (target >= 0.8).
 
 Usage:
     python bench/train_loop.py [--preset bench] [--recipe examples/demo-recipe.toml]
-                               [--updates 600] [--repeats 3] [--threads 1]
+                               [--members M] [--updates 600] [--repeats 3] [--threads 1]
 
 The population is generated once into .qhlab-cache/ (cached by content digest). Fits run
 with 1 intra-op thread by default: the demo runs cells in parallel processes on 2 cores.
@@ -33,77 +38,113 @@ from qhlab.finite_horizon.q_learning import (
     QhPopulationDataModule,
     QhTDModule,
     native_huber_loss,
+    polyak_target_update,
     population_dims,
     refresh_target,
+    scheduled_lr,
+    successor_label_loss,
+    successor_reward_loss,
+    td_targets,
 )
-from qhlab.finite_horizon.recipe import load_recipe
+from qhlab.finite_horizon.recipe import QhRecipe, load_recipe
+from qhlab.finite_horizon.scorer import scorer_members
 from qhlab.scenes.population import cached_population
+from qhlab.training.console import configure_console
 from qhlab.training.optimizer_state import observed_optimizer_updates
 
 ROOT = Path(__file__).resolve().parents[1]
+_STATE = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+
+
+def _data(recipe, population) -> QhPopulationDataModule:
+    return QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed,
+                                  successor_labels=recipe.successor_label_rows > 0)
 
 
 def _lightning_fit(recipe, population, updates: int) -> tuple[float, dict[str, torch.Tensor]]:
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(population))
-    data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
     trainer = pl.Trainer(
         max_steps=updates, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
     )
     start = time.perf_counter()
-    trainer.fit(module, datamodule=data)
+    trainer.fit(module, datamodule=_data(recipe, population))
     wall = time.perf_counter() - start
     assert observed_optimizer_updates(trainer.optimizers[0]) == updates
     return wall, {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _member_loss(recipe, batch, online, target) -> torch.Tensor:
+    """One member's loss, written out from the learning rule's pure functions."""
+    b, k = batch["reward"].shape
+    h, delta = recipe.horizon, recipe.huber_delta
+    with torch.no_grad():
+        next_q = target(*(batch["next_" + n].flatten(0, 1) for n in _STATE)).view(b, k, -1, h)
+        y = td_targets(batch["reward"], next_q.float(), batch["next_candidate_mask"], batch["successor_valid"], h)
+    loss = native_huber_loss(online(*(batch[n] for n in _STATE)).float(), y, batch["candidate_mask"], delta)
+    for rows, term in ((recipe.successor_reward_rows, "reward"), (recipe.successor_label_rows, "labels")):
+        m = min(rows, b)
+        if not m:
+            continue
+        q = online(*(batch["next_" + n][:m].flatten(0, 1) for n in _STATE)).float()
+        mask = batch["next_candidate_mask"][:m].flatten(0, 1)
+        if term == "reward":  # Q_1 of the first m rows' successor states against their own rewards
+            loss = loss + successor_reward_loss(q, batch["next_reward"][:m].flatten(0, 1), mask, delta)
+        else:  # Q_1..Q_{H-1} of those successor states against their exact labels
+            loss = loss + successor_label_loss(q, batch["next_labels"][:m].flatten(0, 1), mask, delta)
+    return loss
+
+
 def _hand_loop(recipe, population, updates: int) -> tuple[float, dict[str, torch.Tensor]]:
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(population))  # only to build identical scorers
-    online, target = module.online, module.target
-    data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
-    h = recipe.horizon
+    online, target, average = module.online, module.target, module.average
+    pairs = list(zip(scorer_members(online), scorer_members(target), strict=True))
+    data = _data(recipe, population)
     start = time.perf_counter()
     opt = recipe.optimizer
     optimizer = torch.optim.AdamW(online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
                                   weight_decay=opt.weight_decay)
     seen = 0
-    for step, batch in zip(range(updates), data.train_dataloader()):
-        b, k = batch["reward"].shape
-        with torch.no_grad():
-            next_q = target(*(batch["next_" + n].flatten(0, 1) for n in (
-                "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
-            ))).view(b, k, -1, h)
-            reward = batch["reward"].unsqueeze(-1)
-            masked = next_q[..., : h - 1].masked_fill(~batch["next_candidate_mask"].unsqueeze(-1), float("-inf"))
-            best = masked.amax(dim=2)
-            ok = (batch["successor_valid"] & batch["next_candidate_mask"].any(dim=2)).unsqueeze(-1)
-            y = torch.cat([reward, reward + torch.where(ok, best, torch.zeros_like(best))], dim=-1)
-        q = online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
-                   batch["candidate_object"], batch["candidate_mask"])
-        loss = native_huber_loss(q, y, batch["candidate_mask"], recipe.huber_delta)
-        m = min(recipe.successor_reward_rows, b)
-        if m:  # Q_1 of the first m rows' successor states against their own rewards (y_1 = r)
-            q1 = online(*(batch["next_" + n][:m].flatten(0, 1) for n in (
-                "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
-            )))[..., :1]
-            loss = loss + native_huber_loss(q1, batch["next_reward"][:m].flatten(0, 1).unsqueeze(-1),
-                                            batch["next_candidate_mask"][:m].flatten(0, 1), recipe.huber_delta)
-        optimizer.zero_grad(set_to_none=True)
+    for _, batch in zip(range(updates), data.train_dataloader()):
+        if opt.schedule == "cosine":
+            for group in optimizer.param_groups:
+                group["lr"] = scheduled_lr(opt.lr, seen, recipe.updates)
+        losses = [_member_loss(recipe, batch, o, t) for o, t in pairs]
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
         loss.backward()
+        if opt.grad_clip_norm is not None:
+            for member, _ in pairs:  # each member clipped alone, as its own fit would be
+                torch.nn.utils.clip_grad_norm_(member.parameters(), opt.grad_clip_norm)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         now = observed_optimizer_updates(optimizer)
         refresh_target(target, online, recipe.target_update, seen, now)
+        if average is not None:
+            polyak_target_update(average, online, 1.0 - recipe.evaluation.average_decay)
         seen = now
     wall = time.perf_counter() - start
     assert seen == updates
     return wall, {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _first_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> str | None:
+    """The first state-dict entry whose tensors differ (None when every entry is bit-identical)."""
+    if a.keys() != b.keys():
+        return f"keys differ: {sorted(a.keys() ^ b.keys())[:3]}"
+    for key in a:
+        if not torch.equal(a[key], b[key]):
+            return f"{key} (max |diff| {float((a[key].float() - b[key].float()).abs().max()):.3g})"
+    return None
+
+
+def _with_members(recipe: QhRecipe, members: int) -> QhRecipe:
+    return QhRecipe.model_validate({**recipe.model_dump(mode="json"), "ensemble_members": members})
+
+
 def _batch_seconds(recipe, population, n: int) -> float:
-    data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
-    stream = iter(data.train_dataloader())
+    stream = iter(_data(recipe, population).train_dataloader())
     next(stream)
     start = time.perf_counter()
     for _ in range(n):
@@ -115,36 +156,44 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="bench")
     parser.add_argument("--recipe", default=str(ROOT / "examples" / "demo-recipe.toml"))
+    parser.add_argument("--members", type=int, default=None, help="ensemble members (default: the recipe's)")
     parser.add_argument("--updates", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache", default=str(ROOT / ".qhlab-cache"))
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    configure_console(verbose=False)  # one JSON line, no Lightning banners
     torch.set_num_threads(args.threads)
 
     recipe = load_recipe(args.recipe)
+    if args.members is not None:
+        recipe = _with_members(recipe, args.members)
+    single = _with_members(recipe, 1) if recipe.ensemble_members > 1 else None
     path = cached_population(args.preset, "train", 0, args.cache)
     population = load_population(path, split="train", horizon=recipe.horizon)
 
     _lightning_fit(recipe, population, 10)  # warm-up: imports, allocator, first-call paths
     _hand_loop(recipe, population, 10)
-    lightning_walls, hand_walls, identical = [], [], True
-    for _ in range(args.repeats):  # interleaved, so background load hits both alike
+    lightning_walls, hand_walls, single_walls, difference = [], [], [], None
+    for _ in range(args.repeats):  # interleaved, so background load hits all alike
         wall_l, state_l = _lightning_fit(recipe, population, args.updates)
         wall_h, state_h = _hand_loop(recipe, population, args.updates)
         lightning_walls.append(wall_l)
         hand_walls.append(wall_h)
-        identical &= state_l.keys() == state_h.keys() and all(torch.equal(state_l[k], state_h[k]) for k in state_l)
+        difference = difference or _first_difference(state_l, state_h)
+        if single is not None:
+            single_walls.append(_lightning_fit(single, population, args.updates)[0])
     lightning_ups = args.updates / statistics.median(lightning_walls)
     hand_ups = args.updates / statistics.median(hand_walls)
     batch_s = _batch_seconds(recipe, population, 200)
-    print(json.dumps({
+    line = {
         "bench": "train_loop",
         "preset": args.preset,
         "recipe": recipe.name,
         "arm": recipe.architecture.arm,
         "batch_size": recipe.batch_size,
+        "members": recipe.ensemble_members,
         "updates": args.updates,
         "repeats": args.repeats,
         "threads": args.threads,
@@ -152,11 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         "hand_loop_updates_per_s": round(hand_ups, 2),
         "ratio": round(lightning_ups / hand_ups, 4),
         "target_ratio": 0.9,
-        "identical_final_state": bool(identical),
+        "identical_final_state": difference is None,
+        "first_difference": difference,
         "batch_seconds": round(batch_s, 6),
         "batch_share_of_step": round(batch_s * lightning_ups, 4),
         "target_batch_share": 0.10,
-    }, sort_keys=True))
+    }
+    if single is not None:
+        single_ups = args.updates / statistics.median(single_walls)
+        line.update(one_member_updates_per_s=round(single_ups, 2),
+                    members_ratio=round(lightning_ups / single_ups, 4), target_members_ratio=0.8)
+    print(json.dumps(line, sort_keys=True))
     return 0
 
 

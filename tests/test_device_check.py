@@ -1,4 +1,4 @@
-"""Issue 20 (part 3): the GPU lane checked in one call, tested here up to the point that needs CUDA.
+"""The GPU lane checked in one call, tested here up to the point that needs CUDA.
 
 ``scripts/prepare-device-wheels`` refuses bad options, unpinned names and an over-budget folder
 (exit 2, one ``error:`` line, nothing written). The slow test prepares the cp311 wheels, builds a
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PREPARE = ROOT / "scripts" / "prepare-device-wheels"
 CHECK = ROOT / "scripts" / "device-check"
-# The offline node's own packages (issue 20): the venv holds these and what pip installs with them.
+# The offline node's own packages: the venv holds these and what pip installs with them.
 NODE_PACKAGES = ("torch==2.13.0", "lightning", "numpy", "scipy", "pyarrow", "safetensors", "matplotlib", "rich")
 CUDA_STEPS = ("commission", "cuda-tests", "study-cuda-amp", "study-cpu-fp32", "compare-lanes")
 

@@ -1,4 +1,4 @@
-"""``authentication_roots``: a copied directory is judged on its own bytes (issue 19, part 4).
+"""``authentication_roots``: a copied directory is judged on its own bytes.
 
 A receipt in a sub-directory binds a file of its directory by absolute path (as a study's
 report binds its cell receipts), and a population outside it by absolute path too.

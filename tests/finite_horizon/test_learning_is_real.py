@@ -2,7 +2,7 @@
 
 The demo study's TRAIN and validation populations (same presets and seeds as
 ``examples/default-study.toml``) are generated into a temporary cache, and the demo recipe
-is fitted for both study seeds on the CPU lane. The criteria are the project's (issue 11):
+is fitted for both study seeds on the CPU lane. The criteria are the project's:
 validation regret_H at most 0.7 x the best TRAIN-chosen heuristic's (the fixed candidate
 index with the lowest TRAIN regret_H), and MAE_H at most half the TRAIN-only constant's.
 Nothing here is tuned: the recipe was checked only on the declared tuning population.

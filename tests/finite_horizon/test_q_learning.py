@@ -521,7 +521,7 @@ def _member_grads(module: QhTDModule, batch: dict) -> tuple[torch.Tensor, list[d
 
 
 def test_each_ensemble_member_is_trained_as_its_own_one_member_fit() -> None:
-    """Member m's loss and gradient come from online member m and target member m alone (amendment 22)."""
+    """Member m's loss and gradient come from online member m and target member m alone."""
     pop = synthetic_population()
     recipe = _recipe(ensemble_members=2, successor_reward_rows=2,
                      target_update={"kind": "polyak", "tau": 0.5})

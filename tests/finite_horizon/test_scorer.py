@@ -228,7 +228,7 @@ def test_the_float32_head_is_a_plain_linear_without_autocast() -> None:
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
 def test_a_zero_q_head_outputs_zero_and_leaves_every_other_parameter_as_drawn(arm: str) -> None:
-    """q_head_init='zero' removes the seed's initial function, nothing else (amendment 17)."""
+    """q_head_init='zero' removes the seed's initial function, nothing else."""
     torch.manual_seed(5)
     drawn = build_scorer(ArchitectureConfig(arm=arm), DIMS)
     torch.manual_seed(5)
@@ -295,7 +295,7 @@ def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(m
 
 @pytest.mark.parametrize("q_head_init", ["random", "zero"])
 def test_an_ensemble_draws_its_members_one_after_another_and_outputs_their_mean(q_head_init: str) -> None:
-    """Member 0 is the plain scorer of the seed, member 1 the RNG's next one; Q is the mean (amendment 22)."""
+    """Member 0 is the plain scorer of the seed, member 1 the RNG's next one; Q is the mean."""
     arch = ArchitectureConfig(arm="baseline")
     torch.manual_seed(3)
     first = build_scorer(arch, DIMS, q_head_init=q_head_init)

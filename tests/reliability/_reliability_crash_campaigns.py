@@ -221,7 +221,7 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     campaign.kill("run-fit variant_deep-s1: seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
                   pattern=None, delay=(1.0, 4.0))
     # 5. the remaining cells in one `study run`, killed in the benchmark step; then `benchmark`.
-    # No delay after a benchmark receipt: a fast host (session 9's) publishes all ten benchmarks
+    # No delay after a benchmark receipt: a fast host publishes all ten benchmarks
     # of the tiny study within 0.3 s, and then nothing is left for the benchmark step to be
     # killed in. A zero-width range still draws from the seeded RNG, so later delays are unchanged.
     campaign.kill("run: killed at the first benchmark", step("run"), pattern="benchmarks/*.receipt.json",

@@ -1,4 +1,4 @@
-"""Forged labels against the Bellman check and the physics audit (issue 19, part 1).
+"""Forged labels against the Bellman check and the physics audit.
 
 Every forgery here recomputes the manifest's file digests and re-issues the population receipt,
 so digests alone cannot refuse it: only the label checks can.

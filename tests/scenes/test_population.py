@@ -209,7 +209,7 @@ def test_presets_are_sized_as_documented() -> None:
         assert PRESETS[name].horizon == 3 and PRESETS[name].candidates.num_candidates == 8
     assert PRESETS["tiny"].horizon == 2
     # As documented beside the presets: TRAIN 192 chains of 3 labelled steps; validation 480 scenes
-    # (issue 18: four times the old 120, to halve the scene part of a paired difference's SE), so
+    # (four times 120, to halve the scene part of a paired difference's SE), so
     # validation now has more labelled chain states (960) than TRAIN (576).
     sizes = {n: p.scenes * p.chains_per_scene * p.steps for n, p in PRESETS.items()}
     assert (sizes["demo-train"], sizes["demo-validation"]) == (576, 960)

@@ -1,4 +1,4 @@
-"""The cpu-bf16 lane (issue 20, part 1): Lightning bf16-mixed on the CPU, float32 state.
+"""The cpu-bf16 lane: Lightning bf16-mixed on the CPU, float32 state.
 
 Admitted only where the CPU computes bf16 natively (AVX512-BF16 or AMX, as torch reports it);
 elsewhere refused naming the capability found. The lane's fit, commissioning and study tests

@@ -1,4 +1,4 @@
-"""Storage that refuses writes and a stdout closed by its reader (issue 19, holes 1 and 2).
+"""Storage that refuses writes and a stdout closed by its reader.
 
 A read-only output directory, a full disk or a file where a directory is expected ends a
 command with exactly one ``error:`` line naming the path and the OS error, exit 1, no

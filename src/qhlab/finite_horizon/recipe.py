@@ -144,13 +144,13 @@ class QhRecipe(BaseModel):
             readout's last layer starts at zero, so the cold scorer's Q is 0 everywhere. A
             random initial function persists after training where the data do not pin the
             fit down (Chizat et al. 2019, "On lazy training"), which is a seed effect on
-            held-out scenes (examples/demo-recipe.toml, amendment 17).
+            held-out scenes (docs/decisions/demo-recipe.md).
         ensemble_members: M >= 1 scorers of the architecture, drawn one after another from
             the seed. Each member is trained by the learning rule above against its own target
             scorer, on the same batches (its loss and gradients are a one-member fit's); the
             evaluated Q is the members' mean. M = 1 (the default) is the plain scorer. Averaging
             M initializations divides the variance that an initialization alone leaves in the
-            fitted function by about M (examples/demo-recipe.toml, amendment 22).
+            fitted function by about M (docs/decisions/demo-recipe.md).
         target_update: hard copy every `interval` updates, or Polyak with `tau`.
         updates: final optimizer-update budget of the fit.
         data: train / validation population paths.

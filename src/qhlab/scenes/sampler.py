@@ -182,8 +182,8 @@ PRESETS: dict[str, Preset] = {
     # The default demo (H=3, K=8: two straight speeds, two offsets, two bank shots, two
     # blocker strikes; a blocker in half the scenes). About 2,000 simulations per CPU-second:
     # TRAIN (192 chains x 1,608 = 309k simulations) takes about 80 s and VALIDATION
-    # (480 chains x 1,096 = 526k) about 140 s on 2 idle cores. Validation has 480 scenes (issue
-    # 18; was 120) so that the scene part of a paired difference's standard error is half of what
+    # (480 chains x 1,096 = 526k) about 140 s on 2 idle cores. Validation has 480 scenes (four
+    # times 120) so that the scene part of a paired difference's standard error is half of what
     # it was; the training-seed part does not shrink with scenes (the seed effect is systematic).
     "demo-train": Preset(name="demo-train", scenes=192, chains_per_scene=1, steps=3, horizon=3,
                          blocker_probability=0.5),

@@ -92,7 +92,7 @@ def test_variants_alter_only_architecture(tiny_config):
         ('name = "tiny"', 'name = "tiny"\nseed = 3', "seed (set by the study's seeds)"),
         ("tie_band = 0.001", "tie_band = -1.0", "tie_band"),
         ('preset = "tiny"\nseed = 7', 'preset = "nope"\nseed = 7', "preset='nope' is not allowed"),
-        # A pilot's tau without its seed count cannot carry its own uncertainty (issue 18).
+        # A pilot's tau without its seed count cannot carry its own uncertainty.
         ("resamples = 999\nseed = 0", 'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\n'
          'source = "pilot"', "seed_variance.seeds"),
         ("resamples = 999\nseed = 0", 'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\n'

@@ -1,4 +1,4 @@
-"""Issue 20 (part 2): ``qhlab study compare-lanes A B --output DIR --margin M``.
+"""``qhlab study compare-lanes A B --output DIR --margin M``.
 
 Identical lanes are equivalent with zero differences and drift; a copy whose regret is shifted
 by 0.05 m (cell receipts edited and resealed, the report rebuilt on them) is not equivalent;
@@ -334,7 +334,7 @@ def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_
 @pytest.mark.slow
 def test_the_tiny_study_on_cpu_bf16_compares_with_cpu_fp32(tmp_path, finished_study, population_cache,
                                                             config_writer) -> None:
-    """Issue 20's two-lane test: the same tiny study on cpu-fp32 (A) and cpu-bf16 (B)."""
+    """The two-lane test: the same tiny study on cpu-fp32 (A) and cpu-bf16 (B)."""
     config = config_writer(tmp_path / "bf16-config", population_cache,
                            **{'profile = "cpu-fp32"': 'profile = "cpu-bf16"'})
     assert main(["study", "run", str(config), "--output", str(tmp_path / "bf16")]) == 0

@@ -1,4 +1,4 @@
-"""The E0 gate fails on broken pipelines (issue 18), on the tiny preset.
+"""The E0 gate fails on broken pipelines, on the tiny preset.
 
 A gate that passes on any pipeline proves nothing. Three sabotages, each of a part a canary
 exercises: no learning (a zero learning rate), the wrong Bellman operator (the targets' max over

@@ -1,4 +1,4 @@
-"""Issue 19 (part 4): study commands on a copied or moved study judge the copy's own bytes.
+"""Study commands on a copied or moved study judge the copy's own bytes.
 
 A cell receipt edited in a copy and resealed (its content digest recomputed) used to pass
 ``study status`` and ``study run`` while the original existed, because every absolute binding

@@ -1,4 +1,4 @@
-"""Seed-aware statistics (issue 18): calibration, replication labels and MDE, by simulation.
+"""Seed-aware statistics: calibration, replication labels and MDE, by simulation.
 
 Synthetic studies follow the model of ``qhlab.finite_horizon.studies.replication``:
 d[s, i] = delta + u_s + v_i + e[s, i] with known seed, scene and residual variances.

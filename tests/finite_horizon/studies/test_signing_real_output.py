@@ -1,7 +1,7 @@
-"""The README's signing tour, run as written, on what qhlab really writes (slow).
+"""The documented signing tour, run as written, on what qhlab really writes (slow).
 
-The commands are read from README.md (the "quick tour on the tiny preset" block and the
-"Signing" block) and run one by one in a shell, with ``/tmp/`` replaced by a test directory,
+The commands are read from the docs (the "quick tour on the tiny preset" block of
+docs/guide/command-line.md and the "Signing" block of docs/guide/signing.md) and run one by one in a shell, with ``/tmp/`` replaced by a test directory,
 ``.venv/bin/`` by this interpreter's bin directory and ``examples/`` by the repository's. Then
 the session's finished tiny study (``qhlab study run``, the ``finished_study`` fixture) is
 signed on a copy and checked by both verifiers, and a forged receipt in it is refused by both.
@@ -26,18 +26,19 @@ from qhlab.evidence.signing import SIGNATURE_FILE, verify_signature
 from qhlab.finite_horizon.studies.architecture.render import FIGURES
 
 REPO = Path(__file__).resolve().parents[3]
-README = REPO / "README.md"
+TOUR = REPO / "docs" / "guide" / "command-line.md"
+SIGNING = REPO / "docs" / "guide" / "signing.md"
 VENV_BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.slow
 
 
-def _bash_block_after(marker: str) -> list[str]:
-    """The commands of the first ```bash block after ``marker`` in README.md (continuations joined)."""
-    text = README.read_text(encoding="utf-8")
+def _bash_block_after(marker: str, page: Path) -> list[str]:
+    """The commands of the first ```bash block after ``marker`` in ``page`` (continuations joined)."""
+    text = page.read_text(encoding="utf-8")
     start = text.index(marker)
     block = re.search(r"```bash\n(.*?)```", text[start:], re.S)
-    assert block, f"no ```bash block after {marker!r} in {README}"
+    assert block, f"no ```bash block after {marker!r} in {page}"
     return [line.strip() for line in block.group(1).replace("\\\n", " ").splitlines() if line.strip()]
 
 
@@ -67,7 +68,7 @@ def _links_and_escapes(root: Path) -> list[str]:
 
 
 def _keys(cwd: Path, signing: list[str]) -> list[str]:
-    """Run the README's openssl lines (or, without openssl, write the same key pair with
+    """Run the documented openssl lines (or, without openssl, write the same key pair with
     ``cryptography``); return the remaining signing commands."""
     openssl = [c for c in signing if c.startswith("openssl ")]
     assert len(openssl) == 2, signing
@@ -97,8 +98,8 @@ def _sign_and_verify(directory: Path, cwd: Path) -> None:
 
 
 def test_readme_tour_signs_a_real_fit_and_commissioning_run(tmp_path):
-    tour = _bash_block_after("A quick tour on the tiny preset")
-    signing = _bash_block_after("## Signing")
+    tour = _bash_block_after("A quick tour on the tiny preset", TOUR)
+    signing = _bash_block_after("## Signing", SIGNING)
     cwd = tmp_path / "work"
     cwd.mkdir()
     for command in tour:
@@ -147,7 +148,7 @@ def _forge_report(study: Path) -> None:
 
 
 def test_a_real_study_signs_and_a_forged_receipt_is_refused_by_both_verifiers(finished_study, tmp_path):
-    signing = _bash_block_after("## Signing")
+    signing = _bash_block_after("## Signing", SIGNING)
     cwd = tmp_path / "work"
     cwd.mkdir()
     _keys(cwd, signing)

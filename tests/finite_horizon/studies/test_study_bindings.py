@@ -1,4 +1,4 @@
-"""Issue 19 (part 3): every fit is bound to its study and to the TRAIN rows it trained on.
+"""Every fit is bound to its study and to the TRAIN rows it trained on.
 
 A canary fitted on another TRAIN row, or an attempt copied from another study frozen from the
 same config, authenticates on its own bytes; only the fit receipt's ``train_rows`` and ``study``

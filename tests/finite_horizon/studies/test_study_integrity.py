@@ -1,4 +1,4 @@
-"""Issue 13 (part A): evidence a study cannot be fooled by, and evidence that travels.
+"""Evidence a study cannot be fooled by, and evidence that travels.
 
 An attempt copied into another cell is refused, field by field; validation must be disjoint
 from TRAIN by physical content, not by id; later steps refuse other package versions than the

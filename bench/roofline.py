@@ -1,0 +1,219 @@
+"""Benchmark: how far a demo cell's training step is from this CPU's matmul peak, and where it goes.
+
+Prints ONE JSON line:
+
+* ``peak_fraction``: the achieved FLOP/s of one Lightning training step of the demo recipe
+  (FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode`` over a whole step: every
+  member's target forward, forward, backward and the optimizer) over the float32 matmul peak
+  of this CPU at the fits' thread count, both measured in this run;
+* ``peak_gflops``: that peak at 1 and at 2 threads (a square matmul, best of several);
+* ``matmul_gflops`` and ``matmul_share_of_step``: the rate of the step's own matmuls and the
+  share of the step's operator time they take (``torch.profiler``), the rest being elementwise
+  operators, copies, gathers and normalisations;
+* ``split_seconds``: one step split into data, target forward, forward, backward, optimizer,
+  target refresh and framework (the Lightning step's time less the sum of the parts, each part
+  timed alone in the same loop a fit runs);
+* ``what_would_move_it``: the largest parts and the operators outside matmuls that take most of
+  the step, from the profile.
+
+Usage:
+    python bench/roofline.py [--preset bench] [--recipe examples/demo-recipe.toml]
+                             [--steps 200] [--threads 1]
+
+The bench preset has the demo's batch shapes (K = 8 candidates, up to 5 pucks, H = 3) on fewer
+scenes; its population is generated once into .qhlab-cache/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from qhlab.finite_horizon.data import load_population
+from qhlab.finite_horizon.q_learning import (
+    QhPopulationDataModule,
+    QhTDModule,
+    native_huber_loss,
+    population_dims,
+    refresh_target,
+    successor_reward_loss,
+)
+from qhlab.finite_horizon.recipe import load_recipe
+from qhlab.finite_horizon.scorer import scorer_members
+from qhlab.scenes.population import cached_population
+from qhlab.training.console import configure_console
+from qhlab.training.optimizer_state import observed_optimizer_updates
+
+ROOT = Path(__file__).resolve().parents[1]
+_MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product")
+
+
+def _matmul_peak(threads: int, n: int = 1024, repeats: int = 7) -> float:
+    """FLOP/s of the best of ``repeats`` float32 n x n matmuls at ``threads`` intra-op threads."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    torch.set_num_threads(previous)
+    return 2.0 * n ** 3 / best
+
+
+def _lightning_step_seconds(recipe, population, steps: int) -> float:
+    pl.seed_everything(recipe.seed, verbose=False)
+    module = QhTDModule(recipe, population_dims(population))
+    data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0)
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=data)
+    return (time.perf_counter() - start) / steps
+
+
+class _Parts:
+    """One step of the learning rule, cut where a profile reads it: each part is timed alone."""
+
+    def __init__(self, recipe, population) -> None:
+        pl.seed_everything(recipe.seed, verbose=False)
+        self.recipe = recipe
+        self.module = QhTDModule(recipe, population_dims(population))
+        self.stream = iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
+                                                  seed=recipe.seed).train_dataloader())
+        opt = recipe.optimizer
+        self.optimizer = torch.optim.AdamW(self.module.online.parameters(), lr=opt.lr, betas=opt.betas,
+                                           eps=opt.eps, weight_decay=opt.weight_decay)
+        self.seen = 0
+
+    def step(self, times: dict[str, list[float]] | None = None) -> None:
+        clock = time.perf_counter
+        t0 = clock()
+        batch = next(self.stream)
+        t1 = clock()
+        pairs = list(zip(scorer_members(self.module.online), scorer_members(self.module.target), strict=True))
+        targets = [self.module.td_target(batch, target) for _, target in pairs]
+        t2 = clock()
+        losses = [self._loss(batch, online, y) for (online, _), y in zip(pairs, targets, strict=True)]
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
+        t3 = clock()
+        loss.backward()
+        t4 = clock()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        t5 = clock()
+        now = observed_optimizer_updates(self.optimizer)
+        refresh_target(self.module.target, self.module.online, self.recipe.target_update, self.seen, now)
+        self.seen = now
+        t6 = clock()
+        if times is not None:
+            for name, seconds in (("data", t1 - t0), ("target_forward", t2 - t1), ("forward", t3 - t2),
+                                  ("backward", t4 - t3), ("optimizer", t5 - t4), ("target_refresh", t6 - t5)):
+                times[name].append(seconds)
+
+    def _loss(self, batch, online, y) -> torch.Tensor:
+        # QhTDModule._member_loss with the target computed before (so that it is timed apart).
+        recipe = self.recipe
+        q = online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
+                   batch["candidate_object"], batch["candidate_mask"]).float()
+        loss = native_huber_loss(q, y, batch["candidate_mask"], recipe.huber_delta)
+        rows = min(recipe.successor_reward_rows, q.shape[0])
+        if rows:
+            loss = loss + successor_reward_loss(
+                self.module.successor_q(batch, rows, online).float(), batch["next_reward"][:rows].flatten(0, 1),
+                batch["next_candidate_mask"][:rows].flatten(0, 1), recipe.huber_delta)
+        return loss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="bench")
+    parser.add_argument("--recipe", default=str(ROOT / "examples" / "demo-recipe.toml"))
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cache", default=str(ROOT / ".qhlab-cache"))
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    configure_console(verbose=False)
+    recipe = load_recipe(args.recipe)
+    if recipe.successor_label_rows:
+        raise SystemExit("error: roofline: recipe.successor_label_rows > 0 is not allowed; allowed: 0 "
+                         "(the split times the demo recipe's terms). HINT: use the demo recipe.")
+    population = load_population(cached_population(args.preset, "train", 0, args.cache), split="train",
+                                 horizon=recipe.horizon)
+    peaks = {threads: _matmul_peak(threads) for threads in (1, 2)}
+    torch.set_num_threads(args.threads)
+
+    parts = _Parts(recipe, population)
+    for _ in range(10):
+        parts.step()
+    with FlopCounterMode(display=False) as counter:
+        parts.step()
+    flops = counter.get_total_flops()
+
+    _lightning_step_seconds(recipe, population, 10)  # warm-up
+    lightning_runs, split_runs = [], []
+    for _ in range(3):  # interleaved, so background load hits both alike
+        lightning_runs.append(_lightning_step_seconds(recipe, population, args.steps))
+        times: dict[str, list[float]] = {k: [] for k in ("data", "target_forward", "forward", "backward",
+                                                          "optimizer", "target_refresh")}
+        for _ in range(args.steps):
+            parts.step(times)
+        split_runs.append({k: statistics.mean(v) for k, v in times.items()})
+    step = statistics.median(lightning_runs)
+    split = {k: statistics.median(run[k] for run in split_runs) for k in split_runs[0]}
+    split["framework"] = max(step - sum(split.values()), 0.0)
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(10):
+            parts.step()
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total_us = sum(e.self_cpu_time_total for e in events)
+    matmul_us = sum(e.self_cpu_time_total for e in events if e.key.startswith(_MATMULS))
+    others = sorted((e for e in events if not e.key.startswith(_MATMULS)), key=lambda e: -e.self_cpu_time_total)
+    top_others = [f"{e.key.removeprefix('aten::')} {e.self_cpu_time_total / total_us:.0%}" for e in others[:4]]
+    matmul_share = matmul_us / total_us
+    matmul_gflops = flops / (matmul_us * 1e-6 / 10) / 1e9
+    achieved = flops / step
+    peak = peaks[min(args.threads, 2)]
+    largest = sorted(split, key=lambda k: -split[k])[:2]
+    print(json.dumps({
+        "bench": "roofline",
+        "preset": args.preset,
+        "recipe": recipe.name,
+        "members": recipe.ensemble_members,
+        "batch_size": recipe.batch_size,
+        "threads": args.threads,
+        "steps": args.steps,
+        "flops_per_step": flops,
+        "step_seconds": round(step, 6),
+        "achieved_gflops": round(achieved / 1e9, 3),
+        "peak_gflops": {str(t): round(v / 1e9, 2) for t, v in peaks.items()},
+        "peak_fraction": round(achieved / peak, 4),
+        "matmul_gflops": round(matmul_gflops, 2),
+        "matmul_share_of_step": round(matmul_share, 4),
+        "split_seconds": {k: round(v, 6) for k, v in split.items()},
+        "split_share": {k: round(v / step, 4) for k, v in split.items()},
+        "what_would_move_it": (
+            f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak but take {matmul_share:.0%} "
+            f"of its operator time; the rest is {', '.join(top_others)}: fusing those elementwise operators "
+            f"or wider layers would move peak_fraction; the largest parts are {largest[0]} "
+            f"({split[largest[0]] / step:.0%}) and {largest[1]} ({split[largest[1]] / step:.0%})"
+        ),
+    }, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Product files speak of the product: no history words outside the changelog and the decision log.
+
+History (which release, which tuning round, which tracked issue) lives in ``CHANGELOG.md`` and
+``docs/decisions/``; code, tests, configs, bench scripts, scripts and documentation say what a
+thing is and why, never when it was changed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_SCANNED = ("src", "tests", "bench", "examples", "scripts", "docs", "README.md")
+_HISTORY_PLACES = ("CHANGELOG.md", "docs/decisions/")
+# A word of history followed by its number, across a line break and a comment marker too:
+# "session 9", "sessions 6-8", "issue 18", "issue #18", "amendments 17-22".
+_HISTORY = re.compile(r"\b(sessions?|issues?|amendments?)(?:[\s#]|\(|,)*\d[\d-]*", re.IGNORECASE)
+
+
+def _product_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z", "--", *_SCANNED], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    return [ROOT / name for name in listed if name and not name.startswith(_HISTORY_PLACES)
+            and (ROOT / name).is_file()]
+
+
+def history_words(text: str) -> list[str]:
+    """Each history word with its number in ``text``, as written (line breaks shown as spaces)."""
+    return [" ".join(m.group(0).split()) for m in _HISTORY.finditer(text)]
+
+
+def test_no_product_file_speaks_of_history():
+    found = []
+    for path in _product_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue  # a figure or another binary file has no words
+        found += [f"{path.relative_to(ROOT)}: {word!r}" for word in history_words(text)]
+    assert not found, "history words in product files (move them to CHANGELOG.md or docs/decisions/):\n" + \
+        "\n".join(found)
+
+
+@pytest.mark.parametrize("text", ["in session 9 it took", "sessions 6-8", "(issue 18)", "issue #18",
+                                  "amendments 17-22", "Amendment 3 (written before)", "issue\n# 18; was 120"])
+def test_the_check_sees_history(text):
+    assert history_words(text)
+
+
+@pytest.mark.parametrize("text", ["a session fixture", "the issue is the seed", "an amendment to the rule",
+                                  "issues a receipt", "session-scoped 2 workers"])
+def test_the_check_leaves_plain_words(text):
+    assert history_words(text) == []
+
+
+def test_the_citation_names_the_package_version():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    citation = (ROOT / "CITATION.cff").read_text()
+    assert re.search(rf'^version: "{re.escape(version)}"$', citation, re.M), citation
+    assert f"version = {{{version}}}" in (ROOT / "README.md").read_text()
