@@ -21,7 +21,7 @@ from qhlab import __version__
 from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError, require_int
 from qhlab.evidence.publish import storage_error
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 # Command group -> module. Only the invoked group is imported, so `qhlab verify` stays
 # torch-free and fast.
@@ -52,6 +52,11 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
     for group in groups:
         importlib.import_module(_COMMANDS[group]).register(subparsers)
     return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line's parser, every command group imported (the docs' CLI reference)."""
+    return _parser(list(_COMMANDS))
 
 
 def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:

@@ -55,6 +55,15 @@ class OptimizerConfig(BaseModel):
     over the observed updates u of the fit's budget U (``QhRecipe.updates``), ending at 0 at
     the final update, so the final state is not one noisy step among many. ``grad_clip_norm``:
     the largest global L2 norm of the gradient per update (None: no clipping).
+
+    Attributes:
+        kind: the optimizer; only "adamw".
+        lr: learning rate (the peak of the cosine schedule).
+        weight_decay: AdamW's decoupled weight decay.
+        betas: AdamW's moment decays (beta1, beta2).
+        eps: AdamW's denominator epsilon.
+        schedule: "constant" or "cosine" (to 0 at the final update).
+        grad_clip_norm: the largest gradient L2 norm per update, per ensemble member; None: no clipping.
     """
 
     model_config = _FROZEN
@@ -75,7 +84,12 @@ class OptimizerConfig(BaseModel):
 
 
 class HardTargetUpdate(BaseModel):
-    """Copy online -> target after every `interval` successful optimizer updates."""
+    """Copy online -> target after every `interval` successful optimizer updates.
+
+    Attributes:
+        kind: "hard".
+        interval: observed optimizer updates between copies.
+    """
 
     model_config = _FROZEN
 
@@ -84,7 +98,12 @@ class HardTargetUpdate(BaseModel):
 
 
 class PolyakTargetUpdate(BaseModel):
-    """target <- (1 - tau) * target + tau * online after every successful update."""
+    """target <- (1 - tau) * target + tau * online after every successful update.
+
+    Attributes:
+        kind: "polyak".
+        tau: the online weights' share in each averaging step.
+    """
 
     model_config = _FROZEN
 
@@ -96,6 +115,10 @@ class DataConfig(BaseModel):
     """Population directories (resolved against the recipe file's directory by `load_recipe`).
 
     An empty string means "not named by the recipe" (the CLI or a study supplies it).
+
+    Attributes:
+        train: the TRAIN population directory, relative to the recipe file.
+        validation: the validation population directory, relative to the recipe file.
     """
 
     model_config = _FROZEN
@@ -111,6 +134,10 @@ class EvaluationConfig(BaseModel):
     evaluates the online weights; a decay d evaluates their Polyak average instead,
     a <- d a + (1 - d) online after every observed update (a starts at the cold
     initialization), so the evaluated state is not one noisy step among many.
+
+    Attributes:
+        tie_band: metres within which a prediction ties the maximum.
+        average_decay: None (evaluate the online weights) or the decay d of their Polyak average.
     """
 
     model_config = _FROZEN

@@ -129,6 +129,15 @@ class ArchitectureConfig(BaseModel):
     ``heads``) and ``options`` (extra scalars the builder reads) pass through to the builder,
     and ``source_sha256`` binds the source the builder is imported from (set by the study's
     freeze or by ``qhlab fit`` from the file it names). Validating one never imports it.
+
+    Attributes:
+        builder: None for a built-in arm; a user arm's ``"file.py:function"`` or ``"package.module:function"``.
+        arm: the arm's name (a registered arm, or any name for a user arm).
+        source_sha256: the digest of a user arm's source (set by the freeze or by ``qhlab fit``).
+        options: extra scalars a user arm's builder reads (``arch.options``).
+        encoder: the encoder's kind and sizes.
+        fusion: "concat" or "cross_attention"; filled from a built-in arm, None for a user arm.
+        readout: "local" or "global"; filled from a built-in arm, None for a user arm.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)

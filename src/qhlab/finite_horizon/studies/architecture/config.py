@@ -121,7 +121,13 @@ class PopulationSource(BaseModel):
 
 
 class EncoderSizes(BaseModel):
-    """Size overrides of one arm's encoder (structure comes from the registered arm)."""
+    """Size overrides of one arm's encoder (structure comes from the registered arm).
+
+    Attributes:
+        depth: encoder blocks; None keeps the arm's declared depth, else the baseline's.
+        width: embedding width W; None keeps the arm's declared width, else the baseline's.
+        heads: attention heads (W must divide by them); None keeps the arm's, else the baseline's.
+    """
 
     model_config = _FROZEN
 
@@ -184,7 +190,13 @@ class StudyExperiment(BaseModel):
 
 
 class BootstrapConfig(BaseModel):
-    """Scene bootstrap settings (declared, so every interval is reproducible)."""
+    """Scene bootstrap settings (declared, so every interval is reproducible).
+
+    Attributes:
+        resamples: bootstrap resamples of the scenes per interval.
+        seed: seed of the resampling generator.
+        confidence: two-sided confidence of every interval (one-sided bounds use the same level).
+    """
 
     model_config = _FROZEN
 
@@ -223,6 +235,12 @@ class SeedVarianceConfig(BaseModel):
     a single comparison's tau from a few seeds can be far too small (measured: one pilot tau of
     0.6 mm against study seeds 6.7 mm apart). Without a pilot the intervals estimate tau from
     the study's own two seeds (one degree of freedom: honest, and very wide).
+
+    Attributes:
+        regret: the largest seed-effect sd of regret_H over the pilot's comparisons (metres).
+        mae: the largest seed-effect sd of MAE_H over the pilot's comparisons (metres).
+        seeds: training seeds the pilot fitted (its tau has ``seeds - 1`` degrees of freedom).
+        source: what the pilot ran on (population, seeds, recipe), recorded with the study.
     """
 
     model_config = _FROZEN

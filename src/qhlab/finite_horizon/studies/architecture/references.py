@@ -50,7 +50,7 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
         references: the development receipt's ``references`` (as written by
             ``qhlab.finite_horizon.evaluation.population_heuristic_references``): for each name
             of ``REFERENCE_NAMES``, ``per_scene`` = {``scene_id`` [n_scenes], ``regret``
-            [n_scenes][H]} and the policy fields (``policy``, ``oracle``, ``index``...).
+            [n_scenes, H]} and the policy fields (``policy``, ``oracle``, ``index``...).
         baseline_regret: {seed: float [n_scenes, H]}, the baseline arm's per-scene regret of
             each seed, scenes in ``scene_ids`` order.
         scene_ids: [n_scenes], the scene order of the cells' evaluation; every reference must

@@ -1,0 +1,151 @@
+"""MkDocs hook: the CLI and config references are generated at build time, never written by hand.
+
+``reference/cli.md`` is every command's ``--help``, read from qhlab's own argparse parser;
+``reference/config.md`` lists every field of the study config and the recipe (and of each
+model nested in them): type, default, allowed values (from the pydantic JSON schema) and the
+meaning the model's docstring gives it. A field without a documented meaning fails the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import typing
+
+from mkdocs.structure.files import File, Files
+from pydantic import BaseModel
+
+_NO_DEFAULT = "required"
+
+
+def on_files(files: Files, config) -> Files:
+    os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal width: fix it
+    files.append(File.generated(config, "reference/cli.md", content=_cli_page()))
+    files.append(File.generated(config, "reference/config.md", content=_config_page()))
+    return files
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _cli_page() -> str:
+    from qhlab.cli import build_parser
+
+    parser = build_parser()
+    lines = ["# Command line reference", "",
+             "Every command's `--help`, generated from qhlab's own parser when these pages are built.",
+             "Exit codes are in [exit codes](exit-codes.md).", ""]
+    for path, sub in _commands(parser, ["qhlab"]):
+        lines += [f"## `{' '.join(path)}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _commands(parser: argparse.ArgumentParser, path: list[str]):
+    yield path, parser
+    for action in parser._actions:  # argparse keeps subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, [*path, name])
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _config_page() -> str:
+    from qhlab.finite_horizon.recipe import QhRecipe
+    from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
+
+    lines = ["# Config reference", "",
+             "Every field of a study config (`qhlab study ... CONFIG`) and of a recipe (`qhlab fit RECIPE`),",
+             "generated from their pydantic models when these pages are built. Unknown fields are refused.", ""]
+    for title, model in (("Study config", QhArchitectureStudyConfig), ("Recipe", QhRecipe)):
+        lines += [f"## {title}", ""]
+        for cls in _models(model):
+            lines += _model_table(cls, top=cls is model)
+    return "\n".join(lines)
+
+
+def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    """``root`` and every model nested in its fields, each once, in field order."""
+    seen: list[type[BaseModel]] = []
+
+    def visit(cls: type[BaseModel]) -> None:
+        if cls in seen:
+            return
+        seen.append(cls)
+        for field in cls.model_fields.values():
+            for inner in _nested(field.annotation):
+                visit(inner)
+
+    visit(root)
+    return seen
+
+
+def _nested(annotation) -> list[type[BaseModel]]:
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _nested(arg)]
+
+
+def _attribute_docs(cls: type[BaseModel]) -> dict[str, str]:
+    """Field name -> its text in the class docstring's ``Attributes:`` section (one line)."""
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    section = re.search(r"^Attributes:\n(.*?)(?:\n\S|\Z)", doc, re.S | re.M)
+    if section is None:
+        return {}
+    found: dict[str, str] = {}
+    for match in re.finditer(r"^    (\w+(?:, \w+)*):(.*?)(?=^    \w+(?:, \w+)*:|\Z)", section.group(1), re.S | re.M):
+        for name in match.group(1).split(", "):
+            found[name] = " ".join(match.group(2).split())
+    return found
+
+
+def _model_table(cls: type[BaseModel], *, top: bool) -> list[str]:
+    schema = cls.model_json_schema()
+    docs = _attribute_docs(cls)
+    first = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+    missing = [name for name in cls.model_fields if name not in docs]
+    if missing:
+        raise ValueError(f"config reference: {cls.__name__} fields {missing} have no line in its docstring's "
+                         "Attributes section; allowed: every field documented")
+    lines = [f"### `{cls.__name__}`" + ("" if top else " (nested)"), "", first, "",
+             "| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for name, field in cls.model_fields.items():
+        prop = schema["properties"].get(field.alias or name, {})
+        default = _NO_DEFAULT if field.is_required() else f"`{field.get_default(call_default_factory=True)!r}`"
+        lines.append(f"| `{name}` | {_type(prop)} | {default} | {_allowed(prop)} | {_cell(docs[name])} |")
+    return [*lines, ""]
+
+
+def _type(prop: dict) -> str:
+    if "$ref" in prop:
+        return f"`{prop['$ref'].rsplit('/', 1)[-1]}`"
+    if "anyOf" in prop:
+        return " or ".join(_type(p) for p in prop["anyOf"])
+    if prop.get("type") == "array":
+        return f"list of {_type(prop.get('items', {}))}"
+    if "const" in prop:
+        return f"`{prop['const']!r}`"
+    return f"{prop.get('type', 'any')}"
+
+
+def _allowed(prop: dict) -> str:
+    if "anyOf" in prop:
+        return "; ".join(a for a in (_allowed(p) for p in prop["anyOf"]) if a) or ""
+    parts = []
+    if "enum" in prop:
+        parts.append(", ".join(f"`{v!r}`" for v in prop["enum"]))
+    for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
+                      ("minLength", "length >="), ("maxLength", "length <="), ("minItems", "items >="),
+                      ("maxItems", "items <=")):
+        if key in prop:
+            parts.append(f"{sign} {prop[key]}")
+    if "pattern" in prop:
+        parts.append(f"matches `{prop['pattern']}`")
+    return _cell(", ".join(parts))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
