@@ -1,15 +1,18 @@
-"""MkDocs hook: the CLI and config references are generated at build time, never written by hand.
+"""MkDocs hook: generated pages, never written by hand.
 
 ``reference/cli.md`` is every command's ``--help``, read from qhlab's own argparse parser;
 ``reference/config.md`` lists every field of the study config and the recipe (and of each
 model nested in them): type, default, allowed values (from the pydantic JSON schema) and the
 meaning the model's docstring gives it. A field without a documented meaning fails the build.
+``performance.md``'s ``<!-- benchmarks -->`` becomes the table of ``docs/benchmarks.jsonl``, the
+JSON lines the benches printed (``scripts/record-bench``).
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import re
 import typing
@@ -18,6 +21,36 @@ from mkdocs.structure.files import File, Files
 from pydantic import BaseModel
 
 _NO_DEFAULT = "required"
+_BENCHMARKS = "benchmarks.jsonl"
+_MARKER = "<!-- benchmarks -->"
+# The figures a row shows: ratios, fractions and shares, and the checks that are yes or no.
+_FIGURE_SUFFIXES = ("ratio", "fraction", "share", "share_of_step", "share_of_load")
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if page.file.src_uri != "performance.md":
+        return markdown
+    if markdown.count(_MARKER) != 1:
+        raise ValueError(f"performance.md: {_MARKER} appears {markdown.count(_MARKER)} times; allowed: once")
+    return markdown.replace(_MARKER, _benchmarks_table(os.path.join(config["docs_dir"], _BENCHMARKS)))
+
+
+def _benchmarks_table(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    lines = ["| command | figures | targets | host (load before, after) | commit, date |", "|---|---|---|---|---|"]
+    for r in records:
+        out = r["output"]
+        figures = ", ".join(f"`{k}` {v}" for k, v in sorted(out.items())
+                            if not k.startswith("target") and (k.endswith(_FIGURE_SUFFIXES) or k.startswith("identical")))
+        targets = ", ".join(f"`{k}` {v}" for k, v in sorted(out.items()) if k.startswith("target"))
+        host = f"{r['host']['cpu']}, {r['host']['cores']} cores ({r['host']['load_before']}, {r['host']['load_after']})"
+        lines.append(f"| `{r['command']}` | {_cell(figures)} | {_cell(targets)} | {_cell(host)} | "
+                     f"{r['commit']}, {r['date']} |")
+    lines += ["", "Each run's whole JSON line:", ""]
+    for r in records:
+        lines += [f"`{r['command']}`", "", "```json", json.dumps(r["output"], sort_keys=True), "```", ""]
+    return "\n".join(lines)
 
 
 def on_files(files: Files, config) -> Files:
