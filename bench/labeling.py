@@ -32,10 +32,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pymunk
 
-from qhlab.finite_horizon.data import load_population
 from qhlab.scenes import generate_population, get_preset
 from qhlab.scenes.audit import check_successors, read_labels
-from qhlab.scenes.population import read_manifest
+from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.candidates import CANDIDATE_FEATURES
 
 
@@ -113,6 +112,11 @@ def main() -> None:
         manifest = json.loads((out / "manifest.json").read_text())
         simulations = manifest["counts"]["simulations"]
         work = _raw_workload(out)
+        # Imported only now: the label workers are spawned, and a spawned worker re-imports this
+        # script's top level, so torch imported above would delay every worker's start (the
+        # `qhlab` command's workers import the light CLI module instead).
+        from qhlab.finite_horizon.data import load_population
+
         # What every load pays for physics: the one-strike re-simulation of every successor,
         # timed alone and inside a whole authenticated load.
         start = time.perf_counter()

@@ -59,3 +59,66 @@ def test_the_checker_sees_a_lazy_import_inside_a_function(tmp_path) -> None:
     module.write_text("def f():\n    from qhlab.cli import main\n    import qhlab.training.launcher\n"
                       "    from qhlab import scenes\n    from . import x\n    from qhlab import __version__\n")
     assert _qhlab_imports(module) == {"cli", "training", "scenes", "<relative>", "__version__"}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """{qhlab module: the qhlab modules it imports anywhere in its file}. ``from pkg import name``
+    is an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                          for a in node.names}
+        graph[name] = {e for e in edges if e in modules} - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    # Imports inside functions count: a lazy import hides a cycle from Python, not from readers.
+    assert import_cycles(_module_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_cycle_through_three_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

@@ -23,7 +23,7 @@ from qhlab.evidence import (
 )
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.scenes import PRESETS, generate_population
-from qhlab.scenes.population import POPULATION_FILES
+from qhlab.scenes.manifest import POPULATION_FILES
 
 
 @pytest.fixture(scope="module")

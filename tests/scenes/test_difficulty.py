@@ -14,7 +14,8 @@ from qhlab.cli import main
 from qhlab.evidence import DigestMismatchError, QhInputError
 from qhlab.scenes import PRESETS, read_manifest
 from qhlab.scenes.candidates import CANDIDATE_FEATURES, candidate_features, candidate_strikes
-from qhlab.scenes.difficulty import CARD_TIE_BAND, describe_population, difficulty_card
+from qhlab.scenes.describe import describe_population
+from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.sampler import Preset, sample_scene
 
 

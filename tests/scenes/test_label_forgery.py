@@ -27,7 +27,7 @@ from qhlab.scenes.audit import (
     miss_probability,
     read_labels,
 )
-from qhlab.scenes.population import POPULATION_FILES, read_manifest
+from qhlab.scenes.manifest import POPULATION_FILES, read_manifest
 
 STUDY_TEMPLATE = Path(__file__).resolve().parents[1] / "finite_horizon" / "studies" / "tiny-study.toml"
 

@@ -19,7 +19,8 @@ from qhlab.evidence import (
     verify_directory,
 )
 from qhlab.scenes import PRESETS, cached_population, generate_population, read_manifest
-from qhlab.scenes.population import POPULATION_FILES, planned_simulations
+from qhlab.scenes.manifest import POPULATION_FILES
+from qhlab.scenes.population import planned_simulations
 
 FILES = (*POPULATION_FILES, "manifest.json", "population.receipt.json")
 

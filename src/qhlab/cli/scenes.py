@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
     from qhlab.scenes.audit import coverage_text
-    from qhlab.scenes.difficulty import card_lines, describe_population
+    from qhlab.scenes.describe import describe_population
+    from qhlab.scenes.difficulty import card_lines
 
     described = describe_population(args.population, tie_band=args.tie_band)
     if args.json:

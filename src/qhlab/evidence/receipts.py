@@ -50,7 +50,7 @@ RECEIPT_SUFFIX = ".receipt.json"
 # Where populations are cached unless a config names another cache; ``verify_directory``
 # always searches it for populations bound outside the verified directory.
 DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
-# A population's manifest (``qhlab.scenes.population.MANIFEST``; this layer imports nothing
+# A population's manifest (``qhlab.scenes.manifest.MANIFEST``; this layer imports nothing
 # above it). Its digest is the population's identity, so it is looked up first and names a
 # missing population.
 _POPULATION_MANIFEST = "manifest.json"

@@ -25,7 +25,7 @@ import torch
 
 from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
 from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure, check_successors, read_labels
-from qhlab.scenes.population import read_manifest
+from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
 __all__ = ["Population", "load_population"]

@@ -26,7 +26,7 @@ _HOME = {
     "get_preset": "qhlab.scenes.sampler",
     "generate_population": "qhlab.scenes.population",
     "cached_population": "qhlab.scenes.population",
-    "read_manifest": "qhlab.scenes.population",
+    "read_manifest": "qhlab.scenes.manifest",
 }
 
 

@@ -5,7 +5,7 @@ match (``check_counts``), the exact Bellman consistency of every stored label ag
 stored rewards and successors (``bellman_violations``, ``check_bellman``), and the physics
 audit (``audit_population``), which regenerates every scene from the generator's seed and
 re-simulates the whole depth-H tree of chosen chain states. Does not own: authenticating file
-digests (``population.read_manifest``), tensors (``qhlab.finite_horizon.data``) or where the
+digests (``manifest.read_manifest``), tensors (``qhlab.finite_horizon.data``) or where the
 checks are required (the loader, ``describe``, ``verify``, the study steps and the cache).
 
 Why both. Digests prove the bytes are the ones a manifest names, but a forger who rewrites a
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json
+from qhlab.scenes.manifest import read_manifest
 
 __all__ = [
     "AUDIT_STATES",
@@ -322,7 +323,6 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from qhlab.scenes.population import read_manifest
 
     path = Path(path)
     manifest = read_manifest(path) if manifest is None else manifest
@@ -544,7 +544,6 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
 
     from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features
     from qhlab.scenes.labels import TreeSearch
-    from qhlab.scenes.population import read_manifest
     from qhlab.scenes.world import simulate_strike
 
     if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):

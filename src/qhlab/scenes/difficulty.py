@@ -1,9 +1,8 @@
 """The difficulty card of a population: how well cheap policies do on its exact labels.
 
-Owns: ``difficulty_card`` (pure numpy over the chain states' labels),
-``describe_population`` (authenticate a population directory, recompute its card from the
-Parquet files and check it against the card its manifest records) and ``card_lines`` (the
-card as the text ``qhlab scenes describe`` prints). Does not own: learned
+Owns: ``difficulty_card`` (pure numpy over the chain states' labels) and ``card_lines`` (the
+card as the text ``qhlab scenes describe`` prints). Does not own: recomputing a population's
+card from its files and checking it (``describe``), learned
 predictions or their evaluation (``qhlab.finite_horizon.evaluation``), or choosing a
 heuristic for a report (a report chooses on TRAIN; the card describes one population).
 
@@ -24,15 +23,13 @@ shares the state's unit weight with the other tied indices).
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qhlab.evidence import EvidenceError, QhInputError
+from qhlab.evidence import QhInputError
 
-__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card", "describe_population"]
+__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card"]
 
 CARD_TIE_BAND = 0.001
 """Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
@@ -121,60 +118,6 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
             "entropy_over_log2K": None if k == 1 else entropy / math.log2(k),
         },
     }
-
-
-def describe_population(path: str | os.PathLike, *, tie_band: float | None = None,
-                        audit_states: int = 8) -> dict[str, Any]:
-    """Authenticate and audit a population, recompute its difficulty card from the files, and check it.
-
-    Args:
-        path: population directory.
-        tie_band: None uses the band of the card in the manifest (and the recomputed card must
-            equal it); another band recomputes the card for that band.
-        audit_states: chain states re-simulated first (``qhlab.scenes.audit.audit_population``,
-            which also regenerates every scene and checks counts and every label's Bellman rule).
-
-    Returns:
-        ``{"name", "split", "generator", "counts", "card", "audit"}``.
-
-    Raises:
-        EvidenceError (or a subclass): the population fails authentication or the audit
-            (counts, Bellman rule, physics), or its manifest lacks a card or records one that
-            the files do not reproduce.
-    """
-    import pyarrow.parquet as pq
-
-    from qhlab.evidence import canonical_json
-    from qhlab.scenes.audit import audit_population, read_labels
-    from qhlab.scenes.population import read_manifest
-
-    path = Path(path)
-    manifest = read_manifest(path)
-    recorded = manifest.get("difficulty")
-    if not isinstance(recorded, dict) or "tie_band" not in recorded:
-        raise EvidenceError(
-            f"describe_population: {path / 'manifest.json'} has no difficulty card. HINT: it was made by an "
-            "older generator; regenerate it with `qhlab scenes generate`."
-        )
-    # Counts, every label's Bellman rule and physics first: a card of forged labels is no card.
-    audit = audit_population(path, states=audit_states, call="describe_population")
-    labels = read_labels(path, manifest, call="describe_population")
-    # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
-    # at generation, so the recomputed card is equal to the bit, not just close.
-    scene_order = {int(sid): i for i, sid in enumerate(pq.read_table(path / "scenes.parquet", columns=["scene_id"])
-                                                      .column("scene_id").to_numpy())}
-    chain = labels.step >= 0
-    scene_index = np.array([scene_order[int(s)] for s in labels.scene_id[chain]])
-    labels = labels.q[chain]
-    band = recorded["tie_band"] if tie_band is None else tie_band
-    card = difficulty_card(labels, scene_index, tie_band=band)
-    if band == recorded["tie_band"] and canonical_json(card) != canonical_json(recorded):
-        raise EvidenceError(
-            f"describe_population: {path / 'manifest.json'} records a difficulty card that its files do not "
-            "reproduce. HINT: the card and the labels were written by different code; regenerate the population."
-        )
-    return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
-            "counts": manifest["counts"], "card": card, "audit": audit}
 
 
 def card_lines(described: dict[str, Any]) -> list[str]:

@@ -20,7 +20,6 @@ differs between a local and a Ray run.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -31,17 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qhlab.evidence import (
-    DigestMismatchError,
     EvidenceError,
-    MissingEvidenceError,
     PublishConflictError,
     QhInputError,
-    SchemaMismatchError,
     canonical_json,
     publish_directory,
     publish_file,
     publish_json,
-    read_receipt,
     sha256_bytes,
     write_receipt,
 )
@@ -55,33 +50,34 @@ from qhlab.scenes.candidates import (
     object_features,
 )
 from qhlab.scenes.chains import StateRow, run_chains
+from qhlab.scenes.audit import audit_population
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
+from qhlab.scenes.manifest import (
+    MANIFEST,
+    MANIFEST_KIND,
+    POPULATION_FILES,
+    POPULATION_SCHEMA_VERSION,
+    RECEIPT,
+    read_manifest,
+)
 from qhlab.execution import ExecutorChoice, open_executor
 from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
 
 __all__ = [
-    "POPULATION_SCHEMA_VERSION",
-    "POPULATION_FILES",
     "generate_population",
     "cached_population",
-    "read_manifest",
     "scene_content_digests",
     "planned_simulations",
 ]
 
-POPULATION_SCHEMA_VERSION = 1
-POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
-MANIFEST = "manifest.json"
-RECEIPT = "population.receipt.json"
 GENERATION_RECEIPT = "generation.receipt.json"
 # The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
 # mass and friction, the goal and its radius, the initial positions. Not scene_id or
 # scene_index, which derive from the split, seed and draw index.
 SCENE_CONTENT_COLUMNS = ("num_pucks", "radius", "mass", "friction", "goal_x", "goal_y", "goal_radius",
                          "initial_positions")
-_MANIFEST_KIND = "qhlab.population"
 
 
 def planned_simulations(preset: Preset) -> int:
@@ -277,7 +273,7 @@ def generate_population(
     n_chain = sum(1 for r in rows if r.step >= 0)
     manifest = {
         "schema_version": POPULATION_SCHEMA_VERSION,
-        "kind": _MANIFEST_KIND,
+        "kind": MANIFEST_KIND,
         "name": f"{spec.name}-{split}-seed{seed}",
         "split": split,
         "horizon": spec.horizon,
@@ -341,83 +337,6 @@ def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
             for row in rows}
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
-    """Authenticate a population directory: its receipt, manifest and every file digest.
-
-    Args:
-        path: population directory.
-
-    Returns:
-        The manifest (a dict).
-
-    Raises:
-        MissingEvidenceError: the directory, receipt, manifest or a bound file is missing.
-        SchemaMismatchError: another schema version or kind.
-        DigestMismatchError: a file's SHA-256 differs from the receipt or the manifest.
-        EvidenceError: the manifest is not valid JSON or lacks fields.
-    """
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    receipt_path = path / RECEIPT
-    if not receipt_path.is_file():
-        raise MissingEvidenceError(
-            f"load_population: {receipt_path} does not exist. HINT: a population directory holds "
-            "manifest.json, population.receipt.json and three Parquet files written by qhlab."
-        )
-    # The receipt binds the manifest's own bytes too, so any changed byte in any file fails.
-    receipt = read_receipt(receipt_path, kind="population", schema_version=POPULATION_SCHEMA_VERSION)
-    expected = {name: name for name in (*POPULATION_FILES, MANIFEST)}
-    if {name: entry["path"] for name, entry in receipt["outputs"].items()} != expected:
-        raise EvidenceError(
-            f"load_population: {receipt_path} binds {sorted(receipt['outputs'])}; allowed: exactly "
-            f"{sorted(expected)} in the population directory."
-        )
-    if not manifest_path.is_file():
-        raise MissingEvidenceError(
-            f"load_population: {manifest_path} does not exist. HINT: generate the population with "
-            "`qhlab scenes generate` or pass a population directory."
-        )
-    raw = manifest_path.read_bytes()
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvidenceError(f"load_population: {manifest_path} is not valid UTF-8 JSON ({exc}).") from None
-    if not isinstance(manifest, dict):
-        raise EvidenceError(f"load_population: {manifest_path} is not a JSON object.")
-    version = manifest.get("schema_version")
-    if version != POPULATION_SCHEMA_VERSION:
-        raise SchemaMismatchError(
-            f"load_population: {manifest_path} field schema_version={version!r} is not allowed; "
-            f"allowed: {POPULATION_SCHEMA_VERSION}. HINT: regenerate the population with this qhlab."
-        )
-    if manifest.get("kind") != _MANIFEST_KIND:
-        raise SchemaMismatchError(
-            f"load_population: {manifest_path} field kind={manifest.get('kind')!r} is not allowed; "
-            f"allowed: {_MANIFEST_KIND!r}."
-        )
-    required = ("name", "split", "horizon", "K", "features", "generator", "counts", "files")
-    missing = [k for k in required if k not in manifest]
-    if missing:
-        raise EvidenceError(f"load_population: {manifest_path} lacks fields {missing}.")
-    files = manifest["files"]
-    if not isinstance(files, dict) or sorted(files) != sorted(POPULATION_FILES):
-        raise EvidenceError(
-            f"load_population: {manifest_path} field files={sorted(files) if isinstance(files, dict) else files!r} "
-            f"is not allowed; allowed: exactly {list(POPULATION_FILES)}."
-        )
-    for name in POPULATION_FILES:
-        target = path / name
-        # read_receipt above re-hashed every file against the receipt: the manifest must bind
-        # the same digests (hashing each file once per load).
-        digest = receipt["outputs"][name]["sha256"]
-        if digest != files[name]:
-            raise DigestMismatchError(
-                f"load_population: {target} has sha256 {digest}; {manifest_path} binds {files[name]}. "
-                "HINT: a population is write-once; regenerate it instead of editing it."
-            )
-    return manifest
-
-
 def _cache_key(spec: Preset, split: str, seed: int) -> str:
     return sha256_bytes(canonical_json({
         "schema_version": POPULATION_SCHEMA_VERSION,
@@ -476,7 +395,5 @@ def cached_population(
             "match the requested arguments. HINT: remove the stale cache directory."
         )
     if audit:
-        from qhlab.scenes.audit import audit_population
-
         audit_population(target, call="cached_population")
     return target

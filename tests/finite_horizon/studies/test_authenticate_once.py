@@ -18,7 +18,7 @@ import pytest
 from qhlab.cli import main
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy
 from qhlab.scenes import cached_population
-from qhlab.scenes.population import POPULATION_FILES
+from qhlab.scenes.manifest import POPULATION_FILES
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,8 @@ from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_rec
 from qhlab.finite_horizon.studies.architecture import authentication, development
 from qhlab.finite_horizon.studies.architecture.layout import BENCHMARK_DIR, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
-from qhlab.scenes.population import POPULATION_FILES, POPULATION_SCHEMA_VERSION, SCENE_CONTENT_COLUMNS
+from qhlab.scenes.manifest import POPULATION_FILES, POPULATION_SCHEMA_VERSION
+from qhlab.scenes.population import SCENE_CONTENT_COLUMNS
 
 
 def test_freeze_records_versions_and_later_steps_refuse_others(tmp_path, tiny_config, monkeypatch):

@@ -21,7 +21,7 @@ __all__ = ["labelling_record", "population_files", "population_support", "resolv
 
 def population_files(path: Path) -> dict[str, Path]:
     """{file name: path} of every file of the population at ``path`` (manifest first)."""
-    from qhlab.scenes.population import MANIFEST, POPULATION_FILES
+    from qhlab.scenes.manifest import MANIFEST, POPULATION_FILES
 
     return {name: path / name for name in (MANIFEST, *POPULATION_FILES)}
 

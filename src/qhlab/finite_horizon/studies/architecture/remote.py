@@ -199,7 +199,7 @@ def _receipt_kind(relative: str) -> str | None:
 
 def _population_bytes(path: Path) -> dict[str, bytes]:
     """Every file a worker needs to authenticate the population: receipt, manifest, Parquet files."""
-    from qhlab.scenes.population import RECEIPT
+    from qhlab.scenes.manifest import RECEIPT
 
     files = {**population_files(path), RECEIPT: path / RECEIPT}
     return {name: file.read_bytes() for name, file in files.items()}

@@ -19,7 +19,7 @@ from qhlab.evidence import publish_bytes, publish_file, publish_json
 from qhlab.finite_horizon.studies.architecture.layout import REPORT_JSON, REPORT_MARKDOWN
 
 if TYPE_CHECKING:
-    from qhlab.finite_horizon.studies.architecture.report import Section
+    from qhlab.finite_horizon.studies.architecture.sections import Section
 
 __all__ = ["FIGURES", "ci", "fmt", "table", "write_report_files"]
 

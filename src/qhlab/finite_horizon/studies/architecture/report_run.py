@@ -25,7 +25,8 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     SCHEMA_VERSION,
 )
 from qhlab.finite_horizon.studies.architecture.render import FIGURES
-from qhlab.finite_horizon.studies.architecture.report import SECTIONS, Tables
+from qhlab.finite_horizon.studies.architecture.report import SECTIONS
+from qhlab.finite_horizon.studies.architecture.sections import Tables
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]

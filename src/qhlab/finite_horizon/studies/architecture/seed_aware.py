@@ -36,7 +36,7 @@ from qhlab.finite_horizon.studies.replication import (
 )
 
 if TYPE_CHECKING:
-    from qhlab.finite_horizon.studies.architecture.report import ReportInputs, Tables
+    from qhlab.finite_horizon.studies.architecture.sections import ReportInputs, Tables
 
 __all__ = ["POWER", "build", "markdown", "tables"]
 

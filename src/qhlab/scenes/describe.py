@@ -1,0 +1,70 @@
+"""Describe a population: authenticate and audit it, recompute its difficulty card, check it.
+
+Owns: ``describe_population`` (what ``qhlab scenes describe`` runs). Does not own: the card's
+arithmetic (``difficulty``), the physics audit (``audit``) or the format (``manifest``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qhlab.evidence import EvidenceError, canonical_json
+from qhlab.scenes.audit import audit_population, read_labels
+from qhlab.scenes.difficulty import difficulty_card
+from qhlab.scenes.manifest import read_manifest
+
+__all__ = ["describe_population"]
+
+
+def describe_population(path: str | os.PathLike, *, tie_band: float | None = None,
+                        audit_states: int = 8) -> dict[str, Any]:
+    """Authenticate and audit a population, recompute its difficulty card from the files, and check it.
+
+    Args:
+        path: population directory.
+        tie_band: None uses the band of the card in the manifest (and the recomputed card must
+            equal it); another band recomputes the card for that band.
+        audit_states: chain states re-simulated first (``qhlab.scenes.audit.audit_population``,
+            which also regenerates every scene and checks counts and every label's Bellman rule).
+
+    Returns:
+        ``{"name", "split", "generator", "counts", "card", "audit"}``.
+
+    Raises:
+        EvidenceError (or a subclass): the population fails authentication or the audit
+            (counts, Bellman rule, physics), or its manifest lacks a card or records one that
+            the files do not reproduce.
+    """
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    recorded = manifest.get("difficulty")
+    if not isinstance(recorded, dict) or "tie_band" not in recorded:
+        raise EvidenceError(
+            f"describe_population: {path / 'manifest.json'} has no difficulty card. HINT: it was made by an "
+            "older generator; regenerate it with `qhlab scenes generate`."
+        )
+    # Counts, every label's Bellman rule and physics first: a card of forged labels is no card.
+    audit = audit_population(path, states=audit_states, call="describe_population")
+    labels = read_labels(path, manifest, call="describe_population")
+    # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
+    # at generation, so the recomputed card is equal to the bit, not just close.
+    scene_order = {int(sid): i for i, sid in enumerate(pq.read_table(path / "scenes.parquet", columns=["scene_id"])
+                                                      .column("scene_id").to_numpy())}
+    chain = labels.step >= 0
+    scene_index = np.array([scene_order[int(s)] for s in labels.scene_id[chain]])
+    labels = labels.q[chain]
+    band = recorded["tie_band"] if tie_band is None else tie_band
+    card = difficulty_card(labels, scene_index, tie_band=band)
+    if band == recorded["tie_band"] and canonical_json(card) != canonical_json(recorded):
+        raise EvidenceError(
+            f"describe_population: {path / 'manifest.json'} records a difficulty card that its files do not "
+            "reproduce. HINT: the card and the labels were written by different code; regenerate the population."
+        )
+    return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
+            "counts": manifest["counts"], "card": card, "audit": audit}

@@ -1,0 +1,101 @@
+"""A population directory's format: its file names, its manifest, and reading them back authenticated.
+
+Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``RECEIPT``, ``MANIFEST_KIND``,
+``POPULATION_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
+manifest and file digests. The writer (``population``), the physics audit (``audit``), the card
+(``describe``) and the tensor reader (``qhlab.finite_horizon.data``) all read the format here, and
+this module imports none of them. Does not own: writing a population or checking its labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
+
+__all__ = ["MANIFEST", "MANIFEST_KIND", "POPULATION_FILES", "POPULATION_SCHEMA_VERSION", "RECEIPT", "read_manifest"]
+
+POPULATION_SCHEMA_VERSION = 1
+POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
+MANIFEST = "manifest.json"
+RECEIPT = "population.receipt.json"
+MANIFEST_KIND = "qhlab.population"
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """Authenticate a population directory: its receipt, manifest and every file digest.
+
+    Args:
+        path: population directory.
+
+    Returns:
+        The manifest (a dict).
+
+    Raises:
+        MissingEvidenceError: the directory, receipt, manifest or a bound file is missing.
+        SchemaMismatchError: another schema version or kind.
+        DigestMismatchError: a file's SHA-256 differs from the receipt or the manifest.
+        EvidenceError: the manifest is not valid JSON or lacks fields.
+    """
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    receipt_path = path / RECEIPT
+    if not receipt_path.is_file():
+        raise MissingEvidenceError(
+            f"load_population: {receipt_path} does not exist. HINT: a population directory holds "
+            "manifest.json, population.receipt.json and three Parquet files written by qhlab."
+        )
+    # The receipt binds the manifest's own bytes too, so any changed byte in any file fails.
+    receipt = read_receipt(receipt_path, kind="population", schema_version=POPULATION_SCHEMA_VERSION)
+    expected = {name: name for name in (*POPULATION_FILES, MANIFEST)}
+    if {name: entry["path"] for name, entry in receipt["outputs"].items()} != expected:
+        raise EvidenceError(
+            f"load_population: {receipt_path} binds {sorted(receipt['outputs'])}; allowed: exactly "
+            f"{sorted(expected)} in the population directory."
+        )
+    if not manifest_path.is_file():
+        raise MissingEvidenceError(
+            f"load_population: {manifest_path} does not exist. HINT: generate the population with "
+            "`qhlab scenes generate` or pass a population directory."
+        )
+    raw = manifest_path.read_bytes()
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"load_population: {manifest_path} is not valid UTF-8 JSON ({exc}).") from None
+    if not isinstance(manifest, dict):
+        raise EvidenceError(f"load_population: {manifest_path} is not a JSON object.")
+    version = manifest.get("schema_version")
+    if version != POPULATION_SCHEMA_VERSION:
+        raise SchemaMismatchError(
+            f"load_population: {manifest_path} field schema_version={version!r} is not allowed; "
+            f"allowed: {POPULATION_SCHEMA_VERSION}. HINT: regenerate the population with this qhlab."
+        )
+    if manifest.get("kind") != MANIFEST_KIND:
+        raise SchemaMismatchError(
+            f"load_population: {manifest_path} field kind={manifest.get('kind')!r} is not allowed; "
+            f"allowed: {MANIFEST_KIND!r}."
+        )
+    required = ("name", "split", "horizon", "K", "features", "generator", "counts", "files")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise EvidenceError(f"load_population: {manifest_path} lacks fields {missing}.")
+    files = manifest["files"]
+    if not isinstance(files, dict) or sorted(files) != sorted(POPULATION_FILES):
+        raise EvidenceError(
+            f"load_population: {manifest_path} field files={sorted(files) if isinstance(files, dict) else files!r} "
+            f"is not allowed; allowed: exactly {list(POPULATION_FILES)}."
+        )
+    for name in POPULATION_FILES:
+        target = path / name
+        # read_receipt above re-hashed every file against the receipt: the manifest must bind
+        # the same digests (hashing each file once per load).
+        digest = receipt["outputs"][name]["sha256"]
+        if digest != files[name]:
+            raise DigestMismatchError(
+                f"load_population: {target} has sha256 {digest}; {manifest_path} binds {files[name]}. "
+                "HINT: a population is write-once; regenerate it instead of editing it."
+            )
+    return manifest
