@@ -3,16 +3,19 @@
 Prints ONE JSON line:
 
 * ``peak_fraction``: the achieved FLOP/s of one Lightning training step of the demo recipe
-  (FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode`` over a whole step: every
-  member's target forward, forward, backward and the optimizer) over the float32 matmul peak
-  of this CPU at the fits' thread count, both measured in this run;
+  (FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode`` over a whole step: the matmuls
+  of every member's target forward, forward and backward; it has no formula for the CPU
+  flash-attention kernel, whose FLOPs are left out) over the float32 matmul peak of this CPU
+  at the fits' thread count, both measured in this run;
 * ``peak_gflops``: that peak at 1 and at 2 threads (a square matmul, best of several);
-* ``matmul_gflops`` and ``matmul_share_of_step``: the rate of the step's own matmuls and the
-  share of the step's operator time they take (``torch.profiler``), the rest being elementwise
-  operators, copies, gathers and normalisations;
+* ``matmul_gflops``, ``matmul_share_of_step`` and ``attention_share_of_step``: the rate of the
+  step's own matmuls and the share of the step's operator time they take (``torch.profiler``),
+  and the attention kernels' share; the rest is elementwise operators, copies, gathers and
+  normalisations;
 * ``split_seconds``: one step split into data, target forward, forward, backward, optimizer,
   target refresh and framework (the Lightning step's time less the sum of the parts, each part
-  timed alone in the same loop a fit runs);
+  timed alone in the same loop a fit runs; framework therefore also holds what the parts leave
+  out: the schedule's rate, the finiteness check and logging);
 * ``what_would_move_it``: the largest parts and the operators outside matmuls that take most of
   the step, from the profile.
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -54,7 +58,10 @@ from qhlab.training.console import configure_console
 from qhlab.training.optimizer_state import observed_optimizer_updates
 
 ROOT = Path(__file__).resolve().parents[1]
-_MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product")
+_MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
+# FlopCounterMode has no formula for torch's CPU flash-attention kernels: their FLOPs (a 6-token
+# attention here) are not counted, so their time is reported apart, never as matmul time.
+_ATTENTION = ("aten::_scaled_dot_product", "aten::scaled_dot_product", "aten::_flash_attention")
 
 
 def _matmul_peak(threads: int, n: int = 1024, repeats: int = 7) -> float:
@@ -146,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     configure_console(verbose=False)
+    cores = os.cpu_count() or 1
+    if not 1 <= args.threads <= cores:
+        print(f"error: roofline: --threads={args.threads!r} is not allowed; allowed: 1..{cores} (this machine's "
+              "cores)", file=sys.stderr)
+        return 2
     recipe = load_recipe(args.recipe)
     if recipe.successor_label_rows:
-        raise SystemExit("error: roofline: recipe.successor_label_rows > 0 is not allowed; allowed: 0 "
-                         "(the split times the demo recipe's terms). HINT: use the demo recipe.")
+        print(f"error: roofline: recipe.successor_label_rows={recipe.successor_label_rows!r} is not allowed; "
+              "allowed: 0 (the split times the demo recipe's terms). HINT: use the demo recipe.", file=sys.stderr)
+        return 2
     population = load_population(cached_population(args.preset, "train", 0, args.cache), split="train",
                                  horizon=recipe.horizon)
-    peaks = {threads: _matmul_peak(threads) for threads in (1, 2)}
+    peaks = {threads: _matmul_peak(threads) for threads in sorted({1, min(2, cores), args.threads})}
     torch.set_num_threads(args.threads)
 
     parts = _Parts(recipe, population)
@@ -181,12 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
     total_us = sum(e.self_cpu_time_total for e in events)
     matmul_us = sum(e.self_cpu_time_total for e in events if e.key.startswith(_MATMULS))
-    others = sorted((e for e in events if not e.key.startswith(_MATMULS)), key=lambda e: -e.self_cpu_time_total)
+    attention_us = sum(e.self_cpu_time_total for e in events if e.key.startswith(_ATTENTION))
+    others = sorted((e for e in events if not e.key.startswith(_MATMULS + _ATTENTION)),
+                    key=lambda e: -e.self_cpu_time_total)
     top_others = [f"{e.key.removeprefix('aten::')} {e.self_cpu_time_total / total_us:.0%}" for e in others[:4]]
     matmul_share = matmul_us / total_us
     matmul_gflops = flops / (matmul_us * 1e-6 / 10) / 1e9
     achieved = flops / step
-    peak = peaks[min(args.threads, 2)]
+    peak = peaks[args.threads]
     largest = sorted(split, key=lambda k: -split[k])[:2]
     print(json.dumps({
         "bench": "roofline",
@@ -203,13 +218,17 @@ def main(argv: list[str] | None = None) -> int:
         "peak_fraction": round(achieved / peak, 4),
         "matmul_gflops": round(matmul_gflops, 2),
         "matmul_share_of_step": round(matmul_share, 4),
+        "attention_share_of_step": round(attention_us / total_us, 4),
         "split_seconds": {k: round(v, 6) for k, v in split.items()},
         "split_share": {k: round(v / step, 4) for k, v in split.items()},
         "what_would_move_it": (
-            f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak but take {matmul_share:.0%} "
-            f"of its operator time; the rest is {', '.join(top_others)}: fusing those elementwise operators "
-            f"or wider layers would move peak_fraction; the largest parts are {largest[0]} "
-            f"({split[largest[0]] / step:.0%}) and {largest[1]} ({split[largest[1]] / step:.0%})"
+            f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak and take {matmul_share:.0%} "
+            f"of its operator time, attention {attention_us / total_us:.0%}; the largest other operators are "
+            f"{', '.join(top_others)}"
+            + ("; most of the step is outside matmuls, so fusing those operators would move peak_fraction most"
+               if matmul_share < 0.5 else "; most of the step is matmuls, so their own rate would move it most")
+            + f"; the largest parts are {largest[0]} ({split[largest[0]] / step:.0%}) and {largest[1]} "
+            f"({split[largest[1]] / step:.0%})"
         ),
     }, sort_keys=True))
     return 0

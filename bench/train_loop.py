@@ -47,7 +47,7 @@ from qhlab.finite_horizon.q_learning import (
     td_targets,
 )
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe
-from qhlab.finite_horizon.scorer import scorer_members
+from qhlab.finite_horizon.scorer import MAX_ENSEMBLE_MEMBERS, scorer_members
 from qhlab.scenes.population import cached_population
 from qhlab.training.console import configure_console
 from qhlab.training.optimizer_state import observed_optimizer_updates
@@ -166,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_console(verbose=False)  # one JSON line, no Lightning banners
     torch.set_num_threads(args.threads)
 
+    if args.members is not None and not 1 <= args.members <= MAX_ENSEMBLE_MEMBERS:
+        print(f"error: train_loop: --members={args.members!r} is not allowed; allowed: 1..{MAX_ENSEMBLE_MEMBERS}",
+              file=sys.stderr)
+        return 2
     recipe = load_recipe(args.recipe)
     if args.members is not None:
         recipe = _with_members(recipe, args.members)
@@ -207,10 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         "batch_share_of_step": round(batch_s * lightning_ups, 4),
         "target_batch_share": 0.10,
     }
+    meets = {"ratio": line["ratio"] >= line["target_ratio"], "identical_final_state": difference is None,
+             "batch_share": line["batch_share_of_step"] <= line["target_batch_share"]}
     if single is not None:
         single_ups = args.updates / statistics.median(single_walls)
         line.update(one_member_updates_per_s=round(single_ups, 2),
                     members_ratio=round(lightning_ups / single_ups, 4), target_members_ratio=0.8)
+        meets["members_ratio"] = line["members_ratio"] >= line["target_members_ratio"]
+    line["meets_targets"] = meets
     print(json.dumps(line, sort_keys=True))
     return 0
 

@@ -4,7 +4,7 @@ A test file is the unit of distribution: its module fixtures are built once, on 
 Files that share a session fixture costing minutes (the reliability suite's kill campaigns)
 form one group, so that fixture is built once too; a fixture of seconds (a finished tiny
 study) is cheaper to build on each worker than to serialise every file that reads it.
-Without xdist nothing is marked.
+Without ``--dist loadgroup`` nothing is marked.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _SHARED_ONCE = ("crash_campaigns",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
+    if not getattr(config.option, "dist", "no") == "loadgroup":
         return
     group_of_file: dict[str, str] = {}
     for item in items:

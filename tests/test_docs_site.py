@@ -4,6 +4,7 @@ the nav or an API reference that no longer resolves fails the suite."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _build(config: Path, site: Path) -> subprocess.CompletedProcess:
+def _build(config: Path, site: Path, *, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
-                           "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           "--site-dir", str(site)], cwd=cwd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
 
 
@@ -30,12 +31,15 @@ def test_the_site_builds_strictly_with_every_page_and_the_api_reference(tmp_path
     assert "Unreleased" in (site / "changelog/index.html").read_text()
 
 
-def test_a_broken_link_fails_the_build(tmp_path):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "index.md").write_text("# qhlab\n\n[a page that does not exist](nowhere.md)\n")
-    config = tmp_path / "mkdocs.yml"
-    config.write_text("site_name: t\ndocs_dir: docs\nstrict: true\nvalidation:\n  unrecognized_links: warn\n")
-    done = _build(config, tmp_path / "site")
+def test_a_broken_link_fails_the_projects_build(tmp_path):
+    # The project's own mkdocs.yml, hook and pages, on a copy with one link that goes nowhere.
+    for name in ("mkdocs.yml", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    (tmp_path / "src").symlink_to(ROOT / "src", target_is_directory=True)
+    with (tmp_path / "docs" / "results.md").open("a") as page:
+        page.write("\n[a page that does not exist](nowhere.md)\n")
+    done = _build(tmp_path / "mkdocs.yml", tmp_path / "site", cwd=tmp_path)
     assert done.returncode != 0
-    assert "contains a link 'nowhere.md', but the target is not found among documentation files" in done.stderr
+    assert "'results.md' contains a link 'nowhere.md', but the target is not found among documentation files" \
+        in done.stderr

@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _SCANNED = ("src", "tests", "bench", "examples", "scripts", "docs", "README.md")
 _HISTORY_PLACES = ("CHANGELOG.md", "docs/decisions/")
 # A word of history followed by its number, across a line break and a comment marker too:
-# "session 9", "sessions 6-8", "issue 18", "issue #18", "amendments 17-22".
-_HISTORY = re.compile(r"\b(sessions?|issues?|amendments?)(?:[\s#]|\(|,)*\d[\d-]*", re.IGNORECASE)
+# "session 9", "sessions 6-8", "issue 18", "issue #18", "issue-18", "amendments 17-22",
+# "PR 12"; and a bare tracker reference, "#18" (not "&#18;", not a markdown anchor "](#x)").
+_HISTORY = re.compile(r"\b(?:sessions?|issues?|amendments?|PRs?|pull requests?)(?:[\s#-]|\(|,)*\d[\d-]*"
+                      r"|(?<![\w&#/\[])(?<!\]\()#\d+\b", re.IGNORECASE)
 
 
 def _product_files() -> list[Path]:
@@ -46,14 +48,16 @@ def test_no_product_file_speaks_of_history():
         "\n".join(found)
 
 
-@pytest.mark.parametrize("text", ["in session 9 it took", "sessions 6-8", "(issue 18)", "issue #18",
-                                  "amendments 17-22", "Amendment 3 (written before)", "issue\n# 18; was 120"])
+@pytest.mark.parametrize("text", ["in session 9 it took", "sessions 6-8", "(issue 18)", "issue #18", "issue-18",
+                                  "amendments 17-22", "Amendment 3 (written before)", "issue\n# 18; was 120",
+                                  "see PR 12", "fixed in #18", "fixed (#18)"])
 def test_the_check_sees_history(text):
     assert history_words(text)
 
 
 @pytest.mark.parametrize("text", ["a session fixture", "the issue is the seed", "an amendment to the rule",
-                                  "issues a receipt", "session-scoped 2 workers"])
+                                  "issues a receipt", "session-scoped workers", "&#18;", "[x](#18-heading)",
+                                  "color #ff0000"])
 def test_the_check_leaves_plain_words(text):
     assert history_words(text) == []
 

@@ -42,7 +42,7 @@ def _benchmarks_table(path: str) -> str:
     for r in records:
         out = r["output"]
         figures = ", ".join(f"`{k}` {v}" for k, v in sorted(out.items())
-                            if not k.startswith("target") and (k.endswith(_FIGURE_SUFFIXES) or k.startswith("identical")))
+                            if not k.startswith("target") and (k.endswith(_FIGURE_SUFFIXES) or k.startswith(("identical", "meets"))))
         targets = ", ".join(f"`{k}` {v}" for k, v in sorted(out.items()) if k.startswith("target"))
         host = f"{r['host']['cpu']}, {r['host']['cores']} cores ({r['host']['load_before']}, {r['host']['load_after']})"
         lines.append(f"| `{r['command']}` | {_cell(figures)} | {_cell(targets)} | {_cell(host)} | "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from qhlab import __version__
-from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError, require_int
+from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError
 from qhlab.evidence.publish import storage_error
 
 __all__ = ["build_parser", "main"]
@@ -57,28 +57,6 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line's parser, every command group imported (the docs' CLI reference)."""
     return _parser(list(_COMMANDS))
-
-
-def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--threads N`` (torch intra-op threads of this fit process, default 1)."""
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="torch intra-op threads for this fit (default 1: the small scorers run fastest on "
-        "one thread, and CPU results are bit-identical only for the same thread count, which "
-        "the fit receipt records)",
-    )
-
-
-def apply_torch_threads(args: argparse.Namespace) -> None:
-    """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
-    require_int(f"qhlab {args.command}", "--threads", args.threads, minimum=1,
-                hint="one thread is the default and fastest for the demo scorers.")
-    import torch  # deferred: only fit commands need torch
-
-    torch.set_num_threads(args.threads)
 
 
 def _new_output_dirs(args: argparse.Namespace) -> list[Path]:

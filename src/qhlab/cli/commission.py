@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qhlab.cli import add_torch_threads_argument, apply_torch_threads
+from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
 from qhlab.evidence import input_error
 
 __all__ = ["register", "run"]

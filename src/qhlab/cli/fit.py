@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from qhlab.cli import add_torch_threads_argument, apply_torch_threads
+from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
 
 __all__ = ["register", "run"]
 

@@ -54,7 +54,8 @@ class OptimizerConfig(BaseModel):
     ``schedule``: "constant" keeps ``lr``; "cosine" decays it as lr * (1 + cos(pi u / U)) / 2
     over the observed updates u of the fit's budget U (``QhRecipe.updates``), ending at 0 at
     the final update, so the final state is not one noisy step among many. ``grad_clip_norm``:
-    the largest global L2 norm of the gradient per update (None: no clipping).
+    the largest L2 norm of the gradient per update, over each ensemble member's parameters (None:
+    no clipping).
 
     Attributes:
         kind: the optimizer; only "adamw".

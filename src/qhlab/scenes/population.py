@@ -4,10 +4,10 @@ Owns: ``generate_population`` (sample scenes, run chains with exact labels, writ
 ``scenes.parquet``, ``states.parquet``, ``candidates.parquet``, ``manifest.json`` binding the
 SHA-256 of every file, a ``population.receipt.json`` so ``qhlab verify`` authenticates it,
 and a ``generation.receipt.json`` saying which executor labelled it, on which nodes), the
-content-addressed cache ``cached_population``, ``read_manifest`` which
-authenticates a population's manifest and file digests, and ``scene_content_digests``, the
-identity of each scene's physics that disjointness checks compare. Does not own: turning a population
-into tensors (``qhlab.finite_horizon.data``).
+content-addressed cache ``cached_population``, and ``scene_content_digests``, the identity
+of each scene's physics that disjointness checks compare. Does not own: the format's names and
+reading a manifest back (``manifest``), or turning a population into tensors
+(``qhlab.finite_horizon.data``).
 
 Write-once: the population is staged in a hidden sibling directory and renamed into place
 only when complete, so a crash never leaves a half-written population at ``out``.

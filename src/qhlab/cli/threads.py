@@ -1,0 +1,35 @@
+"""``--threads N``: the torch intra-op thread count of a fitting command (``fit``, ``commission``).
+
+Owns: ``add_torch_threads_argument`` and ``apply_torch_threads``. A leaf module, so that the
+command modules that use it never import the top-level parser back.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from qhlab.evidence import require_int
+
+__all__ = ["add_torch_threads_argument", "apply_torch_threads"]
+
+
+def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--threads N`` (torch intra-op threads of this fit process, default 1)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch intra-op threads for this fit (default 1: the small scorers run fastest on "
+        "one thread, and CPU results are bit-identical only for the same thread count, which "
+        "the fit receipt records)",
+    )
+
+
+def apply_torch_threads(args: argparse.Namespace) -> None:
+    """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
+    require_int(f"qhlab {args.command}", "--threads", args.threads, minimum=1,
+                hint="one thread is the default and fastest for the demo scorers.")
+    import torch  # deferred: only fit commands need torch
+
+    torch.set_num_threads(args.threads)
