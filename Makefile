@@ -23,9 +23,9 @@ demo: $(STAMP)
 	$(VENV)/bin/qhlab study run $(DEMO_CONFIG) --output $(DEMO_OUTPUT)
 
 # The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite, on every
-# core (pytest-xdist; each test file runs on one worker, see tests/conftest.py).
+# core (pytest-xdist: each test file, and the reliability suite, runs on one worker; tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -m "" -q -p no:cacheprovider --timeout=1800 -n auto --dist loadgroup
+	$(PY) -m pytest -m "" -q -p no:cacheprovider --timeout=1800 -n auto --dist loadfile
 
 # Fast CPU unit tests only (the default selection).
 test-fast: $(STAMP)
