@@ -213,7 +213,7 @@ def test_q_heads_compute_in_float32_under_a_bf16_autocast(arm: str) -> None:
 
 def test_the_float32_head_is_a_plain_linear_without_autocast() -> None:
     """Same initial weights, names and float32 arithmetic as before the head existed."""
-    from qhlab.finite_horizon.scorer import _mlp
+    from qhlab.finite_horizon.components import _mlp
 
     torch.manual_seed(3)
     plain = _mlp(7, 12, 3)
