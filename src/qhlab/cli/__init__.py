@@ -31,6 +31,7 @@ _COMMANDS = {
     "fit": "qhlab.cli.fit",
     "commission": "qhlab.cli.commission",
     "study": "qhlab.cli.study",
+    "tune": "qhlab.cli.tune",
     "verify": "qhlab.cli.verify",
     "sign": "qhlab.cli.sign",
 }

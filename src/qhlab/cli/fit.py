@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         require_int("qhlab fit", "--checkpoint-every", args.checkpoint_every, minimum=1,
                     hint="omit it for a checkpoint every quarter of the budget.")
     apply_torch_threads(args)
+    if args.validation is not None:
+        _warn_if_sealed(args.validation)
     result = fit_recipe(FitRequest(
         recipe=args.recipe,
         profile=args.profile,
@@ -80,3 +82,17 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def _warn_if_sealed(validation: Path) -> None:
+    """One warning line when a study holds ``validation`` out as its sealed validation population."""
+    import sys
+
+    from qhlab.scenes.seals import seals_of
+
+    seals = seals_of(validation)
+    if seals:
+        studies = ", ".join(sorted({str(s["study"]) for s in seals}))
+        print(f"warning: qhlab fit: --validation {validation} is the sealed validation population of study "
+              f"{studies}; a score on it is not held out from that study (tune on a tuning population instead)",
+              file=sys.stderr)

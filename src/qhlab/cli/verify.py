@@ -3,7 +3,8 @@
 Owns: the command's arguments and its report. Does not own: authentication itself
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
-always, a physics audit of N chain states with ``--audit``).
+always, a physics audit of N chain states with ``--audit``), or the recomputation of every
+tuning record found (``qhlab.finite_horizon.tuning.record.check_record``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
     result["label_checks"] = checks
+    result["tuning_checks"] = _tuning_checks(args.directory, result["receipts"])
     result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -83,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
                      f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
                      "(--audit N samples it)")
         print(line)
+    for entry in result["tuning_checks"]:
+        print(f"tuning: {entry['directory']}: {entry['trials']} trials' scores and the winner (trial "
+              f"{'none' if entry['winner'] is None else entry['winner'] + 1}) recomputed by the rule; "
+              f"{entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts"
+              + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
+                 else ""))
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["linked_logs"]:
@@ -97,6 +105,20 @@ def run(args: argparse.Namespace) -> int:
     if result["signature"]["status"] != "verified":
         print(f"note: {KEYLESS}")
     return 0
+
+
+def _tuning_checks(directory: str, receipts: list[dict]) -> list[dict]:
+    """Recompute every tuning record below ``directory`` (``qhlab.finite_horizon.tuning.record``)."""
+    from pathlib import Path
+
+    from qhlab.finite_horizon.tuning.record import RECEIPT, check_record
+
+    checks = []
+    for receipt in receipts:
+        if receipt["kind"] == "tuning" and Path(receipt["path"]).name == RECEIPT:
+            where = Path(directory) / Path(receipt["path"]).parent
+            checks.append({"directory": str(where), **check_record(where)})
+    return checks
 
 
 def _signature(args: argparse.Namespace) -> dict:

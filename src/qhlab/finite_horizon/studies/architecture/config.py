@@ -32,6 +32,7 @@ __all__ = [
     "BootstrapConfig",
     "EncoderSizes",
     "PopulationSource",
+    "PreparationConfig",
     "QhArchitectureStudyConfig",
     "StudyExperiment",
     "read_study_config",
@@ -170,13 +171,17 @@ class StudyExperiment(BaseModel):
     Attributes:
         recipe: the baseline recipe's scientific fields (as in a recipe TOML) without
             ``seed``, ``updates``, ``data`` and backend fields, which the study owns. Its
-            ``architecture.arm`` is the baseline arm.
+            ``architecture.arm`` is the baseline arm. In the TOML it may instead be the path
+            of a recipe file (e.g. a tuning's ``recipe.toml``); the loader reads that file's
+            scientific fields into it.
+        recipe_file: the recipe file ``recipe`` was read from (set by the loader), else None.
         arms: controls and variants; each alters only architecture fields.
     """
 
     model_config = _FROZEN
 
     recipe: dict[str, Any]
+    recipe_file: str | None = None
     arms: tuple[ArmDeclaration, ...] = Field(min_length=2)
 
     @field_validator("recipe")
@@ -251,6 +256,20 @@ class SeedVarianceConfig(BaseModel):
     source: str = Field(min_length=1, max_length=500)
 
 
+class PreparationConfig(BaseModel):
+    """The records of how the study was prepared, bound by the freeze.
+
+    Attributes:
+        tuning: a ``qhlab tune`` record (``.../tuning.json``): the freeze refuses a recipe
+            other than its winner (except in its declared deviations) and a tuning population
+            that is this study's validation.
+    """
+
+    model_config = _FROZEN
+
+    tuning: _PathText | None = None
+
+
 class QhArchitectureStudyConfig(BaseModel):
     """Bind data, optimization and a finite architecture comparison family.
 
@@ -283,6 +302,7 @@ class QhArchitectureStudyConfig(BaseModel):
         population_cache: cache directory of generated populations.
         bootstrap: scene bootstrap settings of the report.
         seed_variance: the pilot's seed variance of paired differences (None: the study's own).
+        preparation: the tuning record the recipe comes from (None: the recipe is unrecorded).
     """
 
     model_config = _FROZEN
@@ -308,6 +328,7 @@ class QhArchitectureStudyConfig(BaseModel):
     population_cache: _PathText = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
     seed_variance: SeedVarianceConfig | None = None
+    preparation: PreparationConfig | None = None
 
     @field_validator("profile")
     @classmethod
@@ -523,10 +544,36 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
 
     raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
                                 example="examples/default-study.toml",
-                                relative=(("train", "path"), ("validation", "path"), ("population_cache",)))
+                                relative=(("train", "path"), ("validation", "path"), ("population_cache",),
+                                          ("experiment", "recipe"), ("preparation", "tuning")))
+    experiment = raw.get("experiment")
+    if isinstance(experiment, dict) and isinstance(experiment.get("recipe"), str):
+        experiment["recipe_file"] = experiment["recipe"]
+        experiment["recipe"] = _recipe_file_fields(experiment["recipe"], raw.get("broad_updates"))
     try:
         config = QhArchitectureStudyConfig.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc, f"study config {str(Path(config_path).expanduser())!r}",
                                QhArchitectureStudyConfig, "compare with examples/default-study.toml.") from None
     return config, data, path
+
+
+# A recipe file's fields that the study owns, dropped when a study reads its recipe from a file.
+_FILE_FIELDS_THE_STUDY_OWNS = ("name", "seed", "data", "accelerator", "devices", "precision")
+
+
+def _recipe_file_fields(path: str, broad_updates: Any) -> dict[str, Any]:
+    """The scientific fields of the recipe file at ``path``, as ``experiment.recipe`` holds them.
+
+    ``name``, ``seed``, ``data`` and the backend fields are the study's; ``updates`` must be the
+    study's ``broad_updates`` (a recipe tuned at another budget is another recipe).
+    """
+    from qhlab.finite_horizon.recipe import read_toml
+
+    raw, _, _ = read_toml(path, call=STUDY_CALL, field="experiment.recipe", example="examples/tiny-recipe.toml")
+    updates = raw.pop("updates", None)
+    if updates is not None and updates != broad_updates:
+        raise QhInputError(f"{STUDY_CALL}: experiment.recipe={path!r} sets updates={updates!r}, which is not allowed; "
+                           f"allowed: the study's broad_updates ({broad_updates!r}). HINT: a recipe tuned at another "
+                           "budget is another recipe; set broad_updates to it, or tune at the study's budget.")
+    return {k: v for k, v in raw.items() if k not in _FILE_FIELDS_THE_STUDY_OWNS}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, write_receipt
+from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, authenticate_e0, opened_study
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
@@ -25,6 +25,8 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     population_support,
     resolve_population,
 )
+from qhlab.finite_horizon.studies.architecture.preparation import refuse_tuned_scenes
+from qhlab.scenes.seals import mark_sealed
 
 __all__ = ["prepare_development", "seal_development"]
 
@@ -84,6 +86,7 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
         raise input_error("prepare_development", "validation", str(validation_path),
                           "a population with TRAIN's features and K", "use the same preset family for both splits")
     _refuse_shared_scenes(frozen.train_path, validation_path)
+    refuse_tuned_scenes(frozen.output, frozen.body, validation_path, "prepare_development")
     # After the cheap disjointness check (it names the shared pair), before anything is computed.
     audit = audit_population(validation_path, call="prepare_development")
     constant = population_train_constant(train)
@@ -110,6 +113,9 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
                                                                    executor or config.executor_choice())
     inputs.update({f"validation/{k}": v for k, v in generation.items()})
     write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    # Held out from now on: `qhlab tune` refuses to tune on it and `qhlab fit` warns before scoring on it.
+    mark_sealed(config.population_cache, validation.digest, study=config.name,
+                freeze_receipt_sha256=sha256_file(frozen.receipt_path), path=validation_path)
     # Written here from this process's digests: the next step takes it without re-hashing.
     frozen.keep("_development", path,
                 read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, verify_files=False))

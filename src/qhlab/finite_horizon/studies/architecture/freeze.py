@@ -44,6 +44,8 @@ from qhlab.finite_horizon.studies.architecture.populations import (
     population_support,
     resolve_population,
 )
+from qhlab.finite_horizon.studies.architecture.preparation import (PREPARATION_DIR, check_preparation,
+                                                                   copy_preparation)
 
 __all__ = ["describe_family", "freeze", "freeze_study"]
 
@@ -99,6 +101,7 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
 
     config, data, resolved = read_study_config(config_path)
     execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only
+    check_preparation(config)  # a refused record writes nothing; checked again with the lock held
     output = Path(output)
     refuse_linked_study(output, "freeze_study")
     _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
@@ -128,7 +131,7 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
     leftovers = sorted(p.name for p in output.iterdir()
                        if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
     # ...and perhaps the family copies it was making, which the freeze makes again.
-    resumable = bool(leftovers) and set(leftovers) <= {CONFIG_COPY, FAMILY_DIR} and (
+    resumable = bool(leftovers) and set(leftovers) <= {CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR} and (
         CONFIG_COPY not in leftovers or (output / CONFIG_COPY).read_bytes() == data)
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
         raise input_error("freeze_study", "output", str(output), "a new or empty directory",
@@ -144,6 +147,7 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     from qhlab.scenes.audit import audit_population
 
     _refuse_occupied(output, data)  # again, now that no other freeze can run here
+    preparation, prepared_from = check_preparation(config)
     train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
                                     executor=executor or config.executor_choice())
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
@@ -218,13 +222,18 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     if sources:
         # verify refuses a file added to the copies, as every step does before importing them.
         body["sealed_directories"] = [FAMILY_DIR]
+    # How the recipe was chosen: the tuning record, copied in and bound (None: unrecorded).
+    body["preparation"] = preparation
+    prepared = {} if prepared_from is None else copy_preparation(prepared_from, output)
     if not (output / CONFIG_COPY).exists():
         publish_bytes(output / CONFIG_COPY, data)
     inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
     # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
     body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
     inputs.update({f"train/{k}": v for k, v in generation.items()})
-    outputs = {"config": output / CONFIG_COPY}
+    outputs = {"config": output / CONFIG_COPY, **prepared}
+    if config.experiment.recipe_file is not None:
+        inputs["recipe_file"] = Path(config.experiment.recipe_file)
     outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
                     for arm, record in sources.items() for rel in record["files"]})
     write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,

@@ -21,7 +21,7 @@ import numpy as np
 
 from qhlab.evidence import (EvidenceError, PublishConflictError, exclusive_lock, publish_directory, read_receipt,
                             write_receipt)
-from qhlab.finite_horizon.studies.architecture import seed_aware
+from qhlab.finite_horizon.studies.architecture import preparation, seed_aware
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_cells,
@@ -482,6 +482,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("retention", _retention, _retention_markdown, _retention_tables),
     Section("seed_aware", seed_aware.build, seed_aware.markdown, seed_aware.tables),
     Section("benchmark", _benchmark, _benchmark_markdown),
+    Section("preparation", preparation.build, preparation.markdown, preparation.tables),
     Section("question", _question, _question_markdown, _question_tables, lead=2),
 )
 """The report's sections, in build order (a section may extend what the sections before it
