@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, fiel
 
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.studies.architecture.config import PopulationSource
+from qhlab.finite_horizon.studies.architecture.config import PopulationSource, ProfileName
 
 __all__ = ["Domain", "Objective", "QhTuningConfig", "SAMPLERS", "read_tuning_config", "trial_recipe"]
 
@@ -76,7 +76,8 @@ class Domain(BaseModel):
                 raise ValueError("choices together with low/high/log/step is not allowed; allowed: either choices, "
                                  "or a range (low, high, optional log or step)")
             if len(self.choices) < 2 or len({repr(c) for c in self.choices}) != len(self.choices):
-                raise ValueError(f"choices={list(self.choices)!r} is not allowed; allowed: at least two distinct values")
+                raise ValueError(f"choices={list(self.choices)!r} is not allowed; allowed: at least two "
+                                 "distinct values")
             return self
         if self.low is None or self.high is None:
             raise ValueError("a domain needs choices, or both low and high")
@@ -144,7 +145,8 @@ class Objective(BaseModel):
     @model_validator(mode="after")
     def _spread_needs_seeds(self) -> Objective:
         if self.max_seed_sd is not None and len(self.seeds) < 2:
-            raise ValueError("max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread needs them)")
+            raise ValueError("max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread "
+                             "needs them)")
         return self
 
 
@@ -177,7 +179,7 @@ class QhTuningConfig(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    profile: str = "cpu-fp32"
+    profile: ProfileName = "cpu-fp32"
     train: PopulationSource
     validation: PopulationSource
     recipe: str | dict[str, Any]
@@ -192,15 +194,6 @@ class QhTuningConfig(BaseModel):
     executor: Literal["local", "ray"] = "local"
     torch_threads: _Int = Field(default=1, ge=1, le=256)
     population_cache: str = DEFAULT_POPULATION_ROOT
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, profile: str) -> str:
-        from qhlab.training.execution_profile import PROFILE_NAMES
-
-        if profile not in PROFILE_NAMES:
-            raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
-        return profile
 
     @field_validator("space")
     @classmethod

@@ -83,7 +83,8 @@ def _recipe_file(recipe: dict, number: int) -> bytes:
     import tomli_w
 
     header = (f"# Emitted by qhlab tune: the winning recipe of trial {number + 1} ({RECORD}). Not edited by hand:\n"
-              "# a study that names this tuning's record is frozen only with this recipe (or its declared deviations).\n")
+              "# a study that names this tuning's record is frozen only with this recipe (or its declared\n"
+              "# deviations).\n")
     return (header + tomli_w.dumps(recipe)).encode("utf-8")
 
 

@@ -190,7 +190,8 @@ def _add_finished(study, entry: dict, distributions: dict) -> None:
 
 def _say_trial(say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int,
                best: dict | None) -> None:
-    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(entry["params"].items()))
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in sorted(entry["params"].items()))
     if entry["state"] == "complete":
         spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f})"
         wall = sum(f["wall_seconds"] for f in entry["fits"])

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError,
+                      field_validator, model_validator)
 
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
@@ -33,6 +33,7 @@ __all__ = [
     "EncoderSizes",
     "PopulationSource",
     "PreparationConfig",
+    "ProfileName",
     "QhArchitectureStudyConfig",
     "StudyExperiment",
     "read_study_config",
@@ -58,6 +59,16 @@ def _path_text(value: Any) -> Any:
     return value
 
 
+def _known_profile(profile: str) -> str:
+    from qhlab.training.execution_profile import PROFILE_NAMES
+
+    if profile not in PROFILE_NAMES:
+        raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
+    return profile
+
+
+# An execution profile's name (`qhlab profiles`), checked against the registered lanes.
+ProfileName = Annotated[str, AfterValidator(_known_profile)]
 # Integers are integers (not true, not 2.0); numbers are numbers (not true).
 _Int = Annotated[int, Strict()]
 _Number = Annotated[float, BeforeValidator(_not_bool)]
@@ -308,7 +319,7 @@ class QhArchitectureStudyConfig(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    profile: str = "cpu-fp32"
+    profile: ProfileName = "cpu-fp32"
     train: PopulationSource
     validation: PopulationSource
     experiment: StudyExperiment
@@ -329,15 +340,6 @@ class QhArchitectureStudyConfig(BaseModel):
     bootstrap: BootstrapConfig = BootstrapConfig()
     seed_variance: SeedVarianceConfig | None = None
     preparation: PreparationConfig | None = None
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, profile: str) -> str:
-        from qhlab.training.execution_profile import PROFILE_NAMES
-
-        if profile not in PROFILE_NAMES:
-            raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
-        return profile
 
     @model_validator(mode="after")
     def _executor(self) -> QhArchitectureStudyConfig:
