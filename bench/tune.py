@@ -1,8 +1,8 @@
 """Benchmark: what ``qhlab tune`` costs beyond its fits, and what a second worker buys.
 
 Measured in one run on the same machine, on the tiny preset (cached before timing), with the
-tiny tuning config (``examples/tiny-tune.toml``) at ``--updates`` updates per fit so that a fit
-is a few seconds long:
+tiny tuning config (``examples/tiny-tune.toml``) at ``--updates`` updates per fit (default 300: about
+2.3 s a fit here):
 
 1. ``run_tuning`` with 1 worker, into a fresh directory: its wall time against the sum of its
    fits' own wall times (each fit receipt's ``wall_seconds``). ``overhead`` = tuning wall / sum of
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from qhlab.finite_horizon.tuning.run import run_tuning
 from qhlab.scenes import cached_population
+from qhlab.training.console import configure_console
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -48,9 +49,10 @@ def _trials(directory: Path) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=600, help="updates per fit (default 600)")
+    parser.add_argument("--updates", type=int, default=300, help="updates per fit (default 300)")
     parser.add_argument("--trials", type=int, default=4, help="trials (default 4, two batches of two)")
     args = parser.parse_args()
+    configure_console(False)  # qhlab's quiet console, as the CLI sets it: no third-party banners
     with tempfile.TemporaryDirectory(prefix="qhlab-bench-tune-") as tmp:
         root = Path(tmp)
         cache = root / "cache"

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from qhlab.evidence import sha256_file
+from qhlab.scenes.seals import SEALS_DIR
+
 ray = pytest.importorskip("ray", reason="ray is installed by the test extra (make venv)")
 
 pytestmark = pytest.mark.slow
@@ -164,7 +167,13 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     # Workers wrote nothing outside their own temporary directories: not the driver's
     # population cache, not their HOME; below their TMPDIR at most the killed try's directory
     # remains (a finished try removes its own; a later try on that node sweeps a dead one's).
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == cache_before
+    # The driver's development step adds one file there: this study's seal of its validation.
+    after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    added = sorted(set(after) - set(cache_before))
+    freeze_sha = sha256_file(output / "freeze.receipt.json")
+    assert [p.relative_to(cache).parts[0] for p in added] == [SEALS_DIR]
+    assert [p.name for p in added] == [f"tiny-study-{freeze_sha[:16]}.json"]
+    assert {p: after[p] for p in cache_before} == cache_before
     assert _files(cluster["home"]) == set()
     leftovers = [p.name for p in cluster["tmp"].iterdir() if p.name.startswith("qhlab-")]
     assert all(name.startswith(f"qhlab-{lost_cell}-") for name in leftovers), leftovers
