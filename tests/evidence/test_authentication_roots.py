@@ -20,6 +20,8 @@ from qhlab.evidence import (
     write_receipt,
 )
 
+from note_receipt import NoteReceipt
+
 
 @pytest.fixture
 def made(tmp_path) -> dict[str, Path]:
@@ -29,7 +31,7 @@ def made(tmp_path) -> dict[str, Path]:
     population.mkdir(parents=True)
     (population / "manifest.json").write_text('{"name": "p"}')
     (study / "cells" / "c" / "cell.json").write_text('{"mae": 0.05}')
-    write_receipt(study / "report" / "report.receipt.json", kind="report", schema_version=1, body={},
+    write_receipt(study / "report" / "report.receipt.json", NoteReceipt, body={},
                   inputs={"cell": study / "cells" / "c" / "cell.json", "population": population / "manifest.json"})
     return {"study": study, "population": population}
 
@@ -42,15 +44,15 @@ def test_an_edited_copy_is_refused_though_the_original_is_intact(made, tmp_path)
     copy = tmp_path / "copy"
     shutil.copytree(made["study"], copy)
     (copy / "cells" / "c" / "cell.json").write_text('{"mae": 0.01}')
-    read_receipt(_report(copy), kind="report", schema_version=1)  # outside: the original vouches (old rule)
+    read_receipt(_report(copy), NoteReceipt).record()  # outside: the original vouches (old rule)
     with authentication_roots(copy, original=made["study"]):
         with pytest.raises(DigestMismatchError, match=r"this directory's copy of .*made/study/cells/c/cell\.json"):
-            read_receipt(_report(copy), kind="report", schema_version=1)
+            read_receipt(_report(copy), NoteReceipt).record()
     # A nested intact copy under the original's name (cp -r twice) does not vouch for it either.
     shutil.copytree(made["study"], copy / "study")
     with authentication_roots(copy, original=made["study"]):
         with pytest.raises(DigestMismatchError):
-            read_receipt(_report(copy), kind="report", schema_version=1)
+            read_receipt(_report(copy), NoteReceipt).record()
 
 
 def test_a_file_missing_from_the_copy_is_missing(made, tmp_path) -> None:
@@ -59,14 +61,14 @@ def test_a_file_missing_from_the_copy_is_missing(made, tmp_path) -> None:
     (copy / "cells" / "c" / "cell.json").unlink()
     with authentication_roots(copy, original=made["study"]):
         with pytest.raises(MissingEvidenceError, match=r"cell\.json, this directory's copy of .* is missing"):
-            read_receipt(_report(copy), kind="report", schema_version=1)
+            read_receipt(_report(copy), NoteReceipt).record()
 
 
 def test_a_stray_file_never_stands_in_for_a_population(made) -> None:
     study = made["study"]
     (study / "manifest.json").write_text("a stray file named like a population manifest")
     with authentication_roots(study, original=study):
-        read_receipt(_report(study), kind="report", schema_version=1)
+        read_receipt(_report(study), NoteReceipt).record()
 
 
 def test_moved_directory_and_population_authenticate_where_they_are(made, tmp_path) -> None:
@@ -75,11 +77,11 @@ def test_moved_directory_and_population_authenticate_where_they_are(made, tmp_pa
     shutil.copytree(made["population"], roots / "population")
     shutil.rmtree(made["study"])
     shutil.rmtree(made["population"])
-    digest = read_receipt(_report(moved), kind="report", schema_version=1,
-                          verify_files=False)["inputs"]["population"]["sha256"]
+    digest = read_receipt(_report(moved), NoteReceipt,
+                          verify_files=False).record()["inputs"]["population"]["sha256"]
     with authentication_roots(moved, [roots], original=made["study"]):
-        read_receipt(_report(moved), kind="report", schema_version=1)
+        read_receipt(_report(moved), NoteReceipt).record()
         assert locate_population(made["population"], digest) == roots / "population"
     with authentication_roots(moved, original=made["study"]):
         with pytest.raises(MissingEvidenceError, match=r"population population .* not found .*--populations ROOT"):
-            read_receipt(_report(moved), kind="report", schema_version=1)
+            read_receipt(_report(moved), NoteReceipt).record()

@@ -34,6 +34,10 @@ from qhlab.evidence import (
     write_receipt,
 )
 
+from qhlab.evidence.records import FitReceipt, Receipt, SegmentCheckpointReceipt, receipt_kinds, receipt_model
+
+from note_receipt import NoteReceipt
+
 
 def test_canonical_json_is_sorted_utf8_with_trailing_newline():
     data = canonical_json({"b": 1, "a": [1.5, "é"], "schema_version": 1})
@@ -103,9 +107,7 @@ def _receipt(tmp_path):
     outside.write_bytes(b"input")
     path = tmp_path / "step.receipt.json"
     write_receipt(
-        path,
-        kind="fit",
-        schema_version=1,
+        path, NoteReceipt,
         body={"updates": 20},
         inputs={"population": outside},
         outputs={"state": tmp_path / "state.bin"},
@@ -115,31 +117,105 @@ def _receipt(tmp_path):
 
 def test_receipt_round_trip_binds_relative_and_absolute_files(tmp_path):
     path, outside = _receipt(tmp_path)
-    doc = read_receipt(path, kind="fit", schema_version=1)
+    doc = read_receipt(path, NoteReceipt).record()
     assert doc["body"] == {"updates": 20}
     assert doc["outputs"]["state"] == {"path": "state.bin", "sha256": sha256_bytes(b"state")}
     assert doc["inputs"]["population"]["path"] == str(outside)
 
 
+def _resealed(path, **changes):
+    """Rewrite a receipt's envelope fields and reseal its content digest (a forger's edit)."""
+    document = json.loads(path.read_text())
+    document.update(changes)
+    del document["content_sha256"]
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    path.chmod(0o644)
+    path.write_bytes(canonical_json(document))
+
+
 def test_receipt_refuses_kind_schema_and_missing(tmp_path):
     path, _ = _receipt(tmp_path)
-    with pytest.raises(SchemaMismatchError, match="kind 'fit'; expected 'study'"):
-        read_receipt(path, kind="study", schema_version=1)
-    with pytest.raises(SchemaMismatchError, match="schema_version 1; expected 2"):
-        read_receipt(path, kind="fit", schema_version=2)
+    with pytest.raises(SchemaMismatchError, match=r"field kind = 'test_note'; allowed: 'fit' \(FitReceipt\)"):
+        read_receipt(path, FitReceipt)
+    _resealed(path, schema_version=2)
+    with pytest.raises(SchemaMismatchError, match=r"field schema_version = 2; allowed: 1 for kind 'test_note'"):
+        read_receipt(path, NoteReceipt)
+    _resealed(path, schema_version=1, kind="made_up")
+    with pytest.raises(SchemaMismatchError, match=r"field kind='made_up' is not a receipt kind; allowed: .*study_cell"):
+        read_receipt(path, Receipt)
     with pytest.raises(MissingEvidenceError, match="nope.receipt.json"):
-        read_receipt(tmp_path / "nope.receipt.json", kind="fit", schema_version=1)
+        read_receipt(tmp_path / "nope.receipt.json", NoteReceipt)
+
+
+_CHECKPOINT = {"cold_init_sha256": "a" * 64, "local_attempt_id": "r1", "logical_run_id": "run", "recipe_digest": "d",
+               "seed": 3, "observed_updates": 8, "reason": "periodic", "state_sha256": "b" * 64}
+
+
+def test_a_typed_receipt_round_trips_as_its_model(tmp_path):
+    path = tmp_path / "x.receipt.json"
+    write_receipt(path, SegmentCheckpointReceipt, body=_CHECKPOINT)
+    receipt = read_receipt(path, SegmentCheckpointReceipt)
+    assert isinstance(receipt, SegmentCheckpointReceipt) and receipt.kind == "segment_checkpoint"
+    assert receipt.schema_version == 1 and receipt.body.seed == 3 and receipt.body.reason == "periodic"
+    assert receipt.body_record() == _CHECKPOINT
+    # Any kind: the model of the kind read comes back.
+    assert type(read_receipt(path, Receipt)) is SegmentCheckpointReceipt
+    with pytest.raises(Exception):
+        receipt.body.seed = 4  # frozen
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("seed", "3", r"field body\.seed = '3': Input should be a valid integer"),
+    ("seed", True, r"field body\.seed = True: Input should be a valid integer"),
+    ("reason", "whim", r"field body\.reason = 'whim': Input should be 'periodic' or 'interrupt'"),
+    ("state_sha256", "short", r"field body\.state_sha256 = 'short': String should match pattern"),
+    ("extra", 1, r"field body\.extra = 1: Extra inputs are not permitted"),
+])
+def test_a_body_of_the_wrong_shape_is_never_written_nor_read(tmp_path, field, value, message):
+    path = tmp_path / "x.receipt.json"
+    with pytest.raises(SchemaMismatchError, match="write_receipt: .*" + message + ".*SegmentCheckpointReceipt"):
+        write_receipt(path, SegmentCheckpointReceipt, body={**_CHECKPOINT, field: value})
+    assert not path.exists()
+    # A forger who edits and reseals a published receipt is refused by the reader, naming the field.
+    write_receipt(path, SegmentCheckpointReceipt, body=_CHECKPOINT)
+    _resealed(path, body={**_CHECKPOINT, field: value})
+    with pytest.raises(SchemaMismatchError, match="read_receipt: .*" + message):
+        read_receipt(path, SegmentCheckpointReceipt)
+    with pytest.raises(SchemaMismatchError, match="missing"):
+        _resealed(path, body={k: v for k, v in _CHECKPOINT.items() if k != "seed"})
+        read_receipt(path, Receipt)
+
+
+def test_a_missing_body_field_is_named_and_exits_2(tmp_path, capsys):
+    from qhlab.cli import main
+
+    path = tmp_path / "x.receipt.json"
+    write_receipt(path, SegmentCheckpointReceipt, body=_CHECKPOINT)
+    _resealed(path, body={k: v for k, v in _CHECKPOINT.items() if k != "seed"})
+    assert main(["verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "x.receipt.json field body.seed = missing" in err[0], err
+
+
+def test_every_kind_qhlab_writes_has_a_model():
+    assert receipt_kinds() == sorted(receipt_kinds())
+    assert {"fit", "segment_checkpoint", "cold_initialization", "wandb_attempt", "evaluation", "population",
+            "population_generation", "study_freeze", "study_development", "study_e0", "study_cell",
+            "study_benchmark", "study_report", "lane_comparison", "tuning", "commissioning_run",
+            "commissioning_milestone", "mps_memory_observation"} <= set(receipt_kinds())
+    for kind in receipt_kinds():
+        assert receipt_model(kind).KIND == kind
 
 
 def test_receipt_detects_changed_bound_file_and_missing_file(tmp_path):
     path, outside = _receipt(tmp_path)
     (tmp_path / "state.bin").write_bytes(b"stale")
     with pytest.raises(DigestMismatchError, match="state.bin"):
-        read_receipt(path, kind="fit", schema_version=1)
+        read_receipt(path, NoteReceipt).record()
     (tmp_path / "state.bin").write_bytes(b"state")
     outside.unlink()
     with pytest.raises(MissingEvidenceError, match="population"):
-        read_receipt(path, kind="fit", schema_version=1)
+        read_receipt(path, NoteReceipt).record()
 
 
 def test_every_single_byte_flip_of_a_receipt_is_detected(tmp_path):
@@ -150,16 +226,16 @@ def test_every_single_byte_flip_of_a_receipt_is_detected(tmp_path):
         flipped[index] ^= 0x01
         path.write_bytes(bytes(flipped))
         with pytest.raises(EvidenceError):
-            read_receipt(path, kind="fit", schema_version=1)
+            read_receipt(path, NoteReceipt).record()
     path.write_bytes(original)
-    assert read_receipt(path, kind="fit", schema_version=1)["kind"] == "fit"
+    assert read_receipt(path, NoteReceipt).kind == "test_note"
 
 
 def test_verify_directory_counts_bound_and_unbound(tmp_path):
     _receipt(tmp_path)
     (tmp_path / "log.txt").write_text("free text")
     result = verify_directory(tmp_path)
-    assert [r["kind"] for r in result["receipts"]] == ["fit"]
+    assert [r["kind"] for r in result["receipts"]] == ["test_note"]
     assert result["bound_files"] == 2
     assert result["unbound_files"] == ["log.txt"]
     with pytest.raises(MissingEvidenceError, match="does not exist"):
@@ -276,9 +352,9 @@ def test_verify_finds_moved_directories_and_populations_by_digest(tmp_path, monk
     study = tmp_path / "old" / "study"
     (study / "cells").mkdir(parents=True)
     # As a study's freeze receipt does, it records where its directory was made.
-    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={"output": str(study)},
+    write_receipt(study / "freeze.receipt.json", NoteReceipt, body={"output": str(study)},
                   inputs={"train/manifest.json": population / "manifest.json"})
-    write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
+    write_receipt(study / "cells" / "cell.receipt.json", NoteReceipt, body={},
                   inputs={"freeze": study / "freeze.receipt.json"})
     shutil.copytree(study, tmp_path / "new" / "study")
     shutil.copytree(population, tmp_path / "new" / "pops" / "pop-train-1")
@@ -308,8 +384,8 @@ def test_a_copy_is_verified_on_its_own_bytes_never_vouched_for_by_the_original(t
     study = tmp_path / "original"
     (study / "cells").mkdir(parents=True)
     publish_bytes(study / "selection.json", b'{"row": 3}\n')
-    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={"output": str(study)})
-    write_receipt(study / "cells" / "cell.receipt.json", kind="cell", schema_version=1, body={},
+    write_receipt(study / "freeze.receipt.json", NoteReceipt, body={"output": str(study)})
+    write_receipt(study / "cells" / "cell.receipt.json", NoteReceipt, body={},
                   inputs={"selection": study / "selection.json"})  # outside cells/: an absolute path
     copy = tmp_path / "copy"
     shutil.copytree(study, copy)
@@ -330,7 +406,7 @@ def test_a_file_changed_in_place_is_refused_whatever_intact_copies_exist(tmp_pat
     (population / "manifest.json").write_text("a manifest")
     study = tmp_path / "study"
     study.mkdir()
-    write_receipt(study / "freeze.receipt.json", kind="freeze", schema_version=1, body={},
+    write_receipt(study / "freeze.receipt.json", NoteReceipt, body={},
                   inputs={"train/manifest.json": population / "manifest.json"})
     backup = tmp_path / "backup"
     shutil.copytree(tmp_path / "pops", backup)
@@ -351,16 +427,16 @@ def test_file_copy_is_digested_where_read_and_bound_under_its_original(tmp_path)
         path.write_bytes(b'{"a": 1}')
     receipt = tmp_path / "attempt" / "fit.receipt.json"
     receipt.parent.mkdir()
-    write_receipt(receipt, kind="fit", schema_version=1, body={}, inputs={"train_manifest": FileCopy(copy, original)})
-    document = read_receipt(receipt, kind="fit", schema_version=1)
+    write_receipt(receipt, NoteReceipt, body={}, inputs={"train_manifest": FileCopy(copy, original)})
+    document = read_receipt(receipt, NoteReceipt).record()
     assert document["inputs"]["train_manifest"] == {"path": original.as_posix(), "sha256": sha256_bytes(b'{"a": 1}')}
     copy.unlink()  # the worker's directory is gone; the original vouches
-    assert read_receipt(receipt, kind="fit", schema_version=1)["inputs"]["train_manifest"]["path"] == str(original)
+    assert read_receipt(receipt, NoteReceipt).record()["inputs"]["train_manifest"]["path"] == str(original)
     original.write_bytes(b'{"a": 2}')  # a copy that was not byte-identical fails at the original
     with pytest.raises(DigestMismatchError, match="train_manifest"):
-        read_receipt(receipt, kind="fit", schema_version=1)
+        read_receipt(receipt, NoteReceipt).record()
     with pytest.raises(EvidenceError, match="must be absolute"):
-        write_receipt(tmp_path / "other.receipt.json", kind="fit", schema_version=1, body={},
+        write_receipt(tmp_path / "other.receipt.json", NoteReceipt, body={},
                       inputs={"x": FileCopy(original, Path("relative/manifest.json"))})
 
 
@@ -397,7 +473,7 @@ def test_leftovers_of_a_killed_publication_are_named_by_verify_and_removed_by_th
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True)
     dead = int(finished.stdout)
-    write_receipt(tmp_path / "freeze.receipt.json", kind="freeze", schema_version=1, body={})
+    write_receipt(tmp_path / "freeze.receipt.json", NoteReceipt, body={})
     stale = tmp_path / f".report.tmp-{dead}-abcd"
     stale.mkdir()
     (stale / "report.json").write_text("{}")
@@ -416,7 +492,7 @@ def test_only_a_killed_fits_log_link_is_listed_every_other_link_is_refused(tmp_p
     directory = tmp_path / "attempt"
     directory.mkdir()
     (directory / "state.json").write_text("{}")
-    write_receipt(directory / "fit.receipt.json", kind="fit", schema_version=1, body={},
+    write_receipt(directory / "fit.receipt.json", NoteReceipt, body={},
                   inputs={"state": directory / "state.json"})
     outside = tmp_path / "core-debug.log"
     outside.write_text("a service log\n")
@@ -433,7 +509,7 @@ def test_only_a_killed_fits_log_link_is_listed_every_other_link_is_refused(tmp_p
         verify_directory(directory)
     (directory / "cells.log").unlink()
     # A receipt that binds a link is refused, wherever the link is.
-    write_receipt(directory / "log.receipt.json", kind="log", schema_version=1, body={},
+    write_receipt(directory / "log.receipt.json", NoteReceipt, body={},
                   inputs={"log": logs / "debug-core.log"})
     with pytest.raises(EvidenceError, match="a symbolic link"):
         verify_directory(directory)

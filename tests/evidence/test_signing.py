@@ -21,6 +21,8 @@ from qhlab.cli import main
 from qhlab.evidence import EvidenceError, PublishConflictError, canonical_json, publish_bytes, sha256_bytes, write_receipt
 from qhlab.evidence.signing import SIGNATURE_FILE, sign_directory, verify_signature
 
+from note_receipt import NoteReceipt
+
 MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
 
 
@@ -40,9 +42,9 @@ def _evidence(directory: Path) -> Path:
     """A finished directory: a state file bound by a receipt, and a sub-directory with its own."""
     (directory / "cell").mkdir(parents=True)
     publish_bytes(directory / "final_state.safetensors", bytes(range(256)) * 4)
-    write_receipt(directory / "fit.receipt.json", kind="fit", schema_version=1, body={"observed_updates": 12},
+    write_receipt(directory / "fit.receipt.json", NoteReceipt, body={"observed_updates": 12},
                   outputs={"final_state": directory / "final_state.safetensors"})
-    write_receipt(directory / "cell" / "cell.receipt.json", kind="study_cell", schema_version=1,
+    write_receipt(directory / "cell" / "cell.receipt.json", NoteReceipt,
                   body={"seed": 3}, inputs={"fit": directory / "fit.receipt.json"})
     return directory
 

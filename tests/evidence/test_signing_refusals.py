@@ -18,6 +18,8 @@ from qhlab.cli import main
 from qhlab.evidence import EvidenceError, publish_bytes, write_receipt
 from qhlab.evidence.signing import SIGNATURE_FILE, sign_directory, verify_signature
 
+from note_receipt import NoteReceipt
+
 
 def _write_key(path: Path, key, *, password: bytes | None = None) -> Path:
     encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
@@ -40,7 +42,7 @@ def _evidence(directory: Path) -> Path:
     (directory / "wandb" / "run" / "logs").mkdir(parents=True)
     publish_bytes(directory / "final_state.safetensors", bytes(range(256)) * 4)
     publish_bytes(directory / "wandb" / "run" / "logs" / "debug.log", b"a log line\n")
-    write_receipt(directory / "fit.receipt.json", kind="fit", schema_version=1, body={"observed_updates": 12},
+    write_receipt(directory / "fit.receipt.json", NoteReceipt, body={"observed_updates": 12},
                   outputs={"final_state": directory / "final_state.safetensors"})
     return directory
 

@@ -21,6 +21,7 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
+from qhlab.evidence.records import PopulationReceipt
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.scenes import PRESETS, generate_population
 from qhlab.scenes.manifest import POPULATION_FILES
@@ -46,7 +47,7 @@ def _forge_manifest(population: Path, manifest: dict) -> None:
     receipt = population / "population.receipt.json"
     body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, kind="population", schema_version=1, body=body,
+    write_receipt(receipt, PopulationReceipt, body=body,
                   outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")})
 
 

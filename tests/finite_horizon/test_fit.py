@@ -15,6 +15,7 @@ import torch
 
 from qhlab.cli import main
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt, Receipt, WandbAttemptReceipt
 from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 from qhlab.scenes import generate_population
 from qhlab.training.execution_profile import WandbAttempt
@@ -80,7 +81,7 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
             "final_state.json", "fit.receipt.json", "evaluation.receipt.json", "wandb_attempt.receipt.json",
             "wandb"} <= names
     assert list((segment / "wandb").glob("offline-run-*"))
-    fit = read_receipt(segment / "fit.receipt.json", kind="fit", schema_version=1)["body"]
+    fit = read_receipt(segment / "fit.receipt.json", FitReceipt).body_record()
     assert fit["observed_updates"] == fit["update_budget"] == 8
     assert fit["profile"] == "cpu-fp32" and fit["recipe"]["accelerator"] == "cpu"
     tensors, structure = load_tensor_state(segment / "final_state.safetensors",
@@ -88,13 +89,13 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     steps = {int(v) for k, v in tensors.items() if k.endswith(".step")}
     assert steps == {8} and structure["observed_updates"] == 8
     assert any(k.startswith("target.") for k in tensors) and any(k.startswith("online.") for k in tensors)
-    evaluation = read_receipt(segment / "evaluation.receipt.json", kind="evaluation", schema_version=1)["body"]
+    evaluation = read_receipt(segment / "evaluation.receipt.json", EvaluationReceipt).body_record()
     assert evaluation["horizon"] == 2 and len(evaluation["mae"]) == 2 and len(evaluation["regret"]) == 2
     assert evaluation["final_state_sha256"] == fit["final_state_sha256"]
     assert evaluation["population"]["split"] == "validation"
     assert len(evaluation["per_scene"]["mae"]) == evaluation["counts"]["n_scenes"] == 3
     assert "constant_reference" not in evaluation  # the TRAIN-only constant is a study's development step's
-    wandb = read_receipt(segment / "wandb_attempt.receipt.json", kind="wandb_attempt", schema_version=1)["body"]
+    wandb = read_receipt(segment / "wandb_attempt.receipt.json", WandbAttemptReceipt).body_record()
     assert wandb["publication"]["cloud_publication"].startswith("not published")
     assert set(wandb["files"]) >= {"fit_receipt", "final_state", "evaluation_receipt"}
     assert main(["verify", str(segment)]) == 0
@@ -139,11 +140,11 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
     assert copied.final_state_sha256 == direct.final_state_sha256 and copied.metrics == direct.metrics
     shutil.rmtree(tmp_path / "worker")  # gone, as a finished Ray task's directory is
     for name, roles in (("fit.receipt.json", ("train", "validation")), ("evaluation.receipt.json", ("validation",))):
-        document = read_receipt(copied.output_directory / name, kind=None, schema_version=None)
+        document = read_receipt(copied.output_directory / name, Receipt).record()
         assert {k for k in document["inputs"] if k.endswith("_manifest")} == {f"{role}_manifest" for role in roles}
         for role in roles:
             assert document["inputs"][f"{role}_manifest"]["path"] == (tiny[role] / "manifest.json").as_posix()
-    assert read_receipt(copied.fit_receipt, kind="fit", schema_version=1)["body"]["execution"]["executor"] == "local"
+    assert read_receipt(copied.fit_receipt, FitReceipt).body_record()["execution"]["executor"] == "local"
     with pytest.raises(QhInputError, match="recorded_populations=\\['test'\\] is not allowed"):
         fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "bad", train=tiny["train"],
                               validation=tiny["validation"], recorded_populations={"test": tiny["train"]}, **kwargs))
@@ -223,7 +224,7 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     assert len(list(cell.iterdir())) == 1
     resumed = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=out, train=tiny["train"],
                          validation=tiny["validation"], resume=first.name, progress=False))
-    fit = read_receipt(resumed.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(resumed.fit_receipt, FitReceipt).body_record()
     assert resumed.observed_updates == 60 and resumed.output_directory != first
     assert fit["lineage"]["kind"] == "resumed" and fit["lineage"]["previous_local_attempt_id"] == first.name
     assert fit["lineage"]["cold_initialization"]["seed"] == 0
@@ -324,7 +325,7 @@ def test_a_segment_is_continued_at_most_once(tmp_path, tiny, capsys):
     recipe = _recipe(tmp_path)
     assert main(_cli(recipe, out, tiny, "--resume", interrupted.name)) == 0
     first = Path(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output_directory"])
-    fit = read_receipt(first / "fit.receipt.json", kind="fit", schema_version=1)
+    fit = read_receipt(first / "fit.receipt.json", FitReceipt).record()
     assert fit["body"]["lineage"]["previous_local_attempt_id"] == interrupted.name
     assert json.loads((first / "continuation.json").read_bytes())["previous_local_attempt_id"] == interrupted.name
     assert fit["inputs"]["continuation"]["path"] == "continuation.json"
@@ -407,11 +408,11 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     assert {k.split(".")[0] for k in tensors if not k.startswith("optim")} >= {"online", "target", "average"}
     val = load_population(tiny["validation"], split="validation")
     module = load_final_module(recipe, val, Path(result.output_directory) / "final_state.safetensors")
-    body = read_receipt(result.evaluation_receipt, kind="evaluation", schema_version=1)["body"]
+    body = read_receipt(result.evaluation_receipt, EvaluationReceipt).body_record()
     on_average = evaluate_population(predict_q(module.average, val), val, tie_band=recipe.evaluation.tie_band)
     on_online = evaluate_population(predict_q(module.online, val), val, tie_band=recipe.evaluation.tie_band)
     assert body["mae"] == on_average["mae"] and body["mae"] != on_online["mae"]
-    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
     assert fit["recipe"]["evaluation"]["average_decay"] == 0.5
     assert main(["verify", str(result.output_directory)]) == 0
     # The same bytes read with a recipe that keeps no average: refused, not silently half-loaded.
@@ -440,12 +441,12 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
     val = load_population(tiny["validation"], split="validation")
     state = Path(result.output_directory) / "final_state.safetensors"
     module = load_final_module(recipe, val, state)
-    body = read_receipt(result.evaluation_receipt, kind="evaluation", schema_version=1)["body"]
+    body = read_receipt(result.evaluation_receipt, EvaluationReceipt).body_record()
     tie = recipe.evaluation.tie_band
     assert body["mae"] == evaluate_population(predict_q(module.online, val), val, tie_band=tie)["mae"]
     alone = [evaluate_population(predict_q(m, val), val, tie_band=tie)["mae"] for m in scorer_members(module.online)]
     assert len(alone) == 2 and body["mae"] not in alone and alone[0] != alone[1]
-    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
     assert fit["recipe"]["ensemble_members"] == 2
     assert main(["verify", str(result.output_directory)]) == 0
     bench = benchmark_scorer(result, load_population(tiny["train"], split="train"))
@@ -466,10 +467,8 @@ def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
             train=tiny["train"], validation=tiny["validation"], progress=False,
             curve_updates=curve))
     assert results["plain"].final_state_sha256 == results["curve"].final_state_sha256
-    plain = read_receipt(Path(results["plain"].output_directory) / EVALUATION_RECEIPT, kind="evaluation",
-                         schema_version=None)["body"]
-    body = read_receipt(Path(results["curve"].output_directory) / EVALUATION_RECEIPT, kind="evaluation",
-                        schema_version=None)["body"]
+    plain = read_receipt(Path(results["plain"].output_directory) / EVALUATION_RECEIPT, EvaluationReceipt).body_record()
+    body = read_receipt(Path(results["curve"].output_directory) / EVALUATION_RECEIPT, EvaluationReceipt).body_record()
     assert "curve" not in plain
     # 99 is past the budget (40): never reached, so not a point; the final evaluation closes the curve.
     assert [p["updates"] for p in body["curve"]] == [2, 4, 40]

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from qhlab.cli import main
 from qhlab.evidence import read_receipt, verify_directory
 from qhlab.evidence.signing import sign_directory, verify_signature
+from qhlab.evidence.records import WandbAttemptReceipt
 from qhlab.scenes import generate_population
 from qhlab.training.wandb_attempt import drop_wandb_links
 from tiny_recipe import tiny_recipe_text
@@ -90,7 +91,7 @@ def test_a_published_attempt_holds_no_link_and_its_wandb_run_is_whole(published,
     assert kinds.count("wandb_attempt") == 1 and kinds.count("fit") == 1
     assert all(f.startswith(("tiny-baseline-s0/", ".locks/")) for f in result["unbound_files"])
     assert {Path(f).name for f in result["unbound_files"]} >= {"debug.log", "debug-internal.log", run_file.name}
-    wandb = read_receipt(attempt / "wandb_attempt.receipt.json", kind="wandb_attempt", schema_version=1)["body"]
+    wandb = read_receipt(attempt / "wandb_attempt.receipt.json", WandbAttemptReceipt).body_record()
     assert wandb["publication"]["local_wandb_run"]["dir"].startswith(str(run))
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from qhlab.cli import main
 from qhlab.evidence import QhError, read_receipt
+from qhlab.evidence.records import FitReceipt
 from qhlab.finite_horizon.arm_source import (ArmSource, locate_source, parse_builder, provide, source_digest,
                                              source_files)
 from qhlab.finite_horizon.scorer import ARMS, ArchitectureConfig, QhEnsemble, ScorerDims, build_scorer, register_arm
@@ -144,7 +145,7 @@ def test_qhlab_fit_finds_the_builder_beside_the_recipe_and_records_it(tmp_path, 
                  "--no-progress"])
     assert code == 0
     receipt = next(out.rglob("fit.receipt.json"))
-    body = read_receipt(receipt, kind="fit", schema_version=None)["body"]
+    body = read_receipt(receipt, FitReceipt).body_record()
     files = {"my_arms.py": hashlib.sha256((EXAMPLES / "my_arms.py").read_bytes()).hexdigest()}
     assert body["scorer"] == {"arm": "struck_mlp", "builder": "my_arms.py:build_mlp",
                               "source_sha256": source_digest(files), "members": 1, "members_path": "one scorer"}

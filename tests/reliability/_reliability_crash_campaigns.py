@@ -17,6 +17,7 @@ disk) is written to ``kill-points.json``. Does not own: the code under test.
 
 from __future__ import annotations
 
+from qhlab.evidence.records import FitReceipt, StudyCellReceipt, StudyE0Receipt
 import json
 import random
 import threading
@@ -147,7 +148,7 @@ def _fit_campaign(campaign: _Campaign, recipe: Path) -> dict:
         raise CampaignFailure(f"fit campaign: --resume made {len(new)} new attempt directories")
     from qhlab.evidence import read_receipt
 
-    receipt = read_receipt(new[0] / "fit.receipt.json", kind="fit", schema_version=None)
+    receipt = read_receipt(new[0] / "fit.receipt.json", FitReceipt).record()
     body = receipt["body"]
     if body["observed_updates"] != FIT_UPDATES or body["lineage"]["kind"] != "resumed" \
             or body["lineage"]["previous_local_attempt_id"] != resumed_from.name:
@@ -243,9 +244,8 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     from qhlab.evidence import verify_directory
 
     verified = verify_directory(out)
-    cell_receipt = read_receipt(out / "cells" / "baseline-s0" / "cell.receipt.json", kind="study_cell",
-                                schema_version=None)
-    e0 = read_receipt(out / "canaries" / "e0.receipt.json", kind="study_e0", schema_version=None)
+    cell_receipt = read_receipt(out / "cells" / "baseline-s0" / "cell.receipt.json", StudyCellReceipt).record()
+    e0 = read_receipt(out / "canaries" / "e0.receipt.json", StudyE0Receipt).record()
     return {"receipts": len(verified["receipts"]), "temporary_files": len(verified["temporary_files"]),
             "baseline_s0_previous_attempts": cell_receipt["body"]["previous_attempts"],
             "baseline_s0_attempt": cell_receipt["body"]["attempt"], "e0_passed": e0["body"]["passed"]}

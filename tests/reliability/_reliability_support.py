@@ -11,6 +11,7 @@ without colliding with other directories' ``conftest`` modules.
 
 from __future__ import annotations
 
+from qhlab.evidence.records import PopulationReceipt, Receipt
 import contextlib
 import io
 import json
@@ -258,7 +259,7 @@ def assert_nothing_partial(root: Path, *, context: str = "") -> dict:
             counts["other"] += 1
             continue
         if name.endswith(".receipt.json"):
-            read_receipt(path, kind=None, schema_version=None, verify_files=True)
+            read_receipt(path, Receipt, verify_files=True).record()
             counts["receipts"] += 1
         elif name.endswith(".json"):
             json.loads(path.read_text(encoding="utf-8"))
@@ -298,7 +299,7 @@ def forge_population(source: Path, target: Path, mutate: Callable[[dict], None])
     from qhlab.evidence import canonical_json, publish_json, read_receipt, sha256_file, write_receipt
 
     names = ("scenes.parquet", "states.parquet", "candidates.parquet")
-    receipt = read_receipt(source / "population.receipt.json", kind="population", schema_version=None)
+    receipt = read_receipt(source / "population.receipt.json", PopulationReceipt).record()
     tables = {name: pq.read_table(source / name) for name in names}
     mutate(tables)
     target.mkdir(parents=True)
@@ -308,7 +309,7 @@ def forge_population(source: Path, target: Path, mutate: Callable[[dict], None])
         manifest["files"][name] = sha256_file(target / name)
     publish_json(target / "manifest.json", manifest)
     assert (target / "manifest.json").read_bytes() == canonical_json(manifest)
-    write_receipt(target / "population.receipt.json", kind="population", schema_version=receipt["schema_version"],
+    write_receipt(target / "population.receipt.json", PopulationReceipt,
                   body=receipt["body"], outputs={n: target / n for n in (*names, "manifest.json")})
     return target
 

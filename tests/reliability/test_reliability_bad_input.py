@@ -12,6 +12,7 @@ work, so the whole corpus takes seconds).
 
 from __future__ import annotations
 
+from qhlab.evidence.records import PopulationReceipt
 import json
 import re
 import shutil
@@ -318,7 +319,7 @@ def _reseal(population: Path, replace: dict[str, bytes]) -> Path:
     """Replace file bytes in a (forged) population and recompute manifest + receipt digests."""
     from qhlab.evidence import canonical_json, read_receipt, sha256_file, write_receipt
 
-    receipt = read_receipt(population / "population.receipt.json", kind="population", schema_version=None)
+    receipt = read_receipt(population / "population.receipt.json", PopulationReceipt).record()
     for name, data in replace.items():
         (population / name).write_bytes(data)
     manifest = json.loads((population / "manifest.json").read_text())
@@ -326,8 +327,7 @@ def _reseal(population: Path, replace: dict[str, bytes]) -> Path:
         manifest["files"][name] = sha256_file(population / name)
     (population / "manifest.json").write_bytes(canonical_json(manifest))
     (population / "population.receipt.json").unlink()
-    write_receipt(population / "population.receipt.json", kind="population",
-                  schema_version=receipt["schema_version"], body=receipt["body"],
+    write_receipt(population / "population.receipt.json", PopulationReceipt, body=receipt["body"],
                   outputs={n: population / e["path"] for n, e in receipt["outputs"].items()})
     return population
 

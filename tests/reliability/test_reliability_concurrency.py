@@ -10,6 +10,7 @@ publish nothing; the winner's evidence must authenticate. Does not own: the lock
 
 from __future__ import annotations
 
+from qhlab.evidence.records import StudyCellReceipt
 import os
 import shutil
 import signal
@@ -95,7 +96,7 @@ def test_two_study_run_fits_of_one_cell_exactly_one_proceeds(tmp_path, finished_
     lines = _error_lines(race["logs"][loser])
     assert len(lines) == 1, race["logs"][loser]
     assert str(study / "cells" / f".{cell}.lock") in lines[0], lines
-    receipt = read_receipt(study / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)
+    receipt = read_receipt(study / "cells" / cell / "cell.receipt.json", StudyCellReceipt).record()
     attempts = [p.name for p in (study / "cells" / cell).iterdir() if p.is_dir()]
     assert attempts == [receipt["body"]["attempt"]] and receipt["body"]["previous_attempts"] == []
     assert_nothing_partial(study, context="run-fit race")

@@ -9,6 +9,7 @@ own: the loader, the learning rule or the launcher.
 
 from __future__ import annotations
 
+from qhlab.evidence.records import PopulationReceipt
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -52,7 +53,7 @@ def test_non_finite_population_value_is_refused_by_the_loader(tmp_path, rel_popu
 
     forged = forge_population(rel_populations["train"], tmp_path / "forged", mutate)
     # The forgery authenticates: only the content check can catch it.
-    read_receipt(forged / "population.receipt.json", kind="population", schema_version=None)
+    read_receipt(forged / "population.receipt.json", PopulationReceipt).record()
     with pytest.raises(QhInputError) as info:
         load_population(forged, split="train")
     message = str(info.value)

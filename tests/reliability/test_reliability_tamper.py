@@ -10,6 +10,7 @@ Every file is restored byte for byte after its flip. Does not own: authenticatio
 
 from __future__ import annotations
 
+from qhlab.evidence.records import Receipt
 import json
 import random
 from pathlib import Path
@@ -51,7 +52,7 @@ def _bound_files(root: Path) -> dict[Path, set[str]]:
             continue
         rel = receipt.relative_to(root).as_posix()
         bound.setdefault(receipt.resolve(), set()).add(rel)
-        document = read_receipt(receipt, kind=None, schema_version=None, verify_files=False)
+        document = read_receipt(receipt, Receipt, verify_files=False).record()
         for section in ("inputs", "outputs"):
             for entry in document[section].values():
                 target = Path(entry["path"])
@@ -67,7 +68,7 @@ def _chain_files(root: Path) -> set[Path]:
     for pattern in STUDY_CHAIN:
         for receipt in root.glob(pattern):
             files.add(receipt.resolve())
-            document = read_receipt(receipt, kind=None, schema_version=None, verify_files=False)
+            document = read_receipt(receipt, Receipt, verify_files=False).record()
             for section in ("inputs", "outputs"):
                 for entry in document[section].values():
                     target = Path(entry["path"])

@@ -17,6 +17,7 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, canonical_json, sha256_file, write_receipt
+from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.finite_horizon.data import load_population
 from qhlab.scenes import cached_population
 from qhlab.scenes.audit import (
@@ -43,12 +44,12 @@ def _reseal(population: Path, *, manifest_edit=None) -> None:
     receipt = population / "population.receipt.json"
     body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, kind="population", schema_version=1, body=body,
+    write_receipt(receipt, PopulationReceipt, body=body,
                   outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")})
     generation = population / "generation.receipt.json"
     body = json.loads(generation.read_text())["body"]
     generation.unlink()
-    write_receipt(generation, kind="population_generation", schema_version=1, body=body,
+    write_receipt(generation, PopulationGenerationReceipt, body=body,
                   inputs={"manifest": population / "manifest.json"})
 
 

@@ -18,6 +18,7 @@ from qhlab.evidence import (
     sha256_file,
     verify_directory,
 )
+from qhlab.evidence.records import PopulationGenerationReceipt
 from qhlab.scenes import PRESETS, cached_population, generate_population, read_manifest
 from qhlab.scenes.manifest import POPULATION_FILES
 from qhlab.scenes.population import planned_simulations
@@ -38,7 +39,7 @@ def test_same_arguments_give_byte_identical_files_whatever_the_workers(tiny_trai
 def test_generation_receipt_says_which_executor_ran_where(tiny_train) -> None:
     from qhlab.evidence import read_receipt
 
-    document = read_receipt(tiny_train / "generation.receipt.json", kind="population_generation", schema_version=1)
+    document = read_receipt(tiny_train / "generation.receipt.json", PopulationGenerationReceipt).record()
     body = document["body"]
     assert body["executor"] == "local" and body["ray_address"] is None and body["processes"] == 1
     assert body["driver"]["pid"] > 0 and body["driver"]["hostname"]

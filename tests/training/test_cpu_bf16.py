@@ -15,6 +15,7 @@ import torch
 
 from qhlab.cli import main
 from qhlab.evidence import read_receipt
+from qhlab.evidence.records import FitReceipt
 from qhlab.training.execution_profile import ProfileRefusedError, execution_profile
 
 NATIVE = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
@@ -72,7 +73,7 @@ def test_a_cpu_bf16_fit_is_deterministic_differs_from_fp32_and_records_its_preci
     assert first.final_state_sha256 == second.final_state_sha256 and first.metrics == second.metrics
     assert first.final_state_sha256 != fp32.final_state_sha256  # the lanes are not secretly the same
     assert first.observed_updates == fp32.observed_updates  # no scaler: no update is skipped
-    fit = read_receipt(first.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(first.fit_receipt, FitReceipt).body_record()
     assert fit["recipe"]["precision"] == "bf16-mixed" and fit["profile"] == "cpu-bf16"
     device = fit["runtime"]["device"]
     assert device["autocast_dtype"] == "bfloat16" and device["grad_scaler"].startswith("none")

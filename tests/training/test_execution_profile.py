@@ -33,6 +33,7 @@ from qhlab.evidence import (
     read_receipt,
     sha256_file,
 )
+from qhlab.evidence.records import WandbAttemptReceipt
 from qhlab.training import execution_profile as ep_module
 from qhlab.training import device_checks, lineage, profiles, tensor_state, wandb_attempt
 from qhlab.training.execution_profile import (
@@ -765,7 +766,7 @@ def test_offline_publish_without_active_run_writes_closing_record(tmp_path: Path
     files = _artifacts(tmp_path / "out")
     result = tmp_path / "out" / "wandb_attempt.receipt.json"
     body = publish_wandb_attempt(attempt, result, files, {"mae": 0.25, "updates": 500})
-    document = read_receipt(result, kind="wandb_attempt", schema_version=1)
+    document = read_receipt(result, WandbAttemptReceipt).record()
     assert document["body"] == body
     assert body["files"] == {name: sha256_file(path) for name, path in files.items()}
     assert body["metrics"] == {"mae": 0.25, "updates": 500.0}
@@ -843,7 +844,7 @@ def test_real_offline_wandb_run_uses_attempt_identity_and_closes_segment(tmp_pat
         assert body["publication"]["cloud_publication"] == "not published (offline segment)"
         assert body["publication"]["local_wandb_run"]["id"] == "seg-0005"
         assert body["attempt"]["cloud_publication"] == "not published (offline segment)"
-        assert read_receipt(result, kind="wandb_attempt", schema_version=1)["body"] == body
+        assert read_receipt(result, WandbAttemptReceipt).body_record() == body
         assert run.summary["mae"] == 0.2 and run.summary["regret"] == 0.05
     finally:
         wandb.finish()

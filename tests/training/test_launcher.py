@@ -26,6 +26,7 @@ from qhlab.evidence import (
     source_package_digest,
     verify_directory,
 )
+from qhlab.evidence.records import FitReceipt
 from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
 from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.callbacks import SegmentCheckpointCallback, UpdateBudgetCallback
@@ -178,7 +179,7 @@ def test_launch_publishes_verified_segment(tmp_path):
             "fit.receipt.json", "wandb_attempt.receipt.json", "wandb"} <= names
     assert {"segment_checkpoint_u00000005.receipt.json", "segment_checkpoint_u00000010.receipt.json"} <= names
     assert list((result.directory / "wandb").glob("offline-run-*/run-a1.wandb"))
-    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
     assert fit["observed_updates"] == 12 and fit["update_budget"] == 12
     assert fit["observed_updates_source"] == "optimizer.state[p]['step']"
     assert fit["lineage"] == {"kind": "fresh", "segment": 0}
@@ -196,7 +197,7 @@ def test_launch_publishes_verified_segment(tmp_path):
 
 def test_fit_receipt_carries_lane_evidence(tmp_path):
     result = _launch(tmp_path, "l1")
-    fit = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
     checks = fit["lane_checks"]["device_checks"]
     common = {"device_type": "cpu", "devices": ["cpu"], "dtypes": ["float32"], "parameters": 4, "buffers": 0,
               "passed": True}
@@ -216,7 +217,7 @@ def test_resumed_fit_checks_restored_optimizer_state_at_start(tmp_path):
     source = source_package_digest()["sha256"]
     resume = load_resume_state(tmp_path / "cell" / "k1", seed=3, source_package_digest=source, recipe_digest="d" * 64)
     second = _launch(tmp_path, "k2", resume=resume)
-    checks = read_receipt(second.fit_receipt, kind="fit", schema_version=1)["body"]["lane_checks"]["device_checks"]
+    checks = read_receipt(second.fit_receipt, FitReceipt).body_record()["lane_checks"]["device_checks"]
     assert checks["fit_start"]["optimizer_state_tensors"] == 4
 
 
@@ -254,7 +255,7 @@ def test_cuda_fit_checks_tensors_on_the_device(tmp_path):
         attempt=WandbAttempt(run_id="c1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "c1",
         recipe_digest="d" * 64, options=LaunchOptions(progress=False),
     ))
-    checks = read_receipt(result.fit_receipt, kind="fit", schema_version=1)["body"]["lane_checks"]["device_checks"]
+    checks = read_receipt(result.fit_receipt, FitReceipt).body_record()["lane_checks"]["device_checks"]
     assert checks["fit_start"]["devices"] == ["cuda:0"] and checks["final"]["devices"] == ["cuda:0"]
     assert checks["final"]["dtypes"] == ["float32"] and checks["final"]["optimizer_state_tensors"] == 4
 
@@ -279,7 +280,7 @@ def test_sigint_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     assert resume.start_updates == 7
     second = _launch(tmp_path, "r2", resume=resume)
     assert second.observed_updates == 12
-    fit = read_receipt(second.fit_receipt, kind="fit", schema_version=1)["body"]
+    fit = read_receipt(second.fit_receipt, FitReceipt).body_record()
     assert fit["lineage"]["kind"] == "resumed"
     assert fit["lineage"]["previous_local_attempt_id"] == "r1"
     assert fit["lineage"]["start_updates"] == 7

@@ -21,6 +21,7 @@ from qhlab.evidence import (
     sha256_file,
     source_package_digest,
 )
+from qhlab.evidence.records import ColdInitializationReceipt
 from qhlab.training.execution_profile import ColdInitializationLineage, verified_cold_initialization_lineage
 from qhlab.training.tensor_state import load_tensor_state, save_tensor_state, write_cold_initialization
 
@@ -149,7 +150,7 @@ def test_cold_initialization_artifact_layout_and_lineage(tmp_path: Path) -> None
     assert state == directory / "cold_init.safetensors"
     assert sorted(p.name for p in directory.iterdir()) == [
         "cold_init.json", "cold_init.receipt.json", "cold_init.safetensors"]
-    receipt = read_receipt(directory / "cold_init.receipt.json", kind="cold_initialization", schema_version=1)
+    receipt = read_receipt(directory / "cold_init.receipt.json", ColdInitializationReceipt).record()
     assert receipt["body"] == {
         "seed": 7, "source_package_digest": SOURCE, "state_sha256": sha256_file(state), "tensor_count": 8}
     assert set(receipt["outputs"]) == {"state", "structure"}

@@ -26,10 +26,12 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
+
+from pydantic import ValidationError
 
 from qhlab import __version__
-from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file, to_jsonable
 from qhlab.evidence.errors import (
     DigestMismatchError,
     EvidenceError,
@@ -38,6 +40,7 @@ from qhlab.evidence.errors import (
     SchemaMismatchError,
 )
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
+from qhlab.evidence.records import Receipt, receipt_model, shape_error
 from qhlab.evidence.tree import logger_leftover, refuse_links
 
 __all__ = [
@@ -217,28 +220,42 @@ def bind_files(receipt_dir: Path, files: Mapping[str, str | os.PathLike | FileCo
 
 def write_receipt(
     path: str | os.PathLike,
+    record: type[Receipt],
     *,
-    kind: str,
-    schema_version: int,
     body: Mapping[str, Any],
     inputs: Mapping[str, str | os.PathLike | FileCopy] | None = None,
     outputs: Mapping[str, str | os.PathLike] | None = None,
 ) -> str:
-    """Publish a receipt at ``path`` (write-once) and return the SHA-256 of its bytes.
+    """Publish a receipt of kind ``record`` at ``path`` (write-once); return the SHA-256 of its bytes.
+
+    The body is validated against ``record``'s body model before anything is written, so a
+    receipt qhlab publishes is always one its reader accepts.
 
     Args:
         path: must end with ``.receipt.json``.
-        kind: what step wrote it, e.g. ``"fit"``.
-        schema_version: version of ``body``'s layout for this kind.
-        body: JSON-able facts of the step.
+        record: the kind's model (``qhlab.evidence.records``), e.g. ``FitReceipt``; its kind and
+            schema version are written.
+        body: JSON-able facts of the step, in the layout of ``record``'s body.
         inputs: files the step read, by name; their digests are bound (a ``FileCopy`` under
             the path of the original it copies).
         outputs: files the step published, by name; their digests are bound.
+
+    Raises:
+        SchemaMismatchError: ``body`` is not in the layout of ``record`` (names the field).
+        EvidenceError: a bad path, origin or output.
     """
     path = Path(path)
     if not path.name.endswith(RECEIPT_SUFFIX):
         raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
-    origin = body.get(ORIGIN_FIELD)
+    if not (isinstance(record, type) and issubclass(record, Receipt) and record.KIND):
+        raise EvidenceError(f"write_receipt: record={record!r} is not a receipt kind; allowed: a model of "
+                            "qhlab.evidence.records, e.g. FitReceipt.")
+    plain = to_jsonable(dict(body))
+    try:
+        record.body_model().model_validate(plain)
+    except ValidationError as exc:
+        raise shape_error("write_receipt", path, record, exc, prefix=("body",)) from None
+    origin = plain.get(ORIGIN_FIELD)
     if isinstance(origin, str) and Path(origin).is_absolute() and \
             Path(os.path.abspath(origin)) != Path(os.path.abspath(path.parent)):
         raise EvidenceError(f"write_receipt: {path} body {ORIGIN_FIELD}={origin!r} must be the directory the "
@@ -246,10 +263,10 @@ def write_receipt(
     if any(isinstance(f, FileCopy) for f in (outputs or {}).values()):
         raise EvidenceError(f"write_receipt: {path} outputs hold a FileCopy; an output is bound where it was written.")
     document = {
-        "schema_version": int(schema_version),
-        "kind": kind,
+        "schema_version": record.SCHEMA_VERSION,
+        "kind": record.KIND,
         "created_by": {"package": "qhlab", "version": __version__},
-        "body": dict(body),
+        "body": plain,
         "inputs": bind_files(path.parent, inputs),
         "outputs": bind_files(path.parent, outputs),
     }
@@ -264,24 +281,22 @@ def _resolve(receipt_dir: Path, reference: str) -> Path:
     return ref if ref.is_absolute() else receipt_dir / ref
 
 
-def read_receipt(
-    path: str | os.PathLike,
-    *,
-    kind: str | None,
-    schema_version: int | None,
-    verify_files: bool = True,
-) -> dict:
-    """Authenticate a receipt and (by default) every file it binds; return the document.
+R = TypeVar("R", bound=Receipt)
+
+
+def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool = True) -> R:
+    """Authenticate a receipt and (by default) every file it binds; return it as its typed model.
 
     Args:
         path: the receipt file.
-        kind: required ``kind``; None accepts any.
-        schema_version: required ``schema_version``; None accepts any integer.
+        record: the kind expected (``qhlab.evidence.records``, e.g. ``FitReceipt``), or
+            ``Receipt`` for any registered kind (the model of the kind read is returned).
         verify_files: re-hash every bound input and output file.
 
     Raises:
         MissingEvidenceError: the receipt or a bound file is missing.
-        SchemaMismatchError: wrong kind or schema version.
+        SchemaMismatchError: an unknown or unexpected kind, a wrong schema version, or a field
+            not in the kind's layout (each names the file, the field and the value).
         DigestMismatchError: the receipt's own content digest or a bound file's digest differs.
         EvidenceError: the bytes are not canonical JSON of a receipt.
     """
@@ -296,49 +311,52 @@ def read_receipt(
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EvidenceError(f"read_receipt: {path} is not valid UTF-8 JSON ({exc}).") from None
-    required = {"schema_version", "kind", "created_by", "body", "inputs", "outputs", "content_sha256"}
-    if not isinstance(document, dict) or set(document) != required:
-        raise EvidenceError(f"read_receipt: {path} does not have exactly the receipt fields {sorted(required)}.")
+    if not isinstance(document, dict):
+        raise EvidenceError(f"read_receipt: {path} holds a {type(document).__name__}; allowed: a receipt object.")
     try:
         canonical = canonical_json(document)
     except Exception as exc:  # noqa: BLE001 - any non-canonical content is an evidence failure
         raise EvidenceError(f"read_receipt: {path} holds a value with no canonical form ({exc}).") from None
     if canonical != raw:
         raise DigestMismatchError(f"read_receipt: {path} is not in canonical form (its bytes were edited).")
-    claimed = document.pop("content_sha256")
-    actual = sha256_bytes(canonical_json(document))
-    document["content_sha256"] = claimed
+    claimed = document.get("content_sha256")
+    actual = sha256_bytes(canonical_json({k: v for k, v in document.items() if k != "content_sha256"}))
     if claimed != actual:
         raise DigestMismatchError(
-            f"read_receipt: {path} content digest {actual} differs from the recorded {claimed}."
+            f"read_receipt: {path} content digest {actual} differs from the recorded {claimed!r}."
         )
-    if kind is not None and document["kind"] != kind:
-        raise SchemaMismatchError(f"read_receipt: {path} has kind {document['kind']!r}; expected {kind!r}.")
-    if not isinstance(document["schema_version"], int) or (
-        schema_version is not None and document["schema_version"] != schema_version
-    ):
-        raise SchemaMismatchError(
-            f"read_receipt: {path} has schema_version {document['schema_version']!r}; "
-            f"expected {schema_version!r}."
-        )
+    try:
+        model = receipt_model(document.get("kind"))
+    except SchemaMismatchError as exc:
+        raise SchemaMismatchError(f"read_receipt: {path} field {exc}") from None
+    if record is not Receipt and model is not record:
+        raise SchemaMismatchError(f"read_receipt: {path} field kind = {document['kind']!r}; allowed: "
+                                  f"{record.KIND!r} ({record.__name__}).")
+    if document.get("schema_version") != model.SCHEMA_VERSION:
+        raise SchemaMismatchError(f"read_receipt: {path} field schema_version = {document.get('schema_version')!r}; "
+                                  f"allowed: {model.SCHEMA_VERSION} for kind {model.KIND!r}.")
+    try:
+        receipt = model.model_validate(document)
+    except ValidationError as exc:
+        raise shape_error("read_receipt", path, model, exc) from None
     if verify_files:
         roots = _ROOTS.get()
-        for section, name, entry in _bindings(document):
+        for section, name, entry in _bindings(receipt):
             if roots is None:
                 _at_or_moved(path, section, name, entry, _resolve(path.parent, entry["path"]), None,
                              "read_receipt", "")
             else:
                 _locate_in(roots, path, section, name, entry)
-    return document
+    return receipt
 
 
-def _bindings(document: dict) -> Iterator[tuple[str, str, dict]]:
+def _bindings(receipt: Receipt) -> Iterator[tuple[str, str, dict]]:
     """Every (section, name, entry) a receipt binds, each section's population manifests first (a
     missing population is then named as such, before any of its files)."""
     for section in ("inputs", "outputs"):
-        for name, entry in sorted(document[section].items(),
-                                  key=lambda item: Path(item[1]["path"]).name != _POPULATION_MANIFEST):
-            yield section, name, entry
+        bound = getattr(receipt, section)
+        for name in sorted(bound, key=lambda n: (Path(bound[n].path).name != _POPULATION_MANIFEST, n)):
+            yield section, name, bound[name].model_dump()
 
 
 def _relocations(recorded: Path, roots: Sequence[Path]) -> Iterator[Path]:
@@ -510,10 +528,10 @@ def _is_temporary(relative: str) -> bool:
 SEALED_FIELD = "sealed_directories"
 
 
-def _refuse_unbound_in_sealed(root: Path, full: Path, rel: str, document: dict, own: set[Path],
+def _refuse_unbound_in_sealed(root: Path, full: Path, rel: str, receipt: Receipt, own: set[Path],
                               files: list[Path]) -> None:
-    """Refuse a file below a directory ``document`` seals that ``document`` itself does not bind."""
-    for name in (document.get("body") or {}).get(SEALED_FIELD) or []:
+    """Refuse a file below a directory ``receipt`` seals that ``receipt`` itself does not bind."""
+    for name in getattr(receipt.body, SEALED_FIELD, None) or []:
         parts = Path(str(name)).parts
         if not parts or Path(str(name)).is_absolute() or ".." in parts:
             raise DigestMismatchError(f"verify: {rel} seals {name!r}; allowed: a directory below the receipt's own.")
@@ -572,7 +590,7 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     extra = [Path(p).expanduser().absolute() for p in populations]
     roots = [root, *extra, Path(DEFAULT_POPULATION_ROOT).expanduser()]
     receipts, bound, temporary, all_files, population_dirs = [], set(), [], [], {}
-    documents: list[tuple[Path, str, dict]] = []
+    documents: list[tuple[Path, str, Receipt]] = []
     directories: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -587,12 +605,12 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
                 continue
             all_files.append(full)
             if name.endswith(RECEIPT_SUFFIX):
-                documents.append((full, rel, read_receipt(full, kind=None, schema_version=None, verify_files=False)))
+                documents.append((full, rel, read_receipt(full, Receipt, verify_files=False)))
     anchors = _anchors(root, directories)
     for full, rel, document in documents:
         located = [_locate_below(root, anchors, roots, full, section, name, entry)
                    for section, name, entry in _bindings(document)]
-        receipts.append({"path": rel, "kind": document["kind"], "schema_version": document["schema_version"],
+        receipts.append({"path": rel, "kind": document.kind, "schema_version": document.schema_version,
                          "sha256": sha256_file(full)})
         _refuse_unbound_in_sealed(root, full, rel, document, {Path(os.path.abspath(p)) for p in located}, all_files)
         bound.add(full)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, input_error, read_receipt, sha256_file
+from qhlab.evidence.records import FitReceipt
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.data import Population
@@ -140,10 +141,10 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
 
     directory = Path(getattr(fit, "output_directory", fit))
     receipt_path = directory if directory.name == FIT_RECEIPT else directory / FIT_RECEIPT
-    document = read_receipt(receipt_path, kind="fit", schema_version=None)
-    body = document["body"]
-    recipe = validate_recipe(body["recipe"], source=f"fit receipt {receipt_path}")
-    profile = execution_profile(body["profile"])
+    document = read_receipt(receipt_path, FitReceipt)
+    body = document.body
+    recipe = validate_recipe(body.recipe, source=f"fit receipt {receipt_path}")
+    profile = execution_profile(body.profile)
     profile.admit_runtime()
     if isinstance(train, (str, os.PathLike)):
         population = load_population(Path(train), split="train", horizon=recipe.horizon)
@@ -157,7 +158,7 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
                           f"{recipe.horizon} (the fitted recipe's horizon)", "pass the fit's own TRAIN population")
     final_state = receipt_path.parent / FINAL_STATE
     digest = sha256_file(final_state)
-    bound = {e["sha256"] for e in document["outputs"].values()}
+    bound = {e.sha256 for e in document.outputs.values()}
     if digest not in bound:
         raise EvidenceError(f"benchmark_scorer: {final_state} is not a final state bound by {receipt_path}.")
     memory_setup = profile.prepare_memory_accounting(None)

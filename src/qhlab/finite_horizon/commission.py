@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qhlab.evidence import PublishConflictError, input_error, source_package_digest, write_receipt
+from qhlab.evidence.records import CommissioningRunReceipt
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.diagnostics.milestones import (
     QhCommissioningMilestoneReceipt,
@@ -45,11 +46,9 @@ from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import execution_profile
 
-__all__ = ["COMMISSION_KIND", "COMMISSION_RECEIPT", "CommissionResult", "commission_recipe"]
+__all__ = ["COMMISSION_RECEIPT", "CommissionResult", "commission_recipe"]
 
 COMMISSION_RECEIPT = "commission.receipt.json"
-COMMISSION_KIND = "commissioning_run"
-COMMISSION_SCHEMA_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +175,7 @@ def commission_recipe(
         bound["mps_memory_observation"] = output / MPS_MEMORY_RECEIPT
     write_receipt(
         output / COMMISSION_RECEIPT,
-        kind=COMMISSION_KIND,
-        schema_version=COMMISSION_SCHEMA_VERSION,
+        CommissioningRunReceipt,
         body={
             "profile": lane.name,
             "milestones": list(config.milestones),

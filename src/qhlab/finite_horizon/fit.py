@@ -33,6 +33,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
+from qhlab.evidence.records import EvaluationReceipt
 from qhlab.finite_horizon.arm_source import (BUILDER_FORMS, ArmSource, file_digests, provide, read_source,
                                              resolve_builder, source_digest)
 from qhlab.finite_horizon.data import Population, load_population
@@ -48,8 +49,6 @@ from qhlab.training.tensor_state import structure_path
 __all__ = ["FitRequest", "FitResult", "ValidationCurve", "default_logical_run_id", "fit_recipe", "scorer_record",
            "train_rows_record"]
 
-EVALUATION_KIND = "evaluation"
-EVALUATION_SCHEMA_VERSION = 1
 EVALUATION_RECEIPT = "evaluation.receipt.json"
 
 
@@ -487,8 +486,7 @@ def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: st
     receipt = directory / EVALUATION_RECEIPT
     write_receipt(
         receipt,
-        kind=EVALUATION_KIND,
-        schema_version=EVALUATION_SCHEMA_VERSION,
+        EvaluationReceipt,
         body=body,
         inputs={
             "validation_manifest": manifests["validation_manifest"],

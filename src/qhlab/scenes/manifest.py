@@ -1,7 +1,7 @@
 """A population directory's format: its file names, its manifest, and reading them back authenticated.
 
 Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``RECEIPT``, ``MANIFEST_KIND``,
-``POPULATION_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
+``MANIFEST_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
 manifest and file digests. The writer (``population``), the physics audit (``audit``), the card
 (``describe``) and the tensor reader (``qhlab.finite_horizon.data``) all read the format here, and
 this module imports none of them. Does not own: writing a population or checking its labels.
@@ -14,10 +14,12 @@ import os
 from pathlib import Path
 
 from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
+from qhlab.evidence.records import PopulationReceipt
 
-__all__ = ["MANIFEST", "MANIFEST_KIND", "POPULATION_FILES", "POPULATION_SCHEMA_VERSION", "RECEIPT", "read_manifest"]
+__all__ = ["MANIFEST", "MANIFEST_KIND", "POPULATION_FILES", "MANIFEST_SCHEMA_VERSION", "RECEIPT", "read_manifest"]
 
-POPULATION_SCHEMA_VERSION = 1
+# The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
+MANIFEST_SCHEMA_VERSION = 1
 POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
 MANIFEST = "manifest.json"
 RECEIPT = "population.receipt.json"
@@ -48,11 +50,11 @@ def read_manifest(path: str | os.PathLike) -> dict:
             "manifest.json, population.receipt.json and three Parquet files written by qhlab."
         )
     # The receipt binds the manifest's own bytes too, so any changed byte in any file fails.
-    receipt = read_receipt(receipt_path, kind="population", schema_version=POPULATION_SCHEMA_VERSION)
+    receipt = read_receipt(receipt_path, PopulationReceipt)
     expected = {name: name for name in (*POPULATION_FILES, MANIFEST)}
-    if {name: entry["path"] for name, entry in receipt["outputs"].items()} != expected:
+    if {name: entry.path for name, entry in receipt.outputs.items()} != expected:
         raise EvidenceError(
-            f"load_population: {receipt_path} binds {sorted(receipt['outputs'])}; allowed: exactly "
+            f"load_population: {receipt_path} binds {sorted(receipt.outputs)}; allowed: exactly "
             f"{sorted(expected)} in the population directory."
         )
     if not manifest_path.is_file():
@@ -68,10 +70,10 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not isinstance(manifest, dict):
         raise EvidenceError(f"load_population: {manifest_path} is not a JSON object.")
     version = manifest.get("schema_version")
-    if version != POPULATION_SCHEMA_VERSION:
+    if version != MANIFEST_SCHEMA_VERSION:
         raise SchemaMismatchError(
             f"load_population: {manifest_path} field schema_version={version!r} is not allowed; "
-            f"allowed: {POPULATION_SCHEMA_VERSION}. HINT: regenerate the population with this qhlab."
+            f"allowed: {MANIFEST_SCHEMA_VERSION}. HINT: regenerate the population with this qhlab."
         )
     if manifest.get("kind") != MANIFEST_KIND:
         raise SchemaMismatchError(
@@ -92,7 +94,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
         target = path / name
         # read_receipt above re-hashed every file against the receipt: the manifest must bind
         # the same digests (hashing each file once per load).
-        digest = receipt["outputs"][name]["sha256"]
+        digest = receipt.outputs[name].sha256
         if digest != files[name]:
             raise DigestMismatchError(
                 f"load_population: {target} has sha256 {digest}; {manifest_path} binds {files[name]}. "

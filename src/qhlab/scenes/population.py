@@ -40,6 +40,7 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
+from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.scenes.candidates import (
     CANDIDATE_FEATURES,
     GOAL_FEATURES,
@@ -56,7 +57,7 @@ from qhlab.scenes.manifest import (
     MANIFEST,
     MANIFEST_KIND,
     POPULATION_FILES,
-    POPULATION_SCHEMA_VERSION,
+    MANIFEST_SCHEMA_VERSION,
     RECEIPT,
     read_manifest,
 )
@@ -272,7 +273,7 @@ def generate_population(
     tables = _tables(spec, scenes, initial, scene_ids, rows)
     n_chain = sum(1 for r in rows if r.step >= 0)
     manifest = {
-        "schema_version": POPULATION_SCHEMA_VERSION,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "kind": MANIFEST_KIND,
         "name": f"{spec.name}-{split}-seed{seed}",
         "split": split,
@@ -299,13 +300,13 @@ def generate_population(
             manifest["files"][name] = _write_parquet(staging / name, tables[name])
         publish_json(staging / MANIFEST, manifest)
         write_receipt(
-            staging / RECEIPT, kind="population", schema_version=POPULATION_SCHEMA_VERSION,
+            staging / RECEIPT, PopulationReceipt,
             body={"name": manifest["name"], "split": split, "generator": manifest["generator"],
                   "counts": manifest["counts"]},
             outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
         )
-        write_receipt(staging / GENERATION_RECEIPT, kind="population_generation", schema_version=1,
-                      body=generation, inputs={"manifest": staging / MANIFEST})
+        write_receipt(staging / GENERATION_RECEIPT, PopulationGenerationReceipt, body=generation,
+                      inputs={"manifest": staging / MANIFEST})
 
     publish_directory(out, _write)
     return out
@@ -339,7 +340,7 @@ def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
 
 def _cache_key(spec: Preset, split: str, seed: int) -> str:
     return sha256_bytes(canonical_json({
-        "schema_version": POPULATION_SCHEMA_VERSION,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "generator_version": GENERATOR_VERSION,
         "engine": engine_identity(),
         "preset": spec.as_record(),

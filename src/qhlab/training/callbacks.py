@@ -23,14 +23,13 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import QhError, input_error, require_int, write_receipt
+from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.training.optimizer_state import (
     capture_training_state,
     observed_optimizer_updates,
     restore_optimizer_state,
 )
 from qhlab.training.segments import (
-    CHECKPOINT_KIND,
-    CHECKPOINT_SCHEMA_VERSION,
     ResumeState,
     checkpoint_state_path,
 )
@@ -176,8 +175,7 @@ class SegmentCheckpointCallback(Callback):
         receipt = state.with_name(state.name.replace(".safetensors", ".receipt.json"))
         write_receipt(
             receipt,
-            kind=CHECKPOINT_KIND,
-            schema_version=CHECKPOINT_SCHEMA_VERSION,
+            SegmentCheckpointReceipt,
             body={**self.body, "observed_updates": observed, "reason": reason, "state_sha256": digest},
             inputs=self.inputs,
             outputs={"state": state, "structure": structure_path(state)},

@@ -39,6 +39,7 @@ from qhlab.evidence import (
     to_jsonable,
     write_receipt,
 )
+from qhlab.evidence.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.execution import where_am_i
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
@@ -56,9 +57,7 @@ from qhlab.training.profiles import execution_profile
 from qhlab.training.segments import (
     CONTINUATION_FILE,
     FINAL_STATE,
-    FIT_KIND,
     FIT_RECEIPT,
-    FIT_SCHEMA_VERSION,
     WANDB_RECEIPT,
     ResumeState,
 )
@@ -311,7 +310,8 @@ class LaunchRequest:
         run_config: the W&B run's config (e.g. the whole resolved recipe, lane, populations);
             ``recipe_digest``, ``seed`` and ``qhlab.source_package_sha256`` are always added.
         receipt_fields: the caller's own fields of the fit receipt body (e.g. which TRAIN
-            rows were fitted and for which study); a name the launcher writes is refused.
+            rows were fitted and for which study): only ``FIT_CALLER_FIELDS`` of
+            ``qhlab.evidence.records``.
     """
 
     module_factory: Callable[[Any], LightningModule]
@@ -327,15 +327,6 @@ class LaunchRequest:
     finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None
     run_config: Mapping[str, Any] | None = None
     receipt_fields: Mapping[str, Any] | None = None
-
-
-# The fit receipt body's own fields (a caller's ``receipt_fields`` may not overwrite them).
-_FIT_BODY_FIELDS = frozenset((
-    "recipe", "recipe_digest", "profile", "runtime", "update_budget", "observed_updates", "observed_updates_source",
-    "global_step", "torch_num_threads", "segment_start_updates", "seed", "source_package", "memory",
-    "memory_accounting", "lane_checks", "execution", "wandb", "local_attempt_id", "logical_run_id", "lineage",
-    "segment_checkpoints", "final_state_sha256", "cold_init_sha256", "wall_seconds",
-))
 
 
 def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
@@ -355,10 +346,11 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     """
     started = time.perf_counter()
     budget = request.update_budget
-    clash = sorted(set(request.receipt_fields or {}) & _FIT_BODY_FIELDS)
+    clash = sorted(set(request.receipt_fields or {}) - FIT_CALLER_FIELDS)
     if clash:
-        raise QhInputError(f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: names the launcher "
-                           "does not write itself. HINT: pick another field name.")
+        raise QhInputError(f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: "
+                           f"{', '.join(sorted(FIT_CALLER_FIELDS))} (the fit receipt's caller fields). HINT: the "
+                           "launcher writes every other field itself.")
     source = source_package_digest()
     directory = fresh_directory(request.directory)
 
@@ -424,15 +416,13 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "cold_init_sha256": identity["cold_init_sha256"],
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
-    assert set(body) == _FIT_BODY_FIELDS, "keep _FIT_BODY_FIELDS in step with the fit receipt body"
     body.update(to_jsonable(dict(request.receipt_fields or {})))
     fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
     if request.resume is not None:
         fit_inputs["continuation"] = directory / CONTINUATION_FILE
     write_receipt(
         directory / FIT_RECEIPT,
-        kind=FIT_KIND,
-        schema_version=FIT_SCHEMA_VERSION,
+        FitReceipt,
         body=body,
         inputs=fit_inputs,
         outputs={"final_state": final_state, "final_state_structure": structure_path(final_state)},

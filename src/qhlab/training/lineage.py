@@ -28,10 +28,9 @@ from qhlab.evidence import (
     read_receipt,
     sha256_file,
 )
+from qhlab.evidence.records import ColdInitializationReceipt
 from qhlab.training.tensor_state import (
-    COLD_INIT_KIND,
     COLD_INIT_RECEIPT,
-    COLD_INIT_SCHEMA_VERSION,
     COLD_INIT_STATE,
     COLD_INIT_STRUCTURE,
     load_tensor_state,
@@ -96,24 +95,24 @@ def verified_cold_initialization_lineage(
                 f"{call}: file {str(target)!r} does not exist. HINT: a cold-initialization artifact is "
                 f"{COLD_INIT_STATE}, cold_init.json and {COLD_INIT_RECEIPT} in one directory."
             )
-    receipt = read_receipt(receipt_path, kind=COLD_INIT_KIND, schema_version=COLD_INIT_SCHEMA_VERSION)
-    body = receipt.get("body", {})
-    outputs = receipt.get("outputs", {})
-    if body.get("seed") != seed:
+    receipt = read_receipt(receipt_path, ColdInitializationReceipt)
+    body, outputs = receipt.body, receipt.outputs
+    if body.seed != seed:
         raise EvidenceError(
-            f"{call}: file {str(receipt_path)!r} records seed={body.get('seed')!r} but the lineage expects "
+            f"{call}: file {str(receipt_path)!r} records seed={body.seed!r} but the lineage expects "
             f"seed={seed}. HINT: a resumed fit must reuse its original seed."
         )
-    if body.get("source_package_digest") != expected_source:
+    if body.source_package_digest != expected_source:
         raise EvidenceError(
-            f"{call}: file {str(receipt_path)!r} records source_package_digest={body.get('source_package_digest')!r} "
+            f"{call}: file {str(receipt_path)!r} records source_package_digest={body.source_package_digest!r} "
             f"but the lineage expects {expected_source}. HINT: the cold state was built by other source."
         )
-    state_entry = outputs.get("state", {})
-    if state_entry.get("path") != COLD_INIT_STATE or outputs.get("structure", {}).get("path") != structure_path(path).name:
+    state_entry, structure_entry = outputs.get("state"), outputs.get("structure")
+    if state_entry is None or structure_entry is None or state_entry.path != COLD_INIT_STATE \
+            or structure_entry.path != structure_path(path).name:
         raise SchemaMismatchError(f"{call}: file {str(receipt_path)!r} does not bind {COLD_INIT_STATE} and cold_init.json.")
-    digest = state_entry.get("sha256")
-    if digest != body.get("state_sha256") or sha256_file(path) != digest:
+    digest = state_entry.sha256
+    if digest != body.state_sha256 or sha256_file(path) != digest:
         raise DigestMismatchError(f"{call}: file {str(path)!r} does not match the digest its receipt binds.")
     # Parse the state (safetensors, no pickle) so dtype/shape agree with cold_init.json.
     load_tensor_state(path, expected_sha256=digest)

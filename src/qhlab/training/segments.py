@@ -18,17 +18,14 @@ import re
 from pathlib import Path
 
 from qhlab.evidence import EvidenceError, MissingEvidenceError, QhInputError, input_error, read_receipt
+from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.training.lineage import lineage_record, verified_cold_initialization_lineage
 from qhlab.training.tensor_state import COLD_INIT_STATE, load_tensor_state
 
 __all__ = [
-    "CHECKPOINT_KIND",
-    "CHECKPOINT_SCHEMA_VERSION",
     "CONTINUATION_FILE",
     "FINAL_STATE",
-    "FIT_KIND",
     "FIT_RECEIPT",
-    "FIT_SCHEMA_VERSION",
     "WANDB_RECEIPT",
     "ResumeState",
     "checkpoint_state_path",
@@ -39,10 +36,6 @@ __all__ = [
     "resume_segment_directory",
 ]
 
-FIT_KIND = "fit"
-FIT_SCHEMA_VERSION = 1
-CHECKPOINT_KIND = "segment_checkpoint"
-CHECKPOINT_SCHEMA_VERSION = 1
 FINAL_STATE = "final_state.safetensors"
 FIT_RECEIPT = "fit.receipt.json"
 WANDB_RECEIPT = "wandb_attempt.receipt.json"
@@ -211,29 +204,28 @@ def load_resume_state(previous_directory: Path, *, seed: int, source_package_dig
             "first checkpoint; start a new fit."
         )
     updates, receipt_path = receipts[-1]
-    document = read_receipt(receipt_path, kind=CHECKPOINT_KIND, schema_version=CHECKPOINT_SCHEMA_VERSION)
-    body = document["body"]
-    if body.get("observed_updates") != updates:
+    body = read_receipt(receipt_path, SegmentCheckpointReceipt).body
+    if body.observed_updates != updates:
         raise EvidenceError(
-            f"resume: {receipt_path} records observed_updates={body.get('observed_updates')!r} but its name says {updates}."
+            f"resume: {receipt_path} records observed_updates={body.observed_updates!r} but its name says {updates}."
         )
-    if body.get("recipe_digest") != recipe_digest:
+    if body.recipe_digest != recipe_digest:
         raise input_error(
             "resume", "recipe_digest", recipe_digest,
-            f"{body.get('recipe_digest')!r} (the recipe of segment {previous.name!r})",
+            f"{body.recipe_digest!r} (the recipe of segment {previous.name!r})",
             "resume with the same recipe and profile.",
         )
     state_path = checkpoint_state_path(previous, updates)
-    tensors, structure = load_tensor_state(state_path, expected_sha256=body["state_sha256"])
+    tensors, structure = load_tensor_state(state_path, expected_sha256=body.state_sha256)
     return ResumeState(
         previous_local_attempt_id=previous.name,
         previous_directory=previous,
         cold_init=previous / COLD_INIT_STATE,
         lineage=lineage_record(lineage),
         state_path=state_path,
-        state_sha256=body["state_sha256"],
+        state_sha256=body.state_sha256,
         start_updates=updates,
-        logical_run_id=body.get("logical_run_id"),
+        logical_run_id=body.logical_run_id,
         recipe_digest=recipe_digest,
         tensors=tensors,
         structure=structure,

@@ -41,11 +41,10 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
+from qhlab.evidence.records import ColdInitializationReceipt
 
 __all__ = [
-    "COLD_INIT_KIND",
     "COLD_INIT_RECEIPT",
-    "COLD_INIT_SCHEMA_VERSION",
     "COLD_INIT_STATE",
     "COLD_INIT_STRUCTURE",
     "STRUCTURE_SCHEMA_VERSION",
@@ -61,8 +60,6 @@ STRUCTURE_SCHEMA_VERSION = 1
 COLD_INIT_STATE = "cold_init.safetensors"
 COLD_INIT_STRUCTURE = "cold_init.json"
 COLD_INIT_RECEIPT = "cold_init.receipt.json"
-COLD_INIT_KIND = "cold_initialization"
-COLD_INIT_SCHEMA_VERSION = 1
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STRUCTURE_KEYS = frozenset({"schema_version", "format", "state_file", "state_sha256", "tensors", "structure"})
@@ -315,8 +312,7 @@ def write_cold_initialization(
     digest = save_tensor_state(state, tensors, structure)
     write_receipt(
         directory / COLD_INIT_RECEIPT,
-        kind=COLD_INIT_KIND,
-        schema_version=COLD_INIT_SCHEMA_VERSION,
+        ColdInitializationReceipt,
         body={
             "seed": seed,
             "source_package_digest": source_digest,

@@ -34,11 +34,10 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
+from qhlab.evidence.records import WandbAttemptReceipt
 
 __all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "writer_lock_path"]
 
-_WANDB_RECEIPT_KIND = "wandb_attempt"
-_WANDB_RECEIPT_SCHEMA_VERSION = 1
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _WANDB_RESERVED_KEYS = ("id", "version", "resume", "mode", "group", "offline")
 
@@ -325,8 +324,7 @@ def publish_wandb_attempt(
     }
     write_receipt(
         result_path,
-        kind=_WANDB_RECEIPT_KIND,
-        schema_version=_WANDB_RECEIPT_SCHEMA_VERSION,
+        WandbAttemptReceipt,
         body=body,
         inputs=paths,
         outputs=None,

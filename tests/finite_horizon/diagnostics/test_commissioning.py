@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch import Callback
 
 from qhlab.evidence import EvidenceError, MissingEvidenceError, PublishConflictError, QhError, QhInputError, verify_directory
+from qhlab.evidence.records import CommissioningRunReceipt, FitReceipt
 from qhlab.finite_horizon.diagnostics import commissioning as cm
 from qhlab.finite_horizon.diagnostics.commissioning import (
     QhCommissioningMilestoneReceipt,
@@ -570,8 +571,8 @@ def test_cli_commission_writes_three_gates_that_verify(tiny_train: Path, tmp_pat
     assert ids["source_package_sha256"] == source_package_digest()["sha256"]
     assert ids["train_population_manifest_sha256"] == sha256_file(tiny_train / "manifest.json")
     assert ids["engineering_updates"] == "20(replaces recipe updates 40)"
-    closing = read_receipt(out / "commission.receipt.json", kind="commissioning_run", schema_version=1)
-    fit = read_receipt(printed["fit_receipt"], kind="fit", schema_version=1)
+    closing = read_receipt(out / "commission.receipt.json", CommissioningRunReceipt).record()
+    fit = read_receipt(printed["fit_receipt"], FitReceipt).record()
     assert fit["body"]["observed_updates"] == 20 and fit["body"]["recipe_digest"] == ids["engineering_recipe_sha256"]
     assert closing["body"]["recipe_updates"] == 40 and closing["body"]["engineering_updates"] == 20
     assert main(["verify", str(out)]) == 0

@@ -18,6 +18,7 @@ from qhlab.evidence import (
     read_receipt,
     source_package_digest,
 )
+from qhlab.evidence.records import StudyCellReceipt, StudyDevelopmentReceipt, StudyE0Receipt, StudyFreezeReceipt, StudyReportReceipt
 from qhlab.finite_horizon.studies import architecture_study as study
 from qhlab.finite_horizon.studies.architecture import authentication
 from qhlab.finite_horizon.studies.architecture.canary import canary_recovery, select_canary_row
@@ -119,7 +120,7 @@ def frozen_study(tmp_path_factory, tiny_config):
 
 def test_freeze_records_train_support_arms_and_source(frozen_study):
     body = frozen_study["body"]
-    receipt = read_receipt(frozen_study["output"] / "freeze.receipt.json", kind="study_freeze", schema_version=1)
+    receipt = read_receipt(frozen_study["output"] / "freeze.receipt.json", StudyFreezeReceipt).record()
     assert receipt["body"] == body
     assert body["train"]["support"] == {"scenes": 3, "chain_states": 6, "successor_states": body["train"]["support"]["successor_states"],
                                          "candidates": 36, "K": 6, "H": 2}
@@ -209,7 +210,7 @@ def test_execution_fields_may_change_after_freeze_and_nothing_else(tmp_path, fro
                       + "\n# a comment added after the freeze\n")
     frozen = authentication.authenticate_freeze(edited, frozen_study["output"], "test")
     assert (frozen.config.workers, frozen.config.executor, frozen.config.ray_address) == (2, "ray", "10.0.0.5:6379")
-    assert frozen.body["config"]["execution_fields_not_frozen"] == ["workers", "executor", "ray_address"]
+    assert frozen.body.config["execution_fields_not_frozen"] == ["workers", "executor", "ray_address"]
     edited.write_text(original.replace("tie_band = 0.001", "tie_band = 0.002").replace("workers = 1", "workers = 2"))
     with pytest.raises(EvidenceError, match=r"\(changed: tie_band\)"):
         authentication.authenticate_freeze(edited, frozen_study["output"], "test")
@@ -309,15 +310,15 @@ def test_package_code_change_after_freeze_refused(tmp_path, frozen_study, monkey
 def test_run_finishes_every_step(finished_study):
     output = finished_study["output"]
     assert "finished" in finished_study["stdout"]
-    e0 = read_receipt(output / "canaries" / "e0.receipt.json", kind="study_e0", schema_version=1)
+    e0 = read_receipt(output / "canaries" / "e0.receipt.json", StudyE0Receipt).record()
     assert e0["body"]["passed"] is True
     assert [c["seed"] for c in e0["body"]["canaries"]] == [0, 1]
     for arm in ARMS:
         for seed in (0, 1):
-            cell = read_receipt(output / "cells" / f"{arm}-s{seed}" / "cell.receipt.json", kind="study_cell", schema_version=1)
+            cell = read_receipt(output / "cells" / f"{arm}-s{seed}" / "cell.receipt.json", StudyCellReceipt).record()
             assert cell["body"]["observed_updates"] == 30
             assert len(cell["body"]["evaluation"]["mae"]) == 2
-    report = read_receipt(output / "report" / "report.receipt.json", kind="study_report", schema_version=1)
+    report = read_receipt(output / "report" / "report.receipt.json", StudyReportReceipt).record()
     assert len([k for k in report["inputs"] if k.startswith("cell/")]) == 10
     for name in ("report.json", "report.md", "arms.png", "paired_differences.png", "learning_curves.png"):
         assert name in report["outputs"]
@@ -367,7 +368,7 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
     output = finished_study["output"]
     report = json.loads((output / "report" / "report.json").read_text())
     lines = (output / "report" / "report.md").read_text().splitlines()
-    sealed = read_receipt(output / "development.receipt.json", kind="study_development", schema_version=1)["body"]["references"]
+    sealed = read_receipt(output / "development.receipt.json", StudyDevelopmentReceipt).body_record()["references"]
     best = sealed["best_fixed_index"]
     assert best["chosen_on"] == "train"
     assert best["train_regret_by_index"][best["index"]] == min(v for v in best["train_regret_by_index"] if v is not None)
@@ -419,7 +420,7 @@ def test_report_is_published_whole_and_never_over_content(study_copy, finished_s
     stray.unlink()
     # An empty report/ is replaced by the published directory, receipt inside with relative paths.
     report_study(finished_study["config"], output)
-    receipt = read_receipt(output / REPORT_DIR / "report.receipt.json", kind="study_report", schema_version=1)
+    receipt = read_receipt(output / REPORT_DIR / "report.receipt.json", StudyReportReceipt).record()
     assert receipt["outputs"]["report.json"]["path"] == "report.json"
     assert not any(p.name.startswith(f".{REPORT_DIR}") for p in output.iterdir())
 
@@ -427,7 +428,7 @@ def test_report_is_published_whole_and_never_over_content(study_copy, finished_s
 @pytest.mark.slow
 def test_cell_state_tampering_refused(study_copy, finished_study):
     output = study_copy(REPORT_DIR, BENCHMARK_DIR)
-    cell = read_receipt(output / "cells" / "baseline-s1" / "cell.receipt.json", kind="study_cell", schema_version=1)
+    cell = read_receipt(output / "cells" / "baseline-s1" / "cell.receipt.json", StudyCellReceipt).record()
     state = output / "cells" / "baseline-s1" / cell["body"]["attempt"] / "final_state.safetensors"
     state.chmod(0o644)
     data = bytearray(state.read_bytes())
@@ -454,9 +455,9 @@ def test_finished_cell_never_rerun_and_crashed_cell_gets_new_attempt(study_copy,
 @pytest.mark.slow
 def test_benchmark_scorer_fields(finished_study):
     output = finished_study["output"]
-    cell = read_receipt(output / "cells" / "variant_cross_attention-s0" / "cell.receipt.json", kind="study_cell", schema_version=1)
+    cell = read_receipt(output / "cells" / "variant_cross_attention-s0" / "cell.receipt.json", StudyCellReceipt).record()
     attempt = output / "cells" / "variant_cross_attention-s0" / cell["body"]["attempt"]
-    result = benchmark_scorer(attempt, read_receipt(output / "freeze.receipt.json", kind="study_freeze", schema_version=1)["body"]["train"]["path"])
+    result = benchmark_scorer(attempt, read_receipt(output / "freeze.receipt.json", StudyFreezeReceipt).body_record()["train"]["path"])
     assert result["warmup_forwards"] == 10 and result["timed_forwards"] == 20
     assert len(result["forward_seconds"]) == 20 and result["median_forward_seconds"] > 0
     assert result["rows"] == 2 and result["updates_applied"] == 0
@@ -502,7 +503,7 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
     captured = capsys.readouterr()
     printed = captured.out
     assert code == 1, captured.err
-    e0 = read_receipt(output / "canaries" / "e0.receipt.json", kind="study_e0", schema_version=1)["body"]
+    e0 = read_receipt(output / "canaries" / "e0.receipt.json", StudyE0Receipt).body_record()
     assert e0["passed"] is False
     selected = e0["selection"]["selected"]
     labels = selected["labels"]  # [K][H] original labels of the canary row
@@ -515,8 +516,7 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
         assert frozen.successor_label_rows == 0
         assert recipe_digest(frozen) == freeze["recipes"]["baseline"][str(seed)]["1"]
         canary_recipe = frozen.model_copy(update={"successor_label_rows": 1})
-        cell = read_receipt(output / "canaries" / f"e0-baseline-s{seed}" / "cell.receipt.json",
-                            kind="study_cell", schema_version=1)["body"]
+        cell = read_receipt(output / "canaries" / f"e0-baseline-s{seed}" / "cell.receipt.json", StudyCellReceipt).body_record()
         training = cell["canary"]["successor_training"]
         assert training["successor_label_rows"] == 1 and training["study_successor_label_rows"] == 0
         assert "bootstrap through" in training["why"]

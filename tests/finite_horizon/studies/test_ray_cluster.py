@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from qhlab.evidence import sha256_file
+from qhlab.evidence.records import FitReceipt, PopulationGenerationReceipt, StudyCellReceipt
 from qhlab.scenes.seals import SEALS_DIR
 
 ray = pytest.importorskip("ray", reason="ray is installed by the test extra (make venv)")
@@ -102,7 +103,7 @@ def test_population_labelled_on_the_cluster_is_byte_identical(cluster, tmp_path)
                                  executor=ExecutorChoice("ray", cluster["address"]))
     for name in ("scenes.parquet", "states.parquet", "candidates.parquet", "manifest.json", "population.receipt.json"):
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
-    generation = read_receipt(remote / "generation.receipt.json", kind="population_generation", schema_version=1)
+    generation = read_receipt(remote / "generation.receipt.json", PopulationGenerationReceipt).record()
     body = generation["body"]
     assert body["executor"] == "ray" and body["ray_address"] == cluster["address"]
     assert body["cluster_cpus"] == 2
@@ -140,7 +141,7 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     assert cells == cell_names(finished_study["output"]) and len(cells) == 10
     nodes, lost = set(), []
     for cell in cells:
-        body = read_receipt(output / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+        body = read_receipt(output / "cells" / cell / "cell.receipt.json", StudyCellReceipt).body_record()
         local = json.loads((finished_study["output"] / "cells" / cell / "cell.receipt.json").read_text())["body"]
         assert body["final_state_sha256"] == local["final_state_sha256"], cell
         assert body["evaluation"]["mae"] == local["evaluation"]["mae"], cell
@@ -149,8 +150,7 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
         returned = [t for t in execution["tries"] if t["outcome"] == "returned"]
         assert len(returned) == 1 and returned[0]["executor"] == "ray"
         lost += [(cell, t) for t in execution["tries"] if t["outcome"] != "returned"]
-        fit = read_receipt(output / "cells" / cell / body["attempt"] / "fit.receipt.json", kind="fit",
-                           schema_version=None)["body"]
+        fit = read_receipt(output / "cells" / cell / body["attempt"] / "fit.receipt.json", FitReceipt).body_record()
         # The lane was admitted on the node that ran the fit, and its evidence names that node.
         assert fit["execution"]["node_id"] == returned[0]["node_id"]
         assert fit["execution"]["pid"] == returned[0]["pid"]
@@ -192,12 +192,12 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     for part in ("report", "benchmarks"):
         shutil.rmtree(restarted / part)
     cell_dir = restarted / "cells" / "variant_deep-s1"
-    before = read_receipt(cell_dir / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+    before = read_receipt(cell_dir / "cell.receipt.json", StudyCellReceipt).body_record()
     (cell_dir / "cell.receipt.json").unlink()
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["study", "run", str(tiny_config), "--output", str(restarted),
                      "--executor", "ray", "--ray-address", cluster["address"]]) == 0
-    after = read_receipt(cell_dir / "cell.receipt.json", kind="study_cell", schema_version=None)["body"]
+    after = read_receipt(cell_dir / "cell.receipt.json", StudyCellReceipt).body_record()
     assert after["attempt"] == before["attempt"] and after["final_state_sha256"] == before["final_state_sha256"]
     assert [p.name for p in cell_dir.iterdir() if p.is_dir()] == [before["attempt"]]
     assert after["execution"]["adopted_after_restart"] is True and after["execution"]["executor"] == "ray"
@@ -220,7 +220,7 @@ def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_pa
     assert main(["study", "run", str(config), "--output", str(output), "--executor", "ray",
                  "--ray-address", cluster["address"]]) == 0
     for cell in ("control_maxpool_sets-s0", "variant_struck_mlp-s1"):
-        ours = read_receipt(output / "cells" / cell / "cell.receipt.json", kind="study_cell", schema_version=None)
+        ours = read_receipt(output / "cells" / cell / "cell.receipt.json", StudyCellReceipt).record()
         theirs = json.loads((tmp_path / "local" / "study" / "cells" / cell / "cell.receipt.json").read_text())
         assert ours["body"]["execution"]["executor"] == "ray"
         assert ours["body"]["final_state_sha256"] == theirs["body"]["final_state_sha256"], cell
@@ -294,7 +294,7 @@ def test_ray_without_an_address_starts_its_own_ray_not_a_running_cluster(cluster
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     out = generate_population("tiny", "train", 4, tmp_path / "own", workers=1, executor=ExecutorChoice("ray"))
-    body = read_receipt(out / "generation.receipt.json", kind="population_generation", schema_version=1)["body"]
+    body = read_receipt(out / "generation.receipt.json", PopulationGenerationReceipt).body_record()
     ray.init(address=cluster["address"], logging_level="ERROR", log_to_driver=False)
     try:
         cluster_nodes = {n["NodeID"] for n in ray.nodes()}

@@ -21,6 +21,7 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
+from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze
 from qhlab.finite_horizon.studies.architecture.cells import adoptable_attempt
 from qhlab.finite_horizon.studies.architecture.remote import _publish_returned
@@ -53,11 +54,16 @@ def test_an_intact_returned_attempt_is_published_byte_for_byte(finished_study, t
             for p in published.rglob("*") if p.is_file()} == returned["files"]
 
 
+# A well-formed checkpoint body: what a returned receipt's shape must be before its bindings are judged.
+_CHECKPOINT_BODY = {"cold_init_sha256": "0" * 64, "local_attempt_id": "x", "logical_run_id": "x", "recipe_digest": "x",
+                    "seed": 0, "observed_updates": 1, "reason": "periodic", "state_sha256": "0" * 64}
+
+
 def _planted_receipt(returned: dict, name: str, bound: Path) -> None:
     """Add a receipt ``name`` binding ``bound`` (a real, self-consistent receipt)."""
     scratch = bound.parent / "scratch"
     scratch.mkdir(exist_ok=True)
-    write_receipt(scratch / name, kind="segment_checkpoint", schema_version=1, body={}, inputs={"x": bound})
+    write_receipt(scratch / name, SegmentCheckpointReceipt, body=_CHECKPOINT_BODY, inputs={"x": bound})
     returned["files"][name] = (scratch / name).read_bytes()
     returned["sha256"][name] = sha256_bytes(returned["files"][name])
 
@@ -100,7 +106,8 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
         from qhlab.evidence import canonical_json
 
         document = {"schema_version": 1, "kind": "segment_checkpoint", "created_by": {"package": "qhlab",
-                    "version": __version__}, "body": {}, "inputs": {"x": {"path": "../escape.bin", "sha256": "0" * 64}},
+                    "version": __version__}, "body": _CHECKPOINT_BODY,
+                    "inputs": {"x": {"path": "../escape.bin", "sha256": "0" * 64}},
                     "outputs": {}}
         document["content_sha256"] = sha256_bytes(canonical_json(document))
         name = "segment_checkpoint_u00000099.receipt.json"

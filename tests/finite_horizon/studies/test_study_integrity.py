@@ -12,16 +12,18 @@ import io
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.records import PopulationReceipt, StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.finite_horizon.studies.architecture import authentication, development
 from qhlab.finite_horizon.studies.architecture.layout import BENCHMARK_DIR, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
-from qhlab.scenes.manifest import POPULATION_FILES, POPULATION_SCHEMA_VERSION
+from qhlab.scenes.manifest import POPULATION_FILES
 from qhlab.scenes.population import SCENE_CONTENT_COLUMNS
 
 
@@ -54,7 +56,7 @@ def _plant_train_scene(validation: Path, train: Path, row: int) -> int:
     receipt = validation / "population.receipt.json"
     receipt_body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, kind="population", schema_version=POPULATION_SCHEMA_VERSION, body=receipt_body,
+    write_receipt(receipt, PopulationReceipt, body=receipt_body,
                   outputs={n: validation / n for n in (*POPULATION_FILES, "manifest.json")})
     return donor["scene_id"]
 
@@ -73,7 +75,8 @@ def test_validation_sharing_a_train_scene_physically_is_refused(config_writer, t
     planted_id = pq.read_table(planted / "scenes.parquet").column("scene_id").to_pylist()[1]
     _plant_train_scene(planted, train, row=1)
     # The E0 gate is not what is tested here: skip its fits.
-    monkeypatch.setattr(development, "authenticate_e0", lambda frozen, step: {"body": {"passed": True}})
+    monkeypatch.setattr(development, "authenticate_e0",
+                        lambda frozen, step: SimpleNamespace(body=SimpleNamespace(passed=True, reason="")))
     # Every load regenerates every scene from the generator, so the planted scene is refused as
     # not the generator's before the scene-sharing check is reached.
     with pytest.raises(QhInputError, match=rf"scene_index 1 \(scene_id {planted_id}\) is not the scene the "
@@ -86,7 +89,7 @@ def _copy_foreign_fit(output: Path, *, clear: bool) -> tuple[Path, str]:
     """Copy cell baseline-s0's attempt into cell variant_deep-s1 (emptied first when ``clear``);
     returns the target cell directory and the attempt's name."""
     donor = output / "cells" / "baseline-s0"
-    attempt = read_receipt(donor / "cell.receipt.json", kind="study_cell", schema_version=1)["body"]["attempt"]
+    attempt = read_receipt(donor / "cell.receipt.json", StudyCellReceipt).body_record()["attempt"]
     target = output / "cells" / "variant_deep-s1"
     if clear:
         shutil.rmtree(target)
@@ -111,13 +114,13 @@ def test_report_refuses_a_cell_receipt_made_from_a_foreign_fit(study_copy, finis
     output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     target, attempt = _copy_foreign_fit(output, clear=False)
     receipt = target / "cell.receipt.json"
-    document = read_receipt(receipt, kind="study_cell", schema_version=1)
+    document = read_receipt(receipt, StudyCellReceipt).record()
     # A re-signed cell receipt whose attempt is the baseline's fit: every digest is consistent.
     inputs = {name: Path(entry["path"]) for name, entry in document["inputs"].items()}
     inputs = {name: path if path.is_absolute() else target / attempt / Path(*path.parts[1:])
               for name, path in inputs.items()}
     receipt.unlink()
-    write_receipt(receipt, kind="study_cell", schema_version=1, body={**document["body"], "attempt": attempt},
+    write_receipt(receipt, StudyCellReceipt, body={**document["body"], "attempt": attempt},
                   inputs=inputs)
     with pytest.raises(EvidenceError, match=r"report_study: cell='tiny-study-baseline-s0' is not allowed"):
         report_study(finished_study["config"], output)
@@ -149,6 +152,6 @@ def test_moved_study_and_populations_verify_where_they_are(tmp_path, finished_st
 
 def development_manifest_sha256(study: Path) -> str:
     """The validation manifest digest the development receipt binds (read without its files)."""
-    document = read_receipt(study / "development.receipt.json", kind="study_development", schema_version=1,
-                            verify_files=False)
+    document = read_receipt(study / "development.receipt.json", StudyDevelopmentReceipt,
+                            verify_files=False).record()
     return document["body"]["validation"]["manifest_sha256"]

@@ -11,6 +11,7 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import exclusive_lock, read_receipt
+from qhlab.evidence.records import FitReceipt, StudyCellReceipt
 from qhlab.finite_horizon.studies.architecture import status as status_module
 from qhlab.finite_horizon.studies.architecture.layout import (
     BENCHMARK_DIR,
@@ -159,7 +160,7 @@ def test_finished_study_every_row_authenticated_with_updates_and_metrics(finishe
         assert rows[name]["updates"] == 600 and rows[name]["attempts"] == 1 and rows[name]["wall_seconds"] > 0
     for name in CELLS:
         row = rows[name]
-        receipt = read_receipt(output / CELLS_DIR / name / CELL_RECEIPT, kind="study_cell", schema_version=1)
+        receipt = read_receipt(output / CELLS_DIR / name / CELL_RECEIPT, StudyCellReceipt).record()
         assert (row["updates"], row["attempts"]) == (30, 1)
         assert row["mae_h"] == receipt["body"]["evaluation"]["mae"][-1]
         assert row["regret_h"] == receipt["body"]["evaluation"]["regret"][-1]
@@ -174,8 +175,8 @@ def test_lock_names_are_the_writers(finished_study):
     output = finished_study["output"]
     for parent, name in [(output / CELLS_DIR, "baseline-s0"), (output / CANARY_DIR, "e0-baseline-s1")]:
         assert all(path.is_file() for path in status_module._lock_paths(parent, name))
-        receipt = read_receipt(parent / name / CELL_RECEIPT, kind="study_cell", schema_version=1)
-        fit = read_receipt(parent / name / receipt["body"]["attempt"] / FIT_RECEIPT, kind="fit", schema_version=None)
+        receipt = read_receipt(parent / name / CELL_RECEIPT, StudyCellReceipt).record()
+        fit = read_receipt(parent / name / receipt["body"]["attempt"] / FIT_RECEIPT, FitReceipt).record()
         assert fit["body"]["logical_run_id"] == name
 
 
@@ -193,7 +194,7 @@ def test_crashed_and_finished_unrecorded_cells(study_copy):
     output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     crashed = output / CELLS_DIR / "control_no_interaction-s1"
     unrecorded = output / CELLS_DIR / "variant_cross_attention-s0"
-    attempt = crashed / read_receipt(crashed / CELL_RECEIPT, kind="study_cell", schema_version=1)["body"]["attempt"]
+    attempt = crashed / read_receipt(crashed / CELL_RECEIPT, StudyCellReceipt).body_record()["attempt"]
     (crashed / CELL_RECEIPT).unlink()
     (attempt / FIT_RECEIPT).unlink()
     (unrecorded / CELL_RECEIPT).unlink()

@@ -18,6 +18,7 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, read_receipt
+from qhlab.evidence.records import ColdInitializationReceipt, FitReceipt, StudyCellReceipt, StudyFreezeReceipt
 from qhlab.finite_horizon.studies.architecture.authentication import authenticate_freeze
 from qhlab.finite_horizon.studies.architecture.layout import CELL_RECEIPT, CELLS_DIR, FAMILY_DIR, FREEZE_RECEIPT
 
@@ -130,7 +131,7 @@ def frozen_byo(tmp_path_factory, population_cache, byo_writer) -> dict:
 
 def test_freeze_copies_and_binds_each_user_source(frozen_byo) -> None:
     output = frozen_byo["output"]
-    receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=1)
+    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt).record()
     arms = {a["arm"]: a for a in receipt["body"]["arms"]}
     for arm in USER_ARMS:
         copy = output / FAMILY_DIR / arm / "my_arms.py"
@@ -314,12 +315,11 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
     for arm in USER_ARMS:
         for seed in (0, 1):
             cell = f"{arm}-s{seed}"
-            ours = read_receipt(output / CELLS_DIR / cell / CELL_RECEIPT, kind="study_cell", schema_version=1)
-            theirs = read_receipt(tmp_path / "reference" / "study" / CELLS_DIR / cell / CELL_RECEIPT,
-                                  kind="study_cell", schema_version=1)
+            ours = read_receipt(output / CELLS_DIR / cell / CELL_RECEIPT, StudyCellReceipt).record()
+            theirs = read_receipt(tmp_path / "reference" / "study" / CELLS_DIR / cell / CELL_RECEIPT, StudyCellReceipt).record()
             assert ours["body"]["final_state_sha256"] == theirs["body"]["final_state_sha256"]
             attempt = output / CELLS_DIR / cell / ours["body"]["attempt"]
-            fit = read_receipt(attempt / "fit.receipt.json", kind="fit", schema_version=None)["body"]
+            fit = read_receipt(attempt / "fit.receipt.json", FitReceipt).body_record()
             assert fit["scorer"]["builder"] == {"control_maxpool_sets": "my_arms.py:build_maxpool_sets",
                                                 "variant_struck_mlp": "my_arms.py:build_mlp"}[arm]
             assert fit["scorer"]["members_path"] == "one scorer"
@@ -359,7 +359,7 @@ def test_a_local_package_is_frozen_whole_and_sealed(tmp_path, byo, capsys, build
     assert code == 0, text
     copy = output / FAMILY_DIR / "variant_struck_mlp" / "armpkg"
     assert sorted(p.name for p in copy.iterdir()) == sorted(PACKAGE)  # no bytecode copied, none written
-    body = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=1)["body"]
+    body = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt).body_record()
     source = next(a for a in body["arms"] if a["arm"] == "variant_struck_mlp")["source"]
     assert source["kind"] == "package" and source["module"] == "armpkg.arms"
     assert sorted(source["files"]) == sorted(f"armpkg/{name}" for name in PACKAGE)
@@ -381,7 +381,7 @@ def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -
     from qhlab.finite_horizon.arm_source import resolve_builder
     from qhlab.finite_horizon.studies.architecture.family import family_bytes, provide_shipped
 
-    body = read_receipt(frozen_byo["output"] / FREEZE_RECEIPT, kind="study_freeze", schema_version=1)["body"]
+    body = read_receipt(frozen_byo["output"] / FREEZE_RECEIPT, StudyFreezeReceipt).body
     assert family_bytes(body, frozen_byo["output"], "baseline") is None
     shipped = family_bytes(body, frozen_byo["output"], "variant_struck_mlp")
     assert shipped["files"] == {"my_arms.py": MY_ARMS.read_bytes()}
@@ -406,7 +406,7 @@ def test_a_user_baseline_sizes_the_family_and_binds_its_source(tmp_path, byo, ca
     output = tmp_path / "study"
     code, text = _freeze(config, output, capsys)
     assert code == 0, text
-    body = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=1)["body"]
+    body = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt).body_record()
     arms = {a["arm"]: a for a in body["arms"]}
     assert list(arms) == ["my_baseline", "control_maxpool_sets", "variant_struck_mlp"]
     assert arms["my_baseline"]["role"] == "baseline" and arms["my_baseline"]["source"]["module"] == "my_arms"
@@ -475,8 +475,8 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "__pycache__" in capsys.readouterr().err
-    write_receipt(copy / "planted.receipt.json", kind="planted", schema_version=1, body={},
-                  outputs={"pyc": pyc})
+    planted = {"seed": 0, "source_package_digest": "x", "state_sha256": "0" * 64, "tensor_count": 1}
+    write_receipt(copy / "planted.receipt.json", ColdInitializationReceipt, body=planted, outputs={"pyc": pyc})
     assert main(["verify", str(output)]) == 2
     err = capsys.readouterr().err
     assert "seals, but it does not bind them" in err and "planted.receipt.json" in err

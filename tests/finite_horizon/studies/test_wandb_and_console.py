@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qhlab.evidence.records import StudyCellReceipt
 import json
 import os
 import subprocess
@@ -26,8 +27,7 @@ def test_a_cells_offline_wandb_run_carries_config_group_job_type_tags_and_summar
     from qhlab.evidence import read_receipt
 
     output = finished_study["output"]
-    cell = read_receipt(output / "cells" / "variant_deep-s1" / "cell.receipt.json", kind="study_cell",
-                        schema_version=1)["body"]
+    cell = read_receipt(output / "cells" / "variant_deep-s1" / "cell.receipt.json", StudyCellReceipt).body_record()
     attempt = output / "cells" / "variant_deep-s1" / cell["attempt"]
     run = read_offline_run(_run_file(attempt))
     assert run["group"] == "tiny-study" and run["job_type"] == "cell"
@@ -44,8 +44,7 @@ def test_a_cells_offline_wandb_run_carries_config_group_job_type_tags_and_summar
     assert summary["observed_updates"] == 30
     for h, (mae, regret) in enumerate(zip(cell["evaluation"]["mae"], cell["evaluation"]["regret"]), start=1):
         assert summary[f"val_mae_h{h}"] == pytest.approx(mae) and summary[f"val_regret_h{h}"] == pytest.approx(regret)
-    canary = read_receipt(output / "canaries" / "e0-baseline-s0" / "cell.receipt.json", kind="study_cell",
-                          schema_version=1)["body"]
+    canary = read_receipt(output / "canaries" / "e0-baseline-s0" / "cell.receipt.json", StudyCellReceipt).body_record()
     canary_run = read_offline_run(_run_file(output / "canaries" / "e0-baseline-s0" / canary["attempt"]))
     assert canary_run["group"] == "tiny-study" and canary_run["job_type"] == "canary"
 

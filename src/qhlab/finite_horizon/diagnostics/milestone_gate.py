@@ -33,9 +33,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import PublishConflictError, QhError, input_error, write_receipt
+from qhlab.evidence.records import CommissioningMilestoneReceipt
 from qhlab.finite_horizon.diagnostics.milestones import (
-    MILESTONE_KIND,
-    MILESTONE_SCHEMA_VERSION,
     QhCommissioningMilestoneReceipt,
     QhCommissioningMilestonesConfig,
     budget_record,
@@ -354,8 +353,7 @@ class QhCommissioningMilestonesCallback(Callback):
         )
         write_receipt(
             milestone_receipt_path(self.output_dir, gate),
-            kind=MILESTONE_KIND,
-            schema_version=MILESTONE_SCHEMA_VERSION,
+            CommissioningMilestoneReceipt,
             body={**receipt.as_dict(), "engineering_budget": budget_record(self.config)},
             outputs={"state": state, "structure": structure_path(state)},
         )

@@ -30,18 +30,16 @@ import torch
 from qhlab.evidence import (
     EvidenceError,
     MissingEvidenceError,
-    QhInputError,
     input_error,
     read_receipt,
     require_int,
 )
+from qhlab.evidence.records import CommissioningMilestoneReceipt
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryObservation, observation_from_record
 from qhlab.training.tensor_state import load_tensor_state
 
 __all__ = [
     "DEVICES",
-    "MILESTONE_KIND",
-    "MILESTONE_SCHEMA_VERSION",
     "QhCommissioningMilestoneReceipt",
     "QhCommissioningMilestonesConfig",
     "budget_record",
@@ -51,25 +49,10 @@ __all__ = [
     "require_milestones",
 ]
 
-MILESTONE_KIND = "commissioning_milestone"
-MILESTONE_SCHEMA_VERSION = 1
 DEVICES = ("cpu", "cuda", "mps")
 """Device types a gate can require of the live tensors."""
 
 _MILESTONE_RE = re.compile(r"^milestone_u(\d{8})\.receipt\.json$")
-_RECEIPT_FIELDS = (
-    "schema_version",
-    "successful_optimizer_updates",
-    "expected_device",
-    "context_ids",
-    "state_filename",
-    "state_sha256",
-    "strict_reload",
-    "optimizer_evidence",
-    "memory_observation",
-)
-_BODY_FIELDS = sorted(frozenset(_RECEIPT_FIELDS) | {"engineering_budget"})
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _READER = "read_commissioning_milestones"
 _REGENERATE = "gates are never edited; re-run commissioning into a fresh directory."
 
@@ -185,7 +168,7 @@ class QhCommissioningMilestoneReceipt:
             None otherwise.
     """
 
-    schema_version: int = MILESTONE_SCHEMA_VERSION
+    schema_version: int = CommissioningMilestoneReceipt.SCHEMA_VERSION
     successful_optimizer_updates: int
     expected_device: str
     context_ids: tuple[str, ...]
@@ -233,13 +216,10 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
             f"{_READER}: {path} is missing; milestone {gate} declared by the config "
             "has no receipt. HINT: gates are never inferred; re-run commissioning."
         )
-    document = read_receipt(path, kind=MILESTONE_KIND, schema_version=MILESTONE_SCHEMA_VERSION)
-    body = document["body"]
-    if not isinstance(body, dict) or sorted(body) != _BODY_FIELDS:
-        raise _refused(path, "body fields", sorted(body) if isinstance(body, dict) else body,
-                       f"exactly {_BODY_FIELDS}")
+    document = read_receipt(path, CommissioningMilestoneReceipt)
+    body = document.body
     expected = {
-        "schema_version": MILESTONE_SCHEMA_VERSION,
+        "schema_version": CommissioningMilestoneReceipt.SCHEMA_VERSION,
         "successful_optimizer_updates": gate,
         "expected_device": config.expected_device,
         "context_ids": list(config.context_ids),
@@ -248,14 +228,14 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
         "engineering_budget": budget_record(config),
     }
     for field, value in expected.items():
-        if body[field] != value or type(body[field]) is not type(value):
-            raise _refused(path, field, body[field], f"the declared {value!r}")
-    outputs = document["outputs"]
-    state = output_dir / body["state_filename"]
-    if set(outputs) != {"state", "structure"} or outputs["state"]["path"] != state.name:
+        if getattr(body, field) != value:
+            raise _refused(path, field, getattr(body, field), f"the declared {value!r}")
+    outputs = document.outputs
+    state = output_dir / body.state_filename
+    if set(outputs) != {"state", "structure"} or outputs["state"].path != state.name:
         raise _refused(path, "outputs", sorted(outputs), f"exactly its state ({state.name}) and structure files")
-    digest = body["state_sha256"]
-    if not isinstance(digest, str) or not _HEX64.match(digest) or outputs["state"]["sha256"] != digest:
+    digest = body.state_sha256
+    if outputs["state"].sha256 != digest:
         raise _refused(path, "state_sha256", digest, "the 64-hex digest the receipt binds for its state file")
     try:
         tensors, structure = load_tensor_state(state, expected_sha256=digest)
@@ -271,14 +251,13 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
     )
     if bad:
         raise _refused(path, f"{state.name} non-finite or non-float32 tensors", bad, "none")
-    evidence = body["optimizer_evidence"]
+    evidence = body.optimizer_evidence
     if (
-        not isinstance(evidence, dict)
-        or evidence.get("successful_optimizer_updates") != gate
+        evidence.get("successful_optimizer_updates") != gate
         or evidence.get("parameter_steps", [None])[-1:] != [gate]
     ):
         raise _refused(path, "optimizer_evidence", evidence, f"evidence of successful update {gate}")
-    memory = body["memory_observation"]
+    memory = body.memory_observation
     if config.max_allocated_bytes is None:
         if memory is not None:
             raise _refused(path, "memory_observation", memory, "None (the config declares no max_allocated_bytes)")
@@ -290,9 +269,9 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
                            f"an observation within the declared max_allocated_bytes={config.max_allocated_bytes}")
     return QhCommissioningMilestoneReceipt(
         successful_optimizer_updates=gate,
-        expected_device=body["expected_device"],
-        context_ids=tuple(body["context_ids"]),
-        state_filename=body["state_filename"],
+        expected_device=body.expected_device,
+        context_ids=tuple(body.context_ids),
+        state_filename=body.state_filename,
         state_sha256=digest,
         strict_reload=True,
         optimizer_evidence=evidence,

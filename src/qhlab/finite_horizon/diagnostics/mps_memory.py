@@ -39,11 +39,10 @@ from qhlab.evidence import (
     require_int,
     write_receipt,
 )
+from qhlab.evidence.records import MpsMemoryReceipt
 
 __all__ = [
-    "MPS_MEMORY_KIND",
     "MPS_MEMORY_RECEIPT",
-    "MPS_MEMORY_SCHEMA_VERSION",
     "QhMpsMemoryBudgetCallback",
     "QhMpsMemoryObservation",
     "allow_injected_sampler_evidence",
@@ -51,8 +50,6 @@ __all__ = [
     "read_mps_memory_observation",
 ]
 
-MPS_MEMORY_KIND = "mps_memory_observation"
-MPS_MEMORY_SCHEMA_VERSION = 1
 MPS_MEMORY_RECEIPT = "mps_memory_observation.receipt.json"
 
 # The sampler source is part of the sampling scope, so an injected (test) sampler can never
@@ -117,7 +114,7 @@ class QhMpsMemoryObservation:
             flag that disagrees with the values), listing every problem at once.
     """
 
-    schema_version: int = MPS_MEMORY_SCHEMA_VERSION
+    schema_version: int = MpsMemoryReceipt.SCHEMA_VERSION
     sampling_scope: str
     sample_count: int
     current_allocated_bytes: int
@@ -129,8 +126,8 @@ class QhMpsMemoryObservation:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.schema_version != MPS_MEMORY_SCHEMA_VERSION or not _is_int(self.schema_version):
-            problems.append(f"schema_version={self.schema_version!r} (allowed: {MPS_MEMORY_SCHEMA_VERSION})")
+        if self.schema_version != MpsMemoryReceipt.SCHEMA_VERSION or not _is_int(self.schema_version):
+            problems.append(f"schema_version={self.schema_version!r} (allowed: {MpsMemoryReceipt.SCHEMA_VERSION})")
         if self.sampling_scope not in _SCOPES:
             problems.append(f"sampling_scope={self.sampling_scope!r} (allowed: {', '.join(_SCOPES)})")
         for name, minimum in _COUNTS:
@@ -320,7 +317,7 @@ class QhMpsMemoryBudgetCallback(Callback):
         observation = self.observation()
         path = self.output_dir / MPS_MEMORY_RECEIPT
         write_receipt(
-            path, kind=MPS_MEMORY_KIND, schema_version=MPS_MEMORY_SCHEMA_VERSION, body=observation.as_dict()
+            path, MpsMemoryReceipt, body=observation.as_dict()
         )
         self.receipt_path = path
         return path
@@ -353,8 +350,7 @@ def read_mps_memory_observation(output_dir: str | Path, *, max_allocated_bytes: 
     require_int(call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
                 hint="pass the budget the fit declared.")
     path = Path(output_dir) / MPS_MEMORY_RECEIPT
-    document = read_receipt(path, kind=MPS_MEMORY_KIND, schema_version=MPS_MEMORY_SCHEMA_VERSION)
-    observation = observation_from_record(document["body"], path)
+    observation = observation_from_record(read_receipt(path, MpsMemoryReceipt).body_record(), path)
     if observation.max_allocated_bytes != max_allocated_bytes:
         raise EvidenceError(
             f"{call}: {path} binds max_allocated_bytes={observation.max_allocated_bytes}; "

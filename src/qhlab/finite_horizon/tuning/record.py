@@ -29,6 +29,7 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
+from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
 from qhlab.finite_horizon.tuning.rule import pick_winner, trial_score
 
 __all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",
@@ -40,8 +41,6 @@ RECIPE = "recipe.toml"
 CONFIG_COPY = "config.toml"
 TRIALS_DB = "trials.db"
 FITS_DIR = "fits"
-KIND = "tuning"
-SCHEMA_VERSION = 1
 RULE_TEXT = ("admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
              "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
              "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number")
@@ -128,7 +127,7 @@ def publish_record(directory: Path, *, config: Any, config_sha256: str, base: di
         data = _recipe_file(recipe, winner["number"])
         _publish_same(directory / RECIPE, lambda p: publish_bytes(p, data))
         outputs["recipe"] = directory / RECIPE
-    write_receipt(directory / RECEIPT, kind=KIND, schema_version=SCHEMA_VERSION,
+    write_receipt(directory / RECEIPT, TuningReceipt,
                   body={"name": config.name, "config_sha256": config_sha256, "trials": len(entries),
                         "winner": winner["number"]},
                   inputs={"config": directory / CONFIG_COPY}, outputs=outputs)
@@ -161,7 +160,7 @@ def read_record(directory: str | os.PathLike) -> dict:
     import json
 
     directory = Path(directory)
-    read_receipt(directory / RECEIPT, kind=KIND, schema_version=SCHEMA_VERSION)
+    read_receipt(directory / RECEIPT, TuningReceipt)
     return json.loads((directory / RECORD).read_text(encoding="utf-8"))
 
 
@@ -237,11 +236,11 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
             raise MissingEvidenceError(f"{where}: trial {number} fit {fit['directory']} has no {name}.")
         if sha256_file(attempt / name) != fit[key]:
             raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']}/{name} is not the one recorded.")
-    body = read_receipt(attempt / "evaluation.receipt.json", kind="evaluation", schema_version=None)["body"]
+    body = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt).body
     for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
-        if float(body[field]) != fit[metric]:
+        if getattr(body, field) != fit[metric]:
             raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']} records {metric} "
-                                      f"{fit[metric]!r}; its evaluation receipt says {body[field]!r}.")
+                                      f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}.")
     return True
 
 

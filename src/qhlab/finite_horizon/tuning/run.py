@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from qhlab.evidence import (
     sha256_bytes,
     sha256_file,
 )
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt
 from qhlab.finite_horizon.tuning.config import TUNE_CALL, QhTuningConfig, read_tuning_config, trial_recipe
 from qhlab.finite_horizon.tuning.record import (CONFIG_COPY, FITS_DIR, RECEIPT, TRIALS_DB, population_record,
                                                 publish_record, refuse_sealed_validation)
@@ -132,13 +132,11 @@ def _fit_job(job: dict) -> dict:
     fits = Path(job["fits"])
     cell_dir = fits / job["cell"]
     expected = recipe_digest(admit_launch(job["profile"], recipe).recipe)
-    started = time.perf_counter()
     directory = None
     if cell_dir.is_dir():
         for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if (attempt / FIT_RECEIPT).is_file() and (attempt / EVALUATION_RECEIPT).is_file():
-                fit_doc = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None)
-                if fit_doc["body"].get("recipe_digest") == expected:
+                if read_receipt(attempt / FIT_RECEIPT, FitReceipt).body.recipe_digest == expected:
                     directory = attempt
                     break
     adopted = directory is not None
@@ -147,18 +145,18 @@ def _fit_job(job: dict) -> dict:
             recipe=recipe, profile=job["profile"], output=fits, train=job["train"], validation=job["validation"],
             cell=job["cell"], progress=False, job_type="trial", group=job["group"], tags=(f"trial-{job['number']}",)))
         directory = result.output_directory
-    evaluation = read_receipt(directory / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)
-    fit_doc = read_receipt(directory / FIT_RECEIPT, kind="fit", schema_version=None)
+    evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
+    fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
     return {
         "seed": int(recipe.seed),
-        "regret": float(evaluation["body"]["regret_primary"]),
-        "mae": float(evaluation["body"]["mae_primary"]),
-        "final_state_sha256": fit_doc["body"]["final_state_sha256"],
+        "regret": evaluation.regret_primary,
+        "mae": evaluation.mae_primary,
+        "final_state_sha256": fit_body.final_state_sha256,
         "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
         "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
         "directory": directory.relative_to(fits.parent).as_posix(),
-        "observed_updates": int(fit_doc["body"]["observed_updates"]),
-        "wall_seconds": float(fit_doc["body"].get("wall_seconds") or (time.perf_counter() - started)),
+        "observed_updates": fit_body.observed_updates,
+        "wall_seconds": fit_body.wall_seconds,
         "adopted": adopted,
     }
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from qhlab.evidence import PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence import EvidenceError, PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.records import StudyCellReceipt, StudyE0Receipt
 from qhlab.finite_horizon.benchmark import canonical_chains
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, opened_study, read_canary_selection
 from qhlab.finite_horizon.studies.architecture.canary import canary_failures, failure_text, select_canary_row
@@ -19,7 +20,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     CELL_RECEIPT,
     E0_RECEIPT,
-    SCHEMA_VERSION,
+    DOCUMENT_SCHEMA_VERSION,
     SELECTION_FILE,
     cell_name,
 )
@@ -72,9 +73,11 @@ def decide_e0(frozen: FrozenStudy) -> dict:
             receipt_path = directory / cell / CELL_RECEIPT
             if not receipt_path.exists():
                 fit_cell(frozen, variant=config.baseline_arm, seed=seed, canary_role="e0")
-            document = read_receipt(receipt_path, kind="study_cell", schema_version=SCHEMA_VERSION)
-            canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path,
-                             "canary": document["body"]["canary"]})
+            canary = read_receipt(receipt_path, StudyCellReceipt).body.canary
+            if canary is None:
+                raise EvidenceError(f"admit_canaries: {receipt_path} is an evaluated cell, not a canary. HINT: a "
+                                    "canary's directory holds its own fit; remove a foreign receipt by hand.")
+            canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path, "canary": canary})
     passed = bool(canaries) and all(c["canary"]["recovered"] for c in canaries)
     failures = canary_failures(canaries, selection["selected"]) if canaries else []
     if selection["selected"] is None:
@@ -98,11 +101,10 @@ def decide_e0(frozen: FrozenStudy) -> dict:
     }
     inputs = {"freeze": frozen.receipt_path, "selection": directory / SELECTION_FILE}
     inputs.update({f"canary/{c['cell']}": c["receipt"] for c in canaries})
-    write_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION,
-                  body=body, inputs=inputs)
+    write_receipt(directory / E0_RECEIPT, StudyE0Receipt, body=body, inputs=inputs)
     # Written here from this process's digests: the next step takes it without re-hashing.
     frozen.keep("_e0", directory / E0_RECEIPT,
-                read_receipt(directory / E0_RECEIPT, kind="study_e0", schema_version=SCHEMA_VERSION, verify_files=False))
+                read_receipt(directory / E0_RECEIPT, StudyE0Receipt, verify_files=False))
     return body
 
 
@@ -118,13 +120,13 @@ def publish_selection(frozen: FrozenStudy) -> dict:
                                      gap_multiple=config.canary_gap_multiple)
         directory.mkdir(exist_ok=True)
         publish_json(selection_path, {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": DOCUMENT_SCHEMA_VERSION,
             "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
                     "step) whose best label beats the runner-up by more than canary_gap_multiple x "
                     "tie_band at every horizon",
             "tie_band": config.tie_band,
             "canary_gap_multiple": config.canary_gap_multiple,
-            "canonical_first_chain": frozen.body["train"]["canonical_first_chain"],
+            "canonical_first_chain": frozen.body.train["canonical_first_chain"],
             "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
             "selected": selected,
         })

@@ -20,7 +20,7 @@ import os
 import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from qhlab.evidence import (
     EvidenceError,
@@ -35,6 +35,14 @@ from qhlab.evidence import (
     sha256_file,
     source_package_digest,
 )
+from qhlab.evidence.records import (
+    FitReceipt,
+    Receipt,
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+)
 from qhlab.finite_horizon.studies.architecture.config import (
     EXECUTION_FIELDS,
     QhArchitectureStudyConfig,
@@ -45,12 +53,13 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
     FREEZE_RECEIPT,
-    SCHEMA_VERSION,
     SELECTION_FILE,
     STUDY_CALL,
     cell_name,
     cell_receipt_path,
 )
+
+R = TypeVar("R", bound=Receipt)
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
@@ -184,10 +193,11 @@ class FrozenStudy:
             made importable in this process (``family.provide_family``).
     """
 
-    def __init__(self, config: QhArchitectureStudyConfig, receipt: dict, output: Path, config_path: Path) -> None:
+    def __init__(self, config: QhArchitectureStudyConfig, receipt: StudyFreezeReceipt, output: Path,
+                 config_path: Path) -> None:
         self.config = config
         self.receipt = receipt
-        self.body = receipt["body"]
+        self.body = receipt.body
         self.output = output
         self.config_path = config_path
         self.receipt_path = output / FREEZE_RECEIPT
@@ -195,13 +205,13 @@ class FrozenStudy:
         # use re-hashes the small receipt file and refuses a change (``unchanged``).
         self._digests: dict[Path, str] = {self.receipt_path: sha256_file(self.receipt_path)}
         # Where TRAIN's bytes are now (a moved study's populations are found by digest).
-        self.train_path = locate_population(self.body["train"]["path"], self.body["train"]["manifest_sha256"])
+        self.train_path = locate_population(self.body.train["path"], self.body.train["manifest_sha256"])
         # User arms are imported from the study's own frozen copies, never from the user's files.
         from qhlab.finite_horizon.studies.architecture.family import provide_family
 
         self.sources = provide_family(self.body, output)
-        self._e0: dict | None = None
-        self._development: dict | None = None
+        self._e0: StudyE0Receipt | None = None
+        self._development: StudyDevelopmentReceipt | None = None
         self._train_population = None
         self._validation_population = None
 
@@ -219,7 +229,7 @@ class FrozenStudy:
         if population.split == "train" and population.path == self.train_path:
             self._train_population = population
         elif population.split == "validation" and self._development is not None:
-            sealed = self._development["body"]["validation"]
+            sealed = self._development.body.validation
             if population.path == locate_population(sealed["path"], sealed["manifest_sha256"]):
                 self._validation_population = population
 
@@ -228,7 +238,7 @@ class FrozenStudy:
         if self._validation_population is None:
             from qhlab.finite_horizon.data import load_population
 
-            sealed = authenticate_development(self, step)["body"]["validation"]
+            sealed = authenticate_development(self, step).body.validation
             path = locate_population(sealed["path"], sealed["manifest_sha256"])
             self._validation_population = load_population(path, split="validation", horizon=self.horizon)
         return self._validation_population
@@ -236,7 +246,7 @@ class FrozenStudy:
     @property
     def identity(self) -> dict[str, str]:
         """What a fit of this study records as its ``study`` (``FitRequest.study``)."""
-        return {"name": self.config.name, "study_id": self.body.get("study_id"),
+        return {"name": self.config.name, "study_id": self.body.study_id,
                 "freeze_receipt_sha256": self.unchanged(self.receipt_path)}
 
     def unchanged(self, path: Path) -> str:
@@ -250,7 +260,7 @@ class FrozenStudy:
             )
         return current
 
-    def keep(self, attribute: str, path: Path, receipt: dict) -> dict:
+    def keep(self, attribute: str, path: Path, receipt: R) -> R:
         """Keep an authenticated (or just written) receipt on this object; returns it."""
         self._digests[path] = sha256_file(path)
         setattr(self, attribute, receipt)
@@ -259,14 +269,14 @@ class FrozenStudy:
     @property
     def horizon(self) -> int:
         """H of the frozen TRAIN population."""
-        return int(self.body["train"]["support"]["H"])
+        return int(self.body.train["support"]["H"])
 
     def recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
         """The recipe of one cell, refused unless its digest is the one the freeze binds."""
         recipe = self.config.cell_recipe(arm, seed, updates, sources=self.sources)
         from qhlab.finite_horizon.recipe import recipe_digest
 
-        frozen = self.body["recipes"][arm][str(seed)][str(updates)]
+        frozen = self.body.recipes[arm][str(seed)][str(updates)]
         if recipe_digest(recipe) != frozen:
             raise EvidenceError(
                 f"{STUDY_CALL}: the recipe of cell {arm}-s{seed} has digest {recipe_digest(recipe)}; the "
@@ -292,34 +302,34 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     require_step(output / FREEZE_RECEIPT, "the freeze receipt", step,
                  f"run `qhlab study freeze {config_path} --output {output}` first")
     refuse_linked_study(output, step)
-    receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION)
-    body = receipt["body"]
-    if "decision_sha256" not in body["config"]:
+    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt)
+    body = receipt.body
+    if "decision_sha256" not in body.config:
         raise EvidenceError(
             f"{step}: the freeze receipt {output / FREEZE_RECEIPT} has no config.decision_sha256; it was made by an "
             "older qhlab. HINT: a study runs on the code it was frozen with; freeze a new study."
         )
     decision = sha256_bytes(canonical_json(config.decision_record()))
-    if body["config"]["decision_sha256"] != decision:
-        frozen_record = {k: v for k, v in (body["config"].get("resolved") or {}).items()
+    if body.config["decision_sha256"] != decision:
+        frozen_record = {k: v for k, v in (body.config.get("resolved") or {}).items()
                          if k not in EXECUTION_FIELDS}
         changed = sorted(k for k in set(frozen_record) | set(config.decision_record())
                          if frozen_record.get(k) != config.decision_record().get(k))
         raise EvidenceError(
             f"{step}: config {str(resolved)!r} has decision digest {decision}; the freeze receipt "
-            f"{output / FREEZE_RECEIPT} binds {body['config'].get('decision_sha256')} (changed: "
+            f"{output / FREEZE_RECEIPT} binds {body.config.get('decision_sha256')} (changed: "
             f"{', '.join(changed) or 'unknown'}). HINT: a frozen study's config cannot change, except its "
             f"execution fields ({', '.join(EXECUTION_FIELDS)}); freeze a new study into a new output directory."
         )
     source = source_package_digest()
-    if source["sha256"] != body["source_package"]["sha256"]:
+    if source["sha256"] != body.source_package["sha256"]:
         raise EvidenceError(
             f"{step}: the qhlab source package has sha256 {source['sha256']}; the freeze receipt "
-            f"{output / FREEZE_RECEIPT} binds {body['source_package']['sha256']}. HINT: the package "
+            f"{output / FREEZE_RECEIPT} binds {body.source_package['sha256']}. HINT: the package "
             "code changed after freeze; a study runs on the code it was frozen with."
         )
-    current = runtime_versions() if runs else body["versions"]
-    for package, version in body["versions"].items():
+    current = runtime_versions() if runs else body.versions
+    for package, version in body.versions.items():
         if current.get(package) != version:
             raise input_error(
                 step, f"versions.{package}", current.get(package),
@@ -331,7 +341,7 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
 
 
 def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recipe: QhRecipe, step: str,
-                         verify_files: bool = True, train_rows: list[int] | None = None) -> dict:
+                         verify_files: bool = True, train_rows: list[int] | None = None) -> FitReceipt:
     """The fit receipt of ``attempt``, refused unless it is the finished fit of this frozen cell.
 
     Checks the cell (the recipe's name), arm, seed, lane, the digest of the profile-applied
@@ -357,24 +367,23 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     from qhlab.training.segments import FIT_RECEIPT
     from qhlab.training.profiles import execution_profile
 
-    document = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None, verify_files=verify_files)
-    body = document["body"]
-    fitted = body.get("recipe") or {}
-    train = document["inputs"].get("train_manifest") or {}
+    document = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=verify_files)
+    body = document.body
+    fitted = body.recipe
+    train = document.inputs.get("train_manifest")
     expected = {
         "cell": (recipe.name, fitted.get("name")),
         "arm": (recipe.architecture.arm, (fitted.get("architecture") or {}).get("arm")),
-        "seed": (recipe.seed, body.get("seed")),
-        "profile": (frozen.config.profile, body.get("profile")),
-        "recipe_digest": (recipe_digest(execution_profile(frozen.config.profile).apply(recipe)),
-                          body.get("recipe_digest")),
-        "train_manifest_sha256": (frozen.body["train"]["manifest_sha256"], train.get("sha256")),
+        "seed": (recipe.seed, body.seed),
+        "profile": (frozen.config.profile, body.profile),
+        "recipe_digest": (recipe_digest(execution_profile(frozen.config.profile).apply(recipe)), body.recipe_digest),
+        "train_manifest_sha256": (frozen.body.train["manifest_sha256"], None if train is None else train.sha256),
         # The code that made the fit: a fit of another qhlab source is never adopted.
-        "source_package_sha256": (frozen.body["source_package"]["sha256"], (body.get("source_package") or {}).get("sha256")),
-        "update_budget": (recipe.updates, body.get("update_budget")),
-        "train_rows": (train_rows_record(frozen.body["train"]["manifest_sha256"], train_rows), body.get("train_rows")),
-        "study": (frozen.identity, body.get("study")),
-        "observed_updates": (recipe.updates, body.get("observed_updates")),
+        "source_package_sha256": (frozen.body.source_package["sha256"], body.source_package.get("sha256")),
+        "update_budget": (recipe.updates, body.update_budget),
+        "train_rows": (train_rows_record(frozen.body.train["manifest_sha256"], train_rows), body.train_rows),
+        "study": (frozen.identity, body.study),
+        "observed_updates": (recipe.updates, body.observed_updates),
     }
     for field, (want, actual) in expected.items():
         if actual != want:
@@ -387,23 +396,23 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     return document
 
 
-def check_bound(receipt: dict, name: str, expected: Path, where: Path) -> None:
+def check_bound(receipt: Receipt, name: str, expected: Path, where: Path) -> None:
     """Refuse unless ``receipt`` (read from ``where``) binds the current bytes of ``expected`` as ``name``."""
-    entry = receipt["inputs"].get(name)
-    if entry is None or entry["sha256"] != sha256_file(expected):
+    entry = receipt.inputs.get(name)
+    if entry is None or entry.sha256 != sha256_file(expected):
         raise EvidenceError(
             f"{STUDY_CALL}: {where} does not bind the current {name} receipt {expected}. HINT: receipts "
             "of one study chain each other; a replaced receipt breaks the chain."
         )
 
 
-def authenticate_e0(frozen: FrozenStudy, step: str) -> dict:
+def authenticate_e0(frozen: FrozenStudy, step: str) -> StudyE0Receipt:
     """The E0 gate receipt (passed or not), chained to the freeze; read once per ``frozen``."""
     path = frozen.output / CANARY_DIR / E0_RECEIPT
     if frozen._e0 is None:
         require_step(path, "the E0 gate receipt", step,
                      f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`")
-        receipt = read_receipt(path, kind="study_e0", schema_version=SCHEMA_VERSION)
+        receipt = read_receipt(path, StudyE0Receipt)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
         return frozen.keep("_e0", path, receipt)
     frozen.unchanged(path)
@@ -411,18 +420,18 @@ def authenticate_e0(frozen: FrozenStudy, step: str) -> dict:
     return frozen._e0
 
 
-def authenticate_development(frozen: FrozenStudy, step: str) -> dict:
+def authenticate_development(frozen: FrozenStudy, step: str) -> StudyDevelopmentReceipt:
     """The development receipt, chained to the freeze and to an E0 gate that passed; read once
     per ``frozen``."""
     path = frozen.output / DEVELOPMENT_RECEIPT
     if frozen._development is None:
         require_step(path, "the development receipt (validation not sealed)", step,
                      f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`")
-        receipt = read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION)
+        receipt = read_receipt(path, StudyDevelopmentReceipt)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
         e0 = authenticate_e0(frozen, step)
         check_bound(receipt, "e0", frozen.output / CANARY_DIR / E0_RECEIPT, path)
-        if not e0["body"]["passed"]:
+        if not e0.body.passed:
             raise EvidenceError(f"{step}: {path} binds an E0 gate that did not pass.")
         return frozen.keep("_development", path, receipt)
     frozen.unchanged(path)
@@ -456,11 +465,11 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
         if not path.is_file():
             missing.append(cell_name(arm, seed))
             continue
-        document = read_receipt(path, kind="study_cell", schema_version=SCHEMA_VERSION)
+        document = read_receipt(path, StudyCellReceipt)
         check_bound(document, "freeze", frozen.receipt_path, path)
         check_bound(document, "development", frozen.output / DEVELOPMENT_RECEIPT, path)
         # The cell receipt re-hashed the fit receipt and final state it binds just above.
-        authenticate_attempt(frozen, path.parent / document["body"]["attempt"], cell=cell_name(arm, seed),
+        authenticate_attempt(frozen, path.parent / document.body.attempt, cell=cell_name(arm, seed),
                              recipe=frozen.recipe(arm, seed, frozen.config.broad_updates), step=step,
                              verify_files=False)
         cells[(arm, seed)] = {"path": path, "document": document}
@@ -487,6 +496,6 @@ def read_cell_receipts(frozen: FrozenStudy, wanted: Iterable[tuple[str, int]], s
         path = cell_receipt_path(frozen.output, arm, seed)
         require_step(path, f"the final receipt of cell {arm}-s{seed}", step,
                      f"run `qhlab study run-fit ... --variant {arm} --seed {seed}` first")
-        document = read_receipt(path, kind="study_cell", schema_version=SCHEMA_VERSION)
+        document = read_receipt(path, StudyCellReceipt)
         cells[(arm, seed)] = {"path": path, "document": document}
     return cells

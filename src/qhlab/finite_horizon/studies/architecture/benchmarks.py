@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from qhlab.evidence import PublishConflictError, input_error, read_receipt, write_receipt
+from qhlab.evidence.records import StudyBenchmarkReceipt
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
@@ -20,7 +21,6 @@ from qhlab.finite_horizon.studies.architecture.authentication import (
 )
 from qhlab.finite_horizon.studies.architecture.layout import (
     CELLS_DIR,
-    SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_name,
 )
@@ -49,7 +49,7 @@ def benchmark_cells(frozen: FrozenStudy, variant: str | None, seed: int | None, 
     for arm, s in wanted:
         path = benchmark_receipt_path(frozen.output, arm, s)
         if path.exists() and variant is None:
-            read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)
+            read_receipt(path, StudyBenchmarkReceipt)
             continue
         result = _benchmark_cell(frozen, arm, s)
         if on_result is not None:
@@ -73,11 +73,11 @@ def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
     if path.exists():
         raise PublishConflictError(f"benchmark: {path} already exists; cell {cell} is benchmarked once.")
     document = cells[(arm, seed)]["document"]
-    attempt = frozen.output / CELLS_DIR / cell / document["body"]["attempt"]
+    attempt = frozen.output / CELLS_DIR / cell / document.body.attempt
     torch.set_num_threads(frozen.config.torch_threads)
     result = benchmark_scorer(attempt, frozen.train_population())
     path.parent.mkdir(exist_ok=True)
-    write_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION,
+    write_receipt(path, StudyBenchmarkReceipt,
                   body={"cell": cell, "arm": arm, "seed": seed, **result},
                   inputs={"freeze": frozen.receipt_path, "cell": cells[(arm, seed)]["path"]})
     return result

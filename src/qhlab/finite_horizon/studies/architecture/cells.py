@@ -27,6 +27,7 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
     authenticate_attempt,
@@ -42,7 +43,6 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     CELLS_DIR,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
-    SCHEMA_VERSION,
     SELECTION_FILE,
     cell_lock_path,
     cell_name,
@@ -210,8 +210,8 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
     from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
 
-    fit_doc = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows)
-    observed = fit_doc["body"]["observed_updates"]
+    fit = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows).body
+    observed = fit.observed_updates
     final_state = attempt / FINAL_STATE
     body = {
         "study": frozen.config.name,
@@ -223,12 +223,12 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
         "adopted": adopted,
         "previous_attempts": previous,
         "recipe_digest": recipe_digest(recipe),
-        "fit_recipe_digest": fit_doc["body"].get("recipe_digest"),
+        "fit_recipe_digest": fit.recipe_digest,
         "observed_updates": observed,
         "update_budget": updates,
         "final_state_sha256": sha256_file(final_state),
-        "profile": fit_doc["body"].get("profile"),
-        "wall_seconds": fit_doc["body"].get("wall_seconds"),
+        "profile": fit.profile,
+        "wall_seconds": fit.wall_seconds,
     }
     inputs = {
         "freeze": frozen.receipt_path,
@@ -247,8 +247,8 @@ def _local_execution() -> dict:
     return {"executor": "local", "process": {"hostname": where["hostname"], "pid": where["pid"]}}
 
 
-def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: int, cell: str, cell_dir: Path,
-                    *, progress: bool, execution: dict | None) -> dict:
+def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, variant: str, seed: int, cell: str,
+                    cell_dir: Path, *, progress: bool, execution: dict | None) -> dict:
     """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
 
@@ -279,30 +279,28 @@ def _run_broad_cell(frozen: FrozenStudy, development: dict, variant: str, seed: 
             # fit receipt says where it ran; this process only adopts it.
             from qhlab.training.segments import FIT_RECEIPT
 
-            fit_ran = read_receipt(attempt / FIT_RECEIPT, kind="fit", schema_version=None,
-                                   verify_files=False)["body"].get("execution") or {}
+            fit_ran = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body.execution
             execution.update(executor=fit_ran.get("executor", "local"), attempt=attempt.name,
                              adopted_after_restart=True, fit_ran_on=fit_ran)
-    evaluation = read_receipt(attempt / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)
-    ev = evaluation["body"]
-    population_digest = (ev.get("population") or {}).get("digest")
-    if population_digest != development["body"]["validation"]["manifest_sha256"]:
+    ev = read_receipt(attempt / EVALUATION_RECEIPT, EvaluationReceipt).body
+    population_digest = ev.population.get("digest")
+    if population_digest != development.body.validation["manifest_sha256"]:
         raise EvidenceError(
             f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates population {population_digest}; "
-            f"the sealed validation is {development['body']['validation']['manifest_sha256']}."
+            f"the sealed validation is {development.body.validation['manifest_sha256']}."
         )
-    if ev.get("final_state_sha256") != body["final_state_sha256"]:
+    if ev.final_state_sha256 != body["final_state_sha256"]:
         raise EvidenceError(f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates another final state.")
     # Per-scene arrays are [n_scenes][H] in ascending scene order of the sealed validation.
     body["evaluation"] = {
-        "horizon": ev["horizon"], "mae": ev["mae"], "regret": ev["regret"],
-        "scene_ids": ev["per_scene"]["scene_id"], "scene_mae": ev["per_scene"]["mae"],
-        "scene_regret": ev["per_scene"]["regret"], "curve": ev.get("curve"),
+        "horizon": ev.horizon, "mae": ev.mae, "regret": ev.regret,
+        "scene_ids": ev.per_scene["scene_id"], "scene_mae": ev.per_scene["mae"],
+        "scene_regret": ev.per_scene["regret"], "curve": ev.curve,
     }
     # Which executor ran the fit, and where (the fit receipt names the node that ran it).
     body["execution"] = execution
     inputs.update(development=frozen.output / DEVELOPMENT_RECEIPT, evaluation=attempt / EVALUATION_RECEIPT)
-    write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    write_receipt(cell_dir / CELL_RECEIPT, StudyCellReceipt, body=body, inputs=inputs)
     return body
 
 
@@ -344,6 +342,6 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
                       "successor_training": successor_training}
     body["execution"] = _local_execution()  # canaries fit locally: in the admitting process or its pool
     inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
-    write_receipt(cell_dir / CELL_RECEIPT, kind="study_cell", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    write_receipt(cell_dir / CELL_RECEIPT, StudyCellReceipt, body=body, inputs=inputs)
     return body
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
+from qhlab.evidence.records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
 from qhlab.finite_horizon.studies.architecture.admission import decide_e0, publish_selection
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
@@ -44,7 +45,6 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_DIR,
     REPORT_MARKDOWN,
     REPORT_RECEIPT,
-    SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_name,
     cell_receipt_path,
@@ -170,8 +170,8 @@ def _run_step(args: argparse.Namespace) -> int:
         with _executor_session(executor, config, cells=False, call="qhlab study freeze"):
             frozen = freeze(args.config, output, executor=executor)
         body = frozen.body
-        console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
-                      f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
+        console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body.cells)} cells, TRAIN "
+                      f"{body.train['support']['scenes']} scenes / {body.train['support']['chain_states']} states")
         for line in describe_family(frozen):
             console.print(line, highlight=False, markup=False)
         return 0
@@ -183,7 +183,8 @@ def _run_step(args: argparse.Namespace) -> int:
         call = "run_fit(canary)"
     frozen = authenticate_freeze(args.config, output, call)
     if command == "admit-canaries":
-        return _say_e0(console, decide_e0(frozen))
+        e0 = decide_e0(frozen)
+        return _say_e0(console, e0["passed"], e0["reason"])
     if command == "prepare-development":
         with _executor_session(executor, config, cells=False, call="qhlab study prepare-development"):
             body = seal_development(frozen, executor=executor)
@@ -236,16 +237,16 @@ def _executor_session(choice: Any, config: Any, *, cells: bool = True,
         yield
 
 
-def _say_e0(console: Any, body: dict) -> int:
+def _say_e0(console: Any, passed: bool, reason: str) -> int:
     """Print the E0 decision; 0 when it passed, else 1."""
-    if body["passed"]:
-        console.print(f"[green]E0 passed[/]: {body['reason']}")
+    if passed:
+        console.print(f"[green]E0 passed[/]: {reason}")
         return 0
     from rich.markup import escape
 
     # The reason holds brackets-free numbers and names today, but it is data: escape it so it
     # is never read as markup, and do not wrap it, so each failure stays one greppable line.
-    console.print(f"[red]E0 failed[/]: {escape(body['reason'])}; broad fits will not run.", soft_wrap=True)
+    console.print(f"[red]E0 failed[/]: {escape(reason)}; broad fits will not run.", soft_wrap=True)
     return 1
 
 
@@ -377,7 +378,7 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
         progress.console.print(f"  [red]cell {arm}-s{seed} failed[/]: {escape(str(exc))}")
         progress.advance(task)
 
-    sealed = authenticate_development(frozen, "run")["body"]["validation"]
+    sealed = authenticate_development(frozen, "run").body.validation
     errors = run_cells_on_ray(frozen, pending, executor,
                               validation=locate_population(sealed["path"], sealed["manifest_sha256"]),
                               validation_digest=sealed["manifest_sha256"], verbose=console_verbose(),
@@ -415,17 +416,19 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         ran.append("freeze")
     config = frozen.config
     if (output / CANARY_DIR / E0_RECEIPT).exists():
-        e0 = authenticate_e0(frozen, "run")["body"]
+        e0 = authenticate_e0(frozen, "run").body
+        passed, reason = e0.passed, e0.reason
         verified.append("admit-canaries")
     else:
         console.rule("[bold]2/6 canaries (E0 gate)")
         _fit_canaries(frozen, workers or config.workers, executor)
-        e0 = decide_e0(frozen)
+        decided = decide_e0(frozen)
+        passed, reason = decided["passed"], decided["reason"]
         ran.append("admit-canaries")
-        if e0["passed"]:
-            _say_e0(console, e0)
-    if not e0["passed"]:
-        return _say_e0(console, e0)
+        if passed:
+            _say_e0(console, passed, reason)
+    if not passed:
+        return _say_e0(console, passed, reason)
     if (output / DEVELOPMENT_RECEIPT).exists():
         authenticate_development(frozen, "run")
         verified.append("prepare-development")
@@ -437,7 +440,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
     for arm, seed in config.cells:
         path = cell_receipt_path(output, arm, seed)
         if path.exists():
-            read_receipt(path, kind="study_cell", schema_version=SCHEMA_VERSION)
+            read_receipt(path, StudyCellReceipt)
         else:
             pending.append((arm, seed))
     if pending:
@@ -458,10 +461,10 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         for arm, seed in config.cells:
             path = benchmark_receipt_path(output, arm, seed)
             if path.exists():
-                read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)
+                read_receipt(path, StudyBenchmarkReceipt)
         verified.append("benchmark")
     if (output / REPORT_DIR / REPORT_RECEIPT).exists():
-        read_receipt(output / REPORT_DIR / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION)
+        read_receipt(output / REPORT_DIR / REPORT_RECEIPT, StudyReportReceipt)
         authenticate_cells(frozen, "run")
         verified.append("report")
     else:

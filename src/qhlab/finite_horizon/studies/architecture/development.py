@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 
 from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.records import StudyDevelopmentReceipt
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, authenticate_e0, opened_study
 from qhlab.finite_horizon.studies.architecture.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
-    SCHEMA_VERSION,
 )
 from qhlab.finite_horizon.studies.architecture.populations import (
     labelling_record,
@@ -65,9 +65,9 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     from qhlab.scenes.audit import audit_population
 
     e0 = authenticate_e0(frozen, "prepare_development")
-    if not e0["body"]["passed"]:
+    if not e0.body.passed:
         raise OrderError(
-            f"prepare_development: the E0 gate did not pass ({e0['body']['reason']}); validation "
+            f"prepare_development: the E0 gate did not pass ({e0.body.reason}); validation "
             "stays closed. HINT: a study whose canaries fail is stopped; fix the recipe and freeze a new study."
         )
     path = frozen.output / DEVELOPMENT_RECEIPT
@@ -86,7 +86,7 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
         raise input_error("prepare_development", "validation", str(validation_path),
                           "a population with TRAIN's features and K", "use the same preset family for both splits")
     _refuse_shared_scenes(frozen.train_path, validation_path)
-    refuse_tuned_scenes(frozen.output, frozen.body, validation_path, "prepare_development")
+    refuse_tuned_scenes(frozen.output, frozen.body.preparation, validation_path, "prepare_development")
     # After the cheap disjointness check (it names the shared pair), before anything is computed.
     audit = audit_population(validation_path, call="prepare_development")
     constant = population_train_constant(train)
@@ -112,13 +112,13 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     body["validation"]["labelling"], generation = labelling_record(validation_path,
                                                                    executor or config.executor_choice())
     inputs.update({f"validation/{k}": v for k, v in generation.items()})
-    write_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, body=body, inputs=inputs)
+    write_receipt(path, StudyDevelopmentReceipt, body=body, inputs=inputs)
     # Held out from now on: `qhlab tune` refuses to tune on it and `qhlab fit` warns before scoring on it.
     mark_sealed(config.population_cache, validation.digest, study=config.name,
                 freeze_receipt_sha256=sha256_file(frozen.receipt_path), path=validation_path)
     # Written here from this process's digests: the next step takes it without re-hashing.
     frozen.keep("_development", path,
-                read_receipt(path, kind="study_development", schema_version=SCHEMA_VERSION, verify_files=False))
+                read_receipt(path, StudyDevelopmentReceipt, verify_files=False))
     frozen.keep_population(validation)
     return body
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import QhInputError, publish_bytes
+from qhlab.evidence.records import StudyFreezeBody
 from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
 from qhlab.finite_horizon.studies.architecture.layout import FAMILY_DIR
 
@@ -248,12 +249,12 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
     }
 
 
-def family_sources(body: dict) -> dict[str, dict]:
+def family_sources(body: StudyFreezeBody) -> dict[str, dict]:
     """``{arm: source record}`` of a freeze receipt body's user arms."""
-    return {a["arm"]: a["source"] for a in body["arms"] if a.get("source")}
+    return {a["arm"]: a["source"] for a in body.arms if a.get("source")}
 
 
-def provide_family(body: dict, output: Path) -> dict[str, str]:
+def provide_family(body: StudyFreezeBody, output: Path) -> dict[str, str]:
     """Make a frozen study's user-arm copies importable here; returns ``{arm: source sha256}``.
 
     The copies' digests are checked against the freeze receipt right before their first import
@@ -265,7 +266,7 @@ def provide_family(body: dict, output: Path) -> dict[str, str]:
     return {arm: record["sha256"] for arm, record in sources.items()}
 
 
-def family_bytes(body: dict, output: Path, arm: str) -> dict | None:
+def family_bytes(body: StudyFreezeBody, output: Path, arm: str) -> dict | None:
     """The frozen copy of ``arm``'s source as bytes, for a worker without the study (None: built-in)."""
     record = family_sources(body).get(arm)
     if record is None:
@@ -285,7 +286,7 @@ def provide_shipped(shipped: dict | None, root: Path) -> None:
     provide(_arm_source(shipped["arm"], shipped["record"], root))
 
 
-def source_changes(body: dict) -> dict[str, str]:
+def source_changes(body: StudyFreezeBody) -> dict[str, str]:
     """``{arm: what}`` for each user arm whose original source differs from its frozen copy."""
     changes = {}
     for arm, record in family_sources(body).items():

@@ -27,6 +27,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
+from qhlab.evidence.records import StudyFreezeReceipt
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy, refuse_linked_study, runtime_versions
@@ -36,8 +37,7 @@ from qhlab.finite_horizon.studies.architecture.config import (
     read_study_config,
 )
 from qhlab.finite_horizon.studies.architecture.family import freeze_family
-from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT,
-                                                              SCHEMA_VERSION, cell_name)
+from qhlab.finite_horizon.studies.architecture.layout import CONFIG_COPY, FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, cell_name
 from qhlab.finite_horizon.studies.architecture.populations import (
     labelling_record,
     population_files,
@@ -71,13 +71,13 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
         QhInputError: bad config or TRAIN data (nothing written).
         PublishConflictError: the study is already frozen at ``output``.
     """
-    return freeze(config_path, output).body
+    return freeze(config_path, output).receipt.body_record()
 
 
 def describe_family(frozen: FrozenStudy) -> list[str]:
     """One line per arm of a frozen study: its role, builder, resolved architecture and size."""
     lines = []
-    for a in frozen.body["arms"]:
+    for a in frozen.body.arms:
         arch = {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")}
         builder = "built-in" if a.get("builder", "qhlab") == "qhlab" else f"builder {a['builder']}"
         lines.append(f"  {a['arm']} ({a['role']}, {builder}): {json.dumps(arch, sort_keys=True)}, "
@@ -236,10 +236,8 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
         inputs["recipe_file"] = Path(config.experiment.recipe_file)
     outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
                     for arm, record in sources.items() for rel in record["files"]})
-    write_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
-                  body=body, inputs=inputs, outputs=outputs)
-    receipt = read_receipt(output / FREEZE_RECEIPT, kind="study_freeze", schema_version=SCHEMA_VERSION,
-                           verify_files=False)
+    write_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, body=body, inputs=inputs, outputs=outputs)
+    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False)
     frozen = FrozenStudy(config, receipt, output, resolved)
     frozen.keep_population(population)
     return frozen

@@ -22,11 +22,12 @@ import numpy as np
 
 from qhlab.evidence import (authentication_roots, canonical_json, input_error, publish_bytes, publish_directory,
                             publish_file, publish_json, read_receipt, sha256_bytes, sha256_file, write_receipt)
+from qhlab.evidence.records import LaneComparisonReceipt, StudyReportReceipt
 from qhlab.finite_horizon.studies.architecture.authentication import (authenticate_cells, check_bound, opened_study,
                                                                       runtime_versions)
 from qhlab.finite_horizon.studies.architecture.config import EXECUTION_FIELDS
 from qhlab.finite_horizon.studies.architecture.layout import (CONFIG_COPY, FREEZE_RECEIPT, REPORT_DIR, REPORT_JSON,
-                                                              REPORT_RECEIPT, SCHEMA_VERSION, cell_name)
+                                                              REPORT_RECEIPT, DOCUMENT_SCHEMA_VERSION, cell_name)
 from qhlab.finite_horizon.studies.architecture.render import ci, fmt, table
 from qhlab.finite_horizon.studies.replication import pooled_difference
 from qhlab.finite_horizon.studies.statistics import paired_scene_bootstrap
@@ -110,8 +111,7 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         publish_file(outputs[LANES_FIGURE], lambda path: _figure(comparison, path))
         body = {"study": comparison["study"], "margin": comparison["margin"], "summary": comparison["summary"],
                 "profiles": {k: v["profile"] for k, v in comparison["lanes"].items()}}
-        write_receipt(staging / LANES_RECEIPT, kind="lane_comparison", schema_version=SCHEMA_VERSION, body=body,
-                      inputs=inputs, outputs=outputs)
+        write_receipt(staging / LANES_RECEIPT, LaneComparisonReceipt, body=body, inputs=inputs, outputs=outputs)
 
     publish_directory(output, write)
     return comparison
@@ -130,18 +130,18 @@ def _read_lane(directory: Path) -> dict[str, Any]:
     with opened_study(_config_path(directory), directory, CALL, runs=False) as frozen:
         cells = authenticate_cells(frozen, CALL)
         path = directory / REPORT_DIR / REPORT_RECEIPT
-        receipt = read_receipt(path, kind="study_report", schema_version=SCHEMA_VERSION)
+        receipt = read_receipt(path, StudyReportReceipt)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
         for (arm, seed), cell in cells.items():
             check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
         report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
         return {
-            "directory": directory, "profile": frozen.config.profile, "resolved": frozen.body["config"]["resolved"],
-            "train_manifest": frozen.body["train"]["manifest_sha256"], "freeze": frozen.receipt_path,
-            "report": path, "study": frozen.config.name, "study_id": frozen.body.get("study_id"),
-            "report_json": report, "cells": {k: c["document"]["body"] for k, c in cells.items()},
-            "versions": frozen.body["versions"],
-            "states": {k: c["path"].parent / c["document"]["body"]["attempt"] / FINAL_STATE for k, c in cells.items()},
+            "directory": directory, "profile": frozen.config.profile, "resolved": frozen.body.config["resolved"],
+            "train_manifest": frozen.body.train["manifest_sha256"], "freeze": frozen.receipt_path,
+            "report": path, "study": frozen.config.name, "study_id": frozen.body.study_id,
+            "report_json": report, "cells": {k: c["document"].body_record() for k, c in cells.items()},
+            "versions": frozen.body.versions,
+            "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
         }
 
 
@@ -308,7 +308,7 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
              for k, lane in (("A", a), ("B", b))}
     record = {k: v for k, v in a["resolved"].items() if k not in _NOT_COMPARED}
     return {
-        "schema_version": SCHEMA_VERSION, "study": a["study"], "lanes": lanes,
+        "schema_version": DOCUMENT_SCHEMA_VERSION, "study": a["study"], "lanes": lanes,
         "versions_differ": sorted(k for k in set(a["versions"]) | set(b["versions"])
                                   if a["versions"].get(k) != b["versions"].get(k)),
         "compared_under": runtime_versions(),  # the bootstrap and drift ran here

@@ -17,7 +17,7 @@ from qhlab.evidence import RECEIPT_SUFFIX, safe_component
 
 __all__ = [
     "FAMILY_DIR",
-    "SCHEMA_VERSION",
+    "DOCUMENT_SCHEMA_VERSION",
     "STUDY_CALL",
     "CANARY_ROLES",
     "CONFIG_COPY",
@@ -41,7 +41,9 @@ __all__ = [
     "benchmark_receipt_path",
 ]
 
-SCHEMA_VERSION = 1
+# The layout version of the study's own JSON documents (selection.json, report.json, lanes.json);
+# each receipt carries its kind's version (``qhlab.evidence.records``).
+DOCUMENT_SCHEMA_VERSION = 1
 # The call named in messages that belong to the study as a whole rather than to one step.
 STUDY_CALL = "architecture_study"
 CANARY_ROLES = ("e0",)

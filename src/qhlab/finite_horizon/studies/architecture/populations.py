@@ -69,12 +69,13 @@ def labelling_record(path: Path, executor: Any) -> tuple[dict, dict[str, Path]]:
         a population written before generation receipts existed has none).
     """
     from qhlab.evidence import read_receipt
+    from qhlab.evidence.records import PopulationGenerationReceipt
     from qhlab.scenes.population import GENERATION_RECEIPT
 
     receipt = path / GENERATION_RECEIPT
     if not receipt.is_file():
         return {"executor": executor.record(), "generation": None}, {}
-    body = read_receipt(receipt, kind="population_generation", schema_version=1)["body"]
+    body = read_receipt(receipt, PopulationGenerationReceipt).body_record()
     return {"executor": executor.record(), "generation": body}, {"generation_receipt": receipt}
 
 

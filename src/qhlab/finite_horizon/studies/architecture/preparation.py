@@ -144,19 +144,19 @@ def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, r
                               "another validation seed")
 
 
-def refuse_tuned_scenes(study: Path, freeze_body: dict, validation_path: Path, call: str) -> None:
+def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: Path, call: str) -> None:
     """Refuse a sealed validation holding a scene of a tuning population (by physical content).
 
     Args:
         study: the study directory (its copy of the tuning record is read).
-        freeze_body: the freeze receipt body (``preparation``: None when the study has no record).
+        preparation: the freeze receipt's ``preparation`` (None when the study has no record).
         validation_path: the validation population being sealed.
         call: the step refusing.
     """
     from qhlab.finite_horizon.tuning.record import read_record
     from qhlab.scenes.population import scene_content_digests
 
-    preparation = (freeze_body.get("preparation") or {}).get("tuning")
+    preparation = (preparation or {}).get("tuning")
     if preparation is None:
         return
     record = read_record(study / preparation["copy"])

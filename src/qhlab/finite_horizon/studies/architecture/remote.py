@@ -37,6 +37,14 @@ from qhlab.evidence import (
     read_receipt,
     sha256_bytes,
 )
+from qhlab.evidence.records import (
+    ColdInitializationReceipt,
+    EvaluationReceipt,
+    FitReceipt,
+    Receipt,
+    SegmentCheckpointReceipt,
+    WandbAttemptReceipt,
+)
 from qhlab.execution import ExecutorChoice, open_executor, where_am_i
 from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.studies.architecture.authentication import FrozenStudy
@@ -83,7 +91,7 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
         raise EvidenceError(f"{call}: attempt {name} returned files {sorted(files)} but digests for "
                             f"{sorted(returned['sha256'])}.")
     _check_names(call, name, list(files))
-    for package, version in frozen.body["versions"].items():
+    for package, version in frozen.body.versions.items():
         if (returned.get("versions") or {}).get(package) != version:
             raise input_error(call, f"versions.{package}", (returned.get("versions") or {}).get(package),
                               f"{version!r}, the frozen version", f"the worker on {returned['where'].get('node_ip')} "
@@ -105,11 +113,11 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
             if kind is None:
                 raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
             # Paths first, without reading what they name; then the receipt with every file it binds.
-            document = read_receipt(staging / relative, kind=kind, schema_version=None, verify_files=False)
+            document = read_receipt(staging / relative, kind, verify_files=False)
             bound.add(relative)
             for section in ("inputs", "outputs"):
-                for key, entry in document[section].items():
-                    path = entry["path"]
+                for key, entry in getattr(document, section).items():
+                    path = entry.path
                     if Path(path).is_absolute() or "\\" in path:
                         if section != "inputs" or allowed_absolute.get(key) != path:
                             raise EvidenceError(f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
@@ -119,22 +127,22 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
                     if inner is None:
                         raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
                     bound.add(inner)
-            read_receipt(staging / relative, kind=kind, schema_version=None)
+            read_receipt(staging / relative, kind)
         loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
         if loose:
             raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
-        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call)["body"]
-        if fit.get("local_attempt_id") != name:
+        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call).body
+        if fit.local_attempt_id != name:
             raise EvidenceError(f"{call}: attempt {name!r} holds the fit of local attempt "
-                                f"{fit.get('local_attempt_id')!r}; an attempt directory is named by its fit.")
+                                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit.")
         if EVALUATION_RECEIPT not in files:
             raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
-        evaluation = read_receipt(staging / EVALUATION_RECEIPT, kind="evaluation", schema_version=None)["body"]
-        if (evaluation.get("population") or {}).get("digest") != validation_digest or \
-                evaluation.get("final_state_sha256") != fit.get("final_state_sha256"):
+        evaluation = read_receipt(staging / EVALUATION_RECEIPT, EvaluationReceipt).body
+        if evaluation.population.get("digest") != validation_digest or \
+                evaluation.final_state_sha256 != fit.final_state_sha256:
             raise EvidenceError(f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
                                 f"{validation_digest} and this attempt's final state.")
-        ran = fit.get("execution") or {}
+        ran = fit.execution
         said = returned["where"]
         keys = ("node_id", "pid", "task_id")
         if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
@@ -186,15 +194,16 @@ def _clean_relative(path: str, receipt: str) -> str | None:
     return "/".join(parts) or None
 
 
-_RECEIPT_KINDS = {"fit.receipt.json": "fit", "evaluation.receipt.json": "evaluation",
-                  "cold_init.receipt.json": "cold_initialization", "wandb_attempt.receipt.json": "wandb_attempt"}
+_RECEIPT_KINDS: dict[str, type[Receipt]] = {
+    "fit.receipt.json": FitReceipt, "evaluation.receipt.json": EvaluationReceipt,
+    "cold_init.receipt.json": ColdInitializationReceipt, "wandb_attempt.receipt.json": WandbAttemptReceipt}
 
 
-def _receipt_kind(relative: str) -> str | None:
+def _receipt_kind(relative: str) -> type[Receipt] | None:
     """The kind a fit's receipt of this name has; None for any other name (or a sub-directory)."""
     if relative in _RECEIPT_KINDS:
         return _RECEIPT_KINDS[relative]
-    return "segment_checkpoint" if re.fullmatch(r"segment_checkpoint_u\d{8}\.receipt\.json", relative) else None
+    return SegmentCheckpointReceipt if re.fullmatch(r"segment_checkpoint_u\d{8}\.receipt\.json", relative) else None
 
 
 def _population_bytes(path: Path) -> dict[str, bytes]:

@@ -21,6 +21,7 @@ import numpy as np
 
 from qhlab.evidence import (EvidenceError, PublishConflictError, exclusive_lock, publish_directory, read_receipt,
                             write_receipt)
+from qhlab.evidence.records import StudyBenchmarkReceipt, StudyReportReceipt
 from qhlab.finite_horizon.studies.architecture import preparation, seed_aware
 from qhlab.finite_horizon.studies.architecture.authentication import (
     FrozenStudy,
@@ -34,7 +35,7 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     REPORT_DIR,
     REPORT_LOCK,
     REPORT_RECEIPT,
-    SCHEMA_VERSION,
+    DOCUMENT_SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_name,
 )
@@ -93,12 +94,13 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
     for arm, seed in frozen.config.cells:
         path = benchmark_receipt_path(frozen.output, arm, seed)
         if path.is_file():
-            benchmarks[(arm, seed)] = {"path": path, "document": read_receipt(path, kind="study_benchmark", schema_version=SCHEMA_VERSION)}
+            benchmarks[(arm, seed)] = {"path": path, "document": read_receipt(path, StudyBenchmarkReceipt)}
     if len(benchmarks) != len(frozen.config.cells):
         benchmarks = {}
-    report = build_report(frozen.config, frozen.body, development["body"],
-                          {k: v["document"]["body"] for k, v in cells.items()},
-                          {k: v["document"]["body"] for k, v in benchmarks.items()})
+    # The report is a pure function over the receipts' JSON records, read above as typed models.
+    report = build_report(frozen.config, frozen.receipt.body_record(), development.body_record(),
+                          {k: v["document"].body_record() for k, v in cells.items()},
+                          {k: v["document"].body_record() for k, v in benchmarks.items()})
     if directory.exists() and any(directory.iterdir()):
         raise PublishConflictError(f"report_study: {directory} holds a partial report; remove it by hand after inspection.")
     inputs = {"freeze": frozen.receipt_path, "development": frozen.output / DEVELOPMENT_RECEIPT}
@@ -109,7 +111,7 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
         # The receipt is written inside the staging directory, so its output paths are
         # relative ("report.json") and stay valid once the directory is renamed to report/.
         outputs = write_report_files(report, staging, SECTIONS)
-        write_receipt(staging / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION,
+        write_receipt(staging / REPORT_RECEIPT, StudyReportReceipt,
                       body={"study": frozen.config.name, "summary": report["summary"]},
                       inputs=inputs, outputs=outputs)
 
@@ -141,7 +143,7 @@ def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: d
 def _overview(inputs: ReportInputs, report: dict) -> None:
     config = inputs.config
     report.update({
-        "schema_version": SCHEMA_VERSION, "study": config.name, "profile": config.profile,
+        "schema_version": DOCUMENT_SCHEMA_VERSION, "study": config.name, "profile": config.profile,
         "horizon": inputs.horizon, "primary_horizon": inputs.horizon, "n_scenes": len(inputs.scene_ids),
         "statistical_unit": "scene (candidates within state, states within scene, scenes equally)",
         "states_used": "final states of charged cells only; no intermediate checkpoint",

@@ -19,11 +19,8 @@ import secrets
 import time
 from pathlib import Path
 from qhlab.evidence import canonical_json, read_receipt, sha256_file
-from qhlab.finite_horizon.studies.architecture.layout import (
-    REPORT_DIR,
-    REPORT_RECEIPT,
-    SCHEMA_VERSION,
-)
+from qhlab.evidence.records import StudyReportReceipt
+from qhlab.finite_horizon.studies.architecture.layout import REPORT_DIR, REPORT_RECEIPT
 from qhlab.finite_horizon.studies.architecture.render import FIGURES
 from qhlab.finite_horizon.studies.architecture.report import SECTIONS
 from qhlab.finite_horizon.studies.architecture.sections import Tables
@@ -71,9 +68,9 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     output = Path(output)
     report_dir = output / REPORT_DIR
     with authentication_roots(output, original=recorded_output(output)):  # the study's own bytes
-        receipt = read_receipt(report_dir / REPORT_RECEIPT, kind="study_report", schema_version=SCHEMA_VERSION)
+        receipt = read_receipt(report_dir / REPORT_RECEIPT, StudyReportReceipt)
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
-    if canonical_json(report["summary"]) != canonical_json(receipt["body"]["summary"]):
+    if canonical_json(report["summary"]) != canonical_json(receipt.body.summary):
         from qhlab.evidence import EvidenceError
 
         raise EvidenceError(f"log_report_run: {report_dir / 'report.json'} does not match its receipt's summary.")
@@ -104,7 +101,7 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
         if not offline:
             artifact = wandb.Artifact(f"{study}-report", type="report", metadata={
                 "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
-                "outputs_sha256": {k: v["sha256"] for k, v in receipt["outputs"].items()},
+                "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
             })
             artifact.add_dir(str(report_dir))
             run.log_artifact(artifact)

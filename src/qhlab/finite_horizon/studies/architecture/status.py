@@ -33,9 +33,20 @@ import fcntl
 import os
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, authentication_roots, input_error, read_receipt
+from qhlab.evidence.records import (
+    FitReceipt,
+    Receipt,
+    SegmentCheckpointReceipt,
+    StudyBenchmarkReceipt,
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+    StudyReportReceipt,
+)
 from qhlab.finite_horizon.studies.architecture.config import read_study_config
 from qhlab.finite_horizon.studies.architecture.family import source_changes
 from qhlab.finite_horizon.studies.architecture.layout import (
@@ -49,20 +60,15 @@ from qhlab.finite_horizon.studies.architecture.layout import (
     FREEZE_RECEIPT,
     REPORT_DIR,
     REPORT_RECEIPT,
-    SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_lock_path,
     cell_name,
 )
-from qhlab.training.segments import (
-    CHECKPOINT_KIND,
-    CHECKPOINT_SCHEMA_VERSION,
-    FIT_KIND,
-    FIT_RECEIPT,
-    FIT_SCHEMA_VERSION,
-)
+from qhlab.training.segments import FIT_RECEIPT
 
 __all__ = ["STATES", "study_status", "status_lines"]
+
+R = TypeVar("R", bound=Receipt)
 
 STATES = ("not started", "running", "crashed", "finished", "authenticated")
 _CALL = "study status"
@@ -116,21 +122,21 @@ def _status(output: Path) -> dict:
         raise input_error(_CALL, "DIR", str(output), f"a study output directory (it holds {FREEZE_RECEIPT})",
                           "pass the --output directory of `qhlab study freeze` or `qhlab study run`")
     config, _, _ = read_study_config(output / CONFIG_COPY)
-    freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, "study_freeze")
+    freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
-    sources = {} if frozen is None else source_changes(frozen["body"])
+    sources = {} if frozen is None else source_changes(frozen.body)
     canary_dir = output / CANARY_DIR
     canaries = [_cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
                 for role in CANARY_ROLES for seed in config.seeds]
-    e0, document = _receipt_row("E0 gate", canary_dir / E0_RECEIPT, "study_e0")
+    e0, document = _receipt_row("E0 gate", canary_dir / E0_RECEIPT, StudyE0Receipt)
     if document is not None:
-        e0["note"] = "passed" if document["body"]["passed"] else f"failed: {document['body']['reason']}"
+        e0["note"] = "passed" if document.body.passed else f"failed: {document.body.reason}"
     else:
         _state_from_parts(e0, canaries, "the gate has no receipt")
-    development, _ = _receipt_row("development", output / DEVELOPMENT_RECEIPT, "study_development")
+    development, _ = _receipt_row("development", output / DEVELOPMENT_RECEIPT, StudyDevelopmentReceipt)
     cells = [_cell_row(output / CELLS_DIR, cell_name(arm, seed), "cell", config.broad_updates)
              for arm, seed in config.cells]
-    report, _ = _receipt_row("report", output / REPORT_DIR / REPORT_RECEIPT, "study_report")
+    report, _ = _receipt_row("report", output / REPORT_DIR / REPORT_RECEIPT, StudyReportReceipt)
     benchmarks = _benchmarks_row(output, config.cells)
     return {"study": config.name, "output": str(output), "sources": sources,
             "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report]}
@@ -165,19 +171,19 @@ def _row(name: str, kind: str, state: str, *, attempts: int | None = None, updat
             "mae_h": mae_h, "regret_h": regret_h, "wall_seconds": wall_seconds, "note": note}
 
 
-def _authenticate(path: Path, kind: str, schema_version: int) -> tuple[dict | None, str]:
+def _authenticate(path: Path, kind: type[R]) -> tuple[R | None, str]:
     """(the receipt, "") when it authenticates, else (None, why not)."""
     try:
-        return read_receipt(path, kind=kind, schema_version=schema_version), ""
+        return read_receipt(path, kind), ""
     except EvidenceError as exc:
         return None, str(exc)
 
 
-def _receipt_row(name: str, path: Path, kind: str) -> tuple[dict, dict | None]:
+def _receipt_row(name: str, path: Path, kind: type[R]) -> tuple[dict, R | None]:
     """A step's row from its one receipt, and the receipt when it authenticates."""
     if not path.is_file():
         return _row(name, "step", "not started"), None
-    document, failure = _authenticate(path, kind, SCHEMA_VERSION)
+    document, failure = _authenticate(path, kind)
     if document is None:
         return _row(name, "step", "crashed", note=f"receipt fails authentication: {failure}"), None
     return _row(name, "step", "authenticated"), document
@@ -233,14 +239,14 @@ def _attempt_progress(attempt: Path) -> tuple[bool, int | None, float | None]:
     segment checkpoint that authenticates gives the updates so far.
     """
     if (attempt / FIT_RECEIPT).is_file():
-        document, _ = _authenticate(attempt / FIT_RECEIPT, FIT_KIND, FIT_SCHEMA_VERSION)
+        document, _ = _authenticate(attempt / FIT_RECEIPT, FitReceipt)
         if document is not None:
-            return True, document["body"].get("observed_updates"), document["body"].get("wall_seconds")
+            return True, document.body.observed_updates, document.body.wall_seconds
     updates = None
     for path in sorted(attempt.glob(f"*{RECEIPT_SUFFIX}")):
-        document, _ = _authenticate(path, CHECKPOINT_KIND, CHECKPOINT_SCHEMA_VERSION)
+        document, _ = _authenticate(path, SegmentCheckpointReceipt)
         if document is not None:
-            observed = document["body"].get("observed_updates")
+            observed = document.body.observed_updates
             updates = observed if updates is None else max(updates, observed)
     return False, updates, None
 
@@ -253,16 +259,16 @@ def _cell_row(parent: Path, cell: str, kind: str, budget: int) -> dict:
                       if p.is_dir() and not p.name.startswith(".")) if directory.is_dir() else []
     receipt = directory / CELL_RECEIPT
     if receipt.is_file():
-        document, failure = _authenticate(receipt, "study_cell", SCHEMA_VERSION)
+        document, failure = _authenticate(receipt, StudyCellReceipt)
         if document is None:
             return _row(cell, kind, "crashed", attempts=len(attempts),
                         note=f"receipt fails authentication: {failure}")
-        body = document["body"]
-        evaluation = body.get("evaluation") or {}
-        canary = body.get("canary")
-        return _row(cell, kind, "authenticated", attempts=len(attempts), updates=body.get("observed_updates"),
+        body = document.body
+        evaluation = body.evaluation or {}
+        canary = body.canary
+        return _row(cell, kind, "authenticated", attempts=len(attempts), updates=body.observed_updates,
                     mae_h=(evaluation.get("mae") or [None])[-1], regret_h=(evaluation.get("regret") or [None])[-1],
-                    wall_seconds=body.get("wall_seconds"),
+                    wall_seconds=body.wall_seconds,
                     note="" if canary is None else f"canary recovered: {canary['recovered']}")
     finished, updates, wall = _attempt_progress(attempts[-1]) if attempts else (False, None, None)
     progress = dict(attempts=len(attempts), updates=updates, wall_seconds=wall)
@@ -284,7 +290,7 @@ def _benchmarks_row(output: Path, cells: tuple[tuple[str, int], ...]) -> dict:
     """One row for every cell's benchmark receipt (benchmarks hold no lock, so never "running")."""
     present = [path for path in (benchmark_receipt_path(output, arm, seed) for arm, seed in cells) if path.is_file()]
     for path in present:
-        document, failure = _authenticate(path, "study_benchmark", SCHEMA_VERSION)
+        document, failure = _authenticate(path, StudyBenchmarkReceipt)
         if document is None:
             return _row("benchmarks", "step", "crashed", note=f"receipt fails authentication: {failure}")
     counted = f"{len(present)} of {len(cells)} cells benchmarked"

@@ -1,0 +1,711 @@
+"""Typed receipts: one pydantic model per receipt kind, its kind and schema version as fields.
+
+Owns: the layout of every receipt qhlab writes (the envelope, and each kind's body at its top
+level), the registry of kinds, and the one message form for a receipt of the wrong shape.
+Does not own: authentication (``receipts``: digests, bound files, where a copy is judged) nor
+what a body's values mean (each step that writes a kind reads it back).
+
+A body's top-level fields are typed and closed (an unknown field is refused); the structures
+nested in them (a recipe, an execution record, a curve) stay JSON mappings and lists that their
+own step checks. Validation is strict: a string is never read as a number, nor a float as an
+integer, nor a boolean as either.
+
+``write_receipt(path, FitReceipt, body=...)`` validates the body before anything is published,
+so qhlab never writes a receipt its own reader refuses; ``read_receipt(path, FitReceipt)``
+returns a validated ``FitReceipt``. ``read_receipt(path, Receipt)`` accepts any registered kind
+and returns that kind's model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from qhlab.evidence.errors import SchemaMismatchError
+
+__all__ = [
+    "Receipt", "receipt_model", "receipt_kinds", "shape_error",
+    "BoundFile", "CreatedBy",
+    "FitReceipt", "SegmentCheckpointReceipt", "ColdInitializationReceipt", "WandbAttemptReceipt",
+    "EvaluationReceipt", "PopulationReceipt", "PopulationGenerationReceipt",
+    "StudyFreezeReceipt", "StudyDevelopmentReceipt", "StudyE0Receipt", "StudyCellReceipt",
+    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt",
+    "CommissioningRunReceipt", "CommissioningMilestoneReceipt", "MpsMemoryReceipt",
+]
+
+_SHA256 = r"^[0-9a-f]{64}$"
+_Json = dict[str, Any]
+
+
+class _Closed(BaseModel):
+    """A closed, strict, immutable JSON object."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BoundFile(_Closed):
+    """One file a receipt binds.
+
+    Attributes:
+        path: relative to the receipt's directory, or absolute (POSIX).
+        sha256: hex SHA-256 of the file's exact bytes.
+    """
+
+    path: str = Field(min_length=1)
+    sha256: str = Field(pattern=_SHA256)
+
+
+class CreatedBy(_Closed):
+    """Which package wrote a receipt.
+
+    Attributes:
+        package: always ``"qhlab"``.
+        version: the package version that wrote it.
+    """
+
+    package: Literal["qhlab"]
+    version: str
+
+
+_MODELS: dict[str, type["Receipt"]] = {}
+
+
+class Receipt(_Closed):
+    """The envelope every receipt shares; each kind is a subclass with its own ``body`` model.
+
+    A subclass declares ``kind: Literal["..."] = "..."`` and ``schema_version: Literal[N] = N``
+    and is registered by its kind when the class is made.
+
+    Attributes:
+        schema_version: the layout version of this kind's body.
+        kind: which step wrote the receipt.
+        created_by: the package that wrote it.
+        body: the step's facts.
+        inputs: files the step read, by name.
+        outputs: files the step published, by name.
+        content_sha256: SHA-256 of the canonical JSON of every other field.
+    """
+
+    schema_version: int
+    kind: str
+    created_by: CreatedBy
+    body: BaseModel
+    inputs: dict[str, BoundFile]
+    outputs: dict[str, BoundFile]
+    content_sha256: str = Field(pattern=_SHA256)
+
+    KIND: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 0
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        kind = cls.model_fields["kind"].default
+        version = cls.model_fields["schema_version"].default
+        if not isinstance(kind, str) or not isinstance(version, int):
+            raise TypeError(f"{cls.__name__}: a receipt kind declares kind and schema_version defaults.")
+        if kind in _MODELS and _MODELS[kind].__qualname__ != cls.__qualname__:
+            raise TypeError(f"{cls.__name__}: kind {kind!r} is already {_MODELS[kind].__name__}.")
+        cls.KIND, cls.SCHEMA_VERSION = kind, version
+        _MODELS[kind] = cls
+
+    @classmethod
+    def body_model(cls) -> type[BaseModel]:
+        """The body's model of this kind."""
+        return cls.model_fields["body"].annotation
+
+    def record(self) -> dict[str, Any]:
+        """The whole receipt as the JSON object the file holds (a field the file leaves out stays out)."""
+        return self.model_dump(exclude_unset=True)
+
+    def body_record(self) -> dict[str, Any]:
+        """The body as the JSON object the file holds (a field the file leaves out stays out), for
+        the pure functions that compute over records (the report, a lane comparison)."""
+        return self.body.model_dump(exclude_unset=True)
+
+
+def receipt_model(kind: Any) -> type[Receipt]:
+    """The model of a registered kind.
+
+    Raises:
+        SchemaMismatchError: ``kind`` is not a registered kind (names the allowed ones).
+    """
+    model = _MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise SchemaMismatchError(f"kind={kind!r} is not a receipt kind; allowed: {', '.join(receipt_kinds())}.")
+    return model
+
+
+def receipt_kinds() -> list[str]:
+    """Every registered kind, sorted."""
+    return sorted(_MODELS)
+
+
+def shape_error(call: str, path: Any, model: type[BaseModel], error: ValidationError, *,
+                prefix: tuple[str, ...] = ()) -> SchemaMismatchError:
+    """One line naming the file, the first failing field (below ``prefix``), its value and what is
+    allowed."""
+    first = error.errors()[0]
+    field = ".".join(str(p) for p in (*prefix, *first["loc"])) or "(document)"
+    value = first.get("input")
+    shown = "missing" if first["type"] == "missing" else repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    more = error.error_count() - 1
+    return SchemaMismatchError(
+        f"{call}: {path} field {field} = {shown}: {first['msg']}; allowed: the layout of "
+        f"{model.__name__}" + (f" ({more} more problem(s))" if more else "")
+        + ". HINT: a receipt is written by qhlab and never edited; rerun the step that made it."
+    )
+
+
+# -- training ---------------------------------------------------------------------------------
+
+class FitBody(_Closed):
+    """What a fit ran and made (written by the launcher; a caller may add the last three).
+
+    Attributes:
+        recipe: the recipe as run. recipe_digest: its digest. profile: the execution profile.
+        runtime: versions and devices. update_budget, observed_updates: planned and observed
+        optimizer updates (observed_updates_source says where they were read). global_step:
+        Lightning's step. torch_num_threads: CPU threads. segment_start_updates: where this
+        segment began. seed: the training seed. source_package: the code's digest. memory,
+        memory_accounting: the lane's memory evidence. lane_checks: the lane's admission
+        checks. execution: where it ran. wandb: the run identity. local_attempt_id,
+        logical_run_id: the attempt. lineage: the cold state and continuations.
+        segment_checkpoints: updates at which checkpoints were written. final_state_sha256,
+        cold_init_sha256: the end and start states. wall_seconds: elapsed time.
+        train_rows, scorer, study: the caller's fields (which TRAIN rows, the scorer's layout,
+        the study cell), absent for a bare fit.
+    """
+
+    recipe: _Json
+    recipe_digest: str
+    profile: str
+    runtime: _Json
+    update_budget: int
+    observed_updates: int
+    observed_updates_source: str
+    global_step: int
+    torch_num_threads: int
+    segment_start_updates: int
+    seed: int
+    source_package: _Json
+    memory: _Json
+    memory_accounting: _Json
+    lane_checks: _Json
+    execution: _Json
+    wandb: _Json
+    local_attempt_id: str
+    logical_run_id: str
+    lineage: _Json
+    segment_checkpoints: list[int]
+    final_state_sha256: str = Field(pattern=_SHA256)
+    cold_init_sha256: str = Field(pattern=_SHA256)
+    wall_seconds: float
+    train_rows: _Json | None = None
+    scorer: _Json | None = None
+    study: _Json | None = None
+
+
+class FitReceipt(Receipt):
+    """``fit.receipt.json``: one finished fit."""
+
+    kind: Literal["fit"] = "fit"
+    schema_version: Literal[1] = 1
+    body: FitBody
+
+
+# Body fields of a fit that the launcher writes itself; a caller's receipt_fields may add only others.
+FIT_CALLER_FIELDS = frozenset({"train_rows", "scorer", "study"})
+
+
+class SegmentCheckpointBody(_Closed):
+    """One periodic or interrupt checkpoint of a fit.
+
+    Attributes:
+        cold_init_sha256, local_attempt_id, logical_run_id, recipe_digest, seed: the fit it
+        belongs to. observed_updates: where it was taken. reason: ``periodic`` or
+        ``interrupt``. state_sha256: the state's digest.
+    """
+
+    cold_init_sha256: str = Field(pattern=_SHA256)
+    local_attempt_id: str
+    logical_run_id: str
+    recipe_digest: str
+    seed: int
+    observed_updates: int
+    reason: Literal["periodic", "interrupt"]
+    state_sha256: str = Field(pattern=_SHA256)
+
+
+class SegmentCheckpointReceipt(Receipt):
+    """``checkpoints/updates-N.receipt.json``."""
+
+    kind: Literal["segment_checkpoint"] = "segment_checkpoint"
+    schema_version: Literal[1] = 1
+    body: SegmentCheckpointBody
+
+
+class ColdInitializationBody(_Closed):
+    """The seeded initial state of a lineage.
+
+    Attributes:
+        seed: the seed. source_package_digest: the code that made it. state_sha256: its digest.
+        tensor_count: how many tensors it holds.
+    """
+
+    seed: int
+    source_package_digest: str
+    state_sha256: str = Field(pattern=_SHA256)
+    tensor_count: int
+
+
+class ColdInitializationReceipt(Receipt):
+    """``cold_init.receipt.json``."""
+
+    kind: Literal["cold_initialization"] = "cold_initialization"
+    schema_version: Literal[1] = 1
+    body: ColdInitializationBody
+
+
+class WandbAttemptBody(_Closed):
+    """What a fit published to W&B.
+
+    Attributes:
+        attempt: the run identity. files: digests of the files logged. metrics: the summary.
+        links: the logical run. publication: offline or online, and where.
+    """
+
+    attempt: _Json
+    files: _Json
+    metrics: _Json
+    links: _Json
+    publication: _Json
+
+
+class WandbAttemptReceipt(Receipt):
+    """``wandb.receipt.json``."""
+
+    kind: Literal["wandb_attempt"] = "wandb_attempt"
+    schema_version: Literal[1] = 1
+    body: WandbAttemptBody
+
+
+# -- evaluation and populations ---------------------------------------------------------------
+
+class EvaluationBody(_Closed):
+    """A final state scored on a validation population.
+
+    Attributes:
+        horizon: H. weighting: how horizons are weighted. tie_band: the tie band. mae, regret:
+        per horizon, shape [H]. mae_primary, regret_primary: at H. counts: scenes and rows.
+        per_scene: per-scene arrays, shape [n_scenes][H]. population: its name and digest.
+        final_state_sha256: the state scored. curve: the validation curve at observed
+        updates, when one was recorded.
+    """
+
+    horizon: int
+    weighting: str
+    tie_band: float
+    mae: list[float]
+    regret: list[float]
+    mae_primary: float
+    regret_primary: float
+    counts: _Json
+    per_scene: _Json
+    population: _Json
+    final_state_sha256: str = Field(pattern=_SHA256)
+    curve: list[_Json] | None = None
+
+
+class EvaluationReceipt(Receipt):
+    """``evaluation.receipt.json``."""
+
+    kind: Literal["evaluation"] = "evaluation"
+    schema_version: Literal[1] = 1
+    body: EvaluationBody
+
+
+class PopulationBody(_Closed):
+    """A published population.
+
+    Attributes:
+        name: the population's name. split: train or validation. counts: scenes, rows and
+        chains. generator: the preset, seed and generator settings.
+    """
+
+    name: str
+    split: str
+    counts: _Json
+    generator: _Json
+
+
+class PopulationReceipt(Receipt):
+    """``population.receipt.json``."""
+
+    kind: Literal["population"] = "population"
+    schema_version: Literal[1] = 1
+    body: PopulationBody
+
+
+class PopulationGenerationBody(_Closed):
+    """How a population was labelled (facts of the run, not of the population).
+
+    Attributes:
+        executor: local or ray. ray_address: the cluster, when Ray. driver: the driver host.
+        label_seconds: labelling time. processes: local worker processes. cluster_cpus,
+        nodes: the Ray cluster's CPUs and nodes.
+    """
+
+    executor: str
+    ray_address: str | None
+    driver: _Json
+    label_seconds: float
+    processes: int | None = None
+    cluster_cpus: int | None = None
+    nodes: _Json | None = None
+
+
+class PopulationGenerationReceipt(Receipt):
+    """``generation.receipt.json``."""
+
+    kind: Literal["population_generation"] = "population_generation"
+    schema_version: Literal[1] = 1
+    body: PopulationGenerationBody
+
+
+# -- the study --------------------------------------------------------------------------------
+
+class StudyFreezeBody(_Closed):
+    """A study's pre-registration.
+
+    Attributes:
+        study, study_id: name and identity. output: the absolute directory it was frozen in.
+        config: the config as read. profile: the lane. arms, seeds, cells: the design.
+        recipes: each arm's recipe. budgets: update budgets. thresholds: the decision rules.
+        train, validation: the populations. test_data: the test data's status. versions:
+        packages. source_package: the code's digest. max_allocated_bytes: the memory limit.
+        only_architecture_differs: the arms' recipes differ only in the architecture.
+        preparation: the tuning record, when one is named. sealed_directories: directories
+        whose every file the receipt binds (a user family's sources).
+    """
+
+    study: str
+    study_id: str
+    output: str
+    config: _Json
+    profile: str
+    arms: list[Any]
+    seeds: list[int]
+    cells: list[Any]
+    recipes: _Json
+    budgets: _Json
+    thresholds: _Json
+    train: _Json
+    validation: _Json
+    test_data: str
+    versions: _Json
+    source_package: _Json
+    max_allocated_bytes: int | None
+    only_architecture_differs: bool
+    preparation: _Json | None
+    sealed_directories: list[str] | None = None
+
+
+class StudyFreezeReceipt(Receipt):
+    """``freeze.receipt.json``."""
+
+    kind: Literal["study_freeze"] = "study_freeze"
+    schema_version: Literal[1] = 1
+    body: StudyFreezeBody
+
+
+class StudyDevelopmentBody(_Closed):
+    """The sealed validation and its references.
+
+    Attributes:
+        study: the study. validation: the sealed validation population. references: the
+        oracle and constant references. constant_on_validation: the constant predictor's
+        scores. train_constant: the constant fitted on TRAIN, shape [H].
+    """
+
+    study: str
+    validation: _Json
+    references: _Json
+    constant_on_validation: _Json
+    train_constant: list[Any]
+
+
+class StudyDevelopmentReceipt(Receipt):
+    """``development.receipt.json``."""
+
+    kind: Literal["study_development"] = "study_development"
+    schema_version: Literal[1] = 1
+    body: StudyDevelopmentBody
+
+
+class StudyE0Body(_Closed):
+    """The E0 gate's decision.
+
+    Attributes:
+        study: the study. canary_updates: the canaries' budget. selection: the selected row.
+        canaries: each canary's result. failures: what failed. passed: the decision.
+        reason: why.
+    """
+
+    study: str
+    canary_updates: int
+    selection: _Json
+    canaries: list[Any]
+    failures: list[Any]
+    passed: bool
+    reason: str
+
+
+class StudyE0Receipt(Receipt):
+    """``e0.receipt.json``."""
+
+    kind: Literal["study_e0"] = "study_e0"
+    schema_version: Literal[1] = 1
+    body: StudyE0Body
+
+
+class StudyCellBody(_Closed):
+    """One (arm, seed) cell: an evaluated fit, or an E0 canary.
+
+    Attributes:
+        study, cell, arm, seed: which cell. recipe_digest, fit_recipe_digest: the frozen and
+        the fitted recipe. profile: the lane. update_budget, observed_updates: updates.
+        attempt: the adopted attempt's directory. previous_attempts: earlier attempts.
+        adopted: adopted after a restart. final_state_sha256: the state. wall_seconds: time.
+        execution: where it ran. evaluation: the validation scores (an evaluated cell).
+        canary: the recovery check (a canary).
+    """
+
+    study: str
+    cell: str
+    arm: str
+    seed: int
+    recipe_digest: str
+    fit_recipe_digest: str
+    profile: str
+    update_budget: int
+    observed_updates: int
+    attempt: str
+    previous_attempts: list[str]
+    adopted: bool
+    final_state_sha256: str = Field(pattern=_SHA256)
+    wall_seconds: float
+    execution: _Json
+    evaluation: _Json | None = None
+    canary: _Json | None = None
+
+
+class StudyCellReceipt(Receipt):
+    """``cell.receipt.json``."""
+
+    kind: Literal["study_cell"] = "study_cell"
+    schema_version: Literal[1] = 1
+    body: StudyCellBody
+
+
+class StudyBenchmarkBody(_Closed):
+    """One cell's forward-time and gradient-flow benchmark.
+
+    Attributes:
+        arm, seed, cell: which cell. profile, device_type, precision, torch_threads: the
+        lane. final_state_sha256: the state timed. rows: batch rows. warmup_forwards,
+        timed_forwards, forward_seconds, median_forward_seconds: the timing.
+        module_timings: per module. h1_huber_loss, updates_applied,
+        parameters_receiving_gradients, parameters_without_gradients: the gradient check.
+        canonical_first_chain: the chain used. memory, memory_accounting: memory evidence.
+    """
+
+    arm: str
+    seed: int
+    cell: str
+    profile: str
+    device_type: str
+    precision: str
+    torch_threads: int
+    final_state_sha256: str = Field(pattern=_SHA256)
+    rows: int
+    warmup_forwards: int
+    timed_forwards: int
+    forward_seconds: list[float]
+    median_forward_seconds: float
+    module_timings: _Json
+    h1_huber_loss: float
+    updates_applied: int
+    parameters_receiving_gradients: list[str]
+    parameters_without_gradients: list[str]
+    canonical_first_chain: _Json
+    memory: _Json
+    memory_accounting: _Json
+
+
+class StudyBenchmarkReceipt(Receipt):
+    """``benchmarks/<cell>.receipt.json``."""
+
+    kind: Literal["study_benchmark"] = "study_benchmark"
+    schema_version: Literal[1] = 1
+    body: StudyBenchmarkBody
+
+
+class StudyReportBody(_Closed):
+    """A study's report.
+
+    Attributes:
+        study: the study. summary: the headline decisions and statistics.
+    """
+
+    study: str
+    summary: _Json
+
+
+class StudyReportReceipt(Receipt):
+    """``report/report.receipt.json``."""
+
+    kind: Literal["study_report"] = "study_report"
+    schema_version: Literal[1] = 1
+    body: StudyReportBody
+
+
+class LaneComparisonBody(_Closed):
+    """Two lanes' reports of one study, compared.
+
+    Attributes:
+        study: the study. profiles: each lane's report. margin: the agreement margin.
+        summary: the comparison.
+    """
+
+    study: str
+    profiles: _Json
+    margin: float
+    summary: _Json
+
+
+class LaneComparisonReceipt(Receipt):
+    """``lanes.receipt.json``."""
+
+    kind: Literal["lane_comparison"] = "lane_comparison"
+    schema_version: Literal[1] = 1
+    body: LaneComparisonBody
+
+
+class TuningBody(_Closed):
+    """A tuning's record (the trials and the rule live in ``tuning.json``, which it binds).
+
+    Attributes:
+        name: the tuning. config_sha256: its config. trials: how many. winner: the winning
+        trial's number.
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=_SHA256)
+    trials: int
+    winner: int
+
+
+class TuningReceipt(Receipt):
+    """``tuning.receipt.json``."""
+
+    kind: Literal["tuning"] = "tuning"
+    schema_version: Literal[1] = 1
+    body: TuningBody
+
+
+# -- commissioning ----------------------------------------------------------------------------
+
+class CommissioningRunBody(_Closed):
+    """A commissioning run's gates.
+
+    Attributes:
+        profile, expected_device, context_ids: the lane. recipe_sha256, fit_recipe_sha256,
+        recipe_updates, engineering_updates, update_budget, observed_updates: what ran.
+        milestones: each gate's milestone. final_state_sha256: the end state. evaluated:
+        whether it was scored. max_allocated_bytes: the memory limit.
+    """
+
+    profile: str
+    expected_device: str
+    context_ids: list[Any]
+    recipe_sha256: str
+    fit_recipe_sha256: str
+    recipe_updates: int
+    engineering_updates: int
+    update_budget: str
+    observed_updates: int
+    milestones: list[Any]
+    final_state_sha256: str = Field(pattern=_SHA256)
+    evaluated: bool
+    max_allocated_bytes: int | None
+
+
+class CommissioningRunReceipt(Receipt):
+    """``commission.receipt.json``."""
+
+    kind: Literal["commissioning_run"] = "commissioning_run"
+    schema_version: Literal[1] = 1
+    body: CommissioningRunBody
+
+
+class CommissioningMilestoneBody(_Closed):
+    """One engineering gate at an observed optimizer update.
+
+    Attributes:
+        schema_version: the milestone layout. successful_optimizer_updates: where.
+        engineering_budget: the budget. expected_device, context_ids: the lane.
+        optimizer_evidence: the optimizer's step counters. state_filename, state_sha256: the
+        state. strict_reload: reload check. memory_observation: MPS memory, when sampled.
+    """
+
+    schema_version: int
+    successful_optimizer_updates: int
+    engineering_budget: _Json
+    expected_device: str
+    context_ids: list[Any]
+    optimizer_evidence: _Json
+    state_filename: str
+    state_sha256: str = Field(pattern=_SHA256)
+    strict_reload: bool
+    memory_observation: _Json | None
+
+
+class CommissioningMilestoneReceipt(Receipt):
+    """``milestones/…receipt.json``."""
+
+    kind: Literal["commissioning_milestone"] = "commissioning_milestone"
+    schema_version: Literal[1] = 1
+    body: CommissioningMilestoneBody
+
+
+class MpsMemoryBody(_Closed):
+    """An MPS memory observation.
+
+    Attributes:
+        schema_version: the observation layout. sampling_scope: what was sampled.
+        sample_count: how many samples. current_allocated_bytes, driver_allocated_bytes,
+        max_allocated_bytes, max_sampled_current_allocated_bytes,
+        max_sampled_driver_allocated_bytes: bytes. within_live_tensor_budget: the verdict.
+    """
+
+    schema_version: int
+    sampling_scope: str
+    sample_count: int
+    current_allocated_bytes: int
+    driver_allocated_bytes: int
+    max_allocated_bytes: int
+    max_sampled_current_allocated_bytes: int
+    max_sampled_driver_allocated_bytes: int
+    within_live_tensor_budget: bool
+
+
+class MpsMemoryReceipt(Receipt):
+    """An MPS memory observation's receipt."""
+
+    kind: Literal["mps_memory_observation"] = "mps_memory_observation"
+    schema_version: Literal[1] = 1
+    body: MpsMemoryBody

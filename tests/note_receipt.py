@@ -1,0 +1,28 @@
+"""A receipt kind for the evidence layer's own tests: a note whose body may hold any fields.
+
+The evidence layer authenticates bytes and bound files whatever a body says; its tests use
+this kind so that they do not depend on the layout of any step's body. Importing this module
+registers the kind in the test process only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from qhlab.evidence.records import Receipt
+
+
+class NoteBody(BaseModel):
+    """Any JSON object."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class NoteReceipt(Receipt):
+    """``kind: "test_note"``: a receipt for tests of authentication itself."""
+
+    kind: Literal["test_note"] = "test_note"
+    schema_version: Literal[1] = 1
+    body: NoteBody
