@@ -175,7 +175,7 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
 
     dims = population_dims(population)
     hint = "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs " \
-           "and returns Q [B, K, H] (docs/ARCHITECTURE.md, \"How to add an arm\")"
+           "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
 
     def build() -> Any:
         with torch.random.fork_rng(devices=[]):
