@@ -4,7 +4,7 @@ For each of ``--seeds`` fresh TRAIN seeds (never the study's 31001, never a tuni
 default study config is copied with only its TRAIN seed and population cache changed, then
 ``qhlab study freeze`` and ``qhlab study admit-canaries`` run on it as a new user would. A
 correct pipeline must pass E0 on (almost) every one; the sabotage tests
-(tests/finite_horizon/studies/test_e0_sabotage.py) show that broken ones fail it.
+(tests/study/test_e0_sabotage.py) show that broken ones fail it.
 
 Prints ONE JSON line: ``pass_share`` (passed / seeds; target >= 0.95), each seed's outcome and,
 for a failure, its reason. The populations are generated into ``--cache`` (default a temporary

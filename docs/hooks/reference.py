@@ -89,7 +89,7 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 def _config_page() -> str:
     from qhlab.finite_horizon.recipe import QhRecipe
     from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
-    from qhlab.finite_horizon.tuning.config import QhTuningConfig
+    from qhlab.study.tuning.config import QhTuningConfig
 
     lines = ["# Config reference", "",
              "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`) "

@@ -1,6 +1,6 @@
 """The executor seam without a cluster: choices, refusals, the local pool and node records.
 
-A Ray started for a test lives in the slow suite (tests/finite_horizon/studies/test_ray_cluster.py).
+A Ray started for a test lives in the slow suite (tests/study/test_ray_cluster.py).
 """
 
 from __future__ import annotations

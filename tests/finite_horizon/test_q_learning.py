@@ -490,7 +490,7 @@ def test_average_decay_outside_its_bounds_is_refused(decay, updates, message) ->
 
 
 def test_averaging_never_feeds_back_into_the_online_weights() -> None:
-    from qhlab.finite_horizon.studies.architecture.canary import canary_recipe
+    from qhlab.study.canary import canary_recipe
 
     pop = synthetic_population()
     finals = []

@@ -226,7 +226,7 @@ def test_strict_mode_keeps_ints_for_floats_and_lists_for_tuples() -> None:
 
 def test_update_budget_is_bounded_by_the_study_cap() -> None:
     from qhlab.finite_horizon.budget import MAX_UPDATES
-    from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig
+    from qhlab.study.config import QhArchitectureStudyConfig
 
     assert MAX_UPDATES == 10_000_000
     # One constant: the study's budgets carry the very bound the recipe does.

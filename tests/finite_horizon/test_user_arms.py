@@ -101,11 +101,11 @@ def test_an_arm_whose_source_was_not_provided_is_refused(tmp_path) -> None:
 
 
 def test_a_registered_default_size_is_applied_in_a_study(tmp_path) -> None:
-    from qhlab.finite_horizon.studies.architecture.config import read_study_config
+    from qhlab.study.config import read_study_config
 
     register_arm("variant_wide_readout_test", encoder="attention", fusion="concat", readout="local", width=24)
     try:
-        text = (Path(__file__).parent / "studies" / "tiny-study.toml").read_text().replace(
+        text = (Path(__file__).parents[1] / "study" / "tiny-study.toml").read_text().replace(
             'arm = "variant_deep"', 'arm = "variant_wide_readout_test"')
         path = tmp_path / "study.toml"
         path.write_text(text)

@@ -30,7 +30,7 @@ from qhlab.scenes.audit import (
 )
 from qhlab.scenes.manifest import POPULATION_FILES, read_manifest
 
-STUDY_TEMPLATE = Path(__file__).resolve().parents[1] / "finite_horizon" / "studies" / "tiny-study.toml"
+STUDY_TEMPLATE = Path(__file__).resolve().parents[1] / "study" / "tiny-study.toml"
 
 
 def _reseal(population: Path, *, manifest_edit=None) -> None:

@@ -2,7 +2,7 @@
 
 Owns: registering the ``study`` command group. Does not own: the steps, their arguments or
 what they print, which live in the study's one command entry
-(``qhlab.finite_horizon.studies.architecture.command``), so that ``python -m
+(``qhlab.study.command``), so that ``python -m
 ...architecture_study`` and ``qhlab study`` parse and print exactly the same way.
 """
 
@@ -15,7 +15,7 @@ __all__ = ["register", "run"]
 
 def register(subparsers) -> None:
     """Add the ``study`` parser and its steps; the handler is :func:`run`."""
-    from qhlab.finite_horizon.studies.architecture.command import add_study_arguments
+    from qhlab.study.command import add_study_arguments
 
     parser = subparsers.add_parser(
         "study",
@@ -28,6 +28,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
-    from qhlab.finite_horizon.studies.architecture.command import run_study_command
+    from qhlab.study.command import run_study_command
 
     return run_study_command(args)

@@ -1,7 +1,7 @@
 """``qhlab tune CONFIG --output DIR``: search a recipe space on the declared tuning population.
 
 Owns: the ``tune`` argument parser and turning its arguments into one ``run_tuning`` call.
-Does not own: the config, the trials, the record or the rule (``qhlab.finite_horizon.tuning``),
+Does not own: the config, the trials, the record or the rule (``qhlab.study.tuning``),
 error printing and exit codes (``qhlab.cli.main``).
 """
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``qhlab tune``. Returns 0 with a winner, 1 when no trial was admissible."""
     from qhlab.evidence import require_int
     from qhlab.execution import executor_choice
-    from qhlab.finite_horizon.tuning.run import run_tuning
+    from qhlab.study.tuning.run import run_tuning
 
     if args.workers is not None:
         require_int("qhlab tune", "--workers", args.workers, minimum=1, hint="one fit per core is the fastest.")

@@ -4,7 +4,7 @@ Owns: the command's arguments and its report. Does not own: authentication itsel
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
 always, a physics audit of N chain states with ``--audit``), or the recomputation of every
-tuning record found (``qhlab.finite_horizon.tuning.record.check_record``).
+tuning record found (``qhlab.study.tuning.record.check_record``).
 """
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tuning_checks(directory: str, receipts: list[dict]) -> list[dict]:
-    """Recompute every tuning record below ``directory`` (``qhlab.finite_horizon.tuning.record``)."""
+    """Recompute every tuning record below ``directory`` (``qhlab.study.tuning.record``)."""
     from pathlib import Path
 
-    from qhlab.finite_horizon.tuning.record import RECEIPT, check_record
+    from qhlab.study.tuning.record import RECEIPT, check_record
 
     checks = []
     for receipt in receipts:

@@ -1,12 +1,7 @@
-"""Pre-registered studies over charged fits, and the scene-level statistics they report.
+"""The seed's public path of the architecture study: ``architecture_study``.
 
-Owns: ``statistics`` (scene bootstrap intervals, retention margins, seed agreement),
-``architecture`` (the architecture study, one module per idea: config, layout, receipt chain,
-each step, report, command) and ``architecture_study`` (seed 002's public path: a facade over
-``architecture``). Does not own: the evaluation arithmetic (``qhlab.finite_horizon.evaluation``),
-fitting (``qhlab.finite_horizon.fit``) or timing a scorer (``qhlab.finite_horizon.benchmark``).
-Nothing is imported eagerly; import the module you need (the steps import Lightning only when
-they run).
+Owns nothing else: the study application lives in ``qhlab.study``, a package above this science
+core, and ``architecture_study`` re-exports the seed's names from it.
 """
 
-__all__ = ["architecture", "architecture_study", "statistics"]
+__all__ = ["architecture_study"]

@@ -1,7 +1,7 @@
 """Seed 002: a frozen, pre-registered, paired architecture study over charged final fits.
 
 Owns nothing itself: this module is the seed's public path and re-exports the study's API from
-the focused modules of ``qhlab.finite_horizon.studies.architecture`` (config, layout,
+the focused modules of ``qhlab.study`` (config, layout,
 authentication, one module per step, references, report, render, command) and
 ``benchmark_scorer`` from ``qhlab.finite_horizon.benchmark``. ``python -m
 qhlab.finite_horizon.studies.architecture_study STEP CONFIG --output DIR`` runs ``main``.
@@ -20,21 +20,21 @@ Scientific guard rails, each enforced by the step modules:
 
 Does not own: fitting (``qhlab.finite_horizon.fit.fit_recipe`` is the only optimizer loop),
 evaluation arithmetic (``qhlab.finite_horizon.evaluation``), statistics
-(``qhlab.finite_horizon.studies.statistics``), populations (``qhlab.scenes``,
+(``qhlab.study.statistics``), populations (``qhlab.scenes``,
 ``qhlab.finite_horizon.data``), and receipts/write-once files (``qhlab.evidence``).
 """
 
 from __future__ import annotations
 
 from qhlab.finite_horizon.benchmark import benchmark_scorer
-from qhlab.finite_horizon.studies.architecture.admission import admit_canaries
-from qhlab.finite_horizon.studies.architecture.cells import run_fit
-from qhlab.finite_horizon.studies.architecture.command import main
-from qhlab.finite_horizon.studies.architecture.config import QhArchitectureStudyConfig
-from qhlab.finite_horizon.studies.architecture.development import prepare_development
-from qhlab.finite_horizon.studies.architecture.freeze import freeze_study
-from qhlab.finite_horizon.studies.architecture.references import reference_comparisons
-from qhlab.finite_horizon.studies.architecture.report import report_study
+from qhlab.study.admission import admit_canaries
+from qhlab.study.cells import run_fit
+from qhlab.study.command import main
+from qhlab.study.config import QhArchitectureStudyConfig
+from qhlab.study.development import prepare_development
+from qhlab.study.freeze import freeze_study
+from qhlab.study.references import reference_comparisons
+from qhlab.study.report import report_study
 
 __all__ = [
     "QhArchitectureStudyConfig",

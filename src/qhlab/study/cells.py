@@ -1,0 +1,347 @@
+"""Step 4, fits: run one charged cell (a broad fit or an E0 canary) once, to its final budget.
+
+Owns: ``fit_cell`` (``run_fit``: the seed's path-based call; validation of the requested cell, its writer lock, adopting
+a finished but unrecorded attempt once it authenticates as this cell's fit, a new attempt
+after a crash) and the cell receipt that
+binds a fit's final state, its evaluation on the sealed validation (broad cells) or its
+recovery on the canary row (canaries). Does not own: the optimizer loop
+(``qhlab.finite_horizon.fit.fit_recipe``), the canary rules (``canary``) or the gate
+(``admission``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from qhlab.evidence import (
+    EvidenceError,
+    OrderError,
+    PublishConflictError,
+    exclusive_lock,
+    input_error,
+    read_receipt,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
+from qhlab.study.authentication import (
+    FrozenStudy,
+    authenticate_attempt,
+    authenticate_development,
+    opened_study,
+    read_canary_selection,
+)
+from qhlab.study.canary import canary_recipe, canary_recovery
+from qhlab.study.layout import (
+    CANARY_DIR,
+    CANARY_ROLES,
+    CELL_RECEIPT,
+    CELLS_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    SELECTION_FILE,
+    cell_lock_path,
+    cell_name,
+)
+
+if TYPE_CHECKING:
+    from qhlab.finite_horizon.data import Population
+    from qhlab.finite_horizon.fit import FitResult
+    from qhlab.finite_horizon.recipe import QhRecipe
+
+__all__ = ["adoptable_attempt", "fit_cell", "run_fit"]
+
+
+def _attempt_directories(cell_dir: Path) -> list[Path]:
+    """The attempt directories of a cell (finished or crashed), sorted by name.
+
+    A hidden directory is never an attempt: a Ray driver killed while publishing a returned
+    attempt leaves its staging directory (``.<attempt>.tmp-...``), which was never published.
+    """
+    if not cell_dir.is_dir():
+        return []
+    return sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
+            canary_role: str | None = None) -> dict:
+    """Fit one charged cell using canonical diagnostic admission and receipts.
+
+    A broad cell (``canary_role=None``) runs the frozen recipe of ``variant`` with ``seed`` to
+    ``broad_updates`` on TRAIN and is evaluated on the sealed validation population; a canary
+    (``canary_role="e0"``, baseline only) runs ``canary_updates`` on the selected TRAIN row only
+    and is scored on that row's original labels. A finished cell (its cell receipt exists) is
+    never rerun; a crashed attempt (no final receipt) is kept and a new attempt is recorded.
+    The fit draws Lightning's progress bar (``fit_cell`` can hide it).
+
+    Args:
+        config_path: the study TOML (its bytes must be the frozen ones).
+        output: the study directory.
+        variant: a declared arm (the baseline for a canary).
+        seed: a declared seed.
+        canary_role: None for a broad cell, or ``"e0"`` for a canary of the E0 gate.
+
+    Returns:
+        The cell receipt body.
+    """
+    step = "run_fit" if canary_role is None else "run_fit(canary)"
+    with opened_study(config_path, output, step) as frozen:
+        return fit_cell(frozen, variant=variant, seed=seed, canary_role=canary_role)
+
+
+def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str | None = None,
+             progress: bool = True, execution: dict | None = None) -> dict:
+    """``run_fit`` on an authenticated study, with the fit's progress bar on or off.
+
+    Args:
+        frozen: the authenticated study (its development record is authenticated once on it).
+        variant, seed, canary_role: as for ``run_fit``.
+        progress: draw Lightning's progress bar inside the fit (off in the worker processes
+            of ``qhlab study run``, whose own bar counts cells). Display only: the fit, its
+            files and its numbers are the same either way.
+        execution: how the attempt this call adopts was run (the Ray driver's record of the
+            executor and every try); None: this process fits or adopts locally. Recorded in
+            the cell receipt's ``execution``.
+
+    Returns:
+        The cell receipt body.
+    """
+    step = "run_fit" if canary_role is None else "run_fit(canary)"
+    config = frozen.config
+    if variant not in config.arms:
+        raise input_error(step, "variant", variant, f"a declared arm ({', '.join(config.arms)})",
+                          "exactly the frozen cells may be run")
+    if isinstance(seed, bool) or seed not in config.seeds:
+        raise input_error(step, "seed", seed, f"a declared seed ({', '.join(map(str, config.seeds))})",
+                          "exactly the frozen cells may be run; there is no seed search")
+    if canary_role is not None:
+        if canary_role not in CANARY_ROLES:
+            raise input_error(step, "canary_role", canary_role, f"None or {', '.join(CANARY_ROLES)}",
+                              "canaries are the E0 gate's fits")
+        if variant != config.baseline_arm:
+            raise input_error(step, "variant", variant, f"the baseline {config.baseline_arm!r} for a canary",
+                              "canaries fit the baseline only")
+        if not (frozen.output / CANARY_DIR / SELECTION_FILE).exists():
+            raise OrderError(
+                f"{step}: the canary row is not selected yet ({frozen.output / CANARY_DIR / SELECTION_FILE} "
+                "is missing). HINT: canaries run through `qhlab study admit-canaries`."
+            )
+        if (frozen.output / CANARY_DIR / E0_RECEIPT).exists():
+            raise OrderError(f"{step}: the E0 gate is already decided; canaries do not run again.")
+        parent = frozen.output / CANARY_DIR
+        development = None
+    else:
+        development = authenticate_development(frozen, step)
+        parent = frozen.output / CELLS_DIR
+    cell = cell_name(variant, seed, canary_role)
+    cell_dir = parent / cell
+    parent.mkdir(parents=True, exist_ok=True)
+
+    def _refuse_finished() -> None:
+        if (cell_dir / CELL_RECEIPT).exists():
+            raise PublishConflictError(
+                f"{step}: cell {cell} is finished ({cell_dir / CELL_RECEIPT} exists); a charged cell "
+                "runs once and is reported whatever its result. HINT: nothing to do."
+            )
+
+    # Checked with the lock held but before the lock file records this process: a refused
+    # run-fit leaves the lock file's bytes and mtime untouched.
+    with exclusive_lock(cell_lock_path(parent, cell), admit=_refuse_finished):
+        if canary_role is None:
+            return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress,
+                                   execution=execution)
+        return _run_canary_cell(frozen, variant, seed, cell, cell_dir, progress=progress)
+
+
+def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Population | None,
+         progress: bool, rows: list[int] | None = None) -> FitResult:
+    """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count.
+
+    A segment of this cell that a kill interrupted after a checkpoint is continued from that
+    checkpoint (``interrupted_segment``), as ``qhlab fit --resume`` would: the final state is
+    the one an uninterrupted fit makes, and the fit receipt records the lineage.
+    """
+    import torch
+
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+    from qhlab.training.segments import interrupted_segment
+    from qhlab.training.wandb_attempt import drop_wandb_links
+
+    torch.set_num_threads(frozen.config.torch_threads)
+    interrupted = interrupted_segment(parent / cell)
+    # A killed attempt may hold the W&B log link its logger made at start: it goes, so the
+    # finished study holds no link (`qhlab sign` refuses links).
+    for attempt in _attempt_directories(parent / cell):
+        drop_wandb_links(attempt / "wandb")
+    return fit_recipe(FitRequest(
+        recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_population(),
+        validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
+        max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
+        # W&B: the study's canaries and cells group together under the study's name.
+        job_type="canary" if rows is not None else "cell", group=frozen.config.name,
+        study=frozen.identity, resume=None if interrupted is None else interrupted.name,
+        curve_updates=frozen.config.curve_updates if validation is not None else (),
+    ))
+
+
+def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
+    """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
+    whose cell receipt was never written: adopted rather than rerun, since a finished fit is
+    never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+    from qhlab.training.segments import FIT_RECEIPT
+
+    for attempt in _attempt_directories(cell_dir):
+        if (attempt / FIT_RECEIPT).is_file() and (not evaluate or (attempt / EVALUATION_RECEIPT).is_file()):
+            return attempt
+    return None
+
+
+def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, recipe: QhRecipe, attempt: Path,
+                      previous: list[str], updates: int, step: str, *, adopted: bool,
+                      train_rows: list[int] | None = None) -> tuple[dict, dict]:
+    """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
+    (trained on ``train_rows``, None: all of TRAIN)."""
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
+    from qhlab.training.tensor_state import structure_path
+
+    fit = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows).body
+    observed = fit.observed_updates
+    final_state = attempt / FINAL_STATE
+    body = {
+        "study": frozen.config.name,
+        "cell": cell,
+        "arm": variant,
+        "seed": seed,
+        "attempt": attempt.name,
+        # True: the fit finished earlier (before a crash) and this step adopted it.
+        "adopted": adopted,
+        "previous_attempts": previous,
+        "recipe_digest": recipe_digest(recipe),
+        "fit_recipe_digest": fit.recipe_digest,
+        "observed_updates": observed,
+        "update_budget": updates,
+        "final_state_sha256": sha256_file(final_state),
+        "profile": fit.profile,
+        "wall_seconds": fit.wall_seconds,
+    }
+    inputs = {
+        "freeze": frozen.receipt_path,
+        "fit": attempt / FIT_RECEIPT,
+        "final_state": final_state,
+        "final_state_structure": structure_path(final_state),
+    }
+    return body, inputs
+
+
+def _local_execution() -> dict:
+    from qhlab.execution import where_am_i
+
+    where = where_am_i()
+    # The process that fitted or adopted the cell (a pool worker under `study run`).
+    return {"executor": "local", "process": {"hostname": where["hostname"], "pid": where["pid"]}}
+
+
+def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, variant: str, seed: int, cell: str,
+                    cell_dir: Path, *, progress: bool, execution: dict | None) -> dict:
+    """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+
+    config = frozen.config
+    recipe = frozen.recipe(variant, seed, config.broad_updates)
+    previous = [p.name for p in _attempt_directories(cell_dir)]
+    attempt = adoptable_attempt(cell_dir, evaluate=True)
+    if execution is not None and (attempt is None or attempt.name != execution.get("attempt")):
+        # A remote record describes one published attempt; it never labels a local fit.
+        raise EvidenceError(
+            f"run_fit: the {execution.get('executor')} record names attempt {execution.get('attempt')!r} of cell "
+            f"{cell}; the adoptable attempt is {attempt.name if attempt else None!r}."
+        )
+    # A remote record describes the attempt its driver just published: fitted, not adopted.
+    adopted = attempt is not None and execution is None
+    if attempt is None:
+        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell,
+                      validation=frozen.validation_population("run_fit"), progress=progress)
+        attempt = Path(result.output_directory)
+    else:
+        previous.remove(attempt.name)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates,
+                                     "run_fit", adopted=adopted)
+    if execution is None:
+        execution = _local_execution()
+        if adopted:
+            # Finished before a crash of whoever ran it (a local process or a Ray driver): the
+            # fit receipt says where it ran; this process only adopts it.
+            from qhlab.training.segments import FIT_RECEIPT
+
+            fit_ran = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body.execution
+            execution.update(executor=fit_ran.get("executor", "local"), attempt=attempt.name,
+                             adopted_after_restart=True, fit_ran_on=fit_ran)
+    ev = read_receipt(attempt / EVALUATION_RECEIPT, EvaluationReceipt).body
+    population_digest = ev.population.get("digest")
+    if population_digest != development.body.validation["manifest_sha256"]:
+        raise EvidenceError(
+            f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates population {population_digest}; "
+            f"the sealed validation is {development.body.validation['manifest_sha256']}."
+        )
+    if ev.final_state_sha256 != body["final_state_sha256"]:
+        raise EvidenceError(f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates another final state.")
+    # Per-scene arrays are [n_scenes][H] in ascending scene order of the sealed validation.
+    body["evaluation"] = {
+        "horizon": ev.horizon, "mae": ev.mae, "regret": ev.regret,
+        "scene_ids": ev.per_scene["scene_id"], "scene_mae": ev.per_scene["mae"],
+        "scene_regret": ev.per_scene["regret"], "curve": ev.curve,
+    }
+    # Which executor ran the fit, and where (the fit receipt names the node that ran it).
+    body["execution"] = execution
+    inputs.update(development=frozen.output / DEVELOPMENT_RECEIPT, evaluation=attempt / EVALUATION_RECEIPT)
+    write_receipt(cell_dir / CELL_RECEIPT, StudyCellReceipt, body=body, inputs=inputs)
+    return body
+
+
+def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, cell_dir: Path,
+                     *, progress: bool) -> dict:
+    """Fit (or adopt) a canary on the selected TRAIN row, score its recovery, publish its receipt."""
+    import torch
+
+    from qhlab.finite_horizon.benchmark import load_final_module
+    from qhlab.finite_horizon.predict import predict_q
+    from qhlab.training.segments import FINAL_STATE
+
+    config = frozen.config
+    selection = read_canary_selection(frozen)["selected"]
+    if selection is None:
+        raise OrderError("run_fit(canary): no canary row was selected; the E0 gate fails without fits.")
+    # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
+    recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
+    previous = [p.name for p in _attempt_directories(cell_dir)]
+    attempt = adoptable_attempt(cell_dir, evaluate=False)
+    adopted = attempt is not None
+    if attempt is None:
+        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
+                      progress=progress, rows=[selection["row"]])
+        attempt = Path(result.output_directory)
+    else:
+        previous.remove(attempt.name)
+    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates,
+                                     "run_fit(canary)", adopted=adopted, train_rows=[selection["row"]])
+    population = frozen.train_population()
+    module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
+    pred = predict_q(module.evaluated, population, rows=torch.tensor([selection["row"]])).numpy()[0]
+    labels = np.asarray(selection["labels"], dtype=np.float64)
+    mask = np.asarray(selection["candidate_mask"], dtype=bool)
+    per_horizon = canary_recovery(pred, labels, mask, config.tie_band)
+    body["canary"] = {"role": "e0", "row": selection["row"], "state_id": selection["state_id"],
+                      "per_horizon": per_horizon,
+                      "recovered": all(h["recovered"] for h in per_horizon),
+                      "successor_training": successor_training}
+    body["execution"] = _local_execution()  # canaries fit locally: in the admitting process or its pool
+    inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
+    write_receipt(cell_dir / CELL_RECEIPT, StudyCellReceipt, body=body, inputs=inputs)
+    return body
+

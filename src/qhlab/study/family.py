@@ -1,0 +1,301 @@
+"""The study's declared family: user arms' sources frozen into the study, and every arm's contract.
+
+Owns: at freeze, copying each user arm's source into ``family/<arm>/`` and checking every
+arm's builder contract on the canonical first TRAIN chain (``freeze_family``: output shape
+[B, K, H], finite values, gradients reaching parameters, the same parameters from two builds
+under one seed); after freeze, making the frozen copies importable in this process
+(``provide_family``, called for every authenticated study, on every executor) and shipping
+their bytes to a Ray worker (``family_bytes``, ``provide_shipped``); and what ``qhlab study
+status`` says of the user's own files (``source_changes``). Does not own: parsing builders,
+digesting and importing a copy (``qhlab.finite_horizon.arm_source``), building scorers
+(``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import QhInputError, publish_bytes
+from qhlab.evidence.records import StudyFreezeBody
+from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
+from qhlab.study.layout import FAMILY_DIR
+
+__all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]
+
+_CALL = "freeze_study"
+_INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+
+
+def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputError:
+    what = f"arm {arm!r}" + (f" (builder {builder!r})" if builder else "")
+    return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
+
+
+def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
+    """Copy each user arm's source to ``output/family/<arm>/``; returns ``{arm: source record}``."""
+    records = {}
+    family = output / FAMILY_DIR
+    # Under the freeze lock and before any freeze receipt: a family a killed freeze left is redone.
+    shutil.rmtree(family, ignore_errors=True)
+    for arm in config.arms:
+        builder = config.builder(arm)
+        if builder is None:
+            continue
+        try:
+            located, files = read_source(builder, config_dir)
+        except (ValueError, OSError) as exc:
+            shutil.rmtree(family, ignore_errors=True)
+            raise _refusal(arm, builder, str(exc), "a builder names a file beside the config (\"arms.py:build\") "
+                           "or an importable \"package.module:build\"") from None
+        for rel, data in files.items():
+            target = family / arm / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            publish_bytes(target, data)
+        digests = file_digests(files)
+        records[arm] = {"builder": builder, "kind": located.kind, "original": str(located.path),
+                        "module": located.module, "function": located.function, "files": digests,
+                        "sha256": source_digest(digests)}
+    return records
+
+
+def _arm_source(arm: str, record: dict, root: Path) -> ArmSource:
+    return ArmSource(arm=arm, builder=record["builder"], root=root, module=record["module"],
+                     function=record["function"], files=dict(record["files"]))
+
+
+def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Freeze the family: copy user sources, then check every arm's contract from the copies.
+
+    Args:
+        config: the ``QhArchitectureStudyConfig``.
+        config_dir: the config file's directory (relative builder paths start there).
+        population: the TRAIN ``Population`` (its canonical first chain is the check's batch).
+        output: the study directory (``family/`` is written there; removed again on refusal).
+
+    Returns:
+        (``{arm: source record}`` of the user arms, ``{arm: contract record}`` of every arm:
+        ``parameters``, ``output_shape``, ``parameters_receiving_gradients``,
+        ``parameters_without_gradients``).
+
+    Raises:
+        QhInputError: one line naming the arm, its builder and what failed (nothing is kept).
+    """
+    sources = _copy_sources(config, config_dir, output)
+    try:
+        for arm, record in sources.items():
+            provide(_arm_source(arm, record, output / FAMILY_DIR / arm))
+        shas = {arm: record["sha256"] for arm, record in sources.items()}
+        batch = _chain_batch(population)
+        contracts = {}
+        for arm in config.arms:
+            recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
+            before = set(sys.modules)
+            built = None if arm not in sources else (
+                lambda arm=arm: _refuse_unbound_imports(arm, sources[arm], set(sys.modules) - before))
+            contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population, built=built)
+        return sources, contracts
+    except BaseException:
+        shutil.rmtree(output / FAMILY_DIR, ignore_errors=True)
+        raise
+
+
+def _installed_roots() -> list[Path]:
+    """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
+    import sysconfig
+
+    import qhlab
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(qhlab.__file__).parent)}
+    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    return [Path(os.path.abspath(r)) for r in roots]
+
+
+def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
+    """Refuse an arm whose import or run loaded code that is neither its frozen copy nor installed.
+
+    A module named like the user's own package, or loaded from outside the installed library
+    directories (a sibling file on ``sys.path``, the working directory, ``PYTHONPATH``), is code
+    the freeze never bound and that could change after it.
+    """
+    top = record["module"].split(".")[0]
+    installed = _installed_roots()
+    for name in sorted(new):
+        if name.startswith("_qhlab_arm_"):
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        path = None if file is None else Path(os.path.abspath(file))
+        outside = path is not None and not any(root == path or root in path.parents for root in installed)
+        if name == top or name.startswith(top + ".") or outside:
+            raise _refusal(arm, record["builder"], f"importing it loaded module {name!r} from {file!r}, which is not "
+                           "in its frozen source", "import your own helpers relatively from inside the arm's "
+                           "package (from .layers import head), so that they are frozen with it; installed "
+                           "packages are imported as usual")
+
+
+def _chain_batch(population: Any) -> dict:
+    # torch-heavy modules are imported where used: status and verify import this module without torch.
+    import torch
+
+    from qhlab.finite_horizon.benchmark import canonical_first_chain
+    from qhlab.finite_horizon.q_learning import QhPopulationDataModule
+
+    rows = torch.tensor(canonical_first_chain(population)["rows"], dtype=torch.int64)
+    return QhPopulationDataModule(population, batch_size=len(rows), seed=0, rows=rows).gather(rows)
+
+
+def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, population: Any, *,
+                   built: Callable[[], None] | None = None) -> dict:
+    """Check one arm's builder contract on a batch; returns its contract record.
+
+    One member of the cell's recipe is built twice under the recipe's seed (torch's RNG is
+    forked, so nothing else changes): the parameters must be identical. Its forward on the
+    batch must give finite Q of shape [B, K, H], and one native H1 Huber backward must reach at
+    least one parameter with finite gradients.
+
+    Args:
+        arm, builder: named in refusals.
+        recipe: the cell recipe whose architecture, seed, head init and Huber delta are used.
+        batch: the canonical first TRAIN chain's batch (``BATCH_KEYS``).
+        population: the TRAIN population (its dims).
+        built: called right after the two builds and again after the forward and backward (the
+            freeze checks there what importing and running the arm loaded).
+
+    Raises:
+        QhInputError: one line naming the arm, its builder and what failed.
+    """
+    import torch
+
+    from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
+    from qhlab.finite_horizon.scorer import build_scorer
+
+    dims = population_dims(population)
+    hint = "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs " \
+           "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
+
+    def build() -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(recipe.seed)
+            return build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init)
+
+    try:
+        first, second = build(), build()
+    except QhInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
+        more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
+        raise _refusal(arm, builder, f"building it raised {type(exc).__name__}: {exc}{more}".replace("\n", " "),
+                       hint) from None
+    if built is not None:
+        built()
+    lazy = sorted(n for n, t in [*first.named_parameters(), *first.named_buffers()]
+                  if isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
+    if lazy:
+        raise _refusal(arm, builder, f"it has uninitialised (lazy) parameters or buffers: {', '.join(lazy[:5])}",
+                       "give every layer its input size when it is built (nn.Linear, not nn.LazyLinear), so "
+                       "that its initialisation is drawn, checked and frozen at build")
+    one, two = first.state_dict(), second.state_dict()
+
+    def same(key: str) -> bool:
+        a, b = one.get(key), two.get(key)
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return type(a) is type(b)  # extra state is not a drawn parameter; its presence must match
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+    differing = sorted(k for k in set(one) | set(two) if not same(k))
+    if differing:
+        raise _refusal(arm, builder, f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
+                       f"differ in {', '.join(differing[:5])}",
+                       "draw every initial value from torch's global RNG (no time, os.urandom or numpy seeds)")
+    parameters = dict(first.named_parameters())
+    if not parameters:
+        raise _refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
+    b, k = batch["candidates"].shape[:2]
+    expected = [int(b), int(k), dims.horizon]
+    try:
+        q = first(*[batch[name] for name in _INPUTS])
+    except Exception as exc:  # noqa: BLE001 - refused by name, as above
+        raise _refusal(arm, builder, f"its forward raised {type(exc).__name__}: {exc}".replace("\n", " "),
+                       hint) from None
+    shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+    if shape != expected:
+        raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
+    if not torch.isfinite(q).all():
+        raise _refusal(arm, builder, "its output holds non-finite values on the canonical first TRAIN chain",
+                       "keep Q finite (masked candidates too)")
+    loss = native_huber_loss(q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"],
+                             recipe.huber_delta)
+    if loss.requires_grad:
+        loss.backward()
+    if built is not None:  # again: a forward may import too
+        built()
+    receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
+    if not receiving:
+        raise _refusal(arm, builder, "no parameter receives a gradient from Q",
+                       "compute Q from the module's parameters (no detach, no torch.no_grad)")
+    bad = sorted(n for n in receiving if not torch.isfinite(parameters[n].grad).all())
+    if bad:
+        raise _refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
+    return {
+        "parameters": int(sum(p.numel() for p in parameters.values())),
+        "output_shape": expected,
+        "parameters_receiving_gradients": len(receiving),
+        "parameters_without_gradients": sorted(set(parameters) - set(receiving)),
+        "deterministic_initialisation": True,
+    }
+
+
+def family_sources(body: StudyFreezeBody) -> dict[str, dict]:
+    """``{arm: source record}`` of a freeze receipt body's user arms."""
+    return {a["arm"]: a["source"] for a in body.arms if a.get("source")}
+
+
+def provide_family(body: StudyFreezeBody, output: Path) -> dict[str, str]:
+    """Make a frozen study's user-arm copies importable here; returns ``{arm: source sha256}``.
+
+    The copies' digests are checked against the freeze receipt right before their first import
+    (``ArmSource.check``), so a copy changed after the study was authenticated is refused.
+    """
+    sources = family_sources(body)
+    for arm, record in sources.items():
+        provide(_arm_source(arm, record, output / FAMILY_DIR / arm))
+    return {arm: record["sha256"] for arm, record in sources.items()}
+
+
+def family_bytes(body: StudyFreezeBody, output: Path, arm: str) -> dict | None:
+    """The frozen copy of ``arm``'s source as bytes, for a worker without the study (None: built-in)."""
+    record = family_sources(body).get(arm)
+    if record is None:
+        return None
+    files = {rel: (output / FAMILY_DIR / arm / rel).read_bytes() for rel in record["files"]}
+    return {"arm": arm, "record": record, "files": files}
+
+
+def provide_shipped(shipped: dict | None, root: Path) -> None:
+    """Write a shipped copy below ``root`` and provide it (its digests are checked at import)."""
+    if shipped is None:
+        return
+    for rel, data in shipped["files"].items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    provide(_arm_source(shipped["arm"], shipped["record"], root))
+
+
+def source_changes(body: StudyFreezeBody) -> dict[str, str]:
+    """``{arm: what}`` for each user arm whose original source differs from its frozen copy."""
+    changes = {}
+    for arm, record in family_sources(body).items():
+        original = Path(record["original"])
+        try:
+            now = source_digest(file_digests(source_files(original)))
+        except (OSError, ValueError):
+            changes[arm] = f"source {original} is gone since freeze; the frozen copy is used"
+            continue
+        if now != record["sha256"]:
+            changes[arm] = f"source {original} changed since freeze; the frozen copy is used"
+    return changes

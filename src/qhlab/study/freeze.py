@@ -1,0 +1,254 @@
+"""Step 1, freeze: bind TRAIN, source, package versions, arms and every threshold before any fit.
+
+Owns: ``freeze`` (``freeze_study``: the seed's path-based call), the rule that arms differ only in
+architecture, and the one-line description of each frozen arm (``describe_family``). The
+family's sources and contracts are checked by ``family``. Does not own: the
+config (``config``), resolving populations (``populations``) or authenticating the freeze
+later (``authentication``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from qhlab.evidence import (
+    QhInputError,
+    PublishConflictError,
+    canonical_json,
+    exclusive_lock,
+    input_error,
+    publish_bytes,
+    read_receipt,
+    sha256_bytes,
+    source_package_digest,
+    write_receipt,
+)
+from qhlab.evidence.records import StudyFreezeReceipt
+from qhlab.evidence.publish import TEMP_MARKER
+from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
+from qhlab.study.config import (
+    EXECUTION_FIELDS,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
+from qhlab.study.family import freeze_family
+from qhlab.study.layout import CONFIG_COPY, FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, cell_name
+from qhlab.study.populations import (
+    labelling_record,
+    population_files,
+    population_support,
+    resolve_population,
+)
+from qhlab.study.preparation import (PREPARATION_DIR, check_preparation,
+                                                                   copy_preparation)
+
+__all__ = ["describe_family", "freeze", "freeze_study"]
+
+
+def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
+    """Bind TRAIN support, source and controls without constructing held-out data.
+
+    Validates the config completely, resolves the TRAIN population (generated or reused from
+    the cache when named by preset) and digests its files, records TRAIN support, the
+    canonical first TRAIN chain, the arms with their resolved architectures and recipe
+    digests, both seeds, budgets, thresholds, the source-package digest and the exact versions
+    of Python and the study's packages (``runtime_versions``). The validation
+    population is only declared: it is neither generated nor opened here.
+
+    Args:
+        config_path: the study TOML.
+        output: the study directory (must not exist, or be empty).
+
+    Returns:
+        The freeze receipt body (dict).
+
+    Raises:
+        QhInputError: bad config or TRAIN data (nothing written).
+        PublishConflictError: the study is already frozen at ``output``.
+    """
+    return freeze(config_path, output).receipt.body_record()
+
+
+def describe_family(frozen: FrozenStudy) -> list[str]:
+    """One line per arm of a frozen study: its role, builder, resolved architecture and size."""
+    lines = []
+    for a in frozen.body.arms:
+        arch = {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")}
+        builder = "built-in" if a.get("builder", "qhlab") == "qhlab" else f"builder {a['builder']}"
+        lines.append(f"  {a['arm']} ({a['role']}, {builder}): {json.dumps(arch, sort_keys=True)}, "
+                     f"{a['contract']['parameters']:,} parameters per member")
+    return lines
+
+
+def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executor=None) -> FrozenStudy:
+    """``freeze_study``, returning the study it froze for the next step.
+
+    Args:
+        config_path, output: as for ``freeze_study``.
+        executor: where a preset TRAIN is labelled (an ``ExecutorChoice``; None: the config's).
+            Not part of the freeze: TRAIN's bytes do not depend on it.
+
+    Returns:
+        The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
+        process, so they are not re-hashed).
+    """
+    from qhlab.training.profiles import execution_profile
+
+    config, data, resolved = read_study_config(config_path)
+    execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only
+    check_preparation(config)  # a refused record writes nothing; checked again with the lock held
+    output = Path(output)
+    refuse_linked_study(output, "freeze_study")
+    _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
+    created = not output.exists()
+    try:
+        with exclusive_lock(output / FREEZE_LOCK, hint="another `qhlab study freeze` (or `study run`) is "
+                            "freezing this study; wait for it, then run `qhlab study run` again"):
+            return _freeze_locked(config, data, resolved, output, executor)
+    except QhInputError:
+        # Bad TRAIN data is refused with nothing written: a directory this call made for its
+        # lock alone goes again (a concurrent freeze's lock is held, so its refusal is not this).
+        if created and output.is_dir() and [p.name for p in output.iterdir()] == [FREEZE_LOCK]:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
+
+
+def _refuse_occupied(output: Path, data: bytes) -> bool:
+    """Refuse an output that is frozen or holds anything else; return whether a killed freeze
+    of the same config bytes left only its config copy there (it may then complete)."""
+    if (output / FREEZE_RECEIPT).exists():
+        raise PublishConflictError(
+            f"freeze_study: {output / FREEZE_RECEIPT} already exists; a study is frozen once. "
+            "HINT: `qhlab study run` skips steps that already authenticate; use a new --output for a new study."
+        )
+    # A freeze killed after publishing its config copy leaves only that copy (and perhaps a
+    # temporary file): the same config bytes may complete the freeze there.
+    leftovers = sorted(p.name for p in output.iterdir()
+                       if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
+    # ...and perhaps the family copies it was making, which the freeze makes again.
+    resumable = bool(leftovers) and set(leftovers) <= {CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR} and (
+        CONFIG_COPY not in leftovers or (output / CONFIG_COPY).read_bytes() == data)
+    if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
+        raise input_error("freeze_study", "output", str(output), "a new or empty directory",
+                          "each study publishes into its own directory")
+    return resumable
+
+
+def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path,
+                   executor) -> FrozenStudy:
+    """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.finite_horizon.recipe import recipe_digest
+    from qhlab.scenes.audit import audit_population
+
+    _refuse_occupied(output, data)  # again, now that no other freeze can run here
+    preparation, prepared_from = check_preparation(config)
+    train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
+                                    executor=executor or config.executor_choice())
+    first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
+    population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked
+    audit = audit_population(train_path, call="freeze_study")
+    support = population_support(population)
+    chain = canonical_first_chain(population)
+    output.mkdir(parents=True, exist_ok=True)
+    sources, contracts = freeze_family(config, resolved.parent, population, output)
+    shas = {arm: record["sha256"] for arm, record in sources.items()}
+    recipes = {
+        arm: {
+            str(seed): {str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
+                        for u in (config.broad_updates, config.canary_updates)}
+            for seed in config.seeds
+        }
+        for arm in config.arms
+    }
+    arms = []
+    for arm in config.arms:
+        declaration = config.declaration(arm)
+        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
+        arms.append({
+            "arm": arm,
+            "role": "baseline" if declaration is None else declaration.role,
+            "control": None if declaration is None else declaration.control,
+            "matched": None if declaration is None or declaration.role != "variant"
+            else (declaration.matched or config.baseline_arm),
+            "architecture": recipe.architecture.model_dump(mode="json"),
+            # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
+            "builder": sources[arm]["builder"] if arm in sources else "qhlab",
+            "source": sources.get(arm),
+            "contract": contracts[arm],
+        })
+    body = {
+        "study": config.name,
+        # A fresh identity: two studies frozen from the same config are still two studies, and
+        # a fit of one is never adopted by the other (fit receipts carry it, adoption compares).
+        "study_id": secrets.token_hex(16),
+        # Where the study was made: receipts name its own files by this absolute path, so a copy
+        # elsewhere maps them to its own bytes (``authentication.recorded_output``).
+        "output": os.path.abspath(output),
+        # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
+        "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
+                   "resolved": config.model_dump(mode="json"),
+                   "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
+                   "execution_fields_not_frozen": list(EXECUTION_FIELDS)},
+        "profile": config.profile,
+        "source_package": source_package_digest(),
+        "versions": runtime_versions(),
+        "train": {
+            "path": str(train_path.resolve()),
+            "declared": config.train.model_dump(mode="json"),
+            "manifest_sha256": population.digest,
+            "support": support,
+            "canonical_first_chain": chain,
+            # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
+            "audit": audit,
+        },
+        "validation": {"declared": config.validation.model_dump(mode="json"), "opened": False},
+        "arms": arms,
+        "recipes": recipes,
+        "only_architecture_differs": _only_architecture_differs(config),
+        "seeds": list(config.seeds),
+        "cells": [cell_name(a, s) for a, s in config.cells],
+        "budgets": {"canary_updates": config.canary_updates, "broad_updates": config.broad_updates},
+        "thresholds": {"tie_band": config.tie_band, "regret_fraction": config.regret_fraction,
+                       "mae_fraction": config.mae_fraction},
+        "max_allocated_bytes": config.max_allocated_bytes,
+        "test_data": "none: this study has no test stage",
+    }
+    if sources:
+        # verify refuses a file added to the copies, as every step does before importing them.
+        body["sealed_directories"] = [FAMILY_DIR]
+    # How the recipe was chosen: the tuning record, copied in and bound (None: unrecorded).
+    body["preparation"] = preparation
+    prepared = {} if prepared_from is None else copy_preparation(prepared_from, output)
+    if not (output / CONFIG_COPY).exists():
+        publish_bytes(output / CONFIG_COPY, data)
+    inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
+    # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
+    body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
+    inputs.update({f"train/{k}": v for k, v in generation.items()})
+    outputs = {"config": output / CONFIG_COPY, **prepared}
+    if config.experiment.recipe_file is not None:
+        inputs["recipe_file"] = Path(config.experiment.recipe_file)
+    outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
+                    for arm, record in sources.items() for rel in record["files"]})
+    write_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, body=body, inputs=inputs, outputs=outputs)
+    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False)
+    frozen = FrozenStudy(config, receipt, output, resolved)
+    frozen.keep_population(population)
+    return frozen
+
+
+def _only_architecture_differs(config: QhArchitectureStudyConfig) -> bool:
+    base = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
+    for arm in config.arms[1:]:
+        other = config.cell_recipe(arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
+        changed = {k for k in base if base[k] != other[k]} - {"architecture", "name"}
+        if changed:
+            raise input_error("freeze_study", f"experiment.arms[{arm}]", sorted(changed), "architecture fields only",
+                              "a variant alters only the declared architecture")
+    return True

@@ -1,0 +1,93 @@
+"""The study's two populations: resolving a declared source, the files a receipt binds, support.
+
+Owns: turning a ``PopulationSource`` into a population directory (a named path, or a preset
+generated into / reused from the population cache), the population files a study receipt
+binds, and the support record (scenes, states, candidates, K, H) a receipt carries. Does not
+own: generating populations (``qhlab.scenes``), reading them (``qhlab.finite_horizon.data``)
+or drawing the generation bar (``terminal``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qhlab.study.config import PopulationSource
+
+__all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]
+
+
+def population_files(path: Path) -> dict[str, Path]:
+    """{file name: path} of every file of the population at ``path`` (manifest first)."""
+    from qhlab.scenes.manifest import MANIFEST, POPULATION_FILES
+
+    return {name: path / name for name in (MANIFEST, *POPULATION_FILES)}
+
+
+def resolve_population(source: PopulationSource, split: str, cache: str, *, progress: bool,
+                       executor: Any = None) -> Path:
+    """Generate (or reuse from the cache) a preset population, or return the named path.
+
+    Args:
+        source: the declared source (``path``, or ``preset`` and ``seed``).
+        split: "train" or "validation".
+        cache: the population cache directory (``~`` allowed).
+        progress: draw a bar while a preset population is generated.
+        executor: where its label chunks run (a ``qhlab.execution.ExecutorChoice``; None: local).
+    """
+    if source.path is not None:
+        return Path(source.path)
+    from qhlab.scenes import cached_population
+
+    reporter = None
+    if progress:
+        from qhlab.study.terminal import GenerationProgress
+
+        reporter = GenerationProgress(f"{split} population ({source.preset}, seed {source.seed})")
+    try:
+        # The step audits the population itself and records that audit in its receipt.
+        return cached_population(source.preset, split, source.seed, Path(cache).expanduser(),
+                                 progress=reporter, executor=executor, audit=False)
+    finally:
+        if reporter is not None:
+            reporter.close()
+
+
+def labelling_record(path: Path, executor: Any) -> tuple[dict, dict[str, Path]]:
+    """How a step's population was labelled: execution evidence for the step's receipt.
+
+    Args:
+        path: the population directory.
+        executor: the ``ExecutorChoice`` this step would label on (used only if the population
+            was not already in the cache).
+
+    Returns:
+        (``{"executor": this step's choice, "generation": the population's generation receipt
+        body or None}``, ``{"generation_receipt": path}`` to bind when the population has one;
+        a population written before generation receipts existed has none).
+    """
+    from qhlab.evidence import read_receipt
+    from qhlab.evidence.records import PopulationGenerationReceipt
+    from qhlab.scenes.population import GENERATION_RECEIPT
+
+    receipt = path / GENERATION_RECEIPT
+    if not receipt.is_file():
+        return {"executor": executor.record(), "generation": None}, {}
+    body = read_receipt(receipt, PopulationGenerationReceipt).body_record()
+    return {"executor": executor.record(), "generation": body}, {"generation_receipt": receipt}
+
+
+def population_support(population: Any) -> dict[str, int]:
+    """Counts a receipt records: scenes, chain and successor states, chain candidates, K, H."""
+    is_chain = population.is_chain.numpy().astype(bool)
+    mask = population.candidate_mask.numpy()
+    return {
+        "scenes": int(np.unique(population.scene_id.numpy()[is_chain]).size),
+        "chain_states": int(is_chain.sum()),
+        "successor_states": int((~is_chain).sum()),
+        "candidates": int(mask[is_chain].sum()),
+        "K": int(population.num_candidates),
+        "H": int(population.horizon),
+    }

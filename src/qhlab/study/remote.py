@@ -1,0 +1,386 @@
+"""Broad cells on a Ray cluster: ship each cell's fit to a worker, publish what comes back.
+
+Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store
+and are written into the task's own temporary directory on its node, ``fit_recipe`` runs
+there, and every file of the attempt comes back with its digest; the directory is removed),
+a user arm's frozen source shipped with its task and provided there before the fit, the record of every try of a cell (``TryLedger``, a Ray actor each try reports to before it
+starts, so a try whose worker died and that Ray retried is on record), and the driver side
+(``run_cells_on_ray``: one task per pending cell with ``num_cpus`` = the study's torch threads
+and ``num_gpus=1`` on a CUDA lane; every returned file re-authenticated against the worker's
+receipts in a staging directory before the attempt is published write-once; the cell receipt
+written by ``cells.fit_cell``, which adopts the published attempt). Does not own: the fit
+(``qhlab.finite_horizon.fit``), the cell rules (``cells``) or connecting to Ray
+(``qhlab.execution``).
+
+No filesystem is shared: a worker reads no driver path and writes only below its own
+temporary directory. Only the driver publishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import unicodedata
+from collections.abc import Callable
+from concurrent.futures import as_completed
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import (
+    RECEIPT_SUFFIX,
+    EvidenceError,
+    LockHeldError,
+    QhError,
+    exclusive_lock,
+    input_error,
+    publish_directory,
+    read_receipt,
+    sha256_bytes,
+)
+from qhlab.evidence.records import (
+    ColdInitializationReceipt,
+    EvaluationReceipt,
+    FitReceipt,
+    Receipt,
+    SegmentCheckpointReceipt,
+    WandbAttemptReceipt,
+)
+from qhlab.execution import ExecutorChoice, open_executor, where_am_i
+from qhlab.finite_horizon.fit import default_logical_run_id
+from qhlab.study.authentication import FrozenStudy
+from qhlab.study.cells import adoptable_attempt, fit_cell
+from qhlab.study.family import family_bytes
+from qhlab.study.layout import CELLS_DIR, cell_name
+from qhlab.study.populations import population_files
+from qhlab.study.remote_worker import TryLedger, fit_on_worker
+from qhlab.training.wandb_attempt import writer_lock_path
+
+__all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]
+
+# Ray reruns a cell whose worker process or node died this many times (a fit that raises is
+# a result, never retried). Each try is a new attempt with its own directory and W&B run.
+RAY_TASK_RETRIES = 2
+
+
+def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Path, returned: dict,
+                      populations: dict[str, Path], validation_digest: str) -> Path:
+    """Publish a returned attempt write-once, after re-authenticating every file in staging.
+
+    Refused (nothing published) unless: every file name is a clean relative path (no ``.``,
+    ``..``, empty or absolute parts, no name that is a folder of another or equal to another
+    but for case) whose bytes match the digest sent with it; every receipt is one a fit writes
+    (by name and kind) and authenticates with every file it binds, a relative binding inside
+    the attempt and an absolute one only ``train_manifest`` -> the driver's TRAIN manifest or
+    ``validation_manifest`` -> the sealed validation manifest (paths are checked before any
+    bound file is read); every other file is the fit log or a W&B run file; the fit
+    authenticates as this frozen cell's (``authenticate_attempt``: cell, arm, seed, lane,
+    recipe, TRAIN, source package, budget) and the attempt's name is its recorded
+    ``local_attempt_id``; the evaluation is of the sealed validation and of the final state;
+    the worker ran the frozen package versions; and the fit receipt names the node, process
+    and task the try reported. The last two compare what one worker says with what it wrote:
+    they catch a misconfigured worker, not a forging one (receipts are not signed per worker).
+    """
+    from qhlab.evidence import safe_component
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+    from qhlab.study.authentication import authenticate_attempt
+
+    call = "run_cells_on_ray"
+    name = safe_component(returned["attempt"], field="attempt", call=call)
+    files: dict[str, bytes] = returned["files"]
+    if set(files) != set(returned["sha256"]):
+        raise EvidenceError(f"{call}: attempt {name} returned files {sorted(files)} but digests for "
+                            f"{sorted(returned['sha256'])}.")
+    _check_names(call, name, list(files))
+    for package, version in frozen.body.versions.items():
+        if (returned.get("versions") or {}).get(package) != version:
+            raise input_error(call, f"versions.{package}", (returned.get("versions") or {}).get(package),
+                              f"{version!r}, the frozen version", f"the worker on {returned['where'].get('node_ip')} "
+                              "runs another environment; install the frozen versions on every node",
+                              error=EvidenceError)
+    allowed_absolute = {"train_manifest": (populations["train"] / "manifest.json").as_posix(),
+                        "validation_manifest": (populations["validation"] / "manifest.json").as_posix()}
+
+    def _write(staging: Path) -> None:
+        for relative, data in files.items():
+            if sha256_bytes(data) != returned["sha256"][relative]:
+                raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} does not match its digest.")
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        bound: set[str] = set()
+        for relative in sorted(r for r in files if r.endswith(RECEIPT_SUFFIX)):
+            kind = _receipt_kind(relative)
+            if kind is None:
+                raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
+            # Paths first, without reading what they name; then the receipt with every file it binds.
+            document = read_receipt(staging / relative, kind, verify_files=False)
+            bound.add(relative)
+            for section in ("inputs", "outputs"):
+                for key, entry in getattr(document, section).items():
+                    path = entry.path
+                    if Path(path).is_absolute() or "\\" in path:
+                        if section != "inputs" or allowed_absolute.get(key) != path:
+                            raise EvidenceError(f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
+                                                f"receipt may bind by absolute path only {allowed_absolute}.")
+                        continue
+                    inner = _clean_relative(path, relative)
+                    if inner is None:
+                        raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
+                    bound.add(inner)
+            read_receipt(staging / relative, kind)
+        loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
+        if loose:
+            raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
+        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call).body
+        if fit.local_attempt_id != name:
+            raise EvidenceError(f"{call}: attempt {name!r} holds the fit of local attempt "
+                                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit.")
+        if EVALUATION_RECEIPT not in files:
+            raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
+        evaluation = read_receipt(staging / EVALUATION_RECEIPT, EvaluationReceipt).body
+        if evaluation.population.get("digest") != validation_digest or \
+                evaluation.final_state_sha256 != fit.final_state_sha256:
+            raise EvidenceError(f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
+                                f"{validation_digest} and this attempt's final state.")
+        ran = fit.execution
+        said = returned["where"]
+        keys = ("node_id", "pid", "task_id")
+        if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
+            raise EvidenceError(f"{call}: the fit receipt of attempt {name} says it ran as "
+                                f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }.")
+
+    target = cell_dir / name
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    publish_directory(target, _write)
+    return target
+
+
+def _check_names(call: str, attempt: str, names: list[str]) -> None:
+    """Refuse a returned file name that is not a clean relative path inside the attempt."""
+    from qhlab.study.layout import CELL_RECEIPT
+
+    if attempt == CELL_RECEIPT or attempt.startswith("."):
+        raise EvidenceError(f"{call}: attempt name {attempt!r} is reserved in a cell directory.")
+    seen: dict[str, str] = {}
+    folders: set[str] = set()
+    for relative in names:
+        parts = relative.split("/")
+        if not relative or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+            raise EvidenceError(f"{call}: returned file name {relative!r} of attempt {attempt} is not a clean relative "
+                                "path inside the attempt.")
+        folded = unicodedata.normalize("NFC", relative).casefold()
+        if folded in seen:
+            raise EvidenceError(f"{call}: returned files {seen[folded]!r} and {relative!r} of attempt {attempt} "
+                                "differ only by case or normalisation.")
+        seen[folded] = relative
+        folders.update("/".join(parts[:i]).casefold() for i in range(1, len(parts)))
+    clash = sorted(n for n in seen if n in folders)
+    if clash:
+        raise EvidenceError(f"{call}: returned file names {clash} of attempt {attempt} are also folders of other files.")
+
+
+def _clean_relative(path: str, receipt: str) -> str | None:
+    """The attempt-relative name a receipt's relative binding points at; None if it leaves the attempt."""
+    parts: list[str] = receipt.split("/")[:-1]
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts) or None
+
+
+_RECEIPT_KINDS: dict[str, type[Receipt]] = {
+    "fit.receipt.json": FitReceipt, "evaluation.receipt.json": EvaluationReceipt,
+    "cold_init.receipt.json": ColdInitializationReceipt, "wandb_attempt.receipt.json": WandbAttemptReceipt}
+
+
+def _receipt_kind(relative: str) -> type[Receipt] | None:
+    """The kind a fit's receipt of this name has; None for any other name (or a sub-directory)."""
+    if relative in _RECEIPT_KINDS:
+        return _RECEIPT_KINDS[relative]
+    return SegmentCheckpointReceipt if re.fullmatch(r"segment_checkpoint_u\d{8}\.receipt\.json", relative) else None
+
+
+def _population_bytes(path: Path) -> dict[str, bytes]:
+    """Every file a worker needs to authenticate the population: receipt, manifest, Parquet files."""
+    from qhlab.scenes.manifest import RECEIPT
+
+    files = {**population_files(path), RECEIPT: path / RECEIPT}
+    return {name: file.read_bytes() for name, file in files.items()}
+
+
+def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice: ExecutorChoice, *,
+                     validation: Path, validation_digest: str, verbose: bool, on_result: Callable[[dict], None],
+                     on_error: Callable[[str, int, Exception], None]) -> list[Exception]:
+    """Run the pending broad cells as Ray tasks; publish each returned attempt and its cell receipt.
+
+    A cell that already has a finished, unrecorded attempt (a driver killed after publishing
+    it) is adopted here without a task.
+
+    Args:
+        frozen: the authenticated freeze.
+        pending: the (arm, seed) cells without a cell receipt.
+        choice: the Ray executor (address or a Ray started here).
+        validation: the sealed validation population (the development receipt's path).
+        validation_digest: its manifest digest (the development receipt's).
+        verbose: let Ray and the workers print (``--verbose``).
+        on_result: called with each cell receipt body as it is published.
+        on_error: called with (arm, seed, exception) for a cell that failed.
+
+    Returns:
+        The exceptions of failed cells (the other cells still finish).
+    """
+    import ray
+
+    config = frozen.config
+    output = frozen.output
+    gpus = 1 if _device_type(config.profile) == "cuda" else 0
+    errors: list[Exception] = []
+    locks: dict[str, contextlib.ExitStack] = {}
+
+    def _record(arm: str, seed: int, execution: dict | None) -> None:
+        body = fit_cell(frozen, variant=arm, seed=seed, progress=False, execution=execution)
+        on_result(body)
+
+    with contextlib.ExitStack() as held, open_executor(choice, config.workers, call="qhlab study run",
+                                                       verbose=verbose) as pool:
+        held.callback(lambda: [stack.close() for stack in locks.values()])
+        check_cells_feasible(config)
+        # On the driver's node: the ledger outlives any worker node that dies.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ledger = ray.remote(num_cpus=0)(TryLedger).options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)).remote()
+        populations = pool.put({"train": _population_bytes(frozen.train_path),
+                                "validation": _population_bytes(validation)})
+        futures = {}
+        for arm, seed in pending:
+            cell = cell_name(arm, seed)
+            if adoptable_attempt(output / CELLS_DIR / cell, evaluate=True) is not None:
+                try:  # published by a driver that was killed before its cell receipt
+                    _record(arm, seed, None)
+                except Exception as exc:  # noqa: BLE001 - reported like any failed cell
+                    errors.append(exc)
+                    on_error(arm, seed, exc)
+                continue
+            job = {
+                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
+                "profile": config.profile,
+                "torch_threads": config.torch_threads, "max_allocated_bytes": config.max_allocated_bytes,
+                "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
+                "study": frozen.identity,
+                "verbose": verbose,
+                # A user arm's frozen source travels with its task (the worker shares no files).
+                "arm_source": family_bytes(frozen.body, output, arm),
+                "curve_updates": list(config.curve_updates),
+            }
+            # The cell's logical-run writer lock, held here while its task runs: `qhlab study
+            # status` shows it running, and a local fit of the same cell is refused meanwhile.
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+            except LockHeldError as exc:  # another writer has this cell; the other cells still run
+                errors.append(exc)
+                on_error(arm, seed, exc)
+                continue
+            locks[cell] = stack
+            future = pool.submit_task(fit_on_worker, (job, populations, ledger), num_cpus=config.torch_threads,
+                                      num_gpus=gpus, max_retries=RAY_TASK_RETRIES, name=f"qhlab-cell-{cell}")
+            futures[future] = (arm, seed)
+        for future in as_completed(futures):
+            arm, seed = futures[future]
+            cell = cell_name(arm, seed)
+            try:
+                returned = future.result()
+                tries = _tries(ledger, cell, returned)
+                attempt = _publish_returned(frozen, cell, frozen.recipe(arm, seed, config.broad_updates),
+                                            output / CELLS_DIR / cell, returned,
+                                            {"train": frozen.train_path, "validation": validation},
+                                            validation_digest)
+                execution = {**choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
+                             "tries": tries, "driver": {k: where_am_i()[k] for k in ("hostname", "pid")}}
+                _record(arm, seed, execution)
+            except Exception as exc:  # noqa: BLE001 - reported after every other cell finished
+                cause = _cause(exc, cell, ledger)
+                errors.append(cause)
+                on_error(arm, seed, cause)
+            finally:
+                locks.pop(cell).close()
+    return errors
+
+
+def _tries(ledger: Any, cell: str, returned: dict) -> list[dict]:
+    """Every try of ``cell`` with its outcome; the returned try alone if the ledger is lost."""
+    import ray
+
+    try:
+        tries = ray.get(ledger.tries.remote(cell), timeout=30)
+    except Exception:  # noqa: BLE001 - a lost ledger loses the record of lost tries, not the fit
+        tries = []
+    if not any(t["try"] == returned["try"] for t in tries):
+        tries.append({"try": returned["try"], **returned["where"], "ledger": "unavailable"})
+    for entry in tries:
+        entry["outcome"] = ("returned" if entry["try"] == returned["try"]
+                            else "lost: its worker died; Ray ran the task again")
+    return tries
+
+
+def _cause(exc: Exception, cell: str, ledger: Any) -> Exception:
+    """What to report for a failed cell: a fit's own exception (unwrapped from Ray's remote
+    traceback), or one clear error when every try of the cell lost its worker."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        return exc.cause if exc.cause is not None else exc
+    if isinstance(exc, ray.exceptions.RayError):
+        try:
+            tries = ray.get(ledger.tries.remote(cell), timeout=30)
+        except Exception:  # noqa: BLE001 - the ledger's node may be what died
+            tries = []
+        where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) \
+            or "no try on record"
+        return QhError(
+            f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} (Ray allows {RAY_TASK_RETRIES} retries; "
+            f"{len(tries)} tr{'y' if len(tries) == 1 else 'ies'} on record: {where}). HINT: nothing of it was "
+            "published; check the cluster's nodes, then rerun `qhlab study run` "
+            "(finished cells are not rerun)."
+        )
+    return exc
+
+
+def check_cells_feasible(config: Any, call: str = "qhlab study run") -> None:
+    """Refuse when no live node of the connected Ray cluster can ever run a cell of ``config``
+    (Ray would wait forever): fewer CPUs than ``torch_threads``, or no GPU for a CUDA lane.
+
+    Raises:
+        QhInputError: naming ``torch_threads`` or ``profile``.
+    """
+    import ray
+
+    threads, profile = config.torch_threads, config.profile
+    gpus = 1 if _device_type(profile) == "cuda" else 0
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        raise QhError(f"{call}: the Ray cluster has no live node. HINT: check `ray status` on the head node.")
+    lane_nodes = [n for n in nodes if n.get("GPU", 0) >= gpus]
+    if not lane_nodes:
+        raise input_error(call, "profile", profile, "a lane the cluster can run (no live node has a GPU)",
+                          "add a GPU node (`ray start --num-gpus 1 ...`) or run the study where its lane exists")
+    most_cpus = max(n.get("CPU", 0) for n in lane_nodes)
+    if most_cpus < threads:
+        where = " with a GPU" if gpus else ""
+        raise input_error(call, "torch_threads", threads,
+                          f"at most {most_cpus:g}, the most CPUs of one live node{where} of the Ray cluster",
+                          "a cell is one Ray task that needs torch_threads CPUs on one node; add a node with "
+                          "that many CPUs (torch_threads is frozen: it sets the bits of every fit)")
+
+
+def _device_type(profile: str) -> str:
+    from qhlab.training.profiles import execution_profile
+
+    return execution_profile(profile).device_type

@@ -1,0 +1,159 @@
+"""The report's human-readable forms: ``report.md`` and the PNG figures, from ``report.json``'s content.
+
+Owns: assembling ``report.md`` from the report's sections (the title, the lead section's
+headline, every other section in order, the figures line), the cell formats every section's
+markdown uses (``fmt``, ``ci``, ``table``), the two figures (``arms.png``, ``paired_differences.png``;
+matplotlib Agg, no timestamp metadata) and writing all report files into a directory
+(``write_report_files``). Computes nothing new: every number comes from the report dict.
+Does not own: the sections and their markdown (``report.SECTIONS``), publishing the directory
+or its receipt (``report.report_study``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qhlab.evidence import publish_bytes, publish_file, publish_json
+from qhlab.study.layout import REPORT_JSON, REPORT_MARKDOWN
+
+if TYPE_CHECKING:
+    from qhlab.study.sections import Section
+
+__all__ = ["FIGURES", "ci", "fmt", "table", "write_report_files"]
+
+FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png")
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: floats with ``digits`` decimals, None as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def ci(interval: dict) -> str:
+    """An interval as "[low, high]"."""
+    return f"[{fmt(interval['low'])}, {fmt(interval['high'])}]"
+
+
+def table(columns: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    """A markdown table's lines: the header, its rule and one line per row (cells as ``str``)."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]
+
+
+def _markdown(report: dict, sections: Iterable[Section]) -> str:
+    """The text of ``report.md``: the title, the lead sections (highest ``lead`` first), then the others."""
+    lines = [f"# Architecture study `{report['study']}`", ""]
+    for section in sorted(sections, key=lambda s: -int(s.lead)):
+        lines += section.markdown(report)
+    lines += ["", "Figures: `arms.png` (each arm's MAE and regret with intervals), "
+              "`paired_differences.png` (paired differences against controls), `learning_curves.png` (each "
+              "cell's validation MAE and regret at the observed updates its fit measured; display only, no "
+              "checkpoint is ever selected).", ""]
+    return "\n".join(lines)
+
+
+def _error_bar(iv: dict) -> list[list[float]]:
+    """An interval as matplotlib's [[below], [above]] the estimate (an open side drawn as none)."""
+    low = iv["low"] if iv["low"] is not None else iv["estimate"]
+    high = iv["high"] if iv["high"] is not None else iv["estimate"]
+    return [[iv["estimate"] - low], [high - iv["estimate"]]]
+
+
+def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
+    """{figure name: writer(path)} for each of ``FIGURES`` (the writer saves a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = report["horizon"]
+
+    def arms_figure(path: Path) -> None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, metric in zip(axes, ("mae", "regret")):
+            labels = []
+            for i, c in enumerate(report["cells"]):
+                iv = c[f"{metric}_intervals"][-1]
+                ax.errorbar([i], [iv["estimate"]], yerr=_error_bar(iv),
+                            fmt="o", capsize=3, color=f"C{report['seeds'].index(c['seed'])}")
+                labels.append(f"{c['arm']}\ns{c['seed']}")
+            ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", label="TRAIN constant")
+            if metric == "regret":
+                # The heuristics are policies (no MAE); the oracle line is labelled as such.
+                for ref, style in zip(report["references"].values(), (":", "-.", (0, (1, 3)))):
+                    ax.axhline(ref["regret"][-1], color="C3" if ref["oracle"] else "black",
+                               linestyle=style, linewidth=0.9,
+                               label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"])
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel(f"{metric} at H={h} (m)")
+            ax.set_title(f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+    def paired_figure(path: Path) -> None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(report["paired"]) // 2) + 1.5))
+        for ax, metric in zip(axes, ("regret", "mae")):
+            rows = [p for p in report["paired"] if p["metric"] == metric]
+            for i, p in enumerate(rows):
+                iv = p["interval"]
+                ax.errorbar([iv["estimate"]], [i], xerr=_error_bar(iv),
+                            fmt="o", capsize=3, color=f"C{report['seeds'].index(p['seed'])}")
+            ax.axvline(0.0, color="grey", linestyle="--")
+            ax.set_yticks(range(len(rows)))
+            ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
+            ax.set_xlabel(f"paired difference of {metric} at H={h} (m)")
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+    def curves_figure(path: Path) -> None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        arms = list(dict.fromkeys(c["arm"] for c in report["cells"]))
+        for ax, metric in zip(axes, ("mae", "regret")):
+            for c in report["cells"]:
+                points = c.get("curve") or []
+                if points:
+                    ax.plot([p["updates"] for p in points], [p[metric][-1] for p in points], marker="o",
+                            markersize=3, color=f"C{arms.index(c['arm']) % 10}",
+                            linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
+                            label=f"{c['arm']} s{c['seed']}")
+            ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8,
+                       label="TRAIN constant")
+            ax.set_xlabel("observed optimizer updates")
+            ax.set_ylabel(f"validation {metric} at H={h} (m)")
+            ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
+            ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+    return dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
+
+
+def write_report_files(report: dict, directory: Path, sections: Iterable[Section]) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and the figures into ``directory`` (write-once files).
+
+    Args:
+        report: the report (``report.build_report``).
+        directory: an existing directory (the staging directory of ``report/``).
+        sections: the report's sections (``report.SECTIONS``), whose markdown ``report.md`` joins.
+
+    Returns:
+        {file name: path} of every file written, for the report receipt's outputs.
+    """
+    outputs = {REPORT_JSON: directory / REPORT_JSON, REPORT_MARKDOWN: directory / REPORT_MARKDOWN}
+    publish_json(outputs[REPORT_JSON], report)
+    publish_bytes(outputs[REPORT_MARKDOWN], _markdown(report, sections).encode("utf-8"))
+    for name, writer in _figures(report).items():
+        publish_file(directory / name, writer)
+        outputs[name] = directory / name
+    return outputs

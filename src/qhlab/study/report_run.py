@@ -1,0 +1,112 @@
+"""The study's W&B "report" run: the report's tables and figures where researchers look.
+
+Owns: ``log_report_run(output, *, offline=True)``: after the report step, one W&B run (job
+type ``report``, grouped with the study's canaries and cells under the study's name) logs
+every section's tables of the authenticated ``report.json`` (``report_tables``) as a
+``wandb.Table`` and both figures as ``wandb.Image``s, puts the headline in the run summary,
+and, when online, logs the report directory as an artifact whose metadata carries the report
+receipt's SHA-256 and the digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
+stay syncable later with ``wandb sync``; like a fit attempt's, the run's directory is left
+without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does
+not own: the report itself (``report``), or deciding anything: the run only mirrors
+authenticated files.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from qhlab.evidence import canonical_json, read_receipt, sha256_file
+from qhlab.evidence.records import StudyReportReceipt
+from qhlab.study.layout import REPORT_DIR, REPORT_RECEIPT
+from qhlab.study.render import FIGURES
+from qhlab.study.report import SECTIONS
+from qhlab.study.sections import Tables
+from qhlab.training.wandb_attempt import drop_wandb_links
+
+__all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
+
+REPORT_RUN_DIR = "wandb-report"
+"""Where the report run's offline W&B files go, beside report/ (never inside it: report/ is
+published whole and bound by its receipt)."""
+
+
+def report_tables(report: dict) -> Tables:
+    """The report's tables as (columns, rows), exactly the numbers of ``report.json``.
+
+    Args:
+        report: the parsed ``report.json``.
+
+    Returns:
+        {table name: (columns, rows)}: every section's tables (``report.SECTIONS``), in order.
+    """
+    return {name: table for section in SECTIONS for name, table in section.tables(report).items()}
+
+
+def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
+    """Log one W&B run mirroring the study's authenticated report.
+
+    Args:
+        output: the study output directory (its report step has finished).
+        offline: offline (default: no account, no network) or online.
+
+    Returns:
+        The directory holding the run's W&B files.
+
+    Raises:
+        EvidenceError: the report receipt or a file it binds does not authenticate.
+    """
+    import json
+
+    import wandb
+
+    from qhlab.evidence import authentication_roots
+    from qhlab.study.authentication import recorded_output
+
+    output = Path(output)
+    report_dir = output / REPORT_DIR
+    with authentication_roots(output, original=recorded_output(output)):  # the study's own bytes
+        receipt = read_receipt(report_dir / REPORT_RECEIPT, StudyReportReceipt)
+    report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+    if canonical_json(report["summary"]) != canonical_json(receipt.body.summary):
+        from qhlab.evidence import EvidenceError
+
+        raise EvidenceError(f"log_report_run: {report_dir / 'report.json'} does not match its receipt's summary.")
+    study = str(report["study"])
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    run_dir = output / REPORT_RUN_DIR / f"{stamp}-{secrets.token_hex(2)}"
+    run_dir.mkdir(parents=True)
+    # symlink=False: no latest-run/debug.log links (a signed study directory holds no link).
+    settings = wandb.Settings(console="off", disable_git=True, save_code=False, x_disable_stats=True,
+                              x_disable_meta=True, x_disable_machine_info=True, silent=True, symlink=False)
+    run = wandb.init(
+        project="qhlab", id=f"{study[:40]}-report-{run_dir.name}", name=f"{study} report", group=study,
+        job_type="report", tags=["report"], dir=str(run_dir), mode="offline" if offline else "online",
+        config={"study": study, "horizon": report["horizon"], "seeds": report["seeds"],
+                "profile": report["profile"], "thresholds": report["thresholds"],
+                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT)},
+        settings=settings,
+    )
+    try:
+        for name, (columns, rows) in report_tables(report).items():
+            run.log({f"report/{name}": wandb.Table(columns=columns, data=rows)})
+        for figure in FIGURES:
+            if (report_dir / figure).is_file():
+                run.log({f"report/{figure.removesuffix('.png')}": wandb.Image(str(report_dir / figure))})
+        run.summary.update({"headline": report["headline"]["text"],
+                            "beats_best_heuristic_every_seed": report["headline"]["beats_every_seed"],
+                            "n_scenes": report["n_scenes"]})
+        if not offline:
+            artifact = wandb.Artifact(f"{study}-report", type="report", metadata={
+                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+                "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
+            })
+            artifact.add_dir(str(report_dir))
+            run.log_artifact(artifact)
+    finally:
+        run.finish()
+        # After finish: wandb-core's debug-core.log link (outside the study) is made at run start.
+        drop_wandb_links(run_dir)
+    return run_dir

@@ -1,0 +1,344 @@
+"""The tuning config: what ``qhlab tune`` searches, on which population, and by which rule.
+
+Owns: ``QhTuningConfig`` and its parts (the search space, the objective and its winner rule's
+settings), reading a tuning TOML (``read_tuning_config``: every invalid field listed in one
+error, before anything is written), and applying a trial's parameters to the base recipe
+(``trial_recipe``). Does not own: the recipe model (``qhlab.finite_horizon.recipe``), the
+population sources (the study config's ``PopulationSource``), the winner rule's arithmetic
+(``rule``) or running trials (``run``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
+
+from qhlab.evidence import QhInputError
+from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
+from qhlab.study.config import PopulationSource, ProfileName
+
+__all__ = ["Domain", "Objective", "QhTuningConfig", "SAMPLERS", "read_tuning_config", "trial_recipe"]
+
+TUNE_CALL = "qhlab tune"
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+_Int = Annotated[int, Strict()]
+# Optuna samplers that are reproducible from a seed and the completed trials alone (each trial's
+# suggestion is drawn by a sampler made for that trial: see ``run``).
+SAMPLERS = ("tpe", "random")
+# Recipe fields a search may never vary, and why (a refusal says the reason).
+_FIXED_FIELDS = {
+    "seed": "the objective's fit seeds are the seeds; a seed search is not tuning",
+    "name": "a label, not a setting",
+    "horizon": "the population's H decides it",
+    "data": "the tuning population is [train] and [validation]",
+    "accelerator": "a backend field: the execution profile sets it",
+    "devices": "a backend field: the execution profile sets it",
+    "precision": "a backend field: the execution profile sets it",
+    "evaluation.tie_band": "it defines the metric, which must not move between trials",
+    "architecture.arm": "comparing arms is a study's question, not a recipe's",
+    "architecture.builder": "comparing arms is a study's question, not a recipe's",
+    "architecture.source_sha256": "bound from the arm's source, never chosen",
+}
+_DOMAIN_KEYS = {"choices", "low", "high", "log", "step"}
+
+
+class Domain(BaseModel):
+    """One recipe field's domain: a list of choices, or an int or float range.
+
+    A range is of integers when ``low`` and ``high`` are both TOML integers (and ``step``, if
+    given), else of floats. ``log`` samples a range on a log scale (``low > 0``).
+
+    Attributes:
+        choices: the allowed values (at least two distinct).
+        low: the range's lowest value (inclusive).
+        high: the range's highest value (inclusive), above ``low``.
+        log: sample the range log-uniformly.
+        step: the range's grid spacing (no ``log`` with it).
+    """
+
+    model_config = _FROZEN
+
+    choices: tuple[Any, ...] | None = None
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Domain:
+        if self.choices is not None:
+            if any(v is not None for v in (self.low, self.high, self.step)) or self.log:
+                raise ValueError("choices together with low/high/log/step is not allowed; allowed: either choices, "
+                                 "or a range (low, high, optional log or step)")
+            if len(self.choices) < 2 or len({repr(c) for c in self.choices}) != len(self.choices):
+                raise ValueError(f"choices={list(self.choices)!r} is not allowed; allowed: at least two "
+                                 "distinct values")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a domain needs choices, or both low and high")
+        for name in ("low", "high", "step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or (value is not None and not math.isfinite(value)):
+                raise ValueError(f"{name}={value!r} is not allowed; allowed: a finite number")
+        if not self.low < self.high:
+            raise ValueError(f"low={self.low!r}, high={self.high!r} is not allowed; allowed: low < high (the range "
+                             "is empty or inverted)")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log with low={self.low!r} is not allowed; allowed: low > 0 on a log scale")
+        if self.step is not None and (self.log or self.step <= 0 or self.step > self.high - self.low):
+            raise ValueError(f"step={self.step!r} is not allowed; allowed: 0 < step <= high - low, without log")
+        return self
+
+    @property
+    def kind(self) -> Literal["categorical", "int", "float"]:
+        """How Optuna suggests it: ``suggest_categorical``, ``suggest_int`` or ``suggest_float``."""
+        if self.choices is not None:
+            return "categorical"
+        ints = all(isinstance(v, int) for v in (self.low, self.high, *([self.step] if self.step is not None else [])))
+        return "int" if ints else "float"
+
+    def corners(self) -> list[Any]:
+        """The values that must each make a valid recipe: every choice, or both ends of the range."""
+        if self.choices is not None:
+            return list(self.choices)
+        return [self.low, self.high] if self.kind == "int" else [float(self.low), float(self.high)]
+
+
+class Objective(BaseModel):
+    """The metric and the winner rule, written before any trial.
+
+    A trial fits the candidate recipe once per seed in ``seeds`` and scores the mean of the
+    metric at H over those fits, on the tuning validation population. The winner is the best
+    admissible trial, except that a cheaper trial within ``band`` of the best wins
+    (``rule.pick_winner``).
+
+    Attributes:
+        metric: "regret" (regret_H) or "mae" (MAE_H), in metres.
+        seeds: the fit seeds of every trial (distinct, at least one).
+        max_seed_sd: a trial whose metric's sample standard deviation over the seeds exceeds
+            it is not admissible (None: no limit; needs two seeds or more).
+        max_cost: a trial whose cost (updates x ensemble members) exceeds it is not run
+            (None: no limit).
+        band: metres: trials within it of the best count as tied, and the cheapest wins.
+    """
+
+    model_config = _FROZEN
+
+    metric: Literal["regret", "mae"] = "regret"
+    seeds: tuple[_Int, ...] = Field(min_length=1, max_length=64)
+    max_seed_sd: float | None = Field(default=None, gt=0.0, le=10.0)
+    max_cost: _Int | None = Field(default=None, ge=1)
+    band: float = Field(default=0.0, ge=0.0, le=10.0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
+            raise ValueError(f"seeds={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
+        return seeds
+
+    @model_validator(mode="after")
+    def _spread_needs_seeds(self) -> Objective:
+        if self.max_seed_sd is not None and len(self.seeds) < 2:
+            raise ValueError("max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread "
+                             "needs them)")
+        return self
+
+
+class QhTuningConfig(BaseModel):
+    """One tuning: a base recipe, a search space, an objective, on one tuning population.
+
+    Attributes:
+        name: the tuning's name (W&B group of its trials' runs).
+        profile: execution profile (lane) of every fit, e.g. "cpu-fp32".
+        train: the TRAIN population the trials fit on (it may be a study's TRAIN).
+        validation: the tuning validation population the trials are scored on; never a
+            population a study has sealed as its validation.
+        recipe: the base recipe: a recipe file's path (relative to this config), or its fields
+            inline (without ``seed`` and ``data``, which the tuning owns).
+        space: ``{dotted recipe field: Domain}``, e.g. ``"optimizer.lr" = {low = 1e-3, high = 1e-2, log = true}``.
+        objective: the metric and the winner rule.
+        trials: trials in all.
+        batch: trials asked together; each batch is suggested from the trials of earlier
+            batches only, so the trials do not depend on how many fits run at once.
+        sampler: Optuna sampler, one of ``SAMPLERS``.
+        sampler_seed: the sampler's seed.
+        deviations: recipe fields a study using the winner may set otherwise (e.g. ``updates``).
+        workers: fits at once on the local executor. Not part of the record (execution only).
+        executor: "local" or "ray" (a Ray on this machine or a cluster sharing its file system).
+            Not part of the record.
+        torch_threads: torch intra-op threads of each fit process.
+        population_cache: cache directory of generated populations.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    profile: ProfileName = "cpu-fp32"
+    train: PopulationSource
+    validation: PopulationSource
+    recipe: str | dict[str, Any]
+    space: dict[str, Domain] = Field(min_length=1)
+    objective: Objective
+    trials: _Int = Field(ge=1, le=10_000)
+    batch: _Int = Field(default=1, ge=1, le=256)
+    sampler: Literal["tpe", "random"] = "tpe"
+    sampler_seed: _Int = Field(default=0, ge=0, lt=2**32)
+    deviations: tuple[str, ...] = ()
+    workers: _Int = Field(default=1, ge=1, le=64)
+    executor: Literal["local", "ray"] = "local"
+    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    population_cache: str = DEFAULT_POPULATION_ROOT
+
+    @field_validator("space")
+    @classmethod
+    def _fields(cls, space: dict[str, Domain]) -> dict[str, Domain]:
+        for field in space:
+            for fixed, why in _FIXED_FIELDS.items():
+                if field == fixed or field.startswith(fixed + "."):
+                    raise ValueError(f"{field!r} is not allowed; allowed: a scientific recipe field other than "
+                                     f"{', '.join(sorted(_FIXED_FIELDS))} ({why})")
+        return space
+
+    def record(self) -> dict[str, Any]:
+        """The config as the tuning record binds it: every field except the execution ones."""
+        return self.model_dump(mode="json", exclude={"workers", "executor"})
+
+
+def _flatten_space(raw: Any, prefix: str = "") -> Any:
+    """``[space]`` as ``{dotted field: domain table}``: TOML nests ``optimizer.lr = {...}`` as tables."""
+    if not isinstance(raw, dict):
+        return raw
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value and not set(value) <= _DOMAIN_KEYS:
+            flat.update(_flatten_space(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _base_recipe_raw(config: QhTuningConfig) -> dict[str, Any]:
+    """The base recipe's fields as a mapping (a file's, or the inline table)."""
+    if isinstance(config.recipe, dict):
+        owned = sorted(k for k in ("seed", "data") if k in config.recipe)
+        if owned:
+            raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed inline; allowed: the scientific "
+                             "fields (the objective's seeds and [train]/[validation] set them)")
+        return {"seed": config.objective.seeds[0], **copy.deepcopy(config.recipe)}
+    from qhlab.finite_horizon.recipe import read_toml
+
+    raw, _, _ = read_toml(config.recipe, call=TUNE_CALL, field="recipe", example="examples/tiny-recipe.toml")
+    raw.pop("data", None)
+    return raw
+
+
+def _set(raw: dict[str, Any], field: str, value: Any) -> None:
+    *parents, key = field.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"space field {field!r}: {part!r} is not a table of the recipe")
+    node[key] = value
+
+
+def trial_recipe(config: QhTuningConfig, params: dict[str, Any], *, seed: int, base: dict[str, Any] | None = None):
+    """The base recipe with a trial's parameters set, for one fit seed.
+
+    Args:
+        config: the tuning config.
+        params: ``{space field: value}`` (every field of ``config.space``).
+        seed: the fit seed.
+        base: the base recipe mapping (``_base_recipe_raw``; read again when None).
+
+    Returns:
+        A validated ``QhRecipe`` named ``<config.name>``, data fields empty.
+
+    Raises:
+        QhInputError: the parameters make an invalid recipe (every field listed).
+    """
+    from qhlab.finite_horizon.recipe import validate_recipe
+
+    raw = copy.deepcopy(base if base is not None else _base_recipe_raw(config))
+    for field, value in params.items():
+        _set(raw, field, value)
+    raw.update(name=config.name, seed=seed)
+    return validate_recipe(raw, source=f"tuning {config.name!r} trial recipe")
+
+
+def _known_field(recipe_dump: dict[str, Any], field: str) -> bool:
+    node: Any = recipe_dump
+    for part in field.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return not isinstance(node, dict)
+
+
+def _check_space(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
+    """Every problem of the space against the base recipe: unknown fields, invalid corners."""
+    problems = []
+    try:
+        base_recipe = trial_recipe(config, {}, seed=config.objective.seeds[0], base=base)
+    except QhInputError as exc:
+        return [f"recipe: the base recipe is invalid: {exc}"]
+    dump = base_recipe.model_dump(mode="json")
+    for field, domain in config.space.items():
+        if not _known_field(dump, field):
+            problems.append(f"space.{field} is not allowed; allowed: a scalar field of the base recipe "
+                            f"(e.g. optimizer.lr, batch_size, updates, architecture.encoder.width)")
+            continue
+        for value in domain.corners():
+            try:
+                trial_recipe(config, {field: value}, seed=config.objective.seeds[0], base=base)
+            except QhInputError as exc:
+                detail = str(exc).split("\n")[1].strip(" -") if "\n" in str(exc) else str(exc)
+                problems.append(f"space.{field}={value!r} is not allowed; allowed: values that make a valid recipe "
+                                f"({detail})")
+    for field in config.deviations:
+        if not _known_field(dump, field):
+            problems.append(f"deviations: {field!r} is not allowed; allowed: a scalar field of the base recipe")
+    return problems
+
+
+def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, bytes, Path, dict[str, Any]]:
+    """Read and fully validate a tuning TOML before anything is written.
+
+    Relative ``recipe``, ``train.path``, ``validation.path`` and ``population_cache`` are
+    resolved against the config file's directory.
+
+    Returns:
+        (the validated config, the file's exact bytes, the resolved path, the base recipe mapping).
+
+    Raises:
+        QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
+    """
+    from qhlab.finite_horizon.recipe import read_toml, validation_error
+
+    raw, data, path = read_toml(config_path, call=TUNE_CALL, field="config_path", example="examples/tiny-tune.toml",
+                                relative=(("recipe",), ("train", "path"), ("validation", "path"),
+                                          ("population_cache",)))
+    if "space" in raw:
+        raw["space"] = _flatten_space(raw["space"])
+    source = f"tuning config {str(Path(config_path).expanduser())!r}"
+    try:
+        config = QhTuningConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, source, QhTuningConfig, "compare with examples/tiny-tune.toml.") from None
+    try:
+        base = _base_recipe_raw(config)
+    except ValueError as exc:
+        raise QhInputError(f"{source}: 1 invalid field(s):\n  - recipe: {exc}\nHINT: compare with "
+                           "examples/tiny-tune.toml.") from None
+    problems = _check_space(config, base)
+    if problems:
+        raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
+                           + "\nHINT: the space names recipe fields (dotted) and domains that make valid recipes.")
+    return config, data, path, base

@@ -1,0 +1,263 @@
+"""The tuning record: ``tuning.json``, ``recipe.toml`` and the receipt that binds them, and its checks.
+
+Owns: the tuning directory's file names, the record's layout (the config, every trial's
+parameters, state, metrics and fit evidence digests, the rule, the winner and every
+population's identity), emitting the winning recipe as a recipe file, reading a record back
+(``read_record``: authenticated), and ``check_record``, which recomputes every trial's score
+and the winner from the record and, where the trials' fits are present, every metric from its
+fit's evaluation receipt. Everything here but ``publish_record`` is torch-free, so
+``qhlab verify`` runs it. Does not own: running trials (``run``) or the rule's arithmetic
+(``rule``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    MissingEvidenceError,
+    input_error,
+    publish_bytes,
+    publish_json,
+    read_receipt,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
+from qhlab.study.tuning.rule import pick_winner, trial_score
+
+__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",
+           "population_record", "publish_record", "read_record", "refuse_sealed_validation"]
+
+RECORD = "tuning.json"
+RECEIPT = "tuning.receipt.json"
+RECIPE = "recipe.toml"
+CONFIG_COPY = "config.toml"
+TRIALS_DB = "trials.db"
+FITS_DIR = "fits"
+RULE_TEXT = ("admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
+             "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
+             "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number")
+_BACKEND = ("accelerator", "devices", "precision")
+
+
+def population_record(path: Path) -> dict:
+    """A population's identity as the record holds it: path, manifest digest, declared generator,
+    and the content digest of every scene (a study compares them with its own validation's)."""
+    from qhlab.scenes.manifest import read_manifest
+    from qhlab.scenes.population import scene_content_digests
+
+    manifest = read_manifest(path)
+    generator = manifest.get("generator") or {}
+    return {"path": str(path), "manifest_sha256": sha256_file(path / "manifest.json"),
+            "preset": generator.get("preset"), "split": generator.get("split"), "seed": generator.get("seed"),
+            "scene_digests": sorted(set(scene_content_digests(path).values()))}
+
+
+def refuse_sealed_validation(call: str, population: Path, cache: str | os.PathLike) -> None:
+    """Refuse a tuning validation population that a study has sealed as its validation."""
+    from qhlab.scenes.seals import seals_of
+
+    seals = seals_of(population, (cache,))
+    if seals:
+        studies = ", ".join(sorted({str(s["study"]) for s in seals}))
+        raise input_error(call, "validation", str(population), "a population no study has sealed as its validation",
+                          f"study {studies} holds it out (its seal is in the population cache's .sealed-validations/);"
+                          " tune on another validation seed of the preset")
+
+
+def _strip_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _recipe_file(recipe: dict, number: int) -> bytes:
+    import tomli_w
+
+    header = (f"# Emitted by qhlab tune: the winning recipe of trial {number + 1} ({RECORD}). Not edited by hand:\n"
+              "# a study that names this tuning's record is frozen only with this recipe (or its declared\n"
+              "# deviations).\n")
+    return (header + tomli_w.dumps(recipe)).encode("utf-8")
+
+
+def publish_record(directory: Path, *, config: Any, config_sha256: str, base: dict, entries: list[dict],
+                   populations: dict, recipe_of: Callable[[dict], Any]) -> dict:
+    """Publish ``tuning.json``, ``recipe.toml`` (when a trial is admissible) and the receipt binding them.
+
+    A run killed between these files is completed by the next run: a file already published
+    must hold exactly the bytes this run would write (it is rebuilt from the same trials), else
+    the run refuses.
+    """
+    import optuna
+
+    objective = config.objective
+    winner = pick_winner(entries, band=objective.band, max_seed_sd=objective.max_seed_sd)
+    recipe = None
+    if winner["number"] is not None:
+        applied = recipe_of(entries[winner["number"]]["params"])
+        recipe = _strip_none({k: v for k, v in applied.model_dump(mode="json").items() if k not in _BACKEND})
+    record = {
+        "kind": "tuning_record",
+        "name": config.name,
+        "config": config.record(),
+        "config_sha256": config_sha256,
+        "base_recipe": base,
+        "populations": populations,
+        "objective": objective.model_dump(mode="json"),
+        "rule": RULE_TEXT,
+        "deviations": list(config.deviations),
+        "optuna": {"version": optuna.__version__, "sampler": config.sampler, "sampler_seed": config.sampler_seed,
+                   "batch": config.batch, "storage": TRIALS_DB,
+                   "suggestion": "each trial by a sampler seeded with sha256(sampler_seed:number), from the "
+                                 "finished trials of earlier batches"},
+        "trials": entries,
+        "winner": {**winner, "params": None if recipe is None else entries[winner["number"]]["params"],
+                   "mean": None if recipe is None else entries[winner["number"]]["mean"], "recipe": recipe},
+    }
+    outputs = {"record": directory / RECORD}
+    _publish_same(directory / RECORD, lambda p: publish_json(p, record))
+    if recipe is not None:
+        data = _recipe_file(recipe, winner["number"])
+        _publish_same(directory / RECIPE, lambda p: publish_bytes(p, data))
+        outputs["recipe"] = directory / RECIPE
+    write_receipt(directory / RECEIPT, TuningReceipt,
+                  body={"name": config.name, "config_sha256": config_sha256, "trials": len(entries),
+                        "winner": winner["number"]},
+                  inputs={"config": directory / CONFIG_COPY}, outputs=outputs)
+    return record
+
+
+def _publish_same(path: Path, publish: Callable[[Path], Any]) -> None:
+    """Publish ``path``, or accept it in place when an interrupted run published the same bytes."""
+    if not path.exists():
+        publish(path)
+        return
+    staged = path.parent / f".{path.name}.check"
+    staged.unlink(missing_ok=True)
+    try:
+        publish(staged)
+        if sha256_file(staged) != sha256_file(path):
+            raise EvidenceError(f"qhlab tune: {path} exists with other bytes than this tuning's record; it was not "
+                                "overwritten. HINT: a record is write-once; use another --output.")
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def read_record(directory: str | os.PathLike) -> dict:
+    """The record of a tuning directory, authenticated by its receipt (and the files it binds).
+
+    Raises:
+        MissingEvidenceError: no ``tuning.receipt.json``.
+        EvidenceError: the receipt or a bound file fails.
+    """
+    import json
+
+    directory = Path(directory)
+    read_receipt(directory / RECEIPT, TuningReceipt)
+    return json.loads((directory / RECORD).read_text(encoding="utf-8"))
+
+
+def _at(mapping: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(mapping, dict) or part not in mapping:
+            return _MISSING
+        mapping = mapping[part]
+    return mapping
+
+
+_MISSING = object()
+
+
+def check_record(directory: str | os.PathLike) -> dict:
+    """Recompute a tuning record from its evidence; raise at the first disagreement.
+
+    Checks, in order: the receipt and the files it binds; every complete trial's mean and
+    seed sd from its fits' values (``rule.trial_score``); every pruned trial's cost against
+    ``max_cost``; the winner from the rule (``rule.pick_winner``); ``recipe.toml`` against the
+    record's winning recipe and parameters; and, for each fit whose directory is present below
+    the tuning directory, its metric values and receipt digests against its evaluation and fit
+    receipts.
+
+    Returns:
+        ``{"trials", "winner", "fits_recomputed", "fits_absent"}``.
+
+    Raises:
+        DigestMismatchError: a recomputed value differs from the recorded one.
+    """
+    directory = Path(directory)
+    record = read_record(directory)
+    where = f"qhlab verify: {directory / RECORD}"
+    objective, trials = record["objective"], record["trials"]
+    recomputed = absent = 0
+    for position, trial in enumerate(trials):
+        if trial["number"] != position:
+            raise DigestMismatchError(f"{where}: trial {position} is numbered {trial['number']}.")
+        max_cost = objective.get("max_cost")
+        if trial["state"] == "pruned":
+            if max_cost is None or trial["cost"] <= max_cost:
+                raise DigestMismatchError(f"{where}: trial {position} is pruned at cost {trial['cost']} within "
+                                          f"max_cost {max_cost}.")
+            continue
+        if [f["seed"] for f in trial["fits"]] != list(objective["seeds"]):
+            raise DigestMismatchError(f"{where}: trial {position} fits seeds {[f['seed'] for f in trial['fits']]}, "
+                                      f"not the objective's {objective['seeds']}.")
+        score = trial_score([f[objective["metric"]] for f in trial["fits"]])
+        if score != {"mean": trial["mean"], "seed_sd": trial["seed_sd"]}:
+            raise DigestMismatchError(f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
+                                      f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, {score['seed_sd']!r}.")
+        for fit in trial["fits"]:
+            if _check_fit(directory, where, position, fit):
+                recomputed += 1
+            else:
+                absent += 1
+    winner = pick_winner(trials, band=objective["band"], max_seed_sd=objective.get("max_seed_sd"))
+    recorded = {k: record["winner"].get(k) for k in winner}
+    if recorded != winner:
+        raise DigestMismatchError(f"{where}: the recorded winner {recorded} is not the rule's {winner}.")
+    _check_recipe(directory, where, record)
+    return {"trials": len(trials), "winner": winner["number"], "fits_recomputed": recomputed, "fits_absent": absent}
+
+
+def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
+    """Compare one fit's recorded values with its receipts; False when its directory is absent."""
+    attempt = directory / fit["directory"]
+    if not attempt.is_dir():
+        return False
+    for name, key in (("fit.receipt.json", "fit_receipt_sha256"), ("evaluation.receipt.json",
+                                                                  "evaluation_receipt_sha256")):
+        if not (attempt / name).is_file():
+            raise MissingEvidenceError(f"{where}: trial {number} fit {fit['directory']} has no {name}.")
+        if sha256_file(attempt / name) != fit[key]:
+            raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']}/{name} is not the one recorded.")
+    body = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt).body
+    for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
+        if getattr(body, field) != fit[metric]:
+            raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']} records {metric} "
+                                      f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}.")
+    return True
+
+
+def _check_recipe(directory: Path, where: str, record: dict) -> None:
+    winner = record["winner"]
+    path = directory / RECIPE
+    if winner["number"] is None:
+        if path.exists():
+            raise DigestMismatchError(f"{where}: no trial is admissible, yet {path} exists.")
+        return
+    try:
+        emitted = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise EvidenceError(f"{where}: {path} is not a readable recipe ({exc}).") from None
+    if emitted != winner["recipe"]:
+        raise DigestMismatchError(f"{where}: {path} is not the winning recipe the record holds.")
+    params = record["trials"][winner["number"]]["params"]
+    if winner["params"] != params or any(_at(emitted, k) != v for k, v in params.items()):
+        raise DigestMismatchError(f"{where}: the winning recipe does not carry trial {winner['number'] + 1}'s "
+                                  "parameters.")

@@ -1,0 +1,352 @@
+"""``qhlab tune``: run a tuning's trials as real fits, with Optuna on SQLite, and publish its record.
+
+Owns: the tuning directory (``trials.db``, ``config.toml``, ``fits/``, the record), the batch
+loop (each trial's parameters suggested from the trials of earlier batches only, by a sampler
+seeded for that trial, so the trials do not depend on the worker count, the executor or an
+interruption), adopting the finished fits of an interrupted run, and the refusals before
+anything is written. Does not own: the config (``config``), the winner rule (``rule``), the
+record's layout and checks (``record``) or fitting (``qhlab.finite_horizon.fit``).
+
+Trials are kept in Optuna's RDB storage only once they are finished (``Study.add_trial``, in
+trial order), so the database never holds a half-made trial: after a SIGKILL the same command
+suggests the unfinished batch again (the same parameters), adopts the fits that had finished,
+and runs the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import (
+    canonical_json,
+    exclusive_lock,
+    input_error,
+    publish_bytes,
+    read_receipt,
+    sha256_bytes,
+    sha256_file,
+)
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt
+from qhlab.study.tuning.config import TUNE_CALL, QhTuningConfig, read_tuning_config, trial_recipe
+from qhlab.study.tuning.record import (CONFIG_COPY, FITS_DIR, RECEIPT, TRIALS_DB, population_record,
+                                                publish_record, refuse_sealed_validation)
+from qhlab.study.tuning.rule import pick_winner, trial_score
+
+__all__ = ["run_tuning"]
+
+_LOCK = ".tune.lock"
+
+
+def _config_digest(config: QhTuningConfig, base: dict) -> str:
+    """What makes two runs the same tuning: the recorded config and the base recipe's fields."""
+    return sha256_bytes(canonical_json({"config": config.record(), "base_recipe": base}))
+
+
+def _sampler(config: QhTuningConfig, number: int):
+    """The sampler that suggests trial ``number``: seeded by the config's seed and the number only."""
+    import optuna
+
+    seed = int.from_bytes(hashlib.sha256(f"{config.sampler_seed}:{number}".encode()).digest()[:4], "big")
+    if config.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _distributions(config: QhTuningConfig) -> dict:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for name in sorted(config.space):
+        domain = config.space[name]
+        if domain.kind == "categorical":
+            out[name] = CategoricalDistribution(list(domain.choices))
+        elif domain.kind == "int":
+            out[name] = IntDistribution(int(domain.low), int(domain.high), log=domain.log, step=int(domain.step or 1))
+        else:
+            out[name] = FloatDistribution(float(domain.low), float(domain.high), log=domain.log,
+                                          step=None if domain.step is None else float(domain.step))
+    return out
+
+
+def _suggest(config: QhTuningConfig, number: int, earlier: list) -> dict:
+    """Trial ``number``'s parameters from the finished trials of earlier batches (``earlier``)."""
+    import optuna
+
+    scratch = optuna.create_study(direction="minimize", sampler=_sampler(config, number))
+    scratch.add_trials(earlier)
+    return dict(scratch.ask(fixed_distributions=_distributions(config)).params)
+
+
+def _refuse_foreign_db(directory: Path, config: QhTuningConfig, digest: str) -> None:
+    """Refuse a ``trials.db`` that is not an Optuna database of this config's trials (read-only)."""
+    path = directory / TRIALS_DB
+    if not path.exists():
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            names = [r[0] for r in connection.execute("SELECT study_name FROM studies")]
+            recorded = [r[0] for r in connection.execute(
+                "SELECT value_json FROM study_user_attributes WHERE key = 'config_sha256'")]
+    except sqlite3.Error as exc:
+        raise input_error(TUNE_CALL, "trials.db", str(path), "an Optuna SQLite database written by qhlab tune",
+                          f"it is unreadable ({exc}); nothing was overwritten: move it away or use another "
+                          "--output") from None
+    if names != [config.name]:
+        raise input_error(TUNE_CALL, "trials.db", str(path), f"the database of tuning {config.name!r}",
+                          f"it holds studies {names!r}; nothing was overwritten: use another --output")
+    if recorded and recorded != [json.dumps(digest)]:
+        raise input_error(TUNE_CALL, "trials.db", str(path), f"the trials of this config (config_sha256 {digest})",
+                          f"it holds the trials of another config ({recorded[0]}); nothing was overwritten: use "
+                          "another --output")
+
+
+def _open_storage(directory: Path, config: QhTuningConfig, digest: str):
+    """Optuna's study in ``DIR/trials.db`` (checked by ``_refuse_foreign_db`` first)."""
+    import optuna
+
+    _refuse_foreign_db(directory, config, digest)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{directory / TRIALS_DB}")
+    study = optuna.create_study(study_name=config.name, storage=storage, direction="minimize", load_if_exists=True)
+    if study.user_attrs.get("config_sha256") is None:
+        study.set_user_attr("config_sha256", digest)
+    return study
+
+
+def _fit_job(job: dict) -> dict:
+    """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it."""
+    import torch
+
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, FitRequest, fit_recipe
+    from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
+    from qhlab.training.launcher import admit_launch
+    from qhlab.training.segments import FIT_RECEIPT
+
+    torch.set_num_threads(job["torch_threads"])
+    recipe = QhRecipe.model_validate(job["recipe"])
+    fits = Path(job["fits"])
+    cell_dir = fits / job["cell"]
+    expected = recipe_digest(admit_launch(job["profile"], recipe).recipe)
+    directory = None
+    if cell_dir.is_dir():
+        for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if (attempt / FIT_RECEIPT).is_file() and (attempt / EVALUATION_RECEIPT).is_file():
+                if read_receipt(attempt / FIT_RECEIPT, FitReceipt).body.recipe_digest == expected:
+                    directory = attempt
+                    break
+    adopted = directory is not None
+    if directory is None:
+        result = fit_recipe(FitRequest(
+            recipe=recipe, profile=job["profile"], output=fits, train=job["train"], validation=job["validation"],
+            cell=job["cell"], progress=False, job_type="trial", group=job["group"], tags=(f"trial-{job['number']}",)))
+        directory = result.output_directory
+    evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
+    fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
+    return {
+        "seed": int(recipe.seed),
+        "regret": evaluation.regret_primary,
+        "mae": evaluation.mae_primary,
+        "final_state_sha256": fit_body.final_state_sha256,
+        "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
+        "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
+        "directory": directory.relative_to(fits.parent).as_posix(),
+        "observed_updates": fit_body.observed_updates,
+        "wall_seconds": fit_body.wall_seconds,
+        "adopted": adopted,
+    }
+
+
+def _cell(number: int, seed: int) -> str:
+    return f"t{number:04d}-s{seed}"
+
+
+def _trial_entry(number: int, batch: int, params: dict, cost: int, fits: list[dict] | None, metric: str,
+                 max_cost: int | None) -> dict:
+    """A finished trial as the record holds it (``fits`` None: over the cost limit, not run)."""
+    if fits is None:
+        return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "pruned",
+                "reason": f"cost {cost} > max_cost {max_cost}", "fits": [], "mean": None, "seed_sd": None}
+    score = trial_score([f[metric] for f in fits])
+    return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "complete", "reason": None,
+            "fits": fits, **score}
+
+
+def _add_finished(study, entry: dict, distributions: dict) -> None:
+    import optuna
+
+    state = optuna.trial.TrialState.COMPLETE if entry["state"] == "complete" else optuna.trial.TrialState.PRUNED
+    study.add_trial(optuna.trial.create_trial(
+        params=entry["params"], distributions=distributions, state=state,
+        value=entry["mean"] if entry["state"] == "complete" else None,
+        user_attrs={"qhlab": entry}))
+
+
+def _say_trial(say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int,
+               best: dict | None) -> None:
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in sorted(entry["params"].items()))
+    if entry["state"] == "complete":
+        spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f})"
+        wall = sum(f["wall_seconds"] for f in entry["fits"])
+        result = f"{metric}_{horizon} {entry['mean']:.4f}{spread}, {len(entry['fits'])} fits, {wall:.1f} s"
+    else:
+        result = f"pruned: {entry['reason']}"
+    say(f"trial {entry['number'] + 1}/{trials} [{params}]: {result}")
+    if best is not None:
+        say(f"  best so far: trial {best['number'] + 1}, {metric}_{horizon} {best['mean']:.4f}")
+
+
+def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, workers: int | None = None,
+               executor: Any = None, say: Callable[[str], None] = print) -> dict:
+    """Run (or resume, or re-read) a tuning and publish its record.
+
+    Args:
+        config_path: the tuning TOML.
+        output: the tuning directory (created; an interrupted run's directory resumes).
+        workers: fits at once on the local executor (None: the config's ``workers``).
+        executor: an ``ExecutorChoice`` (None: the config's executor).
+        say: where progress lines go.
+
+    Returns:
+        The record (``record.publish_record``'s document).
+
+    Raises:
+        QhInputError: an invalid config, a sealed validation population, a corrupt or foreign
+            ``trials.db``; nothing is written or overwritten.
+        LockHeldError: another ``qhlab tune`` writes ``output``.
+    """
+    import optuna
+
+    from qhlab.execution import executor_choice
+    from qhlab.training.console import console_verbose
+
+    # Optuna logs every study it creates (one per suggestion here): quiet unless --verbose.
+    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
+    config, data, path, base = read_tuning_config(config_path)
+    workers = config.workers if workers is None else workers
+    choice = executor if executor is not None else executor_choice(config.executor, None, call=TUNE_CALL)
+    directory = Path(output).expanduser().absolute()
+    if (directory / RECEIPT).is_file():
+        from qhlab.study.tuning.record import read_record
+
+        record = read_record(directory)
+        if record["config_sha256"] != _config_digest(config, base):
+            raise input_error(TUNE_CALL, "--output", str(directory), "a new directory, or this config's tuning",
+                              "it holds the finished tuning of another config; use another --output")
+        say(f"tuning {config.name}: already finished ({len(record['trials'])} trials); winner trial "
+            f"{record['winner']['number'] + 1 if record['winner']['number'] is not None else 'none'}")
+        return record
+    builder = (base.get("architecture") or {}).get("builder")
+    if builder is not None:
+        raise input_error(TUNE_CALL, "recipe.architecture.builder", builder, "none (a built-in arm)",
+                          "tune a built-in arm's recipe; tuning a user arm's recipe is not supported")
+    populations = _resolve_populations(config, choice)
+    refuse_sealed_validation(TUNE_CALL, populations["validation"], config.population_cache)
+    digest = _config_digest(config, base)
+    _refuse_foreign_db(directory, config, digest)  # before the lock file: a refusal writes nothing
+    directory.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(directory / _LOCK, hint="another qhlab tune writes this directory; wait for it"):
+        return _run_locked(config, data, base, digest, directory, populations, workers, choice, say)
+
+
+def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
+    from qhlab.study.populations import resolve_population
+
+    out = {}
+    for split in ("train", "validation"):
+        source = getattr(config, split)
+        if source.path is not None and not Path(source.path).is_dir():
+            raise input_error(TUNE_CALL, f"{split}.path", source.path, "an existing population directory",
+                              "generate it with `qhlab scenes generate` or name a preset and seed")
+        out[split] = Path(resolve_population(source, split, config.population_cache, progress=True,
+                                             executor=choice)).absolute()
+    return out
+
+
+def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, directory: Path,
+                populations: dict[str, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
+    from qhlab.execution import open_executor
+    from qhlab.finite_horizon.data import load_population
+    from qhlab.training.console import configure_console, console_verbose
+
+    study = _open_storage(directory, config, digest)
+    copy = directory / CONFIG_COPY
+    if not copy.exists():
+        publish_bytes(copy, data)
+    horizon = load_population(populations["validation"], split="validation").horizon
+    distributions = _distributions(config)
+    finished = {t.number: t for t in study.get_trials(deepcopy=False)}
+    metric, seeds = config.objective.metric, config.objective.seeds
+    batches = [list(range(s, min(config.trials, s + config.batch))) for s in range(0, config.trials, config.batch)]
+    entries: list[dict] = []
+    say(f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
+        f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished")
+    with open_executor(choice, workers, call=TUNE_CALL, initializer=configure_console,
+                       initargs=(console_verbose(),), verbose=console_verbose()) as pool:
+        for index, numbers in enumerate(batches):
+            earlier = [finished[n] for n in range(numbers[0])]
+            planned, jobs = [], []
+            for number in numbers:
+                if number in finished:
+                    planned.append((number, None, None))
+                    continue
+                params = _suggest(config, number, earlier)
+                recipe = trial_recipe(config, params, seed=seeds[0], base=base)
+                cost = int(recipe.updates) * int(recipe.ensemble_members)
+                planned.append((number, params, cost))
+                if config.objective.max_cost is not None and cost > config.objective.max_cost:
+                    continue
+                for seed in seeds:
+                    jobs.append({"number": number, "cell": _cell(number, seed), "profile": config.profile,
+                                 "recipe": trial_recipe(config, params, seed=seed, base=base).model_dump(mode="json"),
+                                 "fits": str(directory / FITS_DIR), "train": str(populations["train"]),
+                                 "validation": str(populations["validation"]), "group": config.name,
+                                 "torch_threads": config.torch_threads})
+            results = _run_jobs(pool, jobs)
+            for number, params, cost in planned:
+                if params is None:
+                    entry = dict(finished[number].user_attrs["qhlab"])
+                else:
+                    over = config.objective.max_cost is not None and cost > config.objective.max_cost
+                    fits = None if over else [results[(number, seed)] for seed in seeds]
+                    entry = _trial_entry(number, index, params, cost, fits, metric, config.objective.max_cost)
+                    _add_finished(study, entry, distributions)
+                    finished[number] = study.get_trials(deepcopy=False)[number]
+                    if finished[number].number != number:
+                        raise RuntimeError(f"{TUNE_CALL}: trials.db numbered trial {number} as "
+                                           f"{finished[number].number}")
+                entries.append(entry)
+                best = pick_winner(entries, band=0.0, max_seed_sd=config.objective.max_seed_sd)
+                _say_trial(say, entry, config.trials, metric, horizon,
+                           None if best["number"] is None else entries[best["number"]])
+    record = publish_record(directory, config=config, config_sha256=digest, base=base, entries=entries,
+                            populations={k: population_record(p) for k, p in populations.items()},
+                            recipe_of=lambda params: trial_recipe(config, params, seed=seeds[0], base=base))
+    winner = record["winner"]
+    if winner["number"] is None:
+        say(f"tuning {config.name}: no admissible trial; no recipe.toml was written")
+    else:
+        say(f"winner: trial {winner['number'] + 1} by the rule ({metric}_{horizon} "
+            f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}")
+    return record
+
+
+def _run_jobs(pool: Any, jobs: list[dict]) -> dict[tuple[int, int], dict]:
+    """Every job's result by (trial number, seed), in-process when there is no pool."""
+    if pool is None:
+        return {(j["number"], j["recipe"]["seed"]): _fit_job(j) for j in jobs}
+    futures = {(j["number"], j["recipe"]["seed"]): pool.submit(_fit_job, j) for j in jobs}
+    errors, results = [], {}
+    for key, future in futures.items():
+        try:
+            results[key] = future.result()
+        except Exception as exc:  # noqa: BLE001 - raised after every other fit of the batch finished
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return results

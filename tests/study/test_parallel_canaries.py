@@ -1,0 +1,50 @@
+"""`qhlab study run` fits the two E0 canaries side by side on its pool: the same fits as in-process.
+
+The session's finished tiny study (workers = 1) fitted its canaries in the driver. Here a fresh
+freeze of the same config has its canaries fitted by ``command._fit_canaries`` on two spawned
+workers; the final states, the canary records and the E0 decision must be identical, and the
+receipts must show that another process ran them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+import pytest
+
+from qhlab.cli import main
+from qhlab.study import command
+from qhlab.study.admission import decide_e0
+from qhlab.study.authentication import opened_study
+
+pytestmark = pytest.mark.slow
+
+
+def _canaries(output) -> dict:
+    cells = {}
+    for receipt in sorted((output / "canaries").glob("*/cell.receipt.json")):
+        body = json.loads(receipt.read_text())["body"]
+        cells[receipt.parent.name] = body
+    return cells
+
+
+def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
+    output = tmp_path / "study"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["study", "freeze", str(finished_study["config"]), "--output", str(output)]) == 0, out.getvalue()
+    with opened_study(finished_study["config"], output, "test") as frozen:
+        command._fit_canaries(frozen, 2, None)
+        pooled = _canaries(output)
+        assert sorted(pooled) == ["e0-baseline-s0", "e0-baseline-s1"]
+        e0 = decide_e0(frozen)
+    driver = _canaries(finished_study["output"])
+    assert sorted(driver) == sorted(pooled)
+    for cell, body in pooled.items():
+        assert body["execution"]["process"]["pid"] != os.getpid(), cell
+        assert body["final_state_sha256"] == driver[cell]["final_state_sha256"], cell
+        assert body["canary"] == driver[cell]["canary"], cell
+    before = json.loads((finished_study["output"] / "canaries" / "e0.receipt.json").read_text())["body"]
+    assert e0["passed"] == before["passed"] and e0["canaries"] == before["canaries"]

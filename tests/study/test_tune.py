@@ -1,0 +1,310 @@
+"""`qhlab tune`: the config's refusals, the winner rule, determinism, resume, verify and freeze."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qhlab.cli import main
+from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
+from qhlab.study.tuning.rule import pick_winner, trial_score
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    from qhlab.scenes import cached_population
+
+    root = tmp_path_factory.mktemp("tune-cache")
+    cached_population("tiny", "train", 7, root, workers=1)
+    cached_population("tiny", "validation", 9, root, workers=1)
+    return root
+
+
+def _config(directory: Path, cache: Path, **replace: str) -> Path:
+    text = (EXAMPLES / "tiny-tune.toml").read_text()
+    text = text.replace('recipe = "tiny-recipe.toml"', f'recipe = "{EXAMPLES / "tiny-recipe.toml"}"')
+    text = text.replace('population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tune.toml"
+    path.write_text(text)
+    return path
+
+
+def _tune(config: Path, output: Path, *extra: str) -> int:
+    return main(["tune", str(config), "--output", str(output), *extra])
+
+
+def _trials(directory: Path) -> tuple[list, dict]:
+    """What must not depend on workers or interruptions: every trial's parameters, state and
+    fit results (final-state digests included), and the winner."""
+    record = json.loads((directory / "tuning.json").read_text())
+    trials = [(t["number"], t["params"], t["state"], t["mean"], t["seed_sd"],
+               [(f["seed"], f["regret"], f["mae"], f["final_state_sha256"]) for f in t["fits"]])
+              for t in record["trials"]]
+    return trials, record["winner"]
+
+
+def _reseal(directory: Path) -> None:
+    """Rewrite tuning.receipt.json so it binds the files as they are now (a forger's reseal)."""
+    path = directory / "tuning.receipt.json"
+    document = json.loads(path.read_bytes())
+    for section in ("inputs", "outputs"):
+        for entry in document[section].values():
+            entry["sha256"] = sha256_file(directory / entry["path"])
+    document.pop("content_sha256")
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    path.write_bytes(canonical_json(document))
+
+
+# ----------------------------------------------------------------- the rule, pure
+
+
+def test_trial_score_is_the_mean_and_sample_sd_over_seeds():
+    assert trial_score([0.1]) == {"mean": 0.1, "seed_sd": None}
+    score = trial_score([1.0, 3.0])
+    assert score["mean"] == 2.0 and score["seed_sd"] == pytest.approx(2 ** 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        trial_score([float("nan")])
+
+
+def test_the_cheaper_trial_within_the_band_wins_and_spread_limits_admission():
+    trials = [{"number": 0, "state": "complete", "mean": 0.100, "seed_sd": 0.01, "cost": 4000},
+              {"number": 1, "state": "complete", "mean": 0.1004, "seed_sd": 0.01, "cost": 2000},
+              {"number": 2, "state": "complete", "mean": 0.090, "seed_sd": 0.05, "cost": 2000},
+              {"number": 3, "state": "pruned", "mean": None, "seed_sd": None, "cost": 9000}]
+    assert pick_winner(trials, band=0.0, max_seed_sd=None)["number"] == 2
+    limited = pick_winner(trials, band=0.0005, max_seed_sd=0.02)
+    assert limited["number"] == 1 and limited["tied"] == [1, 0] and limited["admissible"] == [0, 1]
+    assert limited["margin"] == pytest.approx(0.100 - 0.1004)
+    assert pick_winner(trials, band=0.0, max_seed_sd=0.02)["number"] == 0
+    assert pick_winner(trials[3:], band=0.0, max_seed_sd=None) == {"number": None, "admissible": [], "tied": [],
+                                                                   "margin": None}
+
+
+# ----------------------------------------------------------------- bad input: exit 2, nothing written
+
+
+@pytest.mark.parametrize("space, field, allowed", [
+    ('"optimizer.momentum" = { low = 0.1, high = 0.9 }', "space.optimizer.momentum", "a scalar field"),
+    ('precision = { choices = ["32-true", "bf16-mixed"] }', "'precision'", "backend field"),
+    ('seed = { choices = [1, 2] }', "'seed'", "seed search"),
+    ('huber_delta = { low = 0.1, high = 0.1 }', "space.huber_delta", "low < high"),
+    ('huber_delta = { low = 0.5, high = 0.1 }', "space.huber_delta", "low < high"),
+    ('batch_size = { low = 0, high = 16 }', "space.batch_size=0", "valid recipe"),
+])
+def test_bad_space_is_refused_with_nothing_written(tmp_path, cache, capsys, space, field, allowed):
+    config = _config(tmp_path / "c", cache, **{'batch_size = { choices = [8, 16] }': space})
+    output = tmp_path / "out"
+    assert _tune(config, output) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and field in err and allowed in err
+    assert not output.exists()
+
+
+def test_a_sealed_validation_population_is_refused_and_fit_warns(tmp_path, cache, capsys):
+    from qhlab.scenes.seals import mark_sealed
+
+    seal_cache = tmp_path / "seal-cache"
+    from qhlab.scenes import cached_population
+
+    validation = cached_population("tiny", "validation", 9, cache, workers=1)
+    mark_sealed(seal_cache, sha256_file(validation / "manifest.json"), study="held-out-study",
+                freeze_receipt_sha256="ab" * 32, path=validation)
+    config = _config(tmp_path / "c", seal_cache)
+    output = tmp_path / "out"
+    assert _tune(config, output) == 2
+    err = capsys.readouterr().err
+    assert "validation=" in err and "held-out-study" in err and "no study has sealed" in err
+    assert not output.exists()
+    # qhlab fit scores on it, with one warning line.
+    train = cached_population("tiny", "train", 7, seal_cache, workers=1)
+    validation_copy = cached_population("tiny", "validation", 9, seal_cache, workers=1)
+    assert main(["fit", str(EXAMPLES / "tiny-recipe.toml"), "--profile", "cpu-fp32", "--output",
+                 str(tmp_path / "fit"), "--train", str(train), "--validation", str(validation_copy),
+                 "--no-progress"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "held-out-study" in warnings[0]
+
+
+def test_a_corrupt_or_foreign_trials_db_is_refused_and_kept(tmp_path, cache, capsys):
+    import optuna
+
+    config = _config(tmp_path / "c", cache)
+    output = tmp_path / "out"
+    output.mkdir()
+    db = output / "trials.db"
+    db.write_bytes(b"not a database" * 100)
+    before = db.read_bytes()
+    assert _tune(config, output) == 2
+    assert "trials.db" in capsys.readouterr().err and db.read_bytes() == before
+    db.unlink()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(study_name="tiny-tune", storage=f"sqlite:///{db}").set_user_attr("config_sha256", "0" * 64)
+    before = db.read_bytes()
+    assert _tune(config, output) == 2
+    err = capsys.readouterr().err
+    assert "another config" in err and db.read_bytes() == before
+    assert sorted(p.name for p in output.iterdir()) == ["trials.db"]
+
+
+def test_a_second_tune_on_the_same_directory_exits_3(tmp_path, cache, capsys):
+    from qhlab.evidence import exclusive_lock
+
+    config = _config(tmp_path / "c", cache)
+    output = tmp_path / "out"
+    output.mkdir()
+    with exclusive_lock(output / ".tune.lock"):
+        assert _tune(config, output) == 3
+    assert "held by another process" in capsys.readouterr().err
+    assert not (output / "trials.db").exists()
+
+
+# ----------------------------------------------------------------- real tunings
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache) -> Path:
+    """One finished tiny tuning, on one worker."""
+    root = tmp_path_factory.mktemp("tune-reference")
+    output = root / "out"
+    assert _tune(_config(root / "c", cache), output, "--workers", "1") == 0
+    return output
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_same_trials_and_recipe(tmp_path, cache, reference):
+    output = tmp_path / "out"
+    assert _tune(_config(tmp_path / "c", cache), output, "--workers", "2") == 0
+    assert _trials(output) == _trials(reference)
+    assert (output / "recipe.toml").read_bytes() == (reference / "recipe.toml").read_bytes()
+    # Running it again re-reads the finished record.
+    assert _tune(_config(tmp_path / "c", cache), output) == 0
+
+
+@pytest.mark.slow
+def test_the_winning_recipe_is_a_recipe_file_of_the_winner(reference):
+    from qhlab.finite_horizon.recipe import load_recipe
+
+    record = json.loads((reference / "tuning.json").read_text())
+    winner = record["winner"]
+    assert winner["number"] == pick_winner(record["trials"], band=0.0005, max_seed_sd=None)["number"]
+    recipe = load_recipe(reference / "recipe.toml")
+    assert recipe.optimizer.lr == winner["params"]["optimizer.lr"]
+    assert recipe.batch_size == winner["params"]["batch_size"]
+    assert len(record["trials"]) == 4 and all(len(t["fits"]) == 2 for t in record["trials"])
+    assert record["populations"]["validation"]["seed"] == 9
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, reference):
+    config = _config(tmp_path / "c", cache)
+    output = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "qhlab.cli", "tune", str(config), "--output", str(output),
+                                "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    deadline = time.monotonic() + 240
+    # Killed mid-run: after the first batch is stored, while the second batch fits.
+    while time.monotonic() < deadline and process.poll() is None:
+        if (output / "fits" / "t0002-s2").is_dir():
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the tuning ended before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    with sqlite3.connect(output / "trials.db") as connection:
+        stored = connection.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    assert 0 < stored < 4 and not (output / "tuning.json").exists()
+    assert _tune(config, output, "--workers", "1") == 0
+    assert _trials(output) == _trials(reference)
+    assert (output / "recipe.toml").read_bytes() == (reference / "recipe.toml").read_bytes()
+
+
+@pytest.mark.slow
+def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, capsys):
+    import shutil
+
+    assert main(["verify", str(reference)]) == 0
+    out = capsys.readouterr().out
+    assert "4 trials' scores and the winner" in out and "8 fits' metrics recomputed" in out
+    # An edited metric (the trial's mean edited to match) with the receipt resealed: the fit's
+    # evaluation receipt still says otherwise.
+    edited = tmp_path / "edited"
+    shutil.copytree(reference, edited)
+    record = json.loads((edited / "tuning.json").read_text())
+    trial = record["trials"][1]
+    trial["fits"][0]["regret"] = 0.0
+    trial.update(trial_score([f["regret"] for f in trial["fits"]]))
+    (edited / "tuning.json").write_bytes(canonical_json(record))
+    _reseal(edited)
+    assert main(["verify", str(edited)]) == 2
+    assert "evaluation receipt says" in capsys.readouterr().err
+    # A moved copy without its fits: the winner is still recomputed, so an edited winner fails.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("tuning.json", "tuning.receipt.json", "config.toml", "recipe.toml"):
+        shutil.copy(reference / name, bare / name)
+    assert main(["verify", str(bare)]) == 0
+    assert "8 fits absent" in capsys.readouterr().out
+    record = json.loads((bare / "tuning.json").read_text())
+    record["winner"]["number"] = (record["winner"]["number"] + 1) % 4
+    (bare / "tuning.json").write_bytes(canonical_json(record))
+    _reseal(bare)
+    assert main(["verify", str(bare)]) == 2
+    assert "is not the rule's" in capsys.readouterr().err
+
+
+def _study_config(directory: Path, cache: Path, reference: Path, *, validation_seed: int = 8,
+                  recipe_file: bool = True) -> Path:
+    text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
+    text = text.replace("broad_updates = 30", "broad_updates = 40").replace(
+        "[validation]\npreset = \"tiny\"\nseed = 8", f"[validation]\npreset = \"tiny\"\nseed = {validation_seed}")
+    start, end = text.index("[experiment.recipe]"), text.index("[[experiment.arms]]")
+    preparation = f'[preparation]\ntuning = "{reference / "tuning.json"}"\n\n'
+    if recipe_file:
+        text = text[:start] + preparation + f'[experiment]\nrecipe = "{reference / "recipe.toml"}"\n\n' + text[end:]
+    else:
+        text = text[:start] + preparation + text[start:]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "study.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cache, reference, capsys):
+    # The study's validation is the tuning's validation population: refused, nothing written.
+    refused = tmp_path / "refused"
+    assert main(["study", "freeze", str(_study_config(tmp_path / "a", cache, reference, validation_seed=9)),
+                 "--output", str(refused)]) == 2
+    err = capsys.readouterr().err
+    assert "validation=" in err and "the tuning's validation population" in err and not refused.exists()
+    # A recipe other than the winner: refused, naming the differing fields.
+    assert main(["study", "freeze", str(_study_config(tmp_path / "b", cache, reference, recipe_file=False)),
+                 "--output", str(refused)]) == 2
+    err = capsys.readouterr().err
+    assert "experiment.recipe=" in err and "optimizer.lr=" in err and not refused.exists()
+    # The winner's recipe file on another validation seed: frozen, with the record copied in and bound.
+    frozen = tmp_path / "frozen"
+    assert main(["study", "freeze", str(_study_config(tmp_path / "c", cache, reference)), "--output",
+                 str(frozen)]) == 0
+    body = json.loads((frozen / "freeze.receipt.json").read_text())["body"]
+    tuning = body["preparation"]["tuning"]
+    assert tuning["record_sha256"] == sha256_file(reference / "tuning.json")
+    assert tuning["winner"]["number"] == json.loads((reference / "tuning.json").read_text())["winner"]["number"]
+    capsys.readouterr()
+    assert main(["verify", str(frozen)]) == 0
+    assert "preparation/tuning: 4 trials' scores and the winner" in capsys.readouterr().out
