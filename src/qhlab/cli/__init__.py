@@ -20,6 +20,7 @@ from typing import Sequence
 from qhlab import __version__
 from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError
 from qhlab.evidence.publish import storage_error
+from qhlab.training.console import configure_console
 
 __all__ = ["build_parser", "main"]
 
@@ -120,7 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     fresh_outputs = _new_output_dirs(args)
-    from qhlab.training.console import configure_console
 
     configure_console(verbose)
     try:

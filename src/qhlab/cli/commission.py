@@ -61,6 +61,7 @@ def _milestones(text: str) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab commission``; print a one-line JSON summary. Returns 0 on success."""
+    # Lazy: keeps importing this module free of Lightning, pyarrow and numpy.
     from qhlab.finite_horizon.commission import commission_recipe
 
     milestones = _milestones(args.milestones)

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
+from qhlab.evidence import require_int
+from qhlab.scenes.seals import seals_of
 
 __all__ = ["register", "run"]
 
@@ -50,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab fit``; print a one-line JSON summary. Returns 0 on success."""
-    from qhlab.evidence import require_int
+    # Lazy: keeps importing this module free of Lightning, pyarrow and numpy.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     if args.checkpoint_every is not None:
@@ -88,7 +90,6 @@ def _warn_if_sealed(validation: Path) -> None:
     """One warning line when a study holds ``validation`` out as its sealed validation population."""
     import sys
 
-    from qhlab.scenes.seals import seals_of
 
     seals = seals_of(validation)
     if seals:

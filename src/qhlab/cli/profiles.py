@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print each profile's admission result; return 0."""
+    # Lazy: keeps importing this module free of torch.
     from qhlab.training.execution_profile import PROFILE_NAMES, ProfileRefusedError, execution_profile
 
     for name in PROFILE_NAMES:

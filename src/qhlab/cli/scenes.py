@@ -12,13 +12,16 @@ import argparse
 import json
 import time
 
-from qhlab.execution import add_executor_arguments
+from qhlab.evidence import input_error
+from qhlab.execution import add_executor_arguments, executor_choice
+from qhlab.scenes import generate_population
 
 __all__ = ["register", "run", "run_audit", "run_describe"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``scenes`` command group (``scenes generate``, ``scenes describe``)."""
+    # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.sampler import PRESETS, SPLITS
 
     parser = subparsers.add_parser(
@@ -83,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
     """Generate the population; print a JSON summary line; return 0."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from qhlab.execution import executor_choice
-    from qhlab.scenes import generate_population
 
     start = time.perf_counter()
     choice = executor_choice(args.executor, args.ray_address, call="qhlab scenes generate")
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
+    # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import coverage_text
     from qhlab.scenes.describe import describe_population
     from qhlab.scenes.difficulty import card_lines
@@ -134,11 +136,10 @@ def run_describe(args: argparse.Namespace) -> int:
 
 def run_audit(args: argparse.Namespace) -> int:
     """Audit the population (``qhlab.scenes.audit.audit_population``); print the result; return 0."""
+    # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text
 
     if args.states is not None and args.states < 1:
-        from qhlab.evidence import input_error
-
         raise input_error("qhlab scenes audit", "--states", args.states, "an integer >= 1 (or --all)",
                           "8 chain states take a few seconds")
     states = None if args.all else (AUDIT_STATES if args.states is None else args.states)

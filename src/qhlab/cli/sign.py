@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from qhlab.evidence.signing import sign_directory
+
 __all__ = ["register", "run"]
 
 
@@ -39,8 +41,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Sign ``args.directory``; refuse (exit 2) when it holds a link, does not authenticate, is
     already signed, or the key is unusable (each refusal names its cause; nothing is written)."""
-    from qhlab.evidence.signing import sign_directory
-
     password = os.environ.get(args.password_env) if args.password_env else None
     result = sign_directory(args.directory, private_key=args.private_key, password=password,
                             populations=args.populations)

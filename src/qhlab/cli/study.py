@@ -15,6 +15,7 @@ __all__ = ["register", "run"]
 
 def register(subparsers) -> None:
     """Add the ``study`` parser and its steps; the handler is :func:`run`."""
+    # Lazy: keeps importing this module free of Lightning, scipy, pyarrow and numpy.
     from qhlab.study.command import add_study_arguments
 
     parser = subparsers.add_parser(
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
+    # Lazy: keeps importing this module free of Lightning, scipy, pyarrow and numpy.
     from qhlab.study.command import run_study_command
 
     return run_study_command(args)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qhlab.execution import add_executor_arguments
+from qhlab.evidence import require_int
+from qhlab.execution import add_executor_arguments, executor_choice
 
 __all__ = ["register", "run"]
 
@@ -38,8 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab tune``. Returns 0 with a winner, 1 when no trial was admissible."""
-    from qhlab.evidence import require_int
-    from qhlab.execution import executor_choice
+    # Lazy: keeps importing this module free of numpy.
     from qhlab.study.tuning.run import run_tuning
 
     if args.workers is not None:

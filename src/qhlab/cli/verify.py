@@ -13,6 +13,8 @@ import argparse
 import json
 
 from qhlab.evidence import QhInputError, verify_directory
+from qhlab.evidence.signing import check_statement, signature_path, verify_signature
+from qhlab.study.tuning.record import RECEIPT, check_record
 
 __all__ = ["register", "run", "KEYLESS"]
 
@@ -46,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
+    # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
 
     if args.audit is not None and args.audit < 1:
@@ -111,7 +114,6 @@ def _tuning_checks(directory: str, receipts: list[dict]) -> list[dict]:
     """Recompute every tuning record below ``directory`` (``qhlab.study.tuning.record``)."""
     from pathlib import Path
 
-    from qhlab.study.tuning.record import RECEIPT, check_record
 
     checks = []
     for receipt in receipts:
@@ -123,8 +125,6 @@ def _tuning_checks(directory: str, receipts: list[dict]) -> list[dict]:
 
 def _signature(args: argparse.Namespace) -> dict:
     """Check the directory's signature with ``--public-key``, or say whether it is signed."""
-    from qhlab.evidence.signing import check_statement, signature_path, verify_signature
-
     path = signature_path(args.directory)
     if args.public_key is not None:
         checked = verify_signature(args.directory, public_key=args.public_key)

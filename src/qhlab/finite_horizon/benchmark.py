@@ -77,6 +77,7 @@ def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
         final_state: the fit's ``final_state.safetensors``.
         expected_sha256: refuse the file unless its bytes have this digest.
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.q_learning import QhTDModule, population_dims
     from qhlab.training.tensor_state import load_tensor_state
 
@@ -132,6 +133,7 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     """
     import torch
 
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.q_learning import QhPopulationDataModule, native_huber_loss
     from qhlab.finite_horizon.recipe import validate_recipe

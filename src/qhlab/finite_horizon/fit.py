@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
+from qhlab import __version__
 from qhlab.evidence import (
     FileCopy,
     QhInputError,
@@ -34,8 +35,15 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.records import EvaluationReceipt
-from qhlab.finite_horizon.arm_source import (BUILDER_FORMS, ArmSource, file_digests, provide, read_source,
-                                             resolve_builder, source_digest)
+from qhlab.finite_horizon.arm_source import (
+    BUILDER_FORMS,
+    ArmSource,
+    file_digests,
+    provide,
+    read_source,
+    resolve_builder,
+    source_digest,
+)
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
@@ -433,8 +441,6 @@ def _manifest_bindings(call: str, recorded: Mapping[str, Path] | None, train: Pa
 
 def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> dict:
     """The W&B run config: everything a researcher filters and compares runs by."""
-    from qhlab import __version__
-
     runtime = admitted.runtime
     populations = {"train": {"name": train_pop.name, "manifest_sha256": train_pop.digest}}
     if val_pop is not None:

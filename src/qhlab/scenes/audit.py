@@ -35,7 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json
+from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features, reward
+from qhlab.scenes.chains import choose_action
+from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, actor_seed_sequence, sample_scene, scene_id_for
+from qhlab.scenes.world import engine_identity, simulate_strike
 
 __all__ = [
     "AUDIT_STATES",
@@ -363,8 +368,6 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
     """
     import pyarrow.parquet as pq
 
-    from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, sample_scene, scene_id_for
-    from qhlab.scenes.world import engine_identity
 
     generator = manifest["generator"]
     preset = PRESETS.get(generator.get("preset"))
@@ -442,8 +445,6 @@ def check_successors(path: str | os.PathLike, manifest: dict, labels: LabelArray
     """
     import pyarrow.parquet as pq
 
-    from qhlab.scenes.candidates import candidate_strikes, object_features, reward
-    from qhlab.scenes.world import simulate_strike
 
     started = time.perf_counter()
     path = Path(path)
@@ -542,9 +543,6 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
     """
     import pyarrow.parquet as pq
 
-    from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features
-    from qhlab.scenes.labels import TreeSearch
-    from qhlab.scenes.world import simulate_strike
 
     if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
         raise QhInputError(f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
@@ -666,9 +664,6 @@ def _check_chains(path: Path, labels: LabelArrays, preset, split: str, seed: int
     and, where audited, by physics), and the state after each step must be the successor of the
     candidate the actor takes. So a forger can neither drop, add nor re-route a chain.
     """
-    from qhlab.scenes.chains import choose_action
-    from qhlab.scenes.sampler import actor_seed_sequence
-
     chain = labels.step >= 0
     by_chain: dict[int, dict[int, int]] = {}
     for row in np.flatnonzero(chain):

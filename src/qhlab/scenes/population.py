@@ -41,6 +41,8 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
+from qhlab.execution import ExecutorChoice, RayExecutor, open_executor, where_am_i
+from qhlab.scenes.audit import audit_population
 from qhlab.scenes.candidates import (
     CANDIDATE_FEATURES,
     GOAL_FEATURES,
@@ -51,18 +53,16 @@ from qhlab.scenes.candidates import (
     object_features,
 )
 from qhlab.scenes.chains import StateRow, run_chains
-from qhlab.scenes.audit import audit_population
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
+from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.manifest import (
     MANIFEST,
     MANIFEST_KIND,
-    POPULATION_FILES,
     MANIFEST_SCHEMA_VERSION,
+    POPULATION_FILES,
     RECEIPT,
     read_manifest,
 )
-from qhlab.execution import ExecutorChoice, open_executor
-from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
 
@@ -314,8 +314,6 @@ def generate_population(
 
 def _generation_record(choice: ExecutorChoice, pool, workers: int, seconds: float) -> dict:
     """Which executor labelled the population and where: execution evidence, not identity."""
-    from qhlab.execution import RayExecutor, where_am_i
-
     driver = where_am_i()
     record = {**choice.record(), "driver": {"hostname": driver["hostname"], "pid": driver["pid"]},
               "label_seconds": round(seconds, 3)}

@@ -26,9 +26,9 @@ from qhlab.evidence import (
     EvidenceError,
     OrderError,
     authentication_roots,
-    locate_population,
     canonical_json,
     input_error,
+    locate_population,
     read_receipt,
     recorded_origin,
     sha256_bytes,
@@ -48,6 +48,7 @@ from qhlab.study.config import (
     QhArchitectureStudyConfig,
     read_study_config,
 )
+from qhlab.study.family import provide_family
 from qhlab.study.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -207,7 +208,6 @@ class FrozenStudy:
         # Where TRAIN's bytes are now (a moved study's populations are found by digest).
         self.train_path = locate_population(self.body.train["path"], self.body.train["manifest_sha256"])
         # User arms are imported from the study's own frozen copies, never from the user's files.
-        from qhlab.study.family import provide_family
 
         self.sources = provide_family(self.body, output)
         self._e0: StudyE0Receipt | None = None
@@ -218,6 +218,7 @@ class FrozenStudy:
     def train_population(self):
         """The frozen TRAIN ``Population`` (authenticated, Bellman-checked), loaded once per process."""
         if self._train_population is None:
+            # Lazy: keeps importing this module free of torch and pyarrow.
             from qhlab.finite_horizon.data import load_population
 
             self._train_population = load_population(self.train_path, split="train", horizon=self.horizon)
@@ -236,6 +237,7 @@ class FrozenStudy:
     def validation_population(self, step: str):
         """The sealed validation ``Population`` (after ``authenticate_development``), loaded once per process."""
         if self._validation_population is None:
+            # Lazy: keeps importing this module free of torch and pyarrow.
             from qhlab.finite_horizon.data import load_population
 
             sealed = authenticate_development(self, step).body.validation
@@ -273,6 +275,7 @@ class FrozenStudy:
 
     def recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
         """The recipe of one cell, refused unless its digest is the one the freeze binds."""
+        # Lazy: keeps importing this module free of torch.
         recipe = self.config.cell_recipe(arm, seed, updates, sources=self.sources)
         from qhlab.finite_horizon.recipe import recipe_digest
 
@@ -362,10 +365,11 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     Raises:
         EvidenceError: naming the field, the attempt's value and the frozen one.
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import train_rows_record
     from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.training.segments import FIT_RECEIPT
     from qhlab.training.profiles import execution_profile
+    from qhlab.training.segments import FIT_RECEIPT
 
     document = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=verify_files)
     body = document.body

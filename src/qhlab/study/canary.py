@@ -134,6 +134,7 @@ def canary_recipe(recipe: QhRecipe) -> tuple[QhRecipe, dict]:
         (the canary ``QhRecipe``, a JSON-able record of the change and why for the cell
         receipt).
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import recipe_digest
 
     raw = recipe.model_dump()

@@ -28,6 +28,8 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
+from qhlab.execution import where_am_i
+from qhlab.finite_horizon.benchmark import load_final_module
 from qhlab.study.authentication import (
     FrozenStudy,
     authenticate_attempt,
@@ -47,6 +49,7 @@ from qhlab.study.layout import (
     cell_lock_path,
     cell_name,
 )
+from qhlab.training.wandb_attempt import drop_wandb_links
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.data import Population
@@ -167,9 +170,9 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
     """
     import torch
 
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.segments import interrupted_segment
-    from qhlab.training.wandb_attempt import drop_wandb_links
 
     torch.set_num_threads(frozen.config.torch_threads)
     interrupted = interrupted_segment(parent / cell)
@@ -192,6 +195,7 @@ def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
     """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
     whose cell receipt was never written: adopted rather than rerun, since a finished fit is
     never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
     from qhlab.training.segments import FIT_RECEIPT
 
@@ -206,6 +210,7 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
                       train_rows: list[int] | None = None) -> tuple[dict, dict]:
     """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
     (trained on ``train_rows``, None: all of TRAIN)."""
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
@@ -240,8 +245,6 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
 
 
 def _local_execution() -> dict:
-    from qhlab.execution import where_am_i
-
     where = where_am_i()
     # The process that fitted or adopted the cell (a pool worker under `study run`).
     return {"executor": "local", "process": {"hostname": where["hostname"], "pid": where["pid"]}}
@@ -250,6 +253,7 @@ def _local_execution() -> dict:
 def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, variant: str, seed: int, cell: str,
                     cell_dir: Path, *, progress: bool, execution: dict | None) -> dict:
     """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
+    # Lazy: keeps importing this module free of Lightning and pyarrow.
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
 
     config = frozen.config
@@ -277,6 +281,7 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
         if adopted:
             # Finished before a crash of whoever ran it (a local process or a Ray driver): the
             # fit receipt says where it ran; this process only adopts it.
+            # Lazy: keeps importing this module free of torch.
             from qhlab.training.segments import FIT_RECEIPT
 
             fit_ran = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body.execution
@@ -309,7 +314,7 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     """Fit (or adopt) a canary on the selected TRAIN row, score its recovery, publish its receipt."""
     import torch
 
-    from qhlab.finite_horizon.benchmark import load_final_module
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.predict import predict_q
     from qhlab.training.segments import FINAL_STATE
 

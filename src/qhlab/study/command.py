@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
 from qhlab.evidence.records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
+from qhlab.execution import add_executor_arguments, open_executor
 from qhlab.study.admission import decide_e0, publish_selection
 from qhlab.study.authentication import (
     FrozenStudy,
@@ -33,8 +34,10 @@ from qhlab.study.authentication import (
 )
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
+from qhlab.study.config import read_study_config
 from qhlab.study.development import seal_development
 from qhlab.study.freeze import describe_family, freeze
+from qhlab.study.lanes import run_command
 from qhlab.study.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -49,12 +52,13 @@ from qhlab.study.layout import (
     cell_name,
     cell_receipt_path,
 )
-from qhlab.study.remote import run_cells_on_ray
+from qhlab.study.remote import check_cells_feasible, run_cells_on_ray
 from qhlab.study.report import write_report
 from qhlab.study.report_run import log_report_run
 from qhlab.study.status import status_lines, study_status
 from qhlab.study.terminal import console as study_console
 from qhlab.study.terminal import fits_progress
+from qhlab.training.console import configure_console, console_verbose
 
 __all__ = ["add_study_arguments", "main", "run_study_command"]
 
@@ -98,8 +102,6 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
                            help="override the config's parallel fits (does not change results)")
         _add_populations_argument(p)
         if name in ("freeze", "prepare-development", "run"):
-            from qhlab.execution import add_executor_arguments
-
             add_executor_arguments(p, what="population labelling" + (" and broad fits" if name == "run" else ""),
                                    default_help="the config's executor, local unless it says ray")
     status = sub.add_parser("status", help="where a study stands, read from its receipts (writes nothing)",
@@ -144,7 +146,6 @@ def run_study_command(args: argparse.Namespace) -> int:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
     if args.study_command == "compare-lanes":  # two studies, each authenticated in its own directory
-        from qhlab.study.lanes import run_command
 
         return run_command(args)
     # Every step authenticates the study's own bytes, wherever it was copied to.
@@ -210,8 +211,6 @@ def _executor(args: argparse.Namespace) -> tuple[Any, Any]:
 
     Refuses a bad choice before the step writes anything (the config is read and validated here).
     """
-    from qhlab.study.config import read_study_config
-
     if not hasattr(args, "executor"):
         return None, None  # a step that runs nothing in parallel
     config, _, _ = read_study_config(args.config)
@@ -227,9 +226,6 @@ def _executor_session(choice: Any, config: Any, *, cells: bool = True,
     if choice.kind != "ray":
         yield
         return
-    from qhlab.execution import open_executor
-    from qhlab.study.remote import check_cells_feasible
-    from qhlab.training.console import console_verbose
 
     with open_executor(choice, os.cpu_count() or 1, call=call, verbose=console_verbose()):
         if cells:
@@ -285,9 +281,6 @@ def _fit_canaries(frozen: FrozenStudy, workers: int, executor: Any) -> None:
     would (the same ``fit_cell``, seeded and threaded by the frozen config); with one worker or
     on Ray, ``decide_e0`` fits them in this process as before.
     """
-    from qhlab.execution import open_executor
-    from qhlab.training.console import configure_console, console_verbose
-
     config = frozen.config
     if publish_selection(frozen)["selected"] is None:
         return
@@ -321,7 +314,6 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
     """
     from concurrent.futures import as_completed
 
-    from qhlab.execution import open_executor
 
     config_path, output = str(frozen.config_path), str(frozen.output)
     workers = max(1, min(workers, len(pending)))
@@ -338,7 +330,6 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
                 progress.advance(task)
             return
         errors = []
-        from qhlab.training.console import configure_console, console_verbose
 
         # Spawned workers start unconfigured: give them this process's console mode.
         with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
@@ -366,7 +357,6 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
     """The pending cells as Ray tasks, with the same bar and result lines as the local pool."""
     from rich.markup import escape
 
-    from qhlab.training.console import console_verbose
 
     def _done(body: dict) -> None:
         where = _where(body)

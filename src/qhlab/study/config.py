@@ -15,12 +15,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
+from qhlab.execution import executor_choice
 from qhlab.finite_horizon.budget import MAX_UPDATES
+from qhlab.scenes import PRESETS
 from qhlab.study.layout import STUDY_CALL
 
 if TYPE_CHECKING:
@@ -60,6 +71,7 @@ def _path_text(value: Any) -> Any:
 
 
 def _known_profile(profile: str) -> str:
+    # Lazy: keeps importing this module free of torch.
     from qhlab.training.execution_profile import PROFILE_NAMES
 
     if profile not in PROFILE_NAMES:
@@ -123,7 +135,6 @@ class PopulationSource(BaseModel):
                 f"preset={self.preset!r}, seed={self.seed!r} is not allowed; allowed: both preset "
                 "and seed (explicit), or path"
             )
-        from qhlab.scenes import PRESETS
 
         if self.preset not in PRESETS:
             raise ValueError(
@@ -231,6 +242,7 @@ class BootstrapConfig(BaseModel):
         Returns:
             ``BootstrapInterval.as_dict()`` (``qhlab.study.statistics``).
         """
+        # Lazy: keeps importing this module free of scipy.
         from qhlab.study.statistics import paired_scene_bootstrap, scene_mean_interval
 
         options = dict(confidence=self.confidence, n_resamples=self.resamples, rng_seed=self.seed)
@@ -343,8 +355,6 @@ class QhArchitectureStudyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _executor(self) -> QhArchitectureStudyConfig:
-        from qhlab.execution import executor_choice
-
         try:
             executor_choice(self.executor, self.ray_address, call="study config", field="executor",
                             address_field="ray_address")
@@ -367,8 +377,6 @@ class QhArchitectureStudyConfig(BaseModel):
                 executor is Ray).
             call: the command named in a refusal.
         """
-        from qhlab.execution import executor_choice
-
         if kind is None:
             kind = "ray" if ray_address is not None else self.executor
         if kind == "ray" and ray_address is None:
@@ -482,6 +490,7 @@ class QhArchitectureStudyConfig(BaseModel):
         Returns:
             A validated ``QhRecipe`` (data fields empty; backend fields from no profile yet).
         """
+        # Lazy: keeps importing this module free of torch.
         from qhlab.finite_horizon.recipe import validate_recipe
 
         raw = dict(self.experiment.recipe)
@@ -497,6 +506,7 @@ class QhArchitectureStudyConfig(BaseModel):
         if arm == self.baseline_arm:
             architecture = base_arch
         else:
+            # Lazy: keeps importing this module free of torch.
             from qhlab.finite_horizon.scorer import ARMS  # imports torch: only when a cell recipe is made
 
             declaration = self.declaration(arm)
@@ -542,6 +552,7 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
@@ -570,6 +581,7 @@ def _recipe_file_fields(path: str, broad_updates: Any) -> dict[str, Any]:
     ``name``, ``seed``, ``data`` and the backend fields are the study's; ``updates`` must be the
     study's ``broad_updates`` (a recipe tuned at another budget is another recipe).
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(path, call=STUDY_CALL, field="experiment.recipe", example="examples/tiny-recipe.toml")

@@ -13,6 +13,14 @@ from pathlib import Path
 
 from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
 from qhlab.evidence.records import StudyDevelopmentReceipt
+from qhlab.finite_horizon.evaluation import (
+    constant_predictions,
+    evaluate_population,
+    population_heuristic_references,
+    population_train_constant,
+)
+from qhlab.scenes.audit import audit_population
+from qhlab.scenes.seals import mark_sealed
 from qhlab.study.authentication import FrozenStudy, authenticate_e0, opened_study
 from qhlab.study.layout import (
     CANARY_DIR,
@@ -26,7 +34,6 @@ from qhlab.study.populations import (
     resolve_population,
 )
 from qhlab.study.preparation import refuse_tuned_scenes
-from qhlab.scenes.seals import mark_sealed
 
 __all__ = ["prepare_development", "seal_development"]
 
@@ -55,14 +62,8 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
 def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     """``prepare_development`` on an authenticated study, labelling a preset validation on
     ``executor`` (an ``ExecutorChoice``; None: the config's). Validation's bytes do not depend on it."""
+    # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
-    from qhlab.finite_horizon.evaluation import (
-        constant_predictions,
-        evaluate_population,
-        population_heuristic_references,
-        population_train_constant,
-    )
-    from qhlab.scenes.audit import audit_population
 
     e0 = authenticate_e0(frozen, "prepare_development")
     if not e0.body.passed:
@@ -130,6 +131,7 @@ def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:
     Compared by ``scene_content_digests``: scene ids hash the split, so equal ids cannot occur
     across splits and would prove nothing.
     """
+    # Lazy: keeps importing this module free of pyarrow.
     from qhlab.scenes.population import scene_content_digests
 
     train = {digest: scene for scene, digest in scene_content_digests(train_path).items()}

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import qhlab
 from qhlab.evidence import QhInputError, publish_bytes
 from qhlab.evidence.records import StudyFreezeBody
 from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
@@ -108,7 +109,6 @@ def _installed_roots() -> list[Path]:
     """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
     import sysconfig
 
-    import qhlab
 
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(qhlab.__file__).parent)}
     roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
@@ -141,6 +141,7 @@ def _chain_batch(population: Any) -> dict:
     # torch-heavy modules are imported where used: status and verify import this module without torch.
     import torch
 
+    # Lazy: keeps importing this module free of Lightning.
     from qhlab.finite_horizon.benchmark import canonical_first_chain
     from qhlab.finite_horizon.q_learning import QhPopulationDataModule
 
@@ -170,6 +171,7 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
     """
     import torch
 
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
     from qhlab.finite_horizon.scorer import build_scorer
 

@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 from qhlab.evidence import (
-    QhInputError,
     PublishConflictError,
+    QhInputError,
     canonical_json,
     exclusive_lock,
     input_error,
@@ -27,9 +27,10 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.evidence.records import StudyFreezeReceipt
 from qhlab.evidence.publish import TEMP_MARKER
+from qhlab.evidence.records import StudyFreezeReceipt
 from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.scenes.audit import audit_population
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
 from qhlab.study.config import (
     EXECUTION_FIELDS,
@@ -44,8 +45,7 @@ from qhlab.study.populations import (
     population_support,
     resolve_population,
 )
-from qhlab.study.preparation import (PREPARATION_DIR, check_preparation,
-                                                                   copy_preparation)
+from qhlab.study.preparation import PREPARATION_DIR, check_preparation, copy_preparation
 
 __all__ = ["describe_family", "freeze", "freeze_study"]
 
@@ -97,6 +97,7 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
         The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
         process, so they are not re-hashed).
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.training.profiles import execution_profile
 
     config, data, resolved = read_study_config(config_path)
@@ -142,9 +143,9 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
 def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path,
                    executor) -> FrozenStudy:
     """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.scenes.audit import audit_population
 
     _refuse_occupied(output, data)  # again, now that no other freeze can run here
     preparation, prepared_from = check_preparation(config)

@@ -20,17 +20,35 @@ from typing import Any
 
 import numpy as np
 
-from qhlab.evidence import (authentication_roots, canonical_json, input_error, publish_bytes, publish_directory,
-                            publish_file, publish_json, read_receipt, sha256_bytes, sha256_file, write_receipt)
+from qhlab.evidence import (
+    authentication_roots,
+    canonical_json,
+    input_error,
+    publish_bytes,
+    publish_directory,
+    publish_file,
+    publish_json,
+    read_receipt,
+    sha256_bytes,
+    sha256_file,
+    write_receipt,
+)
 from qhlab.evidence.records import LaneComparisonReceipt, StudyReportReceipt
-from qhlab.study.authentication import (authenticate_cells, check_bound, opened_study,
-                                                                      runtime_versions)
+from qhlab.study.authentication import authenticate_cells, check_bound, opened_study, runtime_versions
 from qhlab.study.config import EXECUTION_FIELDS
-from qhlab.study.layout import (CONFIG_COPY, FREEZE_RECEIPT, REPORT_DIR, REPORT_JSON,
-                                                              REPORT_RECEIPT, DOCUMENT_SCHEMA_VERSION, cell_name)
+from qhlab.study.layout import (
+    CONFIG_COPY,
+    DOCUMENT_SCHEMA_VERSION,
+    FREEZE_RECEIPT,
+    REPORT_DIR,
+    REPORT_JSON,
+    REPORT_RECEIPT,
+    cell_name,
+)
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.replication import pooled_difference
 from qhlab.study.statistics import paired_scene_bootstrap
+from qhlab.study.terminal import console as study_console
 from qhlab.training.segments import FINAL_STATE
 
 __all__ = ["LANE_FILES", "compare_lanes", "lane_comparison", "study_regret_mde", "tost_verdict"]
@@ -463,8 +481,6 @@ def _figure(c: dict, path: Path) -> None:
 def run_command(args: Any) -> int:
     """``qhlab study compare-lanes A B --output DIR --margin M [--populations ROOT]``: compare and print
     one line per arm. Exit status 0, or 1 when a check failed (the lane report is written either way)."""
-    from qhlab.study.terminal import console as study_console
-
     result = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin,
                            margin_mde_multiple=args.margin_mde_multiple, populations=args.populations)
     console = study_console()

@@ -14,15 +14,18 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.evidence import read_receipt
+from qhlab.evidence.records import PopulationGenerationReceipt
+from qhlab.scenes import cached_population
+from qhlab.scenes.manifest import MANIFEST, POPULATION_FILES
 from qhlab.study.config import PopulationSource
+from qhlab.study.terminal import GenerationProgress
 
 __all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]
 
 
 def population_files(path: Path) -> dict[str, Path]:
     """{file name: path} of every file of the population at ``path`` (manifest first)."""
-    from qhlab.scenes.manifest import MANIFEST, POPULATION_FILES
-
     return {name: path / name for name in (MANIFEST, *POPULATION_FILES)}
 
 
@@ -39,12 +42,9 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
     """
     if source.path is not None:
         return Path(source.path)
-    from qhlab.scenes import cached_population
 
     reporter = None
     if progress:
-        from qhlab.study.terminal import GenerationProgress
-
         reporter = GenerationProgress(f"{split} population ({source.preset}, seed {source.seed})")
     try:
         # The step audits the population itself and records that audit in its receipt.
@@ -68,8 +68,7 @@ def labelling_record(path: Path, executor: Any) -> tuple[dict, dict[str, Path]]:
         body or None}``, ``{"generation_receipt": path}`` to bind when the population has one;
         a population written before generation receipts existed has none).
     """
-    from qhlab.evidence import read_receipt
-    from qhlab.evidence.records import PopulationGenerationReceipt
+    # Lazy: keeps importing this module free of pyarrow.
     from qhlab.scenes.population import GENERATION_RECEIPT
 
     receipt = path / GENERATION_RECEIPT

@@ -16,6 +16,8 @@ from typing import Any
 
 from qhlab.evidence import PublishConflictError, input_error, publish_bytes, sha256_file
 from qhlab.study.config import QhArchitectureStudyConfig
+from qhlab.study.render import fmt, table
+from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD, check_record, read_record
 
 __all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "refuse_tuned_scenes"]
 
@@ -63,8 +65,6 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, P
         QhInputError: the study's recipe is not the winner outside the declared deviations, or
             a tuning population is the study's validation population.
     """
-    from qhlab.study.tuning.record import RECEIPT, RECIPE, RECORD, check_record, read_record
-
     if config.preparation is None or config.preparation.tuning is None:
         return None, None
     record_path = Path(config.preparation.tuning)
@@ -118,8 +118,6 @@ def copy_preparation(source: Path, output: Path) -> dict[str, Path]:
     Returns:
         The copies the freeze receipt binds as outputs, by name.
     """
-    from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
-
     target = output / PREPARATION_DIR / "tuning"
     target.mkdir(parents=True, exist_ok=True)
     names = [RECORD, RECEIPT, CONFIG_COPY, RECIPE]
@@ -153,7 +151,7 @@ def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: 
         validation_path: the validation population being sealed.
         call: the step refusing.
     """
-    from qhlab.study.tuning.record import read_record
+    # Lazy: keeps importing this module free of pyarrow.
     from qhlab.scenes.population import scene_content_digests
 
     preparation = (preparation or {}).get("tuning")
@@ -188,8 +186,6 @@ def build(inputs: Any, report: dict) -> None:
 
 def markdown(report: dict) -> list[str]:
     """The section's lines of ``report.md``."""
-    from qhlab.study.render import fmt, table
-
     prepared = report["preparation"]
     tuning, pilot = prepared["tuning"], prepared["pilot"]
     lines = ["", "## How this study was prepared", ""]

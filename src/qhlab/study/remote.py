@@ -35,6 +35,7 @@ from qhlab.evidence import (
     input_error,
     publish_directory,
     read_receipt,
+    safe_component,
     sha256_bytes,
 )
 from qhlab.evidence.records import (
@@ -46,13 +47,15 @@ from qhlab.evidence.records import (
     WandbAttemptReceipt,
 )
 from qhlab.execution import ExecutorChoice, open_executor, where_am_i
-from qhlab.finite_horizon.fit import default_logical_run_id
-from qhlab.study.authentication import FrozenStudy
+from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, default_logical_run_id
+from qhlab.scenes.manifest import RECEIPT
+from qhlab.study.authentication import FrozenStudy, authenticate_attempt
 from qhlab.study.cells import adoptable_attempt, fit_cell
 from qhlab.study.family import family_bytes
-from qhlab.study.layout import CELLS_DIR, cell_name
+from qhlab.study.layout import CELL_RECEIPT, CELLS_DIR, cell_name
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import TryLedger, fit_on_worker
+from qhlab.training.profiles import execution_profile
 from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]
@@ -80,10 +83,6 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
     and task the try reported. The last two compare what one worker says with what it wrote:
     they catch a misconfigured worker, not a forging one (receipts are not signed per worker).
     """
-    from qhlab.evidence import safe_component
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
-    from qhlab.study.authentication import authenticate_attempt
-
     call = "run_cells_on_ray"
     name = safe_component(returned["attempt"], field="attempt", call=call)
     files: dict[str, bytes] = returned["files"]
@@ -157,8 +156,6 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
 
 def _check_names(call: str, attempt: str, names: list[str]) -> None:
     """Refuse a returned file name that is not a clean relative path inside the attempt."""
-    from qhlab.study.layout import CELL_RECEIPT
-
     if attempt == CELL_RECEIPT or attempt.startswith("."):
         raise EvidenceError(f"{call}: attempt name {attempt!r} is reserved in a cell directory.")
     seen: dict[str, str] = {}
@@ -208,8 +205,6 @@ def _receipt_kind(relative: str) -> type[Receipt] | None:
 
 def _population_bytes(path: Path) -> dict[str, bytes]:
     """Every file a worker needs to authenticate the population: receipt, manifest, Parquet files."""
-    from qhlab.scenes.manifest import RECEIPT
-
     files = {**population_files(path), RECEIPT: path / RECEIPT}
     return {name: file.read_bytes() for name, file in files.items()}
 
@@ -381,6 +376,4 @@ def check_cells_feasible(config: Any, call: str = "qhlab study run") -> None:
 
 
 def _device_type(profile: str) -> str:
-    from qhlab.training.profiles import execution_profile
-
     return execution_profile(profile).device_type

@@ -25,6 +25,8 @@ from typing import Any
 
 from qhlab.evidence import sha256_bytes
 from qhlab.execution import where_am_i
+from qhlab.study.family import provide_shipped
+from qhlab.training.console import configure_console
 
 __all__ = ["LIBRARY_DIRS", "OWNER_FILE", "TRY_PREFIX", "TryLedger", "fit_on_worker"]
 
@@ -124,9 +126,9 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
     try:
         import torch
 
+        # Lazy: keeps importing this module free of torch.
         from qhlab.finite_horizon.fit import FitRequest, fit_recipe
         from qhlab.finite_horizon.recipe import QhRecipe
-        from qhlab.training.console import configure_console
 
         configure_console(job["verbose"])
         local = {}
@@ -137,7 +139,6 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
                 (directory / name).write_bytes(data)
             local[role] = directory
         torch.set_num_threads(job["torch_threads"])
-        from qhlab.study.family import provide_shipped
 
         # Checked against the freeze's digests before it is imported (ArmSource.check).
         provide_shipped(job.get("arm_source"), root / "family")
@@ -157,6 +158,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
         attempt = Path(result.output_directory)
         files = {p.relative_to(attempt).as_posix(): p.read_bytes()
                  for p in sorted(attempt.rglob("*")) if p.is_file()}
+        # Lazy: keeps importing this module free of numpy.
         from qhlab.study.authentication import runtime_versions
 
         return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()},

@@ -18,8 +18,10 @@ import os
 import secrets
 import time
 from pathlib import Path
-from qhlab.evidence import canonical_json, read_receipt, sha256_file
+
+from qhlab.evidence import EvidenceError, authentication_roots, canonical_json, read_receipt, sha256_file
 from qhlab.evidence.records import StudyReportReceipt
+from qhlab.study.authentication import recorded_output
 from qhlab.study.layout import REPORT_DIR, REPORT_RECEIPT
 from qhlab.study.render import FIGURES
 from qhlab.study.report import SECTIONS
@@ -62,8 +64,6 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
 
     import wandb
 
-    from qhlab.evidence import authentication_roots
-    from qhlab.study.authentication import recorded_output
 
     output = Path(output)
     report_dir = output / REPORT_DIR
@@ -71,8 +71,6 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
         receipt = read_receipt(report_dir / REPORT_RECEIPT, StudyReportReceipt)
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     if canonical_json(report["summary"]) != canonical_json(receipt.body.summary):
-        from qhlab.evidence import EvidenceError
-
         raise EvidenceError(f"log_report_run: {report_dir / 'report.json'} does not match its receipt's summary.")
     study = str(report["study"])
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

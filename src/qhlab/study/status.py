@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, authentication_roots, input_error, read_receipt
@@ -47,6 +47,7 @@ from qhlab.evidence.records import (
     StudyFreezeReceipt,
     StudyReportReceipt,
 )
+from qhlab.study.authentication import recorded_output
 from qhlab.study.config import read_study_config
 from qhlab.study.family import source_changes
 from qhlab.study.layout import (
@@ -65,6 +66,7 @@ from qhlab.study.layout import (
     cell_name,
 )
 from qhlab.training.segments import FIT_RECEIPT
+from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["STATES", "study_status", "status_lines"]
 
@@ -110,8 +112,6 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
     """
-    from qhlab.study.authentication import recorded_output
-
     with authentication_roots(output, populations, original=recorded_output(output)):
         return _status(Path(output))
 
@@ -206,8 +206,8 @@ def _lock_paths(parent: Path, cell: str) -> tuple[Path, Path]:
     logical run is the cell (``qhlab.finite_horizon.fit``: ``cell[:64]``). Neither owner names
     the file by a constant; ``tests/study/test_study_status.py`` pins both.
     """
+    # Lazy: keeps importing this module free of Lightning and pyarrow.
     from qhlab.finite_horizon.fit import default_logical_run_id
-    from qhlab.training.wandb_attempt import writer_lock_path
 
     return cell_lock_path(parent, cell), writer_lock_path(parent, default_logical_run_id(cell))
 

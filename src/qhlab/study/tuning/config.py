@@ -232,6 +232,7 @@ def _base_recipe_raw(config: QhTuningConfig) -> dict[str, Any]:
             raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed inline; allowed: the scientific "
                              "fields (the objective's seeds and [train]/[validation] set them)")
         return {"seed": config.objective.seeds[0], **copy.deepcopy(config.recipe)}
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(config.recipe, call=TUNE_CALL, field="recipe", example="examples/tiny-recipe.toml")
@@ -264,6 +265,7 @@ def trial_recipe(config: QhTuningConfig, params: dict[str, Any], *, seed: int, b
     Raises:
         QhInputError: the parameters make an invalid recipe (every field listed).
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import validate_recipe
 
     raw = copy.deepcopy(base if base is not None else _base_recipe_raw(config))
@@ -320,6 +322,7 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, path = read_toml(config_path, call=TUNE_CALL, field="config_path", example="examples/tiny-tune.toml",

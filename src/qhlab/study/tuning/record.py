@@ -30,6 +30,8 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
+from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.seals import seals_of
 from qhlab.study.tuning.rule import pick_winner, trial_score
 
 __all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",
@@ -50,7 +52,7 @@ _BACKEND = ("accelerator", "devices", "precision")
 def population_record(path: Path) -> dict:
     """A population's identity as the record holds it: path, manifest digest, declared generator,
     and the content digest of every scene (a study compares them with its own validation's)."""
-    from qhlab.scenes.manifest import read_manifest
+    # Lazy: keeps importing this module free of pyarrow and numpy.
     from qhlab.scenes.population import scene_content_digests
 
     manifest = read_manifest(path)
@@ -62,8 +64,6 @@ def population_record(path: Path) -> dict:
 
 def refuse_sealed_validation(call: str, population: Path, cache: str | os.PathLike) -> None:
     """Refuse a tuning validation population that a study has sealed as its validation."""
-    from qhlab.scenes.seals import seals_of
-
     seals = seals_of(population, (cache,))
     if seals:
         studies = ", ".join(sorted({str(s["study"]) for s in seals}))

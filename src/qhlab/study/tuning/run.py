@@ -33,10 +33,21 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.evidence.records import EvaluationReceipt, FitReceipt
+from qhlab.execution import executor_choice, open_executor
+from qhlab.study.populations import resolve_population
 from qhlab.study.tuning.config import TUNE_CALL, QhTuningConfig, read_tuning_config, trial_recipe
-from qhlab.study.tuning.record import (CONFIG_COPY, FITS_DIR, RECEIPT, TRIALS_DB, population_record,
-                                                publish_record, refuse_sealed_validation)
+from qhlab.study.tuning.record import (
+    CONFIG_COPY,
+    FITS_DIR,
+    RECEIPT,
+    TRIALS_DB,
+    population_record,
+    publish_record,
+    read_record,
+    refuse_sealed_validation,
+)
 from qhlab.study.tuning.rule import pick_winner, trial_score
+from qhlab.training.console import configure_console, console_verbose
 
 __all__ = ["run_tuning"]
 
@@ -122,6 +133,7 @@ def _fit_job(job: dict) -> dict:
     """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it."""
     import torch
 
+    # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, FitRequest, fit_recipe
     from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
     from qhlab.training.launcher import admit_launch
@@ -222,8 +234,6 @@ def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, wor
     """
     import optuna
 
-    from qhlab.execution import executor_choice
-    from qhlab.training.console import console_verbose
 
     # Optuna logs every study it creates (one per suggestion here): quiet unless --verbose.
     optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
@@ -232,8 +242,6 @@ def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, wor
     choice = executor if executor is not None else executor_choice(config.executor, None, call=TUNE_CALL)
     directory = Path(output).expanduser().absolute()
     if (directory / RECEIPT).is_file():
-        from qhlab.study.tuning.record import read_record
-
         record = read_record(directory)
         if record["config_sha256"] != _config_digest(config, base):
             raise input_error(TUNE_CALL, "--output", str(directory), "a new directory, or this config's tuning",
@@ -255,8 +263,6 @@ def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, wor
 
 
 def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
-    from qhlab.study.populations import resolve_population
-
     out = {}
     for split in ("train", "validation"):
         source = getattr(config, split)
@@ -270,9 +276,8 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
 
 def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, directory: Path,
                 populations: dict[str, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
-    from qhlab.execution import open_executor
+    # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
-    from qhlab.training.console import configure_console, console_verbose
 
     study = _open_storage(directory, config, digest)
     copy = directory / CONFIG_COPY
