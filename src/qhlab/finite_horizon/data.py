@@ -1,14 +1,11 @@
-"""The population READER: authenticated Parquet population -> tensors ready for batching.
+"""The population as tensors: a checked population (``qhlab.scenes.reader``) -> ``Population``.
 
-Owns: ``load_population`` and the frozen ``Population`` (the tensor contract of
-docs/ARCHITECTURE.md, "Populations"), including every validation of a population's
-content: manifest schema and file digests (through ``qhlab.scenes.read_manifest``), the
-requested split and horizon, column presence and types, shapes, identities, finiteness, and
-the exact Bellman consistency of every label (``qhlab.scenes.audit.check_bellman``).
-Does not own: generating populations (``qhlab.scenes``), batching or evaluation.
-
-Row order: S = chain rows (step >= 0) in file order, then successor rows (step == -1) in
-file order. Labels are stored in float64 and become float32 tensors here.
+Owns: ``load_population`` and the frozen ``Population``, the tensor contract training and
+evaluation read (float32 features, rewards and labels; int64 identities; bool masks). Every
+check of a population's content (manifest and digests, split and horizon, columns, shapes,
+identities, finiteness, Bellman, successor physics) happens in ``qhlab.scenes.reader``, which
+this module calls once. Does not own: reading or checking files, generating populations,
+batching or evaluation.
 """
 
 from __future__ import annotations
@@ -18,34 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
-from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
-from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure, check_successors, read_labels
-from qhlab.scenes.manifest import read_manifest
-from qhlab.scenes.sampler import SPLITS
+from qhlab.scenes.reader import read_population
 
 __all__ = ["Population", "load_population"]
-
-# Refusals of a file name it right after the call: "load_population: <file>: <field>=...".
-_CALL = "load_population"
-
-_F64 = pa.float64()
-_I64 = pa.int64()
-_COLUMNS: dict[str, dict[str, pa.DataType]] = {
-    "scenes.parquet": {"scene_id": _I64},
-    "states.parquet": {
-        "state_id": _I64, "scene_id": _I64, "chain_id": _I64, "step": _I64,
-        "num_objects": _I64, "objects": pa.list_(pa.list_(_F64)), "goal": pa.list_(_F64),
-    },
-    "candidates.parquet": {
-        "state_id": _I64, "candidate": _I64, "object": _I64, "features": pa.list_(_F64),
-        "reward": _F64, "q": pa.list_(_F64), "successor_state_id": _I64,
-    },
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,57 +78,8 @@ class Population:
     is_chain: torch.Tensor
 
 
-def _read_table(path: Path) -> pa.Table:
-    expected = _COLUMNS[path.name]
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise SchemaMismatchError(f"load_population: {path} is not a readable Parquet file ({exc}).") from None
-    for column, dtype in expected.items():
-        if column not in table.column_names:
-            raise SchemaMismatchError(
-                f"load_population: {path} lacks column {column!r}; required columns: "
-                f"{sorted(expected)}. HINT: regenerate the population with this qhlab."
-            )
-        actual = table.schema.field(column).type
-        if actual != dtype:
-            raise SchemaMismatchError(
-                f"load_population: {path} column {column!r} has type {actual}; allowed: {dtype}."
-            )
-        if table.column(column).null_count:
-            raise QhInputError(f"load_population: {path} column {column!r} holds null values; allowed: none.")
-    return table.combine_chunks()
-
-
-def _ints(table: pa.Table, column: str) -> np.ndarray:
-    return table.column(column).to_numpy().astype(np.int64, copy=False)
-
-
-def _lists(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths [rows], flat float64 values) of a list<double> column."""
-    arr = table.column(column).combine_chunks()
-    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
-    return lengths, arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def _check_finite(path: Path, column: str, values: np.ndarray, ids: np.ndarray, what: str) -> None:
-    rows = values.reshape(len(values), -1)
-    # Values are stored as float64 but become float32 tensors: beyond float32's range is inf.
-    bad = ~np.isfinite(rows) | (np.abs(rows) > _FLOAT32_MAX)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise QhInputError(
-            f"load_population: {path} column {column!r} holds {float(rows[row, col])!r} at "
-            f"{what}={int(ids[row])}; allowed: finite numbers within float32 range only. HINT: the population is "
-            "corrupt; regenerate it."
-        )
-
-
 def load_population(path: str | os.PathLike, *, split: str, horizon: int | None = None) -> Population:
-    """Authenticate and load a population directory into tensors.
+    """Authenticate, check and load a population directory into tensors.
 
     Args:
         path: population directory (``manifest.json`` + three Parquet files).
@@ -165,215 +90,36 @@ def load_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         The frozen ``Population``.
 
     Raises:
-        MissingEvidenceError / DigestMismatchError / SchemaMismatchError: manifest or files
-            missing, altered, or of another schema.
-        QhInputError: split or horizon mismatch, bad shapes, unknown ids, non-finite values,
-            a chain-row candidate without a successor (successor_state_id -1).
-        EvidenceError: a label breaks the Bellman rule (``qhlab.scenes.audit.check_bellman``):
-            every label is checked, exactly, against the stored rewards and successors.
+        As ``qhlab.scenes.reader.read_population``: MissingEvidenceError /
+        DigestMismatchError / SchemaMismatchError (manifest or files missing, altered, or of
+        another schema), QhInputError (split or horizon mismatch, bad shapes, unknown ids,
+        non-finite values, a chain-row candidate without a successor) and EvidenceError (a
+        label breaks the Bellman rule, or a successor is not the simulated one).
     """
-    path = Path(path)
-    if split not in SPLITS:
-        raise input_error(_CALL, "split", split, ", ".join(SPLITS), "name the split you mean to read.")
-    if horizon is not None:
-        require_int(_CALL, "horizon", horizon, minimum=1,
-                    hint="pass the H you expect, or None to accept the population's.")
-    manifest = read_manifest(path)
-    manifest_path = path / "manifest.json"
-    at_manifest = f"{_CALL}: {manifest_path}"
-    if manifest["split"] != split:
-        raise input_error(at_manifest, "split", manifest["split"], repr(split) + " (the requested split)",
-                          "a population is used only as the split it was generated for.")
-    big_h, k = manifest["horizon"], manifest["K"]
-    if not isinstance(big_h, int) or big_h < 1 or not isinstance(k, int) or k < 1:
-        raise input_error(at_manifest, "horizon/K", (big_h, k), "positive integers", "regenerate the population.")
-    if horizon is not None and big_h != horizon:
-        raise input_error(at_manifest, "horizon", big_h, f"{horizon} (the requested horizon)",
-                          "generate a population with the recipe's horizon.")
-    try:
-        widths = {key: len(manifest["features"][key]) for key in ("objects", "goal", "candidates")}
-        counts = {key: int(manifest["counts"][key]) for key in ("scenes", "states", "candidates")}
-    except (KeyError, TypeError, ValueError):
-        raise input_error(at_manifest, "features/counts", "incomplete", "feature lists and counts",
-                          "regenerate the population.") from None
-
-    scenes_path, states_path, cands_path = (path / n for n in ("scenes.parquet", "states.parquet", "candidates.parquet"))
-    at_scenes, at_states, at_cands = (f"{_CALL}: {p}" for p in (scenes_path, states_path, cands_path))
-    scenes = _read_table(scenes_path)
-    states = _read_table(states_path)
-    cands = _read_table(cands_path)
-    for file, table, key in ((scenes_path, scenes, "scenes"), (states_path, states, "states"),
-                             (cands_path, cands, "candidates")):
-        if table.num_rows != counts[key]:
-            raise input_error(f"{_CALL}: {file}", "rows", table.num_rows, f"{counts[key]} (manifest counts.{key})",
-                              "the file and the manifest disagree; regenerate the population.")
-
-    scene_ids = _ints(scenes, "scene_id")
-    if len(np.unique(scene_ids)) != len(scene_ids):
-        raise input_error(at_scenes, "scene_id", "duplicates", "unique ids", "regenerate the population.")
-    scene_dense = {int(s): i for i, s in enumerate(scene_ids)}
-
-    # Row order: chain rows then successors, each in file order.
-    step_file = _ints(states, "step")
-    if (step_file < -1).any():
-        raise input_error(at_states, "step", int(step_file.min()), "-1 (successor) or >= 0",
-                          "regenerate the population.")
-    order = np.argsort(step_file < 0, kind="stable")
-    state_id = _ints(states, "state_id")[order]
-    s_rows = len(state_id)
-    if len(np.unique(state_id)) != s_rows:
-        raise input_error(at_states, "state_id", "duplicates", "unique ids", "regenerate the population.")
-    row_of = {int(sid): i for i, sid in enumerate(state_id)}
-    try:
-        scene_index = np.array([scene_dense[int(s)] for s in _ints(states, "scene_id")[order]], dtype=np.int64)
-    except KeyError as exc:
-        raise input_error(at_states, "scene_id", int(exc.args[0]), f"an id of {scenes_path.name}",
-                          "regenerate the population.") from None
-
-    # Objects: list<list<double>> -> [S, N, F] padded.
-    num_objects = _ints(states, "num_objects")
-    obj_col = states.column("objects").combine_chunks()
-    outer = pc.list_value_length(obj_col).to_numpy(zero_copy_only=False).astype(np.int64)
-    if (outer != num_objects).any() or (num_objects < 1).any():
-        bad = int(np.argmax((outer != num_objects) | (num_objects < 1)))
-        raise input_error(at_states, "objects", f"{outer[bad]} pucks at state_id {int(_ints(states, 'state_id')[bad])}",
-                          f"num_objects ({num_objects[bad]}) >= 1 pucks", "regenerate the population.")
-    inner_lengths, flat = _lists(pa.table({"x": obj_col.flatten()}), "x")
-    if (inner_lengths != widths["objects"]).any():
-        width = int(inner_lengths[inner_lengths != widths["objects"]][0])
-        raise input_error(at_states, "objects", f"feature width {width}",
-                          f"{widths['objects']} (manifest features.objects)", "regenerate the population.")
-    _check_finite(states_path, "objects", flat.reshape(-1, widths["objects"]),
-                  np.repeat(_ints(states, "state_id"), num_objects), "state_id")
-    n_max = int(num_objects.max())
-    objects_file = np.zeros((s_rows, n_max, widths["objects"]), dtype=np.float64)
-    mask_file = np.arange(n_max)[None, :] < num_objects[:, None]
-    objects_file[mask_file] = flat.reshape(-1, widths["objects"])
-    objects, object_mask = objects_file[order], mask_file[order]
-
-    goal_lengths, goal_flat = _lists(states, "goal")
-    if (goal_lengths != widths["goal"]).any():
-        raise input_error(at_states, "goal", f"width {int(goal_lengths[goal_lengths != widths['goal']][0])}",
-                          f"{widths['goal']} (manifest features.goal)", "regenerate the population.")
-    goal = goal_flat.reshape(s_rows, widths["goal"])
-    _check_finite(states_path, "goal", goal, _ints(states, "state_id"), "state_id")
-    goal = goal[order]
-
-    # Candidates: exactly K rows per state, candidate indices 0..K-1.
-    c_state = _ints(cands, "state_id")
-    c_index = _ints(cands, "candidate")
-    try:
-        c_row = np.array([row_of[int(s)] for s in c_state], dtype=np.int64)
-    except KeyError as exc:
-        raise input_error(at_cands, "state_id", int(exc.args[0]), f"an id of {states_path.name}",
-                          "regenerate the population.") from None
-    if ((c_index < 0) | (c_index >= k)).any():
-        raise input_error(at_cands, "candidate", int(c_index[(c_index < 0) | (c_index >= k)][0]), f"0..{k - 1}",
-                          "K is fixed per population.")
-    filled = np.zeros((s_rows, k), dtype=np.int64)
-    np.add.at(filled, (c_row, c_index), 1)
-    if (filled != 1).any():
-        bad_row, bad_k = np.argwhere(filled != 1)[0]
-        raise input_error(at_cands, "candidate", f"{int(filled[bad_row, bad_k])} rows for state_id "
-                          f"{int(state_id[bad_row])} candidate {int(bad_k)}", "exactly one row per (state, candidate)",
-                          "every state has exactly K candidates.")
-    feat_lengths, feat_flat = _lists(cands, "features")
-    if (feat_lengths != widths["candidates"]).any():
-        raise input_error(at_cands, "features", f"width {int(feat_lengths[feat_lengths != widths['candidates']][0])}",
-                          f"{widths['candidates']} (manifest features.candidates)", "regenerate the population.")
-    features = feat_flat.reshape(-1, widths["candidates"])
-    _check_finite(cands_path, "features", features, c_state, "state_id")
-    reward_flat = cands.column("reward").to_numpy().astype(np.float64)
-    _check_finite(cands_path, "reward", reward_flat, c_state, "state_id")
-    struck = _ints(cands, "object")
-    n_of_row = object_mask.sum(axis=1)
-    if ((struck < 0) | (struck >= n_of_row[c_row])).any():
-        bad = int(np.argmax((struck < 0) | (struck >= n_of_row[c_row])))
-        raise input_error(at_cands, "object", int(struck[bad]), f"0..{int(n_of_row[c_row[bad]]) - 1} at state_id "
-                          f"{int(c_state[bad])}", "the struck puck must exist.")
-
-    q_lengths, q_flat = _lists(cands, "q")
-    want = np.where(step_file[order] >= 0, big_h, big_h - 1)[c_row]
-    if (q_lengths != want).any():
-        bad = int(np.argmax(q_lengths != want))
-        raise input_error(at_cands, "q", f"{int(q_lengths[bad])} labels at state_id {int(c_state[bad])}",
-                          f"{int(want[bad])} (H for chain states, H-1 for successors)", "regenerate the population.")
-    q_offsets = np.concatenate([[0], np.cumsum(q_lengths)])
-    q = np.zeros((s_rows, k, big_h), dtype=np.float64)
-    for h in range(big_h):
-        has = q_lengths > h
-        values = q_flat[q_offsets[:-1][has] + h]
-        bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
-        if bad.any():
-            raise QhInputError(
-                f"load_population: {cands_path} column 'q' holds {float(values[bad][0])!r} (Q*_{h + 1}) at state_id "
-                f"{int(c_state[has][bad][0])} candidate {int(c_index[has][bad][0])}; allowed: finite numbers "
-                "within float32 range only. HINT: the population is corrupt; regenerate it."
-            )
-        q[c_row[has], c_index[has], h] = values
-
-    succ_ids = _ints(cands, "successor_state_id")
-    succ_rows = np.full(len(succ_ids), -1, dtype=np.int64)
-    for i in np.flatnonzero(succ_ids != -1):
-        sid = int(succ_ids[i])
-        if sid not in row_of:
-            raise input_error(at_cands, "successor_state_id", sid, f"-1 or an id of {states_path.name}",
-                              "regenerate the population.")
-        succ_rows[i] = row_of[sid]
-    # The game has no terminal state: every candidate of a chain state leads somewhere, and
-    # its successor row carries the labels that training bootstraps through. A chain-row -1
-    # would silently turn that candidate into a terminal one (y_h = r for every h), so it is
-    # refused; successor rows (step == -1) are leaves of the stored tree and keep -1.
-    missing = np.flatnonzero((succ_ids == -1) & (step_file[order][c_row] >= 0))
-    if missing.size:
-        i = int(missing[0])
-        raise input_error(at_cands, "successor_state_id", -1,
-                          f"an id of {states_path.name} for every candidate of a chain state (step >= 0; "
-                          f"here state_id {int(c_state[i])} candidate {int(c_index[i])}, "
-                          f"{missing.size} such candidate(s) in all); -1 only on successor rows (step == -1)",
-                          "the game has no terminal state, so every chain-row candidate has a successor "
-                          "state; the population is corrupt or was written by another generator; "
-                          "regenerate it.")
-
-    def grid(values: np.ndarray, dtype) -> np.ndarray:
-        out = np.zeros((s_rows, k) + values.shape[1:], dtype=dtype)
-        out[c_row, c_index] = values
-        return out
-
-    step = step_file[order]
-    reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
-    labels = LabelArrays(state_id=state_id, scene_id=_ints(states, "scene_id")[order],
-                         chain_id=_ints(states, "chain_id")[order],
-                         step=step, reward=reward_grid, q=q, horizons=np.where(step >= 0, big_h, big_h - 1),
-                         successor=succ_grid)
-    check_structure(cands_path, labels, call=_CALL)
-    check_bellman(cands_path, q, reward_grid, succ_grid, labels.horizons, state_id, call=_CALL)
-    # Bellman leaves the rewards and successors themselves to physics: every one-strike
-    # successor is re-simulated on every load (read in file order, as the files hold them).
-    check_successors(path, manifest, read_labels(path, manifest, call=_CALL), call=_CALL)
+    arrays = read_population(path, split=split, horizon=horizon)
     tensor = torch.from_numpy
     return Population(
-        manifest=manifest,
-        path=path,
-        digest=sha256_file(manifest_path),
-        split=split,
-        horizon=big_h,
-        num_candidates=k,
-        name=str(manifest["name"]),
-        objects=tensor(objects.astype(np.float32)),
-        object_mask=tensor(object_mask),
-        goal=tensor(goal.astype(np.float32)),
-        candidates=tensor(grid(features, np.float32)),
-        candidate_object=tensor(grid(struck, np.int64)),
-        candidate_mask=tensor(np.ones((s_rows, k), dtype=bool)),
-        reward=tensor(reward_grid.astype(np.float32)),
-        q=tensor(q.astype(np.float32)),
-        q_horizons=tensor(np.where(step >= 0, big_h, big_h - 1).astype(np.int64)),
-        successor=tensor(succ_grid),
-        scene_index=tensor(scene_index),
-        scene_id=tensor(scene_ids[scene_index].astype(np.int64)),
-        state_id=tensor(state_id.astype(np.int64)),
-        chain_id=tensor(_ints(states, "chain_id")[order].copy()),
-        step=tensor(step.astype(np.int64)),
-        is_chain=tensor(step >= 0),
+        manifest=arrays.manifest,
+        path=arrays.path,
+        digest=arrays.digest,
+        split=arrays.split,
+        horizon=arrays.horizon,
+        num_candidates=arrays.num_candidates,
+        name=arrays.name,
+        objects=tensor(arrays.objects.astype(np.float32)),
+        object_mask=tensor(arrays.object_mask),
+        goal=tensor(arrays.goal.astype(np.float32)),
+        candidates=tensor(arrays.candidates.astype(np.float32)),
+        candidate_object=tensor(arrays.candidate_object),
+        candidate_mask=tensor(arrays.candidate_mask),
+        reward=tensor(arrays.reward.astype(np.float32)),
+        q=tensor(arrays.q.astype(np.float32)),
+        q_horizons=tensor(arrays.q_horizons),
+        successor=tensor(arrays.successor),
+        scene_index=tensor(arrays.scene_index),
+        scene_id=tensor(arrays.scene_id),
+        state_id=tensor(arrays.state_id),
+        chain_id=tensor(arrays.chain_id),
+        step=tensor(arrays.step),
+        is_chain=tensor(arrays.is_chain),
     )

@@ -1,7 +1,8 @@
 """The pymunk puck benchmark: scenes, candidates, exact finite-horizon labels, populations.
 
-Owns: everything that produces a population directory (see ``population``). Does not own:
-reading populations into tensors (``qhlab.finite_horizon.data``) or anything torch.
+Owns: the population format, written (``population``) and read back checked (``reader``:
+manifest, tables, Bellman and successor physics, arrays). Does not own: turning a population
+into tensors (``qhlab.finite_horizon.data``) or anything torch.
 
 Names are resolved lazily so that label worker processes (which import
 ``qhlab.scenes.labels``) do not pay for pyarrow.

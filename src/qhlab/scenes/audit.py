@@ -5,8 +5,8 @@ match (``check_counts``), the exact Bellman consistency of every stored label ag
 stored rewards and successors (``bellman_violations``, ``check_bellman``), and the physics
 audit (``audit_population``), which regenerates every scene from the generator's seed and
 re-simulates the whole depth-H tree of chosen chain states. Does not own: authenticating file
-digests (``manifest.read_manifest``), tensors (``qhlab.finite_horizon.data``) or where the
-checks are required (the loader, ``describe``, ``verify``, the study steps and the cache).
+digests (``manifest.read_manifest``), reading the tables into arrays (``reader``) or where the
+checks are required (the reader, ``describe``, ``verify``, the study steps and the cache).
 
 Why both. Digests prove the bytes are the ones a manifest names, but a forger who rewrites a
 population can recompute every digest. The Bellman check is exact (genuine labels are

@@ -2,9 +2,9 @@
 
 Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``RECEIPT``, ``MANIFEST_KIND``,
 ``MANIFEST_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
-manifest and file digests. The writer (``population``), the physics audit (``audit``), the card
-(``describe``) and the tensor reader (``qhlab.finite_horizon.data``) all read the format here, and
-this module imports none of them. Does not own: writing a population or checking its labels.
+manifest and file digests. The writer (``population``), the reader (``reader``), the physics audit
+(``audit``) and the card (``describe``) all read the format here, and this module imports none of
+them. Does not own: writing a population, reading its tables or checking its labels.
 """
 
 from __future__ import annotations
