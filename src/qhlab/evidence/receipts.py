@@ -40,7 +40,7 @@ from qhlab.evidence.errors import (
     SchemaMismatchError,
 )
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
-from qhlab.evidence.records import Receipt, receipt_model, shape_error
+from qhlab.evidence.records import Receipt, receipt_model
 from qhlab.evidence.tree import logger_leftover, refuse_links
 
 __all__ = [
@@ -254,7 +254,7 @@ def write_receipt(
     try:
         record.body_model().model_validate(plain)
     except ValidationError as exc:
-        raise shape_error("write_receipt", path, record, exc, prefix=("body",)) from None
+        raise _shape_error("write_receipt", path, record, exc, prefix=("body",)) from None
     origin = plain.get(ORIGIN_FIELD)
     if isinstance(origin, str) and Path(origin).is_absolute() and \
             Path(os.path.abspath(origin)) != Path(os.path.abspath(path.parent)):
@@ -274,6 +274,24 @@ def write_receipt(
     data = canonical_json(document)
     publish_bytes(path, data)
     return sha256_bytes(data)
+
+
+def _shape_error(call: str, path: Any, model: type, error: ValidationError, *,
+                prefix: tuple[str, ...] = ()) -> SchemaMismatchError:
+    """One line naming the file, the first failing field (below ``prefix``), its value and what is
+    allowed."""
+    first = error.errors()[0]
+    field = ".".join(str(p) for p in (*prefix, *first["loc"])) or "(document)"
+    value = first.get("input")
+    shown = "missing" if first["type"] == "missing" else repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    more = error.error_count() - 1
+    return SchemaMismatchError(
+        f"{call}: {path} field {field} = {shown}: {first['msg']}; allowed: the layout of "
+        f"{model.__name__}" + (f" ({more} more problem(s))" if more else "")
+        + ". HINT: a receipt is written by qhlab and never edited; rerun the step that made it."
+    )
 
 
 def _resolve(receipt_dir: Path, reference: str) -> Path:
@@ -338,7 +356,7 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
     try:
         receipt = model.model_validate(document)
     except ValidationError as exc:
-        raise shape_error("read_receipt", path, model, exc) from None
+        raise _shape_error("read_receipt", path, model, exc) from None
     if verify_files:
         roots = _ROOTS.get()
         for section, name, entry in _bindings(receipt):

@@ -1,7 +1,7 @@
 """Typed receipts: one pydantic model per receipt kind, its kind and schema version as fields.
 
 Owns: the layout of every receipt qhlab writes (the envelope, and each kind's body at its top
-level), the registry of kinds, and the one message form for a receipt of the wrong shape.
+level) and the registry of kinds.
 Does not own: authentication (``receipts``: digests, bound files, where a copy is judged) nor
 what a body's values mean (each step that writes a kind reads it back).
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from qhlab.evidence.errors import SchemaMismatchError
 
 __all__ = [
-    "Receipt", "receipt_model", "receipt_kinds", "shape_error",
+    "Receipt", "receipt_model", "receipt_kinds",
     "BoundFile", "CreatedBy",
     "FitReceipt", "SegmentCheckpointReceipt", "ColdInitializationReceipt", "WandbAttemptReceipt",
     "EvaluationReceipt", "PopulationReceipt", "PopulationGenerationReceipt",
@@ -140,24 +140,6 @@ def receipt_model(kind: Any) -> type[Receipt]:
 def receipt_kinds() -> list[str]:
     """Every registered kind, sorted."""
     return sorted(_MODELS)
-
-
-def shape_error(call: str, path: Any, model: type[BaseModel], error: ValidationError, *,
-                prefix: tuple[str, ...] = ()) -> SchemaMismatchError:
-    """One line naming the file, the first failing field (below ``prefix``), its value and what is
-    allowed."""
-    first = error.errors()[0]
-    field = ".".join(str(p) for p in (*prefix, *first["loc"])) or "(document)"
-    value = first.get("input")
-    shown = "missing" if first["type"] == "missing" else repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    more = error.error_count() - 1
-    return SchemaMismatchError(
-        f"{call}: {path} field {field} = {shown}: {first['msg']}; allowed: the layout of "
-        f"{model.__name__}" + (f" ({more} more problem(s))" if more else "")
-        + ". HINT: a receipt is written by qhlab and never edited; rerun the step that made it."
-    )
 
 
 # -- training ---------------------------------------------------------------------------------

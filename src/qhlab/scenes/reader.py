@@ -55,30 +55,9 @@ _COLUMNS: dict[str, dict[str, pa.DataType]] = {
 class PopulationArrays:
     """A read and checked population (S rows: chain states, then successor states).
 
-    Attributes:
-        manifest: the authenticated manifest.
-        path: the population directory.
-        digest: SHA-256 of ``manifest.json`` bytes (the manifest binds every file digest).
-        split: ``"train"``, ``"validation"`` or ``"test"``.
-        horizon: H.
-        num_candidates: K.
-        name: population name from the manifest.
-        objects: [S, N, F] float64 per-puck features, zero-padded.
-        object_mask: [S, N] bool, real pucks.
-        goal: [S, G] float64 goal features.
-        candidates: [S, K, C] float64 candidate features.
-        candidate_object: [S, K] int64 index in N of the struck puck.
-        candidate_mask: [S, K] bool, real candidates.
-        reward: [S, K] float64 r(s, a), metres.
-        q: [S, K, H] float64 exact labels; successor rows hold 1..H-1, 0.0 beyond.
-        q_horizons: [S] int64 valid label horizons (H chain rows, H-1 successor rows).
-        successor: [S, K] int64 row of the successor state; -1 only on successor rows.
-        scene_index: [S] int64 dense 0..n_scenes-1 (scene order of ``scenes.parquet``).
-        scene_id: [S] int64.
-        state_id: [S] int64.
-        chain_id: [S] int64.
-        step: [S] int64, -1 for successors.
-        is_chain: [S] bool, step >= 0.
+    The fields, shapes and meanings are those of ``qhlab.finite_horizon.data.Population`` (the
+    tensor contract), held as numpy arrays: features, rewards and labels in float64 as stored,
+    identities in int64, masks in bool.
     """
 
     manifest: dict
