@@ -5,10 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.qhlab-installed
 DEMO_CONFIG ?= examples/default-study.toml
 DEMO_OUTPUT ?= runs/demo-study
+# Where `make prepare` writes the demo's preparation records (default-study.toml names these).
+PREPARATION ?= examples/preparation
 # The offline CUDA node's Python (make device-wheels; docs/guide/hardware.md, "Check the GPU lane").
 DEVICE_PYTHON ?= 3.12
 
-.PHONY: venv demo test test-fast bench clean-demo device-wheels
+.PHONY: venv demo prepare test test-fast bench clean-demo device-wheels
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,17 @@ venv: $(STAMP)
 # The main job: the pre-registered demo study on generated default populations.
 demo: $(STAMP)
 	$(VENV)/bin/qhlab study run $(DEMO_CONFIG) --output $(DEMO_OUTPUT)
+
+# Re-derive the demo's preparation on its tuning population: the recipe's tuning (24 fits) and the
+# pilot (70 fits). Finished fits under PREPARATION/*/fits are adopted, so an interrupted run resumes;
+# the records are recomputed from them. The committed records are what `make demo` freezes against.
+prepare: $(STAMP)
+	rm -f $(PREPARATION)/demo-tune/tuning.json $(PREPARATION)/demo-tune/tuning.receipt.json \
+		$(PREPARATION)/demo-tune/config.toml $(PREPARATION)/demo-pilot/config.toml \
+		$(PREPARATION)/demo-tune/recipe.toml $(PREPARATION)/demo-pilot/pilot.json \
+		$(PREPARATION)/demo-pilot/pilot.receipt.json
+	$(VENV)/bin/qhlab tune examples/demo-tune.toml --output $(PREPARATION)/demo-tune
+	$(VENV)/bin/qhlab pilot examples/demo-pilot.toml --output $(PREPARATION)/demo-pilot
 
 # The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite, on every
 # core (pytest-xdist: each test file, and the reliability suite, runs on one worker; tests/conftest.py).

@@ -89,14 +89,15 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 def _config_page() -> str:
     from qhlab.finite_horizon.recipe import QhRecipe
     from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
+    from qhlab.study.pilot.config import QhPilotConfig
     from qhlab.study.tuning.config import QhTuningConfig
 
     lines = ["# Config reference", "",
-             "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`) "
-             "and a recipe (`qhlab fit RECIPE`),",
+             "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`), "
+             "a pilot config (`qhlab pilot CONFIG`) and a recipe (`qhlab fit RECIPE`),",
              "generated from their pydantic models when these pages are built. Unknown fields are refused.", ""]
     for title, model in (("Study config", QhArchitectureStudyConfig), ("Tuning config", QhTuningConfig),
-                         ("Recipe", QhRecipe)):
+                         ("Pilot config", QhPilotConfig), ("Recipe", QhRecipe)):
         lines += [f"## {title}", ""]
         for cls in _models(model):
             lines += _model_table(cls, top=cls is model)

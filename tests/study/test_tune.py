@@ -308,3 +308,15 @@ def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cac
     capsys.readouterr()
     assert main(["verify", str(frozen)]) == 0
     assert "preparation/tuning: 4 trials' scores and the winner" in capsys.readouterr().out
+    # The rest of the study: its report draws the tuning's two figures and logs them to its W&B run.
+    assert main(["study", "run", str(tmp_path / "c" / "study.toml"), "--output", str(frozen)]) == 0
+    report = frozen / "report"
+    figures = ("tuning_history.png", "tuning_importances.png")
+    assert all((report / name).read_bytes().startswith(b"\x89PNG") for name in figures)
+    assert all(f"`{name}`" in (report / "report.md").read_text() for name in figures)
+    receipt = json.loads((report / "report.receipt.json").read_text())
+    bound = [entry["path"] for entry in receipt["outputs"].values()]
+    assert all(any(path.endswith(name) for path in bound) for name in figures), bound
+    (run,) = (frozen / "wandb-report").iterdir()
+    logged = {p.name.rsplit("_", 2)[0] for p in run.glob("**/files/media/images/report/*.png")}
+    assert {"tuning_history", "tuning_importances"} <= logged, logged

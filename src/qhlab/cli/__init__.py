@@ -33,6 +33,7 @@ _COMMANDS = {
     "commission": "qhlab.cli.commission",
     "study": "qhlab.cli.study",
     "tune": "qhlab.cli.tune",
+    "pilot": "qhlab.cli.pilot",
     "verify": "qhlab.cli.verify",
     "sign": "qhlab.cli.sign",
 }

@@ -4,7 +4,7 @@ Owns: the command's arguments and its report. Does not own: authentication itsel
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
 always, a physics audit of N chain states with ``--audit``), or the recomputation of every
-tuning record found (``qhlab.study.tuning.record.check_record``).
+tuning and pilot record found (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import json
 
 from qhlab.evidence import QhInputError, verify_directory
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
-from qhlab.study.tuning.record import RECEIPT, check_record
+from qhlab.study.pilot import record as pilot_record
+from qhlab.study.tuning import record as tuning_record
 
 __all__ = ["register", "run", "KEYLESS"]
 
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
     result["label_checks"] = checks
-    result["tuning_checks"] = _tuning_checks(args.directory, result["receipts"])
+    result["tuning_checks"] = _record_checks(args.directory, result["receipts"], "tuning", tuning_record)
+    result["pilot_checks"] = _record_checks(args.directory, result["receipts"], "pilot", pilot_record)
     result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -94,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
               f"{entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts"
               + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
                  else ""))
+    for entry in result["pilot_checks"]:
+        print(f"pilot: {entry['directory']}: {entry['comparisons']} comparisons' and margins' variance components "
+              f"and the maxima recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} "
+              "fits' values recomputed from their evaluation receipts"
+              + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
+                 else ""))
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["linked_logs"]:
@@ -110,16 +118,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tuning_checks(directory: str, receipts: list[dict]) -> list[dict]:
-    """Recompute every tuning record below ``directory`` (``qhlab.study.tuning.record``)."""
+def _record_checks(directory: str, receipts: list[dict], kind: str, module) -> list[dict]:
+    """Recompute every record of ``kind`` below ``directory`` with ``module.check_record``."""
     from pathlib import Path
-
 
     checks = []
     for receipt in receipts:
-        if receipt["kind"] == "tuning" and Path(receipt["path"]).name == RECEIPT:
+        if receipt["kind"] == kind and Path(receipt["path"]).name == module.RECEIPT:
             where = Path(directory) / Path(receipt["path"]).parent
-            checks.append({"directory": str(where), **check_record(where)})
+            checks.append({"directory": str(where), **module.check_record(where)})
     return checks
 
 

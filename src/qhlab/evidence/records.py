@@ -30,7 +30,7 @@ __all__ = [
     "FitReceipt", "SegmentCheckpointReceipt", "ColdInitializationReceipt", "WandbAttemptReceipt",
     "EvaluationReceipt", "PopulationReceipt", "PopulationGenerationReceipt",
     "StudyFreezeReceipt", "StudyDevelopmentReceipt", "StudyE0Receipt", "StudyCellReceipt",
-    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt",
+    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt", "PilotReceipt",
     "CommissioningRunReceipt", "CommissioningMilestoneReceipt", "MpsMemoryReceipt",
 ]
 
@@ -597,6 +597,29 @@ class TuningReceipt(Receipt):
     kind: Literal["tuning"] = "tuning"
     schema_version: Literal[1] = 1
     body: TuningBody
+
+
+class PilotBody(_Closed):
+    """A pilot's record (its fits and variance components live in ``pilot.json``, which it binds).
+
+    Attributes:
+        name: the pilot. config_sha256: its config and the study design. fits: how many.
+        seed_variance, train_draw: the maxima a study freezes (``train_draw`` None without draws).
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=_SHA256)
+    fits: int
+    seed_variance: _Json
+    train_draw: _Json | None
+
+
+class PilotReceipt(Receipt):
+    """``pilot.receipt.json``."""
+
+    kind: Literal["pilot"] = "pilot"
+    schema_version: Literal[1] = 1
+    body: PilotBody
 
 
 # -- commissioning ----------------------------------------------------------------------------

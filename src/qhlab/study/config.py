@@ -286,11 +286,15 @@ class PreparationConfig(BaseModel):
         tuning: a ``qhlab tune`` record (``.../tuning.json``): the freeze refuses a recipe
             other than its winner (except in its declared deviations) and a tuning population
             that is this study's validation.
+        pilot: a ``qhlab pilot`` record (``.../pilot.json``) of this study's design: the report's
+            intervals carry its seed variance and TRAIN-draw variance (``[seed_variance]`` may
+            then be left out; if given, it must round to the record's values).
     """
 
     model_config = _FROZEN
 
     tuning: _PathText | None = None
+    pilot: _PathText | None = None
 
 
 class QhArchitectureStudyConfig(BaseModel):
@@ -325,7 +329,8 @@ class QhArchitectureStudyConfig(BaseModel):
         population_cache: cache directory of generated populations.
         bootstrap: scene bootstrap settings of the report.
         seed_variance: the pilot's seed variance of paired differences (None: the study's own).
-        preparation: the tuning record the recipe comes from (None: the recipe is unrecorded).
+        preparation: the tuning record the recipe comes from and the pilot record of the
+            seed variance (None: both unrecorded).
     """
 
     model_config = _FROZEN
@@ -558,7 +563,8 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
                                 example="examples/default-study.toml",
                                 relative=(("train", "path"), ("validation", "path"), ("population_cache",),
-                                          ("experiment", "recipe"), ("preparation", "tuning")))
+                                          ("experiment", "recipe"), ("preparation", "tuning"),
+                                          ("preparation", "pilot")))
     experiment = raw.get("experiment")
     if isinstance(experiment, dict) and isinstance(experiment.get("recipe"), str):
         experiment["recipe_file"] = experiment["recipe"]

@@ -223,9 +223,9 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     if sources:
         # verify refuses a file added to the copies, as every step does before importing them.
         body["sealed_directories"] = [FAMILY_DIR]
-    # How the recipe was chosen: the tuning record, copied in and bound (None: unrecorded).
+    # How the study was prepared: the tuning and pilot records, copied in and bound (None: unrecorded).
     body["preparation"] = preparation
-    prepared = {} if prepared_from is None else copy_preparation(prepared_from, output)
+    prepared = copy_preparation(prepared_from, output)
     if not (output / CONFIG_COPY).exists():
         publish_bytes(output / CONFIG_COPY, data)
     inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}

@@ -45,6 +45,7 @@ from qhlab.study.layout import (
     REPORT_RECEIPT,
     cell_name,
 )
+from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.replication import pooled_difference
 from qhlab.study.statistics import paired_scene_bootstrap
@@ -115,9 +116,8 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         margin_source = f"{margin_mde_multiple:g} x the study's regret MDE ({mde:.4g} m, lane A's largest D_reg MDE)"
     else:
         margin_source = "explicit (--margin)"
-    pilot = lanes["A"]["resolved"].get("seed_variance")
-    seed_variance = None if not pilot else {"seed_sd": float(pilot["regret"]), "seed_sd_source": pilot["source"],
-                                            "seed_sd_dof": int(pilot["seeds"]) - 1}
+    # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
+    seed_variance = {k: v for k, v in lanes["A"]["seed_variance"].items() if not k.startswith("draw_")} or None
     comparison = lane_comparison(lanes["A"], lanes["B"], margin=float(margin), resamples=resamples, seed=seed,
                                  seed_variance=seed_variance, margin_source=margin_source)
     inputs = {f"{k.lower()}/{name}": lanes[k][name] for k in lanes for name in ("freeze", "report")}
@@ -159,6 +159,7 @@ def _read_lane(directory: Path) -> dict[str, Any]:
             "report": path, "study": frozen.config.name, "study_id": frozen.body.study_id,
             "report_json": report, "cells": {k: c["document"].body_record() for k, c in cells.items()},
             "versions": frozen.body.versions,
+            "seed_variance": frozen_pilot(frozen.config, {"preparation": frozen.body.preparation}, "regret"),
             "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
         }
 

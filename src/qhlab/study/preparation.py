@@ -1,25 +1,32 @@
-"""How the study was prepared: the freeze binds the tuning record its recipe comes from.
+"""How the study was prepared: the freeze binds the tuning and pilot records it names.
 
 Owns: ``check_preparation`` (at freeze, before anything is written: authenticate and recompute a
-``qhlab tune`` record, refuse a recipe other than its winner outside the declared deviations and
-a tuning population that is the study's validation), ``copy_preparation`` (the record's copy
-inside the study, which the freeze receipt binds), ``refuse_tuned_scenes`` (at
-development: no sealed validation scene may be a tuning scene, by physical content) and the
-record's summary that the freeze body carries for the report. Does not own: the record itself
-(``qhlab.study.tuning.record``) or the freeze (``freeze``).
+``qhlab tune`` record and a ``qhlab pilot`` record; refuse a recipe other than the tuning's
+winner outside its declared deviations, a pilot of another study design, a typed
+``[seed_variance]`` other than the pilot's, and a tuning or pilot population that is the
+study's validation), ``copy_preparation`` (the records' copies inside the study, which the
+freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene may
+be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
+variance the report's intervals carry) and the report's section. Does not own: the records
+themselves (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``) or the freeze (``freeze``).
 """
 
 from __future__ import annotations
+
+import json
 
 from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import PublishConflictError, input_error, publish_bytes, sha256_file
 from qhlab.study.config import QhArchitectureStudyConfig
+from qhlab.study.pilot import record as pilot_record
+from qhlab.study.pilot.config import study_design
 from qhlab.study.render import fmt, table
+from qhlab.study.tuning import record as tuning_record
 from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD, check_record, read_record
 
-__all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "refuse_tuned_scenes"]
+__all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
 
 PREPARATION_DIR = "preparation"
 _CALL = "freeze_study"
@@ -50,24 +57,36 @@ def _copy_into(source: Path, target: Path) -> None:
             raise
 
 
-def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, Path | None]:
-    """Check the study against its tuning record; nothing is written.
+def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, dict[str, Path]]:
+    """Check the study against its tuning and pilot records; nothing is written.
 
     Args:
-        config: the study config (``preparation.tuning`` names the record's ``tuning.json``).
+        config: the study config (``preparation.tuning`` names a ``tuning.json``,
+            ``preparation.pilot`` a ``pilot.json``).
 
     Returns:
-        (the freeze body's ``preparation`` record, or None without ``[preparation]``; the
-        record's directory, for ``copy_preparation``).
+        (the freeze body's ``preparation`` record ``{"tuning", "pilot"}``, each None when not
+        named, or None without either; ``{"tuning"|"pilot": the record's directory}``, for
+        ``copy_preparation``).
 
     Raises:
-        EvidenceError: the record does not authenticate, or its scores or winner do not recompute.
-        QhInputError: the study's recipe is not the winner outside the declared deviations, or
-            a tuning population is the study's validation population.
+        EvidenceError: a record does not authenticate, or its values do not recompute.
+        QhInputError: the study's recipe is not the tuning's winner outside the declared
+            deviations, the pilot measured another study design, a typed ``[seed_variance]``
+            is not the pilot's, or a tuning or pilot population is the study's validation.
     """
-    if config.preparation is None or config.preparation.tuning is None:
-        return None, None
-    record_path = Path(config.preparation.tuning)
+    preparation = config.preparation
+    if preparation is None or (preparation.tuning is None and preparation.pilot is None):
+        return None, {}
+    body, sources = {"tuning": None, "pilot": None}, {}
+    if preparation.tuning is not None:
+        body["tuning"], sources["tuning"] = _check_tuning(config, Path(preparation.tuning))
+    if preparation.pilot is not None:
+        body["pilot"], sources["pilot"] = _check_pilot(config, Path(preparation.pilot))
+    return body, sources
+
+
+def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
     if record_path.name != RECORD:
         raise input_error(_CALL, "preparation.tuning", str(record_path), f"the path of a tuning's {RECORD}",
                           "name the tuning.json that `qhlab tune` wrote")
@@ -89,45 +108,142 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, P
                           f"declared deviations ({', '.join(record['deviations']) or 'none'})",
                           f"set experiment.recipe = {str(source / RECIPE)!r}, or tune again")
     _refuse_tuning_validation(config, record, record_path)
-    body = {
-        "tuning": {
-            "source": str(record_path.resolve()),
-            "copy": f"{PREPARATION_DIR}/tuning",
-            "record_sha256": sha256_file(source / RECORD),
-            "receipt_sha256": sha256_file(source / RECEIPT),
-            "name": record["name"],
-            "config_sha256": record["config_sha256"],
-            "objective": record["objective"],
-            "rule": record["rule"],
-            "trials": [{k: t[k] for k in ("number", "params", "state", "reason", "mean", "seed_sd", "cost")}
-                       for t in record["trials"]],
-            "winner": {k: winner[k] for k in ("number", "params", "mean", "margin", "tied")},
-            "deviations": {"declared": record["deviations"], "used": differing},
-            "populations": {role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
-                            for role, p in record["populations"].items()},
-            "fits_recomputed": checked["fits_recomputed"],
-            "optuna": record["optuna"],
-        }
-    }
-    return body, source
+    return {
+        "source": str(record_path.resolve()),
+        "copy": f"{PREPARATION_DIR}/tuning",
+        "record_sha256": sha256_file(source / RECORD),
+        "receipt_sha256": sha256_file(source / RECEIPT),
+        "name": record["name"],
+        "config_sha256": record["config_sha256"],
+        "objective": record["objective"],
+        "rule": record["rule"],
+        "trials": [{k: t[k] for k in ("number", "params", "state", "reason", "mean", "seed_sd", "cost")}
+                   for t in record["trials"]],
+        "winner": {k: winner[k] for k in ("number", "params", "mean", "margin", "tied")},
+        "deviations": {"declared": record["deviations"], "used": differing},
+        "populations": {role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
+                        for role, p in record["populations"].items()},
+        "fits_recomputed": checked["fits_recomputed"],
+        "optuna": record["optuna"],
+        "space": record["config"]["space"],
+    }, source
 
 
-def copy_preparation(source: Path, output: Path) -> dict[str, Path]:
-    """Copy a checked tuning record into ``output/preparation/tuning/``.
+def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
+    if record_path.name != pilot_record.RECORD:
+        raise input_error(_CALL, "preparation.pilot", str(record_path), f"the path of a pilot's {pilot_record.RECORD}",
+                          "name the pilot.json that `qhlab pilot` wrote")
+    source = record_path.parent
+    record = pilot_record.read_record(source)
+    checked = pilot_record.check_record(source)
+    ours, theirs = study_design(config), record["design"]
+    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    if differing:
+        raise input_error(_CALL, "preparation.pilot", str(record_path),
+                          f"a pilot of this study's design (it differs in {', '.join(differing)})",
+                          "a pilot's variance belongs to the arms, recipe, budget and fractions it fitted; run "
+                          "`qhlab pilot` again for this design")
+    _refuse_other_presets(config, record, record_path)
+    shared = sorted(set(record["config"]["seeds"]) & set(config.seeds))
+    if shared:
+        raise input_error(_CALL, "seeds", list(config.seeds), f"seeds the pilot did not fit (it fitted {shared})",
+                          "a pilot measures the seed variance on seeds the study does not report; run the pilot "
+                          "with other seeds")
+    seed_variance = record["seed_variance"]
+    typed = config.seed_variance
+    if typed is not None and (typed.seeds != seed_variance["seeds"] or any(
+            round(seed_variance[m], 5) != round(getattr(typed, m), 5) for m in ("regret", "mae"))):
+        raise input_error(_CALL, "seed_variance", typed.model_dump(mode="json", exclude={"source"}),
+                          f"the pilot record's values (regret {seed_variance['regret']:.5f}, mae "
+                          f"{seed_variance['mae']:.5f}, seeds {seed_variance['seeds']}; {record_path})",
+                          "drop [seed_variance]: a study that names a pilot record reads it from there")
+    _refuse_tuning_validation(config, record, record_path)
+    return {
+        "source": str(record_path.resolve()),
+        "copy": f"{PREPARATION_DIR}/pilot",
+        "record_sha256": sha256_file(source / pilot_record.RECORD),
+        "receipt_sha256": sha256_file(source / pilot_record.RECEIPT),
+        "name": record["name"],
+        "config_sha256": record["config_sha256"],
+        "seeds": record["config"]["seeds"],
+        "draws": record["draws"],
+        "draw_seeds": record["draw_seeds"],
+        "seed_variance": seed_variance,
+        "train_draw": record["train_draw"],
+        "comparisons": record["comparisons"],
+        "margins": record["margins"],
+        "populations": {role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
+                        for role, p in record["populations"].items()},
+        "fits": checked["fits"],
+        "fits_recomputed": checked["fits_recomputed"],
+    }, source
+
+
+def frozen_pilot(config: QhArchitectureStudyConfig, freeze: dict, metric: str) -> dict[str, Any]:
+    """``pooled_difference``'s variance arguments for ``metric``: the pilot record's tau and TRAIN-draw
+    component, else the typed ``[seed_variance]``'s tau, else none (the study's own seeds).
+
+    Args:
+        config: the study config.
+        freeze: the freeze receipt's body (its ``preparation``).
+        metric: "regret" or "mae".
+    """
+    pilot = (freeze.get("preparation") or {}).get("pilot")
+    if pilot is not None:
+        sv, draw = pilot["seed_variance"], pilot["train_draw"]
+        out = {"seed_sd": float(sv[metric]), "seed_sd_dof": int(sv["seeds"]) - 1,
+               "seed_sd_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
+                                 f"{sv['seeds']} seeds)"}
+        if draw is not None:
+            out.update(draw_sd=float(draw[metric]), draw_sd_dof=float(draw[f"{metric}_dof"]))
+        return out
+    typed = config.seed_variance
+    if typed is None:
+        return {}
+    return {"seed_sd": float(getattr(typed, metric)), "seed_sd_source": typed.source, "seed_sd_dof": typed.seeds - 1}
+
+
+def copy_preparation(sources: dict[str, Path], output: Path) -> dict[str, Path]:
+    """Copy each checked record into ``output/preparation/<tuning|pilot>/``.
 
     Returns:
         The copies the freeze receipt binds as outputs, by name.
     """
-    target = output / PREPARATION_DIR / "tuning"
-    target.mkdir(parents=True, exist_ok=True)
-    names = [RECORD, RECEIPT, CONFIG_COPY, RECIPE]
-    for name in names:
-        _copy_into(source / name, target / name)
-    return {f"{PREPARATION_DIR}/tuning/{name}": target / name for name in names}
+    names = {"tuning": [RECORD, RECEIPT, CONFIG_COPY, RECIPE],
+             "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY]}
+    out = {}
+    for role, source in sources.items():
+        target = output / PREPARATION_DIR / role
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names[role]:
+            _copy_into(source / name, target / name)
+            out[f"{PREPARATION_DIR}/{role}/{name}"] = target / name
+    return out
+
+
+def _declared_preset(source: Any) -> str | None:
+    """A population source's preset: declared, or read from its manifest when it is a path."""
+    if source.preset is not None:
+        return source.preset
+    manifest = Path(source.path) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return (json.loads(manifest.read_text(encoding="utf-8")).get("generator") or {}).get("preset")
+
+
+def _refuse_other_presets(config: QhArchitectureStudyConfig, record: dict, record_path: Path) -> None:
+    """Refuse a pilot whose TRAIN or validation population is of another preset than the study's:
+    its variance would be another distribution's."""
+    for role in ("train", "validation"):
+        ours, theirs = _declared_preset(getattr(config, role)), record["populations"][role].get("preset")
+        if ours != theirs:
+            raise input_error(_CALL, "preparation.pilot", str(record_path),
+                              f"a pilot whose {role} population is of the study's preset {ours!r} (it is {theirs!r})",
+                              f"the pilot's variance belongs to the {role} distribution it was measured on")
 
 
 def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, record_path: Path) -> None:
-    """Refuse a tuning population that is the study's validation, by preset and seed or by manifest."""
+    """Refuse a tuning or pilot population that is the study's validation, by preset and seed or by manifest."""
     declared = config.validation
     manifest = None
     if declared.path is not None and (Path(declared.path) / "manifest.json").is_file():
@@ -137,16 +253,17 @@ def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, r
                      and population.get("preset") == declared.preset and population.get("seed") == declared.seed)
         if same_draw or (manifest is not None and population.get("manifest_sha256") == manifest):
             raise input_error(_CALL, "validation", declared.model_dump(mode="json", exclude_none=True),
-                              f"a population other than the tuning's {role} population ({record_path})",
+                              f"a population other than the {record['kind'].split('_')[0]}'s {role} population "
+                              f"({record_path})",
                               "a study is never scored on the population its recipe was tuned on; declare "
                               "another validation seed")
 
 
 def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: Path, call: str) -> None:
-    """Refuse a sealed validation holding a scene of a tuning population (by physical content).
+    """Refuse a sealed validation holding a scene of a tuning or pilot population (by physical content).
 
     Args:
-        study: the study directory (its copy of the tuning record is read).
+        study: the study directory (its copies of the records are read).
         preparation: the freeze receipt's ``preparation`` (None when the study has no record).
         validation_path: the validation population being sealed.
         call: the step refusing.
@@ -154,18 +271,22 @@ def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: 
     # Lazy: keeps importing this module free of pyarrow.
     from qhlab.scenes.population import scene_content_digests
 
-    preparation = (preparation or {}).get("tuning")
-    if preparation is None:
+    records = []
+    for kind, module in (("tuning", tuning_record), ("pilot", pilot_record)):
+        summary = (preparation or {}).get(kind)
+        if summary is not None:
+            records.append((kind, module.read_record(study / summary["copy"])))
+    if not records:
         return
-    record = read_record(study / preparation["copy"])
     ours = set(scene_content_digests(validation_path).values())
-    for role, population in record["populations"].items():
-        shared = ours & set(population.get("scene_digests", []))
-        if shared:
-            raise input_error(call, "validation", str(validation_path),
-                              f"scenes disjoint from the tuning's {role} population",
-                              f"{len(shared)} of its scenes are tuning scenes (by physical content); declare "
-                              "another validation seed")
+    for kind, record in records:
+        for role, population in record["populations"].items():
+            shared = ours & set(population.get("scene_digests", []))
+            if shared:
+                raise input_error(call, "validation", str(validation_path),
+                                  f"scenes disjoint from the {kind}'s {role} population",
+                                  f"{len(shared)} of its scenes are {kind} scenes (by physical content); declare "
+                                  "another validation seed")
 
 
 # ------------------------------------------------------------------ the report's section
@@ -174,20 +295,22 @@ def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: 
 def build(inputs: Any, report: dict) -> None:
     """The report's "How this study was prepared" fields, from the freeze body only.
 
-    Adds ``report["preparation"]``: ``{"tuning": the freeze's tuning summary or None,
-    "pilot": the frozen ``[seed_variance]`` with its source text, or None}``.
+    Adds ``report["preparation"]``: ``{"tuning": the freeze's tuning summary or None, "pilot":
+    the freeze's pilot summary or None, "typed_seed_variance": the config's ``[seed_variance]``
+    with its source text, or None}``.
     """
-    tuning = (inputs.freeze.get("preparation") or {}).get("tuning")
-    pilot = inputs.config.seed_variance
-    report["preparation"] = {"tuning": tuning,
-                             "pilot": None if pilot is None else pilot.model_dump(mode="json")}
-    report["summary"]["recipe_recorded"] = tuning is not None
+    prepared = inputs.freeze.get("preparation") or {}
+    typed = inputs.config.seed_variance
+    report["preparation"] = {"tuning": prepared.get("tuning"), "pilot": prepared.get("pilot"),
+                             "typed_seed_variance": None if typed is None else typed.model_dump(mode="json")}
+    report["summary"]["recipe_recorded"] = prepared.get("tuning") is not None
+    report["summary"]["pilot_recorded"] = prepared.get("pilot") is not None
 
 
 def markdown(report: dict) -> list[str]:
     """The section's lines of ``report.md``."""
     prepared = report["preparation"]
-    tuning, pilot = prepared["tuning"], prepared["pilot"]
+    tuning, pilot, typed = prepared["tuning"], prepared["pilot"], prepared["typed_seed_variance"]
     lines = ["", "## How this study was prepared", ""]
     if tuning is None:
         lines.append("The recipe is unrecorded: this study names no tuning record (`[preparation] tuning`), so "
@@ -213,22 +336,63 @@ def markdown(report: dict) -> list[str]:
         rows = [[t["number"] + 1, "`" + ", ".join(f"{k}={fmt(v, 5)}" for k, v in sorted(t["params"].items())) + "`",
                  t["state"], fmt(t["mean"]), fmt(t["seed_sd"]), t["cost"]] for t in tuning["trials"]]
         lines += table(["trial", "parameters", "state", "mean", "seed sd", "cost"], rows)
+        if sum(t["state"] == "complete" for t in tuning["trials"]) >= 2:
+            lines += ["", "Figures: `tuning_history.png` (each trial's objective and the best so far) and "
+                      "`tuning_importances.png` (each searched field's importance, Optuna's fANOVA over the "
+                      "complete trials: with few trials, a coarse reading)."]
     lines.append("")
-    if pilot is None:
-        lines.append("The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
-                     "own seeds.")
+    if pilot is not None:
+        sv, draw = pilot["seed_variance"], pilot["train_draw"]
+        pops = pilot["populations"]
+        lines += [
+            f"The seed variance is the pilot record `{pilot['name']}` (record sha256 "
+            f"`{pilot['record_sha256'][:16]}`), bound by the freeze and copied into `{pilot['copy']}/`: every arm "
+            f"fitted with seeds {pilot['seeds']} on TRAIN {pops['train']['preset']} seed {pops['train']['seed']}"
+            + (f", and with seeds {pilot['draw_seeds']} on TRAIN draws {pilot['draws'][1:]}" if draw else "")
+            + f", scored on {pops['validation']['preset']} seed {pops['validation']['seed']} (manifest "
+            f"`{pops['validation']['manifest_sha256'][:16]}`); {pilot['fits']} fits.",
+            "",
+            f"- Seed effect tau (largest over comparisons and margins): regret {sv['regret']:.5f} m, MAE "
+            f"{sv['mae']:.5f} m ({sv['seeds']} seeds).",
+            ("- TRAIN-draw effect (largest): " + (f"regret {draw['regret']:.5f} m, MAE {draw['mae']:.5f} m "
+                                                   f"({draw['draws']} draws x {draw['seeds_per_draw']} seeds)."
+                                                   if draw else "not measured (the pilot fitted one draw).")),
+            "- The seed-pooled intervals below carry: scenes, training seed"
+            + (", TRAIN draw." if draw else "; not the TRAIN draw."),
+            "",
+        ]
+        rows = [[c["arm"], c["against"], fmt(c["tau"]["regret"], 5), fmt(c["tau"]["mae"], 5),
+                 *((fmt(c["draw_sd"]["regret"], 5), fmt(c["draw_sd"]["mae"], 5)) if c["draw_sd"] else ("-", "-"))]
+                for c in pilot["comparisons"]]
+        rows += [[m["variant"], "retention margins", fmt(m["tau"]["regret"], 5), fmt(m["tau"]["mae"], 5),
+                  *((fmt(m["draw_sd"]["regret"], 5), fmt(m["draw_sd"]["mae"], 5)) if m["draw_sd"] else ("-", "-"))]
+                 for m in pilot["margins"]]
+        lines += table(["arm", "against", "tau regret", "tau MAE", "draw regret", "draw MAE"], rows)
+    elif typed is not None:
+        lines.append(f"The pilot's seed variance (tau regret {typed['regret']:.5f} m, MAE {typed['mae']:.5f} m, "
+                     f"{typed['seeds']} seeds) was typed into `[seed_variance]`; its source: {typed['source']}. "
+                     "It is not a record the freeze could check, and the intervals do not carry the TRAIN draw.")
     else:
-        lines.append(f"The pilot's seed variance (tau regret {pilot['regret']:.5f} m, MAE {pilot['mae']:.5f} m, "
-                     f"{pilot['seeds']} seeds) was typed into `[seed_variance]`; its source: {pilot['source']}. "
-                     "It is not a record the freeze could check.")
+        lines.append("The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
+                     "own seeds, and do not carry the TRAIN draw.")
     return lines + [""]
 
 
 def tables(report: dict) -> dict:
-    """The W&B table of the tuning's trials (empty without a tuning record)."""
-    tuning = report["preparation"]["tuning"]
-    if tuning is None:
-        return {}
-    rows = [[t["number"] + 1, str(sorted(t["params"].items())), t["state"], t["mean"], t["seed_sd"], t["cost"]]
-            for t in tuning["trials"]]
-    return {"preparation_trials": (["trial", "params", "state", "mean", "seed_sd", "cost"], rows)}
+    """The W&B tables of the tuning's trials and the pilot's components (each absent without its record)."""
+    tuning, pilot = report["preparation"]["tuning"], report["preparation"]["pilot"]
+    out = {}
+    if tuning is not None:
+        rows = [[t["number"] + 1, str(sorted(t["params"].items())), t["state"], t["mean"], t["seed_sd"], t["cost"]]
+                for t in tuning["trials"]]
+        out["preparation_trials"] = (["trial", "params", "state", "mean", "seed_sd", "cost"], rows)
+    if pilot is not None:
+        def draw(entry: dict, metric: str) -> float | None:
+            return None if entry["draw_sd"] is None else entry["draw_sd"][metric]
+
+        rows = [[c["arm"], c["against"], c["tau"]["regret"], c["tau"]["mae"], draw(c, "regret"), draw(c, "mae")]
+                for c in pilot["comparisons"]]
+        rows += [[m["variant"], "retention margins", m["tau"]["regret"], m["tau"]["mae"], draw(m, "regret"),
+                  draw(m, "mae")] for m in pilot["margins"]]
+        out["preparation_pilot"] = (["arm", "against", "tau_regret", "tau_mae", "draw_regret", "draw_mae"], rows)
+    return out

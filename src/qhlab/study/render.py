@@ -2,8 +2,9 @@
 
 Owns: assembling ``report.md`` from the report's sections (the title, the lead section's
 headline, every other section in order, the figures line), the cell formats every section's
-markdown uses (``fmt``, ``ci``, ``table``), the two figures (``arms.png``, ``paired_differences.png``;
-matplotlib Agg, no timestamp metadata) and writing all report files into a directory
+markdown uses (``fmt``, ``ci``, ``table``), the figures (``arms.png``, ``paired_differences.png``,
+``learning_curves.png``, and a tuned study's two from ``qhlab.study.tuning.figures``; matplotlib
+Agg, no timestamp metadata) and writing all report files into a directory
 (``write_report_files``). Computes nothing new: every number comes from the report dict.
 Does not own: the sections and their markdown (``report.SECTIONS``), publishing the directory
 or its receipt (``report.report_study``).
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from qhlab.evidence import publish_bytes, publish_file, publish_json
 from qhlab.study.layout import REPORT_JSON, REPORT_MARKDOWN
+from qhlab.study.tuning.figures import tuning_figures
 
 if TYPE_CHECKING:
     from qhlab.study.sections import Section
@@ -136,7 +138,8 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
         fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
         plt.close(fig)
 
-    return dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
+    figures = dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
+    return {**figures, **tuning_figures((report.get("preparation") or {}).get("tuning"))}
 
 
 def write_report_files(report: dict, directory: Path, sections: Iterable[Section]) -> dict[str, Path]:

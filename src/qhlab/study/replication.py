@@ -65,7 +65,8 @@ class PooledDifference:
     """The seed-pooled estimate of one paired comparison, with a seed-aware interval.
 
     ``low``/``high`` follow ``alternative`` as in ``statistics.BootstrapInterval`` (None: an
-    open side). ``se`` = sqrt(scene_se^2 + seed_sd^2 / n_seeds); ``quantile`` multiplies it
+    open side). ``se`` = sqrt(scene_se^2 + seed_sd^2 / n_seeds + draw_sd^2) (``draw_sd`` None: no
+    TRAIN-draw term; ``sources`` names the variance sources carried); ``quantile`` multiplies it
     (Student's t: with the Welch-Satterthwaite degrees of freedom for a pilot source, with
     n_seeds - 1 for the study's own estimate; ``distribution`` says which). ``mde`` is the
     smallest true difference this design detects with ``power`` at this level and alternative
@@ -82,6 +83,8 @@ class PooledDifference:
     scene_se: float
     seed_sd: float
     seed_sd_source: str
+    draw_sd: float | None
+    sources: tuple[str, ...]
     se: float
     distribution: str
     quantile: float
@@ -90,8 +93,8 @@ class PooledDifference:
     note: str
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as a JSON-able dict."""
-        return asdict(self)
+        """The record as a JSON-able dict (``sources`` a list, as JSON reads it back)."""
+        return {**asdict(self), "sources": list(self.sources)}
 
 
 def _differences(call: str, differences: Any) -> np.ndarray:
@@ -159,7 +162,8 @@ def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: flo
 
 
 def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd_source: str | None = None,
-                      seed_sd_dof: int | None = None, confidence: float = 0.95, power: float = 0.8,
+                      seed_sd_dof: int | None = None, draw_sd: float | None = None, draw_sd_dof: float | None = None,
+                      confidence: float = 0.95, power: float = 0.8,
                       alternative: str = "two-sided") -> PooledDifference:
     """Mean over seeds and scenes of paired per-scene differences, with an interval that carries
     the between-seed variance (see the module docstring).
@@ -172,6 +176,11 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
         seed_sd_source: where ``seed_sd`` came from (recorded); required with ``seed_sd``.
         seed_sd_dof: the pilot estimate's degrees of freedom (its seeds - 1); required with
             ``seed_sd``.
+        draw_sd: the pilot's TRAIN-draw effect sd omega (``qhlab.study.pilot.variance``), with
+            ``seed_sd``; None: the interval does not carry the TRAIN draw. Every seed of a study
+            shares its one TRAIN draw, so omega^2 enters the variance undivided.
+        draw_sd_dof: that estimate's degrees of freedom, >= 1 (``draw_effect_dof``: Satterthwaite's
+            for a difference of mean squares, at most the draws - 1); required with ``draw_sd``.
         confidence: the interval's level, in (0, 1).
         power: for ``mde``.
         alternative: "two-sided", "less" (upper bound only) or "greater" (lower bound only).
@@ -197,22 +206,41 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
             raise input_error(call, "seed_sd_dof", seed_sd_dof, "an integer >= 1 (the pilot's seeds - 1)",
                               "an estimated tau carries its own uncertainty into the interval")
         tau = float(seed_sd)
-        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof.
-        terms = scene_se ** 4 / (n_scenes - 1) + (tau ** 2 / n_seeds) ** 2 / seed_sd_dof
-        dof = (scene_se ** 2 + tau ** 2 / n_seeds) ** 2 / terms if terms > 0 else float(n_scenes - 1)
+        omega = 0.0
+        if draw_sd is not None:
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                   for v in (draw_sd, draw_sd_dof)) or draw_sd < 0 or draw_sd_dof < 1:
+                raise input_error(call, "draw_sd/draw_sd_dof", (draw_sd, draw_sd_dof),
+                                  "a finite number >= 0 (metres) with a number >= 1 (its Satterthwaite degrees "
+                                  "of freedom)", "the pilot's TRAIN-draw sd and its degrees of freedom "
+                                  "(qhlab.study.pilot.variance.draw_effect_dof)")
+            omega = float(draw_sd)
+        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof,
+        # its draw part draw_sd_dof.
+        parts = [(scene_se ** 2, n_scenes - 1), (tau ** 2 / n_seeds, seed_sd_dof)]
+        if draw_sd is not None:
+            parts.append((omega ** 2, draw_sd_dof))
+        terms = sum(v ** 2 / k for v, k in parts)
+        dof = sum(v for v, _ in parts) ** 2 / terms if terms > 0 else float(n_scenes - 1)
         source = f"pilot: {seed_sd_source}"
-        note = (f"seed variance from the pilot ({seed_sd_dof + 1} seeds), frozen in the config before the study; "
-                f"Student's t with {dof:.1f} Welch-Satterthwaite dof")
+        carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
+        note = (f"seed variance from the pilot ({seed_sd_dof + 1} seeds)"
+                + (f" and TRAIN-draw variance ({draw_sd_dof:.1f} dof)" if draw_sd is not None else "")
+                + f", frozen before the study; the interval carries {carried}; Student's t with {dof:.1f} "
+                "Welch-Satterthwaite dof")
     else:
         if n_seeds < 2:
             raise input_error(call, "differences.shape", tuple(d.shape), "n_seeds >= 2 without seed_sd",
                               "one seed says nothing about the seed variance; give a pilot's seed_sd")
-        tau, dof = seed_effect_sd(d), float(n_seeds - 1)
+        if draw_sd is not None:
+            raise input_error(call, "draw_sd", draw_sd, "None without seed_sd",
+                              "a TRAIN-draw component comes from a pilot, with its seed variance")
+        tau, dof, omega = seed_effect_sd(d), float(n_seeds - 1), 0.0
         source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
         note = (f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
                 "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
                 "estimated: about 0.73 power at the MDE with two seeds, by simulation)")
-    se = math.sqrt(scene_se ** 2 + tau ** 2 / n_seeds)
+    se = math.sqrt(scene_se ** 2 + tau ** 2 / n_seeds + omega ** 2)
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
     q = _quantile("t", dof, level)
     low = None if alternative == "less" else estimate - q * se
@@ -222,7 +250,8 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
     return PooledDifference(
         estimate=estimate, low=low, high=high, alternative=alternative, confidence=float(confidence),
         n_seeds=int(n_seeds), n_scenes=int(n_scenes), scene_se=scene_se, seed_sd=tau, seed_sd_source=source,
-        se=se, distribution=f"t({dof:.3g})", quantile=q,
+        draw_sd=None if draw_sd is None else omega, sources=("scenes", "training seed")
+        + (("TRAIN draw",) if draw_sd is not None else ()), se=se, distribution=f"t({dof:.3g})", quantile=q,
         power=float(power), mde=mde, note=note,
     )
 

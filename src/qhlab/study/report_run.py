@@ -24,6 +24,7 @@ from qhlab.evidence.records import StudyReportReceipt
 from qhlab.study.authentication import recorded_output
 from qhlab.study.layout import REPORT_DIR, REPORT_RECEIPT
 from qhlab.study.render import FIGURES
+from qhlab.study.tuning.figures import TUNING_FIGURES
 from qhlab.study.report import SECTIONS
 from qhlab.study.sections import Tables
 from qhlab.training.wandb_attempt import drop_wandb_links
@@ -90,7 +91,7 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     try:
         for name, (columns, rows) in report_tables(report).items():
             run.log({f"report/{name}": wandb.Table(columns=columns, data=rows)})
-        for figure in FIGURES:
+        for figure in (*FIGURES, *TUNING_FIGURES):
             if (report_dir / figure).is_file():
                 run.log({f"report/{figure.removesuffix('.png')}": wandb.Image(str(report_dir / figure))})
         run.summary.update({"headline": report["headline"]["text"],

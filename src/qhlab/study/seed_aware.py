@@ -22,10 +22,11 @@ What it adds to ``report.json``:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.replication import (
     pooled_difference,
@@ -41,14 +42,6 @@ __all__ = ["POWER", "build", "markdown", "tables"]
 
 POWER = 0.8
 """The power at which every MDE of the report is stated."""
-
-
-def _pilot(config: Any, metric: str) -> dict[str, Any]:
-    """``pooled_difference``'s seed-variance arguments: the frozen pilot's tau, or none (the study's own)."""
-    pilot = config.seed_variance
-    if pilot is None:
-        return {}
-    return {"seed_sd": float(getattr(pilot, metric)), "seed_sd_source": pilot.source, "seed_sd_dof": pilot.seeds - 1}
 
 
 def build(inputs: ReportInputs, report: dict) -> None:
@@ -68,7 +61,8 @@ def build(inputs: ReportInputs, report: dict) -> None:
     for arm, against, relation in inputs.comparisons:
         for metric in ("regret", "mae"):
             diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
-            pooled = pooled_difference(diffs, **_pilot(config, metric), confidence=confidence, power=POWER)
+            pooled = pooled_difference(diffs, **frozen_pilot(config, inputs.freeze, metric), confidence=confidence,
+                                       power=POWER)
             per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
             rows.append({
                 "arm": arm, "against": against, "relation": relation, "metric": metric,
@@ -88,8 +82,8 @@ def build(inputs: ReportInputs, report: dict) -> None:
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
             margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
-            pooled[name] = pooled_difference(margin, **_pilot(config, metric), confidence=confidence,
-                                             power=POWER, alternative=alternative)
+            pooled[name] = pooled_difference(margin, **frozen_pilot(config, inputs.freeze, metric),
+                                             confidence=confidence, power=POWER, alternative=alternative)
         label = retention_replication(decisions, pooled)
         if label == "seed-dependent":
             for seed, d in zip(config.seeds, decisions):

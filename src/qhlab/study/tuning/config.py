@@ -11,6 +11,7 @@ population sources (the study config's ``PopulationSource``), the winner rule's 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 from pathlib import Path
@@ -27,9 +28,10 @@ __all__ = ["Domain", "Objective", "QhTuningConfig", "SAMPLERS", "read_tuning_con
 TUNE_CALL = "qhlab tune"
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 _Int = Annotated[int, Strict()]
-# Optuna samplers that are reproducible from a seed and the completed trials alone (each trial's
-# suggestion is drawn by a sampler made for that trial: see ``run``).
-SAMPLERS = ("tpe", "random")
+# Samplers that are reproducible from a seed and the completed trials alone: Optuna's TPE and random
+# samplers (each trial's suggestion is drawn by a sampler made for that trial: see ``run``), and
+# "grid", every combination of the choices once, trial n taking the n-th in a fixed order.
+SAMPLERS = ("tpe", "random", "grid")
 # Recipe fields a search may never vary, and why (a refusal says the reason).
 _FIXED_FIELDS = {
     "seed": "the objective's fit seeds are the seeds; a seed search is not tuning",
@@ -166,7 +168,9 @@ class QhTuningConfig(BaseModel):
         trials: trials in all.
         batch: trials asked together; each batch is suggested from the trials of earlier
             batches only, so the trials do not depend on how many fits run at once.
-        sampler: Optuna sampler, one of ``SAMPLERS``.
+        sampler: one of ``SAMPLERS``: "tpe" or "random" (Optuna's), or "grid" (every
+            combination of the choices once, in the order of ``grid_points``; choices only, and
+            ``trials`` equal to the number of combinations).
         sampler_seed: the sampler's seed.
         deviations: recipe fields a study using the winner may set otherwise (e.g. ``updates``).
         workers: fits at once on the local executor. Not part of the record (execution only).
@@ -187,7 +191,7 @@ class QhTuningConfig(BaseModel):
     objective: Objective
     trials: _Int = Field(ge=1, le=10_000)
     batch: _Int = Field(default=1, ge=1, le=256)
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
     sampler_seed: _Int = Field(default=0, ge=0, lt=2**32)
     deviations: tuple[str, ...] = ()
     workers: _Int = Field(default=1, ge=1, le=64)
@@ -204,6 +208,28 @@ class QhTuningConfig(BaseModel):
                     raise ValueError(f"{field!r} is not allowed; allowed: a scientific recipe field other than "
                                      f"{', '.join(sorted(_FIXED_FIELDS))} ({why})")
         return space
+
+    @model_validator(mode="after")
+    def _grid(self) -> QhTuningConfig:
+        if self.sampler != "grid":
+            return self
+        ranges = sorted(name for name, domain in self.space.items() if domain.choices is None)
+        if ranges:
+            raise ValueError(f"sampler='grid' with ranges in space ({', '.join(ranges)}) is not allowed; allowed: "
+                             "choices only (a grid enumerates them)")
+        if self.trials != len(self.grid_points()):
+            raise ValueError(f"trials={self.trials} with sampler='grid' is not allowed; allowed: "
+                             f"{len(self.grid_points())}, the number of combinations of the choices")
+        return self
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every combination of the space's choices: fields in sorted order, choices as declared.
+
+        Returns:
+            ``[{field: value}]``, the last field varying fastest (the grid sampler's trial order).
+        """
+        names = sorted(self.space)
+        return [dict(zip(names, values)) for values in itertools.product(*(self.space[n].choices for n in names))]
 
     def record(self) -> dict[str, Any]:
         """The config as the tuning record binds it: every field except the execution ones."""

@@ -115,8 +115,10 @@ def publish_record(directory: Path, *, config: Any, config_sha256: str, base: di
         "deviations": list(config.deviations),
         "optuna": {"version": optuna.__version__, "sampler": config.sampler, "sampler_seed": config.sampler_seed,
                    "batch": config.batch, "storage": TRIALS_DB,
-                   "suggestion": "each trial by a sampler seeded with sha256(sampler_seed:number), from the "
-                                 "finished trials of earlier batches"},
+                   "suggestion": ("trial n takes the n-th combination of the choices (fields sorted, the last "
+                                  "varying fastest)" if config.sampler == "grid" else
+                                  "each trial by a sampler seeded with sha256(sampler_seed:number), from the "
+                                  "finished trials of earlier batches")},
         "trials": entries,
         "winner": {**winner, "params": None if recipe is None else entries[winner["number"]]["params"],
                    "mean": None if recipe is None else entries[winner["number"]]["mean"], "recipe": recipe},

@@ -23,19 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import (
-    canonical_json,
-    exclusive_lock,
-    input_error,
-    publish_bytes,
-    read_receipt,
-    sha256_bytes,
-    sha256_file,
-)
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt
+from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
 from qhlab.execution import executor_choice, open_executor
 from qhlab.study.populations import resolve_population
-from qhlab.study.tuning.config import TUNE_CALL, QhTuningConfig, read_tuning_config, trial_recipe
+from qhlab.study.prepared_fits import adopt_or_fit, fit_evidence, publish_config_copy, run_jobs
+from qhlab.study.tuning.config import TUNE_CALL, Domain, QhTuningConfig, read_tuning_config, trial_recipe
 from qhlab.study.tuning.record import (
     CONFIG_COPY,
     FITS_DIR,
@@ -49,7 +41,7 @@ from qhlab.study.tuning.record import (
 from qhlab.study.tuning.rule import pick_winner, trial_score
 from qhlab.training.console import configure_console, console_verbose
 
-__all__ = ["run_tuning"]
+__all__ = ["optuna_distributions", "quiet_optuna", "run_tuning"]
 
 _LOCK = ".tune.lock"
 
@@ -69,12 +61,21 @@ def _sampler(config: QhTuningConfig, number: int):
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def _distributions(config: QhTuningConfig) -> dict:
+def quiet_optuna() -> None:
+    """Optuna logs every study it creates (a tuning makes one per suggestion, a report's figures
+    one each): quiet unless --verbose."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
+
+
+def optuna_distributions(space: dict[str, Domain]) -> dict:
+    """Optuna's distribution of each field of a search space, by field name (sorted)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     out = {}
-    for name in sorted(config.space):
-        domain = config.space[name]
+    for name in sorted(space):
+        domain = space[name]
         if domain.kind == "categorical":
             out[name] = CategoricalDistribution(list(domain.choices))
         elif domain.kind == "int":
@@ -89,9 +90,11 @@ def _suggest(config: QhTuningConfig, number: int, earlier: list) -> dict:
     """Trial ``number``'s parameters from the finished trials of earlier batches (``earlier``)."""
     import optuna
 
+    if config.sampler == "grid":
+        return config.grid_points()[number]
     scratch = optuna.create_study(direction="minimize", sampler=_sampler(config, number))
     scratch.add_trials(earlier)
-    return dict(scratch.ask(fixed_distributions=_distributions(config)).params)
+    return dict(scratch.ask(fixed_distributions=optuna_distributions(config.space)).params)
 
 
 def _refuse_foreign_db(directory: Path, config: QhTuningConfig, digest: str) -> None:
@@ -131,46 +134,10 @@ def _open_storage(directory: Path, config: QhTuningConfig, digest: str):
 
 def _fit_job(job: dict) -> dict:
     """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it."""
-    import torch
-
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, FitRequest, fit_recipe
-    from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
-    from qhlab.training.launcher import admit_launch
-    from qhlab.training.segments import FIT_RECEIPT
-
-    torch.set_num_threads(job["torch_threads"])
-    recipe = QhRecipe.model_validate(job["recipe"])
-    fits = Path(job["fits"])
-    cell_dir = fits / job["cell"]
-    expected = recipe_digest(admit_launch(job["profile"], recipe).recipe)
-    directory = None
-    if cell_dir.is_dir():
-        for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            if (attempt / FIT_RECEIPT).is_file() and (attempt / EVALUATION_RECEIPT).is_file():
-                if read_receipt(attempt / FIT_RECEIPT, FitReceipt).body.recipe_digest == expected:
-                    directory = attempt
-                    break
-    adopted = directory is not None
-    if directory is None:
-        result = fit_recipe(FitRequest(
-            recipe=recipe, profile=job["profile"], output=fits, train=job["train"], validation=job["validation"],
-            cell=job["cell"], progress=False, job_type="trial", group=job["group"], tags=(f"trial-{job['number']}",)))
-        directory = result.output_directory
-    evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
-    fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
-    return {
-        "seed": int(recipe.seed),
-        "regret": evaluation.regret_primary,
-        "mae": evaluation.mae_primary,
-        "final_state_sha256": fit_body.final_state_sha256,
-        "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
-        "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
-        "directory": directory.relative_to(fits.parent).as_posix(),
-        "observed_updates": fit_body.observed_updates,
-        "wall_seconds": fit_body.wall_seconds,
-        "adopted": adopted,
-    }
+    directory, adopted = adopt_or_fit(job)
+    evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
+    return {"seed": int(job["recipe"]["seed"]), "regret": evaluation.regret_primary, "mae": evaluation.mae_primary,
+            **evidence, "adopted": adopted}
 
 
 def _cell(number: int, seed: int) -> str:
@@ -232,11 +199,7 @@ def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, wor
             ``trials.db``; nothing is written or overwritten.
         LockHeldError: another ``qhlab tune`` writes ``output``.
     """
-    import optuna
-
-
-    # Optuna logs every study it creates (one per suggestion here): quiet unless --verbose.
-    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
+    quiet_optuna()
     config, data, path, base = read_tuning_config(config_path)
     workers = config.workers if workers is None else workers
     choice = executor if executor is not None else executor_choice(config.executor, None, call=TUNE_CALL)
@@ -280,11 +243,9 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
     from qhlab.finite_horizon.data import load_population
 
     study = _open_storage(directory, config, digest)
-    copy = directory / CONFIG_COPY
-    if not copy.exists():
-        publish_bytes(copy, data)
+    publish_config_copy(directory / CONFIG_COPY, data, call=TUNE_CALL)
     horizon = load_population(populations["validation"], split="validation").horizon
-    distributions = _distributions(config)
+    distributions = optuna_distributions(config.space)
     finished = {t.number: t for t in study.get_trials(deepcopy=False)}
     metric, seeds = config.objective.metric, config.objective.seeds
     batches = [list(range(s, min(config.trials, s + config.batch))) for s in range(0, config.trials, config.batch)]
@@ -311,8 +272,9 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
                                  "recipe": trial_recipe(config, params, seed=seed, base=base).model_dump(mode="json"),
                                  "fits": str(directory / FITS_DIR), "train": str(populations["train"]),
                                  "validation": str(populations["validation"]), "group": config.name,
+                                 "job_type": "trial", "tag": f"trial-{number}",
                                  "torch_threads": config.torch_threads})
-            results = _run_jobs(pool, jobs)
+            results = run_jobs(pool, _fit_job, jobs, key=lambda j: (j["number"], j["recipe"]["seed"]))
             for number, params, cost in planned:
                 if params is None:
                     entry = dict(finished[number].user_attrs["qhlab"])
@@ -339,19 +301,3 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
         say(f"winner: trial {winner['number'] + 1} by the rule ({metric}_{horizon} "
             f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}")
     return record
-
-
-def _run_jobs(pool: Any, jobs: list[dict]) -> dict[tuple[int, int], dict]:
-    """Every job's result by (trial number, seed), in-process when there is no pool."""
-    if pool is None:
-        return {(j["number"], j["recipe"]["seed"]): _fit_job(j) for j in jobs}
-    futures = {(j["number"], j["recipe"]["seed"]): pool.submit(_fit_job, j) for j in jobs}
-    errors, results = [], {}
-    for key, future in futures.items():
-        try:
-            results[key] = future.result()
-        except Exception as exc:  # noqa: BLE001 - raised after every other fit of the batch finished
-            errors.append(exc)
-    if errors:
-        raise errors[0]
-    return results

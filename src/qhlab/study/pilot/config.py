@@ -1,0 +1,181 @@
+"""The pilot config: which study's comparisons a pilot measures, on which tuning population.
+
+Owns: ``QhPilotConfig`` (the study it serves, the tuning population, the training seeds and the
+TRAIN draws) and reading a pilot TOML (``read_pilot_config``: every invalid field listed in one
+error, before anything is written). Does not own: the study config (``qhlab.study.config``),
+whose arms, recipe, update budget, retention fractions and lane the pilot fits, the variance
+arithmetic (``variance``) or running fits (``run``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
+
+from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
+from qhlab.study.config import PopulationSource, QhArchitectureStudyConfig, read_study_config
+
+__all__ = ["PILOT_CALL", "QhPilotConfig", "pilot_digest", "read_pilot_config", "study_design"]
+
+PILOT_CALL = "qhlab pilot"
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+_Int = Annotated[int, Strict()]
+
+
+def _distinct(name: str, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
+        raise ValueError(f"{name}={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
+    return seeds
+
+
+class QhPilotConfig(BaseModel):
+    """One pilot: every arm of a study, fitted with extra seeds and TRAIN draws on a tuning population.
+
+    Attributes:
+        name: the pilot's name (W&B group of its fits' runs).
+        study: the study config whose arms, recipe, ``broad_updates``, retention fractions and
+            profile the pilot fits (a path, relative to this config). Its ``[preparation]`` and
+            ``[seed_variance]`` are not read: they are what the pilot produces.
+        train: the TRAIN population of the seed fits (a preset and seed; it may be the study's).
+        validation: the tuning validation population every fit is scored on; never the study's
+            validation, nor a population a study has sealed as its validation.
+        seeds: the training seeds fitted for every arm on ``train`` (at least two, none of the
+            study's own).
+        train_draws: further TRAIN seeds of ``train.preset``, for the TRAIN-draw component (with
+            ``train`` at least three draws: two or more here; empty: no draw component).
+        draw_seeds: the seeds fitted for every arm on every draw (at least two, from ``seeds``;
+            default the first two).
+        workers: fits at once on the local executor. Not part of the record.
+        executor: "local" or "ray". Not part of the record.
+        torch_threads: torch intra-op threads of each fit process.
+        population_cache: cache directory of generated populations.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    study: str = Field(min_length=1)
+    train: PopulationSource
+    validation: PopulationSource
+    seeds: tuple[_Int, ...] = Field(min_length=2, max_length=64)
+    train_draws: tuple[_Int, ...] = Field(default=(), max_length=64)
+    draw_seeds: tuple[_Int, ...] | None = None
+    workers: _Int = Field(default=1, ge=1, le=64)
+    executor: Literal["local", "ray"] = "local"
+    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    population_cache: str = DEFAULT_POPULATION_ROOT
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        return _distinct("seeds", seeds)
+
+    @field_validator("train_draws")
+    @classmethod
+    def _draws(cls, draws: tuple[int, ...]) -> tuple[int, ...]:
+        _distinct("train_draws", draws)
+        if len(draws) == 1:
+            raise ValueError("train_draws with one seed is not allowed; allowed: none, or two or more (with [train], "
+                             "three draws or more: a variance needs them)")
+        return draws
+
+    @model_validator(mode="after")
+    def _design(self) -> QhPilotConfig:
+        if self.train.preset is None:
+            raise ValueError("train.path is not allowed; allowed: a [train] preset and seed (the record names each "
+                             "TRAIN draw by its seed, and the draws are further seeds of its preset)")
+        if self.train_draws:
+            if self.train.seed in self.train_draws:
+                raise ValueError(f"train_draws={list(self.train_draws)!r} holds train.seed {self.train.seed}; "
+                                 "allowed: other TRAIN seeds of the preset")
+        if self.draw_seeds is not None:
+            _distinct("draw_seeds", self.draw_seeds)
+            if len(self.draw_seeds) < 2 or not set(self.draw_seeds) <= set(self.seeds):
+                raise ValueError(f"draw_seeds={list(self.draw_seeds)!r} is not allowed; allowed: two or more of "
+                                 f"seeds {list(self.seeds)!r}")
+        return self
+
+    @property
+    def per_draw_seeds(self) -> tuple[int, ...]:
+        """The seeds fitted on each TRAIN draw (``draw_seeds``, or the first two seeds)."""
+        return self.draw_seeds if self.draw_seeds is not None else self.seeds[:2]
+
+    def record(self) -> dict[str, Any]:
+        """The config as the pilot record keeps it: every field except the execution ones."""
+        return self.model_dump(mode="json", exclude={"workers", "executor"})
+
+    def identity(self) -> dict[str, Any]:
+        """What the pilot's results depend on, without where files lie: the record's config less
+        ``study`` (its design is digested instead) and ``population_cache``. A pilot directory
+        moved, or re-run from another checkout, keeps its digest."""
+        return {k: v for k, v in self.record().items() if k not in ("study", "population_cache")}
+
+    @property
+    def draws(self) -> list[int]:
+        """Every TRAIN draw of the draw component, ``train.seed`` first (empty without draws)."""
+        return [int(self.train.seed), *self.train_draws] if self.train_draws else []
+
+
+def study_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
+    """What a pilot's taus depend on: every arm's recipe, the comparisons, the fractions and the lane.
+
+    A study may use a pilot record only when its design is this one (the freeze compares them).
+    """
+    recipes = {arm: {k: v for k, v in study.cell_recipe(arm, 0, study.broad_updates).model_dump(mode="json").items()
+                     if k not in ("name", "seed", "data")} for arm in study.arms}
+    return {"profile": study.profile, "arms": list(study.arms), "recipes": recipes,
+            "comparisons": [list(c) for c in study.comparisons()],
+            "variants": [{"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
+                         for a in study.experiment.arms if a.role == "variant"],
+            "regret_fraction": study.regret_fraction, "mae_fraction": study.mae_fraction,
+            "broad_updates": study.broad_updates}
+
+
+def pilot_digest(config: QhPilotConfig, design: dict[str, Any]) -> str:
+    """The digest a pilot record carries: its config's identity and the study design it measured."""
+    return sha256_bytes(canonical_json({"config": config.identity(), "design": design}))
+
+
+def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, bytes, QhArchitectureStudyConfig]:
+    """Read and fully validate a pilot TOML and the study it names, before anything is written.
+
+    Relative ``study``, ``train.path``, ``validation.path`` and ``population_cache`` are resolved
+    against the config file's directory.
+
+    Returns:
+        (the validated config, the file's exact bytes, the study config).
+
+    Raises:
+        QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, a study
+            with user arms, or a validation population that is the study's.
+    """
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.recipe import read_toml, validation_error
+
+    raw, data, _ = read_toml(config_path, call=PILOT_CALL, field="config_path", example="examples/demo-pilot.toml",
+                             relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)))
+    source = f"pilot config {str(Path(config_path).expanduser())!r}"
+    try:
+        config = QhPilotConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, source, QhPilotConfig, "compare with examples/demo-pilot.toml.") from None
+    study = read_study_config(config.study)[0]
+    problems = []
+    builders = [a for a in study.arms if study.builder(a) is not None]
+    if builders:
+        problems.append(f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (a "
+                        "pilot has no frozen copy of a user arm's source to bind)")
+    shared = sorted(set(config.seeds) & set(study.seeds))
+    if shared:
+        problems.append(f"seeds: {shared} are the study's own seeds; allowed: seeds the study does not use")
+    if config.validation == study.validation:
+        problems.append(f"validation: {config.validation.model_dump(mode='json', exclude_none=True)} is the study's "
+                        "validation population; allowed: a tuning population the study never scores on")
+    if problems:
+        raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
+                           + "\nHINT: a pilot measures the study's comparisons on a held-apart tuning population.")
+    return config, data, study

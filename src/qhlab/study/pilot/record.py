@@ -1,0 +1,189 @@
+"""The pilot record: ``pilot.json`` and the receipt that binds it, and its checks.
+
+Owns: the pilot directory's file names, the record's layout (the config, the study design it
+measured, every population's identity, every fit's per-scene metrics at H with its evidence
+digests, every comparison's and margin's variance components, and the maxima a study freezes),
+reading a record back (``read_record``: authenticated) and ``check_record``, which recomputes
+every component from the record's per-scene values and, where the fits are present, every value
+from its fit's evaluation receipt. Torch-free, so ``qhlab verify`` runs it. Does not own:
+running the fits (``run``) or the arithmetic (``variance``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from qhlab.evidence import (
+    DigestMismatchError,
+    MissingEvidenceError,
+    publish_json,
+    read_receipt,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt, PilotReceipt
+
+__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECORD", "check_record", "components_of", "publish_record",
+           "read_record"]
+
+RECORD = "pilot.json"
+RECEIPT = "pilot.receipt.json"
+CONFIG_COPY = "config.toml"
+FITS_DIR = "fits"
+# Recomputed components may differ from the recorded ones in the last bits where numpy's
+# reductions take another order on another CPU; an edited value differs by far more.
+_REL_TOL = 1e-9
+
+
+def components_of(design: dict, fits: list[dict], *, main_draw: int, seeds: list[int], draws: list[int],
+                  draw_seeds: list[int]) -> dict:
+    """``variance.pilot_components`` of a record's fits under the study design they were made for."""
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    from qhlab.study.pilot.variance import pilot_components
+
+    values = {(f["arm"], f["draw"], f["seed"]): {"regret": f["regret"], "mae": f["mae"]} for f in fits}
+    return pilot_components(values, arms=design["arms"], comparisons=[tuple(c) for c in design["comparisons"]],
+                            variants=design["variants"], regret_fraction=design["regret_fraction"],
+                            mae_fraction=design["mae_fraction"], main_draw=main_draw, seeds=seeds, draws=draws,
+                            draw_seeds=draw_seeds)
+
+
+def publish_record(directory: Path, record: dict) -> None:
+    """Publish ``pilot.json`` and the receipt binding it and the config's copy."""
+    publish_json(directory / RECORD, record)
+    write_receipt(directory / RECEIPT, PilotReceipt,
+                  body={"name": record["name"], "config_sha256": record["config_sha256"], "fits": len(record["fits"]),
+                        "seed_variance": record["seed_variance"], "train_draw": record["train_draw"]},
+                  inputs={"config": directory / CONFIG_COPY}, outputs={"record": directory / RECORD})
+
+
+def read_record(directory: str | os.PathLike) -> dict:
+    """The record of a pilot directory, authenticated by its receipt (and the files it binds).
+
+    Raises:
+        MissingEvidenceError: no ``pilot.receipt.json``.
+        EvidenceError: the receipt or a bound file fails.
+    """
+    directory = Path(directory)
+    receipt = read_receipt(directory / RECEIPT, PilotReceipt)
+    record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+    if receipt.body.seed_variance != record["seed_variance"] or receipt.body.train_draw != record["train_draw"]:
+        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different maxima.")
+    return record
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=_REL_TOL, abs_tol=1e-15)
+    return a == b and type(a) is type(b)
+
+
+def check_record(directory: str | os.PathLike) -> dict:
+    """Recompute a pilot record from its evidence; raise at the first disagreement.
+
+    Checks: the receipt and the files it binds; the config (validated again) and the record's
+    digest of it and of the design; that the fits are exactly the ones the config asks for
+    (every arm on every draw and seed, once); every comparison's and margin's tau and draw
+    component, and the maxima, from the fits' per-scene values (``variance.pilot_components``);
+    and, for each fit whose directory is present below the pilot directory, its receipts'
+    digests, its per-scene values, and that it fitted the design's recipe for its arm with its
+    seed and profile on the record's populations.
+
+    Returns:
+        ``{"fits", "comparisons", "fits_recomputed", "fits_absent"}``.
+
+    Raises:
+        DigestMismatchError: a recomputed value differs from the recorded one.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    from qhlab.study.pilot.config import QhPilotConfig, pilot_digest
+
+    directory = Path(directory)
+    record = read_record(directory)
+    receipt = read_receipt(directory / RECEIPT, PilotReceipt).body
+    where = f"qhlab verify: {directory / RECORD}"
+    design = record["design"]
+    try:
+        config = QhPilotConfig.model_validate(record["config"])
+    except ValidationError as exc:
+        raise DigestMismatchError(f"{where}: its config is not a valid pilot config ({exc.errors()[0]['msg']}).") \
+            from None
+    digest = pilot_digest(config, design)
+    if not record["config_sha256"] == receipt.config_sha256 == digest:
+        raise DigestMismatchError(f"{where}: the config and design digest to {digest}, not the recorded "
+                                  f"{record['config_sha256']} (receipt: {receipt.config_sha256}).")
+    main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
+    if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
+        raise DigestMismatchError(f"{where}: records draws {record['draws']} x seeds {record['draw_seeds']}, not "
+                                  f"its config's {draws} x {draw_seeds}.")
+    wanted = sorted((a, d, s) for a in design["arms"] for d, ss in ((main, seeds), *((d, draw_seeds) for d in draws
+                                                                                       if d != main))
+                    for s in ss)
+    found = sorted((f["arm"], f["draw"], f["seed"]) for f in record["fits"])
+    if found != wanted or receipt.fits != len(found):
+        raise DigestMismatchError(f"{where}: holds {len(found)} fits {found[:3]}..., not the design's {len(wanted)} "
+                                  "(every arm on every draw and seed, once).")
+    try:
+        recomputed = components_of(design, record["fits"], main_draw=main, seeds=seeds, draws=draws,
+                                   draw_seeds=draw_seeds)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DigestMismatchError(f"{where}: its fits' values do not make a variance table ({exc}).") from None
+    for key in ("comparisons", "margins", "seed_variance", "train_draw"):
+        if not _close(recomputed[key], record[key]):
+            raise DigestMismatchError(f"{where}: the recorded {key} is not what its fits give ({recomputed[key]!r}).")
+    present = absent = 0
+    for fit in record["fits"]:
+        attempt = directory / fit["directory"]
+        if not attempt.is_dir():
+            absent += 1
+            continue
+        _check_fit(where, attempt, fit, record, main)
+        present += 1
+    return {"fits": len(record["fits"]), "comparisons": len(record["comparisons"]) + len(record["margins"]),
+            "fits_recomputed": present, "fits_absent": absent}
+
+
+# A fit receipt's recipe holds the lane's backend fields too; the design's recipes are the study's.
+_BACKEND_FIELDS = ("accelerator", "devices", "precision")
+
+
+def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: int) -> None:
+    """One present fit against the record: its receipts, values, recipe, seed, lane and populations."""
+    for name, key in (("fit.receipt.json", "fit_receipt_sha256"),
+                      ("evaluation.receipt.json", "evaluation_receipt_sha256")):
+        if not (attempt / name).is_file():
+            raise MissingEvidenceError(f"{where}: fit {fit['directory']} has no {name}.")
+        if sha256_file(attempt / name) != fit[key]:
+            raise DigestMismatchError(f"{where}: fit {fit['directory']}/{name} is not the one recorded.")
+    evaluation = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt)
+    for metric in ("regret", "mae"):
+        if [row[-1] for row in evaluation.body.per_scene[metric]] != fit[metric]:
+            raise DigestMismatchError(f"{where}: fit {fit['directory']} records other per-scene {metric} values "
+                                      "than its evaluation receipt.")
+    fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt)
+    design = record["design"]
+    recipe = design["recipes"][fit["arm"]]
+    differing = sorted(k for k in recipe if k not in _BACKEND_FIELDS and fitted.body.recipe.get(k) != recipe[k])
+    role = "train" if fit["draw"] == main_draw else f"draw {fit['draw']}"
+    problems = [f"recipe fields {differing}"] if differing else []
+    if fitted.body.seed != fit["seed"]:
+        problems.append(f"seed {fitted.body.seed}")
+    if fitted.body.profile != design["profile"]:
+        problems.append(f"profile {fitted.body.profile}")
+    for name, population in (("train_manifest", role), ("validation_manifest", "validation")):
+        bound = fitted.inputs.get(name)
+        if bound is None or bound.sha256 != record["populations"][population]["manifest_sha256"]:
+            problems.append(f"{name} (not the {population} population's)")
+    if problems:
+        raise DigestMismatchError(f"{where}: fit {fit['directory']} is not the design's {fit['arm']} fit of seed "
+                                  f"{fit['seed']} on draw {fit['draw']}: its receipt has {', '.join(problems)}.")

@@ -1,0 +1,144 @@
+"""One fit of a preparation step (a tuning trial's or a pilot's), resumable by its cell.
+
+Owns: ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell whose
+fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts as
+every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
+which fits a step makes (``qhlab.study.tuning.run``, ``qhlab.study.pilot.run``) or fitting
+itself (``qhlab.finite_horizon.fit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import input_error, publish_bytes, read_receipt, sha256_file
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt
+
+__all__ = ["adopt_or_fit", "fit_evidence", "publish_config_copy", "run_jobs"]
+
+
+def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:
+    """Write the config's bytes to ``path``, or keep an identical copy there; refuse another.
+
+    A preparation directory resumes with the config it began with: its record binds this copy,
+    so a copy of another config would bind bytes the record was not made from.
+
+    Raises:
+        QhInputError: ``path`` holds other bytes (nothing is written).
+    """
+    if path.exists():
+        if path.read_bytes() != data:
+            raise input_error(call, "--output", str(path.parent), "a new directory, or one begun with this config",
+                              f"its {path.name} is another config's; use another --output, or remove the "
+                              "directory's config and records to re-derive them (finished fits are adopted)")
+        return
+    publish_bytes(path, data)
+
+
+def _adoptable(cell_dir: Path, expected: str, manifests: dict[str, str]) -> Path | None:
+    """The first finished attempt of ``cell_dir`` whose fit receipt binds recipe digest ``expected``
+    and the populations whose manifest digests ``manifests`` gives (``{"train_manifest": ...,
+    "validation_manifest": ...}``): a recipe names no population, so a fit of the same recipe on
+    another population is another fit."""
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+    from qhlab.training.segments import FIT_RECEIPT
+
+    if not cell_dir.is_dir():
+        return None
+    for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (attempt / FIT_RECEIPT).is_file() and (attempt / EVALUATION_RECEIPT).is_file():
+            receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt)
+            bound = {name: receipt.inputs[name].sha256 for name in manifests if name in receipt.inputs}
+            if receipt.body.recipe_digest == expected and bound == manifests:
+                return attempt
+    return None
+
+
+def adopt_or_fit(job: dict) -> tuple[Path, bool]:
+    """Run one fit of a preparation step, or adopt its cell's finished attempt.
+
+    Args:
+        job: ``{"recipe": a QhRecipe dump, "profile", "fits": the fits directory, "cell",
+            "train", "validation": population directories, "job_type", "group", "tag",
+            "torch_threads"}``.
+
+    Returns:
+        (the attempt directory, True when an earlier run's attempt was adopted).
+    """
+    import torch
+
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+    from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
+    from qhlab.training.launcher import admit_launch
+
+    torch.set_num_threads(job["torch_threads"])
+    recipe = QhRecipe.model_validate(job["recipe"])
+    fits = Path(job["fits"])
+    manifests = {f"{role}_manifest": sha256_file(Path(job[role]) / "manifest.json") for role in ("train", "validation")}
+    directory = _adoptable(fits / job["cell"], recipe_digest(admit_launch(job["profile"], recipe).recipe), manifests)
+    if directory is not None:
+        return directory, True
+    result = fit_recipe(FitRequest(
+        recipe=recipe, profile=job["profile"], output=fits, train=job["train"], validation=job["validation"],
+        cell=job["cell"], progress=False, job_type=job["job_type"], group=job["group"], tags=(job["tag"],)))
+    return result.output_directory, False
+
+
+def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]:
+    """What a record keeps of a finished fit, and its two receipt bodies.
+
+    Args:
+        directory: the attempt directory.
+        root: the directory the record's relative ``directory`` starts from.
+
+    Returns:
+        (``{"final_state_sha256", "fit_receipt_sha256", "evaluation_receipt_sha256", "directory",
+        "observed_updates", "wall_seconds"}``, the fit receipt's body, the evaluation receipt's body).
+    """
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
+    from qhlab.training.segments import FIT_RECEIPT
+
+    fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
+    evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
+    return {
+        "final_state_sha256": fit_body.final_state_sha256,
+        "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
+        "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
+        "directory": directory.relative_to(root).as_posix(),
+        "observed_updates": fit_body.observed_updates,
+        "wall_seconds": fit_body.wall_seconds,
+    }, fit_body, evaluation
+
+
+def run_jobs(pool: Any, function: Callable[[dict], dict], jobs: list[dict], *, key: Callable[[dict], Hashable],
+             done: Callable[[dict, dict], None] | None = None) -> dict:
+    """Every job's result by ``key(job)``, in-process when ``pool`` is None.
+
+    Every job runs even when one fails; the first failure is raised after the others finished,
+    so an interrupted step keeps every fit it made. ``done(job, result)`` is called in job order.
+    """
+    results: dict = {}
+    if pool is None:
+        for job in jobs:
+            results[key(job)] = function(job)
+            if done is not None:
+                done(job, results[key(job)])
+        return results
+    futures = [(job, pool.submit(function, job)) for job in jobs]
+    errors = []
+    for job, future in futures:
+        try:
+            results[key(job)] = future.result()
+        except Exception as exc:  # noqa: BLE001 - raised after every other job finished
+            errors.append(exc)
+            continue
+        if done is not None:
+            done(job, results[key(job)])
+    if errors:
+        raise errors[0]
+    return results

@@ -1,0 +1,72 @@
+"""The tuning's two figures in a study's report: the optimization history and the parameter importances.
+
+Owns: rebuilding an in-memory Optuna study from a tuning summary's finished trials (their
+parameters and objective means, under the space's distributions) and drawing it with
+``optuna.visualization.matplotlib``. Does not own: the record (``record``), the report's
+other figures or where they are written (``qhlab.study.render``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TUNING_FIGURES", "tuning_figures"]
+
+TUNING_FIGURES = ("tuning_history.png", "tuning_importances.png")
+# fANOVA fits a random forest: a fixed seed makes the importances, and so the figure, repeatable.
+_IMPORTANCE_SEED = 0
+
+
+def _study(tuning: dict[str, Any]):
+    """An in-memory study holding the summary's complete trials, in trial order."""
+    import optuna
+
+    # Lazy: keeps importing this module (and so the report's renderer) free of numpy.
+    from qhlab.study.tuning.config import Domain
+    # Lazy: keeps importing this module (and so the report's renderer) free of pyarrow and numpy.
+    from qhlab.study.tuning.run import optuna_distributions, quiet_optuna
+
+    quiet_optuna()
+    distributions = optuna_distributions({k: Domain.model_validate(v) for k, v in tuning["space"].items()})
+    study = optuna.create_study(study_name=tuning["name"], direction="minimize")
+    for trial in tuning["trials"]:
+        if trial["state"] == "complete":
+            study.add_trial(optuna.trial.create_trial(params=trial["params"], distributions=distributions,
+                                                      value=trial["mean"]))
+    return study
+
+
+def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """{figure name: writer(path)} for the tuning's two figures; empty without a tuning or with
+    fewer than two complete trials (a history of one point and importances of none say nothing)."""
+    if tuning is None or sum(t["state"] == "complete" for t in tuning["trials"]) < 2:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+    from optuna.visualization import matplotlib as optuna_plots
+
+    metric = f"mean {tuning['objective']['metric']} over fit seeds (m)"
+
+    def save(path: Path, draw) -> None:
+        with warnings.catch_warnings():
+            # Optuna marks its matplotlib backend experimental on every call.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            ax = draw(_study(tuning))
+        ax.set_ylabel(metric if draw is optuna_plots.plot_optimization_history else ax.get_ylabel())
+        fig = ax.figure
+        fig.set_size_inches(7, 4)
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+    def importances(study):
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=_IMPORTANCE_SEED)
+        return optuna_plots.plot_param_importances(study, evaluator=evaluator)
+
+    return {TUNING_FIGURES[0]: lambda path: save(path, optuna_plots.plot_optimization_history),
+            TUNING_FIGURES[1]: lambda path: save(path, importances)}
