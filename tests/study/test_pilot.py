@@ -306,6 +306,18 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
         (_study(tmp_path / "c", cache, pilot=reference, extra='\n[seed_variance]\nregret = 0.5\nmae = 0.5\n'
                 'seeds = 2\nsource = "typed"\n'), "the pilot record's values"),
     ]
+    # A study that reports one of the pilot's seeds.
+    overlapping = _study(tmp_path / "e", cache, pilot=reference)
+    overlapping.write_text(overlapping.read_text().replace("seeds = [0, 1]", "seeds = [1, 2]", 1))
+    cases.append((overlapping, "seeds the pilot did not fit (it fitted [2])"))
+    # A pilot whose TRAIN population is of another preset (forged, resealed): another distribution's variance.
+    other = tmp_path / "other-preset"
+    shutil.copytree(reference, other)
+    record = json.loads((other / "pilot.json").read_text())
+    record["populations"]["train"]["preset"] = "demo-train"
+    (other / "pilot.json").write_bytes(canonical_json(record))
+    _reseal(other)
+    cases.append((_study(tmp_path / "f", cache, pilot=other), "train population is of the study's preset 'tiny'"))
     for config, expected in cases:
         assert main(["study", "freeze", str(config), "--output", str(refused)]) == 2
         err = capsys.readouterr().err
