@@ -34,6 +34,7 @@ _COMMANDS = {
     "study": "qhlab.cli.study",
     "tune": "qhlab.cli.tune",
     "pilot": "qhlab.cli.pilot",
+    "e0-check": "qhlab.cli.e0_check",
     "verify": "qhlab.cli.verify",
     "sign": "qhlab.cli.sign",
 }

@@ -4,7 +4,8 @@ Owns: the command's arguments and its report. Does not own: authentication itsel
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
 always, a physics audit of N chain states with ``--audit``), or the recomputation of every
-tuning and pilot record found (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``).
+tuning, pilot and E0 check record found (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``,
+``qhlab.study.e0_check.record``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 
 from qhlab.evidence import QhInputError, verify_directory
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
+from qhlab.study.e0_check import record as e0_record
 from qhlab.study.pilot import record as pilot_record
 from qhlab.study.tuning import record as tuning_record
 
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     result["label_checks"] = checks
     result["tuning_checks"] = _record_checks(args.directory, result["receipts"], "tuning", tuning_record)
     result["pilot_checks"] = _record_checks(args.directory, result["receipts"], "pilot", pilot_record)
+    result["e0_checks"] = _record_checks(args.directory, result["receipts"], "e0_check", e0_record)
     result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -101,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
               f"and the maxima recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} "
               "fits' values recomputed from their evaluation receipts"
               + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
+                 else ""))
+    for entry in result["e0_checks"]:
+        print(f"e0 check: {entry['directory']}: every row selection, canary recovery and outcome recomputed by the "
+              f"gate's rules ({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} "
+              "sub-studies' E0 receipts and freezes compared"
+              + (f", {entry['studies_absent']} absent (their recorded values were used)" if entry["studies_absent"]
                  else ""))
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")

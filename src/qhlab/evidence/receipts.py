@@ -467,8 +467,9 @@ def _anchors(root: Path, directories: Sequence[Path]) -> list[_Anchor]:
     ``root`` (verifying a part of a copied study), else ``root`` as made where it is.
 
     Raises:
-        EvidenceError: two directories record the same origin, or one inside another's: a
-            file made there would have two places in ``root``, and verify refuses to choose.
+        EvidenceError: two directories record the same origin, or one inside another's at
+            another relative place than where it was made: a file made there would have two
+            places in ``root``, and verify refuses to choose.
     """
     recorded = [_Anchor(d, origin) for d in directories if (origin := recorded_origin(d)) is not None]
     if not any(a.here == root for a in recorded):
@@ -478,6 +479,8 @@ def _anchors(root: Path, directories: Sequence[Path]) -> list[_Anchor]:
         recorded.append(_Anchor(above[0], above[1]) if above else _Anchor(root, root))
     for i, a in enumerate(recorded):
         for b in recorded[i + 1:]:
+            if _same_places(a, b) or _same_places(b, a):
+                continue
             if a.origin == b.origin or a.origin.is_relative_to(b.origin) or b.origin.is_relative_to(a.origin):
                 raise EvidenceError(
                     f"verify: {a.here} and {b.here} are both copies of files made in {a.origin}"
@@ -486,6 +489,14 @@ def _anchors(root: Path, directories: Sequence[Path]) -> list[_Anchor]:
                     "copy on its own, after moving the nested one out; a file's place is never chosen."
                 )
     return recorded
+
+
+def _same_places(inner: _Anchor, outer: _Anchor) -> bool:
+    """Whether ``inner`` was made strictly inside ``outer`` and lies at that same relative place
+    in it now (a study made inside a directory that was verified or moved whole): a file made in
+    ``inner`` then has one place whichever anchor maps it."""
+    return (inner.origin != outer.origin and inner.origin.is_relative_to(outer.origin)
+            and inner.here == outer.here / inner.origin.relative_to(outer.origin))
 
 
 def _place(anchors: Sequence[_Anchor], recorded: Path) -> Path | None:

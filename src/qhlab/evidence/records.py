@@ -30,7 +30,7 @@ __all__ = [
     "FitReceipt", "SegmentCheckpointReceipt", "ColdInitializationReceipt", "WandbAttemptReceipt",
     "EvaluationReceipt", "PopulationReceipt", "PopulationGenerationReceipt",
     "StudyFreezeReceipt", "StudyDevelopmentReceipt", "StudyE0Receipt", "StudyCellReceipt",
-    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt", "PilotReceipt",
+    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt", "PilotReceipt", "E0CheckReceipt",
     "CommissioningRunReceipt", "CommissioningMilestoneReceipt", "MpsMemoryReceipt",
 ]
 
@@ -620,6 +620,29 @@ class PilotReceipt(Receipt):
     kind: Literal["pilot"] = "pilot"
     schema_version: Literal[1] = 1
     body: PilotBody
+
+
+class E0CheckBody(_Closed):
+    """An E0 check's outcome (its draws' rows and canaries live in ``e0.json``, which it binds).
+
+    Attributes:
+        name: the check. config_sha256: its config and the gate design. draws: how many TRAIN
+        draws. passed: how many passed. meets_min_pass_share: whether the share reached the config's.
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=_SHA256)
+    draws: int
+    passed: int
+    meets_min_pass_share: bool
+
+
+class E0CheckReceipt(Receipt):
+    """``e0.receipt.json`` of ``qhlab e0-check``."""
+
+    kind: Literal["e0_check"] = "e0_check"
+    schema_version: Literal[1] = 1
+    body: E0CheckBody
 
 
 # -- commissioning ----------------------------------------------------------------------------

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXECUTION_FIELDS",
+    "STUDY_PATH_FIELDS",
     "ArmDeclaration",
     "BootstrapConfig",
     "EncoderSizes",
@@ -289,12 +290,15 @@ class PreparationConfig(BaseModel):
         pilot: a ``qhlab pilot`` record (``.../pilot.json``) of this study's design: the report's
             intervals carry its seed variance and TRAIN-draw variance (``[seed_variance]`` may
             then be left out; if given, it must round to the record's values).
+        e0: a ``qhlab e0-check`` record (``.../e0.json``) of this study's E0 gate: its canary
+            budget, row margin, tie band and baseline recipe passed on fresh TRAIN draws.
     """
 
     model_config = _FROZEN
 
     tuning: _PathText | None = None
     pilot: _PathText | None = None
+    e0: _PathText | None = None
 
 
 class QhArchitectureStudyConfig(BaseModel):
@@ -541,6 +545,11 @@ class QhArchitectureStudyConfig(BaseModel):
             raise ValueError(str(exc).rsplit("\nHINT: ", 1)[0].replace("\n", "\n  ")) from None
 
 
+# The study TOML's path fields: a relative one is resolved against the config file's directory.
+STUDY_PATH_FIELDS = (("train", "path"), ("validation", "path"), ("population_cache",), ("experiment", "recipe"),
+                     ("preparation", "tuning"), ("preparation", "pilot"), ("preparation", "e0"))
+
+
 def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
     """Read and fully validate a study TOML before anything is written.
 
@@ -561,10 +570,7 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
-                                example="examples/default-study.toml",
-                                relative=(("train", "path"), ("validation", "path"), ("population_cache",),
-                                          ("experiment", "recipe"), ("preparation", "tuning"),
-                                          ("preparation", "pilot")))
+                                example="examples/default-study.toml", relative=STUDY_PATH_FIELDS)
     experiment = raw.get("experiment")
     if isinstance(experiment, dict) and isinstance(experiment.get("recipe"), str):
         experiment["recipe_file"] = experiment["recipe"]

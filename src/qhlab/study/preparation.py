@@ -1,14 +1,16 @@
-"""How the study was prepared: the freeze binds the tuning and pilot records it names.
+"""How the study was prepared: the freeze binds the tuning, pilot and E0 check records it names.
 
 Owns: ``check_preparation`` (at freeze, before anything is written: authenticate and recompute a
-``qhlab tune`` record and a ``qhlab pilot`` record; refuse a recipe other than the tuning's
-winner outside its declared deviations, a pilot of another study design, a typed
-``[seed_variance]`` other than the pilot's, and a tuning or pilot population that is the
-study's validation), ``copy_preparation`` (the records' copies inside the study, which the
+``qhlab tune`` record, a ``qhlab pilot`` record and a ``qhlab e0-check`` record; refuse a recipe
+other than the tuning's winner outside its declared deviations, a pilot of another study design,
+a typed ``[seed_variance]`` other than the pilot's, a tuning or pilot population that is the
+study's validation, and an E0 check of another gate, one that fell short of its minimum pass
+share or one that gated the study's own TRAIN seed), ``copy_preparation`` (the records' copies inside the study, which the
 freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene may
 be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
 variance the report's intervals carry) and the report's section. Does not own: the records
-themselves (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``) or the freeze (``freeze``).
+themselves (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``,
+``qhlab.study.e0_check.record``) or the freeze (``freeze``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 from qhlab.evidence import PublishConflictError, input_error, publish_bytes, sha256_file
 from qhlab.study.config import QhArchitectureStudyConfig
+from qhlab.study.e0_check import record as e0_record
+from qhlab.study.e0_check.config import e0_design
 from qhlab.study.pilot import record as pilot_record
 from qhlab.study.pilot.config import study_design
 from qhlab.study.render import fmt, table
@@ -62,27 +66,30 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, d
 
     Args:
         config: the study config (``preparation.tuning`` names a ``tuning.json``,
-            ``preparation.pilot`` a ``pilot.json``).
+            ``preparation.pilot`` a ``pilot.json``, ``preparation.e0`` an ``e0.json``).
 
     Returns:
-        (the freeze body's ``preparation`` record ``{"tuning", "pilot"}``, each None when not
-        named, or None without either; ``{"tuning"|"pilot": the record's directory}``, for
+        (the freeze body's ``preparation`` record ``{"tuning", "pilot", "e0"}``, each None when
+        not named, or None without any; ``{"tuning"|"pilot"|"e0": the record's directory}``, for
         ``copy_preparation``).
 
     Raises:
         EvidenceError: a record does not authenticate, or its values do not recompute.
         QhInputError: the study's recipe is not the tuning's winner outside the declared
             deviations, the pilot measured another study design, a typed ``[seed_variance]``
-            is not the pilot's, or a tuning or pilot population is the study's validation.
+            is not the pilot's, a tuning or pilot population is the study's validation, or the E0
+            check ran another gate, fell short of its minimum pass share or gated the study's TRAIN.
     """
     preparation = config.preparation
-    if preparation is None or (preparation.tuning is None and preparation.pilot is None):
+    if preparation is None or (preparation.tuning is None and preparation.pilot is None and preparation.e0 is None):
         return None, {}
-    body, sources = {"tuning": None, "pilot": None}, {}
+    body, sources = {"tuning": None, "pilot": None, "e0": None}, {}
     if preparation.tuning is not None:
         body["tuning"], sources["tuning"] = _check_tuning(config, Path(preparation.tuning))
     if preparation.pilot is not None:
         body["pilot"], sources["pilot"] = _check_pilot(config, Path(preparation.pilot))
+    if preparation.e0 is not None:
+        body["e0"], sources["e0"] = _check_e0(config, Path(preparation.e0))
     return body, sources
 
 
@@ -179,6 +186,52 @@ def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[
     }, source
 
 
+def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
+    if record_path.name != e0_record.RECORD:
+        raise input_error(_CALL, "preparation.e0", str(record_path), f"the path of an E0 check's {e0_record.RECORD}",
+                          "name the e0.json that `qhlab e0-check` wrote")
+    source = record_path.parent
+    record = e0_record.read_record(source)
+    checked = e0_record.check_record(source)
+    ours, theirs = e0_design(config), record["design"]
+    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    if differing:
+        raise input_error(_CALL, "preparation.e0", str(record_path),
+                          f"an E0 check of this study's gate (it differs in {', '.join(differing)})",
+                          "a check holds only for the canary budget, row margin, tie band, seeds, baseline recipe "
+                          "and lane it ran; run `qhlab e0-check` again for this gate")
+    if not record["meets_min_pass_share"]:
+        raise input_error(_CALL, "preparation.e0", str(record_path),
+                          f"an E0 check that reached its minimum pass share (it passed {record['passed']} of "
+                          f"{record['draws']} draws, share {record['pass_share']:.2f} < {record['min_pass_share']})",
+                          "the gate fails too often on fresh TRAIN draws; widen canary_gap_multiple or raise "
+                          "canary_updates, then check again")
+    seeds = record["config"]["train_seeds"]
+    if config.train.seed in seeds:
+        raise input_error(_CALL, "train.seed", config.train.seed,
+                          f"a TRAIN seed the E0 check did not gate (it gated {seeds})",
+                          "the check shows the gate holds on draws the study never trains on; check other seeds")
+    return {
+        "source": str(record_path.resolve()),
+        "copy": f"{PREPARATION_DIR}/e0",
+        "record_sha256": sha256_file(source / e0_record.RECORD),
+        "receipt_sha256": sha256_file(source / e0_record.RECEIPT),
+        "name": record["name"],
+        "config_sha256": record["config_sha256"],
+        "train_seeds": seeds,
+        "gate": {k: record["design"][k] for k in ("canary_updates", "canary_gap_multiple", "tie_band", "seeds")},
+        "draws": record["draws"],
+        "passed": record["passed"],
+        "pass_share": record["pass_share"],
+        "min_pass_share": record["min_pass_share"],
+        "outcomes": [{"train_seed": o["train_seed"], "passed": o["passed"],
+                      "state_id": None if o["selected"] is None else o["selected"]["state_id"],
+                      "min_gap": None if o["selected"] is None else min(o["selected"]["gaps"])}
+                     for o in record["outcomes"]],
+        "studies_checked": checked["studies_checked"],
+    }, source
+
+
 def frozen_pilot(config: QhArchitectureStudyConfig, freeze: dict, metric: str) -> dict[str, Any]:
     """``pooled_difference``'s variance arguments for ``metric``: the pilot record's tau and TRAIN-draw
     component, else the typed ``[seed_variance]``'s tau, else none (the study's own seeds).
@@ -204,13 +257,14 @@ def frozen_pilot(config: QhArchitectureStudyConfig, freeze: dict, metric: str) -
 
 
 def copy_preparation(sources: dict[str, Path], output: Path) -> dict[str, Path]:
-    """Copy each checked record into ``output/preparation/<tuning|pilot>/``.
+    """Copy each checked record into ``output/preparation/<tuning|pilot|e0>/``.
 
     Returns:
         The copies the freeze receipt binds as outputs, by name.
     """
     names = {"tuning": [RECORD, RECEIPT, CONFIG_COPY, RECIPE],
-             "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY]}
+             "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY],
+             "e0": [e0_record.RECORD, e0_record.RECEIPT, e0_record.CONFIG_COPY]}
     out = {}
     for role, source in sources.items():
         target = output / PREPARATION_DIR / role
@@ -302,9 +356,11 @@ def build(inputs: Any, report: dict) -> None:
     prepared = inputs.freeze.get("preparation") or {}
     typed = inputs.config.seed_variance
     report["preparation"] = {"tuning": prepared.get("tuning"), "pilot": prepared.get("pilot"),
+                             "e0": prepared.get("e0"),
                              "typed_seed_variance": None if typed is None else typed.model_dump(mode="json")}
     report["summary"]["recipe_recorded"] = prepared.get("tuning") is not None
     report["summary"]["pilot_recorded"] = prepared.get("pilot") is not None
+    report["summary"]["e0_check_recorded"] = prepared.get("e0") is not None
 
 
 def markdown(report: dict) -> list[str]:
@@ -375,13 +431,33 @@ def markdown(report: dict) -> list[str]:
     else:
         lines.append("The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
                      "own seeds, and do not carry the TRAIN draw.")
-    return lines + [""]
+    return lines + [""] + _e0_lines(prepared.get("e0"))
+
+
+def _e0_lines(e0: dict | None) -> list[str]:
+    """The E0 check's paragraph and table (the section's last part)."""
+    if e0 is None:
+        return ["The E0 gate's margins are unchecked: this study names no E0 check record (`[preparation] e0`), so "
+                "nothing shows how often its gate passes on fresh TRAIN draws.", ""]
+    gate = e0["gate"]
+    lines = [f"The E0 gate (canary_updates {gate['canary_updates']}, canary_gap_multiple "
+             f"{fmt(gate['canary_gap_multiple'])}, tie_band {fmt(gate['tie_band'])} m, canary seeds {gate['seeds']}) "
+             f"was run by E0 check `{e0['name']}` (record sha256 `{e0['record_sha256'][:16]}`, copied into "
+             f"`{e0['copy']}/`) on {e0['draws']} fresh TRAIN draws the study never trains on: {e0['passed']} of "
+             f"{e0['draws']} passed (share {e0['pass_share']:.2f}; the check required {e0['min_pass_share']}).", ""]
+    rows = [[o["train_seed"], "passed" if o["passed"] else "FAILED", "-" if o["state_id"] is None else o["state_id"],
+             "-" if o["min_gap"] is None else fmt(o["min_gap"], 4)] for o in e0["outcomes"]]
+    return lines + table(["TRAIN seed", "E0", "canary row (state_id)", "smallest label gap (m)"], rows) + [""]
 
 
 def tables(report: dict) -> dict:
     """The W&B tables of the tuning's trials and the pilot's components (each absent without its record)."""
     tuning, pilot = report["preparation"]["tuning"], report["preparation"]["pilot"]
+    e0 = report["preparation"].get("e0")
     out = {}
+    if e0 is not None:
+        out["preparation_e0"] = (["train_seed", "passed", "state_id", "min_gap"],
+                                 [[o["train_seed"], o["passed"], o["state_id"], o["min_gap"]] for o in e0["outcomes"]])
     if tuning is not None:
         rows = [[t["number"] + 1, str(sorted(t["params"].items())), t["state"], t["mean"], t["seed_sd"], t["cost"]]
                 for t in tuning["trials"]]

@@ -1,0 +1,217 @@
+"""The E0 check record: ``e0.json`` and the receipt that binds it, and its checks.
+
+Owns: the check directory's file names, the record's layout (the config, the gate design it
+checked, and per TRAIN draw its selected canary row with the row's labels, every canary's
+predictions and recovery, and the gate's outcome), reading a record back (``read_record``:
+authenticated) and ``check_record``, which recomputes every row selection, every canary's
+recovery, every outcome and the pass share from the recorded labels and predictions with the
+gate's own rules, and, where a draw's sub-study is present, compares it with its authenticated
+E0 receipt and freeze. Torch-free, so ``qhlab verify`` runs it. Does not own: running the
+draws (``run``) or the gate's rules (``qhlab.study.canary``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from qhlab.evidence import DigestMismatchError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.records import E0CheckReceipt, StudyE0Receipt, StudyFreezeReceipt
+from qhlab.study.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT
+
+__all__ = ["CONFIG_COPY", "RECEIPT", "RECORD", "STUDIES_DIR", "check_record", "draw_outcome", "publish_record",
+           "read_record"]
+
+RECORD = "e0.json"
+RECEIPT = "e0.receipt.json"
+CONFIG_COPY = "config.toml"
+STUDIES_DIR = "studies"
+
+
+def draw_outcome(seed: int, e0: dict, manifest_sha256: str, study: Path, root: Path) -> dict:
+    """What the record keeps of one draw's gate.
+
+    Args:
+        seed: the draw's TRAIN seed.
+        e0: the sub-study's E0 receipt body.
+        manifest_sha256: its TRAIN population's manifest digest (from its freeze).
+        study: the sub-study directory.
+        root: the check directory (the record names the sub-study relative to it).
+
+    Returns:
+        ``{"train_seed", "manifest_sha256", "directory", "e0_receipt_sha256", "passed", "reason",
+        "selected", "canaries"}``; ``selected`` is the canary row's record (its labels [K][H],
+        ``candidate_mask`` [K], ``gaps`` [H], ``best_action`` [H] and identities) or None, and
+        each canary is ``{"seed", "per_horizon", "recovered"}``.
+    """
+    return {"train_seed": seed, "manifest_sha256": manifest_sha256, "directory": study.relative_to(root).as_posix(),
+            "e0_receipt_sha256": sha256_file(study / CANARY_DIR / E0_RECEIPT), "passed": e0["passed"],
+            "reason": e0["reason"], "selected": e0["selection"]["selected"],
+            "canaries": [{"seed": c["seed"], "per_horizon": c["canary"]["per_horizon"],
+                          "recovered": c["canary"]["recovered"]} for c in e0["canaries"]]}
+
+
+def publish_record(directory: Path, record: dict) -> None:
+    """Publish ``e0.json`` and the receipt binding it and the config's copy."""
+    publish_json(directory / RECORD, record)
+    write_receipt(directory / RECEIPT, E0CheckReceipt,
+                  body={"name": record["name"], "config_sha256": record["config_sha256"], "draws": record["draws"],
+                        "passed": record["passed"], "meets_min_pass_share": record["meets_min_pass_share"]},
+                  inputs={"config": directory / CONFIG_COPY}, outputs={"record": directory / RECORD})
+
+
+def read_record(directory: str | os.PathLike) -> dict:
+    """The record of an E0 check directory, authenticated by its receipt (and the files it binds).
+
+    Raises:
+        MissingEvidenceError: no ``e0.receipt.json``.
+        EvidenceError: the receipt or a bound file fails, or the receipt's counts are not the record's.
+    """
+    directory = Path(directory)
+    receipt = read_receipt(directory / RECEIPT, E0CheckReceipt).body
+    record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+    if (receipt.draws, receipt.passed, receipt.meets_min_pass_share) != (
+            record.get("draws"), record.get("passed"), record.get("meets_min_pass_share")):
+        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different outcomes.")
+    return record
+
+
+def _selection(labels: list, mask: list, tie_band: float, multiple: float) -> tuple[list[float], list[int], bool]:
+    """A row's gaps [H] and best candidates [H] from its labels [K][H] and mask [K], and whether
+    the selection rule admits it (``qhlab.study.canary.select_canary_row``'s test)."""
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    import numpy as np
+
+    q = np.asarray(labels, dtype=np.float64)
+    valid = np.flatnonzero(np.asarray(mask, dtype=bool))
+    ordered = np.sort(q[valid], axis=0)[::-1]
+    gaps = ordered[0] - ordered[1]
+    best = [int(valid[int(np.argmax(q[valid, h]))]) for h in range(q.shape[1])]
+    return [float(g) for g in gaps], best, len(valid) >= 2 and bool((gaps > multiple * tie_band).all())
+
+
+def _check_outcome(where: str, outcome: dict, design: dict) -> None:
+    """Recompute one draw's row selection, canary recoveries and outcome with the gate's rules."""
+    import numpy as np
+
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    from qhlab.study.canary import canary_recovery
+
+    seed, selected = outcome["train_seed"], outcome["selected"]
+    if selected is None:
+        if outcome["passed"] or outcome["canaries"]:
+            raise DigestMismatchError(f"{where}: TRAIN {seed} selected no canary row, yet records canaries or a pass.")
+        return
+    gaps, best, admitted = _selection(selected["labels"], selected["candidate_mask"], design["tie_band"],
+                                      design["canary_gap_multiple"])
+    if not admitted or best != selected["best_action"] or not all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(gaps, selected["gaps"], strict=True)):
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s canary row is not one the selection rule admits with its "
+                                  f"recorded gaps and best actions (recomputed gaps {gaps}, best {best}).")
+    if sorted(c["seed"] for c in outcome["canaries"]) != sorted(design["seeds"]):
+        raise DigestMismatchError(f"{where}: TRAIN {seed} records canaries of seeds "
+                                  f"{[c['seed'] for c in outcome['canaries']]}, not the design's {design['seeds']}.")
+    labels = np.asarray(selected["labels"], dtype=np.float64)
+    mask = np.asarray(selected["candidate_mask"], dtype=bool)
+    for canary in outcome["canaries"]:
+        pred = np.asarray([h["predicted"] for h in canary["per_horizon"]], dtype=np.float64).T  # [K, H]
+        recomputed = canary_recovery(pred, labels, mask, design["tie_band"])
+        if recomputed != canary["per_horizon"] or canary["recovered"] != all(h["recovered"] for h in recomputed):
+            raise DigestMismatchError(f"{where}: TRAIN {seed} canary seed {canary['seed']}'s recovery is not what its "
+                                      "predictions and the row's labels give.")
+    if outcome["passed"] != all(c["recovered"] for c in outcome["canaries"]):
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s outcome is not what its canaries give.")
+
+
+def check_record(directory: str | os.PathLike) -> dict:
+    """Recompute an E0 check record from its evidence; raise at the first disagreement.
+
+    Checks: the receipt and the files it binds; the config (validated again) and the record's
+    digest of it and of the gate design; that the draws are exactly the config's TRAIN seeds, in
+    order; every draw's row (the selection rule's gaps and best actions from its labels), every
+    canary's recovery (from its predictions and the row's labels) and every outcome; the pass
+    count, share and whether it meets the config's minimum; and, for each draw whose sub-study is
+    present below the check directory, its E0 receipt (authenticated, and the recorded one), that
+    the record holds that receipt's row and canaries, and that its freeze bound the draw's TRAIN
+    seed and the gate design.
+
+    Returns:
+        ``{"draws", "passed", "studies_checked", "studies_absent"}``.
+
+    Raises:
+        DigestMismatchError: a recomputed value differs from the recorded one.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of torch.
+    from qhlab.study.e0_check.config import QhE0CheckConfig, e0_digest
+
+    directory = Path(directory)
+    record = read_record(directory)
+    receipt = read_receipt(directory / RECEIPT, E0CheckReceipt).body
+    where = f"qhlab verify: {directory / RECORD}"
+    design = record["design"]
+    try:
+        config = QhE0CheckConfig.model_validate(record["config"])
+    except ValidationError as exc:
+        raise DigestMismatchError(f"{where}: its config is not a valid E0 check config ({exc.errors()[0]['msg']}).") \
+            from None
+    digest = e0_digest(config, design)
+    if not record["config_sha256"] == receipt.config_sha256 == digest:
+        raise DigestMismatchError(f"{where}: the config and design digest to {digest}, not the recorded "
+                                  f"{record['config_sha256']} (receipt: {receipt.config_sha256}).")
+    outcomes = record["outcomes"]
+    if [o["train_seed"] for o in outcomes] != list(config.train_seeds):
+        raise DigestMismatchError(f"{where}: records draws {[o['train_seed'] for o in outcomes]}, not its config's "
+                                  f"{list(config.train_seeds)}.")
+    try:
+        for outcome in outcomes:
+            _check_outcome(where, outcome, design)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise DigestMismatchError(f"{where}: a draw's values do not make a gate outcome ({exc!r}).") from None
+    passed = sum(bool(o["passed"]) for o in outcomes)
+    share = passed / len(outcomes)
+    if (record["draws"], record["passed"], record["pass_share"], record["min_pass_share"],
+            record["meets_min_pass_share"]) != (len(outcomes), passed, share, config.min_pass_share,
+                                                share >= config.min_pass_share):
+        raise DigestMismatchError(f"{where}: records {record['passed']} of {record['draws']} draws passed, not the "
+                                  f"{passed} of {len(outcomes)} its outcomes give, or another share or minimum.")
+    present = absent = 0
+    for outcome in outcomes:
+        study = directory / outcome["directory"]
+        if not study.is_dir():
+            absent += 1
+            continue
+        _check_study(where, study, outcome, design)
+        present += 1
+    return {"draws": len(outcomes), "passed": passed, "studies_checked": present, "studies_absent": absent}
+
+
+def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
+    """One present sub-study against the record: its E0 receipt, row, canaries, TRAIN and gate design."""
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    from qhlab.study.authentication import authentication_roots, recorded_output
+    from qhlab.study.config import QhArchitectureStudyConfig
+    from qhlab.study.e0_check.config import e0_design
+
+    seed = outcome["train_seed"]
+    path = study / CANARY_DIR / E0_RECEIPT
+    if not path.is_file() or sha256_file(path) != outcome["e0_receipt_sha256"]:
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s {path} is absent or not the one recorded.")
+    # A moved check moves its sub-studies: their receipts name their own files where they were made.
+    with authentication_roots(study, original=recorded_output(study)):
+        e0 = read_receipt(path, StudyE0Receipt).body
+        frozen = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
+    if e0.selection["selected"] != outcome["selected"] or e0.passed != outcome["passed"] or [
+            {"seed": c["seed"], "per_horizon": c["canary"]["per_horizon"], "recovered": c["canary"]["recovered"]}
+            for c in e0.canaries] != outcome["canaries"]:
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s row, canaries or outcome are not its E0 receipt's.")
+    declared = frozen.train["declared"]
+    if (declared.get("preset"), declared.get("seed"), frozen.train["manifest_sha256"]) != (
+            design["train_preset"], seed, outcome["manifest_sha256"]):
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze TRAIN {declared}, not the recorded draw.")
+    if e0_design(QhArchitectureStudyConfig.model_validate(frozen.config["resolved"])) != design:
+        raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze another gate design than the record's.")

@@ -1,0 +1,171 @@
+"""``qhlab e0-check``: run a study's E0 gate on fresh TRAIN draws, each frozen as a study of its own.
+
+Owns: the check directory (``config.toml``, ``studies/``, the record), the config each draw is
+frozen from (the study's, with only its name, TRAIN seed and population cache changed and its
+``[preparation]`` left out), running each draw's freeze and E0 gate (a finished gate is
+adopted; a killed one resumes with the study machinery), and the refusals before anything is
+written. Does not own: the config (``config``), the record's layout and checks (``record``), or
+the freeze and the gate (``qhlab.study.freeze``, ``qhlab.study.admission``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qhlab.evidence import authentication_roots, exclusive_lock, input_error, publish_bytes, read_receipt
+from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
+from qhlab.execution import executor_choice, open_executor
+from qhlab.study.admission import decide_e0
+from qhlab.study.authentication import opened_study, recorded_output
+from qhlab.study.config import STUDY_PATH_FIELDS, PopulationSource
+from qhlab.study.e0_check.config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
+from qhlab.study.e0_check.record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
+from qhlab.study.freeze import freeze
+from qhlab.study.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
+from qhlab.study.populations import resolve_population
+from qhlab.study.prepared_fits import publish_config_copy, run_jobs
+from qhlab.training.console import configure_console, console_verbose
+
+__all__ = ["draw_config", "run_e0_check"]
+
+_LOCK = ".e0-check.lock"
+
+
+def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, population_cache: str) -> bytes:
+    """The TOML a draw's sub-study is frozen from: the study's settings, with its name, TRAIN seed
+    and population cache replaced, its paths absolute and its ``[preparation]`` and
+    ``[seed_variance]`` left out (the records a check produces are not inputs of its gate).
+
+    Returns:
+        The config's bytes (UTF-8 TOML).
+    """
+    import tomli_w
+
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.recipe import read_toml
+
+    raw, _, _ = read_toml(study_path, call=STUDY_CALL, field="study", example="examples/default-study.toml",
+                          relative=STUDY_PATH_FIELDS)
+    raw = {k: v for k, v in raw.items() if k not in ("preparation", "seed_variance")}
+    raw.update(name=name, population_cache=str(Path(population_cache).expanduser()),
+               train={**raw["train"], "seed": train_seed})
+    header = (f"# Written by {E0_CHECK_CALL}: the study {str(Path(study_path).resolve())!r} with its TRAIN seed "
+              f"replaced by {train_seed}.\n")
+    return (header + tomli_w.dumps(raw)).encode("utf-8")
+
+
+def _gate_draw(job: dict) -> dict:
+    """One draw (a pool or Ray task): freeze its sub-study and decide its E0 gate, or adopt both."""
+    started = time.perf_counter()
+    config, study = Path(job["config"]), Path(job["study"])
+    adopted = (study / CANARY_DIR / E0_RECEIPT).is_file()
+    if not adopted:
+        if (study / FREEZE_RECEIPT).is_file():
+            with opened_study(config, study, E0_CHECK_CALL) as frozen:
+                decide_e0(frozen)
+        else:
+            decide_e0(freeze(config, study))
+    # A moved check adopts its sub-studies' own bytes, never those at the paths they were made at.
+    with authentication_roots(study, original=recorded_output(study)):
+        e0 = read_receipt(study / CANARY_DIR / E0_RECEIPT, StudyE0Receipt)
+        frozen_body = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
+    return {"adopted": adopted, "wall_seconds": time.perf_counter() - started, **draw_outcome(job["seed"], e0.body.model_dump(mode="json"),
+                                               frozen_body.train["manifest_sha256"], study, Path(job["root"]))}
+
+
+def _resolve(config: QhE0CheckConfig, preset: str, choice: Any) -> dict[int, Path]:
+    """Generate (or reuse) every draw's TRAIN population first, each on every core."""
+    return {seed: Path(resolve_population(PopulationSource(preset=preset, seed=seed), "train",
+                                          config.population_cache, progress=True, executor=choice)).absolute()
+            for seed in config.train_seeds}
+
+
+def run_e0_check(config_path: str | os.PathLike, output: str | os.PathLike, *, workers: int | None = None,
+                 executor: Any = None, say: Callable[[str], None] = print) -> dict:
+    """Run (or resume, or re-read) an E0 check and publish its record.
+
+    Args:
+        config_path: the E0 check TOML.
+        output: the check directory (created; an interrupted run's directory resumes).
+        workers: draws gated at once on the local executor (None: the config's ``workers``).
+        executor: an ``ExecutorChoice`` (None: the config's executor).
+        say: where progress lines go.
+
+    Returns:
+        The record (``e0.json``'s document).
+
+    Raises:
+        QhInputError: an invalid config, or an output begun with another config; nothing written.
+        LockHeldError: another ``qhlab e0-check`` writes ``output``.
+    """
+    config, data, study = read_e0_config(config_path)
+    design = e0_design(study)
+    digest = e0_digest(config, design)
+    directory = Path(output).expanduser().absolute()
+    if (directory / RECEIPT).is_file():
+        record = read_record(directory)
+        if record["config_sha256"] != digest:
+            raise input_error(E0_CHECK_CALL, "--output", str(directory), "a new directory, or this config's check",
+                              "it holds the finished check of another config or gate design; use another --output")
+        say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
+        return record
+    choice = executor if executor is not None else executor_choice(config.executor, None, call=E0_CHECK_CALL)
+    directory.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(directory / _LOCK, hint="another qhlab e0-check writes this directory; wait for it"):
+        publish_config_copy(directory / CONFIG_COPY, data, call=E0_CHECK_CALL)
+        say(f"e0 check {config.name}: the E0 gate of {study.name} (canary_updates {study.canary_updates}, "
+            f"canary_gap_multiple {study.canary_gap_multiple}, tie_band {study.tie_band}) on "
+            f"{len(config.train_seeds)} fresh TRAIN draws of {study.train.preset}")
+        populations = _resolve(config, study.train.preset, choice)
+        return _run_locked(config, study, design, digest, directory, populations,
+                           config.workers if workers is None else workers, choice, say)
+
+
+def _run_locked(config: QhE0CheckConfig, study: Any, design: dict, digest: str, directory: Path,
+                populations: dict[int, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
+    jobs = []
+    for seed in config.train_seeds:
+        name = f"{config.name}-{seed}"
+        path = directory / STUDIES_DIR / f"{name}.toml"
+        text = draw_config(config.study, name=name, train_seed=seed, population_cache=config.population_cache)
+        path.parent.mkdir(exist_ok=True)
+        if not path.is_file():
+            publish_bytes(path, text)
+        # Its settings, not its header comment (which names where the study was): a moved check resumes.
+        elif tomllib.loads(path.read_text(encoding="utf-8")) != tomllib.loads(text.decode("utf-8")):
+            raise input_error(E0_CHECK_CALL, "--output", str(directory), "a directory begun with this study's config",
+                              f"{path} was written from another version of the study; use another --output")
+        jobs.append({"seed": seed, "config": str(path), "study": str(directory / STUDIES_DIR / name),
+                     "root": str(directory)})
+
+    def done(job: dict, result: dict) -> None:
+        finished.append(result)
+        how = "adopted" if result["adopted"] else f"{result['wall_seconds']:.0f} s"
+        row = result["selected"]
+        where = "no row qualified" if row is None else f"row state {row['state_id']}"
+        say(f"draw {len(finished)}/{len(jobs)} TRAIN {job['seed']}: E0 {'passed' if result['passed'] else 'FAILED'} "
+            f"({where}; {how})")
+
+    finished: list[dict] = []
+    with open_executor(choice, workers, call=E0_CHECK_CALL, initializer=configure_console,
+                       initargs=(console_verbose(),), verbose=console_verbose()) as pool:
+        results = run_jobs(pool, _gate_draw, jobs, key=lambda j: j["seed"], done=done)
+    outcomes = [{k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")}
+                for seed in config.train_seeds]
+    passed = sum(o["passed"] for o in outcomes)
+    record = {
+        "kind": "e0_record", "name": config.name, "config": config.record(), "config_sha256": digest,
+        "study": {"path": str(Path(config.study).resolve()), "name": study.name}, "design": design,
+        "outcomes": outcomes, "draws": len(outcomes), "passed": passed,
+        "pass_share": passed / len(outcomes), "min_pass_share": config.min_pass_share,
+        "meets_min_pass_share": passed / len(outcomes) >= config.min_pass_share,
+    }
+    publish_record(directory, record)
+    say(f"e0 check {config.name}: {passed} of {len(outcomes)} draws passed (share {record['pass_share']:.2f}; "
+        f"required {config.min_pass_share}); {directory / 'e0.json'}")
+    return record
