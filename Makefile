@@ -24,16 +24,20 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/qhlab study run $(DEMO_CONFIG) --output $(DEMO_OUTPUT)
 
-# Re-derive the demo's preparation on its tuning population: the recipe's tuning (24 fits) and the
-# pilot (70 fits). Finished fits under PREPARATION/*/fits are adopted, so an interrupted run resumes;
-# the records are recomputed from them. The committed records are what `make demo` freezes against.
+# Re-derive the demo's preparation on its tuning population: the recipe's tuning (24 fits), the
+# pilot (70 fits) and the E0 check (the gate on 10 fresh TRAIN draws, 20 canaries; it gates the
+# tuned recipe, so it runs after the tuning). Finished fits under PREPARATION/*/fits and finished
+# gates under PREPARATION/*/studies are adopted, so an interrupted run resumes; the records are
+# recomputed from them. The committed records are what `make demo` freezes against.
 prepare: $(STAMP)
 	rm -f $(PREPARATION)/demo-tune/tuning.json $(PREPARATION)/demo-tune/tuning.receipt.json \
 		$(PREPARATION)/demo-tune/config.toml $(PREPARATION)/demo-pilot/config.toml \
 		$(PREPARATION)/demo-tune/recipe.toml $(PREPARATION)/demo-pilot/pilot.json \
-		$(PREPARATION)/demo-pilot/pilot.receipt.json
+		$(PREPARATION)/demo-pilot/pilot.receipt.json $(PREPARATION)/demo-e0/config.toml \
+		$(PREPARATION)/demo-e0/e0.json $(PREPARATION)/demo-e0/e0.receipt.json
 	$(VENV)/bin/qhlab tune examples/demo-tune.toml --output $(PREPARATION)/demo-tune
 	$(VENV)/bin/qhlab pilot examples/demo-pilot.toml --output $(PREPARATION)/demo-pilot
+	$(VENV)/bin/qhlab e0-check examples/demo-e0.toml --output $(PREPARATION)/demo-e0
 
 # The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite, on every
 # core (pytest-xdist: each test file, and the reliability suite, runs on one worker; tests/conftest.py).

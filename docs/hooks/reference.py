@@ -89,15 +89,18 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 def _config_page() -> str:
     from qhlab.finite_horizon.recipe import QhRecipe
     from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
+    from qhlab.study.e0_check.config import QhE0CheckConfig
     from qhlab.study.pilot.config import QhPilotConfig
     from qhlab.study.tuning.config import QhTuningConfig
 
     lines = ["# Config reference", "",
              "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`), "
-             "a pilot config (`qhlab pilot CONFIG`) and a recipe (`qhlab fit RECIPE`),",
+             "a pilot config (`qhlab pilot CONFIG`), an E0 check config (`qhlab e0-check CONFIG`) and a recipe "
+             "(`qhlab fit RECIPE`),",
              "generated from their pydantic models when these pages are built. Unknown fields are refused.", ""]
     for title, model in (("Study config", QhArchitectureStudyConfig), ("Tuning config", QhTuningConfig),
-                         ("Pilot config", QhPilotConfig), ("Recipe", QhRecipe)):
+                         ("Pilot config", QhPilotConfig), ("E0 check config", QhE0CheckConfig),
+                         ("Recipe", QhRecipe)):
         lines += [f"## {title}", ""]
         for cls in _models(model):
             lines += _model_table(cls, top=cls is model)

@@ -320,3 +320,75 @@ def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cac
     (run,) = (frozen / "wandb-report").iterdir()
     logged = {p.name.rsplit("_", 2)[0] for p in run.glob("**/files/media/images/report/*.png")}
     assert {"tuning_history", "tuning_importances"} <= logged, logged
+
+
+# ----------------------------------------------------------------- the pruner
+
+
+def test_the_pruner_stops_a_trial_worse_than_the_median_of_earlier_complete_trials():
+    from qhlab.study.tuning.rule import prune_at, running_means
+
+    median = {"kind": "median", "percentile": None, "startup_trials": 2}
+    earlier = [{"mean": m, "intermediate": {"1": m}} for m in (0.10, 0.20, 0.30)]
+    assert running_means([0.3, 0.1, 0.2], [1, 2]) == {"1": 0.3, "2": 0.2}
+    assert prune_at(median, earlier, {"1": 0.25}, 1) is True
+    assert prune_at(median, earlier, {"1": 0.20}, 1) is False  # the median itself is kept
+    assert prune_at(median, earlier[:1], {"1": 9.0}, 1) is False  # fewer than startup_trials complete
+    quarter = {"kind": "percentile", "percentile": 25.0, "startup_trials": 2}
+    assert prune_at(quarter, earlier, {"1": 0.16}, 1) is True and prune_at(quarter, earlier, {"1": 0.14}, 1) is False
+
+
+@pytest.mark.parametrize("pruner, field, allowed", [
+    ('kind = "median"\nrungs = [2]', "pruner.rungs", "fit counts below the objective's 2 seeds"),
+    ('kind = "median"\nrungs = [1, 1]', "rungs", "increasing fit counts"),
+    ('kind = "median"\npercentile = 30.0\nrungs = [1]', "percentile", "with kind 'percentile' only"),
+    ('kind = "hyperband"\nrungs = [1]', "pruner.kind", "'median' or 'percentile'"),
+])
+def test_a_bad_pruner_is_refused_with_nothing_written(tmp_path, cache, capsys, pruner, field, allowed):
+    config = _config(tmp_path / "c", cache)
+    config.write_text(config.read_text() + f"\n[pruner]\n{pruner}\n")
+    output = tmp_path / "out"
+    assert _tune(config, output) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and field in err and allowed in err, err
+    assert not output.exists()
+
+
+_PRUNED = {"trials = 4": "trials = 6", "seeds = [2, 3]": "seeds = [2, 3, 4]", "sampler = \"tpe\"": "sampler = \"random\"",
+           '"optimizer.lr" = { low = 1e-3, high = 1e-2, log = true }':
+           '"optimizer.lr" = { low = 1e-4, high = 1e-2, log = true }'}
+
+
+def _pruned_config(directory: Path, cache: Path) -> Path:
+    config = _config(directory, cache, **_PRUNED)
+    config.write_text(config.read_text() + '\n[pruner]\nkind = "median"\nrungs = [1, 2]\nstartup_trials = 2\n')
+    return config
+
+
+@pytest.mark.slow
+def test_pruned_trials_are_the_same_with_one_or_two_workers_and_verify_recomputes_them(tmp_path, cache, capsys):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _tune(_pruned_config(tmp_path / "c", cache), one, "--workers", "1") == 0
+    assert _tune(_pruned_config(tmp_path / "c", cache), two, "--workers", "2") == 0
+    assert _trials(one) == _trials(two)
+    record = json.loads((one / "tuning.json").read_text())
+    pruned = [t for t in record["trials"] if t["state"] == "pruned"]
+    # Batch 1 (trials 1-2) has nothing to compare with; later batches are judged against it and each other.
+    assert pruned and all(t["batch"] >= 1 and 1 <= len(t["fits"]) < 3 and t["mean"] is None for t in pruned)
+    assert all(t["reason"].startswith(f"median pruner after {len(t['fits'])} of its fits") for t in pruned)
+    assert [t["state"] for t in record["trials"][:2]] == ["complete", "complete"]
+    capsys.readouterr()
+    assert main(["verify", str(one)]) == 0
+    assert f"{sum(len(t['fits']) for t in record['trials'])} fits' metrics recomputed" in capsys.readouterr().out
+
+    # A complete trial called pruned after one fit (its later fits dropped), resealed: the pruner keeps it.
+    kept = next(t for t in record["trials"] if t["state"] == "complete" and t["batch"] >= 1)
+    forged = dict(record, trials=[dict(t, state="pruned", fits=t["fits"][:1], mean=None, seed_sd=None,
+                                       intermediate={"1": t["intermediate"]["1"]},
+                                       reason="median pruner after 1 of its fits")
+                                  if t["number"] == kept["number"] else t for t in record["trials"]])
+    (one / "tuning.json").write_bytes(canonical_json(forged))
+    _reseal(one)
+    assert main(["verify", str(one)]) == 2
+    assert f"trial {kept['number'] + 1} is pruned after 1 fits, but the median pruner does not stop it after 1" \
+        in capsys.readouterr().err

@@ -23,7 +23,7 @@ from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.study.config import PopulationSource, ProfileName
 
-__all__ = ["Domain", "Objective", "QhTuningConfig", "SAMPLERS", "read_tuning_config", "trial_recipe"]
+__all__ = ["Domain", "Objective", "Pruner", "QhTuningConfig", "SAMPLERS", "read_tuning_config", "trial_recipe"]
 
 TUNE_CALL = "qhlab tune"
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -152,6 +152,44 @@ class Objective(BaseModel):
         return self
 
 
+class Pruner(BaseModel):
+    """Stopping a poor trial between its fits, by an Optuna pruner, on the tuning validation population.
+
+    A trial fits its seeds in the objective's order. After the first ``r`` fits, for each ``r``
+    in ``rungs``, its running mean of the metric (each fit scored at its full budget of observed
+    updates) is reported to Optuna at step ``r``; the pruner compares it with the running means at
+    step ``r`` of the complete trials of earlier batches, and a pruned trial fits no more seeds.
+    A fit is never stopped part-way: each is a whole fit with its receipts. Decisions use only
+    earlier batches, so they do not depend on the worker count, the executor or an interruption,
+    and ``qhlab verify`` recomputes every one from the record.
+
+    Attributes:
+        kind: "median" (Optuna's ``MedianPruner``: pruned when worse than the median) or
+            "percentile" (``PercentilePruner``: worse than ``percentile``; 25 keeps only trials
+            in the best quarter).
+        percentile: for "percentile" only, in (0, 100).
+        rungs: the fit counts after which a trial may be pruned: increasing, each at least 1 and
+            fewer than the objective's seeds.
+        startup_trials: complete trials needed before any trial is pruned.
+    """
+
+    model_config = _FROZEN
+
+    kind: Literal["median", "percentile"]
+    percentile: float | None = Field(default=None, gt=0.0, lt=100.0)
+    rungs: tuple[_Int, ...] = Field(min_length=1, max_length=64)
+    startup_trials: _Int = Field(default=2, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pruner:
+        if (self.kind == "percentile") != (self.percentile is not None):
+            raise ValueError(f"percentile={self.percentile!r} with kind={self.kind!r} is not allowed; allowed: a "
+                             "percentile in (0, 100) with kind 'percentile' only")
+        if list(self.rungs) != sorted(set(self.rungs)) or self.rungs[0] < 1:
+            raise ValueError(f"rungs={list(self.rungs)!r} is not allowed; allowed: increasing fit counts >= 1")
+        return self
+
+
 class QhTuningConfig(BaseModel):
     """One tuning: a base recipe, a search space, an objective, on one tuning population.
 
@@ -173,6 +211,7 @@ class QhTuningConfig(BaseModel):
             ``trials`` equal to the number of combinations).
         sampler_seed: the sampler's seed.
         deviations: recipe fields a study using the winner may set otherwise (e.g. ``updates``).
+        pruner: stop a poor trial between its fits (``Pruner``); None: every trial fits every seed.
         workers: fits at once on the local executor. Not part of the record (execution only).
         executor: "local" or "ray" (a Ray on this machine or a cluster sharing its file system).
             Not part of the record.
@@ -194,6 +233,7 @@ class QhTuningConfig(BaseModel):
     sampler: Literal["tpe", "random", "grid"] = "tpe"
     sampler_seed: _Int = Field(default=0, ge=0, lt=2**32)
     deviations: tuple[str, ...] = ()
+    pruner: Pruner | None = None
     workers: _Int = Field(default=1, ge=1, le=64)
     executor: Literal["local", "ray"] = "local"
     torch_threads: _Int = Field(default=1, ge=1, le=256)
@@ -208,6 +248,14 @@ class QhTuningConfig(BaseModel):
                     raise ValueError(f"{field!r} is not allowed; allowed: a scientific recipe field other than "
                                      f"{', '.join(sorted(_FIXED_FIELDS))} ({why})")
         return space
+
+    @model_validator(mode="after")
+    def _rungs(self) -> QhTuningConfig:
+        if self.pruner is not None and self.pruner.rungs[-1] >= len(self.objective.seeds):
+            raise ValueError(f"pruner.rungs={list(self.pruner.rungs)!r} is not allowed; allowed: fit counts below "
+                             f"the objective's {len(self.objective.seeds)} seeds (a trial that fitted every seed "
+                             "is complete)")
+        return self
 
     @model_validator(mode="after")
     def _grid(self) -> QhTuningConfig:
@@ -232,8 +280,10 @@ class QhTuningConfig(BaseModel):
         return [dict(zip(names, values)) for values in itertools.product(*(self.space[n].choices for n in names))]
 
     def record(self) -> dict[str, Any]:
-        """The config as the tuning record binds it: every field except the execution ones."""
-        return self.model_dump(mode="json", exclude={"workers", "executor"})
+        """The config as the tuning record binds it: every field except the execution ones (and
+        ``pruner`` when there is none, so a tuning without one keeps its digest)."""
+        return self.model_dump(mode="json", exclude={"workers", "executor", *(("pruner",) if self.pruner is None
+                                                                                else ())})
 
 
 def _flatten_space(raw: Any, prefix: str = "") -> Any:

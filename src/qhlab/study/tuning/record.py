@@ -32,7 +32,8 @@ from qhlab.evidence import (
 from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.seals import seals_of
-from qhlab.study.tuning.rule import pick_winner, trial_score
+from qhlab.study.tuning.rule import pick_winner, prune_at, running_means, trial_score
+from qhlab.training.console import console_verbose
 
 __all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",
            "population_record", "publish_record", "read_record", "refuse_sealed_validation"]
@@ -181,8 +182,10 @@ def check_record(directory: str | os.PathLike) -> dict:
     """Recompute a tuning record from its evidence; raise at the first disagreement.
 
     Checks, in order: the receipt and the files it binds; every complete trial's mean and
-    seed sd from its fits' values (``rule.trial_score``); every pruned trial's cost against
-    ``max_cost``; the winner from the rule (``rule.pick_winner``); ``recipe.toml`` against the
+    seed sd from its fits' values (``rule.trial_score``); every trial pruned before it ran, its
+    cost against ``max_cost``; with a pruner, every trial's intermediate values
+    (``rule.running_means``) and the pruner's decision at each rung it reached (``rule.prune_at``,
+    from the complete trials of earlier batches); the winner from the rule (``rule.pick_winner``); ``recipe.toml`` against the
     record's winning recipe and parameters; and, for each fit whose directory is present below
     the tuning directory, its metric values and receipt digests against its evaluation and fit
     receipts.
@@ -197,23 +200,29 @@ def check_record(directory: str | os.PathLike) -> dict:
     record = read_record(directory)
     where = f"qhlab verify: {directory / RECORD}"
     objective, trials = record["objective"], record["trials"]
+    pruner = record["config"].get("pruner")
     recomputed = absent = 0
     for position, trial in enumerate(trials):
         if trial["number"] != position:
             raise DigestMismatchError(f"{where}: trial {position} is numbered {trial['number']}.")
         max_cost = objective.get("max_cost")
-        if trial["state"] == "pruned":
+        if trial["state"] == "pruned" and not trial["fits"]:
             if max_cost is None or trial["cost"] <= max_cost:
                 raise DigestMismatchError(f"{where}: trial {position} is pruned at cost {trial['cost']} within "
                                           f"max_cost {max_cost}.")
             continue
-        if [f["seed"] for f in trial["fits"]] != list(objective["seeds"]):
+        made = len(trial["fits"]) if trial["state"] == "pruned" else len(objective["seeds"])
+        if [f["seed"] for f in trial["fits"]] != list(objective["seeds"][:made]):
             raise DigestMismatchError(f"{where}: trial {position} fits seeds {[f['seed'] for f in trial['fits']]}, "
-                                      f"not the objective's {objective['seeds']}.")
-        score = trial_score([f[objective["metric"]] for f in trial["fits"]])
-        if score != {"mean": trial["mean"], "seed_sd": trial["seed_sd"]}:
-            raise DigestMismatchError(f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
-                                      f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, {score['seed_sd']!r}.")
+                                      f"not the objective's {objective['seeds'][:made]}.")
+        values = [f[objective["metric"]] for f in trial["fits"]]
+        if trial["state"] == "complete":
+            score = trial_score(values)
+            if score != {"mean": trial["mean"], "seed_sd": trial["seed_sd"]}:
+                raise DigestMismatchError(f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
+                                          f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, "
+                                          f"{score['seed_sd']!r}.")
+        _check_pruning(where, trial, trials, values, pruner)
         for fit in trial["fits"]:
             if _check_fit(directory, where, position, fit):
                 recomputed += 1
@@ -225,6 +234,36 @@ def check_record(directory: str | os.PathLike) -> dict:
         raise DigestMismatchError(f"{where}: the recorded winner {recorded} is not the rule's {winner}.")
     _check_recipe(directory, where, record)
     return {"trials": len(trials), "winner": winner["number"], "fits_recomputed": recomputed, "fits_absent": absent}
+
+
+def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[float], pruner: dict | None) -> None:
+    """Recompute a trial's intermediate values and the pruner's decision at each rung it reached:
+    a pruned trial was stopped at its last rung and not before, a complete one never."""
+    number = trial["number"]
+    if pruner is None:
+        if trial["state"] == "pruned":
+            raise DigestMismatchError(f"{where}: trial {number + 1} is pruned after {len(values)} fits, but the "
+                                      "config declares no pruner.")
+        return
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of optuna until a pruner is checked.
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
+    running = running_means(values, pruner["rungs"])
+    if trial.get("intermediate") != running:
+        raise DigestMismatchError(f"{where}: trial {number + 1} records intermediate values "
+                                  f"{trial.get('intermediate')!r}; its fits give {running!r}.")
+    earlier = [t for t in trials if t["batch"] < trial["batch"] and t["state"] == "complete"]
+    stopped = len(values) if trial["state"] == "pruned" else None
+    for rung in (r for r in pruner["rungs"] if r <= len(values)):
+        if prune_at(pruner, earlier, running, rung) != (rung == stopped):
+            raise DigestMismatchError(
+                f"{where}: trial {number + 1} is {'pruned' if stopped else 'complete'} after {len(values)} fits, but "
+                f"the {pruner['kind']} pruner {'stops' if rung != stopped else 'does not stop'} it after {rung} "
+                "(from the complete trials of earlier batches).")
+    if stopped is not None and stopped not in pruner["rungs"]:
+        raise DigestMismatchError(f"{where}: trial {number + 1} is pruned after {stopped} fits, not at a rung "
+                                  f"{pruner['rungs']}.")
 
 
 def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:

@@ -1,9 +1,11 @@
-"""The tuning objective as pure functions: a trial's score from its fits, and the winner rule.
+"""The tuning objective as pure functions: a trial's score from its fits, the pruner, and the winner rule.
 
-Owns: ``trial_score`` (mean and seed spread of the metric over a trial's fits) and
-``pick_winner`` (the rule the config declares, applied mechanically). Both are pure functions
-over plain numbers, torch-free, so ``qhlab verify`` recomputes them from a record. Does not
-own: fitting (``run``) or the record (``record``).
+Owns: ``trial_score`` (mean and seed spread of the metric over a trial's fits),
+``running_means`` (a trial's intermediate values at the pruner's rungs), ``prune_at`` (the
+declared Optuna pruner's decision at one rung, from the complete trials of earlier batches) and
+``pick_winner`` (the rule the config declares, applied mechanically). Each is a function of
+plain numbers, torch-free, so ``qhlab verify`` recomputes them from a record. Does not own:
+fitting (``run``) or the record (``record``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["pick_winner", "trial_score"]
+__all__ = ["pick_winner", "prune_at", "running_means", "trial_score"]
 
 
 def trial_score(values: Sequence[float]) -> dict[str, float | None]:
@@ -64,3 +66,49 @@ def pick_winner(trials: Sequence[Mapping], *, band: float, max_seed_sd: float | 
     return {"number": int(winner["number"]), "admissible": sorted(int(t["number"]) for t in admissible),
             "tied": [int(t["number"]) for t in order],
             "margin": None if not others else min(others) - winner["mean"]}
+
+
+def running_means(values: Sequence[float], rungs: Sequence[int]) -> dict[str, float]:
+    """A trial's intermediate values: the mean of its first ``r`` fits' metric, for each rung ``r``
+    it reached.
+
+    Args:
+        values: float [F], the metric of the fits made so far, in seed order.
+        rungs: the pruner's fit counts.
+
+    Returns:
+        ``{str(r): trial_score(values[:r])["mean"]}`` for every ``r`` in ``rungs`` with ``r <= F``.
+    """
+    return {str(r): trial_score(values[:r])["mean"] for r in rungs if r <= len(values)}
+
+
+def prune_at(pruner: Mapping, earlier: Sequence[Mapping], running: Mapping[str, float], rung: int) -> bool:
+    """Whether the declared pruner stops a trial after ``rung`` fits (direction: minimize).
+
+    Optuna's pruner (``MedianPruner``, or ``PercentilePruner`` at ``percentile``) with
+    ``n_startup_trials = startup_trials``, no warm-up steps, and every rung a step decides, in an
+    in-memory study holding only the complete trials of earlier batches.
+
+    Args:
+        pruner: the config's ``pruner`` table (``kind``, ``percentile``, ``startup_trials``).
+        earlier: the complete trials of earlier batches, each ``{"mean", "intermediate": {str(r): value}}``.
+        running: this trial's intermediate values so far (``running_means``), ``rung`` included.
+        rung: the fit count decided at.
+
+    Returns:
+        True when the trial is pruned at ``rung``.
+    """
+    import optuna
+
+    common = {"n_startup_trials": int(pruner["startup_trials"]), "n_warmup_steps": 0, "interval_steps": 1}
+    chosen = (optuna.pruners.MedianPruner(**common) if pruner["kind"] == "median"
+              else optuna.pruners.PercentilePruner(float(pruner["percentile"]), **common))
+    study = optuna.create_study(direction="minimize", pruner=chosen)
+    for trial in earlier:
+        study.add_trial(optuna.trial.create_trial(
+            value=float(trial["mean"]), state=optuna.trial.TrialState.COMPLETE,
+            intermediate_values={int(r): float(v) for r, v in trial["intermediate"].items()}))
+    current = study.ask()
+    for r in sorted(int(k) for k in running if int(k) <= rung):
+        current.report(float(running[str(r)]), r)
+    return bool(current.should_prune())

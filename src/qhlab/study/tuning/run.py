@@ -38,7 +38,7 @@ from qhlab.study.tuning.record import (
     read_record,
     refuse_sealed_validation,
 )
-from qhlab.study.tuning.rule import pick_winner, trial_score
+from qhlab.study.tuning.rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.training.console import configure_console, console_verbose
 
 __all__ = ["optuna_distributions", "quiet_optuna", "run_tuning"]
@@ -145,14 +145,29 @@ def _cell(number: int, seed: int) -> str:
 
 
 def _trial_entry(number: int, batch: int, params: dict, cost: int, fits: list[dict] | None, metric: str,
-                 max_cost: int | None) -> dict:
-    """A finished trial as the record holds it (``fits`` None: over the cost limit, not run)."""
+                 max_cost: int | None, pruner: Any, pruned_at: int | None = None) -> dict:
+    """A finished trial as the record holds it (``fits`` None: over the cost limit, not run;
+    ``pruned_at``: the rung the pruner stopped it at, its ``fits`` the ones it made)."""
     if fits is None:
         return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "pruned",
                 "reason": f"cost {cost} > max_cost {max_cost}", "fits": [], "mean": None, "seed_sd": None}
-    score = trial_score([f[metric] for f in fits])
+    values = [f[metric] for f in fits]
+    intermediate = {} if pruner is None else {"intermediate": running_means(values, pruner.rungs)}
+    if pruned_at is not None:
+        mean = intermediate["intermediate"][str(pruned_at)]
+        return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "pruned",
+                "reason": f"{pruner.kind} pruner after {pruned_at} of its fits (running mean {mean:.4f})",
+                "fits": fits, "mean": None, "seed_sd": None, **intermediate}
     return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "complete", "reason": None,
-            "fits": fits, **score}
+            "fits": fits, **trial_score(values), **intermediate}
+
+
+def _pruned_rung(config: QhTuningConfig, earlier: list[dict], fits: list[dict], done: int) -> int | None:
+    """The rung at which the pruner stops a trial that has made ``done`` fits, or None."""
+    if config.pruner is None or done not in config.pruner.rungs:
+        return None
+    running = running_means([f[config.objective.metric] for f in fits], config.pruner.rungs)
+    return done if prune_at(config.pruner.model_dump(mode="json"), earlier, running, done) else None
 
 
 def _add_finished(study, entry: dict, distributions: dict) -> None:
@@ -162,6 +177,7 @@ def _add_finished(study, entry: dict, distributions: dict) -> None:
     study.add_trial(optuna.trial.create_trial(
         params=entry["params"], distributions=distributions, state=state,
         value=entry["mean"] if entry["state"] == "complete" else None,
+        intermediate_values={int(r): v for r, v in entry.get("intermediate", {}).items()},
         user_attrs={"qhlab": entry}))
 
 
@@ -237,6 +253,33 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
     return out
 
 
+def _run_rungs(pool: Any, config: QhTuningConfig, jobs: list[dict], complete: list[dict]) -> tuple[dict, dict]:
+    """Run a batch's fit jobs, rung by rung when a pruner is declared.
+
+    Without a pruner every job runs at once. With one, the batch's trials fit their seeds up to
+    each rung together; then each trial the pruner stops (judged against ``complete``, the
+    complete trials of earlier batches) fits no more seeds.
+
+    Returns:
+        (``{trial number: its fits' results, in seed order}``, ``{pruned trial number: its rung}``).
+    """
+    seeds = list(config.objective.seeds)
+    bounds = [*(config.pruner.rungs if config.pruner is not None else ()), len(seeds)]
+    fits: dict[int, list[dict]] = {job["number"]: [] for job in jobs}
+    pruned: dict[int, int] = {}
+    start = 0
+    for end in bounds:
+        wave = [job for job in jobs if job["number"] not in pruned and job["recipe"]["seed"] in seeds[start:end]]
+        results = run_jobs(pool, _fit_job, wave, key=lambda j: (j["number"], j["recipe"]["seed"]))
+        for job in wave:
+            fits[job["number"]].append(results[(job["number"], job["recipe"]["seed"])])
+        for number in sorted(fits):
+            if number not in pruned and (rung := _pruned_rung(config, complete, fits[number], end)) is not None:
+                pruned[number] = rung
+        start = end
+    return fits, pruned
+
+
 def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, directory: Path,
                 populations: dict[str, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
     # Lazy: keeps importing this module free of torch and pyarrow.
@@ -274,14 +317,16 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
                                  "validation": str(populations["validation"]), "group": config.name,
                                  "job_type": "trial", "tag": f"trial-{number}",
                                  "torch_threads": config.torch_threads})
-            results = run_jobs(pool, _fit_job, jobs, key=lambda j: (j["number"], j["recipe"]["seed"]))
+            # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
+            complete = [entry for entry in entries if entry["state"] == "complete"]
+            fits, pruned = _run_rungs(pool, config, jobs, complete)
             for number, params, cost in planned:
                 if params is None:
                     entry = dict(finished[number].user_attrs["qhlab"])
                 else:
                     over = config.objective.max_cost is not None and cost > config.objective.max_cost
-                    fits = None if over else [results[(number, seed)] for seed in seeds]
-                    entry = _trial_entry(number, index, params, cost, fits, metric, config.objective.max_cost)
+                    entry = _trial_entry(number, index, params, cost, None if over else fits[number], metric,
+                                         config.objective.max_cost, config.pruner, pruned.get(number))
                     _add_finished(study, entry, distributions)
                     finished[number] = study.get_trials(deepcopy=False)[number]
                     if finished[number].number != number:
