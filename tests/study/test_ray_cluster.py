@@ -363,3 +363,63 @@ def test_a_killed_driver_of_a_cluster_leaves_no_worker_of_its_job(cluster, tmp_p
     again = _killed_driver(cluster["address"], tmp_path / "again")
     assert _wait_gone([again["worker"]], 30) == []
 
+
+
+_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _preparation_configs(directory: Path, cache: Path, config_writer) -> dict[str, Path]:
+    """A tiny tuning, a tiny pilot (three arms, two seeds, no draws) and a tiny E0 check."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tune = (_EXAMPLES / "tiny-tune.toml").read_text().replace(
+        'recipe = "tiny-recipe.toml"', f'recipe = "{_EXAMPLES / "tiny-recipe.toml"}"').replace(
+        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+    (directory / "tune.toml").write_text(tune)
+    study = config_writer(directory, cache)
+    text = study.read_text()
+    study.write_text(text[:text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'
+                     'role = "control"\n\n[[experiment.arms]]\narm = "variant_cross_attention"\nrole = "variant"\n'
+                     'control = "control_global_readout"\n')
+    (directory / "pilot.toml").write_text(
+        f'name = "ray-pilot"\nstudy = "{study}"\nseeds = [2, 3]\npopulation_cache = "{cache}"\n\n'
+        '[train]\npreset = "tiny"\nseed = 7\n\n[validation]\npreset = "tiny"\nseed = 9\n')
+    (directory / "e0.toml").write_text(f'name = "ray-e0"\nstudy = "{study}"\ntrain_seeds = [21, 22, 23]\n'
+                                       f'min_pass_share = 0.3\npopulation_cache = "{cache}"\n')
+    return {"tune": directory / "tune.toml", "pilot": directory / "pilot.toml", "e0-check": directory / "e0.toml"}
+
+
+def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(cluster, tmp_path, population_cache,
+                                                                     config_writer) -> None:
+    from qhlab.cli import main
+    from qhlab.scenes import cached_population
+
+    cache = tmp_path / "cache"
+    shutil.copytree(population_cache, cache)
+    for split, seed in (("validation", 9), ("train", 21), ("train", 22), ("train", 23)):
+        cached_population("tiny", split, seed, cache, workers=1)
+    configs = _preparation_configs(tmp_path / "c", cache, config_writer)
+    records = {"tune": "tuning.json", "pilot": "pilot.json", "e0-check": "e0.json"}
+
+    def same(command: str, record: dict) -> object:
+        """What must not depend on the executor: every value but paths and wall times."""
+        if command == "tune":
+            return [(t["params"], t["state"], t["mean"], [(f["seed"], f["regret"], f["final_state_sha256"])
+                                                          for f in t["fits"]]) for t in record["trials"]]
+        if command == "pilot":
+            return ([(f["arm"], f["seed"], f["regret"], f["final_state_sha256"]) for f in record["fits"]],
+                    record["seed_variance"])
+        return [(o["train_seed"], o["passed"], o["selected"], o["canaries"]) for o in record["outcomes"]]
+
+    buffer = io.StringIO()
+    for command, config in configs.items():
+        local, remote = tmp_path / f"{command}-local", tmp_path / f"{command}-ray"
+        with contextlib.redirect_stdout(buffer):
+            assert main([command, str(config), "--output", str(local), "--workers", "1"]) == 0, buffer.getvalue()
+            assert main([command, str(config), "--output", str(remote), "--executor", "ray", "--ray-address",
+                         cluster["address"]]) == 0, buffer.getvalue()
+        ours, theirs = (json.loads((d / records[command]).read_text()) for d in (local, remote))
+        assert same(command, ours) == same(command, theirs), command
+        if command == "tune":
+            assert (local / "recipe.toml").read_bytes() == (remote / "recipe.toml").read_bytes()
+        with contextlib.redirect_stdout(buffer):
+            assert main(["verify", str(remote)]) == 0

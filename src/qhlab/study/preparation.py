@@ -28,7 +28,7 @@ from qhlab.study.pilot import record as pilot_record
 from qhlab.study.pilot.config import study_design
 from qhlab.study.render import fmt, table
 from qhlab.study.tuning import record as tuning_record
-from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD, check_record, read_record
+from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 
 __all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
 
@@ -59,6 +59,21 @@ def _copy_into(source: Path, target: Path) -> None:
     except PublishConflictError:
         if target.read_bytes() != data:
             raise
+
+
+def _checked_record(field: str, module: Any, record_path: Path, what: str, command: str) -> tuple[Path, dict, dict]:
+    """The record a ``[preparation]`` field names: its directory, the record (authenticated) and
+    ``module.check_record``'s result (every value recomputed), after its file name is checked."""
+    if record_path.name != module.RECORD:
+        raise input_error(_CALL, field, str(record_path), f"the path of {what}'s {module.RECORD}",
+                          f"name the {module.RECORD} that `{command}` wrote")
+    source = record_path.parent
+    return source, module.read_record(source), module.check_record(source)
+
+
+def _differing(ours: dict, theirs: dict) -> list[str]:
+    """The keys whose values differ between two designs, sorted."""
+    return sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
 
 
 def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, dict[str, Path]]:
@@ -94,19 +109,15 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, d
 
 
 def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    if record_path.name != RECORD:
-        raise input_error(_CALL, "preparation.tuning", str(record_path), f"the path of a tuning's {RECORD}",
-                          "name the tuning.json that `qhlab tune` wrote")
-    source = record_path.parent
-    record = read_record(source)
-    checked = check_record(source)
+    source, record, checked = _checked_record("preparation.tuning", tuning_record, record_path, "a tuning",
+                                              "qhlab tune")
     winner = record["winner"]
     if winner["number"] is None:
         raise input_error(_CALL, "preparation.tuning", str(record_path), "a tuning record with a winner",
                           "this tuning found no admissible trial; tune again or drop [preparation]")
     study = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
     ours, theirs = _compared(study), _compared(winner["recipe"])
-    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    differing = _differing(ours, theirs)
     undeclared = [k for k in differing if k not in record["deviations"]]
     if undeclared:
         shown = ", ".join(f"{k}={ours.get(k)!r} (winner {theirs.get(k)!r})" for k in undeclared)
@@ -137,14 +148,9 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
 
 
 def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    if record_path.name != pilot_record.RECORD:
-        raise input_error(_CALL, "preparation.pilot", str(record_path), f"the path of a pilot's {pilot_record.RECORD}",
-                          "name the pilot.json that `qhlab pilot` wrote")
-    source = record_path.parent
-    record = pilot_record.read_record(source)
-    checked = pilot_record.check_record(source)
-    ours, theirs = study_design(config), record["design"]
-    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot",
+                                              "qhlab pilot")
+    differing = _differing(study_design(config), record["design"])
     if differing:
         raise input_error(_CALL, "preparation.pilot", str(record_path),
                           f"a pilot of this study's design (it differs in {', '.join(differing)})",
@@ -187,14 +193,9 @@ def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[
 
 
 def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    if record_path.name != e0_record.RECORD:
-        raise input_error(_CALL, "preparation.e0", str(record_path), f"the path of an E0 check's {e0_record.RECORD}",
-                          "name the e0.json that `qhlab e0-check` wrote")
-    source = record_path.parent
-    record = e0_record.read_record(source)
-    checked = e0_record.check_record(source)
-    ours, theirs = e0_design(config), record["design"]
-    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check",
+                                              "qhlab e0-check")
+    differing = _differing(e0_design(config), record["design"])
     if differing:
         raise input_error(_CALL, "preparation.e0", str(record_path),
                           f"an E0 check of this study's gate (it differs in {', '.join(differing)})",

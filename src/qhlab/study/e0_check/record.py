@@ -16,7 +16,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
