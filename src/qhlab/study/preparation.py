@@ -442,7 +442,7 @@ def _e0_lines(e0: dict | None) -> list[str]:
                 "nothing shows how often its gate passes on fresh TRAIN draws.", ""]
     gate = e0["gate"]
     lines = [f"The E0 gate (canary_updates {gate['canary_updates']}, canary_gap_multiple "
-             f"{fmt(gate['canary_gap_multiple'])}, tie_band {fmt(gate['tie_band'])} m, canary seeds {gate['seeds']}) "
+             f"{gate['canary_gap_multiple']:g}, tie_band {gate['tie_band']:g} m, canary seeds {gate['seeds']}) "
              f"was run by E0 check `{e0['name']}` (record sha256 `{e0['record_sha256'][:16]}`, copied into "
              f"`{e0['copy']}/`) on {e0['draws']} fresh TRAIN draws the study never trains on: {e0['passed']} of "
              f"{e0['draws']} passed (share {e0['pass_share']:.2f}; the check required {e0['min_pass_share']}).", ""]
