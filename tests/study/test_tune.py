@@ -392,3 +392,12 @@ def test_pruned_trials_are_the_same_with_one_or_two_workers_and_verify_recompute
     assert main(["verify", str(one)]) == 2
     assert f"trial {kept['number'] + 1} is pruned after 1 fits, but the median pruner does not stop it after 1" \
         in capsys.readouterr().err
+
+
+def test_a_tuning_without_an_admissible_trial_has_a_receipt_body_without_a_winner():
+    # Every trial over the cost limit or pruned: the record publishes no recipe and its receipt no winner.
+    from qhlab.evidence.records import TuningReceipt
+
+    body = TuningReceipt.body_model().model_validate({"name": "t", "config_sha256": "0" * 64, "trials": 3,
+                                                      "winner": None})
+    assert body.winner is None

@@ -1,7 +1,8 @@
 """Typed receipts: one pydantic model per receipt kind, its kind and schema version as fields.
 
-Owns: the layout of every receipt qhlab writes (the envelope, and each kind's body at its top
-level) and the registry of kinds.
+Owns: each kind's body at its top level, for every receipt qhlab writes. The envelope and the
+registry are ``envelope``'s; the preparation's kinds are ``preparation_records``', imported here,
+so that ``qhlab.evidence.records`` names every kind and importing it registers them all.
 Does not own: authentication (``receipts``: digests, bound files, where a copy is judged) nor
 what a body's values mean (each step that writes a kind reads it back).
 
@@ -18,11 +19,11 @@ and returns that kind's model.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from qhlab.evidence.errors import SchemaMismatchError
+from qhlab.evidence.envelope import _SHA256, BoundFile, CreatedBy, Receipt, _Closed, _Json, receipt_kinds, receipt_model
 
 __all__ = [
     "Receipt", "receipt_model", "receipt_kinds",
@@ -30,117 +31,10 @@ __all__ = [
     "FitReceipt", "SegmentCheckpointReceipt", "ColdInitializationReceipt", "WandbAttemptReceipt",
     "EvaluationReceipt", "PopulationReceipt", "PopulationGenerationReceipt",
     "StudyFreezeReceipt", "StudyDevelopmentReceipt", "StudyE0Receipt", "StudyCellReceipt",
-    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt", "PilotReceipt", "E0CheckReceipt",
+    "StudyBenchmarkReceipt", "StudyReportReceipt", "LaneComparisonReceipt", "TuningReceipt", "PilotReceipt",
+    "E0CheckReceipt",
     "CommissioningRunReceipt", "CommissioningMilestoneReceipt", "MpsMemoryReceipt",
 ]
-
-_SHA256 = r"^[0-9a-f]{64}$"
-_Json = dict[str, Any]
-
-
-class _Closed(BaseModel):
-    """A closed, strict, immutable JSON object."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class BoundFile(_Closed):
-    """One file a receipt binds.
-
-    Attributes:
-        path: relative to the receipt's directory, or absolute (POSIX).
-        sha256: hex SHA-256 of the file's exact bytes.
-    """
-
-    path: str = Field(min_length=1)
-    sha256: str = Field(pattern=_SHA256)
-
-
-class CreatedBy(_Closed):
-    """Which package wrote a receipt.
-
-    Attributes:
-        package: always ``"qhlab"``.
-        version: the package version that wrote it.
-    """
-
-    package: Literal["qhlab"]
-    version: str
-
-
-_MODELS: dict[str, type["Receipt"]] = {}
-
-
-class Receipt(_Closed):
-    """The envelope every receipt shares; each kind is a subclass with its own ``body`` model.
-
-    A subclass declares ``kind: Literal["..."] = "..."`` and ``schema_version: Literal[N] = N``
-    and is registered by its kind when the class is made.
-
-    Attributes:
-        schema_version: the layout version of this kind's body.
-        kind: which step wrote the receipt.
-        created_by: the package that wrote it.
-        body: the step's facts.
-        inputs: files the step read, by name.
-        outputs: files the step published, by name.
-        content_sha256: SHA-256 of the canonical JSON of every other field.
-    """
-
-    schema_version: int
-    kind: str
-    created_by: CreatedBy
-    body: BaseModel
-    inputs: dict[str, BoundFile]
-    outputs: dict[str, BoundFile]
-    content_sha256: str = Field(pattern=_SHA256)
-
-    KIND: ClassVar[str] = ""
-    SCHEMA_VERSION: ClassVar[int] = 0
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        kind = cls.model_fields["kind"].default
-        version = cls.model_fields["schema_version"].default
-        if not isinstance(kind, str) or not isinstance(version, int):
-            raise TypeError(f"{cls.__name__}: a receipt kind declares kind and schema_version defaults.")
-        if kind in _MODELS and _MODELS[kind].__qualname__ != cls.__qualname__:
-            raise TypeError(f"{cls.__name__}: kind {kind!r} is already {_MODELS[kind].__name__}.")
-        cls.KIND, cls.SCHEMA_VERSION = kind, version
-        _MODELS[kind] = cls
-
-    @classmethod
-    def body_model(cls) -> type[BaseModel]:
-        """The body's model of this kind."""
-        return cls.model_fields["body"].annotation
-
-    def record(self) -> dict[str, Any]:
-        """The whole receipt as the JSON object the file holds (a field the file leaves out stays out)."""
-        return self.model_dump(exclude_unset=True)
-
-    def body_record(self) -> dict[str, Any]:
-        """The body as the JSON object the file holds (a field the file leaves out stays out), for
-        the pure functions that compute over records (the report, a lane comparison)."""
-        return self.body.model_dump(exclude_unset=True)
-
-
-def receipt_model(kind: Any) -> type[Receipt]:
-    """The model of a registered kind.
-
-    Raises:
-        SchemaMismatchError: ``kind`` is not a registered kind (names the allowed ones).
-    """
-    model = _MODELS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        raise SchemaMismatchError(f"kind={kind!r} is not a receipt kind; allowed: {', '.join(receipt_kinds())}.")
-    return model
-
-
-def receipt_kinds() -> list[str]:
-    """Every registered kind, sorted."""
-    return sorted(_MODELS)
-
 
 # -- training ---------------------------------------------------------------------------------
 
@@ -577,74 +471,6 @@ class LaneComparisonReceipt(Receipt):
     body: LaneComparisonBody
 
 
-class TuningBody(_Closed):
-    """A tuning's record (the trials and the rule live in ``tuning.json``, which it binds).
-
-    Attributes:
-        name: the tuning. config_sha256: its config. trials: how many. winner: the winning
-        trial's number.
-    """
-
-    name: str
-    config_sha256: str = Field(pattern=_SHA256)
-    trials: int
-    winner: int
-
-
-class TuningReceipt(Receipt):
-    """``tuning.receipt.json``."""
-
-    kind: Literal["tuning"] = "tuning"
-    schema_version: Literal[1] = 1
-    body: TuningBody
-
-
-class PilotBody(_Closed):
-    """A pilot's record (its fits and variance components live in ``pilot.json``, which it binds).
-
-    Attributes:
-        name: the pilot. config_sha256: its config and the study design. fits: how many.
-        seed_variance, train_draw: the maxima a study freezes (``train_draw`` None without draws).
-    """
-
-    name: str
-    config_sha256: str = Field(pattern=_SHA256)
-    fits: int
-    seed_variance: _Json
-    train_draw: _Json | None
-
-
-class PilotReceipt(Receipt):
-    """``pilot.receipt.json``."""
-
-    kind: Literal["pilot"] = "pilot"
-    schema_version: Literal[1] = 1
-    body: PilotBody
-
-
-class E0CheckBody(_Closed):
-    """An E0 check's outcome (its draws' rows and canaries live in ``e0.json``, which it binds).
-
-    Attributes:
-        name: the check. config_sha256: its config and the gate design. draws: how many TRAIN
-        draws. passed: how many passed. meets_min_pass_share: whether the share reached the config's.
-    """
-
-    name: str
-    config_sha256: str = Field(pattern=_SHA256)
-    draws: int
-    passed: int
-    meets_min_pass_share: bool
-
-
-class E0CheckReceipt(Receipt):
-    """``e0.receipt.json`` of ``qhlab e0-check``."""
-
-    kind: Literal["e0_check"] = "e0_check"
-    schema_version: Literal[1] = 1
-    body: E0CheckBody
-
-
 # -- commissioning ----------------------------------------------------------------------------
 
 class CommissioningRunBody(_Closed):
@@ -737,3 +563,7 @@ class MpsMemoryReceipt(Receipt):
     kind: Literal["mps_memory_observation"] = "mps_memory_observation"
     schema_version: Literal[1] = 1
     body: MpsMemoryBody
+
+
+# Imported last and re-exported: the preparation's kinds are registered wherever this module is.
+from qhlab.evidence.preparation_records import E0CheckReceipt, PilotReceipt, TuningReceipt  # noqa: E402
