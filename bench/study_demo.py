@@ -1,4 +1,4 @@
-"""Benchmark: wall time of the default demo study on this machine (target: under 10 minutes).
+"""Benchmark: wall time of the default demo study on this machine (target: 5 minutes, half the 10-minute mark).
 
 Runs ``qhlab study run examples/default-study.toml`` end to end in a fresh output directory,
 by default with a fresh population cache too (so population generation is included, as on a
@@ -7,8 +7,8 @@ authenticated with ``qhlab verify``. ``--output DIR`` keeps the finished study t
 directory) instead of a temporary one, and its config copy and fresh cache in ``DIR-inputs``,
 so that it can be read and verified later.
 
-Prints ONE JSON line: ``ratio = wall_seconds / 600`` (target <= 1.0), the wall time of each
-phase as measured here, and the load average (a shared machine slows everything).
+Prints ONE JSON line: ``ratio = wall_seconds / 600`` (target <= 0.5, i.e. 300 s), the wall time
+of each phase as measured here, and the load average (a shared machine slows everything).
 Run: ``python bench/study_demo.py``.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,23 @@ import time
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-_TARGET_SECONDS = 600.0
+_MARK_SECONDS = 600.0
+_TARGET_RATIO = 0.5
+
+
+def _with_fresh_cache(config: Path, cache: Path, copy: Path) -> None:
+    """Write ``config`` to ``copy`` with its population cache replaced and its paths absolute
+    (the copy lives elsewhere, and the study names its recipe and records relative to itself)."""
+    import tomli_w
+
+    from qhlab.finite_horizon.recipe import read_toml
+    from qhlab.study.config import STUDY_PATH_FIELDS
+
+    raw, _, _ = read_toml(config, call="bench/study_demo.py", field="--config", example="examples/default-study.toml",
+                          relative=STUDY_PATH_FIELDS)
+    raw["population_cache"] = str(cache)
+    copy.write_text(f"# {config.resolve()} with a fresh population cache (bench/study_demo.py)\n"
+                    + tomli_w.dumps(raw), encoding="utf-8")
 
 
 def _qhlab(*args: str) -> None:
@@ -68,14 +83,9 @@ def main() -> None:
         tmp = tmp if args.output is None else inputs
         config = args.config
         if not args.reuse_cache:
-            # Same study, fresh cache: rewrite only the cache line of a copy of the config.
-            text = config.read_text(encoding="utf-8")
-            cache = Path(tmp) / "cache"
-            text, n = re.subn(r"(?m)^population_cache\s*=.*$", f'population_cache = "{cache}"', text)
-            if n != 1:
-                text = f'population_cache = "{cache}"\n' + text
-            config = Path(tmp) / config.name
-            config.write_text(text, encoding="utf-8")
+            copy = Path(tmp) / config.name
+            _with_fresh_cache(config, Path(tmp) / "cache", copy)
+            config = copy
         output = args.output or Path(tmp) / "study"
         load_before = os.getloadavg()[0]
         started, started_epoch = time.perf_counter(), time.time()
@@ -90,8 +100,10 @@ def main() -> None:
                     "config": str(args.config.relative_to(_ROOT) if args.config.is_relative_to(_ROOT) else args.config),
                     "fresh_population_cache": not args.reuse_cache,
                     "wall_seconds": round(wall, 1),
-                    "target_seconds": _TARGET_SECONDS,
-                    "ratio": round(wall / _TARGET_SECONDS, 3),
+                    "mark_seconds": _MARK_SECONDS,
+                    "ratio": round(wall / _MARK_SECONDS, 3),
+                    "target_ratio": _TARGET_RATIO,
+                    "meets_target": wall / _MARK_SECONDS <= _TARGET_RATIO,
                     "phase_seconds": phases,
                     "cores": os.cpu_count(),
                     "load_average_before": round(load_before, 2),

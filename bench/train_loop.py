@@ -35,6 +35,7 @@ import torch
 
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.q_learning import (
+    ADAMW_FOREACH,
     QhPopulationDataModule,
     QhTDModule,
     native_huber_loss,
@@ -105,7 +106,7 @@ def _hand_loop(recipe, population, updates: int) -> tuple[float, dict[str, torch
     start = time.perf_counter()
     opt = recipe.optimizer
     optimizer = torch.optim.AdamW(online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
-                                  weight_decay=opt.weight_decay)
+                                  weight_decay=opt.weight_decay, foreach=ADAMW_FOREACH)
     seen = 0
     for _, batch in zip(range(updates), data.train_dataloader()):
         if opt.schedule == "cosine":

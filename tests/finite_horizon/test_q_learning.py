@@ -338,6 +338,48 @@ def test_two_fits_with_same_seed_are_bit_identical() -> None:
     assert not torch.equal(c.state_dict()["online.readout.mlp.2.weight"], sa["online.readout.mlp.2.weight"])
 
 
+def _per_tensor_polyak(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for t_param, o_param in zip(target.parameters(), online.parameters(), strict=True):
+            t_param.lerp_(o_param, tau)
+        for t_buf, o_buf in zip(target.buffers(), online.buffers(), strict=True):
+            t_buf.copy_(o_buf)
+
+
+def test_multi_tensor_adamw_and_polyak_are_bit_identical_to_the_per_tensor_loops(monkeypatch) -> None:
+    """The step's multi-tensor AdamW and Polyak refresh change no bit of a fit: the same final
+    online, target and averaged weights and AdamW moments as torch's per-tensor loops."""
+    from qhlab.finite_horizon import q_learning
+
+    pop = synthetic_population()
+    recipe = _recipe(ensemble_members=2, successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.3},
+                     optimizer={"lr": 3e-3, "weight_decay": 0.01, "schedule": "cosine"},
+                     evaluation={"tie_band": 0.001, "average_decay": 0.6}, updates=15)
+    fast, fast_trainer = _fit(recipe, pop, 15)
+    assert fast_trainer.optimizers[0].defaults["foreach"] is True
+    monkeypatch.setattr(q_learning, "ADAMW_FOREACH", False)
+    monkeypatch.setattr(q_learning, "polyak_target_update", _per_tensor_polyak)
+    slow, slow_trainer = _fit(recipe, pop, 15)
+    assert slow_trainer.optimizers[0].defaults["foreach"] is False
+    a, b = fast.state_dict(), slow.state_dict()
+    assert a.keys() == b.keys() and {k.split(".")[0] for k in a} == {"online", "target", "average"}
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    oa, ob = (t.optimizers[0].state_dict()["state"] for t in (fast_trainer, slow_trainer))
+    assert all(torch.equal(oa[i][m], ob[i][m]) for i in oa for m in ("exp_avg", "exp_avg_sq", "step"))
+    # The refresh really averaged: the target and the average lag the online weights.
+    online = [k for k in a if k.startswith("online.")]
+    for copy in ("target", "average"):
+        assert not all(torch.equal(a[k], a[copy + k[len("online"):]]) for k in online), copy
+
+
+def test_polyak_refuses_scorers_of_different_shapes() -> None:
+    pop = synthetic_population()
+    small = QhTDModule(_recipe(), population_dims(pop))
+    wide = QhTDModule(_recipe(ensemble_members=2), population_dims(pop))
+    with pytest.raises(ValueError, match="polyak_target_update: target has"):
+        polyak_target_update(small.target, wide.online, 0.1)
+
+
 def test_predict_q_matches_direct_forward_on_chain_rows() -> None:
     pop = synthetic_population()
     pl.seed_everything(0, verbose=False)

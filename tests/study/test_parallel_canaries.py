@@ -2,8 +2,9 @@
 
 The session's finished tiny study (workers = 1) fitted its canaries in the driver. Here a fresh
 freeze of the same config has its canaries fitted by ``command._fit_canaries`` on two spawned
-workers; the final states, the canary records and the E0 decision must be identical, and the
-receipts must show that another process ran them.
+workers of the run's shared pool; the final states, the canary records and the E0 decision must
+be identical, the receipts must show that another process ran them, and the pool must hand the
+same worker processes to what runs next.
 """
 
 from __future__ import annotations
@@ -35,11 +36,17 @@ def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
     output = tmp_path / "study"
     with contextlib.redirect_stdout(io.StringIO()) as out:
         assert main(["study", "freeze", str(finished_study["config"]), "--output", str(output)]) == 0, out.getvalue()
-    with opened_study(finished_study["config"], output, "test") as frozen:
-        command._fit_canaries(frozen, 2, None)
+    with opened_study(finished_study["config"], output, "test") as frozen, contextlib.ExitStack() as stack:
+        # The run's one pool: the canaries' workers are the ones later steps get.
+        pool = command._FitPool(stack, frozen.config.executor_choice(), 2)
+        command._fit_canaries(frozen, 2, None, pool)
         pooled = _canaries(output)
         assert sorted(pooled) == ["e0-baseline-s0", "e0-baseline-s1"]
         e0 = decide_e0(frozen)
+        assert pool.get() is pool.get()
+        canary_pids = {body["execution"]["process"]["pid"] for body in pooled.values()}
+        later = {pool.get().submit(os.getpid).result() for _ in range(4)}
+        assert later <= canary_pids and os.getpid() not in canary_pids, (later, canary_pids)
     driver = _canaries(finished_study["output"])
     assert sorted(driver) == sorted(pooled)
     for cell, body in pooled.items():

@@ -369,13 +369,16 @@ _EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _preparation_configs(directory: Path, cache: Path, config_writer) -> dict[str, Path]:
-    """A tiny tuning, a tiny pilot (three arms, two seeds, no draws) and a tiny E0 check."""
+    """A tiny tuning (two trials of two fits), a tiny pilot (three arms, two seeds, no draws) and a
+    tiny E0 check (three draws, 200-update canaries: whether a canary passes is not the question
+    here, only that both executors record the same gates)."""
     directory.mkdir(parents=True, exist_ok=True)
     tune = (_EXAMPLES / "tiny-tune.toml").read_text().replace(
         'recipe = "tiny-recipe.toml"', f'recipe = "{_EXAMPLES / "tiny-recipe.toml"}"').replace(
-        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"').replace(
+        "trials = 4 ", "trials = 2 ")
     (directory / "tune.toml").write_text(tune)
-    study = config_writer(directory, cache)
+    study = config_writer(directory, cache, **{"canary_updates = 600": "canary_updates = 200"})
     text = study.read_text()
     study.write_text(text[:text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'
                      'role = "control"\n\n[[experiment.arms]]\narm = "variant_cross_attention"\nrole = "variant"\n'

@@ -37,6 +37,7 @@ from qhlab.finite_horizon.scorer import ScorerDims, build_scorer, scorer_members
 from qhlab.training.optimizer_state import observed_optimizer_updates
 
 __all__ = [
+    "ADAMW_FOREACH",
     "BATCH_KEYS",
     "QhPopulationDataModule",
     "QhTDModule",
@@ -183,8 +184,13 @@ def hard_target_update(target: nn.Module, online: nn.Module) -> None:
 @torch.no_grad()
 def polyak_target_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- (1 - tau) * target + tau * online (parameters); buffers are copied."""
-    for t_param, o_param in zip(target.parameters(), online.parameters(), strict=True):
-        t_param.lerp_(o_param, tau)
+    targets, onlines = list(target.parameters()), list(online.parameters())
+    if len(targets) != len(onlines):
+        raise ValueError(f"polyak_target_update: target has {len(targets)} parameters and online {len(onlines)}; "
+                         "allowed: two scorers of one architecture")
+    # One multi-tensor lerp: each element gets exactly `lerp_`'s arithmetic (bit-identical), but a
+    # step of a small scorer no longer pays one Python dispatch per parameter tensor.
+    torch._foreach_lerp_(targets, onlines, tau)
     for t_buf, o_buf in zip(target.buffers(), online.buffers(), strict=True):
         t_buf.copy_(o_buf)
 
@@ -217,6 +223,12 @@ def refresh_target(
 
 
 # ------------------------------------------------------------------------ Lightning glue
+
+# AdamW's multi-tensor implementation: torch picks it by default only for CUDA tensors, and on
+# CPU it falls back to one Python loop iteration per parameter tensor, which was the largest
+# single cost of a small scorer's step. Each element gets the single-tensor loop's arithmetic
+# (tests/finite_horizon/test_q_learning.py compares the two bit for bit); `fused=True` would not.
+ADAMW_FOREACH = True
 
 
 def population_dims(population: Any) -> ScorerDims:
@@ -396,7 +408,7 @@ class QhTDModule(pl.LightningModule):
         opt = self.recipe.optimizer
         return torch.optim.AdamW(
             self.online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
-            weight_decay=opt.weight_decay,
+            weight_decay=opt.weight_decay, foreach=ADAMW_FOREACH,
         )
 
     def on_fit_start(self) -> None:

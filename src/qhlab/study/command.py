@@ -273,13 +273,36 @@ def _cell_worker(config_path: str, output: str, arm: str, seed: int, populations
         return _cell_summary(body) if canary_role is None else {"cell": body["cell"]}
 
 
-def _fit_canaries(frozen: FrozenStudy, workers: int, executor: Any) -> None:
+class _FitPool:
+    """The local process pool of one ``study run``'s fits, opened at its first use and kept open
+    for the rest of the run, so that the canaries and the broad cells share its workers.
+
+    A spawned worker imports torch, Lightning and W&B before its first fit (about 4 s of CPU
+    each); a pool per step paid that again for the cells. Reusing a worker keeps every fit
+    isolated as before: ``fit_cell`` seeds, threads and publishes each fit on its own, and a
+    worker holds nothing across fits but its authenticated study (``_WORKER_STUDIES``).
+    """
+
+    def __init__(self, stack: contextlib.ExitStack, executor: Any, workers: int) -> None:
+        self._stack, self._executor, self._workers = stack, executor, workers
+        self._pool: Any = None
+
+    def get(self) -> Any:
+        if self._pool is None:
+            self._pool = self._stack.enter_context(open_executor(
+                self._executor, self._workers, call="qhlab study run", initializer=configure_console,
+                initargs=(console_verbose(),)))
+        return self._pool
+
+
+def _fit_canaries(frozen: FrozenStudy, workers: int, executor: Any, pool: _FitPool | None = None) -> None:
     """Fit the missing E0 canaries side by side on the local pool, before ``decide_e0`` reads them.
 
     Each canary is one single-threaded fit, so in-process they left all but one core idle (the
     demo's two took 190 s one after the other). A pool worker fits exactly what ``decide_e0``
     would (the same ``fit_cell``, seeded and threaded by the frozen config); with one worker or
-    on Ray, ``decide_e0`` fits them in this process as before.
+    on Ray, ``decide_e0`` fits them in this process as before. ``pool`` is the run's shared pool
+    (None: one for these canaries alone).
     """
     config = frozen.config
     if publish_selection(frozen)["selected"] is None:
@@ -287,14 +310,13 @@ def _fit_canaries(frozen: FrozenStudy, workers: int, executor: Any) -> None:
     pending = [seed for seed in config.seeds if not (
         frozen.output / CANARY_DIR / cell_name(config.baseline_arm, seed, "e0") / CELL_RECEIPT).exists()]
     executor = executor or config.executor_choice()
-    workers = min(workers, len(pending))
-    if executor.kind != "local" or workers < 2:
+    if executor.kind != "local" or min(workers, len(pending)) < 2:
         return
-    with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
-                       initargs=(console_verbose(),)) as pool:
+    with contextlib.ExitStack() as stack:
+        workers_pool = (pool or _FitPool(stack, executor, min(workers, len(pending)))).get()
         roots = tuple(str(r) for r in population_roots())
-        futures = [pool.submit(_cell_worker, str(frozen.config_path), str(frozen.output), config.baseline_arm,
-                               seed, roots, "e0") for seed in pending]
+        futures = [workers_pool.submit(_cell_worker, str(frozen.config_path), str(frozen.output),
+                                       config.baseline_arm, seed, roots, "e0") for seed in pending]
         for future in futures:
             future.result()
 
@@ -305,9 +327,10 @@ def _cell_summary(body: dict) -> dict:
 
 
 def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], workers: int,
-               executor: Any) -> None:
+               executor: Any, pool: _FitPool | None = None) -> None:
     """Run the pending broad cells, ``workers`` at a time (one spawned process each, or in-process
-    for 1), or as Ray tasks (``remote``).
+    for 1), or as Ray tasks (``remote``); ``pool`` is the run's shared pool (None: one for these
+    cells alone).
 
     Each fit's own progress bar is off: the cells bar counts them, and bars of several fits
     would garble each other.
@@ -331,11 +354,11 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
             return
         errors = []
 
-        # Spawned workers start unconfigured: give them this process's console mode.
-        with open_executor(executor, workers, call="qhlab study run", initializer=configure_console,
-                           initargs=(console_verbose(),)) as pool:
+        # Spawned workers start unconfigured: the pool gives them this process's console mode.
+        with contextlib.ExitStack() as stack:
+            workers_pool = (pool or _FitPool(stack, executor, workers)).get()
             roots = tuple(str(r) for r in population_roots())
-            futures = {pool.submit(_cell_worker, config_path, output, arm, seed, roots): (arm, seed)
+            futures = {workers_pool.submit(_cell_worker, config_path, output, arm, seed, roots): (arm, seed)
                        for arm, seed in pending}
             for future in as_completed(futures):
                 try:
@@ -392,6 +415,13 @@ def _where(body: dict) -> str:
 def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None = None,
              executor: Any = None) -> int:
     """Every step in order; a step whose receipt authenticates is verified and skipped."""
+    with contextlib.ExitStack() as stack:
+        return _run_steps(console, config_path, output, workers=workers, executor=executor, stack=stack)
+
+
+def _run_steps(console: Any, config_path: str | os.PathLike, output: Path, *, workers: int | None,
+               executor: Any, stack: contextlib.ExitStack) -> int:
+    """``_run_all``'s steps; the run's fit pool closes with ``stack``."""
     started = time.perf_counter()
     ran: list[str] = []
     verified: list[str] = []
@@ -405,13 +435,14 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
             console.print(line, highlight=False, markup=False)
         ran.append("freeze")
     config = frozen.config
+    pool = _FitPool(stack, executor or config.executor_choice(), workers or config.workers)
     if (output / CANARY_DIR / E0_RECEIPT).exists():
         e0 = authenticate_e0(frozen, "run").body
         passed, reason = e0.passed, e0.reason
         verified.append("admit-canaries")
     else:
         console.rule("[bold]2/6 canaries (E0 gate)")
-        _fit_canaries(frozen, workers or config.workers, executor)
+        _fit_canaries(frozen, workers or config.workers, executor, pool)
         decided = decide_e0(frozen)
         passed, reason = decided["passed"], decided["reason"]
         ran.append("admit-canaries")
@@ -437,7 +468,7 @@ def _run_all(console: Any, config_path: str | os.PathLike, output: Path, *, work
         executor = executor or config.executor_choice()
         at_once = "as Ray tasks" if executor.kind == "ray" else f"{workers or config.workers} at a time"
         console.rule(f"[bold]4/6 broad fits ({len(pending)} of {len(config.cells)} cells, {at_once})")
-        _run_cells(console, frozen, pending, workers or config.workers, executor)
+        _run_cells(console, frozen, pending, workers or config.workers, executor, pool)
         ran.append("run-fit")
     else:
         verified.append("run-fit")
