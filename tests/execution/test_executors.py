@@ -96,6 +96,42 @@ def test_local_pool_runs_tasks_in_other_processes_and_one_worker_means_in_proces
         assert pool.submit(os.getpid).result() != os.getpid()
 
 
+_PROBE = """import os, sys
+
+
+def probe(name):
+    return {"preloaded": name in sys.modules, "parent": os.getppid()}
+"""
+# In a fresh interpreter, because a process has one forkserver and its preload is fixed when it
+# starts: a pool opened earlier in this test process could have started it with other modules.
+_POOLS = """import json, os
+from probe import probe
+from qhlab.execution import ExecutorChoice, open_executor
+seen = {"driver": os.getpid()}
+for name, warm in (("bare", ()), ("warm", ("colorsys",)), ("warm again", ("colorsys",))):
+    with open_executor(ExecutorChoice("local"), 2, call="t", warm_imports=warm) as pool:
+        seen[name] = pool.submit(probe, "colorsys").result()
+print(json.dumps(seen))
+"""
+
+
+def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path) -> None:
+    """Bare workers are the driver's spawned children and import what a task needs themselves;
+    with ``warm_imports`` they are forked, holding those modules, from one forkserver that
+    serves every such pool of the process."""
+    import json
+
+    (tmp_path / "probe.py").write_text(_PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = subprocess.run([sys.executable, "-c", _POOLS], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["bare"] == {"preloaded": False, "parent": seen["driver"]}
+    assert seen["warm"]["preloaded"] is True and seen["warm"]["parent"] != seen["driver"]
+    assert seen["warm again"] == seen["warm"]  # the same server forked the later pool's worker
+
+
 def test_where_am_i_outside_ray_names_this_host_and_process() -> None:
     record = where_am_i()
     assert record["executor"] == "local" and record["pid"] == os.getpid() and record["hostname"]

@@ -6,6 +6,7 @@ Sits just above ``qhlab.evidence`` so that both ``qhlab.scenes`` (label chunks) 
 
 from qhlab.execution.executors import (
     EXECUTORS,
+    FIT_WORKER_IMPORTS,
     ExecutorChoice,
     RayExecutor,
     add_executor_arguments,
@@ -14,5 +15,5 @@ from qhlab.execution.executors import (
     where_am_i,
 )
 
-__all__ = ["EXECUTORS", "ExecutorChoice", "RayExecutor", "add_executor_arguments", "executor_choice", "open_executor",
-           "where_am_i"]
+__all__ = ["EXECUTORS", "FIT_WORKER_IMPORTS", "ExecutorChoice", "RayExecutor", "add_executor_arguments",
+           "executor_choice", "open_executor", "where_am_i"]

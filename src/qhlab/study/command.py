@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from qhlab.evidence import QhError, authentication_roots, locate_population, population_roots, read_receipt
 from qhlab.evidence.records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
-from qhlab.execution import add_executor_arguments, open_executor
+from qhlab.execution import FIT_WORKER_IMPORTS, add_executor_arguments, open_executor
 from qhlab.study.admission import decide_e0, publish_selection
 from qhlab.study.authentication import (
     FrozenStudy,
@@ -277,10 +277,12 @@ class _FitPool:
     """The local process pool of one ``study run``'s fits, opened at its first use and kept open
     for the rest of the run, so that the canaries and the broad cells share its workers.
 
-    A spawned worker imports torch, Lightning and W&B before its first fit (about 4 s of CPU
-    each); a pool per step paid that again for the cells. Reusing a worker keeps every fit
-    isolated as before: ``fit_cell`` seeds, threads and publishes each fit on its own, and a
-    worker holds nothing across fits but its authenticated study (``_WORKER_STUDIES``).
+    A bare worker imports torch, Lightning and W&B before its first fit (about 3.4 s each,
+    ``bench/worker_startup.py``); a pool per step paid that again for the cells. The pool's
+    workers are forked from a server that imported those once (``FIT_WORKER_IMPORTS``), and a
+    worker is reused for every fit it is given. Each fit stays isolated as before: ``fit_cell``
+    seeds, threads and publishes it on its own, and a worker holds nothing across fits but its
+    authenticated study (``_WORKER_STUDIES``).
     """
 
     def __init__(self, stack: contextlib.ExitStack, executor: Any, workers: int) -> None:
@@ -291,7 +293,7 @@ class _FitPool:
         if self._pool is None:
             self._pool = self._stack.enter_context(open_executor(
                 self._executor, self._workers, call="qhlab study run", initializer=configure_console,
-                initargs=(console_verbose(),)))
+                initargs=(console_verbose(),), warm_imports=FIT_WORKER_IMPORTS))
         return self._pool
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from qhlab.evidence import authentication_roots, exclusive_lock, input_error, publish_bytes, read_receipt
 from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
-from qhlab.execution import executor_choice, open_executor
+from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
 from qhlab.study.admission import decide_e0
 from qhlab.study.authentication import opened_study, recorded_output
 from qhlab.study.config import STUDY_PATH_FIELDS, PopulationSource
@@ -153,7 +153,8 @@ def _run_locked(config: QhE0CheckConfig, study: Any, design: dict, digest: str, 
 
     finished: list[dict] = []
     with open_executor(choice, workers, call=E0_CHECK_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose()) as pool:
+                       initargs=(console_verbose(),), verbose=console_verbose(),
+                       warm_imports=FIT_WORKER_IMPORTS) as pool:
         results = run_jobs(pool, _gate_draw, jobs, key=lambda j: j["seed"], done=done)
     outcomes = [{k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")}
                 for seed in config.train_seeds]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import exclusive_lock, input_error
-from qhlab.execution import executor_choice, open_executor
+from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
 from qhlab.study.config import PopulationSource
 from qhlab.study.pilot.config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
 from qhlab.study.pilot.record import CONFIG_COPY, FITS_DIR, RECEIPT, components_of, publish_record, read_record
@@ -116,7 +116,8 @@ def _run_locked(config: QhPilotConfig, study: Any, design: dict, digest: str, di
 
     finished: list[dict] = []
     with open_executor(choice, workers, call=PILOT_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose()) as pool:
+                       initargs=(console_verbose(),), verbose=console_verbose(),
+                       warm_imports=FIT_WORKER_IMPORTS) as pool:
         results = run_jobs(pool, _pilot_fit, jobs, key=lambda j: (j["arm"], j["draw"], j["recipe"]["seed"]), done=done)
     fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")}
             for key in sorted(results)]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
-from qhlab.execution import executor_choice, open_executor
+from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
 from qhlab.study.populations import resolve_population
 from qhlab.study.prepared_fits import adopt_or_fit, fit_evidence, publish_config_copy, run_jobs
 from qhlab.study.tuning.config import TUNE_CALL, Domain, QhTuningConfig, read_tuning_config, trial_recipe
@@ -296,7 +296,8 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
     say(f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
         f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished")
     with open_executor(choice, workers, call=TUNE_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose()) as pool:
+                       initargs=(console_verbose(),), verbose=console_verbose(),
+                       warm_imports=FIT_WORKER_IMPORTS) as pool:
         for index, numbers in enumerate(batches):
             earlier = [finished[n] for n in range(numbers[0])]
             planned, jobs = [], []
