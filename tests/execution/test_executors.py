@@ -100,7 +100,8 @@ _PROBE = """import os, sys
 
 
 def probe(name):
-    return {"preloaded": name in sys.modules, "parent": os.getppid()}
+    return {"preloaded": name in sys.modules, "parent": os.getppid(),
+            "environment": [os.environ.get("QHLAB_PROBE_SET"), os.environ.get("QHLAB_PROBE_GONE")]}
 """
 # In a fresh interpreter, because a process has one forkserver and its preload is fixed when it
 # starts: a pool opened earlier in this test process could have started it with other modules.
@@ -108,7 +109,11 @@ _POOLS = """import json, os
 from probe import probe
 from qhlab.execution import ExecutorChoice, open_executor
 seen = {"driver": os.getpid()}
+os.environ["QHLAB_PROBE_GONE"] = "first"
 for name, warm in (("bare", ()), ("warm", ("colorsys",)), ("warm again", ("colorsys",))):
+    if name == "warm again":  # the forkserver started with the first warm pool's environment
+        os.environ["QHLAB_PROBE_SET"] = "later"
+        del os.environ["QHLAB_PROBE_GONE"]
     with open_executor(ExecutorChoice("local"), 2, call="t", warm_imports=warm) as pool:
         seen[name] = pool.submit(probe, "colorsys").result()
 print(json.dumps(seen))
@@ -118,7 +123,8 @@ print(json.dumps(seen))
 def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path) -> None:
     """Bare workers are the driver's spawned children and import what a task needs themselves;
     with ``warm_imports`` they are forked, holding those modules, from one forkserver that
-    serves every such pool of the process."""
+    serves every such pool of the process, and each holds its driver's environment of the time
+    its pool opened, as a spawned worker would."""
     import json
 
     (tmp_path / "probe.py").write_text(_PROBE)
@@ -127,9 +133,11 @@ def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path)
                             timeout=120)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    assert seen["bare"] == {"preloaded": False, "parent": seen["driver"]}
-    assert seen["warm"]["preloaded"] is True and seen["warm"]["parent"] != seen["driver"]
-    assert seen["warm again"] == seen["warm"]  # the same server forked the later pool's worker
+    assert seen["bare"] == {"preloaded": False, "parent": seen["driver"], "environment": [None, "first"]}
+    assert seen["warm"] == {"preloaded": True, "parent": seen["warm"]["parent"], "environment": [None, "first"]}
+    assert seen["warm"]["parent"] != seen["driver"]
+    # The same server forked the later pool's worker, which sees the driver's changed environment.
+    assert seen["warm again"] == {**seen["warm"], "environment": ["later", None]}
 
 
 def test_where_am_i_outside_ray_names_this_host_and_process() -> None:

@@ -343,6 +343,14 @@ def _pool_context(warm_imports: tuple[str, ...]) -> multiprocessing.context.Base
     return multiprocessing.get_context("spawn")
 
 
+def _take_environment(environ: dict[str, str], initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """A forked pool worker's start: the driver's environment when its pool opened, then ``initializer``."""
+    os.environ.clear()
+    os.environ.update(environ)
+    if initializer is not None:
+        initializer(*initargs)
+
+
 @contextmanager
 def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
                   initializer: Callable[..., None] | None = None, initargs: tuple = (),
@@ -372,9 +380,13 @@ def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
         if workers <= 1:
             yield None
             return
+        context = _pool_context(tuple(warm_imports))
+        if context.get_start_method() == "forkserver":
+            # A forked worker's environment is the forkserver's, which the first such pool of
+            # this process fixed; a spawned worker's is its driver's now. Make them the same.
+            initializer, initargs = _take_environment, (dict(os.environ), initializer, initargs)
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=_pool_context(tuple(warm_imports)),
-            initializer=initializer, initargs=initargs)
+            max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs)
         try:
             yield pool
         finally:
