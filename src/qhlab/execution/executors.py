@@ -323,7 +323,7 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
     return True
 
 
-# What a worker that fits imports before its first task: about 3.4 s of the 2-core host's CPU,
+# What a worker that fits imports before its first task: about 3.9 s of the 2-core host's CPU,
 # against 0.3 s for qhlab's own modules on top of them (measured in a fresh process).
 FIT_WORKER_IMPORTS = ("torch", "lightning.pytorch", "wandb")
 
@@ -365,7 +365,7 @@ def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
         initializer, initargs: run in each local worker process (e.g. the console mode).
         verbose: let Ray log and forward worker output (``--verbose``).
         warm_imports: modules a local worker needs before its first task (e.g. the fit's, which
-            import torch, Lightning and W&B, about 3.4 s on the 2-core host). With them the
+            import torch, Lightning and W&B, about 3.9 s on the 2-core host). With them the
             workers are forked from a ``forkserver`` that imported them once, instead of bare
             spawned interpreters that each import them again (``bench/worker_startup.py``).
 
