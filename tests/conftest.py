@@ -4,8 +4,9 @@ A test file is the unit of distribution, so its module fixtures are built once, 
 the reliability suite is one unit, because its files share session fixtures that cost minutes
 (the kill campaigns and the study they finish). xdist's own ``--dist loadgroup`` cannot say this
 here: xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9 no longer reads.
-Files that hold slow or reliability tests are handed out first, so that the longest units do
-not start last. Nothing here changes what a test does, only where and when it runs.
+Files that hold slow or reliability tests are handed out first, in collection order (not
+xdist's most-tests-first), so that the longest units do not start last. Nothing here changes
+what a test does, only where and when it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
     if config.getvalue("dist") != "loadfile":
         return None  # another --dist asked for: xdist's own
     from xdist.scheduler import LoadScopeScheduling
+
+    # xdist re-sorts units by their number of tests, which would hand out last the end-to-end
+    # files that hold one or two long tests (one worker then ran alone for minutes at the end).
+    config.option.loadscopereorder = False
 
     class FilesAndReliability(LoadScopeScheduling):
         """xdist's file scheduling, with the reliability suite as one unit."""
