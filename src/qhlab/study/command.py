@@ -277,7 +277,7 @@ class _FitPool:
     """The local process pool of one ``study run``'s fits, opened at its first use and kept open
     for the rest of the run, so that the canaries and the broad cells share its workers.
 
-    A bare worker imports torch, Lightning and W&B before its first fit (about 3.4 s each,
+    A bare worker imports torch, Lightning and W&B before its first fit (about 3.9 s each,
     ``bench/worker_startup.py``); a pool per step paid that again for the cells. The pool's
     workers are forked from a server that imported those once (``FIT_WORKER_IMPORTS``), and a
     worker is reused for every fit it is given. Each fit stays isolated as before: ``fit_cell``
@@ -330,7 +330,7 @@ def _cell_summary(body: dict) -> dict:
 
 def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], workers: int,
                executor: Any, pool: _FitPool | None = None) -> None:
-    """Run the pending broad cells, ``workers`` at a time (one spawned process each, or in-process
+    """Run the pending broad cells, ``workers`` at a time (one pool worker process each, or in-process
     for 1), or as Ray tasks (``remote``); ``pool`` is the run's shared pool (None: one for these
     cells alone).
 
@@ -356,7 +356,7 @@ def _run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]]
             return
         errors = []
 
-        # Spawned workers start unconfigured: the pool gives them this process's console mode.
+        # Pool workers start unconfigured: the pool gives them this process's console mode.
         with contextlib.ExitStack() as stack:
             workers_pool = (pool or _FitPool(stack, executor, workers)).get()
             roots = tuple(str(r) for r in population_roots())
