@@ -17,7 +17,15 @@ Prints ONE JSON line:
   timed alone in the same loop a fit runs; framework therefore also holds what the parts leave
   out: the schedule's rate, the finiteness check and logging);
 * ``what_would_move_it``: the largest parts and the operators outside matmuls that take most of
-  the step, from the profile.
+  the step, from the profile;
+* ``alternatives``: the same loop of parts with the members' forwards under ``torch.compile``
+  (Inductor fuses the operators outside matmuls) and under a bfloat16 autocast, each against the
+  float32 eager loop on identically seeded modules: its ``speedup`` (eager step time over its
+  own), ``setup_seconds`` (five warm-up steps, which compile; Inductor keeps its kernels in an
+  on-disk cache, so a second run compiles faster) and ``max_abs_q_difference`` (metres, the
+  online Q on the first batch after those five updates: both change the arithmetic, so a fit
+  under either would need its own equivalence evidence), or ``unavailable`` with the reason
+  (Inductor needs a C++ compiler).
 
 Usage:
     python bench/roofline.py [--preset bench] [--recipe examples/demo-recipe.toml]
@@ -30,6 +38,7 @@ scenes; its population is generated once into .qhlab-cache/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -143,6 +152,50 @@ class _Parts:
         return loss
 
 
+def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
+    """Step time of the parts loop eager, compiled and under bf16 autocast (see the module docstring)."""
+    def setup(kind: str) -> tuple[_Parts, contextlib.AbstractContextManager]:
+        parts = _Parts(recipe, population)  # seeded alike: each kind starts from the same parameters
+        if kind == "compiled":
+            for member in scorer_members(parts.module.online) + scorer_members(parts.module.target):
+                member.forward = torch.compile(member.forward, dynamic=False)
+        bf16 = torch.autocast("cpu", dtype=torch.bfloat16) if kind == "bf16_autocast" else contextlib.nullcontext()
+        return parts, bf16
+
+    def batch_q(parts: _Parts, context) -> torch.Tensor:
+        batch = next(iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
+                                                 seed=recipe.seed).train_dataloader()))
+        with torch.no_grad(), context:
+            return parts.module.online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
+                                       batch["candidate_object"], batch["candidate_mask"]).float()
+
+    results: dict[str, dict] = {}
+    reference = None
+    for kind in ("eager", "compiled", "bf16_autocast"):
+        parts, context = setup(kind)
+        try:
+            start = time.perf_counter()
+            with context:
+                for _ in range(5):
+                    parts.step()
+            q = batch_q(parts, context)
+            warm = time.perf_counter() - start
+            with context:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    parts.step()
+        except Exception as error:  # noqa: BLE001 - a missing compiler is a result here, not a crash
+            results[kind] = {"unavailable": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+            continue
+        seconds = (time.perf_counter() - start) / steps
+        if reference is None:
+            reference = (seconds, q)
+        results[kind] = {"step_seconds": round(seconds, 6), "setup_seconds": round(warm, 2),
+                         "speedup": round(reference[0] / seconds, 3),
+                         "max_abs_q_difference": float((q - reference[1]).abs().max())}
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="bench")
@@ -203,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     achieved = flops / step
     peak = peaks[args.threads]
     largest = sorted(split, key=lambda k: -split[k])[:2]
+    alternatives = _alternatives(recipe, population, args.steps)
     print(json.dumps({
         "bench": "roofline",
         "preset": args.preset,
@@ -221,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "attention_share_of_step": round(attention_us / total_us, 4),
         "split_seconds": {k: round(v, 6) for k, v in split.items()},
         "split_share": {k: round(v / step, 4) for k, v in split.items()},
+        "alternatives": alternatives,
         "what_would_move_it": (
             f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak and take {matmul_share:.0%} "
             f"of its operator time, attention {attention_us / total_us:.0%}; the largest other operators are "
