@@ -19,12 +19,13 @@ Prints ONE JSON line:
 * ``what_would_move_it``: the largest parts and the operators outside matmuls that take most of
   the step, from the profile;
 * ``alternatives``: the same loop of parts with the members' forwards under ``torch.compile``
-  (Inductor fuses the operators outside matmuls) and under a bfloat16 autocast, each against the
-  float32 eager loop on identically seeded modules: its ``speedup`` (eager step time over its
+  (Inductor fuses the operators outside matmuls), under a bfloat16 autocast, and with the
+  attention written out as two batched matmuls and a softmax (``unfused_attention``), each against
+  the float32 eager loop on identically seeded modules: its ``speedup`` (eager step time over its
   own), ``setup_seconds`` (five warm-up steps, which compile; Inductor keeps its kernels in an
   on-disk cache, so a second run compiles faster) and ``max_abs_q_difference`` (metres, the
-  online Q on the first batch after those five updates: both change the arithmetic, so a fit
-  under either would need its own equivalence evidence), or ``unavailable`` with the reason
+  online Q on the first batch after those five updates: each changes the arithmetic, so a fit
+  under any of them would need its own equivalence evidence), or ``unavailable`` with the reason
   (Inductor needs a C++ compiler).
 
 Usage:
@@ -152,6 +153,22 @@ class _Parts:
         return loss
 
 
+@contextlib.contextmanager
+def _unfused_attention():
+    """The scorer's attention as two batched matmuls and a softmax, in place of torch's fused CPU kernel."""
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def unfused(q, k, v, attn_mask):
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(scores.masked_fill(~attn_mask, float("-inf")), dim=-1) @ v
+
+    torch.nn.functional.scaled_dot_product_attention = unfused
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = fused
+
+
 def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
     """Step time of the parts loop eager, compiled and under bf16 autocast (see the module docstring)."""
     def setup(kind: str) -> tuple[_Parts, contextlib.AbstractContextManager]:
@@ -159,8 +176,11 @@ def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
         if kind == "compiled":
             for member in scorer_members(parts.module.online) + scorer_members(parts.module.target):
                 member.forward = torch.compile(member.forward, dynamic=False)
-        bf16 = torch.autocast("cpu", dtype=torch.bfloat16) if kind == "bf16_autocast" else contextlib.nullcontext()
-        return parts, bf16
+        if kind == "bf16_autocast":
+            return parts, torch.autocast("cpu", dtype=torch.bfloat16)
+        if kind == "unfused_attention":
+            return parts, _unfused_attention()
+        return parts, contextlib.nullcontext()
 
     def batch_q(parts: _Parts, context) -> torch.Tensor:
         batch = next(iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
@@ -171,7 +191,7 @@ def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
 
     results: dict[str, dict] = {}
     reference = None
-    for kind in ("eager", "compiled", "bf16_autocast"):
+    for kind in ("eager", "compiled", "bf16_autocast", "unfused_attention"):
         parts, context = setup(kind)
         try:
             start = time.perf_counter()
@@ -285,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             + f"; the largest parts are {largest[0]} ({split[largest[0]] / step:.0%}) and {largest[1]} "
             f"({split[largest[1]] / step:.0%})"
             + "".join(f"; {kind} measured {alternatives[kind]['speedup']}x the eager step"
-                      for kind in ("compiled", "bf16_autocast") if "speedup" in alternatives[kind])
+                      for kind in ("compiled", "bf16_autocast", "unfused_attention")
+                      if "speedup" in alternatives[kind])
         ),
     }, sort_keys=True))
     return 0
