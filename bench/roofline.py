@@ -110,9 +110,7 @@ class _Parts:
         self.module = QhTDModule(recipe, population_dims(population))
         self.stream = iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
                                                   seed=recipe.seed).train_dataloader())
-        opt = recipe.optimizer
-        self.optimizer = torch.optim.AdamW(self.module.online.parameters(), lr=opt.lr, betas=opt.betas,
-                                           eps=opt.eps, weight_decay=opt.weight_decay)
+        self.optimizer = self.module.configure_optimizers()  # the fit's own AdamW (multi-tensor)
         self.seen = 0
 
     def step(self, times: dict[str, list[float]] | None = None) -> None:
