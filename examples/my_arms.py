@@ -3,7 +3,7 @@
 A builder is `build(arch, dims) -> torch.nn.Module`. `arch` is the arm's resolved
 architecture (`arch.encoder.width`, `.depth`, `.heads` follow the baseline unless the study's
 entry overrides them; `arch.options` holds the entry's extra keys) and `dims` is
-`qhlab.finite_horizon.scorer.ScorerDims`. The module's forward takes the scorer's six inputs
+`qhlab.finite_horizon.architecture.ScorerDims`. The module's forward takes the scorer's six inputs
 and returns Q [B, K, H]. Draw every parameter from torch's global RNG, so that one seed
 gives one initialisation.
 """

@@ -17,7 +17,7 @@ from qhlab.finite_horizon.recipe import (
     recipe_digest,
     validate_recipe,
 )
-from qhlab.finite_horizon.scorer import ARMS
+from qhlab.finite_horizon.architecture import ARMS
 from tiny_recipe import TINY_RECIPE
 
 EXAMPLES = TINY_RECIPE.parent

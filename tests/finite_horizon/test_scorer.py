@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qhlab.finite_horizon.scorer import (
-    ARMS,
-    ArchitectureConfig,
-    QhEnsemble,
-    ScorerDims,
-    build_scorer,
-    register_arm,
-    scorer_members,
-)
+from qhlab.finite_horizon.architecture import ARMS, COMPONENT_KINDS, ArchitectureConfig, ScorerDims, register_arm
+from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer, scorer_members
 
 DIMS = ScorerDims(object_features=6, goal_features=3, candidate_features=5, horizon=3)
 B, N, K = 4, 5, 8
@@ -275,7 +268,7 @@ def test_an_unknown_q_head_init_is_refused_by_the_builder() -> None:
         build_scorer(ArchitectureConfig(arm="baseline"), DIMS, q_head_init="ones")
 
 
-def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(monkeypatch) -> None:
+def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(request) -> None:
     """A custom readout with a layer after its float32 head would not start at Q = 0: refused."""
     from qhlab.finite_horizon import scorer as scorer_module
 
@@ -284,8 +277,8 @@ def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(m
         built.readout.mlp.append(torch.nn.Linear(dims.horizon, dims.horizon))
         return built
 
-    monkeypatch.setattr(scorer_module, "ARMS", dict(ARMS))  # the registration leaves the real registry alone
-    scorer_module.register_arm("late_head", encoder="attention", fusion="concat", readout="local", builder=builder)
+    register_arm("late_head", encoder="attention", fusion="concat", readout="local", builder=builder)
+    request.addfinalizer(lambda: ARMS.pop("late_head"))  # the real registry keeps only its own arms
     arch = ArchitectureConfig(arm="late_head")
     assert _q(build_scorer(arch, DIMS), _inputs()).abs().sum() > 0  # "random" builds it as declared
     with pytest.raises(ValueError, match=r"q_head_init='zero' with arm='late_head' is not allowed: its readout has "
@@ -324,3 +317,11 @@ def test_an_ensemble_size_outside_1_to_8_is_refused_by_the_builder(members) -> N
         build_scorer(ArchitectureConfig(arm="baseline"), DIMS, members=members)
     with pytest.raises(ValueError, match=r"QhEnsemble: 1 member\(s\) is not allowed; allowed: >= 2"):
         QhEnsemble([build_scorer(ArchitectureConfig(arm="baseline"), DIMS)], DIMS)
+
+
+def test_every_component_kind_an_architecture_names_has_a_builder() -> None:
+    """The torch-free architecture's kinds and the scorer's component builders are the same sets."""
+    from qhlab.finite_horizon import scorer as scorer_module
+
+    assert {part: set(kinds) for part, kinds in COMPONENT_KINDS.items()} == {
+        part: set(builders) for part, builders in scorer_module._KINDS.items()}

@@ -21,7 +21,8 @@ from qhlab.evidence import QhError, read_receipt
 from qhlab.evidence.records import FitReceipt
 from qhlab.finite_horizon.arm_source import (ArmSource, locate_source, parse_builder, provide, source_digest,
                                              source_files)
-from qhlab.finite_horizon.scorer import ARMS, ArchitectureConfig, QhEnsemble, ScorerDims, build_scorer, register_arm
+from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
+from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DIMS = ScorerDims(object_features=5, goal_features=3, candidate_features=4, horizon=2)

@@ -4,7 +4,7 @@ Owns: ``AttentionEncoder`` and ``DeepSetsEncoder`` (objects and goal -> per-obje
 embeddings), ``ConcatFusion`` and ``CrossAttentionFusion`` (pooled state with each candidate),
 ``LocalReadout`` and ``GlobalReadout`` (fused embeddings -> Q_1..Q_H), ``Float32Linear`` (a Q head
 that leaves an autocast) and ``QhScorer``. Each part's constructor takes the scorer's widths,
-``dims`` (``Widths``: a ``qhlab.finite_horizon.scorer.ScorerDims``). Does not own: which parts make an arm,
+``dims`` (``Widths``: a ``qhlab.finite_horizon.architecture.ScorerDims``). Does not own: which parts make an arm,
 the architecture config or building a scorer (``scorer``).
 """
 
@@ -30,7 +30,7 @@ __all__ = [
 
 
 class Widths(Protocol):
-    """What a part reads of the scorer's widths (``qhlab.finite_horizon.scorer.ScorerDims``)."""
+    """What a part reads of the scorer's widths (``qhlab.finite_horizon.architecture.ScorerDims``)."""
 
     object_features: int
     goal_features: int

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
 from qhlab.finite_horizon.budget import MAX_UPDATES
-from qhlab.finite_horizon.scorer import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
+from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 
 __all__ = [
     "MAX_UPDATES",
@@ -154,7 +154,7 @@ class QhRecipe(BaseModel):
         name: human label (letters, digits, '-', '_', '.').
         seed: global seed of the fit.
         horizon: H, number of horizons learned (must match the population's H).
-        architecture: scorer architecture (`scorer.ArchitectureConfig`).
+        architecture: scorer architecture (`architecture.ArchitectureConfig`).
         optimizer: AdamW hyper-parameters.
         batch_size: chain-state rows per update.
         huber_delta: native Huber delta, metres.

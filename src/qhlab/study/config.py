@@ -30,6 +30,7 @@ from pydantic import (
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
+from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.scenes import PRESETS
 from qhlab.study.layout import STUDY_CALL
@@ -164,7 +165,7 @@ class ArmDeclaration(BaseModel):
     """One non-baseline arm of the comparison family.
 
     Attributes:
-        arm: the arm's name: a built-in arm (``qhlab.finite_horizon.scorer.ARMS``), or any
+        arm: the arm's name: a built-in arm (``qhlab.finite_horizon.architecture.ARMS``), or any
             other name with ``builder``.
         role: "control" (a structural ablation of the baseline) or "variant" (a candidate
             improvement).
@@ -515,9 +516,6 @@ class QhArchitectureStudyConfig(BaseModel):
         if arm == self.baseline_arm:
             architecture = base_arch
         else:
-            # Lazy: keeps importing this module free of torch.
-            from qhlab.finite_horizon.scorer import ARMS  # imports torch: only when a cell recipe is made
-
             declaration = self.declaration(arm)
             if declaration is None:
                 raise ValueError(f"arm={arm!r} is not declared")
