@@ -34,8 +34,8 @@ import pymunk
 
 from qhlab.scenes import generate_population, get_preset
 from qhlab.scenes.audit import check_successors, read_labels
-from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.candidates import CANDIDATE_FEATURES
+from qhlab.scenes.manifest import read_manifest
 
 
 def _raw_strike(physics, radius, mass, friction, positions, puck, direction, speed) -> int:

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import tomli_w
 
+from qhlab.design.tuning_record import read_record
 from qhlab.evidence import read_receipt
 from qhlab.evidence.records import EvaluationReceipt
 from qhlab.scenes.population import cached_population
-from qhlab.study.tuning.record import read_record
 
 _ROOT = Path(__file__).resolve().parent.parent
 _TARGET = 1.5

@@ -155,8 +155,8 @@ def _run_fits(pairs: list[tuple[str, int]], config, override: dict, cache: Path,
 
 
 def main() -> None:
-    from qhlab.study.config import read_study_config
-    from qhlab.study.replication import seed_effect_sd
+    from qhlab.design.study_config import read_study_config
+    from qhlab.statistics.replication import seed_effect_sd
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=_ROOT / "examples" / "default-study.toml")

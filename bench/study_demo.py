@@ -33,8 +33,8 @@ def _with_fresh_cache(config: Path, cache: Path, copy: Path) -> None:
     (the copy lives elsewhere, and the study names its recipe and records relative to itself)."""
     import tomli_w
 
+    from qhlab.design.study_config import STUDY_PATH_FIELDS
     from qhlab.finite_horizon.recipe import read_toml
-    from qhlab.study.config import STUDY_PATH_FIELDS
 
     raw, _, _ = read_toml(config, call="bench/study_demo.py", field="--config", example="examples/default-study.toml",
                           relative=STUDY_PATH_FIELDS)

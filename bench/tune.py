@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qhlab.study.tuning.run import run_tuning
+from qhlab.preparation.tune import run_tuning
 from qhlab.scenes import cached_population
 from qhlab.training.console import configure_console
 

@@ -1,7 +1,7 @@
 """Benchmark: what a fit worker process costs to start, bare or forked from a warm server.
 
 A study's fits run on a local process pool. A bare (``spawn``) worker imports what a cell needs
-(``qhlab.study.command``: torch, Lightning, W&B and qhlab) before its first fit. With
+(``qhlab.study.run``: torch, Lightning, W&B and qhlab) before its first fit. With
 ``FIT_WORKER_IMPORTS`` a pool forks its workers from a ``forkserver`` that imported those once
 per process, and a worker is kept for every later fit. This bench times, from the driver, the
 first task of a pool that imports a cell worker's modules:
@@ -26,8 +26,8 @@ import time
 
 
 def _import_cell_worker() -> int:
-    """What a pool worker runs before its first cell (``qhlab.study.command._cell_worker``'s module)."""
-    import qhlab.study.command  # noqa: F401 - the import is the measured work
+    """What a pool worker runs before its first cell (``qhlab.study.run.cell_job``'s module)."""
+    import qhlab.study.run  # noqa: F401 - the import is the measured work
 
     return os.getpid()
 

@@ -89,9 +89,9 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 def _config_page() -> str:
     from qhlab.finite_horizon.recipe import QhRecipe
     from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
-    from qhlab.study.e0_check.config import QhE0CheckConfig
-    from qhlab.study.pilot.config import QhPilotConfig
-    from qhlab.study.tuning.config import QhTuningConfig
+    from qhlab.design.e0_config import QhE0CheckConfig
+    from qhlab.design.pilot_config import QhPilotConfig
+    from qhlab.design.tuning_config import QhTuningConfig
 
     lines = ["# Config reference", "",
              "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`), "

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from note_receipt import NoteReceipt
 from qhlab.evidence import (
     DigestMismatchError,
     MissingEvidenceError,
@@ -19,8 +20,6 @@ from qhlab.evidence import (
     read_receipt,
     write_receipt,
 )
-
-from note_receipt import NoteReceipt
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from note_receipt import NoteReceipt
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
@@ -33,10 +34,7 @@ from qhlab.evidence import (
     verify_directory,
     write_receipt,
 )
-
 from qhlab.evidence.records import FitReceipt, Receipt, SegmentCheckpointReceipt, receipt_kinds, receipt_model
-
-from note_receipt import NoteReceipt
 
 
 def test_canonical_json_is_sorted_utf8_with_trailing_newline():

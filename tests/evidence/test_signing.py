@@ -17,11 +17,17 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from qhlab.cli import main
-from qhlab.evidence import EvidenceError, PublishConflictError, canonical_json, publish_bytes, sha256_bytes, write_receipt
-from qhlab.evidence.signing import SIGNATURE_FILE, sign_directory, verify_signature
-
 from note_receipt import NoteReceipt
+from qhlab.cli import main
+from qhlab.evidence import (
+    EvidenceError,
+    PublishConflictError,
+    canonical_json,
+    publish_bytes,
+    sha256_bytes,
+    write_receipt,
+)
+from qhlab.evidence.signing import SIGNATURE_FILE, sign_directory, verify_signature
 
 MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
 

@@ -14,11 +14,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from note_receipt import NoteReceipt
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, publish_bytes, write_receipt
 from qhlab.evidence.signing import SIGNATURE_FILE, sign_directory, verify_signature
-
-from note_receipt import NoteReceipt
 
 
 def _write_key(path: Path, key, *, password: bytes | None = None) -> Path:

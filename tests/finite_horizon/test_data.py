@@ -21,10 +21,10 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
+from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.evidence.records import PopulationReceipt
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.scenes import PRESETS, generate_population
-from qhlab.scenes.manifest import POPULATION_FILES
 
 
 @pytest.fixture(scope="module")

@@ -458,7 +458,8 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
 
 
 def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, FitRequest, fit_recipe
+    from qhlab.evidence.layout import EVALUATION_RECEIPT
+    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     results = {}
     for name, curve in (("plain", ()), ("curve", (2, 4, 99))):

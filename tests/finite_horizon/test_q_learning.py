@@ -532,7 +532,7 @@ def test_average_decay_outside_its_bounds_is_refused(decay, updates, message) ->
 
 
 def test_averaging_never_feeds_back_into_the_online_weights() -> None:
-    from qhlab.study.canary import canary_recipe
+    from qhlab.design.canary import canary_recipe
 
     pop = synthetic_population()
     finals = []

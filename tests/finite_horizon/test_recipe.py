@@ -8,16 +8,15 @@ from pathlib import Path
 import pytest
 
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.recipe import (
     DataConfig,
-    HardTargetUpdate,
     PolyakTargetUpdate,
     QhRecipe,
     load_recipe,
     recipe_digest,
     validate_recipe,
 )
-from qhlab.finite_horizon.architecture import ARMS
 from tiny_recipe import TINY_RECIPE
 
 EXAMPLES = TINY_RECIPE.parent
@@ -225,8 +224,8 @@ def test_strict_mode_keeps_ints_for_floats_and_lists_for_tuples() -> None:
 
 
 def test_update_budget_is_bounded_by_the_study_cap() -> None:
+    from qhlab.design.study_config import QhArchitectureStudyConfig
     from qhlab.finite_horizon.budget import MAX_UPDATES
-    from qhlab.study.config import QhArchitectureStudyConfig
 
     assert MAX_UPDATES == 10_000_000
     # One constant: the study's budgets carry the very bound the recipe does.

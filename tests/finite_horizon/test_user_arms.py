@@ -19,9 +19,15 @@ from pydantic import ValidationError
 from qhlab.cli import main
 from qhlab.evidence import QhError, read_receipt
 from qhlab.evidence.records import FitReceipt
-from qhlab.finite_horizon.arm_source import (ArmSource, locate_source, parse_builder, provide, source_digest,
-                                             source_files)
 from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
+from qhlab.finite_horizon.arm_source import (
+    ArmSource,
+    locate_source,
+    parse_builder,
+    provide,
+    source_digest,
+    source_files,
+)
 from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -102,7 +108,7 @@ def test_an_arm_whose_source_was_not_provided_is_refused(tmp_path) -> None:
 
 
 def test_a_registered_default_size_is_applied_in_a_study(tmp_path) -> None:
-    from qhlab.study.config import read_study_config
+    from qhlab.design.study_config import read_study_config
 
     register_arm("variant_wide_readout_test", encoder="attention", fusion="concat", readout="local", width=24)
     try:

@@ -17,7 +17,6 @@ disk) is written to ``kill-points.json``. Does not own: the code under test.
 
 from __future__ import annotations
 
-from qhlab.evidence.records import FitReceipt, StudyCellReceipt, StudyE0Receipt
 import json
 import random
 import threading
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from _reliability_support import TEMP_MARKER, KillPoint, assert_nothing_partial, kill_when, matches, run_to_end
+
+from qhlab.evidence.records import FitReceipt, StudyCellReceipt, StudyE0Receipt
 
 SEED = 20251130
 FIT_UPDATES = 60

@@ -11,12 +11,10 @@ without colliding with other directories' ``conftest`` modules.
 
 from __future__ import annotations
 
-from qhlab.evidence.records import PopulationReceipt, Receipt
 import contextlib
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from qhlab.evidence.records import PopulationReceipt, Receipt
 from tiny_recipe import tiny_recipe_text
 
 REPO = Path(__file__).resolve().parents[2]

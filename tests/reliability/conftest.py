@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from _reliability_support import CHILD_ENV, REPO, STUDY_TEMPLATE, reliability_recipe, run_to_end
-
 
 # ----------------------------------------------------------------------------- fixtures
 

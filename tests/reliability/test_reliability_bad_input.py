@@ -12,7 +12,6 @@ work, so the whole corpus takes seconds).
 
 from __future__ import annotations
 
-from qhlab.evidence.records import PopulationReceipt
 import json
 import re
 import shutil
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from _reliability_support import (
     STUDY_TEMPLATE,
     forge_population,
@@ -30,6 +28,8 @@ from _reliability_support import (
     set_list_value,
     set_scalar_value,
 )
+
+from qhlab.evidence.records import PopulationReceipt
 
 pytestmark = pytest.mark.reliability
 

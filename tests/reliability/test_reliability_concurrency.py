@@ -10,7 +10,6 @@ publish nothing; the winner's evidence must authenticate. Does not own: the lock
 
 from __future__ import annotations
 
-from qhlab.evidence.records import StudyCellReceipt
 import os
 import shutil
 import signal
@@ -18,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _reliability_support import assert_nothing_partial, start_qhlab
+
+from qhlab.evidence.records import StudyCellReceipt
 
 pytestmark = pytest.mark.reliability
 

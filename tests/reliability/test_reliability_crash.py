@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _reliability_crash_campaigns import FIT_CHECKPOINT_EVERY, FIT_UPDATES, SEED
 
 pytestmark = pytest.mark.reliability

@@ -9,11 +9,8 @@ own: the loader, the learning rule or the launcher.
 
 from __future__ import annotations
 
-from qhlab.evidence.records import PopulationReceipt
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from _reliability_support import (
     assert_nothing_partial,
     forge_population,
@@ -22,6 +19,9 @@ from _reliability_support import (
     set_list_value,
     set_scalar_value,
 )
+from safetensors.torch import load_file
+
+from qhlab.evidence.records import PopulationReceipt
 
 pytestmark = pytest.mark.reliability
 

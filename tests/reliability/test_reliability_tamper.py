@@ -10,14 +10,14 @@ Every file is restored byte for byte after its flip. Does not own: authenticatio
 
 from __future__ import annotations
 
-from qhlab.evidence.records import Receipt
 import json
 import random
 from pathlib import Path
 
 import pytest
-
 from _reliability_support import run_cli
+
+from qhlab.evidence.records import Receipt
 
 pytestmark = pytest.mark.reliability
 

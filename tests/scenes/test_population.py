@@ -18,9 +18,9 @@ from qhlab.evidence import (
     sha256_file,
     verify_directory,
 )
+from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.evidence.records import PopulationGenerationReceipt
 from qhlab.scenes import PRESETS, cached_population, generate_population, read_manifest
-from qhlab.scenes.manifest import POPULATION_FILES
 from qhlab.scenes.population import planned_simulations
 
 FILES = (*POPULATION_FILES, "manifest.json", "population.receipt.json")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from qhlab.design.canary import canary_recovery, select_canary_row
+from qhlab.design.study_config import read_study_config
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
@@ -18,12 +20,15 @@ from qhlab.evidence import (
     read_receipt,
     source_package_digest,
 )
-from qhlab.evidence.records import StudyCellReceipt, StudyDevelopmentReceipt, StudyE0Receipt, StudyFreezeReceipt, StudyReportReceipt
+from qhlab.evidence.layout import BENCHMARK_DIR, REPORT_DIR
+from qhlab.evidence.records import (
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+    StudyReportReceipt,
+)
 from qhlab.finite_horizon.studies import architecture_study as study
-from qhlab.study import authentication
-from qhlab.study.canary import canary_recovery, select_canary_row
-from qhlab.study.config import read_study_config
-from qhlab.study.layout import BENCHMARK_DIR, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import (
     QhArchitectureStudyConfig,
     admit_canaries,
@@ -33,7 +38,7 @@ from qhlab.finite_horizon.studies.architecture_study import (
     report_study,
     run_fit,
 )
-
+from qhlab.study import authentication
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -648,7 +653,7 @@ def _baseline(values_h: list[float]):
 def test_reference_comparisons_paired_intervals_and_headline():
     import numpy as np
 
-    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+    from qhlab.study.references import reference_comparisons
 
     best = [1.0, 2.0, 1.5, 1.0, 3.0, 2.5]        # mean 1.8333
     straight = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]   # mean 2 (zero spread: point interval)
@@ -695,7 +700,7 @@ def test_reference_comparisons_paired_intervals_and_headline():
 
 
 def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
-    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+    from qhlab.study.references import reference_comparisons
 
     best = [1.0] * 5 + [1.2]
     # Lower on every scene for seed 0; seed 1 is lower on average (-0.1333) but one scene is far
@@ -719,7 +724,7 @@ def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
 
 
 def test_reference_comparisons_refuse_other_scenes_and_missing_references():
-    from qhlab.finite_horizon.studies.architecture_study import reference_comparisons
+    from qhlab.study.references import reference_comparisons
 
     refs = _references([1.0] * 6, [1.0] * 6, [1.0] * 6)
     with pytest.raises(EvidenceError, match="reference best_fixed_index was evaluated on other scenes"):

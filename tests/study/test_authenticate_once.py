@@ -16,9 +16,9 @@ import sys
 import pytest
 
 from qhlab.cli import main
-from qhlab.study.authentication import FrozenStudy
+from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.scenes import cached_population
-from qhlab.scenes.manifest import POPULATION_FILES
+from qhlab.study.authentication import FrozenStudy
 
 pytestmark = pytest.mark.slow
 
@@ -119,13 +119,14 @@ def _without_cells(finished_study, target, *cells):
 
 def test_pool_worker_authenticates_once_per_process(tmp_path, monkeypatch, population_cache, finished_study):
     """``qhlab study run``'s pool entry, called twice in one process: one authentication."""
-    from qhlab.study import command
+    from qhlab.execution import jobs
+    from qhlab.study.run import cell_job
 
     output = _without_cells(finished_study, tmp_path / "copy", "variant_deep-s0", "variant_deep-s1")
-    monkeypatch.setattr(command, "_WORKER_STUDIES", {})
+    monkeypatch.setattr(jobs, "_MEMO", {})
     with _counting(population_cache, monkeypatch) as counts:
-        first = command._cell_worker(str(finished_study["config"]), str(output), "variant_deep", 0)
-        second = command._cell_worker(str(finished_study["config"]), str(output), "variant_deep", 1)
+        first = cell_job(str(finished_study["config"]), str(output), (), "variant_deep", 0)
+        second = cell_job(str(finished_study["config"]), str(output), (), "variant_deep", 1)
     assert (first["cell"], second["cell"]) == ("variant_deep-s0", "variant_deep-s1")
     assert counts["studies"] == 1
     assert (output / "cells" / "variant_deep-s1" / "cell.receipt.json").is_file()
@@ -137,11 +138,12 @@ def test_kept_receipt_replaced_mid_run_is_refused(tmp_path, finished_study):
     import json
 
     from qhlab.evidence import EvidenceError
-    from qhlab.study.authentication import authenticate_development, opened_study
+    from qhlab.study.authentication import authenticate_development
     from qhlab.study.cells import fit_cell
+    from qhlab.study.study import Study
 
     output = _without_cells(finished_study, tmp_path / "copy", "variant_deep-s1")
-    with opened_study(finished_study["config"], output, "run_fit") as frozen:
+    with Study.open(finished_study["config"], output).authenticated("run_fit") as frozen:
         authenticate_development(frozen, "run_fit")
         path = output / "development.receipt.json"
         path.write_text(json.dumps(json.loads(path.read_text()), indent=1))  # same content, other bytes

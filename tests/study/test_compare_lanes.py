@@ -20,12 +20,12 @@ import torch
 
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, sha256_bytes
-from qhlab.study.lanes import (
+from qhlab.lanes.compare import (
     LANE_FILES,
     compare_lanes,
     decision_differences,
-    tensor_group,
     study_regret_mde,
+    tensor_group,
     tost_verdict,
 )
 
@@ -75,7 +75,7 @@ def _shifted_copy(finished_study, target: Path) -> Path:
 
 def _reading_copy_as(edit):
     """A ``lanes._read_lane`` that applies ``edit(lane)`` to the lane read from the "copy" directory."""
-    from qhlab.study import lanes as module
+    from qhlab.lanes import compare as module
 
     read = module._read_lane
 
@@ -250,7 +250,7 @@ def test_the_command_writes_the_four_files_which_verify(tmp_path, finished_study
 
 @pytest.mark.slow
 def test_unequal_observed_updates_are_a_failed_check(tmp_path, finished_study):
-    from qhlab.study import lanes as module
+    from qhlab.lanes import compare as module
 
     copy = _copy(finished_study, tmp_path / "copy")
     with pytest.MonkeyPatch.context() as patch:
@@ -263,15 +263,15 @@ def test_unequal_observed_updates_are_a_failed_check(tmp_path, finished_study):
 @pytest.mark.slow
 def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_path, finished_study):
     """Another lane is often another machine: its versions are reported; a running step still refuses them."""
-    from qhlab.study import authentication
     from qhlab.finite_horizon.studies.architecture_study import report_study
+    from qhlab.study import authentication
 
     real = authentication.runtime_versions
     copy = _copy(finished_study, tmp_path / "copy")
     with pytest.MonkeyPatch.context() as patch:
         node = {**real(), "torch": "2.11.0+cu130"}
         patch.setattr(authentication, "runtime_versions", lambda: node)
-        patch.setattr("qhlab.study.lanes.runtime_versions", lambda: node)
+        patch.setattr("qhlab.lanes.compare.runtime_versions", lambda: node)
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
         with pytest.raises(EvidenceError, match=r"versions\.torch='2\.11\.0\+cu130' is not allowed"):
             report_study(copy / "study-config.toml", copy)
@@ -284,7 +284,7 @@ def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_
 
 @pytest.mark.slow
 def test_differing_lane_versions_are_listed(tmp_path, finished_study):
-    from qhlab.study import lanes as module
+    from qhlab.lanes import compare as module
 
     def node_versions(lane):
         lane["versions"] = {**lane["versions"], "torch": "2.11.0+cu130", "lightning": "2.6.6"}
@@ -302,7 +302,7 @@ def test_differing_lane_versions_are_listed(tmp_path, finished_study):
 @pytest.mark.slow
 def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_1(tmp_path, finished_study,
                                                                                     monkeypatch):
-    from qhlab.study import lanes as module
+    from qhlab.lanes import compare as module
 
     copy = _copy(finished_study, tmp_path / "copy")
     populations = [Path(json.loads((copy / name).read_text())["body"][split]["path"])

@@ -108,9 +108,9 @@ def reference(tmp_path_factory, cache) -> Path:
 
 @pytest.mark.slow
 def test_the_record_holds_each_draws_gate_as_its_sub_study_decided_it(reference, capsys):
+    from qhlab.design.e0_record import check_record
     from qhlab.evidence import read_receipt
     from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
-    from qhlab.study.e0_check.record import check_record
 
     record = json.loads((reference / "e0.json").read_text())
     assert [o["train_seed"] for o in record["outcomes"]] == [21, 22, 23]
@@ -158,8 +158,9 @@ def test_verify_recomputes_the_gates_and_refuses_forgeries_and_nested_copies(tmp
     # Predictions forged to recover the row, every rule recomputed to agree: the sub-study's own
     # E0 receipt says otherwise.
     def recover(record: dict) -> None:
-        from qhlab.study.canary import canary_recovery
         import numpy as np
+
+        from qhlab.design.canary import canary_recovery
 
         outcome = record["outcomes"][failed]
         labels = np.asarray(outcome["selected"]["labels"])

@@ -1,8 +1,8 @@
 """`qhlab study run` fits the two E0 canaries side by side on its pool: the same fits as in-process.
 
 The session's finished tiny study (workers = 1) fitted its canaries in the driver. Here a fresh
-freeze of the same config has its canaries fitted by ``command._fit_canaries`` on two spawned
-workers of the run's shared pool; the final states, the canary records and the E0 decision must
+freeze of the same config has its canaries fitted by ``run._fit_canaries`` on two forked
+workers of the run's job runner; the final states, the canary records and the E0 decision must
 be identical, the receipts must show that another process ran them, and the pool must hand the
 same worker processes to what runs next.
 """
@@ -17,9 +17,10 @@ import os
 import pytest
 
 from qhlab.cli import main
-from qhlab.study import command
+from qhlab.execution import FIT_WORKER_IMPORTS, JobRunner
+from qhlab.study import run
 from qhlab.study.admission import decide_e0
-from qhlab.study.authentication import opened_study
+from qhlab.study.study import Study
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +37,16 @@ def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
     output = tmp_path / "study"
     with contextlib.redirect_stdout(io.StringIO()) as out:
         assert main(["study", "freeze", str(finished_study["config"]), "--output", str(output)]) == 0, out.getvalue()
-    with opened_study(finished_study["config"], output, "test") as frozen, contextlib.ExitStack() as stack:
-        # The run's one pool: the canaries' workers are the ones later steps get.
-        pool = command._FitPool(stack, frozen.config.executor_choice(), 2)
-        command._fit_canaries(frozen, 2, None, pool)
+    with Study.open(finished_study["config"], output).authenticated("test") as frozen, JobRunner(
+            frozen.config.executor_choice(), 2, call="test", warm_imports=FIT_WORKER_IMPORTS) as runner:
+        # The run's one runner: the canaries' workers are the ones later steps get.
+        run._fit_canaries(frozen, runner)
         pooled = _canaries(output)
         assert sorted(pooled) == ["e0-baseline-s0", "e0-baseline-s1"]
         e0 = decide_e0(frozen)
-        assert pool.get() is pool.get()
+        assert runner.executor() is runner.executor()
         canary_pids = {body["execution"]["process"]["pid"] for body in pooled.values()}
-        later = {pool.get().submit(os.getpid).result() for _ in range(4)}
+        later = {runner.executor().submit(os.getpid).result() for _ in range(4)}
         assert later <= canary_pids and os.getpid() not in canary_pids, (later, canary_pids)
     driver = _canaries(finished_study["output"])
     assert sorted(driver) == sorted(pooled)

@@ -16,8 +16,8 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
-from qhlab.study.pilot.variance import draw_effect_dof, draw_effect_sd
-from qhlab.study.replication import pooled_difference, seed_effect_sd
+from qhlab.statistics.replication import pooled_difference, seed_effect_sd
+from qhlab.statistics.variance import draw_effect_dof, draw_effect_sd
 
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
 # Three arms keep the pilot small: 3 arms x 2 seeds on TRAIN 7, and x 2 seeds on TRAIN 11 and 12.
@@ -225,7 +225,7 @@ def reference(tmp_path_factory, cache) -> Path:
 
 @pytest.mark.slow
 def test_the_record_holds_the_design_and_its_components_recompute(reference):
-    from qhlab.study.pilot.record import check_record, components_of
+    from qhlab.design.pilot_record import check_record, components_of
 
     record = json.loads((reference / "pilot.json").read_text())
     # 3 arms x seeds [2, 3] on TRAIN 7, and 3 arms x draw seeds [2, 3] on TRAIN 11 and 12.
@@ -280,7 +280,7 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     assert main(["verify", str(edited)]) == 2
     assert "the recorded comparisons is not what its fits give" in capsys.readouterr().err
     # An edited fit value with every component recomputed to match: its evaluation receipt says otherwise.
-    from qhlab.study.pilot.record import components_of
+    from qhlab.design.pilot_record import components_of
 
     forged = tmp_path / "forged"
     shutil.copytree(reference, forged)

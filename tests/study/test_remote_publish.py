@@ -185,7 +185,7 @@ def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
 
 
 def test_a_cell_result_line_names_the_ray_node_and_lost_tries() -> None:
-    from qhlab.study.command import _where
+    from qhlab.study.run import _where
 
     returned = {"try": 2, "node_ip": "10.0.0.6", "outcome": "returned"}
     lost = {"try": 1, "node_ip": "10.0.0.5", "outcome": "lost: its worker died; Ray ran the task again"}

@@ -1,6 +1,6 @@
 """Seed-aware statistics: calibration, replication labels and MDE, by simulation.
 
-Synthetic studies follow the model of ``qhlab.study.replication``:
+Synthetic studies follow the model of ``qhlab.statistics.replication``:
 d[s, i] = delta + u_s + v_i + e[s, i] with known seed, scene and residual variances.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qhlab.evidence import QhInputError
-from qhlab.study.replication import (
+from qhlab.statistics.replication import (
     minimum_detectable_effect,
     pooled_difference,
     replication_label,
@@ -163,7 +163,7 @@ def test_bad_input_is_refused() -> None:
 def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study) -> None:
     import json
 
-    from qhlab.study.replication import REPLICATION_LABELS, STUDY_VERDICTS
+    from qhlab.statistics.replication import REPLICATION_LABELS, STUDY_VERDICTS
 
     report_dir = finished_study["output"] / "report"
     report = json.loads((report_dir / "report.json").read_text())

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
+from qhlab.design.study_config import BootstrapConfig
 from qhlab.evidence.errors import QhInputError
-from qhlab.study.config import BootstrapConfig
-from qhlab.study.statistics import (
+from qhlab.statistics.bootstrap import (
     MIN_SCENES_FOR_ROBUST,
     paired_scene_bootstrap,
     pooled_seed_values,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from qhlab.evidence import EvidenceError
-from qhlab.study.layout import (
+from qhlab.evidence.layout import (
     BENCHMARK_DIR,
     CANARY_DIR,
     CELLS_DIR,
@@ -62,9 +62,9 @@ def test_a_finished_unrecorded_attempt_is_adopted_and_marked(study_copy, finishe
 
 
 def test_a_canary_trained_on_another_row_is_refused(study_copy, finished_study):
+    from qhlab.design.canary import canary_recipe
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.study.authentication import authenticate_freeze
-    from qhlab.study.canary import canary_recipe
 
     output = study_copy(REPORT_DIR, BENCHMARK_DIR, CELLS_DIR, f"{CANARY_DIR}/e0-baseline-s0",
                         f"{CANARY_DIR}/e0-baseline-s1")

@@ -19,12 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.layout import BENCHMARK_DIR, POPULATION_FILES, REPORT_DIR
 from qhlab.evidence.records import PopulationReceipt, StudyCellReceipt, StudyDevelopmentReceipt
-from qhlab.study import authentication, development
-from qhlab.study.layout import BENCHMARK_DIR, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
-from qhlab.scenes.manifest import POPULATION_FILES
 from qhlab.scenes.population import SCENE_CONTENT_COLUMNS
+from qhlab.study import authentication, development
 
 
 def test_freeze_records_versions_and_later_steps_refuse_others(tmp_path, tiny_config, monkeypatch):

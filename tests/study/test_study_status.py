@@ -11,17 +11,17 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import exclusive_lock, read_receipt
-from qhlab.evidence.records import FitReceipt, StudyCellReceipt
-from qhlab.study import status as status_module
-from qhlab.study.layout import (
+from qhlab.evidence.layout import (
     BENCHMARK_DIR,
     CANARY_DIR,
     CELL_RECEIPT,
     CELLS_DIR,
+    FIT_RECEIPT,
     REPORT_DIR,
 )
+from qhlab.evidence.records import FitReceipt, StudyCellReceipt
+from qhlab.study import status as status_module
 from qhlab.study.status import STATES, status_lines, study_status
-from qhlab.training.segments import FIT_RECEIPT
 from qhlab.training.wandb_attempt import WandbAttempt
 
 CELLS = [f"{arm}-s{seed}" for arm in ("baseline", "control_global_readout", "control_no_interaction",

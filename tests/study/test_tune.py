@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from qhlab.cli import main
+from qhlab.design.tuning_rule import pick_winner, trial_score
 from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
-from qhlab.study.tuning.rule import pick_winner, trial_score
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
@@ -326,7 +326,7 @@ def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cac
 
 
 def test_the_pruner_stops_a_trial_worse_than_the_median_of_earlier_complete_trials():
-    from qhlab.study.tuning.rule import prune_at, running_means
+    from qhlab.design.tuning_rule import prune_at, running_means
 
     median = {"kind": "median", "percentile": None, "startup_trials": 2}
     earlier = [{"mean": m, "intermediate": {"1": m}} for m in (0.10, 0.20, 0.30)]

@@ -18,9 +18,9 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, read_receipt
+from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, FAMILY_DIR, FREEZE_RECEIPT
 from qhlab.evidence.records import ColdInitializationReceipt, FitReceipt, StudyCellReceipt, StudyFreezeReceipt
 from qhlab.study.authentication import authenticate_freeze
-from qhlab.study.layout import CELL_RECEIPT, CELLS_DIR, FAMILY_DIR, FREEZE_RECEIPT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MY_ARMS = EXAMPLES / "my_arms.py"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from qhlab.evidence.records import StudyCellReceipt
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from qhlab.evidence.records import StudyCellReceipt
 from wandb_records import read_offline_run
 
 ROOT = Path(__file__).resolve().parents[2]

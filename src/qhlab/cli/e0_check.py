@@ -1,7 +1,7 @@
 """``qhlab e0-check CONFIG --output DIR``: run a study's E0 gate on fresh TRAIN draws; write e0.json.
 
 Owns: the ``e0-check`` argument parser and turning its arguments into one ``run_e0_check`` call.
-Does not own: the config, the draws, the record or its checks (``qhlab.study.e0_check``), error
+Does not own: the config, the draws, the record or its checks (``qhlab.design.e0_config``, ``qhlab.design.e0_record``, ``qhlab.preparation.e0_check``), error
 printing and exit codes (``qhlab.cli.main``).
 """
 
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab e0-check``. Returns 0."""
     # Lazy: keeps importing this module free of numpy.
-    from qhlab.study.e0_check.run import run_e0_check
+    from qhlab.preparation.e0_check import run_e0_check
 
     if args.workers is not None:
         require_int("qhlab e0-check", "--workers", args.workers, minimum=1, hint="one draw per core is the fastest.")

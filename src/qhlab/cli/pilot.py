@@ -1,7 +1,7 @@
 """``qhlab pilot CONFIG --output DIR``: measure a study's seed and TRAIN-draw variance on a tuning population.
 
 Owns: the ``pilot`` argument parser and turning its arguments into one ``run_pilot`` call.
-Does not own: the config, the fits, the record or the arithmetic (``qhlab.study.pilot``),
+Does not own: the config, the fits, the record or the arithmetic (``qhlab.design.pilot_config``, ``qhlab.design.pilot_record``, ``qhlab.statistics.variance``, ``qhlab.preparation.pilot``),
 error printing and exit codes (``qhlab.cli.main``).
 """
 
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab pilot``. Returns 0."""
     # Lazy: keeps importing this module free of numpy.
-    from qhlab.study.pilot.run import run_pilot
+    from qhlab.preparation.pilot import run_pilot
 
     if args.workers is not None:
         require_int("qhlab pilot", "--workers", args.workers, minimum=1, hint="one fit per core is the fastest.")

@@ -1,8 +1,8 @@
-"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status}``.
+"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status,compare-lanes}``.
 
-Owns: registering the ``study`` command group. Does not own: the steps, their arguments or
-what they print, which live in the study's one command entry
-(``qhlab.study.command``), so that ``python -m
+Owns: registering the ``study`` command group. Does not own: the steps' arguments
+(``qhlab.study.arguments``, shared with the seed's ``main``) or running them
+(``qhlab.finite_horizon.studies.architecture_study.run_study_command``), so that ``python -m
 ...architecture_study`` and ``qhlab study`` parse and print exactly the same way.
 """
 
@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from qhlab.study.arguments import add_study_arguments
+
 __all__ = ["register", "run"]
 
 
 def register(subparsers) -> None:
     """Add the ``study`` parser and its steps; the handler is :func:`run`."""
-    # Lazy: keeps importing this module free of Lightning, scipy, pyarrow and numpy.
-    from qhlab.study.command import add_study_arguments
-
     parser = subparsers.add_parser(
         "study",
         help="the pre-registered, paired architecture study (`qhlab study run CONFIG --output DIR`)",
@@ -29,7 +28,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
-    # Lazy: keeps importing this module free of Lightning, scipy, pyarrow and numpy.
-    from qhlab.study.command import run_study_command
+    # Lazy: the steps import torch, which `qhlab --help` and `qhlab study --help` never need.
+    from qhlab.finite_horizon.studies.architecture_study import run_study_command
 
     return run_study_command(args)

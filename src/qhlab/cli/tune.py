@@ -1,7 +1,7 @@
 """``qhlab tune CONFIG --output DIR``: search a recipe space on the declared tuning population.
 
 Owns: the ``tune`` argument parser and turning its arguments into one ``run_tuning`` call.
-Does not own: the config, the trials, the record or the rule (``qhlab.study.tuning``),
+Does not own: the config, the trials, the record or the rule (``qhlab.design.tuning_config``, ``qhlab.design.tuning_record``, ``qhlab.design.tuning_rule``, ``qhlab.preparation.tune``),
 error printing and exit codes (``qhlab.cli.main``).
 """
 
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``qhlab tune``. Returns 0 with a winner, 1 when no trial was admissible."""
     # Lazy: keeps importing this module free of numpy.
-    from qhlab.study.tuning.run import run_tuning
+    from qhlab.preparation.tune import run_tuning
 
     if args.workers is not None:
         require_int("qhlab tune", "--workers", args.workers, minimum=1, hint="one fit per core is the fastest.")

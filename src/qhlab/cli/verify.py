@@ -4,8 +4,8 @@ Owns: the command's arguments and its report. Does not own: authentication itsel
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
 always, a physics audit of N chain states with ``--audit``), or the recomputation of every
-tuning, pilot and E0 check record found (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``,
-``qhlab.study.e0_check.record``).
+tuning, pilot and E0 check record found (``qhlab.design.tuning_record``, ``qhlab.design.pilot_record``,
+``qhlab.design.e0_record``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from qhlab.design import e0_record as e0_record
+from qhlab.design import pilot_record as pilot_record
+from qhlab.design import tuning_record as tuning_record
 from qhlab.evidence import QhInputError, verify_directory
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
-from qhlab.study.e0_check import record as e0_record
-from qhlab.study.pilot import record as pilot_record
-from qhlab.study.tuning import record as tuning_record
 
 __all__ = ["register", "run", "KEYLESS"]
 

@@ -14,9 +14,6 @@ from qhlab.evidence.canonical import (
     tree_manifest,
 )
 from qhlab.evidence.errors import (
-    input_error,
-    require_int,
-    require_number,
     DigestMismatchError,
     EvidenceError,
     LockHeldError,
@@ -26,7 +23,11 @@ from qhlab.evidence.errors import (
     QhError,
     QhInputError,
     SchemaMismatchError,
+    input_error,
+    require_int,
+    require_number,
 )
+from qhlab.evidence.layout import RECEIPT_SUFFIX
 from qhlab.evidence.publish import (
     fresh_directory,
     publish_bytes,
@@ -36,7 +37,6 @@ from qhlab.evidence.publish import (
     safe_component,
 )
 from qhlab.evidence.receipts import (
-    RECEIPT_SUFFIX,
     FileCopy,
     authentication_roots,
     bind_files,

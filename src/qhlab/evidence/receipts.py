@@ -39,24 +39,22 @@ from qhlab.evidence.errors import (
     QhInputError,
     SchemaMismatchError,
 )
+from qhlab.evidence.layout import MANIFEST, RECEIPT_SUFFIX
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 from qhlab.evidence.records import Receipt, receipt_model
 from qhlab.evidence.tree import logger_leftover, refuse_links
 
-__all__ = [
-    "RECEIPT_SUFFIX", "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
+__all__ = [ "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
     "bind_files", "authentication_roots", "locate_population", "population_roots", "recorded_origin",
     "ORIGIN_FIELD",
 ]
 
-RECEIPT_SUFFIX = ".receipt.json"
 # Where populations are cached unless a config names another cache; ``verify_directory``
 # always searches it for populations bound outside the verified directory.
 DEFAULT_POPULATION_ROOT = "~/.cache/qhlab/populations"
 # A population's manifest (``qhlab.scenes.manifest.MANIFEST``; this layer imports nothing
 # above it). Its digest is the population's identity, so it is looked up first and names a
 # missing population.
-_POPULATION_MANIFEST = "manifest.json"
 # A receipt body's field naming the absolute path of the directory the receipt was written in
 # (``recorded_origin``); ``write_receipt`` refuses any other absolute path there.
 ORIGIN_FIELD = "output"
@@ -138,7 +136,7 @@ def locate_population(recorded: str | os.PathLike, manifest_sha256: str) -> Path
     roots = _ROOTS.get()
     if roots is None:
         return recorded
-    manifest = recorded / _POPULATION_MANIFEST
+    manifest = recorded / MANIFEST
     own = roots.mapped(manifest)
     candidates = [own] if own is not None else [manifest, *_relocations(manifest, roots.populations)]
     for candidate in candidates:
@@ -373,7 +371,7 @@ def _bindings(receipt: Receipt) -> Iterator[tuple[str, str, dict]]:
     missing population is then named as such, before any of its files)."""
     for section in ("inputs", "outputs"):
         bound = getattr(receipt, section)
-        for name in sorted(bound, key=lambda n: (Path(bound[n].path).name != _POPULATION_MANIFEST, n)):
+        for name in sorted(bound, key=lambda n: (Path(bound[n].path).name != MANIFEST, n)):
             yield section, name, bound[name].model_dump()
 
 
@@ -400,7 +398,7 @@ def _at_or_moved(path: Path, section: str, name: str, entry: dict, target: Path,
         for candidate in _relocations(target, roots):
             if _digest_or_none(candidate) == entry["sha256"]:
                 return candidate
-        if target.name == _POPULATION_MANIFEST:
+        if target.name == MANIFEST:
             raise MissingEvidenceError(
                 f"{call}: population {target.parent.name} (manifest sha256 {entry['sha256']}) bound by {path} "
                 f"as {name!r} not found at {target.parent} nor under {', '.join(map(str, roots))}. HINT: pass "

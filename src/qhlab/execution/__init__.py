@@ -1,7 +1,9 @@
-"""Execution: where independent tasks run (a local process pool or a Ray cluster).
+"""Execution: where independent jobs run (this process, a local pool of warm workers, or Ray).
 
-Sits just above ``qhlab.evidence`` so that both ``qhlab.scenes`` (label chunks) and the study
-(cells) use one seam. Imports nothing else of qhlab; ``ray`` is imported only when chosen.
+Sits just above ``qhlab.evidence`` so that population labelling, the study's canaries and
+cells and the preparation tools' fits use one seam: ``executors`` (choosing and opening an
+executor) and ``jobs`` (``JobRunner``, the one job runner, and ``worker_memo``). Imports nothing
+else of qhlab; ``ray`` is imported only when chosen.
 """
 
 from qhlab.execution.executors import (
@@ -14,6 +16,7 @@ from qhlab.execution.executors import (
     open_executor,
     where_am_i,
 )
+from qhlab.execution.jobs import JobRunner, worker_memo
 
 __all__ = ["EXECUTORS", "FIT_WORKER_IMPORTS", "ExecutorChoice", "RayExecutor", "add_executor_arguments",
-           "executor_choice", "open_executor", "where_am_i"]
+           "executor_choice", "open_executor", "where_am_i", "JobRunner", "worker_memo"]

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from qhlab.execution.reaper import start_reaper
 from qhlab.evidence import input_error
+from qhlab.execution.reaper import start_reaper
 
 __all__ = ["EXECUTORS", "FIT_WORKER_IMPORTS", "ExecutorChoice", "RayExecutor", "add_executor_arguments",
            "executor_choice", "open_executor", "where_am_i"]

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, input_error, read_receipt, sha256_file
+from qhlab.evidence.layout import FINAL_STATE, FIT_RECEIPT
 from qhlab.evidence.records import FitReceipt
+from qhlab.finite_horizon.recipe import validate_recipe
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.data import Population
@@ -136,10 +138,8 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.q_learning import QhPopulationDataModule, native_huber_loss
-    from qhlab.finite_horizon.recipe import validate_recipe
     from qhlab.finite_horizon.scorer import scorer_members
     from qhlab.training.execution_profile import execution_profile
-    from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
 
     directory = Path(getattr(fit, "output_directory", fit))
     receipt_path = directory if directory.name == FIT_RECEIPT else directory / FIT_RECEIPT

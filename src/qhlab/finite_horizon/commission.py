@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qhlab.evidence import PublishConflictError, input_error, source_package_digest, write_receipt
+from qhlab.evidence.layout import COMMISSION_RECEIPT, MPS_MEMORY_RECEIPT
 from qhlab.evidence.records import CommissioningRunReceipt
 from qhlab.finite_horizon.data import load_population
+from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
 from qhlab.finite_horizon.diagnostics.milestones import (
     QhCommissioningMilestoneReceipt,
     QhCommissioningMilestonesConfig,
@@ -35,9 +37,7 @@ from qhlab.finite_horizon.diagnostics.milestones import (
     read_commissioning_milestones,
     require_milestones,
 )
-from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
 from qhlab.finite_horizon.diagnostics.mps_memory import (
-    MPS_MEMORY_RECEIPT,
     QhMpsMemoryBudgetCallback,
     QhMpsMemoryObservation,
     read_mps_memory_observation,
@@ -46,9 +46,8 @@ from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.training.execution_profile import execution_profile
 
-__all__ = ["COMMISSION_RECEIPT", "CommissionResult", "commission_recipe"]
+__all__ = [ "CommissionResult", "commission_recipe"]
 
-COMMISSION_RECEIPT = "commission.receipt.json"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ rows of loaded ``Population`` objects.
 Does not own: checking inputs and selecting chain rows (``evaluation_inputs``), running a
 scorer (callers pass predictions), loading populations
 (``qhlab.finite_horizon.data``), confidence intervals and retention margins
-(``qhlab.study.statistics``), or writing receipts.
+(``qhlab.statistics.bootstrap``), or writing receipts.
 
 Inputs may be torch tensors or numpy arrays; every result is numpy (float64) or, for the
 summaries, plain JSON-able Python values. Each public function checks its inputs once, at

@@ -34,6 +34,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
+from qhlab.evidence.layout import EVALUATION_RECEIPT
 from qhlab.evidence.records import EvaluationReceipt
 from qhlab.finite_horizon.arm_source import (
     BUILDER_FORMS,
@@ -57,7 +58,6 @@ from qhlab.training.tensor_state import structure_path
 __all__ = ["FitRequest", "FitResult", "ValidationCurve", "default_logical_run_id", "fit_recipe", "scorer_record",
            "train_rows_record"]
 
-EVALUATION_RECEIPT = "evaluation.receipt.json"
 
 
 @dataclasses.dataclass(frozen=True)

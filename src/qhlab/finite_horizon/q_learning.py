@@ -27,8 +27,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from qhlab.evidence import QhError, QhInputError

@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
-from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
+from qhlab.finite_horizon.budget import MAX_UPDATES
 
 __all__ = [
     "MAX_UPDATES",

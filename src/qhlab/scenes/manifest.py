@@ -1,6 +1,6 @@
 """A population directory's format: its file names, its manifest, and reading them back authenticated.
 
-Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``RECEIPT``, ``MANIFEST_KIND``,
+Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``POPULATION_RECEIPT``, ``MANIFEST_KIND``,
 ``MANIFEST_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
 manifest and file digests. The writer (``population``), the reader (``reader``), the physics audit
 (``audit``) and the card (``describe``) all read the format here, and this module imports none of
@@ -14,15 +14,13 @@ import os
 from pathlib import Path
 
 from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
+from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
 from qhlab.evidence.records import PopulationReceipt
 
-__all__ = ["MANIFEST", "MANIFEST_KIND", "POPULATION_FILES", "MANIFEST_SCHEMA_VERSION", "RECEIPT", "read_manifest"]
+__all__ = [ "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
 
 # The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
 MANIFEST_SCHEMA_VERSION = 1
-POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
-MANIFEST = "manifest.json"
-RECEIPT = "population.receipt.json"
 MANIFEST_KIND = "qhlab.population"
 
 
@@ -43,7 +41,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     """
     path = Path(path)
     manifest_path = path / MANIFEST
-    receipt_path = path / RECEIPT
+    receipt_path = path / POPULATION_RECEIPT
     if not receipt_path.is_file():
         raise MissingEvidenceError(
             f"load_population: {receipt_path} does not exist. HINT: a population directory holds "

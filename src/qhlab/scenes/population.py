@@ -40,6 +40,8 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
+from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
+from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
 from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.execution import ExecutorChoice, RayExecutor, open_executor, where_am_i
 from qhlab.scenes.audit import audit_population
@@ -55,14 +57,7 @@ from qhlab.scenes.candidates import (
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.labels import TreeSearch
-from qhlab.scenes.manifest import (
-    MANIFEST,
-    MANIFEST_KIND,
-    MANIFEST_SCHEMA_VERSION,
-    POPULATION_FILES,
-    RECEIPT,
-    read_manifest,
-)
+from qhlab.scenes.manifest import MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
 
@@ -73,7 +68,6 @@ __all__ = [
     "planned_simulations",
 ]
 
-GENERATION_RECEIPT = "generation.receipt.json"
 # The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
 # mass and friction, the goal and its radius, the initial positions. Not scene_id or
 # scene_index, which derive from the split, seed and draw index.

@@ -1,6 +1,6 @@
 """Step 2, the E0 gate: select the canary row, run the two TRAIN canaries, admit broad fits or not.
 
-Owns: ``admit_canaries``: publishing ``canaries/selection.json`` by the fixed rule, running the
+Owns: ``decide_e0`` (``Study.admit_canaries``): publishing ``canaries/selection.json`` by the fixed rule, running the
 canaries through ``cells.fit_cell``, and the E0 receipt (written whether the gate passed or
 not, with the reason and a failure record per failing canary and horizon). Does not own: the
 rules themselves (``canary``) or the canary fits (``cells``).
@@ -8,52 +8,22 @@ rules themselves (``canary``) or the canary fits (``cells``).
 
 from __future__ import annotations
 
-import os
-
+from qhlab.design.canary import canary_failures, failure_text, select_canary_row
 from qhlab.evidence import EvidenceError, PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
-from qhlab.evidence.records import StudyCellReceipt, StudyE0Receipt
-from qhlab.finite_horizon.benchmark import canonical_chains
-from qhlab.study.authentication import FrozenStudy, opened_study, read_canary_selection
-from qhlab.study.canary import canary_failures, failure_text, select_canary_row
-from qhlab.study.cells import fit_cell
-from qhlab.study.layout import (
+from qhlab.evidence.layout import (
     CANARY_DIR,
     CELL_RECEIPT,
-    E0_RECEIPT,
     DOCUMENT_SCHEMA_VERSION,
+    E0_RECEIPT,
     SELECTION_FILE,
     cell_name,
 )
+from qhlab.evidence.records import StudyCellReceipt, StudyE0Receipt
+from qhlab.finite_horizon.benchmark import canonical_chains
+from qhlab.study.authentication import FrozenStudy, read_canary_selection
+from qhlab.study.cells import fit_cell
 
-__all__ = ["admit_canaries", "decide_e0", "publish_selection"]
-
-
-def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
-    """Gate broad fits using the original labels of one prospectively selected TRAIN row.
-
-    Selects the row by the fixed rule (first TRAIN chain state in canonical order whose best
-    label beats the runner-up by more than ``canary_gap_multiple x tie_band`` at every
-    horizon), runs the two
-    canary fits (baseline, each seed, ``canary_updates``, that TRAIN row only, via
-    ``run_fit(..., canary_role="e0")``) and admits when each recovers the optimal action
-    within ``tie_band`` on the row's original labels. Writes the E0 receipt either way.
-
-    Each canary fits the frozen baseline recipe with ``successor_label_rows = 1``, so every
-    value its H >= 2 targets bootstrap through (Q_1..Q_{H-1} on the row's successors) is fitted
-    to the exact TRAIN labels (recorded in the canary cell receipt, ``canary.successor_training``).
-
-    Args:
-        config_path: the study TOML (its bytes must be the frozen ones).
-        output: the study directory.
-
-    Returns:
-        The E0 receipt body; ``body["passed"]`` says whether broad fits may run. On failure
-        ``body["reason"]`` names, per failing canary and horizon, the chosen candidates and
-        the optimal one with their predicted and true values, and ``body["failures"]`` holds
-        the same as records.
-    """
-    with opened_study(config_path, output, "admit_canaries") as frozen:
-        return decide_e0(frozen)
+__all__ = ["decide_e0", "publish_selection"]
 
 
 def decide_e0(frozen: FrozenStudy) -> dict:

@@ -13,27 +13,40 @@ does once admitted.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import os
 import platform
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from qhlab.design.study_config import (
+    EXECUTION_FIELDS,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
 from qhlab.evidence import (
     EvidenceError,
     OrderError,
-    authentication_roots,
     canonical_json,
     input_error,
     locate_population,
     read_receipt,
-    recorded_origin,
     sha256_bytes,
     sha256_file,
     source_package_digest,
+)
+from qhlab.evidence.layout import (
+    CANARY_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    FIT_RECEIPT,
+    FREEZE_RECEIPT,
+    SELECTION_FILE,
+    STUDY_CALL,
+    cell_name,
+    cell_receipt_path,
 )
 from qhlab.evidence.records import (
     FitReceipt,
@@ -43,22 +56,8 @@ from qhlab.evidence.records import (
     StudyE0Receipt,
     StudyFreezeReceipt,
 )
-from qhlab.study.config import (
-    EXECUTION_FIELDS,
-    QhArchitectureStudyConfig,
-    read_study_config,
-)
+from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.study.family import provide_family
-from qhlab.study.layout import (
-    CANARY_DIR,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-    FREEZE_RECEIPT,
-    SELECTION_FILE,
-    STUDY_CALL,
-    cell_name,
-    cell_receipt_path,
-)
 
 R = TypeVar("R", bound=Receipt)
 
@@ -76,10 +75,8 @@ __all__ = [
     "check_bound",
     "read_canary_selection",
     "read_cell_receipts",
-    "recorded_output",
     "refuse_linked_study",
     "require_step",
-    "opened_study",
     "runtime_versions",
 ]
 
@@ -98,40 +95,6 @@ def runtime_versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
-
-
-@contextlib.contextmanager
-def opened_study(config_path: str | os.PathLike, output: str | os.PathLike, step: str, *,
-                 runs: bool = True) -> Iterator[FrozenStudy]:
-    """Authenticate a study once (``authenticate_freeze``) and work on its own bytes.
-
-    The path-based step functions (``admit_canaries(config_path, output)``, ...) are this plus
-    the step's code on the yielded ``FrozenStudy``; ``qhlab study run`` opens the study once and
-    hands the same ``FrozenStudy`` from step to step. Inside, receipts authenticate the way
-    ``qhlab verify`` does (``authentication_roots``): files of a copied study are checked in the
-    copy, never at the original's paths, and populations that moved are found by digest (below
-    ``--populations`` roots and the cache).
-
-    Args:
-        config_path: the study TOML.
-        output: the study directory.
-        step: the call named in refusals.
-        runs: as for ``authenticate_freeze``.
-    """
-    with authentication_roots(output, original=recorded_output(output)):
-        yield authenticate_freeze(config_path, output, step, runs=runs)
-
-
-def recorded_output(output: str | os.PathLike) -> str | None:
-    """The study directory's absolute path at freeze, the path its receipts name its own files by.
-
-    The freeze receipt records it (``qhlab.evidence.recorded_origin``), read without
-    authentication: it only says where the copy's own files were made; every step authenticates
-    the freeze receipt itself (and a resealed edit of it breaks every receipt that binds it).
-    None when there is no freeze yet.
-    """
-    origin = recorded_origin(output)
-    return None if origin is None else str(origin)
 
 
 # How deep below a study directory its steps write directories of their own (``cells/<cell>/
@@ -277,7 +240,6 @@ class FrozenStudy:
         """The recipe of one cell, refused unless its digest is the one the freeze binds."""
         # Lazy: keeps importing this module free of torch.
         recipe = self.config.cell_recipe(arm, seed, updates, sources=self.sources)
-        from qhlab.finite_horizon.recipe import recipe_digest
 
         frozen = self.body.recipes[arm][str(seed)][str(updates)]
         if recipe_digest(recipe) != frozen:
@@ -367,9 +329,7 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     """
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import train_rows_record
-    from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.profiles import execution_profile
-    from qhlab.training.segments import FIT_RECEIPT
 
     document = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=verify_files)
     body = document.body

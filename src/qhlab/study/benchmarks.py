@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from qhlab.evidence import PublishConflictError, input_error, read_receipt, write_receipt
+from qhlab.evidence.layout import (
+    CELLS_DIR,
+    benchmark_receipt_path,
+    cell_name,
+)
 from qhlab.evidence.records import StudyBenchmarkReceipt
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.study.authentication import (
     FrozenStudy,
     authenticate_development,
     read_cell_receipts,
-)
-from qhlab.study.layout import (
-    CELLS_DIR,
-    benchmark_receipt_path,
-    cell_name,
 )
 
 __all__ = ["benchmark_cells"]

@@ -1,6 +1,6 @@
 """Step 4, fits: run one charged cell (a broad fit or an E0 canary) once, to its final budget.
 
-Owns: ``fit_cell`` (``run_fit``: the seed's path-based call; validation of the requested cell, its writer lock, adopting
+Owns: ``fit_cell`` (``Study.run_fit``: validation of the requested cell, its writer lock, adopting
 a finished but unrecorded attempt once it authenticates as this cell's fit, a new attempt
 after a crash) and the cell receipt that
 binds a fit's final state, its evaluation on the sealed validation (broad cells) or its
@@ -11,12 +11,12 @@ recovery on the canary row (canaries). Does not own: the optimizer loop
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qhlab.design.canary import canary_recipe, canary_recovery
 from qhlab.evidence import (
     EvidenceError,
     OrderError,
@@ -27,27 +27,29 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
-from qhlab.execution import where_am_i
-from qhlab.finite_horizon.benchmark import load_final_module
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_attempt,
-    authenticate_development,
-    opened_study,
-    read_canary_selection,
-)
-from qhlab.study.canary import canary_recipe, canary_recovery
-from qhlab.study.layout import (
+from qhlab.evidence.layout import (
     CANARY_DIR,
     CANARY_ROLES,
     CELL_RECEIPT,
     CELLS_DIR,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
+    EVALUATION_RECEIPT,
+    FINAL_STATE,
+    FIT_RECEIPT,
     SELECTION_FILE,
     cell_lock_path,
     cell_name,
+)
+from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
+from qhlab.execution import where_am_i
+from qhlab.finite_horizon.benchmark import load_final_module
+from qhlab.finite_horizon.recipe import recipe_digest
+from qhlab.study.authentication import (
+    FrozenStudy,
+    authenticate_attempt,
+    authenticate_development,
+    read_canary_selection,
 )
 from qhlab.training.wandb_attempt import drop_wandb_links
 
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.fit import FitResult
     from qhlab.finite_horizon.recipe import QhRecipe
 
-__all__ = ["adoptable_attempt", "fit_cell", "run_fit"]
+__all__ = ["adoptable_attempt", "fit_cell"]
 
 
 def _attempt_directories(cell_dir: Path) -> list[Path]:
@@ -70,39 +72,15 @@ def _attempt_directories(cell_dir: Path) -> list[Path]:
     return sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
-            canary_role: str | None = None) -> dict:
-    """Fit one charged cell using canonical diagnostic admission and receipts.
-
-    A broad cell (``canary_role=None``) runs the frozen recipe of ``variant`` with ``seed`` to
-    ``broad_updates`` on TRAIN and is evaluated on the sealed validation population; a canary
-    (``canary_role="e0"``, baseline only) runs ``canary_updates`` on the selected TRAIN row only
-    and is scored on that row's original labels. A finished cell (its cell receipt exists) is
-    never rerun; a crashed attempt (no final receipt) is kept and a new attempt is recorded.
-    The fit draws Lightning's progress bar (``fit_cell`` can hide it).
-
-    Args:
-        config_path: the study TOML (its bytes must be the frozen ones).
-        output: the study directory.
-        variant: a declared arm (the baseline for a canary).
-        seed: a declared seed.
-        canary_role: None for a broad cell, or ``"e0"`` for a canary of the E0 gate.
-
-    Returns:
-        The cell receipt body.
-    """
-    step = "run_fit" if canary_role is None else "run_fit(canary)"
-    with opened_study(config_path, output, step) as frozen:
-        return fit_cell(frozen, variant=variant, seed=seed, canary_role=canary_role)
-
-
 def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str | None = None,
              progress: bool = True, execution: dict | None = None) -> dict:
     """``run_fit`` on an authenticated study, with the fit's progress bar on or off.
 
     Args:
         frozen: the authenticated study (its development record is authenticated once on it).
-        variant, seed, canary_role: as for ``run_fit``.
+        variant: a declared arm (the baseline for a canary).
+        seed: a declared seed.
+        canary_role: None for a broad cell, or ``"e0"`` for a canary of the E0 gate.
         progress: draw Lightning's progress bar inside the fit (off in the worker processes
             of ``qhlab study run``, whose own bar counts cells). Display only: the fit, its
             files and its numbers are the same either way.
@@ -195,9 +173,6 @@ def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
     """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
     whose cell receipt was never written: adopted rather than rerun, since a finished fit is
     never rerun. ``_cell_body_common`` authenticates it as the fit of this cell."""
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
-    from qhlab.training.segments import FIT_RECEIPT
 
     for attempt in _attempt_directories(cell_dir):
         if (attempt / FIT_RECEIPT).is_file() and (not evaluate or (attempt / EVALUATION_RECEIPT).is_file()):
@@ -211,8 +186,6 @@ def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, r
     """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
     (trained on ``train_rows``, None: all of TRAIN)."""
     # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import recipe_digest
-    from qhlab.training.segments import FINAL_STATE, FIT_RECEIPT
     from qhlab.training.tensor_state import structure_path
 
     fit = authenticate_attempt(frozen, attempt, cell=cell, recipe=recipe, step=step, train_rows=train_rows).body
@@ -253,8 +226,6 @@ def _local_execution() -> dict:
 def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, variant: str, seed: int, cell: str,
                     cell_dir: Path, *, progress: bool, execution: dict | None) -> dict:
     """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
-    # Lazy: keeps importing this module free of Lightning and pyarrow.
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
 
     config = frozen.config
     recipe = frozen.recipe(variant, seed, config.broad_updates)
@@ -281,8 +252,6 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
         if adopted:
             # Finished before a crash of whoever ran it (a local process or a Ray driver): the
             # fit receipt says where it ran; this process only adopts it.
-            # Lazy: keeps importing this module free of torch.
-            from qhlab.training.segments import FIT_RECEIPT
 
             fit_ran = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body.execution
             execution.update(executor=fit_ran.get("executor", "local"), attempt=attempt.name,
@@ -316,7 +285,6 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
 
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.predict import predict_q
-    from qhlab.training.segments import FINAL_STATE
 
     config = frozen.config
     selection = read_canary_selection(frozen)["selected"]

@@ -1,6 +1,6 @@
 """Step 3, development: open and seal the validation population after the E0 gate has passed.
 
-Owns: ``prepare_development``: authenticating validation (TRAIN's horizon, features and K; no
+Owns: ``seal_development`` (``Study.prepare_development``): authenticating validation (TRAIN's horizon, features and K; no
 scene physically equal to a TRAIN scene), the TRAIN-only constant predictor and its validation metrics, the heuristic
 references, and the development receipt binding the validation files. Does not own: the
 evaluation arithmetic or the references' policies (``qhlab.finite_horizon.evaluation``).
@@ -8,10 +8,14 @@ evaluation arithmetic or the references' policies (``qhlab.finite_horizon.evalua
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
+from qhlab.evidence.layout import (
+    CANARY_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+)
 from qhlab.evidence.records import StudyDevelopmentReceipt
 from qhlab.finite_horizon.evaluation import (
     constant_predictions,
@@ -21,12 +25,7 @@ from qhlab.finite_horizon.evaluation import (
 )
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.seals import mark_sealed
-from qhlab.study.authentication import FrozenStudy, authenticate_e0, opened_study
-from qhlab.study.layout import (
-    CANARY_DIR,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-)
+from qhlab.study.authentication import FrozenStudy, authenticate_e0
 from qhlab.study.populations import (
     labelling_record,
     population_files,
@@ -35,28 +34,7 @@ from qhlab.study.populations import (
 )
 from qhlab.study.preparation import refuse_tuned_scenes
 
-__all__ = ["prepare_development", "seal_development"]
-
-
-def prepare_development(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
-    """Seal exposed validation and TRAIN-only constant after the E0 gate passes.
-
-    Resolves (generates or reuses) and authenticates the validation population, checks that it
-    matches TRAIN's horizon, candidates and features and holds no scene physically equal to a
-    TRAIN scene (same pucks, goal and initial positions, whatever the ids), computes
-    the TRAIN-only constant predictor and its validation metrics, the heuristic references
-    (TRAIN-chosen best fixed index, straight strike, myopic oracle; body ``references``), and
-    writes the development receipt binding the validation files.
-
-    Args:
-        config_path: the study TOML (its bytes must be the frozen ones).
-        output: the study directory.
-
-    Returns:
-        The development receipt body.
-    """
-    with opened_study(config_path, output, "prepare_development") as frozen:
-        return seal_development(frozen)
+__all__ = ["seal_development"]
 
 
 def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:

@@ -1,6 +1,6 @@
 """Step 1, freeze: bind TRAIN, source, package versions, arms and every threshold before any fit.
 
-Owns: ``freeze`` (``freeze_study``: the seed's path-based call), the rule that arms differ only in
+Owns: ``freeze`` (``Study.freeze``), the rule that arms differ only in
 architecture, and the one-line description of each frozen arm (``describe_family``). The
 family's sources and contracts are checked by ``family``. Does not own: the
 config (``config``), resolving populations (``populations``) or authenticating the freeze
@@ -15,6 +15,11 @@ import secrets
 import shutil
 from pathlib import Path
 
+from qhlab.design.study_config import (
+    EXECUTION_FIELDS,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
 from qhlab.evidence import (
     PublishConflictError,
     QhInputError,
@@ -27,18 +32,14 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
+from qhlab.evidence.layout import FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, STUDY_CONFIG_COPY, cell_name
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.evidence.records import StudyFreezeReceipt
 from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
-from qhlab.study.config import (
-    EXECUTION_FIELDS,
-    QhArchitectureStudyConfig,
-    read_study_config,
-)
 from qhlab.study.family import freeze_family
-from qhlab.study.layout import CONFIG_COPY, FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, cell_name
 from qhlab.study.populations import (
     labelling_record,
     population_files,
@@ -47,31 +48,7 @@ from qhlab.study.populations import (
 )
 from qhlab.study.preparation import PREPARATION_DIR, check_preparation, copy_preparation
 
-__all__ = ["describe_family", "freeze", "freeze_study"]
-
-
-def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
-    """Bind TRAIN support, source and controls without constructing held-out data.
-
-    Validates the config completely, resolves the TRAIN population (generated or reused from
-    the cache when named by preset) and digests its files, records TRAIN support, the
-    canonical first TRAIN chain, the arms with their resolved architectures and recipe
-    digests, both seeds, budgets, thresholds, the source-package digest and the exact versions
-    of Python and the study's packages (``runtime_versions``). The validation
-    population is only declared: it is neither generated nor opened here.
-
-    Args:
-        config_path: the study TOML.
-        output: the study directory (must not exist, or be empty).
-
-    Returns:
-        The freeze receipt body (dict).
-
-    Raises:
-        QhInputError: bad config or TRAIN data (nothing written).
-        PublishConflictError: the study is already frozen at ``output``.
-    """
-    return freeze(config_path, output).receipt.body_record()
+__all__ = ["describe_family", "freeze"]
 
 
 def describe_family(frozen: FrozenStudy) -> list[str]:
@@ -89,7 +66,8 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
     """``freeze_study``, returning the study it froze for the next step.
 
     Args:
-        config_path, output: as for ``freeze_study``.
+        config_path: the study TOML.
+        output: the study directory (must not exist, or be empty).
         executor: where a preset TRAIN is labelled (an ``ExecutorChoice``; None: the config's).
             Not part of the freeze: TRAIN's bytes do not depend on it.
 
@@ -132,8 +110,8 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
     leftovers = sorted(p.name for p in output.iterdir()
                        if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
     # ...and perhaps the family copies it was making, which the freeze makes again.
-    resumable = bool(leftovers) and set(leftovers) <= {CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR} and (
-        CONFIG_COPY not in leftovers or (output / CONFIG_COPY).read_bytes() == data)
+    resumable = bool(leftovers) and set(leftovers) <= {STUDY_CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR} and (
+        STUDY_CONFIG_COPY not in leftovers or (output / STUDY_CONFIG_COPY).read_bytes() == data)
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
         raise input_error("freeze_study", "output", str(output), "a new or empty directory",
                           "each study publishes into its own directory")
@@ -145,7 +123,6 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
-    from qhlab.finite_horizon.recipe import recipe_digest
 
     _refuse_occupied(output, data)  # again, now that no other freeze can run here
     preparation, prepared_from = check_preparation(config)
@@ -189,7 +166,7 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
         # a fit of one is never adopted by the other (fit receipts carry it, adoption compares).
         "study_id": secrets.token_hex(16),
         # Where the study was made: receipts name its own files by this absolute path, so a copy
-        # elsewhere maps them to its own bytes (``authentication.recorded_output``).
+        # elsewhere maps them to its own bytes (``qhlab.evidence.recorded_origin``).
         "output": os.path.abspath(output),
         # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
         "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
@@ -226,13 +203,13 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     # How the study was prepared: the tuning and pilot records, copied in and bound (None: unrecorded).
     body["preparation"] = preparation
     prepared = copy_preparation(prepared_from, output)
-    if not (output / CONFIG_COPY).exists():
-        publish_bytes(output / CONFIG_COPY, data)
+    if not (output / STUDY_CONFIG_COPY).exists():
+        publish_bytes(output / STUDY_CONFIG_COPY, data)
     inputs = {f"train/{k}": v for k, v in population_files(train_path).items()}
     # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
     body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
     inputs.update({f"train/{k}": v for k, v in generation.items()})
-    outputs = {"config": output / CONFIG_COPY, **prepared}
+    outputs = {"config": output / STUDY_CONFIG_COPY, **prepared}
     if config.experiment.recipe_file is not None:
         inputs["recipe_file"] = Path(config.experiment.recipe_file)
     outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel

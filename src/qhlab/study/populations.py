@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.design.study_config import PopulationSource
 from qhlab.evidence import read_receipt
+from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
 from qhlab.evidence.records import PopulationGenerationReceipt
 from qhlab.scenes import cached_population
-from qhlab.scenes.manifest import MANIFEST, POPULATION_FILES
-from qhlab.study.config import PopulationSource
 from qhlab.study.terminal import GenerationProgress
 
 __all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]
@@ -68,8 +68,6 @@ def labelling_record(path: Path, executor: Any) -> tuple[dict, dict[str, Path]]:
         body or None}``, ``{"generation_receipt": path}`` to bind when the population has one;
         a population written before generation receipts existed has none).
     """
-    # Lazy: keeps importing this module free of pyarrow.
-    from qhlab.scenes.population import GENERATION_RECEIPT
 
     receipt = path / GENERATION_RECEIPT
     if not receipt.is_file():

@@ -9,26 +9,25 @@ share or one that gated the study's own TRAIN seed), ``copy_preparation`` (the r
 freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene may
 be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
 variance the report's intervals carry) and the report's section. Does not own: the records
-themselves (``qhlab.study.tuning.record``, ``qhlab.study.pilot.record``,
-``qhlab.study.e0_check.record``) or the freeze (``freeze``).
+themselves (``qhlab.design.tuning_record``, ``qhlab.design.pilot_record``,
+``qhlab.design.e0_record``) or the freeze (``freeze``).
 """
 
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 from typing import Any
 
+from qhlab.design import e0_record as e0_record
+from qhlab.design import pilot_record as pilot_record
+from qhlab.design import tuning_record as tuning_record
+from qhlab.design.e0_config import e0_design
+from qhlab.design.pilot_config import study_design
+from qhlab.design.study_config import QhArchitectureStudyConfig
+from qhlab.design.tuning_record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 from qhlab.evidence import PublishConflictError, input_error, publish_bytes, sha256_file
-from qhlab.study.config import QhArchitectureStudyConfig
-from qhlab.study.e0_check import record as e0_record
-from qhlab.study.e0_check.config import e0_design
-from qhlab.study.pilot import record as pilot_record
-from qhlab.study.pilot.config import study_design
 from qhlab.study.render import fmt, table
-from qhlab.study.tuning import record as tuning_record
-from qhlab.study.tuning.record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 
 __all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
 

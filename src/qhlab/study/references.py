@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.design.study_config import BootstrapConfig
 from qhlab.evidence import EvidenceError, input_error
-from qhlab.study.config import BootstrapConfig
 
 __all__ = ["ORACLE_MARK", "REFERENCE_NAMES", "reference_comparisons"]
 

@@ -38,6 +38,8 @@ from qhlab.evidence import (
     safe_component,
     sha256_bytes,
 )
+from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, EVALUATION_RECEIPT, cell_name
+from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
 from qhlab.evidence.records import (
     ColdInitializationReceipt,
     EvaluationReceipt,
@@ -46,13 +48,11 @@ from qhlab.evidence.records import (
     SegmentCheckpointReceipt,
     WandbAttemptReceipt,
 )
-from qhlab.execution import ExecutorChoice, open_executor, where_am_i
-from qhlab.finite_horizon.fit import EVALUATION_RECEIPT, default_logical_run_id
-from qhlab.scenes.manifest import RECEIPT
+from qhlab.execution import JobRunner, where_am_i
+from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.study.authentication import FrozenStudy, authenticate_attempt
 from qhlab.study.cells import adoptable_attempt, fit_cell
 from qhlab.study.family import family_bytes
-from qhlab.study.layout import CELL_RECEIPT, CELLS_DIR, cell_name
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import TryLedger, fit_on_worker
 from qhlab.training.profiles import execution_profile
@@ -209,7 +209,7 @@ def _population_bytes(path: Path) -> dict[str, bytes]:
     return {name: file.read_bytes() for name, file in files.items()}
 
 
-def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice: ExecutorChoice, *,
+def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner: JobRunner, *,
                      validation: Path, validation_digest: str, verbose: bool, on_result: Callable[[dict], None],
                      on_error: Callable[[str, int, Exception], None]) -> list[Exception]:
     """Run the pending broad cells as Ray tasks; publish each returned attempt and its cell receipt.
@@ -220,7 +220,7 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
     Args:
         frozen: the authenticated freeze.
         pending: the (arm, seed) cells without a cell receipt.
-        choice: the Ray executor (address or a Ray started here).
+        runner: the study run's job runner (a Ray runner: its cluster is connected once).
         validation: the sealed validation population (the development receipt's path).
         validation_digest: its manifest digest (the development receipt's).
         verbose: let Ray and the workers print (``--verbose``).
@@ -242,8 +242,8 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
         body = fit_cell(frozen, variant=arm, seed=seed, progress=False, execution=execution)
         on_result(body)
 
-    with contextlib.ExitStack() as held, open_executor(choice, config.workers, call="qhlab study run",
-                                                       verbose=verbose) as pool:
+    pool = runner.ray()
+    with contextlib.ExitStack() as held:
         held.callback(lambda: [stack.close() for stack in locks.values()])
         check_cells_feasible(config)
         # On the driver's node: the ledger outlives any worker node that dies.
@@ -297,7 +297,7 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], choice
                                             output / CELLS_DIR / cell, returned,
                                             {"train": frozen.train_path, "validation": validation},
                                             validation_digest)
-                execution = {**choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
+                execution = {**runner.choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
                              "tries": tries, "driver": {k: where_am_i()[k] for k in ("hostname", "pid")}}
                 _record(arm, seed, execution)
             except Exception as exc:  # noqa: BLE001 - reported after every other cell finished

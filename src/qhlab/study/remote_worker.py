@@ -25,6 +25,7 @@ from typing import Any
 
 from qhlab.evidence import sha256_bytes
 from qhlab.execution import where_am_i
+from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.study.family import provide_shipped
 from qhlab.training.console import configure_console
 
@@ -128,7 +129,6 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
 
         # Lazy: keeps importing this module free of torch.
         from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-        from qhlab.finite_horizon.recipe import QhRecipe
 
         configure_console(job["verbose"])
         local = {}

@@ -3,11 +3,11 @@
 Owns: assembling ``report.md`` from the report's sections (the title, the lead section's
 headline, every other section in order, the figures line), the cell formats every section's
 markdown uses (``fmt``, ``ci``, ``table``), the figures (``arms.png``, ``paired_differences.png``,
-``learning_curves.png``, and a tuned study's two from ``qhlab.study.tuning.figures``; matplotlib
+``learning_curves.png``, and a tuned study's two from ``qhlab.study.tuning_figures``; matplotlib
 Agg, no timestamp metadata) and writing all report files into a directory
 (``write_report_files``). Computes nothing new: every number comes from the report dict.
 Does not own: the sections and their markdown (``report.SECTIONS``), publishing the directory
-or its receipt (``report.report_study``).
+or its receipt (``report.write_report``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qhlab.evidence import publish_bytes, publish_file, publish_json
-from qhlab.study.layout import REPORT_JSON, REPORT_MARKDOWN
-from qhlab.study.tuning.figures import tuning_figures
+from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN
+from qhlab.study.tuning_figures import tuning_figures
 
 if TYPE_CHECKING:
     from qhlab.study.sections import Section

@@ -1,6 +1,6 @@
 """Step 6, the report: compare every charged final cell, once, and publish report/ whole.
 
-Owns: ``report_study`` (authenticate every cell receipt against this freeze and development,
+Owns: ``write_report`` (``Study.report``: authenticate every cell receipt against this freeze and development,
 collect the benchmarks when all exist, publish ``report/`` through
 ``qhlab.evidence.publish_directory`` with its receipt inside); the report's sections: a
 ``Section`` is one statistic of the report and owns its computation (``build``: its fields of
@@ -13,65 +13,47 @@ files (``render``) or the W&B run (``report_run``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qhlab.evidence import (EvidenceError, PublishConflictError, exclusive_lock, publish_directory, read_receipt,
-                            write_receipt)
-from qhlab.evidence.records import StudyBenchmarkReceipt, StudyReportReceipt
-from qhlab.study import preparation, seed_aware
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_cells,
-    authenticate_development,
-    opened_study,
+from qhlab.design.study_config import QhArchitectureStudyConfig
+from qhlab.evidence import (
+    EvidenceError,
+    PublishConflictError,
+    exclusive_lock,
+    publish_directory,
+    read_receipt,
+    write_receipt,
 )
-from qhlab.study.config import QhArchitectureStudyConfig
-from qhlab.study.layout import (
+from qhlab.evidence.layout import (
     DEVELOPMENT_RECEIPT,
+    DOCUMENT_SCHEMA_VERSION,
     REPORT_DIR,
     REPORT_LOCK,
     REPORT_RECEIPT,
-    DOCUMENT_SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_name,
 )
-from qhlab.study.references import reference_comparisons
-from qhlab.study.render import ci, fmt, table, write_report_files
-from qhlab.study.sections import ReportInputs, Section, Tables
-from qhlab.study.statistics import (
+from qhlab.evidence.records import StudyBenchmarkReceipt, StudyReportReceipt
+from qhlab.statistics.bootstrap import (
     MIN_SCENES_FOR_ROBUST,
     pooled_seed_values,
     retention_margins,
     seed_disagreement,
 )
+from qhlab.study import preparation, seed_aware
+from qhlab.study.authentication import (
+    FrozenStudy,
+    authenticate_cells,
+    authenticate_development,
+)
+from qhlab.study.references import reference_comparisons
+from qhlab.study.render import ci, fmt, table, write_report_files
+from qhlab.study.sections import ReportInputs, Section, Tables
 
-__all__ = ["SECTIONS", "build_report", "report_study", "write_report"]
-
-def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
-    """Compare all ten charged final cells; never select an intermediate checkpoint.
-
-    Requires every declared cell's final receipt (authenticated, chained to this freeze and
-    development). Publishes ``report/`` whole: ``report.json``, ``report.md``, the PNG figures
-    and ``report.receipt.json`` binding every cell receipt (and every benchmark receipt when
-    all cells have one). A crash leaves no partial ``report/``.
-
-    Args:
-        config_path: the study TOML (its bytes must be the frozen ones).
-        output: the study directory.
-
-    Returns:
-        The report (the content of ``report.json``).
-
-    Raises:
-        PublishConflictError: the report exists, or ``report/`` holds anything.
-    """
-    with opened_study(config_path, output, "report_study") as frozen:
-        return write_report(frozen)
-
+__all__ = ["SECTIONS", "build_report", "write_report"]
 
 def write_report(frozen: FrozenStudy) -> dict:
     """``report_study`` on an authenticated study (its development record authenticated once on it).

@@ -19,14 +19,20 @@ import secrets
 import time
 from pathlib import Path
 
-from qhlab.evidence import EvidenceError, authentication_roots, canonical_json, read_receipt, sha256_file
+from qhlab.evidence import (
+    EvidenceError,
+    authentication_roots,
+    canonical_json,
+    read_receipt,
+    recorded_origin,
+    sha256_file,
+)
+from qhlab.evidence.layout import REPORT_DIR, REPORT_RECEIPT
 from qhlab.evidence.records import StudyReportReceipt
-from qhlab.study.authentication import recorded_output
-from qhlab.study.layout import REPORT_DIR, REPORT_RECEIPT
 from qhlab.study.render import FIGURES
-from qhlab.study.tuning.figures import TUNING_FIGURES
 from qhlab.study.report import SECTIONS
 from qhlab.study.sections import Tables
+from qhlab.study.tuning_figures import TUNING_FIGURES
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
@@ -68,7 +74,7 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
 
     output = Path(output)
     report_dir = output / REPORT_DIR
-    with authentication_roots(output, original=recorded_output(output)):  # the study's own bytes
+    with authentication_roots(output, original=recorded_origin(output)):  # the study's own bytes
         receipt = read_receipt(report_dir / REPORT_RECEIPT, StudyReportReceipt)
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     if canonical_json(report["summary"]) != canonical_json(receipt.body.summary):

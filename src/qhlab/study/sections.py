@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.evidence import EvidenceError
-from qhlab.study.config import QhArchitectureStudyConfig
 
 __all__ = ["ReportInputs", "Section", "Tables"]
 

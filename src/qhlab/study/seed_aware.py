@@ -3,7 +3,7 @@
 Owns one section of the report (registered in ``report.SECTIONS`` as "seed_aware"): its
 computation from the per-scene arrays (``build``), its markdown (``markdown``) and its W&B
 tables (``tables``). It is built after the per-seed ``paired`` and ``retention`` sections, which
-it reads and extends. Does not own: the arithmetic (``qhlab.study.replication``), the per-seed scene bootstrap and retention margins (``statistics``) or the
+it reads and extends. Does not own: the arithmetic (``qhlab.statistics.replication``), the per-seed scene bootstrap and retention margins (``statistics``) or the
 section mechanism (``report``).
 
 What it adds to ``report.json``:
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qhlab.study.preparation import frozen_pilot
-from qhlab.study.render import ci, fmt, table
-from qhlab.study.replication import (
+from qhlab.statistics.replication import (
     pooled_difference,
     replication_label,
     retention_replication,
     study_verdict,
 )
+from qhlab.study.preparation import frozen_pilot
+from qhlab.study.render import ci, fmt, table
 
 if TYPE_CHECKING:
     from qhlab.study.sections import ReportInputs, Tables

@@ -35,7 +35,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from qhlab.evidence import RECEIPT_SUFFIX, EvidenceError, authentication_roots, input_error, read_receipt
+from qhlab.design.study_config import read_study_config
+from qhlab.evidence import (
+    RECEIPT_SUFFIX,
+    EvidenceError,
+    authentication_roots,
+    input_error,
+    read_receipt,
+    recorded_origin,
+)
+from qhlab.evidence.layout import (
+    CANARY_DIR,
+    CANARY_ROLES,
+    CELL_RECEIPT,
+    CELLS_DIR,
+    DEVELOPMENT_RECEIPT,
+    E0_RECEIPT,
+    FIT_RECEIPT,
+    FREEZE_RECEIPT,
+    REPORT_DIR,
+    REPORT_RECEIPT,
+    STUDY_CONFIG_COPY,
+    benchmark_receipt_path,
+    cell_lock_path,
+    cell_name,
+)
 from qhlab.evidence.records import (
     FitReceipt,
     Receipt,
@@ -47,25 +71,7 @@ from qhlab.evidence.records import (
     StudyFreezeReceipt,
     StudyReportReceipt,
 )
-from qhlab.study.authentication import recorded_output
-from qhlab.study.config import read_study_config
 from qhlab.study.family import source_changes
-from qhlab.study.layout import (
-    CANARY_DIR,
-    CANARY_ROLES,
-    CELL_RECEIPT,
-    CELLS_DIR,
-    CONFIG_COPY,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-    FREEZE_RECEIPT,
-    REPORT_DIR,
-    REPORT_RECEIPT,
-    benchmark_receipt_path,
-    cell_lock_path,
-    cell_name,
-)
-from qhlab.training.segments import FIT_RECEIPT
 from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["STATES", "study_status", "status_lines"]
@@ -112,7 +118,7 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
     """
-    with authentication_roots(output, populations, original=recorded_output(output)):
+    with authentication_roots(output, populations, original=recorded_origin(output)):
         return _status(Path(output))
 
 
@@ -121,7 +127,7 @@ def _status(output: Path) -> dict:
     if not (output / FREEZE_RECEIPT).is_file():
         raise input_error(_CALL, "DIR", str(output), f"a study output directory (it holds {FREEZE_RECEIPT})",
                           "pass the --output directory of `qhlab study freeze` or `qhlab study run`")
-    config, _, _ = read_study_config(output / CONFIG_COPY)
+    config, _, _ = read_study_config(output / STUDY_CONFIG_COPY)
     freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
     sources = {} if frozen is None else source_changes(frozen.body)

@@ -20,9 +20,10 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["FIT_LOG", "configure_console", "console_verbose", "fit_log"]
+from qhlab.evidence.layout import FIT_LOG
 
-FIT_LOG = "fit.log"
+__all__ = [ "configure_console", "console_verbose", "fit_log"]
+
 """Lightning's log lines of one fit, in the fit's directory (bound by no receipt)."""
 
 _LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")

@@ -39,6 +39,7 @@ from qhlab.evidence import (
     to_jsonable,
     write_receipt,
 )
+from qhlab.evidence.layout import COLD_INIT_RECEIPT, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT, WANDB_RECEIPT
 from qhlab.evidence.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.execution import where_am_i
 from qhlab.training.callbacks import (
@@ -54,14 +55,8 @@ from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.lineage import copy_cold_initialization, lineage_record, verified_cold_initialization_lineage
 from qhlab.training.optimizer_state import capture_training_state, module_state_tensors, observed_optimizer_updates
 from qhlab.training.profiles import execution_profile
-from qhlab.training.segments import (
-    CONTINUATION_FILE,
-    FINAL_STATE,
-    FIT_RECEIPT,
-    WANDB_RECEIPT,
-    ResumeState,
-)
-from qhlab.training.tensor_state import COLD_INIT_RECEIPT, save_tensor_state, structure_path, write_cold_initialization
+from qhlab.training.segments import ResumeState
+from qhlab.training.tensor_state import save_tensor_state, structure_path, write_cold_initialization
 from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
 
 __all__ = [
@@ -144,8 +139,8 @@ def wandb_logger(
     a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
     names another group (e.g. the study, so its cells group together in the W&B UI).
     """
-    from lightning.pytorch.loggers import WandbLogger
     import wandb
+    from lightning.pytorch.loggers import WandbLogger
 
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")

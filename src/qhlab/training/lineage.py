@@ -28,11 +28,9 @@ from qhlab.evidence import (
     read_receipt,
     sha256_file,
 )
+from qhlab.evidence.layout import COLD_INIT_RECEIPT, COLD_INIT_STATE, COLD_INIT_STRUCTURE
 from qhlab.evidence.records import ColdInitializationReceipt
 from qhlab.training.tensor_state import (
-    COLD_INIT_RECEIPT,
-    COLD_INIT_STATE,
-    COLD_INIT_STRUCTURE,
     load_tensor_state,
     normalize_seed,
     normalize_source_package_digest,

@@ -18,15 +18,12 @@ import re
 from pathlib import Path
 
 from qhlab.evidence import EvidenceError, MissingEvidenceError, QhInputError, input_error, read_receipt
+from qhlab.evidence.layout import COLD_INIT_STATE, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT
 from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.training.lineage import lineage_record, verified_cold_initialization_lineage
-from qhlab.training.tensor_state import COLD_INIT_STATE, load_tensor_state
+from qhlab.training.tensor_state import load_tensor_state
 
 __all__ = [
-    "CONTINUATION_FILE",
-    "FINAL_STATE",
-    "FIT_RECEIPT",
-    "WANDB_RECEIPT",
     "ResumeState",
     "checkpoint_state_path",
     "continuation_of",
@@ -36,12 +33,8 @@ __all__ = [
     "resume_segment_directory",
 ]
 
-FINAL_STATE = "final_state.safetensors"
-FIT_RECEIPT = "fit.receipt.json"
-WANDB_RECEIPT = "wandb_attempt.receipt.json"
 # Published first in a segment that continues another (write-once, bound by its fit receipt):
 # which segment and checkpoint it continues. A segment is continued at most once.
-CONTINUATION_FILE = "continuation.json"
 _CHECKPOINT_RE = re.compile(r"^segment_checkpoint_u(\d{8})\.receipt\.json$")
 
 

@@ -41,12 +41,10 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
+from qhlab.evidence.layout import COLD_INIT_RECEIPT, COLD_INIT_STATE, COLD_INIT_STRUCTURE
 from qhlab.evidence.records import ColdInitializationReceipt
 
 __all__ = [
-    "COLD_INIT_RECEIPT",
-    "COLD_INIT_STATE",
-    "COLD_INIT_STRUCTURE",
     "STRUCTURE_SCHEMA_VERSION",
     "load_tensor_state",
     "normalize_seed",
@@ -57,9 +55,6 @@ __all__ = [
 ]
 
 STRUCTURE_SCHEMA_VERSION = 1
-COLD_INIT_STATE = "cold_init.safetensors"
-COLD_INIT_STRUCTURE = "cold_init.json"
-COLD_INIT_RECEIPT = "cold_init.receipt.json"
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STRUCTURE_KEYS = frozenset({"schema_version", "format", "state_file", "state_sha256", "tensors", "structure"})

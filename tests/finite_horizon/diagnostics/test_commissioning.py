@@ -20,7 +20,15 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 
-from qhlab.evidence import EvidenceError, MissingEvidenceError, PublishConflictError, QhError, QhInputError, verify_directory
+from qhlab.evidence import (
+    EvidenceError,
+    MissingEvidenceError,
+    PublishConflictError,
+    QhError,
+    QhInputError,
+    verify_directory,
+)
+from qhlab.evidence.layout import MPS_MEMORY_RECEIPT
 from qhlab.evidence.records import CommissioningRunReceipt, FitReceipt
 from qhlab.finite_horizon.diagnostics import commissioning as cm
 from qhlab.finite_horizon.diagnostics.commissioning import (
@@ -32,7 +40,7 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
     read_commissioning_milestones,
     read_mps_memory_observation,
 )
-from qhlab.finite_horizon.diagnostics.mps_memory import MPS_MEMORY_RECEIPT, allow_injected_sampler_evidence
+from qhlab.finite_horizon.diagnostics.mps_memory import allow_injected_sampler_evidence
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.training.optimizer_state import observed_optimizer_updates

@@ -39,10 +39,10 @@ from qhlab.evidence import (
     require_int,
     write_receipt,
 )
+from qhlab.evidence.layout import MPS_MEMORY_RECEIPT
 from qhlab.evidence.records import MpsMemoryReceipt
 
 __all__ = [
-    "MPS_MEMORY_RECEIPT",
     "QhMpsMemoryBudgetCallback",
     "QhMpsMemoryObservation",
     "allow_injected_sampler_evidence",
@@ -50,7 +50,6 @@ __all__ = [
     "read_mps_memory_observation",
 ]
 
-MPS_MEMORY_RECEIPT = "mps_memory_observation.receipt.json"
 
 # The sampler source is part of the sampling scope, so an injected (test) sampler can never
 # pass for torch.mps evidence.

@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.tuning_config import Domain, optuna_distributions, quiet_optuna
+
 __all__ = ["TUNING_FIGURES", "tuning_figures"]
 
 TUNING_FIGURES = ("tuning_history.png", "tuning_importances.png")
@@ -22,11 +24,6 @@ _IMPORTANCE_SEED = 0
 def _study(tuning: dict[str, Any]):
     """An in-memory study holding the summary's complete trials, in trial order."""
     import optuna
-
-    # Lazy: keeps importing this module (and so the report's renderer) free of numpy.
-    from qhlab.study.tuning.config import Domain
-    # Lazy: keeps importing this module (and so the report's renderer) free of pyarrow and numpy.
-    from qhlab.study.tuning.run import optuna_distributions, quiet_optuna
 
     quiet_optuna()
     distributions = optuna_distributions({k: Domain.model_validate(v) for k, v in tuning["space"].items()})

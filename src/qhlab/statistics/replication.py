@@ -176,7 +176,7 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
         seed_sd_source: where ``seed_sd`` came from (recorded); required with ``seed_sd``.
         seed_sd_dof: the pilot estimate's degrees of freedom (its seeds - 1); required with
             ``seed_sd``.
-        draw_sd: the pilot's TRAIN-draw effect sd omega (``qhlab.study.pilot.variance``), with
+        draw_sd: the pilot's TRAIN-draw effect sd omega (``qhlab.statistics.variance``), with
             ``seed_sd``; None: the interval does not carry the TRAIN draw. Every seed of a study
             shares its one TRAIN draw, so omega^2 enters the variance undivided.
         draw_sd_dof: that estimate's degrees of freedom, >= 1 (``draw_effect_dof``: Satterthwaite's
@@ -213,7 +213,7 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
                 raise input_error(call, "draw_sd/draw_sd_dof", (draw_sd, draw_sd_dof),
                                   "a finite number >= 0 (metres) with a number >= 1 (its Satterthwaite degrees "
                                   "of freedom)", "the pilot's TRAIN-draw sd and its degrees of freedom "
-                                  "(qhlab.study.pilot.variance.draw_effect_dof)")
+                                  "(qhlab.statistics.variance.draw_effect_dof)")
             omega = float(draw_sd)
         # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof,
         # its draw part draw_sd_dof.

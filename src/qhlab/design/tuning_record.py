@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
@@ -32,7 +33,6 @@ from qhlab.evidence import (
 from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.seals import seals_of
-from qhlab.study.tuning.rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.training.console import console_verbose
 
 __all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",

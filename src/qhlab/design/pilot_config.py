@@ -2,7 +2,7 @@
 
 Owns: ``QhPilotConfig`` (the study it serves, the tuning population, the training seeds and the
 TRAIN draws) and reading a pilot TOML (``read_pilot_config``: every invalid field listed in one
-error, before anything is written). Does not own: the study config (``qhlab.study.config``),
+error, before anything is written). Does not own: the study config (``qhlab.design.study_config``),
 whose arms, recipe, update budget, retention fractions and lane the pilot fits, the variance
 arithmetic (``variance``) or running fits (``run``).
 """
@@ -15,9 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
+from qhlab.design.study_config import PopulationSource, QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.study.config import PopulationSource, QhArchitectureStudyConfig, read_study_config
+from qhlab.finite_horizon.recipe import read_toml, validation_error
 
 __all__ = ["PILOT_CALL", "QhPilotConfig", "pilot_digest", "read_pilot_config", "study_design"]
 
@@ -153,8 +154,6 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
         QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, a study
             with user arms, or a validation population that is the study's.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, _ = read_toml(config_path, call=PILOT_CALL, field="config_path", example="examples/demo-pilot.toml",
                              relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)))

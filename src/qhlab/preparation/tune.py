@@ -23,12 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
-from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
-from qhlab.study.populations import resolve_population
-from qhlab.study.prepared_fits import adopt_or_fit, fit_evidence, publish_config_copy, run_jobs
-from qhlab.study.tuning.config import TUNE_CALL, Domain, QhTuningConfig, read_tuning_config, trial_recipe
-from qhlab.study.tuning.record import (
+from qhlab.design.tuning_config import (
+    TUNE_CALL,
+    QhTuningConfig,
+    optuna_distributions,
+    quiet_optuna,
+    read_tuning_config,
+    trial_recipe,
+)
+from qhlab.design.tuning_record import (
     CONFIG_COPY,
     FITS_DIR,
     RECEIPT,
@@ -38,10 +41,13 @@ from qhlab.study.tuning.record import (
     read_record,
     refuse_sealed_validation,
 )
-from qhlab.study.tuning.rule import pick_winner, prune_at, running_means, trial_score
-from qhlab.training.console import configure_console, console_verbose
+from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
+from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
+from qhlab.execution import JobRunner, executor_choice
+from qhlab.preparation.fits import adopt_or_fit, fit_evidence, fit_runner, publish_config_copy
+from qhlab.study.populations import resolve_population
 
-__all__ = ["optuna_distributions", "quiet_optuna", "run_tuning"]
+__all__ = ["run_tuning"]
 
 _LOCK = ".tune.lock"
 
@@ -59,31 +65,6 @@ def _sampler(config: QhTuningConfig, number: int):
     if config.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
     return optuna.samplers.RandomSampler(seed=seed)
-
-
-def quiet_optuna() -> None:
-    """Optuna logs every study it creates (a tuning makes one per suggestion, a report's figures
-    one each): quiet unless --verbose."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
-
-
-def optuna_distributions(space: dict[str, Domain]) -> dict:
-    """Optuna's distribution of each field of a search space, by field name (sorted)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    out = {}
-    for name in sorted(space):
-        domain = space[name]
-        if domain.kind == "categorical":
-            out[name] = CategoricalDistribution(list(domain.choices))
-        elif domain.kind == "int":
-            out[name] = IntDistribution(int(domain.low), int(domain.high), log=domain.log, step=int(domain.step or 1))
-        else:
-            out[name] = FloatDistribution(float(domain.low), float(domain.high), log=domain.log,
-                                          step=None if domain.step is None else float(domain.step))
-    return out
 
 
 def _suggest(config: QhTuningConfig, number: int, earlier: list) -> dict:
@@ -253,7 +234,7 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
     return out
 
 
-def _run_rungs(pool: Any, config: QhTuningConfig, jobs: list[dict], complete: list[dict]) -> tuple[dict, dict]:
+def _run_rungs(runner: JobRunner, config: QhTuningConfig, jobs: list[dict], complete: list[dict]) -> tuple[dict, dict]:
     """Run a batch's fit jobs, rung by rung when a pruner is declared.
 
     Without a pruner every job runs at once. With one, the batch's trials fit their seeds up to
@@ -270,9 +251,8 @@ def _run_rungs(pool: Any, config: QhTuningConfig, jobs: list[dict], complete: li
     start = 0
     for end in bounds:
         wave = [job for job in jobs if job["number"] not in pruned and job["recipe"]["seed"] in seeds[start:end]]
-        results = run_jobs(pool, _fit_job, wave, key=lambda j: (j["number"], j["recipe"]["seed"]))
-        for job in wave:
-            fits[job["number"]].append(results[(job["number"], job["recipe"]["seed"])])
+        for job, result in zip(wave, runner.run(_fit_job, [(job,) for job in wave]), strict=True):
+            fits[job["number"]].append(result)
         for number in sorted(fits):
             if number not in pruned and (rung := _pruned_rung(config, complete, fits[number], end)) is not None:
                 pruned[number] = rung
@@ -295,9 +275,7 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
     entries: list[dict] = []
     say(f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
         f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished")
-    with open_executor(choice, workers, call=TUNE_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose(),
-                       warm_imports=FIT_WORKER_IMPORTS) as pool:
+    with fit_runner(choice, workers, TUNE_CALL) as runner:
         for index, numbers in enumerate(batches):
             earlier = [finished[n] for n in range(numbers[0])]
             planned, jobs = [], []
@@ -320,7 +298,7 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
                                  "torch_threads": config.torch_threads})
             # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
             complete = [entry for entry in entries if entry["state"] == "complete"]
-            fits, pruned = _run_rungs(pool, config, jobs, complete)
+            fits, pruned = _run_rungs(runner, config, jobs, complete)
             for number, params, cost in planned:
                 if params is None:
                     entry = dict(finished[number].user_attrs["qhlab"])

@@ -19,11 +19,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
+from qhlab.design.study_config import PopulationSource, ProfileName
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.study.config import PopulationSource, ProfileName
+from qhlab.finite_horizon.recipe import read_toml, validate_recipe, validation_error
+from qhlab.training.console import console_verbose
 
-__all__ = ["Domain", "Objective", "Pruner", "QhTuningConfig", "SAMPLERS", "read_tuning_config", "trial_recipe"]
+__all__ = [
+    "SAMPLERS",
+    "Domain",
+    "Objective",
+    "Pruner",
+    "QhTuningConfig",
+    "optuna_distributions",
+    "quiet_optuna",
+    "read_tuning_config",
+    "trial_recipe",
+]
 
 TUNE_CALL = "qhlab tune"
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -308,8 +320,6 @@ def _base_recipe_raw(config: QhTuningConfig) -> dict[str, Any]:
             raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed inline; allowed: the scientific "
                              "fields (the objective's seeds and [train]/[validation] set them)")
         return {"seed": config.objective.seeds[0], **copy.deepcopy(config.recipe)}
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(config.recipe, call=TUNE_CALL, field="recipe", example="examples/tiny-recipe.toml")
     raw.pop("data", None)
@@ -341,8 +351,6 @@ def trial_recipe(config: QhTuningConfig, params: dict[str, Any], *, seed: int, b
     Raises:
         QhInputError: the parameters make an invalid recipe (every field listed).
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import validate_recipe
 
     raw = copy.deepcopy(base if base is not None else _base_recipe_raw(config))
     for field, value in params.items():
@@ -398,8 +406,6 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, path = read_toml(config_path, call=TUNE_CALL, field="config_path", example="examples/tiny-tune.toml",
                                 relative=(("recipe",), ("train", "path"), ("validation", "path"),
@@ -421,3 +427,28 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
                            + "\nHINT: the space names recipe fields (dotted) and domains that make valid recipes.")
     return config, data, path, base
+
+
+def quiet_optuna() -> None:
+    """Optuna logs every study it creates (a tuning makes one per suggestion, a report's figures
+    one each): quiet unless --verbose."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
+
+
+def optuna_distributions(space: dict[str, Domain]) -> dict:
+    """Optuna's distribution of each field of a search space, by field name (sorted)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for name in sorted(space):
+        domain = space[name]
+        if domain.kind == "categorical":
+            out[name] = CategoricalDistribution(list(domain.choices))
+        elif domain.kind == "int":
+            out[name] = IntDistribution(int(domain.low), int(domain.high), log=domain.log, step=int(domain.step or 1))
+        else:
+            out[name] = FloatDistribution(float(domain.low), float(domain.high), log=domain.log,
+                                          step=None if domain.step is None else float(domain.step))
+    return out

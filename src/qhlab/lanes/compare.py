@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence import (
     authentication_roots,
     canonical_json,
@@ -33,29 +34,32 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.records import LaneComparisonReceipt, StudyReportReceipt
-from qhlab.study.authentication import authenticate_cells, check_bound, opened_study, runtime_versions
-from qhlab.study.config import EXECUTION_FIELDS
-from qhlab.study.layout import (
-    CONFIG_COPY,
+from qhlab.evidence.layout import (
     DOCUMENT_SCHEMA_VERSION,
+    FINAL_STATE,
     FREEZE_RECEIPT,
+    LANES_FIGURE,
+    LANES_JSON,
+    LANES_MARKDOWN,
+    LANES_RECEIPT,
     REPORT_DIR,
     REPORT_JSON,
     REPORT_RECEIPT,
+    STUDY_CONFIG_COPY,
     cell_name,
 )
+from qhlab.evidence.records import LaneComparisonReceipt, StudyReportReceipt
+from qhlab.statistics.bootstrap import paired_scene_bootstrap
+from qhlab.statistics.replication import pooled_difference
+from qhlab.study.authentication import authenticate_cells, check_bound, runtime_versions
 from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
-from qhlab.study.replication import pooled_difference
-from qhlab.study.statistics import paired_scene_bootstrap
+from qhlab.study.study import Study
 from qhlab.study.terminal import console as study_console
-from qhlab.training.segments import FINAL_STATE
 
 __all__ = ["LANE_FILES", "compare_lanes", "lane_comparison", "study_regret_mde", "tost_verdict"]
 
 CALL = "compare_lanes"
-LANES_JSON, LANES_MARKDOWN, LANES_FIGURE, LANES_RECEIPT = "lanes.json", "lanes.md", "lanes.png", "lanes.receipt.json"
 LANE_FILES = (LANES_JSON, LANES_MARKDOWN, LANES_FIGURE, LANES_RECEIPT)
 # Not decisions: where and how a study ran. The lanes differ in the profile by construction.
 _NOT_COMPARED = (*EXECUTION_FIELDS, "profile")
@@ -145,7 +149,7 @@ def _read_lane(directory: Path) -> dict[str, Any]:
     """
     # Another lane is often another machine with other package versions: they are reported
     # (``versions``), not refused; the source package, config and every receipt still must hold.
-    with opened_study(_config_path(directory), directory, CALL, runs=False) as frozen:
+    with Study.open(_config_path(directory), directory).authenticated(CALL, runs=False) as frozen:
         cells = authenticate_cells(frozen, CALL)
         path = directory / REPORT_DIR / REPORT_RECEIPT
         receipt = read_receipt(path, StudyReportReceipt)
@@ -170,9 +174,9 @@ def _config_path(directory: Path) -> Path:
     try:
         recorded = json.loads((directory / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
         source = Path(recorded["source_path"])
-        return source if source.is_file() and sha256_file(source) == recorded["sha256"] else directory / CONFIG_COPY
+        return source if source.is_file() and sha256_file(source) == recorded["sha256"] else directory / STUDY_CONFIG_COPY
     except (OSError, ValueError, KeyError, TypeError):
-        return directory / CONFIG_COPY
+        return directory / STUDY_CONFIG_COPY
 
 
 def decision_differences(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -4,7 +4,7 @@ Owns: the pilot directory (``config.toml``, ``fits/``, the record), the design's
 (every arm with every seed on ``[train]``, and every arm with ``draw_seeds`` on each TRAIN draw),
 adopting the finished fits of an interrupted run, and the refusals before anything is written.
 Does not own: the config (``config``), the arithmetic (``variance``), the record's layout and
-checks (``record``) or fitting (``qhlab.study.prepared_fits``).
+checks (``record``) or fitting (``qhlab.preparation.fits``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
+from qhlab.design.pilot_record import CONFIG_COPY, FITS_DIR, RECEIPT, components_of, publish_record, read_record
+from qhlab.design.study_config import PopulationSource
+from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.evidence import exclusive_lock, input_error
-from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
-from qhlab.study.config import PopulationSource
-from qhlab.study.pilot.config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
-from qhlab.study.pilot.record import CONFIG_COPY, FITS_DIR, RECEIPT, components_of, publish_record, read_record
+from qhlab.execution import executor_choice
+from qhlab.preparation.fits import adopt_or_fit, fit_evidence, fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
-from qhlab.study.prepared_fits import adopt_or_fit, fit_evidence, publish_config_copy, run_jobs
-from qhlab.study.tuning.record import population_record, refuse_sealed_validation
-from qhlab.training.console import configure_console, console_verbose
 
 __all__ = ["run_pilot"]
 
@@ -115,10 +114,9 @@ def _run_locked(config: QhPilotConfig, study: Any, design: dict, digest: str, di
         finished.append(result)
 
     finished: list[dict] = []
-    with open_executor(choice, workers, call=PILOT_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose(),
-                       warm_imports=FIT_WORKER_IMPORTS) as pool:
-        results = run_jobs(pool, _pilot_fit, jobs, key=lambda j: (j["arm"], j["draw"], j["recipe"]["seed"]), done=done)
+    with fit_runner(choice, workers, PILOT_CALL) as runner:
+        outputs = runner.run(_pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
+    results = {(j["arm"], j["draw"], j["recipe"]["seed"]): result for j, result in zip(jobs, outputs, strict=True)}
     fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")}
             for key in sorted(results)]
     draws = config.draws
@@ -130,8 +128,8 @@ def _run_locked(config: QhPilotConfig, study: Any, design: dict, digest: str, di
         "horizon": next(iter(results.values()))["horizon"],
         "populations": {role: population_record(path) for role, path in populations.items()},
         "draws": draws, "draw_seeds": list(config.per_draw_seeds), "fits": fits, **components,
-        "estimators": {"tau": "qhlab.study.replication.seed_effect_sd on the seeds x scenes table of TRAIN "
-                              f"{main}", "draw_sd": "qhlab.study.pilot.variance.draw_effect_sd on the draws x "
+        "estimators": {"tau": "qhlab.statistics.replication.seed_effect_sd on the seeds x scenes table of TRAIN "
+                              f"{main}", "draw_sd": "qhlab.statistics.variance.draw_effect_sd on the draws x "
                                                     "draw_seeds x scenes table", "maximum": "over every comparison "
                                                                                              "and retention margin"},
     }

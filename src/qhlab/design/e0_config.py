@@ -4,8 +4,8 @@ Owns: ``QhE0CheckConfig`` (the study it serves, the fresh TRAIN seeds, the pass 
 must reach), ``e0_design`` (what a gate's outcome depends on: the lane, the TRAIN preset, the
 canary seeds, budget, row margin and tie band, and the baseline's canary recipe) and reading a
 check TOML (``read_e0_config``: every invalid field listed in one error, before anything is
-written). Does not own: the study config (``qhlab.study.config``) or the gate's rules
-(``qhlab.study.canary``).
+written). Does not own: the study config (``qhlab.design.study_config``) or the gate's rules
+(``qhlab.design.canary``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
+from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.study.config import QhArchitectureStudyConfig, read_study_config
+from qhlab.finite_horizon.recipe import read_toml, validation_error
 
 __all__ = ["E0_CHECK_CALL", "QhE0CheckConfig", "e0_design", "e0_digest", "read_e0_config"]
 
@@ -79,7 +80,7 @@ def e0_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
     Returns:
         ``{"profile", "train_preset", "seeds", "canary_updates", "canary_gap_multiple", "tie_band",
         "recipe"}``; ``recipe`` is the baseline's recipe at ``canary_updates`` without its name,
-        seed and data (the canary rule of ``qhlab.study.canary`` is applied to it by the gate).
+        seed and data (the canary rule of ``qhlab.design.canary`` is applied to it by the gate).
     """
     recipe = study.cell_recipe(study.baseline_arm, study.seeds[0], study.canary_updates).model_dump(mode="json")
     return {"profile": study.profile, "train_preset": study.train.preset, "seeds": list(study.seeds),
@@ -104,8 +105,6 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
         QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, a study
             whose TRAIN is a path or that has user arms, or a train seed that is the study's.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, _ = read_toml(config_path, call=E0_CHECK_CALL, field="config_path", example="examples/demo-e0.toml",
                              relative=(("study",), ("population_cache",)))

@@ -28,12 +28,13 @@ from pydantic import (
 )
 
 from qhlab.evidence import QhInputError
+from qhlab.evidence.layout import STUDY_CALL
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
+from qhlab.finite_horizon.recipe import read_toml, validate_recipe, validation_error
 from qhlab.scenes import PRESETS
-from qhlab.study.layout import STUDY_CALL
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
@@ -242,10 +243,10 @@ class BootstrapConfig(BaseModel):
                 mean difference ``values - other``; None: of the mean of ``values``.
 
         Returns:
-            ``BootstrapInterval.as_dict()`` (``qhlab.study.statistics``).
+            ``BootstrapInterval.as_dict()`` (``qhlab.statistics.bootstrap``).
         """
         # Lazy: keeps importing this module free of scipy.
-        from qhlab.study.statistics import paired_scene_bootstrap, scene_mean_interval
+        from qhlab.statistics.bootstrap import paired_scene_bootstrap, scene_mean_interval
 
         options = dict(confidence=self.confidence, n_resamples=self.resamples, rng_seed=self.seed)
         if other is None:
@@ -261,7 +262,7 @@ class SeedVarianceConfig(BaseModel):
     pilot's seeds-by-scenes table), in metres. The report's seed-pooled intervals add tau^2 / S
     to the scene variance, with Student's t on the Welch-Satterthwaite degrees of freedom of the
     two terms (the pilot's part has ``seeds - 1``); see
-    ``qhlab.study.replication``. One value per metric, not one per comparison:
+    ``qhlab.statistics.replication``. One value per metric, not one per comparison:
     a single comparison's tau from a few seeds can be far too small (measured: one pilot tau of
     0.6 mm against study seeds 6.7 mm apart). Without a pilot the intervals estimate tau from
     the study's own two seeds (one degree of freedom: honest, and very wide).
@@ -500,8 +501,6 @@ class QhArchitectureStudyConfig(BaseModel):
         Returns:
             A validated ``QhRecipe`` (data fields empty; backend fields from no profile yet).
         """
-        # Lazy: keeps importing this module free of torch.
-        from qhlab.finite_horizon.recipe import validate_recipe
 
         raw = dict(self.experiment.recipe)
         base_arch = dict(raw.get("architecture", {}))
@@ -564,8 +563,6 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml, validation_error
 
     raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
                                 example="examples/default-study.toml", relative=STUDY_PATH_FIELDS)
@@ -591,8 +588,6 @@ def _recipe_file_fields(path: str, broad_updates: Any) -> dict[str, Any]:
     ``name``, ``seed``, ``data`` and the backend fields are the study's; ``updates`` must be the
     study's ``broad_updates`` (a recipe tuned at another budget is another recipe).
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(path, call=STUDY_CALL, field="experiment.recipe", example="examples/tiny-recipe.toml")
     updates = raw.pop("updates", None)

@@ -17,19 +17,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import authentication_roots, exclusive_lock, input_error, publish_bytes, read_receipt
+from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
+from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
+from qhlab.design.study_config import STUDY_PATH_FIELDS, PopulationSource
+from qhlab.evidence import (
+    authentication_roots,
+    exclusive_lock,
+    input_error,
+    publish_bytes,
+    read_receipt,
+    recorded_origin,
+)
+from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
-from qhlab.execution import FIT_WORKER_IMPORTS, executor_choice, open_executor
-from qhlab.study.admission import decide_e0
-from qhlab.study.authentication import opened_study, recorded_output
-from qhlab.study.config import STUDY_PATH_FIELDS, PopulationSource
-from qhlab.study.e0_check.config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
-from qhlab.study.e0_check.record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
-from qhlab.study.freeze import freeze
-from qhlab.study.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
+from qhlab.execution import executor_choice
+from qhlab.finite_horizon.recipe import read_toml
+from qhlab.preparation.fits import fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
-from qhlab.study.prepared_fits import publish_config_copy, run_jobs
-from qhlab.training.console import configure_console, console_verbose
+from qhlab.study.study import Study
 
 __all__ = ["draw_config", "run_e0_check"]
 
@@ -46,8 +51,6 @@ def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, po
     """
     import tomli_w
 
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(study_path, call=STUDY_CALL, field="study", example="examples/default-study.toml",
                           relative=STUDY_PATH_FIELDS)
@@ -65,13 +68,12 @@ def _gate_draw(job: dict) -> dict:
     config, study = Path(job["config"]), Path(job["study"])
     adopted = (study / CANARY_DIR / E0_RECEIPT).is_file()
     if not adopted:
-        if (study / FREEZE_RECEIPT).is_file():
-            with opened_study(config, study, E0_CHECK_CALL) as frozen:
-                decide_e0(frozen)
-        else:
-            decide_e0(freeze(config, study))
+        gate = Study.open(config, study)
+        if not (study / FREEZE_RECEIPT).is_file():
+            gate.freeze()
+        gate.admit_canaries()
     # A moved check adopts its sub-studies' own bytes, never those at the paths they were made at.
-    with authentication_roots(study, original=recorded_output(study)):
+    with authentication_roots(study, original=recorded_origin(study)):
         e0 = read_receipt(study / CANARY_DIR / E0_RECEIPT, StudyE0Receipt)
         frozen_body = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
     return {"adopted": adopted, "wall_seconds": time.perf_counter() - started, **draw_outcome(job["seed"], e0.body.model_dump(mode="json"),
@@ -152,10 +154,9 @@ def _run_locked(config: QhE0CheckConfig, study: Any, design: dict, digest: str, 
             f"({where}; {how})")
 
     finished: list[dict] = []
-    with open_executor(choice, workers, call=E0_CHECK_CALL, initializer=configure_console,
-                       initargs=(console_verbose(),), verbose=console_verbose(),
-                       warm_imports=FIT_WORKER_IMPORTS) as pool:
-        results = run_jobs(pool, _gate_draw, jobs, key=lambda j: j["seed"], done=done)
+    with fit_runner(choice, workers, E0_CHECK_CALL) as runner:
+        outputs = runner.run(_gate_draw, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
+    results = {job["seed"]: result for job, result in zip(jobs, outputs, strict=True)}
     outcomes = [{k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")}
                 for seed in config.train_seeds]
     passed = sum(o["passed"] for o in outcomes)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qhlab.finite_horizon.recipe import recipe_digest
+
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
@@ -134,8 +136,6 @@ def canary_recipe(recipe: QhRecipe) -> tuple[QhRecipe, dict]:
         (the canary ``QhRecipe``, a JSON-able record of the change and why for the cell
         receipt).
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.recipe import recipe_digest
 
     raw = recipe.model_dump()
     canary = type(recipe).model_validate({**raw, "successor_label_rows": 1,

@@ -4,7 +4,7 @@ Owns: ``draw_effect_sd`` and ``draw_effect_dof`` (the TRAIN-draw component of a 
 fits on several TRAIN draws, and its degrees of freedom) and ``pilot_components`` (every comparison's and margin's seed effect tau and draw
 effect, and the maxima a study freezes). Both take plain arrays and return plain numbers, so
 ``qhlab verify`` recomputes a pilot record from its fits' values. Does not own: the seed-effect
-estimator (``qhlab.study.replication.seed_effect_sd``, the same one the report's intervals use)
+estimator (``qhlab.statistics.replication.seed_effect_sd``, the same one the report's intervals use)
 or fitting (``run``).
 
 The model of one comparison's per-scene paired difference, fitted on TRAIN draw d with training
@@ -114,7 +114,7 @@ def pilot_components(values: Mapping[tuple[str, int, int], Mapping[str, Any]], *
         "mae_dof": its degrees of freedom, "draws", "seeds_per_draw"}, or None without draws}``.
     """
     # Lazy: keeps importing this module free of scipy (the estimator's module needs it).
-    from qhlab.study.replication import seed_effect_sd
+    from qhlab.statistics.replication import seed_effect_sd
 
     def metric(arm: str, draw: int, seed: int, name: str) -> np.ndarray:
         return np.asarray(values[(arm, draw, seed)][name], dtype=np.float64)

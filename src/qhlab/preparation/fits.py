@@ -3,20 +3,23 @@
 Owns: ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell whose
 fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts as
 every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
-which fits a step makes (``qhlab.study.tuning.run``, ``qhlab.study.pilot.run``) or fitting
+which fits a step makes (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting
 itself (``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import input_error, publish_bytes, read_receipt, sha256_file
+from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT
 from qhlab.evidence.records import EvaluationReceipt, FitReceipt
+from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
+from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
+from qhlab.training.console import configure_console, console_verbose
 
-__all__ = ["adopt_or_fit", "fit_evidence", "publish_config_copy", "run_jobs"]
+__all__ = ["adopt_or_fit", "fit_evidence", "fit_runner", "publish_config_copy"]
 
 
 def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:
@@ -42,9 +45,6 @@ def _adoptable(cell_dir: Path, expected: str, manifests: dict[str, str]) -> Path
     and the populations whose manifest digests ``manifests`` gives (``{"train_manifest": ...,
     "validation_manifest": ...}``): a recipe names no population, so a fit of the same recipe on
     another population is another fit."""
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
-    from qhlab.training.segments import FIT_RECEIPT
 
     if not cell_dir.is_dir():
         return None
@@ -72,7 +72,6 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
 
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-    from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
     from qhlab.training.launcher import admit_launch
 
     torch.set_num_threads(job["torch_threads"])
@@ -99,9 +98,6 @@ def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]
         (``{"final_state_sha256", "fit_receipt_sha256", "evaluation_receipt_sha256", "directory",
         "observed_updates", "wall_seconds"}``, the fit receipt's body, the evaluation receipt's body).
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import EVALUATION_RECEIPT
-    from qhlab.training.segments import FIT_RECEIPT
 
     fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
     evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
@@ -115,30 +111,8 @@ def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]
     }, fit_body, evaluation
 
 
-def run_jobs(pool: Any, function: Callable[[dict], dict], jobs: list[dict], *, key: Callable[[dict], Hashable],
-             done: Callable[[dict, dict], None] | None = None) -> dict:
-    """Every job's result by ``key(job)``, in-process when ``pool`` is None.
-
-    Every job runs even when one fails; the first failure is raised after the others finished,
-    so an interrupted step keeps every fit it made. ``done(job, result)`` is called in job order.
-    """
-    results: dict = {}
-    if pool is None:
-        for job in jobs:
-            results[key(job)] = function(job)
-            if done is not None:
-                done(job, results[key(job)])
-        return results
-    futures = [(job, pool.submit(function, job)) for job in jobs]
-    errors = []
-    for job, future in futures:
-        try:
-            results[key(job)] = future.result()
-        except Exception as exc:  # noqa: BLE001 - raised after every other job finished
-            errors.append(exc)
-            continue
-        if done is not None:
-            done(job, results[key(job)])
-    if errors:
-        raise errors[0]
-    return results
+def fit_runner(choice: ExecutorChoice, workers: int, call: str) -> JobRunner:
+    """The job runner of a preparation tool's fits: local warm workers (or Ray tasks) that start
+    in this process's console mode."""
+    return JobRunner(choice, workers, call=call, initializer=configure_console, initargs=(console_verbose(),),
+                     verbose=console_verbose(), warm_imports=FIT_WORKER_IMPORTS)

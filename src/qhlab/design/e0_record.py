@@ -7,7 +7,7 @@ authenticated) and ``check_record``, which recomputes every row selection, every
 recovery, every outcome and the pass share from the recorded labels and predictions with the
 gate's own rules, and, where a draw's sub-study is present, compares it with its authenticated
 E0 receipt and freeze. Torch-free, so ``qhlab verify`` runs it. Does not own: running the
-draws (``run``) or the gate's rules (``qhlab.study.canary``).
+draws (``run``) or the gate's rules (``qhlab.design.canary``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from qhlab.evidence import DigestMismatchError, publish_json, read_receipt, sha256_file, write_receipt
+from qhlab.evidence import (
+    DigestMismatchError,
+    authentication_roots,
+    publish_json,
+    read_receipt,
+    recorded_origin,
+    sha256_file,
+    write_receipt,
+)
+from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT
 from qhlab.evidence.records import E0CheckReceipt, StudyE0Receipt, StudyFreezeReceipt
-from qhlab.study.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT
 
 __all__ = ["CONFIG_COPY", "RECEIPT", "RECORD", "STUDIES_DIR", "check_record", "draw_outcome", "publish_record",
            "read_record"]
@@ -82,7 +90,7 @@ def read_record(directory: str | os.PathLike) -> dict:
 
 def _selection(labels: list, mask: list, tie_band: float, multiple: float) -> tuple[list[float], list[int], bool]:
     """A row's gaps [H] and best candidates [H] from its labels [K][H] and mask [K], and whether
-    the selection rule admits it (``qhlab.study.canary.select_canary_row``'s test)."""
+    the selection rule admits it (``qhlab.design.canary.select_canary_row``'s test)."""
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
     import numpy as np
 
@@ -99,7 +107,7 @@ def _check_outcome(where: str, outcome: dict, design: dict) -> None:
     import numpy as np
 
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
-    from qhlab.study.canary import canary_recovery
+    from qhlab.design.canary import canary_recovery
 
     seed, selected = outcome["train_seed"], outcome["selected"]
     if selected is None:
@@ -146,7 +154,7 @@ def check_record(directory: str | os.PathLike) -> dict:
         DigestMismatchError: a recomputed value differs from the recorded one.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of torch.
-    from qhlab.study.e0_check.config import QhE0CheckConfig, e0_digest
+    from qhlab.design.e0_config import QhE0CheckConfig, e0_digest
 
     directory = Path(directory)
     record = read_record(directory)
@@ -192,16 +200,15 @@ def check_record(directory: str | os.PathLike) -> dict:
 def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
     """One present sub-study against the record: its E0 receipt, row, canaries, TRAIN and gate design."""
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
-    from qhlab.study.authentication import authentication_roots, recorded_output
-    from qhlab.study.config import QhArchitectureStudyConfig
-    from qhlab.study.e0_check.config import e0_design
+    from qhlab.design.e0_config import e0_design
+    from qhlab.design.study_config import QhArchitectureStudyConfig
 
     seed = outcome["train_seed"]
     path = study / CANARY_DIR / E0_RECEIPT
     if not path.is_file() or sha256_file(path) != outcome["e0_receipt_sha256"]:
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s {path} is absent or not the one recorded.")
     # A moved check moves its sub-studies: their receipts name their own files where they were made.
-    with authentication_roots(study, original=recorded_output(study)):
+    with authentication_roots(study, original=recorded_origin(study)):
         e0 = read_receipt(path, StudyE0Receipt).body
         frozen = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
     if e0.selection["selected"] != outcome["selected"] or e0.passed != outcome["passed"] or [

@@ -45,7 +45,7 @@ def components_of(design: dict, fits: list[dict], *, main_draw: int, seeds: list
                   draw_seeds: list[int]) -> dict:
     """``variance.pilot_components`` of a record's fits under the study design they were made for."""
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
-    from qhlab.study.pilot.variance import pilot_components
+    from qhlab.statistics.variance import pilot_components
 
     values = {(f["arm"], f["draw"], f["seed"]): {"regret": f["regret"], "mae": f["mae"]} for f in fits}
     return pilot_components(values, arms=design["arms"], comparisons=[tuple(c) for c in design["comparisons"]],
@@ -106,7 +106,7 @@ def check_record(directory: str | os.PathLike) -> dict:
         DigestMismatchError: a recomputed value differs from the recorded one.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
-    from qhlab.study.pilot.config import QhPilotConfig, pilot_digest
+    from qhlab.design.pilot_config import QhPilotConfig, pilot_digest
 
     directory = Path(directory)
     record = read_record(directory)

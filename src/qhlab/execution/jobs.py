@@ -1,0 +1,149 @@
+"""The one job runner: independent jobs in this process, on a local pool of warm workers, or on Ray.
+
+Owns: ``JobRunner`` (opened at its first use and kept for its life, so that several steps of one
+command share its workers; ``run`` hands every job to the executor and every result back, each
+job running even when another fails) and ``worker_memo`` (what a worker process keeps across
+the jobs it is given, e.g. a study authenticated once). Population labelling, the study's canaries
+and cells, tuning trials, pilot fits and E0 draws all run through it. Does not own: what a job
+does (a picklable function of its arguments), choosing or connecting an executor
+(``executors``) or what a caller prints.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from qhlab.execution.executors import ExecutorChoice, RayExecutor, open_executor
+
+__all__ = ["JobRunner", "worker_memo"]
+
+# What this process keeps for the jobs it runs (a pool worker runs many): key -> value.
+_MEMO: dict[Hashable, Any] = {}
+
+
+def worker_memo(key: Hashable, make: Callable[[], Any]) -> Any:
+    """``make()``'s value, made once per process for ``key`` and kept for the later jobs there."""
+    if key not in _MEMO:
+        _MEMO[key] = make()
+    return _MEMO[key]
+
+
+class JobRunner:
+    """Independent jobs on one executor, opened when first used and closed with the runner.
+
+    A local runner with one worker runs every job in this process; with more it forks its
+    workers from a server that imported ``warm_imports`` once (``open_executor``). A Ray runner
+    submits each job as a task. Results never depend on where a job ran.
+
+    Args:
+        choice: local or Ray (``qhlab.execution.ExecutorChoice``).
+        workers: local processes (or the CPUs of a Ray started here).
+        call: the command named in refusals.
+        initializer, initargs: run in each local worker process (e.g. the console mode).
+        verbose: let Ray log and forward worker output.
+        warm_imports: modules a local worker needs before its first job.
+    """
+
+    def __init__(self, choice: ExecutorChoice, workers: int, *, call: str,
+                 initializer: Callable[..., None] | None = None, initargs: tuple = (), verbose: bool = False,
+                 warm_imports: Sequence[str] = ()) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"JobRunner: workers={workers!r} is not allowed; allowed: an int >= 1")
+        self.choice = choice
+        self.workers = workers
+        self._options = {"call": call, "initializer": initializer, "initargs": initargs, "verbose": verbose,
+                         "warm_imports": tuple(warm_imports)}
+        self._stack = contextlib.ExitStack()
+        self._executor: concurrent.futures.Executor | None = None
+        self._opened = False
+
+    def __enter__(self) -> JobRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the executor down (a local pool's workers finish their job first)."""
+        self._stack.close()
+        self._executor, self._opened = None, False
+
+    @property
+    def kind(self) -> str:
+        """``"local"`` or ``"ray"``."""
+        return self.choice.kind
+
+    def executor(self) -> concurrent.futures.Executor | None:
+        """The opened executor: a process pool, a ``RayExecutor``, or None (this process)."""
+        if not self._opened:
+            self._executor = self._stack.enter_context(open_executor(self.choice, self.workers, **self._options))
+            self._opened = True
+        return self._executor
+
+    def ray(self) -> RayExecutor:
+        """The Ray executor of a Ray runner (connected at first use)."""
+        executor = self.executor()
+        if not isinstance(executor, RayExecutor):
+            raise ValueError(f"JobRunner.ray: this runner's executor is {self.kind!r}, not ray")
+        return executor
+
+    def run(self, function: Callable[..., Any], jobs: Sequence[tuple], *,
+            on_result: Callable[[int, Any], None] | None = None,
+            on_error: Callable[[int, BaseException], None] | None = None,
+            in_order: bool = True) -> list[Any]:
+        """``function(*job)`` for every job; the results in job order.
+
+        Every job runs even when one fails; the first failure (in job order) is raised after the
+        others finished, so an interrupted step keeps every result it made. A local runner of one
+        worker, or one job, runs in this process.
+
+        Args:
+            function: a picklable function (a module-level one).
+            jobs: the argument tuples.
+            on_result: called as ``on_result(index, result)`` for each finished job: in job order
+                (``in_order``), else as each finishes.
+            on_error: called as ``on_error(index, exception)`` for each failed job, likewise.
+            in_order: report in job order (True) or as jobs finish (False).
+
+        Returns:
+            The results, ``results[i]`` of ``jobs[i]``.
+        """
+        results: list[Any] = [None] * len(jobs)
+        errors: dict[int, BaseException] = {}
+
+        def done(index: int, future_or_value: Any, failed: BaseException | None) -> None:
+            if failed is not None:
+                errors[index] = failed
+                if on_error is not None:
+                    on_error(index, failed)
+                return
+            results[index] = future_or_value
+            if on_result is not None:
+                on_result(index, future_or_value)
+
+        local = self.kind == "local" and (self.workers == 1 or len(jobs) < 2)
+        if local:
+            for index, job in enumerate(jobs):
+                try:
+                    value = function(*job)
+                except Exception as exc:  # noqa: BLE001 - raised after every other job finished
+                    done(index, None, exc)
+                else:
+                    done(index, value, None)
+        else:
+            executor = self.executor()
+            futures = {executor.submit(function, *job): index for index, job in enumerate(jobs)}
+            ordered = sorted(futures, key=futures.get) if in_order else concurrent.futures.as_completed(futures)
+            for future in ordered:
+                try:
+                    value = future.result()
+                except Exception as exc:  # noqa: BLE001 - raised after every other job finished
+                    done(futures[future], None, exc)
+                else:
+                    done(futures[future], value, None)
+        if errors:
+            raise errors[min(errors)]
+        return results

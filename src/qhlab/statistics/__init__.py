@@ -1,0 +1,13 @@
+"""The study's statistics as pure functions over per-scene arrays (the scene is the unit).
+
+Owns, one idea per module: ``bootstrap`` (BCa scene-bootstrap intervals, paired when two arms
+are compared, and the retention margins D_reg and D_mae with their one-sided bounds),
+``replication`` (seed-pooled paired differences whose intervals carry the training seed,
+replication labels, verdicts and minimum detectable effects) and ``variance`` (a pilot's seed
+and TRAIN-draw components). Every function takes arrays and settings and returns plain records;
+the docstrings give shapes. Does not own: computing per-scene MAE or regret
+(``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or reading
+evidence.
+"""
+
+__all__ = ["bootstrap", "replication", "variance"]

@@ -1,0 +1,83 @@
+"""The study's command-line arguments: ``qhlab study STEP ...`` and the seed's ``main``, one parser.
+
+Owns: ``add_study_arguments`` (every step's subcommand and options, ``status`` and
+``compare-lanes``). Imports neither torch nor the pipeline, so that ``qhlab --help`` and every
+``--help`` start fast. Does not own: running a step
+(``qhlab.finite_horizon.studies.architecture_study.run_study_command``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from qhlab.evidence.layout import CANARY_ROLES, FREEZE_RECEIPT
+from qhlab.execution import add_executor_arguments
+
+__all__ = ["STEPS", "add_study_arguments"]
+
+STEPS = ("freeze", "admit-canaries", "prepare-development", "run-fit", "benchmark", "report", "run")
+
+
+def add_study_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the study steps as subcommands of ``parser`` (shared by ``qhlab study`` and ``main``).
+
+    The parsed namespace has ``study_command`` (the step), ``config``, ``study_output`` and,
+    per step, ``variant``, ``seed``, ``canary_role`` and ``workers``; pass it to
+    ``run_study_command``. ``status`` reads a study and takes only ``DIR`` (``study_output``)
+    and ``--json``: no config. ``compare-lanes`` takes two study directories (``lane_a``,
+    ``lane_b``), ``--output`` and ``--margin`` (``lanes.compare_lanes``).
+    """
+    sub = parser.add_subparsers(dest="study_command", metavar="STEP", required=True)
+    helps = {
+        "freeze": "validate the config, resolve TRAIN, bind source and arms (step 1)",
+        "admit-canaries": "select the canary row and run the two TRAIN canaries: the E0 gate (step 2)",
+        "prepare-development": "seal validation and the TRAIN-only constant after E0 passes (step 3)",
+        "run-fit": "fit one declared cell to its final budget (step 4)",
+        "benchmark": "time verified final scorers on the canonical first TRAIN chain (step 5)",
+        "report": "compare all charged final cells; report.json, report.md, figures (step 6)",
+        "run": "every step in order, skipping steps whose receipts authenticate (the main job)",
+    }
+    for name in STEPS:
+        p = sub.add_parser(name, help=helps[name], description=helps[name])
+        p.add_argument("config", help="study TOML (e.g. examples/default-study.toml)")
+        # dest is not "output": a study directory outlives any one failed step, so the CLI's
+        # "remove a new --output on bad input" net must not delete a study's finished steps.
+        # Each step validates before it writes, so bad input still writes nothing.
+        p.add_argument("--output", dest="study_output", metavar="DIR", required=True, help="study directory")
+        if name in ("run-fit", "benchmark"):
+            p.add_argument("--variant", required=name == "run-fit", help="declared arm")
+            p.add_argument("--seed", type=int, required=name == "run-fit", help="declared seed")
+        if name == "run-fit":
+            p.add_argument("--canary-role", default=None, choices=CANARY_ROLES,
+                           help="run a canary of the E0 gate (normally done by admit-canaries)")
+        if name == "run":
+            p.add_argument("--workers", type=int, default=None,
+                           help="override the config's parallel fits (does not change results)")
+        _add_populations_argument(p)
+        if name in ("freeze", "prepare-development", "run"):
+            add_executor_arguments(p, what="population labelling" + (" and broad fits" if name == "run" else ""),
+                                   default_help="the config's executor, local unless it says ray")
+    status = sub.add_parser("status", help="where a study stands, read from its receipts (writes nothing)",
+                            description="One row per step and cell: state, attempts, updates, MAE_H, "
+                                        "regret_H, wall time. Reads receipts only.")
+    status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
+    status.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    _add_populations_argument(status)
+    lanes = sub.add_parser("compare-lanes", help="is study B (another lane) the same science as study A?",
+                           description="Re-authenticate two finished studies frozen identically but for the "
+                                       "profile; publish lanes.json, lanes.md, lanes.png and their receipt.")
+    lanes.add_argument("lane_a", metavar="A", help="lane A's finished study directory")
+    lanes.add_argument("lane_b", metavar="B", help="lane B's finished study directory")
+    lanes.add_argument("--output", required=True, metavar="DIR", help="new directory for the lane report")
+    lanes.add_argument("--margin", type=float, default=None,
+                       help="TOST equivalence margin on regret_H (metres); default: --margin-mde-multiple x the "
+                            "study's regret MDE (lane A's largest D_reg MDE)")
+    lanes.add_argument("--margin-mde-multiple", type=float, default=1.0, metavar="K",
+                       help="without --margin, the margin is K x the study's regret MDE (default 1)")
+    _add_populations_argument(lanes)
+
+
+def _add_populations_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
+                        help="a directory the study's populations were copied to (repeatable; as for "
+                             "`qhlab verify`); ~/.cache/qhlab/populations is always searched")
