@@ -32,7 +32,7 @@ import tomli_w
 
 from qhlab.design.tuning_record import read_record
 from qhlab.evidence import read_receipt
-from qhlab.evidence.records import EvaluationReceipt
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes.population import cached_population
 
 _ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from qhlab.evidence.records import Receipt
+from qhlab.evidence.envelope import Receipt
 
 
 class NoteBody(BaseModel):

@@ -34,7 +34,8 @@ from qhlab.evidence import (
     verify_directory,
     write_receipt,
 )
-from qhlab.evidence.records import FitReceipt, Receipt, SegmentCheckpointReceipt, receipt_kinds, receipt_model
+from qhlab.evidence.envelope import Receipt, receipt_kinds, receipt_model
+from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 
 
 def test_canonical_json_is_sorted_utf8_with_trailing_newline():

@@ -22,9 +22,9 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import POPULATION_FILES
-from qhlab.evidence.records import PopulationReceipt
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.scenes import PRESETS, generate_population
+from qhlab.scenes.records import PopulationReceipt
 
 
 @pytest.fixture(scope="module")

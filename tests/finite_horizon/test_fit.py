@@ -15,10 +15,12 @@ import torch
 
 from qhlab.cli import main
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt, Receipt, WandbAttemptReceipt
+from qhlab.evidence.envelope import Receipt
 from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes import generate_population
 from qhlab.training.execution_profile import WandbAttempt
+from qhlab.training.records import FitReceipt, WandbAttemptReceipt
 from qhlab.training.tensor_state import load_tensor_state
 from wandb_records import read_offline_run
 

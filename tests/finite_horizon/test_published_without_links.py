@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from qhlab.cli import main
 from qhlab.evidence import read_receipt, verify_directory
-from qhlab.evidence.records import WandbAttemptReceipt
 from qhlab.evidence.signing import sign_directory, verify_signature
 from qhlab.scenes import generate_population
+from qhlab.training.records import WandbAttemptReceipt
 from qhlab.training.wandb_attempt import drop_wandb_links
 from tiny_recipe import tiny_recipe_text
 

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from qhlab.cli import main
 from qhlab.evidence import QhError, read_receipt
-from qhlab.evidence.records import FitReceipt
 from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
 from qhlab.finite_horizon.arm_source import (
     ArmSource,
@@ -29,6 +28,7 @@ from qhlab.finite_horizon.arm_source import (
     source_files,
 )
 from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer
+from qhlab.training.records import FitReceipt
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DIMS = ScorerDims(object_features=5, goal_features=3, candidate_features=4, horizon=2)

@@ -26,7 +26,8 @@ from typing import Callable
 
 from _reliability_support import TEMP_MARKER, KillPoint, assert_nothing_partial, kill_when, matches, run_to_end
 
-from qhlab.evidence.records import FitReceipt, StudyCellReceipt, StudyE0Receipt
+from qhlab.design.study_records import StudyCellReceipt, StudyE0Receipt
+from qhlab.training.records import FitReceipt
 
 SEED = 20251130
 FIT_UPDATES = 60

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from qhlab.evidence.records import PopulationReceipt, Receipt
+from qhlab.evidence.envelope import Receipt
+from qhlab.scenes.records import PopulationReceipt
 from tiny_recipe import tiny_recipe_text
 
 REPO = Path(__file__).resolve().parents[2]

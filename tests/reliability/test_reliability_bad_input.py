@@ -29,7 +29,7 @@ from _reliability_support import (
     set_scalar_value,
 )
 
-from qhlab.evidence.records import PopulationReceipt
+from qhlab.scenes.records import PopulationReceipt
 
 pytestmark = pytest.mark.reliability
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _reliability_support import assert_nothing_partial, start_qhlab
 
-from qhlab.evidence.records import StudyCellReceipt
+from qhlab.design.study_records import StudyCellReceipt
 
 pytestmark = pytest.mark.reliability
 

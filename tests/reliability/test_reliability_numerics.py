@@ -21,7 +21,7 @@ from _reliability_support import (
 )
 from safetensors.torch import load_file
 
-from qhlab.evidence.records import PopulationReceipt
+from qhlab.scenes.records import PopulationReceipt
 
 pytestmark = pytest.mark.reliability
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _reliability_support import run_cli
 
-from qhlab.evidence.records import Receipt
+from qhlab.evidence.envelope import Receipt
 
 pytestmark = pytest.mark.reliability
 

@@ -18,7 +18,6 @@ import pytest
 from qhlab.cli import main
 from qhlab.evidence import EvidenceError, canonical_json, sha256_file, write_receipt
 from qhlab.evidence.layout import POPULATION_FILES
-from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.finite_horizon.data import load_population
 from qhlab.scenes import cached_population
 from qhlab.scenes.audit import (
@@ -30,6 +29,7 @@ from qhlab.scenes.audit import (
     read_labels,
 )
 from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
 
 STUDY_TEMPLATE = Path(__file__).resolve().parents[1] / "study" / "tiny-study.toml"
 

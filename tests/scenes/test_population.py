@@ -19,9 +19,9 @@ from qhlab.evidence import (
     verify_directory,
 )
 from qhlab.evidence.layout import POPULATION_FILES
-from qhlab.evidence.records import PopulationGenerationReceipt
 from qhlab.scenes import PRESETS, cached_population, generate_population, read_manifest
 from qhlab.scenes.population import planned_simulations
+from qhlab.scenes.records import PopulationGenerationReceipt
 
 FILES = (*POPULATION_FILES, "manifest.json", "population.receipt.json")
 

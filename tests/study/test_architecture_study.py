@@ -11,6 +11,13 @@ import pytest
 
 from qhlab.design.canary import canary_recovery, select_canary_row
 from qhlab.design.study_config import read_study_config
+from qhlab.design.study_records import (
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+    StudyReportReceipt,
+)
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
@@ -21,13 +28,6 @@ from qhlab.evidence import (
     source_package_digest,
 )
 from qhlab.evidence.layout import BENCHMARK_DIR, REPORT_DIR
-from qhlab.evidence.records import (
-    StudyCellReceipt,
-    StudyDevelopmentReceipt,
-    StudyE0Receipt,
-    StudyFreezeReceipt,
-    StudyReportReceipt,
-)
 from qhlab.finite_horizon.studies import architecture_study as study
 from qhlab.finite_horizon.studies.architecture_study import (
     QhArchitectureStudyConfig,

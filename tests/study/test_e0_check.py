@@ -109,8 +109,8 @@ def reference(tmp_path_factory, cache) -> Path:
 @pytest.mark.slow
 def test_the_record_holds_each_draws_gate_as_its_sub_study_decided_it(reference, capsys):
     from qhlab.design.e0_record import check_record
+    from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
     from qhlab.evidence import read_receipt
-    from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
 
     record = json.loads((reference / "e0.json").read_text())
     assert [o["train_seed"] for o in record["outcomes"]] == [21, 22, 23]

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from qhlab.design.study_records import StudyCellReceipt
 from qhlab.evidence import sha256_file
-from qhlab.evidence.records import FitReceipt, PopulationGenerationReceipt, StudyCellReceipt
+from qhlab.scenes.records import PopulationGenerationReceipt
 from qhlab.scenes.seals import SEALS_DIR
+from qhlab.training.records import FitReceipt
 
 ray = pytest.importorskip("ray", reason="ray is installed by the test extra (make venv)")
 

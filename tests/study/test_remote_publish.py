@@ -21,10 +21,10 @@ from qhlab.evidence import (
     sha256_bytes,
     write_receipt,
 )
-from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.study.authentication import authenticate_freeze
 from qhlab.study.cells import adoptable_attempt
 from qhlab.study.remote import _publish_returned
+from qhlab.training.records import SegmentCheckpointReceipt
 
 
 def _returned(finished_study, cell: str = "baseline-s0") -> dict:

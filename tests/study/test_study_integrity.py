@@ -18,11 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from qhlab.design.study_records import StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_receipt, sha256_file, write_receipt
 from qhlab.evidence.layout import BENCHMARK_DIR, POPULATION_FILES, REPORT_DIR
-from qhlab.evidence.records import PopulationReceipt, StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
 from qhlab.scenes.population import SCENE_CONTENT_COLUMNS
+from qhlab.scenes.records import PopulationReceipt
 from qhlab.study import authentication, development
 
 

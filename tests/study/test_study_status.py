@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from qhlab.cli import main
+from qhlab.design.study_records import StudyCellReceipt
 from qhlab.evidence import exclusive_lock, read_receipt
 from qhlab.evidence.layout import (
     BENCHMARK_DIR,
@@ -19,9 +20,9 @@ from qhlab.evidence.layout import (
     FIT_RECEIPT,
     REPORT_DIR,
 )
-from qhlab.evidence.records import FitReceipt, StudyCellReceipt
 from qhlab.study import status as status_module
 from qhlab.study.status import STATES, status_lines, study_status
+from qhlab.training.records import FitReceipt
 from qhlab.training.wandb_attempt import WandbAttempt
 
 CELLS = [f"{arm}-s{seed}" for arm in ("baseline", "control_global_readout", "control_no_interaction",
@@ -229,3 +230,13 @@ def test_finished_study_status_writes_nothing_and_json_matches(finished_study, c
     code, raw, _ = _status_cli(output, capsys, "--json")
     assert code == 0 and _listing(output) == before
     assert text.rstrip("\n").split("\n") == status_lines(json.loads(raw))
+
+
+@pytest.mark.slow
+def test_verify_and_study_status_on_a_finished_study_import_no_torch(finished_study) -> None:
+    """Reading receipts needs no torch, Lightning or W&B: each runs in a fresh interpreter."""
+    from test_cli_startup import _loaded
+
+    output = str(finished_study["output"])
+    assert _loaded("verify", output) == {"code": 0, "loaded": []}
+    assert _loaded("study", "status", output) == {"code": 0, "loaded": []}

@@ -396,7 +396,7 @@ def test_pruned_trials_are_the_same_with_one_or_two_workers_and_verify_recompute
 
 def test_a_tuning_without_an_admissible_trial_has_a_receipt_body_without_a_winner():
     # Every trial over the cost limit or pruned: the record publishes no recipe and its receipt no winner.
-    from qhlab.evidence.records import TuningReceipt
+    from qhlab.design.tuning_record import TuningReceipt
 
     body = TuningReceipt.body_model().model_validate({"name": "t", "config_sha256": "0" * 64, "trials": 3,
                                                       "winner": None})

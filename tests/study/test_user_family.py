@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from qhlab.cli import main
+from qhlab.design.study_records import StudyCellReceipt, StudyFreezeReceipt
 from qhlab.evidence import EvidenceError, read_receipt
 from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, FAMILY_DIR, FREEZE_RECEIPT
-from qhlab.evidence.records import ColdInitializationReceipt, FitReceipt, StudyCellReceipt, StudyFreezeReceipt
 from qhlab.study.authentication import authenticate_freeze
+from qhlab.training.records import ColdInitializationReceipt, FitReceipt
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MY_ARMS = EXAMPLES / "my_arms.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qhlab.evidence.records import StudyCellReceipt
+from qhlab.design.study_records import StudyCellReceipt
 from wandb_records import read_offline_run
 
 ROOT = Path(__file__).resolve().parents[2]

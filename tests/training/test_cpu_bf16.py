@@ -15,8 +15,8 @@ import torch
 
 from qhlab.cli import main
 from qhlab.evidence import read_receipt
-from qhlab.evidence.records import FitReceipt
 from qhlab.training.execution_profile import ProfileRefusedError, execution_profile
+from qhlab.training.records import FitReceipt
 
 NATIVE = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 needs_native_bf16 = pytest.mark.skipif(

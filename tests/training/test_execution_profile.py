@@ -33,7 +33,6 @@ from qhlab.evidence import (
     read_receipt,
     sha256_file,
 )
-from qhlab.evidence.records import WandbAttemptReceipt
 from qhlab.training import device_checks, lineage, profiles, tensor_state, wandb_attempt
 from qhlab.training import execution_profile as ep_module
 from qhlab.training.device_checks import device_check_record
@@ -49,6 +48,7 @@ from qhlab.training.execution_profile import (
     publish_wandb_attempt,
     verified_cold_initialization_lineage,
 )
+from qhlab.training.records import WandbAttemptReceipt
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = (platform.system(), platform.machine())

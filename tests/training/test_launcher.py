@@ -26,12 +26,12 @@ from qhlab.evidence import (
     source_package_digest,
     verify_directory,
 )
-from qhlab.evidence.records import FitReceipt
 from qhlab.training.callbacks import SegmentCheckpointCallback, UpdateBudgetCallback
 from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
 from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.launcher import FitInterrupted, LaunchOptions, LaunchRequest, admit_launch, launch_fit
 from qhlab.training.optimizer_state import observed_optimizer_updates
+from qhlab.training.records import FitReceipt
 from qhlab.training.segments import load_resume_state
 from qhlab.training.tensor_state import load_tensor_state
 

@@ -21,8 +21,8 @@ from qhlab.evidence import (
     sha256_file,
     source_package_digest,
 )
-from qhlab.evidence.records import ColdInitializationReceipt
 from qhlab.training.execution_profile import ColdInitializationLineage, verified_cold_initialization_lineage
+from qhlab.training.records import ColdInitializationReceipt
 from qhlab.training.tensor_state import load_tensor_state, save_tensor_state, write_cold_initialization
 
 SOURCE = "ab" * 32

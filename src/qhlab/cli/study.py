@@ -9,8 +9,10 @@ Owns: registering the ``study`` command group. Does not own: the steps' argument
 from __future__ import annotations
 
 import argparse
+import json
 
 from qhlab.study.arguments import add_study_arguments
+from qhlab.study.status import status_lines, study_status
 
 __all__ = ["register", "run"]
 
@@ -28,7 +30,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
-    # Lazy: the steps import torch, which `qhlab --help` and `qhlab study --help` never need.
+    if args.study_command == "status":  # reads receipts only: no torch, Lightning or W&B
+        status = study_status(args.study_output, args.populations)
+        print(json.dumps(status, indent=2) if args.json else "\n".join(status_lines(status)))
+        return 0
+    # Lazy: the steps import torch, which `qhlab --help` and `qhlab study status` never need.
     from qhlab.finite_horizon.studies.architecture_study import run_study_command
 
     return run_study_command(args)

@@ -4,19 +4,18 @@ Owns: the command's arguments and its report. Does not own: authentication itsel
 (``qhlab.evidence.verify_directory``), which refuses at the first failing receipt or file, or
 the label checks of every population found (``qhlab.scenes.audit``: the exact Bellman rule
 always, a physics audit of N chain states with ``--audit``), or the recomputation of every
-tuning, pilot and E0 check record found (``qhlab.design.tuning_record``, ``qhlab.design.pilot_record``,
-``qhlab.design.e0_record``).
+record whose kind registered one (``qhlab.evidence.envelope.record_checks``: the tuning, pilot
+and E0 check records today), which this command runs on every such receipt it finds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from qhlab.design import e0_record as e0_record
-from qhlab.design import pilot_record as pilot_record
-from qhlab.design import tuning_record as tuning_record
 from qhlab.evidence import QhInputError, verify_directory
+from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 
 __all__ = ["register", "run", "KEYLESS"]
@@ -69,9 +68,7 @@ def run(args: argparse.Namespace) -> int:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
     result["label_checks"] = checks
-    result["tuning_checks"] = _record_checks(args.directory, result["receipts"], "tuning", tuning_record)
-    result["pilot_checks"] = _record_checks(args.directory, result["receipts"], "pilot", pilot_record)
-    result["e0_checks"] = _record_checks(args.directory, result["receipts"], "e0_check", e0_record)
+    result["record_checks"] = _record_checks(args.directory, result["receipts"])
     result["signature"] = _signature(args)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -93,24 +90,8 @@ def run(args: argparse.Namespace) -> int:
                      f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
                      "(--audit N samples it)")
         print(line)
-    for entry in result["tuning_checks"]:
-        print(f"tuning: {entry['directory']}: {entry['trials']} trials' scores and the winner (trial "
-              f"{'none' if entry['winner'] is None else entry['winner'] + 1}) recomputed by the rule; "
-              f"{entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts"
-              + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
-                 else ""))
-    for entry in result["pilot_checks"]:
-        print(f"pilot: {entry['directory']}: {entry['comparisons']} comparisons' and margins' variance components "
-              f"and the maxima recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} "
-              "fits' values recomputed from their evaluation receipts"
-              + (f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"]
-                 else ""))
-    for entry in result["e0_checks"]:
-        print(f"e0 check: {entry['directory']}: every row selection, canary recovery and outcome recomputed by the "
-              f"gate's rules ({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} "
-              "sub-studies' E0 receipts and freezes compared"
-              + (f", {entry['studies_absent']} absent (their recorded values were used)" if entry["studies_absent"]
-                 else ""))
+    for entry in result["record_checks"]:
+        print(entry["line"])
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["linked_logs"]:
@@ -127,16 +108,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_checks(directory: str, receipts: list[dict], kind: str, module) -> list[dict]:
-    """Recompute every record of ``kind`` below ``directory`` with ``module.check_record``."""
-    from pathlib import Path
+def _record_checks(directory: str, receipts: list[dict]) -> list[dict]:
+    """Recompute every record below ``directory`` whose kind registered a check, in receipt order.
 
-    checks = []
+    Returns:
+        ``[{"kind", "directory", "line", **summary}]``, one per such receipt.
+    """
+    checks = record_checks()
+    entries = []
     for receipt in receipts:
-        if receipt["kind"] == kind and Path(receipt["path"]).name == module.RECEIPT:
+        check = checks.get(receipt["kind"])
+        if check is not None and Path(receipt["path"]).name == check.file:
             where = Path(directory) / Path(receipt["path"]).parent
-            checks.append({"directory": str(where), **module.check_record(where)})
-    return checks
+            summary = check.check(where)
+            entries.append({"kind": receipt["kind"], "directory": str(where), **summary,
+                            "line": check.describe(where, summary)})
+    return entries
 
 
 def _signature(args: argparse.Namespace) -> dict:

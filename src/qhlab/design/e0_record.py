@@ -12,13 +12,15 @@ draws (``run``) or the gate's rules (``qhlab.design.canary``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
+from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
+from qhlab.design.preparation_record import Number, StudyReference, read_record_file
+from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     DigestMismatchError,
     authentication_roots,
@@ -28,16 +30,133 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT
-from qhlab.evidence.records import E0CheckReceipt, StudyE0Receipt, StudyFreezeReceipt
+from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
+from qhlab.evidence.layout import (
+    CANARY_DIR,
+    E0_CHECK_RECEIPT,
+    E0_CHECK_RECORD,
+    E0_CHECK_STUDIES_DIR,
+    E0_RECEIPT,
+    FREEZE_RECEIPT,
+    RECORD_CONFIG_COPY,
+)
 
-__all__ = ["CONFIG_COPY", "RECEIPT", "RECORD", "STUDIES_DIR", "check_record", "draw_outcome", "publish_record",
+__all__ = ["CONFIG_COPY", "RECEIPT", "RECORD", "STUDIES_DIR", "E0CheckRecord", "E0CheckReceipt", "check_record",
+           "draw_outcome", "publish_record",
            "read_record"]
 
-RECORD = "e0.json"
-RECEIPT = "e0.receipt.json"
-CONFIG_COPY = "config.toml"
-STUDIES_DIR = "studies"
+RECORD = E0_CHECK_RECORD
+RECEIPT = E0_CHECK_RECEIPT
+CONFIG_COPY = RECORD_CONFIG_COPY
+STUDIES_DIR = E0_CHECK_STUDIES_DIR
+
+
+
+class E0CheckBody(Closed):
+    """An E0 check's outcome (its draws' rows and canaries live in ``e0.json``, which it binds).
+
+    Attributes:
+        name: the check. config_sha256: its config and the gate design. draws: how many TRAIN
+        draws. passed: how many passed. meets_min_pass_share: whether the share reached the config's.
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=SHA256)
+    draws: int
+    passed: int
+    meets_min_pass_share: bool
+
+
+class E0CheckReceipt(Receipt):
+    """``e0.receipt.json`` of ``qhlab e0-check``."""
+
+    kind: Literal["e0_check"] = "e0_check"
+    schema_version: Literal[1] = 1
+    body: E0CheckBody
+
+
+class CanaryHorizon(Closed):
+    """One canary's recovery at one horizon: its predictions [K], the candidates it chose, and
+    whether they are the row's optimum within the tie band."""
+
+    horizon: int
+    predicted: list[Number]
+    chosen: list[int]
+    recovered: bool
+
+
+class DrawCanary(Closed):
+    """One canary of a draw's gate: its seed, its recovery per horizon and overall."""
+
+    seed: int
+    per_horizon: list[CanaryHorizon]
+    recovered: bool
+
+
+class CanaryRow(Closed):
+    """The canary row a draw's gate selected: its identity, labels [K][H], mask [K], gaps [H]
+    and best candidate per horizon [H]."""
+
+    row: int
+    state_id: int
+    scene_id: int
+    chain_id: int
+    step: int
+    labels: list[list[Number]]
+    candidate_mask: list[bool]
+    gaps: list[Number]
+    best_action: list[int]
+
+
+class DrawOutcome(Closed):
+    """One fresh TRAIN draw's gate: its seed and population, its sub-study and E0 receipt, the row,
+    the canaries and the outcome."""
+
+    train_seed: int
+    manifest_sha256: str = Field(pattern=SHA256)
+    directory: str
+    e0_receipt_sha256: str = Field(pattern=SHA256)
+    passed: bool
+    reason: str
+    selected: CanaryRow | None
+    canaries: list[DrawCanary]
+
+
+class E0Design(Closed):
+    """What a gate's outcome depends on: lane, TRAIN preset, canary seeds, budget, row margin, tie
+    band and the baseline's canary recipe."""
+
+    profile: str
+    train_preset: str
+    seeds: list[int]
+    canary_updates: int
+    canary_gap_multiple: Number
+    tie_band: Number
+    recipe: Json
+
+
+class E0CheckRecord(Closed):
+    """``e0.json``: an E0 check's config, the gate design, every draw's outcome and the pass share.
+
+    Attributes:
+        kind: always ``e0_record``. name, config, config_sha256: the check and its config. study:
+        the study whose gate it checks. design: the gate design. outcomes: one per TRAIN draw, in
+        the config's order. draws, passed, pass_share: the count. min_pass_share,
+        meets_min_pass_share: the config's minimum and whether the share reached it.
+    """
+
+    kind: Literal["e0_record"]
+    name: str
+    config: Json
+    config_sha256: str = Field(pattern=SHA256)
+    study: StudyReference
+    design: E0Design
+    outcomes: list[DrawOutcome]
+    draws: int
+    passed: int
+    pass_share: Number
+    min_pass_share: Number
+    meets_min_pass_share: bool
 
 
 def draw_outcome(seed: int, e0: dict, manifest_sha256: str, study: Path, root: Path) -> dict:
@@ -80,8 +199,8 @@ def read_record(directory: str | os.PathLike) -> dict:
         EvidenceError: the receipt or a bound file fails, or the receipt's counts are not the record's.
     """
     directory = Path(directory)
-    receipt = read_receipt(directory / RECEIPT, E0CheckReceipt).body
-    record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+    record, document = read_record_file(directory, RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord)
+    receipt = document.body
     if (receipt.draws, receipt.passed, receipt.meets_min_pass_share) != (
             record.get("draws"), record.get("passed"), record.get("meets_min_pass_share")):
         raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different outcomes.")
@@ -221,3 +340,14 @@ def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze TRAIN {declared}, not the recorded draw.")
     if e0_design(QhArchitectureStudyConfig.model_validate(frozen.config["resolved"])) != design:
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze another gate design than the record's.")
+
+
+def _describe(directory: Path, entry: dict) -> str:
+    """``qhlab verify``'s line for a recomputed E0 check record."""
+    absent = f", {entry['studies_absent']} absent (their recorded values were used)" if entry["studies_absent"] else ""
+    return (f"e0 check: {directory}: every row selection, canary recovery and outcome recomputed by the gate's rules "
+            f"({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} sub-studies' E0 "
+            f"receipts and freezes compared{absent}")
+
+
+register_check(E0CheckReceipt, file=RECEIPT, check=check_record, describe=_describe)

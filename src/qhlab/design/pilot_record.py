@@ -11,14 +11,21 @@ running the fits (``run``) or the arithmetic (``variance``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
+from qhlab.design.preparation_record import (
+    FitEvidence,
+    MetricPair,
+    Number,
+    PopulationIdentity,
+    StudyReference,
+    read_record_file,
+)
 from qhlab.evidence import (
     DigestMismatchError,
     MissingEvidenceError,
@@ -27,18 +34,148 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt, PilotReceipt
+from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
+from qhlab.evidence.layout import PILOT_RECEIPT, PILOT_RECORD, PREPARATION_FITS_DIR, RECORD_CONFIG_COPY
+from qhlab.finite_horizon.records import EvaluationReceipt
+from qhlab.training.records import FitReceipt
 
-__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECORD", "check_record", "components_of", "publish_record",
+__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECORD", "PilotRecord", "PilotReceipt", "check_record",
+           "components_of", "publish_record",
            "read_record"]
 
-RECORD = "pilot.json"
-RECEIPT = "pilot.receipt.json"
-CONFIG_COPY = "config.toml"
-FITS_DIR = "fits"
+RECORD = PILOT_RECORD
+RECEIPT = PILOT_RECEIPT
+CONFIG_COPY = RECORD_CONFIG_COPY
+FITS_DIR = PREPARATION_FITS_DIR
 # Recomputed components may differ from the recorded ones in the last bits where numpy's
 # reductions take another order on another CPU; an edited value differs by far more.
 _REL_TOL = 1e-9
+
+
+
+class PilotBody(Closed):
+    """A pilot's record (its fits and variance components live in ``pilot.json``, which it binds).
+
+    Attributes:
+        name: the pilot. config_sha256: its config and the study design. fits: how many.
+        seed_variance, train_draw: the maxima a study freezes (``train_draw`` None without draws).
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=SHA256)
+    fits: int
+    seed_variance: Json
+    train_draw: Json | None
+
+
+class PilotReceipt(Receipt):
+    """``pilot.receipt.json``."""
+
+    kind: Literal["pilot"] = "pilot"
+    schema_version: Literal[1] = 1
+    body: PilotBody
+
+
+class PilotFit(FitEvidence):
+    """One pilot fit: its arm, TRAIN draw and seed, and its metrics at H per scene and their means."""
+
+    arm: str
+    draw: int
+    seed: int
+    regret: list[Number]
+    mae: list[Number]
+    regret_mean: Number
+    mae_mean: Number
+
+
+class PilotComparison(Closed):
+    """One paired comparison's variance components: the seed effect tau, and the TRAIN-draw
+    effect and its degrees of freedom (None without draws)."""
+
+    arm: str
+    against: str
+    relation: str
+    tau: MetricPair
+    draw_sd: MetricPair | None
+    draw_dof: MetricPair | None
+
+
+class PilotMargin(Closed):
+    """One variant's retention margins' components (``tau``: D_reg's as regret, D_mae's as mae)."""
+
+    variant: str
+    tau: MetricPair
+    draw_sd: MetricPair | None
+    draw_dof: MetricPair | None
+
+
+class PilotSeedVariance(Closed):
+    """The largest tau of each metric over every comparison and margin, and the seeds it had."""
+
+    regret: Number
+    mae: Number
+    seeds: int
+
+
+class PilotTrainDraw(Closed):
+    """The largest TRAIN-draw effect of each metric, its degrees of freedom, and the draws."""
+
+    regret: Number
+    mae: Number
+    regret_dof: Number
+    mae_dof: Number
+    draws: int
+    seeds_per_draw: int
+
+
+class PilotVariant(Closed):
+    """A variant of the design with its structural and matched controls."""
+
+    arm: str
+    control: str
+    matched: str
+
+
+class PilotDesign(Closed):
+    """The study design a pilot measured: arms, comparisons, variants, thresholds, lane and recipes."""
+
+    arms: list[str]
+    broad_updates: int
+    comparisons: list[list[str]]
+    variants: list[PilotVariant]
+    regret_fraction: Number
+    mae_fraction: Number
+    profile: str
+    recipes: dict[str, Json]
+
+
+class PilotRecord(Closed):
+    """``pilot.json``: a pilot's config, the design it measured, its fits and their components.
+
+    Attributes:
+        kind: always ``pilot_record``. name, config, config_sha256: the pilot and its config.
+        study: the study it serves. design: that study's design. horizon: H. populations: every
+        population it fitted on or scored, by identity. draws, draw_seeds: the TRAIN draws and
+        the seeds fitted on each. fits: every fit. comparisons, margins: their components.
+        seed_variance, train_draw: the maxima a study freezes. estimators: how each was estimated.
+    """
+
+    kind: Literal["pilot_record"]
+    name: str
+    config: Json
+    config_sha256: str = Field(pattern=SHA256)
+    study: StudyReference
+    design: PilotDesign
+    horizon: int
+    populations: dict[str, PopulationIdentity]
+    draws: list[int]
+    draw_seeds: list[int]
+    fits: list[PilotFit]
+    comparisons: list[PilotComparison]
+    margins: list[PilotMargin]
+    seed_variance: PilotSeedVariance
+    train_draw: PilotTrainDraw | None
+    estimators: dict[str, str]
 
 
 def components_of(design: dict, fits: list[dict], *, main_draw: int, seeds: list[int], draws: list[int],
@@ -71,8 +208,7 @@ def read_record(directory: str | os.PathLike) -> dict:
         EvidenceError: the receipt or a bound file fails.
     """
     directory = Path(directory)
-    receipt = read_receipt(directory / RECEIPT, PilotReceipt)
-    record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+    record, receipt = read_record_file(directory, RECORD, RECEIPT, PilotReceipt, PilotRecord)
     if receipt.body.seed_variance != record["seed_variance"] or receipt.body.train_draw != record["train_draw"]:
         raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different maxima.")
     return record
@@ -187,3 +323,14 @@ def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: in
     if problems:
         raise DigestMismatchError(f"{where}: fit {fit['directory']} is not the design's {fit['arm']} fit of seed "
                                   f"{fit['seed']} on draw {fit['draw']}: its receipt has {', '.join(problems)}.")
+
+
+def _describe(directory: Path, entry: dict) -> str:
+    """``qhlab verify``'s line for a recomputed pilot record."""
+    absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
+    return (f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' variance components and the maxima "
+            f"recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} fits' values "
+            f"recomputed from their evaluation receipts{absent}")
+
+
+register_check(PilotReceipt, file=RECEIPT, check=check_record, describe=_describe)

@@ -35,6 +35,7 @@ from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.recipe import read_toml, validate_recipe, validation_error
 from qhlab.scenes import PRESETS
+from qhlab.training.profiles import PROFILE_NAMES
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
@@ -74,9 +75,6 @@ def _path_text(value: Any) -> Any:
 
 
 def _known_profile(profile: str) -> str:
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.training.execution_profile import PROFILE_NAMES
-
     if profile not in PROFILE_NAMES:
         raise ValueError(f"profile={profile!r} is not allowed; allowed: {', '.join(PROFILE_NAMES)}")
     return profile

@@ -16,8 +16,11 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from qhlab.design.preparation_record import FitEvidence, Number, PopulationIdentity, read_record_file
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import (
     DigestMismatchError,
@@ -30,24 +33,152 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.records import EvaluationReceipt, TuningReceipt
+from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
+from qhlab.evidence.layout import (
+    PREPARATION_FITS_DIR,
+    RECORD_CONFIG_COPY,
+    TUNING_RECEIPT,
+    TUNING_RECIPE,
+    TUNING_RECORD,
+    TUNING_TRIALS_DB,
+)
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.seals import seals_of
 from qhlab.training.console import console_verbose
 
-__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECIPE", "RECORD", "TRIALS_DB", "check_record",
-           "population_record", "publish_record", "read_record", "refuse_sealed_validation"]
+__all__ = [
+    "CONFIG_COPY",
+    "FITS_DIR",
+    "RECEIPT",
+    "RECIPE",
+    "RECORD",
+    "TRIALS_DB",
+    "TuningRecord",
+    "TuningReceipt",
+    "check_record",
+    "population_record",
+    "publish_record",
+    "read_record",
+    "refuse_sealed_validation",
+]
 
-RECORD = "tuning.json"
-RECEIPT = "tuning.receipt.json"
-RECIPE = "recipe.toml"
-CONFIG_COPY = "config.toml"
-TRIALS_DB = "trials.db"
-FITS_DIR = "fits"
+RECORD = TUNING_RECORD
+RECEIPT = TUNING_RECEIPT
+RECIPE = TUNING_RECIPE
+CONFIG_COPY = RECORD_CONFIG_COPY
+TRIALS_DB = TUNING_TRIALS_DB
+FITS_DIR = PREPARATION_FITS_DIR
 RULE_TEXT = ("admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
              "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
              "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number")
 _BACKEND = ("accelerator", "devices", "precision")
+
+
+
+class TuningBody(Closed):
+    """A tuning's record (the trials and the rule live in ``tuning.json``, which it binds).
+
+    Attributes:
+        name: the tuning. config_sha256: its config. trials: how many. winner: the winning
+        trial's number (None when no trial is admissible).
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=SHA256)
+    trials: int
+    winner: int | None
+
+
+class TuningReceipt(Receipt):
+    """``tuning.receipt.json``."""
+
+    kind: Literal["tuning"] = "tuning"
+    schema_version: Literal[1] = 1
+    body: TuningBody
+
+
+Scalar = bool | int | float | str
+
+
+class TuningFit(FitEvidence):
+    """One fit of a trial: its seed and its metrics at H on the tuning validation population."""
+
+    seed: int
+    regret: Number
+    mae: Number
+
+
+class TuningTrial(Closed):
+    """One trial as the record holds it.
+
+    Attributes:
+        number: its number (from 0). batch: the batch it ran in. params: its parameters by
+        dotted recipe field. cost: updates x ensemble members. state: ``complete`` or ``pruned``.
+        reason: why it was pruned (None for a complete one). fits: its fits, in seed order.
+        mean, seed_sd: its score (None for a pruned one). intermediate: the running means at the
+        pruner's rungs (only with a pruner).
+    """
+
+    number: int
+    batch: int
+    params: dict[str, Scalar]
+    cost: int
+    state: Literal["complete", "pruned"]
+    reason: str | None
+    fits: list[TuningFit]
+    mean: Number | None
+    seed_sd: Number | None
+    intermediate: dict[str, Number] | None = None
+
+
+class TuningWinner(Closed):
+    """The rule's winner: its number (None when no trial is admissible), the admissible and tied
+    trials, its margin over the rest, and its parameters, mean and recipe."""
+
+    number: int | None
+    admissible: list[int]
+    tied: list[int]
+    margin: Number | None
+    params: dict[str, Scalar] | None
+    mean: Number | None
+    recipe: Json | None
+
+
+class TuningOptuna(Closed):
+    """How Optuna suggested the trials: its version, sampler and seed, batch and storage."""
+
+    version: str
+    sampler: str
+    sampler_seed: int
+    batch: int
+    storage: str
+    suggestion: str
+
+
+class TuningRecord(Closed):
+    """``tuning.json``: a tuning's config, every trial, the rule and its winner.
+
+    Attributes:
+        kind: always ``tuning_record``. name: the tuning. config: its config as validated.
+        config_sha256: its digest. base_recipe: the recipe the space varies. populations: the
+        tuning TRAIN and validation, by identity. objective: the metric, seeds and rule settings.
+        rule: the winner rule in words. deviations: the recipe fields a study may set otherwise.
+        optuna: how trials were suggested. trials: every trial, in number order. winner: the rule's.
+    """
+
+    kind: Literal["tuning_record"]
+    name: str
+    config: Json
+    config_sha256: str = Field(pattern=SHA256)
+    base_recipe: Json
+    populations: dict[str, PopulationIdentity]
+    objective: Json
+    rule: str
+    deviations: list[str]
+    optuna: TuningOptuna
+    trials: list[TuningTrial]
+    winner: TuningWinner
 
 
 def population_record(path: Path) -> dict:
@@ -159,12 +290,9 @@ def read_record(directory: str | os.PathLike) -> dict:
     Raises:
         MissingEvidenceError: no ``tuning.receipt.json``.
         EvidenceError: the receipt or a bound file fails.
+        SchemaMismatchError: ``tuning.json`` is not in ``TuningRecord``'s layout.
     """
-    import json
-
-    directory = Path(directory)
-    read_receipt(directory / RECEIPT, TuningReceipt)
-    return json.loads((directory / RECORD).read_text(encoding="utf-8"))
+    return read_record_file(directory, RECORD, RECEIPT, TuningReceipt, TuningRecord)[0]
 
 
 def _at(mapping: Any, dotted: str) -> Any:
@@ -302,3 +430,14 @@ def _check_recipe(directory: Path, where: str, record: dict) -> None:
     if winner["params"] != params or any(_at(emitted, k) != v for k, v in params.items()):
         raise DigestMismatchError(f"{where}: the winning recipe does not carry trial {winner['number'] + 1}'s "
                                   "parameters.")
+
+
+def _describe(directory: Path, entry: dict) -> str:
+    """``qhlab verify``'s line for a recomputed tuning record."""
+    winner = "none" if entry["winner"] is None else entry["winner"] + 1
+    absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
+    return (f"tuning: {directory}: {entry['trials']} trials' scores and the winner (trial {winner}) recomputed by the "
+            f"rule; {entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts{absent}")
+
+
+register_check(TuningReceipt, file=RECEIPT, check=check_record, describe=_describe)

@@ -1,34 +1,57 @@
-"""The receipt envelope and the registry of receipt kinds.
+"""The receipt envelope and the one registry of record kinds.
 
 Owns: ``Receipt`` (the envelope every kind shares: kind, schema version, producer, body, bound
-files, its own digest), ``BoundFile`` and ``CreatedBy``, the closed-model base every body uses,
-and the registry (a kind is registered when its model is defined; ``receipt_model``,
-``receipt_kinds``). Does not own: the kinds themselves (``records`` and ``preparation_records``,
-which ``records`` imports so that every reader knows every kind) nor authentication
-(``receipts``).
+files, its own digest), ``BoundFile`` and ``CreatedBy``, the closed-model base every body uses
+(``Closed``), and the registry: a kind is registered when its model is defined (``receipt_model``,
+``receipt_kinds``), and a record's recomputation when its owner calls ``register_check``
+(``record_checks``, which ``qhlab verify`` loops over). Every kind lives beside the code that
+owns it, in a module named ``records`` or ``*_record`` below ``qhlab``; ``load_kinds`` imports
+them all, so a reader of any receipt knows every kind. Adding a kind is one such module (and
+its test). Does not own: the kinds themselves nor authentication (``receipts``).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import qhlab
 from qhlab.evidence.errors import SchemaMismatchError
 
-__all__ = ["BoundFile", "CreatedBy", "Receipt", "receipt_kinds", "receipt_model"]
+__all__ = [
+    "SHA256",
+    "BoundFile",
+    "Closed",
+    "CreatedBy",
+    "Json",
+    "RecordCheck",
+    "Receipt",
+    "load_kinds",
+    "receipt_kinds",
+    "receipt_model",
+    "record_checks",
+    "register_check",
+]
 
-_SHA256 = r"^[0-9a-f]{64}$"
-_Json = dict[str, Any]
+# A hex SHA-256, as every digest field holds it.
+SHA256 = r"^[0-9a-f]{64}$"
+# A JSON object whose layout its own step checks (nested structures of a body).
+Json = dict[str, Any]
 
 
-class _Closed(BaseModel):
+class Closed(BaseModel):
     """A closed, strict, immutable JSON object."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class BoundFile(_Closed):
+class BoundFile(Closed):
     """One file a receipt binds.
 
     Attributes:
@@ -37,10 +60,10 @@ class BoundFile(_Closed):
     """
 
     path: str = Field(min_length=1)
-    sha256: str = Field(pattern=_SHA256)
+    sha256: str = Field(pattern=SHA256)
 
 
-class CreatedBy(_Closed):
+class CreatedBy(Closed):
     """Which package wrote a receipt.
 
     Attributes:
@@ -55,7 +78,7 @@ class CreatedBy(_Closed):
 _MODELS: dict[str, type["Receipt"]] = {}
 
 
-class Receipt(_Closed):
+class Receipt(Closed):
     """The envelope every receipt shares; each kind is a subclass with its own ``body`` model.
 
     A subclass declares ``kind: Literal["..."] = "..."`` and ``schema_version: Literal[N] = N``
@@ -77,7 +100,7 @@ class Receipt(_Closed):
     body: BaseModel
     inputs: dict[str, BoundFile]
     outputs: dict[str, BoundFile]
-    content_sha256: str = Field(pattern=_SHA256)
+    content_sha256: str = Field(pattern=SHA256)
 
     KIND: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 0
@@ -110,11 +133,13 @@ class Receipt(_Closed):
 
 
 def receipt_model(kind: Any) -> type[Receipt]:
-    """The model of a registered kind.
+    """The model of a registered kind (every kind's module is imported first: ``load_kinds``).
 
     Raises:
         SchemaMismatchError: ``kind`` is not a registered kind (names the allowed ones).
     """
+    if not isinstance(kind, str) or kind not in _MODELS:
+        load_kinds()
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise SchemaMismatchError(f"kind={kind!r} is not a receipt kind; allowed: {', '.join(receipt_kinds())}.")
@@ -122,5 +147,70 @@ def receipt_model(kind: Any) -> type[Receipt]:
 
 
 def receipt_kinds() -> list[str]:
-    """Every registered kind, sorted."""
+    """Every registered kind, sorted (after ``load_kinds``)."""
+    load_kinds()
     return sorted(_MODELS)
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """What ``qhlab verify`` recomputes for one kind, beyond the digests every receipt gets.
+
+    Attributes:
+        kind: the receipt kind it applies to.
+        file: the receipt's file name (the record's directory is the receipt's).
+        check: ``check(directory) -> summary``: recomputes every claim of the record from what
+            it binds and raises an ``EvidenceError`` at the first that does not hold.
+        describe: ``describe(directory, summary) -> line``: verify's line for a passed check.
+    """
+
+    kind: str
+    file: str
+    check: Callable[[Path], dict]
+    describe: Callable[[Path, dict], str]
+
+
+_CHECKS: dict[str, RecordCheck] = {}
+
+
+def register_check(receipt: type[Receipt], *, file: str, check: Callable[[Path], dict],
+                   describe: Callable[[Path, dict], str]) -> RecordCheck:
+    """Register the recomputation ``qhlab verify`` runs on every receipt of ``receipt``'s kind.
+
+    Raises:
+        TypeError: ``receipt`` is not a registered kind, or its kind has a check already.
+    """
+    kind = receipt.KIND
+    if _MODELS.get(kind) is not receipt:
+        raise TypeError(f"register_check: {receipt!r} is not a registered receipt kind.")
+    if kind in _CHECKS and _CHECKS[kind].check is not check:
+        raise TypeError(f"register_check: kind {kind!r} has a check already ({_CHECKS[kind].check.__qualname__}).")
+    _CHECKS[kind] = RecordCheck(kind=kind, file=file, check=check, describe=describe)
+    return _CHECKS[kind]
+
+
+def record_checks() -> dict[str, RecordCheck]:
+    """Every registered record check by kind (after ``load_kinds``)."""
+    load_kinds()
+    return dict(sorted(_CHECKS.items()))
+
+
+_LOADED: list[str] = []
+
+
+def load_kinds() -> list[str]:
+    """Import every module of ``qhlab`` that defines record kinds: each module named ``records``
+    or ending in ``_record`` or ``_records``. Packages are walked without importing anything but
+    their ``__init__`` (each is light); done once per process.
+
+    Returns:
+        The modules imported.
+    """
+    if not _LOADED:
+
+        for info in pkgutil.walk_packages(qhlab.__path__, prefix="qhlab."):
+            leaf = info.name.rsplit(".", 1)[-1]
+            if not info.ispkg and (leaf == "records" or leaf.endswith(("_record", "_records"))):
+                importlib.import_module(info.name)
+                _LOADED.append(info.name)
+    return list(_LOADED)

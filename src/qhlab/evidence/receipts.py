@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from qhlab import __version__
 from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file, to_jsonable
+from qhlab.evidence.envelope import Receipt, receipt_model
 from qhlab.evidence.errors import (
     DigestMismatchError,
     EvidenceError,
@@ -41,7 +42,6 @@ from qhlab.evidence.errors import (
 )
 from qhlab.evidence.layout import MANIFEST, RECEIPT_SUFFIX
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
-from qhlab.evidence.records import Receipt, receipt_model
 from qhlab.evidence.tree import logger_leftover, refuse_links
 
 __all__ = [ "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
@@ -231,7 +231,7 @@ def write_receipt(
 
     Args:
         path: must end with ``.receipt.json``.
-        record: the kind's model (``qhlab.evidence.records``), e.g. ``FitReceipt``; its kind and
+        record: the kind's model (beside its owner, e.g. ``qhlab.training.records.FitReceipt``); its kind and
             schema version are written.
         body: JSON-able facts of the step, in the layout of ``record``'s body.
         inputs: files the step read, by name; their digests are bound (a ``FileCopy`` under
@@ -247,7 +247,7 @@ def write_receipt(
         raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
     if not (isinstance(record, type) and issubclass(record, Receipt) and record.KIND):
         raise EvidenceError(f"write_receipt: record={record!r} is not a receipt kind; allowed: a model of "
-                            "qhlab.evidence.records, e.g. FitReceipt.")
+                            "its owner, e.g. qhlab.training.records.FitReceipt.")
     plain = to_jsonable(dict(body))
     try:
         record.body_model().model_validate(plain)
@@ -305,7 +305,7 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
 
     Args:
         path: the receipt file.
-        record: the kind expected (``qhlab.evidence.records``, e.g. ``FitReceipt``), or
+        record: the kind expected (e.g. ``qhlab.training.records.FitReceipt``), or
             ``Receipt`` for any registered kind (the model of the kind read is returned).
         verify_files: re-hash every bound input and output file.
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, input_error, read_receipt, sha256_file
 from qhlab.evidence.layout import FINAL_STATE, FIT_RECEIPT
-from qhlab.evidence.records import FitReceipt
 from qhlab.finite_horizon.recipe import validate_recipe
+from qhlab.training.records import FitReceipt
 
 if TYPE_CHECKING:
     from qhlab.finite_horizon.data import Population

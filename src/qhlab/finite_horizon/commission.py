@@ -27,7 +27,6 @@ from pathlib import Path
 
 from qhlab.evidence import PublishConflictError, input_error, source_package_digest, write_receipt
 from qhlab.evidence.layout import COMMISSION_RECEIPT, MPS_MEMORY_RECEIPT
-from qhlab.evidence.records import CommissioningRunReceipt
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
 from qhlab.finite_horizon.diagnostics.milestones import (
@@ -44,6 +43,7 @@ from qhlab.finite_horizon.diagnostics.mps_memory import (
 )
 from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
+from qhlab.finite_horizon.records import CommissioningRunReceipt
 from qhlab.training.execution_profile import execution_profile
 
 __all__ = [ "CommissionResult", "commission_recipe"]

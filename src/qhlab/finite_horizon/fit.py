@@ -35,7 +35,6 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import EVALUATION_RECEIPT
-from qhlab.evidence.records import EvaluationReceipt
 from qhlab.finite_horizon.arm_source import (
     BUILDER_FORMS,
     ArmSource,
@@ -50,6 +49,7 @@ from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, launch_fit
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from qhlab.design.study_config import EXECUTION_FIELDS
+from qhlab.design.study_records import StudyReportReceipt
 from qhlab.evidence import (
     authentication_roots,
     canonical_json,
@@ -48,7 +49,7 @@ from qhlab.evidence.layout import (
     STUDY_CONFIG_COPY,
     cell_name,
 )
-from qhlab.evidence.records import LaneComparisonReceipt, StudyReportReceipt
+from qhlab.lanes.records import LaneComparisonReceipt
 from qhlab.statistics.bootstrap import paired_scene_bootstrap
 from qhlab.statistics.replication import pooled_difference
 from qhlab.study.authentication import authenticate_cells, check_bound, runtime_versions

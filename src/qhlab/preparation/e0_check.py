@@ -20,6 +20,7 @@ from typing import Any
 from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
 from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
 from qhlab.design.study_config import STUDY_PATH_FIELDS, PopulationSource
+from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     authentication_roots,
     exclusive_lock,
@@ -29,7 +30,6 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
-from qhlab.evidence.records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.recipe import read_toml
 from qhlab.preparation.fits import fit_runner, publish_config_copy

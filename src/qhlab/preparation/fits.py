@@ -14,10 +14,11 @@ from typing import Any
 
 from qhlab.evidence import input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt
 from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.training.console import configure_console, console_verbose
+from qhlab.training.records import FitReceipt
 
 __all__ = ["adopt_or_fit", "fit_evidence", "fit_runner", "publish_config_copy"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
 from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
-from qhlab.evidence.records import PopulationReceipt
+from qhlab.scenes.records import PopulationReceipt
 
 __all__ = [ "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
 

@@ -42,7 +42,6 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
 from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
-from qhlab.evidence.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.execution import ExecutorChoice, RayExecutor, open_executor, where_am_i
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.candidates import (
@@ -58,6 +57,7 @@ from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.manifest import MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
+from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
 from qhlab.scenes.world import engine_identity
 

@@ -9,6 +9,7 @@ rules themselves (``canary``) or the canary fits (``cells``).
 from __future__ import annotations
 
 from qhlab.design.canary import canary_failures, failure_text, select_canary_row
+from qhlab.design.study_records import StudyCellReceipt, StudyE0Receipt
 from qhlab.evidence import EvidenceError, PublishConflictError, publish_json, read_receipt, sha256_file, write_receipt
 from qhlab.evidence.layout import (
     CANARY_DIR,
@@ -18,7 +19,6 @@ from qhlab.evidence.layout import (
     SELECTION_FILE,
     cell_name,
 )
-from qhlab.evidence.records import StudyCellReceipt, StudyE0Receipt
 from qhlab.finite_horizon.benchmark import canonical_chains
 from qhlab.study.authentication import FrozenStudy, read_canary_selection
 from qhlab.study.cells import fit_cell

@@ -26,6 +26,12 @@ from qhlab.design.study_config import (
     QhArchitectureStudyConfig,
     read_study_config,
 )
+from qhlab.design.study_records import (
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+)
 from qhlab.evidence import (
     EvidenceError,
     OrderError,
@@ -37,6 +43,7 @@ from qhlab.evidence import (
     sha256_file,
     source_package_digest,
 )
+from qhlab.evidence.envelope import Receipt
 from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -48,16 +55,10 @@ from qhlab.evidence.layout import (
     cell_name,
     cell_receipt_path,
 )
-from qhlab.evidence.records import (
-    FitReceipt,
-    Receipt,
-    StudyCellReceipt,
-    StudyDevelopmentReceipt,
-    StudyE0Receipt,
-    StudyFreezeReceipt,
-)
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.study.family import provide_family
+from qhlab.training.profiles import execution_profile
+from qhlab.training.records import FitReceipt
 
 R = TypeVar("R", bound=Receipt)
 
@@ -329,7 +330,6 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     """
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import train_rows_record
-    from qhlab.training.profiles import execution_profile
 
     document = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=verify_files)
     body = document.body

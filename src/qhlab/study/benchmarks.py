@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from qhlab.design.study_records import StudyBenchmarkReceipt
 from qhlab.evidence import PublishConflictError, input_error, read_receipt, write_receipt
 from qhlab.evidence.layout import (
     CELLS_DIR,
     benchmark_receipt_path,
     cell_name,
 )
-from qhlab.evidence.records import StudyBenchmarkReceipt
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.study.authentication import (
     FrozenStudy,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qhlab.design.canary import canary_recipe, canary_recovery
+from qhlab.design.study_records import StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.evidence import (
     EvidenceError,
     OrderError,
@@ -41,16 +42,17 @@ from qhlab.evidence.layout import (
     cell_lock_path,
     cell_name,
 )
-from qhlab.evidence.records import EvaluationReceipt, FitReceipt, StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.execution import where_am_i
 from qhlab.finite_horizon.benchmark import load_final_module
 from qhlab.finite_horizon.recipe import recipe_digest
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import (
     FrozenStudy,
     authenticate_attempt,
     authenticate_development,
     read_canary_selection,
 )
+from qhlab.training.records import FitReceipt
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 if TYPE_CHECKING:

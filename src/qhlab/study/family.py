@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import qhlab
+from qhlab.design.study_records import StudyFreezeBody
 from qhlab.evidence import QhInputError, publish_bytes
 from qhlab.evidence.layout import FAMILY_DIR
-from qhlab.evidence.records import StudyFreezeBody
 from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
 
 __all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]

@@ -20,6 +20,7 @@ from qhlab.design.study_config import (
     QhArchitectureStudyConfig,
     read_study_config,
 )
+from qhlab.design.study_records import StudyFreezeReceipt
 from qhlab.evidence import (
     PublishConflictError,
     QhInputError,
@@ -34,7 +35,6 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, STUDY_CONFIG_COPY, cell_name
 from qhlab.evidence.publish import TEMP_MARKER
-from qhlab.evidence.records import StudyFreezeReceipt
 from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
@@ -47,6 +47,7 @@ from qhlab.study.populations import (
     resolve_population,
 )
 from qhlab.study.preparation import PREPARATION_DIR, check_preparation, copy_preparation
+from qhlab.training.profiles import execution_profile
 
 __all__ = ["describe_family", "freeze"]
 
@@ -75,8 +76,6 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
         The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
         process, so they are not re-hashed).
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.training.profiles import execution_profile
 
     config, data, resolved = read_study_config(config_path)
     execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only

@@ -17,8 +17,8 @@ import numpy as np
 from qhlab.design.study_config import PopulationSource
 from qhlab.evidence import read_receipt
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
-from qhlab.evidence.records import PopulationGenerationReceipt
 from qhlab.scenes import cached_population
+from qhlab.scenes.records import PopulationGenerationReceipt
 from qhlab.study.terminal import GenerationProgress
 
 __all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]

@@ -38,24 +38,24 @@ from qhlab.evidence import (
     safe_component,
     sha256_bytes,
 )
+from qhlab.evidence.envelope import Receipt
 from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, EVALUATION_RECEIPT, cell_name
 from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
-from qhlab.evidence.records import (
-    ColdInitializationReceipt,
-    EvaluationReceipt,
-    FitReceipt,
-    Receipt,
-    SegmentCheckpointReceipt,
-    WandbAttemptReceipt,
-)
 from qhlab.execution import JobRunner, where_am_i
 from qhlab.finite_horizon.fit import default_logical_run_id
+from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import FrozenStudy, authenticate_attempt
 from qhlab.study.cells import adoptable_attempt, fit_cell
 from qhlab.study.family import family_bytes
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import TryLedger, fit_on_worker
 from qhlab.training.profiles import execution_profile
+from qhlab.training.records import (
+    ColdInitializationReceipt,
+    FitReceipt,
+    SegmentCheckpointReceipt,
+    WandbAttemptReceipt,
+)
 from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]

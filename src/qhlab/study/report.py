@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from qhlab.design.study_config import QhArchitectureStudyConfig
+from qhlab.design.study_records import StudyBenchmarkReceipt, StudyReportReceipt
 from qhlab.evidence import (
     EvidenceError,
     PublishConflictError,
@@ -36,7 +37,6 @@ from qhlab.evidence.layout import (
     benchmark_receipt_path,
     cell_name,
 )
-from qhlab.evidence.records import StudyBenchmarkReceipt, StudyReportReceipt
 from qhlab.statistics.bootstrap import (
     MIN_SCENES_FOR_ROBUST,
     pooled_seed_values,

@@ -19,6 +19,7 @@ import secrets
 import time
 from pathlib import Path
 
+from qhlab.design.study_records import StudyReportReceipt
 from qhlab.evidence import (
     EvidenceError,
     authentication_roots,
@@ -28,7 +29,6 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.evidence.layout import REPORT_DIR, REPORT_RECEIPT
-from qhlab.evidence.records import StudyReportReceipt
 from qhlab.study.render import FIGURES
 from qhlab.study.report import SECTIONS
 from qhlab.study.sections import Tables

@@ -36,6 +36,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qhlab.design.study_config import read_study_config
+from qhlab.design.study_records import (
+    StudyBenchmarkReceipt,
+    StudyCellReceipt,
+    StudyDevelopmentReceipt,
+    StudyE0Receipt,
+    StudyFreezeReceipt,
+    StudyReportReceipt,
+)
 from qhlab.evidence import (
     RECEIPT_SUFFIX,
     EvidenceError,
@@ -44,6 +52,7 @@ from qhlab.evidence import (
     read_receipt,
     recorded_origin,
 )
+from qhlab.evidence.envelope import Receipt
 from qhlab.evidence.layout import (
     CANARY_DIR,
     CANARY_ROLES,
@@ -60,18 +69,8 @@ from qhlab.evidence.layout import (
     cell_lock_path,
     cell_name,
 )
-from qhlab.evidence.records import (
-    FitReceipt,
-    Receipt,
-    SegmentCheckpointReceipt,
-    StudyBenchmarkReceipt,
-    StudyCellReceipt,
-    StudyDevelopmentReceipt,
-    StudyE0Receipt,
-    StudyFreezeReceipt,
-    StudyReportReceipt,
-)
 from qhlab.study.family import source_changes
+from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["STATES", "study_status", "status_lines"]

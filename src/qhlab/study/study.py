@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.study_config import read_study_config
+from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
 from qhlab.evidence import authentication_roots, read_receipt, recorded_origin
 from qhlab.evidence.layout import (
     CANARY_DIR,
@@ -32,7 +33,6 @@ from qhlab.evidence.layout import (
     benchmark_receipt_path,
     cell_receipt_path,
 )
-from qhlab.evidence.records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
 from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
 from qhlab.study.admission import decide_e0
 from qhlab.study.authentication import (

@@ -23,12 +23,12 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import QhError, input_error, require_int, write_receipt
-from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.training.optimizer_state import (
     capture_training_state,
     observed_optimizer_updates,
     restore_optimizer_state,
 )
+from qhlab.training.records import SegmentCheckpointReceipt
 from qhlab.training.segments import (
     ResumeState,
     checkpoint_state_path,

@@ -40,7 +40,6 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import COLD_INIT_RECEIPT, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT, WANDB_RECEIPT
-from qhlab.evidence.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.execution import where_am_i
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
@@ -55,6 +54,7 @@ from qhlab.training.lane_evidence import LaneEvidenceCallback
 from qhlab.training.lineage import copy_cold_initialization, lineage_record, verified_cold_initialization_lineage
 from qhlab.training.optimizer_state import capture_training_state, module_state_tensors, observed_optimizer_updates
 from qhlab.training.profiles import execution_profile
+from qhlab.training.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.training.segments import ResumeState
 from qhlab.training.tensor_state import save_tensor_state, structure_path, write_cold_initialization
 from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
@@ -306,7 +306,7 @@ class LaunchRequest:
             ``recipe_digest``, ``seed`` and ``qhlab.source_package_sha256`` are always added.
         receipt_fields: the caller's own fields of the fit receipt body (e.g. which TRAIN
             rows were fitted and for which study): only ``FIT_CALLER_FIELDS`` of
-            ``qhlab.evidence.records``.
+            the kind models beside their owners (``qhlab.evidence.envelope``).
     """
 
     module_factory: Callable[[Any], LightningModule]

@@ -29,7 +29,7 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.evidence.layout import COLD_INIT_RECEIPT, COLD_INIT_STATE, COLD_INIT_STRUCTURE
-from qhlab.evidence.records import ColdInitializationReceipt
+from qhlab.training.records import ColdInitializationReceipt
 from qhlab.training.tensor_state import (
     load_tensor_state,
     normalize_seed,

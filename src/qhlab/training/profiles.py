@@ -28,8 +28,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-
+# torch is imported inside the methods that touch a device: the lane registry and its names
+# (`PROFILE_NAMES`, `execution_profile(name).apply`) load without it, for configs and the CLI.
 from qhlab.evidence import (
     MissingEvidenceError,
     QhError,
@@ -275,6 +275,7 @@ class QhExecutionProfile:
         Raises:
             ProfileRefusedError: host, backend or environment differ; names expected and actual.
         """
+        import torch
         system, machine = platform.system(), platform.machine()
         needs = self._needs()
         if (system, machine) != (self.expected_system, self.expected_machine):
@@ -362,6 +363,7 @@ class QhExecutionProfile:
         -> ``torch.autocast("cpu", dtype=torch.bfloat16)`` (what Lightning's MixedPrecision
         plugin enters); ``32-true`` -> ``contextlib.nullcontext()``.
         """
+        import torch
         if self.precision == "16-mixed":
             return torch.autocast(device_type=self.device_type, dtype=torch.float16)
         if self.precision == "bf16-mixed":
@@ -403,6 +405,7 @@ class QhExecutionProfile:
         Returns:
             JSON-able record of what was done: ``cap_enforced``, counters reset, and why not.
         """
+        import torch
         call = f"execution_profile({self.name!r}).prepare_memory_accounting"
         if max_allocated_bytes is not None:
             require_int(
@@ -459,6 +462,7 @@ class QhExecutionProfile:
             MPS: ``current_allocated_bytes``, ``driver_allocated_bytes`` (now);
             CPU: ``max_rss_bytes`` (process lifetime, ``resource.getrusage``).
         """
+        import torch
         call = f"execution_profile({self.name!r}).memory_evidence"
         if self.device_type == "cuda":
             self._require_backend(call)
@@ -479,6 +483,7 @@ class QhExecutionProfile:
         return {"max_rss_bytes": int(max_rss) if sys.platform == "darwin" else int(max_rss) * 1024}
 
     def _require_backend(self, call: str) -> None:
+        import torch
         available = torch.cuda.is_available() if self.device_type == "cuda" else torch.backends.mps.is_available()
         if not available:
             raise QhError(

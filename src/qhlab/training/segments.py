@@ -19,8 +19,8 @@ from pathlib import Path
 
 from qhlab.evidence import EvidenceError, MissingEvidenceError, QhInputError, input_error, read_receipt
 from qhlab.evidence.layout import COLD_INIT_STATE, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT
-from qhlab.evidence.records import SegmentCheckpointReceipt
 from qhlab.training.lineage import lineage_record, verified_cold_initialization_lineage
+from qhlab.training.records import SegmentCheckpointReceipt
 from qhlab.training.tensor_state import load_tensor_state
 
 __all__ = [

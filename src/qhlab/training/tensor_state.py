@@ -42,7 +42,7 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import COLD_INIT_RECEIPT, COLD_INIT_STATE, COLD_INIT_STRUCTURE
-from qhlab.evidence.records import ColdInitializationReceipt
+from qhlab.training.records import ColdInitializationReceipt
 
 __all__ = [
     "STRUCTURE_SCHEMA_VERSION",

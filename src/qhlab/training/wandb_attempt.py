@@ -34,7 +34,7 @@ from qhlab.evidence import (
     sha256_file,
     write_receipt,
 )
-from qhlab.evidence.records import WandbAttemptReceipt
+from qhlab.training.records import WandbAttemptReceipt
 
 __all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "writer_lock_path"]
 

@@ -29,7 +29,6 @@ from qhlab.evidence import (
     verify_directory,
 )
 from qhlab.evidence.layout import MPS_MEMORY_RECEIPT
-from qhlab.evidence.records import CommissioningRunReceipt, FitReceipt
 from qhlab.finite_horizon.diagnostics import commissioning as cm
 from qhlab.finite_horizon.diagnostics.commissioning import (
     QhCommissioningMilestoneReceipt,
@@ -43,7 +42,9 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
 from qhlab.finite_horizon.diagnostics.mps_memory import allow_injected_sampler_evidence
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe
+from qhlab.finite_horizon.records import CommissioningRunReceipt
 from qhlab.training.optimizer_state import observed_optimizer_updates
+from qhlab.training.records import FitReceipt
 from qhlab.training.tensor_state import load_tensor_state
 from synthetic_population import synthetic_population
 from tiny_recipe import TINY_RECIPE

@@ -33,7 +33,6 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import PublishConflictError, QhError, input_error, write_receipt
-from qhlab.evidence.records import CommissioningMilestoneReceipt
 from qhlab.finite_horizon.diagnostics.milestones import (
     QhCommissioningMilestoneReceipt,
     QhCommissioningMilestonesConfig,
@@ -42,6 +41,7 @@ from qhlab.finite_horizon.diagnostics.milestones import (
     milestone_state_path,
 )
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryBudgetCallback
+from qhlab.finite_horizon.records import CommissioningMilestoneReceipt
 from qhlab.training.optimizer_state import capture_training_state, observed_optimizer_updates
 from qhlab.training.tensor_state import load_tensor_state, save_tensor_state, structure_path
 

@@ -34,8 +34,8 @@ from qhlab.evidence import (
     read_receipt,
     require_int,
 )
-from qhlab.evidence.records import CommissioningMilestoneReceipt
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryObservation, observation_from_record
+from qhlab.finite_horizon.records import CommissioningMilestoneReceipt
 from qhlab.training.tensor_state import load_tensor_state
 
 __all__ = [

@@ -40,7 +40,7 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import MPS_MEMORY_RECEIPT
-from qhlab.evidence.records import MpsMemoryReceipt
+from qhlab.finite_horizon.records import MpsMemoryReceipt
 
 __all__ = [
     "QhMpsMemoryBudgetCallback",

@@ -1,0 +1,115 @@
+"""What every preparation record shares: its parts' models and reading it against its model.
+
+Owns: the models of the parts the three records (``tuning.json``, ``pilot.json``, ``e0.json``)
+have in common (``PopulationIdentity``: a population as a record names it, by path, manifest
+digest and the content digest of every scene; ``FitEvidence``: the digests of one fit's state
+and receipts; ``StudyReference``; ``MetricPair``) and ``read_record_file``, which authenticates a
+record's receipt and validates the record's JSON against its model, so that a reshaped record
+is one clear refusal (exit 2) naming the field, never a traceback. Torch-free. Does not own:
+any one record's layout or checks (``tuning_record``, ``pilot_record``, ``e0_record``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from qhlab.evidence import SchemaMismatchError, read_receipt
+from qhlab.evidence.envelope import SHA256, Closed, Receipt
+
+__all__ = ["FitEvidence", "MetricPair", "PopulationIdentity", "StudyReference", "read_record_file"]
+
+R = TypeVar("R", bound=Receipt)
+# A finite number read from JSON (strict: an integer is a number; a boolean or a string is not).
+Number = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class PopulationIdentity(Closed):
+    """A population as a record names it.
+
+    Attributes:
+        path: where it was read. manifest_sha256: its manifest's digest. preset, split, seed: what
+        its generator recorded (None for a population named by path). scene_digests: the sorted
+        content digest of every scene (held-out hygiene compares them, not paths).
+    """
+
+    path: str
+    manifest_sha256: str = Field(pattern=SHA256)
+    preset: str | None
+    split: str | None
+    seed: int | None
+    scene_digests: list[Annotated[str, Field(pattern=SHA256)]]
+
+
+class FitEvidence(Closed):
+    """One fit as a record keeps it: where it is and the digests of what it made.
+
+    Attributes:
+        directory: the attempt directory, relative to the record's directory.
+        final_state_sha256, fit_receipt_sha256, evaluation_receipt_sha256: its digests.
+        observed_updates: optimizer updates it made. wall_seconds: how long it took.
+        adopted: whether an interrupted run's finished fit was adopted rather than fitted again.
+    """
+
+    directory: str
+    final_state_sha256: str = Field(pattern=SHA256)
+    fit_receipt_sha256: str = Field(pattern=SHA256)
+    evaluation_receipt_sha256: str = Field(pattern=SHA256)
+    observed_updates: int
+    wall_seconds: Number
+    adopted: bool | None = None
+
+
+class StudyReference(Closed):
+    """The study a record serves: its name and the config's path when the record was made."""
+
+    name: str
+    path: str
+
+
+class MetricPair(Closed):
+    """One value per metric at H: ``regret`` and ``mae`` (metres, or degrees of freedom)."""
+
+    regret: Number
+    mae: Number
+
+
+def read_record_file(directory: str | os.PathLike, record_name: str, receipt_name: str,
+                     receipt: type[R], model: type[BaseModel]) -> tuple[dict, R]:
+    """A preparation record, authenticated by its receipt and validated against its model.
+
+    Args:
+        directory: the record's directory.
+        record_name, receipt_name: the record's and its receipt's file names.
+        receipt: the receipt's kind.
+        model: the record's model.
+
+    Returns:
+        (the record as its JSON holds it, once its model accepted it; the receipt).
+
+    Raises:
+        MissingEvidenceError: no receipt.
+        EvidenceError: the receipt or a file it binds fails.
+        SchemaMismatchError: the record is not JSON, or not in its model's layout (one line naming
+            the file, the field and the value).
+    """
+    directory = Path(directory)
+    document = read_receipt(directory / receipt_name, receipt)
+    path = directory / record_name
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SchemaMismatchError(f"qhlab verify: {path} is not a readable JSON record ({exc}).") from None
+    try:
+        model.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "(the record)"
+        value = repr(error.get("input"))[:80]
+        raise SchemaMismatchError(f"qhlab verify: {path} field {field}={value} is not allowed; allowed: "
+                                  f"{error['msg']} (the layout of a {model.__name__}).") from None
+    return raw, document
