@@ -1,7 +1,7 @@
 """`qhlab study run` fits the two E0 canaries side by side on its pool: the same fits as in-process.
 
 The session's finished tiny study (workers = 1) fitted its canaries in the driver. Here a fresh
-freeze of the same config has its canaries fitted by ``run._fit_canaries`` on two forked
+freeze of the same config has its canaries fitted by ``run.fit_canaries`` on two forked
 workers of the run's job runner; the final states, the canary records and the E0 decision must
 be identical, the receipts must show that another process ran them, and the pool must hand the
 same worker processes to what runs next.
@@ -40,7 +40,7 @@ def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
     with Study.open(finished_study["config"], output).authenticated("test") as frozen, JobRunner(
             frozen.config.executor_choice(), 2, call="test", warm_imports=FIT_WORKER_IMPORTS) as runner:
         # The run's one runner: the canaries' workers are the ones later steps get.
-        run._fit_canaries(frozen, runner)
+        run.fit_canaries(frozen, runner)
         pooled = _canaries(output)
         assert sorted(pooled) == ["e0-baseline-s0", "e0-baseline-s1"]
         e0 = decide_e0(frozen)

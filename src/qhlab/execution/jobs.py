@@ -90,6 +90,11 @@ class JobRunner:
             raise ValueError(f"JobRunner.ray: this runner's executor is {self.kind!r}, not ray")
         return executor
 
+    def runs_here(self, jobs: int) -> bool:
+        """Whether ``run`` would run ``jobs`` jobs in this process (a local runner of one worker,
+        or fewer than two jobs), so that a caller may hand them what this process already holds."""
+        return self.kind == "local" and (self.workers == 1 or jobs < 2)
+
     def run(self, function: Callable[..., Any], jobs: Sequence[tuple], *,
             on_result: Callable[[int, Any], None] | None = None,
             on_error: Callable[[int, BaseException], None] | None = None,
@@ -124,8 +129,7 @@ class JobRunner:
             if on_result is not None:
                 on_result(index, future_or_value)
 
-        local = self.kind == "local" and (self.workers == 1 or len(jobs) < 2)
-        if local:
+        if self.runs_here(len(jobs)):
             for index, job in enumerate(jobs):
                 try:
                     value = function(*job)

@@ -111,6 +111,11 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
             progress.console.print(f"  [red]cell {arm}-s{seed} failed[/]: {escape(str(exc))}")
             progress.advance(task)
 
+        if runner.runs_here(len(pending)):
+            # In this process the study is already authenticated: fit on it (one authentication per run).
+            for index, (arm, seed) in enumerate(pending):
+                done(index, _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False)))
+            return
         roots = tuple(str(r) for r in population_roots())
         runner.run(cell_job, [(str(frozen.config_path), str(frozen.output), roots, arm, seed) for arm, seed in pending],
                    on_result=done, on_error=failed, in_order=False)
