@@ -10,7 +10,7 @@ PREPARATION ?= examples/preparation
 # The offline CUDA node's Python (make device-wheels; docs/guide/hardware.md, "Check the GPU lane").
 DEVICE_PYTHON ?= 3.12
 
-.PHONY: venv demo prepare test test-fast bench clean-demo device-wheels
+.PHONY: venv demo prepare test test-fast lint bench clean-demo device-wheels
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,14 +39,20 @@ prepare: $(STAMP)
 	$(VENV)/bin/qhlab pilot examples/demo-pilot.toml --output $(PREPARATION)/demo-pilot
 	$(VENV)/bin/qhlab e0-check examples/demo-e0.toml --output $(PREPARATION)/demo-e0
 
-# The whole suite: fast unit tests, end-to-end (slow) runs and the reliability suite, on every
-# core (pytest-xdist: each test file, and the reliability suite, runs on one worker; tests/conftest.py).
-test: $(STAMP)
+# The whole suite: the linters (ruff: lint and format; import-linter: the layers of pyproject.toml),
+# then the fast unit tests, end-to-end (slow) runs and the reliability suite, on every core
+# (pytest-xdist: each test file, and the reliability suite, runs on one worker; tests/conftest.py).
+test: lint
 	$(PY) -m pytest -m "" -q -p no:cacheprovider --timeout=1800 -n auto --dist loadfile
 
 # Fast CPU unit tests only (the default selection).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff format --check src tests bench scripts
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(PY) $$script || exit 1; done

@@ -50,18 +50,23 @@ def main() -> None:
         runs = [_time([sys.executable, "-c", _PROBE, *argv]) for _ in range(args.repeats)]
         seconds[name] = round(statistics.median(t for t, _ in runs), 3)
         loaded[name] = sorted({m for _, text in runs for m in text.split(",") if m})
-    print(json.dumps({
-        "bench": "cli_startup",
-        "python_pass_seconds": round(bare, 3),
-        "seconds": seconds,
-        "heavy_modules_loaded": loaded,
-        "ratio": round(seconds["help"] / bare, 2),
-        "overhead_seconds": round(seconds["help"] - bare, 3),
-        "repeats": args.repeats,
-        "cores": os.cpu_count(),
-        "load_average_before": round(load_before, 2),
-        "load_average_after": round(os.getloadavg()[0], 2),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "cli_startup",
+                "python_pass_seconds": round(bare, 3),
+                "seconds": seconds,
+                "heavy_modules_loaded": loaded,
+                "ratio": round(seconds["help"] / bare, 2),
+                "overhead_seconds": round(seconds["help"] - bare, 3),
+                "repeats": args.repeats,
+                "cores": os.cpu_count(),
+                "load_average_before": round(load_before, 2),
+                "load_average_after": round(os.getloadavg()[0], 2),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

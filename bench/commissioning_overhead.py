@@ -51,7 +51,7 @@ def _stable(medians: list[float], *, window: int, tolerance: float) -> bool:
     """Whether the running median moved less than ``tolerance`` over the last ``window`` rounds."""
     if len(medians) < window + 1:
         return False
-    recent = medians[-(window + 1):]
+    recent = medians[-(window + 1) :]
     return max(recent) / min(recent) - 1.0 < tolerance
 
 
@@ -68,10 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=3, help="rounds over which the median must be stable")
     parser.add_argument("--tolerance", type=float, default=0.02, help="relative movement of the median allowed")
     args = parser.parse_args(argv)
-    if (not 1 <= args.min_rounds <= args.max_rounds or not 1 <= args.min_warmup <= args.max_warmup
-            or args.window < 1 or args.tolerance <= 0):
-        parser.error("need 1 <= --min-rounds <= --max-rounds, 1 <= --min-warmup <= --max-warmup, "
-                     "--window >= 1 and --tolerance > 0")
+    if (
+        not 1 <= args.min_rounds <= args.max_rounds
+        or not 1 <= args.min_warmup <= args.max_warmup
+        or args.window < 1
+        or args.tolerance <= 0
+    ):
+        parser.error(
+            "need 1 <= --min-rounds <= --max-rounds, 1 <= --min-warmup <= --max-warmup, "
+            "--window >= 1 and --tolerance > 0"
+        )
 
     from qhlab.finite_horizon.diagnostics.commissioning import (
         QhCommissioningMilestonesCallback,
@@ -119,10 +125,17 @@ def main(argv: list[str] | None = None) -> int:
             """(wall seconds, seconds inside the gate's hooks) of one fit of ``variant``."""
             gate = _TimedGate(config, root / f"gates-{tag}") if variant == "gated" else None
             start = time.perf_counter()
-            result = fit_recipe(FitRequest(
-                recipe=recipe, profile=args.profile, output=root / f"{variant}-{tag}", train=train,
-                evaluate=False, progress=False, extra_callbacks=[gate] if gate else [],
-            ))
+            result = fit_recipe(
+                FitRequest(
+                    recipe=recipe,
+                    profile=args.profile,
+                    output=root / f"{variant}-{tag}",
+                    train=train,
+                    evaluate=False,
+                    progress=False,
+                    extra_callbacks=[gate] if gate else [],
+                )
+            )
             wall = time.perf_counter() - start
             if result.observed_updates != args.updates:
                 raise SystemExit(f"bench: {variant} fit observed {result.observed_updates} updates")
@@ -160,36 +173,46 @@ def main(argv: list[str] | None = None) -> int:
     q1, _, q3 = _quartiles(ratios)
     plain, gated = statistics.median(times["plain"]), statistics.median(times["gated"])
     gate_cost = statistics.median(callback_seconds)
-    print(json.dumps({
-        "bench": "commissioning_overhead",
-        # Median of the per-pair gated/plain ratios, and how widely the pairs spread around it.
-        "ratio": round(ratio, 4),
-        "ratio_spread": {
-            "min": round(min(ratios), 4), "q1": round(q1, 4), "q3": round(q3, 4),
-            "max": round(max(ratios), 4), "iqr": round(q3 - q1, 4),
-        },
-        "target": 1.10,
-        "meets_target": ratio <= 1.10,
-        "rounds": len(ratios),
-        "converged": converged,
-        "stopping_rule": (f"running median moved < {args.tolerance:.0%} over the last {args.window} rounds "
-                          f"(rounds {args.min_rounds}..{args.max_rounds})"),
-        "running_median": [round(m, 4) for m in medians],
-        "pair_ratios": [round(r, 4) for r in ratios],
-        "median_plain_s": round(plain, 3),
-        "median_gated_s": round(gated, 3),
-        # Seconds spent inside the gate callback's own hooks (gates + per-batch counting):
-        # the overhead itself, robust to load from other processes on the machine.
-        "median_callback_s": round(gate_cost, 3),
-        "callback_ratio": round((plain + gate_cost) / plain, 4),
-        "warmup_s": {variant: [round(t, 3) for t in values] for variant, values in warmup.items()},
-        "plain_s": [round(t, 3) for t in times["plain"]],
-        "gated_s": [round(t, 3) for t in times["gated"]],
-        "updates": args.updates,
-        "milestones": list(milestones),
-        "preset": args.preset,
-        "profile": args.profile,
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "commissioning_overhead",
+                # Median of the per-pair gated/plain ratios, and how widely the pairs spread around it.
+                "ratio": round(ratio, 4),
+                "ratio_spread": {
+                    "min": round(min(ratios), 4),
+                    "q1": round(q1, 4),
+                    "q3": round(q3, 4),
+                    "max": round(max(ratios), 4),
+                    "iqr": round(q3 - q1, 4),
+                },
+                "target": 1.10,
+                "meets_target": ratio <= 1.10,
+                "rounds": len(ratios),
+                "converged": converged,
+                "stopping_rule": (
+                    f"running median moved < {args.tolerance:.0%} over the last {args.window} rounds "
+                    f"(rounds {args.min_rounds}..{args.max_rounds})"
+                ),
+                "running_median": [round(m, 4) for m in medians],
+                "pair_ratios": [round(r, 4) for r in ratios],
+                "median_plain_s": round(plain, 3),
+                "median_gated_s": round(gated, 3),
+                # Seconds spent inside the gate callback's own hooks (gates + per-batch counting):
+                # the overhead itself, robust to load from other processes on the machine.
+                "median_callback_s": round(gate_cost, 3),
+                "callback_ratio": round((plain + gate_cost) / plain, 4),
+                "warmup_s": {variant: [round(t, 3) for t in values] for variant, values in warmup.items()},
+                "plain_s": [round(t, 3) for t in times["plain"]],
+                "gated_s": [round(t, 3) for t in times["gated"]],
+                "updates": args.updates,
+                "milestones": list(milestones),
+                "preset": args.preset,
+                "profile": args.profile,
+            },
+            sort_keys=True,
+        )
+    )
     return 0
 
 

@@ -30,8 +30,19 @@ _TARGET = 0.95
 # the old recipe, 56001-56010 with cosine + batch 64, 57001-57010 with two-member ensembles,
 # 58001-58010 by the demo's E0 check record), the pilot's TRAIN draws and the held-out study pair
 # (54001, 54002): a fresh run never reuses them.
-_USED = {31001, 31002, 31900, 54001, 54002, *range(52001, 52011), *range(53001, 53011), *range(56001, 56011),
-         *range(57001, 57011), *range(58001, 58011), *range(59001, 59005)}
+_USED = {
+    31001,
+    31002,
+    31900,
+    54001,
+    54002,
+    *range(52001, 52011),
+    *range(53001, 53011),
+    *range(56001, 56011),
+    *range(57001, 57011),
+    *range(58001, 58011),
+    *range(59001, 59005),
+}
 
 
 def _seeds(text: str) -> list[int]:
@@ -54,27 +65,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qhlab-bench-e0-") as tmp:
         cache = args.cache or Path(tmp) / "cache"
         check = Path(tmp) / "e0.toml"
-        check.write_text(f'name = "bench-e0"\nstudy = "{args.config.resolve()}"\ntrain_seeds = {seeds}\n'
-                         f'min_pass_share = {_TARGET}\nworkers = {args.workers}\npopulation_cache = "{cache}"\n',
-                         encoding="utf-8")
-        subprocess.run([sys.executable, "-m", "qhlab.cli", "e0-check", str(check), "--output", str(Path(tmp) / "out")],
-                       check=True, stdout=sys.stderr)
+        check.write_text(
+            f'name = "bench-e0"\nstudy = "{args.config.resolve()}"\ntrain_seeds = {seeds}\n'
+            f'min_pass_share = {_TARGET}\nworkers = {args.workers}\npopulation_cache = "{cache}"\n',
+            encoding="utf-8",
+        )
+        subprocess.run(
+            [sys.executable, "-m", "qhlab.cli", "e0-check", str(check), "--output", str(Path(tmp) / "out")],
+            check=True,
+            stdout=sys.stderr,
+        )
         record = json.loads((Path(tmp) / "out" / "e0.json").read_text(encoding="utf-8"))
-    outcomes = {str(o["train_seed"]): {"passed": o["passed"],
-                                       "row": None if o["selected"] is None else o["selected"]["state_id"],
-                                       "gaps": None if o["selected"] is None else o["selected"]["gaps"],
-                                       **({} if o["passed"] else {"reason": o["reason"]})}
-                for o in record["outcomes"]}
-    print(json.dumps({
-        "bench": "e0_robustness",
-        "ratio": round(record["pass_share"], 4),
-        "pass_share": round(record["pass_share"], 4),
-        "target": f">= {_TARGET}",
-        "passed": record["passed"],
-        "seeds": record["draws"],
-        "outcomes": outcomes,
-        "wall_seconds": round(time.perf_counter() - started, 1),
-    }, sort_keys=True))
+    outcomes = {
+        str(o["train_seed"]): {
+            "passed": o["passed"],
+            "row": None if o["selected"] is None else o["selected"]["state_id"],
+            "gaps": None if o["selected"] is None else o["selected"]["gaps"],
+            **({} if o["passed"] else {"reason": o["reason"]}),
+        }
+        for o in record["outcomes"]
+    }
+    print(
+        json.dumps(
+            {
+                "bench": "e0_robustness",
+                "ratio": round(record["pass_share"], 4),
+                "pass_share": round(record["pass_share"], 4),
+                "target": f">= {_TARGET}",
+                "passed": record["passed"],
+                "seeds": record["draws"],
+                "outcomes": outcomes,
+                "wall_seconds": round(time.perf_counter() - started, 1),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ Measured in one run on the same machine:
    that re-simulates every chain state's one-strike successors (``check_successors``):
    ``successor_check_share_of_load``.
 
-Prints ONE JSON line (also ``cpu_efficiency``, the same comparison per CPU-second, and the
-load average, because a shared machine makes the wall-clock ratio understate): ``ratio = generation_sims_per_s / (raw_sims_per_s * cores)``; the
-target is >= 0.8. Run: ``python bench/labeling.py``.
+Prints ONE JSON line (also ``cpu_efficiency``, the same comparison per CPU-second, and the load
+average, because a shared machine makes the wall-clock ratio understate): ``ratio =
+generation_sims_per_s / (raw_sims_per_s * cores)``; the target is >= 0.8. Run: ``python
+bench/labeling.py``.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def _raw_workload(population: Path):
     scenes = pq.read_table(population / "scenes.parquet").to_pylist()
     by_id = {s["scene_id"]: s for s in scenes}
     states = pq.read_table(population / "states.parquet", columns=["state_id", "scene_id", "positions"]).to_pylist()
-    candidates = pq.read_table(population / "candidates.parquet", columns=["state_id", "object", "features"]).to_pylist()
+    candidates = pq.read_table(
+        population / "candidates.parquet", columns=["state_id", "object", "features"]
+    ).to_pylist()
     positions = {s["state_id"]: (by_id[s["scene_id"]], s["positions"]) for s in states}
     work = []
     for c in candidates:
@@ -138,27 +141,32 @@ def main() -> None:
     raw_cpu_s = time.process_time() - raw_cpu_before
     generation_rate = simulations / generation_s
     raw_rate = raw_sims / raw_s
-    print(json.dumps({
-        "bench": "labeling",
-        "preset": args.preset,
-        "workers": args.workers,
-        "cores": os.cpu_count(),
-        "generation_simulations": simulations,
-        "generation_seconds": round(generation_s, 3),
-        "generation_sims_per_s": round(generation_rate, 1),
-        "raw_sims_per_s_one_process": round(raw_rate, 1),
-        "raw_mean_steps": round(raw_steps / max(raw_sims, 1), 2),
-        "ratio": round(generation_rate / (raw_rate * args.workers), 3),
-        # Load-robust companion: simulations per CPU-second (all processes) vs raw per
-        # CPU-second. On a machine shared with other jobs the wall-clock ratio understates.
-        "cpu_efficiency": round((simulations / generation_cpu_s) / (raw_sims / raw_cpu_s), 3),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "target": ">= 0.8",
-        "load_seconds": round(load_s, 3),
-        "successor_check_seconds": successors["seconds"],
-        "successor_check_simulations": successors["simulations"],
-        "successor_check_share_of_load": round(successors["seconds"] / load_s, 3),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "labeling",
+                "preset": args.preset,
+                "workers": args.workers,
+                "cores": os.cpu_count(),
+                "generation_simulations": simulations,
+                "generation_seconds": round(generation_s, 3),
+                "generation_sims_per_s": round(generation_rate, 1),
+                "raw_sims_per_s_one_process": round(raw_rate, 1),
+                "raw_mean_steps": round(raw_steps / max(raw_sims, 1), 2),
+                "ratio": round(generation_rate / (raw_rate * args.workers), 3),
+                # Load-robust companion: simulations per CPU-second (all processes) vs raw per
+                # CPU-second. On a machine shared with other jobs the wall-clock ratio understates.
+                "cpu_efficiency": round((simulations / generation_cpu_s) / (raw_sims / raw_cpu_s), 3),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+                "target": ">= 0.8",
+                "load_seconds": round(load_s, 3),
+                "successor_check_seconds": successors["seconds"],
+                "successor_check_simulations": successors["simulations"],
+                "successor_check_share_of_load": round(successors["seconds"] / load_s, 3),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

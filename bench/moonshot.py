@@ -50,9 +50,28 @@ def _fit(recipe: dict, train: Path, validation: Path, output: Path) -> float:
     output.mkdir(parents=True)
     path = output / "recipe.toml"
     path.write_text(tomli_w.dumps(recipe), encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "qhlab.cli", "fit", str(path), "--profile", "cpu-fp32", "--output",
-                    str(output / "fits"), "--train", str(train), "--validation", str(validation), "--no-progress",
-                    "--threads", "1"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qhlab.cli",
+            "fit",
+            str(path),
+            "--profile",
+            "cpu-fp32",
+            "--output",
+            str(output / "fits"),
+            "--train",
+            str(train),
+            "--validation",
+            str(validation),
+            "--no-progress",
+            "--threads",
+            "1",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     receipt = next((output / "fits").glob("*/*/evaluation.receipt.json"))
     return float(read_receipt(receipt, EvaluationReceipt).body.regret_primary)
 
@@ -73,36 +92,70 @@ def main() -> None:
     recipes = {"winner": winner["recipe"], "today": today["winner"]["recipe"]}
     fresh_train, fresh_validation = (int(s) for s in args.fresh.split(","))
     pairs = {"default": (31001, 31002), "fresh": (fresh_train, fresh_validation)}
-    populations = {name: (cached_population("demo-train", "train", t, _CACHE),
-                          cached_population("demo-validation", "validation", v, _CACHE))
-                   for name, (t, v) in pairs.items()}
-    jobs = {(pair, name): {**recipe, "seed": args.seed, "data": {"train": "", "validation": ""}}
-            for pair in pairs for name, recipe in recipes.items()}
-    with tempfile.TemporaryDirectory(prefix="qhlab-bench-moonshot-") as tmp, \
-            concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-        futures = {key: pool.submit(_fit, recipe, *populations[key[0]], Path(tmp) / f"{key[0]}-{key[1]}")
-                   for key, recipe in jobs.items()}
+    populations = {
+        name: (
+            cached_population("demo-train", "train", t, _CACHE),
+            cached_population("demo-validation", "validation", v, _CACHE),
+        )
+        for name, (t, v) in pairs.items()
+    }
+    jobs = {
+        (pair, name): {**recipe, "seed": args.seed, "data": {"train": "", "validation": ""}}
+        for pair in pairs
+        for name, recipe in recipes.items()
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="qhlab-bench-moonshot-") as tmp,
+        concurrent.futures.ThreadPoolExecutor(args.workers) as pool,
+    ):
+        futures = {
+            key: pool.submit(_fit, recipe, *populations[key[0]], Path(tmp) / f"{key[0]}-{key[1]}")
+            for key, recipe in jobs.items()
+        }
         regrets = {key: future.result() for key, future in futures.items()}
     out = {}
     for pair, (t, v) in pairs.items():
         oracle = _myopic(populations[pair][1])
-        out[pair] = {"train_seed": t, "validation_seed": v, "myopic_oracle": round(oracle, 6),
-                     **{name: {"regret_3": round(regrets[(pair, name)], 6),
-                               "ratio_to_myopic": round(regrets[(pair, name)] / oracle, 3)} for name in recipes}}
-    tuning_oracle = _myopic(Path(record["populations"]["validation"]["path"])) \
-        if Path(record["populations"]["validation"]["path"]).is_dir() else None
-    print(json.dumps({
-        "bench": "moonshot",
-        "ratio": out["fresh"]["winner"]["ratio_to_myopic"],
-        "target": f"<= {_TARGET}",
-        "meets_target": out["fresh"]["winner"]["ratio_to_myopic"] <= _TARGET,
-        "seed": args.seed,
-        "winner": {"trial": winner["number"] + 1, "params": winner["params"], "tuning_mean": winner["mean"],
-                   "tuning_ratio_to_myopic": None if tuning_oracle is None else round(winner["mean"] / tuning_oracle, 3)},
-        "today_tuning_mean": today["winner"]["mean"],
-        "pairs": out,
-        "wall_seconds": round(time.perf_counter() - started, 1),
-    }, sort_keys=True))
+        out[pair] = {
+            "train_seed": t,
+            "validation_seed": v,
+            "myopic_oracle": round(oracle, 6),
+            **{
+                name: {
+                    "regret_3": round(regrets[(pair, name)], 6),
+                    "ratio_to_myopic": round(regrets[(pair, name)] / oracle, 3),
+                }
+                for name in recipes
+            },
+        }
+    tuning_oracle = (
+        _myopic(Path(record["populations"]["validation"]["path"]))
+        if Path(record["populations"]["validation"]["path"]).is_dir()
+        else None
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "moonshot",
+                "ratio": out["fresh"]["winner"]["ratio_to_myopic"],
+                "target": f"<= {_TARGET}",
+                "meets_target": out["fresh"]["winner"]["ratio_to_myopic"] <= _TARGET,
+                "seed": args.seed,
+                "winner": {
+                    "trial": winner["number"] + 1,
+                    "params": winner["params"],
+                    "tuning_mean": winner["mean"],
+                    "tuning_ratio_to_myopic": None
+                    if tuning_oracle is None
+                    else round(winner["mean"] / tuning_oracle, 3),
+                },
+                "today_tuning_mean": today["winner"]["mean"],
+                "pairs": out,
+                "wall_seconds": round(time.perf_counter() - started, 1),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -70,17 +70,22 @@ def main() -> None:
     if cluster is not None:
         cluster.shutdown()
     local, ray = statistics.median(local_seconds), statistics.median(ray_seconds)
-    print(json.dumps({
-        "bench": "ray_overhead",
-        "ratio": round(ray / local, 3),
-        "target": "<= 1.25",
-        "identical": identical,
-        "local_seconds": [round(s, 2) for s in local_seconds],
-        "ray_seconds": [round(s, 2) for s in ray_seconds],
-        "workers": args.workers,
-        "ray_cluster": args.ray_address or "one-node Cluster started before timing",
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "ray_overhead",
+                "ratio": round(ray / local, 3),
+                "target": "<= 1.25",
+                "identical": identical,
+                "local_seconds": [round(s, 2) for s in local_seconds],
+                "ray_seconds": [round(s, 2) for s in ray_seconds],
+                "workers": args.workers,
+                "ray_cluster": args.ray_address or "one-node Cluster started before timing",
+                "load_average_1min": round(os.getloadavg()[0], 2),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -87,15 +87,23 @@ def _matmul_peak(threads: int, n: int = 1024, repeats: int = 7) -> float:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - start)
     torch.set_num_threads(previous)
-    return 2.0 * n ** 3 / best
+    return 2.0 * n**3 / best
 
 
 def _lightning_step_seconds(recipe, population, steps: int) -> float:
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(population))
     data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
     return (time.perf_counter() - start) / steps
@@ -108,8 +116,9 @@ class _Parts:
         pl.seed_everything(recipe.seed, verbose=False)
         self.recipe = recipe
         self.module = QhTDModule(recipe, population_dims(population))
-        self.stream = iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
-                                                  seed=recipe.seed).train_dataloader())
+        self.stream = iter(
+            QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed).train_dataloader()
+        )
         self.optimizer = self.module.configure_optimizers()  # the fit's own AdamW (multi-tensor)
         self.seen = 0
 
@@ -134,21 +143,36 @@ class _Parts:
         self.seen = now
         t6 = clock()
         if times is not None:
-            for name, seconds in (("data", t1 - t0), ("target_forward", t2 - t1), ("forward", t3 - t2),
-                                  ("backward", t4 - t3), ("optimizer", t5 - t4), ("target_refresh", t6 - t5)):
+            for name, seconds in (
+                ("data", t1 - t0),
+                ("target_forward", t2 - t1),
+                ("forward", t3 - t2),
+                ("backward", t4 - t3),
+                ("optimizer", t5 - t4),
+                ("target_refresh", t6 - t5),
+            ):
                 times[name].append(seconds)
 
     def _loss(self, batch, online, y) -> torch.Tensor:
         # QhTDModule._member_loss with the target computed before (so that it is timed apart).
         recipe = self.recipe
-        q = online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
-                   batch["candidate_object"], batch["candidate_mask"]).float()
+        q = online(
+            batch["objects"],
+            batch["object_mask"],
+            batch["goal"],
+            batch["candidates"],
+            batch["candidate_object"],
+            batch["candidate_mask"],
+        ).float()
         loss = native_huber_loss(q, y, batch["candidate_mask"], recipe.huber_delta)
         rows = min(recipe.successor_reward_rows, q.shape[0])
         if rows:
             loss = loss + successor_reward_loss(
-                self.module.successor_q(batch, rows, online).float(), batch["next_reward"][:rows].flatten(0, 1),
-                batch["next_candidate_mask"][:rows].flatten(0, 1), recipe.huber_delta)
+                self.module.successor_q(batch, rows, online).float(),
+                batch["next_reward"][:rows].flatten(0, 1),
+                batch["next_candidate_mask"][:rows].flatten(0, 1),
+                recipe.huber_delta,
+            )
         return loss
 
 
@@ -169,7 +193,9 @@ def _unfused_attention():
 
 
 def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
-    """Step time of the parts loop eager, compiled, under bf16 autocast and with unfused attention (module docstring)."""
+    """Step time of the parts loop eager, compiled, under bf16 autocast and with unfused attention
+    (module docstring)."""
+
     def setup(kind: str) -> tuple[_Parts, Callable[[], contextlib.AbstractContextManager]]:
         parts = _Parts(recipe, population)  # seeded alike: each kind starts from the same parameters
         if kind == "compiled":
@@ -182,11 +208,18 @@ def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
         return parts, contextlib.nullcontext
 
     def batch_q(parts: _Parts, context) -> torch.Tensor:
-        batch = next(iter(QhPopulationDataModule(population, batch_size=recipe.batch_size,
-                                                 seed=recipe.seed).train_dataloader()))
+        batch = next(
+            iter(QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed).train_dataloader())
+        )
         with torch.no_grad(), context():
-            return parts.module.online(batch["objects"], batch["object_mask"], batch["goal"], batch["candidates"],
-                                       batch["candidate_object"], batch["candidate_mask"]).float()
+            return parts.module.online(
+                batch["objects"],
+                batch["object_mask"],
+                batch["goal"],
+                batch["candidates"],
+                batch["candidate_object"],
+                batch["candidate_mask"],
+            ).float()
 
     results: dict[str, dict] = {}
     reference = None
@@ -211,9 +244,12 @@ def _alternatives(recipe, population, steps: int) -> dict[str, dict]:
         seconds = (time.perf_counter() - start) / steps
         if reference is None:
             reference = (seconds, q)
-        results[kind] = {"step_seconds": round(seconds, 6), "setup_seconds": round(warm, 2),
-                         "speedup": round(reference[0] / seconds, 3),
-                         "max_abs_q_difference": float((q - reference[1]).abs().max())}
+        results[kind] = {
+            "step_seconds": round(seconds, 6),
+            "setup_seconds": round(warm, 2),
+            "speedup": round(reference[0] / seconds, 3),
+            "max_abs_q_difference": float((q - reference[1]).abs().max()),
+        }
     return results
 
 
@@ -229,16 +265,22 @@ def main(argv: list[str] | None = None) -> int:
     configure_console(verbose=False)
     cores = os.cpu_count() or 1
     if not 1 <= args.threads <= cores:
-        print(f"error: roofline: --threads={args.threads!r} is not allowed; allowed: 1..{cores} (this machine's "
-              "cores)", file=sys.stderr)
+        print(
+            f"error: roofline: --threads={args.threads!r} is not allowed; allowed: 1..{cores} (this machine's cores)",
+            file=sys.stderr,
+        )
         return 2
     recipe = load_recipe(args.recipe)
     if recipe.successor_label_rows:
-        print(f"error: roofline: recipe.successor_label_rows={recipe.successor_label_rows!r} is not allowed; "
-              "allowed: 0 (the split times the demo recipe's terms). HINT: use the demo recipe.", file=sys.stderr)
+        print(
+            f"error: roofline: recipe.successor_label_rows={recipe.successor_label_rows!r} is not allowed; "
+            "allowed: 0 (the split times the demo recipe's terms). HINT: use the demo recipe.",
+            file=sys.stderr,
+        )
         return 2
-    population = load_population(cached_population(args.preset, "train", 0, args.cache), split="train",
-                                 horizon=recipe.horizon)
+    population = load_population(
+        cached_population(args.preset, "train", 0, args.cache), split="train", horizon=recipe.horizon
+    )
     peaks = {threads: _matmul_peak(threads) for threads in sorted({1, min(2, cores), args.threads})}
     torch.set_num_threads(args.threads)
 
@@ -253,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     lightning_runs, split_runs = [], []
     for _ in range(3):  # interleaved, so background load hits both alike
         lightning_runs.append(_lightning_step_seconds(recipe, population, args.steps))
-        times: dict[str, list[float]] = {k: [] for k in ("data", "target_forward", "forward", "backward",
-                                                          "optimizer", "target_refresh")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("data", "target_forward", "forward", "backward", "optimizer", "target_refresh")
+        }
         for _ in range(args.steps):
             parts.step(times)
         split_runs.append({k: statistics.mean(v) for k, v in times.items()})
@@ -269,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     total_us = sum(e.self_cpu_time_total for e in events)
     matmul_us = sum(e.self_cpu_time_total for e in events if e.key.startswith(_MATMULS))
     attention_us = sum(e.self_cpu_time_total for e in events if e.key.startswith(_ATTENTION))
-    others = sorted((e for e in events if not e.key.startswith(_MATMULS + _ATTENTION)),
-                    key=lambda e: -e.self_cpu_time_total)
+    others = sorted(
+        (e for e in events if not e.key.startswith(_MATMULS + _ATTENTION)), key=lambda e: -e.self_cpu_time_total
+    )
     top_others = [f"{e.key.removeprefix('aten::')} {e.self_cpu_time_total / total_us:.0%}" for e in others[:4]]
     matmul_share = matmul_us / total_us
     matmul_gflops = flops / (matmul_us * 1e-6 / 10) / 1e9
@@ -278,38 +322,48 @@ def main(argv: list[str] | None = None) -> int:
     peak = peaks[args.threads]
     largest = sorted(split, key=lambda k: -split[k])[:2]
     alternatives = _alternatives(recipe, population, args.steps)
-    print(json.dumps({
-        "bench": "roofline",
-        "preset": args.preset,
-        "recipe": recipe.name,
-        "members": recipe.ensemble_members,
-        "batch_size": recipe.batch_size,
-        "threads": args.threads,
-        "steps": args.steps,
-        "flops_per_step": flops,
-        "step_seconds": round(step, 6),
-        "achieved_gflops": round(achieved / 1e9, 3),
-        "peak_gflops": {str(t): round(v / 1e9, 2) for t, v in peaks.items()},
-        "peak_fraction": round(achieved / peak, 4),
-        "matmul_gflops": round(matmul_gflops, 2),
-        "matmul_share_of_step": round(matmul_share, 4),
-        "attention_share_of_step": round(attention_us / total_us, 4),
-        "split_seconds": {k: round(v, 6) for k, v in split.items()},
-        "split_share": {k: round(v / step, 4) for k, v in split.items()},
-        "alternatives": alternatives,
-        "what_would_move_it": (
-            f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak and take {matmul_share:.0%} "
-            f"of its operator time, attention {attention_us / total_us:.0%}; the largest other operators are "
-            f"{', '.join(top_others)}"
-            + ("; most of the step is outside matmuls, so fusing those operators would move peak_fraction most"
-               if matmul_share < 0.5 else "; most of the step is matmuls, so their own rate would move it most")
-            + f"; the largest parts are {largest[0]} ({split[largest[0]] / step:.0%}) and {largest[1]} "
-            f"({split[largest[1]] / step:.0%})"
-            + "".join(f"; {kind} measured {alternatives[kind]['speedup']}x the eager step"
-                      for kind in ("compiled", "bf16_autocast", "unfused_attention")
-                      if "speedup" in alternatives[kind])
-        ),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "roofline",
+                "preset": args.preset,
+                "recipe": recipe.name,
+                "members": recipe.ensemble_members,
+                "batch_size": recipe.batch_size,
+                "threads": args.threads,
+                "steps": args.steps,
+                "flops_per_step": flops,
+                "step_seconds": round(step, 6),
+                "achieved_gflops": round(achieved / 1e9, 3),
+                "peak_gflops": {str(t): round(v / 1e9, 2) for t, v in peaks.items()},
+                "peak_fraction": round(achieved / peak, 4),
+                "matmul_gflops": round(matmul_gflops, 2),
+                "matmul_share_of_step": round(matmul_share, 4),
+                "attention_share_of_step": round(attention_us / total_us, 4),
+                "split_seconds": {k: round(v, 6) for k, v in split.items()},
+                "split_share": {k: round(v / step, 4) for k, v in split.items()},
+                "alternatives": alternatives,
+                "what_would_move_it": (
+                    f"the step's matmuls run at {matmul_gflops / (peak / 1e9):.0%} of peak and take {matmul_share:.0%} "
+                    f"of its operator time, attention {attention_us / total_us:.0%}; the largest other operators are "
+                    f"{', '.join(top_others)}"
+                    + (
+                        "; most of the step is outside matmuls, so fusing those operators would move peak_fraction most"
+                        if matmul_share < 0.5
+                        else "; most of the step is matmuls, so their own rate would move it most"
+                    )
+                    + f"; the largest parts are {largest[0]} ({split[largest[0]] / step:.0%}) and {largest[1]} "
+                    f"({split[largest[1]] / step:.0%})"
+                    + "".join(
+                        f"; {kind} measured {alternatives[kind]['speedup']}x the eager step"
+                        for kind in ("compiled", "bf16_autocast", "unfused_attention")
+                        if "speedup" in alternatives[kind]
+                    )
+                ),
+            },
+            sort_keys=True,
+        )
+    )
     return 0
 
 

@@ -63,13 +63,27 @@ def _fit(job: dict) -> dict:
 
     configure_console(False)
     torch.set_num_threads(1)
-    result = fit_recipe(FitRequest(recipe=QhRecipe.model_validate(job["recipe"]), profile="cpu-fp32",
-                                   output=job["output"], train=job["train"], validation=job["validation"],
-                                   progress=False, cell=f"{job['arm']}-s{job['seed']}"))
+    result = fit_recipe(
+        FitRequest(
+            recipe=QhRecipe.model_validate(job["recipe"]),
+            profile="cpu-fp32",
+            output=job["output"],
+            train=job["train"],
+            validation=job["validation"],
+            progress=False,
+            cell=f"{job['arm']}-s{job['seed']}",
+        )
+    )
     body = json.loads(Path(result.evaluation_receipt).read_text())["body"]
-    return {"arm": job["arm"], "seed": job["seed"], "override": job["override"], "mae": body["per_scene"]["mae"],
-            "regret": body["per_scene"]["regret"], "seconds": round(result.wall_seconds, 1),
-            **_train_biases(result, job["train"])}
+    return {
+        "arm": job["arm"],
+        "seed": job["seed"],
+        "override": job["override"],
+        "mae": body["per_scene"]["mae"],
+        "regret": body["per_scene"]["regret"],
+        "seconds": round(result.wall_seconds, 1),
+        **_train_biases(result, job["train"]),
+    }
 
 
 def _train_biases(result, train_path: str) -> dict:
@@ -93,10 +107,14 @@ def _train_biases(result, train_path: str) -> dict:
     bias = error.sum(dim=(0, 1)) / mask.sum()
     h = train.q.shape[-1] - 1  # successor rows hold labels for horizons 1..H-1
     mask = train.candidate_mask[successors].unsqueeze(-1)
-    best = [x[..., :h].masked_fill(~mask, float("-inf")).amax(dim=1)
-            for x in (predict_q(module.target, train, rows=successors), train.q[successors])]
-    return {"bias": [round(float(v), 5) for v in bias],
-            "successor_max_bias": [round(float(v), 5) for v in (best[0] - best[1]).mean(dim=0)]}
+    best = [
+        x[..., :h].masked_fill(~mask, float("-inf")).amax(dim=1)
+        for x in (predict_q(module.target, train, rows=successors), train.q[successors])
+    ]
+    return {
+        "bias": [round(float(v), 5) for v in bias],
+        "successor_max_bias": [round(float(v), 5) for v in (best[0] - best[1]).mean(dim=0)],
+    }
 
 
 def _seed_list(text: str) -> list[int]:
@@ -106,8 +124,10 @@ def _seed_list(text: str) -> list[int]:
         first, dash, last = part.strip().partition("-")
         last = last if dash else first  # "7" is the range 7-7; "2-" names no last seed and is refused
         if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
-            raise SystemExit(f"--seeds {text}: {part!r} is not allowed; allowed: FIRST-LAST[,FIRST-LAST...] "
-                             "with 0 <= FIRST <= LAST, e.g. 2-13,32-67")
+            raise SystemExit(
+                f"--seeds {text}: {part!r} is not allowed; allowed: FIRST-LAST[,FIRST-LAST...] "
+                "with 0 <= FIRST <= LAST, e.g. 2-13,32-67"
+            )
         seeds.extend(range(int(first), int(last) + 1))
     twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
     if twice:
@@ -148,8 +168,17 @@ def _run_fits(pairs: list[tuple[str, int]], config, override: dict, cache: Path,
         jobs = []
         for arm, seed in pairs:
             raw = _merge(config.cell_recipe(arm, seed, config.broad_updates).model_dump(mode="json"), override)
-            jobs.append({"arm": arm, "seed": seed, "recipe": raw, "override": override,
-                         "output": str(Path(tmp) / "fits"), "train": str(train), "validation": str(tuning)})
+            jobs.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "recipe": raw,
+                    "override": override,
+                    "output": str(Path(tmp) / "fits"),
+                    "train": str(train),
+                    "validation": str(tuning),
+                }
+            )
         with ProcessPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(_fit, jobs))
 
@@ -165,12 +194,19 @@ def main() -> None:
     parser.add_argument("--override", default="{}", help="JSON merged into the recipe (tuning candidates)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cache", default="~/.cache/qhlab/populations")
-    parser.add_argument("--fits", type=Path, default=None,
-                        help="JSONL of every fit's per-scene results: written after fitting")
-    parser.add_argument("--reuse-fits", action="store_true",
-                        help="read --fits instead of fitting (re-analysis; the arms and seeds must match)")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the fits in --fits made with this --override and fit only the missing ones")
+    parser.add_argument(
+        "--fits", type=Path, default=None, help="JSONL of every fit's per-scene results: written after fitting"
+    )
+    parser.add_argument(
+        "--reuse-fits",
+        action="store_true",
+        help="read --fits instead of fitting (re-analysis; the arms and seeds must match)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the fits in --fits made with this --override and fit only the missing ones",
+    )
     args = parser.parse_args()
     if (args.reuse_fits or args.resume) and args.fits is None:
         raise SystemExit("--reuse-fits and --resume need --fits FILE")
@@ -193,16 +229,23 @@ def main() -> None:
         kept = []
         if args.resume and args.fits.exists():
             # A record without its override cannot prove which recipe it fitted: it is refitted.
-            kept = [r for line in args.fits.read_text().splitlines() if line.strip()
-                    for r in [json.loads(line)] if r.get("override") == override and (r["arm"], r["seed"]) in wanted]
+            kept = [
+                r
+                for line in args.fits.read_text().splitlines()
+                if line.strip()
+                for r in [json.loads(line)]
+                if r.get("override") == override and (r["arm"], r["seed"]) in wanted
+            ]
         done = {(r["arm"], r["seed"]) for r in kept}
-        results = kept + _run_fits([p for p in wanted if p not in done], config, override,
-                                   Path(args.cache).expanduser(), args.workers)
+        results = kept + _run_fits(
+            [p for p in wanted if p not in done], config, override, Path(args.cache).expanduser(), args.workers
+        )
         if args.fits is not None:
             args.fits.write_text("".join(json.dumps(r) + "\n" for r in results))
     h = -1
-    value = {(r["arm"], r["seed"]): {m: np.asarray(r[m], dtype=np.float64)[:, h] for m in ("mae", "regret")}
-             for r in results}
+    value = {
+        (r["arm"], r["seed"]): {m: np.asarray(r[m], dtype=np.float64)[:, h] for m in ("mae", "regret")} for r in results
+    }
     by_pair = {(r["arm"], r["seed"]): r for r in results}
     base = config.baseline_arm
     spread = {}
@@ -210,55 +253,77 @@ def main() -> None:
         table = np.stack([value[(base, s)][metric] for s in seeds])
         means = table.mean(axis=1)
         sd, tau = float(means.std(ddof=1)), seed_effect_sd(table)
-        spread[metric] = {"mean": float(means.mean()), "sd": sd, "ratio_ci90": _ratio_interval(means),
-                          "seed_effect_sd": tau, "scene_residual_sd": float(np.sqrt(max(sd * sd - tau * tau, 0.0))),
-                          "per_seed": [round(float(v), 5) for v in means]}
+        spread[metric] = {
+            "mean": float(means.mean()),
+            "sd": sd,
+            "ratio_ci90": _ratio_interval(means),
+            "seed_effect_sd": tau,
+            "scene_residual_sd": float(np.sqrt(max(sd * sd - tau * tau, 0.0))),
+            "per_seed": [round(float(v), 5) for v in means],
+        }
     # Records fitted before the biases were measured carry none: then the bench prints null.
     biases = {key: [by_pair[(base, s)].get(key) for s in seeds] for key in ("bias", "successor_max_bias")}
     paired, tau, margins = {}, {}, {}
     if args.arms == "all":
         for arm, against, _ in config.comparisons():
-            tables = {metric: np.stack([value[(arm, s)][metric] - value[(against, s)][metric] for s in seeds])
-                      for metric in ("regret", "mae")}
+            tables = {
+                metric: np.stack([value[(arm, s)][metric] - value[(against, s)][metric] for s in seeds])
+                for metric in ("regret", "mae")
+            }
             paired[f"{arm} - {against}"] = {m: float(t.mean(axis=1).std(ddof=1)) for m, t in tables.items()}
             tau[f"{arm} - {against}"] = {m: seed_effect_sd(t) for m, t in tables.items()}
         for a in (a for a in config.experiment.arms if a.role == "variant"):
             # The retention margins of the report (statistics.retention_margins), per scene.
-            d_reg = np.stack([value[(a.arm, s)]["regret"] - config.regret_fraction * value[(a.control, s)]["regret"]
-                              for s in seeds])
-            d_mae = np.stack([value[(a.arm, s)]["mae"] - config.mae_fraction * value[(a.matched or base, s)]["mae"]
-                              for s in seeds])
+            d_reg = np.stack(
+                [value[(a.arm, s)]["regret"] - config.regret_fraction * value[(a.control, s)]["regret"] for s in seeds]
+            )
+            d_mae = np.stack(
+                [value[(a.arm, s)]["mae"] - config.mae_fraction * value[(a.matched or base, s)]["mae"] for s in seeds]
+            )
             margins[a.arm] = {"regret": seed_effect_sd(d_reg), "mae": seed_effect_sd(d_mae)}
     pilot = None
     if tau:
         pilot = {m: round(max(v[m] for v in (*tau.values(), *margins.values())), 5) for m in ("regret", "mae")}
         pilot["seeds"] = len(seeds)
-    print(json.dumps({
-        "bench": "seed_spread",
-        "population": f"{_TUNING[0]} {_TUNING[1]} seed {_TUNING[2]} (tuning only), TRAIN {_TRAIN[0]} seed {_TRAIN[2]}",
-        "seeds": seeds,
-        "override": override,
-        "ratio": round(spread["regret"]["sd"] / spread["regret"]["mean"], 4),
-        "mae_ratio": round(spread["mae"]["sd"] / spread["mae"]["mean"], 4),
-        "target": "ratio <= 0.05, mae_ratio <= 0.03",
-        "ratio_ci90": spread["regret"]["ratio_ci90"],
-        "mae_ratio_ci90": spread["mae"]["ratio_ci90"],
-        "decided": {"regret": _decided(spread["regret"]["ratio_ci90"], 0.05),
-                    "mae": _decided(spread["mae"]["ratio_ci90"], 0.03)},
-        "baseline": spread,
-        "baseline_train_bias": biases,
-        "paired_seed_sd": paired,
-        "paired_seed_sd_max": ({m: max(v[m] for v in paired.values()) for m in ("regret", "mae")} if paired else None),
-        "paired_seed_tau": tau,
-        "margin_seed_tau": margins,
-        "seed_variance": pilot,
-        "scenes": int(next(iter(value.values()))["regret"].size),
-        "fit_seconds": [r["seconds"] for r in results],
-        "fits": (f"reused from {args.fits}" if args.reuse_fits
-                 else f"{len(kept)} kept from {args.fits}, {len(results) - len(kept)} fitted here" if kept
-                 else "fitted here"),
-        "wall_seconds": round(time.perf_counter() - started, 1),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "seed_spread",
+                "population": f"{_TUNING[0]} {_TUNING[1]} seed {_TUNING[2]} (tuning only), TRAIN {_TRAIN[0]} seed {_TRAIN[2]}",  # noqa: E501 - one literal, kept whole
+                "seeds": seeds,
+                "override": override,
+                "ratio": round(spread["regret"]["sd"] / spread["regret"]["mean"], 4),
+                "mae_ratio": round(spread["mae"]["sd"] / spread["mae"]["mean"], 4),
+                "target": "ratio <= 0.05, mae_ratio <= 0.03",
+                "ratio_ci90": spread["regret"]["ratio_ci90"],
+                "mae_ratio_ci90": spread["mae"]["ratio_ci90"],
+                "decided": {
+                    "regret": _decided(spread["regret"]["ratio_ci90"], 0.05),
+                    "mae": _decided(spread["mae"]["ratio_ci90"], 0.03),
+                },
+                "baseline": spread,
+                "baseline_train_bias": biases,
+                "paired_seed_sd": paired,
+                "paired_seed_sd_max": (
+                    {m: max(v[m] for v in paired.values()) for m in ("regret", "mae")} if paired else None
+                ),
+                "paired_seed_tau": tau,
+                "margin_seed_tau": margins,
+                "seed_variance": pilot,
+                "scenes": int(next(iter(value.values()))["regret"].size),
+                "fit_seconds": [r["seconds"] for r in results],
+                "fits": (
+                    f"reused from {args.fits}"
+                    if args.reuse_fits
+                    else f"{len(kept)} kept from {args.fits}, {len(results) - len(kept)} fitted here"
+                    if kept
+                    else "fitted here"
+                ),
+                "wall_seconds": round(time.perf_counter() - started, 1),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -36,11 +36,18 @@ def _with_fresh_cache(config: Path, cache: Path, copy: Path) -> None:
     from qhlab.design.study_config import STUDY_PATH_FIELDS
     from qhlab.finite_horizon.recipe import read_toml
 
-    raw, _, _ = read_toml(config, call="bench/study_demo.py", field="--config", example="examples/default-study.toml",
-                          relative=STUDY_PATH_FIELDS)
+    raw, _, _ = read_toml(
+        config,
+        call="bench/study_demo.py",
+        field="--config",
+        example="examples/default-study.toml",
+        relative=STUDY_PATH_FIELDS,
+    )
     raw["population_cache"] = str(cache)
-    copy.write_text(f"# {config.resolve()} with a fresh population cache (bench/study_demo.py)\n"
-                    + tomli_w.dumps(raw), encoding="utf-8")
+    copy.write_text(
+        f"# {config.resolve()} with a fresh population cache (bench/study_demo.py)\n" + tomli_w.dumps(raw),
+        encoding="utf-8",
+    )
 
 
 def _qhlab(*args: str) -> None:
@@ -54,11 +61,13 @@ def _phases(output: Path, started: float) -> dict[str, float]:
     canaries (E0), validation generation and development, the broad cells (the last cell
     receipt), then benchmarks and the report.
     """
-    ends = [("train_and_freeze", [output / "freeze.receipt.json"]),
-            ("canaries", [output / "canaries" / "e0.receipt.json"]),
-            ("validation_and_development", [output / "development.receipt.json"]),
-            ("cells", sorted((output / "cells").glob("*/cell.receipt.json"))),
-            ("benchmarks_and_report", [output / "report" / "report.receipt.json"])]
+    ends = [
+        ("train_and_freeze", [output / "freeze.receipt.json"]),
+        ("canaries", [output / "canaries" / "e0.receipt.json"]),
+        ("validation_and_development", [output / "development.receipt.json"]),
+        ("cells", sorted((output / "cells").glob("*/cell.receipt.json"))),
+        ("benchmarks_and_report", [output / "report" / "report.receipt.json"]),
+    ]
     phases, previous = {}, started
     for name, files in ends:
         end = max(f.stat().st_mtime for f in files)

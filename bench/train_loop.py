@@ -58,16 +58,23 @@ _STATE = ("objects", "object_mask", "goal", "candidates", "candidate_object", "c
 
 
 def _data(recipe, population) -> QhPopulationDataModule:
-    return QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed,
-                                  successor_labels=recipe.successor_label_rows > 0)
+    return QhPopulationDataModule(
+        population, batch_size=recipe.batch_size, seed=recipe.seed, successor_labels=recipe.successor_label_rows > 0
+    )
 
 
 def _lightning_fit(recipe, population, updates: int) -> tuple[float, dict[str, torch.Tensor]]:
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(population))
     trainer = pl.Trainer(
-        max_steps=updates, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
+        max_steps=updates,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=_data(recipe, population))
@@ -105,8 +112,14 @@ def _hand_loop(recipe, population, updates: int) -> tuple[float, dict[str, torch
     data = _data(recipe, population)
     start = time.perf_counter()
     opt = recipe.optimizer
-    optimizer = torch.optim.AdamW(online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
-                                  weight_decay=opt.weight_decay, foreach=ADAMW_FOREACH)
+    optimizer = torch.optim.AdamW(
+        online.parameters(),
+        lr=opt.lr,
+        betas=opt.betas,
+        eps=opt.eps,
+        weight_decay=opt.weight_decay,
+        foreach=ADAMW_FOREACH,
+    )
     seen = 0
     for _, batch in zip(range(updates), data.train_dataloader()):
         if opt.schedule == "cosine":
@@ -168,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     if args.members is not None and not 1 <= args.members <= MAX_ENSEMBLE_MEMBERS:
-        print(f"error: train_loop: --members={args.members!r} is not allowed; allowed: 1..{MAX_ENSEMBLE_MEMBERS}",
-              file=sys.stderr)
+        print(
+            f"error: train_loop: --members={args.members!r} is not allowed; allowed: 1..{MAX_ENSEMBLE_MEMBERS}",
+            file=sys.stderr,
+        )
         return 2
     recipe = load_recipe(args.recipe)
     if args.members is not None:
@@ -212,12 +227,18 @@ def main(argv: list[str] | None = None) -> int:
         "batch_share_of_step": round(batch_s * lightning_ups, 4),
         "target_batch_share": 0.10,
     }
-    meets = {"ratio": line["ratio"] >= line["target_ratio"], "identical_final_state": difference is None,
-             "batch_share": line["batch_share_of_step"] <= line["target_batch_share"]}
+    meets = {
+        "ratio": line["ratio"] >= line["target_ratio"],
+        "identical_final_state": difference is None,
+        "batch_share": line["batch_share_of_step"] <= line["target_batch_share"],
+    }
     if single is not None:
         single_ups = args.updates / statistics.median(single_walls)
-        line.update(one_member_updates_per_s=round(single_ups, 2),
-                    members_ratio=round(lightning_ups / single_ups, 4), target_members_ratio=0.8)
+        line.update(
+            one_member_updates_per_s=round(single_ups, 2),
+            members_ratio=round(lightning_ups / single_ups, 4),
+            target_members_ratio=0.8,
+        )
         meets["members_ratio"] = line["members_ratio"] >= line["target_members_ratio"]
     line["meets_targets"] = meets
     print(json.dumps(line, sort_keys=True))

@@ -43,8 +43,9 @@ def _config(directory: Path, cache: Path, updates: int, trials: int) -> Path:
 
 def _trials(directory: Path) -> list:
     record = json.loads((directory / "tuning.json").read_text())
-    return [(t["params"], t["state"], [(f["regret"], f["final_state_sha256"]) for f in t["fits"]])
-            for t in record["trials"]]
+    return [
+        (t["params"], t["state"], [(f["regret"], f["final_state_sha256"]) for f in t["fits"]]) for t in record["trials"]
+    ]
 
 
 def main() -> None:
@@ -66,18 +67,30 @@ def main() -> None:
             walls[workers] = time.perf_counter() - started
             if workers == 1:
                 fit_seconds = sum(f["wall_seconds"] for t in record["trials"] for f in t["fits"])
-        identical = (_trials(root / "w1") == _trials(root / "w2") and
-                     (root / "w1" / "recipe.toml").read_bytes() == (root / "w2" / "recipe.toml").read_bytes())
+        identical = (
+            _trials(root / "w1") == _trials(root / "w2")
+            and (root / "w1" / "recipe.toml").read_bytes() == (root / "w2" / "recipe.toml").read_bytes()
+        )
         overhead = walls[1] / fit_seconds
         speedup = walls[1] / walls[2]
-        print(json.dumps({
-            "bench": "tune", "overhead": round(overhead, 3), "speedup": round(speedup, 3),
-            "identical": identical, "tuning_seconds_1_worker": round(walls[1], 2),
-            "tuning_seconds_2_workers": round(walls[2], 2), "fit_seconds": round(fit_seconds, 2),
-            "fits": args.trials * 2, "updates_per_fit": args.updates,
-            "targets": {"overhead": 1.10, "speedup": 1.7},
-            "meets_targets": {"overhead": overhead <= 1.10, "speedup": speedup >= 1.7},
-        }, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "bench": "tune",
+                    "overhead": round(overhead, 3),
+                    "speedup": round(speedup, 3),
+                    "identical": identical,
+                    "tuning_seconds_1_worker": round(walls[1], 2),
+                    "tuning_seconds_2_workers": round(walls[2], 2),
+                    "fit_seconds": round(fit_seconds, 2),
+                    "fits": args.trials * 2,
+                    "updates_per_fit": args.updates,
+                    "targets": {"overhead": 1.10, "speedup": 1.7},
+                    "meets_targets": {"overhead": overhead <= 1.10, "speedup": speedup >= 1.7},
+                },
+                sort_keys=True,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,14 @@ def _first_and_second(warm_imports: tuple[str, ...]) -> tuple[float, float]:
 
     # workers=2 is the smallest count for which open_executor gives a pool (1 runs in-process);
     # one task is in flight at a time, so one worker process serves both.
-    with open_executor(ExecutorChoice("local"), 2, call="bench/worker_startup.py", initializer=configure_console,
-                       initargs=(False,), warm_imports=warm_imports) as pool:
+    with open_executor(
+        ExecutorChoice("local"),
+        2,
+        call="bench/worker_startup.py",
+        initializer=configure_console,
+        initargs=(False,),
+        warm_imports=warm_imports,
+    ) as pool:
         started = time.perf_counter()
         first = pool.submit(_import_cell_worker).result()
         cold = time.perf_counter() - started
@@ -48,8 +54,9 @@ def _first_and_second(warm_imports: tuple[str, ...]) -> tuple[float, float]:
         again = pool.submit(_import_cell_worker).result()
         warm = time.perf_counter() - started
     if again != first:
-        raise SystemExit("bench/worker_startup.py: the second task ran in another process; "
-                         "its time would not be a warm worker's")
+        raise SystemExit(
+            "bench/worker_startup.py: the second task ran in another process; its time would not be a warm worker's"
+        )
     return cold, warm
 
 
@@ -68,21 +75,26 @@ def main() -> None:
     spawn_cold = statistics.median(spawn)
     forkserver_cold = statistics.median(c for c, _ in later)
     warm = statistics.median([warm_first, *(w for _, w in later)])
-    print(json.dumps({
-        "bench": "worker_startup",
-        "spawn_cold_seconds": round(spawn_cold, 3),
-        "forkserver_start_seconds": round(start, 3),
-        "forkserver_cold_seconds": round(forkserver_cold, 3),
-        "warm_seconds": round(warm, 4),
-        "ratio": round(forkserver_cold / spawn_cold, 4),
-        "saved_per_pool_seconds": round(spawn_cold - forkserver_cold, 2),
-        "spawn_runs": [round(c, 3) for c in spawn],
-        "warm_imports": list(FIT_WORKER_IMPORTS),
-        "repeats": args.repeats,
-        "cores": os.cpu_count(),
-        "load_average_before": round(load_before, 2),
-        "load_average_after": round(os.getloadavg()[0], 2),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "worker_startup",
+                "spawn_cold_seconds": round(spawn_cold, 3),
+                "forkserver_start_seconds": round(start, 3),
+                "forkserver_cold_seconds": round(forkserver_cold, 3),
+                "warm_seconds": round(warm, 4),
+                "ratio": round(forkserver_cold / spawn_cold, 4),
+                "saved_per_pool_seconds": round(spawn_cold - forkserver_cold, 2),
+                "spawn_runs": [round(c, 3) for c in spawn],
+                "warm_imports": list(FIT_WORKER_IMPORTS),
+                "repeats": args.repeats,
+                "cores": os.cpu_count(),
+                "load_average_before": round(load_before, 2),
+                "load_average_after": round(os.getloadavg()[0], 2),
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):
         return  # not an xdist worker: keep the collection order
-    long_files = {item.path for item in items
-                  if item.get_closest_marker("slow") or item.get_closest_marker("reliability")}
+    long_files = {
+        item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("reliability")
+    }
     items.sort(key=lambda item: item.path not in long_files)  # stable: each file keeps its order

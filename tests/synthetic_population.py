@@ -67,8 +67,16 @@ def synthetic_population(
     is_chain = torch.zeros(s, dtype=torch.bool)
     is_chain[:n_chain] = True
     return SyntheticPopulation(
-        horizon=horizon, num_candidates=k, objects=objects, object_mask=object_mask,
-        goal=torch.randn(s, 2, generator=g), candidates=candidates, candidate_object=candidate_object,
-        candidate_mask=candidate_mask, reward=reward, q=torch.zeros(s, k, horizon), successor=successor,
+        horizon=horizon,
+        num_candidates=k,
+        objects=objects,
+        object_mask=object_mask,
+        goal=torch.randn(s, 2, generator=g),
+        candidates=candidates,
+        candidate_object=candidate_object,
+        candidate_mask=candidate_mask,
+        reward=reward,
+        q=torch.zeros(s, k, horizon),
+        successor=successor,
         is_chain=is_chain,
     )

@@ -24,8 +24,8 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         code = main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}))
-""" % (HEAVY,)
+print(json.dumps({"code": code, "loaded": sorted(m for m in HEAVY if m in sys.modules)}))
+""".replace("HEAVY", repr(HEAVY))
 
 
 def _loaded(*argv: str) -> dict:

@@ -38,8 +38,9 @@ def _clean_env() -> dict:
 
 
 def _prepare(*args, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PREPARE), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(PREPARE), *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,8 +64,13 @@ def test_prepare_refuses_a_bad_option_and_writes_nothing(tmp_path, args, named, 
 
 def test_prepare_refuses_a_wheel_without_a_pin_and_a_foreign_folder(tmp_path):
     pins = tmp_path / "constraints.txt"
-    pins.write_text("".join(line + "\n" for line in (ROOT / "constraints.txt").read_text().splitlines()
-                            if not line.lower().startswith("pymunk==")))
+    pins.write_text(
+        "".join(
+            line + "\n"
+            for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if not line.lower().startswith("pymunk==")
+        )
+    )
     result = _prepare("--output", tmp_path / "wheels", "--constraints", pins)
     assert result.returncode == 2 and result.stderr.count("error:") == 1
     assert "wheel='pymunk' is not allowed; allowed: a name pinned in constraints.txt" in result.stderr
@@ -79,8 +85,13 @@ def test_prepare_refuses_a_wheel_without_a_pin_and_a_foreign_folder(tmp_path):
 
 def test_device_check_without_wheels_records_the_failure_and_skips_what_needs_them(tmp_path):
     work = tmp_path / "work"
-    result = subprocess.run([sys.executable, str(CHECK), "--dry-run", "--wheels", tmp_path / "none", "--work", work],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(CHECK), "--dry-run", "--wheels", tmp_path / "none", "--work", work],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     summary = json.loads((work / "device-check.json").read_text())
     steps = {s["name"]: s for s in summary["steps"]}
@@ -94,8 +105,13 @@ def test_device_check_without_wheels_records_the_failure_and_skips_what_needs_th
 
 @pytest.mark.parametrize("args", [["--budget-seconds", "5"], ["--memory-ceiling-bytes", "10"]])
 def test_device_check_refuses_bad_options(tmp_path, args):
-    result = subprocess.run([sys.executable, str(CHECK), "--work", tmp_path / "work", *args],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(CHECK), "--work", tmp_path / "work", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert result.returncode == 2 and f"{args[0]}={args[1]} is not allowed" in result.stderr
     assert not (tmp_path / "work").exists()
 
@@ -115,8 +131,17 @@ def test_dry_run_in_a_bare_venv_of_the_node_packages(tmp_path):
     assert {"pymunk", "pydantic", "wandb", "pytest"} <= names and not names & {"torch", "ray", "model-signing"}
 
     # Over budget, from the folder just prepared (no index): refused, nothing written, the folder kept.
-    again = _prepare("--python-version", "3.11", "--output", tmp_path / "small", "--budget-mib", "1",
-                     "--no-index", "--find-links", wheels)
+    again = _prepare(
+        "--python-version",
+        "3.11",
+        "--output",
+        tmp_path / "small",
+        "--budget-mib",
+        "1",
+        "--no-index",
+        "--find-links",
+        wheels,
+    )
     assert again.returncode == 2 and again.stderr.count("error:") == 1
     assert "--budget-mib='1' is not allowed; allowed: a number of MiB >=" in again.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wheels"]
@@ -125,15 +150,40 @@ def test_dry_run_in_a_bare_venv_of_the_node_packages(tmp_path):
     env = _clean_env()
     subprocess.run([python311, "-m", "venv", node], check=True, env=env, timeout=300)
     python = node / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check",
-                    "-c", ROOT / "constraints.txt", *NODE_PACKAGES], check=True, env=env, timeout=900)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "-c",
+            ROOT / "constraints.txt",
+            *NODE_PACKAGES,
+        ],
+        check=True,
+        env=env,
+        timeout=900,
+    )
     probe = "import importlib.util as u; print([m for m in ('qhlab', 'pymunk', 'pydantic', 'wandb') if u.find_spec(m)])"
-    assert subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          check=True).stdout.strip() == "[]"
+    assert (
+        subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+        ).stdout.strip()
+        == "[]"
+    )
 
     work = tmp_path / "work"
-    result = subprocess.run([python, CHECK, "--dry-run", "--wheels", wheels, "--work", work],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    result = subprocess.run(
+        [python, CHECK, "--dry-run", "--wheels", wheels, "--work", work],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((work / "device-check.json").read_text())
     steps = {s["name"]: s for s in summary["steps"]}

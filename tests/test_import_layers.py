@@ -31,8 +31,10 @@ def _module_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 edges |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                          for a in node.names}
+                edges |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in modules:
                 edges.add(node.value)
         graph[name] = {e for e in edges if e in modules} - {name}

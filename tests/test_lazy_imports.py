@@ -22,8 +22,9 @@ ROOT = Path(qhlab.__file__).resolve().parent
 # included), torch 1.6 s, scipy.stats 1.2 s, wandb 1.1 s, matplotlib.pyplot 0.8 s, optuna 0.3 s,
 # pyarrow 0.2 s, numpy 0.15 s (and `qhlab verify` must stay numpy-free); pymunk (0.04 s) and
 # safetensors (under 0.01 s) are not worth a lazy import.
-COSTLY = frozenset({"torch", "lightning", "wandb", "ray", "matplotlib", "optuna", "scipy", "numpy", "pyarrow",
-                    "sqlalchemy"})
+COSTLY = frozenset(
+    {"torch", "lightning", "wandb", "ray", "matplotlib", "optuna", "scipy", "numpy", "pyarrow", "sqlalchemy"}
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -88,7 +89,8 @@ def _lazy_imports(modules: dict[str, Path]):
                 continue
             for node in ast.walk(function):
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                        t.startswith("qhlab.") or t == "qhlab" for t in _targets(node, modules)):
+                    t.startswith("qhlab.") or t == "qhlab" for t in _targets(node, modules)
+                ):
                     yield name, node, lines
 
 
@@ -114,7 +116,9 @@ def test_every_lazy_qhlab_import_saves_a_costly_package_and_says_so() -> None:
         saved = set().union(*(_loads(t, edges, costly) for t in targets)) - _loads(name, edges, costly)
         where = f"{modules[name].relative_to(ROOT.parent)}:{node.lineno}"
         if not saved:
-            offences.append(f"{where}: {lines[node.lineno - 1].strip()} loads nothing costly; import it at module level")
+            offences.append(
+                f"{where}: {lines[node.lineno - 1].strip()} loads nothing costly; import it at module level"
+            )
         elif _reason(node, lines) is None:
             offences.append(f"{where}: a lazy import (it saves {sorted(saved)}) without a '# Lazy:' reason above it")
     assert offences == []
@@ -129,7 +133,8 @@ def test_the_check_sees_a_needless_lazy_import(tmp_path, monkeypatch) -> None:
     (package / "user.py").write_text(
         "def f():\n    from qhlab.light import X\n    return X\n\n"
         "def g():\n    # Lazy: torch costs seconds to import.\n    from qhlab.heavy import torch\n\n"
-        "def h():\n    from qhlab.heavy import torch\n")
+        "def h():\n    from qhlab.heavy import torch\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", package)
     modules = _modules()
     edges, costly = _graph(modules)

@@ -20,15 +20,20 @@ _HISTORY_PLACES = ("CHANGELOG.md", "docs/decisions/")
 # marker may sit between them), and a bare tracker reference: a "#" and digits, except in an HTML
 # entity or a markdown anchor. The examples below are assembled from parts (``_ref``), so this
 # file holds none itself and is scanned like every other.
-_HISTORY = re.compile(r"\b(?:sessions?|issues?|amendments?|PRs?|pull requests?)(?:[\s#-]|\(|,)*\d[\d-]*"
-                      r"|(?<![\w&#/\[])(?<!\]\()#\d+\b", re.IGNORECASE)
+_HISTORY = re.compile(
+    r"\b(?:sessions?|issues?|amendments?|PRs?|pull requests?)(?:[\s#-]|\(|,)*\d[\d-]*"
+    r"|(?<![\w&#/\[])(?<!\]\()#\d+\b",
+    re.IGNORECASE,
+)
 
 
 def _product_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "-z", "--", *_SCANNED], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    return [ROOT / name for name in listed if name and not name.startswith(_HISTORY_PLACES)
-            and (ROOT / name).is_file()]
+    listed = (
+        subprocess.run(["git", "ls-files", "-z", "--", *_SCANNED], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
+    return [ROOT / name for name in listed if name and not name.startswith(_HISTORY_PLACES) and (ROOT / name).is_file()]
 
 
 def history_words(text: str) -> list[str]:
@@ -44,8 +49,9 @@ def test_no_product_file_speaks_of_history():
         except UnicodeDecodeError:
             continue  # a figure or another binary file has no words
         found += [f"{path.relative_to(ROOT)}: {word!r}" for word in history_words(text)]
-    assert not found, "history words in product files (move them to CHANGELOG.md or docs/decisions/):\n" + \
-        "\n".join(found)
+    assert not found, "history words in product files (move them to CHANGELOG.md or docs/decisions/):\n" + "\n".join(
+        found
+    )
 
 
 def _ref(word: str, between: str, number: str) -> str:
@@ -53,19 +59,39 @@ def _ref(word: str, between: str, number: str) -> str:
     return word + between + number
 
 
-@pytest.mark.parametrize("text", [
-    "in " + _ref("session", " ", "9") + " it took", _ref("sessions", " ", "6-8"), "(" + _ref("issue", " ", "18") + ")",
-    _ref("issue", " #", "18"), _ref("issue", "-", "18"), _ref("amendments", " ", "17-22"),
-    _ref("Amendment", " ", "3") + " (written before)", _ref("issue", "\n# ", "18") + "; was 120",
-    "see " + _ref("PR", " ", "12"), "fixed in " + _ref("", "#", "18"), "fixed (" + _ref("", "#", "18") + ")",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "in " + _ref("session", " ", "9") + " it took",
+        _ref("sessions", " ", "6-8"),
+        "(" + _ref("issue", " ", "18") + ")",
+        _ref("issue", " #", "18"),
+        _ref("issue", "-", "18"),
+        _ref("amendments", " ", "17-22"),
+        _ref("Amendment", " ", "3") + " (written before)",
+        _ref("issue", "\n# ", "18") + "; was 120",
+        "see " + _ref("PR", " ", "12"),
+        "fixed in " + _ref("", "#", "18"),
+        "fixed (" + _ref("", "#", "18") + ")",
+    ],
+)
 def test_the_check_sees_history(text):
     assert history_words(text)
 
 
-@pytest.mark.parametrize("text", ["a session fixture", "the issue is the seed", "an amendment to the rule",
-                                  "issues a receipt", "session-scoped workers", "&#18;", "[x](#18-heading)",
-                                  "color #ff0000"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a session fixture",
+        "the issue is the seed",
+        "an amendment to the rule",
+        "issues a receipt",
+        "session-scoped workers",
+        "&#18;",
+        "[x](#18-heading)",
+        "color #ff0000",
+    ],
+)
 def test_the_check_leaves_plain_words(text):
     assert history_words(text) == []
 

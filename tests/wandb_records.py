@@ -26,11 +26,11 @@ def _payloads(data: bytes) -> list[bytes]:
         if left < _HEADER:  # the rest of a block too short for a chunk header is padding
             pos += left
             continue
-        checksum, length, kind = struct.unpack("<IHB", data[pos:pos + _HEADER])
+        checksum, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
         if kind == 0 and length == 0:
             pos += left
             continue
-        payload = data[pos + _HEADER:pos + _HEADER + length]
+        payload = data[pos + _HEADER : pos + _HEADER + length]
         if zlib.crc32(bytes([kind]) + payload) & 0xFFFFFFFF != checksum:
             raise ValueError(f"chunk at byte {pos} fails its CRC32")
         pos += _HEADER + length
@@ -56,8 +56,12 @@ def read_offline_run(run_file: Path) -> dict:
         record.ParseFromString(payload)
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            run.update(group=record.run.run_group, job_type=record.run.job_type, tags=list(record.run.tags),
-                       run_id=record.run.run_id)
+            run.update(
+                group=record.run.run_group,
+                job_type=record.run.job_type,
+                tags=list(record.run.tags),
+                run_id=record.run.run_id,
+            )
             for item in record.run.config.update:
                 run["config"][item.key] = json.loads(item.value_json)
         elif kind == "config":

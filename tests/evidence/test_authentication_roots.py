@@ -30,8 +30,12 @@ def made(tmp_path) -> dict[str, Path]:
     population.mkdir(parents=True)
     (population / "manifest.json").write_text('{"name": "p"}')
     (study / "cells" / "c" / "cell.json").write_text('{"mae": 0.05}')
-    write_receipt(study / "report" / "report.receipt.json", NoteReceipt, body={},
-                  inputs={"cell": study / "cells" / "c" / "cell.json", "population": population / "manifest.json"})
+    write_receipt(
+        study / "report" / "report.receipt.json",
+        NoteReceipt,
+        body={},
+        inputs={"cell": study / "cells" / "c" / "cell.json", "population": population / "manifest.json"},
+    )
     return {"study": study, "population": population}
 
 
@@ -76,8 +80,7 @@ def test_moved_directory_and_population_authenticate_where_they_are(made, tmp_pa
     shutil.copytree(made["population"], roots / "population")
     shutil.rmtree(made["study"])
     shutil.rmtree(made["population"])
-    digest = read_receipt(_report(moved), NoteReceipt,
-                          verify_files=False).record()["inputs"]["population"]["sha256"]
+    digest = read_receipt(_report(moved), NoteReceipt, verify_files=False).record()["inputs"]["population"]["sha256"]
     with authentication_roots(moved, [roots], original=made["study"]):
         read_receipt(_report(moved), NoteReceipt).record()
         assert locate_population(made["population"], digest) == roots / "population"

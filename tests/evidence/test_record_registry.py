@@ -39,20 +39,27 @@ def check_count(directory: Path) -> dict:
     """Recompute the claimed total from the record's numbers."""
     record = json.loads((directory / COUNT_RECORD).read_text())
     if sum(record["numbers"]) != record["total"]:
-        raise DigestMismatchError(f"qhlab verify: {directory / COUNT_RECORD} claims {record['total']}, its numbers "
-                                  f"sum to {sum(record['numbers'])}.")
+        raise DigestMismatchError(
+            f"qhlab verify: {directory / COUNT_RECORD} claims {record['total']}, its numbers "
+            f"sum to {sum(record['numbers'])}."
+        )
     return {"numbers": len(record["numbers"])}
 
 
-register_check(CountReceipt, file=COUNT_RECEIPT, check=check_count,
-               describe=lambda directory, entry: f"count: {directory}: {entry['numbers']} numbers summed again")
+register_check(
+    CountReceipt,
+    file=COUNT_RECEIPT,
+    check=check_count,
+    describe=lambda directory, entry: f"count: {directory}: {entry['numbers']} numbers summed again",
+)
 
 
 def _write(directory: Path, numbers: list[int], total: int) -> None:
     directory.mkdir(parents=True)
     publish_json(directory / COUNT_RECORD, {"numbers": numbers, "total": total})
-    write_receipt(directory / COUNT_RECEIPT, CountReceipt, body={"total": total},
-                  outputs={"record": directory / COUNT_RECORD})
+    write_receipt(
+        directory / COUNT_RECEIPT, CountReceipt, body={"total": total}, outputs={"record": directory / COUNT_RECORD}
+    )
 
 
 def _verify(directory: Path) -> tuple[int, str, str]:
@@ -82,7 +89,14 @@ def test_verify_runs_the_new_kinds_check_and_refuses_a_claim_it_does_not_recompu
 
 def test_every_owner_module_of_qhlab_is_found_by_name(tmp_path) -> None:
     modules = load_kinds()
-    assert {"qhlab.training.records", "qhlab.scenes.records", "qhlab.finite_horizon.records",
-            "qhlab.design.study_records", "qhlab.lanes.records", "qhlab.design.tuning_record",
-            "qhlab.design.pilot_record", "qhlab.design.e0_record"} <= set(modules)
+    assert {
+        "qhlab.training.records",
+        "qhlab.scenes.records",
+        "qhlab.finite_horizon.records",
+        "qhlab.design.study_records",
+        "qhlab.lanes.records",
+        "qhlab.design.tuning_record",
+        "qhlab.design.pilot_record",
+        "qhlab.design.e0_record",
+    } <= set(modules)
     assert {"tuning", "pilot", "e0_check"} <= set(record_checks())

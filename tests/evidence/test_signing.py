@@ -39,8 +39,9 @@ def _keys(directory: Path, *, password: bytes | None = None) -> tuple[Path, Path
     private = directory / "private.pem"
     public = directory / "public.pem"
     private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return private, public
 
 
@@ -48,18 +49,36 @@ def _evidence(directory: Path) -> Path:
     """A finished directory: a state file bound by a receipt, and a sub-directory with its own."""
     (directory / "cell").mkdir(parents=True)
     publish_bytes(directory / "final_state.safetensors", bytes(range(256)) * 4)
-    write_receipt(directory / "fit.receipt.json", NoteReceipt, body={"observed_updates": 12},
-                  outputs={"final_state": directory / "final_state.safetensors"})
-    write_receipt(directory / "cell" / "cell.receipt.json", NoteReceipt,
-                  body={"seed": 3}, inputs={"fit": directory / "fit.receipt.json"})
+    write_receipt(
+        directory / "fit.receipt.json",
+        NoteReceipt,
+        body={"observed_updates": 12},
+        outputs={"final_state": directory / "final_state.safetensors"},
+    )
+    write_receipt(
+        directory / "cell" / "cell.receipt.json",
+        NoteReceipt,
+        body={"seed": 3},
+        inputs={"fit": directory / "fit.receipt.json"},
+    )
     return directory
 
 
 def _model_signing_verify(directory: Path, public: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(MODEL_SIGNING), "verify", "key", str(directory), "--signature", str(directory / SIGNATURE_FILE),
-         "--public_key", str(public)],
-        capture_output=True, text=True, timeout=120,
+        [
+            str(MODEL_SIGNING),
+            "verify",
+            "key",
+            str(directory),
+            "--signature",
+            str(directory / SIGNATURE_FILE),
+            "--public_key",
+            str(public),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -122,8 +141,11 @@ def _add_file(directory: Path) -> None:
     (directory / "cell" / "notes.txt").write_text("added after signing\n")
 
 
-@pytest.mark.parametrize("tamper", [_edit_receipt, _flip_state_byte, _add_file],
-                         ids=["receipt-edited-and-rehashed", "state-byte-changed", "file-added"])
+@pytest.mark.parametrize(
+    "tamper",
+    [_edit_receipt, _flip_state_byte, _add_file],
+    ids=["receipt-edited-and-rehashed", "state-byte-changed", "file-added"],
+)
 def test_both_verifiers_refuse_a_changed_directory(signed, tmp_path, tamper, capsys) -> None:
     directory, _, public = signed
     copy = tmp_path / "attempt"
@@ -162,6 +184,7 @@ def test_encrypted_key_is_read_with_its_password(tmp_path, monkeypatch) -> None:
     private, public = _keys(tmp_path / "keys", password=b"s3cret")
     directory = _evidence(tmp_path / "attempt")
     monkeypatch.setenv("QHLAB_TEST_KEY_PASSWORD", "s3cret")
-    assert main(["sign", str(directory), "--private-key", str(private),
-                 "--password-env", "QHLAB_TEST_KEY_PASSWORD"]) == 0
+    assert (
+        main(["sign", str(directory), "--private-key", str(private), "--password-env", "QHLAB_TEST_KEY_PASSWORD"]) == 0
+    )
     assert verify_signature(directory, public_key=public)["signed_files"] == 3

@@ -31,8 +31,9 @@ def _ec_keys(directory: Path, *, password: bytes | None = None) -> tuple[Path, P
     key = ec.generate_private_key(ec.SECP256R1())
     private = _write_key(directory / "private.pem", key, password=password)
     public = directory / "public.pem"
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return private, public
 
 
@@ -41,8 +42,12 @@ def _evidence(directory: Path) -> Path:
     (directory / "wandb" / "run" / "logs").mkdir(parents=True)
     publish_bytes(directory / "final_state.safetensors", bytes(range(256)) * 4)
     publish_bytes(directory / "wandb" / "run" / "logs" / "debug.log", b"a log line\n")
-    write_receipt(directory / "fit.receipt.json", NoteReceipt, body={"observed_updates": 12},
-                  outputs={"final_state": directory / "final_state.safetensors"})
+    write_receipt(
+        directory / "fit.receipt.json",
+        NoteReceipt,
+        body={"observed_updates": 12},
+        outputs={"final_state": directory / "final_state.safetensors"},
+    )
     return directory
 
 
@@ -73,9 +78,11 @@ def test_a_link_inside_dir_is_named_by_its_path_and_not_blamed_on_the_key(tmp_pa
         link, target = directory / "wandb" / "run" / "logs" / "debug-core.log", str(outside)
     link.symlink_to(target)
     err = _sign_refused(directory, key, capsys)
-    assert (f"error: sign_directory: directory={str(directory)!r} is not allowed; allowed: a directory of regular "
-            "files and directories, no symbolic links. HINT: 1 symbolic link(s) below it: "
-            f"{str(link)!r} -> {target!r}. A link's target is not part of the directory") in err
+    assert (
+        f"error: sign_directory: directory={str(directory)!r} is not allowed; allowed: a directory of regular "
+        "files and directories, no symbolic links. HINT: 1 symbolic link(s) below it: "
+        f"{str(link)!r} -> {target!r}. A link's target is not part of the directory"
+    ) in err
     assert "private_key" not in err and "key.pem" not in err
     assert link.is_symlink()  # nothing below DIR was changed either
 
@@ -94,8 +101,10 @@ def test_dir_itself_a_link_is_refused_naming_its_target(tmp_path, key, capsys):
     alias = tmp_path / "alias"
     alias.symlink_to(directory)
     err = _sign_refused(alias, key, capsys)
-    assert (f"error: sign_directory: directory={str(alias)!r} is not allowed; allowed: a real directory, not a "
-            f"symbolic link. HINT: it links to {str(directory)!r}; pass the directory itself ({directory}).") in err
+    assert (
+        f"error: sign_directory: directory={str(alias)!r} is not allowed; allowed: a real directory, not a "
+        f"symbolic link. HINT: it links to {str(directory)!r}; pass the directory itself ({directory})."
+    ) in err
     assert not (directory / SIGNATURE_FILE).exists()
 
 
@@ -104,17 +113,21 @@ def test_a_special_file_inside_dir_is_named(tmp_path, key, capsys):
     fifo = directory / "wandb" / "pipe"
     os.mkfifo(fifo)
     err = _sign_refused(directory, key, capsys)
-    assert (f"directory={str(directory)!r} is not allowed; allowed: a directory of regular files and directories. "
-            f"HINT: 1 special file(s) below it: {str(fifo)!r} (a FIFO (named pipe)).") in err
+    assert (
+        f"directory={str(directory)!r} is not allowed; allowed: a directory of regular files and directories. "
+        f"HINT: 1 special file(s) below it: {str(fifo)!r} (a FIFO (named pipe))."
+    ) in err
 
 
 def test_a_key_that_is_not_an_ec_key_is_blamed_on_the_key(tmp_path, capsys):
     directory = _evidence(tmp_path / "attempt")
     private = _write_key(tmp_path / "rsa.pem", rsa.generate_private_key(public_exponent=65537, key_size=2048))
     err = _sign_refused(directory, private, capsys)
-    assert (f"error: sign_directory: private_key={str(private)!r} is not allowed; allowed: a PEM elliptic-curve "
-            "private key (P-256, P-384 or P-521) and its password if it is encrypted. HINT: it is not an "
-            "elliptic-curve key") in err
+    assert (
+        f"error: sign_directory: private_key={str(private)!r} is not allowed; allowed: a PEM elliptic-curve "
+        "private key (P-256, P-384 or P-521) and its password if it is encrypted. HINT: it is not an "
+        "elliptic-curve key"
+    ) in err
 
 
 def test_a_file_that_is_no_pem_key_is_blamed_on_the_key(tmp_path, capsys):
@@ -149,9 +162,12 @@ def test_a_link_added_after_signing_is_named_by_verify(tmp_path, key, capsys):
     assert sign_directory(directory, private_key=key)["signed_files"] == 3
     link = directory / "wandb" / "latest-run"
     link.symlink_to("run")
-    with pytest.raises(EvidenceError, match=r"verify_signature: directory=.* is not allowed; allowed: a directory "
-                                            r"of regular files and directories, no symbolic links\. HINT: 1 "
-                                            r"symbolic link\(s\) below it: .*latest-run' -> 'run'"):
+    with pytest.raises(
+        EvidenceError,
+        match=r"verify_signature: directory=.* is not allowed; allowed: a directory "
+        r"of regular files and directories, no symbolic links\. HINT: 1 "
+        r"symbolic link\(s\) below it: .*latest-run' -> 'run'",
+    ):
         verify_signature(directory, public_key=public)
     capsys.readouterr()
     assert main(["verify", str(directory), "--public-key", str(public)]) == 2

@@ -37,18 +37,29 @@ def test_ray_address_alone_means_ray_and_env_is_the_fallback(monkeypatch) -> Non
     assert executor_choice("ray", "[::1]:6379", call="t").resolved_address() == "[::1]:6379"
 
 
-@pytest.mark.parametrize(("kind", "address", "text"), [
-    ("cluster", None, "t: --executor='cluster' is not allowed; allowed: local or ray."),
-    ("local", "10.0.0.5:6379", "t: --ray-address='10.0.0.5:6379' is not allowed; allowed: only with --executor ray."),
-    ("ray", "10.0.0.5", "t: --ray-address='10.0.0.5' is not allowed; allowed: HOST:PORT of a running Ray cluster"),
-    ("ray", "10.0.0.5:0", "--ray-address='10.0.0.5:0' is not allowed"),
-    ("ray", "10.0.0.5:http", "--ray-address='10.0.0.5:http' is not allowed"),
-    ("ray", ":6379", "--ray-address=':6379' is not allowed"),
-    ("ray", "ray://10.0.0.5:10001", "Ray Client (ray://) is not supported"),
-    ("ray", "fe80::1", "--ray-address='fe80::1' is not allowed; allowed: HOST:PORT of a running Ray cluster (e.g. "
-                       "10.0.0.5:6379); an IPv6 host in brackets ([::1]:6379)"),
-    ("ray", "::1:6379", "--ray-address='::1:6379' is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("kind", "address", "text"),
+    [
+        ("cluster", None, "t: --executor='cluster' is not allowed; allowed: local or ray."),
+        (
+            "local",
+            "10.0.0.5:6379",
+            "t: --ray-address='10.0.0.5:6379' is not allowed; allowed: only with --executor ray.",
+        ),
+        ("ray", "10.0.0.5", "t: --ray-address='10.0.0.5' is not allowed; allowed: HOST:PORT of a running Ray cluster"),
+        ("ray", "10.0.0.5:0", "--ray-address='10.0.0.5:0' is not allowed"),
+        ("ray", "10.0.0.5:http", "--ray-address='10.0.0.5:http' is not allowed"),
+        ("ray", ":6379", "--ray-address=':6379' is not allowed"),
+        ("ray", "ray://10.0.0.5:10001", "Ray Client (ray://) is not supported"),
+        (
+            "ray",
+            "fe80::1",
+            "--ray-address='fe80::1' is not allowed; allowed: HOST:PORT of a running Ray cluster (e.g. "
+            "10.0.0.5:6379); an IPv6 host in brackets ([::1]:6379)",
+        ),
+        ("ray", "::1:6379", "--ray-address='::1:6379' is not allowed"),
+    ],
+)
 def test_bad_choices_are_refused_naming_field_value_and_allowed(kind, address, text, monkeypatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(QhInputError) as caught:
@@ -69,8 +80,11 @@ def test_ray_address_environment_is_read_only_when_ray_is_connected(monkeypatch)
 
 
 def test_setting_names_follow_the_callers_vocabulary() -> None:
-    with pytest.raises(QhInputError, match="c: ray_address='h:1' is not allowed; allowed: only with executor ray. "
-                                           "HINT: set executor ray, or drop ray_address"):
+    with pytest.raises(
+        QhInputError,
+        match="c: ray_address='h:1' is not allowed; allowed: only with executor ray. "
+        "HINT: set executor ray, or drop ray_address",
+    ):
         executor_choice("local", "h:1", call="c", field="executor", address_field="ray_address")
 
 
@@ -82,8 +96,10 @@ def test_unreachable_cluster_is_refused_at_once_without_connecting(monkeypatch) 
         with open_executor(ExecutorChoice("ray", "127.0.0.1:1"), 2, call="qhlab scenes generate"):
             pytest.fail("an unreachable cluster was opened")
     assert time.perf_counter() - started < 10  # ray.init itself would retry for minutes
-    assert "qhlab scenes generate: --ray-address='127.0.0.1:1' is not allowed; allowed: the address of a " \
-           "running Ray cluster. HINT: nothing answered there" in str(caught.value)
+    assert (
+        "qhlab scenes generate: --ray-address='127.0.0.1:1' is not allowed; allowed: the address of a "
+        "running Ray cluster. HINT: nothing answered there" in str(caught.value)
+    )
     assert not ray.is_initialized()
 
 
@@ -129,8 +145,9 @@ def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path)
 
     (tmp_path / "probe.py").write_text(_PROBE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    result = subprocess.run([sys.executable, "-c", _POOLS], capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", _POOLS], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["bare"] == {"preloaded": False, "parent": seen["driver"], "environment": [None, "first"]}
@@ -151,9 +168,30 @@ def test_bad_ray_address_on_the_command_line_exits_2_and_writes_nothing(tmp_path
     out = tmp_path / "population"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run(
-        [sys.executable, "-m", "qhlab.cli", "scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "0",
-         "--out", str(out), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--no-progress"],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "qhlab.cli",
+            "scenes",
+            "generate",
+            "--preset",
+            "tiny",
+            "--split",
+            "train",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--executor",
+            "ray",
+            "--ray-address",
+            "127.0.0.1:1",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""

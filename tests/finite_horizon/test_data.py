@@ -47,8 +47,9 @@ def _forge_manifest(population: Path, manifest: dict) -> None:
     receipt = population / "population.receipt.json"
     body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, PopulationReceipt, body=body,
-                  outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")})
+    write_receipt(
+        receipt, PopulationReceipt, body=body, outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")}
+    )
 
 
 def _rewrite(population: Path, name: str, table: pa.Table) -> None:
@@ -68,12 +69,22 @@ def test_tensors_follow_the_contract(tiny) -> None:
     n = manifest["counts"]["max_objects"]
     f, g, c = (len(manifest["features"][x]) for x in ("objects", "goal", "candidates"))
     expect = {
-        "objects": ((s, n, f), torch.float32), "object_mask": ((s, n), torch.bool), "goal": ((s, g), torch.float32),
-        "candidates": ((s, k, c), torch.float32), "candidate_object": ((s, k), torch.int64),
-        "candidate_mask": ((s, k), torch.bool), "reward": ((s, k), torch.float32), "q": ((s, k, h), torch.float32),
-        "q_horizons": ((s,), torch.int64), "successor": ((s, k), torch.int64), "scene_index": ((s,), torch.int64),
-        "scene_id": ((s,), torch.int64), "state_id": ((s,), torch.int64), "chain_id": ((s,), torch.int64),
-        "step": ((s,), torch.int64), "is_chain": ((s,), torch.bool),
+        "objects": ((s, n, f), torch.float32),
+        "object_mask": ((s, n), torch.bool),
+        "goal": ((s, g), torch.float32),
+        "candidates": ((s, k, c), torch.float32),
+        "candidate_object": ((s, k), torch.int64),
+        "candidate_mask": ((s, k), torch.bool),
+        "reward": ((s, k), torch.float32),
+        "q": ((s, k, h), torch.float32),
+        "q_horizons": ((s,), torch.int64),
+        "successor": ((s, k), torch.int64),
+        "scene_index": ((s,), torch.int64),
+        "scene_id": ((s,), torch.int64),
+        "state_id": ((s,), torch.int64),
+        "chain_id": ((s,), torch.int64),
+        "step": ((s,), torch.int64),
+        "is_chain": ((s,), torch.bool),
     }
     for name, (shape, dtype) in expect.items():
         tensor = getattr(pop, name)
@@ -95,7 +106,8 @@ def test_tensors_follow_the_contract(tiny) -> None:
     for cand in pq.read_table(tiny / "candidates.parquet").to_pylist():
         row = row_of[cand["state_id"]]
         assert pop.q[row, cand["candidate"], : len(cand["q"])].tolist() == pytest.approx(
-            np.float32(cand["q"]).tolist(), abs=0)
+            np.float32(cand["q"]).tolist(), abs=0
+        )
         want = -1 if cand["successor_state_id"] < 0 else row_of[cand["successor_state_id"]]
         assert pop.successor[row, cand["candidate"]].item() == want
         assert pop.candidate_object[row, cand["candidate"]].item() == cand["object"]
@@ -183,9 +195,13 @@ def test_bad_shapes_and_ids_are_refused(copy) -> None:
     table = pq.read_table(copy / "candidates.parquet")
     ids = table.column("successor_state_id").to_pylist()
     ids[0] = 10**9
-    _rewrite(copy, "candidates.parquet",
-             table.set_column(table.column_names.index("successor_state_id"), "successor_state_id",
-                              pa.array(ids, pa.int64())))
+    _rewrite(
+        copy,
+        "candidates.parquet",
+        table.set_column(
+            table.column_names.index("successor_state_id"), "successor_state_id", pa.array(ids, pa.int64())
+        ),
+    )
     with pytest.raises(QhInputError, match="successor_state_id=1000000000"):
         load_population(copy, split="train")
     trimmed = table.slice(0, table.num_rows - 1)
@@ -199,9 +215,13 @@ def _set_successor(population: Path, row: int, value: int) -> tuple[int, int]:
     table = pq.read_table(population / "candidates.parquet")
     ids = table.column("successor_state_id").to_pylist()
     ids[row] = value
-    _rewrite(population, "candidates.parquet",
-             table.set_column(table.column_names.index("successor_state_id"), "successor_state_id",
-                              pa.array(ids, pa.int64())))
+    _rewrite(
+        population,
+        "candidates.parquet",
+        table.set_column(
+            table.column_names.index("successor_state_id"), "successor_state_id", pa.array(ids, pa.int64())
+        ),
+    )
     return table.column("state_id")[row].as_py(), table.column("candidate")[row].as_py()
 
 
@@ -219,8 +239,10 @@ def test_a_chain_row_candidate_without_a_successor_is_refused(copy) -> None:
     with pytest.raises(QhInputError) as info:
         load_population(copy, split="train")
     message = str(info.value)
-    assert message.startswith(f"load_population: {copy / 'candidates.parquet'}: successor_state_id=-1 "
-                              "is not allowed; allowed: an id of states.parquet for every candidate of a chain state")
+    assert message.startswith(
+        f"load_population: {copy / 'candidates.parquet'}: successor_state_id=-1 "
+        "is not allowed; allowed: an id of states.parquet for every candidate of a chain state"
+    )
     assert f"state_id {state_id} candidate {candidate}" in message
     assert "-1 only on successor rows (step == -1)" in message
     assert "HINT: the game has no terminal state" in message

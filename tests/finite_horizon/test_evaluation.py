@@ -70,9 +70,7 @@ def test_regret_without_band_averages_exact_ties_and_ignores_padding():
     # B h1: preds 1, 1 tie -> labels 0, 1 -> regret .5; B h2 picks slot 1 (padding 1000 ignored).
     expected = np.array([[0.5, 0.0], [0.5, 0.0], [0.0, 0.0]])
     np.testing.assert_allclose(per_scene_regret(PRED, LABELS, MASK, EACH, tie_band=0.0), expected)
-    np.testing.assert_allclose(
-        per_scene_regret(PRED, LABELS, MASK, SCENE, tie_band=0.0), [[0.5, 0.0], [0.0, 0.0]]
-    )
+    np.testing.assert_allclose(per_scene_regret(PRED, LABELS, MASK, SCENE, tie_band=0.0), [[0.5, 0.0], [0.0, 0.0]])
 
 
 def test_tie_band_widens_the_tied_set():
@@ -90,8 +88,11 @@ def test_tie_band_widens_the_tied_set():
 
 def test_summary_is_json_and_lists_all_horizons():
     summary = scene_weighted_summary(
-        torch.tensor(PRED, dtype=torch.float32), torch.tensor(LABELS), torch.tensor(MASK),
-        torch.tensor(SCENE), tie_band=0.0,
+        torch.tensor(PRED, dtype=torch.float32),
+        torch.tensor(LABELS),
+        torch.tensor(MASK),
+        torch.tensor(SCENE),
+        tie_band=0.0,
     )
     text = json.dumps(summary, allow_nan=False)
     assert json.loads(text)["horizons"] == [1, 2]
@@ -311,7 +312,9 @@ def _reference_populations() -> tuple[_Population, _Population]:
         scene_id=torch.tensor([10, 10, 11, 11]),
         is_chain=torch.tensor([True, True, True, False]),
         q_horizons=torch.tensor([2, 2, 2, 1]),
-        split="train", name="train-hand", digest="1" * 64,
+        split="train",
+        name="train-hand",
+        digest="1" * 64,
     )
     # Validation: V1 in scene index 1 (id 50), V2 in scene index 0 (id 40).
     labels = np.array(

@@ -65,8 +65,20 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 
 def _cli(recipe: Path, out: Path, tiny: dict[str, Path], *extra: str) -> list[str]:
-    return ["fit", str(recipe), "--profile", "cpu-fp32", "--output", str(out), "--train", str(tiny["train"]),
-            "--validation", str(tiny["validation"]), "--no-progress", *extra]
+    return [
+        "fit",
+        str(recipe),
+        "--profile",
+        "cpu-fp32",
+        "--output",
+        str(out),
+        "--train",
+        str(tiny["train"]),
+        "--validation",
+        str(tiny["validation"]),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
@@ -79,15 +91,24 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     segment = Path(summary["output_directory"])
     assert segment.parent == out / "fit-test-s0"
     names = {p.name for p in segment.iterdir()}
-    assert {"cold_init.safetensors", "cold_init.json", "cold_init.receipt.json", "final_state.safetensors",
-            "final_state.json", "fit.receipt.json", "evaluation.receipt.json", "wandb_attempt.receipt.json",
-            "wandb"} <= names
+    assert {
+        "cold_init.safetensors",
+        "cold_init.json",
+        "cold_init.receipt.json",
+        "final_state.safetensors",
+        "final_state.json",
+        "fit.receipt.json",
+        "evaluation.receipt.json",
+        "wandb_attempt.receipt.json",
+        "wandb",
+    } <= names
     assert list((segment / "wandb").glob("offline-run-*"))
     fit = read_receipt(segment / "fit.receipt.json", FitReceipt).body_record()
     assert fit["observed_updates"] == fit["update_budget"] == 8
     assert fit["profile"] == "cpu-fp32" and fit["recipe"]["accelerator"] == "cpu"
-    tensors, structure = load_tensor_state(segment / "final_state.safetensors",
-                                           expected_sha256=fit["final_state_sha256"])
+    tensors, structure = load_tensor_state(
+        segment / "final_state.safetensors", expected_sha256=fit["final_state_sha256"]
+    )
     steps = {int(v) for k, v in tensors.items() if k.endswith(".step")}
     assert steps == {8} and structure["observed_updates"] == 8
     assert any(k.startswith("target.") for k in tensors) and any(k.startswith("online.") for k in tensors)
@@ -118,8 +139,9 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
 
 def test_same_seed_same_final_state(tmp_path, tiny):
     recipe = _recipe(tmp_path)
-    kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
-                  validation=tiny["validation"], progress=False)
+    kwargs = dict(
+        profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
+    )
     first = fit_recipe(FitRequest(recipe=recipe, **kwargs))
     second = fit_recipe(FitRequest(recipe=recipe, **kwargs))
     assert first.output_directory != second.output_directory
@@ -135,10 +157,21 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
     recipe = _recipe(tmp_path)
     copies = {role: shutil.copytree(tiny[role], tmp_path / "worker" / role) for role in ("train", "validation")}
     kwargs = dict(profile="cpu-fp32", progress=False)
-    direct = fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "direct", train=tiny["train"],
-                                   validation=tiny["validation"], **kwargs))
-    copied = fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "copied", train=copies["train"],
-                                   validation=copies["validation"], recorded_populations=tiny, **kwargs))
+    direct = fit_recipe(
+        FitRequest(
+            recipe=recipe, output=tmp_path / "direct", train=tiny["train"], validation=tiny["validation"], **kwargs
+        )
+    )
+    copied = fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            output=tmp_path / "copied",
+            train=copies["train"],
+            validation=copies["validation"],
+            recorded_populations=tiny,
+            **kwargs,
+        )
+    )
     assert copied.final_state_sha256 == direct.final_state_sha256 and copied.metrics == direct.metrics
     shutil.rmtree(tmp_path / "worker")  # gone, as a finished Ray task's directory is
     for name, roles in (("fit.receipt.json", ("train", "validation")), ("evaluation.receipt.json", ("validation",))):
@@ -148,8 +181,16 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
             assert document["inputs"][f"{role}_manifest"]["path"] == (tiny[role] / "manifest.json").as_posix()
     assert read_receipt(copied.fit_receipt, FitReceipt).body_record()["execution"]["executor"] == "local"
     with pytest.raises(QhInputError, match="recorded_populations=\\['test'\\] is not allowed"):
-        fit_recipe(FitRequest(recipe=recipe, output=tmp_path / "bad", train=tiny["train"],
-                              validation=tiny["validation"], recorded_populations={"test": tiny["train"]}, **kwargs))
+        fit_recipe(
+            FitRequest(
+                recipe=recipe,
+                output=tmp_path / "bad",
+                train=tiny["train"],
+                validation=tiny["validation"],
+                recorded_populations={"test": tiny["train"]},
+                **kwargs,
+            )
+        )
     assert not (tmp_path / "bad").exists()
 
 
@@ -160,10 +201,20 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
         ({"lr": -0.1}, "cpu-fp32", "optimizer.lr=-0.1 is not allowed"),
         ({"horizon": 3}, "cpu-fp32", "horizon"),
         # ids without "cuda": scripts/device-check selects the CUDA tests with -k cuda
-        pytest.param({}, "cuda-amp", "cuda-amp", id="gpu-lane-without-its-device", marks=pytest.mark.skipif(
-            _CUDA, reason="a CUDA device is present, so cuda-amp is admitted here")),
-        pytest.param({}, "mps-fp32", "mps-fp32", id="mac-lane-without-its-device", marks=pytest.mark.skipif(
-            _MPS, reason="an MPS device is present, so mps-fp32 is admitted here")),
+        pytest.param(
+            {},
+            "cuda-amp",
+            "cuda-amp",
+            id="gpu-lane-without-its-device",
+            marks=pytest.mark.skipif(_CUDA, reason="a CUDA device is present, so cuda-amp is admitted here"),
+        ),
+        pytest.param(
+            {},
+            "mps-fp32",
+            "mps-fp32",
+            id="mac-lane-without-its-device",
+            marks=pytest.mark.skipif(_MPS, reason="an MPS device is present, so mps-fp32 is admitted here"),
+        ),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, tiny, capsys, recipe_kwargs, profile, message):
@@ -182,15 +233,24 @@ def test_concurrent_fit_of_same_logical_run_fails_at_once(tmp_path, tiny):
     holder = WandbAttempt(run_id="holder", offline=True, logical_run_id="fit-test-s0")
     with holder.local_writer_lock(out) as lock:
         with pytest.raises(LockHeldError, match=str(lock)):
-            fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
-                       validation=tiny["validation"], progress=False))
+            fit_recipe(
+                FitRequest(
+                    recipe=_recipe(tmp_path),
+                    profile="cpu-fp32",
+                    output=out,
+                    train=tiny["train"],
+                    validation=tiny["validation"],
+                    progress=False,
+                )
+            )
     assert not (out / "fit-test-s0").exists()
 
 
 def test_resume_of_unknown_or_finished_segment_is_refused(tmp_path, tiny):
     recipe = _recipe(tmp_path)
-    kwargs = dict(profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
-                  validation=tiny["validation"], progress=False)
+    kwargs = dict(
+        profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
+    )
     done = fit_recipe(FitRequest(recipe=recipe, **kwargs))
     with pytest.raises(QhInputError, match="already finished"):
         fit_recipe(FitRequest(recipe=recipe, resume=done.local_attempt_id, **kwargs))
@@ -208,8 +268,13 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     out = tmp_path / "out"
     cell = out / "fit-test-s0"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _RUN_CLI, *_cli(recipe, out, tiny, "--checkpoint-every", "5")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN_CLI, *_cli(recipe, out, tiny, "--checkpoint-every", "5")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while not list(cell.glob("*/segment_checkpoint_u*.receipt.json")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -224,8 +289,17 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     other = _recipe(tmp_path, "other.toml", seed=5, updates=60)
     assert main(_cli(other, out, tiny, "--cell", "fit-test-s0", "--resume", first.name)) == 2
     assert len(list(cell.iterdir())) == 1
-    resumed = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=out, train=tiny["train"],
-                         validation=tiny["validation"], resume=first.name, progress=False))
+    resumed = fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile="cpu-fp32",
+            output=out,
+            train=tiny["train"],
+            validation=tiny["validation"],
+            resume=first.name,
+            progress=False,
+        )
+    )
     fit = read_receipt(resumed.fit_receipt, FitReceipt).body_record()
     assert resumed.observed_updates == 60 and resumed.output_directory != first
     assert fit["lineage"]["kind"] == "resumed" and fit["lineage"]["previous_local_attempt_id"] == first.name
@@ -233,8 +307,16 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     assert fit["logical_run_id"] == "fit-test-s0"
     assert main(["verify", str(resumed.output_directory)]) == 0
     # optimizer moments and the batch stream continue exactly: same bytes as one uninterrupted fit
-    straight = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "straight", train=tiny["train"],
-                          validation=tiny["validation"], progress=False))
+    straight = fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile="cpu-fp32",
+            output=tmp_path / "straight",
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
     assert straight.final_state_sha256 == resumed.final_state_sha256
 
 
@@ -247,10 +329,20 @@ def test_fit_recipe_takes_one_request_object(tmp_path, tiny):
 
 
 def test_memory_ceiling_is_admitted_with_the_lane_before_anything_is_written(tmp_path, tiny):
-    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"):
-        fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=tmp_path / "out",
-                              train=tiny["train"], validation=tiny["validation"], max_allocated_bytes=2**30,
-                              progress=False))
+    with pytest.raises(
+        QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"
+    ):
+        fit_recipe(
+            FitRequest(
+                recipe=_recipe(tmp_path),
+                profile="cpu-fp32",
+                output=tmp_path / "out",
+                train=tiny["train"],
+                validation=tiny["validation"],
+                max_allocated_bytes=2**30,
+                progress=False,
+            )
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -278,9 +370,18 @@ def _interrupted_segment(tmp_path: Path, out: Path, tiny) -> Path:
     from qhlab.training.launcher import FitInterrupted
 
     with pytest.raises(FitInterrupted, match="--resume "):
-        fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=out, train=tiny["train"],
-                              validation=tiny["validation"], progress=False, extra_callbacks=[_SigintAt(3)],
-                              segment_checkpoint_every=100))
+        fit_recipe(
+            FitRequest(
+                recipe=_recipe(tmp_path),
+                profile="cpu-fp32",
+                output=out,
+                train=tiny["train"],
+                validation=tiny["validation"],
+                progress=False,
+                extra_callbacks=[_SigintAt(3)],
+                segment_checkpoint_every=100,
+            )
+        )
     (segment,) = (out / "fit-test-s0").iterdir()
     assert (segment / "segment_checkpoint_u00000003.receipt.json").is_file()
     return segment
@@ -292,8 +393,10 @@ def _tree(root: Path) -> dict[str, bytes]:
     # wandb-core still appends to a finished offline run's .wandb file; stopping the service
     # lands those writes first, so a difference can only be one the refused command made.
     wandb.teardown()
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>")
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>")
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_resume_is_confined_to_the_output_root(tmp_path, tiny, capsys):
@@ -309,8 +412,11 @@ def test_resume_is_confined_to_the_output_root(tmp_path, tiny, capsys):
     for attempt, allowed in (
         (dotted, "allowed: one segment directory name of this cell (no '/', no '..', not hidden)"),
         ("..", "allowed: one segment directory name of this cell"),
-        ("innocent", f"allowed: a segment directory inside {str(out.resolve())!r} (it resolves to "
-                     f"{str(elsewhere.resolve())!r}, through a symbolic link)"),
+        (
+            "innocent",
+            f"allowed: a segment directory inside {str(out.resolve())!r} (it resolves to "
+            f"{str(elsewhere.resolve())!r}, through a symbolic link)",
+        ),
     ):
         assert main(_cli(recipe, out, tiny, "--resume", attempt)) == 2
         err = capsys.readouterr().err
@@ -338,9 +444,11 @@ def test_a_segment_is_continued_at_most_once(tmp_path, tiny, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     (line,) = err.splitlines()
-    assert line.startswith(f"error: resume: --resume={interrupted.name!r} is not allowed; allowed: an interrupted "
-                           f"segment that no segment continues yet; {interrupted.name!r} is already continued by "
-                           f"segment {first.name!r} ({str(first)!r}). HINT: a segment is continued at most once"), line
+    assert line.startswith(
+        f"error: resume: --resume={interrupted.name!r} is not allowed; allowed: an interrupted "
+        f"segment that no segment continues yet; {interrupted.name!r} is already continued by "
+        f"segment {first.name!r} ({str(first)!r}). HINT: a segment is continued at most once"
+    ), line
     assert _tree(out / "fit-test-s0") == before
 
 
@@ -351,10 +459,21 @@ def test_a_loaded_population_fits_as_its_path_does(tmp_path, tiny):
     recipe = _recipe(tmp_path)
     train = load_population(tiny["train"], split="train")
     validation = load_population(tiny["validation"], split="validation")
-    by_path = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "a", train=tiny["train"],
-                                    validation=tiny["validation"], progress=False))
-    loaded = fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "b", train=train,
-                                   validation=validation, progress=False))
+    by_path = fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile="cpu-fp32",
+            output=tmp_path / "a",
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
+    loaded = fit_recipe(
+        FitRequest(
+            recipe=recipe, profile="cpu-fp32", output=tmp_path / "b", train=train, validation=validation, progress=False
+        )
+    )
     assert loaded.final_state_sha256 == by_path.final_state_sha256
     assert loaded.metrics == by_path.metrics
 
@@ -367,16 +486,32 @@ def test_a_loaded_population_is_refused_when_stale_or_of_another_split(tmp_path,
     recipe = _recipe(tmp_path)
     validation = load_population(tiny["validation"], split="validation")
     with pytest.raises(QhInputError, match=r"fit_recipe: train=.*a validation population.*allowed: a train population"):
-        fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "out", train=validation,
-                              validation=validation, progress=False))
+        fit_recipe(
+            FitRequest(
+                recipe=recipe,
+                profile="cpu-fp32",
+                output=tmp_path / "out",
+                train=validation,
+                validation=validation,
+                progress=False,
+            )
+        )
     copy = tmp_path / "train-copy"
     shutil.copytree(tiny["train"], copy)
     train = load_population(copy, split="train")
     manifest = copy / "manifest.json"
     manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=3))  # same content, other bytes
     with pytest.raises(QhInputError, match=r"train.manifest_sha256=.*changed after it was loaded"):
-        fit_recipe(FitRequest(recipe=recipe, profile="cpu-fp32", output=tmp_path / "out", train=train,
-                              validation=validation, progress=False))
+        fit_recipe(
+            FitRequest(
+                recipe=recipe,
+                profile="cpu-fp32",
+                output=tmp_path / "out",
+                train=train,
+                validation=validation,
+                progress=False,
+            )
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -386,8 +521,16 @@ def test_benchmark_refuses_a_population_of_another_horizon(tmp_path, tiny):
     from qhlab.finite_horizon.benchmark import benchmark_scorer
     from qhlab.finite_horizon.data import load_population
 
-    result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), profile="cpu-fp32", output=tmp_path / "out",
-                                   train=tiny["train"], validation=tiny["validation"], progress=False))
+    result = fit_recipe(
+        FitRequest(
+            recipe=_recipe(tmp_path),
+            profile="cpu-fp32",
+            output=tmp_path / "out",
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
     train = load_population(tiny["train"], split="train")
     other = dataclasses.replace(train, horizon=train.horizon + 1)
     with pytest.raises(QhInputError, match=r"benchmark_scorer: train.horizon=3 is not allowed; allowed: 2"):
@@ -404,8 +547,16 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     path = _recipe(tmp_path, updates=12)
     path.write_text(path.read_text() + "\n[evaluation]\naverage_decay = 0.5\n")
     recipe = load_recipe(path)
-    result = fit_recipe(FitRequest(recipe=path, profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
-                                   validation=tiny["validation"], progress=False))
+    result = fit_recipe(
+        FitRequest(
+            recipe=path,
+            profile="cpu-fp32",
+            output=tmp_path / "out",
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
     tensors, _ = load_tensor_state(Path(result.output_directory) / "final_state.safetensors")
     assert {k.split(".")[0] for k in tensors if not k.startswith("optim")} >= {"online", "target", "average"}
     val = load_population(tiny["validation"], split="validation")
@@ -438,8 +589,16 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
     path.write_text(path.read_text().replace("horizon = 2\n", "horizon = 2\nensemble_members = 2\n", 1))
     recipe = load_recipe(path)
     assert recipe.ensemble_members == 2
-    result = fit_recipe(FitRequest(recipe=path, profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"],
-                                   validation=tiny["validation"], progress=False))
+    result = fit_recipe(
+        FitRequest(
+            recipe=path,
+            profile="cpu-fp32",
+            output=tmp_path / "out",
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
     val = load_population(tiny["validation"], split="validation")
     state = Path(result.output_directory) / "final_state.safetensors"
     module = load_final_module(recipe, val, state)
@@ -465,10 +624,17 @@ def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
 
     results = {}
     for name, curve in (("plain", ()), ("curve", (2, 4, 99))):
-        results[name] = fit_recipe(FitRequest(
-            recipe=Path(__file__).resolve().parents[2] / "examples" / "tiny-recipe.toml", profile="cpu-fp32", output=tmp_path / name,
-            train=tiny["train"], validation=tiny["validation"], progress=False,
-            curve_updates=curve))
+        results[name] = fit_recipe(
+            FitRequest(
+                recipe=Path(__file__).resolve().parents[2] / "examples" / "tiny-recipe.toml",
+                profile="cpu-fp32",
+                output=tmp_path / name,
+                train=tiny["train"],
+                validation=tiny["validation"],
+                progress=False,
+                curve_updates=curve,
+            )
+        )
     assert results["plain"].final_state_sha256 == results["curve"].final_state_sha256
     plain = read_receipt(Path(results["plain"].output_directory) / EVALUATION_RECEIPT, EvaluationReceipt).body_record()
     body = read_receipt(Path(results["curve"].output_directory) / EVALUATION_RECEIPT, EvaluationReceipt).body_record()

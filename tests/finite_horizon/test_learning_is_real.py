@@ -49,10 +49,16 @@ def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, d
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the demo's per-fit thread count; CPU results depend on it
     try:
-        result = fit_recipe(FitRequest(
-            recipe=recipe, profile="cpu-fp32", output=tmp_path, train=demo_populations["train"],
-            validation=demo_populations["validation"], progress=False,
-        ))
+        result = fit_recipe(
+            FitRequest(
+                recipe=recipe,
+                profile="cpu-fp32",
+                output=tmp_path,
+                train=demo_populations["train"],
+                validation=demo_populations["validation"],
+                progress=False,
+            )
+        )
     finally:
         torch.set_num_threads(threads)
     m = result.metrics
@@ -60,9 +66,11 @@ def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, d
     train = load_population(demo_populations["train"], split="train")
     validation = load_population(demo_populations["validation"], split="validation")
     # The TRAIN-only constant on validation, as a study's development step computes it.
-    constant = evaluate_population(constant_predictions(population_train_constant(train),
-                                                        validation.candidate_mask.numpy()),
-                                   validation, tie_band=recipe.evaluation.tie_band)
+    constant = evaluate_population(
+        constant_predictions(population_train_constant(train), validation.candidate_mask.numpy()),
+        validation,
+        tie_band=recipe.evaluation.tie_band,
+    )
     assert m["val_mae_h3"] <= 0.5 * constant["mae"][2], (m, constant["mae"])
     references = population_heuristic_references(train, validation, tie_band=recipe.evaluation.tie_band)
     heuristic = references["best_fixed_index"]["regret_primary"]

@@ -71,8 +71,24 @@ def published(tmp_path_factory) -> Path:
     recipe = root / "recipe.toml"
     recipe.write_text(tiny_recipe_text(updates=8))
     out = root / "fits"
-    assert main(["fit", str(recipe), "--profile", "cpu-fp32", "--output", str(out), "--train", str(train),
-                 "--validation", str(validation), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(recipe),
+                "--profile",
+                "cpu-fp32",
+                "--output",
+                str(out),
+                "--train",
+                str(train),
+                "--validation",
+                str(validation),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -98,10 +114,12 @@ def test_a_published_attempt_holds_no_link_and_its_wandb_run_is_whole(published,
 def test_the_published_directory_signs_and_verifies(published, tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     private, public = tmp_path / "key.pem", tmp_path / "pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     signed = sign_directory(published, private_key=private)
     files = sum(1 for p in published.rglob("*") if p.is_file()) - 1  # all but model.sig
     assert signed["signed_files"] == files and signed["receipts"] == len(verify_directory(published)["receipts"])

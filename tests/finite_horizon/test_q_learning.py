@@ -43,19 +43,27 @@ INF = float("inf")
 def test_td_targets_by_hand() -> None:
     reward = torch.tensor([[1.0, 2.0, -0.5]])  # [B=1, K=3]
     # next_q [1, 3, K'=3, H=3]; horizon index 2 (Q_3) is never read for H=3
-    next_q = torch.tensor([[
-        [[0.5, 9.0, 99.0], [0.7, -1.0, 99.0], [100.0, 100.0, 100.0]],  # a'=2 masked below
-        [[-3.0, -2.0, 0.0], [-1.0, -4.0, 0.0], [-2.0, -5.0, 0.0]],
-        [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0], [5.0, 5.0, 5.0]],           # invalid successor
-    ]])
+    next_q = torch.tensor(
+        [
+            [
+                [[0.5, 9.0, 99.0], [0.7, -1.0, 99.0], [100.0, 100.0, 100.0]],  # a'=2 masked below
+                [[-3.0, -2.0, 0.0], [-1.0, -4.0, 0.0], [-2.0, -5.0, 0.0]],
+                [[5.0, 5.0, 5.0], [5.0, 5.0, 5.0], [5.0, 5.0, 5.0]],  # invalid successor
+            ]
+        ]
+    )
     next_mask = torch.tensor([[[True, True, False], [True, True, True], [True, True, True]]])
     valid = torch.tensor([[True, True, False]])
     y = td_targets(reward, next_q, next_mask, valid, horizon=3)
-    expected = torch.tensor([[
-        [1.0, 1.0 + 0.7, 1.0 + 9.0],   # max over a' in {0, 1}; the masked 100 is ignored
-        [2.0, 2.0 - 1.0, 2.0 - 2.0],
-        [-0.5, -0.5, -0.5],            # no successor (padded/synthetic input only): y_h = r
-    ]])
+    expected = torch.tensor(
+        [
+            [
+                [1.0, 1.0 + 0.7, 1.0 + 9.0],  # max over a' in {0, 1}; the masked 100 is ignored
+                [2.0, 2.0 - 1.0, 2.0 - 2.0],
+                [-0.5, -0.5, -0.5],  # no successor (padded/synthetic input only): y_h = r
+            ]
+        ]
+    )
     torch.testing.assert_close(y, expected, rtol=0, atol=0)
 
 
@@ -141,7 +149,12 @@ def test_target_refresh_rules() -> None:
 
 def _recipe(**update) -> QhRecipe:
     raw = {
-        "name": "t", "seed": 7, "horizon": 2, "batch_size": 8, "huber_delta": 0.05, "updates": 20,
+        "name": "t",
+        "seed": 7,
+        "horizon": 2,
+        "batch_size": 8,
+        "huber_delta": 0.05,
+        "updates": 20,
         "architecture": {"arm": "baseline", "encoder": {"width": 16, "heads": 2}},
         "optimizer": {"lr": 3e-3},
         "target_update": {"kind": "hard", "interval": 100},
@@ -186,7 +199,7 @@ def test_batch_stream_is_seeded_covers_passes_and_resumes() -> None:
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
     stream = torch.cat(first)  # 24 rows = 4 passes over 6 chain rows, each pass a permutation
     for p in range(4):
-        assert sorted(stream[6 * p: 6 * p + 6].tolist()) == list(range(6))
+        assert sorted(stream[6 * p : 6 * p + 6].tolist()) == list(range(6))
     resumed = take(QhPopulationDataModule(pop, batch_size=4, seed=3, start_batch=2), 4)
     assert all(torch.equal(a, b) for a, b in zip(first[2:], resumed))
     # a single row (the canary case) fills a batch by repetition
@@ -221,9 +234,16 @@ def _fit(recipe: QhRecipe, pop: SyntheticPopulation, steps: int, log_every: int 
     module = QhTDModule(recipe, population_dims(pop))
     dm = QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed)
     trainer = pl.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
-        deterministic=True, log_every_n_steps=log_every,
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        deterministic=True,
+        log_every_n_steps=log_every,
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -278,8 +298,12 @@ def test_successor_reward_rows_add_the_q1_reward_loss_of_the_first_rows() -> Non
     chain = native_huber_loss(module(batch), module.td_target(batch), batch["candidate_mask"], 0.05)
     rows = pop.successor[:2].flatten()  # the first 2 chain rows' successor states, in order
     valid = rows >= 0
-    q1 = module.online(*(getattr(pop, n)[rows.clamp_min(0)] for n in (
-        "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")))[..., :1]
+    q1 = module.online(
+        *(
+            getattr(pop, n)[rows.clamp_min(0)]
+            for n in ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+        )
+    )[..., :1]
     mask = pop.candidate_mask[rows.clamp_min(0)] & valid.unsqueeze(-1)
     extra = native_huber_loss(q1, pop.reward[rows.clamp_min(0)].unsqueeze(-1), mask, 0.05)
     got = module.training_step(batch, 0)
@@ -302,15 +326,21 @@ def test_successor_label_rows_anchor_the_successors_of_the_first_rows_to_their_l
     plain_batch = QhPopulationDataModule(pop, batch_size=5, seed=1).gather(torch.tensor([0, 1, 2, 3, 4]))
     with pytest.raises(QhInputError, match="successor_label_rows=2 is not allowed.*successor_labels=True"):
         module.training_step(plain_batch, 0)
-    batch = QhPopulationDataModule(pop, batch_size=5, seed=1, successor_labels=True).gather(torch.tensor([0, 1, 2, 3, 4]))
+    batch = QhPopulationDataModule(pop, batch_size=5, seed=1, successor_labels=True).gather(
+        torch.tensor([0, 1, 2, 3, 4])
+    )
     assert set(batch) == set(BATCH_KEYS) | {"next_labels"}
     succ = pop.successor[:5]
     torch.testing.assert_close(batch["next_labels"], pop.q[succ.clamp_min(0)])
     chain = native_huber_loss(module(batch), module.td_target(batch), batch["candidate_mask"], 0.05)
     rows = pop.successor[:2].flatten()
     valid = rows >= 0
-    q = module.online(*(getattr(pop, n)[rows.clamp_min(0)] for n in (
-        "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")))
+    q = module.online(
+        *(
+            getattr(pop, n)[rows.clamp_min(0)]
+            for n in ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+        )
+    )
     mask = pop.candidate_mask[rows.clamp_min(0)] & valid.unsqueeze(-1)
     extra = native_huber_loss(q[..., :1], pop.q[rows.clamp_min(0)][..., :1], mask, 0.05)  # H=2: head 1 only
     assert extra.item() > 0
@@ -325,8 +355,10 @@ def test_polyak_refresh_runs_every_update() -> None:
 
 def test_two_fits_with_same_seed_are_bit_identical() -> None:
     pop = synthetic_population()
-    recipe = _recipe(architecture={"arm": "variant_cross_attention", "encoder": {"width": 16, "heads": 2}},
-                     target_update={"kind": "hard", "interval": 7})
+    recipe = _recipe(
+        architecture={"arm": "variant_cross_attention", "encoder": {"width": 16, "heads": 2}},
+        target_update={"kind": "hard", "interval": 7},
+    )
     a, ta = _fit(recipe, pop, 12)
     b, tb = _fit(recipe, pop, 12)
     sa, sb = a.state_dict(), b.state_dict()
@@ -352,9 +384,14 @@ def test_multi_tensor_adamw_and_polyak_are_bit_identical_to_the_per_tensor_loops
     from qhlab.finite_horizon import q_learning
 
     pop = synthetic_population()
-    recipe = _recipe(ensemble_members=2, successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.3},
-                     optimizer={"lr": 3e-3, "weight_decay": 0.01, "schedule": "cosine"},
-                     evaluation={"tie_band": 0.001, "average_decay": 0.6}, updates=15)
+    recipe = _recipe(
+        ensemble_members=2,
+        successor_reward_rows=2,
+        target_update={"kind": "polyak", "tau": 0.3},
+        optimizer={"lr": 3e-3, "weight_decay": 0.01, "schedule": "cosine"},
+        evaluation={"tie_band": 0.001, "average_decay": 0.6},
+        updates=15,
+    )
     fast, fast_trainer = _fit(recipe, pop, 15)
     assert fast_trainer.optimizers[0].defaults["foreach"] is True
     monkeypatch.setattr(q_learning, "ADAMW_FOREACH", False)
@@ -369,7 +406,7 @@ def test_multi_tensor_adamw_and_polyak_are_bit_identical_to_the_per_tensor_loops
     # The refresh really averaged: the target and the average lag the online weights.
     online = [k for k in a if k.startswith("online.")]
     for copy in ("target", "average"):
-        assert not all(torch.equal(a[k], a[copy + k[len("online"):]]) for k in online), copy
+        assert not all(torch.equal(a[k], a[copy + k[len("online") :]]) for k in online), copy
 
 
 def test_polyak_refuses_scorers_of_different_shapes() -> None:
@@ -387,8 +424,14 @@ def test_predict_q_matches_direct_forward_on_chain_rows() -> None:
     pred = predict_q(module.online, pop, batch_size=4)
     rows = pop.is_chain.nonzero().flatten()
     with torch.no_grad():
-        direct = module.online(pop.objects[rows], pop.object_mask[rows], pop.goal[rows],
-                               pop.candidates[rows], pop.candidate_object[rows], pop.candidate_mask[rows])
+        direct = module.online(
+            pop.objects[rows],
+            pop.object_mask[rows],
+            pop.goal[rows],
+            pop.candidates[rows],
+            pop.candidate_object[rows],
+            pop.candidate_mask[rows],
+        )
     assert pred.shape == (6, 4, 2) and not pred.requires_grad
     torch.testing.assert_close(pred, direct, rtol=1e-5, atol=1e-6)
     every = predict_q(module.online, pop, rows=torch.arange(pop.objects.shape[0]), batch_size=7)
@@ -452,8 +495,16 @@ def test_cosine_schedule_by_hand_and_in_a_fit() -> None:
 
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(pop))
-    trainer = pl.Trainer(max_steps=8, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
+    trainer = pl.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        callbacks=[Spy()],
+    )
     trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
     # Each update's rate is the schedule at the updates observed before it: 3e-3 first, decaying to ~0.
     assert seen == pytest.approx([scheduled_lr(3e-3, u, 8) for u in range(8)])
@@ -468,8 +519,7 @@ def test_gradient_clipping_bounds_the_gradient_norm_of_every_update() -> None:
         def on_train_start(self, trainer, pl_module):
             def record(optimizer, args, kwargs):
                 grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-                norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
-                                                                         for g in grads]))))
+                norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
 
             trainer.optimizers[0].register_step_post_hook(record)
 
@@ -477,10 +527,20 @@ def test_gradient_clipping_bounds_the_gradient_norm_of_every_update() -> None:
         norms.clear()
         recipe = _recipe(optimizer={"lr": 3e-3, "grad_clip_norm": clip})
         pl.seed_everything(recipe.seed, verbose=False)
-        trainer = pl.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                             enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
-        trainer.fit(QhTDModule(recipe, population_dims(pop)),
-                    datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
+        trainer = pl.Trainer(
+            max_steps=4,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            enable_progress_bar=False,
+            callbacks=[Spy()],
+        )
+        trainer.fit(
+            QhTDModule(recipe, population_dims(pop)),
+            datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed),
+        )
         assert len(norms) == 4 and all(check(n) for n in norms), (clip, norms)
 
 
@@ -500,8 +560,16 @@ def test_averaged_evaluation_weights_follow_the_polyak_rule_by_hand() -> None:
     module = QhTDModule(recipe, population_dims(pop))
     cold = {k: v.detach().clone() for k, v in module.online.state_dict().items()}
     assert module.evaluated is module.average and not any(p.requires_grad for p in module.average.parameters())
-    trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=False, callbacks=[Spy()])
+    trainer = pl.Trainer(
+        max_steps=6,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        callbacks=[Spy()],
+    )
     trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
     # Each record is online after one observed update (the module's batch-end hook never changes
     # online weights, so the order of the two hooks does not matter).
@@ -512,17 +580,29 @@ def test_averaged_evaluation_weights_follow_the_polyak_rule_by_hand() -> None:
     average, online = module.average.state_dict(), module.online.state_dict()
     for name, tensor in average.items():
         torch.testing.assert_close(tensor, expected[name], rtol=1e-6, atol=1e-7)
-    assert all(not torch.equal(average[k], online[k]) for k in online if online[k].is_floating_point()
-               and not torch.equal(cold[k], online[k]))
+    assert all(
+        not torch.equal(average[k], online[k])
+        for k in online
+        if online[k].is_floating_point() and not torch.equal(cold[k], online[k])
+    )
     assert {k.split(".")[0] for k in module.state_dict()} == {"online", "target", "average"}
 
 
-@pytest.mark.parametrize(("decay", "updates", "message"), [
-    (0.0, 20, "average_decay"), (1.0, 20, "average_decay"), (-0.5, 20, "average_decay"),
-    # a window the budget cannot flush: the cold initialization would weigh 0.9^20 = 0.12
-    (0.9, 20, r"evaluation.average_decay=0.9 with updates=20 is not allowed; allowed: updates x \(1 - "
-              r"average_decay\) >= 5 \(here 2\)"),
-])
+@pytest.mark.parametrize(
+    ("decay", "updates", "message"),
+    [
+        (0.0, 20, "average_decay"),
+        (1.0, 20, "average_decay"),
+        (-0.5, 20, "average_decay"),
+        # a window the budget cannot flush: the cold initialization would weigh 0.9^20 = 0.12
+        (
+            0.9,
+            20,
+            r"evaluation.average_decay=0.9 with updates=20 is not allowed; allowed: updates x \(1 - "
+            r"average_decay\) >= 5 \(here 2\)",
+        ),
+    ],
+)
 def test_average_decay_outside_its_bounds_is_refused(decay, updates, message) -> None:
     from pydantic import ValidationError
 
@@ -540,8 +620,15 @@ def test_averaging_never_feeds_back_into_the_online_weights() -> None:
         recipe = _recipe(evaluation=evaluation, updates=6, target_update={"kind": "polyak", "tau": 0.1})
         pl.seed_everything(recipe.seed, verbose=False)
         module = QhTDModule(recipe, population_dims(pop))
-        trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                             enable_model_summary=False, enable_progress_bar=False)
+        trainer = pl.Trainer(
+            max_steps=6,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            enable_progress_bar=False,
+        )
         trainer.fit(module, datamodule=QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed))
         finals.append({k: v for k, v in module.state_dict().items() if not k.startswith("average.")})
     assert finals[0].keys() == finals[1].keys()
@@ -575,8 +662,7 @@ def test_each_ensemble_member_is_trained_as_its_own_one_member_fit() -> None:
 
 def _check_members_against_single_fits() -> None:
     pop = synthetic_population()
-    recipe = _recipe(ensemble_members=2, successor_reward_rows=2,
-                     target_update={"kind": "polyak", "tau": 0.5})
+    recipe = _recipe(ensemble_members=2, successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.5})
     pl.seed_everything(recipe.seed, verbose=False)
     module = QhTDModule(recipe, population_dims(pop))
     # targets that differ from their online members, so a crossed target would show
@@ -588,8 +674,9 @@ def _check_members_against_single_fits() -> None:
     loss, grads = _member_grads(module, batch)
     singles = []
     for online, target, got in zip(scorer_members(module.online), scorer_members(module.target), grads, strict=True):
-        single = QhTDModule(_recipe(successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.5}),
-                            population_dims(pop))
+        single = QhTDModule(
+            _recipe(successor_reward_rows=2, target_update={"kind": "polyak", "tau": 0.5}), population_dims(pop)
+        )
         single.online.load_state_dict(online.state_dict())
         single.target.load_state_dict(target.state_dict())
         one, (want,) = _member_grads(single, batch)
@@ -600,11 +687,24 @@ def _check_members_against_single_fits() -> None:
     assert torch.equal(loss, singles[0] + singles[1])
     assert not torch.allclose(singles[0], singles[1])
     with torch.no_grad():  # the evaluated Q is the members' mean
-        torch.testing.assert_close(module(batch), (scorer_members(module.online)[0](
-            *(batch[k] for k in ("objects", "object_mask", "goal", "candidates", "candidate_object",
-                                 "candidate_mask"))) + scorer_members(module.online)[1](
-            *(batch[k] for k in ("objects", "object_mask", "goal", "candidates", "candidate_object",
-                                 "candidate_mask")))) / 2)
+        torch.testing.assert_close(
+            module(batch),
+            (
+                scorer_members(module.online)[0](
+                    *(
+                        batch[k]
+                        for k in ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+                    )
+                )
+                + scorer_members(module.online)[1](
+                    *(
+                        batch[k]
+                        for k in ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+                    )
+                )
+            )
+            / 2,
+        )
 
 
 def test_an_ensemble_clips_each_member_by_its_own_norm() -> None:
@@ -619,7 +719,9 @@ def test_an_ensemble_clips_each_member_by_its_own_norm() -> None:
     module.configure_gradient_clipping(torch.optim.AdamW(module.online.parameters()))
     for member in scorer_members(module.online):
         clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in member.parameters()]))
-        torch.testing.assert_close(clipped, torch.tensor(1e-4), rtol=1e-4, atol=0)  # one global norm would not give both
+        torch.testing.assert_close(
+            clipped, torch.tensor(1e-4), rtol=1e-4, atol=0
+        )  # one global norm would not give both
 
 
 def test_an_ensemble_fit_moves_every_member_and_reloads_into_a_fresh_ensemble() -> None:

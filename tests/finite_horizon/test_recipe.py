@@ -104,8 +104,15 @@ def test_all_errors_are_listed_at_once() -> None:
     raw["evaluation"]["tie_band"] = -1e-3
     message = _error(raw)
     assert "7 invalid field(s)" in message
-    for fragment in ("seed=-1", "optimizer.betas.1=1.0", "optimizer.eps=0.0", "tau=0.0",
-                     "devices=2", "precision='bf16'", "evaluation.tie_band=-0.001"):
+    for fragment in (
+        "seed=-1",
+        "optimizer.betas.1=1.0",
+        "optimizer.eps=0.0",
+        "tau=0.0",
+        "devices=2",
+        "precision='bf16'",
+        "evaluation.tie_band=-0.001",
+    ):
         assert fragment in message
 
 
@@ -136,8 +143,12 @@ def test_arm_fills_structure_and_refuses_a_contradicting_one() -> None:
 
 
 def test_data_paths_resolve_relative_to_the_toml(tmp_path: Path) -> None:
-    text = (EXAMPLES / "demo-recipe.toml").read_text().replace(
-        'train = ""', 'train = "../pops/train"').replace('validation = ""', 'validation = "/abs/val"')
+    text = (
+        (EXAMPLES / "demo-recipe.toml")
+        .read_text()
+        .replace('train = ""', 'train = "../pops/train"')
+        .replace('validation = ""', 'validation = "/abs/val"')
+    )
     sub = tmp_path / "configs"
     sub.mkdir()
     (sub / "r.toml").write_text(text)
@@ -229,8 +240,11 @@ def test_update_budget_is_bounded_by_the_study_cap() -> None:
 
     assert MAX_UPDATES == 10_000_000
     # One constant: the study's budgets carry the very bound the recipe does.
-    for model, field in ((QhRecipe, "updates"), (QhArchitectureStudyConfig, "canary_updates"),
-                         (QhArchitectureStudyConfig, "broad_updates")):
+    for model, field in (
+        (QhRecipe, "updates"),
+        (QhArchitectureStudyConfig, "canary_updates"),
+        (QhArchitectureStudyConfig, "broad_updates"),
+    ):
         assert [m.le for m in model.model_fields[field].metadata if getattr(m, "le", None) is not None] == [MAX_UPDATES]
     assert validate_recipe({**_raw(), "updates": MAX_UPDATES}).updates == MAX_UPDATES
     message = _error({**_raw(), "updates": MAX_UPDATES + 1})
@@ -250,7 +264,8 @@ def test_cli_refuses_a_huge_update_budget_and_writes_nothing(tmp_path: Path, cap
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
-        f"error: recipe {str(recipe)!r}: 1 invalid field(s):"]
+        f"error: recipe {str(recipe)!r}: 1 invalid field(s):"
+    ]
     if value == "1e20":  # a TOML float is never an integer budget
         assert "  - updates=1e+20 is not allowed; allowed: an integer (not a string, float or boolean)" in err
     else:

@@ -39,13 +39,19 @@ def _scorer(arm: str) -> torch.nn.Module:
 
 def _q(scorer: torch.nn.Module, x: dict[str, torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
-        return scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
-                      x["candidate_object"], x["candidate_mask"])
+        return scorer(
+            x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"], x["candidate_mask"]
+        )
 
 
 def test_registered_arms() -> None:
-    assert set(ARMS) >= {"baseline", "control_global_readout", "control_no_interaction",
-                         "variant_cross_attention", "variant_deep"}
+    assert set(ARMS) >= {
+        "baseline",
+        "control_global_readout",
+        "control_no_interaction",
+        "variant_cross_attention",
+        "variant_deep",
+    }
     with pytest.raises(ValueError, match="already registered"):
         register_arm("baseline", encoder="attention", fusion="concat", readout="local")
     with pytest.raises(ValueError, match="fusion='film' is not allowed; allowed: concat, cross_attention"):
@@ -65,15 +71,20 @@ def test_arm_builds_with_named_parts_and_shape(arm: str) -> None:
     # every parameter receives a gradient from a loss on valid candidates
     scorer.train()
     x = _inputs()
-    out = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
-                 x["candidate_object"], x["candidate_mask"])
+    out = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"], x["candidate_mask"])
     out.square().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in scorer.parameters())
 
 
 def test_arm_structures_differ_as_declared() -> None:
-    kinds = {arm: (type(_scorer(arm).encoder).__name__, type(_scorer(arm).fusion).__name__,
-                   type(_scorer(arm).readout).__name__) for arm in ARMS}
+    kinds = {
+        arm: (
+            type(_scorer(arm).encoder).__name__,
+            type(_scorer(arm).fusion).__name__,
+            type(_scorer(arm).readout).__name__,
+        )
+        for arm in ARMS
+    }
     assert kinds["baseline"] == ("AttentionEncoder", "ConcatFusion", "LocalReadout")
     assert kinds["control_global_readout"][2] == "GlobalReadout"
     assert kinds["control_no_interaction"][0] == "DeepSetsEncoder"
@@ -194,8 +205,9 @@ def test_q_heads_compute_in_float32_under_a_bf16_autocast(arm: str) -> None:
     hook = head.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0], out=out))
     try:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            q = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"],
-                       x["candidate_object"], x["candidate_mask"])
+            q = scorer(
+                x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"], x["candidate_mask"]
+            )
     finally:
         hook.remove()
     assert seen["inputs"].dtype == torch.bfloat16  # the layers before the head ran under the autocast
@@ -253,8 +265,9 @@ def test_a_zero_q_head_still_learns() -> None:
     grads = []
     for _ in range(2):
         optimizer.zero_grad()
-        q = scorer(x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"],
-                   x["candidate_mask"])
+        q = scorer(
+            x["objects"], x["object_mask"], x["goal"], x["candidates"], x["candidate_object"], x["candidate_mask"]
+        )
         (q - 1.0).pow(2).mean().backward()
         grads.append(scorer.encoder.embed_object.weight.grad.abs().sum().item())
         optimizer.step()
@@ -281,8 +294,11 @@ def test_a_zero_q_head_is_refused_where_the_float32_head_is_not_the_last_layer(r
     request.addfinalizer(lambda: ARMS.pop("late_head"))  # the real registry keeps only its own arms
     arch = ArchitectureConfig(arm="late_head")
     assert _q(build_scorer(arch, DIMS), _inputs()).abs().sum() > 0  # "random" builds it as declared
-    with pytest.raises(ValueError, match=r"q_head_init='zero' with arm='late_head' is not allowed: its readout has "
-                                         r"1 float32 Q head\(s\), not its last Linear"):
+    with pytest.raises(
+        ValueError,
+        match=r"q_head_init='zero' with arm='late_head' is not allowed: its readout has "
+        r"1 float32 Q head\(s\), not its last Linear",
+    ):
         build_scorer(arch, DIMS, q_head_init="zero")
 
 
@@ -324,4 +340,5 @@ def test_every_component_kind_an_architecture_names_has_a_builder() -> None:
     from qhlab.finite_horizon import scorer as scorer_module
 
     assert {part: set(kinds) for part, kinds in COMPONENT_KINDS.items()} == {
-        part: set(builders) for part, builders in scorer_module._KINDS.items()}
+        part: set(builders) for part, builders in scorer_module._KINDS.items()
+    }

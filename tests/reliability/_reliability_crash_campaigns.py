@@ -21,8 +21,8 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from _reliability_support import TEMP_MARKER, KillPoint, assert_nothing_partial, kill_when, matches, run_to_end
 
@@ -71,8 +71,9 @@ class _Campaign:
         # was published still counts as a kill, but the step must not be started again.
         self.done_for: Callable[[str], Path | None] = lambda step: None
 
-    def kill(self, label: str, argv: list, *, pattern: str | None, new: int = 1,
-             delay: tuple[float, float] = (0.0, 0.0)) -> KillPoint:
+    def kill(
+        self, label: str, argv: list, *, pattern: str | None, new: int = 1, delay: tuple[float, float] = (0.0, 0.0)
+    ) -> KillPoint:
         planned = round(self.rng.uniform(*delay), 3)
         step = label.split(":")[0]
         done = self.done_for(step)
@@ -85,8 +86,9 @@ class _Campaign:
         kill_when(point, root=self.root, log=self.log, pattern=pattern, count=count)
         self.points.append(point)
         if not point.killed and point.returncode != 0:
-            raise CampaignFailure(f"{self.name}: {label} exited {point.returncode} before its kill point:\n"
-                                  f"{point.stderr_tail}")
+            raise CampaignFailure(
+                f"{self.name}: {label} exited {point.returncode} before its kill point:\n{point.stderr_tail}"
+            )
         if not point.killed:
             # Finished before its kill point (a fast machine): its later kill points are moot.
             self.finished_steps.add(step)
@@ -98,18 +100,32 @@ class _Campaign:
         i.e. the last killed run had published its final receipt before the kill landed."""
         done = done if done is not None else self.done_for(label)
         if label in self.finished_steps or (done is not None and done.exists()):
-            self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": None,
-                                     "seconds": 0.0, "skipped": "already finished before a kill point"})
+            self.completions.append(
+                {
+                    "label": label,
+                    "argv": [str(a) for a in argv],
+                    "returncode": None,
+                    "seconds": 0.0,
+                    "skipped": "already finished before a kill point",
+                }
+            )
             return
         started = time.monotonic()
         result = run_to_end([str(a) for a in argv], log=self.log)
-        self.completions.append({"label": label, "argv": [str(a) for a in argv], "returncode": result.returncode,
-                                 "seconds": round(time.monotonic() - started, 3)})
+        self.completions.append(
+            {
+                "label": label,
+                "argv": [str(a) for a in argv],
+                "returncode": result.returncode,
+                "seconds": round(time.monotonic() - started, 3),
+            }
+        )
         if result.returncode != 0:
-            raise CampaignFailure(f"{self.name}: re-running {label} after the kills failed with exit "
-                                  f"{result.returncode}:\n{result.stderr[-3000:]}")
-        _check_after_kill(KillPoint(label=f"{label} (completed)", argv=[], trigger="none", planned_delay=0),
-                          self.root)
+            raise CampaignFailure(
+                f"{self.name}: re-running {label} after the kills failed with exit "
+                f"{result.returncode}:\n{result.stderr[-3000:]}"
+            )
+        _check_after_kill(KillPoint(label=f"{label} (completed)", argv=[], trigger="none", planned_delay=0), self.root)
 
     @property
     def killed(self) -> list[KillPoint]:
@@ -121,23 +137,41 @@ class _Campaign:
 
 def _fit_campaign(campaign: _Campaign, recipe: Path) -> dict:
     out = campaign.root
-    fit = ["fit", recipe, "--profile", "cpu-fp32", "--output", out, "--no-progress",
-           "--checkpoint-every", FIT_CHECKPOINT_EVERY]
+    fit = [
+        "fit",
+        recipe,
+        "--profile",
+        "cpu-fp32",
+        "--output",
+        out,
+        "--no-progress",
+        "--checkpoint-every",
+        FIT_CHECKPOINT_EVERY,
+    ]
     attempt = "*/*/"
     campaign.kill("fit: start-up", fit, pattern=None, delay=(1.0, 4.0))
     campaign.kill("fit: cold init state written", fit, pattern=attempt + "cold_init.safetensors", delay=(0.0, 0.05))
     campaign.kill("fit: cold init receipt written", fit, pattern=attempt + "cold_init.receipt.json", delay=(0.0, 0.3))
-    campaign.kill("fit: first segment checkpoint", fit, pattern=attempt + "segment_checkpoint_u*.safetensors",
-                  delay=(0.0, 0.2))
-    campaign.kill("fit: second checkpoint receipt", fit, pattern=attempt + "segment_checkpoint_u*.receipt.json",
-                  new=2, delay=(0.0, 0.5))
+    campaign.kill(
+        "fit: first segment checkpoint", fit, pattern=attempt + "segment_checkpoint_u*.safetensors", delay=(0.0, 0.2)
+    )
+    campaign.kill(
+        "fit: second checkpoint receipt",
+        fit,
+        pattern=attempt + "segment_checkpoint_u*.receipt.json",
+        new=2,
+        delay=(0.0, 0.5),
+    )
     campaign.kill("fit: final state written", fit, pattern=attempt + "final_state.safetensors", delay=(0.0, 0.0))
     campaign.kill("fit: fit receipt written", fit, pattern=attempt + "fit.receipt.json", delay=(0.0, 0.3))
 
     # Continue an interrupted segment: the newest attempt with a checkpoint and no final state.
     candidates = sorted(
-        (p.parent for p in out.glob(attempt + "segment_checkpoint_u*.receipt.json")
-         if not (p.parent / "final_state.safetensors").exists()),
+        (
+            p.parent
+            for p in out.glob(attempt + "segment_checkpoint_u*.receipt.json")
+            if not (p.parent / "final_state.safetensors").exists()
+        ),
         key=lambda d: d.stat().st_mtime_ns,
     )
     if not candidates:
@@ -152,15 +186,24 @@ def _fit_campaign(campaign: _Campaign, recipe: Path) -> dict:
 
     receipt = read_receipt(new[0] / "fit.receipt.json", FitReceipt).record()
     body = receipt["body"]
-    if body["observed_updates"] != FIT_UPDATES or body["lineage"]["kind"] != "resumed" \
-            or body["lineage"]["previous_local_attempt_id"] != resumed_from.name:
-        raise CampaignFailure(f"fit campaign: resumed fit receipt is wrong: {json.dumps(body['lineage'])}, "
-                              f"observed_updates={body['observed_updates']}")
+    if (
+        body["observed_updates"] != FIT_UPDATES
+        or body["lineage"]["kind"] != "resumed"
+        or body["lineage"]["previous_local_attempt_id"] != resumed_from.name
+    ):
+        raise CampaignFailure(
+            f"fit campaign: resumed fit receipt is wrong: {json.dumps(body['lineage'])}, "
+            f"observed_updates={body['observed_updates']}"
+        )
     # A completely fresh attempt of the same logical run also completes after all the kills.
     campaign.complete("fit (new attempt)", fit)
     finished = sorted(p.parent.name for p in out.glob(attempt + "fit.receipt.json"))
-    return {"resumed_from": resumed_from.name, "resumed_into": new[0].name,
-            "start_updates": body["lineage"]["start_updates"], "finished_attempts": finished}
+    return {
+        "resumed_from": resumed_from.name,
+        "resumed_into": new[0].name,
+        "start_updates": body["lineage"]["start_updates"],
+        "finished_attempts": finished,
+    }
 
 
 # ----------------------------------------------------------------------------- study campaign
@@ -176,9 +219,11 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
 
     def done_for(step_label: str) -> Path | None:
         name, _, cell = step_label.partition(" ")
-        receipts = {"freeze": out / "freeze.receipt.json",
-                    "admit-canaries": out / "canaries" / "e0.receipt.json",
-                    "prepare-development": out / "development.receipt.json"}
+        receipts = {
+            "freeze": out / "freeze.receipt.json",
+            "admit-canaries": out / "canaries" / "e0.receipt.json",
+            "prepare-development": out / "development.receipt.json",
+        }
         if name == "run-fit" and cell:
             return out / "cells" / cell / "cell.receipt.json"
         return receipts.get(name)
@@ -187,19 +232,36 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
 
     # 1. freeze
     campaign.kill("freeze: start-up", step("freeze"), pattern=None, delay=(0.2, 1.2))
-    campaign.kill("freeze: config copy published, receipt not yet", step("freeze"),
-                  pattern="study-config.toml", delay=(0.0, 0.0))
+    campaign.kill(
+        "freeze: config copy published, receipt not yet", step("freeze"), pattern="study-config.toml", delay=(0.0, 0.0)
+    )
     campaign.complete("freeze", step("freeze"))
     # 2. canaries (E0)
     campaign.kill("admit-canaries: start-up", step("admit-canaries"), pattern=None, delay=(0.5, 2.0))
-    campaign.kill("admit-canaries: selection published", step("admit-canaries"),
-                  pattern="canaries/selection.json", delay=(0.0, 0.2))
-    campaign.kill("admit-canaries: canary training", step("admit-canaries"),
-                  pattern="canaries/e0-*/*/cold_init.receipt.json", delay=(0.3, 2.0))
-    campaign.kill("admit-canaries: canary final state, no fit receipt", step("admit-canaries"),
-                  pattern="canaries/e0-*/*/final_state.safetensors", delay=(0.0, 0.0))
-    campaign.kill("admit-canaries: one canary cell receipt", step("admit-canaries"),
-                  pattern="canaries/e0-*/cell.receipt.json", delay=(0.0, 0.3))
+    campaign.kill(
+        "admit-canaries: selection published",
+        step("admit-canaries"),
+        pattern="canaries/selection.json",
+        delay=(0.0, 0.2),
+    )
+    campaign.kill(
+        "admit-canaries: canary training",
+        step("admit-canaries"),
+        pattern="canaries/e0-*/*/cold_init.receipt.json",
+        delay=(0.3, 2.0),
+    )
+    campaign.kill(
+        "admit-canaries: canary final state, no fit receipt",
+        step("admit-canaries"),
+        pattern="canaries/e0-*/*/final_state.safetensors",
+        delay=(0.0, 0.0),
+    )
+    campaign.kill(
+        "admit-canaries: one canary cell receipt",
+        step("admit-canaries"),
+        pattern="canaries/e0-*/cell.receipt.json",
+        delay=(0.0, 0.3),
+    )
     campaign.complete("admit-canaries", step("admit-canaries"))
     # 3. development
     campaign.kill("prepare-development: mid step", step("prepare-development"), pattern=None, delay=(0.5, 2.0))
@@ -207,39 +269,73 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     # 4. one broad cell, killed at four points, then finished
     cell = ("run-fit", "--variant", "baseline", "--seed", "0")
     cell_glob = "cells/baseline-s0/*/"
-    campaign.kill("run-fit baseline-s0: cold init", step(*cell), pattern=cell_glob + "cold_init.safetensors", delay=(0.0, 0.5))
-    campaign.kill("run-fit baseline-s0: segment checkpoint", step(*cell),
-                  pattern=cell_glob + "segment_checkpoint_u*.receipt.json", delay=(0.0, 0.3))
-    campaign.kill("run-fit baseline-s0: fit receipt, no cell receipt", step(*cell), pattern=cell_glob + "fit.receipt.json",
-                  delay=(0.0, 0.0))
-    campaign.kill("run-fit baseline-s0: evaluation receipt", step(*cell), pattern=cell_glob + "evaluation.receipt.json",
-                  delay=(0.0, 0.2))
+    campaign.kill(
+        "run-fit baseline-s0: cold init", step(*cell), pattern=cell_glob + "cold_init.safetensors", delay=(0.0, 0.5)
+    )
+    campaign.kill(
+        "run-fit baseline-s0: segment checkpoint",
+        step(*cell),
+        pattern=cell_glob + "segment_checkpoint_u*.receipt.json",
+        delay=(0.0, 0.3),
+    )
+    campaign.kill(
+        "run-fit baseline-s0: fit receipt, no cell receipt",
+        step(*cell),
+        pattern=cell_glob + "fit.receipt.json",
+        delay=(0.0, 0.0),
+    )
+    campaign.kill(
+        "run-fit baseline-s0: evaluation receipt",
+        step(*cell),
+        pattern=cell_glob + "evaluation.receipt.json",
+        delay=(0.0, 0.2),
+    )
     campaign.complete("run-fit baseline-s0", step(*cell), done=out / "cells" / "baseline-s0" / "cell.receipt.json")
-    campaign.kill("run-fit control_global_readout-s0: cold init", step("run-fit", "--variant", "control_global_readout",
-                                                                       "--seed", "0"),
-                  pattern="cells/control_global_readout-s0/*/cold_init.receipt.json", delay=(0.0, 1.0))
-    campaign.kill("run-fit control_global_readout-s1: final state", step("run-fit", "--variant",
-                                                                        "control_global_readout", "--seed", "1"),
-                  pattern="cells/control_global_readout-s1/*/final_state.safetensors", delay=(0.0, 0.0))
-    campaign.kill("run-fit variant_deep-s1: seeded delay", step("run-fit", "--variant", "variant_deep", "--seed", "1"),
-                  pattern=None, delay=(1.0, 4.0))
+    campaign.kill(
+        "run-fit control_global_readout-s0: cold init",
+        step("run-fit", "--variant", "control_global_readout", "--seed", "0"),
+        pattern="cells/control_global_readout-s0/*/cold_init.receipt.json",
+        delay=(0.0, 1.0),
+    )
+    campaign.kill(
+        "run-fit control_global_readout-s1: final state",
+        step("run-fit", "--variant", "control_global_readout", "--seed", "1"),
+        pattern="cells/control_global_readout-s1/*/final_state.safetensors",
+        delay=(0.0, 0.0),
+    )
+    campaign.kill(
+        "run-fit variant_deep-s1: seeded delay",
+        step("run-fit", "--variant", "variant_deep", "--seed", "1"),
+        pattern=None,
+        delay=(1.0, 4.0),
+    )
     # 5. the remaining cells in one `study run`, killed in the benchmark step; then `benchmark`.
     # No delay after a benchmark receipt: a fast host publishes all ten benchmarks
     # of the tiny study within 0.3 s, and then nothing is left for the benchmark step to be
     # killed in. A zero-width range still draws from the seeded RNG, so later delays are unchanged.
-    campaign.kill("run: killed at the first benchmark", step("run"), pattern="benchmarks/*.receipt.json",
-                  delay=(0.0, 0.0))
-    campaign.kill("benchmark: one more benchmark", step("benchmark"), pattern="benchmarks/*.receipt.json",
-                  delay=(0.0, 0.0))
+    campaign.kill(
+        "run: killed at the first benchmark", step("run"), pattern="benchmarks/*.receipt.json", delay=(0.0, 0.0)
+    )
+    campaign.kill(
+        "benchmark: one more benchmark", step("benchmark"), pattern="benchmarks/*.receipt.json", delay=(0.0, 0.0)
+    )
     campaign.kill("benchmark: seeded delay", step("benchmark"), pattern=None, delay=(1.0, 3.0))
     campaign.complete("benchmark", step("benchmark"))
     # 6. report: staged in a hidden temporary sibling of report/ and renamed into place whole
     staged = f".report{TEMP_MARKER}*/"
-    campaign.kill("report: report.json staged, nothing published", step("report"), pattern=staged + "report.json",
-                  delay=(0.0, 0.0))
+    campaign.kill(
+        "report: report.json staged, nothing published",
+        step("report"),
+        pattern=staged + "report.json",
+        delay=(0.0, 0.0),
+    )
     campaign.kill("report: a figure staged", step("report"), pattern=staged + "arms.png", delay=(0.0, 0.0))
-    campaign.kill("report: receipt staged, not yet renamed", step("report"), pattern=staged + "report.receipt.json",
-                  delay=(0.0, 0.0))
+    campaign.kill(
+        "report: receipt staged, not yet renamed",
+        step("report"),
+        pattern=staged + "report.receipt.json",
+        delay=(0.0, 0.0),
+    )
     # The main job finishes whatever is left and verifies the rest.
     campaign.complete("study run", step("run"))
 
@@ -248,9 +344,13 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     verified = verify_directory(out)
     cell_receipt = read_receipt(out / "cells" / "baseline-s0" / "cell.receipt.json", StudyCellReceipt).record()
     e0 = read_receipt(out / "canaries" / "e0.receipt.json", StudyE0Receipt).record()
-    return {"receipts": len(verified["receipts"]), "temporary_files": len(verified["temporary_files"]),
-            "baseline_s0_previous_attempts": cell_receipt["body"]["previous_attempts"],
-            "baseline_s0_attempt": cell_receipt["body"]["attempt"], "e0_passed": e0["body"]["passed"]}
+    return {
+        "receipts": len(verified["receipts"]),
+        "temporary_files": len(verified["temporary_files"]),
+        "baseline_s0_previous_attempts": cell_receipt["body"]["previous_attempts"],
+        "baseline_s0_attempt": cell_receipt["body"]["attempt"],
+        "e0_passed": e0["body"]["passed"],
+    }
 
 
 def run_campaigns(root: Path, recipe_writer: Callable[..., Path], study_config: Path) -> dict:
@@ -279,12 +379,22 @@ def run_campaigns(root: Path, recipe_writer: Callable[..., Path], study_config: 
     run(study, _study_campaign, study_config)
     thread.join(timeout=900)
     wall = round(time.monotonic() - started, 1)
-    record = {"seed": SEED, "wall_seconds": wall,
-              "campaigns": {c.name: {"points": [p.as_dict() for p in c.points], "completions": c.completions,
-                                     "result": results.get(c.name), "error": None if c.error is None else str(c.error)}
-                            for c in (fit, study)}}
+    record = {
+        "seed": SEED,
+        "wall_seconds": wall,
+        "campaigns": {
+            c.name: {
+                "points": [p.as_dict() for p in c.points],
+                "completions": c.completions,
+                "result": results.get(c.name),
+                "error": None if c.error is None else str(c.error),
+            }
+            for c in (fit, study)
+        },
+    }
     (root / "kill-points.json").write_text(json.dumps(record, indent=2))
-    print(f"\ncrash campaigns: {len(fit.killed) + len(study.killed)} kill points survived "
-          f"(fit {len(fit.killed)}, study {len(study.killed)}) in {wall} s; record {root / 'kill-points.json'}")
-    return {"fit": fit, "study": study, "results": results, "record": root / "kill-points.json",
-            "wall_seconds": wall}
+    print(
+        f"\ncrash campaigns: {len(fit.killed) + len(study.killed)} kill points survived "
+        f"(fit {len(fit.killed)}, study {len(study.killed)}) in {wall} s; record {root / 'kill-points.json'}"
+    )
+    return {"fit": fit, "study": study, "results": results, "record": root / "kill-points.json", "wall_seconds": wall}

@@ -19,9 +19,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from qhlab.evidence.envelope import Receipt
 from qhlab.scenes.records import PopulationReceipt
@@ -46,8 +46,14 @@ CHILD_ENV = {
 def reliability_recipe(*, updates: int, train: Path | str, validation: Path | str) -> str:
     """The reliability recipe's TOML: the tiny example recipe, smaller (batch 8, width 16),
     with ``updates`` and the session's populations."""
-    return tiny_recipe_text(name="rel-tiny", batch_size=8, updates=updates,
-                            encoder={"depth": 1, "width": 16, "heads": 2}, train=train, validation=validation)
+    return tiny_recipe_text(
+        name="rel-tiny",
+        batch_size=8,
+        updates=updates,
+        encoder={"depth": 1, "width": 16, "heads": 2},
+        train=train,
+        validation=validation,
+    )
 
 
 STUDY_TEMPLATE = """\
@@ -148,16 +154,34 @@ class KillPoint:
     stderr_tail: str = ""
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("label", "argv", "trigger", "planned_delay", "killed",
-                                                "seconds", "returncode", "newest_files", "stderr_tail")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "label",
+                "argv",
+                "trigger",
+                "planned_delay",
+                "killed",
+                "seconds",
+                "returncode",
+                "newest_files",
+                "stderr_tail",
+            )
+        }
 
 
 def start_qhlab(argv: list[str], *, log: Path) -> subprocess.Popen:
     """Start ``python -m qhlab.cli argv`` with one torch thread; stdout+stderr go to ``log``."""
     handle = open(log, "ab")
     try:
-        return subprocess.Popen([*QHLAB, *map(str, argv)], cwd=REPO, env=CHILD_ENV,
-                                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [*QHLAB, *map(str, argv)],
+            cwd=REPO,
+            env=CHILD_ENV,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         handle.close()
 
@@ -221,8 +245,9 @@ def run_to_end(argv: list[str], *, log: Path, timeout: float = 600.0) -> subproc
     """Run ``qhlab argv`` to completion as a subprocess; output captured as text."""
     with open(log, "ab") as handle:
         handle.write(f"\n$ qhlab {' '.join(map(str, argv))}\n".encode())
-    return subprocess.run([*QHLAB, *map(str, argv)], cwd=REPO, env=CHILD_ENV, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [*QHLAB, *map(str, argv)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ----------------------------------------------------------------------------- invariants
@@ -309,8 +334,12 @@ def forge_population(source: Path, target: Path, mutate: Callable[[dict], None])
         manifest["files"][name] = sha256_file(target / name)
     publish_json(target / "manifest.json", manifest)
     assert (target / "manifest.json").read_bytes() == canonical_json(manifest)
-    write_receipt(target / "population.receipt.json", PopulationReceipt,
-                  body=receipt["body"], outputs={n: target / n for n in (*names, "manifest.json")})
+    write_receipt(
+        target / "population.receipt.json",
+        PopulationReceipt,
+        body=receipt["body"],
+        outputs={n: target / n for n in (*names, "manifest.json")},
+    )
     return target
 
 
@@ -322,7 +351,9 @@ def set_list_value(table, column: str, row: int, index: int, value: float):
     values[row] = list(values[row])
     values[row][index] = value
     position = table.column_names.index(column)
-    return table.set_column(position, table.schema.field(column), pa.array(values, type=table.schema.field(column).type))
+    return table.set_column(
+        position, table.schema.field(column), pa.array(values, type=table.schema.field(column).type)
+    )
 
 
 def set_scalar_value(table, column: str, row: int, value):
@@ -332,6 +363,6 @@ def set_scalar_value(table, column: str, row: int, value):
     values = table.column(column).to_pylist()
     values[row] = value
     position = table.column_names.index(column)
-    return table.set_column(position, table.schema.field(column), pa.array(values, type=table.schema.field(column).type))
-
-
+    return table.set_column(
+        position, table.schema.field(column), pa.array(values, type=table.schema.field(column).type)
+    )

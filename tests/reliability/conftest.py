@@ -14,8 +14,8 @@ finish it.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from _reliability_support import CHILD_ENV, REPO, STUDY_TEMPLATE, reliability_recipe, run_to_end
@@ -55,8 +55,11 @@ def recipe_writer(rel_populations) -> Callable[..., Path]:
     def write(directory: Path, *, updates: int = 40, name: str = "recipe.toml") -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / name
-        path.write_text(reliability_recipe(updates=updates, train=rel_populations["train"],
-                                           validation=rel_populations["validation"]))
+        path.write_text(
+            reliability_recipe(
+                updates=updates, train=rel_populations["train"], validation=rel_populations["validation"]
+            )
+        )
         return path
 
     return write
@@ -111,8 +114,7 @@ def finished_study(tmp_path_factory, rel_study_config, crash_campaigns) -> dict:
         shutil.copytree(source, target, symlinks=True)
         origin = "crash campaign"
     else:
-        result = run_to_end(["study", "run", rel_study_config, "--output", target],
-                            log=target.parent / "study-run.log")
+        result = run_to_end(["study", "run", rel_study_config, "--output", target], log=target.parent / "study-run.log")
         assert result.returncode == 0, result.stderr[-3000:]
         origin = "fresh study run"
     verify_directory(target)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from _reliability_support import (
@@ -66,9 +66,16 @@ def _line_edit(text: str, old: str, new: str | None) -> str:
 # ----------------------------------------------------------------------------- recipes
 
 
-def _recipe_case(case_id: str, edits: list[tuple[str, str | None]] | None = None, *, append: str = "",
-                 raw: str | None = None, train: str = "train", names: tuple[str, ...],
-                 known_bug: str | None = None) -> Case:
+def _recipe_case(
+    case_id: str,
+    edits: list[tuple[str, str | None]] | None = None,
+    *,
+    append: str = "",
+    raw: str | None = None,
+    train: str = "train",
+    names: tuple[str, ...],
+    known_bug: str | None = None,
+) -> Case:
     def build(work: Path, env: dict) -> list:
         text = reliability_recipe(updates=40, train=env[train], validation=env["validation"])
         for old, new in edits or []:
@@ -84,17 +91,24 @@ def _recipe_case(case_id: str, edits: list[tuple[str, str | None]] | None = None
 RECIPE_CASES = [
     _recipe_case("recipe-wrong-type-batch-size", [("batch_size", 'batch_size = "sixteen"')], names=("batch_size",)),
     # updates = 1: were the string ever coerced again, the fit that runs stays short.
-    _recipe_case("recipe-wrong-type-huber-string", [("huber_delta", 'huber_delta = "0.05"'), ("updates", "updates = 1")],
-                 names=("huber_delta",)),
+    _recipe_case(
+        "recipe-wrong-type-huber-string",
+        [("huber_delta", 'huber_delta = "0.05"'), ("updates", "updates = 1")],
+        names=("huber_delta",),
+    ),
     _recipe_case("recipe-float-updates", [("updates", "updates = 10.5")], names=("updates",)),
     _recipe_case("recipe-float-seed", [("seed", "seed = 1.5")], names=("seed",)),
     _recipe_case("recipe-missing-name", [("name", None)], names=("name",)),
     _recipe_case("recipe-missing-lr", [("lr = ", None)], names=("lr",)),
-    _recipe_case("recipe-missing-architecture", [("[architecture]", None), ('arm = "baseline"', None),
-                                                 ("encoder = ", None)], names=("architecture",)),
+    _recipe_case(
+        "recipe-missing-architecture",
+        [("[architecture]", None), ('arm = "baseline"', None), ("encoder = ", None)],
+        names=("architecture",),
+    ),
     _recipe_case("recipe-extra-top-level-field", append="learning_rate = 0.1\n", names=("learning_rate",)),
-    _recipe_case("recipe-extra-nested-field", [("weight_decay", "weight_decay = 0.0\nmomentum = 0.9")],
-                 names=("momentum",)),
+    _recipe_case(
+        "recipe-extra-nested-field", [("weight_decay", "weight_decay = 0.0\nmomentum = 0.9")], names=("momentum",)
+    ),
     _recipe_case("recipe-nan-huber", [("huber_delta", "huber_delta = nan")], names=("huber_delta",)),
     _recipe_case("recipe-inf-lr", [("lr = ", "lr = inf")], names=("lr",)),
     _recipe_case("recipe-negative-inf-tie-band", [("tie_band", "tie_band = -inf")], names=("tie_band",)),
@@ -109,22 +123,31 @@ RECIPE_CASES = [
     _recipe_case("recipe-not-toml", raw="name = [[[\n", names=("TOML",)),
     _recipe_case("recipe-horizon-mismatch", [("horizon", "horizon = 3")], names=("horizon",)),
     _recipe_case("recipe-horizon-zero", [("horizon", "horizon = 0")], names=("horizon",)),
-    _recipe_case("recipe-unknown-arm", [('arm = "baseline"', 'arm = "transformer_xl"')], names=("arm", "transformer_xl")),
-    _recipe_case("recipe-betas-out-of-range", [("weight_decay", "weight_decay = 0.0\nbetas = [0.9, 1.5]")],
-                 names=("betas",)),
-    _recipe_case("recipe-three-betas", [("weight_decay", "weight_decay = 0.0\nbetas = [0.9, 0.99, 0.999]")],
-                 names=("betas",)),
+    _recipe_case(
+        "recipe-unknown-arm", [('arm = "baseline"', 'arm = "transformer_xl"')], names=("arm", "transformer_xl")
+    ),
+    _recipe_case(
+        "recipe-betas-out-of-range", [("weight_decay", "weight_decay = 0.0\nbetas = [0.9, 1.5]")], names=("betas",)
+    ),
+    _recipe_case(
+        "recipe-three-betas", [("weight_decay", "weight_decay = 0.0\nbetas = [0.9, 0.99, 0.999]")], names=("betas",)
+    ),
     _recipe_case("recipe-unknown-target-rule", [('kind = "hard"', 'kind = "soft"')], names=("target_update",)),
-    _recipe_case("recipe-polyak-tau-zero", [('kind = "hard"', 'kind = "polyak"'), ("interval", "tau = 0.0")],
-                 names=("tau",)),
+    _recipe_case(
+        "recipe-polyak-tau-zero", [('kind = "hard"', 'kind = "polyak"'), ("interval", "tau = 0.0")], names=("tau",)
+    ),
     _recipe_case("recipe-negative-tie-band", [("tie_band", "tie_band = -0.1")], names=("tie_band",)),
     _recipe_case("recipe-negative-weight-decay", [("weight_decay", "weight_decay = -1.0")], names=("weight_decay",)),
     _recipe_case("recipe-zero-eps", [("weight_decay", "weight_decay = 0.0\neps = 0.0")], names=("eps",)),
     _recipe_case("recipe-absurd-huber-delta", [("huber_delta", "huber_delta = 1e300")], names=("huber_delta",)),
-    _recipe_case("recipe-zero-depth", [("encoder", "encoder = { depth = 0, width = 16, heads = 2 }")],
-                 names=("depth",)),
-    _recipe_case("recipe-missing-train-population", [("train = ", 'train = "/nonexistent/qhlab-population"')],
-                 names=("/nonexistent/qhlab-population",)),
+    _recipe_case(
+        "recipe-zero-depth", [("encoder", "encoder = { depth = 0, width = 16, heads = 2 }")], names=("depth",)
+    ),
+    _recipe_case(
+        "recipe-missing-train-population",
+        [("train = ", 'train = "/nonexistent/qhlab-population"')],
+        names=("/nonexistent/qhlab-population",),
+    ),
     _recipe_case("recipe-validation-as-train", train="validation", names=("split",)),
 ]
 
@@ -132,8 +155,14 @@ RECIPE_CASES = [
 # ----------------------------------------------------------------------------- study configs
 
 
-def _study_case(case_id: str, edits: list[tuple[str, str | None]] | None = None, *, append: str = "",
-                raw: str | None = None, names: tuple[str, ...]) -> Case:
+def _study_case(
+    case_id: str,
+    edits: list[tuple[str, str | None]] | None = None,
+    *,
+    append: str = "",
+    raw: str | None = None,
+    names: tuple[str, ...],
+) -> Case:
     def build(work: Path, env: dict) -> list:
         text = STUDY_TEMPLATE.format(broad_updates=20, cache=env["cache"])
         for old, new in edits or []:
@@ -153,39 +182,58 @@ STUDY_CASES = [
     _study_case("study-negative-seed", [("seeds", "seeds = [-1, 1]")], names=("seeds",)),
     _study_case("study-negative-broad-budget", [("broad_updates", "broad_updates = -30")], names=("broad_updates",)),
     _study_case("study-zero-canary-budget", [("canary_updates", "canary_updates = 0")], names=("canary_updates",)),
-    _study_case("study-string-canary-budget", [("canary_updates", 'canary_updates = "many"')],
-                names=("canary_updates",)),
+    _study_case(
+        "study-string-canary-budget", [("canary_updates", 'canary_updates = "many"')], names=("canary_updates",)
+    ),
     _study_case("study-nan-tie-band", [("tie_band", "tie_band = nan")], names=("tie_band",)),
-    _study_case("study-inf-regret-fraction", [("regret_fraction", "regret_fraction = inf")],
-                names=("regret_fraction",)),
+    _study_case(
+        "study-inf-regret-fraction", [("regret_fraction", "regret_fraction = inf")], names=("regret_fraction",)
+    ),
     _study_case("study-zero-workers", [("workers", "workers = 0")], names=("workers",)),
     _study_case("study-boolean-seeds", [("seeds", "seeds = [false, true]")], names=("seeds.0", "False")),
     _study_case("study-float-seeds", [("seeds", "seeds = [0.0, 1.0]")], names=("seeds.0", "an integer")),
-    _study_case("study-boolean-canary-budget", [("canary_updates", "canary_updates = true")],
-                names=("canary_updates", "True")),
+    _study_case(
+        "study-boolean-canary-budget", [("canary_updates", "canary_updates = true")], names=("canary_updates", "True")
+    ),
     _study_case("study-boolean-tie-band", [("tie_band", "tie_band = true")], names=("tie_band", "a TOML boolean")),
     _study_case("study-absurd-tie-band", [("tie_band", "tie_band = 1e300")], names=("tie_band", "<= 10.0")),
-    _study_case("study-absurd-regret-fraction", [("regret_fraction", "regret_fraction = 1e300")],
-                names=("regret_fraction", "<= 100.0")),
-    _study_case("study-empty-population-cache", [("population_cache", 'population_cache = ""')],
-                names=("population_cache", "a non-empty directory path")),
-    _study_case("study-nul-population-cache", [("population_cache", 'population_cache = "a\\u0000b"')],
-                names=("population_cache", "NUL")),
+    _study_case(
+        "study-absurd-regret-fraction",
+        [("regret_fraction", "regret_fraction = 1e300")],
+        names=("regret_fraction", "<= 100.0"),
+    ),
+    _study_case(
+        "study-empty-population-cache",
+        [("population_cache", 'population_cache = ""')],
+        names=("population_cache", "a non-empty directory path"),
+    ),
+    _study_case(
+        "study-nul-population-cache",
+        [("population_cache", 'population_cache = "a\\u0000b"')],
+        names=("population_cache", "NUL"),
+    ),
     _study_case("study-name-traversal", [('name = "rel-study"', 'name = "../x"')], names=("name",)),
     _study_case("study-name-unicode", [('name = "rel-study"', 'name = "\u00e9tude"')], names=("name",)),
     _study_case("study-extra-field", append='test_split = "yes"\n', names=("test_split",)),
-    _study_case("study-missing-train", [("[train]", None), ('preset = "tiny"', None), ("seed = 7", None)],
-                names=("train",)),
+    _study_case(
+        "study-missing-train", [("[train]", None), ('preset = "tiny"', None), ("seed = 7", None)], names=("train",)
+    ),
     _study_case("study-unknown-profile", [("profile", 'profile = "warp-drive"')], names=("profile", "warp-drive")),
-    _study_case("study-variant-without-control", [('control = "control_global_readout"', None)],
-                names=("control",)),
-    _study_case("study-variant-control-is-variant",
-                [('control = "control_global_readout"', 'control = "variant_deep"')], names=("control",)),
-    _study_case("study-unknown-arm", [('arm = "variant_deep"', 'arm = "variant_wormhole"')],
-                names=("variant_wormhole",)),
+    _study_case("study-variant-without-control", [('control = "control_global_readout"', None)], names=("control",)),
+    _study_case(
+        "study-variant-control-is-variant",
+        [('control = "control_global_readout"', 'control = "variant_deep"')],
+        names=("control",),
+    ),
+    _study_case(
+        "study-unknown-arm", [('arm = "variant_deep"', 'arm = "variant_wormhole"')], names=("variant_wormhole",)
+    ),
     _study_case("study-train-preset-and-path", [("seed = 7", 'seed = 7\npath = "/tmp"')], names=("path",)),
-    _study_case("study-train-missing-path", [('preset = "tiny"', 'path = "/nonexistent/qhlab-train"'),
-                                             ("seed = 7", None)], names=("/nonexistent/qhlab-train",)),
+    _study_case(
+        "study-train-missing-path",
+        [('preset = "tiny"', 'path = "/nonexistent/qhlab-train"'), ("seed = 7", None)],
+        names=("/nonexistent/qhlab-train",),
+    ),
     _study_case("study-unknown-preset", [('preset = "tiny"', 'preset = "galaxy"')], names=("galaxy",)),
     _study_case("study-recipe-carries-seed", [('name = "rel"', 'name = "rel"\nseed = 3')], names=("seed",)),
     _study_case("study-zero-bootstrap-resamples", [("resamples", "resamples = 0")], names=("resamples",)),
@@ -201,8 +249,17 @@ def _population_case(case_id: str, forge: str, names: tuple[str, ...]) -> Case:
     def build(work: Path, env: dict) -> list:
         recipe = work / "recipe.toml"
         recipe.write_text(reliability_recipe(updates=40, train=env["train"], validation=env["validation"]))
-        return ["fit", recipe, "--train", env["forged"][forge], "--profile", "cpu-fp32",
-                "--output", work / "out", "--no-progress"]
+        return [
+            "fit",
+            recipe,
+            "--train",
+            env["forged"][forge],
+            "--profile",
+            "cpu-fp32",
+            "--output",
+            work / "out",
+            "--no-progress",
+        ]
 
     return Case(case_id, build, names)
 
@@ -248,8 +305,9 @@ def _forge_all(root: Path, train: Path, validation: Path) -> dict[str, Path]:
     half = (forged / "candidates.parquet").read_bytes()
     half = half[: len(half) // 2]
     out["truncated_forged"] = _reseal(forged, {"candidates.parquet": half})
-    out["empty_parquet"] = _reseal(forge_population(train, root / "empty_parquet", lambda t: None),
-                                   {"states.parquet": b""})
+    out["empty_parquet"] = _reseal(
+        forge_population(train, root / "empty_parquet", lambda t: None), {"states.parquet": b""}
+    )
 
     no_manifest = copy("no_manifest")
     (no_manifest / "manifest.json").unlink()
@@ -271,8 +329,9 @@ def _forge_all(root: Path, train: Path, validation: Path) -> dict[str, Path]:
     def chain_candidate_row(tables: dict) -> int:
         states = tables["states.parquet"].to_pydict()
         chain = {sid for sid, step in zip(states["state_id"], states["step"]) if step >= 0}
-        return next(i for i, sid in enumerate(tables["candidates.parquet"].column("state_id").to_pylist())
-                    if sid in chain)
+        return next(
+            i for i, sid in enumerate(tables["candidates.parquet"].column("state_id").to_pylist()) if sid in chain
+        )
 
     def nan_label(tables: dict) -> None:
         row = chain_candidate_row(tables)
@@ -296,7 +355,8 @@ def _forge_all(root: Path, train: Path, validation: Path) -> dict[str, Path]:
         values[0][0][0] = float("nan")
         position = states.column_names.index("objects")
         tables["states.parquet"] = states.set_column(
-            position, states.schema.field("objects"), pa.array(values, type=states.schema.field("objects").type))
+            position, states.schema.field("objects"), pa.array(values, type=states.schema.field("objects").type)
+        )
 
     def short_labels(tables: dict) -> None:
         cands = tables["candidates.parquet"]
@@ -305,11 +365,17 @@ def _forge_all(root: Path, train: Path, validation: Path) -> dict[str, Path]:
         values[row] = values[row][:1]
         position = cands.column_names.index("q")
         tables["candidates.parquet"] = cands.set_column(
-            position, cands.schema.field("q"), pa.array(values, type=cands.schema.field("q").type))
+            position, cands.schema.field("q"), pa.array(values, type=cands.schema.field("q").type)
+        )
 
-    for name, mutate in (("nan_label", nan_label), ("huge_label", huge_label), ("inf_reward", inf_reward),
-                         ("huge_reward", huge_reward), ("nan_object", nan_object),
-                         ("short_labels", short_labels)):
+    for name, mutate in (
+        ("nan_label", nan_label),
+        ("huge_label", huge_label),
+        ("inf_reward", inf_reward),
+        ("huge_reward", huge_reward),
+        ("nan_object", nan_object),
+        ("short_labels", short_labels),
+    ):
         out[name] = forge_population(train, root / name, mutate)
     out["validation"] = validation
     return out
@@ -327,8 +393,12 @@ def _reseal(population: Path, replace: dict[str, bytes]) -> Path:
         manifest["files"][name] = sha256_file(population / name)
     (population / "manifest.json").write_bytes(canonical_json(manifest))
     (population / "population.receipt.json").unlink()
-    write_receipt(population / "population.receipt.json", PopulationReceipt, body=receipt["body"],
-                  outputs={n: population / e["path"] for n, e in receipt["outputs"].items()})
+    write_receipt(
+        population / "population.receipt.json",
+        PopulationReceipt,
+        body=receipt["body"],
+        outputs={n: population / e["path"] for n, e in receipt["outputs"].items()},
+    )
     return population
 
 
@@ -348,8 +418,17 @@ def _commission_args(milestones: str) -> Callable[[Path, dict], list]:
     def build(work: Path, env: dict) -> list:
         recipe = work / "recipe.toml"
         recipe.write_text(reliability_recipe(updates=40, train=env["train"], validation=env["validation"]))
-        return ["commission", recipe, "--profile", "cpu-fp32", "--milestones", milestones,
-                "--output", work / "out", "--no-progress"]
+        return [
+            "commission",
+            recipe,
+            "--profile",
+            "cpu-fp32",
+            "--milestones",
+            milestones,
+            "--output",
+            work / "out",
+            "--no-progress",
+        ]
 
     return build
 
@@ -373,15 +452,23 @@ def _study_args(step: str, *extra: str) -> Callable[[Path, dict], list]:
 CLI_CASES = [
     Case("cli-no-command", _argv(), ("COMMAND",)),
     Case("cli-verify-empty-path", _argv("verify", ""), ("directory=''",)),
-    Case("cli-compare-lanes-zero-mde-multiple",
-         lambda w, e: ["study", "compare-lanes", w / "a", w / "b", "--output", w / "out", "--margin-mde-multiple", "0"],
-         ("margin_mde_multiple",)),
+    Case(
+        "cli-compare-lanes-zero-mde-multiple",
+        lambda w, e: ["study", "compare-lanes", w / "a", w / "b", "--output", w / "out", "--margin-mde-multiple", "0"],
+        ("margin_mde_multiple",),
+    ),
     Case("cli-unknown-command", _argv("frobnicate"), ("frobnicate",)),
     Case("cli-fit-no-arguments", _argv("fit"), ("RECIPE",)),
-    Case("cli-fit-missing-profile",
-         lambda w, e: [a for a in _fit_args()(w, e) if a not in ("--profile", "cpu-fp32")], ("--profile",)),
-    Case("cli-fit-unknown-profile",
-         lambda w, e: [("warp-drive" if a == "cpu-fp32" else a) for a in _fit_args()(w, e)], ("warp-drive",)),
+    Case(
+        "cli-fit-missing-profile",
+        lambda w, e: [a for a in _fit_args()(w, e) if a not in ("--profile", "cpu-fp32")],
+        ("--profile",),
+    ),
+    Case(
+        "cli-fit-unknown-profile",
+        lambda w, e: [("warp-drive" if a == "cpu-fp32" else a) for a in _fit_args()(w, e)],
+        ("warp-drive",),
+    ),
     Case("cli-fit-unknown-option", _fit_args("--frobnicate"), ("--frobnicate",)),
     Case("cli-fit-online-and-offline", _fit_args("--online", "--offline"), ("--offline",)),
     Case("cli-fit-checkpoint-every-zero", _fit_args("--checkpoint-every", "0"), ("--checkpoint-every",)),
@@ -393,25 +480,52 @@ CLI_CASES = [
     Case("cli-fit-resume-unknown-attempt", _fit_args("--resume", "no-such-attempt"), ("no-such-attempt",)),
     Case("cli-fit-resume-traversal", _fit_args("--resume", "../../etc"), ("../../etc",)),
     Case("cli-fit-train-missing", _fit_args("--train", "/nonexistent/qhlab-pop"), ("/nonexistent/qhlab-pop",)),
-    Case("cli-fit-recipe-missing", _argv("fit", "{work}/absent.toml", "--profile", "cpu-fp32", "--output", "{out}"),
-         ("absent.toml",)),
-    Case("cli-fit-recipe-is-directory", _argv("fit", "{work}", "--profile", "cpu-fp32", "--output", "{out}"),
-         ("recipe",)),
-    Case("cli-scenes-unknown-preset",
-         _argv("scenes", "generate", "--preset", "galaxy", "--split", "train", "--seed", "1", "--out", "{out}"),
-         ("galaxy",)),
-    Case("cli-scenes-unknown-split",
-         _argv("scenes", "generate", "--preset", "tiny", "--split", "holdout", "--seed", "1", "--out", "{out}"),
-         ("holdout",)),
-    Case("cli-scenes-negative-seed",
-         _argv("scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "-3", "--out", "{out}"),
-         ("seed",)),
-    Case("cli-scenes-text-seed",
-         _argv("scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "seven", "--out", "{out}"),
-         ("--seed",)),
-    Case("cli-scenes-zero-workers",
-         _argv("scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "1", "--out", "{out}",
-               "--workers", "0"), ("workers",)),
+    Case(
+        "cli-fit-recipe-missing",
+        _argv("fit", "{work}/absent.toml", "--profile", "cpu-fp32", "--output", "{out}"),
+        ("absent.toml",),
+    ),
+    Case(
+        "cli-fit-recipe-is-directory", _argv("fit", "{work}", "--profile", "cpu-fp32", "--output", "{out}"), ("recipe",)
+    ),
+    Case(
+        "cli-scenes-unknown-preset",
+        _argv("scenes", "generate", "--preset", "galaxy", "--split", "train", "--seed", "1", "--out", "{out}"),
+        ("galaxy",),
+    ),
+    Case(
+        "cli-scenes-unknown-split",
+        _argv("scenes", "generate", "--preset", "tiny", "--split", "holdout", "--seed", "1", "--out", "{out}"),
+        ("holdout",),
+    ),
+    Case(
+        "cli-scenes-negative-seed",
+        _argv("scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "-3", "--out", "{out}"),
+        ("seed",),
+    ),
+    Case(
+        "cli-scenes-text-seed",
+        _argv("scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "seven", "--out", "{out}"),
+        ("--seed",),
+    ),
+    Case(
+        "cli-scenes-zero-workers",
+        _argv(
+            "scenes",
+            "generate",
+            "--preset",
+            "tiny",
+            "--split",
+            "train",
+            "--seed",
+            "1",
+            "--out",
+            "{out}",
+            "--workers",
+            "0",
+        ),
+        ("workers",),
+    ),
     Case("cli-commission-decreasing-milestones", _commission_args("10,5,100"), ("milestones", "10, 5, 100")),
     Case("cli-commission-repeated-milestones", _commission_args("1,1,2"), ("milestones", "1, 1, 2")),
     Case("cli-commission-zero-milestone", _commission_args("0,10"), ("milestones", "0, 10")),
@@ -422,26 +536,37 @@ CLI_CASES = [
     Case("cli-verify-directory-without-receipts", _argv("verify", "{work}"), ("receipt",)),
     Case("cli-study-unknown-step", _study_args("frobnicate"), ("frobnicate",)),
     Case("cli-study-run-fit-without-seed", _study_args("run-fit", "--variant", "baseline"), ("--seed",)),
-    Case("cli-study-run-fit-before-freeze", _study_args("run-fit", "--variant", "baseline", "--seed", "0"),
-         ("freeze",)),
+    Case(
+        "cli-study-run-fit-before-freeze", _study_args("run-fit", "--variant", "baseline", "--seed", "0"), ("freeze",)
+    ),
     Case("cli-study-report-before-freeze", _study_args("report"), ("freeze",)),
-    Case("cli-study-unknown-canary-role",
-         _study_args("run-fit", "--variant", "baseline", "--seed", "0", "--canary-role", "e9"), ("e9",)),
+    Case(
+        "cli-study-unknown-canary-role",
+        _study_args("run-fit", "--variant", "baseline", "--seed", "0", "--canary-role", "e9"),
+        ("e9",),
+    ),
     Case("cli-profiles-unknown-option", _argv("profiles", "--bogus"), ("--bogus",)),
 ]
 
 ALL_CASES = RECIPE_CASES + STUDY_CASES + POPULATION_CASES + CLI_CASES
-_PARAMS = [pytest.param(case, id=case.id, marks=[pytest.mark.xfail(reason=case.known_bug, strict=True)]
-                        if case.known_bug else []) for case in ALL_CASES]
+_PARAMS = [
+    pytest.param(
+        case, id=case.id, marks=[pytest.mark.xfail(reason=case.known_bug, strict=True)] if case.known_bug else []
+    )
+    for case in ALL_CASES
+]
 
 
 @pytest.fixture(scope="module")
 def corpus_env(tmp_path_factory, rel_populations) -> dict:
     """Session paths plus the forged populations the corpus names."""
     root = tmp_path_factory.mktemp("forged-populations")
-    return {**{k: str(v) for k, v in rel_populations.items()},
-            "forged": {k: str(v) for k, v in _forge_all(root, rel_populations["train"],
-                                                      rel_populations["validation"]).items()}}
+    return {
+        **{k: str(v) for k, v in rel_populations.items()},
+        "forged": {
+            k: str(v) for k, v in _forge_all(root, rel_populations["train"], rel_populations["validation"]).items()
+        },
+    }
 
 
 def test_corpus_is_large_and_ids_unique():
@@ -467,4 +592,6 @@ def test_bad_input_gives_one_clear_error_and_writes_nothing(case: Case, tmp_path
     # or name a file; either way they say what to do.
     line = result.error_lines[0]
     if line.startswith("error:"):
-        assert re.search(r"allowed|HINT|does not exist|missing|sha256|not a readable|holds no|not valid", result.stderr), line
+        assert re.search(
+            r"allowed|HINT|does not exist|missing|sha256|not a readable|holds no|not valid", result.stderr
+        ), line

@@ -50,8 +50,13 @@ def _race(argv_a: list, argv_b: list, logs: tuple[Path, Path], *, stop_winner: b
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    return {"first": first, "first_seconds": first_seconds, "other_running_when_first_exited": other_running,
-            "codes": [p.returncode for p in procs], "logs": [log.read_text(errors="replace") for log in logs]}
+    return {
+        "first": first,
+        "first_seconds": first_seconds,
+        "other_running_when_first_exited": other_running,
+        "codes": [p.returncode for p in procs],
+        "logs": [log.read_text(errors="replace") for log in logs],
+    }
 
 
 def _error_lines(text: str) -> list[str]:
@@ -87,8 +92,17 @@ def test_two_study_run_fits_of_one_cell_exactly_one_proceeds(tmp_path, finished_
     shutil.copytree(finished_study["output"], study, symlinks=True)
     cell = "control_no_interaction-s1"
     shutil.rmtree(study / "cells" / cell)
-    argv = ["study", "run-fit", finished_study["config"], "--output", study,
-            "--variant", "control_no_interaction", "--seed", "1"]
+    argv = [
+        "study",
+        "run-fit",
+        finished_study["config"],
+        "--output",
+        study,
+        "--variant",
+        "control_no_interaction",
+        "--seed",
+        "1",
+    ]
     race = _race(argv, argv, (tmp_path / "a.log", tmp_path / "b.log"), stop_winner=False)
     codes = sorted(race["codes"])
     assert codes == [0, 3], race
@@ -127,8 +141,9 @@ def test_a_second_report_of_one_study_exits_3_and_writes_nothing(tmp_path, finis
     shutil.copytree(finished_study["output"], study, symlinks=True)
     shutil.rmtree(study / "report")
     lock = study / ".study-report.lock"
-    text = _refused_while_held(["study", "report", finished_study["config"], "--output", study], lock,
-                               tmp_path / "a.log")
+    text = _refused_while_held(
+        ["study", "report", finished_study["config"], "--output", study], lock, tmp_path / "a.log"
+    )
     lines = _error_lines(text)
     assert len(lines) == 1 and str(lock) in lines[0], text
     assert not (study / "report").exists() and not list(study.glob(".report*"))

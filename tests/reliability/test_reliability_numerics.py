@@ -35,8 +35,14 @@ def _chain_candidate_row(tables: dict) -> int:
 
 @pytest.mark.parametrize(
     ("column", "horizon_index", "value"),
-    [("q", 0, float("nan")), ("q", 1, float("inf")), ("q", 1, -float("inf")), ("q", 0, 1e39),
-     ("reward", None, float("nan")), ("reward", None, -1e40)],
+    [
+        ("q", 0, float("nan")),
+        ("q", 1, float("inf")),
+        ("q", 1, -float("inf")),
+        ("q", 0, 1e39),
+        ("reward", None, float("nan")),
+        ("reward", None, -1e40),
+    ],
     ids=["label-nan", "label-inf", "label-minus-inf", "label-beyond-float32", "reward-nan", "reward-beyond-float32"],
 )
 def test_non_finite_population_value_is_refused_by_the_loader(tmp_path, rel_populations, column, horizon_index, value):
@@ -48,8 +54,9 @@ def test_non_finite_population_value_is_refused_by_the_loader(tmp_path, rel_popu
         if horizon_index is None:
             tables["candidates.parquet"] = set_scalar_value(tables["candidates.parquet"], column, row, value)
         else:
-            tables["candidates.parquet"] = set_list_value(tables["candidates.parquet"], column, row,
-                                                          horizon_index, value)
+            tables["candidates.parquet"] = set_list_value(
+                tables["candidates.parquet"], column, row, horizon_index, value
+            )
 
     forged = forge_population(rel_populations["train"], tmp_path / "forged", mutate)
     # The forgery authenticates: only the content check can catch it.
@@ -80,8 +87,9 @@ def test_nan_object_feature_is_refused_by_the_loader(tmp_path, rel_populations):
         values[1] = [list(v) for v in values[1]]
         values[1][-1][-1] = float("nan")
         field = states.schema.field("objects")
-        tables["states.parquet"] = states.set_column(states.column_names.index("objects"), field,
-                                                     pa.array(values, type=field.type))
+        tables["states.parquet"] = states.set_column(
+            states.column_names.index("objects"), field, pa.array(values, type=field.type)
+        )
 
     forged = forge_population(rel_populations["train"], tmp_path / "forged", mutate)
     with pytest.raises(QhInputError, match=r"states\.parquet column 'objects' holds nan"):
@@ -107,9 +115,11 @@ class _PoisonBatch:
         return Poison(*args, **kwargs)
 
 
-@pytest.mark.parametrize(("key", "value"), [("reward", float("nan")), ("objects", float("inf")),
-                                            ("next_goal", float("nan"))],
-                         ids=["reward-nan", "objects-inf", "successor-goal-nan"])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("reward", float("nan")), ("objects", float("inf")), ("next_goal", float("nan"))],
+    ids=["reward-nan", "objects-inf", "successor-goal-nan"],
+)
 def test_non_finite_training_loss_fails_the_fit_without_final_receipt(tmp_path, rel_recipe, key, value):
     from qhlab.evidence import QhError, QhInputError
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
@@ -117,15 +127,24 @@ def test_non_finite_training_loss_fails_the_fit_without_final_receipt(tmp_path, 
     poison = _PoisonBatch(at_batch=3, key=key, value=value)
     output = tmp_path / "out"
     with pytest.raises(QhError) as info:
-        fit_recipe(FitRequest(recipe=rel_recipe, profile="cpu-fp32", output=output, extra_callbacks=[poison], progress=False,
-                   segment_checkpoint_every=2))
+        fit_recipe(
+            FitRequest(
+                recipe=rel_recipe,
+                profile="cpu-fp32",
+                output=output,
+                extra_callbacks=[poison],
+                progress=False,
+                segment_checkpoint_every=2,
+            )
+        )
     assert poison.poisoned == 1
     assert not isinstance(info.value, QhInputError)  # a runtime failure (exit 1), not bad usage
     message = str(info.value)
     assert "finite" in message and "loss" in message, message
     published = sorted(p.relative_to(output).as_posix() for p in output.rglob("*") if p.is_file())
-    assert not [p for p in published if p.endswith(("fit.receipt.json", "final_state.safetensors",
-                                                    "evaluation.receipt.json"))], published
+    assert not [
+        p for p in published if p.endswith(("fit.receipt.json", "final_state.safetensors", "evaluation.receipt.json"))
+    ], published
     # Whatever was published before the failure (cold init, checkpoints before the poison) is
     # complete and finite: a checkpoint never holds the poisoned update.
     assert_nothing_partial(output, context="non-finite loss")

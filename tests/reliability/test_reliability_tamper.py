@@ -24,8 +24,14 @@ pytestmark = pytest.mark.reliability
 SEED = 424242
 MIN_FLIPS = 50
 # Receipts that `qhlab study run` re-authenticates (with the files each binds) on a finished study.
-STUDY_CHAIN = ("freeze.receipt.json", "canaries/e0.receipt.json", "development.receipt.json",
-               "cells/*/cell.receipt.json", "benchmarks/*.receipt.json", "report/report.receipt.json")
+STUDY_CHAIN = (
+    "freeze.receipt.json",
+    "canaries/e0.receipt.json",
+    "development.receipt.json",
+    "cells/*/cell.receipt.json",
+    "benchmarks/*.receipt.json",
+    "report/report.receipt.json",
+)
 
 
 def _where_verified(target: Path, root: Path) -> Path:
@@ -123,8 +129,13 @@ def test_every_flip_in_a_bound_file_is_detected(tamper_study, source_snapshot):
             result = run_cli(["verify", root])
             ok = result.code == 2 and len(result.error_lines) == 1
             detected_verify += ok
-            entry = {"file": str(path), "offset": offset, "xor": mask, "verify_exit": result.code,
-                     "verify_error": result.error_lines[0][:200] if result.error_lines else None}
+            entry = {
+                "file": str(path),
+                "offset": offset,
+                "xor": mask,
+                "verify_exit": result.code,
+                "verify_error": result.error_lines[0][:200] if result.error_lines else None,
+            }
             if not ok:
                 missed.append(entry)
             if path in chain and same_code:
@@ -140,8 +151,10 @@ def test_every_flip_in_a_bound_file_is_detected(tamper_study, source_snapshot):
             path.write_bytes(original)
         assert path.read_bytes() == original
     (root.parent / "flips.json").write_text(json.dumps(record, indent=2))
-    print(f"\ntamper: {made} flips made, {detected_verify} detected by qhlab verify; "
-          f"{chain_flips} on the study chain, {detected_next} detected by `qhlab study run`")
+    print(
+        f"\ntamper: {made} flips made, {detected_verify} detected by qhlab verify; "
+        f"{chain_flips} on the study chain, {detected_next} detected by `qhlab study run`"
+    )
     assert made >= MIN_FLIPS
     assert not missed, missed[:5]
     assert detected_verify == made and detected_next == chain_flips

@@ -45,11 +45,13 @@ def _brute_force_card(states, tie_band: float) -> dict:
         counts = counts or [0.0] * k
         for a in optimal:
             counts[a] += 1.0 / len(optimal)
-        by_scene.setdefault(scene_id, []).append({
-            "uniform": best - sum(final) / k,
-            "fixed": [best - final[a] for a in range(k)],
-            "myopic": myopic_regret,
-        })
+        by_scene.setdefault(scene_id, []).append(
+            {
+                "uniform": best - sum(final) / k,
+                "fixed": [best - final[a] for a in range(k)],
+                "myopic": myopic_regret,
+            }
+        )
 
     def weighted(get):
         return sum(sum(get(s) for s in rows) / len(rows) for rows in by_scene.values()) / len(by_scene)
@@ -90,11 +92,13 @@ def test_manifest_card_is_reproduced_exactly_by_describe(tiny_train) -> None:
 
 def test_card_on_hand_made_labels() -> None:
     # Two scenes; scene 0 has two states. H=2, K=2.
-    q = np.array([
-        [[1.0, 1.0], [0.0, 2.0]],   # myopic picks 0 (Q1=1), optimal at H is 1: regret 1
-        [[0.0, 0.5], [0.2, 0.1]],   # myopic picks 1, optimal 0: regret 0.4
-        [[0.3, 0.3], [0.3, 0.3]],   # all tie: regret 0, optimal split 0.5/0.5
-    ])
+    q = np.array(
+        [
+            [[1.0, 1.0], [0.0, 2.0]],  # myopic picks 0 (Q1=1), optimal at H is 1: regret 1
+            [[0.0, 0.5], [0.2, 0.1]],  # myopic picks 1, optimal 0: regret 0.4
+            [[0.3, 0.3], [0.3, 0.3]],  # all tie: regret 0, optimal split 0.5/0.5
+        ]
+    )
     card = difficulty_card(q, np.array([0, 0, 1]), tie_band=0.0)
     r = card["regret_H"]
     # uniform per state: 0.5, 0.2, 0 -> scene means 0.35, 0 -> 0.175
@@ -156,7 +160,7 @@ def test_bank_shots_aim_at_the_goal_mirrored_in_a_wall() -> None:
     scene, positions = sample_scene(preset, "validation", 7, 0)
     # The bank direction points at the goal mirrored in a wall's turning line.
     strikes = candidate_strikes(scene, positions, preset.candidates)
-    banks = strikes[len(preset.candidates.speeds) + len(preset.candidates.offsets):][:preset.candidates.bank_shots]
+    banks = strikes[len(preset.candidates.speeds) + len(preset.candidates.offsets) :][: preset.candidates.bank_shots]
     r0 = scene.radius[0]
     w, h = scene.physics.table_width, scene.physics.table_height
     gx, gy = scene.goal
@@ -167,8 +171,9 @@ def test_bank_shots_aim_at_the_goal_mirrored_in_a_wall() -> None:
 
 
 def test_blockers_sit_on_the_target_line_when_the_preset_asks() -> None:
-    always = Preset(name="blocked", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=1.0,
-                    blocker_lateral=0.5)
+    always = Preset(
+        name="blocked", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=1.0, blocker_lateral=0.5
+    )
     never = Preset(name="open", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=0.0)
     on_line = 0
     for index in range(40):

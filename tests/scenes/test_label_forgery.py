@@ -45,13 +45,13 @@ def _reseal(population: Path, *, manifest_edit=None) -> None:
     receipt = population / "population.receipt.json"
     body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, PopulationReceipt, body=body,
-                  outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")})
+    write_receipt(
+        receipt, PopulationReceipt, body=body, outputs={n: population / n for n in (*POPULATION_FILES, "manifest.json")}
+    )
     generation = population / "generation.receipt.json"
     body = json.loads(generation.read_text())["body"]
     generation.unlink()
-    write_receipt(generation, PopulationGenerationReceipt, body=body,
-                  inputs={"manifest": population / "manifest.json"})
+    write_receipt(generation, PopulationGenerationReceipt, body=body, inputs={"manifest": population / "manifest.json"})
 
 
 def _write_labels(population: Path, reward: np.ndarray, q: np.ndarray, labels) -> None:
@@ -158,8 +158,11 @@ def test_the_consistent_forgery_passes_bellman_but_not_physics(consistent, capsy
     # Physics does not: every audit names a state, a candidate and a horizon.
     with pytest.raises(EvidenceError, match=r"physics denies state_id \d+: candidate \d horizon [12]"):
         audit_population(consistent, states=1)
-    for argv in (["scenes", "audit", str(consistent)], ["scenes", "describe", str(consistent)],
-                 ["verify", str(consistent), "--audit", "8"]):
+    for argv in (
+        ["scenes", "audit", str(consistent)],
+        ["scenes", "describe", str(consistent)],
+        ["verify", str(consistent), "--audit", "8"],
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("error:") == 1 and "physics denies state_id" in err and "horizon" in err, (argv, err)
@@ -198,18 +201,20 @@ def test_a_planted_cache_entry_is_refused(tiny_train, tmp_path) -> None:
         cached_population("tiny", "train", 0, cache, workers=1)
 
 
-def test_freeze_refuses_both_forgeries_and_records_its_audit(swapped, consistent, tiny_train, tmp_path,
-                                                            capsys) -> None:
+def test_freeze_refuses_both_forgeries_and_records_its_audit(swapped, consistent, tiny_train, tmp_path, capsys) -> None:
     def config(train: Path, name: str) -> Path:
-        text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"',
-                                                  f'population_cache = "{tmp_path / "cache"}"')
+        text = STUDY_TEMPLATE.read_text().replace(
+            'population_cache = "populations"', f'population_cache = "{tmp_path / "cache"}"'
+        )
         text = text.replace('[train]\npreset = "tiny"\nseed = 7', f'[train]\npath = "{train}"')
         path = tmp_path / f"{name}.toml"
         path.write_text(text)
         return path
 
-    for forged, expected in ((swapped, "Bellman rule at state_id 0 candidate 0 horizon 1"),
-                             (consistent, "physics denies state_id")):
+    for forged, expected in (
+        (swapped, "Bellman rule at state_id 0 candidate 0 horizon 1"),
+        (consistent, "physics denies state_id"),
+    ):
         out = tmp_path / f"study-{forged.name}"
         assert main(["study", "freeze", str(config(forged, forged.name)), "--output", str(out)]) == 2
         err = capsys.readouterr().err
@@ -233,8 +238,11 @@ def _edit_column(population: Path, name: str, column: str, edit) -> None:
     table = pq.read_table(population / name)
     values = table.column(column).to_pylist()
     edit(values)
-    table = table.set_column(table.column_names.index(column), table.schema.field(column),
-                             pa.array(values, type=table.schema.field(column).type))
+    table = table.set_column(
+        table.column_names.index(column),
+        table.schema.field(column),
+        pa.array(values, type=table.schema.field(column).type),
+    )
     pq.write_table(table, population / name)
 
 
@@ -262,14 +270,21 @@ def test_a_dropped_chain_is_refused_by_the_audit(tiny_train, tmp_path) -> None:
     kept_ids = set(states.filter(keep).column("state_id").to_pylist())
     pq.write_table(states.filter(keep), population / "states.parquet")
     cands = pq.read_table(population / "candidates.parquet")
-    pq.write_table(cands.filter(pa.array([s in kept_ids for s in cands.column("state_id").to_pylist()])),
-                   population / "candidates.parquet")
+    pq.write_table(
+        cands.filter(pa.array([s in kept_ids for s in cands.column("state_id").to_pylist()])),
+        population / "candidates.parquet",
+    )
 
     def counts(manifest: dict) -> None:
         labels = read_labels(population, manifest)
         chain = labels.step >= 0
-        manifest["counts"].update(chains=2, chain_states=int(chain.sum()), successor_states=int((~chain).sum()),
-                                  states=len(labels.state_id), candidates=int(labels.reward.size))
+        manifest["counts"].update(
+            chains=2,
+            chain_states=int(chain.sum()),
+            successor_states=int((~chain).sum()),
+            states=len(labels.state_id),
+            candidates=int(labels.reward.size),
+        )
 
     _reseal(population, manifest_edit=counts)
     check_population_labels(population)  # what is left is a consistent tree
@@ -313,15 +328,19 @@ def test_every_successor_is_re_simulated_on_every_load(tiny_train, tmp_path, cap
     assert err.count("error:") == 1 and f"physics denies state_id {state}" in err, err
     # The genuine population passes, with one simulation per chain-state candidate.
     genuine = read_labels(tiny_train, read_manifest(tiny_train))
-    assert check_successors(tiny_train, read_manifest(tiny_train), genuine)["simulations"] == \
-        int((genuine.step >= 0).sum()) * genuine.reward.shape[1]
+    assert (
+        check_successors(tiny_train, read_manifest(tiny_train), genuine)["simulations"]
+        == int((genuine.step >= 0).sum()) * genuine.reward.shape[1]
+    )
 
 
 def test_verify_and_describe_state_the_audit_coverage(tiny_train, capsys) -> None:
     assert main(["verify", str(tiny_train)]) == 0
     out = capsys.readouterr().out
-    assert "every one-strike successor re-simulated (36 strikes) equals physics; the depth-H tree of its 6 " \
-           "chain states was not audited" in out, out
+    assert (
+        "every one-strike successor re-simulated (36 strikes) equals physics; the depth-H tree of its 6 "
+        "chain states was not audited" in out
+    ), out
     assert main(["verify", str(tiny_train), "--audit", "2"]) == 0
     out = capsys.readouterr().out
     # C(5, 2) / C(6, 2) = 10 / 15: a one-state forgery of the tree escapes 2 of 6 audited states.

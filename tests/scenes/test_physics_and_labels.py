@@ -8,7 +8,7 @@ from the spec, independently of ``qhlab.scenes.candidates`` and ``qhlab.scenes.l
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -86,16 +86,22 @@ def _spec_candidates(scene: Scene, pos: np.ndarray, layout) -> list[tuple[int, f
     out += [(0, to_goal + off, fast) for off in layout.offsets]
     # Mirror the goal in the line the target's centre turns at (left, right, bottom, top).
     w, h = scene.physics.table_width, scene.physics.table_height
-    images = [(-(goal[0] - r0) + r0, goal[1]), (w - r0 + (w - r0 - goal[0]), goal[1]),
-              (goal[0], -(goal[1] - r0) + r0), (goal[0], h - r0 + (h - r0 - goal[1]))]
+    images = [
+        (-(goal[0] - r0) + r0, goal[1]),
+        (w - r0 + (w - r0 - goal[0]), goal[1]),
+        (goal[0], -(goal[1] - r0) + r0),
+        (goal[0], h - r0 + (h - r0 - goal[1])),
+    ]
     by_path = sorted((math.dist(target, img), i) for i, img in enumerate(images))
-    for _, i in by_path[:layout.bank_shots]:
+    for _, i in by_path[: layout.bank_shots]:
         out.append((0, math.atan2(images[i][1] - target[1], images[i][0] - target[0]), fast))
     if layout.blocker_strikes:
+
         def gap(j: int) -> float:
             seg = goal - target
             t = min(1.0, max(0.0, float(np.dot(pos[j] - target, seg) / np.dot(seg, seg))))
             return math.dist(pos[j], target + t * seg) - scene.radius[j] - r0
+
         blocker = min(range(1, len(pos)), key=lambda j: (gap(j), j))
         out += [(blocker, to_goal + math.pi / 2, slow), (blocker, to_goal - math.pi / 2, slow)]
     return out
@@ -108,8 +114,14 @@ def test_stored_labels_equal_an_independent_brute_force_recursion(tiny_train) ->
     horizon = manifest["horizon"]
     scenes_rows = pq.read_table(tiny_train / "scenes.parquet").to_pylist()
     scenes = {
-        r["scene_id"]: Scene(tuple(r["radius"]), tuple(r["mass"]), tuple(r["friction"]),
-                             (r["goal_x"], r["goal_y"]), r["goal_radius"], preset.physics)
+        r["scene_id"]: Scene(
+            tuple(r["radius"]),
+            tuple(r["mass"]),
+            tuple(r["friction"]),
+            (r["goal_x"], r["goal_y"]),
+            r["goal_radius"],
+            preset.physics,
+        )
         for r in scenes_rows
     }
     states = pq.read_table(tiny_train / "states.parquet").to_pylist()
@@ -120,7 +132,7 @@ def test_stored_labels_equal_an_independent_brute_force_recursion(tiny_train) ->
     def goal_distance(scene: Scene, pos: np.ndarray) -> float:
         return math.dist(pos[0], scene.goal)
 
-    @lru_cache(maxsize=None)
+    @cache
     def q_values(scene_id: int, flat: tuple[float, ...], h: int) -> tuple[float, ...]:
         scene = scenes[scene_id]
         pos = np.array(flat).reshape(-1, 2)

@@ -118,7 +118,9 @@ def test_bellman_consistency_with_the_stored_floats(tiny_train) -> None:
                 best = max(c["q"][h - 2] for c in succ_cands)
                 assert cand["q"][h - 1] == cand["reward"] + best
                 checked += 1
-    assert checked == sum(1 for s in states.values() if s["step"] >= 0) * PRESETS["tiny"].candidates.num_candidates * (horizon - 1)
+    assert checked == sum(1 for s in states.values() if s["step"] >= 0) * PRESETS["tiny"].candidates.num_candidates * (
+        horizon - 1
+    )
 
 
 def test_chains_follow_the_actor_and_link_successors(tiny_train) -> None:
@@ -189,8 +191,21 @@ def test_cache_reuses_an_authenticated_population_and_refuses_a_tampered_one(tmp
 
 def test_cli_generates_and_refuses(tmp_path, capsys) -> None:
     out = tmp_path / "pop"
-    argv = ["scenes", "generate", "--preset", "tiny", "--split", "train", "--seed", "3", "--out", str(out),
-            "--workers", "1", "--no-progress"]
+    argv = [
+        "scenes",
+        "generate",
+        "--preset",
+        "tiny",
+        "--split",
+        "train",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["counts"]["scenes"] == PRESETS["tiny"].scenes and summary["split"] == "train"
@@ -198,8 +213,24 @@ def test_cli_generates_and_refuses(tmp_path, capsys) -> None:
     assert main(argv) == 2
     assert "already exists" in capsys.readouterr().err
     bad = tmp_path / "bad"
-    assert main(["scenes", "generate", "--preset", "nope", "--split", "train", "--seed", "0",
-                 "--out", str(bad), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "scenes",
+                "generate",
+                "--preset",
+                "nope",
+                "--split",
+                "train",
+                "--seed",
+                "0",
+                "--out",
+                str(bad),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "preset='nope'" in err and "tiny" in err
     assert not bad.exists()

@@ -51,5 +51,4 @@ def test_the_pages_queries_agree_with_the_population_reader(tiny_train) -> None:
     chain = population.is_chain.numpy()
     first = chain & (population.step.numpy() == 0)
     assert len(scenes) == int(first.sum()) == manifest["counts"]["scenes"]
-    np.testing.assert_allclose(sorted(r[3] for r in scenes), sorted(population.reward.numpy()[first][:, 0]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(sorted(r[3] for r in scenes), sorted(population.reward.numpy()[first][:, 0]), rtol=1e-6)

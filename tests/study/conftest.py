@@ -36,8 +36,11 @@ def write_config(directory: Path, cache: Path, **replace: str) -> Path:
 def write_byo_config(directory: Path, cache: Path, *, files: dict[str, str] | None = None, **replace: str) -> Path:
     """``examples/byo-study.toml`` and its ``my_arms.py`` in ``directory``, using ``cache``;
     ``files`` are further files written beside them; ``replace`` swaps text as in ``write_config``."""
-    text = (EXAMPLES / "byo-study.toml").read_text().replace(
-        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+    text = (
+        (EXAMPLES / "byo-study.toml")
+        .read_text()
+        .replace('population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+    )
     for old, new in replace.items():
         assert old in text, old
         text = text.replace(old, new)

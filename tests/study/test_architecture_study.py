@@ -51,11 +51,26 @@ SEED_SIGNATURES = {
     "main": [],
     "prepare_development": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
     "report_study": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
-    "run_fit": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE),
-                ("variant", _KEYWORD, _NONE), ("seed", _KEYWORD, _NONE), ("canary_role", _KEYWORD, None)],
+    "run_fit": [
+        ("config_path", _POSITIONAL, _NONE),
+        ("output", _POSITIONAL, _NONE),
+        ("variant", _KEYWORD, _NONE),
+        ("seed", _KEYWORD, _NONE),
+        ("canary_role", _KEYWORD, None),
+    ],
 }
-SEED_ATTRIBUTES = ("train", "validation", "experiment", "seeds", "canary_updates", "broad_updates",
-                   "tie_band", "regret_fraction", "mae_fraction", "max_allocated_bytes")
+SEED_ATTRIBUTES = (
+    "train",
+    "validation",
+    "experiment",
+    "seeds",
+    "canary_updates",
+    "broad_updates",
+    "tie_band",
+    "regret_fraction",
+    "mae_fraction",
+    "max_allocated_bytes",
+)
 ARMS = ("baseline", "control_global_readout", "control_no_interaction", "variant_cross_attention", "variant_deep")
 
 
@@ -99,10 +114,16 @@ def test_variants_alter_only_architecture(tiny_config):
         ("tie_band = 0.001", "tie_band = -1.0", "tie_band"),
         ('preset = "tiny"\nseed = 7', 'preset = "nope"\nseed = 7', "preset='nope' is not allowed"),
         # A pilot's tau without its seed count cannot carry its own uncertainty.
-        ("resamples = 999\nseed = 0", 'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\n'
-         'source = "pilot"', "seed_variance.seeds"),
-        ("resamples = 999\nseed = 0", 'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\n'
-         'seeds = 1\nsource = "pilot"', "seed_variance.seeds=1 is not allowed"),
+        (
+            "resamples = 999\nseed = 0",
+            'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\nsource = "pilot"',
+            "seed_variance.seeds",
+        ),
+        (
+            "resamples = 999\nseed = 0",
+            'resamples = 999\nseed = 0\n[seed_variance]\nregret = 0.004\nmae = 0.003\nseeds = 1\nsource = "pilot"',
+            "seed_variance.seeds=1 is not allowed",
+        ),
     ],
 )
 def test_bad_config_refused_before_anything_is_written(config_writer, tmp_path, population_cache, old, new, message):
@@ -127,8 +148,14 @@ def test_freeze_records_train_support_arms_and_source(frozen_study):
     body = frozen_study["body"]
     receipt = read_receipt(frozen_study["output"] / "freeze.receipt.json", StudyFreezeReceipt).record()
     assert receipt["body"] == body
-    assert body["train"]["support"] == {"scenes": 3, "chain_states": 6, "successor_states": body["train"]["support"]["successor_states"],
-                                         "candidates": 36, "K": 6, "H": 2}
+    assert body["train"]["support"] == {
+        "scenes": 3,
+        "chain_states": 6,
+        "successor_states": body["train"]["support"]["successor_states"],
+        "candidates": 36,
+        "K": 6,
+        "H": 2,
+    }
     chain = body["train"]["canonical_first_chain"]
     from qhlab.finite_horizon.data import load_population
 
@@ -174,10 +201,13 @@ def test_canary_before_selection_refused(frozen_study):
         run_fit(frozen_study["config"], frozen_study["output"], variant="baseline", seed=0, canary_role="e0")
 
 
-@pytest.mark.parametrize(("variant", "seed", "message"), [
-    ("variant_wide", 0, "variant='variant_wide' is not allowed"),
-    ("baseline", 2, "seed=2 is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("variant", "seed", "message"),
+    [
+        ("variant_wide", 0, "variant='variant_wide' is not allowed"),
+        ("baseline", 2, "seed=2 is not allowed"),
+    ],
+)
 def test_undeclared_cell_refused(frozen_study, variant, seed, message):
     with pytest.raises(QhInputError, match=message):
         run_fit(frozen_study["config"], frozen_study["output"], variant=variant, seed=seed)
@@ -190,8 +220,11 @@ def test_report_before_development_refused(frozen_study):
 
 def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_cache):
     missing = tmp_path / "validation-made-later"
-    config = config_writer(tmp_path / "cfg", population_cache,
-                          **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'})
+    config = config_writer(
+        tmp_path / "cfg",
+        population_cache,
+        **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'},
+    )
     body = freeze_study(config, tmp_path / "out")
     assert body["validation"] == {"declared": {"preset": None, "seed": None, "path": str(missing)}, "opened": False}
 
@@ -202,7 +235,9 @@ def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_
 def test_changed_config_after_freeze_refused(tmp_path, frozen_study):
     edited = tmp_path / "tiny-study.toml"
     edited.write_text(Path(frozen_study["config"]).read_text().replace("broad_updates = 30", "broad_updates = 31"))
-    with pytest.raises(EvidenceError, match=r"\(changed: broad_updates\)\. HINT: a frozen study's config cannot change"):
+    with pytest.raises(
+        EvidenceError, match=r"\(changed: broad_updates\)\. HINT: a frozen study's config cannot change"
+    ):
         admit_canaries(edited, frozen_study["output"])
 
 
@@ -211,8 +246,10 @@ def test_execution_fields_may_change_after_freeze_and_nothing_else(tmp_path, fro
     assert "workers = 1" in original
     edited = tmp_path / "tiny-study.toml"
     # Where and how many fits run is execution, not science: the freeze binds the rest.
-    edited.write_text(original.replace("workers = 1", 'workers = 2\nexecutor = "ray"\nray_address = "10.0.0.5:6379"')
-                      + "\n# a comment added after the freeze\n")
+    edited.write_text(
+        original.replace("workers = 1", 'workers = 2\nexecutor = "ray"\nray_address = "10.0.0.5:6379"')
+        + "\n# a comment added after the freeze\n"
+    )
     frozen = authentication.authenticate_freeze(edited, frozen_study["output"], "test")
     assert (frozen.config.workers, frozen.config.executor, frozen.config.ray_address) == (2, "ray", "10.0.0.5:6379")
     assert frozen.body.config["execution_fields_not_frozen"] == ["workers", "executor", "ray_address"]
@@ -221,13 +258,20 @@ def test_execution_fields_may_change_after_freeze_and_nothing_else(tmp_path, fro
         authentication.authenticate_freeze(edited, frozen_study["output"], "test")
 
 
-@pytest.mark.parametrize(("line", "text"), [
-    ('executor = "cluster"', "executor='cluster' is not allowed; allowed: Input should be 'local' or 'ray'"),
-    ('ray_address = "10.0.0.5:6379"', "ray_address='10.0.0.5:6379' is not allowed; allowed: only with executor ray"),
-    ('executor = "ray"\nray_address = "10.0.0.5"', "ray_address='10.0.0.5' is not allowed; allowed: HOST:PORT"),
-])
-def test_bad_executor_fields_are_refused_before_anything_is_written(config_writer, tmp_path, population_cache,
-                                                                     line, text):
+@pytest.mark.parametrize(
+    ("line", "text"),
+    [
+        ('executor = "cluster"', "executor='cluster' is not allowed; allowed: Input should be 'local' or 'ray'"),
+        (
+            'ray_address = "10.0.0.5:6379"',
+            "ray_address='10.0.0.5:6379' is not allowed; allowed: only with executor ray",
+        ),
+        ('executor = "ray"\nray_address = "10.0.0.5"', "ray_address='10.0.0.5' is not allowed; allowed: HOST:PORT"),
+    ],
+)
+def test_bad_executor_fields_are_refused_before_anything_is_written(
+    config_writer, tmp_path, population_cache, line, text
+):
     config = config_writer(tmp_path / "cfg", population_cache, **{"workers = 1": f"workers = 1\n{line}"})
     with pytest.raises(QhInputError) as caught:
         freeze_study(config, tmp_path / "out")
@@ -236,12 +280,16 @@ def test_bad_executor_fields_are_refused_before_anything_is_written(config_write
 
 
 def test_config_executor_is_independent_of_the_environment_and_cli_overrides_it(
-        config_writer, tmp_path, population_cache, monkeypatch):
+    config_writer, tmp_path, population_cache, monkeypatch
+):
     from qhlab.execution import ExecutorChoice
 
     monkeypatch.setenv("RAY_ADDRESS", "http://head:8265")  # valid for `ray job`, not a GCS address
-    config = config_writer(tmp_path / "cfg", population_cache,
-                           **{"workers = 1": 'workers = 1\nexecutor = "ray"\nray_address = "10.0.0.5:6379"'})
+    config = config_writer(
+        tmp_path / "cfg",
+        population_cache,
+        **{"workers = 1": 'workers = 1\nexecutor = "ray"\nray_address = "10.0.0.5:6379"'},
+    )
     parsed, _, _ = read_study_config(config)
     assert parsed.executor_choice() == ExecutorChoice("ray", "10.0.0.5:6379")
     # --executor ray without --ray-address keeps the config's cluster; --ray-address wins; local is local.
@@ -259,8 +307,10 @@ def test_study_run_with_an_unreachable_cluster_exits_2_and_writes_nothing(tiny_c
     code = main(["study", "run", str(tiny_config), "--output", str(output), "--ray-address", "127.0.0.1:1"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "qhlab study run: --ray-address='127.0.0.1:1' is not allowed; allowed: the address of a running Ray " \
-           "cluster. HINT: nothing answered there" in err
+    assert (
+        "qhlab study run: --ray-address='127.0.0.1:1' is not allowed; allowed: the address of a running Ray "
+        "cluster. HINT: nothing answered there" in err
+    )
     assert not output.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -270,8 +320,9 @@ def test_train_byte_tampering_refused(config_writer, tmp_path, population_cache)
     source = cached_population("tiny", "train", 7, population_cache, workers=1)
     train = tmp_path / "train-copy"
     shutil.copytree(source, train)
-    config = config_writer(tmp_path / "cfg", population_cache,
-                          **{'[train]\npreset = "tiny"\nseed = 7': f'[train]\npath = "{train}"'})
+    config = config_writer(
+        tmp_path / "cfg", population_cache, **{'[train]\npreset = "tiny"\nseed = 7': f'[train]\npath = "{train}"'}
+    )
     freeze_study(config, tmp_path / "out")
     target = train / "states.parquet"
     target.chmod(0o644)
@@ -296,11 +347,11 @@ def test_frozen_receipt_tampering_refused(tmp_path, frozen_study):
 
 def test_package_code_change_after_freeze_refused(tmp_path, frozen_study, monkeypatch):
     package = tmp_path / "qhlab"
-    shutil.copytree(Path(study.__file__).resolve().parents[2], package,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(study.__file__).resolve().parents[2], package, ignore=shutil.ignore_patterns("__pycache__"))
     original = source_package_digest(package)
     (package / "finite_horizon" / "evaluation.py").write_text(
-        (package / "finite_horizon" / "evaluation.py").read_text() + "\n# a change\n")
+        (package / "finite_horizon" / "evaluation.py").read_text() + "\n# a change\n"
+    )
     changed = source_package_digest(package)
     assert changed["sha256"] != original["sha256"]
     monkeypatch.setattr(authentication, "source_package_digest", lambda: changed)
@@ -363,8 +414,10 @@ def test_report_shows_every_arm_and_seed(finished_study):
         assert r["seeds_disagree"] == (len({d["retained"] for d in r["per_seed"].values()}) > 1)
     assert report["n_scenes"] == 3 and report["horizon"] == 2
     # One plain sentence near the top (before the first table) says so.
-    sentence = ("There are fewer than 30 validation scenes (3), so no retention decision is labelled "
-                "robust: every decision below is inconclusive.")
+    sentence = (
+        "There are fewer than 30 validation scenes (3), so no retention decision is labelled "
+        "robust: every decision below is inconclusive."
+    )
     assert sentence in text and text.index(sentence) < text.index("## Every arm and seed")
 
 
@@ -376,7 +429,9 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
     sealed = read_receipt(output / "development.receipt.json", StudyDevelopmentReceipt).body_record()["references"]
     best = sealed["best_fixed_index"]
     assert best["chosen_on"] == "train"
-    assert best["train_regret_by_index"][best["index"]] == min(v for v in best["train_regret_by_index"] if v is not None)
+    assert best["train_regret_by_index"][best["index"]] == min(
+        v for v in best["train_regret_by_index"] if v is not None
+    )
     assert sealed["straight_strike"]["index"] == 0 and sealed["myopic_oracle"]["oracle"] is True
     baseline = {c["seed"]: c["regret"][-1] for c in report["cells"] if c["arm"] == "baseline"}
     assert set(report["references"]) == {"best_fixed_index", "straight_strike", "myopic_oracle"}
@@ -388,7 +443,9 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
             assert p["interval"]["estimate"] == pytest.approx(baseline[p["seed"]] - ref["regret"][-1])
     headline = report["headline"]
     for row in headline["per_seed"]:
-        assert row["ratio"] == pytest.approx(baseline[row["seed"]] / report["references"]["best_fixed_index"]["regret"][-1])
+        assert row["ratio"] == pytest.approx(
+            baseline[row["seed"]] / report["references"]["best_fixed_index"]["regret"][-1]
+        )
         assert row["beats"] == (row["baseline_regret"] < row["heuristic_regret"] and row["high"] < 0)
     assert headline["beats_every_seed"] == all(r["beats"] for r in headline["per_seed"])
     # The researcher's question leads (one line per variant, then the family table); the
@@ -397,8 +454,13 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
     assert lines[2] == "## The question: is each variant retained?"
     assert [line.split("`")[1] for line in lines[4:6]] == ["variant_cross_attention", "variant_deep"]
     family = lines.index("### The family")
-    assert [row.split(" | ")[0].lstrip("| ") for row in lines[family + 4: family + 9]] == [
-        "baseline", "control_global_readout", "control_no_interaction", "variant_cross_attention", "variant_deep"]
+    assert [row.split(" | ")[0].lstrip("| ") for row in lines[family + 4 : family + 9]] == [
+        "baseline",
+        "control_global_readout",
+        "control_no_interaction",
+        "variant_cross_attention",
+        "variant_deep",
+    ]
     assert lines[family + 10].startswith("Wall time is the fit's") and lines[family + 12] == headline["text"]
     assert any(line.startswith("| myopic oracle (argmax Q*_1) (oracle: reads validation labels) |") for line in lines)
 
@@ -460,9 +522,13 @@ def test_finished_cell_never_rerun_and_crashed_cell_gets_new_attempt(study_copy,
 @pytest.mark.slow
 def test_benchmark_scorer_fields(finished_study):
     output = finished_study["output"]
-    cell = read_receipt(output / "cells" / "variant_cross_attention-s0" / "cell.receipt.json", StudyCellReceipt).record()
+    cell = read_receipt(
+        output / "cells" / "variant_cross_attention-s0" / "cell.receipt.json", StudyCellReceipt
+    ).record()
     attempt = output / "cells" / "variant_cross_attention-s0" / cell["body"]["attempt"]
-    result = benchmark_scorer(attempt, read_receipt(output / "freeze.receipt.json", StudyFreezeReceipt).body_record()["train"]["path"])
+    result = benchmark_scorer(
+        attempt, read_receipt(output / "freeze.receipt.json", StudyFreezeReceipt).body_record()["train"]["path"]
+    )
     assert result["warmup_forwards"] == 10 and result["timed_forwards"] == 20
     assert len(result["forward_seconds"]) == 20 and result["median_forward_seconds"] > 0
     assert result["rows"] == 2 and result["updates_applied"] == 0
@@ -480,12 +546,17 @@ def test_validation_opens_only_at_development(config_writer, tmp_path, populatio
     from qhlab.scenes import generate_population
 
     missing = tmp_path / "validation-made-later"
-    config = config_writer(tmp_path / "cfg", population_cache,
-                          **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'})
+    config = config_writer(
+        tmp_path / "cfg",
+        population_cache,
+        **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'},
+    )
     output = tmp_path / "out"
     freeze_study(config, output)
     assert admit_canaries(config, output)["passed"] is True
-    with pytest.raises(QhInputError, match="validation.path=.*is not allowed; allowed: an existing population directory"):
+    with pytest.raises(
+        QhInputError, match="validation.path=.*is not allowed; allowed: an existing population directory"
+    ):
         prepare_development(config, output)
     assert not (output / "development.receipt.json").exists()
     generate_population("tiny", "validation", 8, missing, workers=1)
@@ -495,7 +566,8 @@ def test_validation_opens_only_at_development(config_writer, tmp_path, populatio
 
 
 def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_successors(
-        config_writer, tmp_path, population_cache, capsys):
+    config_writer, tmp_path, population_cache, capsys
+):
     """One optimizer update cannot recover the optimal action: E0 fails, and says how."""
     from qhlab.cli import main
     from qhlab.finite_horizon.recipe import recipe_digest
@@ -521,7 +593,9 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
         assert frozen.successor_label_rows == 0
         assert recipe_digest(frozen) == freeze["recipes"]["baseline"][str(seed)]["1"]
         canary_recipe = frozen.model_copy(update={"successor_label_rows": 1})
-        cell = read_receipt(output / "canaries" / f"e0-baseline-s{seed}" / "cell.receipt.json", StudyCellReceipt).body_record()
+        cell = read_receipt(
+            output / "canaries" / f"e0-baseline-s{seed}" / "cell.receipt.json", StudyCellReceipt
+        ).body_record()
         training = cell["canary"]["successor_training"]
         assert training["successor_label_rows"] == 1 and training["study_successor_label_rows"] == 0
         assert "bootstrap through" in training["why"]
@@ -544,10 +618,12 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
         chosen = ", ".join(str(a) for a in h["chosen"])
         predicted = ", ".join(f"{h['predicted'][a]:.4f}" for a in h["chosen"])
         true = ", ".join(f"{labels[a][i]:.4f}" for a in h["chosen"])
-        text = (f"{c['cell']} (seed {c['seed']}) at H={h['horizon']} chose candidate(s) {chosen} "
-                f"(predicted {predicted}; true {true}); "
-                f"the optimal candidate is {best} (predicted {h['predicted'][best]:.4f}; "
-                f"true {labels[best][i]:.4f})")
+        text = (
+            f"{c['cell']} (seed {c['seed']}) at H={h['horizon']} chose candidate(s) {chosen} "
+            f"(predicted {predicted}; true {true}); "
+            f"the optimal candidate is {best} (predicted {h['predicted'][best]:.4f}; "
+            f"true {labels[best][i]:.4f})"
+        )
         assert text in e0["reason"]
         assert text in printed
     assert f"E0 failed: {e0['reason']}; broad fits will not run." in printed
@@ -566,7 +642,9 @@ def test_cli_refuses_out_of_order_with_exit_2(tmp_path, tiny_config, capsys):
 
 
 def test_module_main_parses_sys_argv(tmp_path, tiny_config, monkeypatch, capsys):
-    monkeypatch.setattr("sys.argv", ["architecture_study", "report", str(tiny_config), "--output", str(tmp_path / "none")])
+    monkeypatch.setattr(
+        "sys.argv", ["architecture_study", "report", str(tiny_config), "--output", str(tmp_path / "none")]
+    )
     with pytest.raises(SystemExit) as info:
         study.main()
     assert info.value.code == 2
@@ -583,16 +661,20 @@ def _toy_population(q, mask):
 
     s = len(q)
     return types.SimpleNamespace(
-        q=torch.tensor(q, dtype=torch.float32), candidate_mask=torch.tensor(mask),
-        horizon=2, state_id=torch.arange(s) + 100, scene_id=torch.zeros(s, dtype=torch.int64),
-        chain_id=torch.zeros(s, dtype=torch.int64), step=torch.arange(s),
+        q=torch.tensor(q, dtype=torch.float32),
+        candidate_mask=torch.tensor(mask),
+        horizon=2,
+        state_id=torch.arange(s) + 100,
+        scene_id=torch.zeros(s, dtype=torch.int64),
+        chain_id=torch.zeros(s, dtype=torch.int64),
+        step=torch.arange(s),
     )
 
 
 def test_canary_row_rule_takes_first_state_unique_at_every_horizon():
     q = [
         [[1.0, 2.0], [0.5, 2.0005], [0.0, 0.0]],  # best at h=2 within 0.001 of runner-up: skipped
-        [[1.0, 2.0], [0.5, 1.0], [0.9, 1.5]],     # best action 0 by > tie_band at both horizons
+        [[1.0, 2.0], [0.5, 1.0], [0.9, 1.5]],  # best action 0 by > tie_band at both horizons
         [[3.0, 3.0], [0.0, 0.0], [0.0, 0.0]],
     ]
     mask = [[True, True, True]] * 3
@@ -619,8 +701,9 @@ def test_canary_recovery_requires_the_optimal_action_alone_within_tie_band():
     assert [h["recovered"] for h in good] == [True, True] and good[0]["chosen"] == [0]
     tied = canary_recovery(np.array([[0.8, 1.9], [0.1, 0.2], [0.8, 1.0]]), labels, mask, 0.001)
     assert [h["recovered"] for h in tied] == [False, True] and tied[0]["chosen"] == [0, 2]
-    masked = canary_recovery(np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels,
-                             np.array([True, True, False]), 0.001)
+    masked = canary_recovery(
+        np.array([[0.8, 1.9], [0.1, 0.2], [5.0, 5.0]]), labels, np.array([True, True, False]), 0.001
+    )
     assert [h["recovered"] for h in masked] == [True, True]
 
 
@@ -655,13 +738,18 @@ def test_reference_comparisons_paired_intervals_and_headline():
 
     from qhlab.study.references import reference_comparisons
 
-    best = [1.0, 2.0, 1.5, 1.0, 3.0, 2.5]        # mean 1.8333
-    straight = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]   # mean 2 (zero spread: point interval)
-    oracle = [0.5, 0.2, 0.4, 0.1, 0.3, 0.5]     # mean 0.3333
-    seed0 = [0.2, 0.4, 0.3, 0.1, 0.6, 0.5]      # below best on every scene
-    seed1 = [2.0, 2.5, 1.0, 3.0, 3.5, 2.0]      # worse than best on average
-    result = reference_comparisons(_references(best, straight, oracle), {0: _baseline(seed0), 1: _baseline(seed1)},
-                                   scene_ids=_SCENES, bootstrap=_BOOTSTRAP, baseline_arm="baseline")
+    best = [1.0, 2.0, 1.5, 1.0, 3.0, 2.5]  # mean 1.8333
+    straight = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # mean 2 (zero spread: point interval)
+    oracle = [0.5, 0.2, 0.4, 0.1, 0.3, 0.5]  # mean 0.3333
+    seed0 = [0.2, 0.4, 0.3, 0.1, 0.6, 0.5]  # below best on every scene
+    seed1 = [2.0, 2.5, 1.0, 3.0, 3.5, 2.0]  # worse than best on average
+    result = reference_comparisons(
+        _references(best, straight, oracle),
+        {0: _baseline(seed0), 1: _baseline(seed1)},
+        scene_ids=_SCENES,
+        bootstrap=_BOOTSTRAP,
+        baseline_arm="baseline",
+    )
     refs = result["references"]
     assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
     assert refs["myopic_oracle"]["oracle"] is True
@@ -691,8 +779,10 @@ def test_reference_comparisons_paired_intervals_and_headline():
     assert per_seed[1]["beats"] is False and per_seed[1]["ratio"] == pytest.approx(np.mean(seed1) / np.mean(best))
     assert headline["beats_every_seed"] is False
     text = headline["text"]
-    assert text.startswith("The learned baseline does not beat the best TRAIN-chosen heuristic "
-                           "(fixed candidate index 3) on both seeds at H=2 (it does on 1 of 2): ")
+    assert text.startswith(
+        "The learned baseline does not beat the best TRAIN-chosen heuristic "
+        "(fixed candidate index 3) on both seeds at H=2 (it does on 1 of 2): "
+    )
     assert "seed 0: baseline regret_2 0.35 vs heuristic 1.833" in text
     assert ": beats;" in text and text.endswith(": does not beat.")
     assert f"ratio {np.mean(seed0) / np.mean(best):.3g}" in text
@@ -707,18 +797,30 @@ def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
     # worse, so resamples with it twice have a positive mean and the upper bound crosses 0.
     below = [0.5, 0.6, 0.4, 0.5, 0.5, 0.9]
     crossing = [0.5, 0.5, 0.5, 0.5, 0.5, 3.2]
-    both = reference_comparisons(_references(best, best, best), {0: _baseline(below), 1: _baseline(below)},
-                                 scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    both = reference_comparisons(
+        _references(best, best, best),
+        {0: _baseline(below), 1: _baseline(below)},
+        scene_ids=_SCENES,
+        bootstrap=_BOOTSTRAP,
+    )
     assert both["headline"]["beats_every_seed"] is True
     assert both["headline"]["text"].startswith("The learned baseline beats the best TRAIN-chosen heuristic")
-    mixed = reference_comparisons(_references(best, best, best), {0: _baseline(below), 1: _baseline(crossing)},
-                                  scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    mixed = reference_comparisons(
+        _references(best, best, best),
+        {0: _baseline(below), 1: _baseline(crossing)},
+        scene_ids=_SCENES,
+        bootstrap=_BOOTSTRAP,
+    )
     seed1 = mixed["headline"]["per_seed"][1]
     assert seed1["baseline_regret"] < seed1["heuristic_regret"] and seed1["high"] > 0
     assert seed1["beats"] is False and mixed["headline"]["beats_every_seed"] is False
     # A heuristic with zero regret cannot be beaten and has no ratio.
-    zero = reference_comparisons(_references([0.0] * 6, best, best), {0: _baseline(below), 1: _baseline(below)},
-                                 scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+    zero = reference_comparisons(
+        _references([0.0] * 6, best, best),
+        {0: _baseline(below), 1: _baseline(below)},
+        scene_ids=_SCENES,
+        bootstrap=_BOOTSTRAP,
+    )
     assert [r["ratio"] for r in zero["headline"]["per_seed"]] == [None, None]
     assert "ratio undefined" in zero["headline"]["text"] and zero["headline"]["beats_every_seed"] is False
 
@@ -733,8 +835,12 @@ def test_reference_comparisons_refuse_other_scenes_and_missing_references():
     with pytest.raises(QhInputError, match="references=.*is not allowed; allowed: exactly"):
         reference_comparisons(refs, {0: _baseline([0.5] * 6)}, scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
     with pytest.raises(QhInputError, match=r"baseline_regret\[0\]='shape \(5, 2\)'"):
-        reference_comparisons(_references([1.0] * 6, [1.0] * 6, [1.0] * 6), {0: _baseline([0.5] * 5)},
-                              scene_ids=_SCENES, bootstrap=_BOOTSTRAP)
+        reference_comparisons(
+            _references([1.0] * 6, [1.0] * 6, [1.0] * 6),
+            {0: _baseline([0.5] * 5)},
+            scene_ids=_SCENES,
+            bootstrap=_BOOTSTRAP,
+        )
     # A yardstick not chosen on TRAIN, or an oracle that does not say so, never reaches a report.
     for name, field, bad in (("best_fixed_index", "chosen_on", "validation"), ("myopic_oracle", "oracle", False)):
         refs = _references([1.0] * 6, [1.0] * 6, [1.0] * 6)
@@ -756,8 +862,17 @@ def test_refused_run_fit_leaves_the_cell_lock_file_untouched(study_copy, finishe
     lock.write_bytes(b"12345\n")
     os.utime(lock, ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
     before = (lock.read_bytes(), lock.stat().st_mtime_ns)
-    argv = ["study", "run-fit", str(finished_study["config"]), "--output", str(output),
-            "--variant", "baseline", "--seed", "0"]
+    argv = [
+        "study",
+        "run-fit",
+        str(finished_study["config"]),
+        "--output",
+        str(output),
+        "--variant",
+        "baseline",
+        "--seed",
+        "0",
+    ]
     assert main(argv) == 2  # the cell is finished
     err = capsys.readouterr().err
     assert err.startswith("error: run_fit: cell baseline-s0 is finished") and "Traceback" not in err

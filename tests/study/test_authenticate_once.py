@@ -28,7 +28,7 @@ _WATCH: dict = {"prefix": None, "opens": collections.Counter()}
 def _hook(event: str, args: tuple) -> None:
     prefix = _WATCH["prefix"]
     if prefix is not None and event == "open" and isinstance(args[0], str) and args[0].startswith(prefix):
-        _WATCH["opens"][args[0][len(prefix):].lstrip("/")] += 1
+        _WATCH["opens"][args[0][len(prefix) :].lstrip("/")] += 1
 
 
 sys.addaudithook(_hook)  # audit hooks cannot be removed; it counts only while a prefix is set

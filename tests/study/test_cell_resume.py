@@ -31,9 +31,14 @@ def test_a_killed_cell_resumes_from_its_last_checkpoint(tmp_path, finished_study
     checkpoints = sorted(attempt.glob("segment_checkpoint_u*.receipt.json"))
     assert len(checkpoints) >= 2
     # What a SIGKILL after the second-to-last checkpoint leaves behind.
-    for path in [cell / "cell.receipt.json", *attempt.glob("final_state.*"), attempt / "fit.receipt.json",
-                 attempt / "evaluation.receipt.json", attempt / "wandb_attempt.receipt.json",
-                 *attempt.glob(checkpoints[-1].name.removesuffix(".receipt.json") + ".*")]:
+    for path in [
+        cell / "cell.receipt.json",
+        *attempt.glob("final_state.*"),
+        attempt / "fit.receipt.json",
+        attempt / "evaluation.receipt.json",
+        attempt / "wandb_attempt.receipt.json",
+        *attempt.glob(checkpoints[-1].name.removesuffix(".receipt.json") + ".*"),
+    ]:
         path.unlink()
     last = int(checkpoints[-2].name.removeprefix("segment_checkpoint_u").removesuffix(".receipt.json"))
     with contextlib.redirect_stdout(io.StringIO()):

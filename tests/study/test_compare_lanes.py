@@ -124,20 +124,35 @@ def test_tost_carries_the_seed_variance():
 
 
 def test_the_default_margin_is_the_study_regret_mde():
-    report = {"retention": [{"pooled_margins": {"D_reg": {"mde": 0.003}}},
-                            {"pooled_margins": {"D_reg": {"mde": 0.0041}}}]}
+    report = {
+        "retention": [{"pooled_margins": {"D_reg": {"mde": 0.003}}}, {"pooled_margins": {"D_reg": {"mde": 0.0041}}}]
+    }
     assert study_regret_mde(report) == 0.0041
     with pytest.raises(QhInputError, match="pass --margin"):
         study_regret_mde({"retention": []})
 
 
 def test_decision_differences_name_every_field_with_both_values():
-    a = {"profile": "cpu-fp32", "workers": 1, "tie_band": 0.001, "bootstrap": {"seed": 0, "resamples": 999},
-         "name": "x"}
-    b = {"profile": "cpu-bf16", "workers": 4, "tie_band": 0.002, "bootstrap": {"seed": 1, "resamples": 999},
-         "name": "x", "extra": True}
-    assert decision_differences(a, b) == ["bootstrap.seed (A: 0, B: 1)", "extra (A: null, B: true)",
-                                          "tie_band (A: 0.001, B: 0.002)"]
+    a = {
+        "profile": "cpu-fp32",
+        "workers": 1,
+        "tie_band": 0.001,
+        "bootstrap": {"seed": 0, "resamples": 999},
+        "name": "x",
+    }
+    b = {
+        "profile": "cpu-bf16",
+        "workers": 4,
+        "tie_band": 0.002,
+        "bootstrap": {"seed": 1, "resamples": 999},
+        "name": "x",
+        "extra": True,
+    }
+    assert decision_differences(a, b) == [
+        "bootstrap.seed (A: 0, B: 1)",
+        "extra (A: null, B: true)",
+        "tie_band (A: 0.001, B: 0.002)",
+    ]
     assert decision_differences(a, {**a, "profile": "cpu-bf16", "workers": 3}) == []
 
 
@@ -151,8 +166,7 @@ def test_tensor_groups():
 @pytest.mark.parametrize("margin", ["0", "-0.01", "nan", "inf"])
 def test_a_bad_margin_is_refused_before_reading(tmp_path, margin):
     out = tmp_path / "lanes"
-    code, _, err = _run(["study", "compare-lanes", tmp_path / "a", tmp_path / "b", "--output", out,
-                         "--margin", margin])
+    code, _, err = _run(["study", "compare-lanes", tmp_path / "a", tmp_path / "b", "--output", out, "--margin", margin])
     assert code == 2 and "margin=" in err, err
     assert not out.exists()
 
@@ -198,15 +212,15 @@ def test_a_shifted_copy_is_not_equivalent(tmp_path, finished_study):
 
 
 @pytest.mark.slow
-def test_studies_frozen_from_different_decisions_are_refused(tmp_path, finished_study, population_cache,
-                                                             config_writer):
+def test_studies_frozen_from_different_decisions_are_refused(tmp_path, finished_study, population_cache, config_writer):
     config = config_writer(tmp_path / "other-config", population_cache, **{"tie_band = 0.001": "tie_band = 0.002"})
     other = tmp_path / "other"
     code, out, err = _run(["study", "run", config, "--output", other])
     assert code == 0, out + err
     lanes = tmp_path / "lanes"
-    code, _, err = _run(["study", "compare-lanes", finished_study["output"], other, "--output", lanes,
-                         "--margin", "0.01"])
+    code, _, err = _run(
+        ["study", "compare-lanes", finished_study["output"], other, "--output", lanes, "--margin", "0.01"]
+    )
     assert code == 2 and "tie_band (A: 0.001, B: 0.002)" in err, err
     assert "population_cache (A:" not in err and "profile (A:" not in err and "workers (A:" not in err, err
     assert not lanes.exists()
@@ -220,8 +234,9 @@ def test_a_tampered_study_is_refused_and_nothing_written(tmp_path, finished_stud
     path.chmod(0o644)
     path.write_text(path.read_text().replace('"regret"', '"regret" ', 1))  # one byte more
     lanes = tmp_path / "lanes"
-    code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
-                         "--margin", "0.01"])
+    code, _, err = _run(
+        ["study", "compare-lanes", finished_study["output"], copy, "--output", lanes, "--margin", "0.01"]
+    )
     assert code == 2 and err.startswith("error:"), err
     assert not lanes.exists()
     with pytest.raises(EvidenceError):
@@ -233,8 +248,9 @@ def test_a_tampered_study_is_refused_and_nothing_written(tmp_path, finished_stud
 def test_the_command_writes_the_four_files_which_verify(tmp_path, finished_study):
     copy = _copy(finished_study, tmp_path / "copy")
     lanes = tmp_path / "lanes"
-    code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
-                           "--margin", "0.01"])
+    code, out, err = _run(
+        ["study", "compare-lanes", finished_study["output"], copy, "--output", lanes, "--margin", "0.01"]
+    )
     assert code == 0, out + err
     assert sorted(p.name for p in lanes.iterdir()) == sorted(LANE_FILES)
     assert "equivalent at margin 0.01" in out and "checks passed" in out, out
@@ -242,8 +258,9 @@ def test_the_command_writes_the_four_files_which_verify(tmp_path, finished_study
     code, out, err = _run(["verify", lanes])
     assert code == 0, out + err
     # Write-once: the same output again is refused and left as it was.
-    code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output", lanes,
-                         "--margin", "0.01"])
+    code, _, err = _run(
+        ["study", "compare-lanes", finished_study["output"], copy, "--output", lanes, "--margin", "0.01"]
+    )
     assert code == 2 and "output=" in err, err
     assert sorted(p.name for p in lanes.iterdir()) == sorted(LANE_FILES)
 
@@ -275,8 +292,11 @@ def test_studies_made_under_other_package_versions_are_compared_not_refused(tmp_
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
         with pytest.raises(EvidenceError, match=r"versions\.torch='2\.11\.0\+cu130' is not allowed"):
             report_study(copy / "study-config.toml", copy)
-    assert result["lanes"]["A"]["versions"] == result["lanes"]["B"]["versions"] == {
-        k: v for k, v in real().items() if k in result["lanes"]["A"]["versions"]}
+    assert (
+        result["lanes"]["A"]["versions"]
+        == result["lanes"]["B"]["versions"]
+        == {k: v for k, v in real().items() if k in result["lanes"]["A"]["versions"]}
+    )
     assert result["versions_differ"] == [] and result["summary"]["checks_passed"]
     assert result["compared_under"]["torch"] == "2.11.0+cu130"  # the process that compared
     assert "Package versions that differ between the lanes: none." in (tmp_path / "lanes" / "lanes.md").read_text()
@@ -293,34 +313,72 @@ def test_differing_lane_versions_are_listed(tmp_path, finished_study):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "_read_lane", _reading_copy_as(node_versions))
         result = compare_lanes(finished_study["output"], copy, tmp_path / "lanes", margin=0.01)
-    assert result["versions_differ"] == sorted({"torch"} | ({"lightning"} if result["lanes"]["A"]["versions"].get(
-        "lightning") != "2.6.6" else set()))
+    assert result["versions_differ"] == sorted(
+        {"torch"} | ({"lightning"} if result["lanes"]["A"]["versions"].get("lightning") != "2.6.6" else set())
+    )
     text = (tmp_path / "lanes" / "lanes.md").read_text()
     assert f"torch {result['lanes']['A']['versions']['torch']} / 2.11.0+cu130" in text
 
 
 @pytest.mark.slow
-def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_1(tmp_path, finished_study,
-                                                                                    monkeypatch):
+def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_1(
+    tmp_path, finished_study, monkeypatch
+):
     from qhlab.lanes import compare as module
 
     copy = _copy(finished_study, tmp_path / "copy")
-    populations = [Path(json.loads((copy / name).read_text())["body"][split]["path"])
-                   for name, split in (("freeze.receipt.json", "train"), ("development.receipt.json", "validation"))]
+    populations = [
+        Path(json.loads((copy / name).read_text())["body"][split]["path"])
+        for name, split in (("freeze.receipt.json", "train"), ("development.receipt.json", "validation"))
+    ]
     for population in populations:  # as on another machine: not at the recorded paths, not in the cache
         shutil.copytree(population, tmp_path / "moved" / population.name)
         population.rename(population.with_name(population.name + ".away"))
     monkeypatch.setattr("qhlab.evidence.receipts.DEFAULT_POPULATION_ROOT", str(tmp_path / "empty-cache"))
     try:
-        code, _, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
-                             tmp_path / "lanes-missing", "--margin", "0.01"])
+        code, _, err = _run(
+            [
+                "study",
+                "compare-lanes",
+                finished_study["output"],
+                copy,
+                "--output",
+                tmp_path / "lanes-missing",
+                "--margin",
+                "0.01",
+            ]
+        )
         assert code == 2 and not (tmp_path / "lanes-missing").exists(), err
-        code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
-                               tmp_path / "lanes", "--margin", "0.01", "--populations", tmp_path / "moved"])
+        code, out, err = _run(
+            [
+                "study",
+                "compare-lanes",
+                finished_study["output"],
+                copy,
+                "--output",
+                tmp_path / "lanes",
+                "--margin",
+                "0.01",
+                "--populations",
+                tmp_path / "moved",
+            ]
+        )
         assert code == 0, out + err
         monkeypatch.setattr(module, "_read_lane", _reading_copy_as(_fewer_updates))
-        code, out, err = _run(["study", "compare-lanes", finished_study["output"], copy, "--output",
-                               tmp_path / "lanes-failed", "--margin", "0.01", "--populations", tmp_path / "moved"])
+        code, out, err = _run(
+            [
+                "study",
+                "compare-lanes",
+                finished_study["output"],
+                copy,
+                "--output",
+                tmp_path / "lanes-failed",
+                "--margin",
+                "0.01",
+                "--populations",
+                tmp_path / "moved",
+            ]
+        )
         assert code == 1 and "checks FAILED" in out, out + err
         assert sorted(p.name for p in (tmp_path / "lanes-failed").iterdir()) == sorted(LANE_FILES)
     finally:
@@ -328,18 +386,31 @@ def test_moved_populations_are_found_under_populations_and_a_failed_check_exits_
             population.with_name(population.name + ".away").rename(population)
 
 
-@pytest.mark.skipif(not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()),
-                    reason=f"cpu-bf16 needs a CPU with AVX512-BF16 or AMX; this one has "
-                           f"{torch.backends.cpu.get_cpu_capability()}")
+@pytest.mark.skipif(
+    not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()),
+    reason=f"cpu-bf16 needs a CPU with AVX512-BF16 or AMX; this one has {torch.backends.cpu.get_cpu_capability()}",
+)
 @pytest.mark.slow
-def test_the_tiny_study_on_cpu_bf16_compares_with_cpu_fp32(tmp_path, finished_study, population_cache,
-                                                            config_writer) -> None:
+def test_the_tiny_study_on_cpu_bf16_compares_with_cpu_fp32(
+    tmp_path, finished_study, population_cache, config_writer
+) -> None:
     """The two-lane test: the same tiny study on cpu-fp32 (A) and cpu-bf16 (B)."""
-    config = config_writer(tmp_path / "bf16-config", population_cache,
-                           **{'profile = "cpu-fp32"': 'profile = "cpu-bf16"'})
+    config = config_writer(
+        tmp_path / "bf16-config", population_cache, **{'profile = "cpu-fp32"': 'profile = "cpu-bf16"'}
+    )
     assert main(["study", "run", str(config), "--output", str(tmp_path / "bf16")]) == 0
-    code = main(["study", "compare-lanes", str(finished_study["output"]), str(tmp_path / "bf16"),
-                 "--output", str(tmp_path / "lanes"), "--margin", "0.01"])
+    code = main(
+        [
+            "study",
+            "compare-lanes",
+            str(finished_study["output"]),
+            str(tmp_path / "bf16"),
+            "--output",
+            str(tmp_path / "lanes"),
+            "--margin",
+            "0.01",
+        ]
+    )
     lanes = json.loads((tmp_path / "lanes" / "lanes.json").read_text())
     assert code in (0, 1) and lanes["lanes"]["B"]["profile"] == "cpu-bf16"
     assert all(c["observed_updates"]["A"] == c["observed_updates"]["B"] for c in lanes["cells"])

@@ -76,13 +76,16 @@ def _forge(directory: Path, edit) -> None:
     _reseal(directory)
 
 
-@pytest.mark.parametrize("replace, field, allowed", [
-    ({"train_seeds = [21, 22, 23]": "train_seeds = [7, 22, 23]"}, "train_seeds", "fresh seeds of tiny"),
-    ({"train_seeds = [21, 22, 23]": "train_seeds = [21, 22]"}, "train_seeds", "at least 3 items"),
-    ({"train_seeds = [21, 22, 23]": "train_seeds = [21, 21, 23]"}, "train_seeds", "distinct integers >= 0"),
-    ({"min_pass_share = 1.0": "min_pass_share = 0"}, "min_pass_share", "greater than 0"),
-    ({"workers = 1": "workers = 1\ncanary_updates = 900"}, "canary_updates", "Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "replace, field, allowed",
+    [
+        ({"train_seeds = [21, 22, 23]": "train_seeds = [7, 22, 23]"}, "train_seeds", "fresh seeds of tiny"),
+        ({"train_seeds = [21, 22, 23]": "train_seeds = [21, 22]"}, "train_seeds", "at least 3 items"),
+        ({"train_seeds = [21, 22, 23]": "train_seeds = [21, 21, 23]"}, "train_seeds", "distinct integers >= 0"),
+        ({"min_pass_share = 1.0": "min_pass_share = 0"}, "min_pass_share", "greater than 0"),
+        ({"workers = 1": "workers = 1\ncanary_updates = 900"}, "canary_updates", "Extra inputs are not permitted"),
+    ],
+)
 def test_bad_e0_check_config_is_refused_with_nothing_written(tmp_path, cache, capsys, replace, field, allowed):
     output = tmp_path / "out"
     assert main(["e0-check", str(_check_config(tmp_path / "c", cache, **replace)), "--output", str(output)]) == 2
@@ -140,8 +143,9 @@ def test_verify_recomputes_the_gates_and_refuses_forgeries_and_nested_copies(tmp
     shutil.copytree(reference, moved)
     assert main(["verify", str(moved)]) == 0
     capsys.readouterr()
-    failed = next(i for i, o in enumerate(json.loads((reference / "e0.json").read_text())["outcomes"])
-                  if not o["passed"])
+    failed = next(
+        i for i, o in enumerate(json.loads((reference / "e0.json").read_text())["outcomes"]) if not o["passed"]
+    )
 
     # A failed draw called passed, counts resealed: its canaries' predictions say otherwise.
     def flip(record: dict) -> None:
@@ -200,16 +204,21 @@ def test_freeze_binds_a_check_that_met_its_share_and_refuses_what_disagrees(tmp_
     assert "adopted" in capsys.readouterr().out
     again = json.loads((met / "e0.json").read_text())
     assert again["meets_min_pass_share"] is True
-    assert [o["e0_receipt_sha256"] for o in again["outcomes"]] == \
-        [o["e0_receipt_sha256"] for o in json.loads((reference / "e0.json").read_text())["outcomes"]]
+    assert [o["e0_receipt_sha256"] for o in again["outcomes"]] == [
+        o["e0_receipt_sha256"] for o in json.loads((reference / "e0.json").read_text())["outcomes"]
+    ]
 
     refused = tmp_path / "refused"
     cases = [
         (_study(tmp_path / "a", cache, e0=reference), "an E0 check that reached its minimum pass share"),
-        (_study(tmp_path / "b", cache, e0=met, replace={"canary_updates = 600": "canary_updates = 700"}),
-         "it differs in canary_updates, recipe"),
-        (_study(tmp_path / "c", cache, e0=met, replace={"seed = 7": "seed = 22"}),
-         "a TRAIN seed the E0 check did not gate (it gated [21, 22, 23])"),
+        (
+            _study(tmp_path / "b", cache, e0=met, replace={"canary_updates = 600": "canary_updates = 700"}),
+            "it differs in canary_updates, recipe",
+        ),
+        (
+            _study(tmp_path / "c", cache, e0=met, replace={"seed = 7": "seed = 22"}),
+            "a TRAIN seed the E0 check did not gate (it gated [21, 22, 23])",
+        ),
     ]
     for study, expected in cases:
         assert main(["study", "freeze", str(study), "--output", str(refused)]) == 2

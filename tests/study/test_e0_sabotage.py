@@ -19,8 +19,9 @@ def _zero_learning_rate(monkeypatch) -> None:
 
     def configure_optimizers(self):
         opt = self.recipe.optimizer
-        return torch.optim.AdamW(self.online.parameters(), lr=0.0, betas=opt.betas, eps=opt.eps,
-                                 weight_decay=opt.weight_decay)
+        return torch.optim.AdamW(
+            self.online.parameters(), lr=0.0, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
 
     monkeypatch.setattr(q_learning.QhTDModule, "configure_optimizers", configure_optimizers)
 
@@ -45,14 +46,24 @@ def _blind_to_candidates(monkeypatch) -> None:
     original = scorer.QhScorer.forward
 
     def forward(self, objects, object_mask, goal, candidates, candidate_object, candidate_mask):
-        return original(self, objects, object_mask, goal, torch.zeros_like(candidates),
-                        torch.zeros_like(candidate_object), candidate_mask)
+        return original(
+            self,
+            objects,
+            object_mask,
+            goal,
+            torch.zeros_like(candidates),
+            torch.zeros_like(candidate_object),
+            candidate_mask,
+        )
 
     monkeypatch.setattr(scorer.QhScorer, "forward", forward)
 
 
-@pytest.mark.parametrize("sabotage", [None, _zero_learning_rate, _mean_for_max, _blind_to_candidates],
-                         ids=["genuine", "zero-learning-rate", "mean-for-max", "blind-to-candidates"])
+@pytest.mark.parametrize(
+    "sabotage",
+    [None, _zero_learning_rate, _mean_for_max, _blind_to_candidates],
+    ids=["genuine", "zero-learning-rate", "mean-for-max", "blind-to-candidates"],
+)
 def test_e0_passes_only_on_the_genuine_pipeline(sabotage, tmp_path, tiny_config, monkeypatch) -> None:
     from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study
 

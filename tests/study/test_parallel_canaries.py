@@ -37,8 +37,10 @@ def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
     output = tmp_path / "study"
     with contextlib.redirect_stdout(io.StringIO()) as out:
         assert main(["study", "freeze", str(finished_study["config"]), "--output", str(output)]) == 0, out.getvalue()
-    with Study.open(finished_study["config"], output).authenticated("test") as frozen, JobRunner(
-            frozen.config.executor_choice(), 2, call="test", warm_imports=FIT_WORKER_IMPORTS) as runner:
+    with (
+        Study.open(finished_study["config"], output).authenticated("test") as frozen,
+        JobRunner(frozen.config.executor_choice(), 2, call="test", warm_imports=FIT_WORKER_IMPORTS) as runner,
+    ):
         # The run's one runner: the canaries' workers are the ones later steps get.
         run.fit_canaries(frozen, runner)
         pooled = _canaries(output)

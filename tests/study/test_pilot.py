@@ -57,12 +57,20 @@ def cache(tmp_path_factory) -> Path:
     return root
 
 
-def _study(directory: Path, cache: Path, *, pilot: Path | None = None, validation_seed: int = 8,
-           extra: str = "", broad_updates: int = 30) -> Path:
+def _study(
+    directory: Path,
+    cache: Path,
+    *,
+    pilot: Path | None = None,
+    validation_seed: int = 8,
+    extra: str = "",
+    broad_updates: int = 30,
+) -> Path:
     text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
     text = text.replace("broad_updates = 30", f"broad_updates = {broad_updates}").replace(
-        '[validation]\npreset = "tiny"\nseed = 8', f'[validation]\npreset = "tiny"\nseed = {validation_seed}')
-    text = text[:text.index("[[experiment.arms]]")] + _ARMS
+        '[validation]\npreset = "tiny"\nseed = 8', f'[validation]\npreset = "tiny"\nseed = {validation_seed}'
+    )
+    text = text[: text.index("[[experiment.arms]]")] + _ARMS
     if pilot is not None:
         text += f'\n[preparation]\npilot = "{pilot / "pilot.json"}"\n'
     directory.mkdir(parents=True, exist_ok=True)
@@ -105,8 +113,11 @@ def _fits(directory: Path) -> list:
 def test_the_draw_effect_is_recovered_and_clamped_at_zero():
     rng = np.random.default_rng(0)
     draws, seeds, scenes, omega, tau = 400, 3, 50, 0.01, 0.004
-    table = (rng.normal(0, omega, (draws, 1, 1)) + rng.normal(0, tau, (draws, seeds, 1))
-             + rng.normal(0, 0.02, (draws, seeds, scenes)))
+    table = (
+        rng.normal(0, omega, (draws, 1, 1))
+        + rng.normal(0, tau, (draws, seeds, 1))
+        + rng.normal(0, 0.02, (draws, seeds, scenes))
+    )
     assert draw_effect_sd(table) == pytest.approx(omega, rel=0.15)
     # Without a draw effect the estimate is near 0; a negative moment estimate is clamped to 0.
     without = rng.normal(0, tau, (draws, seeds, 1)) + rng.normal(0, 0.02, (draws, seeds, scenes))
@@ -120,11 +131,12 @@ def test_the_draw_effect_is_recovered_and_clamped_at_zero():
 def test_a_pilots_draw_component_widens_the_pooled_interval_undivided():
     d = np.random.default_rng(1).normal(0.01, 0.02, (2, 40))
     seed_only = pooled_difference(d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5)
-    with_draw = pooled_difference(d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5, draw_sd=0.004,
-                                  draw_sd_dof=2)
+    with_draw = pooled_difference(
+        d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5, draw_sd=0.004, draw_sd_dof=2
+    )
     assert seed_only.sources == ("scenes", "training seed") and seed_only.draw_sd is None
     assert with_draw.sources == ("scenes", "training seed", "TRAIN draw") and with_draw.draw_sd == 0.004
-    assert with_draw.se == pytest.approx(np.sqrt(seed_only.se ** 2 + 0.004 ** 2))
+    assert with_draw.se == pytest.approx(np.sqrt(seed_only.se**2 + 0.004**2))
     assert with_draw.high - with_draw.low > seed_only.high - seed_only.low and with_draw.mde > seed_only.mde
     with pytest.raises(Exception, match="draw_sd"):
         pooled_difference(d, draw_sd=0.004, draw_sd_dof=2)  # a draw term needs the pilot's seed term
@@ -184,14 +196,17 @@ def test_the_draw_term_restores_coverage_that_seed_only_intervals_lose():
 # ----------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize("replace, field, allowed", [
-    ({"seeds = [2, 3]": "seeds = [0, 3]"}, "seeds", "seeds the study does not use"),
-    ({"seed = 9": "seed = 8"}, "validation", "a tuning population the study never scores on"),
-    ({"train_draws = [11, 12]": "train_draws = [11]"}, "train_draws", "none, or two or more"),
-    ({"train_draws = [11, 12]": "train_draws = [7, 12]"}, "train_draws", "other TRAIN seeds of the preset"),
-    ({"workers = 1": "workers = 1\ndraw_seeds = [2, 5]"}, "draw_seeds", "two or more of seeds"),
-    ({"workers = 1": "workers = 1\naccelerator = \"cpu\""}, "accelerator", "Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "replace, field, allowed",
+    [
+        ({"seeds = [2, 3]": "seeds = [0, 3]"}, "seeds", "seeds the study does not use"),
+        ({"seed = 9": "seed = 8"}, "validation", "a tuning population the study never scores on"),
+        ({"train_draws = [11, 12]": "train_draws = [11]"}, "train_draws", "none, or two or more"),
+        ({"train_draws = [11, 12]": "train_draws = [7, 12]"}, "train_draws", "other TRAIN seeds of the preset"),
+        ({"workers = 1": "workers = 1\ndraw_seeds = [2, 5]"}, "draw_seeds", "two or more of seeds"),
+        ({"workers = 1": 'workers = 1\naccelerator = "cpu"'}, "accelerator", "Extra inputs are not permitted"),
+    ],
+)
 def test_bad_pilot_config_is_refused_with_nothing_written(tmp_path, cache, capsys, replace, field, allowed):
     output = tmp_path / "out"
     assert main(["pilot", str(_pilot_config(tmp_path / "c", cache, **replace)), "--output", str(output)]) == 2
@@ -231,14 +246,17 @@ def test_the_record_holds_the_design_and_its_components_recompute(reference):
     # 3 arms x seeds [2, 3] on TRAIN 7, and 3 arms x draw seeds [2, 3] on TRAIN 11 and 12.
     assert len(record["fits"]) == 18 and record["draws"] == [7, 11, 12] and record["draw_seeds"] == [2, 3]
     assert [(c["arm"], c["against"]) for c in record["comparisons"]] == [
-        ("baseline", "control_global_readout"), ("variant_cross_attention", "control_global_readout"),
-        ("variant_cross_attention", "baseline")]
+        ("baseline", "control_global_readout"),
+        ("variant_cross_attention", "control_global_readout"),
+        ("variant_cross_attention", "baseline"),
+    ]
     assert record["seed_variance"]["seeds"] == 2 and record["train_draw"]["draws"] == 3
     every = record["comparisons"] + record["margins"]
     assert record["seed_variance"]["regret"] == max(c["tau"]["regret"] for c in every)
     assert record["train_draw"]["mae"] == max(c["draw_sd"]["mae"] for c in every)
-    again = components_of(record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12],
-                          draw_seeds=[2, 3])
+    again = components_of(
+        record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12], draw_seeds=[2, 3]
+    )
     assert again["comparisons"] == record["comparisons"] and again["train_draw"] == record["train_draw"]
     assert check_record(reference) == {"fits": 18, "comparisons": 4, "fits_recomputed": 18, "fits_absent": 0}
     # A finished directory is re-read, not refitted.
@@ -249,8 +267,12 @@ def test_the_record_holds_the_design_and_its_components_recompute(reference):
 def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, reference):
     config = _pilot_config(tmp_path / "c", cache)
     output = tmp_path / "out"
-    process = subprocess.Popen([sys.executable, "-m", "qhlab.cli", "pilot", str(config), "--output", str(output)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "qhlab.cli", "pilot", str(config), "--output", str(output)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
         if (output / "fits" / "control_global_readout-d7-s2").is_dir():
@@ -262,8 +284,10 @@ def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, refer
     assert not (output / "pilot.json").exists()
     assert main(["pilot", str(config), "--output", str(output)]) == 0
     assert _fits(output) == _fits(reference)
-    assert json.loads((output / "pilot.json").read_text())["seed_variance"] == \
-        json.loads((reference / "pilot.json").read_text())["seed_variance"]
+    assert (
+        json.loads((output / "pilot.json").read_text())["seed_variance"]
+        == json.loads((reference / "pilot.json").read_text())["seed_variance"]
+    )
 
 
 @pytest.mark.slow
@@ -286,8 +310,9 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     shutil.copytree(reference, forged)
     record = json.loads((forged / "pilot.json").read_text())
     record["fits"][0]["regret"] = [0.0 for _ in record["fits"][0]["regret"]]
-    record.update(components_of(record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12],
-                                draw_seeds=[2, 3]))
+    record.update(
+        components_of(record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12], draw_seeds=[2, 3])
+    )
     (forged / "pilot.json").write_bytes(canonical_json(record))
     _reseal(forged)
     assert main(["verify", str(forged)]) == 2
@@ -303,8 +328,15 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
         # Another design: the pilot's fits do not measure this study's cells.
         (_study(tmp_path / "b", cache, pilot=reference, broad_updates=40), "it differs in broad_updates, recipes"),
         # A typed [seed_variance] that disagrees with the record.
-        (_study(tmp_path / "c", cache, pilot=reference, extra='\n[seed_variance]\nregret = 0.5\nmae = 0.5\n'
-                'seeds = 2\nsource = "typed"\n'), "the pilot record's values"),
+        (
+            _study(
+                tmp_path / "c",
+                cache,
+                pilot=reference,
+                extra='\n[seed_variance]\nregret = 0.5\nmae = 0.5\nseeds = 2\nsource = "typed"\n',
+            ),
+            "the pilot record's values",
+        ),
     ]
     # A study that reports one of the pilot's seeds.
     overlapping = _study(tmp_path / "e", cache, pilot=reference)
@@ -335,8 +367,10 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     assert pooled["sources"] == ["scenes", "training seed", "TRAIN draw"]
     assert pooled["seed_sd"] == recorded["seed_variance"]["regret"]
     assert pooled["draw_sd"] == recorded["train_draw"]["regret"]
-    assert "The seed-pooled intervals below carry: scenes, training seed, TRAIN draw." in \
-        (study / "report" / "report.md").read_text()
+    assert (
+        "The seed-pooled intervals below carry: scenes, training seed, TRAIN draw."
+        in (study / "report" / "report.md").read_text()
+    )
     capsys.readouterr()
     assert main(["verify", str(study)]) == 0
     assert "preparation/pilot: 4 comparisons'" in capsys.readouterr().out

@@ -101,8 +101,9 @@ def test_population_labelled_on_the_cluster_is_byte_identical(cluster, tmp_path)
     from qhlab.scenes import generate_population
 
     local = generate_population("tiny", "train", 3, tmp_path / "local", workers=1)
-    remote = generate_population("tiny", "train", 3, tmp_path / "ray",
-                                 executor=ExecutorChoice("ray", cluster["address"]))
+    remote = generate_population(
+        "tiny", "train", 3, tmp_path / "ray", executor=ExecutorChoice("ray", cluster["address"])
+    )
     for name in ("scenes.parquet", "states.parquet", "candidates.parquet", "manifest.json", "population.receipt.json"):
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
     generation = read_receipt(remote / "generation.receipt.json", PopulationGenerationReceipt).record()
@@ -114,11 +115,14 @@ def test_population_labelled_on_the_cluster_is_byte_identical(cluster, tmp_path)
 
 
 def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
-        cluster, tmp_path, tiny_config, finished_study) -> None:
+    cluster, tmp_path, tiny_config, finished_study
+) -> None:
     from qhlab.cli import main
     from qhlab.evidence import read_receipt
 
-    cache = Path(json.loads((finished_study["output"] / "freeze.receipt.json").read_text())["body"]["train"]["path"]).parent
+    cache = Path(
+        json.loads((finished_study["output"] / "freeze.receipt.json").read_text())["body"]["train"]["path"]
+    ).parent
     cache_before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     output = tmp_path / "study"
     stop, killed = threading.Event(), []
@@ -127,8 +131,19 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
-            code = main(["study", "run", str(tiny_config), "--output", str(output),
-                         "--executor", "ray", "--ray-address", cluster["address"]])
+            code = main(
+                [
+                    "study",
+                    "run",
+                    str(tiny_config),
+                    "--output",
+                    str(output),
+                    "--executor",
+                    "ray",
+                    "--ray-address",
+                    cluster["address"],
+                ]
+            )
     finally:
         stop.set()
         killer.join()
@@ -197,8 +212,22 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     before = read_receipt(cell_dir / "cell.receipt.json", StudyCellReceipt).body_record()
     (cell_dir / "cell.receipt.json").unlink()
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["study", "run", str(tiny_config), "--output", str(restarted),
-                     "--executor", "ray", "--ray-address", cluster["address"]]) == 0
+        assert (
+            main(
+                [
+                    "study",
+                    "run",
+                    str(tiny_config),
+                    "--output",
+                    str(restarted),
+                    "--executor",
+                    "ray",
+                    "--ray-address",
+                    cluster["address"],
+                ]
+            )
+            == 0
+        )
     after = read_receipt(cell_dir / "cell.receipt.json", StudyCellReceipt).body_record()
     assert after["attempt"] == before["attempt"] and after["final_state_sha256"] == before["final_state_sha256"]
     assert [p.name for p in cell_dir.iterdir() if p.is_dir()] == [before["attempt"]]
@@ -206,8 +235,9 @@ def test_study_cells_on_the_cluster_match_local_and_survive_a_killed_worker(
     assert after["execution"]["fit_ran_on"]["node_id"] in nodes
 
 
-def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_path, byo_writer,
-                                                                 population_cache) -> None:
+def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(
+    cluster, tmp_path, byo_writer, population_cache
+) -> None:
     """A byo study's cells on Ray match its cells fitted locally: each task carries the study's
     frozen copy of the user arm (no file is shared), and the user's own file is never read."""
     from qhlab.cli import main
@@ -219,8 +249,22 @@ def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_pa
     output = tmp_path / "ray" / "study"
     assert main(["study", "freeze", str(config), "--output", str(output)]) == 0
     (tmp_path / "ray" / "my_arms.py").write_text("raise ImportError('the user file is never imported')\n")
-    assert main(["study", "run", str(config), "--output", str(output), "--executor", "ray",
-                 "--ray-address", cluster["address"]]) == 0
+    assert (
+        main(
+            [
+                "study",
+                "run",
+                str(config),
+                "--output",
+                str(output),
+                "--executor",
+                "ray",
+                "--ray-address",
+                cluster["address"],
+            ]
+        )
+        == 0
+    )
     for cell in ("control_maxpool_sets-s0", "variant_struck_mlp-s1"):
         ours = read_receipt(output / "cells" / cell / "cell.receipt.json", StudyCellReceipt).record()
         theirs = json.loads((tmp_path / "local" / "study" / "cells" / cell / "cell.receipt.json").read_text())
@@ -229,16 +273,19 @@ def test_user_arms_on_the_cluster_import_the_shipped_frozen_copy(cluster, tmp_pa
     assert main(["verify", str(output)]) == 0
 
 
-def test_a_cell_no_node_can_run_is_refused_before_anything_is_written(cluster, tmp_path, config_writer,
-                                                                     population_cache, capsys) -> None:
+def test_a_cell_no_node_can_run_is_refused_before_anything_is_written(
+    cluster, tmp_path, config_writer, population_cache, capsys
+) -> None:
     from qhlab.cli import main
 
     # Each node of the cluster has one CPU; a cell with two torch threads could never start.
     config = config_writer(tmp_path / "cfg", population_cache, **{"workers = 1": "workers = 1\ntorch_threads = 2"})
     output = tmp_path / "study"
     assert main(["study", "run", str(config), "--output", str(output), "--ray-address", cluster["address"]]) == 2
-    assert "qhlab study run: torch_threads=2 is not allowed; allowed: at most 1, the most CPUs of one live node " \
-           "of the Ray cluster" in capsys.readouterr().err
+    assert (
+        "qhlab study run: torch_threads=2 is not allowed; allowed: at most 1, the most CPUs of one live node "
+        "of the Ray cluster" in capsys.readouterr().err
+    )
     assert not output.exists()
     assert not ray.is_initialized()
 
@@ -259,9 +306,11 @@ def test_a_cell_lost_on_every_try_is_one_clear_error_naming_its_tries(cluster) -
     from qhlab.evidence import QhError
 
     assert isinstance(error, QhError)
-    assert str(error).startswith(f"run_cells_on_ray: cell baseline-s0 was lost: WorkerCrashedError (Ray allows "
-                                 f"{RAY_TASK_RETRIES} retries; 3 tries on record: try 1 on node 10.1.2.3 pid "
-                                 f"{os.getpid()}; try 2")
+    assert str(error).startswith(
+        f"run_cells_on_ray: cell baseline-s0 was lost: WorkerCrashedError (Ray allows "
+        f"{RAY_TASK_RETRIES} retries; 3 tries on record: try 1 on node 10.1.2.3 pid "
+        f"{os.getpid()}; try 2"
+    )
     assert "HINT: nothing of it was published" in str(error)
 
 
@@ -279,8 +328,11 @@ def test_a_server_that_is_not_a_ray_gcs_is_refused_in_bounded_time(tmp_path) -> 
     address = f"127.0.0.1:{listener.getsockname()[1]}"
     started = time.perf_counter()
     try:
-        with pytest.raises(QhInputError, match=f"t: --ray-address='{address}' is not allowed; allowed: the address of "
-                                               "a running Ray cluster's GCS. HINT: a server answers there, but not"):
+        with pytest.raises(
+            QhInputError,
+            match=f"t: --ray-address='{address}' is not allowed; allowed: the address of "
+            "a running Ray cluster's GCS. HINT: a server answers there, but not",
+        ):
             with open_executor(ExecutorChoice("ray", address), 1, call="t"):
                 pytest.fail("a server that is not Ray was connected")
     finally:
@@ -325,8 +377,9 @@ def _killed_driver(address: str, tmp_path: Path) -> dict:
 
     log = tmp_path / "driver.log"
     with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "-c", _DRIVER, address], stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER, address], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not log.read_text().strip().startswith("{"):
         assert driver.poll() is None, log.read_text()
@@ -366,7 +419,6 @@ def test_a_killed_driver_of_a_cluster_leaves_no_worker_of_its_job(cluster, tmp_p
     assert _wait_gone([again["worker"]], 30) == []
 
 
-
 _EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -375,26 +427,35 @@ def _preparation_configs(directory: Path, cache: Path, config_writer) -> dict[st
     tiny E0 check (three draws, 200-update canaries: whether a canary passes is not the question
     here, only that both executors record the same gates)."""
     directory.mkdir(parents=True, exist_ok=True)
-    tune = (_EXAMPLES / "tiny-tune.toml").read_text().replace(
-        'recipe = "tiny-recipe.toml"', f'recipe = "{_EXAMPLES / "tiny-recipe.toml"}"').replace(
-        'population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"').replace(
-        "trials = 4 ", "trials = 2 ")
+    tune = (
+        (_EXAMPLES / "tiny-tune.toml")
+        .read_text()
+        .replace('recipe = "tiny-recipe.toml"', f'recipe = "{_EXAMPLES / "tiny-recipe.toml"}"')
+        .replace('population_cache = "~/.cache/qhlab/populations"', f'population_cache = "{cache}"')
+        .replace("trials = 4 ", "trials = 2 ")
+    )
     (directory / "tune.toml").write_text(tune)
     study = config_writer(directory, cache, **{"canary_updates = 600": "canary_updates = 200"})
     text = study.read_text()
-    study.write_text(text[:text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'
-                     'role = "control"\n\n[[experiment.arms]]\narm = "variant_cross_attention"\nrole = "variant"\n'
-                     'control = "control_global_readout"\n')
+    study.write_text(
+        text[: text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'
+        'role = "control"\n\n[[experiment.arms]]\narm = "variant_cross_attention"\nrole = "variant"\n'
+        'control = "control_global_readout"\n'
+    )
     (directory / "pilot.toml").write_text(
         f'name = "ray-pilot"\nstudy = "{study}"\nseeds = [2, 3]\npopulation_cache = "{cache}"\n\n'
-        '[train]\npreset = "tiny"\nseed = 7\n\n[validation]\npreset = "tiny"\nseed = 9\n')
-    (directory / "e0.toml").write_text(f'name = "ray-e0"\nstudy = "{study}"\ntrain_seeds = [21, 22, 23]\n'
-                                       f'min_pass_share = 0.3\npopulation_cache = "{cache}"\n')
+        '[train]\npreset = "tiny"\nseed = 7\n\n[validation]\npreset = "tiny"\nseed = 9\n'
+    )
+    (directory / "e0.toml").write_text(
+        f'name = "ray-e0"\nstudy = "{study}"\ntrain_seeds = [21, 22, 23]\n'
+        f'min_pass_share = 0.3\npopulation_cache = "{cache}"\n'
+    )
     return {"tune": directory / "tune.toml", "pilot": directory / "pilot.toml", "e0-check": directory / "e0.toml"}
 
 
-def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(cluster, tmp_path, population_cache,
-                                                                     config_writer) -> None:
+def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(
+    cluster, tmp_path, population_cache, config_writer
+) -> None:
     from qhlab.cli import main
     from qhlab.scenes import cached_population
 
@@ -408,11 +469,20 @@ def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(cluster, 
     def same(command: str, record: dict) -> object:
         """What must not depend on the executor: every value but paths and wall times."""
         if command == "tune":
-            return [(t["params"], t["state"], t["mean"], [(f["seed"], f["regret"], f["final_state_sha256"])
-                                                          for f in t["fits"]]) for t in record["trials"]]
+            return [
+                (
+                    t["params"],
+                    t["state"],
+                    t["mean"],
+                    [(f["seed"], f["regret"], f["final_state_sha256"]) for f in t["fits"]],
+                )
+                for t in record["trials"]
+            ]
         if command == "pilot":
-            return ([(f["arm"], f["seed"], f["regret"], f["final_state_sha256"]) for f in record["fits"]],
-                    record["seed_variance"])
+            return (
+                [(f["arm"], f["seed"], f["regret"], f["final_state_sha256"]) for f in record["fits"]],
+                record["seed_variance"],
+            )
         return [(o["train_seed"], o["passed"], o["selected"], o["canaries"]) for o in record["outcomes"]]
 
     buffer = io.StringIO()
@@ -420,8 +490,21 @@ def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(cluster, 
         local, remote = tmp_path / f"{command}-local", tmp_path / f"{command}-ray"
         with contextlib.redirect_stdout(buffer):
             assert main([command, str(config), "--output", str(local), "--workers", "1"]) == 0, buffer.getvalue()
-            assert main([command, str(config), "--output", str(remote), "--executor", "ray", "--ray-address",
-                         cluster["address"]]) == 0, buffer.getvalue()
+            assert (
+                main(
+                    [
+                        command,
+                        str(config),
+                        "--output",
+                        str(remote),
+                        "--executor",
+                        "ray",
+                        "--ray-address",
+                        cluster["address"],
+                    ]
+                )
+                == 0
+            ), buffer.getvalue()
         ours, theirs = (json.loads((d / records[command]).read_text()) for d in (local, remote))
         assert same(command, ours) == same(command, theirs), command
         if command == "tune":

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def _excerpt(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
 def test_the_excerpt_is_the_reports_numbers(tmp_path, finished_study):
@@ -34,19 +33,25 @@ def test_the_excerpt_is_the_reports_numbers(tmp_path, finished_study):
     regret, mae = report["summary"]["regret_primary"], report["summary"]["mae_primary"]
     for arm in report["arms"]:
         cells = [f"{arm['arm']}-s{seed}" for seed in report["seeds"]]
-        row = (f"| {arm['arm']} | {arm['role']} | {' / '.join(f'{regret[c]:.4f}' for c in cells)} | "
-               f"{' / '.join(f'{mae[c]:.4f}' for c in cells)} |")
+        row = (
+            f"| {arm['arm']} | {arm['role']} | {' / '.join(f'{regret[c]:.4f}' for c in cells)} | "
+            f"{' / '.join(f'{mae[c]:.4f}' for c in cells)} |"
+        )
         assert row in text.splitlines(), row
     assert report["summary"]["headline"] in text
     for question in report["question"]:
         assert f"- `{question['variant']}`: **{question['verdict']}** ({question['replication']};" in text
     assert "from `qhlab study run tiny-study.toml`" in text
-    assert _excerpt(report_path, "--readme", readme, "--check", "--command",
-                    "qhlab study run tiny-study.toml").returncode == 0
+    assert (
+        _excerpt(report_path, "--readme", readme, "--check", "--command", "qhlab study run tiny-study.toml").returncode
+        == 0
+    )
     # A typed number is caught: --check compares the block with what the report renders.
     readme.write_text(text.replace(f"{regret[cells[0]]:.4f}", "0.0001", 1))
-    assert _excerpt(report_path, "--readme", readme, "--check", "--command",
-                    "qhlab study run tiny-study.toml").returncode == 1
+    assert (
+        _excerpt(report_path, "--readme", readme, "--check", "--command", "qhlab study run tiny-study.toml").returncode
+        == 1
+    )
 
 
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, finished_study):
@@ -54,8 +59,10 @@ def test_bad_input_is_refused_and_writes_nothing(tmp_path, finished_study):
     readme.write_text("# no markers\n")
     done = _excerpt(finished_study["output"] / "report" / "report.json", "--readme", readme)
     assert done.returncode == 2
-    assert done.stderr.startswith("error: readme-excerpt: --readme=") and "one <!-- result-excerpt:start -->" \
-        in done.stderr
+    assert (
+        done.stderr.startswith("error: readme-excerpt: --readme=")
+        and "one <!-- result-excerpt:start -->" in done.stderr
+    )
     assert readme.read_text() == "# no markers\n"
     readme.write_text(f"{START}\n{END}\n")
     broken = tmp_path / "report.json"

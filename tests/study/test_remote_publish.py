@@ -33,8 +33,14 @@ def _returned(finished_study, cell: str = "baseline-s0") -> dict:
     files = {p.relative_to(attempt).as_posix(): p.read_bytes() for p in sorted(attempt.rglob("*")) if p.is_file()}
     fit = json.loads(files["fit.receipt.json"])["body"]
     freeze = json.loads((finished_study["output"] / "freeze.receipt.json").read_text())["body"]
-    return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()},
-            "where": fit["execution"], "try": 1, "versions": dict(freeze["versions"])}
+    return {
+        "attempt": attempt.name,
+        "files": files,
+        "sha256": {k: sha256_bytes(v) for k, v in files.items()},
+        "where": fit["execution"],
+        "try": 1,
+        "versions": dict(freeze["versions"]),
+    }
 
 
 def _publish(finished_study, target: Path, returned: dict, cell: str = "baseline-s0") -> Path:
@@ -42,21 +48,37 @@ def _publish(finished_study, target: Path, returned: dict, cell: str = "baseline
     arm, seed = cell.rsplit("-s", 1)
     development = json.loads((finished_study["output"] / "development.receipt.json").read_text())["body"]
     populations = {"train": frozen.train_path, "validation": Path(development["validation"]["path"])}
-    return _publish_returned(frozen, cell, frozen.recipe(arm, int(seed), frozen.config.broad_updates),
-                             target, returned, populations, development["validation"]["manifest_sha256"])
+    return _publish_returned(
+        frozen,
+        cell,
+        frozen.recipe(arm, int(seed), frozen.config.broad_updates),
+        target,
+        returned,
+        populations,
+        development["validation"]["manifest_sha256"],
+    )
 
 
 def test_an_intact_returned_attempt_is_published_byte_for_byte(finished_study, tmp_path) -> None:
     returned = _returned(finished_study)
     published = _publish(finished_study, tmp_path / "baseline-s0", returned)
     assert published == tmp_path / "baseline-s0" / returned["attempt"]
-    assert {p.relative_to(published).as_posix(): p.read_bytes()
-            for p in published.rglob("*") if p.is_file()} == returned["files"]
+    assert {
+        p.relative_to(published).as_posix(): p.read_bytes() for p in published.rglob("*") if p.is_file()
+    } == returned["files"]
 
 
 # A well-formed checkpoint body: what a returned receipt's shape must be before its bindings are judged.
-_CHECKPOINT_BODY = {"cold_init_sha256": "0" * 64, "local_attempt_id": "x", "logical_run_id": "x", "recipe_digest": "x",
-                    "seed": 0, "observed_updates": 1, "reason": "periodic", "state_sha256": "0" * 64}
+_CHECKPOINT_BODY = {
+    "cold_init_sha256": "0" * 64,
+    "local_attempt_id": "x",
+    "logical_run_id": "x",
+    "recipe_digest": "x",
+    "seed": 0,
+    "observed_updates": 1,
+    "reason": "periodic",
+    "state_sha256": "0" * 64,
+}
 
 
 def _planted_receipt(returned: dict, name: str, bound: Path) -> None:
@@ -68,10 +90,29 @@ def _planted_receipt(returned: dict, name: str, bound: Path) -> None:
     returned["sha256"][name] = sha256_bytes(returned["files"][name])
 
 
-@pytest.mark.parametrize("change", ["bytes and digest", "bytes only", "loose file", "escaping path", "missing output",
-                                    "planted receipt", "foreign absolute binding", "other cell", "other versions",
-                                    "other node", "log-like name", "hidden in wandb", "empty name", "file and folder",
-                                    "case twins", "escaping binding", "renamed attempt", "other attempt name"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "bytes and digest",
+        "bytes only",
+        "loose file",
+        "escaping path",
+        "missing output",
+        "planted receipt",
+        "foreign absolute binding",
+        "other cell",
+        "other versions",
+        "other node",
+        "log-like name",
+        "hidden in wandb",
+        "empty name",
+        "file and folder",
+        "case twins",
+        "escaping binding",
+        "renamed attempt",
+        "other attempt name",
+    ],
+)
 def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished_study, tmp_path, change) -> None:
     returned = _returned(finished_study)
     files, digests = returned["files"], returned["sha256"]
@@ -93,22 +134,36 @@ def test_a_changed_returned_attempt_is_refused_and_nothing_is_published(finished
         digests["../outside.txt"] = sha256_bytes(b"x")
         error, text = EvidenceError, "'../outside.txt' of attempt .* is not a clean relative path"
     elif change in ("hidden in wandb", "empty name", "file and folder", "case twins"):
-        planted = {"hidden in wandb": ["wandb/../planted.bin"], "empty name": [""],
-                   "file and folder": ["zz", "zz/y"], "case twins": ["wandb/Run.log", "wandb/run.LOG"]}[change]
+        planted = {
+            "hidden in wandb": ["wandb/../planted.bin"],
+            "empty name": [""],
+            "file and folder": ["zz", "zz/y"],
+            "case twins": ["wandb/Run.log", "wandb/run.LOG"],
+        }[change]
         for name in planted:
             files[name] = b"p"
             digests[name] = sha256_bytes(b"p")
-        error, text = EvidenceError, {"hidden in wandb": "not a clean relative path", "empty name": "not a clean",
-                                      "file and folder": "are also folders of other files",
-                                      "case twins": "differ only by case"}[change]
+        error, text = (
+            EvidenceError,
+            {
+                "hidden in wandb": "not a clean relative path",
+                "empty name": "not a clean",
+                "file and folder": "are also folders of other files",
+                "case twins": "differ only by case",
+            }[change],
+        )
     elif change == "escaping binding":  # a well-formed receipt whose relative binding leaves the attempt
         from qhlab import __version__
         from qhlab.evidence import canonical_json
 
-        document = {"schema_version": 1, "kind": "segment_checkpoint", "created_by": {"package": "qhlab",
-                    "version": __version__}, "body": _CHECKPOINT_BODY,
-                    "inputs": {"x": {"path": "../escape.bin", "sha256": "0" * 64}},
-                    "outputs": {}}
+        document = {
+            "schema_version": 1,
+            "kind": "segment_checkpoint",
+            "created_by": {"package": "qhlab", "version": __version__},
+            "body": _CHECKPOINT_BODY,
+            "inputs": {"x": {"path": "../escape.bin", "sha256": "0" * 64}},
+            "outputs": {},
+        }
         document["content_sha256"] = sha256_bytes(canonical_json(document))
         name = "segment_checkpoint_u00000099.receipt.json"
         files[name] = canonical_json(document)
@@ -175,8 +230,12 @@ def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
     (tmp_path / "qhlab-link-x5").symlink_to(dirs["qhlab-dead-x1"])
     try:
         _sweep_dead_tries(tmp_path)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["other-x4", "qhlab-alive-x2", "qhlab-link-x5",
-                                                              "qhlab-no-owner-x3"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "other-x4",
+            "qhlab-alive-x2",
+            "qhlab-link-x5",
+            "qhlab-no-owner-x3",
+        ]
         assert (dirs["qhlab-alive-x2"] / OWNER_FILE).read_text() == f"{os.getpid()}\n"
     finally:
         os.close(alive)

@@ -71,8 +71,7 @@ def test_the_pooled_interval_covers_the_truth() -> None:
             covered = 0
             for _ in range(600):
                 d = _study(rng, delta, seed_sd)
-                pooled = (pooled_difference(d, **_pilot(rng, seed_sd))
-                          if source == "pilot" else pooled_difference(d))
+                pooled = pooled_difference(d, **_pilot(rng, seed_sd)) if source == "pilot" else pooled_difference(d)
                 covered += pooled.low <= delta <= pooled.high
             assert covered / 600 >= 0.93, (seed_sd, source, covered / 600)
             if source == "pilot":
@@ -97,7 +96,7 @@ def test_scene_only_intervals_alone_would_call_seed_effects_replicated() -> None
 
 def test_the_mde_is_detected_with_80_percent_power() -> None:
     rng = np.random.default_rng(11)
-    se = math.sqrt(SEED_SD ** 2 / N_SEEDS + (SCENE_SD ** 2 + RESIDUAL_SD ** 2 / N_SEEDS) / N_SCENES)
+    se = math.sqrt(SEED_SD**2 / N_SEEDS + (SCENE_SD**2 + RESIDUAL_SD**2 / N_SEEDS) / N_SCENES)
     assert minimum_detectable_effect(se) == pytest.approx((1.959964 + 0.841621) * se, rel=1e-5)
     # The design's MDE as the report states it: Student's t on the Welch-Satterthwaite dof of a
     # 6-seed pilot (wider than the normal one: the pilot's tau is itself an estimate).
@@ -118,14 +117,16 @@ def test_study_source_uses_student_t_with_one_degree_of_freedom() -> None:
 
 
 def test_labels_by_hand() -> None:
-    pooled_above = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]),
-                                     seed_sd=0.0001, seed_sd_source="hand", seed_sd_dof=5)
+    pooled_above = pooled_difference(
+        np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=0.0001, seed_sd_source="hand", seed_sd_dof=5
+    )
     assert pooled_above.low > 0
     assert replication_label([(0.001, 0.02), (0.002, 0.03)], pooled_above) == "replicated"
     assert replication_label([(0.001, 0.02), (-0.03, -0.002)], pooled_above) == "seed-dependent"
     assert replication_label([(0.001, 0.02), (-0.01, 0.03)], pooled_above) == "inconclusive"
-    wide = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=1.0,
-                             seed_sd_source="hand", seed_sd_dof=5)
+    wide = pooled_difference(
+        np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=1.0, seed_sd_source="hand", seed_sd_dof=5
+    )
     assert replication_label([(0.001, 0.02), (0.002, 0.03)], wide) == "inconclusive"
     assert study_verdict({0: True, 1: True}) == "retained"
     assert study_verdict({0: False, 1: False}) == "rejected"
@@ -133,17 +134,31 @@ def test_labels_by_hand() -> None:
 
 
 def test_retention_replication_by_hand() -> None:
-    below = pooled_difference(np.array([[-0.01, -0.012, -0.011], [-0.011, -0.013, -0.012]]), seed_sd=0.0001,
-                              seed_sd_source="hand", seed_sd_dof=5, alternative="less")
-    above = pooled_difference(np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=0.0001,
-                              seed_sd_source="hand", seed_sd_dof=5, alternative="greater")
+    below = pooled_difference(
+        np.array([[-0.01, -0.012, -0.011], [-0.011, -0.013, -0.012]]),
+        seed_sd=0.0001,
+        seed_sd_source="hand",
+        seed_sd_dof=5,
+        alternative="less",
+    )
+    above = pooled_difference(
+        np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]),
+        seed_sd=0.0001,
+        seed_sd_source="hand",
+        seed_sd_dof=5,
+        alternative="greater",
+    )
     robust_kept = {"retained": True, "label": "robust"}
     robust_dropped = {"retained": False, "label": "robust"}
     assert retention_replication([robust_kept, robust_kept], {"D_reg": below, "D_mae": below}) == "replicated"
     assert retention_replication([robust_dropped, robust_dropped], {"D_reg": above, "D_mae": below}) == "replicated"
     assert retention_replication([robust_kept, robust_dropped], {"D_reg": below, "D_mae": below}) == "seed-dependent"
-    assert retention_replication([robust_kept, {"retained": True, "label": "inconclusive"}],
-                                 {"D_reg": below, "D_mae": below}) == "inconclusive"
+    assert (
+        retention_replication(
+            [robust_kept, {"retained": True, "label": "inconclusive"}], {"D_reg": below, "D_mae": below}
+        )
+        == "inconclusive"
+    )
 
 
 def test_bad_input_is_refused() -> None:
@@ -178,8 +193,9 @@ def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study)
     for entry in report["retention"]:
         assert entry["verdict"] in STUDY_VERDICTS and entry["replication"] in REPLICATION_LABELS
         retained = {d["retained"] for d in entry["per_seed"].values()}
-        assert entry["verdict"] == ("not replicated" if len(retained) > 1 else
-                                    "retained" if retained == {True} else "rejected")
+        assert entry["verdict"] == (
+            "not replicated" if len(retained) > 1 else "retained" if retained == {True} else "rejected"
+        )
         # The summary says what the table says (it is built before the relabelling).
         summary = report["summary"]["retention"][entry["variant"]]["label"]
         assert summary == {s: d["label"] for s, d in entry["per_seed"].items()}

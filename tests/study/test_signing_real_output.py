@@ -1,10 +1,11 @@
 """The documented signing tour, run as written, on what qhlab really writes (slow).
 
 The commands are read from the docs (the "quick tour on the tiny preset" block of
-docs/guide/command-line.md and the "Signing" block of docs/guide/signing.md) and run one by one in a shell, with ``/tmp/`` replaced by a test directory,
-``.venv/bin/`` by this interpreter's bin directory and ``examples/`` by the repository's. Then
-the session's finished tiny study (``qhlab study run``, the ``finished_study`` fixture) is
-signed on a copy and checked by both verifiers, and a forged receipt in it is refused by both.
+docs/guide/command-line.md and the "Signing" block of docs/guide/signing.md) and run one by one in a
+shell, with ``/tmp/`` replaced by a test directory, ``.venv/bin/`` by this interpreter's bin
+directory and ``examples/`` by the repository's. Then the session's finished tiny study (``qhlab
+study run``, the ``finished_study`` fixture) is signed on a copy and checked by both verifiers, and
+a forged receipt in it is refused by both.
 """
 
 from __future__ import annotations
@@ -44,13 +45,22 @@ def _bash_block_after(marker: str, page: Path) -> list[str]:
 
 def _localize(command: str, tmp: Path) -> str:
     # /tmp/ first: the venv or the repository may themselves live under /tmp (a fresh clone in CI).
-    return (command.replace("/tmp/", f"{tmp}/").replace(".venv/bin/", f"{VENV_BIN}/")
-            .replace("examples/", f"{REPO}/examples/"))
+    return (
+        command.replace("/tmp/", f"{tmp}/")
+        .replace(".venv/bin/", f"{VENV_BIN}/")
+        .replace("examples/", f"{REPO}/examples/")
+    )
 
 
 def _run(command: str, cwd: Path, *, expect: int = 0) -> subprocess.CompletedProcess:
-    done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert done.returncode == expect, f"{command}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -77,10 +87,14 @@ def _keys(cwd: Path, signing: list[str]) -> list[str]:
             _run(command, cwd)
     else:
         key = ec.generate_private_key(ec.SECP256R1())
-        (cwd / "key.pem").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        (cwd / "pub.pem").write_bytes(key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        (cwd / "key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        (cwd / "pub.pem").write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
     assert (cwd / "key.pem").is_file() and (cwd / "pub.pem").is_file()
     return [c for c in signing if not c.startswith("openssl ")]
 
@@ -92,8 +106,11 @@ def _sign_and_verify(directory: Path, cwd: Path) -> None:
     assert count == sum(1 for p in directory.rglob("*") if p.is_file() and p.name != SIGNATURE_FILE)
     verified = _run(f"{VENV_BIN}/qhlab verify {directory} --public-key pub.pem", cwd).stdout
     assert f"signature: {directory / SIGNATURE_FILE} verified {count} files with pub.pem" in verified
-    checked = _run(f"{VENV_BIN}/model_signing verify key {directory} --signature {directory / SIGNATURE_FILE} "
-                   "--public_key pub.pem", cwd)
+    checked = _run(
+        f"{VENV_BIN}/model_signing verify key {directory} --signature {directory / SIGNATURE_FILE} "
+        "--public_key pub.pem",
+        cwd,
+    )
     assert "Verification succeeded" in checked.stdout
 
 
@@ -114,7 +131,10 @@ def test_readme_tour_signs_a_real_fit_and_commissioning_run(tmp_path):
         assert sorted(p.name for p in (run / "logs").iterdir()) == ["debug-internal.log", "debug.log"]
     commands = _keys(cwd, signing)
     assert [c.split()[:2] for c in commands] == [
-        [".venv/bin/qhlab", "sign"], [".venv/bin/qhlab", "verify"], [".venv/bin/model_signing", "verify"]]
+        [".venv/bin/qhlab", "sign"],
+        [".venv/bin/qhlab", "verify"],
+        [".venv/bin/model_signing", "verify"],
+    ]
     for command in commands:
         done = _run(_localize(command, tmp_path), cwd)
         if " sign " in command:
@@ -168,6 +188,9 @@ def test_a_real_study_signs_and_a_forged_receipt_is_refused_by_both_verifiers(fi
         verify_signature(forged, public_key=cwd / "pub.pem")
     refused = _run(f"{VENV_BIN}/qhlab verify {forged} --public-key pub.pem", cwd, expect=2)
     assert refused.stderr.startswith("error: ") and "does not verify" in refused.stderr
-    refused = _run(f"{VENV_BIN}/model_signing verify key {forged} --signature {forged / SIGNATURE_FILE} "
-                   "--public_key pub.pem", cwd, expect=1)
+    refused = _run(
+        f"{VENV_BIN}/model_signing verify key {forged} --signature {forged / SIGNATURE_FILE} --public_key pub.pem",
+        cwd,
+        expect=1,
+    )
     assert "Verification failed" in refused.stderr

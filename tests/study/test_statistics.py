@@ -23,8 +23,13 @@ from qhlab.statistics.bootstrap import (
 
 def _scipy_interval(data, statistic, seed, n_resamples, **kwargs):
     result = stats.bootstrap(
-        data, statistic, n_resamples=n_resamples, method="BCa", rng=np.random.default_rng(seed),
-        vectorized=True, **kwargs,
+        data,
+        statistic,
+        n_resamples=n_resamples,
+        method="BCa",
+        rng=np.random.default_rng(seed),
+        vectorized=True,
+        **kwargs,
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
@@ -48,9 +53,7 @@ def test_paired_bootstrap_equals_scipy_paired_call_and_the_one_sample_on_differe
     control = rng.gamma(2.0, size=25)
     variant = control - 0.2 + rng.normal(0.0, 0.1, size=25)
     interval = paired_scene_bootstrap(variant, control, rng_seed=11, n_resamples=4000)
-    expected = _scipy_interval(
-        (variant, control), lambda x, y, axis: np.mean(x - y, axis=axis), 11, 4000, paired=True
-    )
+    expected = _scipy_interval((variant, control), lambda x, y, axis: np.mean(x - y, axis=axis), 11, 4000, paired=True)
     assert (interval.low, interval.high) == expected
     on_differences = paired_scene_bootstrap(variant - control, rng_seed=11, n_resamples=4000)
     assert on_differences.low == pytest.approx(interval.low)
@@ -102,10 +105,8 @@ def test_undefined_bca_with_spread_falls_back_to_percentile_and_says_so():
         (lambda: scene_mean_interval([1.0, np.nan], rng_seed=0), "x='non-finite values'"),
         (lambda: scene_mean_interval([], rng_seed=0), "x.shape=(0,)"),
         (lambda: paired_scene_bootstrap([1.0, 2.0], [1.0], rng_seed=0), "y.shape=(1,)"),
-        (lambda: paired_scene_bootstrap([1.0, 2.0], [1.0, 3.0], statistic="mean", rng_seed=0),
-         "y='an array'"),
-        (lambda: paired_scene_bootstrap([1.0, 2.0], statistic="median", rng_seed=0),
-         "statistic='median'"),
+        (lambda: paired_scene_bootstrap([1.0, 2.0], [1.0, 3.0], statistic="mean", rng_seed=0), "y='an array'"),
+        (lambda: paired_scene_bootstrap([1.0, 2.0], statistic="median", rng_seed=0), "statistic='median'"),
     ],
 )
 def test_bad_inputs_are_refused_with_the_field_named(call, message):
@@ -114,8 +115,9 @@ def test_bad_inputs_are_refused_with_the_field_named(call, message):
     assert message in str(info.value) and "HINT" in str(info.value)
 
 
-@pytest.mark.parametrize("settings, field", [({"seed": -1}, "seed"), ({"confidence": 1.0}, "confidence"),
-                                             ({"resamples": 0}, "resamples")])
+@pytest.mark.parametrize(
+    "settings, field", [({"seed": -1}, "seed"), ({"confidence": 1.0}, "confidence"), ({"resamples": 0}, "resamples")]
+)
 def test_bootstrap_settings_are_refused_at_the_boundary(settings, field):
     # The statistics take their settings from the study config's BootstrapConfig, which is
     # where a negative seed or a confidence outside (0.5, 1) is refused, naming the field.
@@ -128,8 +130,14 @@ def test_retention_margins_by_hand_retained_but_inconclusive():
     # D_reg per scene: 1-.9*2, 2-.9*4, 3-.9*4, 4-.9*6 = -.8, -1.6, -.6, -1.4 -> mean -1.1.
     # D_mae per scene: .3-.6, .8-.6, .3-.6, .8-.6 = -.3, .2, -.3, .2 -> mean -.05.
     decision = retention_margins(
-        [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 4.0, 6.0], [0.3, 0.8, 0.3, 0.8], [1.0] * 4,
-        regret_fraction=0.9, mae_fraction=0.6, rng_seed=1, n_resamples=4000,
+        [1.0, 2.0, 3.0, 4.0],
+        [2.0, 4.0, 4.0, 6.0],
+        [0.3, 0.8, 0.3, 0.8],
+        [1.0] * 4,
+        regret_fraction=0.9,
+        mae_fraction=0.6,
+        rng_seed=1,
+        n_resamples=4000,
     )
     assert decision.d_reg.estimate == pytest.approx(-1.1)
     np.testing.assert_allclose(decision.d_reg.per_scene, [-0.8, -1.6, -0.6, -1.4])
@@ -137,12 +145,8 @@ def test_retention_margins_by_hand_retained_but_inconclusive():
     np.testing.assert_allclose(decision.d_mae.per_scene, [-0.3, 0.2, -0.3, 0.2])
     assert decision.retained is True
     # The one-sided 95% upper bounds are the scipy BCa bounds of the per-scene margins.
-    _, reg_high = _scipy_interval(
-        (np.array(decision.d_reg.per_scene),), np.mean, 1, 4000, alternative="less"
-    )
-    _, mae_high = _scipy_interval(
-        (np.array(decision.d_mae.per_scene),), np.mean, 1, 4000, alternative="less"
-    )
+    _, reg_high = _scipy_interval((np.array(decision.d_reg.per_scene),), np.mean, 1, 4000, alternative="less")
+    _, mae_high = _scipy_interval((np.array(decision.d_mae.per_scene),), np.mean, 1, 4000, alternative="less")
     assert decision.d_reg.upper.high == reg_high < 0.0
     assert decision.d_mae.upper.high == mae_high > 0.0
     assert decision.d_reg.confirmed and not decision.d_mae.confirmed
@@ -157,29 +161,53 @@ def test_retention_margins_robust_retention_and_robust_rejection():
     rng = np.random.default_rng(9)
     control = rng.uniform(1.0, 2.0, size=30)
     good = retention_margins(
-        0.5 * control, control, 0.5 * control, control,
-        regret_fraction=0.9, mae_fraction=1.1, rng_seed=4, n_resamples=3000,
+        0.5 * control,
+        control,
+        0.5 * control,
+        control,
+        regret_fraction=0.9,
+        mae_fraction=1.1,
+        rng_seed=4,
+        n_resamples=3000,
     )
     assert good.retained and good.label == "robust"
     assert good.d_reg.upper.high <= 0.0 and good.d_mae.upper.high <= 0.0
     bad = retention_margins(
-        2.0 * control, control, 2.0 * control, control,
-        regret_fraction=0.9, mae_fraction=1.1, rng_seed=4, n_resamples=3000,
+        2.0 * control,
+        control,
+        2.0 * control,
+        control,
+        regret_fraction=0.9,
+        mae_fraction=1.1,
+        rng_seed=4,
+        n_resamples=3000,
     )
     assert not bad.retained and bad.label == "robust"
     assert bad.d_reg.lower.low > 0.0 and bad.d_mae.lower.low > 0.0
     # Regret clearly worse but MAE clearly better: rejected, and both signs confirmed.
     mixed = retention_margins(
-        2.0 * control, control, 0.5 * control, control,
-        regret_fraction=0.9, mae_fraction=1.1, rng_seed=4, n_resamples=3000,
+        2.0 * control,
+        control,
+        0.5 * control,
+        control,
+        regret_fraction=0.9,
+        mae_fraction=1.1,
+        rng_seed=4,
+        n_resamples=3000,
     )
     assert not mixed.retained and mixed.label == "robust"
 
 
 def test_retention_margins_with_constant_margins_use_the_point_and_say_so():
     decision = retention_margins(
-        [1.0, 2.0, 3.0] * 10, [2.0, 4.0, 6.0] * 10, [1.0] * 30, [2.0] * 30,
-        regret_fraction=0.5, mae_fraction=0.5, rng_seed=0, n_resamples=500,
+        [1.0, 2.0, 3.0] * 10,
+        [2.0, 4.0, 6.0] * 10,
+        [1.0] * 30,
+        [2.0] * 30,
+        regret_fraction=0.5,
+        mae_fraction=0.5,
+        rng_seed=0,
+        n_resamples=500,
     )
     # Both per-scene margins are exactly 0 everywhere: retained (<= 0), bound = 0 <= 0.
     assert decision.d_reg.per_scene == [0.0] * 30
@@ -198,8 +226,14 @@ def test_a_rejection_is_robust_on_one_confirmed_failing_margin_whatever_the_pass
     variant_regret = np.tile([1.5, 1.7], n // 2)
     variant_mae = np.tile([0.0, 2.1], n // 2)
     decision = retention_margins(
-        variant_regret, np.ones(n), variant_mae, np.ones(n),
-        regret_fraction=0.9, mae_fraction=1.1, rng_seed=3, n_resamples=4000,
+        variant_regret,
+        np.ones(n),
+        variant_mae,
+        np.ones(n),
+        regret_fraction=0.9,
+        mae_fraction=1.1,
+        rng_seed=3,
+        n_resamples=4000,
     )
     assert decision.d_reg.estimate == pytest.approx(0.7)
     np.testing.assert_allclose(decision.d_reg.per_scene, np.tile([0.6, 0.8], n // 2))
@@ -207,12 +241,8 @@ def test_a_rejection_is_robust_on_one_confirmed_failing_margin_whatever_the_pass
     np.testing.assert_allclose(decision.d_mae.per_scene, np.tile([-1.1, 1.0], n // 2))
     assert not decision.d_reg.passes and decision.d_mae.passes
     assert decision.retained is False
-    reg_low, _ = _scipy_interval(
-        (np.array(decision.d_reg.per_scene),), np.mean, 3, 4000, alternative="greater"
-    )
-    _, mae_high = _scipy_interval(
-        (np.array(decision.d_mae.per_scene),), np.mean, 3, 4000, alternative="less"
-    )
+    reg_low, _ = _scipy_interval((np.array(decision.d_reg.per_scene),), np.mean, 3, 4000, alternative="greater")
+    _, mae_high = _scipy_interval((np.array(decision.d_mae.per_scene),), np.mean, 3, 4000, alternative="less")
     assert decision.d_reg.lower.low == reg_low and reg_low >= 0.6
     assert decision.d_mae.upper.high == mae_high > 0.0
     # The passing margin's open upper bound does not matter for a rejection.
@@ -230,8 +260,14 @@ def test_a_rejection_whose_failing_margin_has_a_lower_bound_below_zero_is_inconc
     variant_mae = np.full(n, 0.5)
     variant_mae[0] = 0.4
     decision = retention_margins(
-        np.tile([0.0, 2.0], n // 2), np.ones(n), variant_mae, np.ones(n),
-        regret_fraction=0.9, mae_fraction=1.1, rng_seed=3, n_resamples=4000,
+        np.tile([0.0, 2.0], n // 2),
+        np.ones(n),
+        variant_mae,
+        np.ones(n),
+        regret_fraction=0.9,
+        mae_fraction=1.1,
+        rng_seed=3,
+        n_resamples=4000,
     )
     assert decision.d_reg.estimate == pytest.approx(0.1)
     assert decision.d_mae.estimate == pytest.approx(-0.6 - 0.1 / n)
@@ -250,8 +286,14 @@ def test_fewer_than_30_scenes_are_never_robust(n_scenes, label):
     # Very clear margins either way: the variant halves (retained) or doubles (rejected) both.
     for scale, retained in ((0.5, True), (2.0, False)):
         decision = retention_margins(
-            scale * control, control, scale * control, control,
-            regret_fraction=0.9, mae_fraction=1.1, rng_seed=4, n_resamples=2000,
+            scale * control,
+            control,
+            scale * control,
+            control,
+            regret_fraction=0.9,
+            mae_fraction=1.1,
+            rng_seed=4,
+            n_resamples=2000,
         )
         assert decision.retained is retained and decision.n_scenes == n_scenes
         # The bounds themselves are clear whatever n is; only the label is withheld.
@@ -267,11 +309,11 @@ def test_fewer_than_30_scenes_are_never_robust(n_scenes, label):
 
 def test_retention_margins_refuse_mismatched_scenes_and_bad_fractions():
     with pytest.raises(QhInputError, match="n_scenes="):
-        retention_margins([1.0, 2.0], [1.0, 2.0], [1.0], [1.0, 2.0],
-                          regret_fraction=1.0, mae_fraction=1.0, rng_seed=0)
+        retention_margins([1.0, 2.0], [1.0, 2.0], [1.0], [1.0, 2.0], regret_fraction=1.0, mae_fraction=1.0, rng_seed=0)
     with pytest.raises(QhInputError, match="regret_fraction=-0.5"):
-        retention_margins([1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0],
-                          regret_fraction=-0.5, mae_fraction=1.0, rng_seed=0)
+        retention_margins(
+            [1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0], regret_fraction=-0.5, mae_fraction=1.0, rng_seed=0
+        )
 
 
 def test_seed_disagreement():

@@ -66,20 +66,38 @@ def test_a_canary_trained_on_another_row_is_refused(study_copy, finished_study):
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.study.authentication import authenticate_freeze
 
-    output = study_copy(REPORT_DIR, BENCHMARK_DIR, CELLS_DIR, f"{CANARY_DIR}/e0-baseline-s0",
-                        f"{CANARY_DIR}/e0-baseline-s1")
+    output = study_copy(
+        REPORT_DIR, BENCHMARK_DIR, CELLS_DIR, f"{CANARY_DIR}/e0-baseline-s0", f"{CANARY_DIR}/e0-baseline-s1"
+    )
     (output / CANARY_DIR / E0_RECEIPT).unlink()
     (output / DEVELOPMENT_RECEIPT).unlink()
     frozen = authenticate_freeze(finished_study["config"], output, "test")
     selected = json.loads((output / CANARY_DIR / "selection.json").read_text())["selected"]["row"]
     recipe, _ = canary_recipe(frozen.recipe("baseline", 0, frozen.config.canary_updates))
     # Everything a forger controls is the canary's, the study identity included; only the row is not.
-    fit_recipe(FitRequest(recipe=recipe, profile=frozen.config.profile, output=output / CANARY_DIR,
-                          train=frozen.train_path, evaluate=False, cell="e0-baseline-s0",
-                          train_rows=[selected + 1], study=frozen.identity, progress=False,
-                          job_type="canary", group=frozen.config.name))
-    with pytest.raises(EvidenceError, match=r"run_fit\(canary\): train_rows=.*'rows': \[" + str(selected + 1)
-                       + r"\].* is not allowed; allowed: .*'rows': \[" + str(selected) + r"\]"):
+    fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile=frozen.config.profile,
+            output=output / CANARY_DIR,
+            train=frozen.train_path,
+            evaluate=False,
+            cell="e0-baseline-s0",
+            train_rows=[selected + 1],
+            study=frozen.identity,
+            progress=False,
+            job_type="canary",
+            group=frozen.config.name,
+        )
+    )
+    with pytest.raises(
+        EvidenceError,
+        match=r"run_fit\(canary\): train_rows=.*'rows': \["
+        + str(selected + 1)
+        + r"\].* is not allowed; allowed: .*'rows': \["
+        + str(selected)
+        + r"\]",
+    ):
         admit_canaries(finished_study["config"], output)
     assert not (output / CANARY_DIR / "e0-baseline-s0" / "cell.receipt.json").exists()
     assert not (output / CANARY_DIR / E0_RECEIPT).exists()
@@ -95,7 +113,10 @@ def test_an_attempt_of_another_study_with_the_same_config_is_refused(tmp_path, f
     target = second / CELLS_DIR / "baseline-s0"
     target.mkdir(parents=True)
     shutil.copytree(donor, target / donor.name)
-    with pytest.raises(EvidenceError, match=r"run_fit: study=.* is not allowed; allowed: .*the frozen value of "
-                                            r"cell baseline-s0"):
+    with pytest.raises(
+        EvidenceError,
+        match=r"run_fit: study=.* is not allowed; allowed: .*the frozen value of "
+        r"cell baseline-s0",
+    ):
         run_fit(config, second, variant="baseline", seed=0)
     assert not (target / "cell.receipt.json").exists()

@@ -35,8 +35,11 @@ def test_freeze_records_versions_and_later_steps_refuse_others(tmp_path, tiny_co
     assert versions == authentication.runtime_versions() and versions["torch"] is not None
     changed = {**versions, "pymunk": "0.0.1"}
     monkeypatch.setattr(authentication, "runtime_versions", lambda: changed)
-    with pytest.raises(EvidenceError, match=r"versions\.pymunk='0\.0\.1' is not allowed; allowed: "
-                                            rf"'{versions['pymunk']}', the version the freeze receipt"):
+    with pytest.raises(
+        EvidenceError,
+        match=r"versions\.pymunk='0\.0\.1' is not allowed; allowed: "
+        rf"'{versions['pymunk']}', the version the freeze receipt",
+    ):
         admit_canaries(tiny_config, output)
 
 
@@ -56,31 +59,43 @@ def _plant_train_scene(validation: Path, train: Path, row: int) -> int:
     receipt = validation / "population.receipt.json"
     receipt_body = json.loads(receipt.read_text())["body"]
     receipt.unlink()
-    write_receipt(receipt, PopulationReceipt, body=receipt_body,
-                  outputs={n: validation / n for n in (*POPULATION_FILES, "manifest.json")})
+    write_receipt(
+        receipt,
+        PopulationReceipt,
+        body=receipt_body,
+        outputs={n: validation / n for n in (*POPULATION_FILES, "manifest.json")},
+    )
     return donor["scene_id"]
 
 
-def test_validation_sharing_a_train_scene_physically_is_refused(config_writer, tmp_path, population_cache,
-                                                                  monkeypatch):
+def test_validation_sharing_a_train_scene_physically_is_refused(config_writer, tmp_path, population_cache, monkeypatch):
     from qhlab.scenes import cached_population
 
     train = cached_population("tiny", "train", 7, population_cache, workers=1)
     planted = tmp_path / "planted-validation"
     shutil.copytree(cached_population("tiny", "validation", 8, population_cache, workers=1), planted)
-    config = config_writer(tmp_path / "cfg", population_cache,
-                          **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{planted}"'})
+    config = config_writer(
+        tmp_path / "cfg",
+        population_cache,
+        **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{planted}"'},
+    )
     output = tmp_path / "out"
     freeze_study(config, output)
     planted_id = pq.read_table(planted / "scenes.parquet").column("scene_id").to_pylist()[1]
     _plant_train_scene(planted, train, row=1)
     # The E0 gate is not what is tested here: skip its fits.
-    monkeypatch.setattr(development, "authenticate_e0",
-                        lambda frozen, step: SimpleNamespace(body=SimpleNamespace(passed=True, reason="")))
+    monkeypatch.setattr(
+        development,
+        "authenticate_e0",
+        lambda frozen, step: SimpleNamespace(body=SimpleNamespace(passed=True, reason="")),
+    )
     # Every load regenerates every scene from the generator, so the planted scene is refused as
     # not the generator's before the scene-sharing check is reached.
-    with pytest.raises(QhInputError, match=rf"scene_index 1 \(scene_id {planted_id}\) is not the scene the "
-                                           "generator draws"):
+    with pytest.raises(
+        QhInputError,
+        match=rf"scene_index 1 \(scene_id {planted_id}\) is not the scene the "
+        "generator draws",
+    ):
         prepare_development(config, output)
     assert not (output / "development.receipt.json").exists()
 
@@ -101,8 +116,11 @@ def _copy_foreign_fit(output: Path, *, clear: bool) -> tuple[Path, str]:
 def test_foreign_fit_copied_into_a_cell_is_refused(study_copy, finished_study):
     output = study_copy(REPORT_DIR, BENCHMARK_DIR)
     target, _ = _copy_foreign_fit(output, clear=True)
-    with pytest.raises(EvidenceError, match=r"run_fit: cell='tiny-study-baseline-s0' is not allowed; allowed: "
-                                            r"'tiny-study-variant_deep-s1'"):
+    with pytest.raises(
+        EvidenceError,
+        match=r"run_fit: cell='tiny-study-baseline-s0' is not allowed; allowed: "
+        r"'tiny-study-variant_deep-s1'",
+    ):
         run_fit(finished_study["config"], output, variant="variant_deep", seed=1)
     assert not (target / "cell.receipt.json").exists()
 
@@ -117,11 +135,11 @@ def test_report_refuses_a_cell_receipt_made_from_a_foreign_fit(study_copy, finis
     document = read_receipt(receipt, StudyCellReceipt).record()
     # A re-signed cell receipt whose attempt is the baseline's fit: every digest is consistent.
     inputs = {name: Path(entry["path"]) for name, entry in document["inputs"].items()}
-    inputs = {name: path if path.is_absolute() else target / attempt / Path(*path.parts[1:])
-              for name, path in inputs.items()}
+    inputs = {
+        name: path if path.is_absolute() else target / attempt / Path(*path.parts[1:]) for name, path in inputs.items()
+    }
     receipt.unlink()
-    write_receipt(receipt, StudyCellReceipt, body={**document["body"], "attempt": attempt},
-                  inputs=inputs)
+    write_receipt(receipt, StudyCellReceipt, body={**document["body"], "attempt": attempt}, inputs=inputs)
     with pytest.raises(EvidenceError, match=r"report_study: cell='tiny-study-baseline-s0' is not allowed"):
         report_study(finished_study["config"], output)
 
@@ -152,6 +170,5 @@ def test_moved_study_and_populations_verify_where_they_are(tmp_path, finished_st
 
 def development_manifest_sha256(study: Path) -> str:
     """The validation manifest digest the development receipt binds (read without its files)."""
-    document = read_receipt(study / "development.receipt.json", StudyDevelopmentReceipt,
-                            verify_files=False).record()
+    document = read_receipt(study / "development.receipt.json", StudyDevelopmentReceipt, verify_files=False).record()
     return document["body"]["validation"]["manifest_sha256"]

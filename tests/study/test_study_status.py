@@ -25,8 +25,17 @@ from qhlab.study.status import STATES, status_lines, study_status
 from qhlab.training.records import FitReceipt
 from qhlab.training.wandb_attempt import WandbAttempt
 
-CELLS = [f"{arm}-s{seed}" for arm in ("baseline", "control_global_readout", "control_no_interaction",
-                                       "variant_cross_attention", "variant_deep") for seed in (0, 1)]
+CELLS = [
+    f"{arm}-s{seed}"
+    for arm in (
+        "baseline",
+        "control_global_readout",
+        "control_no_interaction",
+        "variant_cross_attention",
+        "variant_deep",
+    )
+    for seed in (0, 1)
+]
 ROWS = ["freeze", "E0 gate", "e0-baseline-s0", "e0-baseline-s1", "development", *CELLS, "benchmarks", "report"]
 
 
@@ -78,8 +87,10 @@ def test_not_a_study_exits_2_with_one_line(tmp_path, capsys):
     code, out, err = _status_cli(tmp_path, capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1
-    assert err.startswith(f"error: study status: DIR={str(tmp_path)!r} is not allowed; allowed: a study output "
-                          "directory (it holds freeze.receipt.json). HINT: ")
+    assert err.startswith(
+        f"error: study status: DIR={str(tmp_path)!r} is not allowed; allowed: a study output "
+        "directory (it holds freeze.receipt.json). HINT: "
+    )
     assert _listing(tmp_path) == before
 
 
@@ -201,7 +212,11 @@ def test_crashed_and_finished_unrecorded_cells(study_copy):
     (unrecorded / CELL_RECEIPT).unlink()
     rows = _rows(output)
     # 30 updates with a checkpoint every 7: the newest segment checkpoint is at 28.
-    assert (rows[crashed.name]["state"], rows[crashed.name]["updates"], rows[crashed.name]["attempts"]) == ("crashed", 28, 1)
+    assert (rows[crashed.name]["state"], rows[crashed.name]["updates"], rows[crashed.name]["attempts"]) == (
+        "crashed",
+        28,
+        1,
+    )
     assert (rows[unrecorded.name]["state"], rows[unrecorded.name]["updates"]) == ("finished", 30)
     assert rows[unrecorded.name]["mae_h"] is None and "adopts" in rows[unrecorded.name]["note"]
 

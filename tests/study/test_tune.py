@@ -52,9 +52,17 @@ def _trials(directory: Path) -> tuple[list, dict]:
     """What must not depend on workers or interruptions: every trial's parameters, state and
     fit results (final-state digests included), and the winner."""
     record = json.loads((directory / "tuning.json").read_text())
-    trials = [(t["number"], t["params"], t["state"], t["mean"], t["seed_sd"],
-               [(f["seed"], f["regret"], f["mae"], f["final_state_sha256"]) for f in t["fits"]])
-              for t in record["trials"]]
+    trials = [
+        (
+            t["number"],
+            t["params"],
+            t["state"],
+            t["mean"],
+            t["seed_sd"],
+            [(f["seed"], f["regret"], f["mae"], f["final_state_sha256"]) for f in t["fits"]],
+        )
+        for t in record["trials"]
+    ]
     return trials, record["winner"]
 
 
@@ -76,38 +84,47 @@ def _reseal(directory: Path) -> None:
 def test_trial_score_is_the_mean_and_sample_sd_over_seeds():
     assert trial_score([0.1]) == {"mean": 0.1, "seed_sd": None}
     score = trial_score([1.0, 3.0])
-    assert score["mean"] == 2.0 and score["seed_sd"] == pytest.approx(2 ** 0.5)
+    assert score["mean"] == 2.0 and score["seed_sd"] == pytest.approx(2**0.5)
     with pytest.raises(ValueError, match="finite"):
         trial_score([float("nan")])
 
 
 def test_the_cheaper_trial_within_the_band_wins_and_spread_limits_admission():
-    trials = [{"number": 0, "state": "complete", "mean": 0.100, "seed_sd": 0.01, "cost": 4000},
-              {"number": 1, "state": "complete", "mean": 0.1004, "seed_sd": 0.01, "cost": 2000},
-              {"number": 2, "state": "complete", "mean": 0.090, "seed_sd": 0.05, "cost": 2000},
-              {"number": 3, "state": "pruned", "mean": None, "seed_sd": None, "cost": 9000}]
+    trials = [
+        {"number": 0, "state": "complete", "mean": 0.100, "seed_sd": 0.01, "cost": 4000},
+        {"number": 1, "state": "complete", "mean": 0.1004, "seed_sd": 0.01, "cost": 2000},
+        {"number": 2, "state": "complete", "mean": 0.090, "seed_sd": 0.05, "cost": 2000},
+        {"number": 3, "state": "pruned", "mean": None, "seed_sd": None, "cost": 9000},
+    ]
     assert pick_winner(trials, band=0.0, max_seed_sd=None)["number"] == 2
     limited = pick_winner(trials, band=0.0005, max_seed_sd=0.02)
     assert limited["number"] == 1 and limited["tied"] == [1, 0] and limited["admissible"] == [0, 1]
     assert limited["margin"] == pytest.approx(0.100 - 0.1004)
     assert pick_winner(trials, band=0.0, max_seed_sd=0.02)["number"] == 0
-    assert pick_winner(trials[3:], band=0.0, max_seed_sd=None) == {"number": None, "admissible": [], "tied": [],
-                                                                   "margin": None}
+    assert pick_winner(trials[3:], band=0.0, max_seed_sd=None) == {
+        "number": None,
+        "admissible": [],
+        "tied": [],
+        "margin": None,
+    }
 
 
 # ----------------------------------------------------------------- bad input: exit 2, nothing written
 
 
-@pytest.mark.parametrize("space, field, allowed", [
-    ('"optimizer.momentum" = { low = 0.1, high = 0.9 }', "space.optimizer.momentum", "a scalar field"),
-    ('precision = { choices = ["32-true", "bf16-mixed"] }', "'precision'", "backend field"),
-    ('seed = { choices = [1, 2] }', "'seed'", "seed search"),
-    ('huber_delta = { low = 0.1, high = 0.1 }', "space.huber_delta", "low < high"),
-    ('huber_delta = { low = 0.5, high = 0.1 }', "space.huber_delta", "low < high"),
-    ('batch_size = { low = 0, high = 16 }', "space.batch_size=0", "valid recipe"),
-])
+@pytest.mark.parametrize(
+    "space, field, allowed",
+    [
+        ('"optimizer.momentum" = { low = 0.1, high = 0.9 }', "space.optimizer.momentum", "a scalar field"),
+        ('precision = { choices = ["32-true", "bf16-mixed"] }', "'precision'", "backend field"),
+        ("seed = { choices = [1, 2] }", "'seed'", "seed search"),
+        ("huber_delta = { low = 0.1, high = 0.1 }", "space.huber_delta", "low < high"),
+        ("huber_delta = { low = 0.5, high = 0.1 }", "space.huber_delta", "low < high"),
+        ("batch_size = { low = 0, high = 16 }", "space.batch_size=0", "valid recipe"),
+    ],
+)
 def test_bad_space_is_refused_with_nothing_written(tmp_path, cache, capsys, space, field, allowed):
-    config = _config(tmp_path / "c", cache, **{'batch_size = { choices = [8, 16] }': space})
+    config = _config(tmp_path / "c", cache, **{"batch_size = { choices = [8, 16] }": space})
     output = tmp_path / "out"
     assert _tune(config, output) == 2
     err = capsys.readouterr().err
@@ -122,8 +139,13 @@ def test_a_sealed_validation_population_is_refused_and_fit_warns(tmp_path, cache
     from qhlab.scenes import cached_population
 
     validation = cached_population("tiny", "validation", 9, cache, workers=1)
-    mark_sealed(seal_cache, sha256_file(validation / "manifest.json"), study="held-out-study",
-                freeze_receipt_sha256="ab" * 32, path=validation)
+    mark_sealed(
+        seal_cache,
+        sha256_file(validation / "manifest.json"),
+        study="held-out-study",
+        freeze_receipt_sha256="ab" * 32,
+        path=validation,
+    )
     config = _config(tmp_path / "c", seal_cache)
     output = tmp_path / "out"
     assert _tune(config, output) == 2
@@ -133,9 +155,24 @@ def test_a_sealed_validation_population_is_refused_and_fit_warns(tmp_path, cache
     # qhlab fit scores on it, with one warning line.
     train = cached_population("tiny", "train", 7, seal_cache, workers=1)
     validation_copy = cached_population("tiny", "validation", 9, seal_cache, workers=1)
-    assert main(["fit", str(EXAMPLES / "tiny-recipe.toml"), "--profile", "cpu-fp32", "--output",
-                 str(tmp_path / "fit"), "--train", str(train), "--validation", str(validation_copy),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(EXAMPLES / "tiny-recipe.toml"),
+                "--profile",
+                "cpu-fp32",
+                "--output",
+                str(tmp_path / "fit"),
+                "--train",
+                str(train),
+                "--validation",
+                str(validation_copy),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "held-out-study" in warnings[0]
 
@@ -213,9 +250,12 @@ def test_the_winning_recipe_is_a_recipe_file_of_the_winner(reference):
 def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, reference):
     config = _config(tmp_path / "c", cache)
     output = tmp_path / "out"
-    process = subprocess.Popen([sys.executable, "-m", "qhlab.cli", "tune", str(config), "--output", str(output),
-                                "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "qhlab.cli", "tune", str(config), "--output", str(output), "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     # Killed mid-run: after the first batch is stored, while the second batch fits.
     while time.monotonic() < deadline and process.poll() is None:
@@ -267,11 +307,13 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     assert "is not the rule's" in capsys.readouterr().err
 
 
-def _study_config(directory: Path, cache: Path, reference: Path, *, validation_seed: int = 8,
-                  recipe_file: bool = True) -> Path:
+def _study_config(
+    directory: Path, cache: Path, reference: Path, *, validation_seed: int = 8, recipe_file: bool = True
+) -> Path:
     text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
     text = text.replace("broad_updates = 30", "broad_updates = 40").replace(
-        "[validation]\npreset = \"tiny\"\nseed = 8", f"[validation]\npreset = \"tiny\"\nseed = {validation_seed}")
+        '[validation]\npreset = "tiny"\nseed = 8', f'[validation]\npreset = "tiny"\nseed = {validation_seed}'
+    )
     start, end = text.index("[experiment.recipe]"), text.index("[[experiment.arms]]")
     preparation = f'[preparation]\ntuning = "{reference / "tuning.json"}"\n\n'
     if recipe_file:
@@ -288,19 +330,38 @@ def _study_config(directory: Path, cache: Path, reference: Path, *, validation_s
 def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cache, reference, capsys):
     # The study's validation is the tuning's validation population: refused, nothing written.
     refused = tmp_path / "refused"
-    assert main(["study", "freeze", str(_study_config(tmp_path / "a", cache, reference, validation_seed=9)),
-                 "--output", str(refused)]) == 2
+    assert (
+        main(
+            [
+                "study",
+                "freeze",
+                str(_study_config(tmp_path / "a", cache, reference, validation_seed=9)),
+                "--output",
+                str(refused),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "validation=" in err and "the tuning's validation population" in err and not refused.exists()
     # A recipe other than the winner: refused, naming the differing fields.
-    assert main(["study", "freeze", str(_study_config(tmp_path / "b", cache, reference, recipe_file=False)),
-                 "--output", str(refused)]) == 2
+    assert (
+        main(
+            [
+                "study",
+                "freeze",
+                str(_study_config(tmp_path / "b", cache, reference, recipe_file=False)),
+                "--output",
+                str(refused),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "experiment.recipe=" in err and "optimizer.lr=" in err and not refused.exists()
     # The winner's recipe file on another validation seed: frozen, with the record copied in and bound.
     frozen = tmp_path / "frozen"
-    assert main(["study", "freeze", str(_study_config(tmp_path / "c", cache, reference)), "--output",
-                 str(frozen)]) == 0
+    assert main(["study", "freeze", str(_study_config(tmp_path / "c", cache, reference)), "--output", str(frozen)]) == 0
     body = json.loads((frozen / "freeze.receipt.json").read_text())["body"]
     tuning = body["preparation"]["tuning"]
     assert tuning["record_sha256"] == sha256_file(reference / "tuning.json")
@@ -338,12 +399,15 @@ def test_the_pruner_stops_a_trial_worse_than_the_median_of_earlier_complete_tria
     assert prune_at(quarter, earlier, {"1": 0.16}, 1) is True and prune_at(quarter, earlier, {"1": 0.14}, 1) is False
 
 
-@pytest.mark.parametrize("pruner, field, allowed", [
-    ('kind = "median"\nrungs = [2]', "pruner.rungs", "fit counts below the objective's 2 seeds"),
-    ('kind = "median"\nrungs = [1, 1]', "rungs", "increasing fit counts"),
-    ('kind = "median"\npercentile = 30.0\nrungs = [1]', "percentile", "with kind 'percentile' only"),
-    ('kind = "hyperband"\nrungs = [1]', "pruner.kind", "'median' or 'percentile'"),
-])
+@pytest.mark.parametrize(
+    "pruner, field, allowed",
+    [
+        ('kind = "median"\nrungs = [2]', "pruner.rungs", "fit counts below the objective's 2 seeds"),
+        ('kind = "median"\nrungs = [1, 1]', "rungs", "increasing fit counts"),
+        ('kind = "median"\npercentile = 30.0\nrungs = [1]', "percentile", "with kind 'percentile' only"),
+        ('kind = "hyperband"\nrungs = [1]', "pruner.kind", "'median' or 'percentile'"),
+    ],
+)
 def test_a_bad_pruner_is_refused_with_nothing_written(tmp_path, cache, capsys, pruner, field, allowed):
     config = _config(tmp_path / "c", cache)
     config.write_text(config.read_text() + f"\n[pruner]\n{pruner}\n")
@@ -354,9 +418,12 @@ def test_a_bad_pruner_is_refused_with_nothing_written(tmp_path, cache, capsys, p
     assert not output.exists()
 
 
-_PRUNED = {"trials = 4": "trials = 6", "seeds = [2, 3]": "seeds = [2, 3, 4]", "sampler = \"tpe\"": "sampler = \"random\"",
-           '"optimizer.lr" = { low = 1e-3, high = 1e-2, log = true }':
-           '"optimizer.lr" = { low = 1e-4, high = 1e-2, log = true }'}
+_PRUNED = {
+    "trials = 4": "trials = 6",
+    "seeds = [2, 3]": "seeds = [2, 3, 4]",
+    'sampler = "tpe"': 'sampler = "random"',
+    '"optimizer.lr" = { low = 1e-3, high = 1e-2, log = true }': '"optimizer.lr" = { low = 1e-4, high = 1e-2, log = true }',  # noqa: E501 - one literal, kept whole
+}
 
 
 def _pruned_config(directory: Path, cache: Path) -> Path:
@@ -383,21 +450,37 @@ def test_pruned_trials_are_the_same_with_one_or_two_workers_and_verify_recompute
 
     # A complete trial called pruned after one fit (its later fits dropped), resealed: the pruner keeps it.
     kept = next(t for t in record["trials"] if t["state"] == "complete" and t["batch"] >= 1)
-    forged = dict(record, trials=[dict(t, state="pruned", fits=t["fits"][:1], mean=None, seed_sd=None,
-                                       intermediate={"1": t["intermediate"]["1"]},
-                                       reason="median pruner after 1 of its fits")
-                                  if t["number"] == kept["number"] else t for t in record["trials"]])
+    forged = dict(
+        record,
+        trials=[
+            dict(
+                t,
+                state="pruned",
+                fits=t["fits"][:1],
+                mean=None,
+                seed_sd=None,
+                intermediate={"1": t["intermediate"]["1"]},
+                reason="median pruner after 1 of its fits",
+            )
+            if t["number"] == kept["number"]
+            else t
+            for t in record["trials"]
+        ],
+    )
     (one / "tuning.json").write_bytes(canonical_json(forged))
     _reseal(one)
     assert main(["verify", str(one)]) == 2
-    assert f"trial {kept['number'] + 1} is pruned after 1 fits, but the median pruner does not stop it after 1" \
+    assert (
+        f"trial {kept['number'] + 1} is pruned after 1 fits, but the median pruner does not stop it after 1"
         in capsys.readouterr().err
+    )
 
 
 def test_a_tuning_without_an_admissible_trial_has_a_receipt_body_without_a_winner():
     # Every trial over the cost limit or pruned: the record publishes no recipe and its receipt no winner.
     from qhlab.design.tuning_record import TuningReceipt
 
-    body = TuningReceipt.body_model().model_validate({"name": "t", "config_sha256": "0" * 64, "trials": 3,
-                                                      "winner": None})
+    body = TuningReceipt.body_model().model_validate(
+        {"name": "t", "config_sha256": "0" * 64, "trials": 3, "winner": None}
+    )
     assert body.winner is None

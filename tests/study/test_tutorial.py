@@ -21,8 +21,12 @@ def test_the_tutorial_runs_as_written(tmp_path):
     block = re.search(r"```bash\n(.*?)```", TUTORIAL.read_text(encoding="utf-8"), re.S)
     assert block, f"no ```bash block in {TUTORIAL}"
     commands = [line.strip() for line in block.group(1).splitlines() if line.strip()]
-    assert [c.split()[1:3] for c in commands] == [["study", "run"], ["study", "status"], ["verify", "/tmp/first-study"],
-                                                  ["study", "run"]]
+    assert [c.split()[1:3] for c in commands] == [
+        ["study", "run"],
+        ["study", "status"],
+        ["verify", "/tmp/first-study"],
+        ["study", "run"],
+    ]
     home = tmp_path / "home"  # the config's population cache is under ~: keep it out of the user's
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
@@ -38,9 +42,24 @@ def test_the_tutorial_runs_as_written(tmp_path):
     assert "ran freeze, admit-canaries, prepare-development, run-fit, benchmark, report" in run
     assert "variant_cross_attention:" in run and "variant_deep:" in run and "inconclusive" in run
     assert (study / "report" / "report.md").read_text().startswith("# Architecture study `first-study`")
-    assert len(re.findall(r"^\S+-s[01] +authenticated +1 +30 ", "\n".join(
-        subprocess.run([f"{VENV_BIN}/qhlab", "study", "status", str(study)], capture_output=True, text=True,
-                       env=env, check=True).stdout.splitlines()), re.M)) == 10
+    assert (
+        len(
+            re.findall(
+                r"^\S+-s[01] +authenticated +1 +30 ",
+                "\n".join(
+                    subprocess.run(
+                        [f"{VENV_BIN}/qhlab", "study", "status", str(study)],
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        check=True,
+                    ).stdout.splitlines()
+                ),
+                re.M,
+            )
+        )
+        == 10
+    )
     assert "E0 gate authenticated" in status
     assert re.search(r"^verified: 118 receipts", verify), verify[:200]
     assert "is complete: every receipt authenticated" in again and "nothing was run" in again

@@ -27,7 +27,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MY_ARMS = EXAMPLES / "my_arms.py"
 USER_ARMS = ("control_maxpool_sets", "variant_struck_mlp")
 
-BAD_ARMS = '''
+BAD_ARMS = """
 import os
 import torch
 from torch import nn
@@ -99,7 +99,7 @@ def build_importing_at_forward(arch, dims):
 
 
 not_callable = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -107,8 +107,9 @@ def byo(byo_writer, population_cache):
     """``byo(directory, *, arms=..., **replace)``: the byo example there, with ``bad_arms.py`` beside it."""
 
     def make(directory: Path, *, arms: str | None = None, **replace: str) -> Path:
-        return byo_writer(directory, population_cache, files={"bad_arms.py": BAD_ARMS if arms is None else arms},
-                          **replace)
+        return byo_writer(
+            directory, population_cache, files={"bad_arms.py": BAD_ARMS if arms is None else arms}, **replace
+        )
 
     return make
 
@@ -183,11 +184,15 @@ def test_copy_changed_after_authentication_is_refused_at_import(tmp_path, frozen
     frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
     copy = output / FAMILY_DIR / "control_maxpool_sets" / "my_arms.py"
     copy.write_text(copy.read_text().replace("amax", "amin"))
-    source = resolve_builder("control_maxpool_sets", "my_arms.py:build_maxpool_sets",
-                             frozen.sources["control_maxpool_sets"])
+    source = resolve_builder(
+        "control_maxpool_sets", "my_arms.py:build_maxpool_sets", frozen.sources["control_maxpool_sets"]
+    )
     assert source.root == output / FAMILY_DIR / "control_maxpool_sets"
-    with pytest.raises(EvidenceError, match="differs from the bound digests in control_maxpool_sets/my_arms.py|"
-                       "differs from the bound digests in my_arms.py"):
+    with pytest.raises(
+        EvidenceError,
+        match="differs from the bound digests in control_maxpool_sets/my_arms.py|"
+        "differs from the bound digests in my_arms.py",
+    ):
         source.builder_function()
 
 
@@ -199,8 +204,11 @@ def test_verify_never_imports_user_code(tmp_path, byo) -> None:
     output = tmp_path / "study"
     # The freeze runs in a fresh process too, so that its import is seen (and then undone).
     program = "import sys; from qhlab.cli import main; sys.exit(main(sys.argv[1:]))"
-    frozen = subprocess.run([sys.executable, "-c", program, "study", "freeze", str(config), "--output", str(output)],
-                            capture_output=True, text=True)
+    frozen = subprocess.run(
+        [sys.executable, "-c", program, "study", "freeze", str(config), "--output", str(output)],
+        capture_output=True,
+        text=True,
+    )
     assert frozen.returncode == 0, frozen.stderr
     assert mark.read_text() == "imported"  # the freeze checks the contract by importing the copy
     mark.unlink()
@@ -208,8 +216,9 @@ def test_verify_never_imports_user_code(tmp_path, byo) -> None:
     assert verified.returncode == 0, verified.stderr
     assert not mark.exists()
     # study status compares the user's file with the copy, but imports neither.
-    status = subprocess.run([sys.executable, "-c", program, "study", "status", str(output), "--json"],
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [sys.executable, "-c", program, "study", "status", str(output), "--json"], capture_output=True, text=True
+    )
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["sources"] == {}
     assert not mark.exists()
@@ -229,25 +238,29 @@ def test_status_says_the_user_source_changed(tmp_path, byo, capsys) -> None:
     authenticate_freeze(config, output, "run_fit")
 
 
-@pytest.mark.parametrize(("builder", "cause"), [
-    ("missing.py:build", "does not exist"),
-    ("bad_arms.py:build_raises", "building it raised RuntimeError: this arm needs 3 heads"),
-    ("bad_arms.py:no_such_function", "has no callable 'no_such_function'"),
-    ("bad_arms.py:not_callable", "has no callable 'not_callable'"),
-    ("bad_arms.py:build_not_a_module", "returned int; allowed: a torch.nn.Module"),
-    ("bad_arms.py:build_shape", "output shape [2, 6] is not allowed; allowed: [B, K, H] = [2, 6, 2]"),
-    ("bad_arms.py:build_nan", "non-finite values"),
-    ("bad_arms.py:build_detached", "no parameter receives a gradient"),
-    ("bad_arms.py:build_random", "initialisation is not deterministic"),
-    ("bad_arms.py:build_lazy", "uninitialised (lazy) parameters or buffers: 0.bias, 0.weight"),
-    ("bad_arms.py:build_with_sibling", "ModuleNotFoundError: No module named 'helper_beside' (only the builder's own "
-     "file or package is frozen)"),
-    ("no_such_package.models:build", "no module 'no_such_package'"),
-    ("bad arms.py", "builder='bad arms.py' is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("builder", "cause"),
+    [
+        ("missing.py:build", "does not exist"),
+        ("bad_arms.py:build_raises", "building it raised RuntimeError: this arm needs 3 heads"),
+        ("bad_arms.py:no_such_function", "has no callable 'no_such_function'"),
+        ("bad_arms.py:not_callable", "has no callable 'not_callable'"),
+        ("bad_arms.py:build_not_a_module", "returned int; allowed: a torch.nn.Module"),
+        ("bad_arms.py:build_shape", "output shape [2, 6] is not allowed; allowed: [B, K, H] = [2, 6, 2]"),
+        ("bad_arms.py:build_nan", "non-finite values"),
+        ("bad_arms.py:build_detached", "no parameter receives a gradient"),
+        ("bad_arms.py:build_random", "initialisation is not deterministic"),
+        ("bad_arms.py:build_lazy", "uninitialised (lazy) parameters or buffers: 0.bias, 0.weight"),
+        (
+            "bad_arms.py:build_with_sibling",
+            "ModuleNotFoundError: No module named 'helper_beside' (only the builder's own file or package is frozen)",
+        ),
+        ("no_such_package.models:build", "no module 'no_such_package'"),
+        ("bad arms.py", "builder='bad arms.py' is not allowed"),
+    ],
+)
 def test_bad_builder_is_one_error_line_and_writes_nothing(tmp_path, byo, capsys, builder, cause) -> None:
-    config = byo(tmp_path,
-                  **{'builder = "my_arms.py:build_mlp"': f'builder = "{builder}"'})
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': f'builder = "{builder}"'})
     output = tmp_path / "study"
     code, text = _freeze(config, output, capsys)
     errors = [line for line in text.splitlines() if line.startswith("error:")]
@@ -260,8 +273,11 @@ def test_bad_builder_is_one_error_line_and_writes_nothing(tmp_path, byo, capsys,
 
 
 def test_import_error_of_the_module_is_refused_by_name(tmp_path, byo, capsys) -> None:
-    config = byo(tmp_path, arms="raise ImportError('needs the package foo')\n",
-                  **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build"'})
+    config = byo(
+        tmp_path,
+        arms="raise ImportError('needs the package foo')\n",
+        **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build"'},
+    )
     code, text = _freeze(config, tmp_path / "study", capsys)
     assert code == 2
     assert "arm 'variant_struck_mlp' (builder 'bad_arms.py:build')" in text
@@ -269,19 +285,32 @@ def test_import_error_of_the_module_is_refused_by_name(tmp_path, byo, capsys) ->
     assert not (tmp_path / "study").exists()
 
 
-@pytest.mark.parametrize(("replace", "cause"), [
-    ({'arm = "control_maxpool_sets"': 'arm = "control_global_readout"'}, "each arm may appear once"),
-    ({'control = "control_global_readout"      # its regret': 'control = "control_nowhere" #'},
-     "control='control_nowhere' is not allowed"),
-    ({'role = "variant"': 'role = "control"',
-      'control = "control_global_readout"      # its regret margin is against this structural control': "",
-      'matched = "baseline"                    # its MAE margin is against the baseline': ""},
-     "needs at least one control and one variant"),
-    ({'arm = "variant_struck_mlp"': 'arm = "variant_deep"'}, "is not a built-in arm"),
-    ({'options = { hidden = 48 }': 'options = { hidden = [48] }'}, "options"),
-    ({'builder = "my_arms.py:build_maxpool_sets"': 'builder = "my_arms.py:build_maxpool_sets"\nfusion = "concat"'},
-     "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    ("replace", "cause"),
+    [
+        ({'arm = "control_maxpool_sets"': 'arm = "control_global_readout"'}, "each arm may appear once"),
+        (
+            {'control = "control_global_readout"      # its regret': 'control = "control_nowhere" #'},
+            "control='control_nowhere' is not allowed",
+        ),
+        (
+            {
+                'role = "variant"': 'role = "control"',
+                'control = "control_global_readout"      # its regret margin is against this structural control': "",
+                'matched = "baseline"                    # its MAE margin is against the baseline': "",
+            },
+            "needs at least one control and one variant",
+        ),
+        ({'arm = "variant_struck_mlp"': 'arm = "variant_deep"'}, "is not a built-in arm"),
+        ({"options = { hidden = 48 }": "options = { hidden = [48] }"}, "options"),
+        (
+            {
+                'builder = "my_arms.py:build_maxpool_sets"': 'builder = "my_arms.py:build_maxpool_sets"\nfusion = "concat"'  # noqa: E501 - one literal, kept whole
+            },
+            "Extra inputs",
+        ),
+    ],
+)
 def test_bad_family_is_refused_before_anything_is_written(tmp_path, byo, capsys, replace, cause) -> None:
     config = byo(tmp_path, **replace)
     code, text = _freeze(config, tmp_path / "study", capsys)
@@ -305,8 +334,12 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
     # The MLP exposes no encoder or readout: the benchmark says so instead of crashing.
     assert cells["variant_struck_mlp"]["benchmark"]["encoder_seconds"] is None
     assert cells["control_maxpool_sets"]["benchmark"]["encoder_seconds"] > 0
-    assert (tmp_path / "reference" / "study" / "report" / "report.md").read_text().splitlines()[2].startswith(
-        "## The question")
+    assert (
+        (tmp_path / "reference" / "study" / "report" / "report.md")
+        .read_text()
+        .splitlines()[2]
+        .startswith("## The question")
+    )
 
     twin = byo(tmp_path / "twin")
     output = tmp_path / "twin" / "study"
@@ -317,12 +350,19 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
         for seed in (0, 1):
             cell = f"{arm}-s{seed}"
             ours = read_receipt(output / CELLS_DIR / cell / CELL_RECEIPT, StudyCellReceipt).record()
-            theirs = read_receipt(tmp_path / "reference" / "study" / CELLS_DIR / cell / CELL_RECEIPT, StudyCellReceipt).record()
+            theirs = read_receipt(
+                tmp_path / "reference" / "study" / CELLS_DIR / cell / CELL_RECEIPT, StudyCellReceipt
+            ).record()
             assert ours["body"]["final_state_sha256"] == theirs["body"]["final_state_sha256"]
             attempt = output / CELLS_DIR / cell / ours["body"]["attempt"]
             fit = read_receipt(attempt / "fit.receipt.json", FitReceipt).body_record()
-            assert fit["scorer"]["builder"] == {"control_maxpool_sets": "my_arms.py:build_maxpool_sets",
-                                                "variant_struck_mlp": "my_arms.py:build_mlp"}[arm]
+            assert (
+                fit["scorer"]["builder"]
+                == {
+                    "control_maxpool_sets": "my_arms.py:build_maxpool_sets",
+                    "variant_struck_mlp": "my_arms.py:build_mlp",
+                }[arm]
+            )
             assert fit["scorer"]["members_path"] == "one scorer"
             assert len(fit["scorer"]["source_sha256"]) == 64
     capsys.readouterr()
@@ -333,7 +373,7 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
 
 PACKAGE = {
     "__init__.py": "",
-    "layers.py": "from torch import nn\n\n\ndef head(d_in, h):\n    return nn.Sequential(nn.Linear(d_in, 16), nn.GELU(), nn.Linear(16, h))\n",
+    "layers.py": "from torch import nn\n\n\ndef head(d_in, h):\n    return nn.Sequential(nn.Linear(d_in, 16), nn.GELU(), nn.Linear(16, h))\n",  # noqa: E501 - one literal, kept whole
     "arms.py": (
         "import torch\nfrom torch import nn\n\nfrom .layers import head\n\n\n"
         "class CandidateOnly(nn.Module):\n"
@@ -397,13 +437,15 @@ def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -
 
 
 def test_a_user_baseline_sizes_the_family_and_binds_its_source(tmp_path, byo, capsys) -> None:
-    config = byo(tmp_path, **{
-        'architecture = { arm = "baseline", encoder = { depth = 1, width = 16, heads = 2 } }':
-        'architecture = { arm = "my_baseline", builder = "my_arms.py:build_maxpool_sets", encoder = { width = 24 } }',
-        '[[experiment.arms]]\narm = "control_global_readout"\nrole = "control"\n': "",
-        'control = "control_global_readout"      # its regret': 'control = "control_maxpool_sets" #',
-        'matched = "baseline"  ': 'matched = "my_baseline"  ',
-    })
+    config = byo(
+        tmp_path,
+        **{
+            'architecture = { arm = "baseline", encoder = { depth = 1, width = 16, heads = 2 } }': 'architecture = { arm = "my_baseline", builder = "my_arms.py:build_maxpool_sets", encoder = { width = 24 } }',  # noqa: E501 - one literal, kept whole
+            '[[experiment.arms]]\narm = "control_global_readout"\nrole = "control"\n': "",
+            'control = "control_global_readout"      # its regret': 'control = "control_maxpool_sets" #',
+            'matched = "baseline"  ': 'matched = "my_baseline"  ',
+        },
+    )
     output = tmp_path / "study"
     code, text = _freeze(config, output, capsys)
     assert code == 0, text
@@ -434,8 +476,10 @@ def test_an_arm_that_imports_unfrozen_code_of_its_own_is_refused(tmp_path, byo, 
     assert "importing it loaded module 'helper_beside'" in text and "not in its frozen source" in text
     assert not (tmp_path / "study").exists()
 
-    config = byo(tmp_path / "forward",
-                 **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_importing_at_forward"'})
+    config = byo(
+        tmp_path / "forward",
+        **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_importing_at_forward"'},
+    )
     (tmp_path / "helper_at_forward.py").write_text(HELPER)
     code, text = _freeze(config, tmp_path / "forward" / "study", capsys)
     assert code == 2, text
@@ -445,8 +489,9 @@ def test_an_arm_that_imports_unfrozen_code_of_its_own_is_refused(tmp_path, byo, 
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "layers.py").write_text(HELPER)
-    (package / "arms.py").write_text("from selfpkg.layers import head\n\n\ndef build(arch, dims):\n"
-                                     "    return head(dims)\n")
+    (package / "arms.py").write_text(
+        "from selfpkg.layers import head\n\n\ndef build(arch, dims):\n    return head(dims)\n"
+    )
     config = byo(tmp_path / "pkg", **{'builder = "my_arms.py:build_mlp"': f'builder = "{package}/arms.py:build"'})
     code, text = _freeze(config, tmp_path / "pkg" / "study", capsys)
     assert code == 2, text
@@ -471,8 +516,9 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     py_compile.compile(str(evil), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
     with pytest.raises(EvidenceError, match="__pycache__"):
-        resolve_builder("variant_struck_mlp", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
-                        ).builder_function()
+        resolve_builder(
+            "variant_struck_mlp", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
+        ).builder_function()
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "__pycache__" in capsys.readouterr().err

@@ -77,7 +77,11 @@ def _tiny_study_console(tmp_path: Path, population_cache: Path, config_writer, *
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     done = subprocess.run(
         [sys.executable, "-m", "qhlab.cli", "study", "run", str(config), "--output", str(tmp_path / "out"), *extra],
-        capture_output=True, text=True, env=env, timeout=900, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr

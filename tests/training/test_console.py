@@ -19,7 +19,9 @@ def _restore_console():
 
 def _lightning_console_levels() -> set[int]:
     handlers = logging.getLogger("lightning.pytorch").handlers
-    return {h.level for h in handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)}
+    return {
+        h.level for h in handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    }
 
 
 def test_quiet_raises_lightnings_console_handler_and_verbose_restores_it(monkeypatch) -> None:
@@ -44,12 +46,23 @@ def test_quiet_filters_only_the_known_harmless_warning() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         configure_console(False)
-        warnings.warn_explicit("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning,
-                               "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
-        warnings.warn_explicit("something else is deprecated", FutureWarning, "_pytree.py", 22,
-                               module="lightning.pytorch.utilities._pytree")
-        warnings.warn_explicit("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, "mine.py", 1,
-                               module="mypackage")
+        warnings.warn_explicit(
+            "`isinstance(treespec, LeafSpec)` is deprecated, use ...",
+            FutureWarning,
+            "_pytree.py",
+            21,
+            module="lightning.pytorch.utilities._pytree",
+        )
+        warnings.warn_explicit(
+            "something else is deprecated",
+            FutureWarning,
+            "_pytree.py",
+            22,
+            module="lightning.pytorch.utilities._pytree",
+        )
+        warnings.warn_explicit(
+            "`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, "mine.py", 1, module="mypackage"
+        )
     messages = [str(w.message) for w in caught]
     assert messages == ["something else is deprecated", "`isinstance(treespec, LeafSpec)` is deprecated"]
 
@@ -60,4 +73,5 @@ def test_fit_log_keeps_lightnings_info_lines_in_the_fit_directory_while_quiet(tm
         logging.getLogger("lightning.pytorch.utilities.rank_zero").info("GPU available: False, used: False")
     assert "GPU available: False" in path.read_text()
     assert not logging.getLogger("lightning.pytorch").handlers or all(
-        not isinstance(h, logging.FileHandler) for h in logging.getLogger("lightning.pytorch").handlers)
+        not isinstance(h, logging.FileHandler) for h in logging.getLogger("lightning.pytorch").handlers
+    )

@@ -20,7 +20,8 @@ from qhlab.training.records import FitReceipt
 
 NATIVE = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 needs_native_bf16 = pytest.mark.skipif(
-    not NATIVE, reason=f"needs a CPU with AVX512-BF16 or AMX; this one has {torch.backends.cpu.get_cpu_capability()}")
+    not NATIVE, reason=f"needs a CPU with AVX512-BF16 or AMX; this one has {torch.backends.cpu.get_cpu_capability()}"
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,15 +56,25 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     from qhlab.scenes import generate_population
 
     root = tmp_path_factory.mktemp("bf16-pops")
-    return {"train": generate_population("tiny", "train", 0, root / "train", workers=1),
-            "validation": generate_population("tiny", "validation", 1, root / "validation", workers=1)}
+    return {
+        "train": generate_population("tiny", "train", 0, root / "train", workers=1),
+        "validation": generate_population("tiny", "validation", 1, root / "validation", workers=1),
+    }
 
 
 def _fit(tiny, out: Path, profile: str):
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
-    return fit_recipe(FitRequest(recipe=ROOT / "examples" / "tiny-recipe.toml", profile=profile, output=out,
-                                 train=tiny["train"], validation=tiny["validation"], progress=False))
+    return fit_recipe(
+        FitRequest(
+            recipe=ROOT / "examples" / "tiny-recipe.toml",
+            profile=profile,
+            output=out,
+            train=tiny["train"],
+            validation=tiny["validation"],
+            progress=False,
+        )
+    )
 
 
 @needs_native_bf16
@@ -84,8 +95,20 @@ def test_a_cpu_bf16_fit_is_deterministic_differs_from_fp32_and_records_its_preci
 
 @needs_native_bf16
 def test_cpu_bf16_commissions(tmp_path, tiny, capsys) -> None:
-    code = main(["commission", str(ROOT / "examples" / "tiny-recipe.toml"), "--profile", "cpu-bf16",
-                 "--output", str(tmp_path / "commission"), "--train", str(tiny["train"]), "--milestones", "1,4",
-                 "--no-progress"])
+    code = main(
+        [
+            "commission",
+            str(ROOT / "examples" / "tiny-recipe.toml"),
+            "--profile",
+            "cpu-bf16",
+            "--output",
+            str(tmp_path / "commission"),
+            "--train",
+            str(tiny["train"]),
+            "--milestones",
+            "1,4",
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr()
     assert main(["verify", str(tmp_path / "commission")]) == 0

@@ -21,7 +21,7 @@ from typing import Literal
 
 import pytest
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from qhlab.evidence import (
     LockHeldError,
@@ -63,18 +63,33 @@ _ATTEMPT = WandbAttempt("sig")
 SEED_SIGNATURES = {
     "QhExecutionProfile": (
         QhExecutionProfile,
-        [("name", PK, E), ("accelerator", PK, E), ("device_type", PK, E), ("precision", PK, E),
-         ("expected_system", PK, E), ("expected_machine", PK, E), ("allowed_cpu_fallback_operations", PK, ())],
+        [
+            ("name", PK, E),
+            ("accelerator", PK, E),
+            ("device_type", PK, E),
+            ("precision", PK, E),
+            ("expected_system", PK, E),
+            ("expected_machine", PK, E),
+            ("allowed_cpu_fallback_operations", PK, ()),
+        ],
     ),
     "QhExecutionProfile.apply": (_PROFILE.apply, [("config", PK, E)]),
     "QhExecutionProfile.admit_runtime": (_PROFILE.admit_runtime, []),
     "QhExecutionProfile.autocast_context": (_PROFILE.autocast_context, []),
-    "QhExecutionProfile.prepare_memory_accounting": (_PROFILE.prepare_memory_accounting, [("max_allocated_bytes", PK, E)]),
+    "QhExecutionProfile.prepare_memory_accounting": (
+        _PROFILE.prepare_memory_accounting,
+        [("max_allocated_bytes", PK, E)],
+    ),
     "QhExecutionProfile.memory_evidence": (_PROFILE.memory_evidence, []),
     "WandbAttempt": (
         WandbAttempt,
-        [("run_id", PK, E), ("resume", PK, False), ("offline", PK, False), ("logical_run_id", PK, None),
-         ("local_attempt_id", PK, None)],
+        [
+            ("run_id", PK, E),
+            ("resume", PK, False),
+            ("offline", PK, False),
+            ("logical_run_id", PK, None),
+            ("local_attempt_id", PK, None),
+        ],
     ),
     "WandbAttempt.apply": (_ATTEMPT.apply, [("config", PK, E)]),
     "WandbAttempt.evidence": (_ATTEMPT.evidence, []),
@@ -137,8 +152,14 @@ def test_package_exports_seed_names_lazily() -> None:
 
 def test_seed_path_reexports_the_implementing_modules() -> None:
     owners = {
-        profiles: ("PROFILE_NAMES", "ProfileRefusedError", "QhExecutionProfile", "RuntimeEvidence",
-                   "execution_policy_source", "execution_profile"),
+        profiles: (
+            "PROFILE_NAMES",
+            "ProfileRefusedError",
+            "QhExecutionProfile",
+            "RuntimeEvidence",
+            "execution_policy_source",
+            "execution_profile",
+        ),
         device_checks: ("assert_device_tensors", "captured_fallback_operations"),
         wandb_attempt: ("WandbAttempt", "publish_wandb_attempt"),
         lineage: ("ColdInitializationLineage", "verified_cold_initialization_lineage"),
@@ -187,8 +208,14 @@ def test_unknown_profile_lists_valid_names(bad) -> None:
     ],
 )
 def test_profile_construction_is_validated(field: str, kwargs: dict) -> None:
-    base = dict(name="x", accelerator="cpu", device_type="cpu", precision="32-true",
-                expected_system="Linux", expected_machine="x86_64")
+    base = dict(
+        name="x",
+        accelerator="cpu",
+        device_type="cpu",
+        precision="32-true",
+        expected_system="Linux",
+        expected_machine="x86_64",
+    )
     base.update(kwargs)
     with pytest.raises(QhInputError, match=field):
         QhExecutionProfile(**base)
@@ -197,22 +224,41 @@ def test_profile_construction_is_validated(field: str, kwargs: dict) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"accelerator": "mps", "device_type": "mps", "precision": "16-mixed"},
-         r"precision='16-mixed' is not allowed; allowed: '32-true' on an mps lane"),
-        ({"accelerator": "cuda", "device_type": "cuda", "precision": "bf16-mixed"},
-         r"precision='bf16-mixed' is not allowed; allowed: '16-mixed' or '32-true' on a 'cuda' lane"),
+        (
+            {"accelerator": "mps", "device_type": "mps", "precision": "16-mixed"},
+            r"precision='16-mixed' is not allowed; allowed: '32-true' on an mps lane",
+        ),
+        (
+            {"accelerator": "cuda", "device_type": "cuda", "precision": "bf16-mixed"},
+            r"precision='bf16-mixed' is not allowed; allowed: '16-mixed' or '32-true' on a 'cuda' lane",
+        ),
         ({"accelerator": "mps", "device_type": "mps", "precision": "bf16-mixed"}, r"precision='bf16-mixed'"),
         ({"accelerator": "cuda", "device_type": "cpu"}, r"device_type='cpu' is not allowed; allowed: 'cuda'"),
         ({"accelerator": "cpu", "device_type": "mps"}, r"device_type='mps' is not allowed; allowed: 'cpu'"),
-        ({"allowed_cpu_fallback_operations": ("aten::foo",)},
-         r"allowed_cpu_fallback_operations=\('aten::foo',\) is not allowed; allowed: \(\) on a 'cpu' lane"),
-        ({"accelerator": "cuda", "device_type": "cuda", "precision": "16-mixed",
-          "allowed_cpu_fallback_operations": ("aten::foo",)}, r"\(\) on a 'cuda' lane"),
+        (
+            {"allowed_cpu_fallback_operations": ("aten::foo",)},
+            r"allowed_cpu_fallback_operations=\('aten::foo',\) is not allowed; allowed: \(\) on a 'cpu' lane",
+        ),
+        (
+            {
+                "accelerator": "cuda",
+                "device_type": "cuda",
+                "precision": "16-mixed",
+                "allowed_cpu_fallback_operations": ("aten::foo",),
+            },
+            r"\(\) on a 'cuda' lane",
+        ),
     ],
 )
 def test_profile_parts_must_agree(kwargs: dict, message: str) -> None:
-    base = dict(name="x", accelerator="cpu", device_type="cpu", precision="32-true",
-                expected_system="Linux", expected_machine="x86_64")
+    base = dict(
+        name="x",
+        accelerator="cpu",
+        device_type="cpu",
+        precision="32-true",
+        expected_system="Linux",
+        expected_machine="x86_64",
+    )
     base.update(kwargs)
     with pytest.raises(QhInputError, match=r"QhExecutionProfile: .*" + message + r".*HINT"):
         QhExecutionProfile(**base)
@@ -227,8 +273,11 @@ def test_mps_lane_may_list_reviewed_fallback_operations() -> None:
 def test_memory_ceiling_is_refused_where_it_cannot_be_enforced(name: str) -> None:
     profile = execution_profile(name)
     assert profile.check_memory_ceiling(None) is None
-    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a "
-                       r"'(cpu|mps)' lane \(only CUDA lanes enforce a ceiling\)\. HINT: drop"):
+    with pytest.raises(
+        QhInputError,
+        match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a "
+        r"'(cpu|mps)' lane \(only CUDA lanes enforce a ceiling\)\. HINT: drop",
+    ):
         profile.check_memory_ceiling(2**30)
     assert execution_profile("cuda-amp").check_memory_ceiling(2**30) == 2**30
     with pytest.raises(QhInputError, match="max_allocated_bytes=0 is not allowed"):
@@ -263,9 +312,18 @@ class _Recipe(BaseModel):
 
 def _recipe() -> _Recipe:
     return _Recipe(
-        name="qh-small", seed=17, horizon=3, batch_size=64, max_updates=500, gradient_clip=1.0,
-        tags=("study", "paired"), optimizer=_Optimizer(lr=3e-4), population="pop/train",
-        accelerator="cpu", devices=4, precision="32-true",
+        name="qh-small",
+        seed=17,
+        horizon=3,
+        batch_size=64,
+        max_updates=500,
+        gradient_clip=1.0,
+        tags=("study", "paired"),
+        optimizer=_Optimizer(lr=3e-4),
+        population="pop/train",
+        accelerator="cpu",
+        devices=4,
+        precision="32-true",
     )
 
 
@@ -281,7 +339,7 @@ def test_apply_changes_only_backend_fields(name: str) -> None:
             assert getattr(applied, field) == getattr(recipe, field), field
     # the input is untouched and the result is still frozen
     assert (recipe.accelerator, recipe.devices, recipe.precision) == ("cpu", 4, "32-true")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         applied.seed = 1  # type: ignore[misc]
 
 
@@ -339,14 +397,17 @@ def test_admit_runtime_matches_the_real_host(name: str, monkeypatch) -> None:
         if HOST != (profile.expected_system, profile.expected_machine):
             assert f"this host is {HOST[0]} {HOST[1]}" in message
         elif profile.precision == "bf16-mixed":
-            assert f"has CPU capability {torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX" \
-                in message
+            assert f"has CPU capability {torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX" in message
         else:
             assert f"has no {profile.device_type.upper()} device" in message
         assert info.value.exit_code == 2
         return
     evidence = profile.admit_runtime()
-    assert (evidence.profile, evidence.precision, evidence.device_type) == (name, profile.precision, profile.device_type)
+    assert (evidence.profile, evidence.precision, evidence.device_type) == (
+        name,
+        profile.precision,
+        profile.device_type,
+    )
     assert evidence.versions["torch"] == torch.__version__
     assert evidence.versions["python"] == platform.python_version()
     assert evidence.versions["lightning"].startswith("2.6")
@@ -360,7 +421,11 @@ def test_admit_runtime_matches_the_real_host(name: str, monkeypatch) -> None:
         "sha256": hashlib.sha256(lane_policy).hexdigest(),
         "schema_version": "1",
     }
-    assert set(evidence.environment) == {"PYTORCH_ENABLE_MPS_FALLBACK", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG"}
+    assert set(evidence.environment) == {
+        "PYTORCH_ENABLE_MPS_FALLBACK",
+        "CUDA_VISIBLE_DEVICES",
+        "CUBLAS_WORKSPACE_CONFIG",
+    }
     if profile.precision == "bf16-mixed":
         assert evidence.device["autocast_dtype"] == "bfloat16" and evidence.device["grad_scaler"].startswith("none")
         assert evidence.device["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
@@ -484,16 +549,24 @@ def test_device_check_record_counts_module_and_optimizer_state() -> None:
     optimizer = torch.optim.AdamW(module.parameters(), lr=0.1)
     record = device_check_record(module, "cpu", optimizer=optimizer)
     assert record == {
-        "device_type": "cpu", "devices": ["cpu"], "dtypes": ["float32", "int64"], "parameters": 4, "buffers": 3,
-        "optimizer_state_tensors": 0, "optimizer_step_counters": "not checked (torch keeps state['step'] on the CPU)",
+        "device_type": "cpu",
+        "devices": ["cpu"],
+        "dtypes": ["float32", "int64"],
+        "parameters": 4,
+        "buffers": 3,
+        "optimizer_state_tensors": 0,
+        "optimizer_step_counters": "not checked (torch keeps state['step'] on the CPU)",
         "passed": True,
     }
     module(torch.ones(4, 3)).sum().backward()
     optimizer.step()
     assert device_check_record(module, "cpu", optimizer=optimizer)["optimizer_state_tensors"] == 8
     optimizer.state[module[0].weight]["exp_avg"] = optimizer.state[module[0].weight]["exp_avg"].double()
-    with pytest.raises(QhError, match=r"device_check_record: 1 tensor\(s\) are not float32 on 'cpu': "
-                       r"optimizer state 0\.weight\.exp_avg: dtype=float64 device=cpu"):
+    with pytest.raises(
+        QhError,
+        match=r"device_check_record: 1 tensor\(s\) are not float32 on 'cpu': "
+        r"optimizer state 0\.weight\.exp_avg: dtype=float64 device=cpu",
+    ):
         device_check_record(module, "cpu", optimizer=optimizer)
     with pytest.raises(QhError, match=r"assert_device_tensors: 7 tensor\(s\) are not float32 on 'cuda'"):
         device_check_record(module, "cuda")
@@ -668,7 +741,12 @@ def test_wandb_attempt_identity_and_apply() -> None:
 
     segment = WandbAttempt("seg-2", offline=True, logical_run_id="lineage")
     assert segment.apply({"project": "p"}) == {
-        "project": "p", "id": "seg-2", "resume": "never", "mode": "offline", "group": "lineage"}
+        "project": "p",
+        "id": "seg-2",
+        "resume": "never",
+        "mode": "offline",
+        "group": "lineage",
+    }
     for key in ("id", "version", "resume", "mode", "group", "offline"):
         with pytest.raises(QhInputError, match=key):
             segment.apply({key: "x"})
@@ -705,11 +783,16 @@ def test_writer_lock_held_by_another_process_fails_at_once(tmp_path: Path) -> No
     lock_path = tmp_path / ".locks" / "lineage-7.lock"
     holder = subprocess.Popen(
         [sys.executable, str(helper), "hold", str(tmp_path), "lineage-7", str(release)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     contender = subprocess.Popen(
         [sys.executable, str(helper), "contend", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
     def contend(logical: str) -> list[str]:
@@ -773,7 +856,10 @@ def test_offline_publish_without_active_run_writes_closing_record(tmp_path: Path
     assert body["links"] == {"logical_run_id": "lineage"}
     assert body["publication"]["cloud_publication"] == "not published (offline segment)"
     assert body["publication"]["local_wandb_run"] is None
-    assert document["inputs"]["final_state"] == {"path": "final.safetensors", "sha256": sha256_file(files["final_state"])}
+    assert document["inputs"]["final_state"] == {
+        "path": "final.safetensors",
+        "sha256": sha256_file(files["final_state"]),
+    }
     with pytest.raises(PublishConflictError):
         publish_wandb_attempt(attempt, result, files, {"mae": 0.25})
 

@@ -108,17 +108,20 @@ def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None,
     admitted = admit_launch("cpu-fp32", recipe)
     attempt = WandbAttempt(run_id=name, offline=True, logical_run_id="toy")
     start = resume.start_updates if resume is not None else 0
-    return launch_fit(admitted, LaunchRequest(
-        module_factory=_Regressor,
-        datamodule=_Data(start),
-        update_budget=recipe.updates,
-        seed=recipe.seed,
-        attempt=attempt,
-        directory=tmp / "cell" / name,
-        recipe_digest="d" * 64,
-        resume=resume,
-        options=LaunchOptions(extra_callbacks=callbacks, segment_checkpoint_every=every, progress=False),
-    ))
+    return launch_fit(
+        admitted,
+        LaunchRequest(
+            module_factory=_Regressor,
+            datamodule=_Data(start),
+            update_budget=recipe.updates,
+            seed=recipe.seed,
+            attempt=attempt,
+            directory=tmp / "cell" / name,
+            recipe_digest="d" * 64,
+            resume=resume,
+            options=LaunchOptions(extra_callbacks=callbacks, segment_checkpoint_every=every, progress=False),
+        ),
+    )
 
 
 def test_observed_updates_come_from_adamw_state():
@@ -175,8 +178,15 @@ def test_launch_publishes_verified_segment(tmp_path):
     result = _launch(tmp_path, "a1", every=5)
     assert result.observed_updates == 12
     names = {p.name for p in result.directory.iterdir()}
-    assert {"cold_init.safetensors", "cold_init.receipt.json", "final_state.safetensors", "final_state.json",
-            "fit.receipt.json", "wandb_attempt.receipt.json", "wandb"} <= names
+    assert {
+        "cold_init.safetensors",
+        "cold_init.receipt.json",
+        "final_state.safetensors",
+        "final_state.json",
+        "fit.receipt.json",
+        "wandb_attempt.receipt.json",
+        "wandb",
+    } <= names
     assert {"segment_checkpoint_u00000005.receipt.json", "segment_checkpoint_u00000010.receipt.json"} <= names
     assert list((result.directory / "wandb").glob("offline-run-*/run-a1.wandb"))
     fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
@@ -199,8 +209,14 @@ def test_fit_receipt_carries_lane_evidence(tmp_path):
     result = _launch(tmp_path, "l1")
     fit = read_receipt(result.fit_receipt, FitReceipt).body_record()
     checks = fit["lane_checks"]["device_checks"]
-    common = {"device_type": "cpu", "devices": ["cpu"], "dtypes": ["float32"], "parameters": 4, "buffers": 0,
-              "passed": True}
+    common = {
+        "device_type": "cpu",
+        "devices": ["cpu"],
+        "dtypes": ["float32"],
+        "parameters": 4,
+        "buffers": 0,
+        "passed": True,
+    }
     assert {k: checks["fit_start"][k] for k in common} == common
     assert {k: checks["final"][k] for k in common} == common
     # AdamW moments exist at the end only (exp_avg, exp_avg_sq of the online weight and bias)
@@ -223,7 +239,9 @@ def test_resumed_fit_checks_restored_optimizer_state_at_start(tmp_path):
 
 def test_memory_ceiling_on_a_cpu_lane_is_refused_at_admission(tmp_path):
     # Admission is the one check, before any launch_fit can write anything.
-    with pytest.raises(QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"):
+    with pytest.raises(
+        QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"
+    ):
         admit_launch("cpu-fp32", _Recipe(), max_allocated_bytes=2**30)
     assert admit_launch("cpu-fp32", _Recipe()).max_allocated_bytes is None
 
@@ -238,11 +256,17 @@ def test_unreviewed_mps_fallback_is_refused_and_recorded():
     with lane.observing_fallbacks():
         warnings.warn(message.format("aten::reviewed"), UserWarning)
     assert lane.record()["cpu_fallback_operations"] == {
-        "observed": True, "captured": ["aten::reviewed"], "allowed": ["aten::reviewed"]}
+        "observed": True,
+        "captured": ["aten::reviewed"],
+        "allowed": ["aten::reviewed"],
+    }
     with lane.observing_fallbacks():
         warnings.warn(message.format("aten::unreviewed"), UserWarning)
-    with pytest.raises(QhError, match=r"MPS operator\(s\) \['aten::unreviewed'\] fell back to the CPU; allowed: "
-                       r"the reviewed list \['aten::reviewed'\] of profile 'mps-test'"):
+    with pytest.raises(
+        QhError,
+        match=r"MPS operator\(s\) \['aten::unreviewed'\] fell back to the CPU; allowed: "
+        r"the reviewed list \['aten::reviewed'\] of profile 'mps-test'",
+    ):
         lane.record()
 
 
@@ -250,11 +274,19 @@ def test_unreviewed_mps_fallback_is_refused_and_recorded():
 def test_cuda_fit_checks_tensors_on_the_device(tmp_path):
     recipe = _Recipe(precision="16-mixed")
     admitted = admit_launch("cuda-amp", recipe)
-    result = launch_fit(admitted, LaunchRequest(
-        module_factory=_Regressor, datamodule=_Data(), update_budget=recipe.updates, seed=recipe.seed,
-        attempt=WandbAttempt(run_id="c1", offline=True, logical_run_id="toy"), directory=tmp_path / "cell" / "c1",
-        recipe_digest="d" * 64, options=LaunchOptions(progress=False),
-    ))
+    result = launch_fit(
+        admitted,
+        LaunchRequest(
+            module_factory=_Regressor,
+            datamodule=_Data(),
+            update_budget=recipe.updates,
+            seed=recipe.seed,
+            attempt=WandbAttempt(run_id="c1", offline=True, logical_run_id="toy"),
+            directory=tmp_path / "cell" / "c1",
+            recipe_digest="d" * 64,
+            options=LaunchOptions(progress=False),
+        ),
+    )
     checks = read_receipt(result.fit_receipt, FitReceipt).body_record()["lane_checks"]["device_checks"]
     assert checks["fit_start"]["devices"] == ["cuda:0"] and checks["final"]["devices"] == ["cuda:0"]
     assert checks["final"]["dtypes"] == ["float32"] and checks["final"]["optimizer_state_tensors"] == 4

@@ -38,15 +38,28 @@ def _expected_lines() -> list[str]:
         ("cpu-bf16", "Linux", "x86_64", "bf16"),
         ("cpu-fp32-darwin-arm64", "Darwin", "arm64", None),
     ):
-        needs = f"{system} {machine}" + {"cuda": " with a CUDA device", "mps": " with an MPS device", None: "",
-                                         "bf16": " with native CPU bf16 (AVX512-BF16 or AMX)"}[device]
-        available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), None: True,
-                     "bf16": _native_cpu_bf16()}[device]
+        needs = (
+            f"{system} {machine}"
+            + {
+                "cuda": " with a CUDA device",
+                "mps": " with an MPS device",
+                None: "",
+                "bf16": " with native CPU bf16 (AVX512-BF16 or AMX)",
+            }[device]
+        )
+        available = {
+            "cuda": torch.cuda.is_available(),
+            "mps": torch.backends.mps.is_available(),
+            None: True,
+            "bf16": _native_cpu_bf16(),
+        }[device]
         if HOST != (system, machine):
             lines.append(f"{name}: refused: needs {needs}; this host is {host}")
         elif device == "bf16" and not available:
-            lines.append(f"{name}: refused: needs {needs}; this host has CPU capability "
-                         f"{torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX")
+            lines.append(
+                f"{name}: refused: needs {needs}; this host has CPU capability "
+                f"{torch.backends.cpu.get_cpu_capability()} without AVX512-BF16 or AMX"
+            )
         elif not available:
             lines.append(f"{name}: refused: needs {needs}; this host has no {device.upper()} device")
         else:
@@ -60,7 +73,9 @@ def test_profiles_prints_every_lane_and_exits_zero(capsys, monkeypatch) -> None:
     assert capsys.readouterr().out.splitlines() == _expected_lines()
 
 
-@pytest.mark.skipif(HOST != ("Linux", "x86_64") or torch.cuda.is_available(), reason="wording for a CPU-only Linux host")
+@pytest.mark.skipif(
+    HOST != ("Linux", "x86_64") or torch.cuda.is_available(), reason="wording for a CPU-only Linux host"
+)
 def test_profiles_wording_on_a_cpu_only_linux_host(capsys) -> None:
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out

@@ -30,8 +30,9 @@ GENERATE = ["scenes", "generate", "--preset", "tiny", "--split", "train", "--see
 def _mount_tmpfs(target: Path, options: str) -> bool:
     """Mount a tmpfs at ``target`` (real kernel refusals, even for root); False where not permitted."""
     target.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
-                            capture_output=True, timeout=30)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True, timeout=30
+    )
     return result.returncode == 0
 
 
@@ -128,7 +129,8 @@ def test_safetensors_full_disk_names_the_state_file(tmpfs) -> None:
         save_tensor_state(target, {"w": torch.zeros(10_000)}, {})
     assert caught.value.exit_code == 1
     assert str(caught.value).startswith(
-        f"publish: cannot write {target}: [Errno 28] No space left on device (ENOSPC). HINT:")
+        f"publish: cannot write {target}: [Errno 28] No space left on device (ENOSPC). HINT:"
+    )
     assert _leftovers(full) == []
 
 
@@ -139,7 +141,9 @@ def test_safetensors_error_becomes_the_os_error_it_carries(tmp_path, monkeypatch
 
     monkeypatch.setattr(tensor_state, "_safetensors_save_file", _refuse)
     target = tmp_path / "cold_init.safetensors"
-    with pytest.raises(QhError, match=r"cannot write .*cold_init\.safetensors: \[Errno 30\] Read-only file system \(EROFS\)"):
+    with pytest.raises(
+        QhError, match=r"cannot write .*cold_init\.safetensors: \[Errno 30\] Read-only file system \(EROFS\)"
+    ):
         save_tensor_state(target, {"w": torch.zeros(3)}, {})
     assert list(tmp_path.iterdir()) == []
 

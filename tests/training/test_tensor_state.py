@@ -149,15 +149,26 @@ def test_cold_initialization_artifact_layout_and_lineage(tmp_path: Path) -> None
     directory = tmp_path / "lineage"
     assert state == directory / "cold_init.safetensors"
     assert sorted(p.name for p in directory.iterdir()) == [
-        "cold_init.json", "cold_init.receipt.json", "cold_init.safetensors"]
+        "cold_init.json",
+        "cold_init.receipt.json",
+        "cold_init.safetensors",
+    ]
     receipt = read_receipt(directory / "cold_init.receipt.json", ColdInitializationReceipt).record()
     assert receipt["body"] == {
-        "seed": 7, "source_package_digest": SOURCE, "state_sha256": sha256_file(state), "tensor_count": 8}
+        "seed": 7,
+        "source_package_digest": SOURCE,
+        "state_sha256": sha256_file(state),
+        "tensor_count": 8,
+    }
     assert set(receipt["outputs"]) == {"state", "structure"}
     lineage = verified_cold_initialization_lineage(state, source_package_digest=SOURCE, seed=7)
     assert lineage == ColdInitializationLineage(
-        path=state, sha256=sha256_file(state), seed=7, source_package_digest=SOURCE,
-        receipt_path=directory / "cold_init.receipt.json")
+        path=state,
+        sha256=sha256_file(state),
+        seed=7,
+        source_package_digest=SOURCE,
+        receipt_path=directory / "cold_init.receipt.json",
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         lineage.seed = 8  # type: ignore[misc]
     # the directory names the same artifact

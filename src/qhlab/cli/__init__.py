@@ -14,8 +14,8 @@ import os
 import select
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from qhlab import __version__
 from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError
@@ -50,8 +50,12 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
         description="Finite-horizon Q-learning on physical scenes, with evidence that checks itself.",
     )
     parser.add_argument("--version", action="version", version=f"qhlab {__version__}")
-    parser.add_argument("--verbose", action="store_true", help="anywhere on the line: show third-party "
-                        "banners, tips, warnings and Lightning's progress bar (quiet by default)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="anywhere on the line: show third-party "
+        "banners, tips, warnings and Lightning's progress bar (quiet by default)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in groups:
         importlib.import_module(_COMMANDS[group]).register(subparsers)

@@ -36,9 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--output", required=True, help="new directory for the evidence (must not exist)")
     parser.add_argument("--train", default=None, help="TRAIN population directory (default: the recipe's)")
-    parser.add_argument(
-        "--max-allocated-bytes", type=int, default=None, help="live MPS tensor budget (mps lanes only)"
-    )
+    parser.add_argument("--max-allocated-bytes", type=int, default=None, help="live MPS tensor budget (mps lanes only)")
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     add_torch_threads_argument(parser)
     parser.set_defaults(handler=run)
@@ -52,7 +50,9 @@ def _milestones(text: str) -> tuple[int, ...]:
         values = None
     if values is None or any(p.startswith("+") for p in parts):
         raise input_error(
-            "qhlab commission", "--milestones", text,
+            "qhlab commission",
+            "--milestones",
+            text,
             "comma-separated strictly increasing integers >= 1, e.g. 1,10,100",
             "they count successful optimizer updates.",
         )
@@ -76,19 +76,24 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     memory = result.memory_observation
-    print(json.dumps({
-        "commission_receipt": str(result.receipt),
-        "fit_receipt": str(result.fit.fit_receipt),
-        "observed_updates": result.fit.observed_updates,
-        "milestones": [
+    print(
+        json.dumps(
             {
-                "successful_optimizer_updates": r.successful_optimizer_updates,
-                "receipt": str(path),
-                "state_sha256": r.state_sha256,
-                "strict_reload": r.strict_reload,
-            }
-            for r, path in zip(result.milestones, result.milestone_receipts)
-        ],
-        "mps_memory_observation": None if memory is None else memory.as_dict(),
-    }, sort_keys=True))
+                "commission_receipt": str(result.receipt),
+                "fit_receipt": str(result.fit.fit_receipt),
+                "observed_updates": result.fit.observed_updates,
+                "milestones": [
+                    {
+                        "successful_optimizer_updates": r.successful_optimizer_updates,
+                        "receipt": str(path),
+                        "state_sha256": r.state_sha256,
+                        "strict_reload": r.strict_reload,
+                    }
+                    for r, path in zip(result.milestones, result.milestone_receipts)
+                ],
+                "mps_memory_observation": None if memory is None else memory.as_dict(),
+            },
+            sort_keys=True,
+        )
+    )
     return 0

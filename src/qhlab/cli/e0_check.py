@@ -1,8 +1,9 @@
 """``qhlab e0-check CONFIG --output DIR``: run a study's E0 gate on fresh TRAIN draws; write e0.json.
 
 Owns: the ``e0-check`` argument parser and turning its arguments into one ``run_e0_check`` call.
-Does not own: the config, the draws, the record or its checks (``qhlab.design.e0_config``, ``qhlab.design.e0_record``, ``qhlab.preparation.e0_check``), error
-printing and exit codes (``qhlab.cli.main``).
+Does not own: the config, the draws, the record or its checks (``qhlab.design.e0_config``,
+``qhlab.design.e0_record``, ``qhlab.preparation.e0_check``), error printing and exit codes
+(``qhlab.cli.main``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", type=Path, metavar="CONFIG.toml")
     parser.add_argument("--output", required=True, type=Path, help="the check directory")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="draws gated at once on the local executor (default: the config's workers)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="draws gated at once on the local executor (default: the config's workers)",
+    )
     add_executor_arguments(parser, what="the draws' TRAIN labelling and gates", default_help="the config's executor")
     parser.set_defaults(handler=run)
 

@@ -38,13 +38,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--offline", dest="offline", action="store_true", default=True, help="offline W&B (default)")
     mode.add_argument("--online", dest="offline", action="store_false", help="log to the W&B cloud (needs an account)")
-    parser.add_argument("--resume", metavar="ATTEMPT", default=None,
-                        help="local_attempt_id of an interrupted segment of the same cell to continue")
-    parser.add_argument("--run-id", dest="run_id", default=None,
-                        help="W&B run id of this segment (online resume: the run to resume)")
+    parser.add_argument(
+        "--resume",
+        metavar="ATTEMPT",
+        default=None,
+        help="local_attempt_id of an interrupted segment of the same cell to continue",
+    )
+    parser.add_argument(
+        "--run-id", dest="run_id", default=None, help="W&B run id of this segment (online resume: the run to resume)"
+    )
     parser.add_argument("--cell", default=None, help="cell name (default: <recipe name>-s<seed>)")
-    parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=None,
-                        help="updates between write-once segment checkpoints (default: budget/4)")
+    parser.add_argument(
+        "--checkpoint-every",
+        dest="checkpoint_every",
+        type=int,
+        default=None,
+        help="updates between write-once segment checkpoints (default: budget/4)",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     add_torch_threads_argument(parser)
     parser.set_defaults(handler=run)
@@ -56,24 +66,31 @@ def run(args: argparse.Namespace) -> int:
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     if args.checkpoint_every is not None:
-        require_int("qhlab fit", "--checkpoint-every", args.checkpoint_every, minimum=1,
-                    hint="omit it for a checkpoint every quarter of the budget.")
+        require_int(
+            "qhlab fit",
+            "--checkpoint-every",
+            args.checkpoint_every,
+            minimum=1,
+            hint="omit it for a checkpoint every quarter of the budget.",
+        )
     apply_torch_threads(args)
     if args.validation is not None:
         _warn_if_sealed(args.validation)
-    result = fit_recipe(FitRequest(
-        recipe=args.recipe,
-        profile=args.profile,
-        output=args.output,
-        train=args.train,
-        validation=args.validation,
-        run_id=args.run_id,
-        resume=args.resume,
-        cell=args.cell,
-        segment_checkpoint_every=args.checkpoint_every,
-        offline=args.offline,
-        progress=args.progress,
-    ))
+    result = fit_recipe(
+        FitRequest(
+            recipe=args.recipe,
+            profile=args.profile,
+            output=args.output,
+            train=args.train,
+            validation=args.validation,
+            run_id=args.run_id,
+            resume=args.resume,
+            cell=args.cell,
+            segment_checkpoint_every=args.checkpoint_every,
+            offline=args.offline,
+            progress=args.progress,
+        )
+    )
     summary = {
         "output_directory": str(result.output_directory),
         "local_attempt_id": result.local_attempt_id,
@@ -90,10 +107,11 @@ def _warn_if_sealed(validation: Path) -> None:
     """One warning line when a study holds ``validation`` out as its sealed validation population."""
     import sys
 
-
     seals = seals_of(validation)
     if seals:
         studies = ", ".join(sorted({str(s["study"]) for s in seals}))
-        print(f"warning: qhlab fit: --validation {validation} is the sealed validation population of study "
-              f"{studies}; a score on it is not held out from that study (tune on a tuning population instead)",
-              file=sys.stderr)
+        print(
+            f"warning: qhlab fit: --validation {validation} is the sealed validation population of study "
+            f"{studies}; a score on it is not held out from that study (tune on a tuning population instead)",
+            file=sys.stderr,
+        )

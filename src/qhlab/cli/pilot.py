@@ -1,8 +1,9 @@
 """``qhlab pilot CONFIG --output DIR``: measure a study's seed and TRAIN-draw variance on a tuning population.
 
-Owns: the ``pilot`` argument parser and turning its arguments into one ``run_pilot`` call.
-Does not own: the config, the fits, the record or the arithmetic (``qhlab.design.pilot_config``, ``qhlab.design.pilot_record``, ``qhlab.statistics.variance``, ``qhlab.preparation.pilot``),
-error printing and exit codes (``qhlab.cli.main``).
+Owns: the ``pilot`` argument parser and turning its arguments into one ``run_pilot`` call. Does not
+own: the config, the fits, the record or the arithmetic (``qhlab.design.pilot_config``,
+``qhlab.design.pilot_record``, ``qhlab.statistics.variance``, ``qhlab.preparation.pilot``), error
+printing and exit codes (``qhlab.cli.main``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", type=Path, metavar="CONFIG.toml")
     parser.add_argument("--output", required=True, type=Path, help="the pilot directory")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="fits at once on the local executor (default: the config's workers)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="fits at once on the local executor (default: the config's workers)"
+    )
     add_executor_arguments(parser, what="the pilot's fits", default_help="the config's executor")
     parser.set_defaults(handler=run)
 

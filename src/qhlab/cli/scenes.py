@@ -59,8 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     describe.add_argument("population", help="population directory")
-    describe.add_argument("--tie-band", type=float, default=None,
-                          help="tie band in metres (default: the card's own, 0.001)")
+    describe.add_argument(
+        "--tie-band", type=float, default=None, help="tie band in metres (default: the card's own, 0.001)"
+    )
     describe.add_argument("--json", action="store_true", help="print the card as one JSON line")
     describe.set_defaults(handler=run_describe)
     audit = commands.add_parser(
@@ -75,8 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     audit.add_argument("population", help="population directory")
     group = audit.add_mutually_exclusive_group()
-    group.add_argument("--states", type=int, default=None, metavar="N",
-                       help="chain states to re-simulate (default 8)")
+    group.add_argument("--states", type=int, default=None, metavar="N", help="chain states to re-simulate (default 8)")
     group.add_argument("--all", action="store_true", help="re-simulate every chain state")
     audit.add_argument("--json", action="store_true", help="print the audit record as one JSON line")
     audit.set_defaults(handler=run_audit)
@@ -86,34 +86,37 @@ def run(args: argparse.Namespace) -> int:
     """Generate the population; print a JSON summary line; return 0."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
     start = time.perf_counter()
     choice = executor_choice(args.executor, args.ray_address, call="qhlab scenes generate")
     if args.no_progress:
-        out = generate_population(args.preset, args.split, args.seed, args.out, workers=args.workers,
-                                  executor=choice)
+        out = generate_population(args.preset, args.split, args.seed, args.out, workers=args.workers, executor=choice)
     else:
-        columns = (TextColumn("[bold]labelling simulations"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
+        columns = (TextColumn("[bold]labelling simulations"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, transient=True) as bar:
             task = bar.add_task("simulations", total=None)
 
             def _progress(done: int, planned: int) -> None:
                 bar.update(task, completed=done, total=planned)
 
-            out = generate_population(args.preset, args.split, args.seed, args.out,
-                                      workers=args.workers, progress=_progress, executor=choice)
+            out = generate_population(
+                args.preset, args.split, args.seed, args.out, workers=args.workers, progress=_progress, executor=choice
+            )
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    print(json.dumps({
-        "population": str(out),
-        "name": manifest["name"],
-        "split": manifest["split"],
-        "horizon": manifest["horizon"],
-        "K": manifest["K"],
-        "counts": manifest["counts"],
-        "executor": choice.kind,
-        "seconds": round(time.perf_counter() - start, 2),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "population": str(out),
+                "name": manifest["name"],
+                "split": manifest["split"],
+                "horizon": manifest["horizon"],
+                "K": manifest["K"],
+                "counts": manifest["counts"],
+                "executor": choice.kind,
+                "seconds": round(time.perf_counter() - start, 2),
+            },
+            sort_keys=True,
+        )
+    )
     return 0
 
 
@@ -129,8 +132,14 @@ def run_describe(args: argparse.Namespace) -> int:
         print(json.dumps(described, sort_keys=True))
     else:
         audit = described["audit"]
-        print("\n".join([*card_lines(described),
-                         f"  audited: every label obeys the Bellman rule; {coverage_text(audit)}; all equal physics"]))
+        print(
+            "\n".join(
+                [
+                    *card_lines(described),
+                    f"  audited: every label obeys the Bellman rule; {coverage_text(audit)}; all equal physics",
+                ]
+            )
+        )
     return 0
 
 
@@ -140,13 +149,20 @@ def run_audit(args: argparse.Namespace) -> int:
     from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text
 
     if args.states is not None and args.states < 1:
-        raise input_error("qhlab scenes audit", "--states", args.states, "an integer >= 1 (or --all)",
-                          "8 chain states take a few seconds")
+        raise input_error(
+            "qhlab scenes audit",
+            "--states",
+            args.states,
+            "an integer >= 1 (or --all)",
+            "8 chain states take a few seconds",
+        )
     states = None if args.all else (AUDIT_STATES if args.states is None else args.states)
     record = audit_population(args.population, states=states, call="qhlab scenes audit")
     if args.json:
         print(json.dumps(record, sort_keys=True))
     else:
-        print(f"audit passed: {args.population}: {record['scenes_checked']} scenes regenerated, every label obeys "
-              f"the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})")
+        print(
+            f"audit passed: {args.population}: {record['scenes_checked']} scenes regenerated, every label obeys "
+            f"the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})"
+        )
     return 0

@@ -29,12 +29,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("directory", metavar="DIR")
-    parser.add_argument("--private-key", required=True, metavar="KEY.pem",
-                        help="PEM file of the EC private key (P-256, P-384 or P-521)")
-    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
-                        help="a directory populations were copied to (repeatable), as for `qhlab verify`")
-    parser.add_argument("--password-env", metavar="VAR",
-                        help="name of an environment variable holding the key's password, if it is encrypted")
+    parser.add_argument(
+        "--private-key", required=True, metavar="KEY.pem", help="PEM file of the EC private key (P-256, P-384 or P-521)"
+    )
+    parser.add_argument(
+        "--populations",
+        metavar="ROOT",
+        action="append",
+        default=[],
+        help="a directory populations were copied to (repeatable), as for `qhlab verify`",
+    )
+    parser.add_argument(
+        "--password-env",
+        metavar="VAR",
+        help="name of an environment variable holding the key's password, if it is encrypted",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -42,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     """Sign ``args.directory``; refuse (exit 2) when it holds a link, does not authenticate, is
     already signed, or the key is unusable (each refusal names its cause; nothing is written)."""
     password = os.environ.get(args.password_env) if args.password_env else None
-    result = sign_directory(args.directory, private_key=args.private_key, password=password,
-                            populations=args.populations)
+    result = sign_directory(
+        args.directory, private_key=args.private_key, password=password, populations=args.populations
+    )
     print(
         f"signed: {result['signed_files']} files ({result['receipts']} receipts authenticated first) "
         f"in {args.directory}; signature {result['signature']}"

@@ -28,8 +28,13 @@ def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 def apply_torch_threads(args: argparse.Namespace) -> None:
     """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
-    require_int(f"qhlab {args.command}", "--threads", args.threads, minimum=1,
-                hint="one thread is the default and fastest for the demo scorers.")
+    require_int(
+        f"qhlab {args.command}",
+        "--threads",
+        args.threads,
+        minimum=1,
+        hint="one thread is the default and fastest for the demo scorers.",
+    )
     import torch  # deferred: only fit commands need torch
 
     torch.set_num_threads(args.threads)

@@ -1,8 +1,9 @@
 """``qhlab tune CONFIG --output DIR``: search a recipe space on the declared tuning population.
 
-Owns: the ``tune`` argument parser and turning its arguments into one ``run_tuning`` call.
-Does not own: the config, the trials, the record or the rule (``qhlab.design.tuning_config``, ``qhlab.design.tuning_record``, ``qhlab.design.tuning_rule``, ``qhlab.preparation.tune``),
-error printing and exit codes (``qhlab.cli.main``).
+Owns: the ``tune`` argument parser and turning its arguments into one ``run_tuning`` call. Does not
+own: the config, the trials, the record or the rule (``qhlab.design.tuning_config``,
+``qhlab.design.tuning_record``, ``qhlab.design.tuning_rule``, ``qhlab.preparation.tune``), error
+printing and exit codes (``qhlab.cli.main``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", type=Path, metavar="CONFIG.toml")
     parser.add_argument("--output", required=True, type=Path, help="the tuning directory")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="fits at once on the local executor (default: the config's workers)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="fits at once on the local executor (default: the config's workers)"
+    )
     add_executor_arguments(parser, what="the trials' fits", default_help="the config's executor")
     parser.set_defaults(handler=run)
 

@@ -21,9 +21,11 @@ from qhlab.evidence.signing import check_statement, signature_path, verify_signa
 __all__ = ["register", "run", "KEYLESS"]
 
 # What a pass proves, said once: in --help and at the end of every keyless verify.
-KEYLESS = ("Without --public-key a pass proves internal consistency (every receipt and every file it binds "
-           "agree), not origin: anyone can rewrite a file and reseal the receipts above it; only a signature "
-           "checked with --public-key says who made the bytes.")
+KEYLESS = (
+    "Without --public-key a pass proves internal consistency (every receipt and every file it binds "
+    "agree), not origin: anyone can rewrite a file and reseal the receipts above it; only a signature "
+    "checked with --public-key says who made the bytes."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,18 +34,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify",
         help="authenticate every receipt (and every file it binds) below a directory",
         description="Authenticate every *.receipt.json below DIR and re-hash every file it binds, each at its "
-                    "one place below DIR; refuse links and special files; check every population's labels. "
-                    f"{KEYLESS}",
+        "one place below DIR; refuse links and special files; check every population's labels. "
+        f"{KEYLESS}",
     )
     parser.add_argument("directory", metavar="DIR")
-    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
-                        help="a directory populations were copied to (repeatable); "
-                             "~/.cache/qhlab/populations is always searched")
-    parser.add_argument("--public-key", metavar="PUB.pem",
-                        help="also check DIR/model.sig (`qhlab sign`) with this EC public key")
-    parser.add_argument("--audit", metavar="N", type=int, default=None,
-                        help="also re-simulate N chain states (drawn with OS randomness) of every population "
-                             "found, against pymunk physics")
+    parser.add_argument(
+        "--populations",
+        metavar="ROOT",
+        action="append",
+        default=[],
+        help="a directory populations were copied to (repeatable); ~/.cache/qhlab/populations is always searched",
+    )
+    parser.add_argument(
+        "--public-key", metavar="PUB.pem", help="also check DIR/model.sig (`qhlab sign`) with this EC public key"
+    )
+    parser.add_argument(
+        "--audit",
+        metavar="N",
+        type=int,
+        default=None,
+        help="also re-simulate N chain states (drawn with OS randomness) of every population "
+        "found, against pymunk physics",
+    )
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.set_defaults(handler=run)
 
@@ -54,16 +66,22 @@ def run(args: argparse.Namespace) -> int:
     from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
 
     if args.audit is not None and args.audit < 1:
-        raise QhInputError(f"qhlab verify: --audit={args.audit!r} is not allowed; allowed: an integer >= 1. "
-                           "HINT: 8 chain states take a few seconds per population.")
+        raise QhInputError(
+            f"qhlab verify: --audit={args.audit!r} is not allowed; allowed: an integer >= 1. "
+            "HINT: 8 chain states take a few seconds per population."
+        )
     result = verify_directory(args.directory, args.populations)
     # Digests prove the bytes; the labels must also obey Bellman, and with --audit, physics.
     checks = []
     for population in result["populations"]:
         labels = check_population_labels(population, call="qhlab verify")
         chain_states = int((labels.step >= 0).sum())
-        entry = {"population": population, "bellman": "exact", "chain_states": chain_states,
-                 "successors_checked": chain_states * int(labels.reward.shape[1])}
+        entry = {
+            "population": population,
+            "bellman": "exact",
+            "chain_states": chain_states,
+            "successors_checked": chain_states * int(labels.reward.shape[1]),
+        }
         if args.audit is not None:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
@@ -86,22 +104,28 @@ def run(args: argparse.Namespace) -> int:
         if "audit" in entry:
             line += f"; {coverage_text(entry['audit'])}; passed"
         else:
-            line += (f"; every one-strike successor re-simulated ({entry['successors_checked']} strikes) equals "
-                     f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
-                     "(--audit N samples it)")
+            line += (
+                f"; every one-strike successor re-simulated ({entry['successors_checked']} strikes) equals "
+                f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
+                "(--audit N samples it)"
+            )
         print(line)
     for entry in result["record_checks"]:
         print(entry["line"])
     if result["unbound_files"]:
         print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
     if result["linked_logs"]:
-        print(f"note: {len(result['linked_logs'])} W&B log link(s) a killed fit left ({result['linked_logs'][0]}); "
-              "never followed, bound by no receipt; `qhlab study run` drops them when it resumes the cell, or "
-              "delete them (`find DIR -type l -path '*/wandb/*' -delete`) before `qhlab sign`")
+        print(
+            f"note: {len(result['linked_logs'])} W&B log link(s) a killed fit left ({result['linked_logs'][0]}); "
+            "never followed, bound by no receipt; `qhlab study run` drops them when it resumes the cell, or "
+            "delete them (`find DIR -type l -path '*/wandb/*' -delete`) before `qhlab sign`"
+        )
     if result["temporary_files"]:
         shown = ", ".join(result["temporary_files"][:3]) + (", ..." if len(result["temporary_files"]) > 3 else "")
-        print(f"note: {len(result['temporary_files'])} leftover files of an interrupted publication ({shown}); "
-              "bound by no receipt, removed by the next run of the step that left them")
+        print(
+            f"note: {len(result['temporary_files'])} leftover files of an interrupted publication ({shown}); "
+            "bound by no receipt, removed by the next run of the step that left them"
+        )
     print(result["signature"]["summary"])
     if result["signature"]["status"] != "verified":
         print(f"note: {KEYLESS}")
@@ -121,8 +145,9 @@ def _record_checks(directory: str, receipts: list[dict]) -> list[dict]:
         if check is not None and Path(receipt["path"]).name == check.file:
             where = Path(directory) / Path(receipt["path"]).parent
             summary = check.check(where)
-            entries.append({"kind": receipt["kind"], "directory": str(where), **summary,
-                            "line": check.describe(where, summary)})
+            entries.append(
+                {"kind": receipt["kind"], "directory": str(where), **summary, "line": check.describe(where, summary)}
+            )
     return entries
 
 
@@ -131,12 +156,20 @@ def _signature(args: argparse.Namespace) -> dict:
     path = signature_path(args.directory)
     if args.public_key is not None:
         checked = verify_signature(args.directory, public_key=args.public_key)
-        return {"status": "verified", "path": str(path), "signed_files": checked["signed_files"],
-                "summary": f"signature: {path} verified {checked['signed_files']} files with {args.public_key}"}
+        return {
+            "status": "verified",
+            "path": str(path),
+            "signed_files": checked["signed_files"],
+            "summary": f"signature: {path} verified {checked['signed_files']} files with {args.public_key}",
+        }
     if path.is_file():
         listed = check_statement(args.directory)
-        return {"status": "statement checked", "path": str(path), "signed_files": listed["signed_files"],
-                "summary": f"signature: {path} lists exactly the {listed['signed_files']} files below "
-                           f"{args.directory} with their digests; the signature itself was not checked (pass "
-                           "--public-key PUB.pem to check who signed them)"}
+        return {
+            "status": "statement checked",
+            "path": str(path),
+            "signed_files": listed["signed_files"],
+            "summary": f"signature: {path} lists exactly the {listed['signed_files']} files below "
+            f"{args.directory} with their digests; the signature itself was not checked (pass "
+            "--public-key PUB.pem to check who signed them)",
+        }
     return {"status": "unsigned", "path": None, "summary": f"note: unsigned (no {path}); sign with `qhlab sign`"}

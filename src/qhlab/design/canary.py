@@ -29,8 +29,9 @@ __all__ = [
 ]
 
 
-def select_canary_row(population: Any, chains: list[dict], tie_band: float, *,
-                      gap_multiple: float = 1.0) -> dict | None:
+def select_canary_row(
+    population: Any, chains: list[dict], tie_band: float, *, gap_multiple: float = 1.0
+) -> dict | None:
     """The first chain state, in canonical order, whose best label beats the runner-up by more
     than ``gap_multiple * tie_band`` at every horizon (rule fixed before looking at any fit).
 
@@ -99,8 +100,14 @@ def canary_recovery(pred: np.ndarray, labels: np.ndarray, mask: np.ndarray, tie_
         chosen = np.flatnonzero(mask & (p >= p.max() - tie_band))
         best = labels[mask, h].max()
         ok = bool((labels[chosen, h] >= best - tie_band).all())
-        out.append({"horizon": h + 1, "chosen": [int(c) for c in chosen], "recovered": ok,
-                    "predicted": [float(v) for v in pred[:, h]]})
+        out.append(
+            {
+                "horizon": h + 1,
+                "chosen": [int(c) for c in chosen],
+                "recovered": ok,
+                "predicted": [float(v) for v in pred[:, h]],
+            }
+        )
     return out
 
 
@@ -138,8 +145,9 @@ def canary_recipe(recipe: QhRecipe) -> tuple[QhRecipe, dict]:
     """
 
     raw = recipe.model_dump()
-    canary = type(recipe).model_validate({**raw, "successor_label_rows": 1,
-                                          "evaluation": {**raw["evaluation"], "average_decay": None}})
+    canary = type(recipe).model_validate(
+        {**raw, "successor_label_rows": 1, "evaluation": {**raw["evaluation"], "average_decay": None}}
+    )
     record = {
         "successor_label_rows": 1,
         "study_successor_label_rows": int(recipe.successor_label_rows),
@@ -165,14 +173,19 @@ def canary_failures(canaries: list[dict], selected: dict) -> list[dict]:
                 continue
             i = h["horizon"] - 1
             best = selected["best_action"][i]
-            failures.append({
-                "cell": c["cell"], "seed": c["seed"], "horizon": h["horizon"],
-                "chosen": h["chosen"],
-                "chosen_predicted": [h["predicted"][a] for a in h["chosen"]],
-                "chosen_true": [labels[a][i] for a in h["chosen"]],
-                "optimal": best, "optimal_predicted": h["predicted"][best],
-                "optimal_true": labels[best][i],
-            })
+            failures.append(
+                {
+                    "cell": c["cell"],
+                    "seed": c["seed"],
+                    "horizon": h["horizon"],
+                    "chosen": h["chosen"],
+                    "chosen_predicted": [h["predicted"][a] for a in h["chosen"]],
+                    "chosen_true": [labels[a][i] for a in h["chosen"]],
+                    "optimal": best,
+                    "optimal_predicted": h["predicted"][best],
+                    "optimal_true": labels[best][i],
+                }
+            )
     return failures
 
 
@@ -182,8 +195,9 @@ def failure_text(f: dict) -> str:
     def values(xs: list[float]) -> str:
         return ", ".join(f"{x:.4f}" for x in xs)
 
-    return (f"{f['cell']} (seed {f['seed']}) at H={f['horizon']} chose candidate(s) "
-            f"{', '.join(map(str, f['chosen']))} (predicted {values(f['chosen_predicted'])}; "
-            f"true {values(f['chosen_true'])}); the optimal candidate is {f['optimal']} "
-            f"(predicted {f['optimal_predicted']:.4f}; true {f['optimal_true']:.4f})")
-
+    return (
+        f"{f['cell']} (seed {f['seed']}) at H={f['horizon']} chose candidate(s) "
+        f"{', '.join(map(str, f['chosen']))} (predicted {values(f['chosen_predicted'])}; "
+        f"true {values(f['chosen_true'])}); the optimal candidate is {f['optimal']} "
+        f"(predicted {f['optimal_predicted']:.4f}; true {f['optimal_true']:.4f})"
+    )

@@ -83,9 +83,15 @@ def e0_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
         seed and data (the canary rule of ``qhlab.design.canary`` is applied to it by the gate).
     """
     recipe = study.cell_recipe(study.baseline_arm, study.seeds[0], study.canary_updates).model_dump(mode="json")
-    return {"profile": study.profile, "train_preset": study.train.preset, "seeds": list(study.seeds),
-            "canary_updates": study.canary_updates, "canary_gap_multiple": float(study.canary_gap_multiple),
-            "tie_band": float(study.tie_band), "recipe": {k: v for k, v in recipe.items() if k not in _OWN_FIELDS}}
+    return {
+        "profile": study.profile,
+        "train_preset": study.train.preset,
+        "seeds": list(study.seeds),
+        "canary_updates": study.canary_updates,
+        "canary_gap_multiple": float(study.canary_gap_multiple),
+        "tie_band": float(study.tie_band),
+        "recipe": {k: v for k, v in recipe.items() if k not in _OWN_FIELDS},
+    }
 
 
 def e0_digest(config: QhE0CheckConfig, design: dict[str, Any]) -> str:
@@ -106,8 +112,13 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
             whose TRAIN is a path or that has user arms, or a train seed that is the study's.
     """
 
-    raw, data, _ = read_toml(config_path, call=E0_CHECK_CALL, field="config_path", example="examples/demo-e0.toml",
-                             relative=(("study",), ("population_cache",)))
+    raw, data, _ = read_toml(
+        config_path,
+        call=E0_CHECK_CALL,
+        field="config_path",
+        example="examples/demo-e0.toml",
+        relative=(("study",), ("population_cache",)),
+    )
     source = f"E0 check config {str(Path(config_path).expanduser())!r}"
     try:
         config = QhE0CheckConfig.model_validate(raw)
@@ -116,16 +127,25 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
     study = read_study_config(config.study)[0]
     problems = []
     if study.train.preset is None:
-        problems.append(f"study: {config.study!r} names TRAIN by path; allowed: a study whose [train] is a preset and "
-                        "seed (the check draws fresh TRAIN seeds of that preset)")
+        problems.append(
+            f"study: {config.study!r} names TRAIN by path; allowed: a study whose [train] is a preset and "
+            "seed (the check draws fresh TRAIN seeds of that preset)"
+        )
     elif study.train.seed in config.train_seeds:
-        problems.append(f"train_seeds: {study.train.seed} is the study's own TRAIN seed; allowed: fresh seeds of "
-                        f"{study.train.preset} the study does not train on")
+        problems.append(
+            f"train_seeds: {study.train.seed} is the study's own TRAIN seed; allowed: fresh seeds of "
+            f"{study.train.preset} the study does not train on"
+        )
     builders = [a for a in study.arms if study.builder(a) is not None]
     if builders:
-        problems.append(f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (each "
-                        "draw is frozen as a study of its own, from a config written by the check)")
+        problems.append(
+            f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (each "
+            "draw is frozen as a study of its own, from a config written by the check)"
+        )
     if problems:
-        raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
-                           + "\nHINT: an E0 check runs the study's own gate on TRAIN draws the study never sees.")
+        raise QhInputError(
+            f"{source}: {len(problems)} invalid field(s):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nHINT: an E0 check runs the study's own gate on TRAIN draws the study never sees."
+        )
     return config, data, study

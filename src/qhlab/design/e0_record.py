@@ -41,15 +41,23 @@ from qhlab.evidence.layout import (
     RECORD_CONFIG_COPY,
 )
 
-__all__ = ["CONFIG_COPY", "RECEIPT", "RECORD", "STUDIES_DIR", "E0CheckRecord", "E0CheckReceipt", "check_record",
-           "draw_outcome", "publish_record",
-           "read_record"]
+__all__ = [
+    "CONFIG_COPY",
+    "RECEIPT",
+    "RECORD",
+    "STUDIES_DIR",
+    "E0CheckRecord",
+    "E0CheckReceipt",
+    "check_record",
+    "draw_outcome",
+    "publish_record",
+    "read_record",
+]
 
 RECORD = E0_CHECK_RECORD
 RECEIPT = E0_CHECK_RECEIPT
 CONFIG_COPY = RECORD_CONFIG_COPY
 STUDIES_DIR = E0_CHECK_STUDIES_DIR
-
 
 
 class E0CheckBody(Closed):
@@ -175,20 +183,37 @@ def draw_outcome(seed: int, e0: dict, manifest_sha256: str, study: Path, root: P
         ``candidate_mask`` [K], ``gaps`` [H], ``best_action`` [H] and identities) or None, and
         each canary is ``{"seed", "per_horizon", "recovered"}``.
     """
-    return {"train_seed": seed, "manifest_sha256": manifest_sha256, "directory": study.relative_to(root).as_posix(),
-            "e0_receipt_sha256": sha256_file(study / CANARY_DIR / E0_RECEIPT), "passed": e0["passed"],
-            "reason": e0["reason"], "selected": e0["selection"]["selected"],
-            "canaries": [{"seed": c["seed"], "per_horizon": c["canary"]["per_horizon"],
-                          "recovered": c["canary"]["recovered"]} for c in e0["canaries"]]}
+    return {
+        "train_seed": seed,
+        "manifest_sha256": manifest_sha256,
+        "directory": study.relative_to(root).as_posix(),
+        "e0_receipt_sha256": sha256_file(study / CANARY_DIR / E0_RECEIPT),
+        "passed": e0["passed"],
+        "reason": e0["reason"],
+        "selected": e0["selection"]["selected"],
+        "canaries": [
+            {"seed": c["seed"], "per_horizon": c["canary"]["per_horizon"], "recovered": c["canary"]["recovered"]}
+            for c in e0["canaries"]
+        ],
+    }
 
 
 def publish_record(directory: Path, record: dict) -> None:
     """Publish ``e0.json`` and the receipt binding it and the config's copy."""
     publish_json(directory / RECORD, record)
-    write_receipt(directory / RECEIPT, E0CheckReceipt,
-                  body={"name": record["name"], "config_sha256": record["config_sha256"], "draws": record["draws"],
-                        "passed": record["passed"], "meets_min_pass_share": record["meets_min_pass_share"]},
-                  inputs={"config": directory / CONFIG_COPY}, outputs={"record": directory / RECORD})
+    write_receipt(
+        directory / RECEIPT,
+        E0CheckReceipt,
+        body={
+            "name": record["name"],
+            "config_sha256": record["config_sha256"],
+            "draws": record["draws"],
+            "passed": record["passed"],
+            "meets_min_pass_share": record["meets_min_pass_share"],
+        },
+        inputs={"config": directory / CONFIG_COPY},
+        outputs={"record": directory / RECORD},
+    )
 
 
 def read_record(directory: str | os.PathLike) -> dict:
@@ -202,7 +227,10 @@ def read_record(directory: str | os.PathLike) -> dict:
     record, document = read_record_file(directory, RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord)
     receipt = document.body
     if (receipt.draws, receipt.passed, receipt.meets_min_pass_share) != (
-            record.get("draws"), record.get("passed"), record.get("meets_min_pass_share")):
+        record.get("draws"),
+        record.get("passed"),
+        record.get("meets_min_pass_share"),
+    ):
         raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different outcomes.")
     return record
 
@@ -233,23 +261,35 @@ def _check_outcome(where: str, outcome: dict, design: dict) -> None:
         if outcome["passed"] or outcome["canaries"]:
             raise DigestMismatchError(f"{where}: TRAIN {seed} selected no canary row, yet records canaries or a pass.")
         return
-    gaps, best, admitted = _selection(selected["labels"], selected["candidate_mask"], design["tie_band"],
-                                      design["canary_gap_multiple"])
-    if not admitted or best != selected["best_action"] or not all(
-            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(gaps, selected["gaps"], strict=True)):
-        raise DigestMismatchError(f"{where}: TRAIN {seed}'s canary row is not one the selection rule admits with its "
-                                  f"recorded gaps and best actions (recomputed gaps {gaps}, best {best}).")
+    gaps, best, admitted = _selection(
+        selected["labels"], selected["candidate_mask"], design["tie_band"], design["canary_gap_multiple"]
+    )
+    if (
+        not admitted
+        or best != selected["best_action"]
+        or not all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(gaps, selected["gaps"], strict=True)
+        )
+    ):
+        raise DigestMismatchError(
+            f"{where}: TRAIN {seed}'s canary row is not one the selection rule admits with its "
+            f"recorded gaps and best actions (recomputed gaps {gaps}, best {best})."
+        )
     if sorted(c["seed"] for c in outcome["canaries"]) != sorted(design["seeds"]):
-        raise DigestMismatchError(f"{where}: TRAIN {seed} records canaries of seeds "
-                                  f"{[c['seed'] for c in outcome['canaries']]}, not the design's {design['seeds']}.")
+        raise DigestMismatchError(
+            f"{where}: TRAIN {seed} records canaries of seeds "
+            f"{[c['seed'] for c in outcome['canaries']]}, not the design's {design['seeds']}."
+        )
     labels = np.asarray(selected["labels"], dtype=np.float64)
     mask = np.asarray(selected["candidate_mask"], dtype=bool)
     for canary in outcome["canaries"]:
         pred = np.asarray([h["predicted"] for h in canary["per_horizon"]], dtype=np.float64).T  # [K, H]
         recomputed = canary_recovery(pred, labels, mask, design["tie_band"])
         if recomputed != canary["per_horizon"] or canary["recovered"] != all(h["recovered"] for h in recomputed):
-            raise DigestMismatchError(f"{where}: TRAIN {seed} canary seed {canary['seed']}'s recovery is not what its "
-                                      "predictions and the row's labels give.")
+            raise DigestMismatchError(
+                f"{where}: TRAIN {seed} canary seed {canary['seed']}'s recovery is not what its "
+                "predictions and the row's labels give."
+            )
     if outcome["passed"] != all(c["recovered"] for c in outcome["canaries"]):
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s outcome is not what its canaries give.")
 
@@ -283,16 +323,21 @@ def check_record(directory: str | os.PathLike) -> dict:
     try:
         config = QhE0CheckConfig.model_validate(record["config"])
     except ValidationError as exc:
-        raise DigestMismatchError(f"{where}: its config is not a valid E0 check config ({exc.errors()[0]['msg']}).") \
-            from None
+        raise DigestMismatchError(
+            f"{where}: its config is not a valid E0 check config ({exc.errors()[0]['msg']})."
+        ) from None
     digest = e0_digest(config, design)
     if not record["config_sha256"] == receipt.config_sha256 == digest:
-        raise DigestMismatchError(f"{where}: the config and design digest to {digest}, not the recorded "
-                                  f"{record['config_sha256']} (receipt: {receipt.config_sha256}).")
+        raise DigestMismatchError(
+            f"{where}: the config and design digest to {digest}, not the recorded "
+            f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
+        )
     outcomes = record["outcomes"]
     if [o["train_seed"] for o in outcomes] != list(config.train_seeds):
-        raise DigestMismatchError(f"{where}: records draws {[o['train_seed'] for o in outcomes]}, not its config's "
-                                  f"{list(config.train_seeds)}.")
+        raise DigestMismatchError(
+            f"{where}: records draws {[o['train_seed'] for o in outcomes]}, not its config's "
+            f"{list(config.train_seeds)}."
+        )
     try:
         for outcome in outcomes:
             _check_outcome(where, outcome, design)
@@ -300,11 +345,17 @@ def check_record(directory: str | os.PathLike) -> dict:
         raise DigestMismatchError(f"{where}: a draw's values do not make a gate outcome ({exc!r}).") from None
     passed = sum(bool(o["passed"]) for o in outcomes)
     share = passed / len(outcomes)
-    if (record["draws"], record["passed"], record["pass_share"], record["min_pass_share"],
-            record["meets_min_pass_share"]) != (len(outcomes), passed, share, config.min_pass_share,
-                                                share >= config.min_pass_share):
-        raise DigestMismatchError(f"{where}: records {record['passed']} of {record['draws']} draws passed, not the "
-                                  f"{passed} of {len(outcomes)} its outcomes give, or another share or minimum.")
+    if (
+        record["draws"],
+        record["passed"],
+        record["pass_share"],
+        record["min_pass_share"],
+        record["meets_min_pass_share"],
+    ) != (len(outcomes), passed, share, config.min_pass_share, share >= config.min_pass_share):
+        raise DigestMismatchError(
+            f"{where}: records {record['passed']} of {record['draws']} draws passed, not the "
+            f"{passed} of {len(outcomes)} its outcomes give, or another share or minimum."
+        )
     present = absent = 0
     for outcome in outcomes:
         study = directory / outcome["directory"]
@@ -330,13 +381,22 @@ def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
     with authentication_roots(study, original=recorded_origin(study)):
         e0 = read_receipt(path, StudyE0Receipt).body
         frozen = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
-    if e0.selection["selected"] != outcome["selected"] or e0.passed != outcome["passed"] or [
+    if (
+        e0.selection["selected"] != outcome["selected"]
+        or e0.passed != outcome["passed"]
+        or [
             {"seed": c["seed"], "per_horizon": c["canary"]["per_horizon"], "recovered": c["canary"]["recovered"]}
-            for c in e0.canaries] != outcome["canaries"]:
+            for c in e0.canaries
+        ]
+        != outcome["canaries"]
+    ):
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s row, canaries or outcome are not its E0 receipt's.")
     declared = frozen.train["declared"]
     if (declared.get("preset"), declared.get("seed"), frozen.train["manifest_sha256"]) != (
-            design["train_preset"], seed, outcome["manifest_sha256"]):
+        design["train_preset"],
+        seed,
+        outcome["manifest_sha256"],
+    ):
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze TRAIN {declared}, not the recorded draw.")
     if e0_design(QhArchitectureStudyConfig.model_validate(frozen.config["resolved"])) != design:
         raise DigestMismatchError(f"{where}: TRAIN {seed}'s sub-study froze another gate design than the record's.")
@@ -345,9 +405,11 @@ def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed E0 check record."""
     absent = f", {entry['studies_absent']} absent (their recorded values were used)" if entry["studies_absent"] else ""
-    return (f"e0 check: {directory}: every row selection, canary recovery and outcome recomputed by the gate's rules "
-            f"({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} sub-studies' E0 "
-            f"receipts and freezes compared{absent}")
+    return (
+        f"e0 check: {directory}: every row selection, canary recovery and outcome recomputed by the gate's rules "
+        f"({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} sub-studies' E0 "
+        f"receipts and freezes compared{absent}"
+    )
 
 
 register_check(E0CheckReceipt, file=RECEIPT, check=check_record, describe=_describe)

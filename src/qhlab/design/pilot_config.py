@@ -80,24 +80,32 @@ class QhPilotConfig(BaseModel):
     def _draws(cls, draws: tuple[int, ...]) -> tuple[int, ...]:
         _distinct("train_draws", draws)
         if len(draws) == 1:
-            raise ValueError("train_draws with one seed is not allowed; allowed: none, or two or more (with [train], "
-                             "three draws or more: a variance needs them)")
+            raise ValueError(
+                "train_draws with one seed is not allowed; allowed: none, or two or more (with [train], "
+                "three draws or more: a variance needs them)"
+            )
         return draws
 
     @model_validator(mode="after")
     def _design(self) -> QhPilotConfig:
         if self.train.preset is None:
-            raise ValueError("train.path is not allowed; allowed: a [train] preset and seed (the record names each "
-                             "TRAIN draw by its seed, and the draws are further seeds of its preset)")
+            raise ValueError(
+                "train.path is not allowed; allowed: a [train] preset and seed (the record names each "
+                "TRAIN draw by its seed, and the draws are further seeds of its preset)"
+            )
         if self.train_draws:
             if self.train.seed in self.train_draws:
-                raise ValueError(f"train_draws={list(self.train_draws)!r} holds train.seed {self.train.seed}; "
-                                 "allowed: other TRAIN seeds of the preset")
+                raise ValueError(
+                    f"train_draws={list(self.train_draws)!r} holds train.seed {self.train.seed}; "
+                    "allowed: other TRAIN seeds of the preset"
+                )
         if self.draw_seeds is not None:
             _distinct("draw_seeds", self.draw_seeds)
             if len(self.draw_seeds) < 2 or not set(self.draw_seeds) <= set(self.seeds):
-                raise ValueError(f"draw_seeds={list(self.draw_seeds)!r} is not allowed; allowed: two or more of "
-                                 f"seeds {list(self.seeds)!r}")
+                raise ValueError(
+                    f"draw_seeds={list(self.draw_seeds)!r} is not allowed; allowed: two or more of "
+                    f"seeds {list(self.seeds)!r}"
+                )
         return self
 
     @property
@@ -126,14 +134,28 @@ def study_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
 
     A study may use a pilot record only when its design is this one (the freeze compares them).
     """
-    recipes = {arm: {k: v for k, v in study.cell_recipe(arm, 0, study.broad_updates).model_dump(mode="json").items()
-                     if k not in ("name", "seed", "data")} for arm in study.arms}
-    return {"profile": study.profile, "arms": list(study.arms), "recipes": recipes,
-            "comparisons": [list(c) for c in study.comparisons()],
-            "variants": [{"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
-                         for a in study.experiment.arms if a.role == "variant"],
-            "regret_fraction": study.regret_fraction, "mae_fraction": study.mae_fraction,
-            "broad_updates": study.broad_updates}
+    recipes = {
+        arm: {
+            k: v
+            for k, v in study.cell_recipe(arm, 0, study.broad_updates).model_dump(mode="json").items()
+            if k not in ("name", "seed", "data")
+        }
+        for arm in study.arms
+    }
+    return {
+        "profile": study.profile,
+        "arms": list(study.arms),
+        "recipes": recipes,
+        "comparisons": [list(c) for c in study.comparisons()],
+        "variants": [
+            {"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
+            for a in study.experiment.arms
+            if a.role == "variant"
+        ],
+        "regret_fraction": study.regret_fraction,
+        "mae_fraction": study.mae_fraction,
+        "broad_updates": study.broad_updates,
+    }
 
 
 def pilot_digest(config: QhPilotConfig, design: dict[str, Any]) -> str:
@@ -155,8 +177,13 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
             with user arms, or a validation population that is the study's.
     """
 
-    raw, data, _ = read_toml(config_path, call=PILOT_CALL, field="config_path", example="examples/demo-pilot.toml",
-                             relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)))
+    raw, data, _ = read_toml(
+        config_path,
+        call=PILOT_CALL,
+        field="config_path",
+        example="examples/demo-pilot.toml",
+        relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+    )
     source = f"pilot config {str(Path(config_path).expanduser())!r}"
     try:
         config = QhPilotConfig.model_validate(raw)
@@ -166,15 +193,22 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
     problems = []
     builders = [a for a in study.arms if study.builder(a) is not None]
     if builders:
-        problems.append(f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (a "
-                        "pilot has no frozen copy of a user arm's source to bind)")
+        problems.append(
+            f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (a "
+            "pilot has no frozen copy of a user arm's source to bind)"
+        )
     shared = sorted(set(config.seeds) & set(study.seeds))
     if shared:
         problems.append(f"seeds: {shared} are the study's own seeds; allowed: seeds the study does not use")
     if config.validation == study.validation:
-        problems.append(f"validation: {config.validation.model_dump(mode='json', exclude_none=True)} is the study's "
-                        "validation population; allowed: a tuning population the study never scores on")
+        problems.append(
+            f"validation: {config.validation.model_dump(mode='json', exclude_none=True)} is the study's "
+            "validation population; allowed: a tuning population the study never scores on"
+        )
     if problems:
-        raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
-                           + "\nHINT: a pilot measures the study's comparisons on a held-apart tuning population.")
+        raise QhInputError(
+            f"{source}: {len(problems)} invalid field(s):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nHINT: a pilot measures the study's comparisons on a held-apart tuning population."
+        )
     return config, data, study

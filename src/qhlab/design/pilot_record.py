@@ -39,9 +39,18 @@ from qhlab.evidence.layout import PILOT_RECEIPT, PILOT_RECORD, PREPARATION_FITS_
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.training.records import FitReceipt
 
-__all__ = ["CONFIG_COPY", "FITS_DIR", "RECEIPT", "RECORD", "PilotRecord", "PilotReceipt", "check_record",
-           "components_of", "publish_record",
-           "read_record"]
+__all__ = [
+    "CONFIG_COPY",
+    "FITS_DIR",
+    "RECEIPT",
+    "RECORD",
+    "PilotRecord",
+    "PilotReceipt",
+    "check_record",
+    "components_of",
+    "publish_record",
+    "read_record",
+]
 
 RECORD = PILOT_RECORD
 RECEIPT = PILOT_RECEIPT
@@ -50,7 +59,6 @@ FITS_DIR = PREPARATION_FITS_DIR
 # Recomputed components may differ from the recorded ones in the last bits where numpy's
 # reductions take another order on another CPU; an edited value differs by far more.
 _REL_TOL = 1e-9
-
 
 
 class PilotBody(Closed):
@@ -178,26 +186,44 @@ class PilotRecord(Closed):
     estimators: dict[str, str]
 
 
-def components_of(design: dict, fits: list[dict], *, main_draw: int, seeds: list[int], draws: list[int],
-                  draw_seeds: list[int]) -> dict:
+def components_of(
+    design: dict, fits: list[dict], *, main_draw: int, seeds: list[int], draws: list[int], draw_seeds: list[int]
+) -> dict:
     """``variance.pilot_components`` of a record's fits under the study design they were made for."""
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
     from qhlab.statistics.variance import pilot_components
 
     values = {(f["arm"], f["draw"], f["seed"]): {"regret": f["regret"], "mae": f["mae"]} for f in fits}
-    return pilot_components(values, arms=design["arms"], comparisons=[tuple(c) for c in design["comparisons"]],
-                            variants=design["variants"], regret_fraction=design["regret_fraction"],
-                            mae_fraction=design["mae_fraction"], main_draw=main_draw, seeds=seeds, draws=draws,
-                            draw_seeds=draw_seeds)
+    return pilot_components(
+        values,
+        arms=design["arms"],
+        comparisons=[tuple(c) for c in design["comparisons"]],
+        variants=design["variants"],
+        regret_fraction=design["regret_fraction"],
+        mae_fraction=design["mae_fraction"],
+        main_draw=main_draw,
+        seeds=seeds,
+        draws=draws,
+        draw_seeds=draw_seeds,
+    )
 
 
 def publish_record(directory: Path, record: dict) -> None:
     """Publish ``pilot.json`` and the receipt binding it and the config's copy."""
     publish_json(directory / RECORD, record)
-    write_receipt(directory / RECEIPT, PilotReceipt,
-                  body={"name": record["name"], "config_sha256": record["config_sha256"], "fits": len(record["fits"]),
-                        "seed_variance": record["seed_variance"], "train_draw": record["train_draw"]},
-                  inputs={"config": directory / CONFIG_COPY}, outputs={"record": directory / RECORD})
+    write_receipt(
+        directory / RECEIPT,
+        PilotReceipt,
+        body={
+            "name": record["name"],
+            "config_sha256": record["config_sha256"],
+            "fits": len(record["fits"]),
+            "seed_variance": record["seed_variance"],
+            "train_draw": record["train_draw"],
+        },
+        inputs={"config": directory / CONFIG_COPY},
+        outputs={"record": directory / RECORD},
+    )
 
 
 def read_record(directory: str | os.PathLike) -> dict:
@@ -252,26 +278,37 @@ def check_record(directory: str | os.PathLike) -> dict:
     try:
         config = QhPilotConfig.model_validate(record["config"])
     except ValidationError as exc:
-        raise DigestMismatchError(f"{where}: its config is not a valid pilot config ({exc.errors()[0]['msg']}).") \
-            from None
+        raise DigestMismatchError(
+            f"{where}: its config is not a valid pilot config ({exc.errors()[0]['msg']})."
+        ) from None
     digest = pilot_digest(config, design)
     if not record["config_sha256"] == receipt.config_sha256 == digest:
-        raise DigestMismatchError(f"{where}: the config and design digest to {digest}, not the recorded "
-                                  f"{record['config_sha256']} (receipt: {receipt.config_sha256}).")
+        raise DigestMismatchError(
+            f"{where}: the config and design digest to {digest}, not the recorded "
+            f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
+        )
     main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
     if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
-        raise DigestMismatchError(f"{where}: records draws {record['draws']} x seeds {record['draw_seeds']}, not "
-                                  f"its config's {draws} x {draw_seeds}.")
-    wanted = sorted((a, d, s) for a in design["arms"] for d, ss in ((main, seeds), *((d, draw_seeds) for d in draws
-                                                                                       if d != main))
-                    for s in ss)
+        raise DigestMismatchError(
+            f"{where}: records draws {record['draws']} x seeds {record['draw_seeds']}, not "
+            f"its config's {draws} x {draw_seeds}."
+        )
+    wanted = sorted(
+        (a, d, s)
+        for a in design["arms"]
+        for d, ss in ((main, seeds), *((d, draw_seeds) for d in draws if d != main))
+        for s in ss
+    )
     found = sorted((f["arm"], f["draw"], f["seed"]) for f in record["fits"])
     if found != wanted or receipt.fits != len(found):
-        raise DigestMismatchError(f"{where}: holds {len(found)} fits {found[:3]}..., not the design's {len(wanted)} "
-                                  "(every arm on every draw and seed, once).")
+        raise DigestMismatchError(
+            f"{where}: holds {len(found)} fits {found[:3]}..., not the design's {len(wanted)} "
+            "(every arm on every draw and seed, once)."
+        )
     try:
-        recomputed = components_of(design, record["fits"], main_draw=main, seeds=seeds, draws=draws,
-                                   draw_seeds=draw_seeds)
+        recomputed = components_of(
+            design, record["fits"], main_draw=main, seeds=seeds, draws=draws, draw_seeds=draw_seeds
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise DigestMismatchError(f"{where}: its fits' values do not make a variance table ({exc}).") from None
     for key in ("comparisons", "margins", "seed_variance", "train_draw"):
@@ -285,8 +322,12 @@ def check_record(directory: str | os.PathLike) -> dict:
             continue
         _check_fit(where, attempt, fit, record, main)
         present += 1
-    return {"fits": len(record["fits"]), "comparisons": len(record["comparisons"]) + len(record["margins"]),
-            "fits_recomputed": present, "fits_absent": absent}
+    return {
+        "fits": len(record["fits"]),
+        "comparisons": len(record["comparisons"]) + len(record["margins"]),
+        "fits_recomputed": present,
+        "fits_absent": absent,
+    }
 
 
 # A fit receipt's recipe holds the lane's backend fields too; the design's recipes are the study's.
@@ -295,8 +336,10 @@ _BACKEND_FIELDS = ("accelerator", "devices", "precision")
 
 def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: int) -> None:
     """One present fit against the record: its receipts, values, recipe, seed, lane and populations."""
-    for name, key in (("fit.receipt.json", "fit_receipt_sha256"),
-                      ("evaluation.receipt.json", "evaluation_receipt_sha256")):
+    for name, key in (
+        ("fit.receipt.json", "fit_receipt_sha256"),
+        ("evaluation.receipt.json", "evaluation_receipt_sha256"),
+    ):
         if not (attempt / name).is_file():
             raise MissingEvidenceError(f"{where}: fit {fit['directory']} has no {name}.")
         if sha256_file(attempt / name) != fit[key]:
@@ -304,8 +347,9 @@ def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: in
     evaluation = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt)
     for metric in ("regret", "mae"):
         if [row[-1] for row in evaluation.body.per_scene[metric]] != fit[metric]:
-            raise DigestMismatchError(f"{where}: fit {fit['directory']} records other per-scene {metric} values "
-                                      "than its evaluation receipt.")
+            raise DigestMismatchError(
+                f"{where}: fit {fit['directory']} records other per-scene {metric} values than its evaluation receipt."
+            )
     fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt)
     design = record["design"]
     recipe = design["recipes"][fit["arm"]]
@@ -321,16 +365,20 @@ def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: in
         if bound is None or bound.sha256 != record["populations"][population]["manifest_sha256"]:
             problems.append(f"{name} (not the {population} population's)")
     if problems:
-        raise DigestMismatchError(f"{where}: fit {fit['directory']} is not the design's {fit['arm']} fit of seed "
-                                  f"{fit['seed']} on draw {fit['draw']}: its receipt has {', '.join(problems)}.")
+        raise DigestMismatchError(
+            f"{where}: fit {fit['directory']} is not the design's {fit['arm']} fit of seed "
+            f"{fit['seed']} on draw {fit['draw']}: its receipt has {', '.join(problems)}."
+        )
 
 
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed pilot record."""
     absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
-    return (f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' variance components and the maxima "
-            f"recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} fits' values "
-            f"recomputed from their evaluation receipts{absent}")
+    return (
+        f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' variance components and the maxima "
+        f"recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} fits' values "
+        f"recomputed from their evaluation receipts{absent}"
+    )
 
 
 register_check(PilotReceipt, file=RECEIPT, check=check_record, describe=_describe)

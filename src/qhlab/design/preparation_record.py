@@ -78,8 +78,9 @@ class MetricPair(Closed):
     mae: Number
 
 
-def read_record_file(directory: str | os.PathLike, record_name: str, receipt_name: str,
-                     receipt: type[R], model: type[BaseModel]) -> tuple[dict, R]:
+def read_record_file(
+    directory: str | os.PathLike, record_name: str, receipt_name: str, receipt: type[R], model: type[BaseModel]
+) -> tuple[dict, R]:
     """A preparation record, authenticated by its receipt and validated against its model.
 
     Args:
@@ -110,6 +111,8 @@ def read_record_file(directory: str | os.PathLike, record_name: str, receipt_nam
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"]) or "(the record)"
         value = repr(error.get("input"))[:80]
-        raise SchemaMismatchError(f"qhlab verify: {path} field {field}={value} is not allowed; allowed: "
-                                  f"{error['msg']} (the layout of a {model.__name__}).") from None
+        raise SchemaMismatchError(
+            f"qhlab verify: {path} field {field}={value} is not allowed; allowed: "
+            f"{error['msg']} (the layout of a {model.__name__})."
+        ) from None
     return raw, document

@@ -69,8 +69,10 @@ def _path_text(value: Any) -> Any:
         raise ValueError(f"{value!r} is not allowed; allowed: a path without NUL characters")
     if value == "":
         # An empty path would resolve to the working directory, not the config's: never meant.
-        raise ValueError("'' is not allowed; allowed: a non-empty directory path (a relative one is resolved "
-                         "against the config's directory)")
+        raise ValueError(
+            "'' is not allowed; allowed: a non-empty directory path (a relative one is resolved "
+            "against the config's directory)"
+        )
     return value
 
 
@@ -125,8 +127,7 @@ class PopulationSource(BaseModel):
         if self.path is not None:
             if self.preset is not None or self.seed is not None:
                 raise ValueError(
-                    "path together with preset/seed is not allowed; allowed: either path, or "
-                    "preset and seed"
+                    "path together with preset/seed is not allowed; allowed: either path, or preset and seed"
                 )
             if not self.path:
                 raise ValueError("path='' is not allowed; allowed: a population directory")
@@ -138,9 +139,7 @@ class PopulationSource(BaseModel):
             )
 
         if self.preset not in PRESETS:
-            raise ValueError(
-                f"preset={self.preset!r} is not allowed; allowed: {', '.join(sorted(PRESETS))}"
-            )
+            raise ValueError(f"preset={self.preset!r} is not allowed; allowed: {', '.join(sorted(PRESETS))}")
         return self
 
 
@@ -212,8 +211,7 @@ class StudyExperiment(BaseModel):
     def _no_study_fields(cls, recipe: dict[str, Any]) -> dict[str, Any]:
         owned = [f"{k} (set by the study's {v})" for k, v in _STUDY_OWNED_RECIPE_FIELDS.items() if k in recipe]
         if owned:
-            raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed; allowed: the "
-                             "scientific fields only")
+            raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed; allowed: the scientific fields only")
         return recipe
 
 
@@ -365,8 +363,9 @@ class QhArchitectureStudyConfig(BaseModel):
     @model_validator(mode="after")
     def _executor(self) -> QhArchitectureStudyConfig:
         try:
-            executor_choice(self.executor, self.ray_address, call="study config", field="executor",
-                            address_field="ray_address")
+            executor_choice(
+                self.executor, self.ray_address, call="study config", field="executor", address_field="ray_address"
+            )
         except QhInputError as exc:
             raise ValueError(str(exc).removeprefix("study config: ")) from None
         return self
@@ -375,8 +374,9 @@ class QhArchitectureStudyConfig(BaseModel):
         """The config as the freeze binds it: every field except ``EXECUTION_FIELDS``."""
         return self.model_dump(mode="json", exclude=set(EXECUTION_FIELDS))
 
-    def executor_choice(self, kind: str | None = None, ray_address: str | None = None, *,
-                        call: str = "qhlab study run") -> Any:
+    def executor_choice(
+        self, kind: str | None = None, ray_address: str | None = None, *, call: str = "qhlab study run"
+    ) -> Any:
         """The ``qhlab.execution.ExecutorChoice`` of this config, or of the CLI's overrides.
 
         Args:
@@ -413,8 +413,10 @@ class QhArchitectureStudyConfig(BaseModel):
         baseline, arms = self.baseline_arm, self.experiment.arms
         pairs = [(baseline, a.arm, "baseline minus control") for a in arms if a.role == "control"]
         for a in (a for a in arms if a.role == "variant"):
-            pairs += [(a.arm, a.control, "variant minus structural control"),
-                      (a.arm, a.matched or baseline, "variant minus matched control")]
+            pairs += [
+                (a.arm, a.control, "variant minus structural control"),
+                (a.arm, a.matched or baseline, "variant minus matched control"),
+            ]
         return pairs
 
     @model_validator(mode="after")
@@ -457,8 +459,9 @@ class QhArchitectureStudyConfig(BaseModel):
         architecture = self.experiment.recipe.get("architecture", {})
         arm = architecture.get("arm") if isinstance(architecture, dict) else None
         if not isinstance(arm, str):
-            raise ValueError("experiment.recipe.architecture.arm is missing; allowed: a built-in arm, or a name "
-                             "with a builder")
+            raise ValueError(
+                "experiment.recipe.architecture.arm is missing; allowed: a built-in arm, or a name with a builder"
+            )
         return arm
 
     def builder(self, arm: str) -> str | None:
@@ -517,8 +520,11 @@ class QhArchitectureStudyConfig(BaseModel):
             if declaration is None:
                 raise ValueError(f"arm={arm!r} is not declared")
             own = ARMS[arm].defaults if declaration.builder is None and arm in ARMS else {}
-            encoder = {k: base_encoder[k] for k in ("width", "heads", "depth")
-                       if k in base_encoder and f"encoder.{k}" not in own}
+            encoder = {
+                k: base_encoder[k]
+                for k in ("width", "heads", "depth")
+                if k in base_encoder and f"encoder.{k}" not in own
+            }
             encoder.update(declaration.encoder.model_dump(exclude_none=True))
             architecture = {"arm": arm, "encoder": encoder}
             if declaration.builder is not None:
@@ -541,8 +547,15 @@ class QhArchitectureStudyConfig(BaseModel):
 
 
 # The study TOML's path fields: a relative one is resolved against the config file's directory.
-STUDY_PATH_FIELDS = (("train", "path"), ("validation", "path"), ("population_cache",), ("experiment", "recipe"),
-                     ("preparation", "tuning"), ("preparation", "pilot"), ("preparation", "e0"))
+STUDY_PATH_FIELDS = (
+    ("train", "path"),
+    ("validation", "path"),
+    ("population_cache",),
+    ("experiment", "recipe"),
+    ("preparation", "tuning"),
+    ("preparation", "pilot"),
+    ("preparation", "e0"),
+)
 
 
 def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
@@ -562,8 +575,13 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
 
-    raw, data, path = read_toml(config_path, call=STUDY_CALL, field="config_path",
-                                example="examples/default-study.toml", relative=STUDY_PATH_FIELDS)
+    raw, data, path = read_toml(
+        config_path,
+        call=STUDY_CALL,
+        field="config_path",
+        example="examples/default-study.toml",
+        relative=STUDY_PATH_FIELDS,
+    )
     experiment = raw.get("experiment")
     if isinstance(experiment, dict) and isinstance(experiment.get("recipe"), str):
         experiment["recipe_file"] = experiment["recipe"]
@@ -571,8 +589,12 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
     try:
         config = QhArchitectureStudyConfig.model_validate(raw)
     except ValidationError as exc:
-        raise validation_error(exc, f"study config {str(Path(config_path).expanduser())!r}",
-                               QhArchitectureStudyConfig, "compare with examples/default-study.toml.") from None
+        raise validation_error(
+            exc,
+            f"study config {str(Path(config_path).expanduser())!r}",
+            QhArchitectureStudyConfig,
+            "compare with examples/default-study.toml.",
+        ) from None
     return config, data, path
 
 
@@ -590,7 +612,9 @@ def _recipe_file_fields(path: str, broad_updates: Any) -> dict[str, Any]:
     raw, _, _ = read_toml(path, call=STUDY_CALL, field="experiment.recipe", example="examples/tiny-recipe.toml")
     updates = raw.pop("updates", None)
     if updates is not None and updates != broad_updates:
-        raise QhInputError(f"{STUDY_CALL}: experiment.recipe={path!r} sets updates={updates!r}, which is not allowed; "
-                           f"allowed: the study's broad_updates ({broad_updates!r}). HINT: a recipe tuned at another "
-                           "budget is another recipe; set broad_updates to it, or tune at the study's budget.")
+        raise QhInputError(
+            f"{STUDY_CALL}: experiment.recipe={path!r} sets updates={updates!r}, which is not allowed; "
+            f"allowed: the study's broad_updates ({broad_updates!r}). HINT: a recipe tuned at another "
+            "budget is another recipe; set broad_updates to it, or tune at the study's budget."
+        )
     return {k: v for k, v in raw.items() if k not in _FILE_FIELDS_THE_STUDY_OWNS}

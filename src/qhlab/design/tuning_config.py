@@ -87,11 +87,14 @@ class Domain(BaseModel):
     def _shape(self) -> Domain:
         if self.choices is not None:
             if any(v is not None for v in (self.low, self.high, self.step)) or self.log:
-                raise ValueError("choices together with low/high/log/step is not allowed; allowed: either choices, "
-                                 "or a range (low, high, optional log or step)")
+                raise ValueError(
+                    "choices together with low/high/log/step is not allowed; allowed: either choices, "
+                    "or a range (low, high, optional log or step)"
+                )
             if len(self.choices) < 2 or len({repr(c) for c in self.choices}) != len(self.choices):
-                raise ValueError(f"choices={list(self.choices)!r} is not allowed; allowed: at least two "
-                                 "distinct values")
+                raise ValueError(
+                    f"choices={list(self.choices)!r} is not allowed; allowed: at least two distinct values"
+                )
             return self
         if self.low is None or self.high is None:
             raise ValueError("a domain needs choices, or both low and high")
@@ -100,8 +103,10 @@ class Domain(BaseModel):
             if isinstance(value, bool) or (value is not None and not math.isfinite(value)):
                 raise ValueError(f"{name}={value!r} is not allowed; allowed: a finite number")
         if not self.low < self.high:
-            raise ValueError(f"low={self.low!r}, high={self.high!r} is not allowed; allowed: low < high (the range "
-                             "is empty or inverted)")
+            raise ValueError(
+                f"low={self.low!r}, high={self.high!r} is not allowed; allowed: low < high (the range "
+                "is empty or inverted)"
+            )
         if self.log and self.low <= 0:
             raise ValueError(f"log with low={self.low!r} is not allowed; allowed: low > 0 on a log scale")
         if self.step is not None and (self.log or self.step <= 0 or self.step > self.high - self.low):
@@ -159,8 +164,9 @@ class Objective(BaseModel):
     @model_validator(mode="after")
     def _spread_needs_seeds(self) -> Objective:
         if self.max_seed_sd is not None and len(self.seeds) < 2:
-            raise ValueError("max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread "
-                             "needs them)")
+            raise ValueError(
+                "max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread needs them)"
+            )
         return self
 
 
@@ -195,8 +201,10 @@ class Pruner(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Pruner:
         if (self.kind == "percentile") != (self.percentile is not None):
-            raise ValueError(f"percentile={self.percentile!r} with kind={self.kind!r} is not allowed; allowed: a "
-                             "percentile in (0, 100) with kind 'percentile' only")
+            raise ValueError(
+                f"percentile={self.percentile!r} with kind={self.kind!r} is not allowed; allowed: a "
+                "percentile in (0, 100) with kind 'percentile' only"
+            )
         if list(self.rungs) != sorted(set(self.rungs)) or self.rungs[0] < 1:
             raise ValueError(f"rungs={list(self.rungs)!r} is not allowed; allowed: increasing fit counts >= 1")
         return self
@@ -257,16 +265,20 @@ class QhTuningConfig(BaseModel):
         for field in space:
             for fixed, why in _FIXED_FIELDS.items():
                 if field == fixed or field.startswith(fixed + "."):
-                    raise ValueError(f"{field!r} is not allowed; allowed: a scientific recipe field other than "
-                                     f"{', '.join(sorted(_FIXED_FIELDS))} ({why})")
+                    raise ValueError(
+                        f"{field!r} is not allowed; allowed: a scientific recipe field other than "
+                        f"{', '.join(sorted(_FIXED_FIELDS))} ({why})"
+                    )
         return space
 
     @model_validator(mode="after")
     def _rungs(self) -> QhTuningConfig:
         if self.pruner is not None and self.pruner.rungs[-1] >= len(self.objective.seeds):
-            raise ValueError(f"pruner.rungs={list(self.pruner.rungs)!r} is not allowed; allowed: fit counts below "
-                             f"the objective's {len(self.objective.seeds)} seeds (a trial that fitted every seed "
-                             "is complete)")
+            raise ValueError(
+                f"pruner.rungs={list(self.pruner.rungs)!r} is not allowed; allowed: fit counts below "
+                f"the objective's {len(self.objective.seeds)} seeds (a trial that fitted every seed "
+                "is complete)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -275,11 +287,15 @@ class QhTuningConfig(BaseModel):
             return self
         ranges = sorted(name for name, domain in self.space.items() if domain.choices is None)
         if ranges:
-            raise ValueError(f"sampler='grid' with ranges in space ({', '.join(ranges)}) is not allowed; allowed: "
-                             "choices only (a grid enumerates them)")
+            raise ValueError(
+                f"sampler='grid' with ranges in space ({', '.join(ranges)}) is not allowed; allowed: "
+                "choices only (a grid enumerates them)"
+            )
         if self.trials != len(self.grid_points()):
-            raise ValueError(f"trials={self.trials} with sampler='grid' is not allowed; allowed: "
-                             f"{len(self.grid_points())}, the number of combinations of the choices")
+            raise ValueError(
+                f"trials={self.trials} with sampler='grid' is not allowed; allowed: "
+                f"{len(self.grid_points())}, the number of combinations of the choices"
+            )
         return self
 
     def grid_points(self) -> list[dict[str, Any]]:
@@ -294,8 +310,9 @@ class QhTuningConfig(BaseModel):
     def record(self) -> dict[str, Any]:
         """The config as the tuning record binds it: every field except the execution ones (and
         ``pruner`` when there is none, so a tuning without one keeps its digest)."""
-        return self.model_dump(mode="json", exclude={"workers", "executor", *(("pruner",) if self.pruner is None
-                                                                                else ())})
+        return self.model_dump(
+            mode="json", exclude={"workers", "executor", *(("pruner",) if self.pruner is None else ())}
+        )
 
 
 def _flatten_space(raw: Any, prefix: str = "") -> Any:
@@ -317,8 +334,10 @@ def _base_recipe_raw(config: QhTuningConfig) -> dict[str, Any]:
     if isinstance(config.recipe, dict):
         owned = sorted(k for k in ("seed", "data") if k in config.recipe)
         if owned:
-            raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed inline; allowed: the scientific "
-                             "fields (the objective's seeds and [train]/[validation] set them)")
+            raise ValueError(
+                f"recipe field(s) {', '.join(owned)} are not allowed inline; allowed: the scientific "
+                "fields (the objective's seeds and [train]/[validation] set them)"
+            )
         return {"seed": config.objective.seeds[0], **copy.deepcopy(config.recipe)}
 
     raw, _, _ = read_toml(config.recipe, call=TUNE_CALL, field="recipe", example="examples/tiny-recipe.toml")
@@ -378,16 +397,19 @@ def _check_space(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
     dump = base_recipe.model_dump(mode="json")
     for field, domain in config.space.items():
         if not _known_field(dump, field):
-            problems.append(f"space.{field} is not allowed; allowed: a scalar field of the base recipe "
-                            f"(e.g. optimizer.lr, batch_size, updates, architecture.encoder.width)")
+            problems.append(
+                f"space.{field} is not allowed; allowed: a scalar field of the base recipe "
+                f"(e.g. optimizer.lr, batch_size, updates, architecture.encoder.width)"
+            )
             continue
         for value in domain.corners():
             try:
                 trial_recipe(config, {field: value}, seed=config.objective.seeds[0], base=base)
             except QhInputError as exc:
                 detail = str(exc).split("\n")[1].strip(" -") if "\n" in str(exc) else str(exc)
-                problems.append(f"space.{field}={value!r} is not allowed; allowed: values that make a valid recipe "
-                                f"({detail})")
+                problems.append(
+                    f"space.{field}={value!r} is not allowed; allowed: values that make a valid recipe ({detail})"
+                )
     for field in config.deviations:
         if not _known_field(dump, field):
             problems.append(f"deviations: {field!r} is not allowed; allowed: a scalar field of the base recipe")
@@ -407,9 +429,13 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
 
-    raw, data, path = read_toml(config_path, call=TUNE_CALL, field="config_path", example="examples/tiny-tune.toml",
-                                relative=(("recipe",), ("train", "path"), ("validation", "path"),
-                                          ("population_cache",)))
+    raw, data, path = read_toml(
+        config_path,
+        call=TUNE_CALL,
+        field="config_path",
+        example="examples/tiny-tune.toml",
+        relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+    )
     if "space" in raw:
         raw["space"] = _flatten_space(raw["space"])
     source = f"tuning config {str(Path(config_path).expanduser())!r}"
@@ -420,12 +446,16 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
     try:
         base = _base_recipe_raw(config)
     except ValueError as exc:
-        raise QhInputError(f"{source}: 1 invalid field(s):\n  - recipe: {exc}\nHINT: compare with "
-                           "examples/tiny-tune.toml.") from None
+        raise QhInputError(
+            f"{source}: 1 invalid field(s):\n  - recipe: {exc}\nHINT: compare with examples/tiny-tune.toml."
+        ) from None
     problems = _check_space(config, base)
     if problems:
-        raise QhInputError(f"{source}: {len(problems)} invalid field(s):\n" + "\n".join(f"  - {p}" for p in problems)
-                           + "\nHINT: the space names recipe fields (dotted) and domains that make valid recipes.")
+        raise QhInputError(
+            f"{source}: {len(problems)} invalid field(s):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nHINT: the space names recipe fields (dotted) and domains that make valid recipes."
+        )
     return config, data, path, base
 
 
@@ -449,6 +479,10 @@ def optuna_distributions(space: dict[str, Domain]) -> dict:
         elif domain.kind == "int":
             out[name] = IntDistribution(int(domain.low), int(domain.high), log=domain.log, step=int(domain.step or 1))
         else:
-            out[name] = FloatDistribution(float(domain.low), float(domain.high), log=domain.log,
-                                          step=None if domain.step is None else float(domain.step))
+            out[name] = FloatDistribution(
+                float(domain.low),
+                float(domain.high),
+                log=domain.log,
+                step=None if domain.step is None else float(domain.step),
+            )
     return out

@@ -69,11 +69,12 @@ RECIPE = TUNING_RECIPE
 CONFIG_COPY = RECORD_CONFIG_COPY
 TRIALS_DB = TUNING_TRIALS_DB
 FITS_DIR = PREPARATION_FITS_DIR
-RULE_TEXT = ("admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
-             "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
-             "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number")
+RULE_TEXT = (
+    "admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
+    "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
+    "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number"
+)
 _BACKEND = ("accelerator", "devices", "precision")
-
 
 
 class TuningBody(Closed):
@@ -189,9 +190,14 @@ def population_record(path: Path) -> dict:
 
     manifest = read_manifest(path)
     generator = manifest.get("generator") or {}
-    return {"path": str(path), "manifest_sha256": sha256_file(path / "manifest.json"),
-            "preset": generator.get("preset"), "split": generator.get("split"), "seed": generator.get("seed"),
-            "scene_digests": sorted(set(scene_content_digests(path).values()))}
+    return {
+        "path": str(path),
+        "manifest_sha256": sha256_file(path / "manifest.json"),
+        "preset": generator.get("preset"),
+        "split": generator.get("split"),
+        "seed": generator.get("seed"),
+        "scene_digests": sorted(set(scene_content_digests(path).values())),
+    }
 
 
 def refuse_sealed_validation(call: str, population: Path, cache: str | os.PathLike) -> None:
@@ -199,9 +205,14 @@ def refuse_sealed_validation(call: str, population: Path, cache: str | os.PathLi
     seals = seals_of(population, (cache,))
     if seals:
         studies = ", ".join(sorted({str(s["study"]) for s in seals}))
-        raise input_error(call, "validation", str(population), "a population no study has sealed as its validation",
-                          f"study {studies} holds it out (its seal is in the population cache's .sealed-validations/);"
-                          " tune on another validation seed of the preset")
+        raise input_error(
+            call,
+            "validation",
+            str(population),
+            "a population no study has sealed as its validation",
+            f"study {studies} holds it out (its seal is in the population cache's .sealed-validations/);"
+            " tune on another validation seed of the preset",
+        )
 
 
 def _strip_none(value: Any) -> Any:
@@ -213,14 +224,24 @@ def _strip_none(value: Any) -> Any:
 def _recipe_file(recipe: dict, number: int) -> bytes:
     import tomli_w
 
-    header = (f"# Emitted by qhlab tune: the winning recipe of trial {number + 1} ({RECORD}). Not edited by hand:\n"
-              "# a study that names this tuning's record is frozen only with this recipe (or its declared\n"
-              "# deviations).\n")
+    header = (
+        f"# Emitted by qhlab tune: the winning recipe of trial {number + 1} ({RECORD}). Not edited by hand:\n"
+        "# a study that names this tuning's record is frozen only with this recipe (or its declared\n"
+        "# deviations).\n"
+    )
     return (header + tomli_w.dumps(recipe)).encode("utf-8")
 
 
-def publish_record(directory: Path, *, config: Any, config_sha256: str, base: dict, entries: list[dict],
-                   populations: dict, recipe_of: Callable[[dict], Any]) -> dict:
+def publish_record(
+    directory: Path,
+    *,
+    config: Any,
+    config_sha256: str,
+    base: dict,
+    entries: list[dict],
+    populations: dict,
+    recipe_of: Callable[[dict], Any],
+) -> dict:
     """Publish ``tuning.json``, ``recipe.toml`` (when a trial is admissible) and the receipt binding them.
 
     A run killed between these files is completed by the next run: a file already published
@@ -245,15 +266,26 @@ def publish_record(directory: Path, *, config: Any, config_sha256: str, base: di
         "objective": objective.model_dump(mode="json"),
         "rule": RULE_TEXT,
         "deviations": list(config.deviations),
-        "optuna": {"version": optuna.__version__, "sampler": config.sampler, "sampler_seed": config.sampler_seed,
-                   "batch": config.batch, "storage": TRIALS_DB,
-                   "suggestion": ("trial n takes the n-th combination of the choices (fields sorted, the last "
-                                  "varying fastest)" if config.sampler == "grid" else
-                                  "each trial by a sampler seeded with sha256(sampler_seed:number), from the "
-                                  "finished trials of earlier batches")},
+        "optuna": {
+            "version": optuna.__version__,
+            "sampler": config.sampler,
+            "sampler_seed": config.sampler_seed,
+            "batch": config.batch,
+            "storage": TRIALS_DB,
+            "suggestion": (
+                "trial n takes the n-th combination of the choices (fields sorted, the last varying fastest)"
+                if config.sampler == "grid"
+                else "each trial by a sampler seeded with sha256(sampler_seed:number), from the "
+                "finished trials of earlier batches"
+            ),
+        },
         "trials": entries,
-        "winner": {**winner, "params": None if recipe is None else entries[winner["number"]]["params"],
-                   "mean": None if recipe is None else entries[winner["number"]]["mean"], "recipe": recipe},
+        "winner": {
+            **winner,
+            "params": None if recipe is None else entries[winner["number"]]["params"],
+            "mean": None if recipe is None else entries[winner["number"]]["mean"],
+            "recipe": recipe,
+        },
     }
     outputs = {"record": directory / RECORD}
     _publish_same(directory / RECORD, lambda p: publish_json(p, record))
@@ -261,10 +293,13 @@ def publish_record(directory: Path, *, config: Any, config_sha256: str, base: di
         data = _recipe_file(recipe, winner["number"])
         _publish_same(directory / RECIPE, lambda p: publish_bytes(p, data))
         outputs["recipe"] = directory / RECIPE
-    write_receipt(directory / RECEIPT, TuningReceipt,
-                  body={"name": config.name, "config_sha256": config_sha256, "trials": len(entries),
-                        "winner": winner["number"]},
-                  inputs={"config": directory / CONFIG_COPY}, outputs=outputs)
+    write_receipt(
+        directory / RECEIPT,
+        TuningReceipt,
+        body={"name": config.name, "config_sha256": config_sha256, "trials": len(entries), "winner": winner["number"]},
+        inputs={"config": directory / CONFIG_COPY},
+        outputs=outputs,
+    )
     return record
 
 
@@ -278,8 +313,10 @@ def _publish_same(path: Path, publish: Callable[[Path], Any]) -> None:
     try:
         publish(staged)
         if sha256_file(staged) != sha256_file(path):
-            raise EvidenceError(f"qhlab tune: {path} exists with other bytes than this tuning's record; it was not "
-                                "overwritten. HINT: a record is write-once; use another --output.")
+            raise EvidenceError(
+                f"qhlab tune: {path} exists with other bytes than this tuning's record; it was not "
+                "overwritten. HINT: a record is write-once; use another --output."
+            )
     finally:
         staged.unlink(missing_ok=True)
 
@@ -309,14 +346,13 @@ _MISSING = object()
 def check_record(directory: str | os.PathLike) -> dict:
     """Recompute a tuning record from its evidence; raise at the first disagreement.
 
-    Checks, in order: the receipt and the files it binds; every complete trial's mean and
-    seed sd from its fits' values (``rule.trial_score``); every trial pruned before it ran, its
-    cost against ``max_cost``; with a pruner, every trial's intermediate values
-    (``rule.running_means``) and the pruner's decision at each rung it reached (``rule.prune_at``,
-    from the complete trials of earlier batches); the winner from the rule (``rule.pick_winner``); ``recipe.toml`` against the
-    record's winning recipe and parameters; and, for each fit whose directory is present below
-    the tuning directory, its metric values and receipt digests against its evaluation and fit
-    receipts.
+    Checks, in order: the receipt and the files it binds; every complete trial's mean and seed sd
+    from its fits' values (``rule.trial_score``); every trial pruned before it ran, its cost against
+    ``max_cost``; with a pruner, every trial's intermediate values (``rule.running_means``) and the
+    pruner's decision at each rung it reached (``rule.prune_at``, from the complete trials of
+    earlier batches); the winner from the rule (``rule.pick_winner``); ``recipe.toml`` against the
+    record's winning recipe and parameters; and, for each fit whose directory is present below the
+    tuning directory, its metric values and receipt digests against its evaluation and fit receipts.
 
     Returns:
         ``{"trials", "winner", "fits_recomputed", "fits_absent"}``.
@@ -336,20 +372,25 @@ def check_record(directory: str | os.PathLike) -> dict:
         max_cost = objective.get("max_cost")
         if trial["state"] == "pruned" and not trial["fits"]:
             if max_cost is None or trial["cost"] <= max_cost:
-                raise DigestMismatchError(f"{where}: trial {position} is pruned at cost {trial['cost']} within "
-                                          f"max_cost {max_cost}.")
+                raise DigestMismatchError(
+                    f"{where}: trial {position} is pruned at cost {trial['cost']} within max_cost {max_cost}."
+                )
             continue
         made = len(trial["fits"]) if trial["state"] == "pruned" else len(objective["seeds"])
         if [f["seed"] for f in trial["fits"]] != list(objective["seeds"][:made]):
-            raise DigestMismatchError(f"{where}: trial {position} fits seeds {[f['seed'] for f in trial['fits']]}, "
-                                      f"not the objective's {objective['seeds'][:made]}.")
+            raise DigestMismatchError(
+                f"{where}: trial {position} fits seeds {[f['seed'] for f in trial['fits']]}, "
+                f"not the objective's {objective['seeds'][:made]}."
+            )
         values = [f[objective["metric"]] for f in trial["fits"]]
         if trial["state"] == "complete":
             score = trial_score(values)
             if score != {"mean": trial["mean"], "seed_sd": trial["seed_sd"]}:
-                raise DigestMismatchError(f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
-                                          f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, "
-                                          f"{score['seed_sd']!r}.")
+                raise DigestMismatchError(
+                    f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
+                    f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, "
+                    f"{score['seed_sd']!r}."
+                )
         _check_pruning(where, trial, trials, values, pruner)
         for fit in trial["fits"]:
             if _check_fit(directory, where, position, fit):
@@ -370,8 +411,9 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
     number = trial["number"]
     if pruner is None:
         if trial["state"] == "pruned":
-            raise DigestMismatchError(f"{where}: trial {number + 1} is pruned after {len(values)} fits, but the "
-                                      "config declares no pruner.")
+            raise DigestMismatchError(
+                f"{where}: trial {number + 1} is pruned after {len(values)} fits, but the config declares no pruner."
+            )
         return
     # Lazy: keeps importing this module (and so `qhlab verify`) free of optuna until a pruner is checked.
     import optuna
@@ -379,8 +421,10 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
     optuna.logging.set_verbosity(optuna.logging.INFO if console_verbose() else optuna.logging.WARNING)
     running = running_means(values, pruner["rungs"])
     if trial.get("intermediate") != running:
-        raise DigestMismatchError(f"{where}: trial {number + 1} records intermediate values "
-                                  f"{trial.get('intermediate')!r}; its fits give {running!r}.")
+        raise DigestMismatchError(
+            f"{where}: trial {number + 1} records intermediate values "
+            f"{trial.get('intermediate')!r}; its fits give {running!r}."
+        )
     earlier = [t for t in trials if t["batch"] < trial["batch"] and t["state"] == "complete"]
     stopped = len(values) if trial["state"] == "pruned" else None
     for rung in (r for r in pruner["rungs"] if r <= len(values)):
@@ -388,10 +432,12 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
             raise DigestMismatchError(
                 f"{where}: trial {number + 1} is {'pruned' if stopped else 'complete'} after {len(values)} fits, but "
                 f"the {pruner['kind']} pruner {'stops' if rung != stopped else 'does not stop'} it after {rung} "
-                "(from the complete trials of earlier batches).")
+                "(from the complete trials of earlier batches)."
+            )
     if stopped is not None and stopped not in pruner["rungs"]:
-        raise DigestMismatchError(f"{where}: trial {number + 1} is pruned after {stopped} fits, not at a rung "
-                                  f"{pruner['rungs']}.")
+        raise DigestMismatchError(
+            f"{where}: trial {number + 1} is pruned after {stopped} fits, not at a rung {pruner['rungs']}."
+        )
 
 
 def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
@@ -399,8 +445,10 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
     attempt = directory / fit["directory"]
     if not attempt.is_dir():
         return False
-    for name, key in (("fit.receipt.json", "fit_receipt_sha256"), ("evaluation.receipt.json",
-                                                                  "evaluation_receipt_sha256")):
+    for name, key in (
+        ("fit.receipt.json", "fit_receipt_sha256"),
+        ("evaluation.receipt.json", "evaluation_receipt_sha256"),
+    ):
         if not (attempt / name).is_file():
             raise MissingEvidenceError(f"{where}: trial {number} fit {fit['directory']} has no {name}.")
         if sha256_file(attempt / name) != fit[key]:
@@ -408,8 +456,10 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
     body = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt).body
     for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
         if getattr(body, field) != fit[metric]:
-            raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']} records {metric} "
-                                      f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}.")
+            raise DigestMismatchError(
+                f"{where}: trial {number} fit {fit['directory']} records {metric} "
+                f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}."
+            )
     return True
 
 
@@ -428,16 +478,19 @@ def _check_recipe(directory: Path, where: str, record: dict) -> None:
         raise DigestMismatchError(f"{where}: {path} is not the winning recipe the record holds.")
     params = record["trials"][winner["number"]]["params"]
     if winner["params"] != params or any(_at(emitted, k) != v for k, v in params.items()):
-        raise DigestMismatchError(f"{where}: the winning recipe does not carry trial {winner['number'] + 1}'s "
-                                  "parameters.")
+        raise DigestMismatchError(
+            f"{where}: the winning recipe does not carry trial {winner['number'] + 1}'s parameters."
+        )
 
 
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed tuning record."""
     winner = "none" if entry["winner"] is None else entry["winner"] + 1
     absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
-    return (f"tuning: {directory}: {entry['trials']} trials' scores and the winner (trial {winner}) recomputed by the "
-            f"rule; {entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts{absent}")
+    return (
+        f"tuning: {directory}: {entry['trials']} trials' scores and the winner (trial {winner}) recomputed by the "
+        f"rule; {entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts{absent}"
+    )
 
 
 register_check(TuningReceipt, file=RECEIPT, check=check_record, describe=_describe)

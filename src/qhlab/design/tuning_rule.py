@@ -54,18 +54,26 @@ def pick_winner(trials: Sequence[Mapping], *, band: float, max_seed_sd: float | 
         "admissible": [numbers], "tied": [numbers within the band, by rule order],
         "margin": the runner-up's mean minus the winner's (None with fewer than two admissible)}``.
     """
-    admissible = [t for t in trials if t["state"] == "complete"
-                  and (max_seed_sd is None or (t["seed_sd"] is not None and t["seed_sd"] <= max_seed_sd))]
+    admissible = [
+        t
+        for t in trials
+        if t["state"] == "complete"
+        and (max_seed_sd is None or (t["seed_sd"] is not None and t["seed_sd"] <= max_seed_sd))
+    ]
     if not admissible:
         return {"number": None, "admissible": [], "tied": [], "margin": None}
     best = min(t["mean"] for t in admissible)
-    order = sorted((t for t in admissible if t["mean"] <= best + band),
-                   key=lambda t: (t["cost"], t["mean"], t["number"]))
+    order = sorted(
+        (t for t in admissible if t["mean"] <= best + band), key=lambda t: (t["cost"], t["mean"], t["number"])
+    )
     winner = order[0]
     others = [t["mean"] for t in admissible if t["number"] != winner["number"]]
-    return {"number": int(winner["number"]), "admissible": sorted(int(t["number"]) for t in admissible),
-            "tied": [int(t["number"]) for t in order],
-            "margin": None if not others else min(others) - winner["mean"]}
+    return {
+        "number": int(winner["number"]),
+        "admissible": sorted(int(t["number"]) for t in admissible),
+        "tied": [int(t["number"]) for t in order],
+        "margin": None if not others else min(others) - winner["mean"],
+    }
 
 
 def running_means(values: Sequence[float], rungs: Sequence[int]) -> dict[str, float]:
@@ -101,13 +109,20 @@ def prune_at(pruner: Mapping, earlier: Sequence[Mapping], running: Mapping[str, 
     import optuna
 
     common = {"n_startup_trials": int(pruner["startup_trials"]), "n_warmup_steps": 0, "interval_steps": 1}
-    chosen = (optuna.pruners.MedianPruner(**common) if pruner["kind"] == "median"
-              else optuna.pruners.PercentilePruner(float(pruner["percentile"]), **common))
+    chosen = (
+        optuna.pruners.MedianPruner(**common)
+        if pruner["kind"] == "median"
+        else optuna.pruners.PercentilePruner(float(pruner["percentile"]), **common)
+    )
     study = optuna.create_study(direction="minimize", pruner=chosen)
     for trial in earlier:
-        study.add_trial(optuna.trial.create_trial(
-            value=float(trial["mean"]), state=optuna.trial.TrialState.COMPLETE,
-            intermediate_values={int(r): float(v) for r, v in trial["intermediate"].items()}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=float(trial["mean"]),
+                state=optuna.trial.TrialState.COMPLETE,
+                intermediate_values={int(r): float(v) for r, v in trial["intermediate"].items()},
+            )
+        )
     current = study.ask()
     for r in sorted(int(k) for k in running if int(k) <= rung):
         current.report(float(running[str(r)]), r)

@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from qhlab.evidence.errors import MissingEvidenceError, QhInputError
 
@@ -54,8 +55,7 @@ def to_jsonable(obj: Any, *, _where: str = "$") -> Any:
         for key, value in obj.items():
             if not isinstance(key, str):
                 raise QhInputError(
-                    f"canonical_json: key {key!r} at {_where} is a {type(key).__name__}; "
-                    "allowed: str keys only."
+                    f"canonical_json: key {key!r} at {_where} is a {type(key).__name__}; allowed: str keys only."
                 )
             out[key] = to_jsonable(value, _where=f"{_where}.{key}")
         return out
@@ -76,9 +76,7 @@ def canonical_json(obj: Any) -> bytes:
     UTF-8, sorted keys, two-space indentation, no NaN/Infinity, trailing newline. Two equal
     documents always give the same bytes, so their SHA-256 identifies them.
     """
-    text = json.dumps(
-        to_jsonable(obj), sort_keys=True, ensure_ascii=False, allow_nan=False, indent=2
-    )
+    text = json.dumps(to_jsonable(obj), sort_keys=True, ensure_ascii=False, allow_nan=False, indent=2)
     return (text + "\n").encode("utf-8")
 
 

@@ -75,7 +75,7 @@ class CreatedBy(Closed):
     version: str
 
 
-_MODELS: dict[str, type["Receipt"]] = {}
+_MODELS: dict[str, type[Receipt]] = {}
 
 
 class Receipt(Closed):
@@ -173,8 +173,9 @@ class RecordCheck:
 _CHECKS: dict[str, RecordCheck] = {}
 
 
-def register_check(receipt: type[Receipt], *, file: str, check: Callable[[Path], dict],
-                   describe: Callable[[Path, dict], str]) -> RecordCheck:
+def register_check(
+    receipt: type[Receipt], *, file: str, check: Callable[[Path], dict], describe: Callable[[Path, dict], str]
+) -> RecordCheck:
     """Register the recomputation ``qhlab verify`` runs on every receipt of ``receipt``'s kind.
 
     Raises:
@@ -207,7 +208,6 @@ def load_kinds() -> list[str]:
         The modules imported.
     """
     if not _LOADED:
-
         for info in pkgutil.walk_packages(qhlab.__path__, prefix="qhlab."):
             leaf = info.name.rsplit(".", 1)[-1]
             if not info.ispkg and (leaf == "records" or leaf.endswith(("_record", "_records"))):

@@ -97,9 +97,7 @@ def require_int(call: str, field: str, value: Any, *, minimum: int | None = None
     return value
 
 
-def require_number(
-    call: str, field: str, value: Any, *, minimum: float | None = None, hint: str
-) -> float:
+def require_number(call: str, field: str, value: Any, *, minimum: float | None = None, hint: str) -> float:
     """``value`` as a finite float, refusing bools, non-numbers, NaN/inf and values below ``minimum``."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(float(value))
     if not ok or (minimum is not None and float(value) < minimum):

@@ -14,8 +14,9 @@ import errno
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
 from qhlab.evidence.errors import PublishConflictError, QhError, QhInputError
@@ -44,12 +45,7 @@ def safe_component(value: Any, *, field: str, call: str = "qhlab") -> str:
     Allowed: 1-64 characters from ``[A-Za-z0-9._-]``, not starting with ``.`` or ``-``.
     This is what keeps ``../x``, ``a/b`` and unicode look-alikes out of published paths.
     """
-    if (
-        not isinstance(value, str)
-        or not 1 <= len(value) <= 64
-        or value[0] in ".-"
-        or not set(value) <= _SAFE
-    ):
+    if not isinstance(value, str) or not 1 <= len(value) <= 64 or value[0] in ".-" or not set(value) <= _SAFE:
         raise QhInputError(
             f"{call}: {field}={value!r} is not allowed; allowed: 1-64 characters from "
             "[A-Za-z0-9._-], not starting with '.' or '-'. HINT: names become directory names, "
@@ -122,7 +118,7 @@ def remove_leftovers(path: Path) -> list[Path]:
     except OSError:
         return removed
     for sibling in siblings:
-        pid = sibling.name[len(prefix):].split("-", 1)[0]
+        pid = sibling.name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
             continue
         if sibling.is_dir() and not sibling.is_symlink():

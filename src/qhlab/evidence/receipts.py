@@ -24,9 +24,9 @@ import contextvars
 import dataclasses
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -44,8 +44,17 @@ from qhlab.evidence.layout import MANIFEST, RECEIPT_SUFFIX
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 from qhlab.evidence.tree import logger_leftover, refuse_links
 
-__all__ = [ "DEFAULT_POPULATION_ROOT", "FileCopy", "write_receipt", "read_receipt", "verify_directory",
-    "bind_files", "authentication_roots", "locate_population", "population_roots", "recorded_origin",
+__all__ = [
+    "DEFAULT_POPULATION_ROOT",
+    "FileCopy",
+    "write_receipt",
+    "read_receipt",
+    "verify_directory",
+    "bind_files",
+    "authentication_roots",
+    "locate_population",
+    "population_roots",
+    "recorded_origin",
     "ORIGIN_FIELD",
 ]
 
@@ -84,8 +93,12 @@ _ROOTS: contextvars.ContextVar[_Roots | None] = contextvars.ContextVar("qhlab_ro
 
 
 @contextlib.contextmanager
-def authentication_roots(directory: str | os.PathLike, populations: Sequence[str | os.PathLike] = (), *,
-                         original: str | os.PathLike | None = None) -> Iterator[None]:
+def authentication_roots(
+    directory: str | os.PathLike,
+    populations: Sequence[str | os.PathLike] = (),
+    *,
+    original: str | os.PathLike | None = None,
+) -> Iterator[None]:
     """Within this block, ``read_receipt`` judges ``directory`` on its own bytes.
 
     A file a receipt binds by absolute path below ``original`` (where ``directory`` was made,
@@ -208,9 +221,13 @@ def bind_files(receipt_dir: Path, files: Mapping[str, str | os.PathLike | FileCo
     for name, file_path in sorted((files or {}).items()):
         if isinstance(file_path, FileCopy):
             if not Path(file_path.recorded).is_absolute():
-                raise EvidenceError(f"bind_files: {name!r} FileCopy.recorded={str(file_path.recorded)!r} must be absolute.")
-            bound[name] = {"path": Path(os.path.abspath(file_path.recorded)).as_posix(),
-                           "sha256": sha256_file(file_path.local)}
+                raise EvidenceError(
+                    f"bind_files: {name!r} FileCopy.recorded={str(file_path.recorded)!r} must be absolute."
+                )
+            bound[name] = {
+                "path": Path(os.path.abspath(file_path.recorded)).as_posix(),
+                "sha256": sha256_file(file_path.local),
+            }
             continue
         bound[name] = {"path": _reference(receipt_dir, Path(file_path)), "sha256": sha256_file(file_path)}
     return bound
@@ -246,18 +263,25 @@ def write_receipt(
     if not path.name.endswith(RECEIPT_SUFFIX):
         raise EvidenceError(f"write_receipt: {path} must end with {RECEIPT_SUFFIX!r}.")
     if not (isinstance(record, type) and issubclass(record, Receipt) and record.KIND):
-        raise EvidenceError(f"write_receipt: record={record!r} is not a receipt kind; allowed: a model of "
-                            "its owner, e.g. qhlab.training.records.FitReceipt.")
+        raise EvidenceError(
+            f"write_receipt: record={record!r} is not a receipt kind; allowed: a model of "
+            "its owner, e.g. qhlab.training.records.FitReceipt."
+        )
     plain = to_jsonable(dict(body))
     try:
         record.body_model().model_validate(plain)
     except ValidationError as exc:
         raise _shape_error("write_receipt", path, record, exc, prefix=("body",)) from None
     origin = plain.get(ORIGIN_FIELD)
-    if isinstance(origin, str) and Path(origin).is_absolute() and \
-            Path(os.path.abspath(origin)) != Path(os.path.abspath(path.parent)):
-        raise EvidenceError(f"write_receipt: {path} body {ORIGIN_FIELD}={origin!r} must be the directory the "
-                            f"receipt is written in ({os.path.abspath(path.parent)}).")
+    if (
+        isinstance(origin, str)
+        and Path(origin).is_absolute()
+        and Path(os.path.abspath(origin)) != Path(os.path.abspath(path.parent))
+    ):
+        raise EvidenceError(
+            f"write_receipt: {path} body {ORIGIN_FIELD}={origin!r} must be the directory the "
+            f"receipt is written in ({os.path.abspath(path.parent)})."
+        )
     if any(isinstance(f, FileCopy) for f in (outputs or {}).values()):
         raise EvidenceError(f"write_receipt: {path} outputs hold a FileCopy; an output is bound where it was written.")
     document = {
@@ -274,8 +298,9 @@ def write_receipt(
     return sha256_bytes(data)
 
 
-def _shape_error(call: str, path: Any, model: type, error: ValidationError, *,
-                prefix: tuple[str, ...] = ()) -> SchemaMismatchError:
+def _shape_error(
+    call: str, path: Any, model: type, error: ValidationError, *, prefix: tuple[str, ...] = ()
+) -> SchemaMismatchError:
     """One line naming the file, the first failing field (below ``prefix``), its value and what is
     allowed."""
     first = error.errors()[0]
@@ -287,7 +312,8 @@ def _shape_error(call: str, path: Any, model: type, error: ValidationError, *,
     more = error.error_count() - 1
     return SchemaMismatchError(
         f"{call}: {path} field {field} = {shown}: {first['msg']}; allowed: the layout of "
-        f"{model.__name__}" + (f" ({more} more problem(s))" if more else "")
+        f"{model.__name__}"
+        + (f" ({more} more problem(s))" if more else "")
         + ". HINT: a receipt is written by qhlab and never edited; rerun the step that made it."
     )
 
@@ -319,8 +345,10 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
     path = Path(path)
     if not path.is_file():
         if path.exists():
-            raise EvidenceError(f"read_receipt: receipt {path} is not a regular file (a FIFO, socket, device or "
-                                "directory). HINT: a receipt is a file qhlab published; remove this one.")
+            raise EvidenceError(
+                f"read_receipt: receipt {path} is not a regular file (a FIFO, socket, device or "
+                "directory). HINT: a receipt is a file qhlab published; remove this one."
+            )
         raise MissingEvidenceError(f"read_receipt: receipt {path} does not exist.")
     raw = path.read_bytes()
     try:
@@ -346,11 +374,14 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
     except SchemaMismatchError as exc:
         raise SchemaMismatchError(f"read_receipt: {path} field {exc}") from None
     if record is not Receipt and model is not record:
-        raise SchemaMismatchError(f"read_receipt: {path} field kind = {document['kind']!r}; allowed: "
-                                  f"{record.KIND!r} ({record.__name__}).")
+        raise SchemaMismatchError(
+            f"read_receipt: {path} field kind = {document['kind']!r}; allowed: {record.KIND!r} ({record.__name__})."
+        )
     if document.get("schema_version") != model.SCHEMA_VERSION:
-        raise SchemaMismatchError(f"read_receipt: {path} field schema_version = {document.get('schema_version')!r}; "
-                                  f"allowed: {model.SCHEMA_VERSION} for kind {model.KIND!r}.")
+        raise SchemaMismatchError(
+            f"read_receipt: {path} field schema_version = {document.get('schema_version')!r}; "
+            f"allowed: {model.SCHEMA_VERSION} for kind {model.KIND!r}."
+        )
     try:
         receipt = model.model_validate(document)
     except ValidationError as exc:
@@ -359,8 +390,7 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
         roots = _ROOTS.get()
         for section, name, entry in _bindings(receipt):
             if roots is None:
-                _at_or_moved(path, section, name, entry, _resolve(path.parent, entry["path"]), None,
-                             "read_receipt", "")
+                _at_or_moved(path, section, name, entry, _resolve(path.parent, entry["path"]), None, "read_receipt", "")
             else:
                 _locate_in(roots, path, section, name, entry)
     return receipt
@@ -386,8 +416,9 @@ def _relocations(recorded: Path, roots: Sequence[Path]) -> Iterator[Path]:
         yield root / recorded.parent.name / recorded.name
 
 
-def _at_or_moved(path: Path, section: str, name: str, entry: dict, target: Path, roots: Sequence[Path] | None,
-                 call: str, option: str) -> Path:
+def _at_or_moved(
+    path: Path, section: str, name: str, entry: dict, target: Path, roots: Sequence[Path] | None, call: str, option: str
+) -> Path:
     """``target`` with the bound digest, or, when it is gone, a copy by digest under ``roots``."""
     digest = _digest_or_none(target)
     if digest == entry["sha256"]:
@@ -432,8 +463,11 @@ def recorded_origin(directory: str | os.PathLike) -> Path | None:
     directory = Path(directory)
     found: dict[str, Path] = {}
     try:
-        names = sorted(p.name for p in directory.iterdir() if p.name.endswith(RECEIPT_SUFFIX)
-                       and TEMP_MARKER not in p.name and p.is_file() and not p.is_symlink())
+        names = sorted(
+            p.name
+            for p in directory.iterdir()
+            if p.name.endswith(RECEIPT_SUFFIX) and TEMP_MARKER not in p.name and p.is_file() and not p.is_symlink()
+        )
     except OSError:
         return None
     for name in names:
@@ -471,12 +505,13 @@ def _anchors(root: Path, directories: Sequence[Path]) -> list[_Anchor]:
     """
     recorded = [_Anchor(d, origin) for d in directories if (origin := recorded_origin(d)) is not None]
     if not any(a.here == root for a in recorded):
-        above = next(((parent, origin) for parent in root.parents
-                      if (origin := recorded_origin(parent)) is not None), None)
+        above = next(
+            ((parent, origin) for parent in root.parents if (origin := recorded_origin(parent)) is not None), None
+        )
         # Where the directory itself was made: as its nearest anchor above says, else where it is.
         recorded.append(_Anchor(above[0], above[1]) if above else _Anchor(root, root))
     for i, a in enumerate(recorded):
-        for b in recorded[i + 1:]:
+        for b in recorded[i + 1 :]:
             if _same_places(a, b) or _same_places(b, a):
                 continue
             if a.origin == b.origin or a.origin.is_relative_to(b.origin) or b.origin.is_relative_to(a.origin):
@@ -493,8 +528,11 @@ def _same_places(inner: _Anchor, outer: _Anchor) -> bool:
     """Whether ``inner`` was made strictly inside ``outer`` and lies at that same relative place
     in it now (a study made inside a directory that was verified or moved whole): a file made in
     ``inner`` then has one place whichever anchor maps it."""
-    return (inner.origin != outer.origin and inner.origin.is_relative_to(outer.origin)
-            and inner.here == outer.here / inner.origin.relative_to(outer.origin))
+    return (
+        inner.origin != outer.origin
+        and inner.origin.is_relative_to(outer.origin)
+        and inner.here == outer.here / inner.origin.relative_to(outer.origin)
+    )
 
 
 def _place(anchors: Sequence[_Anchor], recorded: Path) -> Path | None:
@@ -506,8 +544,15 @@ def _place(anchors: Sequence[_Anchor], recorded: Path) -> Path | None:
     return None
 
 
-def _locate_below(root: Path, anchors: Sequence[_Anchor], populations: Sequence[Path], receipt: Path,
-                  section: str, name: str, entry: dict) -> Path:
+def _locate_below(
+    root: Path,
+    anchors: Sequence[_Anchor],
+    populations: Sequence[Path],
+    receipt: Path,
+    section: str,
+    name: str,
+    entry: dict,
+) -> Path:
     """Where ``verify_directory`` authenticates one bound file, and only there.
 
     A relative path is beside the receipt; an absolute path made inside an anchor is at its one
@@ -519,16 +564,21 @@ def _locate_below(root: Path, anchors: Sequence[_Anchor], populations: Sequence[
     if not recorded.is_absolute():
         place = Path(os.path.normpath(receipt.parent / recorded))
         if not place.is_relative_to(root):
-            raise EvidenceError(f"verify: {receipt} binds {section} file {name!r} at {entry['path']!r}, outside "
-                                f"{root}. HINT: a relative path stays inside the directory it is read in.")
+            raise EvidenceError(
+                f"verify: {receipt} binds {section} file {name!r} at {entry['path']!r}, outside "
+                f"{root}. HINT: a relative path stays inside the directory it is read in."
+            )
     else:
         place = _place(anchors, Path(os.path.normpath(recorded)))
     if place is None:
-        return _at_or_moved(receipt, section, name, entry, recorded, populations, "verify",
-                            "`qhlab verify DIR --populations ROOT`")
+        return _at_or_moved(
+            receipt, section, name, entry, recorded, populations, "verify", "`qhlab verify DIR --populations ROOT`"
+        )
     if place.is_symlink():
-        raise EvidenceError(f"verify: {receipt} binds {section} file {name!r} at {place}, a symbolic link (to "
-                            f"{os.readlink(place)!r}). HINT: a bound file is a regular file of the directory.")
+        raise EvidenceError(
+            f"verify: {receipt} binds {section} file {name!r} at {place}, a symbolic link (to "
+            f"{os.readlink(place)!r}). HINT: a bound file is a regular file of the directory."
+        )
     digest = _digest_or_none(place)
     if digest == entry["sha256"]:
         return place
@@ -555,16 +605,16 @@ def _is_temporary(relative: str) -> bool:
 SEALED_FIELD = "sealed_directories"
 
 
-def _refuse_unbound_in_sealed(root: Path, full: Path, rel: str, receipt: Receipt, own: set[Path],
-                              files: list[Path]) -> None:
+def _refuse_unbound_in_sealed(
+    root: Path, full: Path, rel: str, receipt: Receipt, own: set[Path], files: list[Path]
+) -> None:
     """Refuse a file below a directory ``receipt`` seals that ``receipt`` itself does not bind."""
     for name in getattr(receipt.body, SEALED_FIELD, None) or []:
         parts = Path(str(name)).parts
         if not parts or Path(str(name)).is_absolute() or ".." in parts:
             raise DigestMismatchError(f"verify: {rel} seals {name!r}; allowed: a directory below the receipt's own.")
         directory = full.parent / str(name)
-        extra = sorted(f.relative_to(root).as_posix() for f in files
-                       if directory in f.parents and f not in own)
+        extra = sorted(f.relative_to(root).as_posix() for f in files if directory in f.parents and f not in own)
         if extra:
             raise DigestMismatchError(
                 f"verify: {', '.join(extra[:5])} lie(s) in {directory.relative_to(root).as_posix()}/, which {rel} "
@@ -608,8 +658,10 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
         MissingEvidenceError: the directory is missing or holds no receipt.
     """
     if str(directory) == "":
-        raise QhInputError("verify: directory='' is not allowed; allowed: the path of a directory of receipts. "
-                           "HINT: pass the directory to verify, e.g. `qhlab verify runs/demo-study`.")
+        raise QhInputError(
+            "verify: directory='' is not allowed; allowed: the path of a directory of receipts. "
+            "HINT: pass the directory to verify, e.g. `qhlab verify runs/demo-study`."
+        )
     root = Path(os.path.abspath(directory))
     if not root.is_dir():
         raise MissingEvidenceError(f"verify: {directory} does not exist or is not a directory.")
@@ -635,17 +687,22 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
                 documents.append((full, rel, read_receipt(full, Receipt, verify_files=False)))
     anchors = _anchors(root, directories)
     for full, rel, document in documents:
-        located = [_locate_below(root, anchors, roots, full, section, name, entry)
-                   for section, name, entry in _bindings(document)]
-        receipts.append({"path": rel, "kind": document.kind, "schema_version": document.schema_version,
-                         "sha256": sha256_file(full)})
+        located = [
+            _locate_below(root, anchors, roots, full, section, name, entry)
+            for section, name, entry in _bindings(document)
+        ]
+        receipts.append(
+            {"path": rel, "kind": document.kind, "schema_version": document.schema_version, "sha256": sha256_file(full)}
+        )
         _refuse_unbound_in_sealed(root, full, rel, document, {Path(os.path.abspath(p)) for p in located}, all_files)
         bound.add(full)
         bound.update(Path(os.path.abspath(p)) for p in located)
         # Populations (inside or bound from outside) for label checks a layer up.
         for path in (full, *located):
-            if Path(path).name in ("population.receipt.json", "manifest.json") and \
-                    (Path(path).parent / "population.receipt.json").is_file():
+            if (
+                Path(path).name in ("population.receipt.json", "manifest.json")
+                and (Path(path).parent / "population.receipt.json").is_file()
+            ):
                 population_dirs.setdefault(os.path.abspath(Path(path).parent), None)
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")

@@ -52,17 +52,24 @@ def _hashing_config():
     return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE])
 
 
-_SIGN_HINT = ("qhlab publishes attempts, commissioning runs and studies without links; W&B's links left by an "
-              "older qhlab (wandb/latest-run, wandb/debug.log, wandb/debug-internal.log, <run>/logs/debug-core.log) "
-              "are bound by no receipt and can be deleted (`find DIR -type l -path '*/wandb/*' -delete`). Then "
-              "sign again.")
+_SIGN_HINT = (
+    "qhlab publishes attempts, commissioning runs and studies without links; W&B's links left by an "
+    "older qhlab (wandb/latest-run, wandb/debug.log, wandb/debug-internal.log, <run>/logs/debug-core.log) "
+    "are bound by no receipt and can be deleted (`find DIR -type l -path '*/wandb/*' -delete`). Then "
+    "sign again."
+)
 
 
 def _key(call: str, field: str, path: str | os.PathLike) -> Path:
     key = Path(path)
     if not key.is_file():
-        raise input_error(call, field, str(path), "an existing PEM key file",
-                          "create an EC P-256 key pair, e.g. `openssl ecparam -name prime256v1 -genkey`.")
+        raise input_error(
+            call,
+            field,
+            str(path),
+            "an existing PEM key file",
+            "create an EC P-256 key pair, e.g. `openssl ecparam -name prime256v1 -genkey`.",
+        )
     return key
 
 
@@ -112,14 +119,21 @@ def sign_directory(
         config = signing.Config().use_elliptic_key_signer(private_key=key, password=secret)
     except Exception as exc:  # cryptography raises ValueError, TypeError, UnsupportedAlgorithm
         if isinstance(exc, AttributeError):  # model_signing reads .curve of whatever key it loaded
-            hint = ("it is not an elliptic-curve key (RSA? Ed25519?); create one with "
-                    "`openssl ecparam -name prime256v1 -genkey`")
+            hint = (
+                "it is not an elliptic-curve key (RSA? Ed25519?); create one with "
+                "`openssl ecparam -name prime256v1 -genkey`"
+            )
         elif password is None and "encrypted" in str(exc):
             hint = "it is encrypted: pass its password with --password-env VAR"
         else:
             hint = f"the signer could not load it: {exc}"
-        raise input_error(call, "private_key", str(private_key), "a PEM elliptic-curve private key "
-                          "(P-256, P-384 or P-521) and its password if it is encrypted", hint) from None
+        raise input_error(
+            call,
+            "private_key",
+            str(private_key),
+            "a PEM elliptic-curve private key (P-256, P-384 or P-521) and its password if it is encrypted",
+            hint,
+        ) from None
     # The bundle is written outside the directory first (nothing there changes while it is
     # hashed), then published write-once beside the files it signs.
     with tempfile.TemporaryDirectory() as scratch:
@@ -206,18 +220,27 @@ def check_statement(directory: str | os.PathLike) -> dict:
         resources = {r["name"]: (r["algorithm"], r["digest"]) for r in statement["predicate"]["resources"]}
         ignored = set(serialization.get("ignore_paths", []))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EvidenceError(f"{call}: {target} is not a model-signing bundle with an in-toto statement ({exc!r}). "
-                            "HINT: sign with `qhlab sign DIR --private-key KEY.pem`.") from None
+        raise EvidenceError(
+            f"{call}: {target} is not a model-signing bundle with an in-toto statement ({exc!r}). "
+            "HINT: sign with `qhlab sign DIR --private-key KEY.pem`."
+        ) from None
     if serialization.get("method") != "files" or any(a != "sha256" for a, _ in resources.values()):
-        raise EvidenceError(f"{call}: {target} signs by method {serialization.get('method')!r}; allowed: 'files' "
-                            "with sha256 (what `qhlab sign` writes). HINT: check it with --public-key PUB.pem.")
-    present = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
-               if p.is_file() and not ({p.relative_to(root).parts[0], p.relative_to(root).as_posix()} & ignored)}
+        raise EvidenceError(
+            f"{call}: {target} signs by method {serialization.get('method')!r}; allowed: 'files' "
+            "with sha256 (what `qhlab sign` writes). HINT: check it with --public-key PUB.pem."
+        )
+    present = {
+        p.relative_to(root).as_posix(): p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not ({p.relative_to(root).parts[0], p.relative_to(root).as_posix()} & ignored)
+    }
     problems = [f"{name} is listed but missing" for name in sorted(set(resources) - set(present))]
     problems += [f"{name} is not listed" for name in sorted(set(present) - set(resources))]
-    problems += [f"{name} has sha256 {digest}, the statement lists {resources[name][1]}"
-                 for name in sorted(set(resources) & set(present))
-                 if (digest := sha256_file(present[name])) != resources[name][1]]
+    problems += [
+        f"{name} has sha256 {digest}, the statement lists {resources[name][1]}"
+        for name in sorted(set(resources) & set(present))
+        if (digest := sha256_file(present[name])) != resources[name][1]
+    ]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise EvidenceError(

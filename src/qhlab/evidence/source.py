@@ -11,8 +11,8 @@ import contextlib
 import fcntl
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from qhlab import __version__
 from qhlab.evidence.errors import LockHeldError, MissingEvidenceError
@@ -34,9 +34,7 @@ def source_package_digest(package_root: str | os.PathLike | None = None) -> dict
     root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent.parent
     if not (root / "__init__.py").is_file():
         raise MissingEvidenceError(f"source_package_digest: {root} is not a package directory.")
-    files = sorted(
-        p for p in root.rglob("*.py") if "__pycache__" not in p.parts and p.is_file()
-    )
+    files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
     digest = hashlib.sha256()
     for path in files:
         rel = path.relative_to(root).as_posix().encode("utf-8")
@@ -46,9 +44,12 @@ def source_package_digest(package_root: str | os.PathLike | None = None) -> dict
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | None = None,
-                   hint: str = "another writer is publishing this logical run; wait for it or use another run id"
-                   ) -> Iterator[Path]:
+def exclusive_lock(
+    lock_path: str | os.PathLike,
+    *,
+    admit: Callable[[], None] | None = None,
+    hint: str = "another writer is publishing this logical run; wait for it or use another run id",
+) -> Iterator[Path]:
     """Hold a non-blocking exclusive ``fcntl.flock`` on ``lock_path`` for the ``with`` body.
 
     The lock file is created if needed and never deleted (deleting a lock file lets two
@@ -75,9 +76,7 @@ def exclusive_lock(lock_path: str | os.PathLike, *, admit: Callable[[], None] | 
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            raise LockHeldError(
-                f"lock: {path} is held by another process (pid {holder}). HINT: {hint}."
-            ) from None
+            raise LockHeldError(f"lock: {path} is held by another process (pid {holder}). HINT: {hint}.") from None
         try:
             if admit is not None:
                 admit()

@@ -55,8 +55,9 @@ def logger_leftover(root: Path, path: Path) -> bool:
     return path.name.endswith(".log") and "wandb" in relative[:-1] and path.is_file() and not path.is_dir()
 
 
-def refuse_links(call: str, root: str | os.PathLike, *, error: type[QhInputError] = QhInputError,
-                 hint: str = "", tolerate=None) -> list[str]:
+def refuse_links(
+    call: str, root: str | os.PathLike, *, error: type[QhInputError] = QhInputError, hint: str = "", tolerate=None
+) -> list[str]:
     """Refuse ``root`` when it is, or holds anywhere below it, a link or a special file.
 
     Refused, each named by its path: ``root`` itself a symbolic link; any symbolic link below it
@@ -80,9 +81,14 @@ def refuse_links(call: str, root: str | os.PathLike, *, error: type[QhInputError
     """
     root = Path(root)
     if root.is_symlink():
-        raise input_error(call, "directory", str(root), "a real directory, not a symbolic link",
-                          f"it links to {os.readlink(root)!r}; pass the directory itself ({root.resolve()}).",
-                          error=error)
+        raise input_error(
+            call,
+            "directory",
+            str(root),
+            "a real directory, not a symbolic link",
+            f"it links to {os.readlink(root)!r}; pass the directory itself ({root.resolve()}).",
+            error=error,
+        )
     if not root.is_dir():
         return []
     links: list[str] = []
@@ -108,18 +114,32 @@ def refuse_links(call: str, root: str | os.PathLike, *, error: type[QhInputError
     tail = f" {hint}" if hint else ""
     if links:
         raise input_error(
-            call, "directory", str(root), "a directory of regular files and directories, no symbolic links",
+            call,
+            "directory",
+            str(root),
+            "a directory of regular files and directories, no symbolic links",
             f"{len(links)} symbolic link(s) below it: {_shown(links)}. A link's target is not part of the "
-            f"directory, so it is never followed; remove the link, or replace it by a copy of its target.{tail}", error=error)
+            f"directory, so it is never followed; remove the link, or replace it by a copy of its target.{tail}",
+            error=error,
+        )
     if special:
         raise input_error(
-            call, "directory", str(root), "a directory of regular files and directories",
-            f"{len(special)} special file(s) below it: {_shown(special)}. Remove them.{tail}", error=error)
+            call,
+            "directory",
+            str(root),
+            "a directory of regular files and directories",
+            f"{len(special)} special file(s) below it: {_shown(special)}. Remove them.{tail}",
+            error=error,
+        )
     escaping = [paths[0] for key, paths in sorted(inodes.items()) if nlinks[key] > len(paths)]
     if escaping:
         raise input_error(
-            call, "directory", str(root), "a directory whose files have no other names outside it",
+            call,
+            "directory",
+            str(root),
+            "a directory whose files have no other names outside it",
             f"{len(escaping)} file(s) hard-linked to a path outside it: {_shown(escaping)}. Such a file can "
-            f"change without the directory changing; replace each by a copy (cp --remove-destination).{tail}", error=error)
+            f"change without the directory changing; replace each by a copy (cp --remove-destination).{tail}",
+            error=error,
+        )
     return tolerated
-

@@ -18,5 +18,15 @@ from qhlab.execution.executors import (
 )
 from qhlab.execution.jobs import JobRunner, worker_memo
 
-__all__ = ["EXECUTORS", "FIT_WORKER_IMPORTS", "ExecutorChoice", "RayExecutor", "add_executor_arguments",
-           "executor_choice", "open_executor", "where_am_i", "JobRunner", "worker_memo"]
+__all__ = [
+    "EXECUTORS",
+    "FIT_WORKER_IMPORTS",
+    "ExecutorChoice",
+    "RayExecutor",
+    "add_executor_arguments",
+    "executor_choice",
+    "open_executor",
+    "where_am_i",
+    "JobRunner",
+    "worker_memo",
+]

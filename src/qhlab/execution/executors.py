@@ -34,19 +34,31 @@ from typing import Any
 from qhlab.evidence import input_error
 from qhlab.execution.reaper import start_reaper
 
-__all__ = ["EXECUTORS", "FIT_WORKER_IMPORTS", "ExecutorChoice", "RayExecutor", "add_executor_arguments",
-           "executor_choice", "open_executor", "where_am_i"]
+__all__ = [
+    "EXECUTORS",
+    "FIT_WORKER_IMPORTS",
+    "ExecutorChoice",
+    "RayExecutor",
+    "add_executor_arguments",
+    "executor_choice",
+    "open_executor",
+    "where_am_i",
+]
 
 EXECUTORS = ("local", "ray")
-_HINT = ("start a cluster with `ray start --head` and pass the address it prints (HOST:6379), set RAY_ADDRESS, "
-         "or omit --ray-address to start a Ray on this machine")
+_HINT = (
+    "start a cluster with `ray start --head` and pass the address it prints (HOST:6379), set RAY_ADDRESS, "
+    "or omit --ray-address to start a Ray on this machine"
+)
 # Long enough for a cluster across a data centre, short enough that a typo fails at once
 # (ray.init itself retries an unreachable GCS for minutes).
 _CONNECT_TIMEOUT_S = 5.0
 _GCS_PROBE_TIMEOUT_S = 20.0
 # Run in a child process so that a hung GCS client can be killed; prints the cluster id.
-_GCS_PROBE = ("import sys\nfrom ray._raylet import GcsClient\nclient = GcsClient(address=sys.argv[1])\n"
-              "client.internal_kv_get(b'qhlab-probe', None)\nprint(client.cluster_id)\n")
+_GCS_PROBE = (
+    "import sys\nfrom ray._raylet import GcsClient\nclient = GcsClient(address=sys.argv[1])\n"
+    "client.internal_kv_get(b'qhlab-probe', None)\nprint(client.cluster_id)\n"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,15 +93,29 @@ def add_executor_arguments(parser: argparse.ArgumentParser, *, what: str, defaul
         what: what runs on the executor (for the help text).
         default_help: what happens when ``--executor`` is not given.
     """
-    parser.add_argument("--executor", default=None, metavar="{" + ",".join(EXECUTORS) + "}",
-                        help=f"where {what} run (default: {default_help}); results do not depend on it")
-    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
-                        help="a running Ray cluster (`ray start --head` prints it); default RAY_ADDRESS, "
-                             "else a Ray started on this machine")
+    parser.add_argument(
+        "--executor",
+        default=None,
+        metavar="{" + ",".join(EXECUTORS) + "}",
+        help=f"where {what} run (default: {default_help}); results do not depend on it",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="a running Ray cluster (`ray start --head` prints it); default RAY_ADDRESS, "
+        "else a Ray started on this machine",
+    )
 
 
-def executor_choice(kind: str | None, ray_address: str | None, *, call: str, field: str = "--executor",
-                    address_field: str = "--ray-address") -> ExecutorChoice:
+def executor_choice(
+    kind: str | None,
+    ray_address: str | None,
+    *,
+    call: str,
+    field: str = "--executor",
+    address_field: str = "--ray-address",
+) -> ExecutorChoice:
     """Validate an executor choice (form only; ``open_executor`` checks that the cluster answers).
 
     Args:
@@ -109,8 +135,9 @@ def executor_choice(kind: str | None, ray_address: str | None, *, call: str, fie
         raise input_error(call, field, kind, " or ".join(EXECUTORS), "the local process pool is the default")
     if ray_address is not None:
         if kind != "ray":
-            raise input_error(call, address_field, ray_address, f"only with {field} ray",
-                              f"set {field} ray, or drop {address_field}")
+            raise input_error(
+                call, address_field, ray_address, f"only with {field} ray", f"set {field} ray, or drop {address_field}"
+            )
         _split_address(ray_address, call, address_field)
     # RAY_ADDRESS is read, and checked, only when a Ray is actually connected (open_executor):
     # a config or a local run never depends on this process's environment.
@@ -121,9 +148,13 @@ def _split_address(address: Any, call: str, field: str = "--ray-address") -> tup
     """``(host, port)`` of a ``HOST:PORT`` address, or one clear refusal."""
     allowed = "HOST:PORT of a running Ray cluster (e.g. 10.0.0.5:6379)"
     if not isinstance(address, str) or address.startswith("ray://"):
-        raise input_error(call, field, address, allowed,
-                          "qhlab connects to the cluster's GCS as a driver; Ray Client (ray://) is not supported. "
-                          + _HINT)
+        raise input_error(
+            call,
+            field,
+            address,
+            allowed,
+            "qhlab connects to the cluster's GCS as a driver; Ray Client (ray://) is not supported. " + _HINT,
+        )
     host, sep, port = address.rpartition(":")
     # An IPv6 host must be bracketed ([::1]:6379): "fe80::1" would otherwise read as host
     # "fe80:" and port 1.
@@ -145,24 +176,48 @@ def _check_reachable(address: str, call: str, field: str) -> None:
         with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
             pass
     except OSError as exc:
-        raise input_error(call, field, address, "the address of a running Ray cluster",
-                          f"nothing answered there within {_CONNECT_TIMEOUT_S:.0f} s ({exc.strerror or exc}); "
-                          + _HINT) from None
+        raise input_error(
+            call,
+            field,
+            address,
+            "the address of a running Ray cluster",
+            f"nothing answered there within {_CONNECT_TIMEOUT_S:.0f} s ({exc.strerror or exc}); " + _HINT,
+        ) from None
     try:
-        probe = subprocess.run([sys.executable, "-c", _GCS_PROBE, address], capture_output=True, text=True,
-                               timeout=_GCS_PROBE_TIMEOUT_S, check=False)
+        probe = subprocess.run(
+            [sys.executable, "-c", _GCS_PROBE, address],
+            capture_output=True,
+            text=True,
+            timeout=_GCS_PROBE_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise input_error(call, field, address, "the address of a running Ray cluster's GCS",
-                          "a server answers there, but not as a Ray GCS (no cluster id within "
-                          f"{_GCS_PROBE_TIMEOUT_S:.0f} s); the GCS port is the one `ray start --head` prints "
-                          "(6379 by default), not the dashboard's (8265). " + _HINT) from None
+        raise input_error(
+            call,
+            field,
+            address,
+            "the address of a running Ray cluster's GCS",
+            "a server answers there, but not as a Ray GCS (no cluster id within "
+            f"{_GCS_PROBE_TIMEOUT_S:.0f} s); the GCS port is the one `ray start --head` prints "
+            "(6379 by default), not the dashboard's (8265). " + _HINT,
+        ) from None
     except OSError as exc:
-        raise input_error(call, field, address, "an address this process can probe",
-                          f"the GCS probe could not start ({exc}); " + _HINT) from None
+        raise input_error(
+            call,
+            field,
+            address,
+            "an address this process can probe",
+            f"the GCS probe could not start ({exc}); " + _HINT,
+        ) from None
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise input_error(call, field, address, "the address of a running Ray cluster's GCS",
-                          f"the GCS request failed ({last}). " + _HINT)
+        raise input_error(
+            call,
+            field,
+            address,
+            "the address of a running Ray cluster's GCS",
+            f"the GCS request failed ({last}). " + _HINT,
+        )
 
 
 def where_am_i() -> dict:
@@ -181,8 +236,12 @@ def where_am_i() -> dict:
     if ray.is_initialized():
         context = ray.get_runtime_context()
         if context.worker.mode == ray.WORKER_MODE:
-            record.update(executor="ray", node_id=context.get_node_id(), node_ip=ray.util.get_node_ip_address(),
-                          task_id=context.get_task_id())
+            record.update(
+                executor="ray",
+                node_id=context.get_node_id(),
+                node_ip=ray.util.get_node_ip_address(),
+                task_id=context.get_task_id(),
+            )
     return record
 
 
@@ -219,9 +278,17 @@ class RayExecutor(concurrent.futures.Executor):
         """Run ``fn(*args, **kwargs)`` as a Ray task needing one CPU (``submit_task`` sets resources)."""
         return self.submit_task(fn, args, kwargs)
 
-    def submit_task(self, fn: Callable[..., Any], args: tuple = (), kwargs: Mapping[str, Any] | None = None, *,
-                    num_cpus: float = 1, num_gpus: float = 0, max_retries: int = 3,
-                    name: str | None = None) -> concurrent.futures.Future:
+    def submit_task(
+        self,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        max_retries: int = 3,
+        name: str | None = None,
+    ) -> concurrent.futures.Future:
         """Run ``fn(*args, **kwargs)`` as a Ray task with these resources.
 
         Args:
@@ -235,8 +302,7 @@ class RayExecutor(concurrent.futures.Executor):
         """
         if self._shutdown:
             raise RuntimeError("RayExecutor: submit after shutdown")
-        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": max_retries,
-                   "retry_exceptions": False}
+        options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": max_retries, "retry_exceptions": False}
         if name is not None:
             options["name"] = name
         ref = self._remote.options(**options).remote(fn, tuple(args), dict(kwargs or {}))
@@ -290,8 +356,13 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
     try:
         import ray
     except ImportError:
-        raise input_error(call, "--executor", "ray", "local (ray is not installed)",
-                          "pip install -c constraints.txt 'qhlab[ray]' (make venv installs it)") from None
+        raise input_error(
+            call,
+            "--executor",
+            "ray",
+            "local (ray is not installed)",
+            "pip install -c constraints.txt 'qhlab[ray]' (make venv installs it)",
+        ) from None
     if ray.is_initialized():
         return False
     address = choice.resolved_address()
@@ -310,16 +381,27 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
         with contextlib.suppress(Exception):
             ray.shutdown()  # a half-started local Ray is stopped, not left to atexit
         if address == "local":
-            raise input_error(call, "--executor", "ray", "local (a Ray could not start on this machine)",
-                              f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-        raise input_error(call, field, address, "the address of a running Ray cluster",
-                          f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                          + _HINT) from None
+            raise input_error(
+                call,
+                "--executor",
+                "ray",
+                "local (a Ray could not start on this machine)",
+                f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+            ) from None
+        raise input_error(
+            call,
+            field,
+            address,
+            "the address of a running Ray cluster",
+            f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); " + _HINT,
+        ) from None
     if address == "local":
         # The Ray started here must die with this process, however it dies (``reaper``).
         node = ray._private.worker._global_node
-        start_reaper(os.getpid(), [info.process.pid for infos in node.all_processes.values() for info in infos
-                                   if info.process is not None])
+        start_reaper(
+            os.getpid(),
+            [info.process.pid for infos in node.all_processes.values() for info in infos if info.process is not None],
+        )
     return True
 
 
@@ -352,10 +434,16 @@ def _take_environment(environ: dict[str, str], initializer: Callable[..., None] 
 
 
 @contextmanager
-def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
-                  initializer: Callable[..., None] | None = None, initargs: tuple = (),
-                  verbose: bool = False, warm_imports: tuple[str, ...] = ()
-                  ) -> Iterator[concurrent.futures.Executor | None]:
+def open_executor(
+    choice: ExecutorChoice,
+    workers: int,
+    *,
+    call: str,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+    verbose: bool = False,
+    warm_imports: tuple[str, ...] = (),
+) -> Iterator[concurrent.futures.Executor | None]:
     """An executor for independent tasks; None when ``local`` and ``workers == 1`` (run in-process).
 
     Args:
@@ -386,7 +474,8 @@ def open_executor(choice: ExecutorChoice, workers: int, *, call: str,
             # this process fixed; a spawned worker's is its driver's now. Make them the same.
             initializer, initargs = _take_environment, (dict(os.environ), initializer, initargs)
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs)
+            max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
+        )
         try:
             yield pool
         finally:

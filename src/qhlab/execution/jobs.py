@@ -47,15 +47,28 @@ class JobRunner:
         warm_imports: modules a local worker needs before its first job.
     """
 
-    def __init__(self, choice: ExecutorChoice, workers: int, *, call: str,
-                 initializer: Callable[..., None] | None = None, initargs: tuple = (), verbose: bool = False,
-                 warm_imports: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        choice: ExecutorChoice,
+        workers: int,
+        *,
+        call: str,
+        initializer: Callable[..., None] | None = None,
+        initargs: tuple = (),
+        verbose: bool = False,
+        warm_imports: Sequence[str] = (),
+    ) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"JobRunner: workers={workers!r} is not allowed; allowed: an int >= 1")
         self.choice = choice
         self.workers = workers
-        self._options = {"call": call, "initializer": initializer, "initargs": initargs, "verbose": verbose,
-                         "warm_imports": tuple(warm_imports)}
+        self._options = {
+            "call": call,
+            "initializer": initializer,
+            "initargs": initargs,
+            "verbose": verbose,
+            "warm_imports": tuple(warm_imports),
+        }
         self._stack = contextlib.ExitStack()
         self._executor: concurrent.futures.Executor | None = None
         self._opened = False
@@ -95,10 +108,15 @@ class JobRunner:
         or fewer than two jobs), so that a caller may hand them what this process already holds."""
         return self.kind == "local" and (self.workers == 1 or jobs < 2)
 
-    def run(self, function: Callable[..., Any], jobs: Sequence[tuple], *,
-            on_result: Callable[[int, Any], None] | None = None,
-            on_error: Callable[[int, BaseException], None] | None = None,
-            in_order: bool = True) -> list[Any]:
+    def run(
+        self,
+        function: Callable[..., Any],
+        jobs: Sequence[tuple],
+        *,
+        on_result: Callable[[int, Any], None] | None = None,
+        on_error: Callable[[int, BaseException], None] | None = None,
+        in_order: bool = True,
+    ) -> list[Any]:
         """``function(*job)`` for every job; the results in job order.
 
         Every job runs even when one fails; the first failure (in job order) is raised after the

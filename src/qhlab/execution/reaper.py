@@ -43,7 +43,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     if fields[0] == "Z":  # a zombie has exited; only its parent's wait is missing
         return None
     return int(fields[1]), int(fields[19])
@@ -82,8 +82,11 @@ def start_reaper(driver_pid: int, roots: Iterable[int]) -> int | None:
         return None
     process = subprocess.Popen(
         [sys.executable, "-m", "qhlab.execution.reaper", str(driver_pid), *map(str, roots)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
     )
     return process.pid
 

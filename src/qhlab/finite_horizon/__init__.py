@@ -6,6 +6,15 @@ evidence verification) do not pay for torch and Lightning.
 """
 
 __all__ = [
-    "benchmark", "commission", "data", "diagnostics", "evaluation", "fit", "predict", "q_learning",
-    "recipe", "scorer", "studies",
+    "benchmark",
+    "commission",
+    "data",
+    "diagnostics",
+    "evaluation",
+    "fit",
+    "predict",
+    "q_learning",
+    "recipe",
+    "scorer",
+    "studies",
 ]

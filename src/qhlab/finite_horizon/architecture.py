@@ -149,7 +149,8 @@ class ArchitectureConfig(BaseModel):
     arm: str = Field(min_length=1, max_length=64, pattern=_ARM_NAME)
     source_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     options: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Any] = Field(
-        default_factory=dict, max_length=32)
+        default_factory=dict, max_length=32
+    )
     encoder: EncoderConfig
     fusion: FusionKind | None = None
     readout: ReadoutKind | None = None
@@ -185,9 +186,13 @@ class ArchitectureConfig(BaseModel):
     @classmethod
     def _scalar_options(cls, options: dict[str, Any]) -> dict[str, Any]:
         for key, value in options.items():
-            if not isinstance(value, (bool, int, float, str)) or (isinstance(value, float) and not math.isfinite(value)):
-                raise ValueError(f"options.{key}={value!r} is not allowed; allowed: a scalar a builder reads (a "
-                                 "boolean, an integer, a finite number or a string)")
+            if not isinstance(value, (bool, int, float, str)) or (
+                isinstance(value, float) and not math.isfinite(value)
+            ):
+                raise ValueError(
+                    f"options.{key}={value!r} is not allowed; allowed: a scalar a builder reads (a "
+                    "boolean, an integer, a finite number or a string)"
+                )
         return options
 
     @field_validator("arm")
@@ -199,19 +204,28 @@ class ArchitectureConfig(BaseModel):
     def _arm_and_structure(self) -> ArchitectureConfig:
         if self.builder is None:
             if self.options or self.source_sha256 is not None:
-                raise ValueError("options and source_sha256 are not allowed for a built-in arm; allowed: only with "
-                                 "builder (a user arm)")
+                raise ValueError(
+                    "options and source_sha256 are not allowed for a built-in arm; allowed: only with "
+                    "builder (a user arm)"
+                )
             _check_structure(self)
             return self
         parse_builder(self.builder)
         if self.arm in ARMS:
-            raise ValueError(f"arm={self.arm!r} with builder={self.builder!r} is not allowed; allowed: a name that is "
-                             f"not a built-in arm ({', '.join(sorted(ARMS))}), or no builder")
-        given = [k for k, v in (("encoder.kind", self.encoder.kind), ("fusion", self.fusion),
-                                ("readout", self.readout)) if v is not None]
+            raise ValueError(
+                f"arm={self.arm!r} with builder={self.builder!r} is not allowed; allowed: a name that is "
+                f"not a built-in arm ({', '.join(sorted(ARMS))}), or no builder"
+            )
+        given = [
+            k
+            for k, v in (("encoder.kind", self.encoder.kind), ("fusion", self.fusion), ("readout", self.readout))
+            if v is not None
+        ]
         if given:
-            raise ValueError(f"{', '.join(given)} is not allowed for a user arm (builder={self.builder!r}); allowed: "
-                             "only sizes (encoder.width, depth, heads) and options: the builder says what it is")
+            raise ValueError(
+                f"{', '.join(given)} is not allowed for a user arm (builder={self.builder!r}); allowed: "
+                "only sizes (encoder.width, depth, heads) and options: the builder says what it is"
+            )
         return self
 
     @model_serializer(mode="wrap")
@@ -250,11 +264,17 @@ class ScorerDims:
 
     def __post_init__(self) -> None:
         for name in ("object_features", "goal_features", "candidate_features", "horizon"):
-            require_int("ScorerDims", name, getattr(self, name), minimum=1,
-                        hint="read the widths from a population (population_dims).")
+            require_int(
+                "ScorerDims",
+                name,
+                getattr(self, name),
+                minimum=1,
+                hint="read the widths from a population (population_dims).",
+            )
 
 
 # ------------------------------------------------------------------------------- arms
+
 
 def _check_new_arm(name: str, structure: dict[str, str]) -> None:
     """Refuse a second registration of ``name`` or a kind the architecture does not know."""
@@ -270,8 +290,10 @@ def _check_new_arm(name: str, structure: dict[str, str]) -> None:
 def _arm_spec(arm: str) -> ArmSpec:
     """The registered arm ``arm``, or the one "not registered" refusal naming every arm."""
     if arm not in ARMS:
-        raise ValueError(f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}, or a user arm that "
-                         'names its builder (builder = "arms.py:build_fn")')
+        raise ValueError(
+            f"arm={arm!r} is not registered; allowed: {', '.join(sorted(ARMS))}, or a user arm that "
+            'names its builder (builder = "arms.py:build_fn")'
+        )
     return ARMS[arm]
 
 
@@ -285,7 +307,8 @@ def _check_structure(arch: ArchitectureConfig) -> None:
     ]
     if wrong:
         raise ValueError(
-            "structure does not match the arm: " + "; ".join(wrong)
+            "structure does not match the arm: "
+            + "; ".join(wrong)
             + "; allowed: omit these fields or choose the arm that has this structure"
         )
 
@@ -322,18 +345,34 @@ def register_arm(
     structure = {"encoder.kind": encoder, "fusion": fusion, "readout": readout}
     _check_new_arm(name, structure)
     declared = {"encoder.depth": depth, "encoder.width": width, "encoder.heads": heads}
-    ARMS[name] = ArmSpec(name=name, structure=structure, builder=builder,
-                         defaults={k: v for k, v in declared.items() if v is not None})
+    ARMS[name] = ArmSpec(
+        name=name, structure=structure, builder=builder, defaults={k: v for k, v in declared.items() if v is not None}
+    )
     return ARMS[name]
 
 
 # The arms of the family; adding an arm is one call.
 # Each declares depth 1 (variant_deep 2): a study's baseline depth never deepens a control.
 register_arm("baseline", encoder="attention", fusion="concat", readout="local", depth=1)  # the reference
-register_arm("control_global_readout",  # never reads the struck puck
-             encoder="attention", fusion="concat", readout="global", depth=1)
-register_arm("control_no_interaction",  # objects never see each other
-             encoder="deepsets", fusion="concat", readout="local", depth=1)
-register_arm("variant_cross_attention",  # candidates attend over objects
-             encoder="attention", fusion="cross_attention", readout="local", depth=1)
+register_arm(
+    "control_global_readout",  # never reads the struck puck
+    encoder="attention",
+    fusion="concat",
+    readout="global",
+    depth=1,
+)
+register_arm(
+    "control_no_interaction",  # objects never see each other
+    encoder="deepsets",
+    fusion="concat",
+    readout="local",
+    depth=1,
+)
+register_arm(
+    "variant_cross_attention",  # candidates attend over objects
+    encoder="attention",
+    fusion="cross_attention",
+    readout="local",
+    depth=1,
+)
 register_arm("variant_deep", encoder="attention", fusion="concat", readout="local", depth=2)  # a deeper encoder

@@ -82,8 +82,10 @@ def parse_builder(text: Any) -> BuilderSpec:
     if not _IDENTIFIER.match(function) or not module or (not is_file and not _DOTTED.match(module)):
         raise ValueError(f"builder={text!r} is not allowed; allowed: {BUILDER_FORMS}")
     if is_file and not _IDENTIFIER.match(Path(module).stem):
-        raise ValueError(f"builder={text!r} is not allowed; allowed: a file whose name is a Python identifier "
-                         f"plus .py, in {BUILDER_FORMS}")
+        raise ValueError(
+            f"builder={text!r} is not allowed; allowed: a file whose name is a Python identifier "
+            f"plus .py, in {BUILDER_FORMS}"
+        )
     return BuilderSpec(text=text, module=module, function=function, is_file=is_file)
 
 
@@ -137,8 +139,10 @@ def locate_source(spec: BuilderSpec, base: Path) -> LocatedSource:
             return LocatedSource("file", path, path.stem, spec.function)
         parts = path.relative_to(top.parent).with_suffix("").parts
         if not all(_IDENTIFIER.match(p) for p in parts):
-            raise ValueError(f"{str(path)!r} is inside package {str(top)!r} but its path "
-                             f"{'/'.join(parts)} is not a dotted module name")
+            raise ValueError(
+                f"{str(path)!r} is inside package {str(top)!r} but its path "
+                f"{'/'.join(parts)} is not a dotted module name"
+            )
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         return LocatedSource("package", top, module, spec.function)
     first = spec.module.split(".")[0]
@@ -184,8 +188,10 @@ def source_files(path: Path) -> dict[str, bytes]:
             total += len(data)
             files[f"{path.name}/{file.relative_to(path).as_posix()}"] = data
             if len(files) > _MAX_FILES or total > _MAX_BYTES:
-                raise ValueError(f"the source {str(path)!r} holds more than {_MAX_FILES} files or "
-                                 f"{_MAX_BYTES // 2**20} MiB; allowed: a module or package of code")
+                raise ValueError(
+                    f"the source {str(path)!r} holds more than {_MAX_FILES} files or "
+                    f"{_MAX_BYTES // 2**20} MiB; allowed: a module or package of code"
+                )
     if not files:
         raise ValueError(f"the source {str(path)!r} holds no files")
     return files
@@ -278,8 +284,10 @@ class ArmSource:
             module = _import_copy(self, self.check())
             function = getattr(module, self.function, None)
             if function is None or not callable(function):
-                raise QhError(f"arm {self.arm!r}: builder {self.builder!r}: module {self.module!r} has no callable "
-                              f"{self.function!r}")
+                raise QhError(
+                    f"arm {self.arm!r}: builder {self.builder!r}: module {self.module!r} has no callable "
+                    f"{self.function!r}"
+                )
             self._builder = function
         return self._builder
 
@@ -312,7 +320,7 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(_MODULE_PREFIX):
             return None
-        prefix, _, top_and_rest = fullname[len(_MODULE_PREFIX):].partition("_")
+        prefix, _, top_and_rest = fullname[len(_MODULE_PREFIX) :].partition("_")
         copy = self.copies.get(prefix)
         if copy is None or not top_and_rest:
             return None
@@ -320,8 +328,9 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
         parts = top_and_rest.split(".")
         for rel, package in (("/".join(parts) + "/__init__.py", True), ("/".join(parts) + ".py", False)):
             if rel in files:
-                spec = importlib.machinery.ModuleSpec(fullname, _CopyLoader(files[rel], str(root / rel)),
-                                                      origin=str(root / rel), is_package=package)
+                spec = importlib.machinery.ModuleSpec(
+                    fullname, _CopyLoader(files[rel], str(root / rel)), origin=str(root / rel), is_package=package
+                )
                 if package:
                     spec.submodule_search_locations = []
                 spec.has_location = True

@@ -69,8 +69,9 @@ def canonical_first_chain(population: Any) -> dict[str, Any]:
     return canonical_chains(population)[0]
 
 
-def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
-                      expected_sha256: str | None = None) -> QhTDModule:
+def load_final_module(
+    recipe: QhRecipe, population: Any, final_state: Path, expected_sha256: str | None = None
+) -> QhTDModule:
     """The module (online + target, + average if kept) of a fit's final state, loaded strictly, on the CPU.
 
     Args:
@@ -96,7 +97,7 @@ def load_final_module(recipe: QhRecipe, population: Any, final_state: Path,
             f"{recipe.name!r} does not build. HINT: load a final state with the recipe its fit ran."
         )
     for prefix, target in scorers:
-        state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         target.load_state_dict(state, strict=True)
     return module
 
@@ -153,11 +154,21 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     else:
         population = train
     if getattr(population, "split", None) != "train":
-        raise input_error("benchmark_scorer", "train.split", getattr(population, "split", None), "'train'",
-                          "the benchmark runs on the canonical first TRAIN chain")
+        raise input_error(
+            "benchmark_scorer",
+            "train.split",
+            getattr(population, "split", None),
+            "'train'",
+            "the benchmark runs on the canonical first TRAIN chain",
+        )
     if population.horizon != recipe.horizon:
-        raise input_error("benchmark_scorer", "train.horizon", population.horizon,
-                          f"{recipe.horizon} (the fitted recipe's horizon)", "pass the fit's own TRAIN population")
+        raise input_error(
+            "benchmark_scorer",
+            "train.horizon",
+            population.horizon,
+            f"{recipe.horizon} (the fitted recipe's horizon)",
+            "pass the fit's own TRAIN population",
+        )
     final_state = receipt_path.parent / FINAL_STATE
     digest = sha256_file(final_state)
     bound = {e.sha256 for e in document.outputs.values()}
@@ -191,8 +202,9 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     online.zero_grad(set_to_none=True)
     with profile.autocast_context():
         q = online(*inputs)
-    loss = native_huber_loss(q[..., :1].float(), batch["reward"].unsqueeze(-1).float(),
-                             batch["candidate_mask"], recipe.huber_delta)
+    loss = native_huber_loss(
+        q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"], recipe.huber_delta
+    )
     loss.backward()
     receiving = sorted(n for n, p in online.named_parameters() if p.grad is not None)
     without = sorted(n for n, p in online.named_parameters() if p.grad is None)
@@ -205,19 +217,24 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
         def hook(_module, _inputs):
             _sync(profile.device_type)
             marks[name] = time.perf_counter()
+
         return hook
 
     def _post(name):
         def hook(_module, _inputs, _output):
             _sync(profile.device_type)
             spans[name] = spans.get(name, 0.0) + time.perf_counter() - marks[name]
+
         return hook
 
     # An ensemble's members run one after another: each part's time is the sum over members. A
     # user module times only the parts it exposes as submodules named encoder and readout.
     handles = []
-    parts = [name for name in ("encoder", "readout")
-             if all(isinstance(getattr(m, name, None), torch.nn.Module) for m in scorer_members(online))]
+    parts = [
+        name
+        for name in ("encoder", "readout")
+        if all(isinstance(getattr(m, name, None), torch.nn.Module) for m in scorer_members(online))
+    ]
     for member in scorer_members(online):
         for name in parts:
             sub = getattr(member, name)
@@ -244,8 +261,11 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
         "module_timings": {
             "encoder_seconds": float(spans["encoder"]) if "encoder" in parts else None,
             "readout_seconds": float(spans["readout"]) if "readout" in parts else None,
-            **{part: f"unavailable: the module has no submodule named {part!r}"
-               for part in ("encoder", "readout") if part not in parts},
+            **{
+                part: f"unavailable: the module has no submodule named {part!r}"
+                for part in ("encoder", "readout")
+                if part not in parts
+            },
             "fusion_seconds": None,
             "fusion": "unavailable: fusion is not independently hookable in this measurement",
             "additive": False,
@@ -260,5 +280,3 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
         "torch_threads": torch.get_num_threads(),
         "updates_applied": 0,
     }
-
-

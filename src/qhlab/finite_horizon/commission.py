@@ -46,8 +46,7 @@ from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import CommissioningRunReceipt
 from qhlab.training.execution_profile import execution_profile
 
-__all__ = [ "CommissionResult", "commission_recipe"]
-
+__all__ = ["CommissionResult", "commission_recipe"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +116,9 @@ def commission_recipe(
     lane = execution_profile(profile)
     if max_allocated_bytes is not None and lane.device_type != "mps":
         raise input_error(
-            call, "max_allocated_bytes", max_allocated_bytes,
+            call,
+            "max_allocated_bytes",
+            max_allocated_bytes,
             f"None with profile {lane.name!r} (device {lane.device_type!r}): a budget needs an mps profile",
             "the live MPS tensor guard samples torch.mps allocator counters.",
         )
@@ -127,7 +128,10 @@ def commission_recipe(
         train = recipe.data.train
     if train is None:
         raise input_error(
-            call, "train", train, "a TRAIN population directory when the recipe names no data.train",
+            call,
+            "train",
+            train,
+            "a TRAIN population directory when the recipe names no data.train",
             "generate one with `qhlab scenes generate --split train`.",
         )
     train = Path(train)
@@ -153,16 +157,18 @@ def commission_recipe(
         callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
     callbacks.append(QhCommissioningMilestonesCallback(config, output))
 
-    fit = fit_recipe(FitRequest(
-        recipe=engineering,
-        profile=lane.name,
-        output=output / "fit",
-        train=train,
-        extra_callbacks=callbacks,
-        evaluate=False,
-        progress=progress,
-        job_type="commission",
-    ))
+    fit = fit_recipe(
+        FitRequest(
+            recipe=engineering,
+            profile=lane.name,
+            output=output / "fit",
+            train=train,
+            extra_callbacks=callbacks,
+            evaluate=False,
+            progress=progress,
+            job_type="commission",
+        )
+    )
     receipts = read_commissioning_milestones(config, output)
     memory = None
     if config.max_allocated_bytes is not None:

@@ -58,8 +58,9 @@ class Float32Linear(nn.Linear):
 
 def _mlp(d_in: int, d_hidden: int, d_out: int, *, float32_out: bool = False) -> nn.Sequential:
     # Built first to last: the order in which layers draw their initial weights from the RNG.
-    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(),
-                         (Float32Linear if float32_out else nn.Linear)(d_hidden, d_out))
+    return nn.Sequential(
+        nn.Linear(d_in, d_hidden), nn.GELU(), (Float32Linear if float32_out else nn.Linear)(d_hidden, d_out)
+    )
 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -85,7 +86,9 @@ class _AttentionBlock(nn.Module):
         q, k, v = self.qkv(self.norm_attn(x)).view(b, t, 3, self.heads, w // self.heads).unbind(2)
         # [B, heads, T, W/heads]; key_mask [B, 1, 1, T] keeps padded objects out of every query
         attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
             attn_mask=key_mask[:, None, None, :],
         )
         x = x + self.proj(attn.transpose(1, 2).reshape(b, t, w))

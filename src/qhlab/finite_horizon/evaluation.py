@@ -116,13 +116,21 @@ def scene_means(values: Any, scene_index: Any) -> tuple[np.ndarray, np.ndarray]:
     vals = to_numpy(values).astype(np.float64, copy=False)
     scene = to_numpy(scene_index)
     if vals.ndim < 1 or scene.shape != (vals.shape[0],) or not np.issubdtype(scene.dtype, np.integer):
-        raise input_error("scene_means", "scene_index",
-                          f"shape {tuple(scene.shape)} dtype {scene.dtype}",
-                          f"an integer array of shape {(vals.shape[0] if vals.ndim else 0,)}",
-                          "one scene index per state row")
+        raise input_error(
+            "scene_means",
+            "scene_index",
+            f"shape {tuple(scene.shape)} dtype {scene.dtype}",
+            f"an integer array of shape {(vals.shape[0] if vals.ndim else 0,)}",
+            "one scene index per state row",
+        )
     if vals.shape[0] == 0:
-        raise input_error("scene_means", "values.shape", tuple(vals.shape), "at least one state row",
-                          "select some states before aggregating")
+        raise input_error(
+            "scene_means",
+            "values.shape",
+            tuple(vals.shape),
+            "at least one state row",
+            "select some states before aggregating",
+        )
     scenes, inverse = np.unique(scene, return_inverse=True)
     counts = np.bincount(inverse, minlength=scenes.size).astype(np.float64)
     flat = vals.reshape(vals.shape[0], -1)
@@ -150,9 +158,7 @@ def per_scene_mae(pred: Any, labels: Any, candidate_mask: Any, scene_index: Any)
     return scene_means(_state_mae(pred_np, labels_np, mask), scene)[1]
 
 
-def per_scene_regret(
-    pred: Any, labels: Any, candidate_mask: Any, scene_index: Any, *, tie_band: float
-) -> np.ndarray:
+def per_scene_regret(pred: Any, labels: Any, candidate_mask: Any, scene_index: Any, *, tie_band: float) -> np.ndarray:
     """Per-scene regret_h (ties within ``tie_band`` averaged), states within scene.
 
     Args:
@@ -270,10 +276,13 @@ def constant_predictions(constant: Any, candidate_mask: Any) -> np.ndarray:
     values = float_array("constant_predictions", "constant", constant, 1)
     mask = to_numpy(candidate_mask)
     if mask.ndim != 2 or values.size == 0 or not np.isfinite(values).all():
-        raise input_error("constant_predictions", "constant/candidate_mask",
-                          f"constant {values.tolist()} mask shape {tuple(mask.shape)}",
-                          "a finite [H] constant (H >= 1) and a [S, K] mask",
-                          "compute the constant with train_constant on TRAIN chain rows")
+        raise input_error(
+            "constant_predictions",
+            "constant/candidate_mask",
+            f"constant {values.tolist()} mask shape {tuple(mask.shape)}",
+            "a finite [H] constant (H >= 1) and a [S, K] mask",
+            "compute the constant with train_constant on TRAIN chain rows",
+        )
     return np.broadcast_to(values, mask.shape + values.shape).copy()
 
 
@@ -288,8 +297,13 @@ def population_train_constant(population: Any) -> np.ndarray:
     """
     split = getattr(population, "split", None)
     if split != "train":
-        raise input_error("population_train_constant", "population.split", split, "'train'",
-                          "the constant predictor is fitted on TRAIN only; never on validation or test")
+        raise input_error(
+            "population_train_constant",
+            "population.split",
+            split,
+            "'train'",
+            "the constant predictor is fitted on TRAIN only; never on validation or test",
+        )
     rows = chain_rows("population_train_constant", population, None)
     horizon = int(population.horizon)
     labels = to_numpy(population.q)[rows][:, :, :horizon]
@@ -375,9 +389,13 @@ def _best_fixed_index(call: str, labels: np.ndarray, mask: np.ndarray, scene: np
         picks = np.full(s, slot, dtype=np.int64)
         by_index[slot] = scene_means(_choice_regret(labels, mask, picks)[:, -1], scene)[1].mean()
     if not np.isfinite(by_index).any():
-        raise input_error(call, "candidate_mask", "no slot is valid in every state",
-                          "at least one candidate slot valid in every TRAIN state",
-                          "a fixed-index policy needs a slot every state offers")
+        raise input_error(
+            call,
+            "candidate_mask",
+            "no slot is valid in every state",
+            "at least one candidate slot valid in every TRAIN state",
+            "a fixed-index policy needs a slot every state offers",
+        )
     # Equal regrets summed in a different order can differ in the last bits; treat those as the
     # tie they are, so the documented lowest-index rule decides and not rounding.
     best = by_index.min()
@@ -418,9 +436,7 @@ def _myopic_regret(labels: np.ndarray, mask: np.ndarray, scene: np.ndarray, band
 # Population convenience.
 
 
-def evaluate_population(
-    pred: Any, population: Any, *, tie_band: float, rows: Any | None = None
-) -> dict[str, Any]:
+def evaluate_population(pred: Any, population: Any, *, tie_band: float, rows: Any | None = None) -> dict[str, Any]:
     """Scene-weighted summary of predictions on a population's chain rows.
 
     Args:
@@ -445,12 +461,17 @@ def evaluate_population(
     if pred_np.shape[0] == labels_all.shape[0]:
         pred_np = pred_np[selected]
     elif pred_np.shape[0] != selected.size:
-        raise input_error(call, "pred.shape[0]", int(pred_np.shape[0]),
-                          f"{labels_all.shape[0]} (all rows) or {selected.size} (selected rows)",
-                          "predict every population row, or exactly the selected chain rows in order")
+        raise input_error(
+            call,
+            "pred.shape[0]",
+            int(pred_np.shape[0]),
+            f"{labels_all.shape[0]} (all rows) or {selected.size} (selected rows)",
+            "predict every population row, or exactly the selected chain rows in order",
+        )
     if pred_np.shape[2] != horizon:
-        raise input_error(call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}",
-                          "the scorer must predict Q_1..Q_H")
+        raise input_error(
+            call, "pred.shape[2]", int(pred_np.shape[2]), f"the horizon {horizon}", "the scorer must predict Q_1..Q_H"
+        )
     summary = _summary(*checked_inputs(call, pred_np, *chain_arrays(call, population, selected)), band)
     summary["per_scene"]["scene_id"] = scene_ids_of(call, population, selected, summary["per_scene"]["scene_index"])
     summary["rows"] = int(selected.size)
@@ -491,25 +512,43 @@ def population_heuristic_references(
     band = checked_tie_band(call, tie_band)
     train_split = getattr(train_population, "split", None)
     if train_split != "train":
-        raise input_error(call, "train_population.split", train_split, "'train'",
-                          "the fixed index is chosen on TRAIN only; never on validation or test")
+        raise input_error(
+            call,
+            "train_population.split",
+            train_split,
+            "'train'",
+            "the fixed index is chosen on TRAIN only; never on validation or test",
+        )
     split = getattr(validation_population, "split", None)
     if split not in ("validation", "test"):
-        raise input_error(call, "validation_population.split", split, "'validation' | 'test'",
-                          "references are evaluated on held-out scenes, like the scorer")
+        raise input_error(
+            call,
+            "validation_population.split",
+            split,
+            "'validation' | 'test'",
+            "references are evaluated on held-out scenes, like the scorer",
+        )
     horizon = int(validation_population.horizon)
     if int(train_population.horizon) != horizon:
-        raise input_error(call, "train_population.horizon", int(train_population.horizon),
-                          f"the evaluated population's horizon {horizon}",
-                          "use TRAIN and validation populations of the same preset family")
+        raise input_error(
+            call,
+            "train_population.horizon",
+            int(train_population.horizon),
+            f"the evaluated population's horizon {horizon}",
+            "use TRAIN and validation populations of the same preset family",
+        )
     train_rows = chain_rows(call, train_population, None)
     train = checked_inputs(call, None, *chain_arrays(call, train_population, train_rows))[1:]
     rows = chain_rows(call, validation_population, None)
     labels, mask, scene_index = checked_inputs(call, None, *chain_arrays(call, validation_population, rows))[1:]
     if train[0].shape[1] != labels.shape[1]:
-        raise input_error(call, "train_population K", int(train[0].shape[1]),
-                          f"the evaluated population's K {labels.shape[1]}",
-                          "a fixed index means the same candidate slot in both populations")
+        raise input_error(
+            call,
+            "train_population K",
+            int(train[0].shape[1]),
+            f"the evaluated population's K {labels.shape[1]}",
+            "a fixed index means the same candidate slot in both populations",
+        )
     index, train_by_index = _best_fixed_index(call, *train)
     scenes = np.unique(scene_index)
     scene_ids = scene_ids_of(call, validation_population, rows, scenes.tolist())
@@ -522,30 +561,35 @@ def population_heuristic_references(
             "horizon": horizon,
             "regret": [float(v) for v in regret],
             "regret_primary": float(regret[-1]),
-            "per_scene": {"scene_index": [int(v) for v in scenes], "scene_id": list(scene_ids),
-                          "regret": per_scene.tolist()},
+            "per_scene": {
+                "scene_index": [int(v) for v in scenes],
+                "scene_id": list(scene_ids),
+                "regret": per_scene.tolist(),
+            },
             "evaluated_on": dict(evaluated_on),
         }
 
     return {
         "best_fixed_index": entry(
             _fixed_index_regret(call, labels, mask, scene_index, index),
-            policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H "
-                   "(ties: lowest index)",
-            oracle=False, index=index, chosen_on="train",
+            policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H (ties: lowest index)",
+            oracle=False,
+            index=index,
+            chosen_on="train",
             train_population_digest=population_identity(train_population)["digest"],
             train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
         ),
         "straight_strike": entry(
             _fixed_index_regret(call, labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
-            policy="always candidate slot 0: the target struck straight at the goal centre "
-                   "(scene layout contract)",
-            oracle=False, index=STRAIGHT_STRIKE_INDEX,
+            policy="always candidate slot 0: the target struck straight at the goal centre (scene layout contract)",
+            oracle=False,
+            index=STRAIGHT_STRIKE_INDEX,
         ),
         "myopic_oracle": entry(
             _myopic_regret(labels, mask, scene_index, band),
-            policy="argmax of the exact Q*_1 labels of each evaluated state (ties within "
-                   "tie_band averaged)",
-            oracle=True, reads=f"{split} labels", tie_band=band,
+            policy="argmax of the exact Q*_1 labels of each evaluated state (ties within tie_band averaged)",
+            oracle=True,
+            reads=f"{split} labels",
+            tie_band=band,
         ),
     }

@@ -55,9 +55,15 @@ from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, 
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
-__all__ = ["FitRequest", "FitResult", "ValidationCurve", "default_logical_run_id", "fit_recipe", "scorer_record",
-           "train_rows_record"]
-
+__all__ = [
+    "FitRequest",
+    "FitResult",
+    "ValidationCurve",
+    "default_logical_run_id",
+    "fit_recipe",
+    "scorer_record",
+    "train_rows_record",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,22 +88,37 @@ class FitResult:
     resumed_from: str | None
 
 
-def _population(call: str, field: str, explicit: Path | str | Population | None, from_recipe: str,
-                horizon: int | None = None) -> Population:
+def _population(
+    call: str, field: str, explicit: Path | str | Population | None, from_recipe: str, horizon: int | None = None
+) -> Population:
     """The ``field`` population: an already loaded (authenticated) one, or loaded from its path."""
     if isinstance(explicit, Population):
         if explicit.split != field:
-            raise input_error(call, field, f"a {explicit.split} population ({explicit.path})",
-                              f"a {field} population", f"pass the {field} split here")
+            raise input_error(
+                call,
+                field,
+                f"a {explicit.split} population ({explicit.path})",
+                f"a {field} population",
+                f"pass the {field} split here",
+            )
         if horizon is not None and explicit.horizon != horizon:
-            raise input_error(call, f"{field}.horizon", explicit.horizon, f"{horizon} (the requested horizon)",
-                              "generate a population with the recipe's horizon.")
+            raise input_error(
+                call,
+                f"{field}.horizon",
+                explicit.horizon,
+                f"{horizon} (the requested horizon)",
+                "generate a population with the recipe's horizon.",
+            )
         # Loaded earlier: the manifest the receipts will bind must still be the one it was loaded from.
         current = sha256_file(explicit.path / "manifest.json") if (explicit.path / "manifest.json").is_file() else None
         if current != explicit.digest:
-            raise input_error(call, f"{field}.manifest_sha256", current,
-                              f"{explicit.digest}, the digest of the loaded population",
-                              f"{explicit.path} changed after it was loaded; load it again")
+            raise input_error(
+                call,
+                f"{field}.manifest_sha256",
+                current,
+                f"{explicit.digest}, the digest of the loaded population",
+                f"{explicit.path} changed after it was loaded; load it again",
+            )
         return explicit
     value = explicit if explicit is not None else from_recipe
     if not value:
@@ -117,6 +138,7 @@ def _attempt(request: FitRequest, cell: str, resume_logical: str | None) -> Wand
     """The request's W&B identity; every id default is here. A new segment id is
     ``<cell or resumed online run, [:40]>-<UTC stamp>-<hex4>``; the logical run (lock and W&B
     group) is the resumed segment's or the cell's."""
+
     def segment_id(prefix: str) -> str:
         return f"{prefix[:40]}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
@@ -124,11 +146,14 @@ def _attempt(request: FitRequest, cell: str, resume_logical: str | None) -> Wand
     if request.attempt is not None:
         return request.attempt
     if run_id is None:
-        return WandbAttempt(run_id=segment_id(cell), offline=offline,
-                            logical_run_id=resume_logical or default_logical_run_id(cell))
+        return WandbAttempt(
+            run_id=segment_id(cell), offline=offline, logical_run_id=resume_logical or default_logical_run_id(cell)
+        )
     if not offline and request.resume is not None:
         return WandbAttempt(run_id=run_id, resume=True, local_attempt_id=segment_id(run_id))
-    return WandbAttempt(run_id=run_id, offline=offline, logical_run_id=default_logical_run_id(cell) if offline else None)
+    return WandbAttempt(
+        run_id=run_id, offline=offline, logical_run_id=default_logical_run_id(cell) if offline else None
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -198,13 +223,16 @@ class ValidationCurve(Callback):
         points: ``[{"updates", "mae": [H], "regret": [H]}]`` measured so far, in update order.
     """
 
-    def __init__(self, population: Population, updates: Sequence[int], *, tie_band: float,
-                 autocast: Callable[[], Any]) -> None:
+    def __init__(
+        self, population: Population, updates: Sequence[int], *, tie_band: float, autocast: Callable[[], Any]
+    ) -> None:
         super().__init__()
         wanted = sorted(set(updates))
         if any(isinstance(u, bool) or not isinstance(u, int) or u < 1 for u in wanted):
-            raise QhInputError(f"ValidationCurve: updates={list(updates)!r} is not allowed; allowed: observed update "
-                               "counts >= 1. HINT: curve points are counts of successful optimizer updates.")
+            raise QhInputError(
+                f"ValidationCurve: updates={list(updates)!r} is not allowed; allowed: observed update "
+                "counts >= 1. HINT: curve points are counts of successful optimizer updates."
+            )
         self._wanted = wanted
         self._population = population
         self._tie_band = tie_band
@@ -222,9 +250,14 @@ class ValidationCurve(Callback):
         self.points.append({"updates": int(now), "mae": summary["mae"], "regret": summary["regret"]})
         # Straight to the loggers: Lightning's own logging would keep only every log_every_n_steps-th step.
         for logger in trainer.loggers:
-            logger.log_metrics({"curve/val_mae_h": float(summary["mae_primary"]),
-                                "curve/val_regret_h": float(summary["regret_primary"]),
-                                "curve/observed_updates": float(now)}, step=trainer.global_step)
+            logger.log_metrics(
+                {
+                    "curve/val_mae_h": float(summary["mae_primary"]),
+                    "curve/val_regret_h": float(summary["regret_primary"]),
+                    "curve/observed_updates": float(now),
+                },
+                step=trainer.global_step,
+            )
 
 
 def scorer_record(recipe: QhRecipe) -> dict:
@@ -236,8 +269,13 @@ def scorer_record(recipe: QhRecipe) -> dict:
         ``"members_path"`` (how an ensemble's members compute)``}``.
     """
     arch, members = recipe.architecture, recipe.ensemble_members
-    return {"arm": arch.arm, "builder": arch.builder or "qhlab", "source_sha256": arch.source_sha256,
-            "members": members, "members_path": "one scorer" if members == 1 else "sequential"}
+    return {
+        "arm": arch.arm,
+        "builder": arch.builder or "qhlab",
+        "source_sha256": arch.source_sha256,
+        "members": members,
+        "members_path": "one scorer" if members == 1 else "sequential",
+    }
 
 
 def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe:
@@ -259,12 +297,24 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
         digests = file_digests(files)
         sha = source_digest(digests)
         if arch.source_sha256 not in (None, sha):
-            raise input_error(call, "architecture.source_sha256", arch.source_sha256,
-                              f"{sha!r}, the digest of {str(located.path)!r} now",
-                              "the recipe binds another version of the arm's source; remove source_sha256 or "
-                              "restore that source")
-        provide(ArmSource(arm=arch.arm, builder=arch.builder, root=located.path.parent, module=located.module,
-                          function=located.function, files=digests, sealed=False))
+            raise input_error(
+                call,
+                "architecture.source_sha256",
+                arch.source_sha256,
+                f"{sha!r}, the digest of {str(located.path)!r} now",
+                "the recipe binds another version of the arm's source; remove source_sha256 or restore that source",
+            )
+        provide(
+            ArmSource(
+                arm=arch.arm,
+                builder=arch.builder,
+                root=located.path.parent,
+                module=located.module,
+                function=located.function,
+                files=digests,
+                sealed=False,
+            )
+        )
         recipe = recipe.model_copy(update={"architecture": arch.model_copy(update={"source_sha256": sha})})
     resolve_builder(arch.arm, arch.builder, recipe.architecture.source_sha256)
     return recipe
@@ -274,8 +324,10 @@ def train_rows_record(train_digest: str, rows: Sequence[int] | None) -> dict:
     """Which TRAIN rows a fit trained on: ``{"rows": sorted row indices of the loaded TRAIN or None (all),
     "sha256": digest of (TRAIN manifest digest, rows)}``; adoption compares it."""
     listed = None if rows is None else sorted(int(r) for r in rows)
-    return {"rows": listed,
-            "sha256": sha256_bytes(canonical_json({"train_manifest_sha256": train_digest, "rows": listed}))}
+    return {
+        "rows": listed,
+        "sha256": sha256_bytes(canonical_json({"train_manifest_sha256": train_digest, "rows": listed})),
+    }
 
 
 def fit_recipe(request: FitRequest) -> FitResult:
@@ -335,8 +387,10 @@ def fit_recipe(request: FitRequest) -> FitResult:
     if resume is not None:
         source = source_package_digest()["sha256"]
         resume_state = load_resume_state(
-            resume_segment_directory(output, cell, resume, call=call), seed=recipe.seed,
-            source_package_digest=source, recipe_digest=digest,
+            resume_segment_directory(output, cell, resume, call=call),
+            seed=recipe.seed,
+            source_package_digest=source,
+            recipe_digest=digest,
         )
     attempt = _attempt(request, cell, resume_state.logical_run_id if resume_state else None)
     if output.is_dir():
@@ -363,14 +417,26 @@ def fit_recipe(request: FitRequest) -> FitResult:
 
     curve = None
     if val_pop is not None and request.curve_updates:
-        curve = ValidationCurve(val_pop, [u for u in request.curve_updates if u < applied.updates],
-                                tie_band=applied.evaluation.tie_band, autocast=admitted.profile.autocast_context)
+        curve = ValidationCurve(
+            val_pop,
+            [u for u in request.curve_updates if u < applied.updates],
+            tie_band=applied.evaluation.tie_band,
+            autocast=admitted.profile.autocast_context,
+        )
 
     def finalize(module: QhTDModule, final_state: Path, final_sha: str):
         if val_pop is None:
             return {}, {}
-        return _evaluate(module, admitted.profile, applied, val_pop, final_state, final_sha, manifests,
-                         curve=None if curve is None else curve.points)
+        return _evaluate(
+            module,
+            admitted.profile,
+            applied,
+            val_pop,
+            final_state,
+            final_sha,
+            manifests,
+            curve=None if curve is None else curve.points,
+        )
 
     inputs = dict(manifests)
     output.mkdir(parents=True, exist_ok=True)
@@ -379,26 +445,33 @@ def fit_recipe(request: FitRequest) -> FitResult:
             # Again under the writer lock: a continuation that started meanwhile is seen.
             refuse_second_continuation(resume_state.previous_directory, call=call)
         run_config = _wandb_config(applied, admitted, cell, train_pop, val_pop)
-        launched = launch_fit(admitted, LaunchRequest(
-            module_factory=module_factory,
-            datamodule=datamodule,
-            update_budget=applied.updates,
-            seed=applied.seed,
-            attempt=attempt,
-            directory=directory,
-            recipe_digest=digest,
-            # The request's own launch options; its tags follow the arm, seed and lane.
-            options=dataclasses.replace(
-                request, tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
-                extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else []))),
-            inputs=inputs,
-            resume=resume_state,
-            finalize=finalize,
-            run_config=run_config,
-            receipt_fields={"train_rows": train_rows_record(train_pop.digest, request.train_rows),
-                            "scorer": scorer_record(applied),
-                            "study": None if request.study is None else dict(request.study)},
-        ))
+        launched = launch_fit(
+            admitted,
+            LaunchRequest(
+                module_factory=module_factory,
+                datamodule=datamodule,
+                update_budget=applied.updates,
+                seed=applied.seed,
+                attempt=attempt,
+                directory=directory,
+                recipe_digest=digest,
+                # The request's own launch options; its tags follow the arm, seed and lane.
+                options=dataclasses.replace(
+                    request,
+                    tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
+                    extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else [])),
+                ),
+                inputs=inputs,
+                resume=resume_state,
+                finalize=finalize,
+                run_config=run_config,
+                receipt_fields={
+                    "train_rows": train_rows_record(train_pop.digest, request.train_rows),
+                    "scorer": scorer_record(applied),
+                    "study": None if request.study is None else dict(request.study),
+                },
+            ),
+        )
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
     return FitResult(
         output_directory=launched.directory,
@@ -420,22 +493,30 @@ def fit_recipe(request: FitRequest) -> FitResult:
     )
 
 
-def _manifest_bindings(call: str, recorded: Mapping[str, Path] | None, train: Path,
-                       validation: Path | None) -> dict[str, Path | FileCopy]:
+def _manifest_bindings(
+    call: str, recorded: Mapping[str, Path] | None, train: Path, validation: Path | None
+) -> dict[str, Path | FileCopy]:
     """How receipts bind the populations' manifests: where they were read, or as copies of originals."""
     local = {"train": train, "validation": validation}
     recorded = dict(recorded or {})
     unknown = sorted(set(recorded) - {k for k, v in local.items() if v is not None})
     if unknown:
-        raise input_error(call, "recorded_populations", unknown, "keys 'train' and 'validation' (when evaluated)",
-                          "name the original of each population copy the fit reads")
+        raise input_error(
+            call,
+            "recorded_populations",
+            unknown,
+            "keys 'train' and 'validation' (when evaluated)",
+            "name the original of each population copy the fit reads",
+        )
     bindings: dict[str, Path | FileCopy] = {}
     for role, path in local.items():
         if path is None:
             continue
         manifest = path / "manifest.json"
         original = recorded.get(role)
-        bindings[f"{role}_manifest"] = manifest if original is None else FileCopy(manifest, Path(original) / "manifest.json")
+        bindings[f"{role}_manifest"] = (
+            manifest if original is None else FileCopy(manifest, Path(original) / "manifest.json")
+        )
     return bindings
 
 
@@ -461,8 +542,17 @@ def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> 
     }
 
 
-def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: str,
-              manifests: Mapping[str, Path | FileCopy], *, curve: list[dict] | None = None):
+def _evaluate(
+    module,
+    profile,
+    recipe,
+    val_pop,
+    final_state: Path,
+    final_sha: str,
+    manifests: Mapping[str, Path | FileCopy],
+    *,
+    curve: list[dict] | None = None,
+):
     """Predict validation chain rows with the final evaluated scorer; write the evaluation receipt.
 
     The TRAIN-only constant reference is not computed here: a study's development step
@@ -486,8 +576,10 @@ def _evaluate(module, profile, recipe, val_pop, final_state: Path, final_sha: st
         "final_state_sha256": final_sha,
     }
     if curve is not None:
-        body["curve"] = [*curve, {"updates": int(module.observed_updates), "mae": summary["mae"],
-                                  "regret": summary["regret"]}]
+        body["curve"] = [
+            *curve,
+            {"updates": int(module.observed_updates), "mae": summary["mae"], "regret": summary["regret"]},
+        ]
     directory = final_state.parent
     receipt = directory / EVALUATION_RECEIPT
     write_receipt(

@@ -51,11 +51,10 @@ def predict_q(
     try:
         with torch.no_grad():
             for start in range(0, rows.numel(), batch_size):
-                index = rows[start: start + batch_size]
+                index = rows[start : start + batch_size]
                 inputs = [
                     getattr(population, name).index_select(0, index).to(device)
-                    for name in ("objects", "object_mask", "goal", "candidates",
-                                 "candidate_object", "candidate_mask")
+                    for name in ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
                 ]
                 with autocast():
                     q = scorer(*inputs)

@@ -90,9 +90,7 @@ def td_targets(
     if horizon == 1:
         return reward.unsqueeze(-1)
     if next_q.shape[-1] < horizon - 1:
-        raise ValueError(
-            f"td_targets: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}"
-        )
+        raise ValueError(f"td_targets: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}")
     future = next_q[..., : horizon - 1]
     # masked a' can never be the max: -inf before the max, then drop rows with nothing to
     # bootstrap (padded/synthetic inputs only; loaded populations always have a successor)
@@ -129,9 +127,7 @@ def native_huber_loss(q: Tensor, y: Tensor, candidate_mask: Tensor, delta: float
     return (per_candidate * weights).sum() / weights.sum().clamp_min(1.0)
 
 
-def successor_reward_loss(
-    next_q: Tensor, next_reward: Tensor, next_candidate_mask: Tensor, delta: float
-) -> Tensor:
+def successor_reward_loss(next_q: Tensor, next_reward: Tensor, next_candidate_mask: Tensor, delta: float) -> Tensor:
     """Native Huber of the Q_1 head on successor states against their pure reward target.
 
     y_1 = r(s', a') is the finite-horizon target of horizon 1 on any state, so successor
@@ -150,9 +146,7 @@ def successor_reward_loss(
     return native_huber_loss(next_q[..., :1], next_reward.unsqueeze(-1), next_candidate_mask, delta)
 
 
-def successor_label_loss(
-    next_q: Tensor, next_labels: Tensor, next_candidate_mask: Tensor, delta: float
-) -> Tensor:
+def successor_label_loss(next_q: Tensor, next_labels: Tensor, next_candidate_mask: Tensor, delta: float) -> Tensor:
     """Native Huber of the Q_1..Q_{H-1} heads on successor states against their exact labels.
 
     A successor state carries Q*_1..Q*_{H-1}. Fitting them anchors every value the TD targets
@@ -186,8 +180,10 @@ def polyak_target_update(target: nn.Module, online: nn.Module, tau: float) -> No
     """target <- (1 - tau) * target + tau * online (parameters); buffers are copied."""
     targets, onlines = list(target.parameters()), list(online.parameters())
     if len(targets) != len(onlines):
-        raise ValueError(f"polyak_target_update: target has {len(targets)} parameters and online {len(onlines)}; "
-                         "allowed: two scorers of one architecture")
+        raise ValueError(
+            f"polyak_target_update: target has {len(targets)} parameters and online {len(onlines)}; "
+            "allowed: two scorers of one architecture"
+        )
     # One multi-tensor lerp: each element gets exactly `lerp_`'s arithmetic (bit-identical), but a
     # step of a small scorer no longer pays one Python dispatch per parameter tensor.
     torch._foreach_lerp_(targets, onlines, tau)
@@ -242,9 +238,22 @@ def population_dims(population: Any) -> ScorerDims:
 
 
 BATCH_KEYS = (
-    "rows", "objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask",
-    "reward", "successor_valid", "next_objects", "next_object_mask", "next_goal",
-    "next_candidates", "next_candidate_object", "next_candidate_mask", "next_reward",
+    "rows",
+    "objects",
+    "object_mask",
+    "goal",
+    "candidates",
+    "candidate_object",
+    "candidate_mask",
+    "reward",
+    "successor_valid",
+    "next_objects",
+    "next_object_mask",
+    "next_goal",
+    "next_candidates",
+    "next_candidate_object",
+    "next_candidate_mask",
+    "next_reward",
 )
 
 
@@ -293,8 +302,9 @@ class QhTDModule(pl.LightningModule):
             )
         self.recipe = recipe
         self.dims = dims
-        self.online = build_scorer(recipe.architecture, dims, q_head_init=recipe.q_head_init,
-                                   members=recipe.ensemble_members)
+        self.online = build_scorer(
+            recipe.architecture, dims, q_head_init=recipe.q_head_init, members=recipe.ensemble_members
+        )
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         self.target.eval()
@@ -310,8 +320,12 @@ class QhTDModule(pl.LightningModule):
 
     def build_scorer(self) -> nn.Module:
         """A fresh scorer of the same architecture and dims (parameters from torch's RNG)."""
-        return build_scorer(self.recipe.architecture, self.dims, q_head_init=self.recipe.q_head_init,
-                            members=self.recipe.ensemble_members)
+        return build_scorer(
+            self.recipe.architecture,
+            self.dims,
+            q_head_init=self.recipe.q_head_init,
+            members=self.recipe.ensemble_members,
+        )
 
     def train(self, mode: bool = True) -> QhTDModule:
         super().train(mode)
@@ -328,8 +342,12 @@ class QhTDModule(pl.LightningModule):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """Online q[B, K, H] of a batch's chain states."""
         return self.online(
-            batch["objects"], batch["object_mask"], batch["goal"],
-            batch["candidates"], batch["candidate_object"], batch["candidate_mask"],
+            batch["objects"],
+            batch["object_mask"],
+            batch["goal"],
+            batch["candidates"],
+            batch["candidate_object"],
+            batch["candidate_mask"],
         )
 
     @torch.no_grad()
@@ -337,13 +355,19 @@ class QhTDModule(pl.LightningModule):
         """y[B, K, H] from the target scorer (or the given target member) on the successor states."""
         b, k = batch["reward"].shape
         next_q = (self.target if target is None else target)(
-            _flat(batch["next_objects"]), _flat(batch["next_object_mask"]), _flat(batch["next_goal"]),
-            _flat(batch["next_candidates"]), _flat(batch["next_candidate_object"]),
+            _flat(batch["next_objects"]),
+            _flat(batch["next_object_mask"]),
+            _flat(batch["next_goal"]),
+            _flat(batch["next_candidates"]),
+            _flat(batch["next_candidate_object"]),
             _flat(batch["next_candidate_mask"]),
         ).view(b, k, -1, self.dims.horizon)
         return td_targets(
-            batch["reward"], next_q.float(), batch["next_candidate_mask"],
-            batch["successor_valid"], self.dims.horizon,
+            batch["reward"],
+            next_q.float(),
+            batch["next_candidate_mask"],
+            batch["successor_valid"],
+            self.dims.horizon,
         )
 
     def successor_q(self, batch: dict[str, Tensor], rows: int, online: nn.Module | None = None) -> Tensor:
@@ -351,9 +375,12 @@ class QhTDModule(pl.LightningModule):
         `rows` chain rows (M = rows*K)."""
         m = min(rows, batch["reward"].shape[0])
         return (self.online if online is None else online)(
-            _flat(batch["next_objects"][:m]), _flat(batch["next_object_mask"][:m]),
-            _flat(batch["next_goal"][:m]), _flat(batch["next_candidates"][:m]),
-            _flat(batch["next_candidate_object"][:m]), _flat(batch["next_candidate_mask"][:m]),
+            _flat(batch["next_objects"][:m]),
+            _flat(batch["next_object_mask"][:m]),
+            _flat(batch["next_goal"][:m]),
+            _flat(batch["next_candidates"][:m]),
+            _flat(batch["next_candidate_object"][:m]),
+            _flat(batch["next_candidate_mask"][:m]),
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -372,23 +399,35 @@ class QhTDModule(pl.LightningModule):
         # on the other steps would cost ~10% of a small CPU step for values nobody reads.
         trainer = self._trainer  # None when called outside a fit (then there is nothing to log to)
         if trainer is not None and (self.global_step + 1) % max(trainer.log_every_n_steps, 1) == 0:
-            self.log("train/loss", loss.detach() / len(losses), on_step=True, on_epoch=False, prog_bar=True,
-                     batch_size=batch["reward"].shape[0])
+            self.log(
+                "train/loss",
+                loss.detach() / len(losses),
+                on_step=True,
+                on_epoch=False,
+                prog_bar=True,
+                batch_size=batch["reward"].shape[0],
+            )
         return loss
 
     def _member_loss(self, batch: dict[str, Tensor], online: nn.Module, target: nn.Module) -> Tensor:
         """One scorer's TD loss on a batch: chain rows, plus the successor rows the recipe asks for."""
         y = self.td_target(batch, target)
         q = online(
-            batch["objects"], batch["object_mask"], batch["goal"],
-            batch["candidates"], batch["candidate_object"], batch["candidate_mask"],
+            batch["objects"],
+            batch["object_mask"],
+            batch["goal"],
+            batch["candidates"],
+            batch["candidate_object"],
+            batch["candidate_mask"],
         ).float()
         loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
         rows = min(self.recipe.successor_reward_rows, q.shape[0])
         if rows:
             loss = loss + successor_reward_loss(
-                self.successor_q(batch, rows, online).float(), _flat(batch["next_reward"][:rows]),
-                _flat(batch["next_candidate_mask"][:rows]), self.recipe.huber_delta,
+                self.successor_q(batch, rows, online).float(),
+                _flat(batch["next_reward"][:rows]),
+                _flat(batch["next_candidate_mask"][:rows]),
+                self.recipe.huber_delta,
             )
         anchored = min(self.recipe.successor_label_rows, q.shape[0])
         if anchored:
@@ -399,16 +438,22 @@ class QhTDModule(pl.LightningModule):
                     "with successor_labels=True. HINT: fit_recipe builds it from the recipe."
                 )
             loss = loss + successor_label_loss(
-                self.successor_q(batch, anchored, online).float(), _flat(batch["next_labels"][:anchored]),
-                _flat(batch["next_candidate_mask"][:anchored]), self.recipe.huber_delta,
+                self.successor_q(batch, anchored, online).float(),
+                _flat(batch["next_labels"][:anchored]),
+                _flat(batch["next_candidate_mask"][:anchored]),
+                self.recipe.huber_delta,
             )
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         opt = self.recipe.optimizer
         return torch.optim.AdamW(
-            self.online.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
-            weight_decay=opt.weight_decay, foreach=ADAMW_FOREACH,
+            self.online.parameters(),
+            lr=opt.lr,
+            betas=opt.betas,
+            eps=opt.eps,
+            weight_decay=opt.weight_decay,
+            foreach=ADAMW_FOREACH,
         )
 
     def on_fit_start(self) -> None:
@@ -430,8 +475,9 @@ class QhTDModule(pl.LightningModule):
             for group in self.optimizers(use_pl_optimizer=False).param_groups:
                 group["lr"] = rate
 
-    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: Any = None,
-                                    gradient_clip_algorithm: Any = None) -> None:
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
+    ) -> None:
         norm = self.recipe.optimizer.grad_clip_norm
         if norm is None:
             return
@@ -481,7 +527,7 @@ class _BatchStream(IterableDataset):
             parts, need = [], size
             while need:
                 take = min(need, n - offset)
-                parts.append(order[offset: offset + take])
+                parts.append(order[offset : offset + take])
                 need -= take
                 offset += take
                 if offset == n:
@@ -514,7 +560,13 @@ class QhPopulationDataModule(pl.LightningDataModule):
     """
 
     def __init__(
-        self, train: Any, *, batch_size: int, seed: int, rows: Tensor | None = None, start_batch: int = 0,
+        self,
+        train: Any,
+        *,
+        batch_size: int,
+        seed: int,
+        rows: Tensor | None = None,
+        start_batch: int = 0,
         successor_labels: bool = False,
     ) -> None:
         super().__init__()
@@ -548,8 +600,10 @@ class QhPopulationDataModule(pl.LightningDataModule):
         p = train
         # contiguous views once, so that every batch is index_select over resident memory
         self._state = {
-            "objects": p.objects.contiguous(), "object_mask": p.object_mask.contiguous(),
-            "goal": p.goal.contiguous(), "candidates": p.candidates.contiguous(),
+            "objects": p.objects.contiguous(),
+            "object_mask": p.object_mask.contiguous(),
+            "goal": p.goal.contiguous(),
+            "candidates": p.candidates.contiguous(),
             "candidate_object": p.candidate_object.contiguous(),
             "candidate_mask": p.candidate_mask.contiguous(),
         }

@@ -354,14 +354,17 @@ def read_toml(
         data = path.read_bytes()
         raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
-        raise input_error(call, field, str(path), "an existing TOML file (this one does not exist)",
-                          f"see {example}") from None
+        raise input_error(
+            call, field, str(path), "an existing TOML file (this one does not exist)", f"see {example}"
+        ) from None
     except OSError as exc:
-        raise input_error(call, field, str(path), f"a readable file ({exc})",
-                          "check the path and permissions") from None
+        raise input_error(
+            call, field, str(path), f"a readable file ({exc})", "check the path and permissions"
+        ) from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise input_error(call, field, str(path), f"a UTF-8 TOML file (this one is not valid TOML: {exc})",
-                          f"compare with {example}") from None
+        raise input_error(
+            call, field, str(path), f"a UTF-8 TOML file (this one is not valid TOML: {exc})", f"compare with {example}"
+        ) from None
     base = path.resolve().parent
     for *parents, key in relative:
         node: Any = raw
@@ -369,8 +372,13 @@ def read_toml(
             node = node.get(parent) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and node[key]:
             if "\x00" in node[key]:
-                raise input_error(call, ".".join((*parents, key)), node[key], "a path without NUL characters",
-                                  f"fix the path in {path}")
+                raise input_error(
+                    call,
+                    ".".join((*parents, key)),
+                    node[key],
+                    "a path without NUL characters",
+                    f"fix the path in {path}",
+                )
             value = Path(node[key]).expanduser()
             node[key] = str(value if value.is_absolute() else (base / value).resolve())
     return raw, data, path.resolve()
@@ -391,8 +399,13 @@ def load_recipe(path: str | Path) -> QhRecipe:
     Raises:
         QhInputError: unreadable file, invalid TOML, or any invalid field (all listed).
     """
-    raw, _, _ = read_toml(path, call="recipe", field="path", example="examples/tiny-recipe.toml",
-                          relative=(("data", "train"), ("data", "validation")))
+    raw, _, _ = read_toml(
+        path,
+        call="recipe",
+        field="path",
+        example="examples/tiny-recipe.toml",
+        relative=(("data", "train"), ("data", "validation")),
+    )
     return validate_recipe(raw, source=f"recipe {str(Path(path))!r}")
 
 
@@ -401,8 +414,9 @@ def validate_recipe(raw: dict[str, Any], *, source: str = "recipe") -> QhRecipe:
     try:
         return QhRecipe.model_validate(raw)
     except ValidationError as exc:
-        raise validation_error(exc, source, QhRecipe,
-                               "fix every listed field (see examples/tiny-recipe.toml for a valid recipe).") from None
+        raise validation_error(
+            exc, source, QhRecipe, "fix every listed field (see examples/tiny-recipe.toml for a valid recipe)."
+        ) from None
 
 
 def recipe_digest(recipe: QhRecipe) -> str:

@@ -50,9 +50,7 @@ __all__ = ["QhEnsemble", "build_scorer", "scorer_members"]
 # One builder per component kind. Each receives the validated config and the dims; adding a
 # kind is one entry here (and one value in the config's Literal).
 _ENCODERS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
-    "attention": lambda arch, dims: AttentionEncoder(
-        dims, arch.encoder.width, arch.encoder.depth, arch.encoder.heads
-    ),
+    "attention": lambda arch, dims: AttentionEncoder(dims, arch.encoder.width, arch.encoder.depth, arch.encoder.heads),
     "deepsets": lambda arch, dims: DeepSetsEncoder(dims, arch.encoder.width, arch.encoder.depth),
 }
 _FUSIONS: dict[str, Callable[[ArchitectureConfig, ScorerDims], nn.Module]] = {
@@ -85,8 +83,10 @@ class QhEnsemble(nn.Module):
     def __init__(self, members: list[nn.Module], dims: ScorerDims) -> None:
         super().__init__()
         if len(members) < 2:
-            raise ValueError(f"QhEnsemble: {len(members)} member(s) is not allowed; allowed: >= 2. "
-                             "HINT: one scorer is the plain scorer, not an ensemble")
+            raise ValueError(
+                f"QhEnsemble: {len(members)} member(s) is not allowed; allowed: >= 2. "
+                "HINT: one scorer is the plain scorer, not an ensemble"
+            )
         self.members = nn.ModuleList(members)
         self.dims = dims
 
@@ -124,8 +124,10 @@ def build_scorer(
     if q_head_init not in ("random", "zero"):
         raise ValueError(f"build_scorer: q_head_init={q_head_init!r} is not allowed; allowed: random, zero")
     if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= MAX_ENSEMBLE_MEMBERS:
-        raise ValueError(f"build_scorer: members={members!r} is not allowed; allowed: an int in "
-                         f"1..{MAX_ENSEMBLE_MEMBERS}. HINT: 1 is the plain scorer")
+        raise ValueError(
+            f"build_scorer: members={members!r} is not allowed; allowed: an int in "
+            f"1..{MAX_ENSEMBLE_MEMBERS}. HINT: 1 is the plain scorer"
+        )
     if members > 1:
         return QhEnsemble([build_scorer(arch, dims, q_head_init=q_head_init) for _ in range(members)], dims)
     if arch.is_user_arm:
@@ -156,8 +158,10 @@ def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str
     source = resolve_builder(arch.arm, arch.builder, arch.source_sha256)
     scorer = source.builder_function()(arch, dims)
     if not isinstance(scorer, nn.Module):
-        raise QhError(f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "
-                      "allowed: a torch.nn.Module. HINT: the builder is build(arch, dims) -> nn.Module.")
+        raise QhError(
+            f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "
+            "allowed: a torch.nn.Module. HINT: the builder is build(arch, dims) -> nn.Module."
+        )
     if q_head_init == "zero":
         heads = [m for m in scorer.modules() if isinstance(m, nn.Linear) and m.out_features == dims.horizon]
         if not heads:

@@ -66,9 +66,17 @@ LANE_FILES = (LANES_JSON, LANES_MARKDOWN, LANES_FIGURE, LANES_RECEIPT)
 _NOT_COMPARED = (*EXECUTION_FIELDS, "profile")
 
 
-def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: float | None = None,
-                  margin_mde_multiple: float = 1.0, resamples: int | None = None, seed: int | None = None,
-                  populations: Sequence[str | Path] = ()) -> dict:
+def compare_lanes(
+    a: str | Path,
+    b: str | Path,
+    output: str | Path,
+    *,
+    margin: float | None = None,
+    margin_mde_multiple: float = 1.0,
+    resamples: int | None = None,
+    seed: int | None = None,
+    populations: Sequence[str | Path] = (),
+) -> dict:
     """Compare two finished lanes of one study and publish ``output`` whole.
 
     Args:
@@ -91,28 +99,52 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
             (every differing field named with both values) or that were evaluated on other
             scenes; EvidenceError: a study does not authenticate. Nothing is written.
     """
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
-                               or not math.isfinite(margin) or margin <= 0):
-        raise input_error(CALL, "margin", margin, "a finite number of metres > 0",
-                          "declare the largest regret_H difference that is still the same science, or leave it "
-                          "out to use the study's MDE")
-    if isinstance(margin_mde_multiple, bool) or not isinstance(margin_mde_multiple, (int, float)) \
-            or not math.isfinite(margin_mde_multiple) or not 0 < margin_mde_multiple <= 100:
-        raise input_error(CALL, "margin_mde_multiple", margin_mde_multiple, "a finite number in (0, 100]",
-                          "1 uses the study's MDE itself as the margin")
+    if margin is not None and (
+        isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0
+    ):
+        raise input_error(
+            CALL,
+            "margin",
+            margin,
+            "a finite number of metres > 0",
+            "declare the largest regret_H difference that is still the same science, or leave it "
+            "out to use the study's MDE",
+        )
+    if (
+        isinstance(margin_mde_multiple, bool)
+        or not isinstance(margin_mde_multiple, (int, float))
+        or not math.isfinite(margin_mde_multiple)
+        or not 0 < margin_mde_multiple <= 100
+    ):
+        raise input_error(
+            CALL,
+            "margin_mde_multiple",
+            margin_mde_multiple,
+            "a finite number in (0, 100]",
+            "1 uses the study's MDE itself as the margin",
+        )
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise input_error(CALL, "output", str(output), "a new or empty directory",
-                          "the lane report is written once; choose a fresh --output")
+        raise input_error(
+            CALL,
+            "output",
+            str(output),
+            "a new or empty directory",
+            "the lane report is written once; choose a fresh --output",
+        )
     with authentication_roots(Path(a), populations):  # each study's own roots inherit these
         lanes = {"A": _read_lane(Path(a)), "B": _read_lane(Path(b))}
     changed = decision_differences(lanes["A"]["resolved"], lanes["B"]["resolved"])
     if lanes["A"]["train_manifest"] != lanes["B"]["train_manifest"]:
         changed.append(f"train.manifest_sha256 (A: {lanes['A']['train_manifest']}, B: {lanes['B']['train_manifest']})")
     if changed:
-        raise input_error(CALL, "decisions", "; ".join(changed), "identical frozen decisions except the profile "
-                          f"(and the execution fields {', '.join(EXECUTION_FIELDS)})",
-                          "compare two lanes of the same study: freeze the same config with only `profile` changed")
+        raise input_error(
+            CALL,
+            "decisions",
+            "; ".join(changed),
+            f"identical frozen decisions except the profile (and the execution fields {', '.join(EXECUTION_FIELDS)})",
+            "compare two lanes of the same study: freeze the same config with only `profile` changed",
+        )
     frozen = lanes["A"]["resolved"]["bootstrap"]  # a decision: the same in both lanes
     resamples, seed = int(resamples or frozen["resamples"]), int(frozen["seed"] if seed is None else seed)
     if margin is None:
@@ -123,8 +155,15 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         margin_source = "explicit (--margin)"
     # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
     seed_variance = {k: v for k, v in lanes["A"]["seed_variance"].items() if not k.startswith("draw_")} or None
-    comparison = lane_comparison(lanes["A"], lanes["B"], margin=float(margin), resamples=resamples, seed=seed,
-                                 seed_variance=seed_variance, margin_source=margin_source)
+    comparison = lane_comparison(
+        lanes["A"],
+        lanes["B"],
+        margin=float(margin),
+        resamples=resamples,
+        seed=seed,
+        seed_variance=seed_variance,
+        margin_source=margin_source,
+    )
     inputs = {f"{k.lower()}/{name}": lanes[k][name] for k in lanes for name in ("freeze", "report")}
 
     def write(staging: Path) -> None:
@@ -132,8 +171,12 @@ def compare_lanes(a: str | Path, b: str | Path, output: str | Path, *, margin: f
         publish_json(outputs[LANES_JSON], comparison)
         publish_bytes(outputs[LANES_MARKDOWN], markdown(comparison).encode("utf-8"))
         publish_file(outputs[LANES_FIGURE], lambda path: _figure(comparison, path))
-        body = {"study": comparison["study"], "margin": comparison["margin"], "summary": comparison["summary"],
-                "profiles": {k: v["profile"] for k, v in comparison["lanes"].items()}}
+        body = {
+            "study": comparison["study"],
+            "margin": comparison["margin"],
+            "summary": comparison["summary"],
+            "profiles": {k: v["profile"] for k, v in comparison["lanes"].items()},
+        }
         write_receipt(staging / LANES_RECEIPT, LaneComparisonReceipt, body=body, inputs=inputs, outputs=outputs)
 
     publish_directory(output, write)
@@ -159,10 +202,16 @@ def _read_lane(directory: Path) -> dict[str, Any]:
             check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
         report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
         return {
-            "directory": directory, "profile": frozen.config.profile, "resolved": frozen.body.config["resolved"],
-            "train_manifest": frozen.body.train["manifest_sha256"], "freeze": frozen.receipt_path,
-            "report": path, "study": frozen.config.name, "study_id": frozen.body.study_id,
-            "report_json": report, "cells": {k: c["document"].body_record() for k, c in cells.items()},
+            "directory": directory,
+            "profile": frozen.config.profile,
+            "resolved": frozen.body.config["resolved"],
+            "train_manifest": frozen.body.train["manifest_sha256"],
+            "freeze": frozen.receipt_path,
+            "report": path,
+            "study": frozen.config.name,
+            "study_id": frozen.body.study_id,
+            "report_json": report,
+            "cells": {k: c["document"].body_record() for k, c in cells.items()},
             "versions": frozen.body.versions,
             "seed_variance": frozen_pilot(frozen.config, {"preparation": frozen.body.preparation}, "regret"),
             "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
@@ -175,7 +224,9 @@ def _config_path(directory: Path) -> Path:
     try:
         recorded = json.loads((directory / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
         source = Path(recorded["source_path"])
-        return source if source.is_file() and sha256_file(source) == recorded["sha256"] else directory / STUDY_CONFIG_COPY
+        return (
+            source if source.is_file() and sha256_file(source) == recorded["sha256"] else directory / STUDY_CONFIG_COPY
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return directory / STUDY_CONFIG_COPY
 
@@ -251,8 +302,13 @@ def study_regret_mde(report: dict) -> float:
     mdes = [entry.get("pooled_margins", {}).get("D_reg", {}).get("mde") for entry in report.get("retention", [])]
     mdes = [float(m) for m in mdes if isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
     if not mdes:
-        raise input_error(CALL, "margin", None, "an explicit --margin (metres > 0)",
-                          "lane A's report has no seed-pooled D_reg MDE to default to; pass --margin")
+        raise input_error(
+            CALL,
+            "margin",
+            None,
+            "an explicit --margin (metres > 0)",
+            "lane A's report has no seed-pooled D_reg MDE to default to; pass --margin",
+        )
     return max(mdes)
 
 
@@ -264,12 +320,20 @@ def _at_h(body: dict, metric: str) -> np.ndarray:
 def _seed_effect(values: dict[int, float]) -> float:
     """Mean |s_i - s_j| over pairs of seeds of one lane (|s1 - s0| with two seeds)."""
     seeds = sorted(values)
-    pairs = [abs(values[t] - values[s]) for i, s in enumerate(seeds) for t in seeds[i + 1:]]
+    pairs = [abs(values[t] - values[s]) for i, s in enumerate(seeds) for t in seeds[i + 1 :]]
     return float(np.mean(pairs)) if pairs else 0.0
 
 
-def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: int,
-                    seed_variance: dict[str, Any] | None = None, margin_source: str = "explicit") -> dict:
+def lane_comparison(
+    a: dict,
+    b: dict,
+    *,
+    margin: float,
+    resamples: int,
+    seed: int,
+    seed_variance: dict[str, Any] | None = None,
+    margin_source: str = "explicit",
+) -> dict:
     """Every number of ``lanes.json`` from two lanes read by ``_read_lane`` (pure but for the states).
 
     Args:
@@ -295,67 +359,127 @@ def lane_comparison(a: dict, b: dict, *, margin: float, resamples: int, seed: in
     for key in keys:
         for lane in (a, b):
             if lane["cells"][key]["evaluation"]["scene_ids"] != scene_ids:
-                raise input_error(CALL, f"{cell_name(*key)}.evaluation.scene_ids", lane["cells"][key]["evaluation"]
-                                  ["scene_ids"], f"{scene_ids}, the scene order of lane A's first cell",
-                                  "both lanes evaluate every cell on the same sealed validation scenes")
+                raise input_error(
+                    CALL,
+                    f"{cell_name(*key)}.evaluation.scene_ids",
+                    lane["cells"][key]["evaluation"]["scene_ids"],
+                    f"{scene_ids}, the scene order of lane A's first cell",
+                    "both lanes evaluate every cell on the same sealed validation scenes",
+                )
         body_a, body_b = a["cells"][key], b["cells"][key]
-        cells.append({"arm": key[0], "seed": key[1], "cell": cell_name(*key), **{
-            f"{m}_h": {"A": float(_at_h(body_a, m).mean()), "B": float(_at_h(body_b, m).mean()),
-                       "difference": paired_scene_bootstrap(_at_h(body_b, m), _at_h(body_a, m), **options).as_dict()}
-            for m in ("mae", "regret")},
-            "observed_updates": {"A": body_a["observed_updates"], "B": body_b["observed_updates"]}})
+        cells.append(
+            {
+                "arm": key[0],
+                "seed": key[1],
+                "cell": cell_name(*key),
+                **{
+                    f"{m}_h": {
+                        "A": float(_at_h(body_a, m).mean()),
+                        "B": float(_at_h(body_b, m).mean()),
+                        "difference": paired_scene_bootstrap(_at_h(body_b, m), _at_h(body_a, m), **options).as_dict(),
+                    }
+                    for m in ("mae", "regret")
+                },
+                "observed_updates": {"A": body_a["observed_updates"], "B": body_b["observed_updates"]},
+            }
+        )
         drift.append({"cell": cell_name(*key), "groups": state_drift(a["states"][key], b["states"][key])})
     unequal = [c["cell"] for c in cells if c["observed_updates"]["A"] != c["observed_updates"]["B"]]
-    checks.append({"check": "observed updates equal in every cell", "passed": not unequal,
-                   "detail": f"unequal in {', '.join(unequal)}" if unequal else f"{len(cells)} cells"})
+    checks.append(
+        {
+            "check": "observed updates equal in every cell",
+            "passed": not unequal,
+            "detail": f"unequal in {', '.join(unequal)}" if unequal else f"{len(cells)} cells",
+        }
+    )
     by_cell = {(c["arm"], c["seed"]): c for c in cells}
     arm_rows = []
     for arm in arms:
         at = {m: {s: by_cell[(arm, s)][f"{m}_h"] for s in seeds} for m in ("mae", "regret")}
-        effects = {m: {"lane_effect": float(np.mean([abs(at[m][s]["B"] - at[m][s]["A"]) for s in seeds])),
-                       **{f"seed_effect_{k}": _seed_effect({s: at[m][s][k] for s in seeds}) for k in ("A", "B")}}
-                   for m in at}
-        differences = np.stack([_at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret")
-                                for s in seeds])
-        arm_rows.append({"arm": arm, **effects, "tost_regret_h": tost_verdict(differences, margin,
-                                                                               seed_variance=seed_variance)})
+        effects = {
+            m: {
+                "lane_effect": float(np.mean([abs(at[m][s]["B"] - at[m][s]["A"]) for s in seeds])),
+                **{f"seed_effect_{k}": _seed_effect({s: at[m][s][k] for s in seeds}) for k in ("A", "B")},
+            }
+            for m in at
+        }
+        differences = np.stack(
+            [_at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret") for s in seeds]
+        )
+        arm_rows.append(
+            {"arm": arm, **effects, "tost_regret_h": tost_verdict(differences, margin, seed_variance=seed_variance)}
+        )
     missing = [d["cell"] for d in drift if any(g["missing"] for g in d["groups"].values())]
-    checks.append({"check": "final states hold the same tensors", "passed": not missing,
-                   "detail": f"differ in {', '.join(missing)}" if missing else f"{len(drift)} cells"})
+    checks.append(
+        {
+            "check": "final states hold the same tensors",
+            "passed": not missing,
+            "detail": f"differ in {', '.join(missing)}" if missing else f"{len(drift)} cells",
+        }
+    )
     retention = _retention_agreement(a["report_json"], b["report_json"])
-    checks.append({"check": "every retention decision and study-level verdict agrees", "passed": retention["agree"],
-                   "detail": "; ".join(retention["disagreements"]) or "all agree"})
+    checks.append(
+        {
+            "check": "every retention decision and study-level verdict agrees",
+            "passed": retention["agree"],
+            "detail": "; ".join(retention["disagreements"]) or "all agree",
+        }
+    )
     worst = max((g["relative_l2"] or 0.0 for d in drift for g in d["groups"].values()), default=0.0)
-    lanes = {k: {"directory": str(lane["directory"]), "profile": lane["profile"], "study_id": lane["study_id"],
-                 "freeze_receipt_sha256": sha256_file(lane["freeze"]),
-                 "report_receipt_sha256": sha256_file(lane["report"]), "versions": lane["versions"]}
-             for k, lane in (("A", a), ("B", b))}
+    lanes = {
+        k: {
+            "directory": str(lane["directory"]),
+            "profile": lane["profile"],
+            "study_id": lane["study_id"],
+            "freeze_receipt_sha256": sha256_file(lane["freeze"]),
+            "report_receipt_sha256": sha256_file(lane["report"]),
+            "versions": lane["versions"],
+        }
+        for k, lane in (("A", a), ("B", b))
+    }
     record = {k: v for k, v in a["resolved"].items() if k not in _NOT_COMPARED}
     return {
-        "schema_version": DOCUMENT_SCHEMA_VERSION, "study": a["study"], "lanes": lanes,
-        "versions_differ": sorted(k for k in set(a["versions"]) | set(b["versions"])
-                                  if a["versions"].get(k) != b["versions"].get(k)),
+        "schema_version": DOCUMENT_SCHEMA_VERSION,
+        "study": a["study"],
+        "lanes": lanes,
+        "versions_differ": sorted(
+            k for k in set(a["versions"]) | set(b["versions"]) if a["versions"].get(k) != b["versions"].get(k)
+        ),
         "compared_under": runtime_versions(),  # the bootstrap and drift ran here
         "decision_sha256_without_profile": sha256_bytes(canonical_json(record)),
-        "difference": "B - A", "horizon": int(np.asarray(a["cells"][keys[0]]["evaluation"]["scene_mae"]).shape[1]),
-        "n_scenes": len(scene_ids), "scene_ids": scene_ids, "seeds": seeds, "margin": margin,
+        "difference": "B - A",
+        "horizon": int(np.asarray(a["cells"][keys[0]]["evaluation"]["scene_mae"]).shape[1]),
+        "n_scenes": len(scene_ids),
+        "scene_ids": scene_ids,
+        "seeds": seeds,
+        "margin": margin,
         "margin_source": margin_source,
-        "tost_seed_variance": (f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g} m)"
-                               if seed_variance else f"study: its own {len(seeds)} seeds"),
+        "tost_seed_variance": (
+            f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g} m)"
+            if seed_variance
+            else f"study: its own {len(seeds)} seeds"
+        ),
         "bootstrap": {"resamples": resamples, "seed": seed, "confidence": 0.95, "method": "paired scene bootstrap"},
         "definitions": {
             "lane_effect": "mean over seeds of |metric_H(B, seed) - metric_H(A, seed)| (scene means)",
             "seed_effect": "on one lane, mean over seed pairs of |metric_H(s_j) - metric_H(s_i)| (|s1 - s0|)",
             "tost": "regret_H, per-scene (B - A) pooled over seeds with the report's seed-aware variance (scene "
-                    "part + tau^2 / seeds); equivalent iff the 90% interval lies inside [-margin, margin]; not "
-                    "equivalent iff the 95% interval lies outside it; else inconclusive",
+            "part + tau^2 / seeds); equivalent iff the 90% interval lies inside [-margin, margin]; not "
+            "equivalent iff the 95% interval lies outside it; else inconclusive",
             "drift": "per tensor group (the key's first two non-numeric components: online.encoder, "
-                     "optim.exp_avg, ...), sqrt(sum ||B - A||^2) / sqrt(sum ||A||^2) over the group's tensors",
+            "optim.exp_avg, ...), sqrt(sum ||B - A||^2) / sqrt(sum ||A||^2) over the group's tensors",
         },
-        "cells": cells, "arms": arm_rows, "retention": retention, "drift": drift, "checks": checks,
-        "summary": {"tost": {r["arm"]: r["tost_regret_h"]["verdict"] for r in arm_rows},
-                    "retention_agree": retention["agree"], "checks_passed": all(c["passed"] for c in checks),
-                    "max_relative_drift": worst},
+        "cells": cells,
+        "arms": arm_rows,
+        "retention": retention,
+        "drift": drift,
+        "checks": checks,
+        "summary": {
+            "tost": {r["arm"]: r["tost_regret_h"]["verdict"] for r in arm_rows},
+            "retention_agree": retention["agree"],
+            "checks_passed": all(c["passed"] for c in checks),
+            "max_relative_drift": worst,
+        },
     }
 
 
@@ -365,14 +489,29 @@ def _retention_agreement(a: dict, b: dict) -> dict:
     b_entries = {e["variant"]: e for e in b["retention"]}
     for entry in a["retention"]:
         other = b_entries.get(entry["variant"], {"per_seed": {}})
-        per_seed = {s: {"A": d["retained"], "B": (other["per_seed"].get(s) or {}).get("retained"),
-                        "label_A": d["label"], "label_B": (other["per_seed"].get(s) or {}).get("label")}
-                    for s, d in entry["per_seed"].items()}
+        per_seed = {
+            s: {
+                "A": d["retained"],
+                "B": (other["per_seed"].get(s) or {}).get("retained"),
+                "label_A": d["label"],
+                "label_B": (other["per_seed"].get(s) or {}).get("label"),
+            }
+            for s, d in entry["per_seed"].items()
+        }
         verdict = {k: e.get("verdict") for k, e in (("A", entry), ("B", other))}
-        rows.append({"variant": entry["variant"], "per_seed": per_seed, "verdict": verdict,
-                     "replication": {k: e.get("replication") for k, e in (("A", entry), ("B", other))}})
-        disagreements += [f"{entry['variant']} seed {s} retained A={v['A']} B={v['B']}"
-                          for s, v in per_seed.items() if v["A"] != v["B"]]
+        rows.append(
+            {
+                "variant": entry["variant"],
+                "per_seed": per_seed,
+                "verdict": verdict,
+                "replication": {k: e.get("replication") for k, e in (("A", entry), ("B", other))},
+            }
+        )
+        disagreements += [
+            f"{entry['variant']} seed {s} retained A={v['A']} B={v['B']}"
+            for s, v in per_seed.items()
+            if v["A"] != v["B"]
+        ]
         if verdict["A"] != verdict["B"]:
             disagreements.append(f"{entry['variant']} verdict A={verdict['A']} B={verdict['B']}")
     return {"variants": rows, "agree": not disagreements, "disagreements": disagreements}
@@ -413,50 +552,126 @@ def state_drift(a: Path, b: Path) -> dict[str, dict]:
         x, y = left[key].double(), right[key].double()
         group["n_tensors"] += 1
         group["diff2"] += float(((y - x) ** 2).sum())
-        group["norm2"] += float((x ** 2).sum())
-    return {name: {"n_tensors": g["n_tensors"], "missing": g["missing"],
-                   "relative_l2": (math.sqrt(g["diff2"] / g["norm2"]) if g["norm2"] > 0 else
-                                   (0.0 if g["diff2"] == 0 else None))} for name, g in groups.items()}
+        group["norm2"] += float((x**2).sum())
+    return {
+        name: {
+            "n_tensors": g["n_tensors"],
+            "missing": g["missing"],
+            "relative_l2": (
+                math.sqrt(g["diff2"] / g["norm2"]) if g["norm2"] > 0 else (0.0 if g["diff2"] == 0 else None)
+            ),
+        }
+        for name, g in groups.items()
+    }
 
 
 def markdown(c: dict) -> str:
     """The text of ``lanes.md`` (from the comparison dict only)."""
     h, level = c["horizon"], "95%"
-    lines = [f"# Lane replication of study `{c['study']}`", "",
-             f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
-             f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
-             f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
-             f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])} m on regret_{h} "
-             f"({c['margin_source']}); the TOST intervals are seed-aware, as the report's ({c['tost_seed_variance']}).",
-             "",
-             "Package versions that differ between the lanes: " + (", ".join(
-                 f"{k} {c['lanes']['A']['versions'].get(k)} / {c['lanes']['B']['versions'].get(k)}"
-                 for k in c["versions_differ"]) or "none") + ".", "",
-             "## Checks", "", *table(["check", "passed", "detail"], [[k["check"], "yes" if k["passed"] else "**NO**",
-                                                                      k["detail"]] for k in c["checks"]]),
-             "", "## Per arm: lane effect beside seed effect, and equivalence", ""]
-    columns = ["arm", f"lane effect MAE_{h}", f"seed effect MAE_{h} A / B", f"lane effect regret_{h}",
-               f"seed effect regret_{h} A / B", f"B - A regret_{h}", "90% CI", "95% CI", "TOST"]
-    lines += table(columns, [[r["arm"], fmt(r["mae"]["lane_effect"]),
-                              f"{fmt(r['mae']['seed_effect_A'])} / {fmt(r['mae']['seed_effect_B'])}",
-                              fmt(r["regret"]["lane_effect"]),
-                              f"{fmt(r['regret']['seed_effect_A'])} / {fmt(r['regret']['seed_effect_B'])}",
-                              fmt(r["tost_regret_h"]["estimate"]), ci(r["tost_regret_h"]["interval_90"]),
-                              ci(r["tost_regret_h"]["interval_95"]), r["tost_regret_h"]["verdict"]] for r in c["arms"]])
+    lines = [
+        f"# Lane replication of study `{c['study']}`",
+        "",
+        f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
+        f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
+        f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
+        f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])} m on regret_{h} "
+        f"({c['margin_source']}); the TOST intervals are seed-aware, as the report's ({c['tost_seed_variance']}).",
+        "",
+        "Package versions that differ between the lanes: "
+        + (
+            ", ".join(
+                f"{k} {c['lanes']['A']['versions'].get(k)} / {c['lanes']['B']['versions'].get(k)}"
+                for k in c["versions_differ"]
+            )
+            or "none"
+        )
+        + ".",
+        "",
+        "## Checks",
+        "",
+        *table(
+            ["check", "passed", "detail"],
+            [[k["check"], "yes" if k["passed"] else "**NO**", k["detail"]] for k in c["checks"]],
+        ),
+        "",
+        "## Per arm: lane effect beside seed effect, and equivalence",
+        "",
+    ]
+    columns = [
+        "arm",
+        f"lane effect MAE_{h}",
+        f"seed effect MAE_{h} A / B",
+        f"lane effect regret_{h}",
+        f"seed effect regret_{h} A / B",
+        f"B - A regret_{h}",
+        "90% CI",
+        "95% CI",
+        "TOST",
+    ]
+    lines += table(
+        columns,
+        [
+            [
+                r["arm"],
+                fmt(r["mae"]["lane_effect"]),
+                f"{fmt(r['mae']['seed_effect_A'])} / {fmt(r['mae']['seed_effect_B'])}",
+                fmt(r["regret"]["lane_effect"]),
+                f"{fmt(r['regret']['seed_effect_A'])} / {fmt(r['regret']['seed_effect_B'])}",
+                fmt(r["tost_regret_h"]["estimate"]),
+                ci(r["tost_regret_h"]["interval_90"]),
+                ci(r["tost_regret_h"]["interval_95"]),
+                r["tost_regret_h"]["verdict"],
+            ]
+            for r in c["arms"]
+        ],
+    )
     lines += ["", "## Per cell (paired B - A)", ""]
-    lines += table(["cell", f"MAE_{h} A", f"MAE_{h} B", "B - A", f"{level} CI", f"regret_{h} A", f"regret_{h} B",
-                    "B - A", f"{level} CI", "updates A / B"],
-                   [[x["cell"], *(v for m in ("mae_h", "regret_h") for v in (
-                       fmt(x[m]["A"]), fmt(x[m]["B"]), fmt(x[m]["difference"]["estimate"]), ci(x[m]["difference"]))),
-                     f"{x['observed_updates']['A']} / {x['observed_updates']['B']}"] for x in c["cells"]])
+    lines += table(
+        [
+            "cell",
+            f"MAE_{h} A",
+            f"MAE_{h} B",
+            "B - A",
+            f"{level} CI",
+            f"regret_{h} A",
+            f"regret_{h} B",
+            "B - A",
+            f"{level} CI",
+            "updates A / B",
+        ],
+        [
+            [
+                x["cell"],
+                *(
+                    v
+                    for m in ("mae_h", "regret_h")
+                    for v in (
+                        fmt(x[m]["A"]),
+                        fmt(x[m]["B"]),
+                        fmt(x[m]["difference"]["estimate"]),
+                        ci(x[m]["difference"]),
+                    )
+                ),
+                f"{x['observed_updates']['A']} / {x['observed_updates']['B']}",
+            ]
+            for x in c["cells"]
+        ],
+    )
     lines += ["", "## Retention decisions and study-level verdicts", ""]
-    lines += table(["variant", "seed", "retained A", "retained B", "label A", "label B", "verdict A", "verdict B"],
-                   [[v["variant"], s, d["A"], d["B"], d["label_A"], d["label_B"], v["verdict"]["A"], v["verdict"]["B"]]
-                    for v in c["retention"]["variants"] for s, d in v["per_seed"].items()])
+    lines += table(
+        ["variant", "seed", "retained A", "retained B", "label A", "label B", "verdict A", "verdict B"],
+        [
+            [v["variant"], s, d["A"], d["B"], d["label_A"], d["label_B"], v["verdict"]["A"], v["verdict"]["B"]]
+            for v in c["retention"]["variants"]
+            for s, d in v["per_seed"].items()
+        ],
+    )
     groups = sorted({g for d in c["drift"] for g in d["groups"]})
     lines += ["", "## Final-state drift (relative L2 norm ||B - A|| / ||A|| per tensor group)", ""]
-    lines += table(["cell", *groups], [[d["cell"], *(fmt(d["groups"].get(g, {}).get("relative_l2"), 6)
-                                                     for g in groups)] for d in c["drift"]])
+    lines += table(
+        ["cell", *groups],
+        [[d["cell"], *(fmt(d["groups"].get(g, {}).get("relative_l2"), 6) for g in groups)] for d in c["drift"]],
+    )
     lines += ["", f"Figure: `{LANES_FIGURE}` (per arm: lane effect beside each lane's seed effect).", ""]
     return "\n".join(lines)
 
@@ -487,14 +702,26 @@ def _figure(c: dict, path: Path) -> None:
 def run_command(args: Any) -> int:
     """``qhlab study compare-lanes A B --output DIR --margin M [--populations ROOT]``: compare and print
     one line per arm. Exit status 0, or 1 when a check failed (the lane report is written either way)."""
-    result = compare_lanes(args.lane_a, args.lane_b, args.output, margin=args.margin,
-                           margin_mde_multiple=args.margin_mde_multiple, populations=args.populations)
+    result = compare_lanes(
+        args.lane_a,
+        args.lane_b,
+        args.output,
+        margin=args.margin,
+        margin_mde_multiple=args.margin_mde_multiple,
+        populations=args.populations,
+    )
     console = study_console()
     for row in result["arms"]:
-        console.print(f"{row['arm']}: lane effect regret_H {row['regret']['lane_effect']:.4f} vs seed effect "
-                      f"{row['regret']['seed_effect_A']:.4f} / {row['regret']['seed_effect_B']:.4f}; "
-                      f"{row['tost_regret_h']['verdict']} at margin {result['margin']}", soft_wrap=True)
-    console.print(f"[green]lanes[/] {Path(args.output) / LANES_MARKDOWN} (checks "
-                  f"{'passed' if result['summary']['checks_passed'] else 'FAILED'})", soft_wrap=True)
+        console.print(
+            f"{row['arm']}: lane effect regret_H {row['regret']['lane_effect']:.4f} vs seed effect "
+            f"{row['regret']['seed_effect_A']:.4f} / {row['regret']['seed_effect_B']:.4f}; "
+            f"{row['tost_regret_h']['verdict']} at margin {result['margin']}",
+            soft_wrap=True,
+        )
+    console.print(
+        f"[green]lanes[/] {Path(args.output) / LANES_MARKDOWN} (checks "
+        f"{'passed' if result['summary']['checks_passed'] else 'FAILED'})",
+        soft_wrap=True,
+    )
     # As for a failed E0 gate: the report is written and stays, and the status says it failed.
     return 0 if result["summary"]["checks_passed"] else 1

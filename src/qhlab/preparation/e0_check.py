@@ -51,14 +51,17 @@ def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, po
     """
     import tomli_w
 
-
-    raw, _, _ = read_toml(study_path, call=STUDY_CALL, field="study", example="examples/default-study.toml",
-                          relative=STUDY_PATH_FIELDS)
+    raw, _, _ = read_toml(
+        study_path, call=STUDY_CALL, field="study", example="examples/default-study.toml", relative=STUDY_PATH_FIELDS
+    )
     raw = {k: v for k, v in raw.items() if k not in ("preparation", "seed_variance")}
-    raw.update(name=name, population_cache=str(Path(population_cache).expanduser()),
-               train={**raw["train"], "seed": train_seed})
-    header = (f"# Written by {E0_CHECK_CALL}: the study {str(Path(study_path).resolve())!r} with its TRAIN seed "
-              f"replaced by {train_seed}.\n")
+    raw.update(
+        name=name, population_cache=str(Path(population_cache).expanduser()), train={**raw["train"], "seed": train_seed}
+    )
+    header = (
+        f"# Written by {E0_CHECK_CALL}: the study {str(Path(study_path).resolve())!r} with its TRAIN seed "
+        f"replaced by {train_seed}.\n"
+    )
     return (header + tomli_w.dumps(raw)).encode("utf-8")
 
 
@@ -76,19 +79,39 @@ def _gate_draw(job: dict) -> dict:
     with authentication_roots(study, original=recorded_origin(study)):
         e0 = read_receipt(study / CANARY_DIR / E0_RECEIPT, StudyE0Receipt)
         frozen_body = read_receipt(study / FREEZE_RECEIPT, StudyFreezeReceipt).body
-    return {"adopted": adopted, "wall_seconds": time.perf_counter() - started, **draw_outcome(job["seed"], e0.body.model_dump(mode="json"),
-                                               frozen_body.train["manifest_sha256"], study, Path(job["root"]))}
+    return {
+        "adopted": adopted,
+        "wall_seconds": time.perf_counter() - started,
+        **draw_outcome(
+            job["seed"], e0.body.model_dump(mode="json"), frozen_body.train["manifest_sha256"], study, Path(job["root"])
+        ),
+    }
 
 
 def _resolve(config: QhE0CheckConfig, preset: str, choice: Any) -> dict[int, Path]:
     """Generate (or reuse) every draw's TRAIN population first, each on every core."""
-    return {seed: Path(resolve_population(PopulationSource(preset=preset, seed=seed), "train",
-                                          config.population_cache, progress=True, executor=choice)).absolute()
-            for seed in config.train_seeds}
+    return {
+        seed: Path(
+            resolve_population(
+                PopulationSource(preset=preset, seed=seed),
+                "train",
+                config.population_cache,
+                progress=True,
+                executor=choice,
+            )
+        ).absolute()
+        for seed in config.train_seeds
+    }
 
 
-def run_e0_check(config_path: str | os.PathLike, output: str | os.PathLike, *, workers: int | None = None,
-                 executor: Any = None, say: Callable[[str], None] = print) -> dict:
+def run_e0_check(
+    config_path: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    executor: Any = None,
+    say: Callable[[str], None] = print,
+) -> dict:
     """Run (or resume, or re-read) an E0 check and publish its record.
 
     Args:
@@ -112,24 +135,49 @@ def run_e0_check(config_path: str | os.PathLike, output: str | os.PathLike, *, w
     if (directory / RECEIPT).is_file():
         record = read_record(directory)
         if record["config_sha256"] != digest:
-            raise input_error(E0_CHECK_CALL, "--output", str(directory), "a new directory, or this config's check",
-                              "it holds the finished check of another config or gate design; use another --output")
+            raise input_error(
+                E0_CHECK_CALL,
+                "--output",
+                str(directory),
+                "a new directory, or this config's check",
+                "it holds the finished check of another config or gate design; use another --output",
+            )
         say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
         return record
     choice = executor if executor is not None else executor_choice(config.executor, None, call=E0_CHECK_CALL)
     directory.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(directory / _LOCK, hint="another qhlab e0-check writes this directory; wait for it"):
         publish_config_copy(directory / CONFIG_COPY, data, call=E0_CHECK_CALL)
-        say(f"e0 check {config.name}: the E0 gate of {study.name} (canary_updates {study.canary_updates}, "
+        say(
+            f"e0 check {config.name}: the E0 gate of {study.name} (canary_updates {study.canary_updates}, "
             f"canary_gap_multiple {study.canary_gap_multiple}, tie_band {study.tie_band}) on "
-            f"{len(config.train_seeds)} fresh TRAIN draws of {study.train.preset}")
+            f"{len(config.train_seeds)} fresh TRAIN draws of {study.train.preset}"
+        )
         populations = _resolve(config, study.train.preset, choice)
-        return _run_locked(config, study, design, digest, directory, populations,
-                           config.workers if workers is None else workers, choice, say)
+        return _run_locked(
+            config,
+            study,
+            design,
+            digest,
+            directory,
+            populations,
+            config.workers if workers is None else workers,
+            choice,
+            say,
+        )
 
 
-def _run_locked(config: QhE0CheckConfig, study: Any, design: dict, digest: str, directory: Path,
-                populations: dict[int, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
+def _run_locked(
+    config: QhE0CheckConfig,
+    study: Any,
+    design: dict,
+    digest: str,
+    directory: Path,
+    populations: dict[int, Path],
+    workers: int,
+    choice: Any,
+    say: Callable[[str], None],
+) -> dict:
     jobs = []
     for seed in config.train_seeds:
         name = f"{config.name}-{seed}"
@@ -140,34 +188,52 @@ def _run_locked(config: QhE0CheckConfig, study: Any, design: dict, digest: str, 
             publish_bytes(path, text)
         # Its settings, not its header comment (which names where the study was): a moved check resumes.
         elif tomllib.loads(path.read_text(encoding="utf-8")) != tomllib.loads(text.decode("utf-8")):
-            raise input_error(E0_CHECK_CALL, "--output", str(directory), "a directory begun with this study's config",
-                              f"{path} was written from another version of the study; use another --output")
-        jobs.append({"seed": seed, "config": str(path), "study": str(directory / STUDIES_DIR / name),
-                     "root": str(directory)})
+            raise input_error(
+                E0_CHECK_CALL,
+                "--output",
+                str(directory),
+                "a directory begun with this study's config",
+                f"{path} was written from another version of the study; use another --output",
+            )
+        jobs.append(
+            {"seed": seed, "config": str(path), "study": str(directory / STUDIES_DIR / name), "root": str(directory)}
+        )
 
     def done(job: dict, result: dict) -> None:
         finished.append(result)
         how = "adopted" if result["adopted"] else f"{result['wall_seconds']:.0f} s"
         row = result["selected"]
         where = "no row qualified" if row is None else f"row state {row['state_id']}"
-        say(f"draw {len(finished)}/{len(jobs)} TRAIN {job['seed']}: E0 {'passed' if result['passed'] else 'FAILED'} "
-            f"({where}; {how})")
+        say(
+            f"draw {len(finished)}/{len(jobs)} TRAIN {job['seed']}: E0 {'passed' if result['passed'] else 'FAILED'} "
+            f"({where}; {how})"
+        )
 
     finished: list[dict] = []
     with fit_runner(choice, workers, E0_CHECK_CALL) as runner:
         outputs = runner.run(_gate_draw, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
     results = {job["seed"]: result for job, result in zip(jobs, outputs, strict=True)}
-    outcomes = [{k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")}
-                for seed in config.train_seeds]
+    outcomes = [
+        {k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")} for seed in config.train_seeds
+    ]
     passed = sum(o["passed"] for o in outcomes)
     record = {
-        "kind": "e0_record", "name": config.name, "config": config.record(), "config_sha256": digest,
-        "study": {"path": str(Path(config.study).resolve()), "name": study.name}, "design": design,
-        "outcomes": outcomes, "draws": len(outcomes), "passed": passed,
-        "pass_share": passed / len(outcomes), "min_pass_share": config.min_pass_share,
+        "kind": "e0_record",
+        "name": config.name,
+        "config": config.record(),
+        "config_sha256": digest,
+        "study": {"path": str(Path(config.study).resolve()), "name": study.name},
+        "design": design,
+        "outcomes": outcomes,
+        "draws": len(outcomes),
+        "passed": passed,
+        "pass_share": passed / len(outcomes),
+        "min_pass_share": config.min_pass_share,
         "meets_min_pass_share": passed / len(outcomes) >= config.min_pass_share,
     }
     publish_record(directory, record)
-    say(f"e0 check {config.name}: {passed} of {len(outcomes)} draws passed (share {record['pass_share']:.2f}; "
-        f"required {config.min_pass_share}); {directory / 'e0.json'}")
+    say(
+        f"e0 check {config.name}: {passed} of {len(outcomes)} draws passed (share {record['pass_share']:.2f}; "
+        f"required {config.min_pass_share}); {directory / 'e0.json'}"
+    )
     return record

@@ -34,9 +34,14 @@ def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:
     """
     if path.exists():
         if path.read_bytes() != data:
-            raise input_error(call, "--output", str(path.parent), "a new directory, or one begun with this config",
-                              f"its {path.name} is another config's; use another --output, or remove the "
-                              "directory's config and records to re-derive them (finished fits are adopted)")
+            raise input_error(
+                call,
+                "--output",
+                str(path.parent),
+                "a new directory, or one begun with this config",
+                f"its {path.name} is another config's; use another --output, or remove the "
+                "directory's config and records to re-derive them (finished fits are adopted)",
+            )
         return
     publish_bytes(path, data)
 
@@ -82,9 +87,20 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     directory = _adoptable(fits / job["cell"], recipe_digest(admit_launch(job["profile"], recipe).recipe), manifests)
     if directory is not None:
         return directory, True
-    result = fit_recipe(FitRequest(
-        recipe=recipe, profile=job["profile"], output=fits, train=job["train"], validation=job["validation"],
-        cell=job["cell"], progress=False, job_type=job["job_type"], group=job["group"], tags=(job["tag"],)))
+    result = fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile=job["profile"],
+            output=fits,
+            train=job["train"],
+            validation=job["validation"],
+            cell=job["cell"],
+            progress=False,
+            job_type=job["job_type"],
+            group=job["group"],
+            tags=(job["tag"],),
+        )
+    )
     return result.output_directory, False
 
 
@@ -102,18 +118,29 @@ def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]
 
     fit_body = read_receipt(directory / FIT_RECEIPT, FitReceipt).body
     evaluation = read_receipt(directory / EVALUATION_RECEIPT, EvaluationReceipt).body
-    return {
-        "final_state_sha256": fit_body.final_state_sha256,
-        "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
-        "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
-        "directory": directory.relative_to(root).as_posix(),
-        "observed_updates": fit_body.observed_updates,
-        "wall_seconds": fit_body.wall_seconds,
-    }, fit_body, evaluation
+    return (
+        {
+            "final_state_sha256": fit_body.final_state_sha256,
+            "fit_receipt_sha256": sha256_file(directory / FIT_RECEIPT),
+            "evaluation_receipt_sha256": sha256_file(directory / EVALUATION_RECEIPT),
+            "directory": directory.relative_to(root).as_posix(),
+            "observed_updates": fit_body.observed_updates,
+            "wall_seconds": fit_body.wall_seconds,
+        },
+        fit_body,
+        evaluation,
+    )
 
 
 def fit_runner(choice: ExecutorChoice, workers: int, call: str) -> JobRunner:
     """The job runner of a preparation tool's fits: local warm workers (or Ray tasks) that start
     in this process's console mode."""
-    return JobRunner(choice, workers, call=call, initializer=configure_console, initargs=(console_verbose(),),
-                     verbose=console_verbose(), warm_imports=FIT_WORKER_IMPORTS)
+    return JobRunner(
+        choice,
+        workers,
+        call=call,
+        initializer=configure_console,
+        initargs=(console_verbose(),),
+        verbose=console_verbose(),
+        warm_imports=FIT_WORKER_IMPORTS,
+    )

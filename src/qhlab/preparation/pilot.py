@@ -32,11 +32,18 @@ def _pilot_fit(job: dict) -> dict:
     """One pilot fit (a pool or Ray task): its per-scene metrics at H and its evidence."""
     directory, adopted = adopt_or_fit(job)
     evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
-    return {"arm": job["arm"], "draw": job["draw"], "seed": int(job["recipe"]["seed"]),
-            "regret": [row[-1] for row in evaluation.per_scene["regret"]],
-            "mae": [row[-1] for row in evaluation.per_scene["mae"]],
-            "regret_mean": evaluation.regret_primary, "mae_mean": evaluation.mae_primary,
-            "horizon": evaluation.horizon, **evidence, "adopted": adopted}
+    return {
+        "arm": job["arm"],
+        "draw": job["draw"],
+        "seed": int(job["recipe"]["seed"]),
+        "regret": [row[-1] for row in evaluation.per_scene["regret"]],
+        "mae": [row[-1] for row in evaluation.per_scene["mae"]],
+        "regret_mean": evaluation.regret_primary,
+        "mae_mean": evaluation.mae_primary,
+        "horizon": evaluation.horizon,
+        **evidence,
+        "adopted": adopted,
+    }
 
 
 def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
@@ -46,15 +53,27 @@ def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
     for role, source in sources.items():
         split = "validation" if role == "validation" else "train"
         if source.path is not None and not Path(source.path).is_dir():
-            raise input_error(PILOT_CALL, f"{role}.path", source.path, "an existing population directory",
-                              "generate it with `qhlab scenes generate` or name a preset and seed")
-        out[role] = Path(resolve_population(source, split, config.population_cache, progress=True,
-                                            executor=choice)).absolute()
+            raise input_error(
+                PILOT_CALL,
+                f"{role}.path",
+                source.path,
+                "an existing population directory",
+                "generate it with `qhlab scenes generate` or name a preset and seed",
+            )
+        out[role] = Path(
+            resolve_population(source, split, config.population_cache, progress=True, executor=choice)
+        ).absolute()
     return out
 
 
-def run_pilot(config_path: str | os.PathLike, output: str | os.PathLike, *, workers: int | None = None,
-              executor: Any = None, say: Callable[[str], None] = print) -> dict:
+def run_pilot(
+    config_path: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    executor: Any = None,
+    say: Callable[[str], None] = print,
+) -> dict:
     """Run (or resume, or re-read) a pilot and publish its record.
 
     Args:
@@ -78,8 +97,13 @@ def run_pilot(config_path: str | os.PathLike, output: str | os.PathLike, *, work
     if (directory / RECEIPT).is_file():
         record = read_record(directory)
         if record["config_sha256"] != digest:
-            raise input_error(PILOT_CALL, "--output", str(directory), "a new directory, or this config's pilot",
-                              "it holds the finished pilot of another config or study design; use another --output")
+            raise input_error(
+                PILOT_CALL,
+                "--output",
+                str(directory),
+                "a new directory, or this config's pilot",
+                "it holds the finished pilot of another config or study design; use another --output",
+            )
         say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
     choice = executor if executor is not None else executor_choice(config.executor, None, call=PILOT_CALL)
@@ -88,54 +112,107 @@ def run_pilot(config_path: str | os.PathLike, output: str | os.PathLike, *, work
     directory.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(directory / _LOCK, hint="another qhlab pilot writes this directory; wait for it"):
         publish_config_copy(directory / CONFIG_COPY, data, call=PILOT_CALL)
-        return _run_locked(config, study, design, digest, directory, populations,
-                           config.workers if workers is None else workers, choice, say)
+        return _run_locked(
+            config,
+            study,
+            design,
+            digest,
+            directory,
+            populations,
+            config.workers if workers is None else workers,
+            choice,
+            say,
+        )
 
 
-def _run_locked(config: QhPilotConfig, study: Any, design: dict, digest: str, directory: Path,
-                populations: dict[str, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
+def _run_locked(
+    config: QhPilotConfig,
+    study: Any,
+    design: dict,
+    digest: str,
+    directory: Path,
+    populations: dict[str, Path],
+    workers: int,
+    choice: Any,
+    say: Callable[[str], None],
+) -> dict:
     main = int(config.train.seed)
     plan = [(arm, main, "train", seed) for arm in study.arms for seed in config.seeds]
-    plan += [(arm, d, f"draw {d}", seed) for d in config.train_draws for arm in study.arms
-             for seed in config.per_draw_seeds]
-    jobs = [{"arm": arm, "draw": draw, "cell": f"{arm}-d{draw}-s{seed}", "profile": study.profile,
-             "recipe": study.cell_recipe(arm, seed, study.broad_updates).model_dump(mode="json"),
-             "fits": str(directory / FITS_DIR), "train": str(populations[role]),
-             "validation": str(populations["validation"]), "job_type": "pilot", "group": config.name,
-             "tag": f"{arm}-d{draw}", "torch_threads": config.torch_threads} for arm, draw, role, seed in plan]
-    say(f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {main}"
-        + (f", and x {len(config.per_draw_seeds)} seeds on {len(config.train_draws)} more TRAIN draws"
-           if config.train_draws else "") + f": {len(jobs)} fits")
+    plan += [
+        (arm, d, f"draw {d}", seed) for d in config.train_draws for arm in study.arms for seed in config.per_draw_seeds
+    ]
+    jobs = [
+        {
+            "arm": arm,
+            "draw": draw,
+            "cell": f"{arm}-d{draw}-s{seed}",
+            "profile": study.profile,
+            "recipe": study.cell_recipe(arm, seed, study.broad_updates).model_dump(mode="json"),
+            "fits": str(directory / FITS_DIR),
+            "train": str(populations[role]),
+            "validation": str(populations["validation"]),
+            "job_type": "pilot",
+            "group": config.name,
+            "tag": f"{arm}-d{draw}",
+            "torch_threads": config.torch_threads,
+        }
+        for arm, draw, role, seed in plan
+    ]
+    say(
+        f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {main}"
+        + (
+            f", and x {len(config.per_draw_seeds)} seeds on {len(config.train_draws)} more TRAIN draws"
+            if config.train_draws
+            else ""
+        )
+        + f": {len(jobs)} fits"
+    )
 
     def done(job: dict, result: dict) -> None:
         how = "adopted" if result["adopted"] else f"{result['wall_seconds']:.1f} s"
-        say(f"fit {len(finished) + 1}/{len(jobs)} {job['arm']} draw {job['draw']} seed {result['seed']}: "
-            f"regret_{result['horizon']} {result['regret_mean']:.4f}, MAE {result['mae_mean']:.4f} ({how})")
+        say(
+            f"fit {len(finished) + 1}/{len(jobs)} {job['arm']} draw {job['draw']} seed {result['seed']}: "
+            f"regret_{result['horizon']} {result['regret_mean']:.4f}, MAE {result['mae_mean']:.4f} ({how})"
+        )
         finished.append(result)
 
     finished: list[dict] = []
     with fit_runner(choice, workers, PILOT_CALL) as runner:
         outputs = runner.run(_pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
     results = {(j["arm"], j["draw"], j["recipe"]["seed"]): result for j, result in zip(jobs, outputs, strict=True)}
-    fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")}
-            for key in sorted(results)]
+    fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
     draws = config.draws
-    components = components_of(design, fits, main_draw=main, seeds=list(config.seeds), draws=draws,
-                               draw_seeds=list(config.per_draw_seeds))
+    components = components_of(
+        design, fits, main_draw=main, seeds=list(config.seeds), draws=draws, draw_seeds=list(config.per_draw_seeds)
+    )
     record = {
-        "kind": "pilot_record", "name": config.name, "config": config.record(), "config_sha256": digest,
-        "study": {"path": str(Path(config.study).resolve()), "name": study.name}, "design": design,
+        "kind": "pilot_record",
+        "name": config.name,
+        "config": config.record(),
+        "config_sha256": digest,
+        "study": {"path": str(Path(config.study).resolve()), "name": study.name},
+        "design": design,
         "horizon": next(iter(results.values()))["horizon"],
         "populations": {role: population_record(path) for role, path in populations.items()},
-        "draws": draws, "draw_seeds": list(config.per_draw_seeds), "fits": fits, **components,
-        "estimators": {"tau": "qhlab.statistics.replication.seed_effect_sd on the seeds x scenes table of TRAIN "
-                              f"{main}", "draw_sd": "qhlab.statistics.variance.draw_effect_sd on the draws x "
-                                                    "draw_seeds x scenes table", "maximum": "over every comparison "
-                                                                                             "and retention margin"},
+        "draws": draws,
+        "draw_seeds": list(config.per_draw_seeds),
+        "fits": fits,
+        **components,
+        "estimators": {
+            "tau": f"qhlab.statistics.replication.seed_effect_sd on the seeds x scenes table of TRAIN {main}",
+            "draw_sd": "qhlab.statistics.variance.draw_effect_sd on the draws x draw_seeds x scenes table",
+            "maximum": "over every comparison and retention margin",
+        },
     }
     publish_record(directory, record)
     sv, td = record["seed_variance"], record["train_draw"]
-    say(f"pilot {config.name}: tau regret {sv['regret']:.5f} m, MAE {sv['mae']:.5f} m ({sv['seeds']} seeds)"
-        + ("" if td is None else f"; TRAIN draw regret {td['regret']:.5f} m, MAE {td['mae']:.5f} m "
-                                 f"({td['draws']} draws)") + f"; {directory / 'pilot.json'}")
+    say(
+        f"pilot {config.name}: tau regret {sv['regret']:.5f} m, MAE {sv['mae']:.5f} m ({sv['seeds']} seeds)"
+        + (
+            ""
+            if td is None
+            else f"; TRAIN draw regret {td['regret']:.5f} m, MAE {td['mae']:.5f} m ({td['draws']} draws)"
+        )
+        + f"; {directory / 'pilot.json'}"
+    )
     return record

@@ -86,19 +86,34 @@ def _refuse_foreign_db(directory: Path, config: QhTuningConfig, digest: str) -> 
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
             names = [r[0] for r in connection.execute("SELECT study_name FROM studies")]
-            recorded = [r[0] for r in connection.execute(
-                "SELECT value_json FROM study_user_attributes WHERE key = 'config_sha256'")]
+            recorded = [
+                r[0]
+                for r in connection.execute("SELECT value_json FROM study_user_attributes WHERE key = 'config_sha256'")
+            ]
     except sqlite3.Error as exc:
-        raise input_error(TUNE_CALL, "trials.db", str(path), "an Optuna SQLite database written by qhlab tune",
-                          f"it is unreadable ({exc}); nothing was overwritten: move it away or use another "
-                          "--output") from None
+        raise input_error(
+            TUNE_CALL,
+            "trials.db",
+            str(path),
+            "an Optuna SQLite database written by qhlab tune",
+            f"it is unreadable ({exc}); nothing was overwritten: move it away or use another --output",
+        ) from None
     if names != [config.name]:
-        raise input_error(TUNE_CALL, "trials.db", str(path), f"the database of tuning {config.name!r}",
-                          f"it holds studies {names!r}; nothing was overwritten: use another --output")
+        raise input_error(
+            TUNE_CALL,
+            "trials.db",
+            str(path),
+            f"the database of tuning {config.name!r}",
+            f"it holds studies {names!r}; nothing was overwritten: use another --output",
+        )
     if recorded and recorded != [json.dumps(digest)]:
-        raise input_error(TUNE_CALL, "trials.db", str(path), f"the trials of this config (config_sha256 {digest})",
-                          f"it holds the trials of another config ({recorded[0]}); nothing was overwritten: use "
-                          "another --output")
+        raise input_error(
+            TUNE_CALL,
+            "trials.db",
+            str(path),
+            f"the trials of this config (config_sha256 {digest})",
+            f"it holds the trials of another config ({recorded[0]}); nothing was overwritten: use another --output",
+        )
 
 
 def _open_storage(directory: Path, config: QhTuningConfig, digest: str):
@@ -117,30 +132,71 @@ def _fit_job(job: dict) -> dict:
     """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it."""
     directory, adopted = adopt_or_fit(job)
     evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
-    return {"seed": int(job["recipe"]["seed"]), "regret": evaluation.regret_primary, "mae": evaluation.mae_primary,
-            **evidence, "adopted": adopted}
+    return {
+        "seed": int(job["recipe"]["seed"]),
+        "regret": evaluation.regret_primary,
+        "mae": evaluation.mae_primary,
+        **evidence,
+        "adopted": adopted,
+    }
 
 
 def _cell(number: int, seed: int) -> str:
     return f"t{number:04d}-s{seed}"
 
 
-def _trial_entry(number: int, batch: int, params: dict, cost: int, fits: list[dict] | None, metric: str,
-                 max_cost: int | None, pruner: Any, pruned_at: int | None = None) -> dict:
+def _trial_entry(
+    number: int,
+    batch: int,
+    params: dict,
+    cost: int,
+    fits: list[dict] | None,
+    metric: str,
+    max_cost: int | None,
+    pruner: Any,
+    pruned_at: int | None = None,
+) -> dict:
     """A finished trial as the record holds it (``fits`` None: over the cost limit, not run;
     ``pruned_at``: the rung the pruner stopped it at, its ``fits`` the ones it made)."""
     if fits is None:
-        return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "pruned",
-                "reason": f"cost {cost} > max_cost {max_cost}", "fits": [], "mean": None, "seed_sd": None}
+        return {
+            "number": number,
+            "batch": batch,
+            "params": params,
+            "cost": cost,
+            "state": "pruned",
+            "reason": f"cost {cost} > max_cost {max_cost}",
+            "fits": [],
+            "mean": None,
+            "seed_sd": None,
+        }
     values = [f[metric] for f in fits]
     intermediate = {} if pruner is None else {"intermediate": running_means(values, pruner.rungs)}
     if pruned_at is not None:
         mean = intermediate["intermediate"][str(pruned_at)]
-        return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "pruned",
-                "reason": f"{pruner.kind} pruner after {pruned_at} of its fits (running mean {mean:.4f})",
-                "fits": fits, "mean": None, "seed_sd": None, **intermediate}
-    return {"number": number, "batch": batch, "params": params, "cost": cost, "state": "complete", "reason": None,
-            "fits": fits, **trial_score(values), **intermediate}
+        return {
+            "number": number,
+            "batch": batch,
+            "params": params,
+            "cost": cost,
+            "state": "pruned",
+            "reason": f"{pruner.kind} pruner after {pruned_at} of its fits (running mean {mean:.4f})",
+            "fits": fits,
+            "mean": None,
+            "seed_sd": None,
+            **intermediate,
+        }
+    return {
+        "number": number,
+        "batch": batch,
+        "params": params,
+        "cost": cost,
+        "state": "complete",
+        "reason": None,
+        "fits": fits,
+        **trial_score(values),
+        **intermediate,
+    }
 
 
 def _pruned_rung(config: QhTuningConfig, earlier: list[dict], fits: list[dict], done: int) -> int | None:
@@ -155,17 +211,24 @@ def _add_finished(study, entry: dict, distributions: dict) -> None:
     import optuna
 
     state = optuna.trial.TrialState.COMPLETE if entry["state"] == "complete" else optuna.trial.TrialState.PRUNED
-    study.add_trial(optuna.trial.create_trial(
-        params=entry["params"], distributions=distributions, state=state,
-        value=entry["mean"] if entry["state"] == "complete" else None,
-        intermediate_values={int(r): v for r, v in entry.get("intermediate", {}).items()},
-        user_attrs={"qhlab": entry}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=entry["params"],
+            distributions=distributions,
+            state=state,
+            value=entry["mean"] if entry["state"] == "complete" else None,
+            intermediate_values={int(r): v for r, v in entry.get("intermediate", {}).items()},
+            user_attrs={"qhlab": entry},
+        )
+    )
 
 
-def _say_trial(say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int,
-               best: dict | None) -> None:
-    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in sorted(entry["params"].items()))
+def _say_trial(
+    say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int, best: dict | None
+) -> None:
+    params = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(entry["params"].items())
+    )
     if entry["state"] == "complete":
         spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f})"
         wall = sum(f["wall_seconds"] for f in entry["fits"])
@@ -177,8 +240,14 @@ def _say_trial(say: Callable[[str], None], entry: dict, trials: int, metric: str
         say(f"  best so far: trial {best['number'] + 1}, {metric}_{horizon} {best['mean']:.4f}")
 
 
-def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, workers: int | None = None,
-               executor: Any = None, say: Callable[[str], None] = print) -> dict:
+def run_tuning(
+    config_path: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    executor: Any = None,
+    say: Callable[[str], None] = print,
+) -> dict:
     """Run (or resume, or re-read) a tuning and publish its record.
 
     Args:
@@ -204,15 +273,27 @@ def run_tuning(config_path: str | os.PathLike, output: str | os.PathLike, *, wor
     if (directory / RECEIPT).is_file():
         record = read_record(directory)
         if record["config_sha256"] != _config_digest(config, base):
-            raise input_error(TUNE_CALL, "--output", str(directory), "a new directory, or this config's tuning",
-                              "it holds the finished tuning of another config; use another --output")
-        say(f"tuning {config.name}: already finished ({len(record['trials'])} trials); winner trial "
-            f"{record['winner']['number'] + 1 if record['winner']['number'] is not None else 'none'}")
+            raise input_error(
+                TUNE_CALL,
+                "--output",
+                str(directory),
+                "a new directory, or this config's tuning",
+                "it holds the finished tuning of another config; use another --output",
+            )
+        say(
+            f"tuning {config.name}: already finished ({len(record['trials'])} trials); winner trial "
+            f"{record['winner']['number'] + 1 if record['winner']['number'] is not None else 'none'}"
+        )
         return record
     builder = (base.get("architecture") or {}).get("builder")
     if builder is not None:
-        raise input_error(TUNE_CALL, "recipe.architecture.builder", builder, "none (a built-in arm)",
-                          "tune a built-in arm's recipe; tuning a user arm's recipe is not supported")
+        raise input_error(
+            TUNE_CALL,
+            "recipe.architecture.builder",
+            builder,
+            "none (a built-in arm)",
+            "tune a built-in arm's recipe; tuning a user arm's recipe is not supported",
+        )
     populations = _resolve_populations(config, choice)
     refuse_sealed_validation(TUNE_CALL, populations["validation"], config.population_cache)
     digest = _config_digest(config, base)
@@ -227,10 +308,16 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
     for split in ("train", "validation"):
         source = getattr(config, split)
         if source.path is not None and not Path(source.path).is_dir():
-            raise input_error(TUNE_CALL, f"{split}.path", source.path, "an existing population directory",
-                              "generate it with `qhlab scenes generate` or name a preset and seed")
-        out[split] = Path(resolve_population(source, split, config.population_cache, progress=True,
-                                             executor=choice)).absolute()
+            raise input_error(
+                TUNE_CALL,
+                f"{split}.path",
+                source.path,
+                "an existing population directory",
+                "generate it with `qhlab scenes generate` or name a preset and seed",
+            )
+        out[split] = Path(
+            resolve_population(source, split, config.population_cache, progress=True, executor=choice)
+        ).absolute()
     return out
 
 
@@ -260,8 +347,17 @@ def _run_rungs(runner: JobRunner, config: QhTuningConfig, jobs: list[dict], comp
     return fits, pruned
 
 
-def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, directory: Path,
-                populations: dict[str, Path], workers: int, choice: Any, say: Callable[[str], None]) -> dict:
+def _run_locked(
+    config: QhTuningConfig,
+    data: bytes,
+    base: dict,
+    digest: str,
+    directory: Path,
+    populations: dict[str, Path],
+    workers: int,
+    choice: Any,
+    say: Callable[[str], None],
+) -> dict:
     # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
 
@@ -273,8 +369,10 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
     metric, seeds = config.objective.metric, config.objective.seeds
     batches = [list(range(s, min(config.trials, s + config.batch))) for s in range(0, config.trials, config.batch)]
     entries: list[dict] = []
-    say(f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
-        f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished")
+    say(
+        f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
+        f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished"
+    )
     with fit_runner(choice, workers, TUNE_CALL) as runner:
         for index, numbers in enumerate(batches):
             earlier = [finished[n] for n in range(numbers[0])]
@@ -290,12 +388,21 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
                 if config.objective.max_cost is not None and cost > config.objective.max_cost:
                     continue
                 for seed in seeds:
-                    jobs.append({"number": number, "cell": _cell(number, seed), "profile": config.profile,
-                                 "recipe": trial_recipe(config, params, seed=seed, base=base).model_dump(mode="json"),
-                                 "fits": str(directory / FITS_DIR), "train": str(populations["train"]),
-                                 "validation": str(populations["validation"]), "group": config.name,
-                                 "job_type": "trial", "tag": f"trial-{number}",
-                                 "torch_threads": config.torch_threads})
+                    jobs.append(
+                        {
+                            "number": number,
+                            "cell": _cell(number, seed),
+                            "profile": config.profile,
+                            "recipe": trial_recipe(config, params, seed=seed, base=base).model_dump(mode="json"),
+                            "fits": str(directory / FITS_DIR),
+                            "train": str(populations["train"]),
+                            "validation": str(populations["validation"]),
+                            "group": config.name,
+                            "job_type": "trial",
+                            "tag": f"trial-{number}",
+                            "torch_threads": config.torch_threads,
+                        }
+                    )
             # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
             complete = [entry for entry in entries if entry["state"] == "complete"]
             fits, pruned = _run_rungs(runner, config, jobs, complete)
@@ -304,24 +411,48 @@ def _run_locked(config: QhTuningConfig, data: bytes, base: dict, digest: str, di
                     entry = dict(finished[number].user_attrs["qhlab"])
                 else:
                     over = config.objective.max_cost is not None and cost > config.objective.max_cost
-                    entry = _trial_entry(number, index, params, cost, None if over else fits[number], metric,
-                                         config.objective.max_cost, config.pruner, pruned.get(number))
+                    entry = _trial_entry(
+                        number,
+                        index,
+                        params,
+                        cost,
+                        None if over else fits[number],
+                        metric,
+                        config.objective.max_cost,
+                        config.pruner,
+                        pruned.get(number),
+                    )
                     _add_finished(study, entry, distributions)
                     finished[number] = study.get_trials(deepcopy=False)[number]
                     if finished[number].number != number:
-                        raise RuntimeError(f"{TUNE_CALL}: trials.db numbered trial {number} as "
-                                           f"{finished[number].number}")
+                        raise RuntimeError(
+                            f"{TUNE_CALL}: trials.db numbered trial {number} as {finished[number].number}"
+                        )
                 entries.append(entry)
                 best = pick_winner(entries, band=0.0, max_seed_sd=config.objective.max_seed_sd)
-                _say_trial(say, entry, config.trials, metric, horizon,
-                           None if best["number"] is None else entries[best["number"]])
-    record = publish_record(directory, config=config, config_sha256=digest, base=base, entries=entries,
-                            populations={k: population_record(p) for k, p in populations.items()},
-                            recipe_of=lambda params: trial_recipe(config, params, seed=seeds[0], base=base))
+                _say_trial(
+                    say,
+                    entry,
+                    config.trials,
+                    metric,
+                    horizon,
+                    None if best["number"] is None else entries[best["number"]],
+                )
+    record = publish_record(
+        directory,
+        config=config,
+        config_sha256=digest,
+        base=base,
+        entries=entries,
+        populations={k: population_record(p) for k, p in populations.items()},
+        recipe_of=lambda params: trial_recipe(config, params, seed=seeds[0], base=base),
+    )
     winner = record["winner"]
     if winner["number"] is None:
         say(f"tuning {config.name}: no admissible trial; no recipe.toml was written")
     else:
-        say(f"winner: trial {winner['number'] + 1} by the rule ({metric}_{horizon} "
-            f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}")
+        say(
+            f"winner: trial {winner['number'] + 1} by the rule ({metric}_{horizon} "
+            f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}"
+        )
     return record

@@ -135,21 +135,31 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
     c_index = cands.column("candidate").to_numpy().astype(np.int64)
     c_row = rows_of(c_state, "state_id")
     if ((c_index < 0) | (c_index >= k)).any():
-        raise _refuse(call, cands_path, f"candidate={int(c_index[(c_index < 0) | (c_index >= k)][0])} is outside 0..{k - 1}")
+        raise _refuse(
+            call, cands_path, f"candidate={int(c_index[(c_index < 0) | (c_index >= k)][0])} is outside 0..{k - 1}"
+        )
     filled = np.zeros((s_rows, k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
     if (filled != 1).any():
         row, cand = np.argwhere(filled != 1)[0]
-        raise _refuse(call, cands_path, f"state_id {int(state_id[row])} candidate {int(cand)} has "
-                      f"{int(filled[row, cand])} rows; allowed: exactly one")
+        raise _refuse(
+            call,
+            cands_path,
+            f"state_id {int(state_id[row])} candidate {int(cand)} has "
+            f"{int(filled[row, cand])} rows; allowed: exactly one",
+        )
     horizons = np.where(step >= 0, big_h, big_h - 1).astype(np.int64)
     q_col = cands.column("q").combine_chunks()
     lengths = pc.list_value_length(q_col).to_numpy(zero_copy_only=False).astype(np.int64)
     if (lengths != horizons[c_row]).any():
         bad = int(np.argmax(lengths != horizons[c_row]))
-        raise _refuse(call, cands_path, f"state_id {int(c_state[bad])} candidate {int(c_index[bad])} has "
-                      f"{int(lengths[bad])} labels; allowed: {int(horizons[c_row][bad])} (H on chain states, "
-                      "H-1 on successors)")
+        raise _refuse(
+            call,
+            cands_path,
+            f"state_id {int(c_state[bad])} candidate {int(c_index[bad])} has "
+            f"{int(lengths[bad])} labels; allowed: {int(horizons[c_row][bad])} (H on chain states, "
+            "H-1 on successors)",
+        )
     flat = q_col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
     q = np.full((s_rows, k, big_h), np.nan)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -166,12 +176,22 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
     parent = np.full(s_rows, -1, dtype=np.int64)
     has_parent = parent_ids != -1
     parent[has_parent] = rows_of(parent_ids[has_parent], "parent_state_id")
-    return LabelArrays(state_id=state_id, scene_id=ints["scene_id"], chain_id=ints["chain_id"], step=step,
-                       reward=reward, q=q, horizons=horizons, successor=successor, parent=parent)
+    return LabelArrays(
+        state_id=state_id,
+        scene_id=ints["scene_id"],
+        chain_id=ints["chain_id"],
+        step=step,
+        reward=reward,
+        q=q,
+        horizons=horizons,
+        successor=successor,
+        parent=parent,
+    )
 
 
-def check_counts(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, scenes: int,
-                 call: str = "check_labels") -> None:
+def check_counts(
+    path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, scenes: int, call: str = "check_labels"
+) -> None:
     """Refuse a manifest whose ``counts`` disagree with the files.
 
     Args:
@@ -193,8 +213,11 @@ def check_counts(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *
     for name, value in actual.items():
         recorded = counts.get(name) if isinstance(counts, dict) else None
         if recorded != value:
-            raise _refuse(call, Path(path) / "manifest.json",
-                          f"counts.{name}={recorded!r} is not allowed; allowed: {value} (what the files hold)")
+            raise _refuse(
+                call,
+                Path(path) / "manifest.json",
+                f"counts.{name}={recorded!r} is not allowed; allowed: {value} (what the files hold)",
+            )
 
 
 def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str = "check_labels") -> None:
@@ -210,13 +233,15 @@ def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str 
     Raises:
         EvidenceError: naming the state and what is wrong.
     """
+
     def refuse(row: int, what: str) -> EvidenceError:
         return _refuse(call, where, f"state_id {int(labels.state_id[row])} {what}")
 
     s_rows, _, big_h = labels.q.shape
     valid = np.arange(1, big_h + 1)[None, :] <= labels.horizons[:, None]
     bad = ~np.isfinite(labels.reward).all(axis=1) | ~np.where(valid[:, None, :], np.isfinite(labels.q), True).all(
-        axis=(1, 2))
+        axis=(1, 2)
+    )
     if bad.any():
         raise refuse(int(np.argmax(bad)), "holds a reward or label that is not a finite number")
     chain = labels.step >= 0
@@ -226,29 +251,40 @@ def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str 
     for row in np.flatnonzero(chain):
         key = (int(labels.chain_id[row]), int(labels.step[row]))
         if key in seen:
-            raise refuse(int(row), f"repeats chain {key[0]} step {key[1]} (also state_id {int(labels.state_id[seen[key]])})")
+            raise refuse(
+                int(row), f"repeats chain {key[0]} step {key[1]} (also state_id {int(labels.state_id[seen[key]])})"
+            )
         seen[key] = int(row)
     for (chain_id, step), row in seen.items():
         if step > 0 and (chain_id, step - 1) not in seen:
             raise refuse(row, f"is step {step} of chain {chain_id}, whose step {step - 1} is missing")
     if (labels.successor[~chain] != -1).any():
-        raise refuse(int(np.flatnonzero(~chain & (labels.successor != -1).any(axis=1))[0]),
-                     "is a successor state with successors; allowed: none (leaves of the stored tree)")
+        raise refuse(
+            int(np.flatnonzero(~chain & (labels.successor != -1).any(axis=1))[0]),
+            "is a successor state with successors; allowed: none (leaves of the stored tree)",
+        )
     referenced = np.zeros(s_rows, dtype=np.int64)
     for row in np.flatnonzero(chain):
         for a, succ in enumerate(labels.successor[row]):
             if succ < 0:
                 raise refuse(int(row), f"candidate {a} has no successor; every chain-state candidate has one")
             if labels.scene_id[succ] != labels.scene_id[row] or labels.chain_id[succ] != labels.chain_id[row]:
-                raise refuse(int(row), f"candidate {a} leads to state_id {int(labels.state_id[succ])} of another "
-                                       "scene or chain")
+                raise refuse(
+                    int(row), f"candidate {a} leads to state_id {int(labels.state_id[succ])} of another scene or chain"
+                )
             if labels.step[succ] >= 0 and labels.step[succ] != labels.step[row] + 1:
-                raise refuse(int(row), f"candidate {a} leads to chain state {int(labels.state_id[succ])} that is not "
-                                       "its chain's next step")
+                raise refuse(
+                    int(row),
+                    f"candidate {a} leads to chain state {int(labels.state_id[succ])} that is not "
+                    "its chain's next step",
+                )
             referenced[succ] += 1
             if labels.parent is not None and labels.step[succ] < 0 and labels.parent[succ] != row:
-                raise refuse(int(succ), f"names parent state_id {int(labels.state_id[labels.parent[succ]])}, but state_id "
-                                        f"{int(labels.state_id[row])} candidate {a} leads to it")
+                raise refuse(
+                    int(succ),
+                    f"names parent state_id {int(labels.state_id[labels.parent[succ]])}, but state_id "
+                    f"{int(labels.state_id[row])} candidate {a} leads to it",
+                )
     if labels.parent is not None and (labels.parent[chain] != -1).any():
         raise refuse(int(np.flatnonzero(chain & (labels.parent != -1))[0]), "is a chain state with a parent_state_id")
     shared = ~chain & (referenced != 1)
@@ -257,8 +293,7 @@ def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str 
         raise refuse(row, f"is a successor state reached by {int(referenced[row])} candidates; allowed: exactly 1")
 
 
-def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
-                       horizons: np.ndarray) -> np.ndarray:
+def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray, horizons: np.ndarray) -> np.ndarray:
     """Where stored labels break Q_1 = r and Q_h = r + max_a' Q_{h-1}(s', a'), exactly.
 
     Args:
@@ -273,13 +308,13 @@ def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
         checkable here; the physics audit checks it.
     """
     s_rows, k, big_h = q.shape
-    valid = np.arange(1, big_h + 1)[None, :] <= horizons[:, None]            # [S, H]
+    valid = np.arange(1, big_h + 1)[None, :] <= horizons[:, None]  # [S, H]
     expected = np.full_like(q, np.nan)
     expected[:, :, 0] = reward
     linked = successor >= 0
     safe = np.where(linked, successor, 0)
     for h in range(2, big_h + 1):
-        best = np.max(q[:, :, h - 2], axis=1)                                # [S] V_{h-1}(row)
+        best = np.max(q[:, :, h - 2], axis=1)  # [S] V_{h-1}(row)
         expected[:, :, h - 1] = np.where(linked, reward + best[safe], np.nan)
     checked = valid[:, None, :] & ~np.isnan(expected)
     # Genuine labels are the same float64 sum, so equality is exact. Non-finite values and
@@ -290,8 +325,16 @@ def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
     return found.astype(np.int64)
 
 
-def check_bellman(where: str | os.PathLike, q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
-                  horizons: np.ndarray, state_id: np.ndarray, *, call: str = "check_labels") -> None:
+def check_bellman(
+    where: str | os.PathLike,
+    q: np.ndarray,
+    reward: np.ndarray,
+    successor: np.ndarray,
+    horizons: np.ndarray,
+    state_id: np.ndarray,
+    *,
+    call: str = "check_labels",
+) -> None:
     """Refuse labels that break the Bellman rule, naming the first state, candidate and horizon.
 
     Args:
@@ -310,15 +353,23 @@ def check_bellman(where: str | os.PathLike, q: np.ndarray, reward: np.ndarray, s
         rule = f"Q*_1 = r = {float(reward[row, cand])!r}"
     else:
         succ = int(successor[row, cand])
-        rule = (f"Q*_{h} = r + max Q*_{h - 1}(successor state_id {int(state_id[succ])}) = "
-                f"{float(reward[row, cand])!r} + {float(np.max(q[succ, :, h - 2]))!r}")
-    raise _refuse(call, where, (
-        f"labels break the Bellman rule at state_id {int(state_id[row])} candidate {cand} horizon {h}: "
-        f"stored {float(q[row, cand, h - 1])!r}, but {rule} ({len(found)} violation(s) in all)"))
+        rule = (
+            f"Q*_{h} = r + max Q*_{h - 1}(successor state_id {int(state_id[succ])}) = "
+            f"{float(reward[row, cand])!r} + {float(np.max(q[succ, :, h - 2]))!r}"
+        )
+    raise _refuse(
+        call,
+        where,
+        (
+            f"labels break the Bellman rule at state_id {int(state_id[row])} candidate {cand} horizon {h}: "
+            f"stored {float(q[row, cand, h - 1])!r}, but {rule} ({len(found)} violation(s) in all)"
+        ),
+    )
 
 
-def check_population_labels(path: str | os.PathLike, manifest: dict | None = None, *,
-                            call: str = "check_labels") -> LabelArrays:
+def check_population_labels(
+    path: str | os.PathLike, manifest: dict | None = None, *, call: str = "check_labels"
+) -> LabelArrays:
     """Authenticate (unless ``manifest`` is given), then check counts, every label's Bellman rule
     and every successor's physics (``check_successors``).
 
@@ -327,7 +378,6 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-
 
     path = Path(path)
     manifest = read_manifest(path) if manifest is None else manifest
@@ -338,8 +388,15 @@ def check_population_labels(path: str | os.PathLike, manifest: dict | None = Non
     scenes = pq.read_metadata(path / "scenes.parquet").num_rows
     check_counts(path, manifest, labels, scenes=scenes, call=call)
     check_structure(path / "candidates.parquet", labels, call=call)
-    check_bellman(path / "candidates.parquet", labels.q, labels.reward, labels.successor, labels.horizons,
-                  labels.state_id, call=call)
+    check_bellman(
+        path / "candidates.parquet",
+        labels.q,
+        labels.reward,
+        labels.successor,
+        labels.horizons,
+        labels.state_id,
+        call=call,
+    )
     check_successors(path, manifest, labels, call=call)
     return labels
 
@@ -368,35 +425,56 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
     """
     import pyarrow.parquet as pq
 
-
     generator = manifest["generator"]
     preset = PRESETS.get(generator.get("preset"))
-    if preset is None or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record()) \
-            or generator.get("generator_version") != GENERATOR_VERSION \
-            or {k: generator.get(k) for k in engine_identity()} != engine_identity():
-        raise _refuse(call, path / "manifest.json", (
-            f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
-            f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
-            "the audit can only re-simulate what this qhlab generates"))
+    if (
+        preset is None
+        or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record())
+        or generator.get("generator_version") != GENERATOR_VERSION
+        or {k: generator.get(k) for k in engine_identity()} != engine_identity()
+    ):
+        raise _refuse(
+            call,
+            path / "manifest.json",
+            (
+                f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
+                f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
+                "the audit can only re-simulate what this qhlab generates"
+            ),
+        )
     split, seed = generator["split"], generator["seed"]
     scene_rows = pq.read_table(path / "scenes.parquet").to_pylist()
     if len(scene_rows) != preset.scenes:
-        raise _refuse(call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws "
-                      f"{preset.scenes}")
+        raise _refuse(
+            call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws {preset.scenes}"
+        )
     scenes, initial, index_of = [], [], {}
     for index, row in enumerate(scene_rows):
         scene, positions = sample_scene(preset, split, seed, index)
-        want = (scene.num_pucks, scene.radius, scene.mass, scene.friction, scene.goal[0], scene.goal[1],
-                scene.goal_radius, tuple(positions.ravel().tolist()))
+        want = (
+            scene.num_pucks,
+            scene.radius,
+            scene.mass,
+            scene.friction,
+            scene.goal[0],
+            scene.goal[1],
+            scene.goal_radius,
+            tuple(positions.ravel().tolist()),
+        )
         ident = scene_id_for(scene, positions, split, seed, index)
         try:
             stored = _scene_record(row)
         except (KeyError, ValueError, TypeError) as exc:  # a null or missing column
             raise _refuse(call, path / "scenes.parquet", f"malformed scene_index {index} ({exc})") from None
         if row.get("scene_index") != index or stored != want or row.get("scene_id") != ident:
-            raise _refuse(call, path / "scenes.parquet", (
-                f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
-                f"preset {preset.name!r}, split {split!r}, seed {seed}"))
+            raise _refuse(
+                call,
+                path / "scenes.parquet",
+                (
+                    f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
+                    f"preset {preset.name!r}, split {split!r}, seed {seed}"
+                ),
+            )
         scenes.append(scene)
         initial.append(positions)
         index_of[int(row["scene_id"])] = index
@@ -416,11 +494,12 @@ def _ragged(table, column: str) -> list[np.ndarray]:
     else:
         bounds = offsets
     flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
-    return [flat[bounds[i]:bounds[i + 1]] for i in range(len(array))]
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(len(array))]
 
 
-def check_successors(path: str | os.PathLike, manifest: dict, labels: LabelArrays, *,
-                     call: str = "check_labels") -> dict:
+def check_successors(
+    path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, call: str = "check_labels"
+) -> dict:
     """Re-simulate every chain state's K strikes and refuse a successor that physics denies.
 
     Every row, not a sample: from each chain state's stored positions (a chain's first state
@@ -444,7 +523,6 @@ def check_successors(path: str | os.PathLike, manifest: dict, labels: LabelArray
         EvidenceError: naming the chain state, the candidate, the successor and what differs.
     """
     import pyarrow.parquet as pq
-
 
     started = time.perf_counter()
     path = Path(path)
@@ -475,18 +553,24 @@ def check_successors(path: str | os.PathLike, manifest: dict, labels: LabelArray
                 succ = int(labels.successor[row, a])
                 where = f"candidate {a} leads to state_id {int(labels.state_id[succ])}"
                 if not np.array_equal(positions[succ], after.ravel()):
-                    raise deny(int(row), f"{where}, whose stored positions are not where the strike's pucks come "
-                                         "to rest")
+                    raise deny(
+                        int(row), f"{where}, whose stored positions are not where the strike's pucks come to rest"
+                    )
                 if not np.array_equal(objects[succ], object_features(scene, after).ravel()):
                     raise deny(int(row), f"{where}, whose object features are not the simulated outcome's")
                 simulated = reward(scene, before, after, layout)
                 if labels.reward[row, a] != simulated:
-                    raise deny(int(row), f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, "
-                                         f"simulated {simulated!r}")
+                    raise deny(
+                        int(row),
+                        f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, simulated {simulated!r}",
+                    )
     except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
         raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
-    return {"chain_states": int(len(chain_rows)), "simulations": simulations,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "chain_states": int(len(chain_rows)),
+        "simulations": simulations,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def coverage_text(record: dict) -> str:
@@ -495,10 +579,12 @@ def coverage_text(record: dict) -> str:
     Args:
         record: an ``audit_population`` result.
     """
-    return (f"every one-strike successor re-simulated ({record['successors_checked']} strikes); depth-H tree of "
-            f"{record['audited']} of {record['chain_states']} chain states re-simulated ({record['simulations']} "
-            f"simulations): a forgery confined to one chain state's tree is missed with p = "
-            f"{record['miss_probability_one_state']:.3f}")
+    return (
+        f"every one-strike successor re-simulated ({record['successors_checked']} strikes); depth-H tree of "
+        f"{record['audited']} of {record['chain_states']} chain states re-simulated ({record['simulations']} "
+        f"simulations): a forgery confined to one chain state's tree is missed with p = "
+        f"{record['miss_probability_one_state']:.3f}"
+    )
 
 
 def miss_probability(chain_states: int, forged: int, audited: int) -> float:
@@ -510,12 +596,25 @@ def miss_probability(chain_states: int, forged: int, audited: int) -> float:
 
 
 def _scene_record(row: dict) -> tuple:
-    return (int(row["num_pucks"]), tuple(row["radius"]), tuple(row["mass"]), tuple(row["friction"]),
-            float(row["goal_x"]), float(row["goal_y"]), float(row["goal_radius"]), tuple(row["initial_positions"]))
+    return (
+        int(row["num_pucks"]),
+        tuple(row["radius"]),
+        tuple(row["mass"]),
+        tuple(row["friction"]),
+        float(row["goal_x"]),
+        float(row["goal_y"]),
+        float(row["goal_radius"]),
+        tuple(row["initial_positions"]),
+    )
 
 
-def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STATES,
-                     rows: list[int] | None = None, call: str = "audit_population") -> dict:
+def audit_population(
+    path: str | os.PathLike,
+    *,
+    states: int | None = AUDIT_STATES,
+    rows: list[int] | None = None,
+    call: str = "audit_population",
+) -> dict:
     """Re-simulate a population against physics; raise on the first label that physics denies.
 
     Checks, in order: the manifest's preset is the registered one; every scene (parameters,
@@ -543,10 +642,11 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
     """
     import pyarrow.parquet as pq
 
-
     if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
-        raise QhInputError(f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
-                           "every chain state. HINT: 8 states take a few seconds.")
+        raise QhInputError(
+            f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
+            "every chain state. HINT: 8 states take a few seconds."
+        )
     started = time.perf_counter()
     path = Path(path)
     manifest = read_manifest(path)
@@ -561,16 +661,20 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         wanted = {int(s) for s in rows}
         chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
         if len(chosen) != len(wanted):
-            raise QhInputError(f"{call}: rows={sorted(wanted)!r} is not allowed; allowed: chain-state ids of "
-                               f"{path}. HINT: successor states are audited with their parent.")
+            raise QhInputError(
+                f"{call}: rows={sorted(wanted)!r} is not allowed; allowed: chain-state ids of "
+                f"{path}. HINT: successor states are audited with their parent."
+            )
     elif states is None or states >= len(chain_rows):
         chosen = [int(r) for r in chain_rows]
     else:
         chosen = sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
     st = pq.read_table(path / "states.parquet", columns=["positions", "objects", "goal"]).to_pydict()
     ca = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "object", "features"])
-    c_row = {(int(s), int(c)): i for i, (s, c) in enumerate(zip(ca.column("state_id").to_numpy(),
-                                                                  ca.column("candidate").to_numpy()))}
+    c_row = {
+        (int(s), int(c)): i
+        for i, (s, c) in enumerate(zip(ca.column("state_id").to_numpy(), ca.column("candidate").to_numpy()))
+    }
     c_object = ca.column("object").to_numpy()
     c_features = ca.column("features").to_pylist()
     row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
@@ -588,8 +692,9 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         sid = int(labels.state_id[row])
         if not same(np.asarray(st["positions"][row]).reshape(-1, 2), positions):
             raise deny(row, "its positions are not where the pucks come to rest")
-        if not same(st["objects"][row], object_features(scene, positions)) or \
-                not same(st["goal"][row], goal_features(scene)):
+        if not same(st["objects"][row], object_features(scene, positions)) or not same(
+            st["goal"][row], goal_features(scene)
+        ):
             raise deny(row, "its object or goal features are not the scene's")
         strikes = candidate_strikes(scene, positions, layout)
         features = candidate_features(strikes)
@@ -603,12 +708,16 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
         true_r = np.array([r for _, r in search.children(key)])
         for a in range(layout.num_candidates):
             if labels.reward[row, a] != true_r[a]:
-                raise deny(row, f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, "
-                                f"simulated {true_r[a]!r}")
+                raise deny(
+                    row, f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, simulated {true_r[a]!r}"
+                )
             for h in range(horizons):
                 if labels.q[row, a, h] != true_q[a, h]:
-                    raise deny(row, f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {labels.q[row, a, h]!r}, "
-                                    f"simulated {true_q[a, h]!r}")
+                    raise deny(
+                        row,
+                        f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {labels.q[row, a, h]!r}, "
+                        f"simulated {true_q[a, h]!r}",
+                    )
 
     try:
         for row in chosen:
@@ -624,7 +733,9 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
                     raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
                 parent_positions = np.asarray(st["positions"][parent]).reshape(-1, 2)
                 strike = candidate_strikes(scenes[scene_index], parent_positions, layout)[int(taken[0])]
-                positions = simulate_strike(scene, parent_positions, strike.puck, strike.direction, strike.speed).positions
+                positions = simulate_strike(
+                    scene, parent_positions, strike.puck, strike.direction, strike.speed
+                ).positions
                 simulations += 1
             check_state(row, scene, positions)
             search = TreeSearch([scene], layout)
@@ -655,8 +766,9 @@ def audit_population(path: str | os.PathLike, *, states: int | None = AUDIT_STAT
     }
 
 
-def _check_chains(path: Path, labels: LabelArrays, preset, split: str, seed: int, scene_ids: list[int], *,
-                  call: str) -> None:
+def _check_chains(
+    path: Path, labels: LabelArrays, preset, split: str, seed: int, scene_ids: list[int], *, call: str
+) -> None:
     """Every chain the preset draws is there, whole, and follows its actor's own choices.
 
     Chain g is chain g % chains_per_scene of scene g // chains_per_scene (``chains.run_chains``);
@@ -671,19 +783,33 @@ def _check_chains(path: Path, labels: LabelArrays, preset, split: str, seed: int
     per_scene = preset.chains_per_scene
     expected = preset.scenes * per_scene
     if sorted(by_chain) != list(range(expected)):
-        raise _refuse(call, path / "states.parquet", f"chain ids {sorted(by_chain)[:8]}... are not the {expected} chains "
-                      f"0..{expected - 1} preset {preset.name!r} draws")
+        raise _refuse(
+            call,
+            path / "states.parquet",
+            f"chain ids {sorted(by_chain)[:8]}... are not the {expected} chains "
+            f"0..{expected - 1} preset {preset.name!r} draws",
+        )
     for chain_id, steps in sorted(by_chain.items()):
         scene_index, c = divmod(chain_id, per_scene)
         rows = [steps.get(step) for step in range(preset.steps)]
-        if None in rows or len(steps) != preset.steps or any(int(labels.scene_id[r]) != scene_ids[scene_index]
-                                                              for r in rows):
-            raise _refuse(call, path / "states.parquet", f"chain {chain_id} does not hold steps 0..{preset.steps - 1} "
-                          f"of scene_id {scene_ids[scene_index]}")
+        if (
+            None in rows
+            or len(steps) != preset.steps
+            or any(int(labels.scene_id[r]) != scene_ids[scene_index] for r in rows)
+        ):
+            raise _refuse(
+                call,
+                path / "states.parquet",
+                f"chain {chain_id} does not hold steps 0..{preset.steps - 1} of scene_id {scene_ids[scene_index]}",
+            )
         rng = np.random.Generator(np.random.PCG64(actor_seed_sequence(split, seed, scene_index, c)))
         for step, row in enumerate(rows[:-1]):
             taken = choose_action(preset.actor, labels.q[row, :, preset.horizon - 1], rng)
             if int(labels.successor[row, taken]) != rows[step + 1]:
-                raise _refuse(call, path, f"physics denies state_id {int(labels.state_id[rows[step + 1]])}: chain "
-                              f"{chain_id} step {step + 1} is not where the declared actor goes (it takes candidate "
-                              f"{taken} at state_id {int(labels.state_id[row])})")
+                raise _refuse(
+                    call,
+                    path,
+                    f"physics denies state_id {int(labels.state_id[rows[step + 1]])}: chain "
+                    f"{chain_id} step {step + 1} is not where the declared actor goes (it takes candidate "
+                    f"{taken} at state_id {int(labels.state_id[row])})",
+                )

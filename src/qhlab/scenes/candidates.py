@@ -132,8 +132,9 @@ def candidate_strikes(scene: Scene, positions: np.ndarray, layout: CandidateLayo
     theta_goal = math.atan2(scene.goal[1] - ty, scene.goal[0] - tx)
     strikes = [Strike(0, theta_goal, 0.0, speed) for speed in layout.speeds]
     strikes += [Strike(0, theta_goal + off, off, layout.fast_speed) for off in layout.offsets]
-    strikes += [Strike(0, aim, aim - theta_goal, layout.fast_speed)
-                for aim in _bank_aims(scene, positions, layout.bank_shots)]
+    strikes += [
+        Strike(0, aim, aim - theta_goal, layout.fast_speed) for aim in _bank_aims(scene, positions, layout.bank_shots)
+    ]
     if layout.blocker_strikes:
         blocker = _blocker(positions, scene.radius, scene.goal)
         for side in (0.5 * math.pi, -0.5 * math.pi):
@@ -148,10 +149,7 @@ def candidate_features(strikes: list[Strike]) -> np.ndarray:
         [K, len(CANDIDATE_FEATURES)] float64.
     """
     return np.array(
-        [
-            (math.cos(s.direction), math.sin(s.direction), s.speed, 1.0 if s.puck == 0 else 0.0)
-            for s in strikes
-        ],
+        [(math.cos(s.direction), math.sin(s.direction), s.speed, 1.0 if s.puck == 0 else 0.0) for s in strikes],
         dtype=np.float64,
     )
 

@@ -125,10 +125,19 @@ def run_chains(
                 child_q = search.q(child, horizon - 1) if horizon > 1 else np.zeros((0, 0))
                 child_rewards = np.array([r for _, r in child_children], dtype=np.float64)
                 pending_successors.append(
-                    ((chain_id, step), a, StateRow(
-                        scene_index, chain_id, -1, search.positions(child), child_rewards,
-                        child_q, np.full(len(child_children), -1, dtype=np.int64),
-                    ))
+                    (
+                        (chain_id, step),
+                        a,
+                        StateRow(
+                            scene_index,
+                            chain_id,
+                            -1,
+                            search.positions(child),
+                            child_rewards,
+                            child_q,
+                            np.full(len(child_children), -1, dtype=np.int64),
+                        ),
+                    )
                 )
             if taken >= 0:
                 row.successor[taken] = -2  # resolved below to the next chain row

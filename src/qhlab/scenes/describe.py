@@ -20,8 +20,9 @@ from qhlab.scenes.manifest import read_manifest
 __all__ = ["describe_population"]
 
 
-def describe_population(path: str | os.PathLike, *, tie_band: float | None = None,
-                        audit_states: int = 8) -> dict[str, Any]:
+def describe_population(
+    path: str | os.PathLike, *, tie_band: float | None = None, audit_states: int = 8
+) -> dict[str, Any]:
     """Authenticate and audit a population, recompute its difficulty card from the files, and check it.
 
     Args:
@@ -54,8 +55,12 @@ def describe_population(path: str | os.PathLike, *, tie_band: float | None = Non
     labels = read_labels(path, manifest, call="describe_population")
     # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
     # at generation, so the recomputed card is equal to the bit, not just close.
-    scene_order = {int(sid): i for i, sid in enumerate(pq.read_table(path / "scenes.parquet", columns=["scene_id"])
-                                                      .column("scene_id").to_numpy())}
+    scene_order = {
+        int(sid): i
+        for i, sid in enumerate(
+            pq.read_table(path / "scenes.parquet", columns=["scene_id"]).column("scene_id").to_numpy()
+        )
+    }
     chain = labels.step >= 0
     scene_index = np.array([scene_order[int(s)] for s in labels.scene_id[chain]])
     labels = labels.q[chain]
@@ -66,5 +71,11 @@ def describe_population(path: str | os.PathLike, *, tie_band: float | None = Non
             f"describe_population: {path / 'manifest.json'} records a difficulty card that its files do not "
             "reproduce. HINT: the card and the labels were written by different code; regenerate the population."
         )
-    return {"name": manifest["name"], "split": manifest["split"], "generator": manifest["generator"],
-            "counts": manifest["counts"], "card": card, "audit": audit}
+    return {
+        "name": manifest["name"],
+        "split": manifest["split"],
+        "generator": manifest["generator"],
+        "counts": manifest["counts"],
+        "card": card,
+        "audit": audit,
+    }

@@ -71,7 +71,9 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
             f"and scene_index of shape [S]. HINT: pass the chain states' labels."
         )
     if not np.isfinite(labels).all():
-        raise QhInputError("difficulty_card: q holds non-finite labels; allowed: finite. HINT: regenerate the population.")
+        raise QhInputError(
+            "difficulty_card: q holds non-finite labels; allowed: finite. HINT: regenerate the population."
+        )
     if isinstance(tie_band, bool) or not isinstance(tie_band, (int, float)) or not 0 <= tie_band < math.inf:
         raise QhInputError(f"difficulty_card: tie_band={tie_band!r} is not allowed; allowed: a finite number >= 0.")
     s, k, h = labels.shape
@@ -86,7 +88,7 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
     nonzero = distribution[distribution > 0]
     entropy = float(-(nonzero * np.log2(nonzero)).sum())
     regrets = _scene_weighted(np.column_stack([uniform, fixed, myopic]), scenes)
-    uniform_w, fixed_w, myopic_w = float(regrets[0]), regrets[1:1 + k], float(regrets[-1])
+    uniform_w, fixed_w, myopic_w = float(regrets[0]), regrets[1 : 1 + k], float(regrets[-1])
     best_index = int(np.argmin(fixed_w))  # ties to the lowest index
 
     def ratio(value: float) -> float | None:
@@ -149,7 +151,8 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
         f"  myopic choice loses > tie_band at H in {100 * card['myopic_loses_share']:.1f}% of chain states",
         "  optimal index distribution    {}".format(
-            " ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])),
+            " ".join(f"{v:.3f}" for v in card["optimal_index"]["distribution"])
+        ),
         f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
         f"({_ratio_text(card['optimal_index']['entropy_over_log2K'])} x log2 K)",
     ]

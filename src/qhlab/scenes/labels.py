@@ -20,8 +20,8 @@ chunking.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Executor
-from typing import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -40,9 +40,7 @@ NodeKey = tuple[int, bytes]
 _MAX_CHUNK_NODES = 32
 
 
-def expand_state(
-    scene: Scene, positions: np.ndarray, layout: CandidateLayout
-) -> list[tuple[np.ndarray, float]]:
+def expand_state(scene: Scene, positions: np.ndarray, layout: CandidateLayout) -> list[tuple[np.ndarray, float]]:
     """Simulate every candidate of one state.
 
     Args:
@@ -142,7 +140,7 @@ class TreeSearch:
                 self._store(key, expand_state(self._scenes[key[0]], self._positions[key], self._layout))
             return
         size = max(1, min(_MAX_CHUNK_NODES, math.ceil(len(keys) / (self._workers * 8))))
-        chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
+        chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
         futures = [
             self._executor.submit(
                 _expand_chunk,

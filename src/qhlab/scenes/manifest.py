@@ -17,7 +17,7 @@ from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceEr
 from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
 from qhlab.scenes.records import PopulationReceipt
 
-__all__ = [ "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
+__all__ = ["MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
 
 # The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
 MANIFEST_SCHEMA_VERSION = 1

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +71,16 @@ __all__ = [
 # The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
 # mass and friction, the goal and its radius, the initial positions. Not scene_id or
 # scene_index, which derive from the split, seed and draw index.
-SCENE_CONTENT_COLUMNS = ("num_pucks", "radius", "mass", "friction", "goal_x", "goal_y", "goal_radius",
-                         "initial_positions")
+SCENE_CONTENT_COLUMNS = (
+    "num_pucks",
+    "radius",
+    "mass",
+    "friction",
+    "goal_x",
+    "goal_y",
+    "goal_radius",
+    "initial_positions",
+)
 
 
 def planned_simulations(preset: Preset) -> int:
@@ -102,31 +110,49 @@ def _write_parquet(path: Path, table: pa.Table) -> str:
     return publish_file(
         path,
         lambda tmp: pq.write_table(
-            table, tmp, compression="zstd", compression_level=3, use_dictionary=False,
-            write_statistics=False, row_group_size=1 << 20,
+            table,
+            tmp,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=False,
+            write_statistics=False,
+            row_group_size=1 << 20,
         ),
     )
 
 
 def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) -> dict[str, pa.Table]:
     f64 = pa.float64()
-    scenes_table = pa.table({
-        "scene_id": pa.array(scene_ids, pa.int64()),
-        "scene_index": pa.array(range(len(scenes)), pa.int64()),
-        "num_pucks": pa.array([s.num_pucks for s in scenes], pa.int64()),
-        "radius": pa.array([list(s.radius) for s in scenes], pa.list_(f64)),
-        "mass": pa.array([list(s.mass) for s in scenes], pa.list_(f64)),
-        "friction": pa.array([list(s.friction) for s in scenes], pa.list_(f64)),
-        "goal_x": pa.array([s.goal[0] for s in scenes], f64),
-        "goal_y": pa.array([s.goal[1] for s in scenes], f64),
-        "goal_radius": pa.array([s.goal_radius for s in scenes], f64),
-        "initial_positions": pa.array([p.ravel().tolist() for p in initial], pa.list_(f64)),
-    })
+    scenes_table = pa.table(
+        {
+            "scene_id": pa.array(scene_ids, pa.int64()),
+            "scene_index": pa.array(range(len(scenes)), pa.int64()),
+            "num_pucks": pa.array([s.num_pucks for s in scenes], pa.int64()),
+            "radius": pa.array([list(s.radius) for s in scenes], pa.list_(f64)),
+            "mass": pa.array([list(s.mass) for s in scenes], pa.list_(f64)),
+            "friction": pa.array([list(s.friction) for s in scenes], pa.list_(f64)),
+            "goal_x": pa.array([s.goal[0] for s in scenes], f64),
+            "goal_y": pa.array([s.goal[1] for s in scenes], f64),
+            "goal_radius": pa.array([s.goal_radius for s in scenes], f64),
+            "initial_positions": pa.array([p.ravel().tolist() for p in initial], pa.list_(f64)),
+        }
+    )
     layout = preset.candidates
-    st = {k: [] for k in ("state_id", "scene_id", "chain_id", "step", "parent_state_id",
-                          "num_objects", "positions", "objects", "goal")}
-    ca = {k: [] for k in ("state_id", "candidate", "object", "features", "reward", "q",
-                          "successor_state_id")}
+    st = {
+        k: []
+        for k in (
+            "state_id",
+            "scene_id",
+            "chain_id",
+            "step",
+            "parent_state_id",
+            "num_objects",
+            "positions",
+            "objects",
+            "goal",
+        )
+    }
+    ca = {k: [] for k in ("state_id", "candidate", "object", "features", "reward", "q", "successor_state_id")}
     for index, row in enumerate(rows):
         scene = scenes[row.scene_index]
         st["state_id"].append(index)
@@ -148,42 +174,45 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
             ca["reward"].append(float(row.reward[a]))
             ca["q"].append(row.q[a].tolist())
             ca["successor_state_id"].append(int(row.successor[a]))
-    states_table = pa.table({
-        "state_id": pa.array(st["state_id"], pa.int64()),
-        "scene_id": pa.array(st["scene_id"], pa.int64()),
-        "chain_id": pa.array(st["chain_id"], pa.int64()),
-        "step": pa.array(st["step"], pa.int64()),
-        "parent_state_id": pa.array(st["parent_state_id"], pa.int64()),
-        "num_objects": pa.array(st["num_objects"], pa.int64()),
-        "positions": pa.array(st["positions"], pa.list_(f64)),
-        "objects": pa.array(st["objects"], pa.list_(pa.list_(f64))),
-        "goal": pa.array(st["goal"], pa.list_(f64)),
-    })
-    candidates_table = pa.table({
-        "state_id": pa.array(ca["state_id"], pa.int64()),
-        "candidate": pa.array(ca["candidate"], pa.int64()),
-        "object": pa.array(ca["object"], pa.int64()),
-        "features": pa.array(ca["features"], pa.list_(f64)),
-        "reward": pa.array(ca["reward"], f64),
-        "q": pa.array(ca["q"], pa.list_(f64)),
-        "successor_state_id": pa.array(ca["successor_state_id"], pa.int64()),
-    })
-    return {"scenes.parquet": scenes_table, "states.parquet": states_table,
-            "candidates.parquet": candidates_table}
+    states_table = pa.table(
+        {
+            "state_id": pa.array(st["state_id"], pa.int64()),
+            "scene_id": pa.array(st["scene_id"], pa.int64()),
+            "chain_id": pa.array(st["chain_id"], pa.int64()),
+            "step": pa.array(st["step"], pa.int64()),
+            "parent_state_id": pa.array(st["parent_state_id"], pa.int64()),
+            "num_objects": pa.array(st["num_objects"], pa.int64()),
+            "positions": pa.array(st["positions"], pa.list_(f64)),
+            "objects": pa.array(st["objects"], pa.list_(pa.list_(f64))),
+            "goal": pa.array(st["goal"], pa.list_(f64)),
+        }
+    )
+    candidates_table = pa.table(
+        {
+            "state_id": pa.array(ca["state_id"], pa.int64()),
+            "candidate": pa.array(ca["candidate"], pa.int64()),
+            "object": pa.array(ca["object"], pa.int64()),
+            "features": pa.array(ca["features"], pa.list_(f64)),
+            "reward": pa.array(ca["reward"], f64),
+            "q": pa.array(ca["q"], pa.list_(f64)),
+            "successor_state_id": pa.array(ca["successor_state_id"], pa.int64()),
+        }
+    )
+    return {"scenes.parquet": scenes_table, "states.parquet": states_table, "candidates.parquet": candidates_table}
 
 
 def _card(rows: list[StateRow]) -> dict:
     chain = [row for row in rows if row.step >= 0]
-    return difficulty_card(np.stack([row.q for row in chain]), np.array([row.scene_index for row in chain]),
-                           tie_band=CARD_TIE_BAND)
+    return difficulty_card(
+        np.stack([row.q for row in chain]), np.array([row.scene_index for row in chain]), tie_band=CARD_TIE_BAND
+    )
 
 
 def _features_record() -> dict:
     def names(spec):
         return [{"name": n, "unit": u} for n, u in spec]
 
-    return {"objects": names(OBJECT_FEATURES), "goal": names(GOAL_FEATURES),
-            "candidates": names(CANDIDATE_FEATURES)}
+    return {"objects": names(OBJECT_FEATURES), "goal": names(GOAL_FEATURES), "candidates": names(CANDIDATE_FEATURES)}
 
 
 def _generator_record(preset: Preset, split: str, seed: int) -> dict:
@@ -194,8 +223,11 @@ def _generator_record(preset: Preset, split: str, seed: int) -> dict:
         "preset_parameters": preset.as_record(),
         "split": split,
         "seed": seed,
-        "actor": {"kind": preset.actor.kind, "epsilon": preset.actor.epsilon,
-                  "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))"},
+        "actor": {
+            "kind": preset.actor.kind,
+            "epsilon": preset.actor.epsilon,
+            "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
+        },
         "label_dtype": "float64",
         "reward": "target-goal distance decrease (m) + goal_bonus if the target ends in the goal; no terminal state",
     }
@@ -258,8 +290,9 @@ def generate_population(
     started = time.perf_counter()
     with open_executor(choice, workers, call="generate_population") as pool:
         chunk_workers = getattr(pool, "cpus", workers)
-        search = TreeSearch(scenes, spec.candidates, executor=pool, workers=chunk_workers,
-                            on_simulations=_on_simulations)
+        search = TreeSearch(
+            scenes, spec.candidates, executor=pool, workers=chunk_workers, on_simulations=_on_simulations
+        )
         rows = run_chains(search, scenes, initial, spec, split, seed)
         generation = _generation_record(choice, pool, workers, time.perf_counter() - started)
     if progress is not None:
@@ -294,13 +327,22 @@ def generate_population(
             manifest["files"][name] = _write_parquet(staging / name, tables[name])
         publish_json(staging / MANIFEST, manifest)
         write_receipt(
-            staging / RECEIPT, PopulationReceipt,
-            body={"name": manifest["name"], "split": split, "generator": manifest["generator"],
-                  "counts": manifest["counts"]},
+            staging / RECEIPT,
+            PopulationReceipt,
+            body={
+                "name": manifest["name"],
+                "split": split,
+                "generator": manifest["generator"],
+                "counts": manifest["counts"],
+            },
             outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
         )
-        write_receipt(staging / GENERATION_RECEIPT, PopulationGenerationReceipt, body=generation,
-                      inputs={"manifest": staging / MANIFEST})
+        write_receipt(
+            staging / GENERATION_RECEIPT,
+            PopulationGenerationReceipt,
+            body=generation,
+            inputs={"manifest": staging / MANIFEST},
+        )
 
     publish_directory(out, _write)
     return out
@@ -309,8 +351,11 @@ def generate_population(
 def _generation_record(choice: ExecutorChoice, pool, workers: int, seconds: float) -> dict:
     """Which executor labelled the population and where: execution evidence, not identity."""
     driver = where_am_i()
-    record = {**choice.record(), "driver": {"hostname": driver["hostname"], "pid": driver["pid"]},
-              "label_seconds": round(seconds, 3)}
+    record = {
+        **choice.record(),
+        "driver": {"hostname": driver["hostname"], "pid": driver["pid"]},
+        "label_seconds": round(seconds, 3),
+    }
     if isinstance(pool, RayExecutor):
         record.update(cluster_cpus=pool.cpus, **pool.record())
     else:
@@ -326,19 +371,24 @@ def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
     (``read_manifest``).
     """
     rows = pq.read_table(Path(path) / "scenes.parquet", columns=["scene_id", *SCENE_CONTENT_COLUMNS]).to_pylist()
-    return {int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in SCENE_CONTENT_COLUMNS}))
-            for row in rows}
+    return {
+        int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in SCENE_CONTENT_COLUMNS})) for row in rows
+    }
 
 
 def _cache_key(spec: Preset, split: str, seed: int) -> str:
-    return sha256_bytes(canonical_json({
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "generator_version": GENERATOR_VERSION,
-        "engine": engine_identity(),
-        "preset": spec.as_record(),
-        "split": split,
-        "seed": seed,
-    }))
+    return sha256_bytes(
+        canonical_json(
+            {
+                "schema_version": MANIFEST_SCHEMA_VERSION,
+                "generator_version": GENERATOR_VERSION,
+                "engine": engine_identity(),
+                "preset": spec.as_record(),
+                "split": split,
+                "seed": seed,
+            }
+        )
+    )
 
 
 def cached_population(
@@ -375,8 +425,9 @@ def cached_population(
     target = Path(cache_root) / f"{spec.name}-{split}-seed{seed}-{key[:16]}"
     if not target.exists():
         try:
-            return generate_population(preset, split, seed, target, workers=workers, progress=progress,
-                                       executor=executor)
+            return generate_population(
+                preset, split, seed, target, workers=workers, progress=progress, executor=executor
+            )
         except PublishConflictError:
             if not target.exists():
                 raise

@@ -41,12 +41,22 @@ _I64 = pa.int64()
 _COLUMNS: dict[str, dict[str, pa.DataType]] = {
     "scenes.parquet": {"scene_id": _I64},
     "states.parquet": {
-        "state_id": _I64, "scene_id": _I64, "chain_id": _I64, "step": _I64,
-        "num_objects": _I64, "objects": pa.list_(pa.list_(_F64)), "goal": pa.list_(_F64),
+        "state_id": _I64,
+        "scene_id": _I64,
+        "chain_id": _I64,
+        "step": _I64,
+        "num_objects": _I64,
+        "objects": pa.list_(pa.list_(_F64)),
+        "goal": pa.list_(_F64),
     },
     "candidates.parquet": {
-        "state_id": _I64, "candidate": _I64, "object": _I64, "features": pa.list_(_F64),
-        "reward": _F64, "q": pa.list_(_F64), "successor_state_id": _I64,
+        "state_id": _I64,
+        "candidate": _I64,
+        "object": _I64,
+        "features": pa.list_(_F64),
+        "reward": _F64,
+        "q": pa.list_(_F64),
+        "successor_state_id": _I64,
     },
 }
 
@@ -99,9 +109,7 @@ def _read_table(path: Path) -> pa.Table:
             )
         actual = table.schema.field(column).type
         if actual != dtype:
-            raise SchemaMismatchError(
-                f"load_population: {path} column {column!r} has type {actual}; allowed: {dtype}."
-            )
+            raise SchemaMismatchError(f"load_population: {path} column {column!r} has type {actual}; allowed: {dtype}.")
         if table.column(column).null_count:
             raise QhInputError(f"load_population: {path} column {column!r} holds null values; allowed: none.")
     return table.combine_chunks()
@@ -157,37 +165,59 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     if split not in SPLITS:
         raise input_error(_CALL, "split", split, ", ".join(SPLITS), "name the split you mean to read.")
     if horizon is not None:
-        require_int(_CALL, "horizon", horizon, minimum=1,
-                    hint="pass the H you expect, or None to accept the population's.")
+        require_int(
+            _CALL, "horizon", horizon, minimum=1, hint="pass the H you expect, or None to accept the population's."
+        )
     manifest = read_manifest(path)
     manifest_path = path / "manifest.json"
     at_manifest = f"{_CALL}: {manifest_path}"
     if manifest["split"] != split:
-        raise input_error(at_manifest, "split", manifest["split"], repr(split) + " (the requested split)",
-                          "a population is used only as the split it was generated for.")
+        raise input_error(
+            at_manifest,
+            "split",
+            manifest["split"],
+            repr(split) + " (the requested split)",
+            "a population is used only as the split it was generated for.",
+        )
     big_h, k = manifest["horizon"], manifest["K"]
     if not isinstance(big_h, int) or big_h < 1 or not isinstance(k, int) or k < 1:
         raise input_error(at_manifest, "horizon/K", (big_h, k), "positive integers", "regenerate the population.")
     if horizon is not None and big_h != horizon:
-        raise input_error(at_manifest, "horizon", big_h, f"{horizon} (the requested horizon)",
-                          "generate a population with the recipe's horizon.")
+        raise input_error(
+            at_manifest,
+            "horizon",
+            big_h,
+            f"{horizon} (the requested horizon)",
+            "generate a population with the recipe's horizon.",
+        )
     try:
         widths = {key: len(manifest["features"][key]) for key in ("objects", "goal", "candidates")}
         counts = {key: int(manifest["counts"][key]) for key in ("scenes", "states", "candidates")}
     except (KeyError, TypeError, ValueError):
-        raise input_error(at_manifest, "features/counts", "incomplete", "feature lists and counts",
-                          "regenerate the population.") from None
+        raise input_error(
+            at_manifest, "features/counts", "incomplete", "feature lists and counts", "regenerate the population."
+        ) from None
 
-    scenes_path, states_path, cands_path = (path / n for n in ("scenes.parquet", "states.parquet", "candidates.parquet"))
+    scenes_path, states_path, cands_path = (
+        path / n for n in ("scenes.parquet", "states.parquet", "candidates.parquet")
+    )
     at_scenes, at_states, at_cands = (f"{_CALL}: {p}" for p in (scenes_path, states_path, cands_path))
     scenes = _read_table(scenes_path)
     states = _read_table(states_path)
     cands = _read_table(cands_path)
-    for file, table, key in ((scenes_path, scenes, "scenes"), (states_path, states, "states"),
-                             (cands_path, cands, "candidates")):
+    for file, table, key in (
+        (scenes_path, scenes, "scenes"),
+        (states_path, states, "states"),
+        (cands_path, cands, "candidates"),
+    ):
         if table.num_rows != counts[key]:
-            raise input_error(f"{_CALL}: {file}", "rows", table.num_rows, f"{counts[key]} (manifest counts.{key})",
-                              "the file and the manifest disagree; regenerate the population.")
+            raise input_error(
+                f"{_CALL}: {file}",
+                "rows",
+                table.num_rows,
+                f"{counts[key]} (manifest counts.{key})",
+                "the file and the manifest disagree; regenerate the population.",
+            )
 
     scene_ids = _ints(scenes, "scene_id")
     if len(np.unique(scene_ids)) != len(scene_ids):
@@ -197,8 +227,9 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     # Row order: chain rows then successors, each in file order.
     step_file = _ints(states, "step")
     if (step_file < -1).any():
-        raise input_error(at_states, "step", int(step_file.min()), "-1 (successor) or >= 0",
-                          "regenerate the population.")
+        raise input_error(
+            at_states, "step", int(step_file.min()), "-1 (successor) or >= 0", "regenerate the population."
+        )
     order = np.argsort(step_file < 0, kind="stable")
     state_id = _ints(states, "state_id")[order]
     s_rows = len(state_id)
@@ -208,8 +239,9 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     try:
         scene_index = np.array([scene_dense[int(s)] for s in _ints(states, "scene_id")[order]], dtype=np.int64)
     except KeyError as exc:
-        raise input_error(at_states, "scene_id", int(exc.args[0]), f"an id of {scenes_path.name}",
-                          "regenerate the population.") from None
+        raise input_error(
+            at_states, "scene_id", int(exc.args[0]), f"an id of {scenes_path.name}", "regenerate the population."
+        ) from None
 
     # Objects: list<list<double>> -> [S, N, F] padded.
     num_objects = _ints(states, "num_objects")
@@ -217,15 +249,30 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     outer = pc.list_value_length(obj_col).to_numpy(zero_copy_only=False).astype(np.int64)
     if (outer != num_objects).any() or (num_objects < 1).any():
         bad = int(np.argmax((outer != num_objects) | (num_objects < 1)))
-        raise input_error(at_states, "objects", f"{outer[bad]} pucks at state_id {int(_ints(states, 'state_id')[bad])}",
-                          f"num_objects ({num_objects[bad]}) >= 1 pucks", "regenerate the population.")
+        raise input_error(
+            at_states,
+            "objects",
+            f"{outer[bad]} pucks at state_id {int(_ints(states, 'state_id')[bad])}",
+            f"num_objects ({num_objects[bad]}) >= 1 pucks",
+            "regenerate the population.",
+        )
     inner_lengths, flat = _lists(pa.table({"x": obj_col.flatten()}), "x")
     if (inner_lengths != widths["objects"]).any():
         width = int(inner_lengths[inner_lengths != widths["objects"]][0])
-        raise input_error(at_states, "objects", f"feature width {width}",
-                          f"{widths['objects']} (manifest features.objects)", "regenerate the population.")
-    _check_finite(states_path, "objects", flat.reshape(-1, widths["objects"]),
-                  np.repeat(_ints(states, "state_id"), num_objects), "state_id")
+        raise input_error(
+            at_states,
+            "objects",
+            f"feature width {width}",
+            f"{widths['objects']} (manifest features.objects)",
+            "regenerate the population.",
+        )
+    _check_finite(
+        states_path,
+        "objects",
+        flat.reshape(-1, widths["objects"]),
+        np.repeat(_ints(states, "state_id"), num_objects),
+        "state_id",
+    )
     n_max = int(num_objects.max())
     objects_file = np.zeros((s_rows, n_max, widths["objects"]), dtype=np.float64)
     mask_file = np.arange(n_max)[None, :] < num_objects[:, None]
@@ -234,8 +281,13 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
 
     goal_lengths, goal_flat = _lists(states, "goal")
     if (goal_lengths != widths["goal"]).any():
-        raise input_error(at_states, "goal", f"width {int(goal_lengths[goal_lengths != widths['goal']][0])}",
-                          f"{widths['goal']} (manifest features.goal)", "regenerate the population.")
+        raise input_error(
+            at_states,
+            "goal",
+            f"width {int(goal_lengths[goal_lengths != widths['goal']][0])}",
+            f"{widths['goal']} (manifest features.goal)",
+            "regenerate the population.",
+        )
     goal = goal_flat.reshape(s_rows, widths["goal"])
     _check_finite(states_path, "goal", goal, _ints(states, "state_id"), "state_id")
     goal = goal[order]
@@ -246,22 +298,37 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     try:
         c_row = np.array([row_of[int(s)] for s in c_state], dtype=np.int64)
     except KeyError as exc:
-        raise input_error(at_cands, "state_id", int(exc.args[0]), f"an id of {states_path.name}",
-                          "regenerate the population.") from None
+        raise input_error(
+            at_cands, "state_id", int(exc.args[0]), f"an id of {states_path.name}", "regenerate the population."
+        ) from None
     if ((c_index < 0) | (c_index >= k)).any():
-        raise input_error(at_cands, "candidate", int(c_index[(c_index < 0) | (c_index >= k)][0]), f"0..{k - 1}",
-                          "K is fixed per population.")
+        raise input_error(
+            at_cands,
+            "candidate",
+            int(c_index[(c_index < 0) | (c_index >= k)][0]),
+            f"0..{k - 1}",
+            "K is fixed per population.",
+        )
     filled = np.zeros((s_rows, k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
     if (filled != 1).any():
         bad_row, bad_k = np.argwhere(filled != 1)[0]
-        raise input_error(at_cands, "candidate", f"{int(filled[bad_row, bad_k])} rows for state_id "
-                          f"{int(state_id[bad_row])} candidate {int(bad_k)}", "exactly one row per (state, candidate)",
-                          "every state has exactly K candidates.")
+        raise input_error(
+            at_cands,
+            "candidate",
+            f"{int(filled[bad_row, bad_k])} rows for state_id {int(state_id[bad_row])} candidate {int(bad_k)}",
+            "exactly one row per (state, candidate)",
+            "every state has exactly K candidates.",
+        )
     feat_lengths, feat_flat = _lists(cands, "features")
     if (feat_lengths != widths["candidates"]).any():
-        raise input_error(at_cands, "features", f"width {int(feat_lengths[feat_lengths != widths['candidates']][0])}",
-                          f"{widths['candidates']} (manifest features.candidates)", "regenerate the population.")
+        raise input_error(
+            at_cands,
+            "features",
+            f"width {int(feat_lengths[feat_lengths != widths['candidates']][0])}",
+            f"{widths['candidates']} (manifest features.candidates)",
+            "regenerate the population.",
+        )
     features = feat_flat.reshape(-1, widths["candidates"])
     _check_finite(cands_path, "features", features, c_state, "state_id")
     reward_flat = cands.column("reward").to_numpy().astype(np.float64)
@@ -270,15 +337,25 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     n_of_row = object_mask.sum(axis=1)
     if ((struck < 0) | (struck >= n_of_row[c_row])).any():
         bad = int(np.argmax((struck < 0) | (struck >= n_of_row[c_row])))
-        raise input_error(at_cands, "object", int(struck[bad]), f"0..{int(n_of_row[c_row[bad]]) - 1} at state_id "
-                          f"{int(c_state[bad])}", "the struck puck must exist.")
+        raise input_error(
+            at_cands,
+            "object",
+            int(struck[bad]),
+            f"0..{int(n_of_row[c_row[bad]]) - 1} at state_id {int(c_state[bad])}",
+            "the struck puck must exist.",
+        )
 
     q_lengths, q_flat = _lists(cands, "q")
     want = np.where(step_file[order] >= 0, big_h, big_h - 1)[c_row]
     if (q_lengths != want).any():
         bad = int(np.argmax(q_lengths != want))
-        raise input_error(at_cands, "q", f"{int(q_lengths[bad])} labels at state_id {int(c_state[bad])}",
-                          f"{int(want[bad])} (H for chain states, H-1 for successors)", "regenerate the population.")
+        raise input_error(
+            at_cands,
+            "q",
+            f"{int(q_lengths[bad])} labels at state_id {int(c_state[bad])}",
+            f"{int(want[bad])} (H for chain states, H-1 for successors)",
+            "regenerate the population.",
+        )
     q_offsets = np.concatenate([[0], np.cumsum(q_lengths)])
     q = np.zeros((s_rows, k, big_h), dtype=np.float64)
     for h in range(big_h):
@@ -298,8 +375,9 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     for i in np.flatnonzero(succ_ids != -1):
         sid = int(succ_ids[i])
         if sid not in row_of:
-            raise input_error(at_cands, "successor_state_id", sid, f"-1 or an id of {states_path.name}",
-                              "regenerate the population.")
+            raise input_error(
+                at_cands, "successor_state_id", sid, f"-1 or an id of {states_path.name}", "regenerate the population."
+            )
         succ_rows[i] = row_of[sid]
     # The game has no terminal state: every candidate of a chain state leads somewhere, and
     # its successor row carries the labels that training bootstraps through. A chain-row -1
@@ -308,13 +386,17 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     missing = np.flatnonzero((succ_ids == -1) & (step_file[order][c_row] >= 0))
     if missing.size:
         i = int(missing[0])
-        raise input_error(at_cands, "successor_state_id", -1,
-                          f"an id of {states_path.name} for every candidate of a chain state (step >= 0; "
-                          f"here state_id {int(c_state[i])} candidate {int(c_index[i])}, "
-                          f"{missing.size} such candidate(s) in all); -1 only on successor rows (step == -1)",
-                          "the game has no terminal state, so every chain-row candidate has a successor "
-                          "state; the population is corrupt or was written by another generator; "
-                          "regenerate it.")
+        raise input_error(
+            at_cands,
+            "successor_state_id",
+            -1,
+            f"an id of {states_path.name} for every candidate of a chain state (step >= 0; "
+            f"here state_id {int(c_state[i])} candidate {int(c_index[i])}, "
+            f"{missing.size} such candidate(s) in all); -1 only on successor rows (step == -1)",
+            "the game has no terminal state, so every chain-row candidate has a successor "
+            "state; the population is corrupt or was written by another generator; "
+            "regenerate it.",
+        )
 
     def grid(values: np.ndarray, dtype) -> np.ndarray:
         out = np.zeros((s_rows, k) + values.shape[1:], dtype=dtype)
@@ -323,10 +405,16 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
 
     step = step_file[order]
     reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
-    labels = LabelArrays(state_id=state_id, scene_id=_ints(states, "scene_id")[order],
-                         chain_id=_ints(states, "chain_id")[order],
-                         step=step, reward=reward_grid, q=q, horizons=np.where(step >= 0, big_h, big_h - 1),
-                         successor=succ_grid)
+    labels = LabelArrays(
+        state_id=state_id,
+        scene_id=_ints(states, "scene_id")[order],
+        chain_id=_ints(states, "chain_id")[order],
+        step=step,
+        reward=reward_grid,
+        q=q,
+        horizons=np.where(step >= 0, big_h, big_h - 1),
+        successor=succ_grid,
+    )
     check_structure(cands_path, labels, call=_CALL)
     check_bellman(cands_path, q, reward_grid, succ_grid, labels.horizons, state_id, call=_CALL)
     # Bellman leaves the rewards and successors themselves to physics: every one-strike

@@ -147,10 +147,14 @@ class Preset:
     def __post_init__(self) -> None:
         # Successor rows carry Q*_1..Q*_{H-1} and their own candidates' rewards, so H >= 2.
         checks = {
-            "scenes": self.scenes >= 1, "chains_per_scene": self.chains_per_scene >= 1,
-            "steps": self.steps >= 1, "horizon": self.horizon >= 2,
-            "candidates": len(self.candidates.speeds) >= 1 and all(v > 0 for v in self.candidates.speeds)
-            and 0 <= self.candidates.bank_shots <= 4 and self.candidates.blocker_strikes in (0, 2),
+            "scenes": self.scenes >= 1,
+            "chains_per_scene": self.chains_per_scene >= 1,
+            "steps": self.steps >= 1,
+            "horizon": self.horizon >= 2,
+            "candidates": len(self.candidates.speeds) >= 1
+            and all(v > 0 for v in self.candidates.speeds)
+            and 0 <= self.candidates.bank_shots <= 4
+            and self.candidates.blocker_strikes in (0, 2),
             "pucks": 1 <= self.pucks[0] <= self.pucks[1]
             and (self.candidates.blocker_strikes == 0 or self.pucks[0] >= 2)
             and (self.blocker_probability == 0.0 or self.pucks[0] >= 2),
@@ -175,7 +179,11 @@ PRESETS: dict[str, Preset] = {
     # Tests: a few seconds on one core. K=6 mixes target and nearest-other strikes so the
     # struck-object index is exercised.
     "tiny": Preset(
-        name="tiny", scenes=3, chains_per_scene=1, steps=2, horizon=2,
+        name="tiny",
+        scenes=3,
+        chains_per_scene=1,
+        steps=2,
+        horizon=2,
         candidates=CandidateLayout(speeds=(0.9, 1.5), offsets=(), bank_shots=2, blocker_strikes=2),
         blocker_probability=0.5,
     ),
@@ -185,10 +193,16 @@ PRESETS: dict[str, Preset] = {
     # (480 chains x 1,096 = 526k) about 140 s on 2 idle cores. Validation has 480 scenes (four
     # times 120) so that the scene part of a paired difference's standard error is half of what
     # it was; the training-seed part does not shrink with scenes (the seed effect is systematic).
-    "demo-train": Preset(name="demo-train", scenes=192, chains_per_scene=1, steps=3, horizon=3,
-                         blocker_probability=0.5),
+    "demo-train": Preset(
+        name="demo-train", scenes=192, chains_per_scene=1, steps=3, horizon=3, blocker_probability=0.5
+    ),
     "demo-validation": Preset(
-        name="demo-validation", scenes=480, chains_per_scene=1, steps=2, horizon=3, blocker_probability=0.5,
+        name="demo-validation",
+        scenes=480,
+        chains_per_scene=1,
+        steps=2,
+        horizon=3,
+        blocker_probability=0.5,
     ),
     # bench/labeling.py: about 20 seconds of labelling on 2 idle cores (amortizes pool start-up).
     "bench": Preset(name="bench", scenes=24, chains_per_scene=1, steps=3, horizon=3, blocker_probability=0.5),
@@ -231,14 +245,10 @@ def scene_seed_sequence(split: str, seed: int, scene_index: int) -> np.random.Se
 def actor_seed_sequence(split: str, seed: int, scene_index: int, chain: int) -> np.random.SeedSequence:
     """The actor's own random stream for one chain (independent of the scene's stream)."""
     _check_split_seed(split, seed)
-    return np.random.SeedSequence(
-        entropy=seed, spawn_key=(_SPLIT_CODE[split], scene_index, 1 + chain)
-    )
+    return np.random.SeedSequence(entropy=seed, spawn_key=(_SPLIT_CODE[split], scene_index, 1 + chain))
 
 
-def _place_pucks(
-    rng: np.random.Generator, preset: Preset, radius: np.ndarray, goal: np.ndarray
-) -> np.ndarray:
+def _place_pucks(rng: np.random.Generator, preset: Preset, radius: np.ndarray, goal: np.ndarray) -> np.ndarray:
     physics = preset.physics
     gap = preset.placement_gap
     positions = np.zeros((len(radius), 2), dtype=np.float64)
@@ -246,9 +256,7 @@ def _place_pucks(
     def clear_of_placed(i: int, candidate: np.ndarray) -> bool:
         lo = radius[i] + gap
         inside = lo <= candidate[0] <= physics.table_width - lo and lo <= candidate[1] <= physics.table_height - lo
-        return inside and all(
-            np.hypot(*(candidate - positions[j])) >= radius[i] + radius[j] + gap for j in range(i)
-        )
+        return inside and all(np.hypot(*(candidate - positions[j])) >= radius[i] + radius[j] + gap for j in range(i))
 
     # The blocker's draws happen for every scene (used or not), so the stream position of
     # the remaining pucks does not depend on whether a blocker was placed.
@@ -265,10 +273,12 @@ def _place_pucks(
                 continue
         for _ in range(10_000):
             lo = r + gap
-            candidate = np.array([
-                rng.uniform(lo, physics.table_width - lo),
-                rng.uniform(lo, physics.table_height - lo),
-            ])
+            candidate = np.array(
+                [
+                    rng.uniform(lo, physics.table_width - lo),
+                    rng.uniform(lo, physics.table_height - lo),
+                ]
+            )
             clear = clear_of_placed(i, candidate)
             # The target starts outside the goal, so the first strike can earn the bonus.
             if i == 0:
@@ -281,9 +291,7 @@ def _place_pucks(
     return positions
 
 
-def sample_scene(
-    preset: Preset, split: str, seed: int, scene_index: int
-) -> tuple[Scene, np.ndarray]:
+def sample_scene(preset: Preset, split: str, seed: int, scene_index: int) -> tuple[Scene, np.ndarray]:
     """Draw one scene and its initial positions.
 
     Args:
@@ -302,10 +310,12 @@ def sample_scene(
     mass = rng.uniform(*preset.mass, size=n)
     friction = rng.uniform(*preset.friction, size=n)
     margin = preset.goal_radius
-    goal = np.array([
-        rng.uniform(margin, physics.table_width - margin),
-        rng.uniform(margin, physics.table_height - margin),
-    ])
+    goal = np.array(
+        [
+            rng.uniform(margin, physics.table_width - margin),
+            rng.uniform(margin, physics.table_height - margin),
+        ]
+    )
     positions = _place_pucks(rng, preset, radius, goal)
     scene = Scene(
         radius=tuple(float(v) for v in radius),

@@ -23,8 +23,9 @@ __all__ = ["SEALS_DIR", "mark_sealed", "seals_of"]
 SEALS_DIR = ".sealed-validations"
 
 
-def mark_sealed(cache: str | os.PathLike, manifest_sha256: str, *, study: str, freeze_receipt_sha256: str,
-                path: str | os.PathLike) -> Path:
+def mark_sealed(
+    cache: str | os.PathLike, manifest_sha256: str, *, study: str, freeze_receipt_sha256: str, path: str | os.PathLike
+) -> Path:
     """Record in ``cache`` that ``study`` sealed the population ``manifest_sha256`` as its validation.
 
     Idempotent: a study that seals again (a resumed run) finds its seal in place.
@@ -37,8 +38,15 @@ def mark_sealed(cache: str | os.PathLike, manifest_sha256: str, *, study: str, f
     name = safe_component(f"{study}-{freeze_receipt_sha256[:16]}.json", field="study", call="mark_sealed")
     seal = directory / name
     try:
-        publish_json(seal, {"study": study, "freeze_receipt_sha256": freeze_receipt_sha256,
-                            "manifest_sha256": manifest_sha256, "path": str(Path(path).absolute())})
+        publish_json(
+            seal,
+            {
+                "study": study,
+                "freeze_receipt_sha256": freeze_receipt_sha256,
+                "manifest_sha256": manifest_sha256,
+                "path": str(Path(path).absolute()),
+            },
+        )
     except PublishConflictError:
         pass
     return seal
@@ -70,6 +78,12 @@ def seals_of(population: str | os.PathLike, caches: tuple[str | os.PathLike, ...
                 found.append(json.loads(seal.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 # An unreadable seal still seals: the population was held out by someone.
-                found.append({"study": seal.stem, "freeze_receipt_sha256": None, "manifest_sha256": digest,
-                              "path": str(population)})
+                found.append(
+                    {
+                        "study": seal.stem,
+                        "freeze_receipt_sha256": None,
+                        "manifest_sha256": digest,
+                        "path": str(population),
+                    }
+                )
     return found

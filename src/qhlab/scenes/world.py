@@ -144,8 +144,12 @@ def build_space(scene: Scene, positions: np.ndarray) -> tuple[pymunk.Space, list
     width, height = physics.table_width, physics.table_height
     # Segment radius puts each wall's inner face exactly on the table edge.
     thickness = 0.02
-    corners = [(-thickness, -thickness), (width + thickness, -thickness),
-               (width + thickness, height + thickness), (-thickness, height + thickness)]
+    corners = [
+        (-thickness, -thickness),
+        (width + thickness, -thickness),
+        (width + thickness, height + thickness),
+        (-thickness, height + thickness),
+    ]
     walls = []
     for i in range(4):
         wall = pymunk.Segment(static, corners[i], corners[(i + 1) % 4], thickness)

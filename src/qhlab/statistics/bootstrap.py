@@ -133,15 +133,24 @@ def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
         value = value.detach().cpu().numpy()
     array = np.asarray(value)
     if array.ndim != 1 or array.size == 0:
-        raise input_error(call, f"{field}.shape", tuple(array.shape), "a non-empty 1-D array [n_scenes]",
-                          "pass one value per scene (evaluation per-scene arrays, one horizon)")
+        raise input_error(
+            call,
+            f"{field}.shape",
+            tuple(array.shape),
+            "a non-empty 1-D array [n_scenes]",
+            "pass one value per scene (evaluation per-scene arrays, one horizon)",
+        )
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise input_error(call, f"{field}.dtype", str(array.dtype), "real numbers",
-                          "pass per-scene metric values")
+        raise input_error(call, f"{field}.dtype", str(array.dtype), "real numbers", "pass per-scene metric values")
     array = array.astype(np.float64)
     if not np.isfinite(array).all():
-        raise input_error(call, field, "non-finite values", "finite per-scene values",
-                          "a NaN metric means an upstream evaluation failed; fix it there")
+        raise input_error(
+            call,
+            field,
+            "non-finite values",
+            "finite per-scene values",
+            "a NaN metric means an upstream evaluation failed; fix it there",
+        )
     return array
 
 
@@ -162,14 +171,23 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis)
 
 
-def _run_scipy(data: tuple[np.ndarray, ...], *, method: str, confidence: float, alternative: str, n_resamples: int,
-               rng_seed: int) -> tuple[float, float, list[str]]:
+def _run_scipy(
+    data: tuple[np.ndarray, ...], *, method: str, confidence: float, alternative: str, n_resamples: int, rng_seed: int
+) -> tuple[float, float, list[str]]:
     statistic = _mean_difference if len(data) == 2 else _mean
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = stats.bootstrap(data, statistic, n_resamples=int(n_resamples), vectorized=True, paired=len(data) == 2,
-                                 confidence_level=float(confidence), alternative=alternative, method=method,
-                                 rng=np.random.default_rng(int(rng_seed)))
+        result = stats.bootstrap(
+            data,
+            statistic,
+            n_resamples=int(n_resamples),
+            vectorized=True,
+            paired=len(data) == 2,
+            confidence_level=float(confidence),
+            alternative=alternative,
+            method=method,
+            rng=np.random.default_rng(int(rng_seed)),
+        )
     messages = sorted({str(w.message).split(".")[0] for w in caught})
     return float(result.confidence_interval.low), float(result.confidence_interval.high), messages
 
@@ -188,9 +206,16 @@ def _point_bounds(estimate: float, alternative: str) -> tuple[float | None, floa
     return low, high
 
 
-def paired_scene_bootstrap(x: Any, y: Any | None = None, *, statistic: str = "mean difference",
-                           confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, rng_seed: int,
-                           alternative: str = "two-sided") -> BootstrapInterval:
+def paired_scene_bootstrap(
+    x: Any,
+    y: Any | None = None,
+    *,
+    statistic: str = "mean difference",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int,
+    alternative: str = "two-sided",
+) -> BootstrapInterval:
     """BCa scene-bootstrap interval for a mean or a paired mean difference.
 
     Scenes are resampled with replacement (the same scenes for both arms when ``y`` is given:
@@ -217,23 +242,43 @@ def paired_scene_bootstrap(x: Any, y: Any | None = None, *, statistic: str = "me
     """
     call = "paired_scene_bootstrap"
     if statistic not in _STATISTICS:
-        raise input_error(call, "statistic", statistic, " | ".join(_STATISTICS),
-                          "paired arms use 'mean difference'; one arm uses 'mean'")
+        raise input_error(
+            call,
+            "statistic",
+            statistic,
+            " | ".join(_STATISTICS),
+            "paired arms use 'mean difference'; one arm uses 'mean'",
+        )
     if alternative not in _ALTERNATIVES:
-        raise input_error(call, "alternative", alternative, " | ".join(_ALTERNATIVES),
-                          "'less' gives a one-sided upper bound, 'greater' a lower bound")
+        raise input_error(
+            call,
+            "alternative",
+            alternative,
+            " | ".join(_ALTERNATIVES),
+            "'less' gives a one-sided upper bound, 'greater' a lower bound",
+        )
     first = _scene_array(call, "x", x)
     if y is None:
         data: tuple[np.ndarray, ...] = (first,)
         values = first
     else:
         if statistic == "mean":
-            raise input_error(call, "y", "an array", "None with statistic 'mean'",
-                              "use statistic='mean difference' to compare two arms")
+            raise input_error(
+                call,
+                "y",
+                "an array",
+                "None with statistic 'mean'",
+                "use statistic='mean difference' to compare two arms",
+            )
         second = _scene_array(call, "y", y)
         if second.shape != first.shape:
-            raise input_error(call, "y.shape", tuple(second.shape), f"x's shape {tuple(first.shape)}",
-                              "both arms must be evaluated on the same scenes, in the same order")
+            raise input_error(
+                call,
+                "y.shape",
+                tuple(second.shape),
+                f"x's shape {tuple(first.shape)}",
+                "both arms must be evaluated on the same scenes, in the same order",
+            )
         data = (first, second)
         values = first - second
     estimate = float(values.mean())
@@ -244,23 +289,24 @@ def paired_scene_bootstrap(x: Any, y: Any | None = None, *, statistic: str = "me
     high: float | None
     if n < 2 or float(np.ptp(values)) == 0.0:
         reason = "one scene" if n < 2 else "all per-scene values are equal (zero spread)"
-        notes.append(f"{reason}: the bootstrap distribution is a point and BCa is undefined; "
-                     "reporting the point interval [estimate, estimate]")
+        notes.append(
+            f"{reason}: the bootstrap distribution is a point and BCa is undefined; "
+            "reporting the point interval [estimate, estimate]"
+        )
         method = "point"
         low, high = _point_bounds(estimate, alternative)
     else:
-        common = dict(confidence=confidence, alternative=alternative, n_resamples=n_resamples,
-                      rng_seed=rng_seed)
+        common = dict(confidence=confidence, alternative=alternative, n_resamples=n_resamples, rng_seed=rng_seed)
         raw_low, raw_high, messages = _run_scipy(data, method="BCa", **common)
         if not _expected_sides_finite(raw_low, raw_high, alternative):
             detail = "; ".join(messages) if messages else "non-finite bounds"
-            notes.append(f"BCa undefined for these values ({detail}); "
-                         "using the percentile interval from the same seed")
+            notes.append(f"BCa undefined for these values ({detail}); using the percentile interval from the same seed")
             method = "percentile"
             raw_low, raw_high, _ = _run_scipy(data, method="percentile", **common)
             if not _expected_sides_finite(raw_low, raw_high, alternative):
-                notes.append("the percentile interval is not finite either; "
-                             "reporting the point interval [estimate, estimate]")
+                notes.append(
+                    "the percentile interval is not finite either; reporting the point interval [estimate, estimate]"
+                )
                 method = "point"
                 raw_low, raw_high = estimate, estimate
         low, high = _finite_or_none(raw_low), _finite_or_none(raw_high)
@@ -273,14 +319,29 @@ def paired_scene_bootstrap(x: Any, y: Any | None = None, *, statistic: str = "me
     elif alternative == "greater":
         notes.append("one-sided lower bound: high is +infinity (reported as None)")
     return BootstrapInterval(
-        statistic=statistic, estimate=estimate, low=low, high=high, confidence=float(confidence),
-        alternative=alternative, method=method, requested_method="BCa", n_scenes=n, n_resamples=int(n_resamples),
-        rng_seed=int(rng_seed), note="; ".join(notes) if notes else None,
+        statistic=statistic,
+        estimate=estimate,
+        low=low,
+        high=high,
+        confidence=float(confidence),
+        alternative=alternative,
+        method=method,
+        requested_method="BCa",
+        n_scenes=n,
+        n_resamples=int(n_resamples),
+        rng_seed=int(rng_seed),
+        note="; ".join(notes) if notes else None,
     )
 
 
-def scene_mean_interval(values: Any, *, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
-                        rng_seed: int, alternative: str = "two-sided") -> BootstrapInterval:
+def scene_mean_interval(
+    values: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int,
+    alternative: str = "two-sided",
+) -> BootstrapInterval:
     """BCa scene-bootstrap interval for one arm's scene mean (e.g. MAE_H of one cell).
 
     Args:
@@ -293,8 +354,15 @@ def scene_mean_interval(values: Any, *, confidence: float = 0.95, n_resamples: i
     Returns:
         A ``BootstrapInterval`` with statistic "mean".
     """
-    return paired_scene_bootstrap(values, None, statistic="mean", confidence=confidence, n_resamples=n_resamples,
-                                  rng_seed=rng_seed, alternative=alternative)
+    return paired_scene_bootstrap(
+        values,
+        None,
+        statistic="mean",
+        confidence=confidence,
+        n_resamples=n_resamples,
+        rng_seed=rng_seed,
+        alternative=alternative,
+    )
 
 
 def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
@@ -312,14 +380,25 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
     """
     call = "pooled_seed_values"
     if not isinstance(per_scene_by_seed, dict) or not per_scene_by_seed:
-        raise input_error(call, "per_scene_by_seed", per_scene_by_seed,
-                          "a non-empty dict seed -> [n_scenes] values", "one entry per declared seed")
-    arrays = [_scene_array(call, f"per_scene_by_seed[{seed}]", values)
-              for seed, values in sorted(per_scene_by_seed.items())]
+        raise input_error(
+            call,
+            "per_scene_by_seed",
+            per_scene_by_seed,
+            "a non-empty dict seed -> [n_scenes] values",
+            "one entry per declared seed",
+        )
+    arrays = [
+        _scene_array(call, f"per_scene_by_seed[{seed}]", values) for seed, values in sorted(per_scene_by_seed.items())
+    ]
     sizes = sorted({a.size for a in arrays})
     if len(sizes) != 1:
-        raise input_error(call, "n_scenes", sizes, "the same number of scenes for every seed",
-                          "evaluate every seed on the same validation scenes")
+        raise input_error(
+            call,
+            "n_scenes",
+            sizes,
+            "the same number of scenes for every seed",
+            "evaluate every seed on the same validation scenes",
+        )
     return np.mean(np.stack(arrays), axis=0)
 
 
@@ -328,29 +407,52 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
 
 
 def _check_fraction(call: str, field: str, value: Any) -> float:
-    return require_number(call, field, value, minimum=0,
-                          hint="use the fraction declared in the frozen study config")
+    return require_number(call, field, value, minimum=0, hint="use the fraction declared in the frozen study config")
 
 
-def _margin(name: str, variant: np.ndarray, reference: np.ndarray, fraction: float, *, confidence: float,
-            n_resamples: int, rng_seed: int) -> Margin:
+def _margin(
+    name: str,
+    variant: np.ndarray,
+    reference: np.ndarray,
+    fraction: float,
+    *,
+    confidence: float,
+    n_resamples: int,
+    rng_seed: int,
+) -> Margin:
     per_scene = variant - fraction * reference
-    options = dict(statistic="mean difference", confidence=confidence,
-                   n_resamples=n_resamples, rng_seed=rng_seed)
+    options = dict(statistic="mean difference", confidence=confidence, n_resamples=n_resamples, rng_seed=rng_seed)
     upper = paired_scene_bootstrap(per_scene, alternative="less", **options)
     lower = paired_scene_bootstrap(per_scene, alternative="greater", **options)
     estimate = float(per_scene.mean())
     passes = estimate <= 0.0
-    confirmed = (upper.high is not None and upper.high <= 0.0) if passes else (
-        lower.low is not None and lower.low > 0.0
+    confirmed = (
+        (upper.high is not None and upper.high <= 0.0) if passes else (lower.low is not None and lower.low > 0.0)
     )
-    return Margin(name=name, fraction=fraction, estimate=estimate, per_scene=[float(v) for v in per_scene],
-                  passes=passes, confirmed=bool(confirmed), upper=upper, lower=lower)
+    return Margin(
+        name=name,
+        fraction=fraction,
+        estimate=estimate,
+        per_scene=[float(v) for v in per_scene],
+        passes=passes,
+        confirmed=bool(confirmed),
+        upper=upper,
+        lower=lower,
+    )
 
 
-def retention_margins(variant_regret: Any, control_regret: Any, variant_mae: Any, matched_mae: Any, *,
-                      regret_fraction: float, mae_fraction: float, rng_seed: int,
-                      n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95) -> RetentionDecision:
+def retention_margins(
+    variant_regret: Any,
+    control_regret: Any,
+    variant_mae: Any,
+    matched_mae: Any,
+    *,
+    regret_fraction: float,
+    mae_fraction: float,
+    rng_seed: int,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+) -> RetentionDecision:
     """The retention rule as two margins over scenes, decided by the point estimates.
 
     D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control;
@@ -389,14 +491,17 @@ def retention_margins(variant_regret: Any, control_regret: Any, variant_mae: Any
     }
     sizes = {name: int(a.size) for name, a in arrays.items()}
     if len(set(sizes.values())) != 1:
-        raise input_error(call, "n_scenes", sizes, "the same number of scenes for all four arrays",
-                          "evaluate every arm on the same validation scenes, in the same order")
+        raise input_error(
+            call,
+            "n_scenes",
+            sizes,
+            "the same number of scenes for all four arrays",
+            "evaluate every arm on the same validation scenes, in the same order",
+        )
     reg_fraction = _check_fraction(call, "regret_fraction", regret_fraction)
     mae_frac = _check_fraction(call, "mae_fraction", mae_fraction)
-    options = dict(confidence=float(confidence), n_resamples=int(n_resamples),
-                   rng_seed=int(rng_seed))
-    d_reg = _margin("D_reg", arrays["variant_regret"], arrays["control_regret"], reg_fraction,
-                    **options)
+    options = dict(confidence=float(confidence), n_resamples=int(n_resamples), rng_seed=int(rng_seed))
+    d_reg = _margin("D_reg", arrays["variant_regret"], arrays["control_regret"], reg_fraction, **options)
     d_mae = _margin("D_mae", arrays["variant_mae"], arrays["matched_mae"], mae_frac, **options)
     retained = d_reg.passes and d_mae.passes
     n_scenes = sizes["variant_regret"]
@@ -404,30 +509,43 @@ def retention_margins(variant_regret: Any, control_regret: Any, variant_mae: Any
     if retained:
         robust = all(m.confirmed for m in margins)
         open_margins = [m.name for m in margins if not m.confirmed]
-        reason = ("both margins' one-sided upper bounds are <= 0" if robust else
-                  f"the one-sided upper bound of {' and '.join(open_margins)} is not <= 0")
+        reason = (
+            "both margins' one-sided upper bounds are <= 0"
+            if robust
+            else f"the one-sided upper bound of {' and '.join(open_margins)} is not <= 0"
+        )
     else:
         failing = [m for m in margins if not m.passes]
         confirmed = [m.name for m in failing if m.confirmed]
         robust = bool(confirmed)
-        reason = (f"failing margin {' and '.join(confirmed)}: one-sided lower bound > 0"
-                  if robust else
-                  f"no failing margin ({' and '.join(m.name for m in failing)}) has a one-sided "
-                  "lower bound > 0")
+        reason = (
+            f"failing margin {' and '.join(confirmed)}: one-sided lower bound > 0"
+            if robust
+            else f"no failing margin ({' and '.join(m.name for m in failing)}) has a one-sided lower bound > 0"
+        )
     if n_scenes < MIN_SCENES_FOR_ROBUST:
         # The bounds are still computed and reported; they are just not trusted to label.
         robust = False
-        reason = (f"fewer than {MIN_SCENES_FOR_ROBUST} validation scenes (n_scenes={n_scenes}): "
-                  f"no decision is labelled robust ({reason})")
+        reason = (
+            f"fewer than {MIN_SCENES_FOR_ROBUST} validation scenes (n_scenes={n_scenes}): "
+            f"no decision is labelled robust ({reason})"
+        )
     rule = (
         "retained iff D_reg <= 0 and D_mae <= 0 (point estimates); a retention is robust iff "
         f"both margins' one-sided {confidence:.0%} upper bounds are <= 0; a rejection is robust "
         f"iff at least one failing margin (> 0) has its one-sided {confidence:.0%} lower bound > 0; "
         f"never robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; otherwise inconclusive"
     )
-    return RetentionDecision(retained=bool(retained), label="robust" if robust else "inconclusive",
-                             label_reason=reason, n_scenes=int(n_scenes), rule=rule, confidence=float(confidence),
-                             d_reg=d_reg, d_mae=d_mae)
+    return RetentionDecision(
+        retained=bool(retained),
+        label="robust" if robust else "inconclusive",
+        label_reason=reason,
+        n_scenes=int(n_scenes),
+        rule=rule,
+        confidence=float(confidence),
+        d_reg=d_reg,
+        d_mae=d_mae,
+    )
 
 
 def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
@@ -441,12 +559,18 @@ def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
     """
     call = "seed_disagreement"
     if not isinstance(decisions_by_seed, dict) or not decisions_by_seed:
-        raise input_error(call, "decisions_by_seed", decisions_by_seed, "a non-empty dict seed -> bool",
-                          "pass one decision per declared seed")
+        raise input_error(
+            call,
+            "decisions_by_seed",
+            decisions_by_seed,
+            "a non-empty dict seed -> bool",
+            "pass one decision per declared seed",
+        )
     for seed, decision in decisions_by_seed.items():
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise input_error(call, "seed", seed, "an integer seed", "keys are the declared seeds")
         if not isinstance(decision, (bool, np.bool_)):
-            raise input_error(call, f"decisions_by_seed[{seed}]", decision, "True or False",
-                              "pass RetentionDecision.retained")
+            raise input_error(
+                call, f"decisions_by_seed[{seed}]", decision, "True or False", "pass RetentionDecision.retained"
+            )
     return len({bool(v) for v in decisions_by_seed.values()}) > 1

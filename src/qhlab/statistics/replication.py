@@ -100,11 +100,21 @@ class PooledDifference:
 def _differences(call: str, differences: Any) -> np.ndarray:
     array = np.asarray(differences, dtype=np.float64)
     if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 2:
-        raise input_error(call, "differences.shape", tuple(array.shape), "[n_seeds >= 1, n_scenes >= 2]",
-                          "one row of per-scene paired differences per training seed, same scenes")
+        raise input_error(
+            call,
+            "differences.shape",
+            tuple(array.shape),
+            "[n_seeds >= 1, n_scenes >= 2]",
+            "one row of per-scene paired differences per training seed, same scenes",
+        )
     if not np.isfinite(array).all():
-        raise input_error(call, "differences", "non-finite values", "finite per-scene differences",
-                          "a NaN metric means an upstream evaluation failed; fix it there")
+        raise input_error(
+            call,
+            "differences",
+            "non-finite values",
+            "finite per-scene differences",
+            "a NaN metric means an upstream evaluation failed; fix it there",
+        )
     return array
 
 
@@ -129,17 +139,28 @@ def seed_effect_sd(differences: Any) -> float:
     d = _differences("seed_effect_sd", differences)
     n_seeds, n_scenes = d.shape
     if n_seeds < 2:
-        raise input_error("seed_effect_sd", "differences.shape", tuple(d.shape), "n_seeds >= 2",
-                          "one seed says nothing about the seed variance")
+        raise input_error(
+            "seed_effect_sd",
+            "differences.shape",
+            tuple(d.shape),
+            "n_seeds >= 2",
+            "one seed says nothing about the seed variance",
+        )
     seed_means = d.mean(axis=1)
     residual = d - seed_means[:, None] - d.mean(axis=0)[None, :] + d.mean()
-    sigma_e2 = float((residual ** 2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
+    sigma_e2 = float((residual**2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
     return math.sqrt(max(0.0, float(seed_means.var(ddof=1)) - sigma_e2 / n_scenes))
 
 
-def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: float = 0.8,
-                              alternative: str = "two-sided", distribution: str = "normal",
-                              dof: float | None = None) -> float:
+def minimum_detectable_effect(
+    se: float,
+    *,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    alternative: str = "two-sided",
+    distribution: str = "normal",
+    dof: float | None = None,
+) -> float:
     """The smallest true difference detected with probability ``power`` (Colas et al. 2018).
 
     A test that rejects 0 when the interval excludes it detects a true difference m with
@@ -161,10 +182,18 @@ def minimum_detectable_effect(se: float, *, confidence: float = 0.95, power: flo
     return (_quantile(distribution, dof or 1, level) + _quantile(distribution, dof or 1, power)) * float(se)
 
 
-def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd_source: str | None = None,
-                      seed_sd_dof: int | None = None, draw_sd: float | None = None, draw_sd_dof: float | None = None,
-                      confidence: float = 0.95, power: float = 0.8,
-                      alternative: str = "two-sided") -> PooledDifference:
+def pooled_difference(
+    differences: Any,
+    *,
+    seed_sd: float | None = None,
+    seed_sd_source: str | None = None,
+    seed_sd_dof: int | None = None,
+    draw_sd: float | None = None,
+    draw_sd_dof: float | None = None,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    alternative: str = "two-sided",
+) -> PooledDifference:
     """Mean over seeds and scenes of paired per-scene differences, with an interval that carries
     the between-seed variance (see the module docstring).
 
@@ -195,64 +224,120 @@ def pooled_difference(differences: Any, *, seed_sd: float | None = None, seed_sd
     estimate = float(d.mean())
     scene_se = float(pooled_scenes.std(ddof=1) / math.sqrt(n_scenes))
     if seed_sd is not None:
-        if not isinstance(seed_sd, (int, float)) or isinstance(seed_sd, bool) or not math.isfinite(seed_sd) \
-                or seed_sd < 0:
-            raise input_error(call, "seed_sd", seed_sd, "a finite number >= 0 (metres) or None",
-                              "the pilot's standard deviation of a seed's mean paired difference")
+        if (
+            not isinstance(seed_sd, (int, float))
+            or isinstance(seed_sd, bool)
+            or not math.isfinite(seed_sd)
+            or seed_sd < 0
+        ):
+            raise input_error(
+                call,
+                "seed_sd",
+                seed_sd,
+                "a finite number >= 0 (metres) or None",
+                "the pilot's standard deviation of a seed's mean paired difference",
+            )
         if not seed_sd_source:
-            raise input_error(call, "seed_sd_source", seed_sd_source, "a non-empty description",
-                              "say which pilot (population, seeds) measured seed_sd")
+            raise input_error(
+                call,
+                "seed_sd_source",
+                seed_sd_source,
+                "a non-empty description",
+                "say which pilot (population, seeds) measured seed_sd",
+            )
         if isinstance(seed_sd_dof, bool) or not isinstance(seed_sd_dof, int) or seed_sd_dof < 1:
-            raise input_error(call, "seed_sd_dof", seed_sd_dof, "an integer >= 1 (the pilot's seeds - 1)",
-                              "an estimated tau carries its own uncertainty into the interval")
+            raise input_error(
+                call,
+                "seed_sd_dof",
+                seed_sd_dof,
+                "an integer >= 1 (the pilot's seeds - 1)",
+                "an estimated tau carries its own uncertainty into the interval",
+            )
         tau = float(seed_sd)
         omega = 0.0
         if draw_sd is not None:
-            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                   for v in (draw_sd, draw_sd_dof)) or draw_sd < 0 or draw_sd_dof < 1:
-                raise input_error(call, "draw_sd/draw_sd_dof", (draw_sd, draw_sd_dof),
-                                  "a finite number >= 0 (metres) with a number >= 1 (its Satterthwaite degrees "
-                                  "of freedom)", "the pilot's TRAIN-draw sd and its degrees of freedom "
-                                  "(qhlab.statistics.variance.draw_effect_dof)")
+            if (
+                any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    for v in (draw_sd, draw_sd_dof)
+                )
+                or draw_sd < 0
+                or draw_sd_dof < 1
+            ):
+                raise input_error(
+                    call,
+                    "draw_sd/draw_sd_dof",
+                    (draw_sd, draw_sd_dof),
+                    "a finite number >= 0 (metres) with a number >= 1 (its Satterthwaite degrees of freedom)",
+                    "the pilot's TRAIN-draw sd and its degrees of freedom (qhlab.statistics.variance.draw_effect_dof)",
+                )
             omega = float(draw_sd)
         # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof,
         # its draw part draw_sd_dof.
-        parts = [(scene_se ** 2, n_scenes - 1), (tau ** 2 / n_seeds, seed_sd_dof)]
+        parts = [(scene_se**2, n_scenes - 1), (tau**2 / n_seeds, seed_sd_dof)]
         if draw_sd is not None:
-            parts.append((omega ** 2, draw_sd_dof))
-        terms = sum(v ** 2 / k for v, k in parts)
+            parts.append((omega**2, draw_sd_dof))
+        terms = sum(v**2 / k for v, k in parts)
         dof = sum(v for v, _ in parts) ** 2 / terms if terms > 0 else float(n_scenes - 1)
         source = f"pilot: {seed_sd_source}"
         carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
-        note = (f"seed variance from the pilot ({seed_sd_dof + 1} seeds)"
-                + (f" and TRAIN-draw variance ({draw_sd_dof:.1f} dof)" if draw_sd is not None else "")
-                + f", frozen before the study; the interval carries {carried}; Student's t with {dof:.1f} "
-                "Welch-Satterthwaite dof")
+        note = (
+            f"seed variance from the pilot ({seed_sd_dof + 1} seeds)"
+            + (f" and TRAIN-draw variance ({draw_sd_dof:.1f} dof)" if draw_sd is not None else "")
+            + f", frozen before the study; the interval carries {carried}; Student's t with {dof:.1f} "
+            "Welch-Satterthwaite dof"
+        )
     else:
         if n_seeds < 2:
-            raise input_error(call, "differences.shape", tuple(d.shape), "n_seeds >= 2 without seed_sd",
-                              "one seed says nothing about the seed variance; give a pilot's seed_sd")
+            raise input_error(
+                call,
+                "differences.shape",
+                tuple(d.shape),
+                "n_seeds >= 2 without seed_sd",
+                "one seed says nothing about the seed variance; give a pilot's seed_sd",
+            )
         if draw_sd is not None:
-            raise input_error(call, "draw_sd", draw_sd, "None without seed_sd",
-                              "a TRAIN-draw component comes from a pilot, with its seed variance")
+            raise input_error(
+                call,
+                "draw_sd",
+                draw_sd,
+                "None without seed_sd",
+                "a TRAIN-draw component comes from a pilot, with its seed variance",
+            )
         tau, dof, omega = seed_effect_sd(d), float(n_seeds - 1), 0.0
         source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
-        note = (f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
-                "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
-                "estimated: about 0.73 power at the MDE with two seeds, by simulation)")
-    se = math.sqrt(scene_se ** 2 + tau ** 2 / n_seeds + omega ** 2)
+        note = (
+            f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
+            "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
+            "estimated: about 0.73 power at the MDE with two seeds, by simulation)"
+        )
+    se = math.sqrt(scene_se**2 + tau**2 / n_seeds + omega**2)
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
     q = _quantile("t", dof, level)
     low = None if alternative == "less" else estimate - q * se
     high = None if alternative == "greater" else estimate + q * se
-    mde = minimum_detectable_effect(se, confidence=confidence, power=power, alternative=alternative,
-                                    distribution="t", dof=dof)
+    mde = minimum_detectable_effect(
+        se, confidence=confidence, power=power, alternative=alternative, distribution="t", dof=dof
+    )
     return PooledDifference(
-        estimate=estimate, low=low, high=high, alternative=alternative, confidence=float(confidence),
-        n_seeds=int(n_seeds), n_scenes=int(n_scenes), scene_se=scene_se, seed_sd=tau, seed_sd_source=source,
-        draw_sd=None if draw_sd is None else omega, sources=("scenes", "training seed")
-        + (("TRAIN draw",) if draw_sd is not None else ()), se=se, distribution=f"t({dof:.3g})", quantile=q,
-        power=float(power), mde=mde, note=note,
+        estimate=estimate,
+        low=low,
+        high=high,
+        alternative=alternative,
+        confidence=float(confidence),
+        n_seeds=int(n_seeds),
+        n_scenes=int(n_scenes),
+        scene_se=scene_se,
+        seed_sd=tau,
+        seed_sd_source=source,
+        draw_sd=None if draw_sd is None else omega,
+        sources=("scenes", "training seed") + (("TRAIN draw",) if draw_sd is not None else ()),
+        se=se,
+        distribution=f"t({dof:.3g})",
+        quantile=q,
+        power=float(power),
+        mde=mde,
+        note=note,
     )
 
 
@@ -279,9 +364,13 @@ def replication_label(per_seed: list[tuple[float | None, float | None]], pooled:
         pooled: the comparison's ``pooled_difference`` (two-sided).
     """
     if len(per_seed) < 2 or pooled.alternative != "two-sided":
-        raise input_error("replication_label", "per_seed/pooled", (len(per_seed), pooled.alternative),
-                          "two or more seeds' intervals and a two-sided pooled interval",
-                          "replication needs seeds to replicate across")
+        raise input_error(
+            "replication_label",
+            "per_seed/pooled",
+            (len(per_seed), pooled.alternative),
+            "two or more seeds' intervals and a two-sided pooled interval",
+            "replication needs seeds to replicate across",
+        )
     sides = {interval_side(low, high) for low, high in per_seed}
     if {1, -1} <= sides:
         return "seed-dependent"
@@ -305,9 +394,13 @@ def retention_replication(per_seed: list[dict], pooled_margins: dict[str, Pooled
         robust on its own seed), or "inconclusive".
     """
     if len(per_seed) < 2 or set(pooled_margins) != {"D_reg", "D_mae"}:
-        raise input_error("retention_replication", "per_seed/pooled_margins", (len(per_seed), sorted(pooled_margins)),
-                          "two or more seeds' decisions and pooled D_reg and D_mae",
-                          "replication needs seeds to replicate across")
+        raise input_error(
+            "retention_replication",
+            "per_seed/pooled_margins",
+            (len(per_seed), sorted(pooled_margins)),
+            "two or more seeds' decisions and pooled D_reg and D_mae",
+            "replication needs seeds to replicate across",
+        )
     decisions = {bool(d["retained"]) for d in per_seed}
     robust = all(d["label"] == "robust" for d in per_seed)
     if len(decisions) > 1:
@@ -322,9 +415,14 @@ def retention_replication(per_seed: list[dict], pooled_margins: dict[str, Pooled
 
 
 def study_verdict(retained_by_seed: dict[int, bool]) -> str:
-    """"retained" when every seed retains, "rejected" when every seed rejects, else "not replicated"."""
+    """ "retained" when every seed retains, "rejected" when every seed rejects, else "not replicated"."""
     if not retained_by_seed:
-        raise input_error("study_verdict", "retained_by_seed", retained_by_seed, "one decision per seed",
-                          "pass RetentionDecision.retained for each declared seed")
+        raise input_error(
+            "study_verdict",
+            "retained_by_seed",
+            retained_by_seed,
+            "one decision per seed",
+            "pass RetentionDecision.retained for each declared seed",
+        )
     values = set(bool(v) for v in retained_by_seed.values())
     return "retained" if values == {True} else "rejected" if values == {False} else "not replicated"

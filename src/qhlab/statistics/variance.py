@@ -1,11 +1,12 @@
 """The pilot's variance components as pure functions over per-scene arrays.
 
 Owns: ``draw_effect_sd`` and ``draw_effect_dof`` (the TRAIN-draw component of a comparison, from
-fits on several TRAIN draws, and its degrees of freedom) and ``pilot_components`` (every comparison's and margin's seed effect tau and draw
-effect, and the maxima a study freezes). Both take plain arrays and return plain numbers, so
-``qhlab verify`` recomputes a pilot record from its fits' values. Does not own: the seed-effect
-estimator (``qhlab.statistics.replication.seed_effect_sd``, the same one the report's intervals use)
-or fitting (``run``).
+fits on several TRAIN draws, and its degrees of freedom) and ``pilot_components`` (every
+comparison's and margin's seed effect tau and draw effect, and the maxima a study freezes). Both
+take plain arrays and return plain numbers, so ``qhlab verify`` recomputes a pilot record from its
+fits' values. Does not own: the seed-effect estimator
+(``qhlab.statistics.replication.seed_effect_sd``, the same one the report's intervals use) or
+fitting (``run``).
 
 The model of one comparison's per-scene paired difference, fitted on TRAIN draw d with training
 seed s, on scene i of the fixed tuning validation population, extends the report's:
@@ -31,14 +32,16 @@ def _draw_mean_squares(table: Any) -> tuple[float, float, int, int]:
     the draws and the seeds, of a draws-by-seeds-by-scenes table's scene means."""
     x = np.asarray(table, dtype=np.float64)
     if x.ndim != 3 or x.shape[0] < 2 or x.shape[1] < 2 or x.shape[2] < 1:
-        raise ValueError(f"draw_effect_sd: table.shape={tuple(x.shape)} is not allowed; allowed: "
-                         "[draws >= 2, seeds >= 2, scenes >= 1]")
+        raise ValueError(
+            f"draw_effect_sd: table.shape={tuple(x.shape)} is not allowed; allowed: "
+            "[draws >= 2, seeds >= 2, scenes >= 1]"
+        )
     if not np.isfinite(x).all():
         raise ValueError("draw_effect_sd: table holds non-finite values; allowed: finite per-scene values")
     means = x.mean(axis=2)
     d, s = means.shape
     residual = means - means.mean(axis=1, keepdims=True) - means.mean(axis=0, keepdims=True) + means.mean()
-    interaction = float((residual ** 2).sum() / ((d - 1) * (s - 1)))
+    interaction = float((residual**2).sum() / ((d - 1) * (s - 1)))
     return float(means.mean(axis=1).var(ddof=1)), interaction, d, s
 
 
@@ -81,15 +84,24 @@ def draw_effect_dof(table: Any) -> float:
     """
     between, interaction, d, s = _draw_mean_squares(table)
     omega2 = max(0.0, between - interaction / s)
-    terms = between ** 2 / (d - 1) + (interaction / s) ** 2 / ((d - 1) * (s - 1))
-    dof = omega2 ** 2 / terms if terms > 0 else float(d - 1)
+    terms = between**2 / (d - 1) + (interaction / s) ** 2 / ((d - 1) * (s - 1))
+    dof = omega2**2 / terms if terms > 0 else float(d - 1)
     return float(min(d - 1, max(1.0, dof)))
 
 
-def pilot_components(values: Mapping[tuple[str, int, int], Mapping[str, Any]], *, arms: Sequence[str],
-                     comparisons: Sequence[tuple[str, str, str]], variants: Sequence[Mapping[str, str]],
-                     regret_fraction: float, mae_fraction: float, main_draw: int, seeds: Sequence[int],
-                     draws: Sequence[int], draw_seeds: Sequence[int]) -> dict:
+def pilot_components(
+    values: Mapping[tuple[str, int, int], Mapping[str, Any]],
+    *,
+    arms: Sequence[str],
+    comparisons: Sequence[tuple[str, str, str]],
+    variants: Sequence[Mapping[str, str]],
+    regret_fraction: float,
+    mae_fraction: float,
+    main_draw: int,
+    seeds: Sequence[int],
+    draws: Sequence[int],
+    draw_seeds: Sequence[int],
+) -> dict:
     """Every comparison's and retention margin's variance components, and their maxima.
 
     Args:
@@ -126,29 +138,50 @@ def pilot_components(values: Mapping[tuple[str, int, int], Mapping[str, Any]], *
         table = np.stack([np.stack([per_scene(d, s) for s in draw_seeds]) for d in draws])
         return {"tau": tau, "draw_sd": draw_effect_sd(table), "draw_dof": draw_effect_dof(table)}
 
-    missing = sorted({(a, d, s) for a in arms for d, ss in ((main_draw, seeds), *((d, draw_seeds) for d in draws))
-                      for s in ss} - set(values))
+    missing = sorted(
+        {(a, d, s) for a in arms for d, ss in ((main_draw, seeds), *((d, draw_seeds) for d in draws)) for s in ss}
+        - set(values)
+    )
     if missing:
-        raise ValueError(f"pilot_components: no fit for (arm, draw, seed) {missing[:3]}; allowed: a fit of every arm "
-                         "on every draw and seed of the design")
+        raise ValueError(
+            f"pilot_components: no fit for (arm, draw, seed) {missing[:3]}; allowed: a fit of every arm "
+            "on every draw and seed of the design"
+        )
     rows, margins = [], []
     for arm, against, relation in comparisons:
-        parts = {m: components(lambda d, s, m=m: metric(arm, d, s, m) - metric(against, d, s, m))
-                 for m in ("regret", "mae")}
-        rows.append({"arm": arm, "against": against, "relation": relation,
-                     "tau": {m: p["tau"] for m, p in parts.items()},
-                     "draw_sd": None if not draws else {m: p["draw_sd"] for m, p in parts.items()},
-                     "draw_dof": None if not draws else {m: p["draw_dof"] for m, p in parts.items()}})
+        parts = {
+            # components() calls each lambda before the loop moves on.
+            m: components(lambda d, s, m=m: metric(arm, d, s, m) - metric(against, d, s, m))  # noqa: B023
+            for m in ("regret", "mae")
+        }
+        rows.append(
+            {
+                "arm": arm,
+                "against": against,
+                "relation": relation,
+                "tau": {m: p["tau"] for m, p in parts.items()},
+                "draw_sd": None if not draws else {m: p["draw_sd"] for m, p in parts.items()},
+                "draw_dof": None if not draws else {m: p["draw_dof"] for m, p in parts.items()},
+            }
+        )
     for variant in variants:
         arm, control, matched = variant["arm"], variant["control"], variant["matched"]
-        parts = {
-            "regret": components(lambda d, s: metric(arm, d, s, "regret")
-                                 - regret_fraction * metric(control, d, s, "regret")),
-            "mae": components(lambda d, s: metric(arm, d, s, "mae") - mae_fraction * metric(matched, d, s, "mae")),
+        parts = {  # components() calls each lambda before the loop moves on
+            "regret": components(
+                lambda d, s: metric(arm, d, s, "regret") - regret_fraction * metric(control, d, s, "regret")  # noqa: B023
+            ),
+            "mae": components(
+                lambda d, s: metric(arm, d, s, "mae") - mae_fraction * metric(matched, d, s, "mae")  # noqa: B023
+            ),
         }
-        margins.append({"variant": arm, "tau": {m: p["tau"] for m, p in parts.items()},
-                        "draw_sd": None if not draws else {m: p["draw_sd"] for m, p in parts.items()},
-                        "draw_dof": None if not draws else {m: p["draw_dof"] for m, p in parts.items()}})
+        margins.append(
+            {
+                "variant": arm,
+                "tau": {m: p["tau"] for m, p in parts.items()},
+                "draw_sd": None if not draws else {m: p["draw_sd"] for m, p in parts.items()},
+                "draw_dof": None if not draws else {m: p["draw_dof"] for m, p in parts.items()},
+            }
+        )
     every = rows + margins
     seed_variance = {m: max(r["tau"][m] for r in every) for m in ("regret", "mae")}
     seed_variance["seeds"] = len(seeds)

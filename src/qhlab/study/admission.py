@@ -45,21 +45,26 @@ def decide_e0(frozen: FrozenStudy) -> dict:
                 fit_cell(frozen, variant=config.baseline_arm, seed=seed, canary_role="e0")
             canary = read_receipt(receipt_path, StudyCellReceipt).body.canary
             if canary is None:
-                raise EvidenceError(f"admit_canaries: {receipt_path} is an evaluated cell, not a canary. HINT: a "
-                                    "canary's directory holds its own fit; remove a foreign receipt by hand.")
+                raise EvidenceError(
+                    f"admit_canaries: {receipt_path} is an evaluated cell, not a canary. HINT: a "
+                    "canary's directory holds its own fit; remove a foreign receipt by hand."
+                )
             canaries.append({"cell": cell, "seed": seed, "receipt": receipt_path, "canary": canary})
     passed = bool(canaries) and all(c["canary"]["recovered"] for c in canaries)
     failures = canary_failures(canaries, selection["selected"]) if canaries else []
     if selection["selected"] is None:
-        reason = (f"no TRAIN chain state's best label beats the runner-up by more than "
-                  f"{config.canary_gap_multiple} x tie_band at every horizon")
+        reason = (
+            f"no TRAIN chain state's best label beats the runner-up by more than "
+            f"{config.canary_gap_multiple} x tie_band at every horizon"
+        )
     elif passed:
         reason = "every canary recovered the optimal action"
     else:
         # Name what each failing canary chose, so a failed gate can be diagnosed from the
         # receipt (and the CLI line) without reopening the fits.
-        reason = (f"a canary did not recover the optimal action within tie_band={config.tie_band}: "
-                  + "; ".join(failure_text(f) for f in failures))
+        reason = f"a canary did not recover the optimal action within tie_band={config.tie_band}: " + "; ".join(
+            failure_text(f) for f in failures
+        )
     body = {
         "study": config.name,
         "passed": passed,
@@ -73,8 +78,7 @@ def decide_e0(frozen: FrozenStudy) -> dict:
     inputs.update({f"canary/{c['cell']}": c["receipt"] for c in canaries})
     write_receipt(directory / E0_RECEIPT, StudyE0Receipt, body=body, inputs=inputs)
     # Written here from this process's digests: the next step takes it without re-hashing.
-    frozen.keep("_e0", directory / E0_RECEIPT,
-                read_receipt(directory / E0_RECEIPT, StudyE0Receipt, verify_files=False))
+    frozen.keep("_e0", directory / E0_RECEIPT, read_receipt(directory / E0_RECEIPT, StudyE0Receipt, verify_files=False))
     return body
 
 
@@ -86,18 +90,22 @@ def publish_selection(frozen: FrozenStudy) -> dict:
     selection_path = directory / SELECTION_FILE
     if not selection_path.exists():
         population = frozen.train_population()
-        selected = select_canary_row(population, canonical_chains(population), config.tie_band,
-                                     gap_multiple=config.canary_gap_multiple)
+        selected = select_canary_row(
+            population, canonical_chains(population), config.tie_band, gap_multiple=config.canary_gap_multiple
+        )
         directory.mkdir(exist_ok=True)
-        publish_json(selection_path, {
-            "schema_version": DOCUMENT_SCHEMA_VERSION,
-            "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
-                    "step) whose best label beats the runner-up by more than canary_gap_multiple x "
-                    "tie_band at every horizon",
-            "tie_band": config.tie_band,
-            "canary_gap_multiple": config.canary_gap_multiple,
-            "canonical_first_chain": frozen.body.train["canonical_first_chain"],
-            "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
-            "selected": selected,
-        })
+        publish_json(
+            selection_path,
+            {
+                "schema_version": DOCUMENT_SCHEMA_VERSION,
+                "rule": "first TRAIN chain state in canonical order (chains by scene_id, chain_id; states by "
+                "step) whose best label beats the runner-up by more than canary_gap_multiple x "
+                "tie_band at every horizon",
+                "tie_band": config.tie_band,
+                "canary_gap_multiple": config.canary_gap_multiple,
+                "canonical_first_chain": frozen.body.train["canonical_first_chain"],
+                "freeze_receipt_sha256": sha256_file(frozen.receipt_path),
+                "selected": selected,
+            },
+        )
     return read_canary_selection(frozen)

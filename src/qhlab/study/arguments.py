@@ -48,36 +48,67 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--variant", required=name == "run-fit", help="declared arm")
             p.add_argument("--seed", type=int, required=name == "run-fit", help="declared seed")
         if name == "run-fit":
-            p.add_argument("--canary-role", default=None, choices=CANARY_ROLES,
-                           help="run a canary of the E0 gate (normally done by admit-canaries)")
+            p.add_argument(
+                "--canary-role",
+                default=None,
+                choices=CANARY_ROLES,
+                help="run a canary of the E0 gate (normally done by admit-canaries)",
+            )
         if name == "run":
-            p.add_argument("--workers", type=int, default=None,
-                           help="override the config's parallel fits (does not change results)")
+            p.add_argument(
+                "--workers",
+                type=int,
+                default=None,
+                help="override the config's parallel fits (does not change results)",
+            )
         _add_populations_argument(p)
         if name in ("freeze", "prepare-development", "run"):
-            add_executor_arguments(p, what="population labelling" + (" and broad fits" if name == "run" else ""),
-                                   default_help="the config's executor, local unless it says ray")
-    status = sub.add_parser("status", help="where a study stands, read from its receipts (writes nothing)",
-                            description="One row per step and cell: state, attempts, updates, MAE_H, "
-                                        "regret_H, wall time. Reads receipts only.")
+            add_executor_arguments(
+                p,
+                what="population labelling" + (" and broad fits" if name == "run" else ""),
+                default_help="the config's executor, local unless it says ray",
+            )
+    status = sub.add_parser(
+        "status",
+        help="where a study stands, read from its receipts (writes nothing)",
+        description="One row per step and cell: state, attempts, updates, MAE_H, "
+        "regret_H, wall time. Reads receipts only.",
+    )
     status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
     status.add_argument("--json", action="store_true", help="print the table as one JSON object")
     _add_populations_argument(status)
-    lanes = sub.add_parser("compare-lanes", help="is study B (another lane) the same science as study A?",
-                           description="Re-authenticate two finished studies frozen identically but for the "
-                                       "profile; publish lanes.json, lanes.md, lanes.png and their receipt.")
+    lanes = sub.add_parser(
+        "compare-lanes",
+        help="is study B (another lane) the same science as study A?",
+        description="Re-authenticate two finished studies frozen identically but for the "
+        "profile; publish lanes.json, lanes.md, lanes.png and their receipt.",
+    )
     lanes.add_argument("lane_a", metavar="A", help="lane A's finished study directory")
     lanes.add_argument("lane_b", metavar="B", help="lane B's finished study directory")
     lanes.add_argument("--output", required=True, metavar="DIR", help="new directory for the lane report")
-    lanes.add_argument("--margin", type=float, default=None,
-                       help="TOST equivalence margin on regret_H (metres); default: --margin-mde-multiple x the "
-                            "study's regret MDE (lane A's largest D_reg MDE)")
-    lanes.add_argument("--margin-mde-multiple", type=float, default=1.0, metavar="K",
-                       help="without --margin, the margin is K x the study's regret MDE (default 1)")
+    lanes.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="TOST equivalence margin on regret_H (metres); default: --margin-mde-multiple x the "
+        "study's regret MDE (lane A's largest D_reg MDE)",
+    )
+    lanes.add_argument(
+        "--margin-mde-multiple",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="without --margin, the margin is K x the study's regret MDE (default 1)",
+    )
     _add_populations_argument(lanes)
 
 
 def _add_populations_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--populations", metavar="ROOT", action="append", default=[],
-                        help="a directory the study's populations were copied to (repeatable; as for "
-                             "`qhlab verify`); ~/.cache/qhlab/populations is always searched")
+    parser.add_argument(
+        "--populations",
+        metavar="ROOT",
+        action="append",
+        default=[],
+        help="a directory the study's populations were copied to (repeatable; as for "
+        "`qhlab verify`); ~/.cache/qhlab/populations is always searched",
+    )

@@ -119,10 +119,15 @@ def refuse_linked_study(output: str | os.PathLike, step: str) -> None:
         following = []
         for path in level:
             if path.is_symlink():
-                raise input_error(step, "output", str(output), "a study directory without symbolic links where "
-                                  "its steps write", f"{path} links to {os.readlink(path)!r}; a step never writes "
-                                  "through a link, since its target is outside the study that is verified and "
-                                  "signed. Remove the link and move the study whole.")
+                raise input_error(
+                    step,
+                    "output",
+                    str(output),
+                    "a study directory without symbolic links where its steps write",
+                    f"{path} links to {os.readlink(path)!r}; a step never writes "
+                    "through a link, since its target is outside the study that is verified and "
+                    "signed. Remove the link and move the study whole.",
+                )
             if depth < _STEP_DEPTH and path.is_dir():
                 following.extend(sorted(path.iterdir()))
         level = following
@@ -158,8 +163,9 @@ class FrozenStudy:
             made importable in this process (``family.provide_family``).
     """
 
-    def __init__(self, config: QhArchitectureStudyConfig, receipt: StudyFreezeReceipt, output: Path,
-                 config_path: Path) -> None:
+    def __init__(
+        self, config: QhArchitectureStudyConfig, receipt: StudyFreezeReceipt, output: Path, config_path: Path
+    ) -> None:
         self.config = config
         self.receipt = receipt
         self.body = receipt.body
@@ -212,8 +218,11 @@ class FrozenStudy:
     @property
     def identity(self) -> dict[str, str]:
         """What a fit of this study records as its ``study`` (``FitRequest.study``)."""
-        return {"name": self.config.name, "study_id": self.body.study_id,
-                "freeze_receipt_sha256": self.unchanged(self.receipt_path)}
+        return {
+            "name": self.config.name,
+            "study_id": self.body.study_id,
+            "freeze_receipt_sha256": self.unchanged(self.receipt_path),
+        }
 
     def unchanged(self, path: Path) -> str:
         """The sha256 of a receipt this object authenticated, refused if the file changed since."""
@@ -251,8 +260,9 @@ class FrozenStudy:
         return recipe
 
 
-def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLike, step: str, *,
-                        runs: bool = True) -> FrozenStudy:
+def authenticate_freeze(
+    config_path: str | os.PathLike, output: str | os.PathLike, step: str, *, runs: bool = True
+) -> FrozenStudy:
     """Re-read the config and authenticate the freeze receipt, TRAIN bytes and source code.
 
     Args:
@@ -265,8 +275,12 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     """
     config, data, resolved = read_study_config(config_path)
     output = Path(output)
-    require_step(output / FREEZE_RECEIPT, "the freeze receipt", step,
-                 f"run `qhlab study freeze {config_path} --output {output}` first")
+    require_step(
+        output / FREEZE_RECEIPT,
+        "the freeze receipt",
+        step,
+        f"run `qhlab study freeze {config_path} --output {output}` first",
+    )
     refuse_linked_study(output, step)
     receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt)
     body = receipt.body
@@ -277,10 +291,12 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
         )
     decision = sha256_bytes(canonical_json(config.decision_record()))
     if body.config["decision_sha256"] != decision:
-        frozen_record = {k: v for k, v in (body.config.get("resolved") or {}).items()
-                         if k not in EXECUTION_FIELDS}
-        changed = sorted(k for k in set(frozen_record) | set(config.decision_record())
-                         if frozen_record.get(k) != config.decision_record().get(k))
+        frozen_record = {k: v for k, v in (body.config.get("resolved") or {}).items() if k not in EXECUTION_FIELDS}
+        changed = sorted(
+            k
+            for k in set(frozen_record) | set(config.decision_record())
+            if frozen_record.get(k) != config.decision_record().get(k)
+        )
         raise EvidenceError(
             f"{step}: config {str(resolved)!r} has decision digest {decision}; the freeze receipt "
             f"{output / FREEZE_RECEIPT} binds {body.config.get('decision_sha256')} (changed: "
@@ -298,7 +314,9 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     for package, version in body.versions.items():
         if current.get(package) != version:
             raise input_error(
-                step, f"versions.{package}", current.get(package),
+                step,
+                f"versions.{package}",
+                current.get(package),
                 f"{version!r}, the version the freeze receipt {output / FREEZE_RECEIPT} binds",
                 f"a study runs under the package versions it was frozen with; install {package} {version}.",
                 error=EvidenceError,
@@ -306,8 +324,16 @@ def authenticate_freeze(config_path: str | os.PathLike, output: str | os.PathLik
     return FrozenStudy(config, receipt, output, resolved)
 
 
-def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recipe: QhRecipe, step: str,
-                         verify_files: bool = True, train_rows: list[int] | None = None) -> FitReceipt:
+def authenticate_attempt(
+    frozen: FrozenStudy,
+    attempt: Path,
+    *,
+    cell: str,
+    recipe: QhRecipe,
+    step: str,
+    verify_files: bool = True,
+    train_rows: list[int] | None = None,
+) -> FitReceipt:
     """The fit receipt of ``attempt``, refused unless it is the finished fit of this frozen cell.
 
     Checks the cell (the recipe's name), arm, seed, lane, the digest of the profile-applied
@@ -352,7 +378,10 @@ def authenticate_attempt(frozen: FrozenStudy, attempt: Path, *, cell: str, recip
     for field, (want, actual) in expected.items():
         if actual != want:
             raise input_error(
-                step, field, actual, f"{want!r}, the frozen value of cell {cell}",
+                step,
+                field,
+                actual,
+                f"{want!r}, the frozen value of cell {cell}",
                 f"{attempt / FIT_RECEIPT} is not the fit of cell {cell}; an attempt directory holds the fit "
                 "of its own frozen cell only; remove a foreign or stale attempt by hand after inspection.",
                 error=EvidenceError,
@@ -374,8 +403,12 @@ def authenticate_e0(frozen: FrozenStudy, step: str) -> StudyE0Receipt:
     """The E0 gate receipt (passed or not), chained to the freeze; read once per ``frozen``."""
     path = frozen.output / CANARY_DIR / E0_RECEIPT
     if frozen._e0 is None:
-        require_step(path, "the E0 gate receipt", step,
-                     f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`")
+        require_step(
+            path,
+            "the E0 gate receipt",
+            step,
+            f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`",
+        )
         receipt = read_receipt(path, StudyE0Receipt)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
         return frozen.keep("_e0", path, receipt)
@@ -389,8 +422,12 @@ def authenticate_development(frozen: FrozenStudy, step: str) -> StudyDevelopment
     per ``frozen``."""
     path = frozen.output / DEVELOPMENT_RECEIPT
     if frozen._development is None:
-        require_step(path, "the development receipt (validation not sealed)", step,
-                     f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`")
+        require_step(
+            path,
+            "the development receipt (validation not sealed)",
+            step,
+            f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`",
+        )
         receipt = read_receipt(path, StudyDevelopmentReceipt)
         check_bound(receipt, "freeze", frozen.receipt_path, path)
         e0 = authenticate_e0(frozen, step)
@@ -433,9 +470,14 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
         check_bound(document, "freeze", frozen.receipt_path, path)
         check_bound(document, "development", frozen.output / DEVELOPMENT_RECEIPT, path)
         # The cell receipt re-hashed the fit receipt and final state it binds just above.
-        authenticate_attempt(frozen, path.parent / document.body.attempt, cell=cell_name(arm, seed),
-                             recipe=frozen.recipe(arm, seed, frozen.config.broad_updates), step=step,
-                             verify_files=False)
+        authenticate_attempt(
+            frozen,
+            path.parent / document.body.attempt,
+            cell=cell_name(arm, seed),
+            recipe=frozen.recipe(arm, seed, frozen.config.broad_updates),
+            step=step,
+            verify_files=False,
+        )
         cells[(arm, seed)] = {"path": path, "document": document}
     if missing:
         raise OrderError(
@@ -446,7 +488,9 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
     return cells
 
 
-def read_cell_receipts(frozen: FrozenStudy, wanted: Iterable[tuple[str, int]], step: str) -> dict[tuple[str, int], dict]:
+def read_cell_receipts(
+    frozen: FrozenStudy, wanted: Iterable[tuple[str, int]], step: str
+) -> dict[tuple[str, int], dict]:
     """The final receipts of some declared broad cells: {(arm, seed): {"path", "document"}}.
 
     Raises:
@@ -458,8 +502,12 @@ def read_cell_receipts(frozen: FrozenStudy, wanted: Iterable[tuple[str, int]], s
         if (arm, seed) not in frozen.config.cells:
             raise input_error(step, "cell", f"{arm}-s{seed}", "a declared cell", "see the freeze receipt's cells")
         path = cell_receipt_path(frozen.output, arm, seed)
-        require_step(path, f"the final receipt of cell {arm}-s{seed}", step,
-                     f"run `qhlab study run-fit ... --variant {arm} --seed {seed}` first")
+        require_step(
+            path,
+            f"the final receipt of cell {arm}-s{seed}",
+            step,
+            f"run `qhlab study run-fit ... --variant {arm} --seed {seed}` first",
+        )
         document = read_receipt(path, StudyCellReceipt)
         cells[(arm, seed)] = {"path": path, "document": document}
     return cells

@@ -28,8 +28,13 @@ from qhlab.study.authentication import (
 __all__ = ["benchmark_cells"]
 
 
-def benchmark_cells(frozen: FrozenStudy, variant: str | None, seed: int | None, *,
-                    on_result: Callable[[str, int, dict], None] | None = None) -> None:
+def benchmark_cells(
+    frozen: FrozenStudy,
+    variant: str | None,
+    seed: int | None,
+    *,
+    on_result: Callable[[str, int, dict], None] | None = None,
+) -> None:
     """Benchmark one cell (``variant`` and ``seed``) or every declared cell (both None).
 
     For every cell, a benchmark receipt that already exists is authenticated and skipped; a
@@ -42,8 +47,9 @@ def benchmark_cells(frozen: FrozenStudy, variant: str | None, seed: int | None, 
         on_result: called as ``on_result(arm, seed, result)`` after each new benchmark.
     """
     if (variant is None) != (seed is None):
-        raise input_error("benchmark", "--variant/--seed", (variant, seed), "both or neither",
-                          "omit both to benchmark every cell")
+        raise input_error(
+            "benchmark", "--variant/--seed", (variant, seed), "both or neither", "omit both to benchmark every cell"
+        )
     authenticate_development(frozen, "benchmark")
     wanted = [(variant, seed)] if variant is not None else list(frozen.config.cells)
     for arm, s in wanted:
@@ -77,7 +83,10 @@ def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
     torch.set_num_threads(frozen.config.torch_threads)
     result = benchmark_scorer(attempt, frozen.train_population())
     path.parent.mkdir(exist_ok=True)
-    write_receipt(path, StudyBenchmarkReceipt,
-                  body={"cell": cell, "arm": arm, "seed": seed, **result},
-                  inputs={"freeze": frozen.receipt_path, "cell": cells[(arm, seed)]["path"]})
+    write_receipt(
+        path,
+        StudyBenchmarkReceipt,
+        body={"cell": cell, "arm": arm, "seed": seed, **result},
+        inputs={"freeze": frozen.receipt_path, "cell": cells[(arm, seed)]["path"]},
+    )
     return result

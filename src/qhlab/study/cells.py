@@ -74,8 +74,15 @@ def _attempt_directories(cell_dir: Path) -> list[Path]:
     return sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str | None = None,
-             progress: bool = True, execution: dict | None = None) -> dict:
+def fit_cell(
+    frozen: FrozenStudy,
+    *,
+    variant: str,
+    seed: int,
+    canary_role: str | None = None,
+    progress: bool = True,
+    execution: dict | None = None,
+) -> dict:
     """``run_fit`` on an authenticated study, with the fit's progress bar on or off.
 
     Args:
@@ -96,18 +103,38 @@ def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str |
     step = "run_fit" if canary_role is None else "run_fit(canary)"
     config = frozen.config
     if variant not in config.arms:
-        raise input_error(step, "variant", variant, f"a declared arm ({', '.join(config.arms)})",
-                          "exactly the frozen cells may be run")
+        raise input_error(
+            step,
+            "variant",
+            variant,
+            f"a declared arm ({', '.join(config.arms)})",
+            "exactly the frozen cells may be run",
+        )
     if isinstance(seed, bool) or seed not in config.seeds:
-        raise input_error(step, "seed", seed, f"a declared seed ({', '.join(map(str, config.seeds))})",
-                          "exactly the frozen cells may be run; there is no seed search")
+        raise input_error(
+            step,
+            "seed",
+            seed,
+            f"a declared seed ({', '.join(map(str, config.seeds))})",
+            "exactly the frozen cells may be run; there is no seed search",
+        )
     if canary_role is not None:
         if canary_role not in CANARY_ROLES:
-            raise input_error(step, "canary_role", canary_role, f"None or {', '.join(CANARY_ROLES)}",
-                              "canaries are the E0 gate's fits")
+            raise input_error(
+                step,
+                "canary_role",
+                canary_role,
+                f"None or {', '.join(CANARY_ROLES)}",
+                "canaries are the E0 gate's fits",
+            )
         if variant != config.baseline_arm:
-            raise input_error(step, "variant", variant, f"the baseline {config.baseline_arm!r} for a canary",
-                              "canaries fit the baseline only")
+            raise input_error(
+                step,
+                "variant",
+                variant,
+                f"the baseline {config.baseline_arm!r} for a canary",
+                "canaries fit the baseline only",
+            )
         if not (frozen.output / CANARY_DIR / SELECTION_FILE).exists():
             raise OrderError(
                 f"{step}: the canary row is not selected yet ({frozen.output / CANARY_DIR / SELECTION_FILE} "
@@ -135,13 +162,22 @@ def fit_cell(frozen: FrozenStudy, *, variant: str, seed: int, canary_role: str |
     # run-fit leaves the lock file's bytes and mtime untouched.
     with exclusive_lock(cell_lock_path(parent, cell), admit=_refuse_finished):
         if canary_role is None:
-            return _run_broad_cell(frozen, development, variant, seed, cell, cell_dir, progress=progress,
-                                   execution=execution)
+            return _run_broad_cell(
+                frozen, development, variant, seed, cell, cell_dir, progress=progress, execution=execution
+            )
         return _run_canary_cell(frozen, variant, seed, cell, cell_dir, progress=progress)
 
 
-def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, validation: Population | None,
-         progress: bool, rows: list[int] | None = None) -> FitResult:
+def _fit(
+    frozen: FrozenStudy,
+    recipe: QhRecipe,
+    *,
+    parent: Path,
+    cell: str,
+    validation: Population | None,
+    progress: bool,
+    rows: list[int] | None = None,
+) -> FitResult:
     """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count.
 
     A segment of this cell that a kill interrupted after a checkpoint is continued from that
@@ -160,15 +196,26 @@ def _fit(frozen: FrozenStudy, recipe: QhRecipe, *, parent: Path, cell: str, vali
     # finished study holds no link (`qhlab sign` refuses links).
     for attempt in _attempt_directories(parent / cell):
         drop_wandb_links(attempt / "wandb")
-    return fit_recipe(FitRequest(
-        recipe=recipe, profile=frozen.config.profile, output=parent, train=frozen.train_population(),
-        validation=validation, cell=cell, evaluate=validation is not None, train_rows=rows,
-        max_allocated_bytes=frozen.config.max_allocated_bytes, progress=progress,
-        # W&B: the study's canaries and cells group together under the study's name.
-        job_type="canary" if rows is not None else "cell", group=frozen.config.name,
-        study=frozen.identity, resume=None if interrupted is None else interrupted.name,
-        curve_updates=frozen.config.curve_updates if validation is not None else (),
-    ))
+    return fit_recipe(
+        FitRequest(
+            recipe=recipe,
+            profile=frozen.config.profile,
+            output=parent,
+            train=frozen.train_population(),
+            validation=validation,
+            cell=cell,
+            evaluate=validation is not None,
+            train_rows=rows,
+            max_allocated_bytes=frozen.config.max_allocated_bytes,
+            progress=progress,
+            # W&B: the study's canaries and cells group together under the study's name.
+            job_type="canary" if rows is not None else "cell",
+            group=frozen.config.name,
+            study=frozen.identity,
+            resume=None if interrupted is None else interrupted.name,
+            curve_updates=frozen.config.curve_updates if validation is not None else (),
+        )
+    )
 
 
 def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
@@ -182,9 +229,20 @@ def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
     return None
 
 
-def _cell_body_common(frozen: FrozenStudy, variant: str, seed: int, cell: str, recipe: QhRecipe, attempt: Path,
-                      previous: list[str], updates: int, step: str, *, adopted: bool,
-                      train_rows: list[int] | None = None) -> tuple[dict, dict]:
+def _cell_body_common(
+    frozen: FrozenStudy,
+    variant: str,
+    seed: int,
+    cell: str,
+    recipe: QhRecipe,
+    attempt: Path,
+    previous: list[str],
+    updates: int,
+    step: str,
+    *,
+    adopted: bool,
+    train_rows: list[int] | None = None,
+) -> tuple[dict, dict]:
     """The body and inputs every cell receipt shares; refuses a fit that is not this frozen cell's
     (trained on ``train_rows``, None: all of TRAIN)."""
     # Lazy: keeps importing this module free of torch.
@@ -225,8 +283,17 @@ def _local_execution() -> dict:
     return {"executor": "local", "process": {"hostname": where["hostname"], "pid": where["pid"]}}
 
 
-def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, variant: str, seed: int, cell: str,
-                    cell_dir: Path, *, progress: bool, execution: dict | None) -> dict:
+def _run_broad_cell(
+    frozen: FrozenStudy,
+    development: StudyDevelopmentReceipt,
+    variant: str,
+    seed: int,
+    cell: str,
+    cell_dir: Path,
+    *,
+    progress: bool,
+    execution: dict | None,
+) -> dict:
     """Fit (or adopt) a broad cell, check its evaluation is of the sealed validation, publish its receipt."""
 
     config = frozen.config
@@ -242,13 +309,20 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
     # A remote record describes the attempt its driver just published: fitted, not adopted.
     adopted = attempt is not None and execution is None
     if attempt is None:
-        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell,
-                      validation=frozen.validation_population("run_fit"), progress=progress)
+        result = _fit(
+            frozen,
+            recipe,
+            parent=cell_dir.parent,
+            cell=cell,
+            validation=frozen.validation_population("run_fit"),
+            progress=progress,
+        )
         attempt = Path(result.output_directory)
     else:
         previous.remove(attempt.name)
-    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates,
-                                     "run_fit", adopted=adopted)
+    body, inputs = _cell_body_common(
+        frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates, "run_fit", adopted=adopted
+    )
     if execution is None:
         execution = _local_execution()
         if adopted:
@@ -256,8 +330,12 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
             # fit receipt says where it ran; this process only adopts it.
 
             fit_ran = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body.execution
-            execution.update(executor=fit_ran.get("executor", "local"), attempt=attempt.name,
-                             adopted_after_restart=True, fit_ran_on=fit_ran)
+            execution.update(
+                executor=fit_ran.get("executor", "local"),
+                attempt=attempt.name,
+                adopted_after_restart=True,
+                fit_ran_on=fit_ran,
+            )
     ev = read_receipt(attempt / EVALUATION_RECEIPT, EvaluationReceipt).body
     population_digest = ev.population.get("digest")
     if population_digest != development.body.validation["manifest_sha256"]:
@@ -269,9 +347,13 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
         raise EvidenceError(f"run_fit: {attempt / EVALUATION_RECEIPT} evaluates another final state.")
     # Per-scene arrays are [n_scenes][H] in ascending scene order of the sealed validation.
     body["evaluation"] = {
-        "horizon": ev.horizon, "mae": ev.mae, "regret": ev.regret,
-        "scene_ids": ev.per_scene["scene_id"], "scene_mae": ev.per_scene["mae"],
-        "scene_regret": ev.per_scene["regret"], "curve": ev.curve,
+        "horizon": ev.horizon,
+        "mae": ev.mae,
+        "regret": ev.regret,
+        "scene_ids": ev.per_scene["scene_id"],
+        "scene_mae": ev.per_scene["mae"],
+        "scene_regret": ev.per_scene["regret"],
+        "curve": ev.curve,
     }
     # Which executor ran the fit, and where (the fit receipt names the node that ran it).
     body["execution"] = execution
@@ -280,8 +362,9 @@ def _run_broad_cell(frozen: FrozenStudy, development: StudyDevelopmentReceipt, v
     return body
 
 
-def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, cell_dir: Path,
-                     *, progress: bool) -> dict:
+def _run_canary_cell(
+    frozen: FrozenStudy, variant: str, seed: int, cell: str, cell_dir: Path, *, progress: bool
+) -> dict:
     """Fit (or adopt) a canary on the selected TRAIN row, score its recovery, publish its receipt."""
     import torch
 
@@ -298,25 +381,46 @@ def _run_canary_cell(frozen: FrozenStudy, variant: str, seed: int, cell: str, ce
     attempt = adoptable_attempt(cell_dir, evaluate=False)
     adopted = attempt is not None
     if attempt is None:
-        result = _fit(frozen, recipe, parent=cell_dir.parent, cell=cell, validation=None,
-                      progress=progress, rows=[selection["row"]])
+        result = _fit(
+            frozen,
+            recipe,
+            parent=cell_dir.parent,
+            cell=cell,
+            validation=None,
+            progress=progress,
+            rows=[selection["row"]],
+        )
         attempt = Path(result.output_directory)
     else:
         previous.remove(attempt.name)
-    body, inputs = _cell_body_common(frozen, variant, seed, cell, recipe, attempt, previous, config.canary_updates,
-                                     "run_fit(canary)", adopted=adopted, train_rows=[selection["row"]])
+    body, inputs = _cell_body_common(
+        frozen,
+        variant,
+        seed,
+        cell,
+        recipe,
+        attempt,
+        previous,
+        config.canary_updates,
+        "run_fit(canary)",
+        adopted=adopted,
+        train_rows=[selection["row"]],
+    )
     population = frozen.train_population()
     module = load_final_module(recipe, population, attempt / FINAL_STATE, body["final_state_sha256"])
     pred = predict_q(module.evaluated, population, rows=torch.tensor([selection["row"]])).numpy()[0]
     labels = np.asarray(selection["labels"], dtype=np.float64)
     mask = np.asarray(selection["candidate_mask"], dtype=bool)
     per_horizon = canary_recovery(pred, labels, mask, config.tie_band)
-    body["canary"] = {"role": "e0", "row": selection["row"], "state_id": selection["state_id"],
-                      "per_horizon": per_horizon,
-                      "recovered": all(h["recovered"] for h in per_horizon),
-                      "successor_training": successor_training}
+    body["canary"] = {
+        "role": "e0",
+        "row": selection["row"],
+        "state_id": selection["state_id"],
+        "per_horizon": per_horizon,
+        "recovered": all(h["recovered"] for h in per_horizon),
+        "successor_training": successor_training,
+    }
     body["execution"] = _local_execution()  # canaries fit locally: in the admitting process or its pool
     inputs["selection"] = frozen.output / CANARY_DIR / SELECTION_FILE
     write_receipt(cell_dir / CELL_RECEIPT, StudyCellReceipt, body=body, inputs=inputs)
     return body
-

@@ -1,9 +1,10 @@
 """Step 3, development: open and seal the validation population after the E0 gate has passed.
 
-Owns: ``seal_development`` (``Study.prepare_development``): authenticating validation (TRAIN's horizon, features and K; no
-scene physically equal to a TRAIN scene), the TRAIN-only constant predictor and its validation metrics, the heuristic
-references, and the development receipt binding the validation files. Does not own: the
-evaluation arithmetic or the references' policies (``qhlab.finite_horizon.evaluation``).
+Owns: ``seal_development`` (``Study.prepare_development``): authenticating validation (TRAIN's
+horizon, features and K; no scene physically equal to a TRAIN scene), the TRAIN-only constant
+predictor and its validation metrics, the heuristic references, and the development receipt binding
+the validation files. Does not own: the evaluation arithmetic or the references' policies
+(``qhlab.finite_horizon.evaluation``).
 """
 
 from __future__ import annotations
@@ -55,32 +56,50 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     config = frozen.config
     source = config.validation
     if source.path is not None and not Path(source.path).is_dir():
-        raise input_error("prepare_development", "validation.path", source.path, "an existing population directory",
-                          "generate it with `qhlab scenes generate --split validation` or name a preset")
-    validation_path = resolve_population(source, "validation", config.population_cache, progress=True,
-                                         executor=executor or config.executor_choice())
+        raise input_error(
+            "prepare_development",
+            "validation.path",
+            source.path,
+            "an existing population directory",
+            "generate it with `qhlab scenes generate --split validation` or name a preset",
+        )
+    validation_path = resolve_population(
+        source, "validation", config.population_cache, progress=True, executor=executor or config.executor_choice()
+    )
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
     train = frozen.train_population()
-    if train.manifest.get("features") != validation.manifest.get("features") or train.num_candidates != validation.num_candidates:
-        raise input_error("prepare_development", "validation", str(validation_path),
-                          "a population with TRAIN's features and K", "use the same preset family for both splits")
+    if (
+        train.manifest.get("features") != validation.manifest.get("features")
+        or train.num_candidates != validation.num_candidates
+    ):
+        raise input_error(
+            "prepare_development",
+            "validation",
+            str(validation_path),
+            "a population with TRAIN's features and K",
+            "use the same preset family for both splits",
+        )
     _refuse_shared_scenes(frozen.train_path, validation_path)
     refuse_tuned_scenes(frozen.output, frozen.body.preparation, validation_path, "prepare_development")
     # After the cheap disjointness check (it names the shared pair), before anything is computed.
     audit = audit_population(validation_path, call="prepare_development")
     constant = population_train_constant(train)
-    summary = evaluate_population(constant_predictions(constant, validation.candidate_mask.numpy()),
-                                  validation, tie_band=config.tie_band)
+    summary = evaluate_population(
+        constant_predictions(constant, validation.candidate_mask.numpy()), validation, tie_band=config.tie_band
+    )
     # Cheap policies next to the constant: the fixed index is chosen on TRAIN chain rows only;
     # every reference is evaluated on validation chain rows in the cells' scene order.
     references = population_heuristic_references(train, validation, tie_band=config.tie_band)
     body = {
         "study": config.name,
-        "validation": {"path": str(validation_path.resolve()), "manifest_sha256": validation.digest,
-                       "support": population_support(validation),
-                       "declared": source.model_dump(mode="json"),
-                       # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
-                       "audit": audit},
+        "validation": {
+            "path": str(validation_path.resolve()),
+            "manifest_sha256": validation.digest,
+            "support": population_support(validation),
+            "declared": source.model_dump(mode="json"),
+            # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
+            "audit": audit,
+        },
         "train_constant": [float(v) for v in constant],
         "constant_on_validation": summary,
         "references": references,
@@ -88,19 +107,23 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     inputs = {"freeze": frozen.receipt_path, "e0": frozen.output / CANARY_DIR / E0_RECEIPT}
     inputs.update({f"validation/{k}": v for k, v in population_files(validation_path).items()})
     # Execution evidence, not a decision input: which executor labelled validation, and where.
-    body["validation"]["labelling"], generation = labelling_record(validation_path,
-                                                                   executor or config.executor_choice())
+    body["validation"]["labelling"], generation = labelling_record(
+        validation_path, executor or config.executor_choice()
+    )
     inputs.update({f"validation/{k}": v for k, v in generation.items()})
     write_receipt(path, StudyDevelopmentReceipt, body=body, inputs=inputs)
     # Held out from now on: `qhlab tune` refuses to tune on it and `qhlab fit` warns before scoring on it.
-    mark_sealed(config.population_cache, validation.digest, study=config.name,
-                freeze_receipt_sha256=sha256_file(frozen.receipt_path), path=validation_path)
+    mark_sealed(
+        config.population_cache,
+        validation.digest,
+        study=config.name,
+        freeze_receipt_sha256=sha256_file(frozen.receipt_path),
+        path=validation_path,
+    )
     # Written here from this process's digests: the next step takes it without re-hashing.
-    frozen.keep("_development", path,
-                read_receipt(path, StudyDevelopmentReceipt, verify_files=False))
+    frozen.keep("_development", path, read_receipt(path, StudyDevelopmentReceipt, verify_files=False))
     frozen.keep_population(validation)
     return body
-
 
 
 def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:
@@ -113,9 +136,16 @@ def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:
     from qhlab.scenes.population import scene_content_digests
 
     train = {digest: scene for scene, digest in scene_content_digests(train_path).items()}
-    shared = [f"validation scene {scene} = TRAIN scene {train[digest]}"
-              for scene, digest in sorted(scene_content_digests(validation_path).items()) if digest in train]
+    shared = [
+        f"validation scene {scene} = TRAIN scene {train[digest]}"
+        for scene, digest in sorted(scene_content_digests(validation_path).items())
+        if digest in train
+    ]
     if shared:
-        raise input_error("prepare_development", "validation", f"{len(shared)} scene(s) shared with TRAIN: "
-                          f"{'; '.join(shared)}", "scenes disjoint from TRAIN by physical content",
-                          "generate validation with split='validation' and another seed")
+        raise input_error(
+            "prepare_development",
+            "validation",
+            f"{len(shared)} scene(s) shared with TRAIN: {'; '.join(shared)}",
+            "scenes disjoint from TRAIN by physical content",
+            "generate validation with split='validation' and another seed",
+        )

@@ -51,25 +51,43 @@ def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict
             located, files = read_source(builder, config_dir)
         except (ValueError, OSError) as exc:
             shutil.rmtree(family, ignore_errors=True)
-            raise _refusal(arm, builder, str(exc), "a builder names a file beside the config (\"arms.py:build\") "
-                           "or an importable \"package.module:build\"") from None
+            raise _refusal(
+                arm,
+                builder,
+                str(exc),
+                'a builder names a file beside the config ("arms.py:build") or an importable "package.module:build"',
+            ) from None
         for rel, data in files.items():
             target = family / arm / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             publish_bytes(target, data)
         digests = file_digests(files)
-        records[arm] = {"builder": builder, "kind": located.kind, "original": str(located.path),
-                        "module": located.module, "function": located.function, "files": digests,
-                        "sha256": source_digest(digests)}
+        records[arm] = {
+            "builder": builder,
+            "kind": located.kind,
+            "original": str(located.path),
+            "module": located.module,
+            "function": located.function,
+            "files": digests,
+            "sha256": source_digest(digests),
+        }
     return records
 
 
 def _arm_source(arm: str, record: dict, root: Path) -> ArmSource:
-    return ArmSource(arm=arm, builder=record["builder"], root=root, module=record["module"],
-                     function=record["function"], files=dict(record["files"]))
+    return ArmSource(
+        arm=arm,
+        builder=record["builder"],
+        root=root,
+        module=record["module"],
+        function=record["function"],
+        files=dict(record["files"]),
+    )
 
 
-def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+def freeze_family(
+    config: Any, config_dir: Path, population: Any, output: Path
+) -> tuple[dict[str, dict], dict[str, dict]]:
     """Freeze the family: copy user sources, then check every arm's contract from the copies.
 
     Args:
@@ -96,8 +114,12 @@ def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) 
         for arm in config.arms:
             recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
             before = set(sys.modules)
-            built = None if arm not in sources else (
-                lambda arm=arm: _refuse_unbound_imports(arm, sources[arm], set(sys.modules) - before))
+            built = (
+                None
+                if arm not in sources
+                # check_contract calls it within this iteration.
+                else (lambda arm=arm: _refuse_unbound_imports(arm, sources[arm], set(sys.modules) - before))  # noqa: B023
+            )
             contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population, built=built)
         return sources, contracts
     except BaseException:
@@ -108,7 +130,6 @@ def freeze_family(config: Any, config_dir: Path, population: Any, output: Path) 
 def _installed_roots() -> list[Path]:
     """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
     import sysconfig
-
 
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(qhlab.__file__).parent)}
     roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
@@ -131,10 +152,14 @@ def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
         path = None if file is None else Path(os.path.abspath(file))
         outside = path is not None and not any(root == path or root in path.parents for root in installed)
         if name == top or name.startswith(top + ".") or outside:
-            raise _refusal(arm, record["builder"], f"importing it loaded module {name!r} from {file!r}, which is not "
-                           "in its frozen source", "import your own helpers relatively from inside the arm's "
-                           "package (from .layers import head), so that they are frozen with it; installed "
-                           "packages are imported as usual")
+            raise _refusal(
+                arm,
+                record["builder"],
+                f"importing it loaded module {name!r} from {file!r}, which is not in its frozen source",
+                "import your own helpers relatively from inside the arm's "
+                "package (from .layers import head), so that they are frozen with it; installed "
+                "packages are imported as usual",
+            )
 
 
 def _chain_batch(population: Any) -> dict:
@@ -149,8 +174,9 @@ def _chain_batch(population: Any) -> dict:
     return QhPopulationDataModule(population, batch_size=len(rows), seed=0, rows=rows).gather(rows)
 
 
-def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, population: Any, *,
-                   built: Callable[[], None] | None = None) -> dict:
+def check_contract(
+    arm: str, builder: str | None, recipe: Any, batch: dict, population: Any, *, built: Callable[[], None] | None = None
+) -> dict:
     """Check one arm's builder contract on a batch; returns its contract record.
 
     One member of the cell's recipe is built twice under the recipe's seed (torch's RNG is
@@ -176,8 +202,10 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
     from qhlab.finite_horizon.scorer import build_scorer
 
     dims = population_dims(population)
-    hint = "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs " \
-           "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
+    hint = (
+        "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs "
+        "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
+    )
 
     def build() -> Any:
         with torch.random.fork_rng(devices=[]):
@@ -190,16 +218,24 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
         raise
     except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
         more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
-        raise _refusal(arm, builder, f"building it raised {type(exc).__name__}: {exc}{more}".replace("\n", " "),
-                       hint) from None
+        raise _refusal(
+            arm, builder, f"building it raised {type(exc).__name__}: {exc}{more}".replace("\n", " "), hint
+        ) from None
     if built is not None:
         built()
-    lazy = sorted(n for n, t in [*first.named_parameters(), *first.named_buffers()]
-                  if isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
+    lazy = sorted(
+        n
+        for n, t in [*first.named_parameters(), *first.named_buffers()]
+        if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+    )
     if lazy:
-        raise _refusal(arm, builder, f"it has uninitialised (lazy) parameters or buffers: {', '.join(lazy[:5])}",
-                       "give every layer its input size when it is built (nn.Linear, not nn.LazyLinear), so "
-                       "that its initialisation is drawn, checked and frozen at build")
+        raise _refusal(
+            arm,
+            builder,
+            f"it has uninitialised (lazy) parameters or buffers: {', '.join(lazy[:5])}",
+            "give every layer its input size when it is built (nn.Linear, not nn.LazyLinear), so "
+            "that its initialisation is drawn, checked and frozen at build",
+        )
     one, two = first.state_dict(), second.state_dict()
 
     def same(key: str) -> bool:
@@ -210,9 +246,13 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
 
     differing = sorted(k for k in set(one) | set(two) if not same(k))
     if differing:
-        raise _refusal(arm, builder, f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
-                       f"differ in {', '.join(differing[:5])}",
-                       "draw every initial value from torch's global RNG (no time, os.urandom or numpy seeds)")
+        raise _refusal(
+            arm,
+            builder,
+            f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
+            f"differ in {', '.join(differing[:5])}",
+            "draw every initial value from torch's global RNG (no time, os.urandom or numpy seeds)",
+        )
     parameters = dict(first.named_parameters())
     if not parameters:
         raise _refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
@@ -221,24 +261,34 @@ def check_contract(arm: str, builder: str | None, recipe: Any, batch: dict, popu
     try:
         q = first(*[batch[name] for name in _INPUTS])
     except Exception as exc:  # noqa: BLE001 - refused by name, as above
-        raise _refusal(arm, builder, f"its forward raised {type(exc).__name__}: {exc}".replace("\n", " "),
-                       hint) from None
+        raise _refusal(
+            arm, builder, f"its forward raised {type(exc).__name__}: {exc}".replace("\n", " "), hint
+        ) from None
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:
         raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
     if not torch.isfinite(q).all():
-        raise _refusal(arm, builder, "its output holds non-finite values on the canonical first TRAIN chain",
-                       "keep Q finite (masked candidates too)")
-    loss = native_huber_loss(q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"],
-                             recipe.huber_delta)
+        raise _refusal(
+            arm,
+            builder,
+            "its output holds non-finite values on the canonical first TRAIN chain",
+            "keep Q finite (masked candidates too)",
+        )
+    loss = native_huber_loss(
+        q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"], recipe.huber_delta
+    )
     if loss.requires_grad:
         loss.backward()
     if built is not None:  # again: a forward may import too
         built()
     receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
     if not receiving:
-        raise _refusal(arm, builder, "no parameter receives a gradient from Q",
-                       "compute Q from the module's parameters (no detach, no torch.no_grad)")
+        raise _refusal(
+            arm,
+            builder,
+            "no parameter receives a gradient from Q",
+            "compute Q from the module's parameters (no detach, no torch.no_grad)",
+        )
     bad = sorted(n for n in receiving if not torch.isfinite(parameters[n].grad).all())
     if bad:
         raise _refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")

@@ -58,8 +58,10 @@ def describe_family(frozen: FrozenStudy) -> list[str]:
     for a in frozen.body.arms:
         arch = {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")}
         builder = "built-in" if a.get("builder", "qhlab") == "qhlab" else f"builder {a['builder']}"
-        lines.append(f"  {a['arm']} ({a['role']}, {builder}): {json.dumps(arch, sort_keys=True)}, "
-                     f"{a['contract']['parameters']:,} parameters per member")
+        lines.append(
+            f"  {a['arm']} ({a['role']}, {builder}): {json.dumps(arch, sort_keys=True)}, "
+            f"{a['contract']['parameters']:,} parameters per member"
+        )
     return lines
 
 
@@ -85,8 +87,11 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
     _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
     created = not output.exists()
     try:
-        with exclusive_lock(output / FREEZE_LOCK, hint="another `qhlab study freeze` (or `study run`) is "
-                            "freezing this study; wait for it, then run `qhlab study run` again"):
+        with exclusive_lock(
+            output / FREEZE_LOCK,
+            hint="another `qhlab study freeze` (or `study run`) is "
+            "freezing this study; wait for it, then run `qhlab study run` again",
+        ):
             return _freeze_locked(config, data, resolved, output, executor)
     except QhInputError:
         # Bad TRAIN data is refused with nothing written: a directory this call made for its
@@ -106,27 +111,40 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
         )
     # A freeze killed after publishing its config copy leaves only that copy (and perhaps a
     # temporary file): the same config bytes may complete the freeze there.
-    leftovers = sorted(p.name for p in output.iterdir()
-                       if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK) if output.is_dir() else []
+    leftovers = (
+        sorted(p.name for p in output.iterdir() if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK)
+        if output.is_dir()
+        else []
+    )
     # ...and perhaps the family copies it was making, which the freeze makes again.
-    resumable = bool(leftovers) and set(leftovers) <= {STUDY_CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR} and (
-        STUDY_CONFIG_COPY not in leftovers or (output / STUDY_CONFIG_COPY).read_bytes() == data)
+    resumable = (
+        bool(leftovers)
+        and set(leftovers) <= {STUDY_CONFIG_COPY, FAMILY_DIR, PREPARATION_DIR}
+        and (STUDY_CONFIG_COPY not in leftovers or (output / STUDY_CONFIG_COPY).read_bytes() == data)
+    )
     if output.exists() and (not output.is_dir() or (leftovers and not resumable)):
-        raise input_error("freeze_study", "output", str(output), "a new or empty directory",
-                          "each study publishes into its own directory")
+        raise input_error(
+            "freeze_study",
+            "output",
+            str(output),
+            "a new or empty directory",
+            "each study publishes into its own directory",
+        )
     return resumable
 
 
-def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path,
-                   executor) -> FrozenStudy:
+def _freeze_locked(
+    config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path, executor
+) -> FrozenStudy:
     """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
 
     _refuse_occupied(output, data)  # again, now that no other freeze can run here
     preparation, prepared_from = check_preparation(config)
-    train_path = resolve_population(config.train, "train", config.population_cache, progress=True,
-                                    executor=executor or config.executor_choice())
+    train_path = resolve_population(
+        config.train, "train", config.population_cache, progress=True, executor=executor or config.executor_choice()
+    )
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
     population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked
     audit = audit_population(train_path, call="freeze_study")
@@ -137,8 +155,10 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     shas = {arm: record["sha256"] for arm, record in sources.items()}
     recipes = {
         arm: {
-            str(seed): {str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
-                        for u in (config.broad_updates, config.canary_updates)}
+            str(seed): {
+                str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
+                for u in (config.broad_updates, config.canary_updates)
+            }
             for seed in config.seeds
         }
         for arm in config.arms
@@ -147,18 +167,21 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     for arm in config.arms:
         declaration = config.declaration(arm)
         recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
-        arms.append({
-            "arm": arm,
-            "role": "baseline" if declaration is None else declaration.role,
-            "control": None if declaration is None else declaration.control,
-            "matched": None if declaration is None or declaration.role != "variant"
-            else (declaration.matched or config.baseline_arm),
-            "architecture": recipe.architecture.model_dump(mode="json"),
-            # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
-            "builder": sources[arm]["builder"] if arm in sources else "qhlab",
-            "source": sources.get(arm),
-            "contract": contracts[arm],
-        })
+        arms.append(
+            {
+                "arm": arm,
+                "role": "baseline" if declaration is None else declaration.role,
+                "control": None if declaration is None else declaration.control,
+                "matched": None
+                if declaration is None or declaration.role != "variant"
+                else (declaration.matched or config.baseline_arm),
+                "architecture": recipe.architecture.model_dump(mode="json"),
+                # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
+                "builder": sources[arm]["builder"] if arm in sources else "qhlab",
+                "source": sources.get(arm),
+                "contract": contracts[arm],
+            }
+        )
     body = {
         "study": config.name,
         # A fresh identity: two studies frozen from the same config are still two studies, and
@@ -168,10 +191,13 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
         # elsewhere maps them to its own bytes (``qhlab.evidence.recorded_origin``).
         "output": os.path.abspath(output),
         # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
-        "config": {"sha256": sha256_bytes(data), "source_path": str(resolved),
-                   "resolved": config.model_dump(mode="json"),
-                   "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
-                   "execution_fields_not_frozen": list(EXECUTION_FIELDS)},
+        "config": {
+            "sha256": sha256_bytes(data),
+            "source_path": str(resolved),
+            "resolved": config.model_dump(mode="json"),
+            "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
+            "execution_fields_not_frozen": list(EXECUTION_FIELDS),
+        },
         "profile": config.profile,
         "source_package": source_package_digest(),
         "versions": runtime_versions(),
@@ -191,8 +217,11 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
         "seeds": list(config.seeds),
         "cells": [cell_name(a, s) for a, s in config.cells],
         "budgets": {"canary_updates": config.canary_updates, "broad_updates": config.broad_updates},
-        "thresholds": {"tie_band": config.tie_band, "regret_fraction": config.regret_fraction,
-                       "mae_fraction": config.mae_fraction},
+        "thresholds": {
+            "tie_band": config.tie_band,
+            "regret_fraction": config.regret_fraction,
+            "mae_fraction": config.mae_fraction,
+        },
         "max_allocated_bytes": config.max_allocated_bytes,
         "test_data": "none: this study has no test stage",
     }
@@ -211,8 +240,13 @@ def _freeze_locked(config: QhArchitectureStudyConfig, data: bytes, resolved: Pat
     outputs = {"config": output / STUDY_CONFIG_COPY, **prepared}
     if config.experiment.recipe_file is not None:
         inputs["recipe_file"] = Path(config.experiment.recipe_file)
-    outputs.update({f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
-                    for arm, record in sources.items() for rel in record["files"]})
+    outputs.update(
+        {
+            f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
+            for arm, record in sources.items()
+            for rel in record["files"]
+        }
+    )
     write_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, body=body, inputs=inputs, outputs=outputs)
     receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False)
     frozen = FrozenStudy(config, receipt, output, resolved)
@@ -226,6 +260,11 @@ def _only_architecture_differs(config: QhArchitectureStudyConfig) -> bool:
         other = config.cell_recipe(arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
         changed = {k for k in base if base[k] != other[k]} - {"architecture", "name"}
         if changed:
-            raise input_error("freeze_study", f"experiment.arms[{arm}]", sorted(changed), "architecture fields only",
-                              "a variant alters only the declared architecture")
+            raise input_error(
+                "freeze_study",
+                f"experiment.arms[{arm}]",
+                sorted(changed),
+                "architecture fields only",
+                "a variant alters only the declared architecture",
+            )
     return True

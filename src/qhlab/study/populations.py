@@ -29,8 +29,9 @@ def population_files(path: Path) -> dict[str, Path]:
     return {name: path / name for name in (MANIFEST, *POPULATION_FILES)}
 
 
-def resolve_population(source: PopulationSource, split: str, cache: str, *, progress: bool,
-                       executor: Any = None) -> Path:
+def resolve_population(
+    source: PopulationSource, split: str, cache: str, *, progress: bool, executor: Any = None
+) -> Path:
     """Generate (or reuse from the cache) a preset population, or return the named path.
 
     Args:
@@ -48,8 +49,15 @@ def resolve_population(source: PopulationSource, split: str, cache: str, *, prog
         reporter = GenerationProgress(f"{split} population ({source.preset}, seed {source.seed})")
     try:
         # The step audits the population itself and records that audit in its receipt.
-        return cached_population(source.preset, split, source.seed, Path(cache).expanduser(),
-                                 progress=reporter, executor=executor, audit=False)
+        return cached_population(
+            source.preset,
+            split,
+            source.seed,
+            Path(cache).expanduser(),
+            progress=reporter,
+            executor=executor,
+            audit=False,
+        )
     finally:
         if reporter is not None:
             reporter.close()

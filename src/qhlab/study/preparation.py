@@ -2,12 +2,12 @@
 
 Owns: ``check_preparation`` (at freeze, before anything is written: authenticate and recompute a
 ``qhlab tune`` record, a ``qhlab pilot`` record and a ``qhlab e0-check`` record; refuse a recipe
-other than the tuning's winner outside its declared deviations, a pilot of another study design,
-a typed ``[seed_variance]`` other than the pilot's, a tuning or pilot population that is the
-study's validation, and an E0 check of another gate, one that fell short of its minimum pass
-share or one that gated the study's own TRAIN seed), ``copy_preparation`` (the records' copies inside the study, which the
-freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene may
-be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
+other than the tuning's winner outside its declared deviations, a pilot of another study design, a
+typed ``[seed_variance]`` other than the pilot's, a tuning or pilot population that is the study's
+validation, and an E0 check of another gate, one that fell short of its minimum pass share or one
+that gated the study's own TRAIN seed), ``copy_preparation`` (the records' copies inside the study,
+which the freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene
+may be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
 variance the report's intervals carry) and the report's section. Does not own: the records
 themselves (``qhlab.design.tuning_record``, ``qhlab.design.pilot_record``,
 ``qhlab.design.e0_record``) or the freeze (``freeze``).
@@ -64,8 +64,13 @@ def _checked_record(field: str, module: Any, record_path: Path, what: str, comma
     """The record a ``[preparation]`` field names: its directory, the record (authenticated) and
     ``module.check_record``'s result (every value recomputed), after its file name is checked."""
     if record_path.name != module.RECORD:
-        raise input_error(_CALL, field, str(record_path), f"the path of {what}'s {module.RECORD}",
-                          f"name the {module.RECORD} that `{command}` wrote")
+        raise input_error(
+            _CALL,
+            field,
+            str(record_path),
+            f"the path of {what}'s {module.RECORD}",
+            f"name the {module.RECORD} that `{command}` wrote",
+        )
     source = record_path.parent
     return source, module.read_record(source), module.check_record(source)
 
@@ -108,22 +113,32 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, d
 
 
 def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    source, record, checked = _checked_record("preparation.tuning", tuning_record, record_path, "a tuning",
-                                              "qhlab tune")
+    source, record, checked = _checked_record(
+        "preparation.tuning", tuning_record, record_path, "a tuning", "qhlab tune"
+    )
     winner = record["winner"]
     if winner["number"] is None:
-        raise input_error(_CALL, "preparation.tuning", str(record_path), "a tuning record with a winner",
-                          "this tuning found no admissible trial; tune again or drop [preparation]")
+        raise input_error(
+            _CALL,
+            "preparation.tuning",
+            str(record_path),
+            "a tuning record with a winner",
+            "this tuning found no admissible trial; tune again or drop [preparation]",
+        )
     study = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
     ours, theirs = _compared(study), _compared(winner["recipe"])
     differing = _differing(ours, theirs)
     undeclared = [k for k in differing if k not in record["deviations"]]
     if undeclared:
         shown = ", ".join(f"{k}={ours.get(k)!r} (winner {theirs.get(k)!r})" for k in undeclared)
-        raise input_error(_CALL, "experiment.recipe", shown,
-                          f"the tuning winner's values (trial {winner['number'] + 1} of {record_path}), except its "
-                          f"declared deviations ({', '.join(record['deviations']) or 'none'})",
-                          f"set experiment.recipe = {str(source / RECIPE)!r}, or tune again")
+        raise input_error(
+            _CALL,
+            "experiment.recipe",
+            shown,
+            f"the tuning winner's values (trial {winner['number'] + 1} of {record_path}), except its "
+            f"declared deviations ({', '.join(record['deviations']) or 'none'})",
+            f"set experiment.recipe = {str(source / RECIPE)!r}, or tune again",
+        )
     _refuse_tuning_validation(config, record, record_path)
     return {
         "source": str(record_path.resolve()),
@@ -134,12 +149,16 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
         "config_sha256": record["config_sha256"],
         "objective": record["objective"],
         "rule": record["rule"],
-        "trials": [{k: t[k] for k in ("number", "params", "state", "reason", "mean", "seed_sd", "cost")}
-                   for t in record["trials"]],
+        "trials": [
+            {k: t[k] for k in ("number", "params", "state", "reason", "mean", "seed_sd", "cost")}
+            for t in record["trials"]
+        ],
         "winner": {k: winner[k] for k in ("number", "params", "mean", "margin", "tied")},
         "deviations": {"declared": record["deviations"], "used": differing},
-        "populations": {role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
-                        for role, p in record["populations"].items()},
+        "populations": {
+            role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
+            for role, p in record["populations"].items()
+        },
         "fits_recomputed": checked["fits_recomputed"],
         "optuna": record["optuna"],
         "space": record["config"]["space"],
@@ -147,28 +166,41 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
 
 
 def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot",
-                                              "qhlab pilot")
+    source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot", "qhlab pilot")
     differing = _differing(study_design(config), record["design"])
     if differing:
-        raise input_error(_CALL, "preparation.pilot", str(record_path),
-                          f"a pilot of this study's design (it differs in {', '.join(differing)})",
-                          "a pilot's variance belongs to the arms, recipe, budget and fractions it fitted; run "
-                          "`qhlab pilot` again for this design")
+        raise input_error(
+            _CALL,
+            "preparation.pilot",
+            str(record_path),
+            f"a pilot of this study's design (it differs in {', '.join(differing)})",
+            "a pilot's variance belongs to the arms, recipe, budget and fractions it fitted; run "
+            "`qhlab pilot` again for this design",
+        )
     _refuse_other_presets(config, record, record_path)
     shared = sorted(set(record["config"]["seeds"]) & set(config.seeds))
     if shared:
-        raise input_error(_CALL, "seeds", list(config.seeds), f"seeds the pilot did not fit (it fitted {shared})",
-                          "a pilot measures the seed variance on seeds the study does not report; run the pilot "
-                          "with other seeds")
+        raise input_error(
+            _CALL,
+            "seeds",
+            list(config.seeds),
+            f"seeds the pilot did not fit (it fitted {shared})",
+            "a pilot measures the seed variance on seeds the study does not report; run the pilot with other seeds",
+        )
     seed_variance = record["seed_variance"]
     typed = config.seed_variance
-    if typed is not None and (typed.seeds != seed_variance["seeds"] or any(
-            round(seed_variance[m], 5) != round(getattr(typed, m), 5) for m in ("regret", "mae"))):
-        raise input_error(_CALL, "seed_variance", typed.model_dump(mode="json", exclude={"source"}),
-                          f"the pilot record's values (regret {seed_variance['regret']:.5f}, mae "
-                          f"{seed_variance['mae']:.5f}, seeds {seed_variance['seeds']}; {record_path})",
-                          "drop [seed_variance]: a study that names a pilot record reads it from there")
+    if typed is not None and (
+        typed.seeds != seed_variance["seeds"]
+        or any(round(seed_variance[m], 5) != round(getattr(typed, m), 5) for m in ("regret", "mae"))
+    ):
+        raise input_error(
+            _CALL,
+            "seed_variance",
+            typed.model_dump(mode="json", exclude={"source"}),
+            f"the pilot record's values (regret {seed_variance['regret']:.5f}, mae "
+            f"{seed_variance['mae']:.5f}, seeds {seed_variance['seeds']}; {record_path})",
+            "drop [seed_variance]: a study that names a pilot record reads it from there",
+        )
     _refuse_tuning_validation(config, record, record_path)
     return {
         "source": str(record_path.resolve()),
@@ -184,33 +216,46 @@ def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[
         "train_draw": record["train_draw"],
         "comparisons": record["comparisons"],
         "margins": record["margins"],
-        "populations": {role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
-                        for role, p in record["populations"].items()},
+        "populations": {
+            role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
+            for role, p in record["populations"].items()
+        },
         "fits": checked["fits"],
         "fits_recomputed": checked["fits_recomputed"],
     }, source
 
 
 def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check",
-                                              "qhlab e0-check")
+    source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check", "qhlab e0-check")
     differing = _differing(e0_design(config), record["design"])
     if differing:
-        raise input_error(_CALL, "preparation.e0", str(record_path),
-                          f"an E0 check of this study's gate (it differs in {', '.join(differing)})",
-                          "a check holds only for the canary budget, row margin, tie band, seeds, baseline recipe "
-                          "and lane it ran; run `qhlab e0-check` again for this gate")
+        raise input_error(
+            _CALL,
+            "preparation.e0",
+            str(record_path),
+            f"an E0 check of this study's gate (it differs in {', '.join(differing)})",
+            "a check holds only for the canary budget, row margin, tie band, seeds, baseline recipe "
+            "and lane it ran; run `qhlab e0-check` again for this gate",
+        )
     if not record["meets_min_pass_share"]:
-        raise input_error(_CALL, "preparation.e0", str(record_path),
-                          f"an E0 check that reached its minimum pass share (it passed {record['passed']} of "
-                          f"{record['draws']} draws, share {record['pass_share']:.2f} < {record['min_pass_share']})",
-                          "the gate fails too often on fresh TRAIN draws; widen canary_gap_multiple or raise "
-                          "canary_updates, then check again")
+        raise input_error(
+            _CALL,
+            "preparation.e0",
+            str(record_path),
+            f"an E0 check that reached its minimum pass share (it passed {record['passed']} of "
+            f"{record['draws']} draws, share {record['pass_share']:.2f} < {record['min_pass_share']})",
+            "the gate fails too often on fresh TRAIN draws; widen canary_gap_multiple or raise "
+            "canary_updates, then check again",
+        )
     seeds = record["config"]["train_seeds"]
     if config.train.seed in seeds:
-        raise input_error(_CALL, "train.seed", config.train.seed,
-                          f"a TRAIN seed the E0 check did not gate (it gated {seeds})",
-                          "the check shows the gate holds on draws the study never trains on; check other seeds")
+        raise input_error(
+            _CALL,
+            "train.seed",
+            config.train.seed,
+            f"a TRAIN seed the E0 check did not gate (it gated {seeds})",
+            "the check shows the gate holds on draws the study never trains on; check other seeds",
+        )
     return {
         "source": str(record_path.resolve()),
         "copy": f"{PREPARATION_DIR}/e0",
@@ -224,10 +269,15 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
         "passed": record["passed"],
         "pass_share": record["pass_share"],
         "min_pass_share": record["min_pass_share"],
-        "outcomes": [{"train_seed": o["train_seed"], "passed": o["passed"],
-                      "state_id": None if o["selected"] is None else o["selected"]["state_id"],
-                      "min_gap": None if o["selected"] is None else min(o["selected"]["gaps"])}
-                     for o in record["outcomes"]],
+        "outcomes": [
+            {
+                "train_seed": o["train_seed"],
+                "passed": o["passed"],
+                "state_id": None if o["selected"] is None else o["selected"]["state_id"],
+                "min_gap": None if o["selected"] is None else min(o["selected"]["gaps"]),
+            }
+            for o in record["outcomes"]
+        ],
         "studies_checked": checked["studies_checked"],
     }, source
 
@@ -244,9 +294,12 @@ def frozen_pilot(config: QhArchitectureStudyConfig, freeze: dict, metric: str) -
     pilot = (freeze.get("preparation") or {}).get("pilot")
     if pilot is not None:
         sv, draw = pilot["seed_variance"], pilot["train_draw"]
-        out = {"seed_sd": float(sv[metric]), "seed_sd_dof": int(sv["seeds"]) - 1,
-               "seed_sd_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
-                                 f"{sv['seeds']} seeds)"}
+        out = {
+            "seed_sd": float(sv[metric]),
+            "seed_sd_dof": int(sv["seeds"]) - 1,
+            "seed_sd_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
+            f"{sv['seeds']} seeds)",
+        }
         if draw is not None:
             out.update(draw_sd=float(draw[metric]), draw_sd_dof=float(draw[f"{metric}_dof"]))
         return out
@@ -262,9 +315,11 @@ def copy_preparation(sources: dict[str, Path], output: Path) -> dict[str, Path]:
     Returns:
         The copies the freeze receipt binds as outputs, by name.
     """
-    names = {"tuning": [RECORD, RECEIPT, CONFIG_COPY, RECIPE],
-             "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY],
-             "e0": [e0_record.RECORD, e0_record.RECEIPT, e0_record.CONFIG_COPY]}
+    names = {
+        "tuning": [RECORD, RECEIPT, CONFIG_COPY, RECIPE],
+        "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY],
+        "e0": [e0_record.RECORD, e0_record.RECEIPT, e0_record.CONFIG_COPY],
+    }
     out = {}
     for role, source in sources.items():
         target = output / PREPARATION_DIR / role
@@ -291,9 +346,13 @@ def _refuse_other_presets(config: QhArchitectureStudyConfig, record: dict, recor
     for role in ("train", "validation"):
         ours, theirs = _declared_preset(getattr(config, role)), record["populations"][role].get("preset")
         if ours != theirs:
-            raise input_error(_CALL, "preparation.pilot", str(record_path),
-                              f"a pilot whose {role} population is of the study's preset {ours!r} (it is {theirs!r})",
-                              f"the pilot's variance belongs to the {role} distribution it was measured on")
+            raise input_error(
+                _CALL,
+                "preparation.pilot",
+                str(record_path),
+                f"a pilot whose {role} population is of the study's preset {ours!r} (it is {theirs!r})",
+                f"the pilot's variance belongs to the {role} distribution it was measured on",
+            )
 
 
 def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, record_path: Path) -> None:
@@ -303,14 +362,20 @@ def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, r
     if declared.path is not None and (Path(declared.path) / "manifest.json").is_file():
         manifest = sha256_file(Path(declared.path) / "manifest.json")
     for role, population in record["populations"].items():
-        same_draw = (declared.preset is not None and population.get("split") == "validation"
-                     and population.get("preset") == declared.preset and population.get("seed") == declared.seed)
+        same_draw = (
+            declared.preset is not None
+            and population.get("split") == "validation"
+            and population.get("preset") == declared.preset
+            and population.get("seed") == declared.seed
+        )
         if same_draw or (manifest is not None and population.get("manifest_sha256") == manifest):
-            raise input_error(_CALL, "validation", declared.model_dump(mode="json", exclude_none=True),
-                              f"a population other than the {record['kind'].split('_')[0]}'s {role} population "
-                              f"({record_path})",
-                              "a study is never scored on the population its recipe was tuned on; declare "
-                              "another validation seed")
+            raise input_error(
+                _CALL,
+                "validation",
+                declared.model_dump(mode="json", exclude_none=True),
+                f"a population other than the {record['kind'].split('_')[0]}'s {role} population ({record_path})",
+                "a study is never scored on the population its recipe was tuned on; declare another validation seed",
+            )
 
 
 def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: Path, call: str) -> None:
@@ -337,10 +402,14 @@ def refuse_tuned_scenes(study: Path, preparation: dict | None, validation_path: 
         for role, population in record["populations"].items():
             shared = ours & set(population.get("scene_digests", []))
             if shared:
-                raise input_error(call, "validation", str(validation_path),
-                                  f"scenes disjoint from the {kind}'s {role} population",
-                                  f"{len(shared)} of its scenes are {kind} scenes (by physical content); declare "
-                                  "another validation seed")
+                raise input_error(
+                    call,
+                    "validation",
+                    str(validation_path),
+                    f"scenes disjoint from the {kind}'s {role} population",
+                    f"{len(shared)} of its scenes are {kind} scenes (by physical content); declare "
+                    "another validation seed",
+                )
 
 
 # ------------------------------------------------------------------ the report's section
@@ -355,9 +424,12 @@ def build(inputs: Any, report: dict) -> None:
     """
     prepared = inputs.freeze.get("preparation") or {}
     typed = inputs.config.seed_variance
-    report["preparation"] = {"tuning": prepared.get("tuning"), "pilot": prepared.get("pilot"),
-                             "e0": prepared.get("e0"),
-                             "typed_seed_variance": None if typed is None else typed.model_dump(mode="json")}
+    report["preparation"] = {
+        "tuning": prepared.get("tuning"),
+        "pilot": prepared.get("pilot"),
+        "e0": prepared.get("e0"),
+        "typed_seed_variance": None if typed is None else typed.model_dump(mode="json"),
+    }
     report["summary"]["recipe_recorded"] = prepared.get("tuning") is not None
     report["summary"]["pilot_recorded"] = prepared.get("pilot") is not None
     report["summary"]["e0_check_recorded"] = prepared.get("e0") is not None
@@ -369,8 +441,10 @@ def markdown(report: dict) -> list[str]:
     tuning, pilot, typed = prepared["tuning"], prepared["pilot"], prepared["typed_seed_variance"]
     lines = ["", "## How this study was prepared", ""]
     if tuning is None:
-        lines.append("The recipe is unrecorded: this study names no tuning record (`[preparation] tuning`), so "
-                     "nothing shows how its recipe was chosen or on which population.")
+        lines.append(
+            "The recipe is unrecorded: this study names no tuning record (`[preparation] tuning`), so "
+            "nothing shows how its recipe was chosen or on which population."
+        )
     else:
         winner, objective = tuning["winner"], tuning["objective"]
         pops = tuning["populations"]
@@ -379,9 +453,12 @@ def markdown(report: dict) -> list[str]:
             f"config sha256 `{tuning['config_sha256'][:16]}`), bound by the freeze and copied into "
             f"`{tuning['copy']}/`.",
             "",
-            "- Tuning population: " + "; ".join(
+            "- Tuning population: "
+            + "; ".join(
                 f"{role} {p['preset']} seed {p['seed']} (manifest `{p['manifest_sha256'][:16]}`)"
-                for role, p in sorted(pops.items())) + ".",
+                for role, p in sorted(pops.items())
+            )
+            + ".",
             f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
             f"{objective['band']} m; max seed sd {objective['max_seed_sd']}; max cost {objective['max_cost']}.",
             f"- Rule: {tuning['rule']}.",
@@ -389,13 +466,25 @@ def markdown(report: dict) -> list[str]:
             f"{fmt(winner['margin'])} m; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",
             "",
         ]
-        rows = [[t["number"] + 1, "`" + ", ".join(f"{k}={fmt(v, 5)}" for k, v in sorted(t["params"].items())) + "`",
-                 t["state"], fmt(t["mean"]), fmt(t["seed_sd"]), t["cost"]] for t in tuning["trials"]]
+        rows = [
+            [
+                t["number"] + 1,
+                "`" + ", ".join(f"{k}={fmt(v, 5)}" for k, v in sorted(t["params"].items())) + "`",
+                t["state"],
+                fmt(t["mean"]),
+                fmt(t["seed_sd"]),
+                t["cost"],
+            ]
+            for t in tuning["trials"]
+        ]
         lines += table(["trial", "parameters", "state", "mean", "seed sd", "cost"], rows)
         if sum(t["state"] == "complete" for t in tuning["trials"]) >= 2:
-            lines += ["", "Figures: `tuning_history.png` (each trial's objective and the best so far) and "
-                      "`tuning_importances.png` (each searched field's importance, Optuna's fANOVA over the "
-                      "complete trials: with few trials, a coarse reading)."]
+            lines += [
+                "",
+                "Figures: `tuning_history.png` (each trial's objective and the best so far) and "
+                "`tuning_importances.png` (each searched field's importance, Optuna's fANOVA over the "
+                "complete trials: with few trials, a coarse reading).",
+            ]
     lines.append("")
     if pilot is not None:
         sv, draw = pilot["seed_variance"], pilot["train_draw"]
@@ -410,43 +499,80 @@ def markdown(report: dict) -> list[str]:
             "",
             f"- Seed effect tau (largest over comparisons and margins): regret {sv['regret']:.5f} m, MAE "
             f"{sv['mae']:.5f} m ({sv['seeds']} seeds).",
-            ("- TRAIN-draw effect (largest): " + (f"regret {draw['regret']:.5f} m, MAE {draw['mae']:.5f} m "
-                                                   f"({draw['draws']} draws x {draw['seeds_per_draw']} seeds)."
-                                                   if draw else "not measured (the pilot fitted one draw).")),
+            (
+                "- TRAIN-draw effect (largest): "
+                + (
+                    f"regret {draw['regret']:.5f} m, MAE {draw['mae']:.5f} m "
+                    f"({draw['draws']} draws x {draw['seeds_per_draw']} seeds)."
+                    if draw
+                    else "not measured (the pilot fitted one draw)."
+                )
+            ),
             "- The seed-pooled intervals below carry: scenes, training seed"
             + (", TRAIN draw." if draw else "; not the TRAIN draw."),
             "",
         ]
-        rows = [[c["arm"], c["against"], fmt(c["tau"]["regret"], 5), fmt(c["tau"]["mae"], 5),
-                 *((fmt(c["draw_sd"]["regret"], 5), fmt(c["draw_sd"]["mae"], 5)) if c["draw_sd"] else ("-", "-"))]
-                for c in pilot["comparisons"]]
-        rows += [[m["variant"], "retention margins", fmt(m["tau"]["regret"], 5), fmt(m["tau"]["mae"], 5),
-                  *((fmt(m["draw_sd"]["regret"], 5), fmt(m["draw_sd"]["mae"], 5)) if m["draw_sd"] else ("-", "-"))]
-                 for m in pilot["margins"]]
+        rows = [
+            [
+                c["arm"],
+                c["against"],
+                fmt(c["tau"]["regret"], 5),
+                fmt(c["tau"]["mae"], 5),
+                *((fmt(c["draw_sd"]["regret"], 5), fmt(c["draw_sd"]["mae"], 5)) if c["draw_sd"] else ("-", "-")),
+            ]
+            for c in pilot["comparisons"]
+        ]
+        rows += [
+            [
+                m["variant"],
+                "retention margins",
+                fmt(m["tau"]["regret"], 5),
+                fmt(m["tau"]["mae"], 5),
+                *((fmt(m["draw_sd"]["regret"], 5), fmt(m["draw_sd"]["mae"], 5)) if m["draw_sd"] else ("-", "-")),
+            ]
+            for m in pilot["margins"]
+        ]
         lines += table(["arm", "against", "tau regret", "tau MAE", "draw regret", "draw MAE"], rows)
     elif typed is not None:
-        lines.append(f"The pilot's seed variance (tau regret {typed['regret']:.5f} m, MAE {typed['mae']:.5f} m, "
-                     f"{typed['seeds']} seeds) was typed into `[seed_variance]`; its source: {typed['source']}. "
-                     "It is not a record the freeze could check, and the intervals do not carry the TRAIN draw.")
+        lines.append(
+            f"The pilot's seed variance (tau regret {typed['regret']:.5f} m, MAE {typed['mae']:.5f} m, "
+            f"{typed['seeds']} seeds) was typed into `[seed_variance]`; its source: {typed['source']}. "
+            "It is not a record the freeze could check, and the intervals do not carry the TRAIN draw."
+        )
     else:
-        lines.append("The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
-                     "own seeds, and do not carry the TRAIN draw.")
+        lines.append(
+            "The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
+            "own seeds, and do not carry the TRAIN draw."
+        )
     return lines + [""] + _e0_lines(prepared.get("e0"))
 
 
 def _e0_lines(e0: dict | None) -> list[str]:
     """The E0 check's paragraph and table (the section's last part)."""
     if e0 is None:
-        return ["The E0 gate's margins are unchecked: this study names no E0 check record (`[preparation] e0`), so "
-                "nothing shows how often its gate passes on fresh TRAIN draws.", ""]
+        return [
+            "The E0 gate's margins are unchecked: this study names no E0 check record (`[preparation] e0`), so "
+            "nothing shows how often its gate passes on fresh TRAIN draws.",
+            "",
+        ]
     gate = e0["gate"]
-    lines = [f"The E0 gate (canary_updates {gate['canary_updates']}, canary_gap_multiple "
-             f"{gate['canary_gap_multiple']:g}, tie_band {gate['tie_band']:g} m, canary seeds {gate['seeds']}) "
-             f"was run by E0 check `{e0['name']}` (record sha256 `{e0['record_sha256'][:16]}`, copied into "
-             f"`{e0['copy']}/`) on {e0['draws']} fresh TRAIN draws the study never trains on: {e0['passed']} of "
-             f"{e0['draws']} passed (share {e0['pass_share']:.2f}; the check required {e0['min_pass_share']}).", ""]
-    rows = [[o["train_seed"], "passed" if o["passed"] else "FAILED", "-" if o["state_id"] is None else o["state_id"],
-             "-" if o["min_gap"] is None else fmt(o["min_gap"], 4)] for o in e0["outcomes"]]
+    lines = [
+        f"The E0 gate (canary_updates {gate['canary_updates']}, canary_gap_multiple "
+        f"{gate['canary_gap_multiple']:g}, tie_band {gate['tie_band']:g} m, canary seeds {gate['seeds']}) "
+        f"was run by E0 check `{e0['name']}` (record sha256 `{e0['record_sha256'][:16]}`, copied into "
+        f"`{e0['copy']}/`) on {e0['draws']} fresh TRAIN draws the study never trains on: {e0['passed']} of "
+        f"{e0['draws']} passed (share {e0['pass_share']:.2f}; the check required {e0['min_pass_share']}).",
+        "",
+    ]
+    rows = [
+        [
+            o["train_seed"],
+            "passed" if o["passed"] else "FAILED",
+            "-" if o["state_id"] is None else o["state_id"],
+            "-" if o["min_gap"] is None else fmt(o["min_gap"], 4),
+        ]
+        for o in e0["outcomes"]
+    ]
     return lines + table(["TRAIN seed", "E0", "canary row (state_id)", "smallest label gap (m)"], rows) + [""]
 
 
@@ -456,19 +582,28 @@ def tables(report: dict) -> dict:
     e0 = report["preparation"].get("e0")
     out = {}
     if e0 is not None:
-        out["preparation_e0"] = (["train_seed", "passed", "state_id", "min_gap"],
-                                 [[o["train_seed"], o["passed"], o["state_id"], o["min_gap"]] for o in e0["outcomes"]])
+        out["preparation_e0"] = (
+            ["train_seed", "passed", "state_id", "min_gap"],
+            [[o["train_seed"], o["passed"], o["state_id"], o["min_gap"]] for o in e0["outcomes"]],
+        )
     if tuning is not None:
-        rows = [[t["number"] + 1, str(sorted(t["params"].items())), t["state"], t["mean"], t["seed_sd"], t["cost"]]
-                for t in tuning["trials"]]
+        rows = [
+            [t["number"] + 1, str(sorted(t["params"].items())), t["state"], t["mean"], t["seed_sd"], t["cost"]]
+            for t in tuning["trials"]
+        ]
         out["preparation_trials"] = (["trial", "params", "state", "mean", "seed_sd", "cost"], rows)
     if pilot is not None:
+
         def draw(entry: dict, metric: str) -> float | None:
             return None if entry["draw_sd"] is None else entry["draw_sd"][metric]
 
-        rows = [[c["arm"], c["against"], c["tau"]["regret"], c["tau"]["mae"], draw(c, "regret"), draw(c, "mae")]
-                for c in pilot["comparisons"]]
-        rows += [[m["variant"], "retention margins", m["tau"]["regret"], m["tau"]["mae"], draw(m, "regret"),
-                  draw(m, "mae")] for m in pilot["margins"]]
+        rows = [
+            [c["arm"], c["against"], c["tau"]["regret"], c["tau"]["mae"], draw(c, "regret"), draw(c, "mae")]
+            for c in pilot["comparisons"]
+        ]
+        rows += [
+            [m["variant"], "retention margins", m["tau"]["regret"], m["tau"]["mae"], draw(m, "regret"), draw(m, "mae")]
+            for m in pilot["margins"]
+        ]
         out["preparation_pilot"] = (["arm", "against", "tau_regret", "tau_mae", "draw_regret", "draw_mae"], rows)
     return out

@@ -27,8 +27,10 @@ _REFERENCE_LABELS = {
     "straight_strike": "straight strike (index {index})",
     "myopic_oracle": "myopic oracle (argmax Q*_1)",
 }
-_BEATS_RULE = ("beats = the baseline's scene-weighted regret_H is below the heuristic's AND the upper "
-               "bound of the paired scene-bootstrap interval of (baseline - heuristic) regret_H is < 0")
+_BEATS_RULE = (
+    "beats = the baseline's scene-weighted regret_H is below the heuristic's AND the upper "
+    "bound of the paired scene-bootstrap interval of (baseline - heuristic) regret_H is < 0"
+)
 
 
 def _g(value: float | None) -> str:
@@ -36,8 +38,14 @@ def _g(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids: Sequence[int],
-                          bootstrap: BootstrapConfig | dict, baseline_arm: str = "baseline") -> dict:
+def reference_comparisons(
+    references: dict,
+    baseline_regret: dict,
+    *,
+    scene_ids: Sequence[int],
+    bootstrap: BootstrapConfig | dict,
+    baseline_arm: str = "baseline",
+) -> dict:
     """The report's heuristic references and its headline, from per-scene values (pure of files).
 
     Every interval uses the study's scene-bootstrap settings, as the paired comparisons between
@@ -71,37 +79,63 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
     settings = bootstrap if isinstance(bootstrap, BootstrapConfig) else BootstrapConfig.model_validate(bootstrap)
     order = [int(s) for s in scene_ids]
     if not isinstance(references, dict) or set(references) != set(REFERENCE_NAMES):
-        raise input_error(call, "references", sorted(references) if isinstance(references, dict) else references,
-                          f"exactly {list(REFERENCE_NAMES)}",
-                          "pass the development receipt's references (population_heuristic_references)")
+        raise input_error(
+            call,
+            "references",
+            sorted(references) if isinstance(references, dict) else references,
+            f"exactly {list(REFERENCE_NAMES)}",
+            "pass the development receipt's references (population_heuristic_references)",
+        )
     if not baseline_regret:
-        raise input_error(call, "baseline_regret", baseline_regret, "one [n_scenes, H] array per seed",
-                          "pass the baseline arm's per-scene regret of every seed")
+        raise input_error(
+            call,
+            "baseline_regret",
+            baseline_regret,
+            "one [n_scenes, H] array per seed",
+            "pass the baseline arm's per-scene regret of every seed",
+        )
     # The headline's yardstick must be chosen on TRAIN and the oracle must say it is one:
     # a references block that claims otherwise cannot reach a report.
-    for name, field, want in (("best_fixed_index", "chosen_on", "train"), ("myopic_oracle", "oracle", True),
-                              ("straight_strike", "oracle", False), ("best_fixed_index", "oracle", False)):
+    for name, field, want in (
+        ("best_fixed_index", "chosen_on", "train"),
+        ("myopic_oracle", "oracle", True),
+        ("straight_strike", "oracle", False),
+        ("best_fixed_index", "oracle", False),
+    ):
         if references[name].get(field) != want:
-            raise input_error(call, f"references[{name!r}].{field}", references[name].get(field), repr(want),
-                              "pass the development receipt's references (population_heuristic_references)",
-                              error=EvidenceError)
+            raise input_error(
+                call,
+                f"references[{name!r}].{field}",
+                references[name].get(field),
+                repr(want),
+                "pass the development receipt's references (population_heuristic_references)",
+                error=EvidenceError,
+            )
     per_scene: dict[str, np.ndarray] = {}
     for name in REFERENCE_NAMES:
         ref = references[name]
         if [int(s) for s in ref["per_scene"]["scene_id"]] != order:
-            raise EvidenceError(f"{call}: reference {name} was evaluated on other scenes (or another "
-                                "order) than the cells. HINT: references and cells must both use the "
-                                "sealed validation population.")
+            raise EvidenceError(
+                f"{call}: reference {name} was evaluated on other scenes (or another "
+                "order) than the cells. HINT: references and cells must both use the "
+                "sealed validation population."
+            )
         per_scene[name] = np.asarray(ref["per_scene"]["regret"], dtype=np.float64)
     horizon = per_scene[REFERENCE_NAMES[0]].shape[1] if per_scene[REFERENCE_NAMES[0]].ndim == 2 else 0
     seeds = list(baseline_regret)
     baseline = {s: np.asarray(baseline_regret[s], dtype=np.float64) for s in seeds}
-    for label, values in [*((f"references[{n!r}]", v) for n, v in per_scene.items()),
-                          *((f"baseline_regret[{s!r}]", v) for s, v in baseline.items())]:
+    for label, values in [
+        *((f"references[{n!r}]", v) for n, v in per_scene.items()),
+        *((f"baseline_regret[{s!r}]", v) for s, v in baseline.items()),
+    ]:
         if values.shape != (len(order), horizon) or horizon < 1 or not np.isfinite(values).all():
-            raise input_error(call, label, f"shape {values.shape}",
-                              f"finite values of shape {(len(order), max(horizon, 1))}",
-                              "per-scene regret [n_scenes][H] in the cells' scene order")
+            raise input_error(
+                call,
+                label,
+                f"shape {values.shape}",
+                f"finite values of shape {(len(order), max(horizon, 1))}",
+                "per-scene regret [n_scenes][H] in the cells' scene order",
+            )
     section: dict[str, Any] = {}
     for name in REFERENCE_NAMES:
         ref, values = references[name], per_scene[name]
@@ -116,10 +150,17 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
             "chosen_on": ref.get("chosen_on"),
             "regret": [float(v) for v in values.mean(axis=0)],
             "regret_interval": settings.interval(values[:, -1]),
-            "paired": [{"arm": baseline_arm, "seed": s, "relation": "baseline minus reference",
-                        "metric": "regret", "horizon": horizon,
-                        "interval": settings.interval(baseline[s][:, -1], values[:, -1])}
-                       for s in seeds],
+            "paired": [
+                {
+                    "arm": baseline_arm,
+                    "seed": s,
+                    "relation": "baseline minus reference",
+                    "metric": "regret",
+                    "horizon": horizon,
+                    "interval": settings.interval(baseline[s][:, -1], values[:, -1]),
+                }
+                for s in seeds
+            ],
         }
     best = section["best_fixed_index"]
     heuristic = best["regret"][-1]
@@ -128,13 +169,19 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
         seed, interval = paired["seed"], paired["interval"]
         own = float(baseline[seed][:, -1].mean())
         high = interval["high"]
-        rows.append({
-            "seed": seed, "baseline_regret": own, "heuristic_regret": heuristic,
-            "ratio": own / heuristic if heuristic > 0 else None,
-            "difference": interval["estimate"], "low": interval["low"], "high": high,
-            "method": interval["method"],
-            "beats": bool(own < heuristic and high is not None and high < 0),
-        })
+        rows.append(
+            {
+                "seed": seed,
+                "baseline_regret": own,
+                "heuristic_regret": heuristic,
+                "ratio": own / heuristic if heuristic > 0 else None,
+                "difference": interval["estimate"],
+                "low": interval["low"],
+                "high": high,
+                "method": interval["method"],
+                "beats": bool(own < heuristic and high is not None and high < 0),
+            }
+        )
     beats_every_seed = all(r["beats"] for r in rows)
     every = "both seeds" if len(rows) == 2 else ("its seed" if len(rows) == 1 else f"all {len(rows)} seeds")
     level = f"{settings.confidence:.0%}"
@@ -142,17 +189,28 @@ def reference_comparisons(references: dict, baseline_regret: dict, *, scene_ids:
     for r in rows:
         ratio = "ratio undefined: the heuristic's regret is 0" if r["ratio"] is None else f"ratio {r['ratio']:.3g}"
         verdict = "" if beats_every_seed else (": beats" if r["beats"] else ": does not beat")
-        parts.append(f"seed {r['seed']}: baseline regret_{horizon} {_g(r['baseline_regret'])} vs heuristic "
-                     f"{_g(heuristic)} ({ratio}), "
-                     f"paired {level} CI of baseline minus heuristic [{_g(r['low'])}, {_g(r['high'])}]{verdict}")
-    text = (f"The learned {baseline_arm} {'beats' if beats_every_seed else 'does not beat'} the best "
-            f"TRAIN-chosen heuristic (fixed candidate index {best['index']}) on {every} at H={horizon}"
-            + ("" if beats_every_seed else f" (it does on {sum(r['beats'] for r in rows)} of {len(rows)})")
-            + ": " + "; ".join(parts) + ".")
+        parts.append(
+            f"seed {r['seed']}: baseline regret_{horizon} {_g(r['baseline_regret'])} vs heuristic "
+            f"{_g(heuristic)} ({ratio}), "
+            f"paired {level} CI of baseline minus heuristic [{_g(r['low'])}, {_g(r['high'])}]{verdict}"
+        )
+    text = (
+        f"The learned {baseline_arm} {'beats' if beats_every_seed else 'does not beat'} the best "
+        f"TRAIN-chosen heuristic (fixed candidate index {best['index']}) on {every} at H={horizon}"
+        + ("" if beats_every_seed else f" (it does on {sum(r['beats'] for r in rows)} of {len(rows)})")
+        + ": "
+        + "; ".join(parts)
+        + "."
+    )
     headline = {
-        "text": text, "beats_every_seed": beats_every_seed, "rule": _BEATS_RULE,
-        "baseline_arm": baseline_arm, "heuristic": "best_fixed_index", "index": best["index"],
-        "horizon": horizon, "heuristic_regret": heuristic, "per_seed": rows,
+        "text": text,
+        "beats_every_seed": beats_every_seed,
+        "rule": _BEATS_RULE,
+        "baseline_arm": baseline_arm,
+        "heuristic": "best_fixed_index",
+        "index": best["index"],
+        "horizon": horizon,
+        "heuristic_regret": heuristic,
+        "per_seed": rows,
     }
     return {"references": section, "headline": headline}
-

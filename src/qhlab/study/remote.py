@@ -1,16 +1,16 @@
 """Broad cells on a Ray cluster: ship each cell's fit to a worker, publish what comes back.
 
-Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store
-and are written into the task's own temporary directory on its node, ``fit_recipe`` runs
-there, and every file of the attempt comes back with its digest; the directory is removed),
-a user arm's frozen source shipped with its task and provided there before the fit, the record of every try of a cell (``TryLedger``, a Ray actor each try reports to before it
-starts, so a try whose worker died and that Ray retried is on record), and the driver side
-(``run_cells_on_ray``: one task per pending cell with ``num_cpus`` = the study's torch threads
-and ``num_gpus=1`` on a CUDA lane; every returned file re-authenticated against the worker's
-receipts in a staging directory before the attempt is published write-once; the cell receipt
-written by ``cells.fit_cell``, which adopts the published attempt). Does not own: the fit
-(``qhlab.finite_horizon.fit``), the cell rules (``cells``) or connecting to Ray
-(``qhlab.execution``).
+Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store and are
+written into the task's own temporary directory on its node, ``fit_recipe`` runs there, and every
+file of the attempt comes back with its digest; the directory is removed), a user arm's frozen
+source shipped with its task and provided there before the fit, the record of every try of a cell
+(``TryLedger``, a Ray actor each try reports to before it starts, so a try whose worker died and
+that Ray retried is on record), and the driver side (``run_cells_on_ray``: one task per pending cell
+with ``num_cpus`` = the study's torch threads and ``num_gpus=1`` on a CUDA lane; every returned file
+re-authenticated against the worker's receipts in a staging directory before the attempt is
+published write-once; the cell receipt written by ``cells.fit_cell``, which adopts the published
+attempt). Does not own: the fit (``qhlab.finite_horizon.fit``), the cell rules (``cells``) or
+connecting to Ray (``qhlab.execution``).
 
 No filesystem is shared: a worker reads no driver path and writes only below its own
 temporary directory. Only the driver publishes.
@@ -65,8 +65,15 @@ __all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]
 RAY_TASK_RETRIES = 2
 
 
-def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Path, returned: dict,
-                      populations: dict[str, Path], validation_digest: str) -> Path:
+def _publish_returned(
+    frozen: FrozenStudy,
+    cell: str,
+    recipe: Any,
+    cell_dir: Path,
+    returned: dict,
+    populations: dict[str, Path],
+    validation_digest: str,
+) -> Path:
     """Publish a returned attempt write-once, after re-authenticating every file in staging.
 
     Refused (nothing published) unless: every file name is a clean relative path (no ``.``,
@@ -87,17 +94,25 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
     name = safe_component(returned["attempt"], field="attempt", call=call)
     files: dict[str, bytes] = returned["files"]
     if set(files) != set(returned["sha256"]):
-        raise EvidenceError(f"{call}: attempt {name} returned files {sorted(files)} but digests for "
-                            f"{sorted(returned['sha256'])}.")
+        raise EvidenceError(
+            f"{call}: attempt {name} returned files {sorted(files)} but digests for {sorted(returned['sha256'])}."
+        )
     _check_names(call, name, list(files))
     for package, version in frozen.body.versions.items():
         if (returned.get("versions") or {}).get(package) != version:
-            raise input_error(call, f"versions.{package}", (returned.get("versions") or {}).get(package),
-                              f"{version!r}, the frozen version", f"the worker on {returned['where'].get('node_ip')} "
-                              "runs another environment; install the frozen versions on every node",
-                              error=EvidenceError)
-    allowed_absolute = {"train_manifest": (populations["train"] / "manifest.json").as_posix(),
-                        "validation_manifest": (populations["validation"] / "manifest.json").as_posix()}
+            raise input_error(
+                call,
+                f"versions.{package}",
+                (returned.get("versions") or {}).get(package),
+                f"{version!r}, the frozen version",
+                f"the worker on {returned['where'].get('node_ip')} "
+                "runs another environment; install the frozen versions on every node",
+                error=EvidenceError,
+            )
+    allowed_absolute = {
+        "train_manifest": (populations["train"] / "manifest.json").as_posix(),
+        "validation_manifest": (populations["validation"] / "manifest.json").as_posix(),
+    }
 
     def _write(staging: Path) -> None:
         for relative, data in files.items():
@@ -110,7 +125,9 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
         for relative in sorted(r for r in files if r.endswith(RECEIPT_SUFFIX)):
             kind = _receipt_kind(relative)
             if kind is None:
-                raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
+                raise EvidenceError(
+                    f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes."
+                )
             # Paths first, without reading what they name; then the receipt with every file it binds.
             document = read_receipt(staging / relative, kind, verify_files=False)
             bound.add(relative)
@@ -119,12 +136,16 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
                     path = entry.path
                     if Path(path).is_absolute() or "\\" in path:
                         if section != "inputs" or allowed_absolute.get(key) != path:
-                            raise EvidenceError(f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
-                                                f"receipt may bind by absolute path only {allowed_absolute}.")
+                            raise EvidenceError(
+                                f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
+                                f"receipt may bind by absolute path only {allowed_absolute}."
+                            )
                         continue
                     inner = _clean_relative(path, relative)
                     if inner is None:
-                        raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
+                        raise EvidenceError(
+                            f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt."
+                        )
                     bound.add(inner)
             read_receipt(staging / relative, kind)
         loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
@@ -132,21 +153,29 @@ def _publish_returned(frozen: FrozenStudy, cell: str, recipe: Any, cell_dir: Pat
             raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
         fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call).body
         if fit.local_attempt_id != name:
-            raise EvidenceError(f"{call}: attempt {name!r} holds the fit of local attempt "
-                                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit.")
+            raise EvidenceError(
+                f"{call}: attempt {name!r} holds the fit of local attempt "
+                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit."
+            )
         if EVALUATION_RECEIPT not in files:
             raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
         evaluation = read_receipt(staging / EVALUATION_RECEIPT, EvaluationReceipt).body
-        if evaluation.population.get("digest") != validation_digest or \
-                evaluation.final_state_sha256 != fit.final_state_sha256:
-            raise EvidenceError(f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
-                                f"{validation_digest} and this attempt's final state.")
+        if (
+            evaluation.population.get("digest") != validation_digest
+            or evaluation.final_state_sha256 != fit.final_state_sha256
+        ):
+            raise EvidenceError(
+                f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
+                f"{validation_digest} and this attempt's final state."
+            )
         ran = fit.execution
         said = returned["where"]
         keys = ("node_id", "pid", "task_id")
         if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
-            raise EvidenceError(f"{call}: the fit receipt of attempt {name} says it ran as "
-                                f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }.")
+            raise EvidenceError(
+                f"{call}: the fit receipt of attempt {name} says it ran as "
+                f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }."
+            )
 
     target = cell_dir / name
     cell_dir.mkdir(parents=True, exist_ok=True)
@@ -163,17 +192,23 @@ def _check_names(call: str, attempt: str, names: list[str]) -> None:
     for relative in names:
         parts = relative.split("/")
         if not relative or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
-            raise EvidenceError(f"{call}: returned file name {relative!r} of attempt {attempt} is not a clean relative "
-                                "path inside the attempt.")
+            raise EvidenceError(
+                f"{call}: returned file name {relative!r} of attempt {attempt} is not a clean relative "
+                "path inside the attempt."
+            )
         folded = unicodedata.normalize("NFC", relative).casefold()
         if folded in seen:
-            raise EvidenceError(f"{call}: returned files {seen[folded]!r} and {relative!r} of attempt {attempt} "
-                                "differ only by case or normalisation.")
+            raise EvidenceError(
+                f"{call}: returned files {seen[folded]!r} and {relative!r} of attempt {attempt} "
+                "differ only by case or normalisation."
+            )
         seen[folded] = relative
         folders.update("/".join(parts[:i]).casefold() for i in range(1, len(parts)))
     clash = sorted(n for n in seen if n in folders)
     if clash:
-        raise EvidenceError(f"{call}: returned file names {clash} of attempt {attempt} are also folders of other files.")
+        raise EvidenceError(
+            f"{call}: returned file names {clash} of attempt {attempt} are also folders of other files."
+        )
 
 
 def _clean_relative(path: str, receipt: str) -> str | None:
@@ -192,8 +227,11 @@ def _clean_relative(path: str, receipt: str) -> str | None:
 
 
 _RECEIPT_KINDS: dict[str, type[Receipt]] = {
-    "fit.receipt.json": FitReceipt, "evaluation.receipt.json": EvaluationReceipt,
-    "cold_init.receipt.json": ColdInitializationReceipt, "wandb_attempt.receipt.json": WandbAttemptReceipt}
+    "fit.receipt.json": FitReceipt,
+    "evaluation.receipt.json": EvaluationReceipt,
+    "cold_init.receipt.json": ColdInitializationReceipt,
+    "wandb_attempt.receipt.json": WandbAttemptReceipt,
+}
 
 
 def _receipt_kind(relative: str) -> type[Receipt] | None:
@@ -209,9 +247,17 @@ def _population_bytes(path: Path) -> dict[str, bytes]:
     return {name: file.read_bytes() for name, file in files.items()}
 
 
-def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner: JobRunner, *,
-                     validation: Path, validation_digest: str, verbose: bool, on_result: Callable[[dict], None],
-                     on_error: Callable[[str, int, Exception], None]) -> list[Exception]:
+def run_cells_on_ray(
+    frozen: FrozenStudy,
+    pending: list[tuple[str, int]],
+    runner: JobRunner,
+    *,
+    validation: Path,
+    validation_digest: str,
+    verbose: bool,
+    on_result: Callable[[dict], None],
+    on_error: Callable[[str, int, Exception], None],
+) -> list[Exception]:
     """Run the pending broad cells as Ray tasks; publish each returned attempt and its cell receipt.
 
     A cell that already has a finished, unrecorded attempt (a driver killed after publishing
@@ -249,10 +295,16 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner
         # On the driver's node: the ledger outlives any worker node that dies.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ledger = ray.remote(num_cpus=0)(TryLedger).options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False)).remote()
-        populations = pool.put({"train": _population_bytes(frozen.train_path),
-                                "validation": _population_bytes(validation)})
+        ledger = (
+            ray.remote(num_cpus=0)(TryLedger)
+            .options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            )
+            .remote()
+        )
+        populations = pool.put(
+            {"train": _population_bytes(frozen.train_path), "validation": _population_bytes(validation)}
+        )
         futures = {}
         for arm, seed in pending:
             cell = cell_name(arm, seed)
@@ -264,10 +316,14 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner
                     on_error(arm, seed, exc)
                 continue
             job = {
-                "cell": cell, "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
+                "cell": cell,
+                "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
                 "profile": config.profile,
-                "torch_threads": config.torch_threads, "max_allocated_bytes": config.max_allocated_bytes,
-                "group": config.name, "train_path": str(frozen.train_path), "validation_path": str(validation),
+                "torch_threads": config.torch_threads,
+                "max_allocated_bytes": config.max_allocated_bytes,
+                "group": config.name,
+                "train_path": str(frozen.train_path),
+                "validation_path": str(validation),
                 "study": frozen.identity,
                 "verbose": verbose,
                 # A user arm's frozen source travels with its task (the worker shares no files).
@@ -284,8 +340,14 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner
                 on_error(arm, seed, exc)
                 continue
             locks[cell] = stack
-            future = pool.submit_task(fit_on_worker, (job, populations, ledger), num_cpus=config.torch_threads,
-                                      num_gpus=gpus, max_retries=RAY_TASK_RETRIES, name=f"qhlab-cell-{cell}")
+            future = pool.submit_task(
+                fit_on_worker,
+                (job, populations, ledger),
+                num_cpus=config.torch_threads,
+                num_gpus=gpus,
+                max_retries=RAY_TASK_RETRIES,
+                name=f"qhlab-cell-{cell}",
+            )
             futures[future] = (arm, seed)
         for future in as_completed(futures):
             arm, seed = futures[future]
@@ -293,12 +355,22 @@ def run_cells_on_ray(frozen: FrozenStudy, pending: list[tuple[str, int]], runner
             try:
                 returned = future.result()
                 tries = _tries(ledger, cell, returned)
-                attempt = _publish_returned(frozen, cell, frozen.recipe(arm, seed, config.broad_updates),
-                                            output / CELLS_DIR / cell, returned,
-                                            {"train": frozen.train_path, "validation": validation},
-                                            validation_digest)
-                execution = {**runner.choice.record(), "attempt": attempt.name, "task_retries_allowed": RAY_TASK_RETRIES,
-                             "tries": tries, "driver": {k: where_am_i()[k] for k in ("hostname", "pid")}}
+                attempt = _publish_returned(
+                    frozen,
+                    cell,
+                    frozen.recipe(arm, seed, config.broad_updates),
+                    output / CELLS_DIR / cell,
+                    returned,
+                    {"train": frozen.train_path, "validation": validation},
+                    validation_digest,
+                )
+                execution = {
+                    **runner.choice.record(),
+                    "attempt": attempt.name,
+                    "task_retries_allowed": RAY_TASK_RETRIES,
+                    "tries": tries,
+                    "driver": {k: where_am_i()[k] for k in ("hostname", "pid")},
+                }
                 _record(arm, seed, execution)
             except Exception as exc:  # noqa: BLE001 - reported after every other cell finished
                 cause = _cause(exc, cell, ledger)
@@ -320,8 +392,9 @@ def _tries(ledger: Any, cell: str, returned: dict) -> list[dict]:
     if not any(t["try"] == returned["try"] for t in tries):
         tries.append({"try": returned["try"], **returned["where"], "ledger": "unavailable"})
     for entry in tries:
-        entry["outcome"] = ("returned" if entry["try"] == returned["try"]
-                            else "lost: its worker died; Ray ran the task again")
+        entry["outcome"] = (
+            "returned" if entry["try"] == returned["try"] else "lost: its worker died; Ray ran the task again"
+        )
     return tries
 
 
@@ -337,8 +410,10 @@ def _cause(exc: Exception, cell: str, ledger: Any) -> Exception:
             tries = ray.get(ledger.tries.remote(cell), timeout=30)
         except Exception:  # noqa: BLE001 - the ledger's node may be what died
             tries = []
-        where = "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries) \
+        where = (
+            "; ".join(f"try {t['try']} on node {t.get('node_ip')} pid {t.get('pid')}" for t in tries)
             or "no try on record"
+        )
         return QhError(
             f"run_cells_on_ray: cell {cell} was lost: {type(exc).__name__} (Ray allows {RAY_TASK_RETRIES} retries; "
             f"{len(tries)} tr{'y' if len(tries) == 1 else 'ies'} on record: {where}). HINT: nothing of it was "
@@ -364,15 +439,24 @@ def check_cells_feasible(config: Any, call: str = "qhlab study run") -> None:
         raise QhError(f"{call}: the Ray cluster has no live node. HINT: check `ray status` on the head node.")
     lane_nodes = [n for n in nodes if n.get("GPU", 0) >= gpus]
     if not lane_nodes:
-        raise input_error(call, "profile", profile, "a lane the cluster can run (no live node has a GPU)",
-                          "add a GPU node (`ray start --num-gpus 1 ...`) or run the study where its lane exists")
+        raise input_error(
+            call,
+            "profile",
+            profile,
+            "a lane the cluster can run (no live node has a GPU)",
+            "add a GPU node (`ray start --num-gpus 1 ...`) or run the study where its lane exists",
+        )
     most_cpus = max(n.get("CPU", 0) for n in lane_nodes)
     if most_cpus < threads:
         where = " with a GPU" if gpus else ""
-        raise input_error(call, "torch_threads", threads,
-                          f"at most {most_cpus:g}, the most CPUs of one live node{where} of the Ray cluster",
-                          "a cell is one Ray task that needs torch_threads CPUs on one node; add a node with "
-                          "that many CPUs (torch_threads is frozen: it sets the bits of every fit)")
+        raise input_error(
+            call,
+            "torch_threads",
+            threads,
+            f"at most {most_cpus:g}, the most CPUs of one live node{where} of the Ray cluster",
+            "a cell is one Ray task that needs torch_threads CPUs on one node; add a node with "
+            "that many CPUs (torch_threads is frozen: it sets the bits of every fit)",
+        )
 
 
 def _device_type(profile: str) -> str:

@@ -37,8 +37,12 @@ TRY_PREFIX = "qhlab-"
 OWNER_FILE = "owner.pid"
 
 # Environment variables that move third-party caches and settings into a try's directory.
-LIBRARY_DIRS = {"MPLCONFIGDIR": "matplotlib", "WANDB_CACHE_DIR": "wandb-cache", "WANDB_CONFIG_DIR": "wandb-config",
-                 "WANDB_DATA_DIR": "wandb-data"}
+LIBRARY_DIRS = {
+    "MPLCONFIGDIR": "matplotlib",
+    "WANDB_CACHE_DIR": "wandb-cache",
+    "WANDB_CONFIG_DIR": "wandb-config",
+    "WANDB_DATA_DIR": "wandb-data",
+}
 
 
 def _sweep_dead_tries(base: Path) -> None:
@@ -142,27 +146,42 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
 
         # Checked against the freeze's digests before it is imported (ArmSource.check).
         provide_shipped(job.get("arm_source"), root / "family")
-        result = fit_recipe(FitRequest(
-            recipe=QhRecipe.model_validate(job["recipe"]), profile=job["profile"], output=root / "cells", train=local["train"],
-            validation=local["validation"], cell=job["cell"], evaluate=True,
-            max_allocated_bytes=job["max_allocated_bytes"], progress=False, job_type="cell", group=job["group"],
-            study=job["study"],
-            # Receipts name the populations where the driver keeps them; the bytes are the same.
-            recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
-            curve_updates=tuple(job.get("curve_updates", ())),
-        ))
+        result = fit_recipe(
+            FitRequest(
+                recipe=QhRecipe.model_validate(job["recipe"]),
+                profile=job["profile"],
+                output=root / "cells",
+                train=local["train"],
+                validation=local["validation"],
+                cell=job["cell"],
+                evaluate=True,
+                max_allocated_bytes=job["max_allocated_bytes"],
+                progress=False,
+                job_type="cell",
+                group=job["group"],
+                study=job["study"],
+                # Receipts name the populations where the driver keeps them; the bytes are the same.
+                recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
+                curve_updates=tuple(job.get("curve_updates", ())),
+            )
+        )
         import wandb
 
         # wandb-core appends to the offline run file after finish(); stop it so the file is whole.
         wandb.teardown()
         attempt = Path(result.output_directory)
-        files = {p.relative_to(attempt).as_posix(): p.read_bytes()
-                 for p in sorted(attempt.rglob("*")) if p.is_file()}
+        files = {p.relative_to(attempt).as_posix(): p.read_bytes() for p in sorted(attempt.rglob("*")) if p.is_file()}
         # Lazy: keeps importing this module free of numpy.
         from qhlab.study.authentication import runtime_versions
 
-        return {"attempt": attempt.name, "files": files, "sha256": {k: sha256_bytes(v) for k, v in files.items()},
-                "where": where, "try": number, "versions": runtime_versions()}
+        return {
+            "attempt": attempt.name,
+            "files": files,
+            "sha256": {k: sha256_bytes(v) for k, v in files.items()},
+            "where": where,
+            "try": number,
+            "versions": runtime_versions(),
+        }
     finally:
         for key, value in saved.items():
             if value is None:

@@ -44,8 +44,11 @@ def ci(interval: dict) -> str:
 
 def table(columns: list[str], rows: Iterable[list[Any]]) -> list[str]:
     """A markdown table's lines: the header, its rule and one line per row (cells as ``str``)."""
-    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
 
 
 def _markdown(report: dict, sections: Iterable[Section]) -> str:
@@ -53,10 +56,14 @@ def _markdown(report: dict, sections: Iterable[Section]) -> str:
     lines = [f"# Architecture study `{report['study']}`", ""]
     for section in sorted(sections, key=lambda s: -int(s.lead)):
         lines += section.markdown(report)
-    lines += ["", "Figures: `arms.png` (each arm's MAE and regret with intervals), "
-              "`paired_differences.png` (paired differences against controls), `learning_curves.png` (each "
-              "cell's validation MAE and regret at the observed updates its fit measured; display only, no "
-              "checkpoint is ever selected).", ""]
+    lines += [
+        "",
+        "Figures: `arms.png` (each arm's MAE and regret with intervals), "
+        "`paired_differences.png` (paired differences against controls), `learning_curves.png` (each "
+        "cell's validation MAE and regret at the observed updates its fit measured; display only, no "
+        "checkpoint is ever selected).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -82,16 +89,26 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             labels = []
             for i, c in enumerate(report["cells"]):
                 iv = c[f"{metric}_intervals"][-1]
-                ax.errorbar([i], [iv["estimate"]], yerr=_error_bar(iv),
-                            fmt="o", capsize=3, color=f"C{report['seeds'].index(c['seed'])}")
+                ax.errorbar(
+                    [i],
+                    [iv["estimate"]],
+                    yerr=_error_bar(iv),
+                    fmt="o",
+                    capsize=3,
+                    color=f"C{report['seeds'].index(c['seed'])}",
+                )
                 labels.append(f"{c['arm']}\ns{c['seed']}")
             ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", label="TRAIN constant")
             if metric == "regret":
                 # The heuristics are policies (no MAE); the oracle line is labelled as such.
                 for ref, style in zip(report["references"].values(), (":", "-.", (0, (1, 3)))):
-                    ax.axhline(ref["regret"][-1], color="C3" if ref["oracle"] else "black",
-                               linestyle=style, linewidth=0.9,
-                               label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"])
+                    ax.axhline(
+                        ref["regret"][-1],
+                        color="C3" if ref["oracle"] else "black",
+                        linestyle=style,
+                        linewidth=0.9,
+                        label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"],
+                    )
             ax.set_xticks(range(len(labels)))
             ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
             ax.set_ylabel(f"{metric} at H={h} (m)")
@@ -107,8 +124,14 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             rows = [p for p in report["paired"] if p["metric"] == metric]
             for i, p in enumerate(rows):
                 iv = p["interval"]
-                ax.errorbar([iv["estimate"]], [i], xerr=_error_bar(iv),
-                            fmt="o", capsize=3, color=f"C{report['seeds'].index(p['seed'])}")
+                ax.errorbar(
+                    [iv["estimate"]],
+                    [i],
+                    xerr=_error_bar(iv),
+                    fmt="o",
+                    capsize=3,
+                    color=f"C{report['seeds'].index(p['seed'])}",
+                )
             ax.axvline(0.0, color="grey", linestyle="--")
             ax.set_yticks(range(len(rows)))
             ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
@@ -124,12 +147,18 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             for c in report["cells"]:
                 points = c.get("curve") or []
                 if points:
-                    ax.plot([p["updates"] for p in points], [p[metric][-1] for p in points], marker="o",
-                            markersize=3, color=f"C{arms.index(c['arm']) % 10}",
-                            linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
-                            label=f"{c['arm']} s{c['seed']}")
-            ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8,
-                       label="TRAIN constant")
+                    ax.plot(
+                        [p["updates"] for p in points],
+                        [p[metric][-1] for p in points],
+                        marker="o",
+                        markersize=3,
+                        color=f"C{arms.index(c['arm']) % 10}",
+                        linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
+                        label=f"{c['arm']} s{c['seed']}",
+                    )
+            ax.axhline(
+                report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8, label="TRAIN constant"
+            )
             ax.set_xlabel("observed optimizer updates")
             ax.set_ylabel(f"validation {metric} at H={h} (m)")
             ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")

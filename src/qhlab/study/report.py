@@ -1,14 +1,14 @@
 """Step 6, the report: compare every charged final cell, once, and publish report/ whole.
 
-Owns: ``write_report`` (``Study.report``: authenticate every cell receipt against this freeze and development,
-collect the benchmarks when all exist, publish ``report/`` through
-``qhlab.evidence.publish_directory`` with its receipt inside); the report's sections: a
-``Section`` is one statistic of the report and owns its computation (``build``: its fields of
-``report.json`` and its entries of the summary), its lines of ``report.md`` and its W&B
-tables; ``SECTIONS`` is their registry, in report order; ``build_report`` is a loop over it.
-Does not own: the section contract (``sections``: ``ReportInputs``, ``Section``, ``Tables``), the statistics (``statistics``, ``replication``), the references
-(``references``), the seed-aware section's code (``seed_aware``), the figures and writing the
-files (``render``) or the W&B run (``report_run``).
+Owns: ``write_report`` (``Study.report``: authenticate every cell receipt against this freeze and
+development, collect the benchmarks when all exist, publish ``report/`` through
+``qhlab.evidence.publish_directory`` with its receipt inside); the report's sections: a ``Section``
+is one statistic of the report and owns its computation (``build``: its fields of ``report.json``
+and its entries of the summary), its lines of ``report.md`` and its W&B tables; ``SECTIONS`` is
+their registry, in report order; ``build_report`` is a loop over it. Does not own: the section
+contract (``sections``: ``ReportInputs``, ``Section``, ``Tables``), the statistics (``statistics``,
+``replication``), the references (``references``), the seed-aware section's code (``seed_aware``),
+the figures and writing the files (``render``) or the W&B run (``report_run``).
 """
 
 from __future__ import annotations
@@ -55,14 +55,17 @@ from qhlab.study.sections import ReportInputs, Section, Tables
 
 __all__ = ["SECTIONS", "build_report", "write_report"]
 
+
 def write_report(frozen: FrozenStudy) -> dict:
     """``report_study`` on an authenticated study (its development record authenticated once on it).
 
     Raises:
         LockHeldError: another process is writing this study's report (exit 3).
     """
-    with exclusive_lock(frozen.output / REPORT_LOCK, hint="another `qhlab study report` (or `study run`) is "
-                        "writing this study's report; wait for it"):
+    with exclusive_lock(
+        frozen.output / REPORT_LOCK,
+        hint="another `qhlab study report` (or `study run`) is writing this study's report; wait for it",
+    ):
         return _write_report_locked(frozen)
 
 
@@ -71,7 +74,9 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
     cells = authenticate_cells(frozen, "report_study")
     directory = frozen.output / REPORT_DIR
     if (directory / REPORT_RECEIPT).exists():
-        raise PublishConflictError(f"report_study: {directory / REPORT_RECEIPT} already exists; the report is written once.")
+        raise PublishConflictError(
+            f"report_study: {directory / REPORT_RECEIPT} already exists; the report is written once."
+        )
     benchmarks = {}
     for arm, seed in frozen.config.cells:
         path = benchmark_receipt_path(frozen.output, arm, seed)
@@ -80,11 +85,17 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
     if len(benchmarks) != len(frozen.config.cells):
         benchmarks = {}
     # The report is a pure function over the receipts' JSON records, read above as typed models.
-    report = build_report(frozen.config, frozen.receipt.body_record(), development.body_record(),
-                          {k: v["document"].body_record() for k, v in cells.items()},
-                          {k: v["document"].body_record() for k, v in benchmarks.items()})
+    report = build_report(
+        frozen.config,
+        frozen.receipt.body_record(),
+        development.body_record(),
+        {k: v["document"].body_record() for k, v in cells.items()},
+        {k: v["document"].body_record() for k, v in benchmarks.items()},
+    )
     if directory.exists() and any(directory.iterdir()):
-        raise PublishConflictError(f"report_study: {directory} holds a partial report; remove it by hand after inspection.")
+        raise PublishConflictError(
+            f"report_study: {directory} holds a partial report; remove it by hand after inspection."
+        )
     inputs = {"freeze": frozen.receipt_path, "development": frozen.output / DEVELOPMENT_RECEIPT}
     inputs.update({f"cell/{cell_name(a, s)}": v["path"] for (a, s), v in cells.items()})
     inputs.update({f"benchmark/{cell_name(a, s)}": v["path"] for (a, s), v in benchmarks.items()})
@@ -93,16 +104,25 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
         # The receipt is written inside the staging directory, so its output paths are
         # relative ("report.json") and stay valid once the directory is renamed to report/.
         outputs = write_report_files(report, staging, SECTIONS)
-        write_receipt(staging / REPORT_RECEIPT, StudyReportReceipt,
-                      body={"study": frozen.config.name, "summary": report["summary"]},
-                      inputs=inputs, outputs=outputs)
+        write_receipt(
+            staging / REPORT_RECEIPT,
+            StudyReportReceipt,
+            body={"study": frozen.config.name, "summary": report["summary"]},
+            inputs=inputs,
+            outputs=outputs,
+        )
 
     publish_directory(directory, write)
     return report
 
 
-def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: dict,
-                 cells: dict[tuple[str, int], dict], benchmarks: dict[tuple[str, int], dict]) -> dict:
+def build_report(
+    config: QhArchitectureStudyConfig,
+    freeze: dict,
+    development: dict,
+    cells: dict[tuple[str, int], dict],
+    benchmarks: dict[tuple[str, int], dict],
+) -> dict:
     """Every number of the report from the authenticated receipt bodies: each of ``SECTIONS`` in turn.
 
     Args:
@@ -124,14 +144,21 @@ def build_report(config: QhArchitectureStudyConfig, freeze: dict, development: d
 
 def _overview(inputs: ReportInputs, report: dict) -> None:
     config = inputs.config
-    report.update({
-        "schema_version": DOCUMENT_SCHEMA_VERSION, "study": config.name, "profile": config.profile,
-        "horizon": inputs.horizon, "primary_horizon": inputs.horizon, "n_scenes": len(inputs.scene_ids),
-        "statistical_unit": "scene (candidates within state, states within scene, scenes equally)",
-        "states_used": "final states of charged cells only; no intermediate checkpoint",
-        "thresholds": inputs.freeze["thresholds"], "bootstrap": config.bootstrap.model_dump(mode="json"),
-        "seeds": list(config.seeds),
-    })
+    report.update(
+        {
+            "schema_version": DOCUMENT_SCHEMA_VERSION,
+            "study": config.name,
+            "profile": config.profile,
+            "horizon": inputs.horizon,
+            "primary_horizon": inputs.horizon,
+            "n_scenes": len(inputs.scene_ids),
+            "statistical_unit": "scene (candidates within state, states within scene, scenes equally)",
+            "states_used": "final states of charged cells only; no intermediate checkpoint",
+            "thresholds": inputs.freeze["thresholds"],
+            "bootstrap": config.bootstrap.model_dump(mode="json"),
+            "seeds": list(config.seeds),
+        }
+    )
 
 
 def _overview_markdown(report: dict) -> list[str]:
@@ -147,8 +174,11 @@ def _overview_markdown(report: dict) -> list[str]:
     if report["n_scenes"] < MIN_SCENES_FOR_ROBUST:
         # Said once, up front, in plain words: a reader must not mistake a retention table on a
         # handful of scenes for evidence (statistics labels every such decision inconclusive).
-        lines += [f"There are fewer than {MIN_SCENES_FOR_ROBUST} validation scenes ({report['n_scenes']}), "
-                  "so no retention decision is labelled robust: every decision below is inconclusive.", ""]
+        lines += [
+            f"There are fewer than {MIN_SCENES_FOR_ROBUST} validation scenes ({report['n_scenes']}), "
+            "so no retention decision is labelled robust: every decision below is inconclusive.",
+            "",
+        ]
     return lines
 
 
@@ -156,63 +186,122 @@ def _cells(inputs: ReportInputs, report: dict) -> None:
     config, horizon, primary = inputs.config, inputs.horizon, inputs.primary
     constant = inputs.development["constant_on_validation"]
     constant_scene = {m: np.asarray(constant["per_scene"][m], dtype=np.float64) for m in ("mae", "regret")}
-    report["constant"] = {"train_constant": inputs.development["train_constant"], "mae": constant["mae"],
-                          "regret": constant["regret"], **{f"{m}_interval": config.bootstrap.interval(
-                              constant_scene[m][:, primary]) for m in ("mae", "regret")}}
+    report["constant"] = {
+        "train_constant": inputs.development["train_constant"],
+        "mae": constant["mae"],
+        "regret": constant["regret"],
+        **{f"{m}_interval": config.bootstrap.interval(constant_scene[m][:, primary]) for m in ("mae", "regret")},
+    }
     report["cells"] = []
     for arm, seed in config.cells:
         body, values = inputs.cells[(arm, seed)], inputs.per_scene[(arm, seed)]
-        report["cells"].append({
-            "arm": arm, "seed": seed, "role": inputs.roles[arm]["role"], "cell": body["cell"],
-            "mae": [float(v) for v in values["mae"].mean(axis=0)],
-            "regret": [float(v) for v in values["regret"].mean(axis=0)],
-            "mae_intervals": [config.bootstrap.interval(values["mae"][:, h]) for h in range(horizon)],
-            "regret_intervals": [config.bootstrap.interval(values["regret"][:, h]) for h in range(horizon)],
-            **{k: body[k] for k in ("observed_updates", "final_state_sha256", "attempt", "previous_attempts")},
-            "wall_seconds": body.get("wall_seconds"),
-            # [{updates, mae [H], regret [H]}]: the validation learning curve (display only).
-            "curve": body["evaluation"].get("curve") or [],
-        })
-    report["summary"].update({
-        "n_cells": len(report["cells"]),
-        **{f"{m}_primary": {c["cell"]: c[m][primary] for c in report["cells"]} for m in ("mae", "regret")},
-        **{f"constant_{m}_primary": constant[m][primary] for m in ("mae", "regret")},
-    })
+        report["cells"].append(
+            {
+                "arm": arm,
+                "seed": seed,
+                "role": inputs.roles[arm]["role"],
+                "cell": body["cell"],
+                "mae": [float(v) for v in values["mae"].mean(axis=0)],
+                "regret": [float(v) for v in values["regret"].mean(axis=0)],
+                "mae_intervals": [config.bootstrap.interval(values["mae"][:, h]) for h in range(horizon)],
+                "regret_intervals": [config.bootstrap.interval(values["regret"][:, h]) for h in range(horizon)],
+                **{k: body[k] for k in ("observed_updates", "final_state_sha256", "attempt", "previous_attempts")},
+                "wall_seconds": body.get("wall_seconds"),
+                # [{updates, mae [H], regret [H]}]: the validation learning curve (display only).
+                "curve": body["evaluation"].get("curve") or [],
+            }
+        )
+    report["summary"].update(
+        {
+            "n_cells": len(report["cells"]),
+            **{f"{m}_primary": {c["cell"]: c[m][primary] for c in report["cells"]} for m in ("mae", "regret")},
+            **{f"constant_{m}_primary": constant[m][primary] for m in ("mae", "regret")},
+        }
+    )
 
 
 def _cells_markdown(report: dict) -> list[str]:
     h, k = report["horizon"], report["constant"]
-    columns = ["arm", "role", "seed", *(f"MAE_{i}" for i in range(1, h + 1)), *(f"regret_{i}" for i in range(1, h + 1)),
-               f"MAE_{h} 95% CI", f"regret_{h} 95% CI", "updates"]
-    rows = [[c["arm"], c["role"], c["seed"], *map(fmt, c["mae"]), *map(fmt, c["regret"]), ci(c["mae_intervals"][-1]),
-             ci(c["regret_intervals"][-1]), c["observed_updates"]] for c in report["cells"]]
-    rows.append(["TRAIN constant", "reference", "-", *map(fmt, k["mae"]), *map(fmt, k["regret"]), ci(k["mae_interval"]),
-                 ci(k["regret_interval"]), "-"])
+    columns = [
+        "arm",
+        "role",
+        "seed",
+        *(f"MAE_{i}" for i in range(1, h + 1)),
+        *(f"regret_{i}" for i in range(1, h + 1)),
+        f"MAE_{h} 95% CI",
+        f"regret_{h} 95% CI",
+        "updates",
+    ]
+    rows = [
+        [
+            c["arm"],
+            c["role"],
+            c["seed"],
+            *map(fmt, c["mae"]),
+            *map(fmt, c["regret"]),
+            ci(c["mae_intervals"][-1]),
+            ci(c["regret_intervals"][-1]),
+            c["observed_updates"],
+        ]
+        for c in report["cells"]
+    ]
+    rows.append(
+        [
+            "TRAIN constant",
+            "reference",
+            "-",
+            *map(fmt, k["mae"]),
+            *map(fmt, k["regret"]),
+            ci(k["mae_interval"]),
+            ci(k["regret_interval"]),
+            "-",
+        ]
+    )
     return ["## Every arm and seed (final states)", "", *table(columns, rows)]
 
 
 def _cells_tables(report: dict) -> Tables:
     horizons = range(1, int(report["horizon"]) + 1)
     rows = [[c["arm"], c["seed"], c["role"], *c["mae"], *c["regret"], c["observed_updates"]] for c in report["cells"]]
-    return {"cells": (["arm", "seed", "role", *(f"mae_{i}" for i in horizons), *(f"regret_{i}" for i in horizons),
-                       "observed_updates"], rows)}
+    return {
+        "cells": (
+            [
+                "arm",
+                "seed",
+                "role",
+                *(f"mae_{i}" for i in horizons),
+                *(f"regret_{i}" for i in horizons),
+                "observed_updates",
+            ],
+            rows,
+        )
+    }
 
 
 def _references(inputs: ReportInputs, report: dict) -> None:
     config, development = inputs.config, inputs.development
     if "references" not in development:
-        raise EvidenceError("report_study: the development receipt carries no heuristic references. "
-                            "HINT: it was sealed by an older qhlab; freeze a new study.")
+        raise EvidenceError(
+            "report_study: the development receipt carries no heuristic references. "
+            "HINT: it was sealed by an older qhlab; freeze a new study."
+        )
     compared = reference_comparisons(
-        development["references"], {s: inputs.per_scene[(config.baseline_arm, s)]["regret"] for s in config.seeds},
-        scene_ids=inputs.scene_ids, bootstrap=config.bootstrap, baseline_arm=config.baseline_arm,
+        development["references"],
+        {s: inputs.per_scene[(config.baseline_arm, s)]["regret"] for s in config.seeds},
+        scene_ids=inputs.scene_ids,
+        bootstrap=config.bootstrap,
+        baseline_arm=config.baseline_arm,
     )
     report["headline"], report["references"] = compared["headline"], compared["references"]
-    report["summary"].update({
-        "reference_regret_primary": {name: ref["regret"][inputs.primary] for name, ref in report["references"].items()},
-        "headline": compared["headline"]["text"],
-        "beats_best_heuristic_every_seed": compared["headline"]["beats_every_seed"],
-    })
+    report["summary"].update(
+        {
+            "reference_regret_primary": {
+                name: ref["regret"][inputs.primary] for name, ref in report["references"].items()
+            },
+            "headline": compared["headline"]["text"],
+            "beats_best_heuristic_every_seed": compared["headline"]["beats_every_seed"],
+        }
+    )
 
 
 def _references_markdown(report: dict) -> list[str]:
@@ -220,7 +309,10 @@ def _references_markdown(report: dict) -> list[str]:
     h, seeds = report["horizon"], report["seeds"]
     level = f"{report['bootstrap']['confidence']:.0%}"
     lines = [
-        report["headline"]["text"], "", "## Heuristic references (validation chain rows, scenes weighted equally)", "",
+        report["headline"]["text"],
+        "",
+        "## Heuristic references (validation chain rows, scenes weighted equally)",
+        "",
         "The fixed index was chosen on TRAIN only; the straight strike is candidate 0 (the target "
         "struck at the goal centre); the myopic oracle acts on the exact Q*_1 labels, so it reads "
         "validation labels and is no deployable policy. Paired columns: per seed, (baseline - "
@@ -228,23 +320,45 @@ def _references_markdown(report: dict) -> list[str]:
         "favours the baseline.",
         "",
     ]
-    columns = ["reference", *(f"regret_{i}" for i in range(1, h + 1)), f"regret_{h} {level} CI",
-               *(f"baseline - reference, seed {s}" for s in seeds)]
+    columns = [
+        "reference",
+        *(f"regret_{i}" for i in range(1, h + 1)),
+        f"regret_{h} {level} CI",
+        *(f"baseline - reference, seed {s}" for s in seeds),
+    ]
     rows = []
     for ref in report["references"].values():
         paired = {p["seed"]: p["interval"] for p in ref["paired"]}
-        rows.append([f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"], *map(fmt, ref["regret"]),
-                     ci(ref["regret_interval"]), *(f"{fmt(paired[s]['estimate'])} {ci(paired[s])}" for s in seeds)])
+        rows.append(
+            [
+                f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"],
+                *map(fmt, ref["regret"]),
+                ci(ref["regret_interval"]),
+                *(f"{fmt(paired[s]['estimate'])} {ci(paired[s])}" for s in seeds),
+            ]
+        )
     return lines + table(columns, rows) + [""]
 
 
 def _references_tables(report: dict) -> Tables:
     horizons = range(1, int(report["horizon"]) + 1)
-    rows = [[name, r["label"], bool(r["oracle"]), *r["regret"], *[p["interval"]["estimate"] for p in r["paired"]]]
-            for name, r in sorted(report["references"].items())]
+    rows = [
+        [name, r["label"], bool(r["oracle"]), *r["regret"], *[p["interval"]["estimate"] for p in r["paired"]]]
+        for name, r in sorted(report["references"].items())
+    ]
     seeds = [p["seed"] for p in next(iter(report["references"].values()))["paired"]]
-    return {"references": (["reference", "label", "oracle", *(f"regret_{i}" for i in horizons),
-                            *(f"baseline_minus_reference_s{s}" for s in seeds)], rows)}
+    return {
+        "references": (
+            [
+                "reference",
+                "label",
+                "oracle",
+                *(f"regret_{i}" for i in horizons),
+                *(f"baseline_minus_reference_s{s}" for s in seeds),
+            ],
+            rows,
+        )
+    }
 
 
 def _arms(inputs: ReportInputs, report: dict) -> None:
@@ -252,46 +366,107 @@ def _arms(inputs: ReportInputs, report: dict) -> None:
     report["arms"] = []
     for arm in config.arms:
         # [n_scenes, H]: each scene's value averaged over the seeds, horizon by horizon.
-        pooled = {m: np.stack([pooled_seed_values({s: inputs.per_scene[(arm, s)][m][:, h] for s in config.seeds})
-                               for h in range(inputs.horizon)], axis=1) for m in ("mae", "regret")}
+        pooled = {
+            m: np.stack(
+                [
+                    pooled_seed_values({s: inputs.per_scene[(arm, s)][m][:, h] for s in config.seeds})
+                    for h in range(inputs.horizon)
+                ],
+                axis=1,
+            )
+            for m in ("mae", "regret")
+        }
         role = inputs.roles[arm]
-        report["arms"].append({
-            "arm": arm, "role": role["role"], "control": role["control"], "matched": role["matched"],
-            "seed_mean_mae": [float(v) for v in pooled["mae"].mean(axis=0)],
-            "seed_mean_regret": [float(v) for v in pooled["regret"].mean(axis=0)],
-            "seed_mean_mae_interval": config.bootstrap.interval(pooled["mae"][:, primary]),
-            "seed_mean_regret_interval": config.bootstrap.interval(pooled["regret"][:, primary]),
-        })
+        report["arms"].append(
+            {
+                "arm": arm,
+                "role": role["role"],
+                "control": role["control"],
+                "matched": role["matched"],
+                "seed_mean_mae": [float(v) for v in pooled["mae"].mean(axis=0)],
+                "seed_mean_regret": [float(v) for v in pooled["regret"].mean(axis=0)],
+                "seed_mean_mae_interval": config.bootstrap.interval(pooled["mae"][:, primary]),
+                "seed_mean_regret_interval": config.bootstrap.interval(pooled["regret"][:, primary]),
+            }
+        )
 
 
 def _arms_markdown(report: dict) -> list[str]:
     h = report["horizon"]
-    rows = [[a["arm"], a["role"], fmt(a["seed_mean_mae"][-1]), ci(a["seed_mean_mae_interval"]),
-             fmt(a["seed_mean_regret"][-1]), ci(a["seed_mean_regret_interval"])] for a in report["arms"]]
-    return ["", "## Seed-mean per arm (per-scene values averaged over both seeds)", "",
-            *table(["arm", "role", f"MAE_{h}", "95% CI", f"regret_{h}", "95% CI"], rows)]
+    rows = [
+        [
+            a["arm"],
+            a["role"],
+            fmt(a["seed_mean_mae"][-1]),
+            ci(a["seed_mean_mae_interval"]),
+            fmt(a["seed_mean_regret"][-1]),
+            ci(a["seed_mean_regret_interval"]),
+        ]
+        for a in report["arms"]
+    ]
+    return [
+        "",
+        "## Seed-mean per arm (per-scene values averaged over both seeds)",
+        "",
+        *table(["arm", "role", f"MAE_{h}", "95% CI", f"regret_{h}", "95% CI"], rows),
+    ]
 
 
 def _paired(inputs: ReportInputs, report: dict) -> None:
     report["paired"] = [
-        {"arm": arm, "against": against, "relation": relation, "seed": seed, "metric": metric,
-         "horizon": inputs.horizon,
-         "interval": inputs.config.bootstrap.interval(inputs.at_h(arm, seed, metric),
-                                                      inputs.at_h(against, seed, metric))}
-        for arm, against, relation in inputs.comparisons for seed in inputs.config.seeds for metric in ("regret", "mae")
+        {
+            "arm": arm,
+            "against": against,
+            "relation": relation,
+            "seed": seed,
+            "metric": metric,
+            "horizon": inputs.horizon,
+            "interval": inputs.config.bootstrap.interval(
+                inputs.at_h(arm, seed, metric), inputs.at_h(against, seed, metric)
+            ),
+        }
+        for arm, against, relation in inputs.comparisons
+        for seed in inputs.config.seeds
+        for metric in ("regret", "mae")
     ]
 
 
 def _paired_markdown(report: dict) -> list[str]:
-    rows = [[p["arm"], p["against"], p["relation"], p["seed"], p["metric"], fmt(p["interval"]["estimate"]),
-             ci(p["interval"]), p["interval"]["method"]] for p in report["paired"]]
-    return ["", f"## Paired differences at H={report['horizon']} (same scenes, same seed)", "",
-            *table(["arm", "against", "relation", "seed", "metric", "difference", "95% CI", "method"], rows)]
+    rows = [
+        [
+            p["arm"],
+            p["against"],
+            p["relation"],
+            p["seed"],
+            p["metric"],
+            fmt(p["interval"]["estimate"]),
+            ci(p["interval"]),
+            p["interval"]["method"],
+        ]
+        for p in report["paired"]
+    ]
+    return [
+        "",
+        f"## Paired differences at H={report['horizon']} (same scenes, same seed)",
+        "",
+        *table(["arm", "against", "relation", "seed", "metric", "difference", "95% CI", "method"], rows),
+    ]
 
 
 def _paired_tables(report: dict) -> Tables:
-    rows = [[p["arm"], p["against"], p["relation"], p["seed"], p["metric"], p["interval"]["estimate"],
-             p["interval"]["low"], p["interval"]["high"]] for p in report["paired"]]
+    rows = [
+        [
+            p["arm"],
+            p["against"],
+            p["relation"],
+            p["seed"],
+            p["metric"],
+            p["interval"]["estimate"],
+            p["interval"]["low"],
+            p["interval"]["high"],
+        ]
+        for p in report["paired"]
+    ]
     return {"paired": (["arm", "against", "relation", "seed", "metric", "difference", "low", "high"], rows)}
 
 
@@ -304,55 +479,98 @@ def _retention(inputs: ReportInputs, report: dict) -> None:
         matched = a.matched or config.baseline_arm
         decisions = {
             seed: retention_margins(
-                inputs.at_h(a.arm, seed, "regret"), inputs.at_h(a.control, seed, "regret"),
-                inputs.at_h(a.arm, seed, "mae"), inputs.at_h(matched, seed, "mae"),
-                regret_fraction=config.regret_fraction, mae_fraction=config.mae_fraction,
-                rng_seed=config.bootstrap.seed, n_resamples=config.bootstrap.resamples,
+                inputs.at_h(a.arm, seed, "regret"),
+                inputs.at_h(a.control, seed, "regret"),
+                inputs.at_h(a.arm, seed, "mae"),
+                inputs.at_h(matched, seed, "mae"),
+                regret_fraction=config.regret_fraction,
+                mae_fraction=config.mae_fraction,
+                rng_seed=config.bootstrap.seed,
+                n_resamples=config.bootstrap.resamples,
                 confidence=config.bootstrap.confidence,
             )
             for seed in config.seeds
         }
-        report["retention"].append({
-            "variant": a.arm, "structural_control": a.control, "matched_control": matched,
-            "per_seed": {str(s): d.as_dict() for s, d in decisions.items()},
-            "seeds_disagree": seed_disagreement({s: d.retained for s, d in decisions.items()}),
-            "retained_every_seed": all(d.retained for d in decisions.values()),
-        })
+        report["retention"].append(
+            {
+                "variant": a.arm,
+                "structural_control": a.control,
+                "matched_control": matched,
+                "per_seed": {str(s): d.as_dict() for s, d in decisions.items()},
+                "seeds_disagree": seed_disagreement({s: d.retained for s, d in decisions.items()}),
+                "retained_every_seed": all(d.retained for d in decisions.values()),
+            }
+        )
     report["summary"]["retention"] = {
-        r["variant"]: {"retained": {s: d["retained"] for s, d in r["per_seed"].items()},
-                       "label": {s: d["label"] for s, d in r["per_seed"].items()},
-                       "seeds_disagree": r["seeds_disagree"]}
+        r["variant"]: {
+            "retained": {s: d["retained"] for s, d in r["per_seed"].items()},
+            "label": {s: d["label"] for s, d in r["per_seed"].items()},
+            "seeds_disagree": r["seeds_disagree"],
+        }
         for r in report["retention"]
     }
 
 
 def _retention_markdown(report: dict) -> list[str]:
-    lines = ["", "## Retention rule", "",
-             "D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control; "
-             "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. Retained iff "
-             f"both <= 0 (point estimates decide). With one-sided {report['bootstrap']['confidence']:.0%} "
-             "scene-bootstrap bounds: a retention is robust iff both upper bounds are <= 0; a rejection "
-             "is robust iff at least one failing margin (> 0) has its lower bound > 0, whatever the "
-             f"passing margin's bound; nothing is robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; "
-             "otherwise inconclusive.",
-             ""]
-    columns = ["variant", "control", "matched", "seed", "D_reg", "upper", "lower", "D_mae", "upper", "lower",
-               "retained", "label"]
+    lines = [
+        "",
+        "## Retention rule",
+        "",
+        "D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control; "
+        "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. Retained iff "
+        f"both <= 0 (point estimates decide). With one-sided {report['bootstrap']['confidence']:.0%} "
+        "scene-bootstrap bounds: a retention is robust iff both upper bounds are <= 0; a rejection "
+        "is robust iff at least one failing margin (> 0) has its lower bound > 0, whatever the "
+        f"passing margin's bound; nothing is robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; "
+        "otherwise inconclusive.",
+        "",
+    ]
+    columns = [
+        "variant",
+        "control",
+        "matched",
+        "seed",
+        "D_reg",
+        "upper",
+        "lower",
+        "D_mae",
+        "upper",
+        "lower",
+        "retained",
+        "label",
+    ]
     lines += table(columns, [])
     for r in report["retention"]:
-        lines += table(columns, [[r["variant"], r["structural_control"], r["matched_control"], seed,
-                                  *(fmt(v) for m in ("d_reg", "d_mae")
-                                    for v in (d[m]["estimate"], d[m]["upper"]["high"], d[m]["lower"]["low"])),
-                                  "yes" if d["retained"] else "no", d["label"]]
-                                 for seed, d in r["per_seed"].items()])[2:]  # the rows, under one header
+        lines += table(
+            columns,
+            [
+                [
+                    r["variant"],
+                    r["structural_control"],
+                    r["matched_control"],
+                    seed,
+                    *(
+                        fmt(v)
+                        for m in ("d_reg", "d_mae")
+                        for v in (d[m]["estimate"], d[m]["upper"]["high"], d[m]["lower"]["low"])
+                    ),
+                    "yes" if d["retained"] else "no",
+                    d["label"],
+                ]
+                for seed, d in r["per_seed"].items()
+            ],
+        )[2:]  # the rows, under one header
         if r["seeds_disagree"]:
             lines.append(f"\n**Seeds disagree for `{r['variant']}`**: the decision is not replicated.\n")
     return lines
 
 
 def _retention_tables(report: dict) -> Tables:
-    rows = [[r["variant"], seed, d["retained"], d["label"]]
-            for r in report["retention"] for seed, d in sorted(r["per_seed"].items())]
+    rows = [
+        [r["variant"], seed, d["retained"], d["label"]]
+        for r in report["retention"]
+        for seed, d in sorted(r["per_seed"].items())
+    ]
     return {"retention": (["variant", "seed", "retained", "label"], rows)}
 
 
@@ -374,11 +592,26 @@ def _milliseconds(seconds: float | None) -> str:
 
 
 def _benchmark_markdown(report: dict) -> list[str]:
-    rows = [[c["arm"], c["seed"], f"{b['median_forward_seconds'] * 1e3:.3f}", _milliseconds(b["encoder_seconds"]),
-             _milliseconds(b["readout_seconds"]), b["parameters_receiving_gradients"]]
-            for c in report["cells"] if (b := c.get("benchmark"))]
-    columns = ["arm", "seed", "median forward (ms)", "encoder (ms, hooked)", "readout (ms, hooked)",
-               "tensors with grad"]
+    rows = [
+        [
+            c["arm"],
+            c["seed"],
+            f"{b['median_forward_seconds'] * 1e3:.3f}",
+            _milliseconds(b["encoder_seconds"]),
+            _milliseconds(b["readout_seconds"]),
+            b["parameters_receiving_gradients"],
+        ]
+        for c in report["cells"]
+        if (b := c.get("benchmark"))
+    ]
+    columns = [
+        "arm",
+        "seed",
+        "median forward (ms)",
+        "encoder (ms, hooked)",
+        "readout (ms, hooked)",
+        "tensors with grad",
+    ]
     heading = ["", "## Scorer benchmark (canonical first TRAIN chain, no updates)", ""]
     return heading + table(columns, rows) if rows else []
 
@@ -395,32 +628,48 @@ def _why_inconclusive(entry: dict, n_scenes: int) -> str | None:
     for name, margin in entry["pooled_margins"].items():
         low, high = margin["low"], margin["high"]
         if (low is None or low <= 0) and (high is None or high >= 0):
-            reasons.append(f"the pooled {name} {margin['estimate']:+.4f} m has an interval that includes 0 "
-                           f"(MDE {margin['mde']:.4f} m)")
+            reasons.append(
+                f"the pooled {name} {margin['estimate']:+.4f} m has an interval that includes 0 "
+                f"(MDE {margin['mde']:.4f} m)"
+            )
     return "; ".join(reasons) or "a seed's decision is not robust"
 
 
 def _question(inputs: ReportInputs, report: dict) -> None:
     """The researcher's question first: each variant's verdict; then each arm's make-up and cost."""
     report["question"] = [
-        {"variant": e["variant"], "verdict": e["verdict"], "replication": e["replication"],
-         "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"], "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
-         "why_inconclusive": _why_inconclusive(e, report["n_scenes"])}
+        {
+            "variant": e["variant"],
+            "verdict": e["verdict"],
+            "replication": e["replication"],
+            "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"],
+            "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
+            "why_inconclusive": _why_inconclusive(e, report["n_scenes"]),
+        }
         for e in report["retention"]
     ]
     report["family"] = []
     for a in inputs.freeze["arms"]:
         cells = [c for c in report["cells"] if c["arm"] == a["arm"]]
         walls = [c["wall_seconds"] for c in cells if c.get("wall_seconds")]
-        report["family"].append({
-            "arm": a["arm"], "role": a["role"], "builder": a.get("builder", "qhlab"),
-            "source_sha256": (a.get("source") or {}).get("sha256"),
-            "architecture": {k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")},
-            "parameters": (a.get("contract") or {}).get("parameters"),
-            "mean_cell_wall_seconds": float(np.mean(walls)) if walls else None,
-            "updates_per_second": (float(np.mean([c["observed_updates"] / c["wall_seconds"] for c in cells
-                                                  if c.get("wall_seconds")])) if walls else None),
-        })
+        report["family"].append(
+            {
+                "arm": a["arm"],
+                "role": a["role"],
+                "builder": a.get("builder", "qhlab"),
+                "source_sha256": (a.get("source") or {}).get("sha256"),
+                "architecture": {
+                    k: v for k, v in a["architecture"].items() if k not in ("arm", "builder", "source_sha256")
+                },
+                "parameters": (a.get("contract") or {}).get("parameters"),
+                "mean_cell_wall_seconds": float(np.mean(walls)) if walls else None,
+                "updates_per_second": (
+                    float(np.mean([c["observed_updates"] / c["wall_seconds"] for c in cells if c.get("wall_seconds")]))
+                    if walls
+                    else None
+                ),
+            }
+        )
     report["summary"]["question"] = {q["variant"]: q["verdict"] for q in report["question"]}
 
 
@@ -428,17 +677,31 @@ def _question_markdown(report: dict) -> list[str]:
     lines = ["## The question: is each variant retained?", ""]
     for q in report["question"]:
         why = f"; inconclusive because {q['why_inconclusive']}" if q["why_inconclusive"] else ""
-        lines.append(f"- `{q['variant']}`: **{q['verdict']}** ({q['replication']}); MDE D_reg "
-                     f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m{why}.")
-    rows = [[f["arm"], f["role"], "built-in" if f["builder"] == "qhlab" else f"`{f['builder']}`",
-             "`" + ", ".join(f"{k}={v}" for k, v in _flat(f["architecture"]).items()) + "`",
-             "-" if f["parameters"] is None else f"{f['parameters']:,}",
-             "-" if f["mean_cell_wall_seconds"] is None else f"{f['mean_cell_wall_seconds']:.1f}",
-             "-" if f["updates_per_second"] is None else f"{f['updates_per_second']:.1f}"] for f in report["family"]]
-    return lines + ["", "### The family", "",
-                    *table(["arm", "role", "builder", "architecture", "parameters / member", "wall s / cell",
-                            "updates / s"], rows),
-                    "", "Wall time is the fit's, learning-curve evaluations included, averaged over seeds.", ""]
+        lines.append(
+            f"- `{q['variant']}`: **{q['verdict']}** ({q['replication']}); MDE D_reg "
+            f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m{why}."
+        )
+    rows = [
+        [
+            f["arm"],
+            f["role"],
+            "built-in" if f["builder"] == "qhlab" else f"`{f['builder']}`",
+            "`" + ", ".join(f"{k}={v}" for k, v in _flat(f["architecture"]).items()) + "`",
+            "-" if f["parameters"] is None else f"{f['parameters']:,}",
+            "-" if f["mean_cell_wall_seconds"] is None else f"{f['mean_cell_wall_seconds']:.1f}",
+            "-" if f["updates_per_second"] is None else f"{f['updates_per_second']:.1f}",
+        ]
+        for f in report["family"]
+    ]
+    return lines + [
+        "",
+        "### The family",
+        "",
+        *table(["arm", "role", "builder", "architecture", "parameters / member", "wall s / cell", "updates / s"], rows),
+        "",
+        "Wall time is the fit's, learning-curve evaluations included, averaged over seeds.",
+        "",
+    ]
 
 
 def _flat(mapping: dict, prefix: str = "") -> dict:
@@ -452,8 +715,10 @@ def _flat(mapping: dict, prefix: str = "") -> dict:
 
 
 def _question_tables(report: dict) -> Tables:
-    rows = [[f["arm"], f["role"], f["builder"], f["parameters"], f["mean_cell_wall_seconds"], f["updates_per_second"]]
-            for f in report["family"]]
+    rows = [
+        [f["arm"], f["role"], f["builder"], f["parameters"], f["mean_cell_wall_seconds"], f["updates_per_second"]]
+        for f in report["family"]
+    ]
     return {"family": (["arm", "role", "builder", "parameters", "wall_seconds", "updates_per_second"], rows)}
 
 

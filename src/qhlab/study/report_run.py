@@ -71,7 +71,6 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
 
     import wandb
 
-
     output = Path(output)
     report_dir = output / REPORT_DIR
     with authentication_roots(output, original=recorded_origin(output)):  # the study's own bytes
@@ -84,14 +83,33 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     run_dir = output / REPORT_RUN_DIR / f"{stamp}-{secrets.token_hex(2)}"
     run_dir.mkdir(parents=True)
     # symlink=False: no latest-run/debug.log links (a signed study directory holds no link).
-    settings = wandb.Settings(console="off", disable_git=True, save_code=False, x_disable_stats=True,
-                              x_disable_meta=True, x_disable_machine_info=True, silent=True, symlink=False)
+    settings = wandb.Settings(
+        console="off",
+        disable_git=True,
+        save_code=False,
+        x_disable_stats=True,
+        x_disable_meta=True,
+        x_disable_machine_info=True,
+        silent=True,
+        symlink=False,
+    )
     run = wandb.init(
-        project="qhlab", id=f"{study[:40]}-report-{run_dir.name}", name=f"{study} report", group=study,
-        job_type="report", tags=["report"], dir=str(run_dir), mode="offline" if offline else "online",
-        config={"study": study, "horizon": report["horizon"], "seeds": report["seeds"],
-                "profile": report["profile"], "thresholds": report["thresholds"],
-                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT)},
+        project="qhlab",
+        id=f"{study[:40]}-report-{run_dir.name}",
+        name=f"{study} report",
+        group=study,
+        job_type="report",
+        tags=["report"],
+        dir=str(run_dir),
+        mode="offline" if offline else "online",
+        config={
+            "study": study,
+            "horizon": report["horizon"],
+            "seeds": report["seeds"],
+            "profile": report["profile"],
+            "thresholds": report["thresholds"],
+            "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+        },
         settings=settings,
     )
     try:
@@ -100,14 +118,22 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
         for figure in (*FIGURES, *TUNING_FIGURES):
             if (report_dir / figure).is_file():
                 run.log({f"report/{figure.removesuffix('.png')}": wandb.Image(str(report_dir / figure))})
-        run.summary.update({"headline": report["headline"]["text"],
-                            "beats_best_heuristic_every_seed": report["headline"]["beats_every_seed"],
-                            "n_scenes": report["n_scenes"]})
+        run.summary.update(
+            {
+                "headline": report["headline"]["text"],
+                "beats_best_heuristic_every_seed": report["headline"]["beats_every_seed"],
+                "n_scenes": report["n_scenes"],
+            }
+        )
         if not offline:
-            artifact = wandb.Artifact(f"{study}-report", type="report", metadata={
-                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
-                "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
-            })
+            artifact = wandb.Artifact(
+                f"{study}-report",
+                type="report",
+                metadata={
+                    "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+                    "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
+                },
+            )
             artifact.add_dir(str(report_dir))
             run.log_artifact(artifact)
     finally:

@@ -33,8 +33,9 @@ from qhlab.training.console import console_verbose
 __all__ = ["cell_job", "fit_canaries", "run_cells", "say_benchmark", "say_e0"]
 
 
-def cell_job(config_path: str, output: str, populations: tuple[str, ...], arm: str, seed: int,
-             canary_role: str | None = None) -> dict:
+def cell_job(
+    config_path: str, output: str, populations: tuple[str, ...], arm: str, seed: int, canary_role: str | None = None
+) -> dict:
     """One broad cell, or a canary, in a job runner's worker (the fit sets the config's torch threads).
 
     A worker authenticates its study once (``worker_memo``) for every cell it is given;
@@ -44,15 +45,20 @@ def cell_job(config_path: str, output: str, populations: tuple[str, ...], arm: s
         ``{"cell", "mae", "regret", "wall_seconds"}`` of a broad cell; ``{"cell"}`` of a canary.
     """
     with authentication_roots(output, populations, original=recorded_origin(output)):
-        frozen = worker_memo(("study", config_path, output),
-                             lambda: authenticate_freeze(config_path, output, "run_fit"))
+        frozen = worker_memo(
+            ("study", config_path, output), lambda: authenticate_freeze(config_path, output, "run_fit")
+        )
         body = fit_cell(frozen, variant=arm, seed=seed, canary_role=canary_role, progress=False)
     return _cell_summary(body) if canary_role is None else {"cell": body["cell"]}
 
 
 def _cell_summary(body: dict) -> dict:
-    return {"cell": body["cell"], "mae": body["evaluation"]["mae"], "regret": body["evaluation"]["regret"],
-            "wall_seconds": body.get("wall_seconds")}
+    return {
+        "cell": body["cell"],
+        "mae": body["evaluation"]["mae"],
+        "regret": body["evaluation"]["regret"],
+        "wall_seconds": body.get("wall_seconds"),
+    }
 
 
 def say_e0(console: Any, passed: bool, reason: str) -> int:
@@ -79,13 +85,18 @@ def fit_canaries(frozen: FrozenStudy, runner: JobRunner) -> None:
     config = frozen.config
     if publish_selection(frozen)["selected"] is None or runner.kind != "local":
         return
-    pending = [seed for seed in config.seeds if not (
-        frozen.output / CANARY_DIR / cell_name(config.baseline_arm, seed, "e0") / CELL_RECEIPT).exists()]
+    pending = [
+        seed
+        for seed in config.seeds
+        if not (frozen.output / CANARY_DIR / cell_name(config.baseline_arm, seed, "e0") / CELL_RECEIPT).exists()
+    ]
     if min(runner.workers, len(pending)) < 2:
         return
     roots = tuple(str(r) for r in population_roots())
-    runner.run(cell_job, [(str(frozen.config_path), str(frozen.output), roots, config.baseline_arm, seed, "e0")
-                          for seed in pending])
+    runner.run(
+        cell_job,
+        [(str(frozen.config_path), str(frozen.output), roots, config.baseline_arm, seed, "e0") for seed in pending],
+    )
 
 
 def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], runner: JobRunner) -> None:
@@ -102,8 +113,9 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
         from rich.markup import escape
 
         def done(index: int, summary: dict) -> None:
-            progress.console.print(f"  cell {summary['cell']}: MAE_H {summary['mae'][-1]:.4f}, "
-                                   f"regret_H {summary['regret'][-1]:.4f}")
+            progress.console.print(
+                f"  cell {summary['cell']}: MAE_H {summary['mae'][-1]:.4f}, regret_H {summary['regret'][-1]:.4f}"
+            )
             progress.advance(task)
 
         def failed(index: int, exc: BaseException) -> None:
@@ -117,18 +129,26 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
                 done(index, _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False)))
             return
         roots = tuple(str(r) for r in population_roots())
-        runner.run(cell_job, [(str(frozen.config_path), str(frozen.output), roots, arm, seed) for arm, seed in pending],
-                   on_result=done, on_error=failed, in_order=False)
+        runner.run(
+            cell_job,
+            [(str(frozen.config_path), str(frozen.output), roots, arm, seed) for arm, seed in pending],
+            on_result=done,
+            on_error=failed,
+            in_order=False,
+        )
 
 
-def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
-                   runner: JobRunner) -> None:
+def _run_cells_ray(
+    progress: Any, task: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], runner: JobRunner
+) -> None:
     """The pending cells as Ray tasks, with the same bar and result lines as the local pool."""
     from rich.markup import escape
 
     def _done(body: dict) -> None:
-        progress.console.print(f"  cell {body['cell']}: MAE_H {body['evaluation']['mae'][-1]:.4f}, "
-                               f"regret_H {body['evaluation']['regret'][-1]:.4f}{_where(body)}")
+        progress.console.print(
+            f"  cell {body['cell']}: MAE_H {body['evaluation']['mae'][-1]:.4f}, "
+            f"regret_H {body['evaluation']['regret'][-1]:.4f}{_where(body)}"
+        )
         progress.advance(task)
 
     def _failed(arm: str, seed: int, exc: Exception) -> None:
@@ -136,10 +156,16 @@ def _run_cells_ray(progress: Any, task: Any, frozen: FrozenStudy, pending: list[
         progress.advance(task)
 
     sealed = authenticate_development(frozen, "run").body.validation
-    errors = run_cells_on_ray(frozen, pending, runner,
-                              validation=locate_population(sealed["path"], sealed["manifest_sha256"]),
-                              validation_digest=sealed["manifest_sha256"], verbose=console_verbose(),
-                              on_result=_done, on_error=_failed)
+    errors = run_cells_on_ray(
+        frozen,
+        pending,
+        runner,
+        validation=locate_population(sealed["path"], sealed["manifest_sha256"]),
+        validation_digest=sealed["manifest_sha256"],
+        verbose=console_verbose(),
+        on_result=_done,
+        on_error=_failed,
+    )
     if errors:
         raise errors[0]
 
@@ -160,7 +186,9 @@ def say_benchmark(console: Any) -> Any:
     """The ``on_result`` of a benchmark step: one line per new benchmark."""
 
     def say(arm: str, seed: int, result: dict) -> None:
-        console.print(f"benchmark {arm}-s{seed}: median forward {result['median_forward_seconds'] * 1e3:.3f} ms, "
-                      f"{len(result['parameters_receiving_gradients'])} tensors with gradient")
+        console.print(
+            f"benchmark {arm}-s{seed}: median forward {result['median_forward_seconds'] * 1e3:.3f} ms, "
+            f"{len(result['parameters_receiving_gradients'])} tensors with gradient"
+        )
 
     return say

@@ -69,8 +69,10 @@ class ReportInputs:
             ev = body["evaluation"]
             if ev["scene_ids"] != self.scene_ids:
                 raise EvidenceError(f"report_study: cell {body['cell']} was evaluated on other scenes.")
-            arrays[key] = {m: np.asarray(ev[f"scene_{m}"], dtype=np.float64).reshape(len(self.scene_ids), self.horizon)
-                           for m in ("mae", "regret")}
+            arrays[key] = {
+                m: np.asarray(ev[f"scene_{m}"], dtype=np.float64).reshape(len(self.scene_ids), self.horizon)
+                for m in ("mae", "regret")
+            }
         return arrays
 
     @cached_property

@@ -1,10 +1,10 @@
 """The report's seed-aware section: pooled comparisons, replication labels, verdicts and MDEs.
 
-Owns one section of the report (registered in ``report.SECTIONS`` as "seed_aware"): its
-computation from the per-scene arrays (``build``), its markdown (``markdown``) and its W&B
-tables (``tables``). It is built after the per-seed ``paired`` and ``retention`` sections, which
-it reads and extends. Does not own: the arithmetic (``qhlab.statistics.replication``), the per-seed scene bootstrap and retention margins (``statistics``) or the
-section mechanism (``report``).
+Owns one section of the report (registered in ``report.SECTIONS`` as "seed_aware"): its computation
+from the per-scene arrays (``build``), its markdown (``markdown``) and its W&B tables (``tables``).
+It is built after the per-seed ``paired`` and ``retention`` sections, which it reads and extends.
+Does not own: the arithmetic (``qhlab.statistics.replication``), the per-seed scene bootstrap and
+retention margins (``statistics``) or the section mechanism (``report``).
 
 What it adds to ``report.json``:
 
@@ -61,16 +61,24 @@ def build(inputs: ReportInputs, report: dict) -> None:
     for arm, against, relation in inputs.comparisons:
         for metric in ("regret", "mae"):
             diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
-            pooled = pooled_difference(diffs, **frozen_pilot(config, inputs.freeze, metric), confidence=confidence,
-                                       power=POWER)
+            pooled = pooled_difference(
+                diffs, **frozen_pilot(config, inputs.freeze, metric), confidence=confidence, power=POWER
+            )
             per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
-            rows.append({
-                "arm": arm, "against": against, "relation": relation, "metric": metric,
-                "per_seed": {str(s): {"estimate": i["estimate"], "low": i["low"], "high": i["high"]}
-                             for s, i in per_seed.items()},
-                "pooled": pooled.as_dict(),
-                "label": replication_label([(i["low"], i["high"]) for i in per_seed.values()], pooled),
-            })
+            rows.append(
+                {
+                    "arm": arm,
+                    "against": against,
+                    "relation": relation,
+                    "metric": metric,
+                    "per_seed": {
+                        str(s): {"estimate": i["estimate"], "low": i["low"], "high": i["high"]}
+                        for s, i in per_seed.items()
+                    },
+                    "pooled": pooled.as_dict(),
+                    "label": replication_label([(i["low"], i["high"]) for i in per_seed.values()], pooled),
+                }
+            )
     report["replication"] = rows
     for entry in report["retention"]:
         decisions = [entry["per_seed"][str(s)] for s in config.seeds]
@@ -82,8 +90,13 @@ def build(inputs: ReportInputs, report: dict) -> None:
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
             margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
-            pooled[name] = pooled_difference(margin, **frozen_pilot(config, inputs.freeze, metric),
-                                             confidence=confidence, power=POWER, alternative=alternative)
+            pooled[name] = pooled_difference(
+                margin,
+                **frozen_pilot(config, inputs.freeze, metric),
+                confidence=confidence,
+                power=POWER,
+                alternative=alternative,
+            )
         label = retention_replication(decisions, pooled)
         if label == "seed-dependent":
             for seed, d in zip(config.seeds, decisions):
@@ -96,10 +109,12 @@ def build(inputs: ReportInputs, report: dict) -> None:
         entry["sensitivity"] = (
             f"{verdict}; {label}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
             f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, {sided} {confidence:.0%}, "
-            "both seeds)")
-    report["summary"]["verdicts"] = {e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]}
-                                     for e in report["retention"]}
-    report["summary"]["seed_variance_source"] = (rows[0]["pooled"]["seed_sd_source"] if rows else None)
+            "both seeds)"
+        )
+    report["summary"]["verdicts"] = {
+        e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]} for e in report["retention"]
+    }
+    report["summary"]["seed_variance_source"] = rows[0]["pooled"]["seed_sd_source"] if rows else None
 
 
 def markdown(report: dict) -> list[str]:
@@ -107,42 +122,98 @@ def markdown(report: dict) -> list[str]:
     rows, seeds = report["replication"], report["seeds"]
     level = f"{report['bootstrap']['confidence']:.0%}"
     source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
-    pooled = [[r["arm"], r["against"], r["metric"], *(f"{fmt(i['estimate'])} {ci(i)}" for i in
-                                                     (r["per_seed"][str(s)] for s in seeds)),
-               fmt(r["pooled"]["estimate"]), ci(r["pooled"]), r["pooled"]["distribution"], r["label"],
-               fmt(r["pooled"]["mde"])] for r in rows]
-    verdicts = [[e["variant"], e["verdict"], e["replication"],
-                 *(fmt(e["pooled_margins"][m][k]) for m in ("D_reg", "D_mae") for k in ("estimate", "mde"))]
-                for e in report["retention"]]
+    pooled = [
+        [
+            r["arm"],
+            r["against"],
+            r["metric"],
+            *(f"{fmt(i['estimate'])} {ci(i)}" for i in (r["per_seed"][str(s)] for s in seeds)),
+            fmt(r["pooled"]["estimate"]),
+            ci(r["pooled"]),
+            r["pooled"]["distribution"],
+            r["label"],
+            fmt(r["pooled"]["mde"]),
+        ]
+        for r in rows
+    ]
+    verdicts = [
+        [
+            e["variant"],
+            e["verdict"],
+            e["replication"],
+            *(fmt(e["pooled_margins"][m][k]) for m in ("D_reg", "D_mae") for k in ("estimate", "mde")),
+        ]
+        for e in report["retention"]
+    ]
     return [
-        "", f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the seed "
-        "variance)", "",
+        "",
+        f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the seed "
+        "variance)",
+        "",
         f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds the "
         f"between-seed variance to the scene variance (seed variance source: {source}) and uses Student's t "
         "(quantile: the Welch-Satterthwaite degrees of freedom of the scene and pilot terms, or the study's "
         "own seeds - 1). Replicated: every "
         "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
         "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE: the smallest true difference "
-        f"this design detects with {POWER:.0%} power.", "",
-        *table(["arm", "against", "metric", *(f"seed {s}" for s in seeds), "pooled", f"{level} CI", "quantile",
-                "replication", "MDE"], pooled),
-        "", "## Study-level retention verdicts", "",
+        f"this design detects with {POWER:.0%} power.",
+        "",
+        *table(
+            [
+                "arm",
+                "against",
+                "metric",
+                *(f"seed {s}" for s in seeds),
+                "pooled",
+                f"{level} CI",
+                "quantile",
+                "replication",
+                "MDE",
+            ],
+            pooled,
+        ),
+        "",
+        "## Study-level retention verdicts",
+        "",
         "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
         "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
-        "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.", "",
-        *table(["variant", "verdict", "replication", "pooled D_reg", "MDE D_reg", "pooled D_mae", "MDE D_mae"], verdicts),
+        "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.",
+        "",
+        *table(
+            ["variant", "verdict", "replication", "pooled D_reg", "MDE D_reg", "pooled D_mae", "MDE D_mae"], verdicts
+        ),
         *(f"\n`{e['variant']}`: {e['sensitivity']}." for e in report["retention"]),
     ]
 
 
 def tables(report: dict) -> Tables:
     """The section's W&B tables as (columns, rows): ``replication`` and ``verdicts``."""
-    replication = [[r["arm"], r["against"], r["relation"], r["metric"], r["pooled"]["estimate"], r["pooled"]["low"],
-                    r["pooled"]["high"], r["label"], r["pooled"]["mde"]] for r in report.get("replication") or []]
-    verdicts = [[e["variant"], e["verdict"], e["replication"], e["pooled_margins"]["D_reg"]["mde"],
-                 e["pooled_margins"]["D_mae"]["mde"]] for e in report["retention"] if "verdict" in e]
+    replication = [
+        [
+            r["arm"],
+            r["against"],
+            r["relation"],
+            r["metric"],
+            r["pooled"]["estimate"],
+            r["pooled"]["low"],
+            r["pooled"]["high"],
+            r["label"],
+            r["pooled"]["mde"],
+        ]
+        for r in report.get("replication") or []
+    ]
+    verdicts = [
+        [
+            e["variant"],
+            e["verdict"],
+            e["replication"],
+            e["pooled_margins"]["D_reg"]["mde"],
+            e["pooled_margins"]["D_mae"]["mde"],
+        ]
+        for e in report["retention"]
+        if "verdict" in e
+    ]
     return {
-        "replication": (["arm", "against", "relation", "metric", "pooled", "low", "high", "label", "mde"],
-                        replication),
+        "replication": (["arm", "against", "relation", "metric", "pooled", "low", "high", "label", "mde"], replication),
         "verdicts": (["variant", "verdict", "replication", "mde_d_reg", "mde_d_mae"], verdicts),
     }

@@ -124,27 +124,40 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
 def _status(output: Path) -> dict:
     output = Path(output)
     if not (output / FREEZE_RECEIPT).is_file():
-        raise input_error(_CALL, "DIR", str(output), f"a study output directory (it holds {FREEZE_RECEIPT})",
-                          "pass the --output directory of `qhlab study freeze` or `qhlab study run`")
+        raise input_error(
+            _CALL,
+            "DIR",
+            str(output),
+            f"a study output directory (it holds {FREEZE_RECEIPT})",
+            "pass the --output directory of `qhlab study freeze` or `qhlab study run`",
+        )
     config, _, _ = read_study_config(output / STUDY_CONFIG_COPY)
     freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
     sources = {} if frozen is None else source_changes(frozen.body)
     canary_dir = output / CANARY_DIR
-    canaries = [_cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
-                for role in CANARY_ROLES for seed in config.seeds]
+    canaries = [
+        _cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
+        for role in CANARY_ROLES
+        for seed in config.seeds
+    ]
     e0, document = _receipt_row("E0 gate", canary_dir / E0_RECEIPT, StudyE0Receipt)
     if document is not None:
         e0["note"] = "passed" if document.body.passed else f"failed: {document.body.reason}"
     else:
         _state_from_parts(e0, canaries, "the gate has no receipt")
     development, _ = _receipt_row("development", output / DEVELOPMENT_RECEIPT, StudyDevelopmentReceipt)
-    cells = [_cell_row(output / CELLS_DIR, cell_name(arm, seed), "cell", config.broad_updates)
-             for arm, seed in config.cells]
+    cells = [
+        _cell_row(output / CELLS_DIR, cell_name(arm, seed), "cell", config.broad_updates) for arm, seed in config.cells
+    ]
     report, _ = _receipt_row("report", output / REPORT_DIR / REPORT_RECEIPT, StudyReportReceipt)
     benchmarks = _benchmarks_row(output, config.cells)
-    return {"study": config.name, "output": str(output), "sources": sources,
-            "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report]}
+    return {
+        "study": config.name,
+        "output": str(output),
+        "sources": sources,
+        "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report],
+    }
 
 
 def status_lines(status: dict) -> list[str]:
@@ -169,11 +182,29 @@ def _cell_text(key: str, value: Any) -> str:
     return str(value)
 
 
-def _row(name: str, kind: str, state: str, *, attempts: int | None = None, updates: int | None = None,
-         mae_h: float | None = None, regret_h: float | None = None, wall_seconds: float | None = None,
-         note: str = "") -> dict:
-    return {"row": name, "kind": kind, "state": state, "attempts": attempts, "updates": updates,
-            "mae_h": mae_h, "regret_h": regret_h, "wall_seconds": wall_seconds, "note": note}
+def _row(
+    name: str,
+    kind: str,
+    state: str,
+    *,
+    attempts: int | None = None,
+    updates: int | None = None,
+    mae_h: float | None = None,
+    regret_h: float | None = None,
+    wall_seconds: float | None = None,
+    note: str = "",
+) -> dict:
+    return {
+        "row": name,
+        "kind": kind,
+        "state": state,
+        "attempts": attempts,
+        "updates": updates,
+        "mae_h": mae_h,
+        "regret_h": regret_h,
+        "wall_seconds": wall_seconds,
+        "note": note,
+    }
 
 
 def _authenticate(path: Path, kind: type[R]) -> tuple[R | None, str]:
@@ -260,34 +291,53 @@ def _cell_row(parent: Path, cell: str, kind: str, budget: int) -> dict:
     """A cell's row: its final receipt when present, else its attempts and writer locks."""
     directory = parent / cell
     # Hidden directories are never attempts (a Ray driver's unpublished staging directory).
-    attempts = sorted(p for p in directory.iterdir()
-                      if p.is_dir() and not p.name.startswith(".")) if directory.is_dir() else []
+    attempts = (
+        sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if directory.is_dir()
+        else []
+    )
     receipt = directory / CELL_RECEIPT
     if receipt.is_file():
         document, failure = _authenticate(receipt, StudyCellReceipt)
         if document is None:
-            return _row(cell, kind, "crashed", attempts=len(attempts),
-                        note=f"receipt fails authentication: {failure}")
+            return _row(cell, kind, "crashed", attempts=len(attempts), note=f"receipt fails authentication: {failure}")
         body = document.body
         evaluation = body.evaluation or {}
         canary = body.canary
-        return _row(cell, kind, "authenticated", attempts=len(attempts), updates=body.observed_updates,
-                    mae_h=(evaluation.get("mae") or [None])[-1], regret_h=(evaluation.get("regret") or [None])[-1],
-                    wall_seconds=body.wall_seconds,
-                    note="" if canary is None else f"canary recovered: {canary['recovered']}")
+        return _row(
+            cell,
+            kind,
+            "authenticated",
+            attempts=len(attempts),
+            updates=body.observed_updates,
+            mae_h=(evaluation.get("mae") or [None])[-1],
+            regret_h=(evaluation.get("regret") or [None])[-1],
+            wall_seconds=body.wall_seconds,
+            note="" if canary is None else f"canary recovered: {canary['recovered']}",
+        )
     finished, updates, wall = _attempt_progress(attempts[-1]) if attempts else (False, None, None)
     progress = dict(attempts=len(attempts), updates=updates, wall_seconds=wall)
     holder = next((pid for pid in map(_lock_holder, _lock_paths(parent, cell)) if pid is not None), None)
     if holder is not None:
         return _row(cell, kind, "running", **progress, note=f"writer pid {holder}; budget {budget} updates")
     if finished:
-        return _row(cell, kind, "finished", **progress,
-                    note=f"fit of {attempts[-1].name} finished; its cell receipt is not written "
-                         "(`qhlab study run` adopts an attempt at the frozen budget)")
+        return _row(
+            cell,
+            kind,
+            "finished",
+            **progress,
+            note=f"fit of {attempts[-1].name} finished; its cell receipt is not written "
+            "(`qhlab study run` adopts an attempt at the frozen budget)",
+        )
     if attempts:
-        return _row(cell, kind, "crashed", **progress,
-                    note=f"no final receipt and no writer holds its lock; budget {budget} updates "
-                         "(the next run records a new attempt)")
+        return _row(
+            cell,
+            kind,
+            "crashed",
+            **progress,
+            note=f"no final receipt and no writer holds its lock; budget {budget} updates "
+            "(the next run records a new attempt)",
+        )
     return _row(cell, kind, "not started", attempts=0)
 
 
@@ -302,6 +352,7 @@ def _benchmarks_row(output: Path, cells: tuple[tuple[str, int], ...]) -> dict:
     if not present:
         return _row("benchmarks", "step", "not started")
     if len(present) < len(cells):
-        return _row("benchmarks", "step", "crashed",
-                    note=f"{counted}; a benchmark in progress (no lock to probe) also shows so")
+        return _row(
+            "benchmarks", "step", "crashed", note=f"{counted}; a benchmark in progress (no lock to probe) also shows so"
+        )
     return _row("benchmarks", "step", "authenticated", note=counted)

@@ -2,12 +2,12 @@
 
 Owns: ``Study`` (``Study.open(config, output)`` and its steps ``freeze``, ``admit_canaries``,
 ``prepare_development``, ``run_fit``, ``benchmark``, ``report``, ``status`` and ``run``, the main
-job: the order of the steps). A step authenticates the study once per ``Study`` object (``authenticate_freeze``) and works
-inside ``authentication_roots``: the receipts of a copied study are checked in the copy, and
-populations that moved are found by digest. Does not own: what a step does (the step modules:
-``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``, ``report``; ``run`` for the
-main job's fits) or the seed's path-based functions (``qhlab.finite_horizon.studies.architecture_study``),
-which are one-line calls of this object.
+job: the order of the steps). A step authenticates the study once per ``Study`` object
+(``authenticate_freeze``) and works inside ``authentication_roots``: the receipts of a copied study
+are checked in the copy, and populations that moved are found by digest. Does not own: what a step
+does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``,
+``report``; ``run`` for the main job's fits) or the seed's path-based functions
+(``qhlab.finite_horizon.studies.architecture_study``), which are one-line calls of this object.
 """
 
 from __future__ import annotations
@@ -71,8 +71,14 @@ class Study:
         executor: where labelling and fits run (None: the config's executor).
     """
 
-    def __init__(self, config_path: str | os.PathLike, output: str | os.PathLike, *,
-                 populations: Sequence[str | os.PathLike] = (), executor: ExecutorChoice | None = None) -> None:
+    def __init__(
+        self,
+        config_path: str | os.PathLike,
+        output: str | os.PathLike,
+        *,
+        populations: Sequence[str | os.PathLike] = (),
+        executor: ExecutorChoice | None = None,
+    ) -> None:
         self.config_path = Path(config_path)
         self.output = Path(output)
         self.populations = tuple(str(p) for p in populations)
@@ -80,8 +86,14 @@ class Study:
         self._frozen: FrozenStudy | None = None
 
     @classmethod
-    def open(cls, config_path: str | os.PathLike, output: str | os.PathLike, *,
-             populations: Sequence[str | os.PathLike] = (), executor: ExecutorChoice | None = None) -> Study:
+    def open(
+        cls,
+        config_path: str | os.PathLike,
+        output: str | os.PathLike,
+        *,
+        populations: Sequence[str | os.PathLike] = (),
+        executor: ExecutorChoice | None = None,
+    ) -> Study:
         """The study at ``output`` made from ``config_path`` (nothing is read or written yet)."""
         return cls(config_path, output, populations=populations, executor=executor)
 
@@ -184,8 +196,13 @@ class Study:
         with self.authenticated(step) as frozen:
             return fit_cell(frozen, variant=variant, seed=seed, canary_role=canary_role, progress=progress)
 
-    def benchmark(self, variant: str | None = None, seed: int | None = None, *,
-                  on_result: Callable[[str, int, dict], None] | None = None) -> None:
+    def benchmark(
+        self,
+        variant: str | None = None,
+        seed: int | None = None,
+        *,
+        on_result: Callable[[str, int, dict], None] | None = None,
+    ) -> None:
         """Time verified final scorers on the canonical first TRAIN chain, without updates.
 
         Args:
@@ -229,8 +246,15 @@ class Study:
             console = console or study_console()
             config, _, _ = read_study_config(self.config_path)
             choice = self.executor or config.executor_choice()
-            with JobRunner(choice, workers or config.workers, call="qhlab study run", initializer=configure_console,
-                           initargs=(console_verbose(),), verbose=console_verbose(), warm_imports=FIT_WORKER_IMPORTS) as runner:
+            with JobRunner(
+                choice,
+                workers or config.workers,
+                call="qhlab study run",
+                initializer=configure_console,
+                initargs=(console_verbose(),),
+                verbose=console_verbose(),
+                warm_imports=FIT_WORKER_IMPORTS,
+            ) as runner:
                 if runner.kind == "ray":
                     # Connected once for the run (labelling and cells share it), and a cluster where no
                     # node can run a cell is refused before anything is written.
@@ -310,17 +334,25 @@ class Study:
             console.rule("[bold]6/6 report")
             report = self.report()
             for q in report["question"]:
-                console.print(f"{q['variant']}: {q['verdict']} ({q['replication']}); MDE D_reg {q['mde_d_reg']:.4f} m, "
-                              f"D_mae {q['mde_d_mae']:.4f} m", highlight=False, markup=False)
+                console.print(
+                    f"{q['variant']}: {q['verdict']} ({q['replication']}); MDE D_reg {q['mde_d_reg']:.4f} m, "
+                    f"D_mae {q['mde_d_mae']:.4f} m",
+                    highlight=False,
+                    markup=False,
+                )
             console.print(report["headline"]["text"])
             console.print(f"W&B report run (offline): {log_report_run(output)}")
             ran.append("report")
         elapsed = time.perf_counter() - started
         if not ran:
-            console.print(f"[green]study {output} is complete[/]: every receipt authenticated "
-                          f"({', '.join(verified)}); nothing was run ({elapsed:.1f} s).")
+            console.print(
+                f"[green]study {output} is complete[/]: every receipt authenticated "
+                f"({', '.join(verified)}); nothing was run ({elapsed:.1f} s)."
+            )
         else:
-            console.print(f"[green]study {output} finished[/]: ran {', '.join(ran)}"
-                          + (f"; verified {', '.join(verified)}" if verified else "")
-                          + f" ({elapsed:.1f} s). Report: {output / REPORT_DIR / REPORT_MARKDOWN}")
+            console.print(
+                f"[green]study {output} finished[/]: ran {', '.join(ran)}"
+                + (f"; verified {', '.join(verified)}" if verified else "")
+                + f" ({elapsed:.1f} s). Report: {output / REPORT_DIR / REPORT_MARKDOWN}"
+            )
         return 0

@@ -37,9 +37,13 @@ class GenerationProgress:
     def __init__(self, label: str) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                  TextColumn("{task.completed}/{task.total} simulations"),
-                                  TimeElapsedColumn(), transient=False)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} simulations"),
+            TimeElapsedColumn(),
+            transient=False,
+        )
         self._task = None
         self._label = label
 

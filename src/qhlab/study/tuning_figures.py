@@ -30,8 +30,9 @@ def _study(tuning: dict[str, Any]):
     study = optuna.create_study(study_name=tuning["name"], direction="minimize")
     for trial in tuning["trials"]:
         if trial["state"] == "complete":
-            study.add_trial(optuna.trial.create_trial(params=trial["params"], distributions=distributions,
-                                                      value=trial["mean"]))
+            study.add_trial(
+                optuna.trial.create_trial(params=trial["params"], distributions=distributions, value=trial["mean"])
+            )
     return study
 
 
@@ -65,5 +66,7 @@ def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
         evaluator = optuna.importance.FanovaImportanceEvaluator(seed=_IMPORTANCE_SEED)
         return optuna_plots.plot_param_importances(study, evaluator=evaluator)
 
-    return {TUNING_FIGURES[0]: lambda path: save(path, optuna_plots.plot_optimization_history),
-            TUNING_FIGURES[1]: lambda path: save(path, importances)}
+    return {
+        TUNING_FIGURES[0]: lambda path: save(path, optuna_plots.plot_optimization_history),
+        TUNING_FIGURES[1]: lambda path: save(path, importances),
+    }

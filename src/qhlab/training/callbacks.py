@@ -66,7 +66,11 @@ class UpdateBudgetCallback(Callback):
         require_int(call, "start_updates", start_updates, minimum=0, hint="a resumed fit starts at its checkpoint.")
         if start_updates >= update_budget:
             raise input_error(
-                call, "start_updates", start_updates, f"an int in [0, {update_budget})", "a finished fit is never continued."
+                call,
+                "start_updates",
+                start_updates,
+                f"an int in [0, {update_budget})",
+                "a finished fit is never continued.",
             )
         self.start_updates = start_updates
         self.observed_updates = start_updates
@@ -79,7 +83,9 @@ class UpdateBudgetCallback(Callback):
                 f"start_updates={self.start_updates}. HINT: the resumed optimizer state was not restored."
             )
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         observed = observed_optimizer_updates(trainer.optimizers[0])
         if observed > self.update_budget:
             raise QhError(
@@ -132,7 +138,10 @@ class SegmentCheckpointCallback(Callback):
         call = "SegmentCheckpointCallback"
         if not self.directory.is_dir():
             raise input_error(
-                call, "directory", str(directory), "an existing segment directory",
+                call,
+                "directory",
+                str(directory),
+                "an existing segment directory",
                 "the launcher creates it before the fit.",
             )
         self.every = require_int(call, "every", every, minimum=1, hint=_COUNT_HINT)
@@ -237,8 +246,15 @@ class QhFitProgressBar(Callback):
         console = Console()
         if not console.is_terminal:
             return  # a transient bar in a log file would only leave blank lines behind
-        self._progress = Progress(TextColumn(f"  fit {self.label}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("updates"), TimeElapsedColumn(), transient=True, console=console)
+        self._progress = Progress(
+            TextColumn(f"  fit {self.label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("updates"),
+            TimeElapsedColumn(),
+            transient=True,
+            console=console,
+        )
         self._task = self._progress.add_task("updates", total=self.update_budget, completed=self.start_updates)
         self._progress.start()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from qhlab.evidence.layout import FIT_LOG
 
-__all__ = [ "configure_console", "console_verbose", "fit_log"]
+__all__ = ["configure_console", "console_verbose", "fit_log"]
 
 """Lightning's log lines of one fit, in the fit's directory (bound by no receipt)."""
 

@@ -169,4 +169,3 @@ def captured_fallback_operations() -> Iterator[list[str]]:
             yield observed
         finally:
             torch.set_warn_always(previous_warn_always)
-

@@ -217,8 +217,9 @@ def admit_launch(profile_name: str, recipe: Any, max_allocated_bytes: int | None
             "HINT: run `qhlab profiles` to see the lanes this host admits."
         ) from exc
     ceiling = profile.check_memory_ceiling(max_allocated_bytes)
-    return AdmittedLaunch(profile=profile, runtime=_jsonable_evidence(runtime), recipe=profile.apply(recipe),
-                          max_allocated_bytes=ceiling)
+    return AdmittedLaunch(
+        profile=profile, runtime=_jsonable_evidence(runtime), recipe=profile.apply(recipe), max_allocated_bytes=ceiling
+    )
 
 
 def _jsonable_evidence(value: Any) -> dict:
@@ -343,9 +344,11 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     budget = request.update_budget
     clash = sorted(set(request.receipt_fields or {}) - FIT_CALLER_FIELDS)
     if clash:
-        raise QhInputError(f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: "
-                           f"{', '.join(sorted(FIT_CALLER_FIELDS))} (the fit receipt's caller fields). HINT: the "
-                           "launcher writes every other field itself.")
+        raise QhInputError(
+            f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: "
+            f"{', '.join(sorted(FIT_CALLER_FIELDS))} (the fit receipt's caller fields). HINT: the "
+            "launcher writes every other field itself."
+        )
     source = source_package_digest()
     directory = fresh_directory(request.directory)
 
@@ -363,8 +366,9 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     # Device checks at both ends of training and MPS fallback capture; they only read tensors.
     lane = LaneEvidenceCallback(admitted.profile)
     with lane.observing_fallbacks():
-        trainer, checkpoints, logger = _train(admitted, request, module, directory, identity, cold_init, budget,
-                                            lane=lane, source_sha256=source["sha256"])
+        trainer, checkpoints, logger = _train(
+            admitted, request, module, directory, identity, cold_init, budget, lane=lane, source_sha256=source["sha256"]
+        )
 
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
@@ -454,7 +458,9 @@ def _start_updates(request: LaunchRequest) -> int:
     return request.resume.start_updates if request.resume is not None else 0
 
 
-def _start_lineage(module: LightningModule, request: LaunchRequest, directory: Path, source_sha256: str) -> tuple[Path, dict]:
+def _start_lineage(
+    module: LightningModule, request: LaunchRequest, directory: Path, source_sha256: str
+) -> tuple[Path, dict]:
     """Publish a fresh cold initialization, or copy and verify the resumed lineage's one."""
     resume = request.resume
     if resume is None:
@@ -482,8 +488,16 @@ def _start_lineage(module: LightningModule, request: LaunchRequest, directory: P
 
 
 def _train(
-    admitted: AdmittedLaunch, request: LaunchRequest, module: LightningModule, directory: Path,
-    identity: dict, cold_init: Path, budget: int, *, lane: Callback, source_sha256: str,
+    admitted: AdmittedLaunch,
+    request: LaunchRequest,
+    module: LightningModule,
+    directory: Path,
+    identity: dict,
+    cold_init: Path,
+    budget: int,
+    *,
+    lane: Callback,
+    source_sha256: str,
 ) -> tuple[Trainer, SegmentCheckpointCallback, Any]:
     """``Trainer.fit`` with the lane, caller, budget and checkpoint callbacks; a SIGINT becomes FitInterrupted."""
     options = request.options
@@ -497,21 +511,33 @@ def _train(
         start_updates=start_updates,
     )
     callbacks: list[Callback] = [ResumeRestoreCallback(request.resume)] if request.resume is not None else []
-    callbacks += [lane, *options.extra_callbacks, UpdateBudgetCallback(budget, start_updates=start_updates), checkpoints]
+    callbacks += [
+        lane,
+        *options.extra_callbacks,
+        UpdateBudgetCallback(budget, start_updates=start_updates),
+        checkpoints,
+    ]
     lightning_bar = options.progress and console_verbose()
     if options.progress and not lightning_bar:
         callbacks.append(QhFitProgressBar(request.attempt.logical_run_id, budget, start_updates=start_updates))
     config = dict(request.run_config or {})
     logger = wandb_logger(
-        request.attempt, directory,
+        request.attempt,
+        directory,
         # The source digest the fit receipt binds is hashed once, here, not again by the caller.
-        config={**config, "qhlab": {**config.get("qhlab", {}), "source_package_sha256": source_sha256},
-                "recipe_digest": request.recipe_digest, "seed": request.seed},
-        job_type=options.job_type, tags=options.tags, group=options.group,
+        config={
+            **config,
+            "qhlab": {**config.get("qhlab", {}), "source_package_sha256": source_sha256},
+            "recipe_digest": request.recipe_digest,
+            "seed": request.seed,
+        },
+        job_type=options.job_type,
+        tags=options.tags,
+        group=options.group,
     )
     # Start the run now and drop the link wandb-core made at its start (``<run>/logs/debug-core.log``):
     # an attempt killed mid-fit then holds no symbolic link, which `qhlab verify` and `sign` refuse.
-    logger.experiment
+    _ = logger.experiment
     drop_wandb_links(Path(directory) / "wandb")
     remaining = budget - start_updates
     # A GradScaler may skip steps that global_step still counts; allow for them.

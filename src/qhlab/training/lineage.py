@@ -83,7 +83,10 @@ def verified_cold_initialization_lineage(
         path = path / COLD_INIT_STATE
     if path.name != COLD_INIT_STATE:
         raise input_error(
-            call, "path", str(path), f"a {COLD_INIT_STATE!r} file or its directory",
+            call,
+            "path",
+            str(path),
+            f"a {COLD_INIT_STATE!r} file or its directory",
             "pass the cold_init.safetensors of the lineage's first segment.",
         )
     receipt_path = path.parent / COLD_INIT_RECEIPT
@@ -106,9 +109,15 @@ def verified_cold_initialization_lineage(
             f"but the lineage expects {expected_source}. HINT: the cold state was built by other source."
         )
     state_entry, structure_entry = outputs.get("state"), outputs.get("structure")
-    if state_entry is None or structure_entry is None or state_entry.path != COLD_INIT_STATE \
-            or structure_entry.path != structure_path(path).name:
-        raise SchemaMismatchError(f"{call}: file {str(receipt_path)!r} does not bind {COLD_INIT_STATE} and cold_init.json.")
+    if (
+        state_entry is None
+        or structure_entry is None
+        or state_entry.path != COLD_INIT_STATE
+        or structure_entry.path != structure_path(path).name
+    ):
+        raise SchemaMismatchError(
+            f"{call}: file {str(receipt_path)!r} does not bind {COLD_INIT_STATE} and cold_init.json."
+        )
     digest = state_entry.sha256
     if digest != body.state_sha256 or sha256_file(path) != digest:
         raise DigestMismatchError(f"{call}: file {str(path)!r} does not match the digest its receipt binds.")

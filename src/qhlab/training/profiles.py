@@ -148,7 +148,10 @@ class QhExecutionProfile:
         ):
             if value not in allowed:
                 raise input_error(
-                    call, field, value, ", ".join(allowed),
+                    call,
+                    field,
+                    value,
+                    ", ".join(allowed),
                     "profiles are a closed, reviewed registry (execution_profile(name)).",
                 )
         for field in ("name", "expected_system", "expected_machine"):
@@ -158,31 +161,46 @@ class QhExecutionProfile:
         ops = self.allowed_cpu_fallback_operations
         if isinstance(ops, str) or not all(isinstance(o, str) and o.startswith("aten::") for o in ops):
             raise input_error(
-                call, "allowed_cpu_fallback_operations", ops,
-                "a tuple of reviewed operator names like 'aten::foo'", "keep it empty unless reviewed.",
+                call,
+                "allowed_cpu_fallback_operations",
+                ops,
+                "a tuple of reviewed operator names like 'aten::foo'",
+                "keep it empty unless reviewed.",
             )
         object.__setattr__(self, "allowed_cpu_fallback_operations", tuple(ops))
         # A lane's parts must agree: Lightning places tensors by accelerator while the checks
         # read device_type, and the MPS lane is commissioned in FP32 only.
         if self.device_type != self.accelerator:
             raise input_error(
-                call, "device_type", self.device_type, f"{self.accelerator!r} (the accelerator)",
+                call,
+                "device_type",
+                self.device_type,
+                f"{self.accelerator!r} (the accelerator)",
                 "a single-device lane keeps its tensors on the accelerator it selects.",
             )
         if self.precision == "bf16-mixed" and self.device_type != "cpu":
             raise input_error(
-                call, "precision", self.precision, f"'16-mixed' or '32-true' on a {self.device_type!r} lane",
+                call,
+                "precision",
+                self.precision,
+                f"'16-mixed' or '32-true' on a {self.device_type!r} lane",
                 "bf16-mixed is the CPU bf16 lane's (cpu-bf16); CUDA mixed precision is 16-mixed.",
             )
         if self.device_type == "mps" and self.precision != "32-true":
             raise input_error(
-                call, "precision", self.precision, "'32-true' on an mps lane",
+                call,
+                "precision",
+                self.precision,
+                "'32-true' on an mps lane",
                 "the MPS lane is commissioned in FP32 only; mixed precision is the CUDA lane's.",
             )
         if self.allowed_cpu_fallback_operations and self.device_type != "mps":
             raise input_error(
-                call, "allowed_cpu_fallback_operations", self.allowed_cpu_fallback_operations,
-                f"() on a {self.device_type!r} lane", "only MPS operators fall back to the CPU.",
+                call,
+                "allowed_cpu_fallback_operations",
+                self.allowed_cpu_fallback_operations,
+                f"() on a {self.device_type!r} lane",
+                "only MPS operators fall back to the CPU.",
             )
 
     # -- recipe -----------------------------------------------------------------------------
@@ -207,13 +225,18 @@ class QhExecutionProfile:
         model_fields = getattr(type(config), "model_fields", None)
         if not isinstance(model_fields, Mapping) or not hasattr(config, "model_dump"):
             raise input_error(
-                call, "config", type(config).__name__,
-                f"a pydantic model with fields {', '.join(_BACKEND_FIELDS)}", "pass the loaded recipe (QhRecipe).",
+                call,
+                "config",
+                type(config).__name__,
+                f"a pydantic model with fields {', '.join(_BACKEND_FIELDS)}",
+                "pass the loaded recipe (QhRecipe).",
             )
         missing = [f for f in _BACKEND_FIELDS if f not in model_fields]
         if missing:
             raise input_error(
-                call, "config", type(config).__name__,
+                call,
+                "config",
+                type(config).__name__,
                 f"a recipe with top-level fields {', '.join(_BACKEND_FIELDS)}",
                 f"it lacks backend field(s) {', '.join(missing)}; backend fields live at the recipe's top level.",
             )
@@ -276,6 +299,7 @@ class QhExecutionProfile:
             ProfileRefusedError: host, backend or environment differ; names expected and actual.
         """
         import torch
+
         system, machine = platform.system(), platform.machine()
         needs = self._needs()
         if (system, machine) != (self.expected_system, self.expected_machine):
@@ -316,18 +340,20 @@ class QhExecutionProfile:
         else:
             device = {"name": _cpu_name(), "capability": None, "torch_threads": torch.get_num_threads()}
             if self.precision == "bf16-mixed":
-                native = {"avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
-                          "amx_tile": bool(torch.cpu._is_amx_tile_supported())}
+                native = {
+                    "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+                    "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
+                }
                 capability = torch.backends.cpu.get_cpu_capability()
                 if not any(native.values()):
                     # Without them torch still computes bf16, emulated and slowly: not a lane.
                     raise self._refuse(
-                        needs, f"has CPU capability {capability} without AVX512-BF16 or AMX",
+                        needs,
+                        f"has CPU capability {capability} without AVX512-BF16 or AMX",
                         "use cpu-fp32 here; cpu-bf16 needs e.g. an Intel Xeon of the Sapphire Rapids "
                         "generation or later, or an AMD Zen 4.",
                     )
-                device.update(cpu_capability=capability, **native, autocast_dtype="bfloat16",
-                              grad_scaler=_BF16_SCALER)
+                device.update(cpu_capability=capability, **native, autocast_dtype="bfloat16", grad_scaler=_BF16_SCALER)
         return RuntimeEvidence(
             profile=self.name,
             accelerator=self.accelerator,
@@ -364,6 +390,7 @@ class QhExecutionProfile:
         plugin enters); ``32-true`` -> ``contextlib.nullcontext()``.
         """
         import torch
+
         if self.precision == "16-mixed":
             return torch.autocast(device_type=self.device_type, dtype=torch.float16)
         if self.precision == "bf16-mixed":
@@ -384,12 +411,17 @@ class QhExecutionProfile:
             return None
         call = f"execution_profile({self.name!r})"
         require_int(
-            call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
+            call,
+            "max_allocated_bytes",
+            max_allocated_bytes,
+            minimum=1,
             hint="the historical lane's cap is a byte count; pass None for no cap.",
         )
         if self.device_type != "cuda":
             raise input_error(
-                call, "max_allocated_bytes", max_allocated_bytes,
+                call,
+                "max_allocated_bytes",
+                max_allocated_bytes,
                 f"None on a {self.device_type!r} lane (only CUDA lanes enforce a ceiling)",
                 "drop max_allocated_bytes, or run on a CUDA lane such as cuda-amp.",
             )
@@ -406,10 +438,14 @@ class QhExecutionProfile:
             JSON-able record of what was done: ``cap_enforced``, counters reset, and why not.
         """
         import torch
+
         call = f"execution_profile({self.name!r}).prepare_memory_accounting"
         if max_allocated_bytes is not None:
             require_int(
-                call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
+                call,
+                "max_allocated_bytes",
+                max_allocated_bytes,
+                minimum=1,
                 hint="the historical lane's cap is a byte count; pass None for no cap.",
             )
         record: dict[str, Any] = {
@@ -423,8 +459,11 @@ class QhExecutionProfile:
             if max_allocated_bytes is not None:
                 if max_allocated_bytes > total:
                     raise input_error(
-                        call, "max_allocated_bytes", max_allocated_bytes,
-                        f"at most the device's {total} bytes", "lower the cap.",
+                        call,
+                        "max_allocated_bytes",
+                        max_allocated_bytes,
+                        f"at most the device's {total} bytes",
+                        "lower the cap.",
                     )
                 fraction = max_allocated_bytes / total
                 torch.cuda.set_per_process_memory_fraction(fraction, 0)
@@ -463,6 +502,7 @@ class QhExecutionProfile:
             CPU: ``max_rss_bytes`` (process lifetime, ``resource.getrusage``).
         """
         import torch
+
         call = f"execution_profile({self.name!r}).memory_evidence"
         if self.device_type == "cuda":
             self._require_backend(call)
@@ -484,6 +524,7 @@ class QhExecutionProfile:
 
     def _require_backend(self, call: str) -> None:
         import torch
+
         available = torch.cuda.is_available() if self.device_type == "cuda" else torch.backends.mps.is_available()
         if not available:
             raise QhError(
@@ -517,7 +558,10 @@ def execution_profile(name: str) -> QhExecutionProfile:
     """
     if not isinstance(name, str) or name not in _REGISTRY:
         raise input_error(
-            "execution_profile", "name", name, ", ".join(PROFILE_NAMES),
+            "execution_profile",
+            "name",
+            name,
+            ", ".join(PROFILE_NAMES),
             "`qhlab profiles` shows which lanes this host admits.",
         )
     return _REGISTRY[name]
@@ -564,8 +608,11 @@ def execution_policy_source(source_root: Path | None = None) -> dict[str, str]:
         path = Path(source_root) / _POLICY_OWNER
         if not path.is_file():
             raise input_error(
-                "execution_policy_source", "source_root", str(source_root),
-                f"a repository root holding {_POLICY_OWNER!r}", "pass the repository root of the producer checkout.",
+                "execution_policy_source",
+                "source_root",
+                str(source_root),
+                f"a repository root holding {_POLICY_OWNER!r}",
+                "pass the repository root of the producer checkout.",
                 error=MissingEvidenceError,
             )
     return {"owner": _POLICY_OWNER, "sha256": sha256_file(path), "schema_version": _POLICY_SCHEMA_VERSION}

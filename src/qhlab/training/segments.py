@@ -84,18 +84,34 @@ def resume_segment_directory(output: Path, cell: str, attempt: str, *, call: str
     Raises:
         QhInputError: any of the above; nothing is read or written.
     """
-    hint = (f"pass the local_attempt_id of an interrupted segment of this cell: one directory name "
-            f"under {str(Path(output) / cell)!r}, as the interrupted fit printed it")
-    if (not isinstance(attempt, str) or not attempt or attempt in {".", ".."} or "/" in attempt
-            or "\\" in attempt or "\x00" in attempt or attempt.startswith(".")):
-        raise input_error(call, "--resume", attempt, "one segment directory name of this cell (no '/', no '..', "
-                          "not hidden)", hint)
+    hint = (
+        f"pass the local_attempt_id of an interrupted segment of this cell: one directory name "
+        f"under {str(Path(output) / cell)!r}, as the interrupted fit printed it"
+    )
+    if (
+        not isinstance(attempt, str)
+        or not attempt
+        or attempt in {".", ".."}
+        or "/" in attempt
+        or "\\" in attempt
+        or "\x00" in attempt
+        or attempt.startswith(".")
+    ):
+        raise input_error(
+            call, "--resume", attempt, "one segment directory name of this cell (no '/', no '..', not hidden)", hint
+        )
     expected = Path(output).resolve() / cell / attempt
     path = Path(output) / cell / attempt
     resolved = path.resolve()
     if resolved != expected:
-        raise input_error(call, "--resume", attempt, f"a segment directory inside {str(Path(output).resolve())!r} "
-                          f"(it resolves to {str(resolved)!r}, through a symbolic link)", hint)
+        raise input_error(
+            call,
+            "--resume",
+            attempt,
+            f"a segment directory inside {str(Path(output).resolve())!r} "
+            f"(it resolves to {str(resolved)!r}, through a symbolic link)",
+            hint,
+        )
     return path
 
 
@@ -109,8 +125,9 @@ def interrupted_segment(cell_dir: Path) -> Path | None:
     """
     if not Path(cell_dir).is_dir():
         return None
-    for segment in sorted((p for p in Path(cell_dir).iterdir() if p.is_dir() and not p.name.startswith(".")),
-                          reverse=True):
+    for segment in sorted(
+        (p for p in Path(cell_dir).iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True
+    ):
         if (segment / FIT_RECEIPT).exists() or (segment / FINAL_STATE).exists():
             continue
         if any(_CHECKPOINT_RE.match(p.name) for p in segment.iterdir()) and continuation_of(segment) is None:
@@ -153,7 +170,9 @@ def refuse_second_continuation(previous_directory: Path, *, call: str = "resume"
     first = continuation_of(previous)
     if first is not None:
         raise input_error(
-            call, "--resume", previous.name,
+            call,
+            "--resume",
+            previous.name,
             f"an interrupted segment that no segment continues yet; {previous.name!r} is already continued "
             f"by segment {first.name!r} ({str(first)!r})",
             f"a segment is continued at most once; continue the lineage from its latest segment "
@@ -161,7 +180,9 @@ def refuse_second_continuation(previous_directory: Path, *, call: str = "resume"
         )
 
 
-def load_resume_state(previous_directory: Path, *, seed: int, source_package_digest: str, recipe_digest: str) -> ResumeState:
+def load_resume_state(
+    previous_directory: Path, *, seed: int, source_package_digest: str, recipe_digest: str
+) -> ResumeState:
     """Authenticate a previous segment and return its newest segment checkpoint.
 
     Order of checks: the previous segment exists and has no final state (a finished fit is
@@ -188,9 +209,7 @@ def load_resume_state(previous_directory: Path, *, seed: int, source_package_dig
     lineage = verified_cold_initialization_lineage(
         previous / COLD_INIT_STATE, source_package_digest=source_package_digest, seed=seed
     )
-    receipts = sorted(
-        (int(m.group(1)), p) for p in previous.iterdir() if (m := _CHECKPOINT_RE.match(p.name))
-    )
+    receipts = sorted((int(m.group(1)), p) for p in previous.iterdir() if (m := _CHECKPOINT_RE.match(p.name)))
     if not receipts:
         raise MissingEvidenceError(
             f"resume: segment {previous.name!r} has no segment checkpoint receipt. HINT: it stopped before its "
@@ -204,7 +223,9 @@ def load_resume_state(previous_directory: Path, *, seed: int, source_package_dig
         )
     if body.recipe_digest != recipe_digest:
         raise input_error(
-            "resume", "recipe_digest", recipe_digest,
+            "resume",
+            "recipe_digest",
+            recipe_digest,
             f"{body.recipe_digest!r} (the recipe of segment {previous.name!r})",
             "resume with the same recipe and profile.",
         )

@@ -73,7 +73,10 @@ def _check_state_path(call: str, path: Path) -> Path:
     path = Path(path)
     if path.suffix != ".safetensors":
         raise input_error(
-            call, "path", str(path), "a file name ending in '.safetensors'",
+            call,
+            "path",
+            str(path),
+            "a file name ending in '.safetensors'",
             "the structure file is written beside it with suffix '.json'.",
         )
     return path
@@ -108,12 +111,19 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
     json_path = structure_path(path)
     if not isinstance(tensors, Mapping):
         raise input_error(
-            call, "tensors", type(tensors).__name__, "a dict name -> torch.Tensor",
+            call,
+            "tensors",
+            type(tensors).__name__,
+            "a dict name -> torch.Tensor",
             "pass module.state_dict() or an explicit dict.",
         )
     if not isinstance(structure, Mapping):
         raise input_error(
-            call, "structure", type(structure).__name__, "a JSON-able dict", "pass {} when there is nothing to describe."
+            call,
+            "structure",
+            type(structure).__name__,
+            "a JSON-able dict",
+            "pass {} when there is nothing to describe.",
         )
     cpu_tensors: dict[str, torch.Tensor] = {}
     description: dict[str, dict[str, Any]] = {}
@@ -122,7 +132,11 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
             raise input_error(call, "tensor name", name, "a non-empty string", "use the parameter's qualified name.")
         if not isinstance(tensor, torch.Tensor):
             raise input_error(
-                call, f"tensors[{name!r}]", type(tensor).__name__, "torch.Tensor", "convert numbers with torch.tensor(...)."
+                call,
+                f"tensors[{name!r}]",
+                type(tensor).__name__,
+                "torch.Tensor",
+                "convert numbers with torch.tensor(...).",
             )
         # A private contiguous CPU copy: safetensors refuses views sharing one storage.
         cpu_tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
@@ -164,9 +178,7 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
     return digest
 
 
-def load_tensor_state(
-    path: Path, *, expected_sha256: str | None = None
-) -> tuple[dict[str, torch.Tensor], dict]:
+def load_tensor_state(path: Path, *, expected_sha256: str | None = None) -> tuple[dict[str, torch.Tensor], dict]:
     """Read and authenticate a tensor state written by :func:`save_tensor_state`.
 
     The file's bytes are read once, hashed, compared with ``expected_sha256`` (when given)
@@ -255,7 +267,9 @@ def normalize_source_package_digest(call: str, digest: Any) -> str:
     value = digest.get("sha256") if isinstance(digest, Mapping) else digest
     if not isinstance(value, str) or not _HEX64.fullmatch(value):
         raise input_error(
-            call, "source_package_digest", digest,
+            call,
+            "source_package_digest",
+            digest,
             "a 64-character lowercase hex SHA-256 or the dict from qhlab.evidence.source_package_digest()",
             "pass source_package_digest()['sha256'].",
         )

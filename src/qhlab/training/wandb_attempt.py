@@ -45,7 +45,10 @@ _WANDB_RESERVED_KEYS = ("id", "version", "resume", "mode", "group", "offline")
 def _check_id(field: str, value: Any) -> None:
     if not isinstance(value, str) or not _ID_PATTERN.fullmatch(value):
         raise input_error(
-            "WandbAttempt", field, value, "1 to 64 characters from [A-Za-z0-9_-]",
+            "WandbAttempt",
+            field,
+            value,
+            "1 to 64 characters from [A-Za-z0-9_-]",
             "W&B run ids and local directory names share this charset.",
         )
 
@@ -93,12 +96,18 @@ class WandbAttempt:
             _check_id("local_attempt_id", self.local_attempt_id)
         if self.resume and self.local_attempt_id is None:
             raise input_error(
-                "WandbAttempt", "local_attempt_id", None, "a new unique id when resume=True",
+                "WandbAttempt",
+                "local_attempt_id",
+                None,
+                "a new unique id when resume=True",
                 "the resumed segment publishes into its own local directory.",
             )
         if self.resume and self.local_attempt_id == self.run_id:
             raise input_error(
-                "WandbAttempt", "local_attempt_id", self.local_attempt_id, "an id different from run_id when resuming",
+                "WandbAttempt",
+                "local_attempt_id",
+                self.local_attempt_id,
+                "an id different from run_id when resuming",
                 "run_id names the original attempt's directory.",
             )
 
@@ -125,7 +134,10 @@ class WandbAttempt:
         """
         if not isinstance(config, Mapping):
             raise input_error(
-                "WandbAttempt.apply", "config", type(config).__name__, "a mapping of WandbLogger keyword arguments",
+                "WandbAttempt.apply",
+                "config",
+                type(config).__name__,
+                "a mapping of WandbLogger keyword arguments",
                 "pass e.g. {'project': 'qhlab'}.",
             )
         reserved = [key for key in _WANDB_RESERVED_KEYS if key in config]
@@ -248,12 +260,19 @@ def publish_wandb_attempt(
     result_path = Path(result_path)
     if not result_path.name.endswith(".receipt.json"):
         raise input_error(
-            call, "result_path", str(result_path), "a name ending in '.receipt.json'",
+            call,
+            "result_path",
+            str(result_path),
+            "a name ending in '.receipt.json'",
             "`qhlab verify` authenticates *.receipt.json files.",
         )
     if result_path.exists():
         raise input_error(
-            call, "result_path", str(result_path), "a new path (write-once)", "it already exists.",
+            call,
+            "result_path",
+            str(result_path),
+            "a new path (write-once)",
+            "it already exists.",
             error=PublishConflictError,
         )
     if not isinstance(files, Mapping) or not files:

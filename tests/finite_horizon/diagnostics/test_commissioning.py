@@ -55,25 +55,50 @@ CONTEXT = ("recipe:" + "a" * 64, "source:" + "b" * 64, "population:train:" + "c"
 # ------------------------------------------------------------------ seed signatures
 
 
-_POSITIONAL, _KEYWORD, _REQUIRED = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
+_POSITIONAL, _KEYWORD, _REQUIRED = (
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.empty,
+)
 # (name, kind, default) of every seed parameter, in order (``self`` of methods left out).
 SEED_CALLABLES = {
     "QhCommissioningMilestonesCallback": (("config", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
     "QhCommissioningMilestonesCallback.on_fit_end": (
-        ("trainer", _POSITIONAL, _REQUIRED), ("pl_module", _POSITIONAL, _REQUIRED)),
-    "QhMpsMemoryBudgetCallback": (("max_allocated_bytes", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
+        ("trainer", _POSITIONAL, _REQUIRED),
+        ("pl_module", _POSITIONAL, _REQUIRED),
+    ),
+    "QhMpsMemoryBudgetCallback": (
+        ("max_allocated_bytes", _POSITIONAL, _REQUIRED),
+        ("output_dir", _POSITIONAL, _REQUIRED),
+    ),
     "read_commissioning_milestones": (("config", _POSITIONAL, _REQUIRED), ("output_dir", _POSITIONAL, _REQUIRED)),
-    "read_mps_memory_observation": (("output_dir", _POSITIONAL, _REQUIRED), ("max_allocated_bytes", _KEYWORD, _REQUIRED)),
+    "read_mps_memory_observation": (
+        ("output_dir", _POSITIONAL, _REQUIRED),
+        ("max_allocated_bytes", _KEYWORD, _REQUIRED),
+    ),
 }
 SEED_ATTRIBUTES = {
     "QhCommissioningMilestoneReceipt": (
-        "schema_version", "successful_optimizer_updates", "expected_device", "context_ids", "state_filename",
-        "state_sha256", "strict_reload", "optimizer_evidence", "memory_observation",
+        "schema_version",
+        "successful_optimizer_updates",
+        "expected_device",
+        "context_ids",
+        "state_filename",
+        "state_sha256",
+        "strict_reload",
+        "optimizer_evidence",
+        "memory_observation",
     ),
     "QhCommissioningMilestonesConfig": ("milestones", "expected_device", "max_allocated_bytes", "context_ids"),
     "QhMpsMemoryObservation": (
-        "schema_version", "sampling_scope", "sample_count", "current_allocated_bytes", "driver_allocated_bytes",
-        "max_sampled_current_allocated_bytes", "max_sampled_driver_allocated_bytes", "max_allocated_bytes",
+        "schema_version",
+        "sampling_scope",
+        "sample_count",
+        "current_allocated_bytes",
+        "driver_allocated_bytes",
+        "max_sampled_current_allocated_bytes",
+        "max_sampled_driver_allocated_bytes",
+        "max_allocated_bytes",
         "within_live_tensor_budget",
     ),
 }
@@ -154,11 +179,19 @@ def test_config_refuses_bad_fields(update: dict, field: str) -> None:
 
 
 POPULATION = synthetic_population(n_chain=8, masked_candidates=False)
-RECIPE = QhRecipe.model_validate({
-    "name": "commission-test", "seed": 3, "horizon": 2, "batch_size": 4, "huber_delta": 0.05, "updates": 20,
-    "architecture": {"arm": "baseline", "encoder": {"width": 16, "heads": 2}},
-    "optimizer": {"lr": 3e-3}, "target_update": {"kind": "hard", "interval": 5},
-})
+RECIPE = QhRecipe.model_validate(
+    {
+        "name": "commission-test",
+        "seed": 3,
+        "horizon": 2,
+        "batch_size": 4,
+        "huber_delta": 0.05,
+        "updates": 20,
+        "architecture": {"arm": "baseline", "encoder": {"width": 16, "heads": 2}},
+        "optimizer": {"lr": 3e-3},
+        "target_update": {"kind": "hard", "interval": 5},
+    }
+)
 
 
 def _config(milestones=(1, 5, 20), **update) -> QhCommissioningMilestonesConfig:
@@ -167,14 +200,25 @@ def _config(milestones=(1, 5, 20), **update) -> QhCommissioningMilestonesConfig:
     )
 
 
-def _fit(callbacks: list[Callback], *, max_steps: int = 20, module_cls: type[QhTDModule] = QhTDModule,
-         accelerator: str = "cpu"):
+def _fit(
+    callbacks: list[Callback],
+    *,
+    max_steps: int = 20,
+    module_cls: type[QhTDModule] = QhTDModule,
+    accelerator: str = "cpu",
+):
     pl.seed_everything(RECIPE.seed, workers=True, verbose=False)
     module = module_cls(RECIPE, population_dims(POPULATION))
     datamodule = QhPopulationDataModule(POPULATION, batch_size=RECIPE.batch_size, seed=RECIPE.seed)
     trainer = pl.Trainer(
-        max_steps=max_steps, accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-        enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
+        max_steps=max_steps,
+        accelerator=accelerator,
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
         deterministic=True if accelerator == "cpu" else "warn",
         callbacks=callbacks,
     )
@@ -198,8 +242,11 @@ def commissioned(tmp_path_factory: pytest.TempPathFactory) -> dict:
     gate = QhCommissioningMilestonesCallback(_config(), out)
     module, trainer = _fit([gate])
     return {
-        "out": out, "gate": gate, "state": _training_state(module, trainer),
-        "rng": torch.get_rng_state().clone(), "module": module,
+        "out": out,
+        "gate": gate,
+        "state": _training_state(module, trainer),
+        "rng": torch.get_rng_state().clone(),
+        "module": module,
     }
 
 
@@ -292,7 +339,9 @@ def _flip_byte(path: Path, offset: int | None = None) -> None:
 
 @pytest.mark.parametrize("gate", [1, 5, 20])
 @pytest.mark.parametrize("suffix", ["safetensors", "json", "receipt.json"])
-def test_one_changed_byte_is_refused_naming_the_file(commissioned: dict, tmp_path: Path, gate: int, suffix: str) -> None:
+def test_one_changed_byte_is_refused_naming_the_file(
+    commissioned: dict, tmp_path: Path, gate: int, suffix: str
+) -> None:
     out = _tamper_copy(commissioned["out"], tmp_path)
     target = out / f"milestone_u{gate:08d}.{suffix}"
     _flip_byte(target)
@@ -310,8 +359,9 @@ def test_deleted_milestone_is_refused(commissioned: dict, tmp_path: Path) -> Non
 
 def test_edited_context_ids_are_refused(commissioned: dict, tmp_path: Path) -> None:
     with pytest.raises(EvidenceError, match=r"milestone_u00000001\.receipt\.json.*context_ids"):
-        read_commissioning_milestones(_config(context_ids=CONTEXT[:2] + ("population:train:" + "d" * 64,)),
-                                      commissioned["out"])
+        read_commissioning_milestones(
+            _config(context_ids=CONTEXT[:2] + ("population:train:" + "d" * 64,)), commissioned["out"]
+        )
     out = _tamper_copy(commissioned["out"], tmp_path)
     receipt = out / "milestone_u00000020.receipt.json"
     receipt.write_text(receipt.read_text().replace(CONTEXT[0], "recipe:" + "e" * 64))
@@ -342,7 +392,8 @@ class _Poison(Callback):
             self.fired = True
             param = next(pl_module.online.parameters())
             target = {
-                "parameter": param, "gradient": param.grad,
+                "parameter": param,
+                "gradient": param.grad,
                 "moment": trainer.optimizers[0].state[param]["exp_avg"],
             }[self.where]
             with torch.no_grad():
@@ -369,7 +420,9 @@ def test_nan_fails_the_gate_and_stops_the_fit(tmp_path: Path, where: str, at: in
 
 def test_fit_ending_before_the_last_milestone_fails_at_fit_end(tmp_path: Path) -> None:
     gate = QhCommissioningMilestonesCallback(_config(milestones=(1, 5, 50)), tmp_path / "m")
-    with pytest.raises(QhError, match=r"ended at 12 successful optimizer updates; milestones \[50\] were never observed"):
+    with pytest.raises(
+        QhError, match=r"ended at 12 successful optimizer updates; milestones \[50\] were never observed"
+    ):
         _fit([gate], max_steps=12)
     assert [r.successful_optimizer_updates for r in gate.receipts] == [1, 5]
     with pytest.raises(MissingEvidenceError, match=r"milestone_u00000050\.receipt\.json"):
@@ -458,14 +511,18 @@ def test_memory_guard_records_sampled_maxima_and_count(tmp_path: Path) -> None:
     assert observation.max_sampled_driver_allocated_bytes == 5000
     assert observation.within_live_tensor_budget is True
     assert observation.sampling_scope.endswith("injected_sampler")
-    with allow_injected_sampler_evidence(), pytest.raises(
-        EvidenceError, match=r"mps_memory_observation\.receipt\.json binds max_allocated_bytes=1000"
+    with (
+        allow_injected_sampler_evidence(),
+        pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json binds max_allocated_bytes=1000"),
     ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=2000)
     receipt = tmp_path / "mem" / MPS_MEMORY_RECEIPT
     receipt.chmod(0o644)
     receipt.write_text(receipt.read_text().replace('"sample_count": 20', '"sample_count": 21'))
-    with allow_injected_sampler_evidence(), pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json"):
+    with (
+        allow_injected_sampler_evidence(),
+        pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json"),
+    ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
 
 
@@ -477,8 +534,9 @@ def test_memory_guard_fails_over_budget_and_records_the_breach(tmp_path: Path) -
     assert guard.sample_count == 3
     observation = guard.observation()
     assert observation.within_live_tensor_budget is False and observation.max_sampled_driver_allocated_bytes == 1200
-    with allow_injected_sampler_evidence(), pytest.raises(
-        EvidenceError, match=r"mps_memory_observation\.receipt\.json records a sampled live-tensor"
+    with (
+        allow_injected_sampler_evidence(),
+        pytest.raises(EvidenceError, match=r"mps_memory_observation\.receipt\.json records a sampled live-tensor"),
     ):
         read_mps_memory_observation(tmp_path / "mem", max_allocated_bytes=1000)
 
@@ -517,9 +575,14 @@ def test_milestone_receipts_carry_the_memory_observation(tmp_path: Path) -> None
 
 def test_observation_record_refuses_inconsistent_values() -> None:
     good = dict(
-        sampling_scope="callback_instance_train_batch_end:torch.mps", sample_count=2, current_allocated_bytes=5,
-        driver_allocated_bytes=7, max_sampled_current_allocated_bytes=6, max_sampled_driver_allocated_bytes=7,
-        max_allocated_bytes=10, within_live_tensor_budget=True,
+        sampling_scope="callback_instance_train_batch_end:torch.mps",
+        sample_count=2,
+        current_allocated_bytes=5,
+        driver_allocated_bytes=7,
+        max_sampled_current_allocated_bytes=6,
+        max_sampled_driver_allocated_bytes=7,
+        max_allocated_bytes=10,
+        within_live_tensor_budget=True,
     )
     assert QhMpsMemoryObservation(**good).schema_version == 1
     for bad, text in (
@@ -534,6 +597,7 @@ def test_observation_record_refuses_inconsistent_values() -> None:
 
 # ------------------------------------------------------------------ `qhlab commission` end to end (slow)
 
+
 @pytest.fixture(scope="module")
 def tiny_train(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from qhlab.scenes import generate_population
@@ -544,8 +608,22 @@ def tiny_train(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _commission(tiny_train: Path, out: Path, *extra: str, milestones: str = "1,5,20") -> int:
     from qhlab.cli import main
 
-    return main(["commission", str(TINY_RECIPE), "--profile", "cpu-fp32", "--milestones", milestones,
-                 "--output", str(out), "--train", str(tiny_train), "--no-progress", *extra])
+    return main(
+        [
+            "commission",
+            str(TINY_RECIPE),
+            "--profile",
+            "cpu-fp32",
+            "--milestones",
+            milestones,
+            "--output",
+            str(out),
+            "--train",
+            str(tiny_train),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def _cli_config(out: Path) -> QhCommissioningMilestonesConfig:
@@ -553,8 +631,10 @@ def _cli_config(out: Path) -> QhCommissioningMilestonesConfig:
 
     body = json.loads((out / "commission.receipt.json").read_text())["body"]
     return QhCommissioningMilestonesConfig(
-        milestones=tuple(body["milestones"]), expected_device=body["expected_device"],
-        max_allocated_bytes=body["max_allocated_bytes"], context_ids=tuple(body["context_ids"]),
+        milestones=tuple(body["milestones"]),
+        expected_device=body["expected_device"],
+        max_allocated_bytes=body["max_allocated_bytes"],
+        context_ids=tuple(body["context_ids"]),
     )
 
 
@@ -571,7 +651,10 @@ def test_cli_commission_writes_three_gates_that_verify(tiny_train: Path, tmp_pat
     assert [m["successful_optimizer_updates"] for m in printed["milestones"]] == [1, 5, 20]
     assert printed["observed_updates"] == 20
     assert sorted(p.name for p in out.glob("milestone_u*.receipt.json")) == [
-        "milestone_u00000001.receipt.json", "milestone_u00000005.receipt.json", "milestone_u00000020.receipt.json"]
+        "milestone_u00000001.receipt.json",
+        "milestone_u00000005.receipt.json",
+        "milestone_u00000020.receipt.json",
+    ]
     assert len(list(out.glob("milestone_u*.safetensors"))) == 3
     config = _cli_config(out)
     receipts = read_commissioning_milestones(config, out)
@@ -597,10 +680,13 @@ def test_cli_commission_writes_three_gates_that_verify(tiny_train: Path, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("milestones", "text"), [("1,5,5", "milestones=(1, 5, 5)"), ("1,x", "--milestones='1,x'"),
-                                                  ("0,3", "milestones=(0, 3)")])
-def test_cli_refuses_bad_milestones_and_writes_nothing(tiny_train: Path, tmp_path: Path, capsys, milestones: str,
-                                                       text: str) -> None:
+@pytest.mark.parametrize(
+    ("milestones", "text"),
+    [("1,5,5", "milestones=(1, 5, 5)"), ("1,x", "--milestones='1,x'"), ("0,3", "milestones=(0, 3)")],
+)
+def test_cli_refuses_bad_milestones_and_writes_nothing(
+    tiny_train: Path, tmp_path: Path, capsys, milestones: str, text: str
+) -> None:
     out = tmp_path / "commission"
     assert _commission(tiny_train, out, milestones=milestones) == 2
     err = capsys.readouterr().err
@@ -612,7 +698,9 @@ def test_cli_refuses_bad_milestones_and_writes_nothing(tiny_train: Path, tmp_pat
 def test_cli_refuses_memory_budget_on_a_cpu_lane(tiny_train: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "commission"
     assert _commission(tiny_train, out, "--max-allocated-bytes", "1000000") == 2
-    assert "max_allocated_bytes=1000000 is not allowed; allowed: None with profile 'cpu-fp32'" in capsys.readouterr().err
+    assert (
+        "max_allocated_bytes=1000000 is not allowed; allowed: None with profile 'cpu-fp32'" in capsys.readouterr().err
+    )
     assert not out.exists()
 
 
@@ -621,10 +709,27 @@ def test_fit_recipe_with_and_without_gates_is_bit_identical(tiny_train: Path, tm
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     config = _config(milestones=(1, 5, 40))  # the last milestone is the recipe's budget here
-    gated = fit_recipe(FitRequest(recipe=TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "a", train=tiny_train, evaluate=False,
-                       progress=False, extra_callbacks=[QhCommissioningMilestonesCallback(config, tmp_path / "m")]))
-    plain = fit_recipe(FitRequest(recipe=TINY_RECIPE, profile="cpu-fp32", output=tmp_path / "b", train=tiny_train, evaluate=False,
-                       progress=False))
+    gated = fit_recipe(
+        FitRequest(
+            recipe=TINY_RECIPE,
+            profile="cpu-fp32",
+            output=tmp_path / "a",
+            train=tiny_train,
+            evaluate=False,
+            progress=False,
+            extra_callbacks=[QhCommissioningMilestonesCallback(config, tmp_path / "m")],
+        )
+    )
+    plain = fit_recipe(
+        FitRequest(
+            recipe=TINY_RECIPE,
+            profile="cpu-fp32",
+            output=tmp_path / "b",
+            train=tiny_train,
+            evaluate=False,
+            progress=False,
+        )
+    )
     assert gated.observed_updates == plain.observed_updates == 40
     assert gated.final_state_sha256 == plain.final_state_sha256
     assert len(read_commissioning_milestones(config, tmp_path / "m")) == 3

@@ -113,7 +113,8 @@ def _check_live(
     if offenders:
         raise _gate_failed(
             gate,
-            f"{len(offenders)} live tensor(s) are not float32 on {device!r}: " + "; ".join(offenders)
+            f"{len(offenders)} live tensor(s) are not float32 on {device!r}: "
+            + "; ".join(offenders)
             + ". HINT: the lane must keep every parameter, gradient and moment on its device in FP32.",
         )
     return groups
@@ -145,7 +146,7 @@ def _strict_reload(
     with torch.random.fork_rng(devices=devices, device_type=device_type):
         for role in _roles(pl_module):
             prefix = f"{role}."
-            state = {k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)}
+            state = {k[len(prefix) :]: v for k, v in loaded.items() if k.startswith(prefix)}
             scorer = pl_module.build_scorer()
             try:
                 scorer.load_state_dict(state, strict=True)
@@ -175,9 +176,7 @@ def _optimizer_evidence(
         "parameter_steps": steps,
         "trainer_global_step_not_used": int(global_step),
         "tensor_counts": {group: len(members) for group, members in groups.items()},
-        "residency": {
-            group: sorted({str(t.device) for t in members.values()}) for group, members in groups.items()
-        },
+        "residency": {group: sorted({str(t.device) for t in members.values()}) for group, members in groups.items()},
         "dtypes": {
             group: sorted({_dtype_name(t.dtype) for t in members.values()}) for group, members in groups.items()
         },
@@ -216,8 +215,9 @@ class QhCommissioningMilestonesCallback(Callback):
 
     def __init__(self, config: QhCommissioningMilestonesConfig, output_dir: str | Path) -> None:
         if not isinstance(config, QhCommissioningMilestonesConfig):
-            raise input_error(_CALL, "config", config, "a QhCommissioningMilestonesConfig",
-                              "declare the gates before fitting.")
+            raise input_error(
+                _CALL, "config", config, "a QhCommissioningMilestonesConfig", "declare the gates before fitting."
+            )
         self.config = config
         self.output_dir = Path(output_dir)
         self.receipts: list[QhCommissioningMilestoneReceipt] = []
@@ -231,18 +231,29 @@ class QhCommissioningMilestonesCallback(Callback):
         missing = [a for a in ("online", "target", "build_scorer") if not hasattr(pl_module, a)]
         if missing:
             raise input_error(
-                _CALL, "pl_module", type(pl_module).__name__, f"a QH module (this one lacks {missing})",
+                _CALL,
+                "pl_module",
+                type(pl_module).__name__,
+                f"a QH module (this one lacks {missing})",
                 "gates inspect a QH module with online/target scorers and build_scorer().",
             )
         device = trainer.strategy.root_device
         if device.type != self.config.expected_device:
             raise input_error(
-                _CALL, "device", str(device), f"expected_device={self.config.expected_device!r} from the config",
+                _CALL,
+                "device",
+                str(device),
+                f"expected_device={self.config.expected_device!r} from the config",
                 "commission with the profile whose device type the config declares.",
             )
         if self.output_dir.exists() and not self.output_dir.is_dir():
-            raise input_error(_CALL, "output_dir", str(self.output_dir), "a directory",
-                              "choose a directory path for the milestone files.")
+            raise input_error(
+                _CALL,
+                "output_dir",
+                str(self.output_dir),
+                "a directory",
+                "choose a directory path for the milestone files.",
+            )
         for gate in self.config.milestones:
             state = milestone_state_path(self.output_dir, gate)
             for target in (state, structure_path(state), milestone_receipt_path(self.output_dir, gate)):
@@ -254,13 +265,16 @@ class QhCommissioningMilestonesCallback(Callback):
         if self.config.max_allocated_bytes is not None:
             position = trainer.callbacks.index(self)
             guards = [
-                (i, cb) for i, cb in enumerate(trainer.callbacks)
+                (i, cb)
+                for i, cb in enumerate(trainer.callbacks)
                 if isinstance(cb, QhMpsMemoryBudgetCallback)
                 and cb.max_allocated_bytes == self.config.max_allocated_bytes
             ]
             if not guards or guards[0][0] > position:
                 raise input_error(
-                    _CALL, "max_allocated_bytes", self.config.max_allocated_bytes,
+                    _CALL,
+                    "max_allocated_bytes",
+                    self.config.max_allocated_bytes,
                     "None, or a budget with a QhMpsMemoryBudgetCallback of the same budget placed before this callback",
                     "pass [QhMpsMemoryBudgetCallback(...), QhCommissioningMilestonesCallback(...)] in that order.",
                 )
@@ -330,7 +344,8 @@ class QhCommissioningMilestonesCallback(Callback):
         )
         loaded, _ = load_tensor_state(state, expected_sha256=digest)
         differing = sorted(
-            k for k in tensors
+            k
+            for k in tensors
             if k not in loaded or loaded[k].dtype != tensors[k].dtype or not torch.equal(loaded[k], tensors[k])
         )
         if differing or set(loaded) != set(tensors):
@@ -361,7 +376,7 @@ class QhCommissioningMilestonesCallback(Callback):
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Require the complete engineering budget; never infer absent gates."""
-        missing = self.config.milestones[self._next:]
+        missing = self.config.milestones[self._next :]
         if missing:
             raise QhError(
                 f"{_CALL}: the fit ended at {self._last_observed} successful "

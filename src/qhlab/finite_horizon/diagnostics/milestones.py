@@ -91,7 +91,10 @@ def require_milestones(call: str, milestones: Any) -> tuple[int, ...]:
         or any(b <= a for a, b in zip(gates, gates[1:]))
     ):
         raise input_error(
-            call, "milestones", milestones, "a non-empty sequence of strictly increasing ints >= 1",
+            call,
+            "milestones",
+            milestones,
+            "a non-empty sequence of strictly increasing ints >= 1",
             "gates count successful optimizer updates, e.g. (1, 10, 100); the last one is the engineering budget.",
         )
     return tuple(gates)
@@ -128,11 +131,21 @@ class QhCommissioningMilestonesConfig:
         call = "QhCommissioningMilestonesConfig"
         milestones = require_milestones(call, self.milestones)
         if self.expected_device not in DEVICES:
-            raise input_error(call, "expected_device", self.expected_device, ", ".join(DEVICES),
-                              "name the device type of the execution profile.")
+            raise input_error(
+                call,
+                "expected_device",
+                self.expected_device,
+                ", ".join(DEVICES),
+                "name the device type of the execution profile.",
+            )
         if self.max_allocated_bytes is not None:
-            require_int(call, "max_allocated_bytes", self.max_allocated_bytes, minimum=1,
-                        hint="the live MPS tensor budget is given in bytes; None declares no budget.")
+            require_int(
+                call,
+                "max_allocated_bytes",
+                self.max_allocated_bytes,
+                minimum=1,
+                hint="the live MPS tensor budget is given in bytes; None declares no budget.",
+            )
         ids = self.context_ids
         if (
             isinstance(ids, (str, bytes))
@@ -141,7 +154,10 @@ class QhCommissioningMilestonesConfig:
             or not all(isinstance(i, str) and i for i in ids)
         ):
             raise input_error(
-                call, "context_ids", ids, "a non-empty sequence of non-empty strings",
+                call,
+                "context_ids",
+                ids,
+                "a non-empty sequence of non-empty strings",
                 "pass the recipe digest, source package digest and population manifest digests.",
             )
         object.__setattr__(self, "milestones", milestones)
@@ -243,19 +259,18 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
         raise EvidenceError(f"{_READER}: {path}: state file {state} failed authentication: {exc}") from None
     counts = (structure.get("successful_optimizer_updates"), structure.get("observed_updates"))
     if counts != (gate, gate):
-        raise _refused(path, f"{state.name} (successful_optimizer_updates, observed_updates)", counts,
-                       f"({gate}, {gate})")
+        raise _refused(
+            path, f"{state.name} (successful_optimizer_updates, observed_updates)", counts, f"({gate}, {gate})"
+        )
     bad = sorted(
-        n for n, t in tensors.items()
+        n
+        for n, t in tensors.items()
         if t.is_floating_point() and (t.dtype != torch.float32 or not bool(torch.isfinite(t).all()))
     )
     if bad:
         raise _refused(path, f"{state.name} non-finite or non-float32 tensors", bad, "none")
     evidence = body.optimizer_evidence
-    if (
-        evidence.get("successful_optimizer_updates") != gate
-        or evidence.get("parameter_steps", [None])[-1:] != [gate]
-    ):
+    if evidence.get("successful_optimizer_updates") != gate or evidence.get("parameter_steps", [None])[-1:] != [gate]:
         raise _refused(path, "optimizer_evidence", evidence, f"evidence of successful update {gate}")
     memory = body.memory_observation
     if config.max_allocated_bytes is None:
@@ -265,8 +280,12 @@ def _read_one(config: QhCommissioningMilestonesConfig, output_dir: Path, gate: i
     else:
         observation = observation_from_record(memory, path)
         if observation.max_allocated_bytes != config.max_allocated_bytes or not observation.within_live_tensor_budget:
-            raise _refused(path, "memory_observation", memory,
-                           f"an observation within the declared max_allocated_bytes={config.max_allocated_bytes}")
+            raise _refused(
+                path,
+                "memory_observation",
+                memory,
+                f"an observation within the declared max_allocated_bytes={config.max_allocated_bytes}",
+            )
     return QhCommissioningMilestoneReceipt(
         successful_optimizer_updates=gate,
         expected_device=body.expected_device,
@@ -302,8 +321,13 @@ def read_commissioning_milestones(
             altered byte.
     """
     if not isinstance(config, QhCommissioningMilestonesConfig):
-        raise input_error(_READER, "config", type(config).__name__, "QhCommissioningMilestonesConfig",
-                          "pass the config the fit was commissioned with.")
+        raise input_error(
+            _READER,
+            "config",
+            type(config).__name__,
+            "QhCommissioningMilestonesConfig",
+            "pass the config the fit was commissioned with.",
+        )
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise MissingEvidenceError(f"{_READER}: {output_dir} is not a directory.")

@@ -148,7 +148,8 @@ class QhMpsMemoryObservation:
                 )
         if problems:
             raise QhInputError(
-                "QhMpsMemoryObservation: " + "; ".join(problems)
+                "QhMpsMemoryObservation: "
+                + "; ".join(problems)
                 + ". HINT: observations come from QhMpsMemoryBudgetCallback."
             )
 
@@ -180,7 +181,10 @@ def observation_from_record(body: Any, path: Path) -> QhMpsMemoryObservation:
         raise EvidenceError(f"{path}: inconsistent memory observation: {exc}") from None
     if observation.sampling_scope == _SCOPE_INJECTED and not _ACCEPT_INJECTED.get():
         raise input_error(
-            str(path), "sampling_scope", observation.sampling_scope, repr(_SCOPE_MPS),
+            str(path),
+            "sampling_scope",
+            observation.sampling_scope,
+            repr(_SCOPE_MPS),
             "this observation came from an injected test sampler, not torch.mps; only tests read it, "
             "inside allow_injected_sampler_evidence().",
             error=EvidenceError,
@@ -232,7 +236,9 @@ class QhMpsMemoryBudgetCallback(Callback):
         """
         if not callable(sampler):
             raise input_error(
-                "QhMpsMemoryBudgetCallback.with_sampler", "sampler", sampler,
+                "QhMpsMemoryBudgetCallback.with_sampler",
+                "sampler",
+                sampler,
                 "a callable returning (current_allocated_bytes, driver_allocated_bytes)",
                 "pass a function of no arguments; omit it to sample torch.mps.",
             )
@@ -266,7 +272,9 @@ class QhMpsMemoryBudgetCallback(Callback):
         device = trainer.strategy.root_device
         if self._sampler is None and (device.type != "mps" or not torch.backends.mps.is_available()):
             raise input_error(
-                "QhMpsMemoryBudgetCallback", "device", str(device),
+                "QhMpsMemoryBudgetCallback",
+                "device",
+                str(device),
                 "mps (with torch.backends.mps available)",
                 "the live MPS tensor guard samples torch.mps.current_allocated_memory(); run it only on "
                 "the mps-fp32 lane, or drop --max-allocated-bytes on other lanes.",
@@ -283,11 +291,7 @@ class QhMpsMemoryBudgetCallback(Callback):
         if self._sampler is None:
             return int(torch.mps.current_allocated_memory()), int(torch.mps.driver_allocated_memory())
         sample = self._sampler()
-        if (
-            not isinstance(sample, tuple)
-            or len(sample) != 2
-            or not all(_is_int(v) and v >= 0 for v in sample)
-        ):
+        if not isinstance(sample, tuple) or len(sample) != 2 or not all(_is_int(v) and v >= 0 for v in sample):
             raise QhError(
                 f"QhMpsMemoryBudgetCallback: sampler returned {sample!r}; allowed: a tuple of two ints >= 0 "
                 "(current_allocated_bytes, driver_allocated_bytes)."
@@ -315,9 +319,7 @@ class QhMpsMemoryBudgetCallback(Callback):
             return self.receipt_path
         observation = self.observation()
         path = self.output_dir / MPS_MEMORY_RECEIPT
-        write_receipt(
-            path, MpsMemoryReceipt, body=observation.as_dict()
-        )
+        write_receipt(path, MpsMemoryReceipt, body=observation.as_dict())
         self.receipt_path = path
         return path
 
@@ -346,8 +348,7 @@ def read_mps_memory_observation(output_dir: str | Path, *, max_allocated_bytes: 
             or an injected sampler (outside :func:`allow_injected_sampler_evidence`).
     """
     call = "read_mps_memory_observation"
-    require_int(call, "max_allocated_bytes", max_allocated_bytes, minimum=1,
-                hint="pass the budget the fit declared.")
+    require_int(call, "max_allocated_bytes", max_allocated_bytes, minimum=1, hint="pass the budget the fit declared.")
     path = Path(output_dir) / MPS_MEMORY_RECEIPT
     observation = observation_from_record(read_receipt(path, MpsMemoryReceipt).body_record(), path)
     if observation.max_allocated_bytes != max_allocated_bytes:

@@ -93,8 +93,14 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     return Study.open(config_path, output).prepare_development()
 
 
-def run_fit(config_path: str | os.PathLike, output: str | os.PathLike, *, variant: str, seed: int,
-            canary_role: str | None = None) -> dict:
+def run_fit(
+    config_path: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    variant: str,
+    seed: int,
+    canary_role: str | None = None,
+) -> dict:
     """Fit one charged cell using canonical diagnostic admission and receipts (``Study.run_fit``).
 
     Returns:
@@ -143,8 +149,10 @@ def run_study_command(args: argparse.Namespace) -> int:
     if command == "freeze":
         with _ray_session(executor, call="qhlab study freeze"):
             body = study.freeze()
-        console.print(f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
-                      f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states")
+        console.print(
+            f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
+            f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states"
+        )
         with study.authenticated("freeze_study") as frozen:
             for line in describe_family(frozen):
                 console.print(line, highlight=False, markup=False)
@@ -155,9 +163,11 @@ def run_study_command(args: argparse.Namespace) -> int:
     if command == "prepare-development":
         with _ray_session(executor, call="qhlab study prepare-development"):
             body = study.prepare_development()
-        console.print(f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
-                      f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
-                      f"{body['references']['best_fixed_index']['index']}")
+        console.print(
+            f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
+            f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
+            f"{body['references']['best_fixed_index']['index']}"
+        )
         return 0
     if command == "run-fit":
         body = study.run_fit(args.variant, args.seed, canary_role=args.canary_role)
