@@ -24,7 +24,8 @@ from qhlab.training.console import configure_console
 
 __all__ = ["build_parser", "main"]
 
-# Command group -> module. Only the invoked group is imported, so `qhlab verify` stays
+# Command group -> the module that registers it ("module" calls its `register`, "module:function"
+# that function). Only the invoked group is imported, so `qhlab verify` stays
 # torch-free and fast.
 _COMMANDS = {
     "profiles": "qhlab.cli.profiles",
@@ -32,9 +33,9 @@ _COMMANDS = {
     "fit": "qhlab.cli.fit",
     "commission": "qhlab.cli.commission",
     "study": "qhlab.cli.study",
-    "tune": "qhlab.cli.tune",
-    "pilot": "qhlab.cli.pilot",
-    "e0-check": "qhlab.cli.e0_check",
+    "tune": "qhlab.cli.prepare:register_tune",
+    "pilot": "qhlab.cli.prepare:register_pilot",
+    "e0-check": "qhlab.cli.prepare:register_e0_check",
     "verify": "qhlab.cli.verify",
     "sign": "qhlab.cli.sign",
 }
@@ -58,7 +59,8 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in groups:
-        importlib.import_module(_COMMANDS[group]).register(subparsers)
+        module, _, function = _COMMANDS[group].partition(":")
+        getattr(importlib.import_module(module), function or "register")(subparsers)
     return parser
 
 

@@ -14,12 +14,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_toml, validation_error
+from qhlab.finite_horizon.recipe import read_config
 
 __all__ = ["E0_CHECK_CALL", "QhE0CheckConfig", "e0_design", "e0_digest", "read_e0_config"]
 
@@ -112,18 +112,15 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
             whose TRAIN is a path or that has user arms, or a train seed that is the study's.
     """
 
-    raw, data, _ = read_toml(
+    config, data, _ = read_config(
         config_path,
+        QhE0CheckConfig,
         call=E0_CHECK_CALL,
-        field="config_path",
+        what="E0 check config",
         example="examples/demo-e0.toml",
         relative=(("study",), ("population_cache",)),
     )
     source = f"E0 check config {str(Path(config_path).expanduser())!r}"
-    try:
-        config = QhE0CheckConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, source, QhE0CheckConfig, "compare with examples/demo-e0.toml.") from None
     study = read_study_config(config.study)[0]
     problems = []
     if study.train.preset is None:

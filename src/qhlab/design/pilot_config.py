@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from qhlab.design.study_config import PopulationSource, QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_toml, validation_error
+from qhlab.finite_horizon.recipe import read_config
 
 __all__ = ["PILOT_CALL", "QhPilotConfig", "pilot_digest", "read_pilot_config", "study_design"]
 
@@ -177,18 +177,15 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
             with user arms, or a validation population that is the study's.
     """
 
-    raw, data, _ = read_toml(
+    config, data, _ = read_config(
         config_path,
+        QhPilotConfig,
         call=PILOT_CALL,
-        field="config_path",
+        what="pilot config",
         example="examples/demo-pilot.toml",
         relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)),
     )
     source = f"pilot config {str(Path(config_path).expanduser())!r}"
-    try:
-        config = QhPilotConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, source, QhPilotConfig, "compare with examples/demo-pilot.toml.") from None
     study = read_study_config(config.study)[0]
     problems = []
     builders = [a for a in study.arms if study.builder(a) is not None]

@@ -22,7 +22,6 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -33,7 +32,7 @@ from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
-from qhlab.finite_horizon.recipe import read_toml, validate_recipe, validation_error
+from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
 from qhlab.scenes import PRESETS
 from qhlab.training.profiles import PROFILE_NAMES
 
@@ -575,27 +574,24 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
 
-    raw, data, path = read_toml(
+    return read_config(
         config_path,
+        QhArchitectureStudyConfig,
         call=STUDY_CALL,
-        field="config_path",
+        what="study config",
         example="examples/default-study.toml",
         relative=STUDY_PATH_FIELDS,
+        prepare=_recipe_from_file,
     )
+
+
+def _recipe_from_file(raw: dict[str, Any]) -> dict[str, Any]:
+    """An ``experiment.recipe`` that names a recipe file becomes that file's scientific fields."""
     experiment = raw.get("experiment")
     if isinstance(experiment, dict) and isinstance(experiment.get("recipe"), str):
         experiment["recipe_file"] = experiment["recipe"]
         experiment["recipe"] = _recipe_file_fields(experiment["recipe"], raw.get("broad_updates"))
-    try:
-        config = QhArchitectureStudyConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(
-            exc,
-            f"study config {str(Path(config_path).expanduser())!r}",
-            QhArchitectureStudyConfig,
-            "compare with examples/default-study.toml.",
-        ) from None
-    return config, data, path
+    return raw
 
 
 # A recipe file's fields that the study owns, dropped when a study reads its recipe from a file.

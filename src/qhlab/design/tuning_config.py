@@ -17,12 +17,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from qhlab.design.study_config import PopulationSource, ProfileName
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_toml, validate_recipe, validation_error
+from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
 from qhlab.training.console import console_verbose
 
 __all__ = [
@@ -429,20 +429,16 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
 
-    raw, data, path = read_toml(
+    config, data, path = read_config(
         config_path,
+        QhTuningConfig,
         call=TUNE_CALL,
-        field="config_path",
+        what="tuning config",
         example="examples/tiny-tune.toml",
         relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+        prepare=lambda raw: {**raw, "space": _flatten_space(raw["space"])} if "space" in raw else raw,
     )
-    if "space" in raw:
-        raw["space"] = _flatten_space(raw["space"])
     source = f"tuning config {str(Path(config_path).expanduser())!r}"
-    try:
-        config = QhTuningConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, source, QhTuningConfig, "compare with examples/tiny-tune.toml.") from None
     try:
         base = _base_recipe_raw(config)
     except ValueError as exc:

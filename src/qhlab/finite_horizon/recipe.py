@@ -14,9 +14,11 @@ loading.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,15 +31,18 @@ __all__ = [
     "DataConfig",
     "EvaluationConfig",
     "HardTargetUpdate",
+    "load_recipe",
     "OptimizerConfig",
     "PolyakTargetUpdate",
     "QhRecipe",
-    "load_recipe",
-    "recipe_digest",
+    "read_config",
     "read_toml",
+    "recipe_digest",
     "validate_recipe",
     "validation_error",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 # strict: a TOML string never becomes a number (huber_delta = "0.05" is refused); ints are
 # still accepted for float fields. Tuple fields take TOML/JSON lists via a before-validator.
@@ -382,6 +387,48 @@ def read_toml(
             value = Path(node[key]).expanduser()
             node[key] = str(value if value.is_absolute() else (base / value).resolve())
     return raw, data, path.resolve()
+
+
+def read_config(
+    path: str | os.PathLike,
+    model: type[M],
+    *,
+    call: str,
+    what: str,
+    example: str,
+    relative: tuple[tuple[str, ...], ...] = (),
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[M, bytes, Path]:
+    """Read a config TOML of any kind and validate it completely: the one strict parser.
+
+    Every config kind (a study, a tuning, a pilot, an E0 check) is a closed, strict pydantic
+    model read through here: a TOML boolean or string is never a number, an unknown field is
+    refused, and every invalid field is listed in one error before anything is written.
+
+    Args:
+        path: the TOML file (``~`` expanded; relative paths inside resolved against its directory).
+        model: the config's model.
+        call: what a refusal of the file itself names.
+        what: the kind of config, for the error's first line (e.g. ``"pilot config"``).
+        example: the example file every refusal points to.
+        relative: key paths whose values are paths (``read_toml``).
+        prepare: turns the parsed mapping into the model's input (e.g. flattening a section).
+
+    Returns:
+        (the validated config, the file's exact bytes, the resolved path of the file).
+
+    Raises:
+        QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
+    """
+    raw, data, resolved = read_toml(path, call=call, field="config_path", example=example, relative=relative)
+    if prepare is not None:
+        raw = prepare(raw)
+    try:
+        config = model.model_validate(raw)
+    except ValidationError as exc:
+        source = f"{what} {str(Path(path).expanduser())!r}"
+        raise validation_error(exc, source, model, f"compare with {example}.") from None
+    return config, data, resolved
 
 
 def load_recipe(path: str | Path) -> QhRecipe:

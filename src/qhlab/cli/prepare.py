@@ -1,0 +1,117 @@
+"""``qhlab tune``, ``qhlab pilot`` and ``qhlab e0-check``: the preparation tools, one parser shape.
+
+Owns: each tool's command (``PREPARATION``: its name, help, description and what its workers run)
+and turning its arguments into one call of its runner: ``CONFIG.toml --output DIR [--workers N]
+[--executor local|ray --ray-address HOST:PORT]``. Does not own: the configs, records and checks
+(``qhlab.design``), running the tools (``qhlab.preparation``), error printing and exit codes
+(``qhlab.cli.main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from qhlab.evidence import require_int
+from qhlab.execution import add_executor_arguments, executor_choice
+
+__all__ = ["PREPARATION", "register_e0_check", "register_pilot", "register_tune", "run"]
+
+
+@dataclass(frozen=True)
+class _Tool:
+    """One preparation command: its name, texts, output, what its workers run, and its runner."""
+
+    name: str
+    help: str
+    description: str
+    output: str
+    workers: str
+
+    def exit_code(self, record: dict) -> int:
+        """0, except a tuning without an admissible trial (1: nothing can be frozen from it)."""
+        return 1 if self.name == "tune" and record["winner"]["number"] is None else 0
+
+
+PREPARATION = {
+    "tune": _Tool(
+        "tune",
+        "search a recipe space with Optuna on the tuning population; write tuning.json and recipe.toml",
+        "Run the trials of a tuning config as real fits (one per objective seed) on its declared tuning population, "
+        "with Optuna's SQLite storage at OUTPUT/trials.db; publish OUTPUT/tuning.json (the record, with its receipt) "
+        "and OUTPUT/recipe.toml (the winner by the config's rule). The same config gives the same trials with any "
+        "worker count or executor; an interrupted run resumes when the same command runs again. Exit status 1 when "
+        "no trial is admissible.",
+        "the tuning directory",
+        "the trials' fits",
+    ),
+    "pilot": _Tool(
+        "pilot",
+        "fit every arm of a study with extra seeds and TRAIN draws on the tuning population; write pilot.json",
+        "Fit every arm of the study a pilot config names, with the pilot's seeds on its TRAIN population and with "
+        "its draw seeds on each further TRAIN draw, all scored on the pilot's tuning validation population; publish "
+        "OUTPUT/pilot.json (every fit's per-scene metrics, each comparison's and retention margin's seed effect tau "
+        "and TRAIN-draw effect, and the maxima a study freezes) with its receipt. A study names it in [preparation] "
+        "pilot. An interrupted run resumes when the same command runs again.",
+        "the pilot directory",
+        "the pilot's fits",
+    ),
+    "e0-check": _Tool(
+        "e0-check",
+        "run a study's E0 gate on fresh TRAIN draws, each frozen as a study of its own; write e0.json",
+        "Freeze the study a check config names once per fresh TRAIN seed of its TRAIN preset (the study's settings "
+        "with only the TRAIN seed changed, without its [preparation]), select each draw's canary row and run its "
+        "canaries: the study's own E0 gate. Publish OUTPUT/e0.json (every draw's row, labels, canary predictions and "
+        "outcome, the pass share and whether it reached the config's minimum) with its receipt. A study names it in "
+        "[preparation] e0; its freeze refuses a check of another gate design or one that fell short. An interrupted "
+        "run resumes when the same command runs again.",
+        "the check directory",
+        "the draws' TRAIN labelling and gates",
+    ),
+}
+
+
+def _register(subparsers: argparse._SubParsersAction, tool: _Tool) -> None:
+    parser = subparsers.add_parser(tool.name, help=tool.help, description=tool.description)
+    parser.add_argument("config", type=Path, metavar="CONFIG.toml")
+    parser.add_argument("--output", required=True, type=Path, help=tool.output)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"jobs at once on the local executor ({tool.workers}; default: the config's workers)",
+    )
+    add_executor_arguments(parser, what=tool.workers, default_help="the config's executor")
+    parser.set_defaults(handler=run, tool=tool.name)
+
+
+def register_tune(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``tune`` command."""
+    _register(subparsers, PREPARATION["tune"])
+
+
+def register_pilot(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``pilot`` command."""
+    _register(subparsers, PREPARATION["pilot"])
+
+
+def register_e0_check(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``e0-check`` command."""
+    _register(subparsers, PREPARATION["e0-check"])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the preparation tool named on the command line; returns its exit status."""
+    tool = PREPARATION[args.tool]
+    call = f"qhlab {tool.name}"
+    if args.workers is not None:
+        require_int(call, "--workers", args.workers, minimum=1, hint="one job per core is the fastest.")
+    choice = None
+    if args.executor is not None or args.ray_address is not None:
+        choice = executor_choice(args.executor, args.ray_address, call=call)
+    # Lazy: the tools import numpy, optuna and the study pipeline, which `qhlab --help` never needs.
+    from qhlab.preparation import e0_check, pilot, tune
+
+    runner = {"tune": tune.run_tuning, "pilot": pilot.run_pilot, "e0-check": e0_check.run_e0_check}[tool.name]
+    return tool.exit_code(runner(args.config, args.output, workers=args.workers, executor=choice))
