@@ -7,8 +7,6 @@ registers the kind in the test process only.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict
 
 from qhlab.evidence.envelope import Receipt
@@ -20,9 +18,7 @@ class NoteBody(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class NoteReceipt(Receipt):
+class NoteReceipt(Receipt, kind="test_note", version=1):
     """``kind: "test_note"``: a receipt for tests of authentication itself."""
 
-    kind: Literal["test_note"] = "test_note"
-    schema_version: Literal[1] = 1
     body: NoteBody

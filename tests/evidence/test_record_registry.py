@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 from pathlib import Path
-from typing import Literal
 
 from qhlab.cli import main
 from qhlab.evidence import DigestMismatchError, publish_json, write_receipt
@@ -27,11 +26,9 @@ class CountBody(Closed):
     total: int
 
 
-class CountReceipt(Receipt):
+class CountReceipt(Receipt, kind="registry_test_count", version=1):
     """``count.receipt.json``: binds ``count.json``."""
 
-    kind: Literal["registry_test_count"] = "registry_test_count"
-    schema_version: Literal[1] = 1
     body: CountBody
 
 

@@ -75,11 +75,9 @@ class E0CheckBody(Closed):
     meets_min_pass_share: bool
 
 
-class E0CheckReceipt(Receipt):
+class E0CheckReceipt(Receipt, kind="e0_check", version=1):
     """``e0.receipt.json`` of ``qhlab e0-check``."""
 
-    kind: Literal["e0_check"] = "e0_check"
-    schema_version: Literal[1] = 1
     body: E0CheckBody
 
 

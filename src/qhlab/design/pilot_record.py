@@ -76,11 +76,9 @@ class PilotBody(Closed):
     train_draw: Json | None
 
 
-class PilotReceipt(Receipt):
+class PilotReceipt(Receipt, kind="pilot", version=1):
     """``pilot.receipt.json``."""
 
-    kind: Literal["pilot"] = "pilot"
-    schema_version: Literal[1] = 1
     body: PilotBody
 
 

@@ -8,7 +8,7 @@ authentication (``qhlab.evidence``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -66,11 +66,9 @@ class StudyFreezeBody(Closed):
     sealed_directories: list[str] | None = None
 
 
-class StudyFreezeReceipt(Receipt):
+class StudyFreezeReceipt(Receipt, kind="study_freeze", version=1):
     """``freeze.receipt.json``."""
 
-    kind: Literal["study_freeze"] = "study_freeze"
-    schema_version: Literal[1] = 1
     body: StudyFreezeBody
 
 
@@ -90,11 +88,9 @@ class StudyDevelopmentBody(Closed):
     train_constant: list[Any]
 
 
-class StudyDevelopmentReceipt(Receipt):
+class StudyDevelopmentReceipt(Receipt, kind="study_development", version=1):
     """``development.receipt.json``."""
 
-    kind: Literal["study_development"] = "study_development"
-    schema_version: Literal[1] = 1
     body: StudyDevelopmentBody
 
 
@@ -116,11 +112,9 @@ class StudyE0Body(Closed):
     reason: str
 
 
-class StudyE0Receipt(Receipt):
+class StudyE0Receipt(Receipt, kind="study_e0", version=1):
     """``e0.receipt.json``."""
 
-    kind: Literal["study_e0"] = "study_e0"
-    schema_version: Literal[1] = 1
     body: StudyE0Body
 
 
@@ -155,11 +149,9 @@ class StudyCellBody(Closed):
     canary: Json | None = None
 
 
-class StudyCellReceipt(Receipt):
+class StudyCellReceipt(Receipt, kind="study_cell", version=1):
     """``cell.receipt.json``."""
 
-    kind: Literal["study_cell"] = "study_cell"
-    schema_version: Literal[1] = 1
     body: StudyCellBody
 
 
@@ -198,11 +190,9 @@ class StudyBenchmarkBody(Closed):
     memory_accounting: Json
 
 
-class StudyBenchmarkReceipt(Receipt):
+class StudyBenchmarkReceipt(Receipt, kind="study_benchmark", version=1):
     """``benchmarks/<cell>.receipt.json``."""
 
-    kind: Literal["study_benchmark"] = "study_benchmark"
-    schema_version: Literal[1] = 1
     body: StudyBenchmarkBody
 
 
@@ -217,9 +207,7 @@ class StudyReportBody(Closed):
     summary: Json
 
 
-class StudyReportReceipt(Receipt):
+class StudyReportReceipt(Receipt, kind="study_report", version=1):
     """``report/report.receipt.json``."""
 
-    kind: Literal["study_report"] = "study_report"
-    schema_version: Literal[1] = 1
     body: StudyReportBody

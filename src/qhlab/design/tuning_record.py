@@ -91,11 +91,9 @@ class TuningBody(Closed):
     winner: int | None
 
 
-class TuningReceipt(Receipt):
+class TuningReceipt(Receipt, kind="tuning", version=1):
     """``tuning.receipt.json``."""
 
-    kind: Literal["tuning"] = "tuning"
-    schema_version: Literal[1] = 1
     body: TuningBody
 
 

@@ -81,8 +81,9 @@ _MODELS: dict[str, type[Receipt]] = {}
 class Receipt(Closed):
     """The envelope every receipt shares; each kind is a subclass with its own ``body`` model.
 
-    A subclass declares ``kind: Literal["..."] = "..."`` and ``schema_version: Literal[N] = N``
-    and is registered by its kind when the class is made.
+    A kind is one subclass, ``class FitReceipt(Receipt, kind="fit", version=1)`` with its ``body``
+    model, registered by its kind when the class is made. ``read_receipt`` checks a file's kind
+    and schema version against the class it names.
 
     Attributes:
         schema_version: the layout version of this kind's body.
@@ -105,13 +106,14 @@ class Receipt(Closed):
     KIND: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 0
 
+    def __init_subclass__(cls, kind: str | None = None, version: int = 1, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+
     @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+    def __pydantic_init_subclass__(cls, kind: str | None = None, version: int = 1, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        kind = cls.model_fields["kind"].default
-        version = cls.model_fields["schema_version"].default
-        if not isinstance(kind, str) or not isinstance(version, int):
-            raise TypeError(f"{cls.__name__}: a receipt kind declares kind and schema_version defaults.")
+        if not isinstance(kind, str) or not kind or isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"{cls.__name__}: a receipt kind is declared as class X(Receipt, kind=..., version=N).")
         if kind in _MODELS and _MODELS[kind].__qualname__ != cls.__qualname__:
             raise TypeError(f"{cls.__name__}: kind {kind!r} is already {_MODELS[kind].__name__}.")
         cls.KIND, cls.SCHEMA_VERSION = kind, version

@@ -8,7 +8,7 @@ by its kind when defined. Torch-free. Does not own: computing them (``evaluation
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -51,11 +51,9 @@ class EvaluationBody(Closed):
     curve: list[Json] | None = None
 
 
-class EvaluationReceipt(Receipt):
+class EvaluationReceipt(Receipt, kind="evaluation", version=1):
     """``evaluation.receipt.json``."""
 
-    kind: Literal["evaluation"] = "evaluation"
-    schema_version: Literal[1] = 1
     body: EvaluationBody
 
 
@@ -84,11 +82,9 @@ class CommissioningRunBody(Closed):
     max_allocated_bytes: int | None
 
 
-class CommissioningRunReceipt(Receipt):
+class CommissioningRunReceipt(Receipt, kind="commissioning_run", version=1):
     """``commission.receipt.json``."""
 
-    kind: Literal["commissioning_run"] = "commissioning_run"
-    schema_version: Literal[1] = 1
     body: CommissioningRunBody
 
 
@@ -114,11 +110,9 @@ class CommissioningMilestoneBody(Closed):
     memory_observation: Json | None
 
 
-class CommissioningMilestoneReceipt(Receipt):
+class CommissioningMilestoneReceipt(Receipt, kind="commissioning_milestone", version=1):
     """``milestones/…receipt.json``."""
 
-    kind: Literal["commissioning_milestone"] = "commissioning_milestone"
-    schema_version: Literal[1] = 1
     body: CommissioningMilestoneBody
 
 
@@ -143,11 +137,9 @@ class MpsMemoryBody(Closed):
     within_live_tensor_budget: bool
 
 
-class MpsMemoryReceipt(Receipt):
+class MpsMemoryReceipt(Receipt, kind="mps_memory_observation", version=1):
     """An MPS memory observation's receipt."""
 
-    kind: Literal["mps_memory_observation"] = "mps_memory_observation"
-    schema_version: Literal[1] = 1
     body: MpsMemoryBody
 
 

@@ -6,8 +6,6 @@ Owns: its body model, registered by its kind when defined. Does not own: the com
 
 from __future__ import annotations
 
-from typing import Literal
-
 from qhlab.evidence.envelope import Closed, Json, Receipt
 
 __all__ = [
@@ -30,9 +28,7 @@ class LaneComparisonBody(Closed):
     summary: Json
 
 
-class LaneComparisonReceipt(Receipt):
+class LaneComparisonReceipt(Receipt, kind="lane_comparison", version=1):
     """``lanes.receipt.json``."""
 
-    kind: Literal["lane_comparison"] = "lane_comparison"
-    schema_version: Literal[1] = 1
     body: LaneComparisonBody

@@ -32,7 +32,7 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.recipe import read_toml
-from qhlab.preparation.fits import fit_runner, publish_config_copy
+from qhlab.preparation.fits import finished_record, fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 
@@ -132,16 +132,8 @@ def run_e0_check(
     design = e0_design(study)
     digest = e0_digest(config, design)
     directory = Path(output).expanduser().absolute()
-    if (directory / RECEIPT).is_file():
-        record = read_record(directory)
-        if record["config_sha256"] != digest:
-            raise input_error(
-                E0_CHECK_CALL,
-                "--output",
-                str(directory),
-                "a new directory, or this config's check",
-                "it holds the finished check of another config or gate design; use another --output",
-            )
+    record = finished_record(directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check")
+    if record is not None:
         say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
         return record
     choice = executor if executor is not None else executor_choice(config.executor, None, call=E0_CHECK_CALL)

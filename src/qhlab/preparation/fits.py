@@ -1,6 +1,8 @@
-"""One fit of a preparation step (a tuning trial's or a pilot's), resumable by its cell.
+"""One fit of a preparation step (a tuning trial's or a pilot's), and the tool's directory around it.
 
-Owns: ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell whose
+Owns: a tool's directory (``finished_record``: a finished run's record is adopted when its
+config digest is this run's, and refused otherwise; ``publish_config_copy``), its job runner
+(``fit_runner``), ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell whose
 fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts as
 every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
 which fits a step makes (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting
@@ -9,6 +11,7 @@ itself (``qhlab.finite_horizon.fit``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,37 @@ from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.training.console import configure_console, console_verbose
 from qhlab.training.records import FitReceipt
 
-__all__ = ["adopt_or_fit", "fit_evidence", "fit_runner", "publish_config_copy"]
+__all__ = ["adopt_or_fit", "finished_record", "fit_evidence", "fit_runner", "publish_config_copy"]
+
+
+def finished_record(
+    directory: Path, receipt: str, read_record: Callable[[Path], dict], digest: str, *, call: str, what: str
+) -> dict | None:
+    """The record a finished run of this config left in ``directory``, or None when there is none.
+
+    Args:
+        directory: the tool's output directory.
+        receipt: the record's receipt's file name (its presence marks a finished run).
+        read_record: the record's reader (authenticates and validates it).
+        digest: this run's config (and design) digest.
+        call: the command named in a refusal.
+        what: the tool's record, for the refusal (e.g. ``"tuning"``).
+
+    Raises:
+        QhInputError: the directory holds the finished record of another config (nothing written).
+    """
+    if not (directory / receipt).is_file():
+        return None
+    record = read_record(directory)
+    if record["config_sha256"] != digest:
+        raise input_error(
+            call,
+            "--output",
+            str(directory),
+            f"a new directory, or this config's {what}",
+            f"it holds the finished {what} of another config or design; use another --output",
+        )
+    return record
 
 
 def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:

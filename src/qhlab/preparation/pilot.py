@@ -20,7 +20,7 @@ from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.evidence import exclusive_lock, input_error
 from qhlab.execution import executor_choice
-from qhlab.preparation.fits import adopt_or_fit, fit_evidence, fit_runner, publish_config_copy
+from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
 
 __all__ = ["run_pilot"]
@@ -94,16 +94,8 @@ def run_pilot(
     design = study_design(study)
     digest = pilot_digest(config, design)
     directory = Path(output).expanduser().absolute()
-    if (directory / RECEIPT).is_file():
-        record = read_record(directory)
-        if record["config_sha256"] != digest:
-            raise input_error(
-                PILOT_CALL,
-                "--output",
-                str(directory),
-                "a new directory, or this config's pilot",
-                "it holds the finished pilot of another config or study design; use another --output",
-            )
+    record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot")
+    if record is not None:
         say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
     choice = executor if executor is not None else executor_choice(config.executor, None, call=PILOT_CALL)

@@ -44,7 +44,7 @@ from qhlab.design.tuning_record import (
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
 from qhlab.execution import JobRunner, executor_choice
-from qhlab.preparation.fits import adopt_or_fit, fit_evidence, fit_runner, publish_config_copy
+from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
 
 __all__ = ["run_tuning"]
@@ -270,16 +270,10 @@ def run_tuning(
     workers = config.workers if workers is None else workers
     choice = executor if executor is not None else executor_choice(config.executor, None, call=TUNE_CALL)
     directory = Path(output).expanduser().absolute()
-    if (directory / RECEIPT).is_file():
-        record = read_record(directory)
-        if record["config_sha256"] != _config_digest(config, base):
-            raise input_error(
-                TUNE_CALL,
-                "--output",
-                str(directory),
-                "a new directory, or this config's tuning",
-                "it holds the finished tuning of another config; use another --output",
-            )
+    record = finished_record(
+        directory, RECEIPT, read_record, _config_digest(config, base), call=TUNE_CALL, what="tuning"
+    )
+    if record is not None:
         say(
             f"tuning {config.name}: already finished ({len(record['trials'])} trials); winner trial "
             f"{record['winner']['number'] + 1 if record['winner']['number'] is not None else 'none'}"

@@ -7,8 +7,6 @@ kind when defined. Does not own: the population format (``manifest``) or authent
 
 from __future__ import annotations
 
-from typing import Literal
-
 from qhlab.evidence.envelope import Closed, Json, Receipt
 
 __all__ = [
@@ -33,11 +31,9 @@ class PopulationBody(Closed):
     generator: Json
 
 
-class PopulationReceipt(Receipt):
+class PopulationReceipt(Receipt, kind="population", version=1):
     """``population.receipt.json``."""
 
-    kind: Literal["population"] = "population"
-    schema_version: Literal[1] = 1
     body: PopulationBody
 
 
@@ -59,9 +55,7 @@ class PopulationGenerationBody(Closed):
     nodes: Json | None = None
 
 
-class PopulationGenerationReceipt(Receipt):
+class PopulationGenerationReceipt(Receipt, kind="population_generation", version=1):
     """``generation.receipt.json``."""
 
-    kind: Literal["population_generation"] = "population_generation"
-    schema_version: Literal[1] = 1
     body: PopulationGenerationBody

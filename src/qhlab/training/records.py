@@ -74,11 +74,9 @@ class FitBody(Closed):
     study: Json | None = None
 
 
-class FitReceipt(Receipt):
+class FitReceipt(Receipt, kind="fit", version=1):
     """``fit.receipt.json``: one finished fit."""
 
-    kind: Literal["fit"] = "fit"
-    schema_version: Literal[1] = 1
     body: FitBody
 
 
@@ -105,11 +103,9 @@ class SegmentCheckpointBody(Closed):
     state_sha256: str = Field(pattern=SHA256)
 
 
-class SegmentCheckpointReceipt(Receipt):
+class SegmentCheckpointReceipt(Receipt, kind="segment_checkpoint", version=1):
     """``checkpoints/updates-N.receipt.json``."""
 
-    kind: Literal["segment_checkpoint"] = "segment_checkpoint"
-    schema_version: Literal[1] = 1
     body: SegmentCheckpointBody
 
 
@@ -127,11 +123,9 @@ class ColdInitializationBody(Closed):
     tensor_count: int
 
 
-class ColdInitializationReceipt(Receipt):
+class ColdInitializationReceipt(Receipt, kind="cold_initialization", version=1):
     """``cold_init.receipt.json``."""
 
-    kind: Literal["cold_initialization"] = "cold_initialization"
-    schema_version: Literal[1] = 1
     body: ColdInitializationBody
 
 
@@ -150,9 +144,7 @@ class WandbAttemptBody(Closed):
     publication: Json
 
 
-class WandbAttemptReceipt(Receipt):
+class WandbAttemptReceipt(Receipt, kind="wandb_attempt", version=1):
     """``wandb.receipt.json``."""
 
-    kind: Literal["wandb_attempt"] = "wandb_attempt"
-    schema_version: Literal[1] = 1
     body: WandbAttemptBody
