@@ -18,7 +18,7 @@ from qhlab.evidence import QhInputError, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 
-__all__ = ["register", "run", "KEYLESS"]
+__all__ = ["KEYLESS", "register", "run"]
 
 # What a pass proves, said once: in --help and at the end of every keyless verify.
 KEYLESS = (

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from qhlab.design.preparation_record import Number, StudyReference, read_record_file
+from qhlab.design.preparation_record import Number, StudyReference, checked_config, read_record_file
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     DigestMismatchError,
@@ -46,8 +46,8 @@ __all__ = [
     "RECEIPT",
     "RECORD",
     "STUDIES_DIR",
-    "E0CheckRecord",
     "E0CheckReceipt",
+    "E0CheckRecord",
     "check_record",
     "draw_outcome",
     "publish_record",
@@ -318,18 +318,7 @@ def check_record(directory: str | os.PathLike) -> dict:
     receipt = read_receipt(directory / RECEIPT, E0CheckReceipt).body
     where = f"qhlab verify: {directory / RECORD}"
     design = record["design"]
-    try:
-        config = QhE0CheckConfig.model_validate(record["config"])
-    except ValidationError as exc:
-        raise DigestMismatchError(
-            f"{where}: its config is not a valid E0 check config ({exc.errors()[0]['msg']})."
-        ) from None
-    digest = e0_digest(config, design)
-    if not record["config_sha256"] == receipt.config_sha256 == digest:
-        raise DigestMismatchError(
-            f"{where}: the config and design digest to {digest}, not the recorded "
-            f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
-        )
+    config = checked_config(record, receipt, QhE0CheckConfig, e0_digest, where)
     outcomes = record["outcomes"]
     if [o["train_seed"] for o in outcomes] != list(config.train_seeds):
         raise DigestMismatchError(

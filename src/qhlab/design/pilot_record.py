@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from qhlab.design.preparation_record import (
     FitEvidence,
@@ -24,6 +24,7 @@ from qhlab.design.preparation_record import (
     Number,
     PopulationIdentity,
     StudyReference,
+    checked_config,
     read_record_file,
 )
 from qhlab.evidence import (
@@ -44,8 +45,8 @@ __all__ = [
     "FITS_DIR",
     "RECEIPT",
     "RECORD",
-    "PilotRecord",
     "PilotReceipt",
+    "PilotRecord",
     "check_record",
     "components_of",
     "publish_record",
@@ -273,18 +274,7 @@ def check_record(directory: str | os.PathLike) -> dict:
     receipt = read_receipt(directory / RECEIPT, PilotReceipt).body
     where = f"qhlab verify: {directory / RECORD}"
     design = record["design"]
-    try:
-        config = QhPilotConfig.model_validate(record["config"])
-    except ValidationError as exc:
-        raise DigestMismatchError(
-            f"{where}: its config is not a valid pilot config ({exc.errors()[0]['msg']})."
-        ) from None
-    digest = pilot_digest(config, design)
-    if not record["config_sha256"] == receipt.config_sha256 == digest:
-        raise DigestMismatchError(
-            f"{where}: the config and design digest to {digest}, not the recorded "
-            f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
-        )
+    config = checked_config(record, receipt, QhPilotConfig, pilot_digest, where)
     main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
     if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
         raise DigestMismatchError(

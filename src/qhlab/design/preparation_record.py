@@ -13,17 +13,26 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from qhlab.evidence import SchemaMismatchError, read_receipt
+from qhlab.evidence import DigestMismatchError, SchemaMismatchError, read_receipt
 from qhlab.evidence.envelope import SHA256, Closed, Receipt
 
-__all__ = ["FitEvidence", "MetricPair", "PopulationIdentity", "StudyReference", "read_record_file"]
+__all__ = [
+    "FitEvidence",
+    "MetricPair",
+    "PopulationIdentity",
+    "StudyReference",
+    "checked_config",
+    "read_record_file",
+]
 
 R = TypeVar("R", bound=Receipt)
+C = TypeVar("C", bound=BaseModel)
 # A finite number read from JSON (strict: an integer is a number; a boolean or a string is not).
 Number = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -116,3 +125,32 @@ def read_record_file(
             f"{error['msg']} (the layout of a {model.__name__})."
         ) from None
     return raw, document
+
+
+def checked_config(record: dict, receipt: Any, model: type[C], digest: Callable[[C, dict], str], where: str) -> C:
+    """A record's config, validated again, whose digest with the record's design is the one both
+    the record and its receipt name.
+
+    Args:
+        record: the record (its ``config``, ``design`` and ``config_sha256``).
+        receipt: the receipt's body (its ``config_sha256``).
+        model: the config's model.
+        digest: ``digest(config, design)``, the tool's digest of what its record depends on.
+        where: the record, for messages.
+
+    Raises:
+        DigestMismatchError: the config is not valid, or a digest differs.
+    """
+    try:
+        config = model.model_validate(record["config"])
+    except ValidationError as exc:
+        raise DigestMismatchError(
+            f"{where}: its config is not a valid {model.__name__} ({exc.errors()[0]['msg']})."
+        ) from None
+    recomputed = digest(config, record["design"])
+    if not record["config_sha256"] == receipt.config_sha256 == recomputed:
+        raise DigestMismatchError(
+            f"{where}: the config and design digest to {recomputed}, not the recorded "
+            f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
+        )
+    return config

@@ -21,8 +21,8 @@ __all__ = [
     "sha256_bytes",
     "sha256_file",
     "sha256_tree",
-    "tree_manifest",
     "to_jsonable",
+    "tree_manifest",
 ]
 
 _CHUNK = 1 << 20

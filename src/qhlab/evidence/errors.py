@@ -13,18 +13,18 @@ import math
 from typing import Any
 
 __all__ = [
+    "DigestMismatchError",
+    "EvidenceError",
+    "LockHeldError",
+    "MissingEvidenceError",
+    "OrderError",
+    "PublishConflictError",
+    "QhError",
+    "QhInputError",
+    "SchemaMismatchError",
     "input_error",
     "require_int",
     "require_number",
-    "QhError",
-    "QhInputError",
-    "EvidenceError",
-    "DigestMismatchError",
-    "SchemaMismatchError",
-    "MissingEvidenceError",
-    "PublishConflictError",
-    "OrderError",
-    "LockHeldError",
 ]
 
 

@@ -22,15 +22,15 @@ from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file
 from qhlab.evidence.errors import PublishConflictError, QhError, QhInputError
 
 __all__ = [
-    "publish_bytes",
-    "publish_json",
-    "publish_file",
-    "publish_directory",
+    "TEMP_MARKER",
     "fresh_directory",
+    "publish_bytes",
+    "publish_directory",
+    "publish_file",
+    "publish_json",
+    "remove_leftovers",
     "safe_component",
     "storage_error",
-    "remove_leftovers",
-    "TEMP_MARKER",
 ]
 
 T = TypeVar("T")

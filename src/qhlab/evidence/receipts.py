@@ -46,16 +46,16 @@ from qhlab.evidence.tree import logger_leftover, refuse_links
 
 __all__ = [
     "DEFAULT_POPULATION_ROOT",
+    "ORIGIN_FIELD",
     "FileCopy",
-    "write_receipt",
-    "read_receipt",
-    "verify_directory",
-    "bind_files",
     "authentication_roots",
+    "bind_files",
     "locate_population",
     "population_roots",
+    "read_receipt",
     "recorded_origin",
-    "ORIGIN_FIELD",
+    "verify_directory",
+    "write_receipt",
 ]
 
 # Where populations are cached unless a config names another cache; ``verify_directory``

@@ -17,7 +17,7 @@ from pathlib import Path
 from qhlab import __version__
 from qhlab.evidence.errors import LockHeldError, MissingEvidenceError
 
-__all__ = ["source_package_digest", "exclusive_lock"]
+__all__ = ["exclusive_lock", "source_package_digest"]
 
 
 def source_package_digest(package_root: str | os.PathLike | None = None) -> dict:

@@ -22,11 +22,11 @@ __all__ = [
     "EXECUTORS",
     "FIT_WORKER_IMPORTS",
     "ExecutorChoice",
+    "JobRunner",
     "RayExecutor",
     "add_executor_arguments",
     "executor_choice",
     "open_executor",
     "where_am_i",
-    "JobRunner",
     "worker_memo",
 ]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["start_reaper", "process_tree"]
+__all__ = ["process_tree", "start_reaper"]
 
 _POLL_SECONDS = 0.5
 # A driver that exits cleanly has shut its Ray down already; one that was killed has left the

@@ -40,21 +40,21 @@ from qhlab.finite_horizon.evaluation_inputs import (
 )
 
 __all__ = [
-    "scene_means",
+    "STRAIGHT_STRIKE_INDEX",
+    "best_fixed_index",
+    "constant_predictions",
+    "evaluate_population",
+    "fixed_index_regret",
+    "myopic_oracle_regret",
     "per_scene_mae",
     "per_scene_regret",
     "per_scene_uniform_regret",
+    "per_state_choice_regret",
+    "population_heuristic_references",
+    "population_train_constant",
+    "scene_means",
     "scene_weighted_summary",
     "train_constant",
-    "constant_predictions",
-    "population_train_constant",
-    "per_state_choice_regret",
-    "fixed_index_regret",
-    "best_fixed_index",
-    "myopic_oracle_regret",
-    "STRAIGHT_STRIKE_INDEX",
-    "evaluate_population",
-    "population_heuristic_references",
 ]
 
 # By the scene layout contract (``qhlab.scenes.candidates``), candidate 0 of every state is the

@@ -15,9 +15,9 @@ import importlib
 __all__ = [
     "GENERATOR_VERSION",
     "PRESETS",
-    "get_preset",
-    "generate_population",
     "cached_population",
+    "generate_population",
+    "get_preset",
     "read_manifest",
 ]
 

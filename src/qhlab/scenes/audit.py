@@ -45,16 +45,16 @@ from qhlab.scenes.world import engine_identity, simulate_strike
 __all__ = [
     "AUDIT_STATES",
     "LabelArrays",
-    "read_labels",
-    "check_counts",
-    "check_structure",
+    "audit_population",
     "bellman_violations",
     "check_bellman",
+    "check_counts",
     "check_population_labels",
+    "check_structure",
     "check_successors",
-    "audit_population",
-    "miss_probability",
     "coverage_text",
+    "miss_probability",
+    "read_labels",
 ]
 
 AUDIT_STATES = 8

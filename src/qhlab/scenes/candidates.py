@@ -23,16 +23,16 @@ from qhlab.scenes.sampler import CandidateLayout
 from qhlab.scenes.world import Scene
 
 __all__ = [
-    "Strike",
-    "OBJECT_FEATURES",
-    "GOAL_FEATURES",
     "CANDIDATE_FEATURES",
-    "candidate_strikes",
+    "GOAL_FEATURES",
+    "OBJECT_FEATURES",
+    "Strike",
     "candidate_features",
-    "object_features",
+    "candidate_strikes",
     "goal_features",
-    "target_goal_distance",
+    "object_features",
     "reward",
+    "target_goal_distance",
 ]
 
 OBJECT_FEATURES: tuple[tuple[str, str], ...] = (

@@ -30,8 +30,8 @@ from qhlab.scenes.sampler import CandidateLayout
 from qhlab.scenes.world import Scene, simulate_strike
 
 __all__ = [
-    "expand_state",
     "TreeSearch",
+    "expand_state",
 ]
 
 NodeKey = tuple[int, bytes]

@@ -62,10 +62,10 @@ from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_s
 from qhlab.scenes.world import engine_identity
 
 __all__ = [
-    "generate_population",
     "cached_population",
-    "scene_content_digests",
+    "generate_population",
     "planned_simulations",
+    "scene_content_digests",
 ]
 
 # The scenes.parquet columns that make a scene what it is physically: pucks, their radius,

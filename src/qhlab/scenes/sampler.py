@@ -18,16 +18,16 @@ from qhlab.scenes.world import PhysicsConfig, Scene
 
 __all__ = [
     "GENERATOR_VERSION",
+    "PRESETS",
     "SPLITS",
     "ActorSpec",
     "CandidateLayout",
     "Preset",
-    "PRESETS",
-    "get_preset",
-    "scene_seed_sequence",
     "actor_seed_sequence",
+    "get_preset",
     "sample_scene",
     "scene_id_for",
+    "scene_seed_sequence",
 ]
 
 GENERATOR_VERSION = 2

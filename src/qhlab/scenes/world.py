@@ -36,9 +36,9 @@ __all__ = [
     "Scene",
     "StrikeOutcome",
     "build_space",
-    "simulate_strike",
     "engine_identity",
     "kinetic_energy",
+    "simulate_strike",
 ]
 
 GRAVITY = 9.81

@@ -32,10 +32,10 @@ __all__ = [
     "BootstrapInterval",
     "Margin",
     "RetentionDecision",
-    "pooled_seed_values",
     "paired_scene_bootstrap",
-    "scene_mean_interval",
+    "pooled_seed_values",
     "retention_margins",
+    "scene_mean_interval",
     "seed_disagreement",
 ]
 

@@ -47,13 +47,13 @@ __all__ = [
     "REPLICATION_LABELS",
     "STUDY_VERDICTS",
     "PooledDifference",
-    "pooled_difference",
     "interval_side",
+    "minimum_detectable_effect",
+    "pooled_difference",
     "replication_label",
     "retention_replication",
-    "study_verdict",
-    "minimum_detectable_effect",
     "seed_effect_sd",
+    "study_verdict",
 ]
 
 REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")

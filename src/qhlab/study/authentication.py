@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
 __all__ = [
-    "FrozenStudy",
     "STUDY_PACKAGES",
+    "FrozenStudy",
     "authenticate_attempt",
     "authenticate_cells",
     "authenticate_development",

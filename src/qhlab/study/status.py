@@ -73,7 +73,7 @@ from qhlab.study.family import source_changes
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
-__all__ = ["STATES", "study_status", "status_lines"]
+__all__ = ["STATES", "status_lines", "study_status"]
 
 R = TypeVar("R", bound=Receipt)
 

@@ -29,8 +29,8 @@ from qhlab.training.profiles import (
 from qhlab.training.wandb_attempt import WandbAttempt, publish_wandb_attempt
 
 __all__ = [
-    "ColdInitializationLineage",
     "PROFILE_NAMES",
+    "ColdInitializationLineage",
     "ProfileRefusedError",
     "QhExecutionProfile",
     "RuntimeEvidence",

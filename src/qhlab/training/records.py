@@ -15,9 +15,9 @@ from pydantic import Field
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt
 
 __all__ = [
+    "FIT_CALLER_FIELDS",
     "ColdInitializationBody",
     "ColdInitializationReceipt",
-    "FIT_CALLER_FIELDS",
     "FitBody",
     "FitReceipt",
     "SegmentCheckpointBody",
