@@ -1,4 +1,4 @@
-"""Seed 002: the architecture study's API, order, validation closure, tampering and report."""
+"""The architecture study's API, order, validation closure, tampering and report."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from qhlab.study import authentication
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 _NONE = inspect.Parameter.empty
-# (name, kind, default) of every parameter, exactly as seed 002 declares them.
+# (name, kind, default) of every parameter, exactly as the API reference declares them.
 SEED_SIGNATURES = {
     "admit_canaries": [("config_path", _POSITIONAL, _NONE), ("output", _POSITIONAL, _NONE)],
     "benchmark_scorer": [("fit", _POSITIONAL, _NONE), ("train", _POSITIONAL, _NONE)],

@@ -1,4 +1,4 @@
-"""Tests for qhlab.training.execution_profile (seed 000): profiles, W&B attempts, device checks.
+"""Tests for qhlab.training.execution_profile: profiles, W&B attempts, device checks.
 
 Seed names are imported from the seed path; ``qhlab.training.profiles`` is named only where
 the test is about which module the policy digest covers.

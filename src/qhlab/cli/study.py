@@ -1,7 +1,7 @@
 """``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status,compare-lanes}``.
 
 Owns: registering the ``study`` command group. Does not own: the steps' arguments
-(``qhlab.study.arguments``, shared with the seed's ``main``) or running them
+(``qhlab.study.arguments``, shared with the study's ``main``) or running them
 (``qhlab.finite_horizon.studies.architecture_study.run_study_command``), so that ``python -m
 ...architecture_study`` and ``qhlab study`` parse and print exactly the same way.
 """

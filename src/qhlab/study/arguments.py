@@ -1,4 +1,4 @@
-"""The study's command-line arguments: ``qhlab study STEP ...`` and the seed's ``main``, one parser.
+"""The study's command-line arguments: ``qhlab study STEP ...`` and ``architecture_study.main``, one parser.
 
 Owns: ``add_study_arguments`` (every step's subcommand and options, ``status`` and
 ``compare-lanes``). Imports neither torch nor the pipeline, so that ``qhlab --help`` and every

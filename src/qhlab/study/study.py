@@ -6,7 +6,7 @@ job: the order of the steps). A step authenticates the study once per ``Study`` 
 (``authenticate_freeze``) and works inside ``authentication_roots``: the receipts of a copied study
 are checked in the copy, and populations that moved are found by digest. Does not own: what a step
 does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``,
-``report``; ``run`` for the main job's fits) or the seed's path-based functions
+``report``; ``run`` for the main job's fits) or the path-based step functions
 (``qhlab.finite_horizon.studies.architecture_study``), which are one-line calls of this object.
 """
 

@@ -1,9 +1,9 @@
-"""Training layer: execution profiles (seed 000), tensor state files, the Lightning launcher.
+"""Training layer: execution profiles, tensor state files, the Lightning launcher.
 
 Owns: backend/precision policy (``profiles``), W&B attempt identity (``wandb_attempt``),
 tensor state files and the cold-initialization artifact (``tensor_state``, ``lineage``), and
 the generic fit seam (``launcher`` with ``optimizer_state``, ``callbacks``, ``segments``).
-``execution_profile`` is seed 000's public path and re-exports its names. Does not own: the
+``execution_profile`` is the public API of lanes and W&B attempts and re-exports its names. Does not own: the
 QH learning rule, scorer or recipe (``qhlab.finite_horizon``) or receipts
 (``qhlab.evidence``). Names resolve lazily so that ``import qhlab.training`` does not import
 torch until one is used.

@@ -1,12 +1,12 @@
-"""Checks that live tensors obey an execution lane, and MPS CPU-fallback observation (seed 000).
+"""Checks that live tensors obey an execution lane, and MPS CPU-fallback observation.
 
 Owns: ``assert_device_tensors`` (every parameter, buffer and gradient FP32 on the lane's device),
 ``device_check_record`` (the same over optimizer state, as a JSON-able record) and
 ``captured_fallback_operations`` (the MPS operators that fell back to the CPU inside a
 context). Every check only reads tensors. Does not own: the lanes and their admission
 (``qhlab.training.profiles``) or the fit callback that runs these checks
-(``qhlab.training.lane_evidence``). Seed 000's public path ``qhlab.training.execution_profile``
-re-exports the seed names.
+(``qhlab.training.lane_evidence``). The public API ``qhlab.training.execution_profile``
+re-exports its public names.
 """
 
 from __future__ import annotations

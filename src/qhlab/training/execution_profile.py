@@ -1,6 +1,6 @@
-"""Execution and W&B-attempt policy for the QH research launchers (seed 000's public path).
+"""Execution and W&B-attempt policy for the QH research launchers (its public API).
 
-Owns: nothing of its own. It is the stable import path of seed 000 and re-exports every name
+Owns: nothing of its own. It is the public API path of lanes and W&B attempts and re-exports every name
 from the module that implements it:
 
 - ``qhlab.training.profiles``: execution lanes, their registry and admission, precision,

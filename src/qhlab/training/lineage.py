@@ -1,14 +1,14 @@
 """Cold-initialization lineage: authenticate the cold state a (resumed) fit lineage started from.
 
-Owns: ``verified_cold_initialization_lineage`` (seed 000) and its record
+Owns: ``verified_cold_initialization_lineage`` and its record
 ``ColdInitializationLineage``, carrying a verified cold-init artifact into a new segment
 directory (``copy_cold_initialization``) and the host-independent form a receipt binds
 (``lineage_record``).
 
 Does not own: the tensor file format or writing the cold-init artifact
 (``qhlab.training.tensor_state``), receipts and digests (``qhlab.evidence``), or choosing
-which segment to resume (``qhlab.training.segments``). Seed 000's public path
-``qhlab.training.execution_profile`` re-exports the seed names.
+which segment to resume (``qhlab.training.segments``). The public API path
+``qhlab.training.execution_profile`` re-exports its public names.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Execution lanes of the QH launchers: the closed profile registry and runtime admission (seed 000).
+"""Execution lanes of the QH launchers: the closed profile registry and runtime admission.
 
 Owns: the closed registry of execution profiles (``cuda-amp``, ``mps-fp32``, ``cpu-fp32``,
 ``cpu-bf16``, ``cpu-fp32-darwin-arm64``), applying one profile's backend fields to a recipe, admitting the
@@ -11,7 +11,7 @@ Does not own: checking that live tensors obey a lane and observing MPS CPU fallb
 attempt identity and publication (``qhlab.training.wandb_attempt``), cold-initialization
 lineage (``qhlab.training.lineage``), the recipe's scientific fields
 (``qhlab.finite_horizon.recipe``), or receipts, digests and errors (``qhlab.evidence``).
-Seed 000's public path ``qhlab.training.execution_profile`` re-exports these names.
+The public API ``qhlab.training.execution_profile`` re-exports these names.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""W&B identity of one immutable training attempt or segment, and its publication (seed 000).
+"""W&B identity of one immutable training attempt or segment, and its publication.
 
 Owns: ``WandbAttempt`` (run id, resume/offline mode, logical run, local segment id), the
 fresh local output directory of an attempt, its host-local writer lock,
@@ -8,7 +8,7 @@ directory holds no symbolic link, so a published directory can be signed.
 
 Does not own: creating the W&B run or the ``WandbLogger`` (``qhlab.training.launcher``),
 execution lanes (``qhlab.training.profiles``), or receipts, locks and safe path components
-(``qhlab.evidence``). Seed 000's public path ``qhlab.training.execution_profile``
+(``qhlab.evidence``). The public API ``qhlab.training.execution_profile``
 re-exports these names.
 """
 

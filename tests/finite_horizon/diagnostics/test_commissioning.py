@@ -1,4 +1,4 @@
-"""Commissioning gates (seed 001): signatures, observed counting, gate failures, readers, memory guard.
+"""Commissioning gates: signatures, observed counting, gate failures, readers, memory guard.
 
 Fast tests fit the real ``QhTDModule`` on a small synthetic population (a private shim with
 the tensor fields of the ``Population`` contract, as in ``test_q_learning.py``) with a bare

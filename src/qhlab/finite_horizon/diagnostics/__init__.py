@@ -1,6 +1,6 @@
 """Engineering diagnostics of QH fits: observed commissioning gates and memory guards.
 
-Owns: opt-in commissioning (seed 001) that observes successful optimizer updates, saves CPU
+Owns: opt-in commissioning that observes successful optimizer updates, saves CPU
 state at declared gates and authenticates it later. ``commissioning`` is the seed module and
 re-exports every name from the modules that implement them: ``milestones`` (config, receipt,
 file names, reader), ``milestone_gate`` (the Lightning callback on a live fit) and

@@ -1,4 +1,4 @@
-"""Observed optimizer milestones for opt-in engineering commissioning (seed 001): the public face.
+"""Observed optimizer milestones for opt-in engineering commissioning: the public API.
 
 Owns: the seed module path ``qhlab.finite_horizon.diagnostics.commissioning`` and its names.
 Every name is re-exported, unchanged, from the module that implements it:

@@ -1,7 +1,9 @@
-"""The seed's public path of the architecture study: ``architecture_study``.
+"""The architecture study's public API path: ``architecture_study``.
 
-Owns nothing else: the study application lives in ``qhlab.study``, a package above this science
-core, and ``architecture_study`` re-exports the seed's names from it.
+``architecture_study`` is the study application's entry point: its step functions (one call each
+of ``qhlab.study.Study``), its command and ``main``. It sits above the study pipeline
+(``qhlab.study``) and the preparation tools, not in the science core beside it; import-linter's
+contract in ``pyproject.toml`` lists it as its own layer.
 """
 
 __all__ = ["architecture_study"]
