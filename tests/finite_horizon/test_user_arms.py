@@ -18,15 +18,15 @@ from pydantic import ValidationError
 
 from qhlab.cli import main
 from qhlab.evidence import QhError, read_receipt
-from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
-from qhlab.finite_horizon.arm_source import (
-    ArmSource,
+from qhlab.execution.user_code import (
+    FrozenSource,
     locate_source,
-    parse_builder,
+    parse_entry,
     provide,
     source_digest,
     source_files,
 )
+from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
 from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer
 from qhlab.training.records import FitReceipt
 
@@ -36,11 +36,16 @@ DIMS = ScorerDims(object_features=5, goal_features=3, candidate_features=4, hori
 
 def _provided(tmp_path: Path, arm: str = "struck_mlp", builder: str = "my_arms.py:build_mlp") -> ArchitectureConfig:
     shutil.copy(EXAMPLES / "my_arms.py", tmp_path / "my_arms.py")
-    located = locate_source(parse_builder(builder), tmp_path)
+    located = locate_source(parse_entry(builder), tmp_path)
     files = {rel: hashlib.sha256(data).hexdigest() for rel, data in source_files(located.path).items()}
     provide(
-        ArmSource(
-            arm=arm, builder=builder, root=tmp_path, module=located.module, function=located.function, files=files
+        FrozenSource(
+            owner=f"arm {arm!r}",
+            entry=builder,
+            root=tmp_path,
+            module=located.module,
+            function=located.function,
+            files=files,
         )
     )
     return ArchitectureConfig.model_validate(

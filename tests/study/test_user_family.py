@@ -177,15 +177,15 @@ def test_tampered_frozen_copy_is_refused_by_every_step_and_verify(tmp_path, froz
 
 def test_copy_changed_after_authentication_is_refused_at_import(tmp_path, frozen_byo) -> None:
     """A copy replaced between a step's authentication and the arm's first import is refused."""
-    from qhlab.finite_horizon.arm_source import resolve_builder
+    from qhlab.execution.user_code import resolve_entry
 
     output = tmp_path / "study"
     shutil.copytree(frozen_byo["output"], output)
     frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
     copy = output / FAMILY_DIR / "control_maxpool_sets" / "my_arms.py"
     copy.write_text(copy.read_text().replace("amax", "amin"))
-    source = resolve_builder(
-        "control_maxpool_sets", "my_arms.py:build_maxpool_sets", frozen.sources["control_maxpool_sets"]
+    source = resolve_entry(
+        "arm 'control_maxpool_sets'", "my_arms.py:build_maxpool_sets", frozen.sources["control_maxpool_sets"]
     )
     assert source.root == output / FAMILY_DIR / "control_maxpool_sets"
     with pytest.raises(
@@ -193,7 +193,7 @@ def test_copy_changed_after_authentication_is_refused_at_import(tmp_path, frozen
         match="differs from the bound digests in control_maxpool_sets/my_arms.py|"
         "differs from the bound digests in my_arms.py",
     ):
-        source.builder_function()
+        source.entry_function()
 
 
 def test_verify_never_imports_user_code(tmp_path, byo) -> None:
@@ -410,16 +410,16 @@ def test_a_local_package_is_frozen_whole_and_sealed(tmp_path, byo, capsys, build
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "armpkg/extra.py" in capsys.readouterr().err
-    from qhlab.finite_horizon.arm_source import resolve_builder
+    from qhlab.execution.user_code import resolve_entry
 
     frozen = authenticate_freeze(config, output, "run_fit")
     with pytest.raises(EvidenceError, match="armpkg/extra.py"):
-        resolve_builder("variant_struck_mlp", builder, frozen.sources["variant_struck_mlp"]).builder_function()
+        resolve_entry("arm 'variant_struck_mlp'", builder, frozen.sources["variant_struck_mlp"]).entry_function()
 
 
 def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -> None:
     """What a Ray task receives: the copy's bytes, written into its own directory and provided."""
-    from qhlab.finite_horizon.arm_source import resolve_builder
+    from qhlab.execution.user_code import resolve_entry
     from qhlab.study.family import family_bytes, provide_shipped
 
     body = read_receipt(frozen_byo["output"] / FREEZE_RECEIPT, StudyFreezeReceipt).body
@@ -428,12 +428,12 @@ def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -
     assert shipped["files"] == {"my_arms.py": MY_ARMS.read_bytes()}
     sha = shipped["record"]["sha256"]
     provide_shipped(shipped, tmp_path / "worker")
-    source = resolve_builder("variant_struck_mlp", "my_arms.py:build_mlp", sha)
-    assert source.root == tmp_path / "worker" and callable(source.builder_function())
+    source = resolve_entry("arm 'variant_struck_mlp'", "my_arms.py:build_mlp", sha)
+    assert source.root == tmp_path / "worker" and callable(source.entry_function())
     forged = {**shipped, "files": {"my_arms.py": MY_ARMS.read_bytes() + b"\n# forged in transit\n"}}
     provide_shipped(forged, tmp_path / "forged")
     with pytest.raises(EvidenceError, match="differs from the bound digests in my_arms.py"):
-        resolve_builder("variant_struck_mlp", "my_arms.py:build_mlp", sha).builder_function()
+        resolve_entry("arm 'variant_struck_mlp'", "my_arms.py:build_mlp", sha).entry_function()
 
 
 def test_a_user_baseline_sizes_the_family_and_binds_its_source(tmp_path, byo, capsys) -> None:
@@ -504,7 +504,7 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     import py_compile
 
     from qhlab.evidence import write_receipt
-    from qhlab.finite_horizon.arm_source import resolve_builder
+    from qhlab.execution.user_code import resolve_entry
 
     output = tmp_path / "study"
     shutil.copytree(frozen_byo["output"], output)
@@ -516,9 +516,9 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     py_compile.compile(str(evil), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
     with pytest.raises(EvidenceError, match="__pycache__"):
-        resolve_builder(
-            "variant_struck_mlp", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
-        ).builder_function()
+        resolve_entry(
+            "arm 'variant_struck_mlp'", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
+        ).entry_function()
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "__pycache__" in capsys.readouterr().err

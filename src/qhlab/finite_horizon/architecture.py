@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from qhlab.evidence import require_int
-from qhlab.finite_horizon.arm_source import parse_builder
+from qhlab.execution.user_code import parse_entry
 
 __all__ = [
     "ARMS",
@@ -127,7 +127,7 @@ class ArchitectureConfig(BaseModel):
     the structure, which is what makes an arm an arm.
 
     A user arm names its ``builder`` (``"file.py:function"`` or ``"package.module:function"``;
-    ``arm_source``): it has no structure fields, its sizes (``encoder.width``, ``depth``,
+    ``qhlab.execution.user_code``): it has no structure fields, its sizes (``encoder.width``, ``depth``,
     ``heads``) and ``options`` (extra scalars the builder reads) pass through to the builder,
     and ``source_sha256`` binds the source the builder is imported from (set by the study's
     freeze or by ``qhlab fit`` from the file it names). Validating one never imports it.
@@ -210,7 +210,7 @@ class ArchitectureConfig(BaseModel):
                 )
             _check_structure(self)
             return self
-        parse_builder(self.builder)
+        parse_entry(self.builder)
         if self.arm in ARMS:
             raise ValueError(
                 f"arm={self.arm!r} with builder={self.builder!r} is not allowed; allowed: a name that is "

@@ -35,13 +35,13 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import EVALUATION_RECEIPT
-from qhlab.finite_horizon.arm_source import (
-    BUILDER_FORMS,
-    ArmSource,
+from qhlab.execution.user_code import (
+    ENTRY_FORMS,
+    FrozenSource,
     file_digests,
     provide,
     read_source,
-    resolve_builder,
+    resolve_entry,
     source_digest,
 )
 from qhlab.finite_horizon.data import Population, load_population
@@ -293,7 +293,7 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
         try:
             located, files = read_source(arch.builder, base)
         except (ValueError, OSError) as exc:
-            raise input_error(call, "architecture.builder", arch.builder, BUILDER_FORMS, str(exc)) from None
+            raise input_error(call, "architecture.builder", arch.builder, ENTRY_FORMS, str(exc)) from None
         digests = file_digests(files)
         sha = source_digest(digests)
         if arch.source_sha256 not in (None, sha):
@@ -305,9 +305,9 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
                 "the recipe binds another version of the arm's source; remove source_sha256 or restore that source",
             )
         provide(
-            ArmSource(
-                arm=arch.arm,
-                builder=arch.builder,
+            FrozenSource(
+                owner=f"arm {arch.arm!r}",
+                entry=arch.builder,
                 root=located.path.parent,
                 module=located.module,
                 function=located.function,
@@ -316,7 +316,7 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
             )
         )
         recipe = recipe.model_copy(update={"architecture": arch.model_copy(update={"source_sha256": sha})})
-    resolve_builder(arch.arm, arch.builder, recipe.architecture.source_sha256)
+    resolve_entry(f"arm {arch.arm!r}", arch.builder, recipe.architecture.source_sha256, call=call)
     return recipe
 
 

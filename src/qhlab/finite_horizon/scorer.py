@@ -26,13 +26,13 @@ import torch
 from torch import Tensor, nn
 
 from qhlab.evidence import QhError
+from qhlab.execution.user_code import resolve_entry
 from qhlab.finite_horizon.architecture import (
     ARMS,
     MAX_ENSEMBLE_MEMBERS,
     ArchitectureConfig,
     ScorerDims,
 )
-from qhlab.finite_horizon.arm_source import resolve_builder
 from qhlab.finite_horizon.components import (
     AttentionEncoder,
     ConcatFusion,
@@ -155,8 +155,8 @@ def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str
     ``q_head_init="zero"`` zeroes the module's Q head: the last ``nn.Linear`` (in module order)
     whose ``out_features`` is H, drawn as usual first.
     """
-    source = resolve_builder(arch.arm, arch.builder, arch.source_sha256)
-    scorer = source.builder_function()(arch, dims)
+    source = resolve_entry(f"arm {arch.arm!r}", arch.builder, arch.source_sha256, call="build_scorer")
+    scorer = source.entry_function()(arch, dims)
     if not isinstance(scorer, nn.Module):
         raise QhError(
             f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "

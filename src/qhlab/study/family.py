@@ -7,7 +7,7 @@ under one seed); after freeze, making the frozen copies importable in this proce
 (``provide_family``, called for every authenticated study, on every executor) and shipping
 their bytes to a Ray worker (``family_bytes``, ``provide_shipped``); and what ``qhlab study
 status`` says of the user's own files (``source_changes``). Does not own: parsing builders,
-digesting and importing a copy (``qhlab.finite_horizon.arm_source``), building scorers
+digesting and importing a copy (``qhlab.execution.user_code``), building scorers
 (``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
 """
 
@@ -24,7 +24,7 @@ import qhlab
 from qhlab.design.study_records import StudyFreezeBody
 from qhlab.evidence import QhInputError, publish_bytes
 from qhlab.evidence.layout import FAMILY_DIR
-from qhlab.finite_horizon.arm_source import ArmSource, file_digests, provide, read_source, source_digest, source_files
+from qhlab.execution.user_code import FrozenSource, file_digests, provide, read_source, source_digest, source_files
 
 __all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]
 
@@ -74,10 +74,10 @@ def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict
     return records
 
 
-def _arm_source(arm: str, record: dict, root: Path) -> ArmSource:
-    return ArmSource(
-        arm=arm,
-        builder=record["builder"],
+def _arm_source(arm: str, record: dict, root: Path) -> FrozenSource:
+    return FrozenSource(
+        owner=f"arm {arm!r}",
+        entry=record["builder"],
         root=root,
         module=record["module"],
         function=record["function"],
@@ -146,7 +146,7 @@ def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
     top = record["module"].split(".")[0]
     installed = _installed_roots()
     for name in sorted(new):
-        if name.startswith("_qhlab_arm_"):
+        if name.startswith("_qhlab_user_"):
             continue
         file = getattr(sys.modules.get(name), "__file__", None)
         path = None if file is None else Path(os.path.abspath(file))
@@ -310,7 +310,7 @@ def provide_family(body: StudyFreezeBody, output: Path) -> dict[str, str]:
     """Make a frozen study's user-arm copies importable here; returns ``{arm: source sha256}``.
 
     The copies' digests are checked against the freeze receipt right before their first import
-    (``ArmSource.check``), so a copy changed after the study was authenticated is refused.
+    (``FrozenSource.check``), so a copy changed after the study was authenticated is refused.
     """
     sources = family_sources(body)
     for arm, record in sources.items():

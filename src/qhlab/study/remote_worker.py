@@ -144,7 +144,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
             local[role] = directory
         torch.set_num_threads(job["torch_threads"])
 
-        # Checked against the freeze's digests before it is imported (ArmSource.check).
+        # Checked against the freeze's digests before it is imported (FrozenSource.check).
         provide_shipped(job.get("arm_source"), root / "family")
         result = fit_recipe(
             FitRequest(

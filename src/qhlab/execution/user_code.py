@@ -1,17 +1,17 @@
-"""User arms: a builder named by path, its source digested, and imported only from a checked copy.
+"""User code: an entry named by path, its source digested, and imported only from a checked copy.
 
-Owns: parsing a builder string (``parse_builder``: ``"arms.py:build_mlp"`` or
-``"package.module:build_mlp"``), finding the source it names (``locate_source``: one module
-file, a local package directory, or an installed package), reading and digesting that source
-(``read_source``, ``source_files``, ``source_digest``), making a copy of it importable in this process under
-the digests it must have (``provide``, ``ArmSource``) and resolving an architecture's builder
-from what was provided (``resolve_builder``). A copy is re-hashed right before its first
-import and imported under a name of its own (never the user's module name), without writing
-bytecode into it, so a study's frozen copy stays exactly the bytes its freeze bound.
+A user arm's builder and a user environment's factory are both *entries*: ``"arms.py:build_mlp"``
+or ``"package.module:make"``. Owns: parsing an entry (``parse_entry``), finding the source it names
+(``locate_source``: one module file, a local package directory, or an installed package), reading
+and digesting that source (``read_source``, ``source_files``, ``source_digest``), making a copy of
+it importable in this process under the digests it must have (``provide``, ``FrozenSource``) and
+resolving an entry from what was provided (``resolve_entry``). A copy is re-hashed right before
+its first import and imported under a name of its own (never the user's module name), without
+writing bytecode into it, so a frozen copy stays exactly the bytes its freeze bound.
 
-Does not own: the built-in arms and ``build_scorer`` (``scorer``), where a study keeps its
-copy and the builder contract it checks at freeze (the study's ``family`` module), or
-digests of evidence files (``qhlab.evidence``).
+Does not own: what an entry must return (the arm's contract: ``qhlab.study.family``; the
+environment's: ``qhlab.scenes.environment``), where a copy is kept (a study's ``family/``, a
+population's ``environment/``) or digests of evidence files (``qhlab.evidence``).
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ from typing import Any, Literal
 from qhlab.evidence import EvidenceError, QhError, canonical_json, sha256_bytes
 
 __all__ = [
-    "ArmSource",
-    "BuilderSpec",
+    "ENTRY_FORMS",
+    "EntrySpec",
+    "FrozenSource",
     "LocatedSource",
     "file_digests",
     "locate_source",
-    "parse_builder",
+    "parse_entry",
     "provide",
     "read_source",
-    "resolve_builder",
+    "resolve_entry",
     "source_digest",
     "source_files",
 ]
@@ -49,17 +50,17 @@ _MAX_FILES = 2000
 _MAX_BYTES = 32 * 2**20
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-BUILDER_FORMS = '"file.py:function" (relative to the config) or "package.module:function"'
+ENTRY_FORMS = '"file.py:function" (relative to the file that names it) or "package.module:function"'
 
 
 @dataclass(frozen=True)
-class BuilderSpec:
-    """A parsed builder string.
+class EntrySpec:
+    """A parsed entry string (a builder or a factory).
 
     Attributes:
         text: the string as written.
         module: ``"path/to/file.py"`` (``is_file``) or ``"package.module"``.
-        function: the builder function's name.
+        function: the entry function's name.
         is_file: the module is named by a file path.
     """
 
@@ -69,36 +70,40 @@ class BuilderSpec:
     is_file: bool
 
 
-def parse_builder(text: Any) -> BuilderSpec:
+def parse_entry(text: Any, *, field: str = "builder") -> EntrySpec:
     """Parse ``"file.py:function"`` or ``"package.module:function"``.
+
+    Args:
+        text: the entry as written.
+        field: what the config calls it (``builder``, ``environment.factory``), for messages.
 
     Raises:
         ValueError: any other form (the message says what is allowed).
     """
     if not isinstance(text, str) or "\x00" in text or text.count(":") != 1:
-        raise ValueError(f"builder={text!r} is not allowed; allowed: {BUILDER_FORMS}")
+        raise ValueError(f"{field}={text!r} is not allowed; allowed: {ENTRY_FORMS}")
     module, function = text.split(":")
     is_file = module.endswith(".py")
     if not _IDENTIFIER.match(function) or not module or (not is_file and not _DOTTED.match(module)):
-        raise ValueError(f"builder={text!r} is not allowed; allowed: {BUILDER_FORMS}")
+        raise ValueError(f"{field}={text!r} is not allowed; allowed: {ENTRY_FORMS}")
     if is_file and not _IDENTIFIER.match(Path(module).stem):
         raise ValueError(
-            f"builder={text!r} is not allowed; allowed: a file whose name is a Python identifier "
-            f"plus .py, in {BUILDER_FORMS}"
+            f"{field}={text!r} is not allowed; allowed: a file whose name is a Python identifier "
+            f"plus .py, in {ENTRY_FORMS}"
         )
-    return BuilderSpec(text=text, module=module, function=function, is_file=is_file)
+    return EntrySpec(text=text, module=module, function=function, is_file=is_file)
 
 
 @dataclass(frozen=True)
 class LocatedSource:
-    """Where a builder's source is, and what of it is copied.
+    """Where an entry's source is, and what of it is copied.
 
     Attributes:
         kind: ``"file"`` (one module file), ``"package"`` (a local package directory) or
             ``"installed"`` (an installed package's directory).
         path: the file or the package directory (what is copied).
         module: the dotted module inside the copy (``"arms"``, ``"mypkg.models"``).
-        function: the builder's name.
+        function: the entry's name.
     """
 
     kind: Literal["file", "package", "installed"]
@@ -119,8 +124,8 @@ def _package_top(file: Path) -> Path | None:
     return top
 
 
-def locate_source(spec: BuilderSpec, base: Path) -> LocatedSource:
-    """Find the source a builder names, relative to ``base`` (the config's directory).
+def locate_source(spec: EntrySpec, base: Path) -> LocatedSource:
+    """Find the source an entry names, relative to ``base`` (the directory of the file naming it).
 
     A ``.py`` path is one module file, unless its directory is a package: then the outermost
     package directory is the source, so that its relative imports resolve in the copy. A
@@ -207,45 +212,48 @@ def file_digests(files: dict[str, bytes]) -> dict[str, str]:
     return {rel: sha256_bytes(data) for rel, data in files.items()}
 
 
-def read_source(builder: str, base: Path) -> tuple[LocatedSource, dict[str, bytes]]:
-    """Parse a builder string, find its source relative to ``base`` and read it.
+def read_source(entry: str, base: Path, *, field: str = "builder") -> tuple[LocatedSource, dict[str, bytes]]:
+    """Parse an entry string, find its source relative to ``base`` and read it.
 
     Returns:
         (where the source is, ``source_files`` of it).
 
     Raises:
-        ValueError: a malformed builder, a missing or non-Python source, or one too large.
+        ValueError: a malformed entry, a missing or non-Python source, or one too large.
     """
-    located = locate_source(parse_builder(builder), base)
+    located = locate_source(parse_entry(entry, field=field), base)
     return located, source_files(located.path)
 
 
 @dataclass
-class ArmSource:
-    """A copy of a user arm's source that this process may import.
+class FrozenSource:
+    """A copy of user code's source that this process may import.
 
     Attributes:
-        arm: the arm's name.
-        builder: the builder string as the config wrote it.
+        owner: what the code is, for messages (``"arm 'mlp'"``, ``"environment 'my-grid'"``).
+        entry: the entry string as the config wrote it.
         root: the directory holding the copy (its files are ``root / <relative path>``).
         module: the dotted module inside the copy.
-        function: the builder's name.
+        function: the entry's name.
         files: ``{relative path: sha256}`` the copy must have, exactly.
-        sealed: ``root`` holds exactly ``files`` (a study's frozen copy: any other file there,
+        sealed: ``root`` holds exactly ``files`` (a frozen copy: any other file there,
             bytecode and hidden files included, is refused); False for a user's own directory
             (``qhlab fit``), where only the bound files are checked.
         sha256: ``source_digest(files)``.
+        preloaded: the copy's bytes, already read and checked (a source shipped in memory, or
+            one read from the user's files at generation); None: read ``root`` at first use.
     """
 
-    arm: str
-    builder: str
+    owner: str
+    entry: str
     root: Path
     module: str
     function: str
     files: dict[str, str]
     sealed: bool = True
     sha256: str = ""
-    _builder: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    preloaded: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
+    _function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.sha256 = source_digest(self.files)
@@ -259,6 +267,8 @@ class ArmSource:
         Raises:
             EvidenceError: a bound file changed or is missing, or (``sealed``) a file was added.
         """
+        if self.preloaded is not None and file_digests(self.preloaded) == self.files:
+            return self.preloaded
         read: dict[str, bytes] = {}
         for rel in self.files:
             path = self.root / rel
@@ -272,24 +282,21 @@ class ArmSource:
         changed = sorted(p for p in set(self.files) | set(present) if self.files.get(p) != present.get(p))
         if changed:
             raise EvidenceError(
-                f"arm {self.arm!r}: the frozen copy of its source in {self.root} differs from the bound digests "
-                f"in {', '.join(changed)}. HINT: a study's arm source is frozen; restore the copy (or run the study "
-                "again from its config), never edit it."
+                f"{self.owner}: the frozen copy of its source in {self.root} differs from the bound digests "
+                f"in {', '.join(changed)}. HINT: frozen source is evidence; restore the copy (or make it again "
+                "from its config), never edit it."
             )
         return read
 
-    def builder_function(self) -> Callable[..., Any]:
-        """The builder, imported from the checked bytes of the copy on first use."""
-        if self._builder is None:
+    def entry_function(self) -> Callable[..., Any]:
+        """The entry, imported from the checked bytes of the copy on first use."""
+        if self._function is None:
             module = _import_copy(self, self.check())
             function = getattr(module, self.function, None)
             if function is None or not callable(function):
-                raise QhError(
-                    f"arm {self.arm!r}: builder {self.builder!r}: module {self.module!r} has no callable "
-                    f"{self.function!r}"
-                )
-            self._builder = function
-        return self._builder
+                raise QhError(f"{self.owner}: {self.entry!r}: module {self.module!r} has no callable {self.function!r}")
+            self._function = function
+        return self._function
 
 
 class _CopyLoader(importlib.abc.Loader):
@@ -309,7 +316,7 @@ class _CopyLoader(importlib.abc.Loader):
 class _CopyFinder(importlib.abc.MetaPathFinder):
     """Finds the modules of checked copies, by their digest-derived names, in memory only.
 
-    A module named ``_qhlab_arm_<digest16>_<top>[.<sub>...]`` is served from the checked bytes
+    A module named ``_qhlab_user_<digest16>_<top>[.<sub>...]`` is served from the checked bytes
     of the copy with that digest; a name the copy does not hold is not found (a package's
     relative import of an unbound file fails rather than reading the disk).
     """
@@ -338,12 +345,12 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-_MODULE_PREFIX = "_qhlab_arm_"
+_MODULE_PREFIX = "_qhlab_user_"
 _FINDER = _CopyFinder()
 sys.meta_path.insert(0, _FINDER)
 
 
-def _import_copy(source: ArmSource, files: dict[str, bytes]) -> Any:
+def _import_copy(source: FrozenSource, files: dict[str, bytes]) -> Any:
     """Import ``source.module`` from the checked bytes under a digest-derived name.
 
     The name is never the user's own module's, so the user's files are never what runs; two
@@ -354,32 +361,38 @@ def _import_copy(source: ArmSource, files: dict[str, bytes]) -> Any:
     return importlib.import_module(f"{_MODULE_PREFIX}{key}_{source.module}")
 
 
-# The copies this process may import: (arm, builder string, source sha256) -> ArmSource.
-_PROVIDED: dict[tuple[str, str, str], ArmSource] = {}
+# The copies this process may import: (owner, entry string, source sha256) -> FrozenSource.
+_PROVIDED: dict[tuple[str, str, str], FrozenSource] = {}
 
 
-def provide(source: ArmSource) -> ArmSource:
-    """Make ``source`` available to ``resolve_builder`` in this process (imported on first use).
+def provide(source: FrozenSource) -> FrozenSource:
+    """Make ``source`` available to ``resolve_entry`` in this process (imported on first use).
 
     The latest copy provided under a key wins, and its files are checked at its first use: a
     process that authenticates a second study (or a moved copy) checks that study's own copy.
     Modules are named by digest, so two copies with one digest share one imported module.
     """
-    _PROVIDED[(source.arm, source.builder, source.sha256)] = source
+    _PROVIDED[(source.owner, source.entry, source.sha256)] = source
     return source
 
 
-def resolve_builder(arm: str, builder: str, sha256: str | None) -> ArmSource:
-    """The provided copy of a user arm's source.
+def resolve_entry(owner: str, entry: str, sha256: str | None, *, call: str = "resolve_entry") -> FrozenSource:
+    """The provided copy of user code's source.
+
+    Args:
+        owner: what the code is (``"arm 'mlp'"``), as it was provided.
+        entry: the entry string.
+        sha256: the source's digest.
+        call: what a refusal names.
 
     Raises:
-        QhError: no copy with this arm, builder and digest was provided in this process.
+        QhError: no copy with this owner, entry and digest was provided in this process.
     """
-    source = _PROVIDED.get((arm, builder, sha256 or ""))
+    source = _PROVIDED.get((owner, entry, sha256 or ""))
     if source is None:
         raise QhError(
-            f"build_scorer: arm {arm!r} (builder {builder!r}, source sha256 {sha256}) has no source provided in this "
-            "process. HINT: a study imports the copy its freeze made, and `qhlab fit` the file its recipe names; "
-            "from Python, call qhlab.finite_horizon.arm_source.provide first."
+            f"{call}: {owner} ({entry!r}, source sha256 {sha256}) has no source provided in this process. HINT: a "
+            "study imports the copies its freeze and its populations bound, and `qhlab fit` the file its recipe "
+            "names; from Python, call qhlab.execution.user_code.provide first."
         )
     return source
