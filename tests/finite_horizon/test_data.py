@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from puck_world import puck_parameters
 from qhlab.evidence import (
     DigestMismatchError,
     MissingEvidenceError,
@@ -23,7 +24,7 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.finite_horizon.data import Population, load_population
-from qhlab.scenes import PRESETS, generate_population
+from qhlab.scenes import generate_population, load_preset
 from qhlab.scenes.records import PopulationReceipt
 
 
@@ -63,9 +64,9 @@ def _rewrite(population: Path, name: str, table: pa.Table) -> None:
 def test_tensors_follow_the_contract(tiny) -> None:
     pop = load_population(tiny, split="train", horizon=2)
     assert isinstance(pop, Population)
-    preset = PRESETS["tiny"]
+    preset = load_preset("tiny")
     manifest = json.loads((tiny / "manifest.json").read_text())
-    s, k, h = manifest["counts"]["states"], preset.candidates.num_candidates, preset.horizon
+    s, k, h = manifest["counts"]["states"], puck_parameters("tiny").candidates.num_candidates, preset.horizon
     n = manifest["counts"]["max_objects"]
     f, g, c = (len(manifest["features"][x]) for x in ("objects", "goal", "candidates"))
     expect = {

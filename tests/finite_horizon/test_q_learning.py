@@ -466,11 +466,11 @@ def test_td_targets_on_exact_successor_labels_reproduce_exact_labels(tiny_train)
 
 def test_example_recipes_match_presets_and_tiny_recipe_fits(tiny_train) -> None:
     from qhlab.finite_horizon.recipe import load_recipe
-    from qhlab.scenes import get_preset
+    from qhlab.scenes import load_preset
 
     tiny = load_recipe(TINY_RECIPE)
-    assert tiny.horizon == get_preset("tiny").horizon
-    assert load_recipe(TINY_RECIPE.parent / "demo-recipe.toml").horizon == get_preset("demo-train").horizon
+    assert tiny.horizon == load_preset("tiny").horizon
+    assert load_recipe(TINY_RECIPE.parent / "demo-recipe.toml").horizon == load_preset("demo-train").horizon
     pl.seed_everything(tiny.seed, verbose=False)
     before = _fixed_loss(QhTDModule(tiny, population_dims(tiny_train)), tiny_train)
     module, trainer = _fit(tiny, tiny_train, tiny.updates)

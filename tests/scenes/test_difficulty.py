@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from puck_world import draw, puck_parameters
 from qhlab.cli import main
 from qhlab.evidence import DigestMismatchError, QhInputError
-from qhlab.scenes import PRESETS, read_manifest
-from qhlab.scenes.candidates import CANDIDATE_FEATURES, candidate_features, candidate_strikes
+from qhlab.scenes import load_preset, read_manifest
 from qhlab.scenes.describe import describe_population
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
-from qhlab.scenes.sampler import Preset, sample_scene
+from qhlab.scenes.puck.strikes import CANDIDATE_FEATURES, candidate_features, candidate_strikes
 
 
 def _chain_labels(path):
@@ -81,7 +81,7 @@ def test_card_equals_a_brute_force_computation_on_a_tiny_population(tiny_train, 
     assert card["myopic_loses_share"] == pytest.approx(brute["loses"], abs=1e-12)
     assert card["optimal_index"]["distribution"] == pytest.approx(brute["distribution"], abs=1e-12)
     assert card["optimal_index"]["entropy_bits"] == pytest.approx(brute["entropy"], abs=1e-12)
-    assert card["chain_states"] == PRESETS["tiny"].scenes * PRESETS["tiny"].steps
+    assert card["chain_states"] == load_preset("tiny").scenes * load_preset("tiny").steps
 
 
 def test_manifest_card_is_reproduced_exactly_by_describe(tiny_train) -> None:
@@ -139,11 +139,11 @@ def test_describe_cli_prints_the_card_and_refuses_a_tampered_population(tiny_tra
 
 
 def test_candidate_zero_is_the_straight_strike_and_features_are_honest() -> None:
-    preset = PRESETS["demo-validation"]
+    preset = puck_parameters("demo-validation")
     layout = preset.candidates
     assert [name for name, _ in CANDIDATE_FEATURES] == ["cos_direction", "sin_direction", "speed", "strikes_target"]
     for index in range(10):
-        scene, positions = sample_scene(preset, "validation", 7, index)
+        scene, positions = draw(preset, "validation", 7, index)
         strikes = candidate_strikes(scene, positions, layout)
         assert len(strikes) == layout.num_candidates == 8
         to_goal = math.atan2(scene.goal[1] - positions[0, 1], scene.goal[0] - positions[0, 0])
@@ -156,8 +156,8 @@ def test_candidate_zero_is_the_straight_strike_and_features_are_honest() -> None
 
 
 def test_bank_shots_aim_at_the_goal_mirrored_in_a_wall() -> None:
-    preset = PRESETS["demo-validation"]
-    scene, positions = sample_scene(preset, "validation", 7, 0)
+    preset = puck_parameters("demo-validation")
+    scene, positions = draw(preset, "validation", 7, 0)
     # The bank direction points at the goal mirrored in a wall's turning line.
     strikes = candidate_strikes(scene, positions, preset.candidates)
     banks = strikes[len(preset.candidates.speeds) + len(preset.candidates.offsets) :][: preset.candidates.bank_shots]
@@ -171,21 +171,19 @@ def test_bank_shots_aim_at_the_goal_mirrored_in_a_wall() -> None:
 
 
 def test_blockers_sit_on_the_target_line_when_the_preset_asks() -> None:
-    always = Preset(
-        name="blocked", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=1.0, blocker_lateral=0.5
-    )
-    never = Preset(name="open", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=0.0)
+    always = puck_parameters("tiny", blocker_probability=1.0, blocker_lateral=0.5)
+    never = puck_parameters("tiny", blocker_probability=0.0)
     on_line = 0
     for index in range(40):
-        scene, positions = sample_scene(always, "train", 3, index)
+        scene, positions = draw(always, "train", 3, index)
         target, blocker, goal = positions[0], positions[1], np.array(scene.goal)
         seg = goal - target
         t = float(np.dot(blocker - target, seg) / np.dot(seg, seg))
         off = abs(float(seg[0] * (blocker - target)[1] - seg[1] * (blocker - target)[0])) / float(np.linalg.norm(seg))
         on_line += 0.3 <= t <= 0.75 and off <= 0.5 * (scene.radius[0] + scene.radius[1]) + 1e-12
         # Same stream position for the other pucks: with and without blockers puck 0 is the same.
-        assert sample_scene(never, "train", 3, index)[1][0].tolist() == target.tolist()
+        assert draw(never, "train", 3, index)[1][0].tolist() == target.tolist()
     # A blocker that would overlap the target falls back to a uniform placement; most fit.
     assert on_line >= 30
     with pytest.raises(QhInputError, match="blocker_probability"):
-        Preset(name="bad", scenes=1, chains_per_scene=1, steps=1, horizon=2, blocker_probability=1.5)
+        puck_parameters("tiny", blocker_probability=1.5)

@@ -156,7 +156,7 @@ def test_the_consistent_forgery_passes_bellman_but_not_physics(consistent, capsy
     assert main(["verify", str(consistent)]) == 0
     capsys.readouterr()
     # Physics does not: every audit names a state, a candidate and a horizon.
-    with pytest.raises(EvidenceError, match=r"physics denies state_id \d+: candidate \d horizon [12]"):
+    with pytest.raises(EvidenceError, match=r"the environment denies state_id \d+: candidate \d horizon [12]"):
         audit_population(consistent, states=1)
     for argv in (
         ["scenes", "audit", str(consistent)],
@@ -165,7 +165,7 @@ def test_the_consistent_forgery_passes_bellman_but_not_physics(consistent, capsy
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert err.count("error:") == 1 and "physics denies state_id" in err and "horizon" in err, (argv, err)
+        assert err.count("error:") == 1 and "the environment denies state_id" in err and "horizon" in err, (argv, err)
 
 
 def test_a_forged_scene_is_refused_even_with_true_labels(tiny_train, tmp_path) -> None:
@@ -176,7 +176,7 @@ def test_a_forged_scene_is_refused_even_with_true_labels(tiny_train, tmp_path) -
     table = table.set_column(table.column_names.index("mass"), "mass", pa.array(masses, pa.list_(pa.float64())))
     pq.write_table(table, population / "scenes.parquet")
     _reseal(population)
-    with pytest.raises(EvidenceError, match=r"scene_index 1 .* is not the scene the generator draws"):
+    with pytest.raises(EvidenceError, match=r"scene_index 1 .* is not the scene environment 'puck' draws"):
         audit_population(population, states=1)
 
 
@@ -197,7 +197,7 @@ def test_a_planted_cache_entry_is_refused(tiny_train, tmp_path) -> None:
     genuine = cached_population("tiny", "train", 0, cache, workers=1)
     shutil.rmtree(genuine)
     consistent_forgery(tiny_train, genuine)  # tiny_train is (tiny, train, 0): the same key
-    with pytest.raises(EvidenceError, match=r"cached_population: .*physics denies state_id"):
+    with pytest.raises(EvidenceError, match=r"cached_population: .*the environment denies state_id"):
         cached_population("tiny", "train", 0, cache, workers=1)
 
 
@@ -213,7 +213,7 @@ def test_freeze_refuses_both_forgeries_and_records_its_audit(swapped, consistent
 
     for forged, expected in (
         (swapped, "Bellman rule at state_id 0 candidate 0 horizon 1"),
-        (consistent, "physics denies state_id"),
+        (consistent, "the environment denies state_id"),
     ):
         out = tmp_path / f"study-{forged.name}"
         assert main(["study", "freeze", str(config(forged, forged.name)), "--output", str(out)]) == 2
@@ -318,14 +318,17 @@ def test_every_successor_is_re_simulated_on_every_load(tiny_train, tmp_path, cap
     labels = read_labels(population, read_manifest(population))
     # Bellman holds (labels untouched), so only physics can refuse it: every load, every row.
     assert len(bellman_violations(labels.q, labels.reward, labels.successor, labels.horizons)) == 0
-    denial = rf"physics denies state_id {state}: candidate \d leads to state_id \d+, whose stored positions"
+    denial = (
+        rf"the environment denies state_id {state}: candidate \d leads to state_id \d+, "
+        "whose stored state is not where the step leads"
+    )
     with pytest.raises(EvidenceError, match=denial):
         load_population(population, split="train")
     with pytest.raises(EvidenceError, match=denial):
         check_population_labels(population)
     assert main(["verify", str(population)]) == 2  # no --audit: the successor check is not sampled
     err = capsys.readouterr().err
-    assert err.count("error:") == 1 and f"physics denies state_id {state}" in err, err
+    assert err.count("error:") == 1 and f"the environment denies state_id {state}" in err, err
     # The genuine population passes, with one simulation per chain-state candidate.
     genuine = read_labels(tiny_train, read_manifest(tiny_train))
     assert (
@@ -338,13 +341,13 @@ def test_verify_and_describe_state_the_audit_coverage(tiny_train, capsys) -> Non
     assert main(["verify", str(tiny_train)]) == 0
     out = capsys.readouterr().out
     assert (
-        "every one-strike successor re-simulated (36 strikes) equals physics; the depth-H tree of its 6 "
+        "every one-step successor stepped again (36 steps) equals its environment's; the depth-H tree of its 6 "
         "chain states was not audited" in out
     ), out
     assert main(["verify", str(tiny_train), "--audit", "2"]) == 0
     out = capsys.readouterr().out
     # C(5, 2) / C(6, 2) = 10 / 15: a one-state forgery of the tree escapes 2 of 6 audited states.
-    assert "depth-H tree of 2 of 6 chain states re-simulated" in out and "missed with p = 0.667" in out, out
+    assert "depth-H tree of 2 of 6 chain states stepped again" in out and "missed with p = 0.667" in out, out
     assert main(["scenes", "describe", str(tiny_train)]) == 0
     assert "depth-H tree of 6 of 6 chain states" in capsys.readouterr().out
 
@@ -361,6 +364,6 @@ def test_a_successor_forgery_beyond_the_sampled_audit_is_always_refused(tmp_path
     for _ in range(3):
         assert main(["scenes", "describe", str(population)]) == 2
         err = capsys.readouterr().err
-        assert f"physics denies state_id {state}" in err, err
-    with pytest.raises(EvidenceError, match=f"physics denies state_id {state}"):
+        assert f"the environment denies state_id {state}" in err, err
+    with pytest.raises(EvidenceError, match=f"the environment denies state_id {state}"):
         load_population(population, split="train")

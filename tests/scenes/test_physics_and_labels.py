@@ -2,7 +2,7 @@
 
 The brute force below uses only the public world API (``Scene``, ``simulate_strike``) for
 single strikes; the candidate directions, the reward and the recursion are written here
-from the spec, independently of ``qhlab.scenes.candidates`` and ``qhlab.scenes.labels``.
+from the spec, independently of ``qhlab.scenes.puck.strikes`` and ``qhlab.scenes.labels``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from qhlab.scenes import PRESETS, read_manifest
-from qhlab.scenes.sampler import sample_scene
-from qhlab.scenes.world import GRAVITY, PhysicsConfig, Scene, simulate_strike
+from puck_world import draw, puck_parameters
+from qhlab.scenes import load_preset, read_manifest
+from qhlab.scenes.puck.world import GRAVITY, PhysicsConfig, Scene, simulate_strike
 
 
 def _lone_puck(mu: float = 0.3) -> tuple[Scene, np.ndarray]:
@@ -42,7 +42,7 @@ def test_lone_puck_travels_the_same_distance_in_every_direction(mu) -> None:
 
 
 def test_kinetic_energy_never_grows_after_a_strike() -> None:
-    scene, positions = sample_scene(PRESETS["tiny"], "train", 0, 0)
+    scene, positions = draw(puck_parameters("tiny"), "train", 0, 0)
     for puck in range(scene.num_pucks):
         for k in range(8):
             trace: list[float] = []
@@ -53,11 +53,11 @@ def test_kinetic_energy_never_grows_after_a_strike() -> None:
 
 
 def test_no_puck_leaves_the_table() -> None:
-    preset = PRESETS["demo-train"]
+    preset = puck_parameters("demo-train")
     w, h = preset.physics.table_width, preset.physics.table_height
     slack = 1e-3
     for index in range(4):
-        scene, positions = sample_scene(preset, "train", 7, index)
+        scene, positions = draw(preset, "train", 7, index)
         radius = np.array(scene.radius)
         for puck in range(scene.num_pucks):
             for k in range(6):
@@ -68,7 +68,7 @@ def test_no_puck_leaves_the_table() -> None:
 
 
 def test_simulation_is_a_pure_function_of_its_inputs() -> None:
-    scene, positions = sample_scene(PRESETS["tiny"], "train", 0, 1)
+    scene, positions = draw(puck_parameters("tiny"), "train", 0, 1)
     a = simulate_strike(scene, positions, 0, 0.3, 1.2).positions
     b = simulate_strike(scene, positions.copy(), 0, 0.3, 1.2).positions
     assert a.tobytes() == b.tobytes()
@@ -108,7 +108,7 @@ def _spec_candidates(scene: Scene, pos: np.ndarray, layout) -> list[tuple[int, f
 
 
 def test_stored_labels_equal_an_independent_brute_force_recursion(tiny_train) -> None:
-    preset = PRESETS["tiny"]
+    preset = puck_parameters("tiny")
     layout = preset.candidates
     manifest = read_manifest(tiny_train)
     horizon = manifest["horizon"]
@@ -155,4 +155,5 @@ def test_stored_labels_equal_an_independent_brute_force_recursion(tiny_train) ->
             for a, value in enumerate(brute):
                 assert stored[a][h - 1] == pytest.approx(value, abs=1e-12, rel=0), (state["state_id"], a, h)
                 checked += 1
-    assert checked == PRESETS["tiny"].scenes * preset.steps * layout.num_candidates * horizon
+    tiny = load_preset("tiny")
+    assert checked == tiny.scenes * tiny.steps * layout.num_candidates * horizon

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pymunk
 import pytest
 
+from puck_world import puck_parameters
 from qhlab.cli import main
 from qhlab.evidence import (
     DigestMismatchError,
@@ -19,7 +19,7 @@ from qhlab.evidence import (
     verify_directory,
 )
 from qhlab.evidence.layout import POPULATION_FILES
-from qhlab.scenes import PRESETS, cached_population, generate_population, read_manifest
+from qhlab.scenes import PRESET_NAMES, cached_population, generate_population, load_preset, read_manifest
 from qhlab.scenes.population import planned_simulations
 from qhlab.scenes.records import PopulationGenerationReceipt
 
@@ -67,7 +67,7 @@ def test_train_and_validation_share_no_scene(tiny_train, tmp_path) -> None:
 
 def test_manifest_records_engine_counts_and_digests(tiny_train) -> None:
     manifest = read_manifest(tiny_train)
-    preset = PRESETS["tiny"]
+    preset = load_preset("tiny")
     generator = manifest["generator"]
     assert generator["engine"] == "pymunk"
     assert generator["pymunk_version"] == "7.3.1"
@@ -75,7 +75,7 @@ def test_manifest_records_engine_counts_and_digests(tiny_train) -> None:
     assert generator["preset"] == "tiny" and generator["seed"] == 0 and generator["split"] == "train"
     assert generator["actor"]["kind"] == preset.actor.kind
     counts = manifest["counts"]
-    k = preset.candidates.num_candidates
+    k = puck_parameters("tiny").candidates.num_candidates
     chains = preset.scenes * preset.chains_per_scene
     assert counts["scenes"] == preset.scenes
     assert counts["chain_states"] == chains * preset.steps
@@ -83,7 +83,7 @@ def test_manifest_records_engine_counts_and_digests(tiny_train) -> None:
     assert counts["successor_states"] == chains * preset.steps * k - chains * (preset.steps - 1)
     assert counts["candidates"] == counts["states"] * k
     # Memoization: later chain states only simulate the last level of their tree.
-    assert counts["simulations"] <= planned_simulations(preset)
+    assert counts["simulations"] <= planned_simulations(preset, k)
     assert counts["simulations"] < chains * preset.steps * sum(k**h for h in range(1, preset.horizon + 1))
     for name in POPULATION_FILES:
         assert manifest["files"][name] == sha256_file(tiny_train / name)
@@ -118,13 +118,13 @@ def test_bellman_consistency_with_the_stored_floats(tiny_train) -> None:
                 best = max(c["q"][h - 2] for c in succ_cands)
                 assert cand["q"][h - 1] == cand["reward"] + best
                 checked += 1
-    assert checked == sum(1 for s in states.values() if s["step"] >= 0) * PRESETS["tiny"].candidates.num_candidates * (
-        horizon - 1
-    )
+    assert checked == sum(1 for s in states.values() if s["step"] >= 0) * puck_parameters(
+        "tiny"
+    ).candidates.num_candidates * (horizon - 1)
 
 
 def test_chains_follow_the_actor_and_link_successors(tiny_train) -> None:
-    preset = PRESETS["tiny"]
+    preset = load_preset("tiny")
     states = _rows(tiny_train, "states.parquet")
     cands = _rows(tiny_train, "candidates.parquet")
     chain_rows = [s for s in states if s["step"] >= 0]
@@ -208,7 +208,7 @@ def test_cli_generates_and_refuses(tmp_path, capsys) -> None:
     ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["counts"]["scenes"] == PRESETS["tiny"].scenes and summary["split"] == "train"
+    assert summary["counts"]["scenes"] == load_preset("tiny").scenes and summary["split"] == "train"
     assert read_manifest(out)["generator"]["seed"] == 3
     assert main(argv) == 2
     assert "already exists" in capsys.readouterr().err
@@ -237,22 +237,37 @@ def test_cli_generates_and_refuses(tmp_path, capsys) -> None:
 
 
 def test_presets_are_sized_as_documented() -> None:
-    assert PRESETS["demo-validation"].scenes >= 40
+    presets = {name: load_preset(name) for name in PRESET_NAMES}
+    assert presets["demo-validation"].scenes >= 40
     for name in ("demo-train", "demo-validation"):
-        assert PRESETS[name].horizon == 3 and PRESETS[name].candidates.num_candidates == 8
-    assert PRESETS["tiny"].horizon == 2
+        assert presets[name].horizon == 3 and puck_parameters(name).candidates.num_candidates == 8
+    assert presets["tiny"].horizon == 2
     # As documented beside the presets: TRAIN 192 chains of 3 labelled steps; validation 480 scenes
     # (four times 120, to halve the scene part of a paired difference's SE), so
     # validation now has more labelled chain states (960) than TRAIN (576).
-    sizes = {n: p.scenes * p.chains_per_scene * p.steps for n, p in PRESETS.items()}
+    sizes = {n: p.scenes * p.chains_per_scene * p.steps for n, p in presets.items()}
     assert (sizes["demo-train"], sizes["demo-validation"]) == (576, 960)
-    assert np.all([planned_simulations(p) > 0 for p in PRESETS.values()])
+    assert all(planned_simulations(presets[n], puck_parameters(n).candidates.num_candidates) > 0 for n in presets)
 
 
-def test_preset_fields_are_validated() -> None:
-    from qhlab.scenes.sampler import ActorSpec, Preset
-
-    with pytest.raises(QhInputError, match=r"\['horizon'\]"):
-        Preset(name="flat", scenes=1, chains_per_scene=1, steps=1, horizon=1)
-    with pytest.raises(QhInputError, match=r"\['steps', 'actor'\]"):
-        Preset(name="odd", scenes=1, chains_per_scene=1, steps=0, horizon=2, actor=ActorSpec("greedy", 0.1))
+def test_preset_files_are_validated_field_by_field(tmp_path) -> None:
+    base = (Path(load_preset("tiny").path)).read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(base.replace("horizon = 2", "horizon = 1").replace("steps = 2", "steps = 0"))
+    with pytest.raises(QhInputError) as info:
+        load_preset(bad)
+    text = str(info.value)
+    assert "2 invalid field(s)" in text and "horizon=1" in text and "steps=0" in text and "HINT" in text
+    bad.write_text(base.replace('kind = "epsilon-greedy"', 'kind = "greedy"'))
+    with pytest.raises(QhInputError, match=r"actor.kind='greedy'"):
+        load_preset(bad)
+    bad.write_text("extra = 1\n" + base)
+    with pytest.raises(QhInputError, match=r"extra=1"):
+        load_preset(bad)
+    with pytest.raises(QhInputError, match=r"preset='missing.toml'.*an existing file"):
+        load_preset("missing.toml", base=tmp_path)
+    bad.write_text("name = [")
+    with pytest.raises(QhInputError, match="not a readable TOML file"):
+        load_preset(bad)
+    with pytest.raises(QhInputError, match=r"preset='huge'.*tiny"):
+        load_preset("huge")

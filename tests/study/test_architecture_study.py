@@ -226,7 +226,11 @@ def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_
         **{'[validation]\npreset = "tiny"\nseed = 8': f'[validation]\npath = "{missing}"'},
     )
     body = freeze_study(config, tmp_path / "out")
-    assert body["validation"] == {"declared": {"preset": None, "seed": None, "path": str(missing)}, "opened": False}
+    assert body["validation"] == {
+        "declared": {"preset": None, "seed": None, "path": str(missing)},
+        "opened": False,
+        "preset": None,
+    }
 
 
 # ------------------------------------------------------------------------------ tampering

@@ -22,7 +22,7 @@ from qhlab.design.study_records import StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_receipt, sha256_file, write_receipt
 from qhlab.evidence.layout import BENCHMARK_DIR, POPULATION_FILES, REPORT_DIR
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
-from qhlab.scenes.population import SCENE_CONTENT_COLUMNS
+from qhlab.scenes.population import SCENE_IDENTITY_COLUMNS
 from qhlab.scenes.records import PopulationReceipt
 from qhlab.study import authentication, development
 
@@ -51,7 +51,7 @@ def _plant_train_scene(validation: Path, train: Path, row: int) -> int:
     table = pq.read_table(validation / "scenes.parquet")
     rows = table.to_pylist()
     donor = pq.read_table(train / "scenes.parquet").to_pylist()[0]
-    rows[row].update({k: donor[k] for k in SCENE_CONTENT_COLUMNS})
+    rows[row].update({k: v for k, v in donor.items() if k not in SCENE_IDENTITY_COLUMNS})
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), validation / "scenes.parquet")
     manifest = json.loads((validation / "manifest.json").read_text())
     manifest["files"]["scenes.parquet"] = sha256_file(validation / "scenes.parquet")
@@ -93,8 +93,7 @@ def test_validation_sharing_a_train_scene_physically_is_refused(config_writer, t
     # not the generator's before the scene-sharing check is reached.
     with pytest.raises(
         QhInputError,
-        match=rf"scene_index 1 \(scene_id {planted_id}\) is not the scene the "
-        "generator draws",
+        match=rf"scene_index 1 \(scene_id {planted_id}\) is not the scene environment 'puck' draws",
     ):
         prepare_development(config, output)
     assert not (output / "development.receipt.json").exists()

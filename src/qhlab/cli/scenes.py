@@ -1,5 +1,5 @@
-"""``qhlab scenes {generate,describe,audit}``: make a labelled population; print its difficulty
-card; audit it against physics.
+"""``qhlab scenes {generate,describe,audit}``: make a labelled population of any environment; print
+its difficulty card; audit it against its environment.
 
 Owns: the commands' arguments, the progress display (rich) and what they print. Does not
 own: generation, labels, the card or its text (``qhlab.scenes.difficulty.card_lines``), or
@@ -15,32 +15,40 @@ import time
 from qhlab.evidence import input_error
 from qhlab.execution import add_executor_arguments, executor_choice
 from qhlab.scenes import generate_population
+from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text, environment_text
+from qhlab.scenes.describe import describe_population
+from qhlab.scenes.difficulty import card_lines
+from qhlab.scenes.presets import PRESET_NAMES
+from qhlab.scenes.sampler import SPLITS
 
 __all__ = ["register", "run", "run_audit", "run_describe"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``scenes`` command group (``scenes generate``, ``scenes describe``)."""
-    # Lazy: keeps importing this module free of numpy.
-    from qhlab.scenes.sampler import PRESETS, SPLITS
-
     parser = subparsers.add_parser(
         "scenes",
-        help="generate physical puck populations with exact finite-horizon labels",
-        description="Physical puck scenes (pymunk) with exact Q*_1..Q*_H labels by full tree search.",
+        help="generate populations with exact finite-horizon labels (the puck world, or your own environment)",
+        description="Populations of an environment's scenes with exact Q*_1..Q*_H labels by full tree search "
+        "through its step: the built-in puck world (pymunk) and tank network, or a preset file naming your own.",
     )
     commands = parser.add_subparsers(dest="scenes_command", metavar="SUBCOMMAND", required=True)
     generate = commands.add_parser(
         "generate",
         help="generate one population directory (write-once)",
         description=(
-            "Sample scenes of a preset, run the declared actor's chains, label every chain state "
-            "(Q*_1..Q*_H) and its successors (Q*_1..Q*_{H-1}) exactly, and publish manifest.json "
-            "plus scenes/states/candidates Parquet files bound by SHA-256. Same arguments give "
-            "byte-identical files, whatever --workers is."
+            "Draw the scenes of a preset from its environment, run the declared actor's chains, label every "
+            "chain state (Q*_1..Q*_H) and its successors (Q*_1..Q*_{H-1}) exactly, and publish manifest.json "
+            "plus scenes/states/candidates Parquet files bound by SHA-256 (and a user environment's source, "
+            "frozen under environment/). Same arguments give byte-identical files, whatever --workers is."
         ),
     )
-    generate.add_argument("--preset", required=True, help=f"one of: {', '.join(sorted(PRESETS))}")
+    generate.add_argument(
+        "--preset",
+        required=True,
+        metavar="NAME_OR_FILE",
+        help=f"a built-in preset ({', '.join(PRESET_NAMES)}) or a preset file",
+    )
     generate.add_argument("--split", required=True, help=f"one of: {', '.join(SPLITS)}")
     generate.add_argument("--seed", required=True, type=int, help="population seed (integer >= 0)")
     generate.add_argument("--out", required=True, help="population directory to create (must not exist)")
@@ -66,18 +74,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.set_defaults(handler=run_describe)
     audit = commands.add_parser(
         "audit",
-        help="re-simulate a population against pymunk physics",
+        help="step a population again through its environment",
         description=(
-            "Authenticate a population, regenerate every scene from its preset, split and seed, check "
-            "every label's Bellman rule exactly, and re-simulate the whole depth-H tree of N chain states "
-            "(drawn with OS randomness) or of every chain state (--all): positions, features, rewards "
-            "and labels must equal physics to the bit."
+            "Authenticate a population, draw every scene again from its seed, check every label's Bellman rule "
+            "exactly and every chain state's successors, and step the whole depth-H tree of N chain states "
+            "(drawn with OS randomness) or of every chain state (--all) again: states, features, rewards and "
+            "labels must equal the environment's to the bit. A user environment is imported from the frozen "
+            "copy inside the population, never from your files."
         ),
     )
     audit.add_argument("population", help="population directory")
     group = audit.add_mutually_exclusive_group()
-    group.add_argument("--states", type=int, default=None, metavar="N", help="chain states to re-simulate (default 8)")
-    group.add_argument("--all", action="store_true", help="re-simulate every chain state")
+    group.add_argument("--states", type=int, default=None, metavar="N", help="chain states to step again (default 8)")
+    group.add_argument("--all", action="store_true", help="step every chain state again")
     audit.add_argument("--json", action="store_true", help="print the audit record as one JSON line")
     audit.set_defaults(handler=run_audit)
 
@@ -122,11 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
-    # Lazy: keeps importing this module free of numpy.
-    from qhlab.scenes.audit import coverage_text
-    from qhlab.scenes.describe import describe_population
-    from qhlab.scenes.difficulty import card_lines
-
     described = describe_population(args.population, tie_band=args.tie_band)
     if args.json:
         print(json.dumps(described, sort_keys=True))
@@ -136,7 +140,8 @@ def run_describe(args: argparse.Namespace) -> int:
             "\n".join(
                 [
                     *card_lines(described),
-                    f"  audited: every label obeys the Bellman rule; {coverage_text(audit)}; all equal physics",
+                    f"  audited ({environment_text(audit)}): every label obeys the Bellman rule; "
+                    f"{coverage_text(audit)}; all equal the environment's",
                 ]
             )
         )
@@ -145,9 +150,6 @@ def run_describe(args: argparse.Namespace) -> int:
 
 def run_audit(args: argparse.Namespace) -> int:
     """Audit the population (``qhlab.scenes.audit.audit_population``); print the result; return 0."""
-    # Lazy: keeps importing this module free of numpy.
-    from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text
-
     if args.states is not None and args.states < 1:
         raise input_error(
             "qhlab scenes audit",
@@ -161,8 +163,9 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record, sort_keys=True))
     else:
+        where = environment_text(record)
         print(
-            f"audit passed: {args.population}: {record['scenes_checked']} scenes regenerated, every label obeys "
-            f"the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})"
+            f"audit passed: {args.population}: {where}; {record['scenes_checked']} scenes drawn again, every label "
+            f"obeys the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})"
         )
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from qhlab.evidence import QhInputError, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
+from qhlab.scenes.manifest import read_manifest
 
 __all__ = ["KEYLESS", "register", "run"]
 
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
     # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
+    from qhlab.scenes.origin import user_environment
 
     if args.audit is not None and args.audit < 1:
         raise QhInputError(
@@ -71,18 +73,22 @@ def run(args: argparse.Namespace) -> int:
             "HINT: 8 chain states take a few seconds per population."
         )
     result = verify_directory(args.directory, args.populations)
-    # Digests prove the bytes; the labels must also obey Bellman, and with --audit, physics.
+    # Digests prove the bytes; the labels must also obey Bellman, and (a built-in environment's,
+    # stepped again) their successors, and with --audit the sampled trees. A user environment's
+    # code is never imported here.
     checks = []
     for population in result["populations"]:
-        labels = check_population_labels(population, call="qhlab verify")
-        chain_states = int((labels.step >= 0).sum())
+        user_code = user_environment(read_manifest(population))
+        labels = check_population_labels(population, call="qhlab verify", simulate=False)
+        chain = labels.step >= 0
         entry = {
             "population": population,
             "bellman": "exact",
-            "chain_states": chain_states,
-            "successors_checked": chain_states * int(labels.reward.shape[1]),
+            "chain_states": int(chain.sum()),
+            "user_environment": user_code,
+            "successors_checked": 0 if user_code else int(labels.mask[chain].sum()),
         }
-        if args.audit is not None:
+        if args.audit is not None and not user_code:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
     result["label_checks"] = checks
@@ -101,12 +107,17 @@ def run(args: argparse.Namespace) -> int:
     )
     for entry in checks:
         line = f"labels: {entry['population']}: every label obeys the Bellman rule exactly"
-        if "audit" in entry:
+        if entry["user_environment"]:
+            line += (
+                "; its environment is user code, which verify never imports: its successors were not stepped "
+                f"again (`qhlab scenes audit {entry['population']}` steps them through the frozen copy inside it)"
+            )
+        elif "audit" in entry:
             line += f"; {coverage_text(entry['audit'])}; passed"
         else:
             line += (
-                f"; every one-strike successor re-simulated ({entry['successors_checked']} strikes) equals "
-                f"physics; the depth-H tree of its {entry['chain_states']} chain states was not audited "
+                f"; every one-step successor stepped again ({entry['successors_checked']} steps) equals its "
+                f"environment's; the depth-H tree of its {entry['chain_states']} chain states was not audited "
                 "(--audit N samples it)"
             )
         print(line)

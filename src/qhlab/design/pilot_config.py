@@ -15,7 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from qhlab.design.study_config import PopulationSource, QhArchitectureStudyConfig, read_study_config
+from qhlab.design.study_config import (
+    STUDY_PRESET_FIELDS,
+    PopulationSource,
+    QhArchitectureStudyConfig,
+    read_study_config,
+)
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
@@ -184,6 +189,7 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
         what="pilot config",
         example="examples/demo-pilot.toml",
         relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+        toml_files=STUDY_PRESET_FIELDS,
     )
     source = f"pilot config {str(Path(config_path).expanduser())!r}"
     study = read_study_config(config.study)[0]

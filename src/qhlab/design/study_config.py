@@ -33,7 +33,7 @@ from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
-from qhlab.scenes import PRESETS
+from qhlab.scenes.presets import load_preset
 from qhlab.training.profiles import PROFILE_NAMES
 
 if TYPE_CHECKING:
@@ -109,7 +109,9 @@ class PopulationSource(BaseModel):
     """A population named by preset and seed (generated and cached) or by a directory.
 
     Attributes:
-        preset: registered ``qhlab.scenes`` preset (with ``seed``).
+        preset: a built-in preset's name (``qhlab.scenes.PRESET_NAMES``) or a preset file
+            (``*.toml``; a relative one is resolved against the study config's directory), with
+            ``seed``.
         seed: population seed (with ``preset``).
         path: an existing population directory (instead of preset and seed); relative paths
             are resolved against the study config's directory.
@@ -137,8 +139,10 @@ class PopulationSource(BaseModel):
                 "and seed (explicit), or path"
             )
 
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset={self.preset!r} is not allowed; allowed: {', '.join(sorted(PRESETS))}")
+        try:
+            load_preset(self.preset, call="study config")
+        except QhInputError as exc:
+            raise ValueError(str(exc).removeprefix("study config: ")) from None
         return self
 
 
@@ -546,6 +550,8 @@ class QhArchitectureStudyConfig(BaseModel):
 
 
 # The study TOML's path fields: a relative one is resolved against the config file's directory.
+# Its name-or-file fields: a value ending in .toml is a path, resolved the same way.
+STUDY_PRESET_FIELDS = (("train", "preset"), ("validation", "preset"))
 STUDY_PATH_FIELDS = (
     ("train", "path"),
     ("validation", "path"),
@@ -581,6 +587,7 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
         what="study config",
         example="examples/default-study.toml",
         relative=STUDY_PATH_FIELDS,
+        toml_files=STUDY_PRESET_FIELDS,
         prepare=_recipe_from_file,
     )
 

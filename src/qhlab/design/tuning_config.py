@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from qhlab.design.study_config import PopulationSource, ProfileName
+from qhlab.design.study_config import STUDY_PRESET_FIELDS, PopulationSource, ProfileName
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
@@ -436,6 +436,7 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         what="tuning config",
         example="examples/tiny-tune.toml",
         relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+        toml_files=STUDY_PRESET_FIELDS,
         prepare=lambda raw: {**raw, "space": _flatten_space(raw["space"])} if "space" in raw else raw,
     )
     source = f"tuning config {str(Path(config_path).expanduser())!r}"

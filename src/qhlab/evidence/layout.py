@@ -47,6 +47,7 @@ __all__ = [
     "MPS_MEMORY_RECEIPT",
     "PILOT_RECEIPT",
     "PILOT_RECORD",
+    "POPULATION_ENVIRONMENT_DIR",
     "POPULATION_FILES",
     "POPULATION_RECEIPT",
     "PREPARATION_DIR",
@@ -80,6 +81,8 @@ MANIFEST = "manifest.json"
 POPULATION_RECEIPT = "population.receipt.json"
 POPULATION_FILES = ("scenes.parquet", "states.parquet", "candidates.parquet")
 GENERATION_RECEIPT = "generation.receipt.json"
+# A user environment's frozen source inside its population: environment/<file or package>.
+POPULATION_ENVIRONMENT_DIR = "environment"
 
 # A fit's attempt directory (``qhlab.training``, ``qhlab.finite_horizon.fit``).
 COLD_INIT_STATE = "cold_init.safetensors"

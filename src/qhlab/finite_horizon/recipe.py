@@ -337,7 +337,13 @@ def validation_error(exc: ValidationError, source: str, model: type[BaseModel], 
 
 
 def read_toml(
-    path: str | Path, *, call: str, field: str, example: str, relative: tuple[tuple[str, ...], ...] = ()
+    path: str | Path,
+    *,
+    call: str,
+    field: str,
+    example: str,
+    relative: tuple[tuple[str, ...], ...] = (),
+    toml_files: tuple[tuple[str, ...], ...] = (),
 ) -> tuple[dict[str, Any], bytes, Path]:
     """Read a UTF-8 TOML file and resolve its relative paths against the file's directory.
 
@@ -371,11 +377,19 @@ def read_toml(
             call, field, str(path), f"a UTF-8 TOML file (this one is not valid TOML: {exc})", f"compare with {example}"
         ) from None
     base = path.resolve().parent
-    for *parents, key in relative:
+    # A name-or-file field (a preset) is a path only when it names a TOML file.
+    files = tuple((*k, ".toml") for k in toml_files)
+    for *parents, key in (*relative, *files):
+        suffix = None
+        if key == ".toml":
+            *parents, key = parents
+            suffix = ".toml"
         node: Any = raw
         for parent in parents:
             node = node.get(parent) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and node[key]:
+            if suffix is not None and not node[key].endswith(suffix):
+                continue
             if "\x00" in node[key]:
                 raise input_error(
                     call,
@@ -397,6 +411,7 @@ def read_config(
     what: str,
     example: str,
     relative: tuple[tuple[str, ...], ...] = (),
+    toml_files: tuple[tuple[str, ...], ...] = (),
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[M, bytes, Path]:
     """Read a config TOML of any kind and validate it completely: the one strict parser.
@@ -412,6 +427,7 @@ def read_config(
         what: the kind of config, for the error's first line (e.g. ``"pilot config"``).
         example: the example file every refusal points to.
         relative: key paths whose values are paths (``read_toml``).
+        toml_files: key paths whose values are a name or, ending in ``.toml``, a path (a preset).
         prepare: turns the parsed mapping into the model's input (e.g. flattening a section).
 
     Returns:
@@ -420,7 +436,9 @@ def read_config(
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
-    raw, data, resolved = read_toml(path, call=call, field="config_path", example=example, relative=relative)
+    raw, data, resolved = read_toml(
+        path, call=call, field="config_path", example=example, relative=relative, toml_files=toml_files
+    )
     if prepare is not None:
         raw = prepare(raw)
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
 from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
-from qhlab.design.study_config import STUDY_PATH_FIELDS, PopulationSource
+from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, PopulationSource
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     authentication_roots,
@@ -52,7 +52,12 @@ def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, po
     import tomli_w
 
     raw, _, _ = read_toml(
-        study_path, call=STUDY_CALL, field="study", example="examples/default-study.toml", relative=STUDY_PATH_FIELDS
+        study_path,
+        call=STUDY_CALL,
+        field="study",
+        example="examples/default-study.toml",
+        relative=STUDY_PATH_FIELDS,
+        toml_files=STUDY_PRESET_FIELDS,
     )
     raw = {k: v for k, v in raw.items() if k not in ("preparation", "seed_variance")}
     raw.update(

@@ -1,11 +1,15 @@
-"""The pymunk puck benchmark: scenes, candidates, exact finite-horizon labels, populations.
+"""Environments and their populations: exact finite-horizon labels for any environment.
 
-Owns: the population format, written (``population``) and read back checked (``reader``:
-manifest, tables, Bellman and successor physics, arrays). Does not own: turning a population
-into tensors (``qhlab.finite_horizon.data``) or anything torch.
+Owns the generic machinery: the environment contract (``environment``), presets as files
+(``presets``), the scene and actor seeds of a population (``sampler``), the exact tree search
+through an environment's ``step`` (``labels``), actor chains (``chains``), the population format
+written (``population``) and read back checked (``reader``: manifest, tables, Bellman and
+successor checks, arrays), the audit (``audit``), the difficulty card (``difficulty``,
+``describe``) and seals in a population cache (``seals``). Two environments are built in: the
+puck world (``puck``: pymunk) and the tank network (``tanks``). Does not own: turning a
+population into tensors (``qhlab.finite_horizon.data``) or anything torch.
 
-Names are resolved lazily so that label worker processes (which import
-``qhlab.scenes.labels``) do not pay for pyarrow.
+Names are resolved lazily so that label worker processes do not pay for pyarrow.
 """
 
 from __future__ import annotations
@@ -13,18 +17,16 @@ from __future__ import annotations
 import importlib
 
 __all__ = [
-    "GENERATOR_VERSION",
-    "PRESETS",
+    "PRESET_NAMES",
     "cached_population",
     "generate_population",
-    "get_preset",
+    "load_preset",
     "read_manifest",
 ]
 
 _HOME = {
-    "GENERATOR_VERSION": "qhlab.scenes.sampler",
-    "PRESETS": "qhlab.scenes.sampler",
-    "get_preset": "qhlab.scenes.sampler",
+    "PRESET_NAMES": "qhlab.scenes.presets",
+    "load_preset": "qhlab.scenes.presets",
     "generate_population": "qhlab.scenes.population",
     "cached_population": "qhlab.scenes.population",
     "read_manifest": "qhlab.scenes.manifest",

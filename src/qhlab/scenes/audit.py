@@ -1,21 +1,28 @@
-"""Labels that answer to physics: the Bellman check of every label and the physics audit.
+"""Labels that answer to the environment: the Bellman check of every label and the audit.
 
 Owns: reading a population's label arrays (``read_labels``), the manifest counts they must
 match (``check_counts``), the exact Bellman consistency of every stored label against the
-stored rewards and successors (``bellman_violations``, ``check_bellman``), and the physics
-audit (``audit_population``), which regenerates every scene from the generator's seed and
-re-simulates the whole depth-H tree of chosen chain states. Does not own: authenticating file
-digests (``manifest.read_manifest``), reading the tables into arrays (``reader``) or where the
-checks are required (the reader, ``describe``, ``verify``, the study steps and the cache).
+stored rewards and successors (``bellman_violations``, ``check_bellman``), the successor check
+(``check_successors``: every chain state's candidates stepped again) and the audit
+(``audit_population``), which regenerates every scene from its seed and steps the whole
+depth-H tree of chosen chain states again. Does not own: authenticating file digests
+(``manifest.read_manifest``), reading the tables into arrays (``reader``), making the
+environment (``environment``, ``origin``) or where the checks are required (the reader,
+``describe``, ``verify``, the study steps and the cache).
 
 Why both. Digests prove the bytes are the ones a manifest names, but a forger who rewrites a
 population can recompute every digest. The Bellman check is exact (genuine labels are
 computed as ``r + max`` in float64, the same operation repeated here, so the tolerance is 0)
 and catches every label that disagrees with the stored rewards and successors. A forgery that
 rewrites rewards and labels consistently passes it; the audit catches that, because a
-population is a pure function of (generator version, engine, preset, split, seed): its scenes
-are regenerated exactly, and an audited chain state's K candidates, their K successors and
-every label of both are re-simulated with pymunk and compared to the bit.
+population is a pure function of (environment, its source, preset, split, seed): its scenes
+are regenerated exactly, and an audited chain state's candidates, their successors and every
+label of both are stepped again through the environment and compared to the bit.
+
+User code. The Bellman check needs no environment code. Stepping does: for a population of a
+researcher's own environment it imports the frozen copy inside the population (never the
+user's files), and only where the caller says so (``simulate=True``): the study steps and
+``qhlab scenes audit`` do, ``qhlab verify`` never does.
 
 Detection: the scenes check covers every scene. A consistent label forgery changes at least
 one leaf reward, hence the labels of at least one chain state's tree; if it touches m of the n
@@ -34,13 +41,14 @@ from pathlib import Path
 
 import numpy as np
 
-from qhlab.evidence import EvidenceError, QhInputError, canonical_json
-from qhlab.scenes.candidates import candidate_features, candidate_strikes, goal_features, object_features, reward
+from qhlab.evidence import EvidenceError, QhError, QhInputError, canonical_json
 from qhlab.scenes.chains import choose_action
+from qhlab.scenes.environment import Environment
 from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.manifest import read_manifest
-from qhlab.scenes.sampler import GENERATOR_VERSION, PRESETS, actor_seed_sequence, sample_scene, scene_id_for
-from qhlab.scenes.world import engine_identity, simulate_strike
+from qhlab.scenes.origin import population_origin, user_environment
+from qhlab.scenes.presets import Preset
+from qhlab.scenes.sampler import actor_seed_sequence, scene_seed
 
 __all__ = [
     "AUDIT_STATES",
@@ -53,8 +61,10 @@ __all__ = [
     "check_structure",
     "check_successors",
     "coverage_text",
+    "environment_text",
     "miss_probability",
     "read_labels",
+    "stepper",
 ]
 
 AUDIT_STATES = 8
@@ -72,10 +82,11 @@ class LabelArrays:
         scene_id: [S] int64.
         chain_id: [S] int64.
         step: [S] int64, -1 for successor rows.
-        reward: [S, K] float64 r(s, a).
-        q: [S, K, H] float64 labels; NaN beyond a row's horizons.
+        reward: [S, K] float64 r(s, a); NaN where a state has fewer candidates.
+        q: [S, K, H] float64 labels; NaN beyond a row's horizons and its candidates.
         horizons: [S] int64 label horizons (H on chain rows, H-1 on successor rows).
         successor: [S, K] int64 row (index into the arrays) of each candidate's successor, -1 none.
+        mask: [S, K] bool, the candidates a state has (0..k-1 of its k).
         parent: [S] int64 row of the chain state a successor row belongs to (-1 on chain rows), or
             None where the reader did not read ``parent_state_id`` (the tensor loader).
     """
@@ -88,6 +99,7 @@ class LabelArrays:
     q: np.ndarray
     horizons: np.ndarray
     successor: np.ndarray
+    mask: np.ndarray
     parent: np.ndarray | None = None
 
 
@@ -102,8 +114,8 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
     """Read states.parquet and candidates.parquet into ``LabelArrays`` (authenticate first).
 
     Raises:
-        EvidenceError: a column is missing, an id is unknown or a (state, candidate) pair is
-            not present exactly once.
+        EvidenceError: a column is missing, an id is unknown, or a state's candidates are not
+            0..k-1 each exactly once (k <= K).
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -140,13 +152,15 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
         )
     filled = np.zeros((s_rows, k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
-    if (filled != 1).any():
-        row, cand = np.argwhere(filled != 1)[0]
+    counts = filled.sum(axis=1)
+    mask = np.arange(k)[None, :] < counts[:, None]
+    if (filled != mask).any() or (counts < 1).any():
+        row, cand = np.argwhere((filled != mask) | (counts < 1)[:, None])[0]
         raise _refuse(
             call,
             cands_path,
-            f"state_id {int(state_id[row])} candidate {int(cand)} has "
-            f"{int(filled[row, cand])} rows; allowed: exactly one",
+            f"state_id {int(state_id[row])} candidate {int(cand)} has {int(filled[row, cand])} rows; allowed: "
+            "exactly one for each of a state's candidates 0..k-1 (k >= 1), none beyond",
         )
     horizons = np.where(step >= 0, big_h, big_h - 1).astype(np.int64)
     q_col = cands.column("q").combine_chunks()
@@ -185,6 +199,7 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
         q=q,
         horizons=horizons,
         successor=successor,
+        mask=mask,
         parent=parent,
     )
 
@@ -207,7 +222,7 @@ def check_counts(
         "chain_states": int(chain.sum()),
         "successor_states": int((~chain).sum()),
         "states": int(len(labels.state_id)),
-        "candidates": int(labels.reward.size),
+        "candidates": int(labels.mask.sum()),
     }
     counts = manifest.get("counts")
     for name, value in actual.items():
@@ -239,9 +254,9 @@ def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str 
 
     s_rows, _, big_h = labels.q.shape
     valid = np.arange(1, big_h + 1)[None, :] <= labels.horizons[:, None]
-    bad = ~np.isfinite(labels.reward).all(axis=1) | ~np.where(valid[:, None, :], np.isfinite(labels.q), True).all(
-        axis=(1, 2)
-    )
+    bad = ~np.where(labels.mask, np.isfinite(labels.reward), True).all(axis=1) | ~np.where(
+        valid[:, None, :] & labels.mask[:, :, None], np.isfinite(labels.q), True
+    ).all(axis=(1, 2))
     if bad.any():
         raise refuse(int(np.argmax(bad)), "holds a reward or label that is not a finite number")
     chain = labels.step >= 0
@@ -265,7 +280,8 @@ def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str 
         )
     referenced = np.zeros(s_rows, dtype=np.int64)
     for row in np.flatnonzero(chain):
-        for a, succ in enumerate(labels.successor[row]):
+        for a in np.flatnonzero(labels.mask[row]):
+            succ = labels.successor[row, a]
             if succ < 0:
                 raise refuse(int(row), f"candidate {a} has no successor; every chain-state candidate has one")
             if labels.scene_id[succ] != labels.scene_id[row] or labels.chain_id[succ] != labels.chain_id[row]:
@@ -313,8 +329,10 @@ def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray,
     expected[:, :, 0] = reward
     linked = successor >= 0
     safe = np.where(linked, successor, 0)
+    # A state's missing candidates (NaN) take no part in its maximum.
+    present = ~np.isnan(reward)
     for h in range(2, big_h + 1):
-        best = np.max(q[:, :, h - 2], axis=1)  # [S] V_{h-1}(row)
+        best = np.max(np.where(present, q[:, :, h - 2], -np.inf), axis=1)  # [S] V_{h-1}(row)
         expected[:, :, h - 1] = np.where(linked, reward + best[safe], np.nan)
     checked = valid[:, None, :] & ~np.isnan(expected)
     # Genuine labels are the same float64 sum, so equality is exact. Non-finite values and
@@ -355,7 +373,7 @@ def check_bellman(
         succ = int(successor[row, cand])
         rule = (
             f"Q*_{h} = r + max Q*_{h - 1}(successor state_id {int(state_id[succ])}) = "
-            f"{float(reward[row, cand])!r} + {float(np.max(q[succ, :, h - 2]))!r}"
+            f"{float(reward[row, cand])!r} + {float(np.nanmax(q[succ, :, h - 2]))!r}"
         )
     raise _refuse(
         call,
@@ -367,11 +385,23 @@ def check_bellman(
     )
 
 
+def stepper(path: str | os.PathLike, manifest: dict, *, call: str) -> tuple[Environment, Preset]:
+    """The environment a population was generated with (a user one imported from the frozen copy
+    inside the population, its digests checked first) and its preset."""
+    spec, preset = population_origin(path, manifest, call=call)
+    return Environment.make(spec, call=call), preset
+
+
 def check_population_labels(
-    path: str | os.PathLike, manifest: dict | None = None, *, call: str = "check_labels"
+    path: str | os.PathLike, manifest: dict | None = None, *, call: str = "check_labels", simulate: bool = True
 ) -> LabelArrays:
     """Authenticate (unless ``manifest`` is given), then check counts, every label's Bellman rule
-    and every successor's physics (``check_successors``).
+    and every successor through the environment (``check_successors``).
+
+    Args:
+        simulate: step the environment for the successor check. A built-in environment is always
+            stepped; a user environment (its frozen copy inside the population) only when True:
+            ``qhlab verify`` passes False and says that its successors were not stepped.
 
     Returns:
         The checked ``LabelArrays``.
@@ -383,6 +413,8 @@ def check_population_labels(
     manifest = read_manifest(path) if manifest is None else manifest
     try:
         labels = read_labels(path, manifest, call=call)
+    except QhError:
+        raise
     except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:  # nulls, bad types
         raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     scenes = pq.read_metadata(path / "scenes.parquet").num_rows
@@ -397,17 +429,19 @@ def check_population_labels(
         labels.state_id,
         call=call,
     )
-    check_successors(path, manifest, labels, call=call)
+    if simulate or not user_environment(manifest):
+        check_successors(path, manifest, labels, call=call)
     return labels
 
 
 @dataclass(frozen=True)
 class _Regenerated:
-    """A population's scenes as the generator draws them (the stored ones checked against them):
-    the manifest's preset, split and seed; per scene_index the ``Scene``, its initial positions
-    [n, 2] float64 and its id (``scene_ids``); ``index_of`` maps a scene_id to its index."""
+    """A population's scenes as its environment draws them (the stored ones checked against them):
+    the environment, the preset, split and seed; per scene_index the scene, its initial state and
+    its id; ``index_of`` maps a scene_id to its index."""
 
-    preset: object
+    environment: Environment
+    preset: Preset
     split: str
     seed: int
     scenes: list
@@ -417,68 +451,63 @@ class _Regenerated:
 
 
 def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerated:
-    """Regenerate every scene from the manifest's generator and refuse a stored one that differs.
+    """Draw every scene again from its seed and refuse a stored one that differs.
 
     Raises:
-        EvidenceError: the preset is not this generator's, or a stored scene (parameters,
-            initial positions, id) is not the one drawn for (preset, split, seed, index).
+        EvidenceError: the manifest names no environment this qhlab can make, or a stored scene
+            (its content, id or initial state) is not the one drawn for (preset, split, seed, index).
     """
+    import json
+
     import pyarrow.parquet as pq
 
+    environment, preset = stepper(path, manifest, call=call)
     generator = manifest["generator"]
-    preset = PRESETS.get(generator.get("preset"))
-    if (
-        preset is None
-        or canonical_json(generator.get("preset_parameters")) != canonical_json(preset.as_record())
-        or generator.get("generator_version") != GENERATOR_VERSION
-        or {k: generator.get(k) for k in engine_identity()} != engine_identity()
-    ):
+    if canonical_json(
+        environment.generator_record(
+            preset,
+            split=generator["split"],
+            seed=generator["seed"],
+            generator_version=generator.get("generator_version"),
+        )
+    ) != canonical_json(generator):
         raise _refuse(
             call,
             path / "manifest.json",
-            (
-                f"generator={generator.get('preset')!r} (version {generator.get('generator_version')!r}) is not a "
-                f"registered preset of this generator (version {GENERATOR_VERSION}) and engine {engine_identity()}; "
-                "the audit can only re-simulate what this qhlab generates"
-            ),
+            f"its generator record is not the one environment {environment.name!r} gives for preset "
+            f"{preset.name!r} (another engine or environment version, or an edited record); the audit can only "
+            "step again what this environment generates",
         )
     split, seed = generator["split"], generator["seed"]
-    scene_rows = pq.read_table(path / "scenes.parquet").to_pylist()
-    if len(scene_rows) != preset.scenes:
+    table = pq.read_table(path / "scenes.parquet")
+    rows = table.to_pylist()
+    content = [c for c in table.column_names if c not in ("scene_id", "scene_index")]
+    if len(rows) != preset.scenes:
         raise _refuse(
-            call, path / "scenes.parquet", f"{len(scene_rows)} scenes; preset {preset.name!r} draws {preset.scenes}"
+            call, path / "scenes.parquet", f"{len(rows)} scenes; preset {preset.name!r} draws {preset.scenes}"
         )
     scenes, initial, index_of = [], [], {}
-    for index, row in enumerate(scene_rows):
-        scene, positions = sample_scene(preset, split, seed, index)
-        want = (
-            scene.num_pucks,
-            scene.radius,
-            scene.mass,
-            scene.friction,
-            scene.goal[0],
-            scene.goal[1],
-            scene.goal_radius,
-            tuple(positions.ravel().tolist()),
-        )
-        ident = scene_id_for(scene, positions, split, seed, index)
-        try:
-            stored = _scene_record(row)
-        except (KeyError, ValueError, TypeError) as exc:  # a null or missing column
-            raise _refuse(call, path / "scenes.parquet", f"malformed scene_index {index} ({exc})") from None
-        if row.get("scene_index") != index or stored != want or row.get("scene_id") != ident:
+    for index, row in enumerate(rows):
+        scene = json.loads(json.dumps(environment.sample_scene(scene_seed(split, seed, index)), allow_nan=False))
+        ident = environment.scene_id(scene, split=split, seed=seed, scene_index=index)
+        stored = {k: row[k] for k in content}
+        if (
+            row.get("scene_index") != index
+            or canonical_json(stored) != canonical_json(scene)
+            or row.get("scene_id") != ident
+        ):
             raise _refuse(
                 call,
                 path / "scenes.parquet",
                 (
-                    f"scene_index {index} (scene_id {row['scene_id']}) is not the scene the generator draws for "
-                    f"preset {preset.name!r}, split {split!r}, seed {seed}"
+                    f"scene_index {index} (scene_id {row.get('scene_id')}) is not the scene environment "
+                    f"{environment.name!r} draws for preset {preset.name!r}, split {split!r}, seed {seed}"
                 ),
             )
         scenes.append(scene)
-        initial.append(positions)
+        initial.append(environment.initial_state(scene))
         index_of[int(row["scene_id"])] = index
-    return _Regenerated(preset, split, seed, scenes, initial, index_of, [int(r["scene_id"]) for r in scene_rows])
+    return _Regenerated(environment, preset, split, seed, scenes, initial, index_of, [int(r["scene_id"]) for r in rows])
 
 
 def _ragged(table, column: str) -> list[np.ndarray]:
@@ -488,7 +517,7 @@ def _ragged(table, column: str) -> list[np.ndarray]:
     array = table.column(column).combine_chunks()
     offsets = array.offsets.to_numpy()
     values = array.values
-    if pa.types.is_list(values.type):  # rows of per-puck lists: the bounds of each row's values
+    if pa.types.is_list(values.type):  # rows of per-object lists: the bounds of each row's values
         bounds = values.offsets.to_numpy()[offsets]
         values = values.values
     else:
@@ -500,24 +529,23 @@ def _ragged(table, column: str) -> list[np.ndarray]:
 def check_successors(
     path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, call: str = "check_labels"
 ) -> dict:
-    """Re-simulate every chain state's K strikes and refuse a successor that physics denies.
+    """Step every chain state's candidates again and refuse a successor the environment denies.
 
-    Every row, not a sample: from each chain state's stored positions (a chain's first state
-    must stand where its scene starts), each candidate's strike is simulated once, and the
-    successor row it leads to must hold the simulated rest positions, their object features,
-    and the chain state's stored reward for that candidate. That is n x K simulations for n
-    chain states, cheap beside the depth-H tree (which ``audit_population`` samples). With
-    Bellman, it leaves a forger only the successors' own K rewards (and so their labels) to
-    rewrite, which the sampled tree audit checks.
+    Every row, not a sample: from each chain state's stored state (a chain's first state must be
+    its scene's initial state), each candidate is stepped once, and the successor row it leads to
+    must hold the stepped state, its object features, and the chain state's stored reward for
+    that candidate. That is one step per chain-state candidate, cheap beside the depth-H tree
+    (which ``audit_population`` samples). With Bellman, it leaves a forger only the successors'
+    own rewards (and so their labels) to rewrite, which the sampled tree audit checks.
 
     Args:
-        path: the population directory (its scenes are regenerated from the manifest).
+        path: the population directory (its scenes are drawn again from the manifest).
         manifest: the authenticated manifest.
         labels: the population's labels in file order (``read_labels``).
         call: the caller named in refusals.
 
     Returns:
-        ``{"chain_states": n, "simulations": n * K, "seconds": s}``.
+        ``{"chain_states": n, "simulations": steps, "seconds": s}``.
 
     Raises:
         EvidenceError: naming the chain state, the candidate, the successor and what differs.
@@ -527,43 +555,47 @@ def check_successors(
     started = time.perf_counter()
     path = Path(path)
     regenerated = _regenerated_scenes(path, manifest, call=call)
-    layout = regenerated.preset.candidates
-    table = pq.read_table(path / "states.parquet", columns=["state_id", "positions", "objects"])
+    environment = regenerated.environment
+    column = environment.state_column
+    table = pq.read_table(path / "states.parquet", columns=["state_id", column, "objects"])
     if table.column("state_id").to_numpy().astype(np.int64).tolist() != labels.state_id.tolist():
         raise _refuse(call, path / "states.parquet", "its rows are not in the order its labels were read in")
-    positions, objects = _ragged(table, "positions"), _ragged(table, "objects")
+    states, objects = _ragged(table, column), _ragged(table, "objects")
     chain_rows = np.flatnonzero(labels.step >= 0)
 
     def deny(row: int, what: str) -> EvidenceError:
-        return _refuse(call, path, f"physics denies state_id {int(labels.state_id[row])}: {what}")
+        return _refuse(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
 
     simulations = 0
     try:
         for row in chain_rows:
             index = regenerated.index_of[int(labels.scene_id[row])]
             scene = regenerated.scenes[index]
-            before = positions[row].reshape(-1, 2)
+            before = states[row]
             if int(labels.step[row]) == 0 and not np.array_equal(before, regenerated.initial[index]):
-                raise deny(int(row), "it is the first state of its chain but not where its scene starts")
-            if not np.array_equal(objects[row], object_features(scene, before).ravel()):
-                raise deny(int(row), "its object features are not those of its positions")
-            for a, strike in enumerate(candidate_strikes(scene, before, layout)):
-                after = simulate_strike(scene, before, strike.puck, strike.direction, strike.speed).positions
+                raise deny(int(row), "it is the first state of its chain but not its scene's initial state")
+            if not np.array_equal(objects[row], environment.observe(scene, before)[0].ravel()):
+                raise deny(int(row), "its object features are not those of its state")
+            k = environment.candidates(scene, before)
+            if k != int(labels.mask[row].sum()):
+                raise deny(int(row), f"it stores {int(labels.mask[row].sum())} candidates; the environment offers {k}")
+            for a in range(k):
+                after, simulated = environment.step(scene, before, a)
                 simulations += 1
                 succ = int(labels.successor[row, a])
                 where = f"candidate {a} leads to state_id {int(labels.state_id[succ])}"
-                if not np.array_equal(positions[succ], after.ravel()):
-                    raise deny(
-                        int(row), f"{where}, whose stored positions are not where the strike's pucks come to rest"
-                    )
-                if not np.array_equal(objects[succ], object_features(scene, after).ravel()):
-                    raise deny(int(row), f"{where}, whose object features are not the simulated outcome's")
-                simulated = reward(scene, before, after, layout)
+                if not np.array_equal(states[succ], after):
+                    raise deny(int(row), f"{where}, whose stored state is not where the step leads")
+                if not np.array_equal(objects[succ], environment.observe(scene, after)[0].ravel()):
+                    raise deny(int(row), f"{where}, whose object features are not the stepped state's")
                 if labels.reward[row, a] != simulated:
                     raise deny(
                         int(row),
-                        f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, simulated {simulated!r}",
+                        f"candidate {a} horizon 1 reward: stored {float(labels.reward[row, a])!r}, "
+                        f"stepped {float(simulated)!r}",
                     )
+    except QhError:
+        raise
     except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
         raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     return {
@@ -580,11 +612,19 @@ def coverage_text(record: dict) -> str:
         record: an ``audit_population`` result.
     """
     return (
-        f"every one-strike successor re-simulated ({record['successors_checked']} strikes); depth-H tree of "
-        f"{record['audited']} of {record['chain_states']} chain states re-simulated ({record['simulations']} "
-        f"simulations): a forgery confined to one chain state's tree is missed with p = "
+        f"every one-step successor stepped again ({record['successors_checked']} steps); depth-H tree of "
+        f"{record['audited']} of {record['chain_states']} chain states stepped again ({record['simulations']} "
+        f"steps): a forgery confined to one chain state's tree is missed with p = "
         f"{record['miss_probability_one_state']:.3f}"
     )
+
+
+def environment_text(record: dict) -> str:
+    """Which environment an audit stepped, in one clause: a user one's frozen copy says so."""
+    environment = record.get("environment") or {}
+    if environment.get("user_code"):
+        return f"environment {environment.get('name')!r}, imported from the frozen copy inside the population"
+    return f"built-in environment {environment.get('name')!r}"
 
 
 def miss_probability(chain_states: int, forged: int, audited: int) -> float:
@@ -595,19 +635,6 @@ def miss_probability(chain_states: int, forged: int, audited: int) -> float:
     return math.comb(chain_states - forged, audited) / math.comb(chain_states, audited)
 
 
-def _scene_record(row: dict) -> tuple:
-    return (
-        int(row["num_pucks"]),
-        tuple(row["radius"]),
-        tuple(row["mass"]),
-        tuple(row["friction"]),
-        float(row["goal_x"]),
-        float(row["goal_y"]),
-        float(row["goal_radius"]),
-        tuple(row["initial_positions"]),
-    )
-
-
 def audit_population(
     path: str | os.PathLike,
     *,
@@ -615,14 +642,15 @@ def audit_population(
     rows: list[int] | None = None,
     call: str = "audit_population",
 ) -> dict:
-    """Re-simulate a population against physics; raise on the first label that physics denies.
+    """Step a population again through its environment; raise on the first label it denies.
 
-    Checks, in order: the manifest's preset is the registered one; every scene (parameters,
-    initial positions, id) is the one the generator draws for (preset, split, seed, index);
-    counts and every label's Bellman rule; then, for each audited chain state: its positions
-    (the scene's initial ones at step 0, else the simulated outcome of its parent's stored
-    action), its object, goal and candidate features, and by a full depth-H tree search its
-    K rewards and K x H labels and each successor's positions, rewards and labels.
+    Checks, in order: the manifest's generator record is the environment's; every scene (its
+    content, initial state and id) is the one drawn from its seed; counts, every label's Bellman
+    rule and every chain state's successors; then, for each audited chain state: its state (the
+    scene's initial one at step 0, else the stepped outcome of its parent's stored action), its
+    object, goal and candidate features and objects, and by a full depth-H tree search its rewards
+    and labels and each successor's state, rewards and labels. A user environment is imported from
+    the frozen copy inside the population.
 
     Args:
         path: population directory.
@@ -632,9 +660,10 @@ def audit_population(
 
     Returns:
         ``{"source", "chain_states", "audited", "states" (state ids), "simulations",
-        "seconds", "result": "passed", "scenes_checked", "successors_checked" (one-strike
-        successors re-simulated, all of them), "miss_probability_one_state" (of the sampled
-        depth-H tree audit, for a forgery confined to one chain state)}``.
+        "seconds", "result": "passed", "scenes_checked", "successors_checked" (one-step
+        successors stepped again, all of them), "miss_probability_one_state" (of the sampled
+        depth-H tree audit, for a forgery confined to one chain state), "environment" (its name
+        and whether its code is the user's, imported from the population's frozen copy)}``.
 
     Raises:
         QhInputError: ``states`` is not a positive integer.
@@ -651,12 +680,12 @@ def audit_population(
     path = Path(path)
     manifest = read_manifest(path)
     regenerated = _regenerated_scenes(path, manifest, call=call)
-    preset, split, seed = regenerated.preset, regenerated.split, regenerated.seed
+    environment, preset = regenerated.environment, regenerated.preset
+    split, seed = regenerated.split, regenerated.seed
     scenes, initial, scene_of = regenerated.scenes, regenerated.initial, regenerated.index_of
-    scene_rows = regenerated.scene_ids
     labels = check_population_labels(path, manifest, call=call)
     chain_rows = np.flatnonzero(labels.step >= 0)
-    _check_chains(path, labels, preset, split, seed, scene_rows, call=call)
+    _check_chains(path, labels, preset, split, seed, regenerated.scene_ids, call=call)
     if rows is not None:
         wanted = {int(s) for s in rows}
         chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
@@ -669,7 +698,8 @@ def audit_population(
         chosen = [int(r) for r in chain_rows]
     else:
         chosen = sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
-    st = pq.read_table(path / "states.parquet", columns=["positions", "objects", "goal"]).to_pydict()
+    column = environment.state_column
+    st = pq.read_table(path / "states.parquet", columns=[column, "objects", "goal"]).to_pydict()
     ca = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "object", "features"])
     c_row = {
         (int(s), int(c)): i
@@ -678,45 +708,46 @@ def audit_population(
     c_object = ca.column("object").to_numpy()
     c_features = ca.column("features").to_pylist()
     row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
-    layout, big_h = preset.candidates, preset.horizon
+    big_h = preset.horizon
     simulations = 0
 
     def deny(row: int, what: str) -> EvidenceError:
-        return _refuse(call, path, f"physics denies state_id {int(labels.state_id[row])}: {what}")
+        return _refuse(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
 
     def same(a, b) -> bool:
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         return a.shape == b.shape and bool(np.array_equal(a, b))
 
-    def check_state(row: int, scene, positions: np.ndarray) -> None:
+    def check_state(row: int, scene, state: np.ndarray) -> None:
         sid = int(labels.state_id[row])
-        if not same(np.asarray(st["positions"][row]).reshape(-1, 2), positions):
-            raise deny(row, "its positions are not where the pucks come to rest")
-        if not same(st["objects"][row], object_features(scene, positions)) or not same(
-            st["goal"][row], goal_features(scene)
-        ):
-            raise deny(row, "its object or goal features are not the scene's")
-        strikes = candidate_strikes(scene, positions, layout)
-        features = candidate_features(strikes)
-        for a, strike in enumerate(strikes):
+        if not same(st[column][row], state):
+            raise deny(row, "its state is not where the environment's step leads")
+        objects, goal, features, struck = environment.observe(scene, state)
+        if not same(st["objects"][row], objects) or not same(st["goal"][row], goal):
+            raise deny(row, "its object or goal features are not the state's")
+        if len(struck) != int(labels.mask[row].sum()):
+            raise deny(row, f"it stores {int(labels.mask[row].sum())} candidates; the environment offers {len(struck)}")
+        for a in range(len(struck)):
             i = c_row[(sid, a)]
-            if int(c_object[i]) != strike.puck or not same(c_features[i], features[a]):
-                raise deny(row, f"candidate {a}'s struck puck or features are not the layout's")
+            if int(c_object[i]) != int(struck[a]) or not same(c_features[i], features[a]):
+                raise deny(row, f"candidate {a}'s object or features are not the environment's")
 
     def check_labels(row: int, search, key, horizons: int) -> None:
         true_q = search.q(key, horizons)
         true_r = np.array([r for _, r in search.children(key)])
-        for a in range(layout.num_candidates):
+        for a in range(len(true_r)):
             if labels.reward[row, a] != true_r[a]:
                 raise deny(
-                    row, f"candidate {a} horizon 1 reward: stored {labels.reward[row, a]!r}, simulated {true_r[a]!r}"
+                    row,
+                    f"candidate {a} horizon 1 reward: stored {float(labels.reward[row, a])!r}, "
+                    f"stepped {float(true_r[a])!r}",
                 )
             for h in range(horizons):
                 if labels.q[row, a, h] != true_q[a, h]:
                     raise deny(
                         row,
-                        f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {labels.q[row, a, h]!r}, "
-                        f"simulated {true_q[a, h]!r}",
+                        f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {float(labels.q[row, a, h])!r}, "
+                        f"stepped {float(true_q[a, h])!r}",
                     )
 
     try:
@@ -725,28 +756,26 @@ def audit_population(
             scene = scenes[scene_index]
             step = int(labels.step[row])
             if step == 0:
-                positions = initial[scene_index]
+                state = initial[scene_index]
             else:
                 parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
                 taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
                 if parent is None or len(taken) != 1:
                     raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
-                parent_positions = np.asarray(st["positions"][parent]).reshape(-1, 2)
-                strike = candidate_strikes(scenes[scene_index], parent_positions, layout)[int(taken[0])]
-                positions = simulate_strike(
-                    scene, parent_positions, strike.puck, strike.direction, strike.speed
-                ).positions
+                state, _ = environment.step(scene, np.asarray(st[column][parent], dtype=np.float64), int(taken[0]))
                 simulations += 1
-            check_state(row, scene, positions)
-            search = TreeSearch([scene], layout)
-            root = search.node(0, positions)
+            check_state(row, scene, state)
+            search = TreeSearch([scene], environment)
+            root = search.node(0, state)
             search.expand([root], big_h)
             check_labels(row, search, root, big_h)
             for a, (child, _) in enumerate(search.children(root)):
                 succ = int(labels.successor[row, a])
-                check_state(succ, scene, search.positions(child))
+                check_state(succ, scene, search.state(child))
                 check_labels(succ, search, child, big_h - 1)
             simulations += search.simulations
+    except QhError:
+        raise
     except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
         raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     return {
@@ -755,25 +784,26 @@ def audit_population(
         "audited": len(chosen),
         "states": [int(labels.state_id[r]) for r in chosen],
         "scenes_checked": len(scenes),
-        # Every chain state's K one-strike successors were re-simulated by the label checks.
-        "successors_checked": int(len(chain_rows)) * layout.num_candidates,
+        # Every chain state's one-step successors were stepped again by the label checks.
+        "successors_checked": int(labels.mask[chain_rows].sum()),
         # The depth-H tree is sampled: a forgery confined to one chain state's tree is missed
         # with this probability (0 when every chain state was audited).
         "miss_probability_one_state": miss_probability(int(len(chain_rows)), 1, len(chosen)),
         "simulations": simulations,
         "seconds": round(time.perf_counter() - started, 3),
         "result": "passed",
+        "environment": {"name": environment.name, "user_code": environment.spec.source is not None},
     }
 
 
 def _check_chains(
-    path: Path, labels: LabelArrays, preset, split: str, seed: int, scene_ids: list[int], *, call: str
+    path: Path, labels: LabelArrays, preset: Preset, split: str, seed: int, scene_ids: list[int], *, call: str
 ) -> None:
     """Every chain the preset draws is there, whole, and follows its actor's own choices.
 
     Chain g is chain g % chains_per_scene of scene g // chains_per_scene (``chains.run_chains``);
     its actor stream is replayed on the stored Q*_H of each of its states (checked by Bellman
-    and, where audited, by physics), and the state after each step must be the successor of the
+    and, where audited, by stepping), and the state after each step must be the successor of the
     candidate the actor takes. So a forger can neither drop, add nor re-route a chain.
     """
     chain = labels.step >= 0
@@ -804,12 +834,13 @@ def _check_chains(
             )
         rng = np.random.Generator(np.random.PCG64(actor_seed_sequence(split, seed, scene_index, c)))
         for step, row in enumerate(rows[:-1]):
-            taken = choose_action(preset.actor, labels.q[row, :, preset.horizon - 1], rng)
+            valid = labels.mask[row]
+            taken = choose_action(preset.actor, labels.q[row, valid, preset.horizon - 1], rng)
             if int(labels.successor[row, taken]) != rows[step + 1]:
                 raise _refuse(
                     call,
                     path,
-                    f"physics denies state_id {int(labels.state_id[rows[step + 1]])}: chain "
+                    f"the environment denies state_id {int(labels.state_id[rows[step + 1]])}: chain "
                     f"{chain_id} step {step + 1} is not where the declared actor goes (it takes candidate "
                     f"{taken} at state_id {int(labels.state_id[row])})",
                 )

@@ -18,8 +18,8 @@ import numpy as np
 
 from qhlab.evidence import QhInputError
 from qhlab.scenes.labels import TreeSearch
-from qhlab.scenes.sampler import ActorSpec, Preset, actor_seed_sequence
-from qhlab.scenes.world import Scene
+from qhlab.scenes.presets import ActorSpec, Preset
+from qhlab.scenes.sampler import actor_seed_sequence
 
 __all__ = ["StateRow", "choose_action", "run_chains"]
 
@@ -32,17 +32,17 @@ class StateRow:
         scene_index: index into the population's scenes.
         chain: global chain id (successors carry their parent's chain).
         step: 0-based step in the chain; -1 for successor states.
-        positions: puck centres [n, 2], float64.
-        reward: r(s, a) per candidate [K], float64.
-        q: exact labels [K, h] float64 (h = H for chain states, H-1 for successors).
-        successor: row index of each candidate's successor [K], -1 where not kept.
+        state: the state, 1-D float64.
+        reward: r(s, a) per candidate [k], float64.
+        q: exact labels [k, h] float64 (h = H for chain states, H-1 for successors).
+        successor: row index of each candidate's successor [k], -1 where not kept.
         parent: row index of the chain state this successor belongs to (-1 for chain rows).
     """
 
     scene_index: int
     chain: int
     step: int
-    positions: np.ndarray
+    state: np.ndarray
     reward: np.ndarray
     q: np.ndarray
     successor: np.ndarray
@@ -54,11 +54,11 @@ def choose_action(actor: ActorSpec, q_final: np.ndarray, rng: np.random.Generato
 
     Args:
         actor: declared actor.
-        q_final: Q*_H of each candidate [K].
+        q_final: Q*_H of each candidate of the state [k].
         rng: the chain's own actor stream.
 
     Returns:
-        Index in 0..K-1. Greedy ties go to the lowest index.
+        Index in 0..k-1. Greedy ties go to the lowest index.
     """
     k = q_final.shape[0]
     if actor.kind == "uniform":
@@ -75,8 +75,8 @@ def choose_action(actor: ActorSpec, q_final: np.ndarray, rng: np.random.Generato
 
 def run_chains(
     search: TreeSearch,
-    scenes: list[Scene],
-    initial_positions: list[np.ndarray],
+    scenes: list[dict],
+    initial_states: list[np.ndarray],
     preset: Preset,
     split: str,
     seed: int,
@@ -86,7 +86,7 @@ def run_chains(
     Args:
         search: the tree search over ``scenes``.
         scenes: the population's scenes.
-        initial_positions: each scene's initial positions [n, 2].
+        initial_states: each scene's initial state.
         preset: sizes (chains per scene, steps, H) and the actor.
         split: the split (selects the actor streams).
         seed: the population seed.
@@ -101,7 +101,7 @@ def run_chains(
         for c in range(preset.chains_per_scene):
             rng = np.random.Generator(np.random.PCG64(actor_seed_sequence(split, seed, scene_index, c)))
             chains.append((scene_index, len(chains), rng))
-            current.append(search.node(scene_index, initial_positions[scene_index]))
+            current.append(search.node(scene_index, initial_states[scene_index]))
     chain_rows: list[list[StateRow]] = [[] for _ in chains]
     pending_successors: list[tuple[tuple[int, int], int, StateRow]] = []
     for step in range(preset.steps):
@@ -112,7 +112,7 @@ def run_chains(
             children = search.children(key)
             rewards = np.array([r for _, r in children], dtype=np.float64)
             successor = np.full(len(children), -1, dtype=np.int64)
-            row = StateRow(scene_index, chain_id, step, search.positions(key), rewards, q, successor)
+            row = StateRow(scene_index, chain_id, step, search.state(key), rewards, q, successor)
             chain_rows[chain_id].append(row)
             taken = -1
             if step + 1 < preset.steps:
@@ -132,7 +132,7 @@ def run_chains(
                             scene_index,
                             chain_id,
                             -1,
-                            search.positions(child),
+                            search.state(child),
                             child_rewards,
                             child_q,
                             np.full(len(child_children), -1, dtype=np.int64),

@@ -14,7 +14,7 @@ import numpy as np
 
 from qhlab.evidence import EvidenceError, canonical_json
 from qhlab.scenes.audit import audit_population, read_labels
-from qhlab.scenes.difficulty import difficulty_card
+from qhlab.scenes.difficulty import difficulty_card, reference_name
 from qhlab.scenes.manifest import read_manifest
 
 __all__ = ["describe_population"]
@@ -63,9 +63,10 @@ def describe_population(
     }
     chain = labels.step >= 0
     scene_index = np.array([scene_order[int(s)] for s in labels.scene_id[chain]])
-    labels = labels.q[chain]
+    mask = labels.mask[chain]
+    q = np.where(mask[:, :, None], labels.q[chain], 0.0)
     band = recorded["tie_band"] if tie_band is None else tie_band
-    card = difficulty_card(labels, scene_index, tie_band=band)
+    card = difficulty_card(q, scene_index, tie_band=band, candidate_mask=mask, reference=reference_name(recorded))
     if band == recorded["tie_band"] and canonical_json(card) != canonical_json(recorded):
         raise EvidenceError(
             f"describe_population: {path / 'manifest.json'} records a difficulty card that its files do not "

@@ -11,7 +11,8 @@ gives, at the primary horizon H and weighted like every qhlab metric (states wit
 then scenes equally), the regret of:
 
 * the uniform-random policy (what any constant predictor gets);
-* every fixed candidate index (candidate 0 is the straight strike at the goal);
+* every fixed candidate index (candidate 0 under its own name: the straight strike at the goal in
+  the puck world);
 * the myopic oracle, argmax of the exact Q*_1 (ties within ``tie_band`` averaged);
 
 and the share of chain states where the myopic choice (its ties averaged, as in its regret)
@@ -29,7 +30,7 @@ import numpy as np
 
 from qhlab.evidence import QhInputError
 
-__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card"]
+__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card", "reference_name"]
 
 CARD_TIE_BAND = 0.001
 """Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
@@ -45,16 +46,29 @@ def _scene_weighted(values: np.ndarray, scene_index: np.ndarray) -> np.ndarray:
     return (sums / counts[:, None]).mean(axis=0).reshape(values.shape[1:])
 
 
-def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND) -> dict[str, Any]:
+def difficulty_card(
+    q: Any,
+    scene_index: Any,
+    *,
+    tie_band: float = CARD_TIE_BAND,
+    candidate_mask: Any = None,
+    reference: str = "first_candidate",
+) -> dict[str, Any]:
     """The difficulty card of a population's chain states.
 
+    A state with fewer candidates than K takes part in every policy: the uniform policy and the
+    oracles choose among its own candidates, and fixed index i takes its candidate
+    min(i, k - 1), its last one where it has fewer than i + 1.
+
     Args:
-        q: exact labels Q*_1..Q*_H of the chain states, [S, K, H] (every candidate valid).
+        q: exact labels Q*_1..Q*_H of the chain states, [S, K, H].
         scene_index: the scene of each state, integer [S].
-        tie_band: finite tolerance >= 0, metres.
+        tie_band: finite tolerance >= 0, in the labels' unit.
+        candidate_mask: [S, K] bool, the candidates each state has (its first k); None: all.
+        reference: the card's name for candidate 0's policy (``"straight_strike"`` in the puck world).
 
     Returns:
-        JSON-able dict: ``regret_H`` (uniform, fixed_index [K], straight_strike, best_fixed_index,
+        JSON-able dict: ``regret_H`` (uniform, fixed_index [K], ``reference``, best_fixed_index,
         myopic_oracle), the same as ``ratio_to_uniform``, ``myopic_loses_share`` (share of chain
         states, unweighted, whose myopic regret at H, the loss of the myopic choice with its
         ties averaged, exceeds ``tie_band``), and ``optimal_index`` (distribution [K] over chain states,
@@ -65,24 +79,34 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
     """
     labels = np.asarray(q, dtype=np.float64)
     scenes = np.asarray(scene_index)
+    mask = np.ones(labels.shape[:2], dtype=bool) if candidate_mask is None else np.asarray(candidate_mask, dtype=bool)
     if labels.ndim != 3 or 0 in labels.shape or scenes.shape != (labels.shape[0],):
         raise QhInputError(
             f"difficulty_card: q.shape={labels.shape!r} is not allowed; allowed: [S, K, H] with S, K, H >= 1 "
             f"and scene_index of shape [S]. HINT: pass the chain states' labels."
         )
-    if not np.isfinite(labels).all():
+    if mask.shape != labels.shape[:2] or not mask[:, 0].all():
+        raise QhInputError(
+            f"difficulty_card: candidate_mask of shape {mask.shape!r} is not allowed; allowed: [S, K] bool, every "
+            "state's first candidate present."
+        )
+    if not np.isfinite(labels[mask]).all():
         raise QhInputError(
             "difficulty_card: q holds non-finite labels; allowed: finite. HINT: regenerate the population."
         )
     if isinstance(tie_band, bool) or not isinstance(tie_band, (int, float)) or not 0 <= tie_band < math.inf:
         raise QhInputError(f"difficulty_card: tie_band={tie_band!r} is not allowed; allowed: a finite number >= 0.")
     s, k, h = labels.shape
-    final, first = labels[:, :, h - 1], labels[:, :, 0]
+    # A state's missing candidates: never the maximum, never in a set, never in a mean.
+    final = np.where(mask, labels[:, :, h - 1], -np.inf)
+    first = np.where(mask, labels[:, :, 0], -np.inf)
     best = final.max(axis=1)  # [S]
-    uniform = best - final.mean(axis=1)
-    fixed = best[:, None] - final  # [S, K]
+    uniform = best - np.where(mask, final, 0.0).sum(axis=1) / mask.sum(axis=1)
+    # Fixed index i takes a state's candidate min(i, k - 1).
+    slot = np.minimum(np.arange(k)[None, :], mask.sum(axis=1)[:, None] - 1)
+    fixed = best[:, None] - np.take_along_axis(final, slot, axis=1)  # [S, K]
     myopic_set = first >= first.max(axis=1, keepdims=True) - tie_band
-    myopic = best - (final * myopic_set).sum(axis=1) / myopic_set.sum(axis=1)
+    myopic = best - np.where(myopic_set, final, 0.0).sum(axis=1) / myopic_set.sum(axis=1)
     optimal_set = final >= best[:, None] - tie_band
     distribution = (optimal_set / optimal_set.sum(axis=1, keepdims=True)).mean(axis=0)
     nonzero = distribution[distribution > 0]
@@ -104,12 +128,12 @@ def difficulty_card(q: Any, scene_index: Any, *, tie_band: float = CARD_TIE_BAND
         "regret_H": {
             "uniform": uniform_w,
             "fixed_index": [float(v) for v in fixed_w],
-            "straight_strike": float(fixed_w[0]),
+            reference: float(fixed_w[0]),
             "best_fixed_index": {"index": best_index, "regret": float(fixed_w[best_index])},
             "myopic_oracle": myopic_w,
         },
         "ratio_to_uniform": {
-            "straight_strike": ratio(float(fixed_w[0])),
+            reference: ratio(float(fixed_w[0])),
             "best_fixed_index": ratio(float(fixed_w[best_index])),
             "myopic_oracle": ratio(myopic_w),
         },
@@ -135,6 +159,7 @@ def card_lines(described: dict[str, Any]) -> list[str]:
     """
     card = described["card"]
     regret, ratio = card["regret_H"], card["ratio_to_uniform"]
+    reference = reference_name(card)
     best = regret["best_fixed_index"]
     h = card["horizon"]
 
@@ -145,7 +170,7 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         f"{described['name']} ({described['split']}): {card['scenes']} scenes, {card['chain_states']} chain "
         f"states, K={card['K']}, H={h}, tie_band={card['tie_band']} m; {card['weighting']}",
         f"  regret_{h} uniform random      {regret['uniform']:.4f}",
-        f"  regret_{h} straight strike (0) {regret['straight_strike']:.4f}  ({share(ratio['straight_strike'])})",
+        f"  regret_{h} {reference.replace('_', ' ')} (0) {regret[reference]:.4f}  ({share(ratio[reference])})",
         f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",
         f"  regret_{h} myopic oracle       {regret['myopic_oracle']:.4f}  ({share(ratio['myopic_oracle'])})",
         "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
@@ -161,3 +186,9 @@ def card_lines(described: dict[str, Any]) -> list[str]:
 def _ratio_text(value: float | None) -> str:
     # None where log2 K is 0 (K = 1): there is no choice to spread.
     return "-" if value is None else f"{value:.3f}"
+
+
+def reference_name(card: dict[str, Any]) -> str:
+    """The card's name for candidate 0's policy (the one key of ``regret_H`` beside the others)."""
+    standard = {"uniform", "fixed_index", "best_fixed_index", "myopic_oracle"}
+    return next(key for key in card["regret_H"] if key not in standard)

@@ -1,6 +1,6 @@
-"""Exact finite-horizon labels Q*_1..Q*_H by full tree search over a process pool.
+"""Exact finite-horizon labels Q*_1..Q*_H by full tree search through an environment's ``step``.
 
-Owns: expanding states (simulating all K candidates of a state), the level-by-level search
+Owns: expanding states (stepping all candidates of a state), the level-by-level search
 that expands every node of the depth-H trees below a set of root states, memoization of
 identical states (a chain's next state is a node of the previous state's tree, so its
 subtree to depth H-1 is already simulated), and the Bellman recursion
@@ -11,9 +11,10 @@ computed in float64. Does not own: which roots are searched (``chains``) or file
 (``population``).
 
 Parallelism: the expansions of one level are independent; they go in chunks to an executor
-from the seam (``qhlab.execution``: a local ``spawn`` process pool or Ray tasks, whose
-arguments and results travel through Ray's object store). A simulation is a pure function of
-(scene, positions, strike), so labels do not depend on the executor, the worker count or the
+from the seam (``qhlab.execution``: a local process pool or Ray tasks, whose arguments and
+results travel through Ray's object store), each with the environment's spec, so a worker makes
+the environment once (from the same frozen source) and steps it. A step is a pure function of
+(scene, state, action), so labels do not depend on the executor, the worker count or the
 chunking.
 """
 
@@ -25,9 +26,8 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from qhlab.scenes.candidates import candidate_strikes, reward
-from qhlab.scenes.sampler import CandidateLayout
-from qhlab.scenes.world import Scene, simulate_strike
+from qhlab.execution import worker_memo
+from qhlab.scenes.environment import Environment, EnvironmentSpec
 
 __all__ = [
     "TreeSearch",
@@ -35,45 +35,40 @@ __all__ = [
 ]
 
 NodeKey = tuple[int, bytes]
-"""(scene index, exact float64 bytes of the positions [n, 2]) identifies a search node."""
+"""(scene index, exact float64 bytes of the state) identifies a search node."""
 
 _MAX_CHUNK_NODES = 32
 
 
-def expand_state(scene: Scene, positions: np.ndarray, layout: CandidateLayout) -> list[tuple[np.ndarray, float]]:
-    """Simulate every candidate of one state.
+def expand_state(environment: Environment, scene: dict, state: np.ndarray) -> list[tuple[np.ndarray, float]]:
+    """Step every candidate of one state.
 
     Args:
-        scene: the scene.
-        positions: puck centres at rest [n, 2], float64.
-        layout: candidate layout (K strikes, speed, goal bonus).
+        environment: the environment.
+        scene: the state's scene.
+        state: the state (1-D float64).
 
     Returns:
-        K pairs (rest positions [n, 2] float64, reward r(s, a) in metres), in candidate order.
+        One pair (successor state, reward r(s, a)) per candidate, in candidate order.
     """
-    out = []
-    for strike in candidate_strikes(scene, positions, layout):
-        after = simulate_strike(scene, positions, strike.puck, strike.direction, strike.speed).positions
-        out.append((after, reward(scene, positions, after, layout)))
-    return out
+    return [environment.step(scene, state, a) for a in range(environment.candidates(scene, state))]
 
 
-def _expand_chunk(
-    task: tuple[CandidateLayout, list[tuple[Scene, np.ndarray]]],
-) -> list[list[tuple[np.ndarray, float]]]:
-    layout, nodes = task
-    return [expand_state(scene, positions, layout) for scene, positions in nodes]
+def _expand_chunk(task: tuple[EnvironmentSpec, list[tuple[dict, np.ndarray]]]) -> list[list[tuple[np.ndarray, float]]]:
+    spec, nodes = task
+    environment = worker_memo(("environment", spec.key), lambda: Environment.make(spec))
+    return [expand_state(environment, scene, state) for scene, state in nodes]
 
 
 class TreeSearch:
     """Memoized full tree search over the scenes of one population.
 
-    Nodes are states identified by their exact positions; each expanded node stores its K
-    children and rewards. Values ``V_h(s) = max_a Q*_h(s, a)`` are memoized per node.
+    Nodes are states identified by their exact bytes; each expanded node stores its children
+    (one per candidate) and rewards. Values ``V_h(s) = max_a Q*_h(s, a)`` are memoized per node.
 
     Args:
         scenes: the population's scenes (a node's scene index points here).
-        layout: candidate layout.
+        environment: the environment whose ``step`` expands a state.
         executor: an executor for expansions (``qhlab.execution.open_executor``), or None to
             expand in this process.
         workers: number of processes (or cluster CPUs) behind ``executor`` (sizes the chunks).
@@ -82,37 +77,37 @@ class TreeSearch:
 
     def __init__(
         self,
-        scenes: Sequence[Scene],
-        layout: CandidateLayout,
+        scenes: Sequence[dict],
+        environment: Environment,
         *,
         executor: Executor | None = None,
         workers: int = 1,
         on_simulations: Callable[[int], None] | None = None,
     ) -> None:
         self._scenes = list(scenes)
-        self._layout = layout
+        self._environment = environment
         self._executor = executor
         self._workers = max(1, workers)
         self._on_simulations = on_simulations
-        self._positions: dict[NodeKey, np.ndarray] = {}
+        self._states: dict[NodeKey, np.ndarray] = {}
         self._children: dict[NodeKey, tuple[tuple[NodeKey, float], ...]] = {}
         self._values: dict[tuple[NodeKey, int], float] = {}
         self.simulations = 0
         """Simulations actually run (memoized expansions are not rerun)."""
 
-    def node(self, scene_index: int, positions: np.ndarray) -> NodeKey:
+    def node(self, scene_index: int, state: np.ndarray) -> NodeKey:
         """Register a state and return its key."""
-        positions = np.ascontiguousarray(positions, dtype=np.float64)
-        key = (scene_index, positions.tobytes())
-        self._positions.setdefault(key, positions)
+        state = np.ascontiguousarray(state, dtype=np.float64)
+        key = (scene_index, state.tobytes())
+        self._states.setdefault(key, state)
         return key
 
-    def positions(self, key: NodeKey) -> np.ndarray:
-        """Positions [n, 2] of a node."""
-        return self._positions[key]
+    def state(self, key: NodeKey) -> np.ndarray:
+        """The state of a node."""
+        return self._states[key]
 
     def children(self, key: NodeKey) -> tuple[tuple[NodeKey, float], ...]:
-        """K (child key, reward) pairs of an expanded node."""
+        """The (child key, reward) pairs of an expanded node, one per candidate."""
         return self._children[key]
 
     def expand(self, roots: Iterable[NodeKey], depth: int) -> None:
@@ -137,14 +132,14 @@ class TreeSearch:
             return
         if self._executor is None:
             for key in keys:
-                self._store(key, expand_state(self._scenes[key[0]], self._positions[key], self._layout))
+                self._store(key, expand_state(self._environment, self._scenes[key[0]], self._states[key]))
             return
         size = max(1, min(_MAX_CHUNK_NODES, math.ceil(len(keys) / (self._workers * 8))))
         chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
         futures = [
             self._executor.submit(
                 _expand_chunk,
-                (self._layout, [(self._scenes[k[0]], self._positions[k]) for k in chunk]),
+                (self._environment.spec, [(self._scenes[k[0]], self._states[k]) for k in chunk]),
             )
             for chunk in chunks
         ]
@@ -173,7 +168,7 @@ class TreeSearch:
         """Exact labels of every candidate of an expanded node.
 
         Returns:
-            [K, horizon] float64: column h-1 holds Q*_h(s, a).
+            [k, horizon] float64 (k: the node's candidates): column h-1 holds Q*_h(s, a).
         """
         children = self._children[key]
         out = np.empty((len(children), horizon), dtype=np.float64)
@@ -200,5 +195,5 @@ class TreeSearch:
                     nxt.extend(child for child, _ in self._children[key])
             frontier = nxt
         self._children = {k: v for k, v in self._children.items() if k in expanded}
-        self._positions = {k: v for k, v in self._positions.items() if k in keep}
+        self._states = {k: v for k, v in self._states.items() if k in keep}
         self._values = {k: v for k, v in self._values.items() if k[0] in keep}

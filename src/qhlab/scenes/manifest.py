@@ -15,9 +15,10 @@ from pathlib import Path
 
 from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
 from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
+from qhlab.evidence.layout import POPULATION_ENVIRONMENT_DIR as ENVIRONMENT_DIR
 from qhlab.scenes.records import PopulationReceipt
 
-__all__ = ["MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
+__all__ = ["ENVIRONMENT_DIR", "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
 
 # The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
 MANIFEST_SCHEMA_VERSION = 1
@@ -49,7 +50,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
         )
     # The receipt binds the manifest's own bytes too, so any changed byte in any file fails.
     receipt = read_receipt(receipt_path, PopulationReceipt)
-    expected = {name: name for name in (*POPULATION_FILES, MANIFEST)}
+    copies = sorted(n for n in receipt.outputs if n.startswith(f"{ENVIRONMENT_DIR}/"))
+    expected = {name: name for name in (*POPULATION_FILES, *copies, MANIFEST)}
     if {name: entry.path for name, entry in receipt.outputs.items()} != expected:
         raise EvidenceError(
             f"load_population: {receipt_path} binds {sorted(receipt.outputs)}; allowed: exactly "
@@ -83,12 +85,13 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if missing:
         raise EvidenceError(f"load_population: {manifest_path} lacks fields {missing}.")
     files = manifest["files"]
-    if not isinstance(files, dict) or sorted(files) != sorted(POPULATION_FILES):
+    if not isinstance(files, dict) or sorted(files) != sorted((*POPULATION_FILES, *copies)):
         raise EvidenceError(
             f"load_population: {manifest_path} field files={sorted(files) if isinstance(files, dict) else files!r} "
-            f"is not allowed; allowed: exactly {list(POPULATION_FILES)}."
+            f"is not allowed; allowed: exactly {list(POPULATION_FILES)} and the environment's source the receipt "
+            "binds."
         )
-    for name in POPULATION_FILES:
+    for name in (*POPULATION_FILES, *copies):
         target = path / name
         # read_receipt above re-hashed every file against the receipt: the manifest must bind
         # the same digests (hashing each file once per load).

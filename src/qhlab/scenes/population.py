@@ -1,25 +1,28 @@
-"""The population WRITER: generate a labelled population and publish it write-once.
+"""The population WRITER: generate a labelled population of any environment and publish it write-once.
 
-Owns: ``generate_population`` (sample scenes, run chains with exact labels, write
-``scenes.parquet``, ``states.parquet``, ``candidates.parquet``, ``manifest.json`` binding the
-SHA-256 of every file, a ``population.receipt.json`` so ``qhlab verify`` authenticates it,
-and a ``generation.receipt.json`` saying which executor labelled it, on which nodes), the
-content-addressed cache ``cached_population``, and ``scene_content_digests``, the identity
-of each scene's physics that disjointness checks compare. Does not own: the format's names and
-reading a manifest back (``manifest``), or turning a population into tensors
-(``qhlab.finite_horizon.data``).
+Owns: ``generate_population`` (make the preset's environment and check its contract, draw its
+scenes from the population's scene seeds, run chains with exact labels through its ``step``,
+write ``scenes.parquet`` (one column per key of the environment's scenes), ``states.parquet``,
+``candidates.parquet``, a user environment's source under ``environment/``, ``manifest.json``
+binding the SHA-256 of every file, a ``population.receipt.json`` so ``qhlab verify``
+authenticates it, and a ``generation.receipt.json`` saying which executor labelled it, on which
+nodes), the content-addressed cache ``cached_population``, and ``scene_content_digests``, the
+identity of each scene's content that disjointness checks compare. Does not own: the format's
+names and reading a manifest back (``manifest``), the environment (``environment``) or turning a
+population into tensors (``qhlab.finite_horizon.data``).
 
 Write-once: the population is staged in a hidden sibling directory and renamed into place
 only when complete, so a crash never leaves a half-written population at ``out``.
-Determinism: the same (generator version, engine version, preset, split, seed) gives
-byte-identical files: labels do not depend on the executor or the worker count, the manifest
-and population receipt hold no time or host, and Parquet is written with fixed options. Only
-``generation.receipt.json`` (execution evidence, not part of the population's identity)
-differs between a local and a Ray run.
+Determinism: the same (environment, its source, preset, split, seed) gives byte-identical files:
+labels do not depend on the executor or the worker count, the manifest and population receipt
+hold no time or host, and Parquet is written with fixed options. Only ``generation.receipt.json``
+(execution evidence, not part of the population's identity) differs between a local and a Ray
+run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from qhlab.evidence import (
     PublishConflictError,
     QhInputError,
     canonical_json,
+    publish_bytes,
     publish_directory,
     publish_file,
     publish_json,
@@ -44,54 +48,48 @@ from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
 from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
 from qhlab.execution import ExecutorChoice, RayExecutor, open_executor, where_am_i
 from qhlab.scenes.audit import audit_population
-from qhlab.scenes.candidates import (
-    CANDIDATE_FEATURES,
-    GOAL_FEATURES,
-    OBJECT_FEATURES,
-    candidate_features,
-    candidate_strikes,
-    goal_features,
-    object_features,
-)
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
+from qhlab.scenes.environment import Environment, EnvironmentSpec, check_contract, read_environment_source
 from qhlab.scenes.labels import TreeSearch
-from qhlab.scenes.manifest import MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
+from qhlab.scenes.manifest import ENVIRONMENT_DIR, MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
+from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
-from qhlab.scenes.sampler import GENERATOR_VERSION, Preset, get_preset, sample_scene, scene_id_for
-from qhlab.scenes.world import engine_identity
+from qhlab.scenes.sampler import GENERATOR_VERSION, scene_seed
 
 __all__ = [
     "cached_population",
+    "environment_spec",
     "generate_population",
     "planned_simulations",
     "scene_content_digests",
 ]
 
-# The scenes.parquet columns that make a scene what it is physically: pucks, their radius,
-# mass and friction, the goal and its radius, the initial positions. Not scene_id or
-# scene_index, which derive from the split, seed and draw index.
-SCENE_CONTENT_COLUMNS = (
-    "num_pucks",
-    "radius",
-    "mass",
-    "friction",
-    "goal_x",
-    "goal_y",
-    "goal_radius",
-    "initial_positions",
-)
+# The scenes.parquet columns that are not the scene's content: they derive from the split,
+# seed and draw index. Every other column is one key of the environment's scene.
+SCENE_IDENTITY_COLUMNS = ("scene_id", "scene_index")
 
 
-def planned_simulations(preset: Preset) -> int:
-    """Simulations a population needs when no two searched states coincide.
+def planned_simulations(preset: Preset, max_candidates: int) -> int:
+    """Simulations a population needs at most (every state with ``max_candidates`` candidates, no
+    two searched states the same).
 
     The first chain state needs K + K^2 + ... + K^H; each later one only K^H, because its
-    subtree to depth H-1 was simulated in the previous state's tree.
+    subtree to depth H-1 was stepped in the previous state's tree.
     """
-    k, h = preset.candidates.num_candidates, preset.horizon
+    k, h = max_candidates, preset.horizon
     chains = preset.scenes * preset.chains_per_scene
     return chains * (sum(k**i for i in range(1, h + 1)) + (preset.steps - 1) * k**h)
+
+
+def environment_spec(preset: Preset, *, call: str = "generate_population") -> EnvironmentSpec:
+    """The environment a preset names: a built-in one by its factory, a user one with its source
+    read from the user's files (relative to the preset file) for generation."""
+    declared = preset.environment
+    if declared.factory.startswith("qhlab."):
+        return EnvironmentSpec(declared.factory, dict(declared.options))
+    record, files, root = read_environment_source(declared.factory, preset.base, call=call)
+    return EnvironmentSpec(declared.factory, dict(declared.options), source=record, files=files, root=str(root))
 
 
 def _resolve_workers(workers: int | None) -> int:
@@ -121,23 +119,40 @@ def _write_parquet(path: Path, table: pa.Table) -> str:
     )
 
 
-def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) -> dict[str, pa.Table]:
+def _scenes_table(scenes: list[dict], scene_ids: list[int]) -> pa.Table:
+    """scene_id, scene_index and one column per key of the scenes (Arrow types inferred), refused
+    unless every scene has the same keys and reads back exactly as it was written."""
+    keys = list(scenes[0])
+    columns = {"scene_id": pa.array(scene_ids, pa.int64()), "scene_index": pa.array(range(len(scenes)), pa.int64())}
+    for index, scene in enumerate(scenes):
+        if list(scene) != keys or set(keys) & set(SCENE_IDENTITY_COLUMNS):
+            raise QhInputError(
+                f"generate_population: scene {index} has keys {list(scene)}; allowed: the keys of scene 0 ({keys}), "
+                f"none of {list(SCENE_IDENTITY_COLUMNS)}. HINT: every scene of an environment is the same JSON layout."
+            )
+    for key in keys:
+        try:
+            columns[key] = pa.array([scene[key] for scene in scenes])
+        except (pa.ArrowException, TypeError, OverflowError, ValueError) as exc:
+            raise QhInputError(
+                f"generate_population: scene key {key!r} holds values Parquet cannot store as one column ({exc}); "
+                "allowed: one JSON type per key across scenes (numbers, strings, booleans, lists and objects of them)."
+            ) from None
+    table = pa.table(columns)
+    for index, row in enumerate(table.to_pylist()):
+        if canonical_json({k: row[k] for k in keys}) != canonical_json(scenes[index]):
+            raise QhInputError(
+                f"generate_population: scene {index} does not read back from Parquet as it was drawn. HINT: give every "
+                "scene the same keys, nested objects the same keys, and integers within 64 bits."
+            )
+    return table
+
+
+def _tables(
+    environment: Environment, scenes: list[dict], scene_ids: list[int], rows: list[StateRow]
+) -> dict[str, pa.Table]:
     f64 = pa.float64()
-    scenes_table = pa.table(
-        {
-            "scene_id": pa.array(scene_ids, pa.int64()),
-            "scene_index": pa.array(range(len(scenes)), pa.int64()),
-            "num_pucks": pa.array([s.num_pucks for s in scenes], pa.int64()),
-            "radius": pa.array([list(s.radius) for s in scenes], pa.list_(f64)),
-            "mass": pa.array([list(s.mass) for s in scenes], pa.list_(f64)),
-            "friction": pa.array([list(s.friction) for s in scenes], pa.list_(f64)),
-            "goal_x": pa.array([s.goal[0] for s in scenes], f64),
-            "goal_y": pa.array([s.goal[1] for s in scenes], f64),
-            "goal_radius": pa.array([s.goal_radius for s in scenes], f64),
-            "initial_positions": pa.array([p.ravel().tolist() for p in initial], pa.list_(f64)),
-        }
-    )
-    layout = preset.candidates
+    state_column = environment.state_column
     st = {
         k: []
         for k in (
@@ -147,7 +162,7 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
             "step",
             "parent_state_id",
             "num_objects",
-            "positions",
+            state_column,
             "objects",
             "goal",
         )
@@ -155,21 +170,25 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
     ca = {k: [] for k in ("state_id", "candidate", "object", "features", "reward", "q", "successor_state_id")}
     for index, row in enumerate(rows):
         scene = scenes[row.scene_index]
+        objects, goal, features, struck = environment.observe(scene, row.state)
+        if len(struck) != len(row.reward):
+            raise QhInputError(
+                f"environment {environment.name!r}: observe(scene, state) returned {len(struck)} candidates for a "
+                f"state whose candidates(scene, state) gave {len(row.reward)}."
+            )
         st["state_id"].append(index)
         st["scene_id"].append(scene_ids[row.scene_index])
         st["chain_id"].append(row.chain)
         st["step"].append(row.step)
         st["parent_state_id"].append(row.parent)
-        st["num_objects"].append(scene.num_pucks)
-        st["positions"].append(row.positions.ravel().tolist())
-        st["objects"].append(object_features(scene, row.positions).tolist())
-        st["goal"].append(goal_features(scene).tolist())
-        strikes = candidate_strikes(scene, row.positions, layout)
-        features = candidate_features(strikes)
-        for a, strike in enumerate(strikes):
+        st["num_objects"].append(len(objects))
+        st[state_column].append(row.state.tolist())
+        st["objects"].append(objects.tolist())
+        st["goal"].append(goal.tolist())
+        for a in range(len(struck)):
             ca["state_id"].append(index)
             ca["candidate"].append(a)
-            ca["object"].append(strike.puck)
+            ca["object"].append(int(struck[a]))
             ca["features"].append(features[a].tolist())
             ca["reward"].append(float(row.reward[a]))
             ca["q"].append(row.q[a].tolist())
@@ -182,7 +201,7 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
             "step": pa.array(st["step"], pa.int64()),
             "parent_state_id": pa.array(st["parent_state_id"], pa.int64()),
             "num_objects": pa.array(st["num_objects"], pa.int64()),
-            "positions": pa.array(st["positions"], pa.list_(f64)),
+            state_column: pa.array(st[state_column], pa.list_(f64)),
             "objects": pa.array(st["objects"], pa.list_(pa.list_(f64))),
             "goal": pa.array(st["goal"], pa.list_(f64)),
         }
@@ -198,43 +217,32 @@ def _tables(preset: Preset, scenes, initial, scene_ids, rows: list[StateRow]) ->
             "successor_state_id": pa.array(ca["successor_state_id"], pa.int64()),
         }
     )
-    return {"scenes.parquet": scenes_table, "states.parquet": states_table, "candidates.parquet": candidates_table}
-
-
-def _card(rows: list[StateRow]) -> dict:
-    chain = [row for row in rows if row.step >= 0]
-    return difficulty_card(
-        np.stack([row.q for row in chain]), np.array([row.scene_index for row in chain]), tie_band=CARD_TIE_BAND
-    )
-
-
-def _features_record() -> dict:
-    def names(spec):
-        return [{"name": n, "unit": u} for n, u in spec]
-
-    return {"objects": names(OBJECT_FEATURES), "goal": names(GOAL_FEATURES), "candidates": names(CANDIDATE_FEATURES)}
-
-
-def _generator_record(preset: Preset, split: str, seed: int) -> dict:
     return {
-        **engine_identity(),
-        "generator_version": GENERATOR_VERSION,
-        "preset": preset.name,
-        "preset_parameters": preset.as_record(),
-        "split": split,
-        "seed": seed,
-        "actor": {
-            "kind": preset.actor.kind,
-            "epsilon": preset.actor.epsilon,
-            "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
-        },
-        "label_dtype": "float64",
-        "reward": "target-goal distance decrease (m) + goal_bonus if the target ends in the goal; no terminal state",
+        "scenes.parquet": _scenes_table(scenes, scene_ids),
+        "states.parquet": states_table,
+        "candidates.parquet": candidates_table,
     }
 
 
+def _card(rows: list[StateRow], max_candidates: int, reference: str) -> dict:
+    chain = [row for row in rows if row.step >= 0]
+    horizon = chain[0].q.shape[1]
+    q = np.zeros((len(chain), max_candidates, horizon))
+    mask = np.zeros((len(chain), max_candidates), dtype=bool)
+    for i, row in enumerate(chain):
+        q[i, : len(row.q)] = row.q
+        mask[i, : len(row.q)] = True
+    return difficulty_card(
+        q,
+        np.array([row.scene_index for row in chain]),
+        tie_band=CARD_TIE_BAND,
+        candidate_mask=mask,
+        reference=reference,
+    )
+
+
 def generate_population(
-    preset: str,
+    preset: str | os.PathLike | Preset,
     split: str,
     seed: int,
     out: str | os.PathLike,
@@ -242,11 +250,12 @@ def generate_population(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     executor: ExecutorChoice | None = None,
+    environment: EnvironmentSpec | None = None,
 ) -> Path:
     """Generate a population with exact labels and publish it at ``out`` (write-once).
 
     Args:
-        preset: registered preset name (``qhlab.scenes.PRESETS``).
+        preset: a built-in preset's name, a preset file, or a loaded ``Preset``.
         split: ``"train"``, ``"validation"`` or ``"test"``.
         seed: population seed (non-negative integer).
         out: directory to create; must not exist.
@@ -255,30 +264,40 @@ def generate_population(
         progress: called as ``progress(simulations_done, simulations_planned)``.
         executor: where label chunks run (default local); the Parquet files, manifest and
             population receipt are byte-identical either way.
+        environment: the environment to use instead of the one the preset names (a study's
+            validation uses the frozen copy its TRAIN population holds, never the user's files).
 
     Returns:
         ``out`` as a Path.
 
     Raises:
-        QhInputError: bad preset, split, seed, workers or executor, or a Ray cluster that
-            does not answer (nothing is written).
+        QhInputError: bad preset, split, seed, workers or executor, an environment that breaks
+            its contract (one line naming the environment, the method and the cause, the user's
+            file and line where its own code raised), or a Ray cluster that does not answer;
+            nothing is written.
         PublishConflictError: ``out`` exists.
     """
-    spec = get_preset(preset)
+    spec = preset if isinstance(preset, Preset) else load_preset(preset, call="generate_population")
     out = Path(out)
     workers = _resolve_workers(workers)
-    scenes, initial, scene_ids = [], [], []
-    for i in range(spec.scenes):
-        scene, positions = sample_scene(spec, split, seed, i)  # validates split and seed
-        scenes.append(scene)
-        initial.append(positions)
-        scene_ids.append(scene_id_for(scene, positions, split, seed, i))
+    environment = Environment.make(environment or environment_spec(spec), call="generate_population")
+    seeds = [scene_seed(split, seed, i) for i in range(spec.scenes)]  # validates split and seed
+    check_contract(environment, tuple(seeds[:1]))
+    # Every scene as JSON holds it: what the population stores and every later step passes.
+    scenes = [json.loads(json.dumps(environment.sample_scene(s), allow_nan=False)) for s in seeds]
+    initial = [environment.initial_state(scene) for scene in scenes]
+    scene_ids = [environment.scene_id(scene, split=split, seed=seed, scene_index=i) for i, scene in enumerate(scenes)]
+    if len(set(scene_ids)) != len(scene_ids):
+        raise QhInputError(
+            f"generate_population: environment {environment.name!r} gives two scenes of one population the same "
+            "scene_id. HINT: a scene_id binds the split, seed and scene index."
+        )
     if out.exists() or out.is_symlink():
         raise PublishConflictError(
             f"generate_population: out={str(out)!r} already exists; populations are write-once. "
             "HINT: choose a new directory, or use cached_population to reuse a population."
         )
-    planned = planned_simulations(spec)
+    planned = planned_simulations(spec, environment.max_candidates)
     done = [0]
 
     def _on_simulations(n: int) -> None:
@@ -290,24 +309,23 @@ def generate_population(
     started = time.perf_counter()
     with open_executor(choice, workers, call="generate_population") as pool:
         chunk_workers = getattr(pool, "cpus", workers)
-        search = TreeSearch(
-            scenes, spec.candidates, executor=pool, workers=chunk_workers, on_simulations=_on_simulations
-        )
+        search = TreeSearch(scenes, environment, executor=pool, workers=chunk_workers, on_simulations=_on_simulations)
         rows = run_chains(search, scenes, initial, spec, split, seed)
         generation = _generation_record(choice, pool, workers, time.perf_counter() - started)
     if progress is not None:
         progress(done[0], done[0])
-    tables = _tables(spec, scenes, initial, scene_ids, rows)
+    tables = _tables(environment, scenes, scene_ids, rows)
     n_chain = sum(1 for r in rows if r.step >= 0)
+    source = environment.spec.source
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "kind": MANIFEST_KIND,
         "name": f"{spec.name}-{split}-seed{seed}",
         "split": split,
         "horizon": spec.horizon,
-        "K": spec.candidates.num_candidates,
-        "features": _features_record(),
-        "generator": _generator_record(spec, split, seed),
+        "K": environment.max_candidates,
+        "features": environment.feature_names(),
+        "generator": environment.generator_record(spec, split=split, seed=seed, generator_version=GENERATOR_VERSION),
         "counts": {
             "scenes": len(scenes),
             "chains": len(scenes) * spec.chains_per_scene,
@@ -315,27 +333,39 @@ def generate_population(
             "successor_states": len(rows) - n_chain,
             "states": len(rows),
             "candidates": tables["candidates.parquet"].num_rows,
-            "max_objects": max(s.num_pucks for s in scenes),
+            "max_objects": int(max(tables["states.parquet"].column("num_objects").to_pylist())),
             "simulations": search.simulations,
         },
-        "difficulty": _card(rows),
+        "difficulty": _card(rows, environment.max_candidates, environment.reference_candidate),
         "files": {},
     }
+    copies = (
+        {} if source is None else {f"{ENVIRONMENT_DIR}/{rel}": data for rel, data in environment.spec.files.items()}
+    )
 
     def _write(staging: Path) -> None:
         for name in POPULATION_FILES:
             manifest["files"][name] = _write_parquet(staging / name, tables[name])
+        # A user environment's source, as it was imported for these labels: every later use
+        # imports this copy, never the user's files.
+        for rel, data in copies.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            publish_bytes(staging / rel, data)
+            manifest["files"][rel] = sha256_bytes(data)
         publish_json(staging / MANIFEST, manifest)
+        body = {
+            "name": manifest["name"],
+            "split": split,
+            "generator": manifest["generator"],
+            "counts": manifest["counts"],
+        }
+        if copies:
+            body["sealed_directories"] = [ENVIRONMENT_DIR]
         write_receipt(
             staging / RECEIPT,
             PopulationReceipt,
-            body={
-                "name": manifest["name"],
-                "split": split,
-                "generator": manifest["generator"],
-                "counts": manifest["counts"],
-            },
-            outputs={name: staging / name for name in (*POPULATION_FILES, MANIFEST)},
+            body=body,
+            outputs={name: staging / name for name in (*POPULATION_FILES, *copies, MANIFEST)},
         )
         write_receipt(
             staging / GENERATION_RECEIPT,
@@ -364,35 +394,32 @@ def _generation_record(choice: ExecutorChoice, pool, workers: int, seconds: floa
 
 
 def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
-    """{scene_id: SHA-256 of the canonical JSON of its ``SCENE_CONTENT_COLUMNS``} of a population.
+    """{scene_id: SHA-256 of the canonical JSON of its content} of a population: every column of
+    ``scenes.parquet`` but ``SCENE_IDENTITY_COLUMNS`` (the environment's scene as it was drawn).
 
-    Two scenes with the same digest are the same physical scene whatever their split, seed or
-    index. Reads ``scenes.parquet`` as it is; authenticate the population first
-    (``read_manifest``).
+    Two scenes with the same digest are the same scene whatever their split, seed or index. Reads
+    ``scenes.parquet`` as it is; authenticate the population first (``read_manifest``).
     """
-    rows = pq.read_table(Path(path) / "scenes.parquet", columns=["scene_id", *SCENE_CONTENT_COLUMNS]).to_pylist()
+    table = pq.read_table(Path(path) / "scenes.parquet")
+    content = [c for c in table.column_names if c not in SCENE_IDENTITY_COLUMNS]
     return {
-        int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in SCENE_CONTENT_COLUMNS})) for row in rows
+        int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in content})) for row in table.to_pylist()
     }
 
 
-def _cache_key(spec: Preset, split: str, seed: int) -> str:
-    return sha256_bytes(
-        canonical_json(
-            {
-                "schema_version": MANIFEST_SCHEMA_VERSION,
-                "generator_version": GENERATOR_VERSION,
-                "engine": engine_identity(),
-                "preset": spec.as_record(),
-                "split": split,
-                "seed": seed,
-            }
-        )
-    )
+def _expected(
+    preset: str | os.PathLike | Preset, split: str, seed: int, environment: EnvironmentSpec | None, *, call: str
+) -> tuple[Preset, EnvironmentSpec, dict]:
+    """The preset, the environment and the generator record a population of (preset, split, seed) has."""
+    spec = preset if isinstance(preset, Preset) else load_preset(preset, call=call)
+    scene_seed(split, seed, 0)  # validates split and seed before touching a cache
+    environment = environment or environment_spec(spec, call=call)
+    made = Environment.make(environment, call=call)
+    return spec, environment, made.generator_record(spec, split=split, seed=seed, generator_version=GENERATOR_VERSION)
 
 
 def cached_population(
-    preset: str,
+    preset: str | os.PathLike | Preset,
     split: str,
     seed: int,
     cache_root: str | os.PathLike,
@@ -401,38 +428,49 @@ def cached_population(
     progress: Callable[[int, int], None] | None = None,
     executor: ExecutorChoice | None = None,
     audit: bool = True,
+    environment: EnvironmentSpec | None = None,
 ) -> Path:
     """Return a population for (preset, split, seed), generating it only once per cache.
 
-    The cache directory name carries a digest of the arguments, the generator version, the
-    population schema and the engine version, so a change to any of them misses the cache.
-    A cached population is authenticated (manifest schema, every file digest, and its
-    recorded generator) and, since anyone can write to a cache, audited against physics
-    (``qhlab.scenes.audit.audit_population``: every scene regenerated, every label's Bellman
-    rule, ``AUDIT_STATES`` chain states re-simulated) before it is reused.
+    The cache directory name carries a digest of the population schema and the generator record
+    (the environment, its options and source digest, its identity and engine versions, the
+    preset's sizes and actor, the split and the seed), so a change to any of them misses the
+    cache. A cached population is authenticated (manifest schema, every file digest, and its
+    recorded generator) and, since anyone can write to a cache, audited (every scene
+    regenerated, every label's Bellman rule, ``AUDIT_STATES`` chain states re-simulated) before
+    it is reused.
 
     Args:
+        preset: a built-in preset's name, a preset file, or a loaded ``Preset``.
         audit: False only where the caller audits the returned population itself and records
             the audit (the study steps do).
+        environment: the environment to use instead of the one the preset names
+            (``generate_population``).
 
     Raises:
         EvidenceError: a cached population exists but fails authentication or the audit (it
             is never overwritten; remove it by hand).
     """
-    spec = get_preset(preset)
-    sample_scene(spec, split, seed, 0)  # validates split and seed before touching the cache
-    key = _cache_key(spec, split, seed)
+    spec, environment, record = _expected(preset, split, seed, environment, call="cached_population")
+    key = sha256_bytes(canonical_json({"schema_version": MANIFEST_SCHEMA_VERSION, "generator": record}))
     target = Path(cache_root) / f"{spec.name}-{split}-seed{seed}-{key[:16]}"
     if not target.exists():
         try:
             return generate_population(
-                preset, split, seed, target, workers=workers, progress=progress, executor=executor
+                spec,
+                split,
+                seed,
+                target,
+                workers=workers,
+                progress=progress,
+                executor=executor,
+                environment=environment,
             )
         except PublishConflictError:
             if not target.exists():
                 raise
     manifest = read_manifest(target)
-    if canonical_json(manifest["generator"]) != canonical_json(_generator_record(spec, split, seed)):
+    if canonical_json(manifest["generator"]) != canonical_json(record):
         raise EvidenceError(
             f"cached_population: {target / MANIFEST} records generator "
             f"{manifest['generator'].get('preset')!r}/{manifest['generator'].get('seed')!r} that does not "

@@ -252,8 +252,8 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         raise input_error(
             at_states,
             "objects",
-            f"{outer[bad]} pucks at state_id {int(_ints(states, 'state_id')[bad])}",
-            f"num_objects ({num_objects[bad]}) >= 1 pucks",
+            f"{outer[bad]} objects at state_id {int(_ints(states, 'state_id')[bad])}",
+            f"num_objects ({num_objects[bad]}) >= 1 objects",
             "regenerate the population.",
         )
     inner_lengths, flat = _lists(pa.table({"x": obj_col.flatten()}), "x")
@@ -292,7 +292,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     _check_finite(states_path, "goal", goal, _ints(states, "state_id"), "state_id")
     goal = goal[order]
 
-    # Candidates: exactly K rows per state, candidate indices 0..K-1.
+    # Candidates: a state's k rows are its candidates 0..k-1 (1 <= k <= K).
     c_state = _ints(cands, "state_id")
     c_index = _ints(cands, "candidate")
     try:
@@ -311,14 +311,15 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         )
     filled = np.zeros((s_rows, k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
-    if (filled != 1).any():
-        bad_row, bad_k = np.argwhere(filled != 1)[0]
+    candidate_mask = np.arange(k)[None, :] < filled.sum(axis=1)[:, None]
+    if (filled != candidate_mask).any() or not candidate_mask[:, 0].all():
+        bad_row, bad_k = np.argwhere((filled != candidate_mask) | ~candidate_mask[:, :1])[0]
         raise input_error(
             at_cands,
             "candidate",
             f"{int(filled[bad_row, bad_k])} rows for state_id {int(state_id[bad_row])} candidate {int(bad_k)}",
-            "exactly one row per (state, candidate)",
-            "every state has exactly K candidates.",
+            "exactly one row per (state, candidate) for a state's candidates 0..k-1 (k >= 1), none beyond",
+            "a state's candidates are numbered from 0.",
         )
     feat_lengths, feat_flat = _lists(cands, "features")
     if (feat_lengths != widths["candidates"]).any():
@@ -335,14 +336,14 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     _check_finite(cands_path, "reward", reward_flat, c_state, "state_id")
     struck = _ints(cands, "object")
     n_of_row = object_mask.sum(axis=1)
-    if ((struck < 0) | (struck >= n_of_row[c_row])).any():
-        bad = int(np.argmax((struck < 0) | (struck >= n_of_row[c_row])))
+    if ((struck < -1) | (struck >= n_of_row[c_row])).any():
+        bad = int(np.argmax((struck < -1) | (struck >= n_of_row[c_row])))
         raise input_error(
             at_cands,
             "object",
             int(struck[bad]),
-            f"0..{int(n_of_row[c_row[bad]]) - 1} at state_id {int(c_state[bad])}",
-            "the struck puck must exist.",
+            f"-1 or 0..{int(n_of_row[c_row[bad]]) - 1} at state_id {int(c_state[bad])}",
+            "a candidate acts on an object of its state, or on none (-1).",
         )
 
     q_lengths, q_flat = _lists(cands, "q")
@@ -405,20 +406,23 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
 
     step = step_file[order]
     reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
+    # The checks see a state's missing candidates as missing (NaN); the arrays hold zeros there.
     labels = LabelArrays(
         state_id=state_id,
         scene_id=_ints(states, "scene_id")[order],
         chain_id=_ints(states, "chain_id")[order],
         step=step,
-        reward=reward_grid,
-        q=q,
+        reward=np.where(candidate_mask, reward_grid, np.nan),
+        q=np.where(candidate_mask[:, :, None], q, np.nan),
         horizons=np.where(step >= 0, big_h, big_h - 1),
         successor=succ_grid,
+        mask=candidate_mask,
     )
     check_structure(cands_path, labels, call=_CALL)
-    check_bellman(cands_path, q, reward_grid, succ_grid, labels.horizons, state_id, call=_CALL)
-    # Bellman leaves the rewards and successors themselves to physics: every one-strike
-    # successor is re-simulated on every load (read in file order, as the files hold them).
+    check_bellman(cands_path, labels.q, labels.reward, succ_grid, labels.horizons, state_id, call=_CALL)
+    # Bellman leaves the rewards and successors themselves to the environment: every chain
+    # state's one-step successors are stepped again on every load (read in file order, as the
+    # files hold them; a user environment from the frozen copy inside the population).
     check_successors(path, manifest, read_labels(path, manifest, call=_CALL), call=_CALL)
     return PopulationArrays(
         manifest=manifest,
@@ -433,7 +437,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         goal=goal,
         candidates=grid(features, np.float64),
         candidate_object=grid(struck, np.int64),
-        candidate_mask=np.ones((s_rows, k), dtype=bool),
+        candidate_mask=candidate_mask,
         reward=reward_grid,
         q=q,
         q_horizons=np.where(step >= 0, big_h, big_h - 1).astype(np.int64),

@@ -22,13 +22,16 @@ class PopulationBody(Closed):
 
     Attributes:
         name: the population's name. split: train or validation. counts: scenes, rows and
-        chains. generator: the preset, seed and generator settings.
+        chains. generator: the preset, seed and generator settings. sealed_directories: the
+        directories that hold exactly the files the receipt binds (a user environment's frozen
+        source); absent for a built-in environment.
     """
 
     name: str
     split: str
     counts: Json
     generator: Json
+    sealed_directories: list[str] | None = None
 
 
 class PopulationReceipt(Receipt, kind="population", version=1):

@@ -32,6 +32,7 @@ from qhlab.study.populations import (
     population_files,
     population_support,
     resolve_population,
+    validation_environment,
 )
 from qhlab.study.preparation import refuse_tuned_scenes
 
@@ -63,8 +64,23 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
             "an existing population directory",
             "generate it with `qhlab scenes generate --split validation` or name a preset",
         )
+    preset = environment = None
+    if frozen.body.validation.get("preset") is not None:
+        # The preset as frozen, drawn from TRAIN's environment (a user one from TRAIN's frozen copy).
+        preset, environment = validation_environment(
+            frozen.body.validation["preset"],
+            frozen.train_path,
+            frozen.train_population().manifest,
+            call="prepare_development",
+        )
     validation_path = resolve_population(
-        source, "validation", config.population_cache, progress=True, executor=executor or config.executor_choice()
+        source,
+        "validation",
+        config.population_cache,
+        progress=True,
+        executor=executor or config.executor_choice(),
+        preset=preset,
+        environment=environment,
     )
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
     train = frozen.train_population()

@@ -45,6 +45,7 @@ from qhlab.study.populations import (
     population_files,
     population_support,
     resolve_population,
+    validation_preset,
 )
 from qhlab.study.preparation import PREPARATION_DIR, check_preparation, copy_preparation
 from qhlab.training.profiles import execution_profile
@@ -210,7 +211,12 @@ def _freeze_locked(
             # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
             "audit": audit,
         },
-        "validation": {"declared": config.validation.model_dump(mode="json"), "opened": False},
+        # Declared, never opened; its preset is frozen here, drawn later from TRAIN's environment.
+        "validation": {
+            "declared": config.validation.model_dump(mode="json"),
+            "opened": False,
+            "preset": validation_preset(config.validation, train_path, population.manifest, call="freeze_study"),
+        },
         "arms": arms,
         "recipes": recipes,
         "only_architecture_differs": _only_architecture_differs(config),

@@ -15,13 +15,23 @@ from typing import Any
 import numpy as np
 
 from qhlab.design.study_config import PopulationSource
-from qhlab.evidence import read_receipt
+from qhlab.evidence import input_error, read_receipt
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
 from qhlab.scenes import cached_population
+from qhlab.scenes.environment import EnvironmentSpec
+from qhlab.scenes.origin import population_origin
+from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt
 from qhlab.study.terminal import GenerationProgress
 
-__all__ = ["labelling_record", "population_files", "population_support", "resolve_population"]
+__all__ = [
+    "labelling_record",
+    "population_files",
+    "population_support",
+    "resolve_population",
+    "validation_environment",
+    "validation_preset",
+]
 
 
 def population_files(path: Path) -> dict[str, Path]:
@@ -30,7 +40,14 @@ def population_files(path: Path) -> dict[str, Path]:
 
 
 def resolve_population(
-    source: PopulationSource, split: str, cache: str, *, progress: bool, executor: Any = None
+    source: PopulationSource,
+    split: str,
+    cache: str,
+    *,
+    progress: bool,
+    executor: Any = None,
+    preset: Preset | None = None,
+    environment: EnvironmentSpec | None = None,
 ) -> Path:
     """Generate (or reuse from the cache) a preset population, or return the named path.
 
@@ -40,6 +57,8 @@ def resolve_population(
         cache: the population cache directory (``~`` allowed).
         progress: draw a bar while a preset population is generated.
         executor: where its label chunks run (a ``qhlab.execution.ExecutorChoice``; None: local).
+        preset: the preset as frozen (instead of reading ``source.preset`` again).
+        environment: the environment as frozen (a TRAIN population's copy of a user environment).
     """
     if source.path is not None:
         return Path(source.path)
@@ -50,13 +69,14 @@ def resolve_population(
     try:
         # The step audits the population itself and records that audit in its receipt.
         return cached_population(
-            source.preset,
+            source.preset if preset is None else preset,
             split,
             source.seed,
             Path(cache).expanduser(),
             progress=reporter,
             executor=executor,
             audit=False,
+            environment=environment,
         )
     finally:
         if reporter is not None:
@@ -96,3 +116,44 @@ def population_support(population: Any) -> dict[str, int]:
         "K": int(population.num_candidates),
         "H": int(population.horizon),
     }
+
+
+def validation_preset(source: PopulationSource, train: Path, train_manifest: dict, *, call: str) -> dict | None:
+    """The validation preset as the freeze binds it (None for a population named by path).
+
+    A study's validation is drawn from its TRAIN's environment: the same factory (its options may
+    differ), so that a user environment's validation uses the copy frozen in the TRAIN population.
+
+    Raises:
+        QhInputError: the validation preset names another environment than TRAIN's.
+    """
+    if source.preset is None:
+        return None
+    preset = load_preset(source.preset, call=call)
+    train_spec, _ = population_origin(train, train_manifest, call=call)
+    if preset.environment.factory != train_spec.factory:
+        raise input_error(
+            call,
+            "validation.preset",
+            source.preset,
+            f"a preset of TRAIN's environment ({train_spec.factory!r})",
+            f"it names environment {preset.environment.factory!r}; a study's validation is drawn from its TRAIN's "
+            "environment",
+        )
+    return preset.record()
+
+
+def validation_environment(
+    frozen_preset: dict, train: Path, train_manifest: dict, *, call: str
+) -> tuple[Preset, EnvironmentSpec]:
+    """The frozen validation preset, and its environment: TRAIN's (a user environment from the copy
+    frozen inside the TRAIN population, never the user's files) with the validation's options."""
+    preset = Preset.model_validate(frozen_preset)
+    train_spec, _ = population_origin(train, train_manifest, call=call)
+    spec = EnvironmentSpec(
+        factory=train_spec.factory,
+        options=dict(preset.environment.options),
+        source=train_spec.source,
+        root=train_spec.root,
+    )
+    return preset, spec

@@ -1,6 +1,7 @@
 """Candidate strikes of a state, their features, the reward, and state features.
 
-Owns: the deterministic list of K strikes offered in a state (a function of the scene and
+Owns: the candidate layout (``CandidateLayout``: which strikes a state offers, in a fixed
+order), the deterministic list of K strikes offered in a state (a function of the scene and
 the positions only), the feature vectors a scorer sees for states and candidates (names and
 units), and the reward of a transition. Does not own: simulating a strike (``world``) or
 searching trees of strikes (``labels``).
@@ -19,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qhlab.scenes.sampler import CandidateLayout
-from qhlab.scenes.world import Scene
+from qhlab.scenes.puck.world import Scene
 
 __all__ = [
     "CANDIDATE_FEATURES",
     "GOAL_FEATURES",
     "OBJECT_FEATURES",
+    "CandidateLayout",
     "Strike",
     "candidate_features",
     "candidate_strikes",
@@ -34,6 +35,55 @@ __all__ = [
     "reward",
     "target_goal_distance",
 ]
+
+
+@dataclass(frozen=True)
+class CandidateLayout:
+    """Which strikes a state offers, in a fixed order; K = ``num_candidates``.
+
+    Every group is oriented on the state's own geometry, never on a learned quantity, and
+    the order is fixed so that "always candidate k" is a meaningful (TRAIN-chosen) heuristic:
+
+    1. one straight strike of the target at the goal centre per entry of ``speeds``
+       (candidate 0, the first speed, is *the straight strike*);
+    2. target strikes at ``offsets`` (radians, counter-clockwise) from the target->goal line,
+       at the fastest speed: they go around a blocker or set up the next strike;
+    3. ``bank_shots`` target strikes aimed at the goal's mirror image in a wall (one cushion),
+       at the fastest speed, walls ordered by the length of the banked path;
+    4. ``blocker_strikes`` (0 or 2) strikes of the *blocker*, the other puck that most
+       obstructs the target->goal segment, perpendicular to that segment (left, then right),
+       at the slowest speed: clearing the line first can be optimal at H >= 2.
+
+    Attributes:
+        speeds: straight-strike speeds, m/s (at least one; stopping in the goal depends on the
+            speed, the puck's friction and, through collisions, the masses).
+        offsets: relative directions of the offset strikes, radians.
+        bank_shots: number of one-cushion shots (0-4).
+        blocker_strikes: 0 or 2.
+        goal_bonus: reward bonus (metres) when the target ends a transition in the goal.
+    """
+
+    speeds: tuple[float, ...] = (0.9, 1.5)
+    offsets: tuple[float, ...] = (0.6, -0.6)
+    bank_shots: int = 2
+    blocker_strikes: int = 2
+    goal_bonus: float = 0.1
+
+    @property
+    def num_candidates(self) -> int:
+        """K, fixed for every state of the preset."""
+        return len(self.speeds) + len(self.offsets) + self.bank_shots + self.blocker_strikes
+
+    @property
+    def fast_speed(self) -> float:
+        """Speed of offset and bank shots (the fastest straight speed), m/s."""
+        return max(self.speeds)
+
+    @property
+    def slow_speed(self) -> float:
+        """Speed of blocker strikes (the slowest straight speed), m/s."""
+        return min(self.speeds)
+
 
 OBJECT_FEATURES: tuple[tuple[str, str], ...] = (
     ("x", "m"),

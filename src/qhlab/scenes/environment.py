@@ -1,0 +1,492 @@
+"""The environment contract: the researcher's own problem, and everything qhlab asks of it.
+
+An environment supplies only the problem, through a factory ``make(options: dict) -> env`` named
+``"my_env.py:make"`` (relative to the preset file that names it) or ``"package.module:make"``.
+The env object has:
+
+* ``identity``: a mapping of strings (name, version, engine versions), bound in every manifest;
+* ``object_features``, ``goal_features``, ``candidate_features``, ``max_objects``,
+  ``max_candidates``: ints (F, G, C, the most objects and candidates a state has);
+* ``sample_scene(seed: int) -> dict``: a JSON object, deterministic in ``seed`` (qhlab draws one
+  256-bit seed per scene from the population's seed, split and scene index);
+* ``initial_state(scene) -> numpy.ndarray``: a 1-D float64 state;
+* ``candidates(scene, state) -> int``: how many candidates the state offers (1..max_candidates);
+  candidate i is action i;
+* ``step(scene, state, action) -> (numpy.ndarray, float)``: the successor state and the reward,
+  deterministic;
+* ``observe(scene, state) -> (objects [n, F], goal [G], candidate_features [k, C],
+  candidate_object [k])``: float64 / int64 arrays, ``candidate_object`` -1 where a candidate acts
+  on no object.
+
+Optional members (the built-in puck world uses them to keep its file layout):
+``feature_names`` (``{"objects" | "goal" | "candidates": [(name, unit), ...]}``),
+``state_column`` (the states table's name for the state, default ``"state"``),
+``reference_candidate`` (the name of candidate 0 in the difficulty card, default
+``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
+``generator_record(preset, *, split, seed) -> dict``.
+
+Owns: ``EnvironmentSpec`` (a factory, its options and, for the researcher's own code, its frozen
+source), ``Environment`` (an env made from a spec, its checked members, and every call into it:
+a failure inside the user's code becomes one error naming the environment, the method, the
+user's file and line), ``check_contract`` (the contract checks at generation: determinism,
+shapes and dtypes, candidate counts, finiteness, JSON scenes) and the source of a user
+environment read for generation (``read_environment_source``). Does not own: importing frozen
+copies (``qhlab.execution.user_code``), presets (``presets``) or what qhlab does with an
+environment (``labels``, ``chains``, ``population``, ``audit``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qhlab.evidence import QhError, QhInputError, canonical_json, sha256_bytes
+from qhlab.execution.user_code import (
+    ENTRY_FORMS,
+    FrozenSource,
+    file_digests,
+    parse_entry,
+    provide,
+    read_source,
+    source_digest,
+)
+
+__all__ = [
+    "BUILTIN_PREFIX",
+    "Environment",
+    "EnvironmentSpec",
+    "UserCodeError",
+    "check_contract",
+    "read_environment_source",
+]
+
+# A factory in qhlab's own package is built in: imported from the installed qhlab, never copied.
+BUILTIN_PREFIX = "qhlab."
+_SIZES = ("object_features", "goal_features", "candidate_features", "max_objects", "max_candidates")
+_METHODS = ("sample_scene", "initial_state", "candidates", "step", "observe")
+
+
+class UserCodeError(QhInputError):
+    """An exception raised inside a user environment's code, with the user's frames."""
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """What makes an environment: its factory, its options and (user code) its frozen source.
+
+    Attributes:
+        factory: ``"package.module:make"`` or ``"my_env.py:make"``.
+        options: the dict the factory is called with (JSON types).
+        source: a user environment's source record ``{"module", "function", "files": {rel:
+            sha256}, "sha256"}``; None for a built-in one.
+        files: the source's bytes ``{rel: bytes}`` when they travel with the spec (generation,
+            a pool or Ray worker); None: read them from ``root``.
+        root: the directory holding the source's copy (a population's ``environment/``, or the
+            user's directory at generation).
+    """
+
+    factory: str
+    options: dict = field(default_factory=dict)
+    source: dict | None = None
+    files: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
+    root: str | None = None
+
+    @property
+    def builtin(self) -> bool:
+        """The factory is qhlab's own (imported from the installed package, never copied)."""
+        return self.factory.startswith(BUILTIN_PREFIX)
+
+    @property
+    def key(self) -> str:
+        """What identifies the environment this spec makes: factory, options and source digest."""
+        record = {
+            "factory": self.factory,
+            "options": self.options,
+            "source": None if self.source is None else self.source["sha256"],
+        }
+        return sha256_bytes(canonical_json(record))
+
+    def record(self) -> dict:
+        """The spec as a manifest binds it (the source's file digests, not its bytes)."""
+        return {"factory": self.factory, "options": self.options, "source": self.source}
+
+
+def read_environment_source(factory: str, base: Path | None, *, call: str) -> tuple[dict, dict[str, bytes], Path]:
+    """Read a user environment's source from the user's files, for generation.
+
+    Returns:
+        (the source record, its bytes ``{rel: bytes}``, the directory they were read below).
+
+    Raises:
+        QhInputError: a malformed factory, or a missing or non-Python source.
+    """
+    try:
+        located, files = read_source(factory, base or Path.cwd(), field="environment.factory")
+    except ValueError as exc:
+        raise QhInputError(
+            f"{call}: environment.factory={factory!r} is not allowed; allowed: {ENTRY_FORMS} ({exc}). HINT: a "
+            "relative file is found beside the preset file that names it."
+        ) from None
+    digests = file_digests(files)
+    record = {
+        "module": located.module,
+        "function": located.function,
+        "files": digests,
+        "sha256": source_digest(digests),
+    }
+    return record, files, located.path.parent
+
+
+def _user_frames(exc: BaseException, roots: tuple[str, ...]) -> list[traceback.FrameSummary]:
+    """The frames of ``exc``'s traceback that are in the user's files (below ``roots``)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f for f in frames if any(f.filename.startswith(r) for r in roots)]
+
+
+@dataclass
+class Environment:
+    """An environment made from its spec: its checked members and every call into it.
+
+    Attributes:
+        spec: what made it.
+        env: the object the factory returned.
+        name: how messages name it (its identity's ``name``, else its factory).
+        identity: its identity, as strings.
+        object_features, goal_features, candidate_features, max_objects, max_candidates: its sizes.
+        state_column, reference_candidate: its optional layout names (with their defaults).
+    """
+
+    spec: EnvironmentSpec
+    env: Any
+    name: str
+    identity: dict[str, str]
+    object_features: int
+    goal_features: int
+    candidate_features: int
+    max_objects: int
+    max_candidates: int
+    state_column: str = "state"
+    reference_candidate: str = "first_candidate"
+    _roots: tuple[str, ...] = ()
+
+    @classmethod
+    def make(cls, spec: EnvironmentSpec, *, call: str = "environment") -> Environment:
+        """Import the factory (a built-in module, or the frozen copy of the user's source), call it
+        with the spec's options and check the members the contract requires.
+
+        Raises:
+            QhInputError: a factory that is missing, not callable or raises, or an env object
+                without a contract member or with one of the wrong type (one line each).
+        """
+        label = f"environment {spec.factory!r}"
+        try:
+            entry = parse_entry(spec.factory, field="environment.factory")
+        except ValueError as exc:
+            raise QhInputError(f"{call}: {exc}") from None
+        roots: tuple[str, ...] = ()
+        if spec.builtin:
+            import importlib
+
+            try:
+                module = importlib.import_module(entry.module)
+            except ImportError as exc:
+                raise QhInputError(f"{call}: {label}: no module {entry.module!r} ({exc}).") from None
+            factory = getattr(module, entry.function, None)
+        else:
+            if spec.source is None:
+                raise QhInputError(f"{call}: {label} is user code without a frozen source record.")
+            root = Path(spec.root or ".")
+            source = provide(
+                FrozenSource(
+                    owner=label,
+                    entry=spec.factory,
+                    root=root,
+                    module=spec.source["module"],
+                    function=spec.source["function"],
+                    files=dict(spec.source["files"]),
+                    preloaded=spec.files,
+                )
+            )
+            roots = (str(root.resolve()) + "/", str(root) + "/")
+            try:
+                factory = source.entry_function()
+            except QhError as exc:
+                if "has no callable" in str(exc):
+                    factory = None
+                else:
+                    raise
+            except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+                raise _user_error(call, label, "import", exc, roots) from None
+            except SystemExit as exc:
+                raise _user_error(call, label, "import", exc, roots) from None
+        if factory is None or not callable(factory):
+            raise QhInputError(
+                f"{call}: {label}: {entry.function!r} is missing or not callable in {entry.module!r}. HINT: the "
+                "factory is make(options: dict) -> env."
+            )
+        try:
+            env = factory(dict(spec.options))
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one refusal naming the user's line
+            raise _user_error(call, label, "make(options)", exc, roots) from None
+        return cls._checked(spec, env, label, roots, call)
+
+    @classmethod
+    def _checked(cls, spec: EnvironmentSpec, env: Any, label: str, roots: tuple[str, ...], call: str) -> Environment:
+        problems = []
+        identity = getattr(env, "identity", None)
+        if (
+            not isinstance(identity, Mapping)
+            or not identity
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in identity.items())
+        ):
+            problems.append(f"identity={identity!r} (allowed: a non-empty mapping of strings to strings)")
+        sizes = {}
+        for name in _SIZES:
+            value = getattr(env, name, None)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= 1_000_000:
+                problems.append(f"{name}={value!r} (allowed: an int >= 1)")
+            else:
+                sizes[name] = int(value)
+        for name in _METHODS:
+            if not callable(getattr(env, name, None)):
+                problems.append(f"{name} is missing or not callable")
+        state_column = getattr(env, "state_column", "state")
+        reference = getattr(env, "reference_candidate", "first_candidate")
+        for name, value in (("state_column", state_column), ("reference_candidate", reference)):
+            if not isinstance(value, str) or not value.isidentifier():
+                problems.append(f"{name}={value!r} (allowed: an identifier)")
+        if problems:
+            raise QhInputError(
+                f"{call}: {label}: the object make(options) returned breaks the environment contract: "
+                + "; ".join(problems)
+                + ". HINT: see the contract in docs/how-to/bring-your-own-environment.md."
+            )
+        name = identity.get("name", spec.factory)
+        return cls(
+            spec,
+            env,
+            name,
+            dict(identity),
+            **sizes,
+            state_column=state_column,
+            reference_candidate=reference,
+            _roots=roots,
+        )
+
+    # -- calls into the environment -------------------------------------------------------------
+
+    def _fail(self, method: str, exc: BaseException, call: str = "environment") -> UserCodeError:
+        return _user_error(call, f"environment {self.name!r}", method, exc, self._roots)
+
+    def sample_scene(self, seed: int) -> dict:
+        """The scene drawn for ``seed`` (a JSON object)."""
+        try:
+            scene = self.env.sample_scene(seed)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail("sample_scene(seed)", exc) from None
+        if not isinstance(scene, dict) or not scene:
+            raise self._refuse("sample_scene(seed)", f"returned {type(scene).__name__}; allowed: a non-empty dict")
+        return scene
+
+    def initial_state(self, scene: dict) -> np.ndarray:
+        """The scene's initial state, a 1-D float64 array."""
+        try:
+            state = self.env.initial_state(scene)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail("initial_state(scene)", exc) from None
+        return self._state("initial_state(scene)", state)
+
+    def candidates(self, scene: dict, state: np.ndarray) -> int:
+        """How many candidates ``state`` offers, 1..max_candidates."""
+        try:
+            k = self.env.candidates(scene, state)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail("candidates(scene, state)", exc) from None
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.max_candidates:
+            raise self._refuse(
+                "candidates(scene, state)", f"returned {k!r}; allowed: an int in 1..{self.max_candidates}"
+            )
+        return int(k)
+
+    def step(self, scene: dict, state: np.ndarray, action: int) -> tuple[np.ndarray, float]:
+        """The successor of ``state`` under ``action`` and its reward (checked: 1-D, finite)."""
+        try:
+            after, reward = self.env.step(scene, state, action)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail(f"step(scene, state, {action})", exc) from None
+        after = self._state(f"step(scene, state, {action})", after)
+        if isinstance(reward, bool) or not isinstance(reward, (int, float, np.floating, np.integer)):
+            raise self._refuse(f"step(scene, state, {action})", f"returned reward {reward!r}; allowed: a number")
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise self._refuse(f"step(scene, state, {action})", f"returned reward {reward!r}; allowed: a finite number")
+        return after, reward
+
+    def observe(self, scene: dict, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(objects [n, F] float64, goal [G] float64, candidate features [k, C] float64,
+        candidate objects [k] int64), checked against the sizes and ``candidates``."""
+        method = "observe(scene, state)"
+        try:
+            out = self.env.observe(scene, state)
+            objects, goal, features, struck = out
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail(method, exc) from None
+        k = self.candidates(scene, state)
+        checks = (
+            ("objects", objects, np.float64, 2, (None, self.object_features)),
+            ("goal", goal, np.float64, 1, (self.goal_features,)),
+            ("candidate_features", features, np.float64, 2, (k, self.candidate_features)),
+            ("candidate_object", struck, np.int64, 1, (k,)),
+        )
+        for what, value, dtype, ndim, shape in checks:
+            if (
+                not isinstance(value, np.ndarray)
+                or value.dtype != dtype
+                or value.ndim != ndim
+                or any(want is not None and got != want for got, want in zip(value.shape, shape, strict=True))
+            ):
+                got = f"{type(value).__name__}" if not isinstance(value, np.ndarray) else f"{value.dtype} {value.shape}"
+                want = "x".join("n" if s is None else str(s) for s in shape)
+                raise self._refuse(method, f"returned {what} of {got}; allowed: {np.dtype(dtype).name} [{want}]")
+        n = objects.shape[0]
+        if not 1 <= n <= self.max_objects:
+            raise self._refuse(method, f"returned {n} objects; allowed: 1..{self.max_objects}")
+        for what, value in (("objects", objects), ("goal", goal), ("candidate_features", features)):
+            if not np.isfinite(value).all():
+                raise self._refuse(method, f"returned a non-finite value in {what}")
+        if ((struck < -1) | (struck >= n)).any():
+            raise self._refuse(method, f"returned candidate_object {struck.tolist()}; allowed: -1 or 0..{n - 1}")
+        return objects, goal, features, struck
+
+    def _state(self, method: str, state: Any) -> np.ndarray:
+        if not isinstance(state, np.ndarray) or state.dtype != np.float64 or state.ndim != 1 or state.size == 0:
+            got = type(state).__name__ if not isinstance(state, np.ndarray) else f"{state.dtype} {state.shape}"
+            raise self._refuse(method, f"returned a state of {got}; allowed: a non-empty 1-D float64 array")
+        if not np.isfinite(state).all():
+            raise self._refuse(method, "returned a state with a non-finite value")
+        return state
+
+    def _refuse(self, method: str, what: str) -> QhInputError:
+        return QhInputError(
+            f"environment {self.name!r}: {method} {what}. HINT: see the environment contract in "
+            "docs/how-to/bring-your-own-environment.md."
+        )
+
+    # -- optional members, with their defaults ----------------------------------------------------
+
+    def feature_names(self) -> dict[str, list[dict[str, str]]]:
+        """``{"objects" | "goal" | "candidates": [{"name", "unit"}, ...]}`` (the env's, else numbered)."""
+        declared = getattr(self.env, "feature_names", None)
+        sizes = {"objects": self.object_features, "goal": self.goal_features, "candidates": self.candidate_features}
+        out = {}
+        for part, width in sizes.items():
+            names = None if not isinstance(declared, Mapping) else declared.get(part)
+            if names is None:
+                out[part] = [
+                    {"name": f"{part[:-1] if part != 'goal' else part}_{i}", "unit": "1"} for i in range(width)
+                ]
+            elif len(names) != width or not all(len(n) == 2 and all(isinstance(x, str) for x in n) for n in names):
+                raise self._refuse("feature_names", f"[{part!r}] holds {names!r}; allowed: {width} (name, unit) pairs")
+            else:
+                out[part] = [{"name": n, "unit": u} for n, u in names]
+        return out
+
+    def scene_id(self, scene: dict, *, split: str, seed: int, scene_index: int) -> int:
+        """A 62-bit id of the scene, bound to its split, seed, index and content (the env's, if it
+        declares one)."""
+        own = getattr(self.env, "scene_id", None)
+        if callable(own):
+            return int(own(scene, split=split, seed=seed, scene_index=scene_index))
+        record = {
+            "environment": self.identity,
+            "split": split,
+            "seed": seed,
+            "scene_index": scene_index,
+            "scene": scene,
+        }
+        return int(sha256_bytes(canonical_json(record))[:16], 16) >> 2
+
+    def generator_record(self, preset: Any, *, split: str, seed: int, generator_version: int) -> dict:
+        """What a manifest records of how its population was generated (the env's, if it declares one)."""
+        own = getattr(self.env, "generator_record", None)
+        if callable(own):
+            return own(preset, split=split, seed=seed)
+        return {
+            "environment": {**self.spec.record(), "identity": self.identity},
+            "generator_version": generator_version,
+            "preset": preset.name,
+            "preset_parameters": preset.record(),
+            "split": split,
+            "seed": seed,
+            "actor": {
+                "kind": preset.actor.kind,
+                "epsilon": preset.actor.epsilon,
+                "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
+            },
+            "label_dtype": "float64",
+        }
+
+
+def _user_error(call: str, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:
+    """One error for an exception inside user code: the method, the exception, the user's frames."""
+    frames = _user_frames(exc, roots) if roots else []
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" at {last.filename}, line {last.lineno}" + (f": {last.line.strip()}" if last.line else "")
+    kind = "exited" if isinstance(exc, SystemExit) else "raised"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    error = UserCodeError(
+        f"{call}: {label}: {method} {kind} {text}{where}. HINT: the error is in the environment's own code; "
+        "--verbose shows the whole traceback."
+    )
+    error.__cause__ = exc if not isinstance(exc, SystemExit) else None
+    return error
+
+
+def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
+    """The contract checks at generation, on the scenes of ``seeds``: each scene is a JSON object
+    and the same for the same seed; its initial state and every successor of it are 1-D, finite
+    and the same for the same inputs; ``candidates`` is in range; ``observe`` has the declared
+    shapes and dtypes.
+
+    Returns:
+        ``{"scenes", "steps"}``: how much was checked.
+
+    Raises:
+        QhInputError: naming the environment, the method and the cause (nothing is written).
+    """
+    steps = 0
+    for seed in seeds:
+        scene = environment.sample_scene(seed)
+        try:
+            text = json.dumps(scene, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise environment._refuse("sample_scene(seed)", f"returned a scene that is not JSON ({exc})") from None
+        if json.dumps(environment.sample_scene(seed), sort_keys=True, allow_nan=False) != text:
+            raise environment._refuse(
+                "sample_scene(seed)", "returned another scene for the same seed (not deterministic)"
+            )
+        scene = json.loads(text)  # what the population stores and every later step passes
+        state = environment.initial_state(scene)
+        if environment.initial_state(scene).tobytes() != state.tobytes():
+            raise environment._refuse("initial_state(scene)", "returned another state for the same scene")
+        environment.observe(scene, state)
+        for action in range(environment.candidates(scene, state)):
+            after, reward = environment.step(scene, state, action)
+            again, reward_again = environment.step(scene, state, action)
+            if after.tobytes() != again.tobytes() or reward != reward_again:
+                raise environment._refuse(
+                    f"step(scene, state, {action})",
+                    "returned another successor or reward for the same inputs (not deterministic)",
+                )
+            environment.observe(scene, after)
+            steps += 2
+    return {"scenes": len(seeds), "steps": steps}
