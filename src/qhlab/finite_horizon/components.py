@@ -194,7 +194,7 @@ class CrossAttentionFusion(nn.Module):
 class LocalReadout(nn.Module):
     """q[B,K,H] = MLP([fused, struck embedding, struck raw features, candidate raw features]).
 
-    "Local" means the readout reads the puck the candidate strikes: its encoder embedding
+    "Local" means the readout reads the object the candidate acts on: its encoder embedding
     and, through a skip connection around the encoder, its raw features. With the
     candidate's own raw features this lets the readout form the geometry of a strike
     directly instead of only through the encoder and fusion (measured on the demo
@@ -209,9 +209,15 @@ class LocalReadout(nn.Module):
     def forward(
         self, fused: Tensor, per_object: Tensor, candidate_object: Tensor, objects: Tensor, candidates: Tensor
     ) -> Tensor:
-        index = candidate_object.unsqueeze(-1)
+        # A candidate that acts on no object (-1) reads zeros where a struck object's embedding and
+        # features would be; for an environment whose candidates all act on one (the puck world)
+        # this is the plain gather, bit for bit.
+        acts = (candidate_object >= 0).unsqueeze(-1)
+        index = candidate_object.clamp(min=0).unsqueeze(-1)
         struck = torch.gather(per_object, 1, index.expand(-1, -1, per_object.shape[-1]))
         struck_raw = torch.gather(objects, 1, index.expand(-1, -1, objects.shape[-1]))
+        struck = torch.where(acts, struck, torch.zeros_like(struck))
+        struck_raw = torch.where(acts, struck_raw, torch.zeros_like(struck_raw))
         return self.mlp(torch.cat([fused, struck, struck_raw, candidates], dim=-1))
 
 

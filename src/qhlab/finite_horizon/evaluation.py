@@ -38,6 +38,7 @@ from qhlab.finite_horizon.evaluation_inputs import (
     scene_ids_of,
     to_numpy,
 )
+from qhlab.scenes.difficulty import reference_name
 
 __all__ = [
     "STRAIGHT_STRIKE_INDEX",
@@ -57,9 +58,20 @@ __all__ = [
     "train_constant",
 ]
 
-# By the scene layout contract (``qhlab.scenes.candidates``), candidate 0 of every state is the
-# target puck struck straight at the goal centre.
+# Every state offers candidate 0 (an environment's ``candidates`` is at least 1), so slot 0 is a
+# fixed policy of every environment: the environment's reference candidate (in the puck world,
+# by its candidate layout, the target struck straight at the goal centre).
 STRAIGHT_STRIKE_INDEX = 0
+_SLOT_ZERO_POLICY = {
+    "straight_strike": "always candidate slot 0: the target struck straight at the goal centre (scene layout contract)"
+}
+
+
+def _slot_zero_candidate(population: Any) -> str:
+    """The environment's name for candidate 0, read from the population's difficulty card."""
+    manifest = getattr(population, "manifest", None) or {}
+    card = manifest.get("difficulty") if isinstance(manifest, dict) else None
+    return reference_name(card) if card else "first_candidate"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,8 +498,9 @@ def population_heuristic_references(
 
     * ``best_fixed_index``: always the candidate slot with the lowest scene-weighted TRAIN
       regret_H (``best_fixed_index`` on TRAIN chain rows only; ties go to the lowest index).
-    * ``straight_strike``: always slot ``STRAIGHT_STRIKE_INDEX`` (0), the target struck
-      straight at the goal centre by the scene layout contract.
+    * ``straight_strike``: always slot ``STRAIGHT_STRIKE_INDEX`` (0), which every state offers:
+      the environment's reference candidate (``candidate``, from the population's difficulty
+      card; the puck world's is the target struck straight at the goal centre).
     * ``myopic_oracle``: argmax of the evaluated rows' exact Q*_1 (ties within ``tie_band``
       averaged). It is an ORACLE (``"oracle": True``): it reads the held-out labels.
 
@@ -504,7 +517,8 @@ def population_heuristic_references(
         index h-1), ``regret_primary`` (at H), ``per_scene`` = {``scene_index`` [n_scenes],
         ``scene_id`` [n_scenes], ``regret`` [n_scenes][H]} in ascending scene_index order (the
         order of ``evaluate_population``), and ``evaluated_on`` (name, split, digest, rows).
-        The fixed-index entries add ``index``; ``best_fixed_index`` adds ``chosen_on``
+        The fixed-index entries add ``index``; ``straight_strike`` adds ``candidate`` (the
+        environment's name for candidate 0); ``best_fixed_index`` adds ``chosen_on``
         ("train"), ``train_population_digest`` and ``train_regret_by_index`` [K] (None for a
         slot not valid in every TRAIN state); the oracle adds ``reads`` and ``tie_band``.
     """
@@ -550,6 +564,7 @@ def population_heuristic_references(
             "a fixed index means the same candidate slot in both populations",
         )
     index, train_by_index = _best_fixed_index(call, *train)
+    candidate = _slot_zero_candidate(validation_population)
     scenes = np.unique(scene_index)
     scene_ids = scene_ids_of(call, validation_population, rows, scenes.tolist())
     evaluated_on: dict[str, Any] = {**population_identity(validation_population), "rows": int(rows.size)}
@@ -581,9 +596,12 @@ def population_heuristic_references(
         ),
         "straight_strike": entry(
             _fixed_index_regret(call, labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
-            policy="always candidate slot 0: the target struck straight at the goal centre (scene layout contract)",
+            policy=_SLOT_ZERO_POLICY.get(
+                candidate, f"always candidate slot 0: the environment's reference candidate ({candidate})"
+            ),
             oracle=False,
             index=STRAIGHT_STRIKE_INDEX,
+            candidate=candidate,
         ),
         "myopic_oracle": entry(
             _myopic_regret(labels, mask, scene_index, band),

@@ -415,11 +415,11 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         reward=np.where(candidate_mask, reward_grid, np.nan),
         q=np.where(candidate_mask[:, :, None], q, np.nan),
         horizons=np.where(step >= 0, big_h, big_h - 1),
-        successor=succ_grid,
+        successor=np.where(candidate_mask, succ_grid, -1),
         mask=candidate_mask,
     )
     check_structure(cands_path, labels, call=_CALL)
-    check_bellman(cands_path, labels.q, labels.reward, succ_grid, labels.horizons, state_id, call=_CALL)
+    check_bellman(cands_path, labels.q, labels.reward, labels.successor, labels.horizons, state_id, call=_CALL)
     # Bellman leaves the rewards and successors themselves to the environment: every chain
     # state's one-step successors are stepped again on every load (read in file order, as the
     # files hold them; a user environment from the frozen copy inside the population).

@@ -24,7 +24,7 @@ REFERENCE_NAMES = ("best_fixed_index", "straight_strike", "myopic_oracle")
 ORACLE_MARK = "(oracle: reads validation labels)"
 _REFERENCE_LABELS = {
     "best_fixed_index": "best fixed index (TRAIN-chosen: index {index})",
-    "straight_strike": "straight strike (index {index})",
+    "straight_strike": "{candidate} (index {index})",
     "myopic_oracle": "myopic oracle (argmax Q*_1)",
 }
 _BEATS_RULE = (
@@ -142,7 +142,9 @@ def reference_comparisons(
         oracle = bool(ref.get("oracle", False))
         section[name] = {
             "reference": name,
-            "label": _REFERENCE_LABELS[name].format(index=ref.get("index")),
+            "label": _REFERENCE_LABELS[name].format(
+                index=ref.get("index"), candidate=str(ref.get("candidate", "straight_strike")).replace("_", " ")
+            ),
             "policy": ref.get("policy"),
             "oracle": oracle,
             "note": ORACLE_MARK if oracle else None,

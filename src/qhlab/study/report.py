@@ -304,6 +304,16 @@ def _references(inputs: ReportInputs, report: dict) -> None:
     )
 
 
+def _slot_zero_words(report: dict) -> str:
+    """What candidate 0 is, in the report's words (the puck world's straight strike, or the
+    environment's own reference candidate)."""
+    reference = report["references"].get("straight_strike", {})
+    if reference.get("label", "").startswith("straight strike"):
+        return "the straight strike is candidate 0 (the target struck at the goal centre)"
+    name = reference.get("label", "first candidate").split(" (index")[0]
+    return f"candidate 0 ({name}) is the environment's reference candidate"
+
+
 def _references_markdown(report: dict) -> list[str]:
     """The headline sentence (the report's first paragraph) and the heuristic references table."""
     h, seeds = report["horizon"], report["seeds"]
@@ -313,8 +323,8 @@ def _references_markdown(report: dict) -> list[str]:
         "",
         "## Heuristic references (validation chain rows, scenes weighted equally)",
         "",
-        "The fixed index was chosen on TRAIN only; the straight strike is candidate 0 (the target "
-        "struck at the goal centre); the myopic oracle acts on the exact Q*_1 labels, so it reads "
+        f"The fixed index was chosen on TRAIN only; {_slot_zero_words(report)}; the myopic oracle acts on the "
+        "exact Q*_1 labels, so it reads "
         "validation labels and is no deployable policy. Paired columns: per seed, (baseline - "
         f"reference) regret_{h} on the same scenes with its {level} scene-bootstrap interval; below 0 "
         "favours the baseline.",
