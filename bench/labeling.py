@@ -1,6 +1,7 @@
-"""Benchmark: population generation simulations/s vs raw pymunk simulations/s x cores.
+"""Benchmark: population generation simulations/s vs raw environment steps/s x cores, for both
+built-in environments.
 
-Measured in one run on the same machine:
+Measured in one run on the same machine, for the puck world (``--preset``, pymunk):
 
 1. ``generate_population("bench", ...)`` with every core (``--workers``), counting the
    simulations it actually ran (``manifest.counts.simulations``) over its wall time.
@@ -13,10 +14,15 @@ Measured in one run on the same machine:
    that re-simulates every chain state's one-strike successors (``check_successors``):
    ``successor_check_share_of_load``.
 
+And for the tank network (``--tanks-preset``), whose step is a few tens of microseconds, so
+that the generic machinery (tree search, observation, Parquet, the pool) is what is measured:
+its generation against its own ``step`` called directly on every state and candidate of the
+generated population (``tanks_ratio``, ``tanks_cpu_efficiency``).
+
 Prints ONE JSON line (also ``cpu_efficiency``, the same comparison per CPU-second, and the load
 average, because a shared machine makes the wall-clock ratio understate): ``ratio =
-generation_sims_per_s / (raw_sims_per_s * cores)``; the target is >= 0.8. Run: ``python
-bench/labeling.py``.
+generation_sims_per_s / (raw_sims_per_s * cores)``; the target is >= 0.8 for both. Run:
+``python bench/labeling.py``.
 """
 
 from __future__ import annotations
@@ -33,10 +39,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pymunk
 
-from qhlab.scenes import generate_population, get_preset
+from qhlab.scenes import generate_population, load_preset
 from qhlab.scenes.audit import check_successors, read_labels
-from qhlab.scenes.candidates import CANDIDATE_FEATURES
+from qhlab.scenes.environment import Environment
 from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.population import SCENE_IDENTITY_COLUMNS, environment_spec
+from qhlab.scenes.puck.draw import PuckParameters
+from qhlab.scenes.puck.strikes import CANDIDATE_FEATURES
 
 
 def _raw_strike(physics, radius, mass, friction, positions, puck, direction, speed) -> int:
@@ -98,13 +107,59 @@ def _raw_workload(population: Path):
     return work
 
 
+def _tanks(preset: str, workers: int, raw_seconds: float) -> dict:
+    """The tank network: its generation against its own step called directly, in one process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "population"
+        cpu_before = _cpu_seconds()
+        start = time.perf_counter()
+        generate_population(preset, "train", 0, out, workers=workers)
+        generation_s = time.perf_counter() - start
+        generation_cpu_s = _cpu_seconds() - cpu_before
+        simulations = json.loads((out / "manifest.json").read_text())["counts"]["simulations"]
+        environment = Environment.make(environment_spec(load_preset(preset)))
+        scenes = {
+            row["scene_id"]: {k: v for k, v in row.items() if k not in SCENE_IDENTITY_COLUMNS}
+            for row in pq.read_table(out / "scenes.parquet").to_pylist()
+        }
+        states = pq.read_table(out / "states.parquet", columns=["scene_id", "levels"]).to_pylist()
+    import numpy as np
+
+    work = [(scenes[s["scene_id"]], np.asarray(s["levels"], dtype=np.float64)) for s in states]
+    env = environment.env  # the raw object: no contract checks, as a user's own loop would call it
+    raw_sims = 0
+    raw_cpu_before = time.process_time()
+    start = time.perf_counter()
+    budget = max(raw_seconds, generation_s / 2)
+    while time.perf_counter() - start < budget:
+        for scene, state in work:
+            for action in range(env.candidates(scene, state)):
+                env.step(scene, state, action)
+                raw_sims += 1
+    raw_s = time.perf_counter() - start
+    raw_cpu_s = time.process_time() - raw_cpu_before
+    generation_rate = simulations / generation_s
+    raw_rate = raw_sims / raw_s
+    return {
+        "tanks_preset": preset,
+        "tanks_generation_simulations": simulations,
+        "tanks_generation_seconds": round(generation_s, 3),
+        "tanks_generation_sims_per_s": round(generation_rate, 1),
+        "tanks_raw_steps_per_s_one_process": round(raw_rate, 1),
+        "tanks_ratio": round(generation_rate / (raw_rate * workers), 3),
+        "tanks_cpu_efficiency": round((simulations / generation_cpu_s) / (raw_sims / raw_cpu_s), 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="bench")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--tanks-preset", default="tanks-bench")
     parser.add_argument("--raw-seconds", type=float, default=5.0)
     args = parser.parse_args()
-    preset = get_preset(args.preset)
+    physics = PuckParameters.from_options(load_preset(args.preset).environment.options).physics
+    tanks = _tanks(args.tanks_preset, args.workers, args.raw_seconds)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "population"
         cpu_before = _cpu_seconds()
@@ -133,7 +188,7 @@ def main() -> None:
     budget = max(args.raw_seconds, generation_s / 2)
     while time.perf_counter() - start < budget:
         for item in work:
-            raw_steps += _raw_strike(preset.physics, *item)
+            raw_steps += _raw_strike(physics, *item)
             raw_sims += 1
             if raw_sims % 64 == 0 and time.perf_counter() - start >= budget:
                 break
@@ -163,6 +218,7 @@ def main() -> None:
                 "successor_check_seconds": successors["seconds"],
                 "successor_check_simulations": successors["simulations"],
                 "successor_check_share_of_load": round(successors["seconds"] / load_s, 3),
+                **tanks,
             },
             sort_keys=True,
         )

@@ -15,10 +15,13 @@ from torch import Tensor, nn
 
 
 def _struck(x: Tensor, candidate_object: Tensor, candidate_mask: Tensor) -> Tensor:
-    """x[B, N, D] of the puck each candidate strikes -> [B, K, D]."""
-    # Padded candidates may carry any index: point them at slot 0 so the gather is safe.
-    index = torch.where(candidate_mask, candidate_object, torch.zeros_like(candidate_object)).unsqueeze(-1)
-    return torch.gather(x, 1, index.expand(-1, -1, x.shape[-1]))
+    """x[B, N, D] of the object each candidate acts on -> [B, K, D] (zeros for a candidate on none)."""
+    # Padded candidates may carry any index, and a candidate on no object carries -1: point both
+    # at slot 0 so the gather is safe, then zero them.
+    acts = candidate_mask & (candidate_object >= 0)
+    index = torch.where(acts, candidate_object, torch.zeros_like(candidate_object)).unsqueeze(-1)
+    gathered = torch.gather(x, 1, index.expand(-1, -1, x.shape[-1]))
+    return torch.where(acts.unsqueeze(-1), gathered, torch.zeros_like(gathered))
 
 
 class StruckObjectMLP(nn.Module):

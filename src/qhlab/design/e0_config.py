@@ -109,7 +109,7 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
 
     Raises:
         QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, a study
-            whose TRAIN is a path or that has user arms, or a train seed that is the study's.
+            whose TRAIN is a path, or a train seed that is the study's.
     """
 
     config, data, _ = read_config(
@@ -132,12 +132,6 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
         problems.append(
             f"train_seeds: {study.train.seed} is the study's own TRAIN seed; allowed: fresh seeds of "
             f"{study.train.preset} the study does not train on"
-        )
-    builders = [a for a in study.arms if study.builder(a) is not None]
-    if builders:
-        problems.append(
-            f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (each "
-            "draw is frozen as a study of its own, from a config written by the check)"
         )
     if problems:
         raise QhInputError(

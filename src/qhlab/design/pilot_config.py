@@ -134,15 +134,22 @@ class QhPilotConfig(BaseModel):
         return [int(self.train.seed), *self.train_draws] if self.train_draws else []
 
 
-def study_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
+def study_design(study: QhArchitectureStudyConfig, sources: dict[str, str] | None = None) -> dict[str, Any]:
     """What a pilot's taus depend on: every arm's recipe, the comparisons, the fractions and the lane.
 
     A study may use a pilot record only when its design is this one (the freeze compares them).
+
+    Args:
+        study: the study config.
+        sources: ``{arm: sha256}`` of the user arms' sources (bound into their recipes, so that a
+            pilot of one version of an arm is no pilot of another); None or empty: built-in arms.
     """
     recipes = {
         arm: {
             k: v
-            for k, v in study.cell_recipe(arm, 0, study.broad_updates).model_dump(mode="json").items()
+            for k, v in study.cell_recipe(arm, 0, study.broad_updates, sources=sources or None)
+            .model_dump(mode="json")
+            .items()
             if k not in ("name", "seed", "data")
         }
         for arm in study.arms
@@ -178,8 +185,8 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
         (the validated config, the file's exact bytes, the study config).
 
     Raises:
-        QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, a study
-            with user arms, or a validation population that is the study's.
+        QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, or a
+            validation population that is the study's.
     """
 
     config, data, _ = read_config(
@@ -194,12 +201,6 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
     source = f"pilot config {str(Path(config_path).expanduser())!r}"
     study = read_study_config(config.study)[0]
     problems = []
-    builders = [a for a in study.arms if study.builder(a) is not None]
-    if builders:
-        problems.append(
-            f"study: {config.study!r} has user arms {builders}; allowed: a study of built-in arms (a "
-            "pilot has no frozen copy of a user arm's source to bind)"
-        )
     shared = sorted(set(config.seeds) & set(study.seeds))
     if shared:
         problems.append(f"seeds: {shared} are the study's own seeds; allowed: seeds the study does not use")

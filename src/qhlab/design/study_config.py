@@ -33,7 +33,7 @@ from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
-from qhlab.scenes.presets import load_preset
+from qhlab.scenes.presets import PRESET_NAMES
 from qhlab.training.profiles import PROFILE_NAMES
 
 if TYPE_CHECKING:
@@ -138,11 +138,13 @@ class PopulationSource(BaseModel):
                 f"preset={self.preset!r}, seed={self.seed!r} is not allowed; allowed: both preset "
                 "and seed (explicit), or path"
             )
-
-        try:
-            load_preset(self.preset, call="study config")
-        except QhInputError as exc:
-            raise ValueError(str(exc).removeprefix("study config: ")) from None
+        # The form only: a preset file is read where the population is drawn (the freeze, the
+        # preparation tools), since a study's config copy keeps the path as the user wrote it.
+        if self.preset not in PRESET_NAMES and not self.preset.endswith(".toml"):
+            raise ValueError(
+                f"preset={self.preset!r} is not allowed; allowed: a built-in preset ({', '.join(PRESET_NAMES)}) or "
+                "a preset file (*.toml)"
+            )
         return self
 
 

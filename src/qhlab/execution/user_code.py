@@ -23,7 +23,8 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable
+import sysconfig
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,17 +33,20 @@ from qhlab.evidence import EvidenceError, QhError, canonical_json, sha256_bytes
 
 __all__ = [
     "ENTRY_FORMS",
+    "UNFROZEN_HINT",
     "EntrySpec",
     "FrozenSource",
     "LocatedSource",
     "file_digests",
     "locate_source",
+    "missing_sibling",
     "parse_entry",
     "provide",
     "read_source",
     "resolve_entry",
     "source_digest",
     "source_files",
+    "unbound_modules",
 ]
 
 # A source is code, not data: a package this large is a mistake (a virtualenv, a dataset).
@@ -51,6 +55,11 @@ _MAX_BYTES = 32 * 2**20
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 ENTRY_FORMS = '"file.py:function" (relative to the file that names it) or "package.module:function"'
+UNFROZEN_HINT = (
+    "only the named file (or, for a file inside a package, the whole package) is frozen: make its "
+    "directory a package (add __init__.py) and import the module relatively (from .helpers import x), "
+    "or move the code into the one file"
+)
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,55 @@ def source_files(path: Path) -> dict[str, bytes]:
     return files
 
 
+def _installed_roots() -> list[Path]:
+    """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[1])}
+    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    return [Path(os.path.abspath(r)) for r in roots]
+
+
+def unbound_modules(module: str, loaded: Iterable[str]) -> list[tuple[str, str | None]]:
+    """Modules an import of a frozen copy loaded that are neither the copy nor installed code.
+
+    A module named like the user's own top-level module or package, or loaded from outside the
+    installed library directories (a sibling file on ``sys.path``, the working directory,
+    ``PYTHONPATH``), is code no freeze bound and that could change after it.
+
+    Args:
+        module: the copy's dotted module (its top-level name is the user's own).
+        loaded: names that appeared in ``sys.modules`` during the import or the entry's call.
+
+    Returns:
+        ``[(name, file)]`` of such modules, sorted by name (empty: none).
+    """
+    top = module.split(".")[0]
+    installed = _installed_roots()
+    found = []
+    for name in sorted(loaded):
+        if name.startswith(_MODULE_PREFIX):
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        path = None if file is None else Path(os.path.abspath(file))
+        outside = path is not None and not any(root == path or root in path.parents for root in installed)
+        if name == top or name.startswith(top + ".") or outside:
+            found.append((name, file))
+    return found
+
+
+def missing_sibling(directory: Path, exc: BaseException) -> str | None:
+    """The module beside a single-file source that its import could not find (None: not that case).
+
+    A bare ``import helpers`` in a frozen single file names a module the copy does not hold; when
+    ``helpers.py`` (or a ``helpers/`` package) sits beside the user's file, the fix is
+    ``UNFROZEN_HINT``, not a missing install.
+    """
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.split(".")[0]
+        if (directory / f"{top}.py").is_file() or (directory / top / "__init__.py").is_file():
+            return top
+    return None
+
+
 def source_digest(digests: dict[str, str]) -> str:
     """The digest of a source: sha256 of the canonical JSON of ``{relative path: sha256}``."""
     return sha256_bytes(canonical_json(dict(sorted(digests.items()))))
@@ -288,10 +346,21 @@ class FrozenSource:
             )
         return read
 
+    @property
+    def origin_root(self) -> Path:
+        """The directory its imported modules name as their files (tracebacks show these paths).
+
+        Copies with one digest share one imported module, so this is the first such copy's root.
+        """
+        registered = _FINDER.copies.get(self.sha256[:16])
+        return self.root if registered is None else registered[0]
+
     def entry_function(self) -> Callable[..., Any]:
         """The entry, imported from the checked bytes of the copy on first use."""
         if self._function is None:
-            module = _import_copy(self, self.check())
+            # The imported bytes are kept: what a population copies is exactly what ran.
+            self.preloaded = self.check()
+            module = _import_copy(self, self.preloaded)
             function = getattr(module, self.function, None)
             if function is None or not callable(function):
                 raise QhError(f"{self.owner}: {self.entry!r}: module {self.module!r} has no callable {self.function!r}")

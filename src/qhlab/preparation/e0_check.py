@@ -31,6 +31,7 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution import executor_choice
+from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
 from qhlab.preparation.fits import finished_record, fit_runner, publish_config_copy
 from qhlab.study.populations import resolve_population
@@ -60,6 +61,10 @@ def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, po
         toml_files=STUDY_PRESET_FIELDS,
     )
     raw = {k: v for k, v in raw.items() if k not in ("preparation", "seed_variance")}
+    base = Path(study_path).expanduser().resolve().parent
+    for arm in (raw.get("experiment") or {}).get("arms") or []:
+        if isinstance(arm, dict) and isinstance(arm.get("builder"), str):
+            arm["builder"] = _absolute_builder(arm["builder"], base)
     raw.update(
         name=name, population_cache=str(Path(population_cache).expanduser()), train={**raw["train"], "seed": train_seed}
     )
@@ -68,6 +73,23 @@ def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, po
         f"replaced by {train_seed}.\n"
     )
     return (header + tomli_w.dumps(raw)).encode("utf-8")
+
+
+def _absolute_builder(builder: str, base: Path) -> str:
+    """A user arm's builder as the draw's config, written elsewhere, must name it: a file by its
+    absolute path (an installed or malformed one as it is; the sub-study's freeze refuses the latter)."""
+    try:
+        located = locate_source(parse_entry(builder), base)
+    except ValueError:
+        return builder
+    if located.kind == "file":
+        return f"{located.path}:{located.function}"
+    if located.kind == "package":
+        parts = located.module.split(".")
+        module = located.path.parent.joinpath(*parts)
+        file = module / "__init__.py" if (module / "__init__.py").is_file() else module.with_suffix(".py")
+        return f"{file}:{located.function}"
+    return builder
 
 
 def _gate_draw(job: dict) -> dict:

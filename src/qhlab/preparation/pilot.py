@@ -19,8 +19,10 @@ from qhlab.design.pilot_record import CONFIG_COPY, FITS_DIR, RECEIPT, components
 from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.evidence import exclusive_lock, input_error
+from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.execution import executor_choice
 from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
+from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
 from qhlab.study.populations import resolve_population
 
 __all__ = ["run_pilot"]
@@ -30,6 +32,8 @@ _LOCK = ".pilot.lock"
 
 def _pilot_fit(job: dict) -> dict:
     """One pilot fit (a pool or Ray task): its per-scene metrics at H and its evidence."""
+    # A user arm is imported from the copy this pilot made, shipped with the job.
+    provide_shipped(job["shipped"], Path(job["fits"]).parent / FAMILY_DIR / job["arm"])
     directory, adopted = adopt_or_fit(job)
     evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
     return {
@@ -91,7 +95,8 @@ def run_pilot(
         LockHeldError: another ``qhlab pilot`` writes ``output``.
     """
     config, data, study = read_pilot_config(config_path)
-    design = study_design(study)
+    # A user arm's source as it is now: the design binds it, and the pilot fits a copy of it.
+    design = study_design(study, user_source_digests(study, Path(config.study).parent))
     digest = pilot_digest(config, design)
     directory = Path(output).expanduser().absolute()
     record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot")
@@ -104,6 +109,17 @@ def run_pilot(
     directory.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(directory / _LOCK, hint="another qhlab pilot writes this directory; wait for it"):
         publish_config_copy(directory / CONFIG_COPY, data, call=PILOT_CALL)
+        copied = copy_sources(study, Path(config.study).parent, directory)
+        if {arm: record["sha256"] for arm, record in copied.items()} != user_source_digests(
+            study, Path(config.study).parent
+        ):
+            raise input_error(
+                PILOT_CALL,
+                "study",
+                config.study,
+                "user arms whose files do not change while the pilot starts",
+                "an arm's file changed between reading and copying it; run the pilot again",
+            )
         return _run_locked(
             config,
             study,
@@ -111,6 +127,7 @@ def run_pilot(
             digest,
             directory,
             populations,
+            shipped_sources(copied, directory),
             config.workers if workers is None else workers,
             choice,
             say,
@@ -124,6 +141,7 @@ def _run_locked(
     digest: str,
     directory: Path,
     populations: dict[str, Path],
+    shipped: dict[str, dict],
     workers: int,
     choice: Any,
     say: Callable[[str], None],
@@ -139,7 +157,10 @@ def _run_locked(
             "draw": draw,
             "cell": f"{arm}-d{draw}-s{seed}",
             "profile": study.profile,
-            "recipe": study.cell_recipe(arm, seed, study.broad_updates).model_dump(mode="json"),
+            "recipe": study.cell_recipe(
+                arm, seed, study.broad_updates, sources={a: s["record"]["sha256"] for a, s in shipped.items()} or None
+            ).model_dump(mode="json"),
+            "shipped": shipped.get(arm),
             "fits": str(directory / FITS_DIR),
             "train": str(populations[role]),
             "validation": str(populations["validation"]),

@@ -1,9 +1,9 @@
 """Actor chains: walk each scene with the declared actor and collect labelled states.
 
-Owns: running all chains of a population in lock-step (so every search level is one large
-parallel batch), the actor's choices, and the labelled rows (chain states with Q*_1..Q*_H,
-and every chain state's successor states with Q*_1..Q*_{H-1}). Does not own: the search
-(``labels``) or file formats (``population``).
+Owns: running all chains of a population (the chains of a group of scenes in lock-step, one
+tree search per group, groups as parallel tasks), the actor's choices, and the labelled rows
+(chain states with Q*_1..Q*_H, and every chain state's successor states with Q*_1..Q*_{H-1}).
+Does not own: the search (``labels``) or file formats (``population``).
 
 Row order: chain states first (by chain, then step), then successor states (by parent row,
 then candidate). A chain state's successor under the action the actor took *is* the next
@@ -12,11 +12,16 @@ chain state, so that candidate points at the next chain row instead of a duplica
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
 
 from qhlab.evidence import QhInputError
+from qhlab.execution import worker_memo
+from qhlab.scenes.environment import Environment
 from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.presets import ActorSpec, Preset
 from qhlab.scenes.sampler import actor_seed_sequence
@@ -37,6 +42,8 @@ class StateRow:
         q: exact labels [k, h] float64 (h = H for chain states, H-1 for successors).
         successor: row index of each candidate's successor [k], -1 where not kept.
         parent: row index of the chain state this successor belongs to (-1 for chain rows).
+        observed: the environment's ``observe`` of the state (objects, goal, candidate features,
+            candidate objects), made where the row was labelled.
     """
 
     scene_index: int
@@ -47,6 +54,7 @@ class StateRow:
     q: np.ndarray
     successor: np.ndarray
     parent: int = -1
+    observed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def choose_action(actor: ActorSpec, q_final: np.ndarray, rng: np.random.Generator) -> int:
@@ -74,35 +82,106 @@ def choose_action(actor: ActorSpec, q_final: np.ndarray, rng: np.random.Generato
 
 
 def run_chains(
-    search: TreeSearch,
+    environment: Environment,
     scenes: list[dict],
     initial_states: list[np.ndarray],
     preset: Preset,
     split: str,
     seed: int,
-) -> list[StateRow]:
+    *,
+    executor: Executor | None = None,
+    workers: int = 1,
+    on_simulations: Callable[[int], None] | None = None,
+) -> tuple[list[StateRow], int]:
     """Run every chain of the population and return its labelled rows.
 
+    Scenes are independent (a search node is a state of one scene), so groups of scenes are
+    labelled as tasks on ``executor``, each with its own tree search, and their rows are merged
+    in chain order: the rows do not depend on the executor, the workers or the grouping.
+
     Args:
-        search: the tree search over ``scenes``.
+        environment: the environment (its spec travels to the workers).
         scenes: the population's scenes.
         initial_states: each scene's initial state.
         preset: sizes (chains per scene, steps, H) and the actor.
         split: the split (selects the actor streams).
         seed: the population seed.
+        executor: where scene groups run (``qhlab.execution.open_executor``); None: here.
+        workers: processes (or cluster CPUs) behind ``executor`` (sizes the groups).
+        on_simulations: called with the number of simulations just finished (progress).
 
     Returns:
-        Chain rows then successor rows, as described in the module docstring.
+        (chain rows then successor rows, as described in the module docstring; the simulations
+        run).
     """
+    indices = list(range(len(scenes)))
+    if executor is None:
+        groups = [
+            _label_scenes(
+                environment, dict(enumerate(scenes)), initial_states, indices, preset, split, seed, on_simulations
+            )
+        ]
+    else:
+        size = max(1, math.ceil(len(indices) / (max(1, workers) * 32)))
+        batches = [indices[i : i + size] for i in range(0, len(indices), size)]
+        futures = [
+            executor.submit(
+                _label_task,
+                (
+                    environment.spec,
+                    {i: scenes[i] for i in batch},
+                    {i: initial_states[i] for i in batch},
+                    batch,
+                    preset,
+                    split,
+                    seed,
+                ),
+            )
+            for batch in batches
+        ]
+        groups = []
+        for future in futures:
+            groups.append(future.result())
+            if on_simulations is not None:
+                on_simulations(groups[-1][2])
+    chain_rows = sorted((chain for group in groups for chain in group[0].items()), key=lambda item: item[0])
+    pending = [entry for group in groups for entry in group[1]]
+    return _number_rows([rows for _, rows in chain_rows], pending), sum(group[2] for group in groups)
+
+
+def _label_task(task: tuple) -> tuple[dict[int, list[StateRow]], list, int]:
+    """One group of scenes labelled in a worker (the environment made once per process)."""
+    spec, scenes, initial, batch, preset, split, seed = task
+    environment = worker_memo(("environment", spec.key), lambda: Environment.make(spec))
+    return _label_scenes(environment, scenes, initial, batch, preset, split, seed, None)
+
+
+def _label_scenes(
+    environment: Environment,
+    scenes: dict[int, dict],
+    initial_states: Sequence[np.ndarray] | dict[int, np.ndarray],
+    batch: list[int],
+    preset: Preset,
+    split: str,
+    seed: int,
+    on_simulations: Callable[[int], None] | None,
+) -> tuple[dict[int, list[StateRow]], list, int]:
+    """The chains of the scenes in ``batch``, in lock-step, by one tree search.
+
+    Returns:
+        (``{chain id: its chain rows}``, its successor rows as ``((chain, step), candidate, row)``
+        to be numbered, the simulations run).
+    """
+    search = TreeSearch(scenes, environment, on_simulations=on_simulations)
     horizon = preset.horizon
     chains = []  # (scene_index, chain id, rng)
     current = []
-    for scene_index in range(len(scenes)):
+    for scene_index in batch:
         for c in range(preset.chains_per_scene):
             rng = np.random.Generator(np.random.PCG64(actor_seed_sequence(split, seed, scene_index, c)))
-            chains.append((scene_index, len(chains), rng))
+            chains.append((scene_index, scene_index * preset.chains_per_scene + c, rng))
             current.append(search.node(scene_index, initial_states[scene_index]))
-    chain_rows: list[list[StateRow]] = [[] for _ in chains]
+    chain_rows: dict[int, list[StateRow]] = {chain_id: [] for _, chain_id, _ in chains}
     pending_successors: list[tuple[tuple[int, int], int, StateRow]] = []
     for step in range(preset.steps):
         search.expand(current, horizon)
@@ -144,7 +223,10 @@ def run_chains(
         if nxt:
             search.retain(nxt, horizon - 1)
         current = nxt
-    return _number_rows(chain_rows, pending_successors)
+    # Observed here, in the worker that labelled the rows, rather than one by one after the merge.
+    for row in [*(r for rows in chain_rows.values() for r in rows), *(entry[2] for entry in pending_successors)]:
+        row.observed = environment.observe(scenes[row.scene_index], row.state)
+    return chain_rows, pending_successors, search.simulations
 
 
 def _number_rows(

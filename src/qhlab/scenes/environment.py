@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,12 +51,15 @@ import numpy as np
 from qhlab.evidence import QhError, QhInputError, canonical_json, sha256_bytes
 from qhlab.execution.user_code import (
     ENTRY_FORMS,
+    UNFROZEN_HINT,
     FrozenSource,
     file_digests,
+    missing_sibling,
     parse_entry,
     provide,
     read_source,
     source_digest,
+    unbound_modules,
 )
 
 __all__ = [
@@ -71,6 +75,7 @@ __all__ = [
 BUILTIN_PREFIX = "qhlab."
 _SIZES = ("object_features", "goal_features", "candidate_features", "max_objects", "max_candidates")
 _METHODS = ("sample_scene", "initial_state", "candidates", "step", "observe")
+_FLOAT64 = np.dtype(np.float64)
 
 
 class UserCodeError(QhInputError):
@@ -144,6 +149,25 @@ def read_environment_source(factory: str, base: Path | None, *, call: str) -> tu
     return record, files, located.path.parent
 
 
+def _refuse_unfrozen(
+    call: str, label: str, spec: EnvironmentSpec, exc: BaseException | None, loaded: list[str]
+) -> None:
+    """Refuse a source whose import reached for code that is not frozen with it."""
+    sibling = None if exc is None else missing_sibling(Path(spec.root or "."), exc)
+    if sibling is not None:
+        raise QhInputError(
+            f"{call}: {label}: its source imports {sibling!r}, a module beside it that is not frozen with it. "
+            f"HINT: {UNFROZEN_HINT}."
+        )
+    unbound = unbound_modules(spec.source["module"], loaded) if spec.source else []
+    if unbound:
+        name, file = unbound[0]
+        raise QhInputError(
+            f"{call}: {label}: importing it loaded module {name!r} from {file!r}, which is not in its frozen "
+            f"source. HINT: {UNFROZEN_HINT}; installed packages are imported as usual."
+        )
+
+
 def _user_frames(exc: BaseException, roots: tuple[str, ...]) -> list[traceback.FrameSummary]:
     """The frames of ``exc``'s traceback that are in the user's files (below ``roots``)."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -161,6 +185,8 @@ class Environment:
         identity: its identity, as strings.
         object_features, goal_features, candidate_features, max_objects, max_candidates: its sizes.
         state_column, reference_candidate: its optional layout names (with their defaults).
+        source_files: a user environment's source as it was imported ``{rel: bytes}`` (None:
+            built in).
     """
 
     spec: EnvironmentSpec
@@ -174,6 +200,7 @@ class Environment:
     max_candidates: int
     state_column: str = "state"
     reference_candidate: str = "first_candidate"
+    source_files: dict[str, bytes] | None = None
     _roots: tuple[str, ...] = ()
 
     @classmethod
@@ -215,6 +242,7 @@ class Environment:
                 )
             )
             roots = (str(root.resolve()) + "/", str(root) + "/")
+            before = set(sys.modules)
             try:
                 factory = source.entry_function()
             except QhError as exc:
@@ -222,10 +250,11 @@ class Environment:
                     factory = None
                 else:
                     raise
-            except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed to import
+                _refuse_unfrozen(call, label, spec, exc, [])
                 raise _user_error(call, label, "import", exc, roots) from None
-            except SystemExit as exc:
-                raise _user_error(call, label, "import", exc, roots) from None
+            _refuse_unfrozen(call, label, spec, None, sorted(set(sys.modules) - before))
+            roots += (str(source.origin_root) + "/",)
         if factory is None or not callable(factory):
             raise QhInputError(
                 f"{call}: {label}: {entry.function!r} is missing or not callable in {entry.module!r}. HINT: the "
@@ -235,7 +264,10 @@ class Environment:
             env = factory(dict(spec.options))
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one refusal naming the user's line
             raise _user_error(call, label, "make(options)", exc, roots) from None
-        return cls._checked(spec, env, label, roots, call)
+        made = cls._checked(spec, env, label, roots, call)
+        if not spec.builtin:
+            made.source_files = dict(source.preloaded or {})
+        return made
 
     @classmethod
     def _checked(cls, spec: EnvironmentSpec, env: Any, label: str, roots: tuple[str, ...], call: str) -> Environment:
@@ -282,8 +314,8 @@ class Environment:
 
     # -- calls into the environment -------------------------------------------------------------
 
-    def _fail(self, method: str, exc: BaseException, call: str = "environment") -> UserCodeError:
-        return _user_error(call, f"environment {self.name!r}", method, exc, self._roots)
+    def _fail(self, method: str, exc: BaseException) -> UserCodeError:
+        return _user_error(None, f"environment {self.name!r}", method, exc, self._roots)
 
     def sample_scene(self, seed: int) -> dict:
         """The scene drawn for ``seed`` (a JSON object)."""
@@ -321,6 +353,18 @@ class Environment:
             after, reward = self.env.step(scene, state, action)
         except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise self._fail(f"step(scene, state, {action})", exc) from None
+        # The tree search calls this for every simulation: the common, valid case is checked in
+        # a few type tests, the rest (and every refusal) below.
+        if (
+            type(after) is np.ndarray
+            and type(reward) is float
+            and after.dtype == _FLOAT64
+            and after.ndim == 1
+            and 0 < after.size <= 64
+            and math.isfinite(reward)
+            and all(map(math.isfinite, after.tolist()))
+        ):
+            return after, reward
         after = self._state(f"step(scene, state, {action})", after)
         if isinstance(reward, bool) or not isinstance(reward, (int, float, np.floating, np.integer)):
             raise self._refuse(f"step(scene, state, {action})", f"returned reward {reward!r}; allowed: a number")
@@ -369,7 +413,8 @@ class Environment:
         if not isinstance(state, np.ndarray) or state.dtype != np.float64 or state.ndim != 1 or state.size == 0:
             got = type(state).__name__ if not isinstance(state, np.ndarray) else f"{state.dtype} {state.shape}"
             raise self._refuse(method, f"returned a state of {got}; allowed: a non-empty 1-D float64 array")
-        if not np.isfinite(state).all():
+        # Small states (the common case) are checked in Python: a numpy call costs a cheap step 10%.
+        if not (all(map(math.isfinite, state.tolist())) if state.size <= 64 else np.isfinite(state).all()):
             raise self._refuse(method, "returned a state with a non-finite value")
         return state
 
@@ -434,17 +479,22 @@ class Environment:
         }
 
 
-def _user_error(call: str, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:
+def _user_error(call: str | None, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:
     """One error for an exception inside user code: the method, the exception, the user's frames."""
     frames = _user_frames(exc, roots) if roots else []
     where = ""
     if frames:
         last = frames[-1]
-        where = f" at {last.filename}, line {last.lineno}" + (f": {last.line.strip()}" if last.line else "")
+        # Named below this environment's own root (roots[0]), though an identical copy imported
+        # first in this process may be the module that ran: the bytes are the same.
+        matched = next(r for r in roots if last.filename.startswith(r))
+        filename = roots[0] + last.filename[len(matched) :]
+        where = f" at {filename}, line {last.lineno}" + (f": {last.line.strip()}" if last.line else "")
     kind = "exited" if isinstance(exc, SystemExit) else "raised"
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     error = UserCodeError(
-        f"{call}: {label}: {method} {kind} {text}{where}. HINT: the error is in the environment's own code; "
+        ("" if call is None else f"{call}: ")
+        + f"{label}: {method} {kind} {text}{where}. HINT: the error is in the environment's own code; "
         "--verbose shows the whole traceback."
     )
     error.__cause__ = exc if not isinstance(exc, SystemExit) else None

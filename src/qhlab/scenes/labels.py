@@ -10,24 +10,18 @@ subtree to depth H-1 is already simulated), and the Bellman recursion
 computed in float64. Does not own: which roots are searched (``chains``) or files
 (``population``).
 
-Parallelism: the expansions of one level are independent; they go in chunks to an executor
-from the seam (``qhlab.execution``: a local process pool or Ray tasks, whose arguments and
-results travel through Ray's object store), each with the environment's spec, so a worker makes
-the environment once (from the same frozen source) and steps it. A step is a pure function of
-(scene, state, action), so labels do not depend on the executor, the worker count or the
-chunking.
+Parallelism is over scenes (``chains``): a search runs in one process over the scenes it is
+given. A step is a pure function of (scene, state, action), so labels do not depend on where a
+search ran.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from qhlab.execution import worker_memo
-from qhlab.scenes.environment import Environment, EnvironmentSpec
+from qhlab.scenes.environment import Environment
 
 __all__ = [
     "TreeSearch",
@@ -37,7 +31,7 @@ __all__ = [
 NodeKey = tuple[int, bytes]
 """(scene index, exact float64 bytes of the state) identifies a search node."""
 
-_MAX_CHUNK_NODES = 32
+_MAX_CHUNK_NODES = 256
 
 
 def expand_state(environment: Environment, scene: dict, state: np.ndarray) -> list[tuple[np.ndarray, float]]:
@@ -54,12 +48,6 @@ def expand_state(environment: Environment, scene: dict, state: np.ndarray) -> li
     return [environment.step(scene, state, a) for a in range(environment.candidates(scene, state))]
 
 
-def _expand_chunk(task: tuple[EnvironmentSpec, list[tuple[dict, np.ndarray]]]) -> list[list[tuple[np.ndarray, float]]]:
-    spec, nodes = task
-    environment = worker_memo(("environment", spec.key), lambda: Environment.make(spec))
-    return [expand_state(environment, scene, state) for scene, state in nodes]
-
-
 class TreeSearch:
     """Memoized full tree search over the scenes of one population.
 
@@ -69,27 +57,19 @@ class TreeSearch:
     Args:
         scenes: the population's scenes (a node's scene index points here).
         environment: the environment whose ``step`` expands a state.
-        executor: an executor for expansions (``qhlab.execution.open_executor``), or None to
-            expand in this process.
-        workers: number of processes (or cluster CPUs) behind ``executor`` (sizes the chunks).
         on_simulations: called with the number of simulations just finished (progress).
     """
 
     def __init__(
         self,
-        scenes: Sequence[dict],
+        scenes: Sequence[dict] | Mapping[int, dict],
         environment: Environment,
         *,
-        executor: Executor | None = None,
-        workers: int = 1,
         on_simulations: Callable[[int], None] | None = None,
     ) -> None:
-        self._scenes = list(scenes)
+        self._scenes = scenes
         self._environment = environment
-        self._executor = executor
-        self._workers = max(1, workers)
         self._on_simulations = on_simulations
-        self._states: dict[NodeKey, np.ndarray] = {}
         self._children: dict[NodeKey, tuple[tuple[NodeKey, float], ...]] = {}
         self._values: dict[tuple[NodeKey, int], float] = {}
         self.simulations = 0
@@ -97,14 +77,11 @@ class TreeSearch:
 
     def node(self, scene_index: int, state: np.ndarray) -> NodeKey:
         """Register a state and return its key."""
-        state = np.ascontiguousarray(state, dtype=np.float64)
-        key = (scene_index, state.tobytes())
-        self._states.setdefault(key, state)
-        return key
+        return (scene_index, np.ascontiguousarray(state, dtype=np.float64).tobytes())
 
     def state(self, key: NodeKey) -> np.ndarray:
-        """The state of a node."""
-        return self._states[key]
+        """The state of a node: a read-only view of its key's bytes (a state is never changed in place)."""
+        return np.frombuffer(key[1], dtype=np.float64)
 
     def children(self, key: NodeKey) -> tuple[tuple[NodeKey, float], ...]:
         """The (child key, reward) pairs of an expanded node, one per candidate."""
@@ -128,28 +105,13 @@ class TreeSearch:
                 frontier = list(nxt)
 
     def _expand_nodes(self, keys: list[NodeKey]) -> None:
-        if not keys:
-            return
-        if self._executor is None:
-            for key in keys:
-                self._store(key, expand_state(self._environment, self._scenes[key[0]], self._states[key]))
-            return
-        size = max(1, min(_MAX_CHUNK_NODES, math.ceil(len(keys) / (self._workers * 8))))
-        chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
-        futures = [
-            self._executor.submit(
-                _expand_chunk,
-                (self._environment.spec, [(self._scenes[k[0]], self._states[k]) for k in chunk]),
-            )
-            for chunk in chunks
-        ]
-        for chunk, future in zip(chunks, futures):
-            for key, result in zip(chunk, future.result()):
-                self._store(key, result)
+        for key in keys:
+            self._store(key, expand_state(self._environment, self._scenes[key[0]], self.state(key)))
 
     def _store(self, key: NodeKey, result: list[tuple[np.ndarray, float]]) -> None:
         scene_index = key[0]
-        self._children[key] = tuple((self.node(scene_index, after), r) for after, r in result)
+        # A stepped state is a checked 1-D float64 array: its bytes are its node's key.
+        self._children[key] = tuple(((scene_index, after.tobytes()), r) for after, r in result)
         self.simulations += len(result)
         if self._on_simulations is not None:
             self._on_simulations(len(result))
@@ -160,7 +122,8 @@ class TreeSearch:
             return 0.0
         memo = self._values.get((key, h))
         if memo is None:
-            memo = float(np.max(self.q(key, h)[:, h - 1]))
+            # Python floats are IEEE doubles: r + V is the same float64 sum ``q`` forms.
+            memo = max(r + self.value(child, h - 1) for child, r in self._children[key])
             self._values[(key, h)] = memo
         return memo
 
@@ -195,5 +158,4 @@ class TreeSearch:
                     nxt.extend(child for child, _ in self._children[key])
             frontier = nxt
         self._children = {k: v for k, v in self._children.items() if k in expanded}
-        self._states = {k: v for k, v in self._states.items() if k in keep}
         self._values = {k: v for k, v in self._values.items() if k[0] in keep}

@@ -51,7 +51,6 @@ from qhlab.scenes.audit import audit_population
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.environment import Environment, EnvironmentSpec, check_contract, read_environment_source
-from qhlab.scenes.labels import TreeSearch
 from qhlab.scenes.manifest import ENVIRONMENT_DIR, MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
 from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
@@ -170,7 +169,7 @@ def _tables(
     ca = {k: [] for k in ("state_id", "candidate", "object", "features", "reward", "q", "successor_state_id")}
     for index, row in enumerate(rows):
         scene = scenes[row.scene_index]
-        objects, goal, features, struck = environment.observe(scene, row.state)
+        objects, goal, features, struck = row.observed or environment.observe(scene, row.state)
         if len(struck) != len(row.reward):
             raise QhInputError(
                 f"environment {environment.name!r}: observe(scene, state) returned {len(struck)} candidates for a "
@@ -308,9 +307,18 @@ def generate_population(
     choice = executor or ExecutorChoice()
     started = time.perf_counter()
     with open_executor(choice, workers, call="generate_population") as pool:
-        chunk_workers = getattr(pool, "cpus", workers)
-        search = TreeSearch(scenes, environment, executor=pool, workers=chunk_workers, on_simulations=_on_simulations)
-        rows = run_chains(search, scenes, initial, spec, split, seed)
+        group_workers = getattr(pool, "cpus", workers)
+        rows, simulations = run_chains(
+            environment,
+            scenes,
+            initial,
+            spec,
+            split,
+            seed,
+            executor=pool,
+            workers=group_workers,
+            on_simulations=_on_simulations,
+        )
         generation = _generation_record(choice, pool, workers, time.perf_counter() - started)
     if progress is not None:
         progress(done[0], done[0])
@@ -334,13 +342,13 @@ def generate_population(
             "states": len(rows),
             "candidates": tables["candidates.parquet"].num_rows,
             "max_objects": int(max(tables["states.parquet"].column("num_objects").to_pylist())),
-            "simulations": search.simulations,
+            "simulations": simulations,
         },
         "difficulty": _card(rows, environment.max_candidates, environment.reference_candidate),
         "files": {},
     }
     copies = (
-        {} if source is None else {f"{ENVIRONMENT_DIR}/{rel}": data for rel, data in environment.spec.files.items()}
+        {} if source is None else {f"{ENVIRONMENT_DIR}/{rel}": data for rel, data in environment.source_files.items()}
     )
 
     def _write(staging: Path) -> None:

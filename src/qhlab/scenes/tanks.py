@@ -222,9 +222,8 @@ class TankNetwork:
             source, sink = self._ends(scene, state, kind, pipe)
             volume = self._volume(scene, state, kind, pipe)
             touches = 1.0 if 0 in (source, sink) else 0.0
-            features.append(
-                [0.0, float(kind == "valve"), float(kind == "pump"), state[source] - state[sink], volume / full, touches]
-            )
+            head = state[source] - state[sink]
+            features.append([0.0, float(kind == "valve"), float(kind == "pump"), head, volume / full, touches])
             acts_on.append(source)
         return objects, goal, np.array(features, dtype=np.float64), np.array(acts_on, dtype=np.int64)
 
@@ -250,13 +249,18 @@ class TankNetwork:
         return a, b
 
     def _volume(self, scene: dict, state: np.ndarray, kind: str, pipe: int) -> float:
-        """The volume the candidate moves (m³), without moving it."""
-        trial = state.copy()
+        """The volume the candidate would move (m³), estimated without moving it: a valve's flow at
+        its opening head for ``valve_seconds`` (never more than equalises the levels), a pump's
+        volume as far as water and room allow."""
+        a, b = scene["pipe_from"][pipe], scene["pipe_to"][pipe]
         if kind == "valve":
-            source, _ = self._ends(scene, state, kind, pipe)
-            after = self._open_valve(scene, trial, pipe)
-            return float((state[source] - after[source]) * scene["area"][source])
-        return self._pump(scene, trial, pipe)
+            head = abs(float(state[a] - state[b]))
+            area_a, area_b = scene["area"][a], scene["area"][b]
+            flow = scene["conductance"][pipe] * math.sqrt(2.0 * GRAVITY * head) * self.parameters.valve_seconds
+            return min(flow, head * area_a * area_b / (area_a + area_b))
+        available = state[a] * scene["area"][a]
+        room = (scene["capacity"][b] - state[b]) * scene["area"][b]
+        return float(min(self.parameters.pump_volume, available, room))
 
     def _open_valve(self, scene: dict, levels: np.ndarray, pipe: int) -> np.ndarray:
         """Torricelli flow through pipe ``pipe`` for ``valve_seconds``, in explicit substeps that never

@@ -13,20 +13,38 @@ digesting and importing a copy (``qhlab.execution.user_code``), building scorers
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import qhlab
 from qhlab.design.study_records import StudyFreezeBody
 from qhlab.evidence import QhInputError, publish_bytes
 from qhlab.evidence.layout import FAMILY_DIR
-from qhlab.execution.user_code import FrozenSource, file_digests, provide, read_source, source_digest, source_files
+from qhlab.execution.user_code import (
+    UNFROZEN_HINT,
+    FrozenSource,
+    file_digests,
+    provide,
+    read_source,
+    source_digest,
+    source_files,
+    unbound_modules,
+)
 
-__all__ = ["family_bytes", "family_sources", "freeze_family", "provide_family", "provide_shipped", "source_changes"]
+__all__ = [
+    "copy_sources",
+    "environment_source_change",
+    "family_bytes",
+    "family_sources",
+    "freeze_family",
+    "provide_family",
+    "provide_shipped",
+    "shipped_sources",
+    "source_changes",
+    "user_source_digests",
+]
 
 _CALL = "freeze_study"
 _INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
@@ -37,7 +55,29 @@ def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputErr
     return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
 
 
-def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
+def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
+    """``{arm: sha256}`` of each user arm's source as it is now in the user's files (read, never
+    imported): what a pilot binds, and what a freeze compares a pilot with.
+
+    Raises:
+        QhInputError: a builder whose source is missing (one line naming the arm).
+    """
+    digests = {}
+    for arm in config.arms:
+        builder = config.builder(arm)
+        if builder is None:
+            continue
+        try:
+            _, files = read_source(builder, config_dir)
+        except (ValueError, OSError) as exc:
+            raise _refusal(
+                arm, builder, str(exc), 'a builder names a file beside the config ("arms.py:build") or a package'
+            ) from None
+        digests[arm] = source_digest(file_digests(files))
+    return digests
+
+
+def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
     """Copy each user arm's source to ``output/family/<arm>/``; returns ``{arm: source record}``."""
     records = {}
     family = output / FAMILY_DIR
@@ -74,7 +114,7 @@ def _copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict
     return records
 
 
-def _arm_source(arm: str, record: dict, root: Path) -> FrozenSource:
+def _arm_source(arm: str, record: dict, root: Path, files: dict[str, bytes] | None = None) -> FrozenSource:
     return FrozenSource(
         owner=f"arm {arm!r}",
         entry=record["builder"],
@@ -82,7 +122,20 @@ def _arm_source(arm: str, record: dict, root: Path) -> FrozenSource:
         module=record["module"],
         function=record["function"],
         files=dict(record["files"]),
+        preloaded=files,
     )
+
+
+def shipped_sources(records: dict[str, dict], output: Path) -> dict[str, dict]:
+    """``{arm: shipped copy}`` of copied sources (``copy_sources``), for workers (``provide_shipped``)."""
+    return {
+        arm: {
+            "arm": arm,
+            "record": record,
+            "files": {rel: (output / FAMILY_DIR / arm / rel).read_bytes() for rel in record["files"]},
+        }
+        for arm, record in records.items()
+    }
 
 
 def freeze_family(
@@ -104,7 +157,7 @@ def freeze_family(
     Raises:
         QhInputError: one line naming the arm, its builder and what failed (nothing is kept).
     """
-    sources = _copy_sources(config, config_dir, output)
+    sources = copy_sources(config, config_dir, output)
     try:
         for arm, record in sources.items():
             provide(_arm_source(arm, record, output / FAMILY_DIR / arm))
@@ -127,39 +180,18 @@ def freeze_family(
         raise
 
 
-def _installed_roots() -> list[Path]:
-    """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
-    import sysconfig
-
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(qhlab.__file__).parent)}
-    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
-    return [Path(os.path.abspath(r)) for r in roots]
-
-
 def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
-    """Refuse an arm whose import or run loaded code that is neither its frozen copy nor installed.
-
-    A module named like the user's own package, or loaded from outside the installed library
-    directories (a sibling file on ``sys.path``, the working directory, ``PYTHONPATH``), is code
-    the freeze never bound and that could change after it.
-    """
-    top = record["module"].split(".")[0]
-    installed = _installed_roots()
-    for name in sorted(new):
-        if name.startswith("_qhlab_user_"):
-            continue
-        file = getattr(sys.modules.get(name), "__file__", None)
-        path = None if file is None else Path(os.path.abspath(file))
-        outside = path is not None and not any(root == path or root in path.parents for root in installed)
-        if name == top or name.startswith(top + ".") or outside:
-            raise _refusal(
-                arm,
-                record["builder"],
-                f"importing it loaded module {name!r} from {file!r}, which is not in its frozen source",
-                "import your own helpers relatively from inside the arm's "
-                "package (from .layers import head), so that they are frozen with it; installed "
-                "packages are imported as usual",
-            )
+    """Refuse an arm whose import or run loaded code that is neither its frozen copy nor installed
+    (``qhlab.execution.user_code.unbound_modules``)."""
+    unbound = unbound_modules(record["module"], new)
+    if unbound:
+        name, file = unbound[0]
+        raise _refusal(
+            arm,
+            record["builder"],
+            f"importing it loaded module {name!r} from {file!r}, which is not in its frozen source",
+            f"{UNFROZEN_HINT}; installed packages are imported as usual",
+        )
 
 
 def _chain_batch(population: Any) -> dict:
@@ -328,14 +360,12 @@ def family_bytes(body: StudyFreezeBody, output: Path, arm: str) -> dict | None:
 
 
 def provide_shipped(shipped: dict | None, root: Path) -> None:
-    """Write a shipped copy below ``root`` and provide it (its digests are checked at import)."""
+    """Provide a shipped copy from its bytes (checked against its digests at import; nothing is
+    written, so a worker without the copy's directory runs it too). ``root`` is where the copy
+    is kept, named in its tracebacks."""
     if shipped is None:
         return
-    for rel, data in shipped["files"].items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    provide(_arm_source(shipped["arm"], shipped["record"], root))
+    provide(_arm_source(shipped["arm"], shipped["record"], root, files=dict(shipped["files"])))
 
 
 def source_changes(body: StudyFreezeBody) -> dict[str, str]:
@@ -351,3 +381,21 @@ def source_changes(body: StudyFreezeBody) -> dict[str, str]:
         if now != record["sha256"]:
             changes[arm] = f"source {original} changed since freeze; the frozen copy is used"
     return changes
+
+
+def environment_source_change(record: dict | None) -> str | None:
+    """What changed in a user environment's own source since the freeze (None: nothing, or built in).
+
+    The user's files are only compared, never imported: every step imports the copy frozen in
+    the population.
+    """
+    if not record or not record.get("original"):
+        return None
+    original = Path(record["original"])
+    try:
+        now = source_digest(file_digests(source_files(original)))
+    except (OSError, ValueError):
+        return f"source {original} is gone since freeze; the frozen copy in the population is used"
+    if now != record["sha256"]:
+        return f"source {original} changed since freeze; the frozen copy in the population is used"
+    return None

@@ -39,8 +39,9 @@ from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
-from qhlab.study.family import freeze_family
+from qhlab.study.family import freeze_family, user_source_digests
 from qhlab.study.populations import (
+    environment_source,
     labelling_record,
     population_files,
     population_support,
@@ -82,7 +83,8 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
 
     config, data, resolved = read_study_config(config_path)
     execution_profile(config.profile).check_memory_ceiling(config.max_allocated_bytes)  # CUDA lanes only
-    check_preparation(config)  # a refused record writes nothing; checked again with the lock held
+    # A refused record writes nothing; checked again with the lock held.
+    check_preparation(config, user_source_digests(config, resolved.parent))
     output = Path(output)
     refuse_linked_study(output, "freeze_study")
     _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
@@ -142,7 +144,8 @@ def _freeze_locked(
     from qhlab.finite_horizon.data import load_population
 
     _refuse_occupied(output, data)  # again, now that no other freeze can run here
-    preparation, prepared_from = check_preparation(config)
+    digests = user_source_digests(config, resolved.parent)
+    preparation, prepared_from = check_preparation(config, digests)
     train_path = resolve_population(
         config.train, "train", config.population_cache, progress=True, executor=executor or config.executor_choice()
     )
@@ -154,6 +157,11 @@ def _freeze_locked(
     output.mkdir(parents=True, exist_ok=True)
     sources, contracts = freeze_family(config, resolved.parent, population, output)
     shas = {arm: record["sha256"] for arm, record in sources.items()}
+    if shas != digests:
+        raise QhInputError(
+            f"freeze_study: user arms {sorted(a for a in shas if shas[a] != digests.get(a))} changed while the "
+            "study was frozen. HINT: freeze again once their files are still."
+        )
     recipes = {
         arm: {
             str(seed): {
@@ -210,6 +218,10 @@ def _freeze_locked(
             "canonical_first_chain": chain,
             # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
             "audit": audit,
+            # A user environment's own file, compared (never imported) by `study status`.
+            "environment_source": environment_source(
+                config.train, train_path, population.manifest, call="freeze_study"
+            ),
         },
         # Declared, never opened; its preset is frozen here, drawn later from TRAIN's environment.
         "validation": {

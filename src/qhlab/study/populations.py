@@ -17,6 +17,7 @@ import numpy as np
 from qhlab.design.study_config import PopulationSource
 from qhlab.evidence import input_error, read_receipt
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
+from qhlab.execution.user_code import read_source
 from qhlab.scenes import cached_population
 from qhlab.scenes.environment import EnvironmentSpec
 from qhlab.scenes.origin import population_origin
@@ -25,6 +26,7 @@ from qhlab.scenes.records import PopulationGenerationReceipt
 from qhlab.study.terminal import GenerationProgress
 
 __all__ = [
+    "environment_source",
     "labelling_record",
     "population_files",
     "population_support",
@@ -157,3 +159,21 @@ def validation_environment(
         root=train_spec.root,
     )
     return preset, spec
+
+
+def environment_source(source: PopulationSource, train: Path, train_manifest: dict, *, call: str) -> dict | None:
+    """Where TRAIN's user environment was read from, and the digest of the copy frozen in it.
+
+    Returns:
+        ``{"original": path of the user's file or package, "sha256": the frozen copy's}``; None for
+        a built-in environment or a population named by path (its origin is not the config's).
+    """
+    spec, _ = population_origin(train, train_manifest, call=call)
+    if spec.source is None or source.preset is None:
+        return None
+    preset = load_preset(source.preset, call=call)
+    try:
+        located, _ = read_source(preset.environment.factory, preset.base or Path.cwd(), field="environment.factory")
+    except ValueError:
+        return {"original": None, "sha256": spec.source["sha256"]}
+    return {"original": str(located.path), "sha256": spec.source["sha256"]}

@@ -80,12 +80,15 @@ def _differing(ours: dict, theirs: dict) -> list[str]:
     return sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
 
 
-def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, dict[str, Path]]:
+def check_preparation(
+    config: QhArchitectureStudyConfig, sources: dict[str, str] | None = None
+) -> tuple[dict | None, dict[str, Path]]:
     """Check the study against its tuning and pilot records; nothing is written.
 
     Args:
         config: the study config (``preparation.tuning`` names a ``tuning.json``,
             ``preparation.pilot`` a ``pilot.json``, ``preparation.e0`` an ``e0.json``).
+        sources: ``{arm: sha256}`` of the user arms' sources (a pilot binds the versions it fit).
 
     Returns:
         (the freeze body's ``preparation`` record ``{"tuning", "pilot", "e0"}``, each None when
@@ -102,14 +105,14 @@ def check_preparation(config: QhArchitectureStudyConfig) -> tuple[dict | None, d
     preparation = config.preparation
     if preparation is None or (preparation.tuning is None and preparation.pilot is None and preparation.e0 is None):
         return None, {}
-    body, sources = {"tuning": None, "pilot": None, "e0": None}, {}
+    body, found = {"tuning": None, "pilot": None, "e0": None}, {}
     if preparation.tuning is not None:
-        body["tuning"], sources["tuning"] = _check_tuning(config, Path(preparation.tuning))
+        body["tuning"], found["tuning"] = _check_tuning(config, Path(preparation.tuning))
     if preparation.pilot is not None:
-        body["pilot"], sources["pilot"] = _check_pilot(config, Path(preparation.pilot))
+        body["pilot"], found["pilot"] = _check_pilot(config, Path(preparation.pilot), sources)
     if preparation.e0 is not None:
-        body["e0"], sources["e0"] = _check_e0(config, Path(preparation.e0))
-    return body, sources
+        body["e0"], found["e0"] = _check_e0(config, Path(preparation.e0))
+    return body, found
 
 
 def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
@@ -165,9 +168,11 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
     }, source
 
 
-def _check_pilot(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
+def _check_pilot(
+    config: QhArchitectureStudyConfig, record_path: Path, sources: dict[str, str] | None
+) -> tuple[dict, Path]:
     source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot", "qhlab pilot")
-    differing = _differing(study_design(config), record["design"])
+    differing = _differing(study_design(config, sources), record["design"])
     if differing:
         raise input_error(
             _CALL,

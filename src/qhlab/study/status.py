@@ -69,7 +69,7 @@ from qhlab.evidence.layout import (
     cell_lock_path,
     cell_name,
 )
-from qhlab.study.family import source_changes
+from qhlab.study.family import environment_source_change, source_changes
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
@@ -112,7 +112,8 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
         ``mae_h`` / ``regret_h`` (validation metrics at horizon H of a finished broad cell),
         ``wall_seconds`` (the fit's, from its receipt) and ``note``. ``sources``: ``{arm: what}``
         for each user arm whose own source file differs from (or is gone since) the copy its
-        freeze made ("source changed since freeze; the frozen copy is used").
+        freeze made ("source changed since freeze; the frozen copy is used"). ``environment``:
+        the same for a user environment's own source (None: unchanged, or built in).
 
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
@@ -135,6 +136,7 @@ def _status(output: Path) -> dict:
     freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
     sources = {} if frozen is None else source_changes(frozen.body)
+    environment = None if frozen is None else environment_source_change(frozen.body.train.get("environment_source"))
     canary_dir = output / CANARY_DIR
     canaries = [
         _cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
@@ -156,6 +158,7 @@ def _status(output: Path) -> dict:
         "study": config.name,
         "output": str(output),
         "sources": sources,
+        "environment": environment,
         "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report],
     }
 
@@ -167,6 +170,8 @@ def status_lines(status: dict) -> list[str]:
     widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS) - 1)]
     lines = [f"study {status['study']} ({status['output']})"]
     lines += [f"arm {arm}: {what}" for arm, what in sorted(status.get("sources", {}).items())]
+    if status.get("environment"):
+        lines.append(f"environment: {status['environment']}")
     for line in table:
         lines.append("  ".join(text.ljust(width) for text, width in zip(line, widths)) + "  " + line[-1])
     return [line.rstrip() for line in lines]
