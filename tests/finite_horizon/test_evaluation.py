@@ -229,7 +229,7 @@ def test_population_train_constant_uses_train_chain_rows_only():
 
 # ---------------------------------------------------------------------------------------------
 # Heuristic reference policies. Three states, K=3, H=2: scene 0 holds A and B, scene 1 holds C,
-# whose slot 2 is padding (so slot 2 is not a fixed policy every state allows).
+# whose slot 2 is padding (so fixed index 2 takes C's last candidate, slot 1).
 REF_LABELS = np.array(
     [
         [[2.0, 2.0], [1.6, 5.0], [0.0, 1.0]],  # A
@@ -266,17 +266,21 @@ def test_fixed_index_regret_weights_states_within_scene_then_scenes():
     np.testing.assert_allclose(fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 0), [[1.5, 1.5], [0.0, 1.0]])
     # Slot 1: A (.4, 0), B (2, 2), C (0, 0) -> scene 0 (1.2, 1), scene 1 (0, 0).
     np.testing.assert_allclose(fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 1), [[1.2, 1.0], [0.0, 0.0]])
-    with pytest.raises(QhInputError, match="padding slots at rows"):
-        fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 2)
+    # Slot 2: A (2, 4), B (0, 1), C its last candidate, slot 1 (0, 0) -> scene 0 (1, 2.5), scene 1 (0, 0).
+    np.testing.assert_allclose(fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 2), [[1.0, 2.5], [0.0, 0.0]])
     with pytest.raises(QhInputError, match=r"index=3 is not allowed; allowed: an integer in \[0, 2\]"):
         fixed_index_regret(REF_LABELS, REF_MASK, REF_SCENE, 3)
 
 
 def test_best_fixed_index_minimises_scene_weighted_regret_at_h():
-    # Regret_H by slot: 0 -> (1.5 + 1) / 2 = 1.25, 1 -> (1 + 0) / 2 = 0.5, 2 -> not eligible.
+    # Regret_H by slot: 0 -> (1.5 + 1) / 2 = 1.25, 1 -> (1 + 0) / 2 = 0.5, 2 -> (2.5 + 0) / 2 = 1.25
+    # (C has two candidates, so fixed index 2 takes its slot 1).
     index, by_index = best_fixed_index(REF_LABELS, REF_MASK, REF_SCENE)
     assert index == 1
-    np.testing.assert_allclose(by_index, [1.25, 0.5, np.inf])
+    np.testing.assert_allclose(by_index, [1.25, 0.5, 1.25])
+    # A slot no state offers is no policy at all.
+    narrow = np.array([[True, True, False]] * 3)
+    assert best_fixed_index(REF_LABELS, narrow, REF_SCENE)[1][2] == np.inf
 
 
 def test_best_fixed_index_ties_go_to_the_lowest_index():
@@ -340,8 +344,8 @@ def test_population_heuristic_references_choose_on_train_and_evaluate_on_validat
     assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
     best = refs["best_fixed_index"]
     assert best["index"] == 1 and best["chosen_on"] == "train" and best["oracle"] is False
-    # Slot 2 is padding in TRAIN state C, so it is not eligible (None, not a number).
-    assert best["train_regret_by_index"] == pytest.approx([1.25, 0.5, None])
+    # Slot 2 is padding in TRAIN state C, which fixed index 2 meets with its last candidate.
+    assert best["train_regret_by_index"] == pytest.approx([1.25, 0.5, 1.25])
     assert best["train_population_digest"] == "1" * 64
     # Slot 1 on validation: V1 (2 - 0, 3 - 3), V2 (2 - 2, 4 - 1); scenes ordered by index (V2 first).
     assert best["per_scene"]["scene_index"] == [0, 1] and best["per_scene"]["scene_id"] == [40, 50]

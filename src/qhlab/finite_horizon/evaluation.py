@@ -367,9 +367,15 @@ def fixed_index_regret(labels: Any, candidate_mask: Any, scene_index: Any, index
     return _fixed_index_regret(call, *checked_inputs(call, None, labels, candidate_mask, scene_index)[1:], index)
 
 
+def _fixed_slots(mask: np.ndarray, slot: int) -> np.ndarray:
+    """Fixed index ``slot`` in every state: its candidate ``slot``, or its last one where it has
+    fewer (the difficulty card's rule; a state offers its first k candidates, k >= 1)."""
+    return np.minimum(slot, mask.sum(axis=1) - 1).astype(np.int64)
+
+
 def _fixed_index_regret(call: str, labels: np.ndarray, mask: np.ndarray, scene: np.ndarray, index: Any) -> np.ndarray:
     slot = checked_index(call, index, mask.shape[1])
-    picks = checked_choices(call, np.full(mask.shape[0], slot, dtype=np.int64), mask)
+    picks = checked_choices(call, _fixed_slots(mask, slot), mask)
     return scene_means(_choice_regret(labels, mask, picks), scene)[1]
 
 
@@ -377,8 +383,9 @@ def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -
     """The fixed candidate slot with the lowest scene-weighted TRAIN regret_H.
 
     Pass TRAIN chain rows only: the choice is part of the reference policy, so it must never
-    see validation or test labels. Slots that are not a valid candidate of every state are not
-    eligible (a fixed policy could not act there).
+    see validation or test labels. A state offers its first k candidates; fixed index i takes
+    candidate i, or the state's last candidate where it has fewer than i + 1 (the difficulty
+    card's rule), so every slot some state offers is eligible.
 
     Args:
         train_labels: exact TRAIN labels Q*_h, shape [S, K, H].
@@ -388,17 +395,17 @@ def best_fixed_index(train_labels: Any, candidate_mask: Any, scene_index: Any) -
     Returns:
         (index, regret_by_index): ``index`` the chosen slot (ties go to the lowest index);
         ``regret_by_index`` float64 [K], the scene-weighted TRAIN regret_H of each slot
-        (``inf`` for ineligible slots).
+        (``inf`` for a slot no state offers).
     """
     call = "best_fixed_index"
     return _best_fixed_index(call, *checked_inputs(call, None, train_labels, candidate_mask, scene_index)[1:])
 
 
 def _best_fixed_index(call: str, labels: np.ndarray, mask: np.ndarray, scene: np.ndarray) -> tuple[int, np.ndarray]:
-    s, k, _ = labels.shape
+    _, k, _ = labels.shape
     by_index = np.full(k, np.inf, dtype=np.float64)
-    for slot in np.flatnonzero(mask.all(axis=0)):
-        picks = np.full(s, slot, dtype=np.int64)
+    for slot in np.flatnonzero(mask.any(axis=0)):
+        picks = _fixed_slots(mask, slot)
         by_index[slot] = scene_means(_choice_regret(labels, mask, picks)[:, -1], scene)[1].mean()
     if not np.isfinite(by_index).any():
         raise input_error(
@@ -520,7 +527,7 @@ def population_heuristic_references(
         The fixed-index entries add ``index``; ``straight_strike`` adds ``candidate`` (the
         environment's name for candidate 0); ``best_fixed_index`` adds ``chosen_on``
         ("train"), ``train_population_digest`` and ``train_regret_by_index`` [K] (None for a
-        slot not valid in every TRAIN state); the oracle adds ``reads`` and ``tie_band``.
+        slot no TRAIN state offers); the oracle adds ``reads`` and ``tie_band``.
     """
     call = "population_heuristic_references"
     band = checked_tie_band(call, tie_band)
