@@ -16,6 +16,7 @@ population's ``environment/``) or digests of evidence files (``qhlab.evidence``)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -37,6 +38,7 @@ __all__ = [
     "EntrySpec",
     "FrozenSource",
     "LocatedSource",
+    "UnfrozenImportError",
     "file_digests",
     "locate_source",
     "missing_sibling",
@@ -211,6 +213,7 @@ def source_files(path: Path) -> dict[str, bytes]:
     return files
 
 
+@functools.cache
 def _installed_roots() -> list[Path]:
     """Where installed code lives: the interpreter's and environment's library directories, and qhlab's own."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[1])}
@@ -414,9 +417,51 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+class UnfrozenImportError(ImportError):
+    """Frozen user code imported a module that is neither in its copy nor installed."""
+
+
+class _UnfrozenGuard(importlib.abc.MetaPathFinder):
+    """Refuses, in every process, any import made *by frozen user code* that would load code no
+    freeze bound: a module resolving outside the installed library directories (a sibling of
+    the user's file on ``sys.path``, the working directory, ``PYTHONPATH``).
+
+    The importing frame decides: an import executed by a module named ``_qhlab_user_...`` (at its
+    import or inside a call, e.g. a forward) is checked; installed packages importing their own
+    modules are not. A refused import raises ``UnfrozenImportError`` (an ImportError), so code
+    that guards an optional import behaves in a cell exactly as it did at the freeze, where the
+    module was not there to import.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith(_MODULE_PREFIX) or not _imported_by_user_code():
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        origin = None if spec is None else spec.origin
+        if origin is None or not os.path.isabs(origin):
+            return None  # built in, frozen, namespace, or not found (the next finder says so)
+        resolved = Path(os.path.abspath(origin))
+        if any(root == resolved or root in resolved.parents for root in _installed_roots()):
+            return None
+        raise UnfrozenImportError(
+            f"frozen user code imported module {fullname!r} from {str(resolved)!r}, which is not in its frozen "
+            f"source. HINT: {UNFROZEN_HINT}.",
+            name=fullname,
+        )
+
+
+def _imported_by_user_code() -> bool:
+    """The import statement now executing is in a module of a frozen copy."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX)
+
+
 _MODULE_PREFIX = "_qhlab_user_"
 _FINDER = _CopyFinder()
 sys.meta_path.insert(0, _FINDER)
+sys.meta_path.insert(0, _UnfrozenGuard())
 
 
 def _import_copy(source: FrozenSource, files: dict[str, bytes]) -> Any:

@@ -53,6 +53,7 @@ from qhlab.execution.user_code import (
     ENTRY_FORMS,
     UNFROZEN_HINT,
     FrozenSource,
+    UnfrozenImportError,
     file_digests,
     missing_sibling,
     parse_entry,
@@ -481,6 +482,8 @@ class Environment:
 
 def _user_error(call: str | None, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:
     """One error for an exception inside user code: the method, the exception, the user's frames."""
+    if isinstance(exc, UnfrozenImportError):
+        return UserCodeError(("" if call is None else f"{call}: ") + f"{label}: {method}: {exc}")
     frames = _user_frames(exc, roots) if roots else []
     where = ""
     if frames:

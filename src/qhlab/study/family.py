@@ -25,6 +25,7 @@ from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.execution.user_code import (
     UNFROZEN_HINT,
     FrozenSource,
+    UnfrozenImportError,
     file_digests,
     provide,
     read_source,
@@ -248,6 +249,9 @@ def check_contract(
         first, second = build(), build()
     except QhInputError:
         raise
+    except UnfrozenImportError as exc:
+        cause, _, _ = str(exc).partition(" HINT: ")
+        raise _refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
     except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
         more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
         raise _refusal(
