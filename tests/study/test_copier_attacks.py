@@ -149,3 +149,23 @@ def test_a_part_of_a_copy_is_judged_against_the_copy_it_lies_in(tmp_path, finish
     _reseal(freeze, lambda body: body["thresholds"].update(tie_band=0.5))  # the original stays intact
     code, _, err = _run(["verify", cell])
     assert code == 2 and f"({freeze}, this directory's copy of {original / 'freeze.receipt.json'})" in err, err
+
+
+def test_swapped_cell_directories_are_refused_by_verify_status_and_every_step(tmp_path, finished_study) -> None:
+    # Two cells of one arm swapped before the benchmarks: each receipt still binds its own files.
+    study = tmp_path / "S"
+    shutil.copytree(finished_study["output"], study)
+    for name in ("benchmarks", "report", "wandb-report"):
+        shutil.rmtree(study / name)
+    cells = study / "cells"
+    (cells / "baseline-s0").rename(cells / "swap")
+    (cells / "baseline-s1").rename(cells / "baseline-s0")
+    (cells / "swap").rename(cells / "baseline-s1")
+    code, _, err = _run(["verify", study])
+    assert code == 2 and err.count("error:") == 1, err
+    assert "receipt of cell 'baseline-s" in err and "but lies in directory 'baseline-s" in err, err
+    states = _states(study)
+    assert states["baseline-s0"] == states["baseline-s1"] == "crashed", states
+    code, out, err = _run(["study", "run", finished_study["config"], "--output", study])
+    assert code == 2 and "but lies in directory" in err, out + err
+    assert not (study / "benchmarks").exists() or not any((study / "benchmarks").iterdir())

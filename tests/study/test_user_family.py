@@ -81,6 +81,12 @@ def build_lazy(arch, dims):
     return nn.Sequential(nn.LazyLinear(dims.horizon))
 
 
+def build_exits(arch, dims):
+    import sys
+
+    sys.exit(0)
+
+
 def build_with_sibling(arch, dims):
     import helper_beside
 
@@ -251,16 +257,15 @@ def test_status_says_the_user_source_changed(tmp_path, byo, capsys) -> None:
         ("bad_arms.py:build_detached", "no parameter receives a gradient"),
         ("bad_arms.py:build_random", "initialisation is not deterministic"),
         ("bad_arms.py:build_lazy", "uninitialised (lazy) parameters or buffers: 0.bias, 0.weight"),
-        (
-            "bad_arms.py:build_with_sibling",
-            "ModuleNotFoundError: No module named 'helper_beside' (only the builder's own file or package is frozen)",
-        ),
+        ("bad_arms.py:build_with_sibling", "its source imports 'helper_beside', a module beside it"),
+        ("bad_arms.py:build_exits", "building it exited SystemExit: 0"),
         ("no_such_package.models:build", "no module 'no_such_package'"),
         ("bad arms.py", "builder='bad arms.py' is not allowed"),
     ],
 )
 def test_bad_builder_is_one_error_line_and_writes_nothing(tmp_path, byo, capsys, builder, cause) -> None:
     config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': f'builder = "{builder}"'})
+    (tmp_path / "helper_beside.py").write_text(HELPER)  # beside the arms, never on sys.path
     output = tmp_path / "study"
     code, text = _freeze(config, output, capsys)
     errors = [line for line in text.splitlines() if line.startswith("error:")]
@@ -270,6 +275,18 @@ def test_bad_builder_is_one_error_line_and_writes_nothing(tmp_path, byo, capsys,
         assert f"arm 'variant_struck_mlp' (builder {builder!r})" in errors[0] and cause in errors[0]
     assert "Traceback" not in text
     assert not output.exists()
+
+
+def test_a_module_that_exits_at_import_is_refused_not_frozen_with_exit_0(tmp_path, byo, capsys) -> None:
+    config = byo(
+        tmp_path,
+        arms="import sys\nsys.exit(0)\n",
+        **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build"'},
+    )
+    code, text = _freeze(config, tmp_path / "study", capsys)
+    assert code == 2, text
+    assert "arm 'variant_struck_mlp' (builder 'bad_arms.py:build'): building it exited SystemExit: 0" in text
+    assert not (tmp_path / "study").exists()
 
 
 def test_import_error_of_the_module_is_refused_by_name(tmp_path, byo, capsys) -> None:

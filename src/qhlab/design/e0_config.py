@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
-from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
@@ -52,7 +52,7 @@ class QhE0CheckConfig(BaseModel):
     name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     study: str = Field(min_length=1)
     train_seeds: tuple[_Int, ...] = Field(min_length=3, max_length=100)
-    min_pass_share: float = Field(default=0.95, gt=0.0, le=1.0)
+    min_pass_share: PlainNumber = Field(default=0.95, gt=0.0, le=1.0)
     workers: _Int = Field(default=1, ge=1, le=64)
     executor: Literal["local", "ray"] = "local"
     population_cache: str = DEFAULT_POPULATION_ROOT

@@ -56,10 +56,12 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-def _not_bool(value: Any) -> Any:
-    # pydantic's lax mode reads true as 1.0: a TOML boolean is never a number here.
+def _plain_number(value: Any) -> Any:
+    # pydantic's lax mode reads true as 1.0 and "0.5" as 0.5: in a config a number is a number.
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not allowed; allowed: a number (a TOML boolean is not one)")
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is not allowed; allowed: a number (a quoted string is not one)")
     return value
 
 
@@ -85,7 +87,10 @@ def _known_profile(profile: str) -> str:
 ProfileName = Annotated[str, AfterValidator(_known_profile)]
 # Integers are integers (not true, not 2.0); numbers are numbers (not true).
 _Int = Annotated[int, Strict()]
-_Number = Annotated[float, BeforeValidator(_not_bool)]
+PlainNumber = Annotated[float, BeforeValidator(_plain_number)]
+"""A config's number: an int or a float, never a boolean or a numeric string (every config kind)."""
+PlainNumeric = Annotated[float | int, BeforeValidator(_plain_number)]
+"""A number that keeps an integer an int (a search space's bounds)."""
 _PathText = Annotated[str, BeforeValidator(_path_text)]
 # The largest sensible scale of a native-unit threshold: the table is 1.2 m across and a
 # return is a few metres at most, so anything above this is a typo, not a choice.
@@ -233,7 +238,7 @@ class BootstrapConfig(BaseModel):
 
     resamples: _Int = Field(default=9999, ge=100, le=1_000_000)
     seed: _Int = Field(default=0, ge=0, lt=2**32)
-    confidence: _Number = Field(default=0.95, gt=0.5, lt=1.0)
+    confidence: PlainNumber = Field(default=0.95, gt=0.5, lt=1.0)
 
     def interval(self, values: np.ndarray, other: np.ndarray | None = None) -> dict:
         """The scene-bootstrap interval of ``values`` under these settings, as a JSON-able dict.
@@ -277,8 +282,8 @@ class SeedVarianceConfig(BaseModel):
 
     model_config = _FROZEN
 
-    regret: _Number = Field(ge=0.0, le=_MAX_METRES)
-    mae: _Number = Field(ge=0.0, le=_MAX_METRES)
+    regret: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
+    mae: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
     seeds: _Int = Field(ge=2, le=1000)
     source: str = Field(min_length=1, max_length=500)
 
@@ -350,11 +355,11 @@ class QhArchitectureStudyConfig(BaseModel):
     seeds: tuple[_Int, ...]
     canary_updates: _Int = Field(ge=1, le=MAX_UPDATES)
     broad_updates: _Int = Field(ge=1, le=MAX_UPDATES)
-    tie_band: _Number = Field(ge=0.0, le=_MAX_METRES)
-    canary_gap_multiple: _Number = Field(default=10.0, ge=1.0, le=1000.0)
+    tie_band: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
+    canary_gap_multiple: PlainNumber = Field(default=10.0, ge=1.0, le=1000.0)
     curve_points: _Int = Field(default=4, ge=1, le=64)
-    regret_fraction: _Number = Field(gt=0.0, le=100.0)
-    mae_fraction: _Number = Field(gt=0.0, le=100.0)
+    regret_fraction: PlainNumber = Field(gt=0.0, le=100.0)
+    mae_fraction: PlainNumber = Field(gt=0.0, le=100.0)
     max_allocated_bytes: _Int | None = Field(default=None, gt=0, le=2**50)
     workers: _Int = Field(default=1, ge=1, le=64)
     executor: Literal["local", "ray"] = "local"

@@ -8,11 +8,13 @@ authentication (``qhlab.evidence``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt
+from qhlab.evidence.errors import EvidenceError
 
 __all__ = [
     "StudyBenchmarkBody",
@@ -153,6 +155,19 @@ class StudyCellReceipt(Receipt, kind="study_cell", version=1):
     """``cell.receipt.json``."""
 
     body: StudyCellBody
+
+    def check_place(self, path: Path) -> None:
+        """A cell's receipt lies in its cell's directory, and that cell is its arm and seed's
+        (``<arm>-s<seed>``, or ``<role>-<arm>-s<seed>`` for a canary): two swapped cell
+        directories are refused wherever either receipt is read."""
+        body, directory = self.body, Path(path).parent.name
+        own = f"{body.arm}-s{body.seed}"
+        if body.cell != directory or not (body.cell == own or body.cell.endswith(f"-{own}")):
+            raise EvidenceError(
+                f"read_receipt: {path} is the receipt of cell {body.cell!r} (arm {body.arm!r}, seed {body.seed}) but "
+                f"lies in directory {directory!r}. HINT: a cell's receipt stays in its own directory; restore the "
+                "study's cells as they were published."
+            )
 
 
 class StudyBenchmarkBody(Closed):

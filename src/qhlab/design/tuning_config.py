@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from qhlab.design.study_config import STUDY_PRESET_FIELDS, PopulationSource, ProfileName
+from qhlab.design.study_config import STUDY_PRESET_FIELDS, PlainNumber, PlainNumeric, PopulationSource, ProfileName
 from qhlab.evidence import QhInputError
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
@@ -78,10 +78,10 @@ class Domain(BaseModel):
     model_config = _FROZEN
 
     choices: tuple[Any, ...] | None = None
-    low: float | int | None = None
-    high: float | int | None = None
+    low: PlainNumeric | None = None
+    high: PlainNumeric | None = None
     log: bool = False
-    step: float | int | None = None
+    step: PlainNumeric | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> Domain:
@@ -150,9 +150,9 @@ class Objective(BaseModel):
 
     metric: Literal["regret", "mae"] = "regret"
     seeds: tuple[_Int, ...] = Field(min_length=1, max_length=64)
-    max_seed_sd: float | None = Field(default=None, gt=0.0, le=10.0)
+    max_seed_sd: PlainNumber | None = Field(default=None, gt=0.0, le=10.0)
     max_cost: _Int | None = Field(default=None, ge=1)
-    band: float = Field(default=0.0, ge=0.0, le=10.0)
+    band: PlainNumber = Field(default=0.0, ge=0.0, le=10.0)
 
     @field_validator("seeds")
     @classmethod
@@ -194,7 +194,7 @@ class Pruner(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["median", "percentile"]
-    percentile: float | None = Field(default=None, gt=0.0, lt=100.0)
+    percentile: PlainNumber | None = Field(default=None, gt=0.0, lt=100.0)
     rungs: tuple[_Int, ...] = Field(min_length=1, max_length=64)
     startup_trials: _Int = Field(default=2, ge=1, le=10_000)
 

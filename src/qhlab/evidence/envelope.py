@@ -119,6 +119,16 @@ class Receipt(Closed):
         cls.KIND, cls.SCHEMA_VERSION = kind, version
         _MODELS[kind] = cls
 
+    def check_place(self, path: Path) -> None:
+        """Refuse a receipt found where its body says it does not belong (``read_receipt`` calls
+        this for every receipt it reads, so verify, status and every step agree).
+
+        A kind whose body names its own place (a study cell) overrides this; others have none.
+
+        Raises:
+            EvidenceError: the receipt is not where its body places it.
+        """
+
     @classmethod
     def body_model(cls) -> type[BaseModel]:
         """The body's model of this kind."""

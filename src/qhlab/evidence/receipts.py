@@ -386,6 +386,7 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
         receipt = model.model_validate(document)
     except ValidationError as exc:
         raise _shape_error("read_receipt", path, model, exc) from None
+    receipt.check_place(path)
     if verify_files:
         roots = _ROOTS.get()
         for section, name, entry in _bindings(receipt):

@@ -42,7 +42,7 @@ import math
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ __all__ = [
     "EnvironmentSpec",
     "UserCodeError",
     "check_contract",
+    "dataclass_options",
     "read_environment_source",
 ]
 
@@ -543,3 +544,59 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
             environment.observe(scene, after)
             steps += 2
     return {"scenes": len(seeds), "steps": steps}
+
+
+def dataclass_options(cls: type, options: Any, *, what: str, example: str) -> Any:
+    """A built-in environment's parameters from a preset's ``[environment.options]``, every value
+    checked against the type of its default (numbers are numbers, never booleans or strings;
+    lists are lists of them; tables are the nested parameters), every other at its default.
+
+    Args:
+        cls: a frozen dataclass whose fields all have defaults.
+        options: the options table.
+        what: the environment, as refusals name it (``"puck world"``).
+        example: a preset file to compare with, for the hint.
+
+    Returns:
+        ``cls(**options)``, lists turned into tuples.
+
+    Raises:
+        QhInputError: an unknown option, or a value of the wrong type (naming the option).
+    """
+    if not isinstance(options, dict):
+        raise QhInputError(f"{what}: options={options!r} is not allowed; allowed: a table. HINT: see {example}.")
+    defaults = cls()
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise QhInputError(
+            f"{what}: options {unknown} are not allowed; allowed: {', '.join(sorted(known))}. HINT: see {example}."
+        )
+    values = {}
+    for name, value in options.items():
+        default = getattr(defaults, name)
+        label = f"{what}: options.{name}={value!r} is not allowed; allowed: "
+        if is_dataclass(default):
+            values[name] = dataclass_options(type(default), value, what=f"{what}: options.{name}", example=example)
+        elif isinstance(default, tuple):
+            kind = type(default[0]) if default else float
+            if not isinstance(value, (list, tuple)) or not all(_of_kind(v, kind) for v in value):
+                raise QhInputError(f"{label}a list of {_KIND_WORDS[kind]}. HINT: see {example}.")
+            values[name] = tuple(value)
+        elif not _of_kind(value, type(default)):
+            raise QhInputError(f"{label}{_KIND_WORDS[type(default)][:-1]}. HINT: see {example}.")
+        else:
+            values[name] = value
+    return cls(**values)
+
+
+_KIND_WORDS = {float: "numbers", int: "integers", bool: "booleans", str: "strings"}
+
+
+def _of_kind(value: Any, kind: type) -> bool:
+    """A TOML value of a default's kind: a float default takes an int too; a boolean is only a boolean."""
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, kind)

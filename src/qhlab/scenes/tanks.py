@@ -30,12 +30,13 @@ Owns: ``TankNetwork`` (the contract's members) and ``make``. Does not own: anyth
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from qhlab.evidence import QhInputError
+from qhlab.scenes.environment import dataclass_options
 
 __all__ = ["TankNetwork", "TankParameters", "make"]
 
@@ -93,27 +94,17 @@ class TankParameters:
         Raises:
             QhInputError: an unknown option, or a value outside what the network allows.
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise QhInputError(
-                f"tank network: options {unknown} are not allowed; allowed: {', '.join(sorted(known))}. HINT: see "
-                "qhlab/scenes/presets/tanks-tiny.toml."
-            )
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
-        try:
-            parameters = cls(**values)
-            ranges_ok = all(
-                len(getattr(parameters, name)) == 2 and 0 < getattr(parameters, name)[0] <= getattr(parameters, name)[1]
-                for name in ("tanks", "pipes", "area", "capacity", "conductance")
-            )
-        except TypeError:
-            ranges_ok = False
+        parameters = dataclass_options(
+            cls, options, what="tank network", example="qhlab/scenes/presets/tanks-tiny.toml"
+        )
+        ranges_ok = all(
+            len(getattr(parameters, name)) == 2 and 0 < getattr(parameters, name)[0] <= getattr(parameters, name)[1]
+            for name in ("tanks", "pipes", "area", "capacity", "conductance")
+        )
         if not ranges_ok or not (
             2 <= parameters.tanks[0]
             and parameters.tanks[1] <= 8
             and parameters.pipes[1] <= 8
-            and all(isinstance(v, int) for v in (*parameters.tanks, *parameters.pipes, parameters.substeps))
             and parameters.valve_seconds > 0
             and parameters.pump_volume > 0
             and parameters.pump_cost >= 0

@@ -27,6 +27,7 @@ from qhlab.execution.user_code import (
     FrozenSource,
     UnfrozenImportError,
     file_digests,
+    missing_sibling,
     provide,
     read_source,
     source_digest,
@@ -174,7 +175,10 @@ def freeze_family(
                 # check_contract calls it within this iteration.
                 else (lambda arm=arm: _refuse_unbound_imports(arm, sources[arm], set(sys.modules) - before))  # noqa: B023
             )
-            contracts[arm] = check_contract(arm, config.builder(arm), recipe, batch, population, built=built)
+            directory = Path(sources[arm]["original"]).parent if arm in sources else None
+            contracts[arm] = check_contract(
+                arm, config.builder(arm), recipe, batch, population, built=built, directory=directory
+            )
         return sources, contracts
     except BaseException:
         shutil.rmtree(output / FAMILY_DIR, ignore_errors=True)
@@ -208,7 +212,14 @@ def _chain_batch(population: Any) -> dict:
 
 
 def check_contract(
-    arm: str, builder: str | None, recipe: Any, batch: dict, population: Any, *, built: Callable[[], None] | None = None
+    arm: str,
+    builder: str | None,
+    recipe: Any,
+    batch: dict,
+    population: Any,
+    *,
+    built: Callable[[], None] | None = None,
+    directory: Path | None = None,
 ) -> dict:
     """Check one arm's builder contract on a batch; returns its contract record.
 
@@ -224,6 +235,8 @@ def check_contract(
         population: the TRAIN population (its dims).
         built: called right after the two builds and again after the forward and backward (the
             freeze checks there what importing and running the arm loaded).
+        directory: the user's directory the arm's source was read from (a module beside it that
+            the source imports is named, with how to freeze it); None for a built-in arm.
 
     Raises:
         QhInputError: one line naming the arm, its builder and what failed.
@@ -252,10 +265,20 @@ def check_contract(
     except UnfrozenImportError as exc:
         cause, _, _ = str(exc).partition(" HINT: ")
         raise _refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
-    except Exception as exc:  # noqa: BLE001 - a user's builder may raise anything; it is refused by name
+    # A user's builder may raise anything, or exit: refused by name, never a silent exit 0.
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
+        sibling = None if directory is None else missing_sibling(directory, exc)
+        if sibling is not None:
+            raise _refusal(
+                arm,
+                builder,
+                f"its source imports {sibling!r}, a module beside it that is not frozen with it",
+                UNFROZEN_HINT,
+            ) from None
         more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
+        what = "exited" if isinstance(exc, SystemExit) else "raised"
         raise _refusal(
-            arm, builder, f"building it raised {type(exc).__name__}: {exc}{more}".replace("\n", " "), hint
+            arm, builder, f"building it {what} {type(exc).__name__}: {exc}{more}".replace("\n", " "), hint
         ) from None
     if built is not None:
         built()
@@ -296,9 +319,10 @@ def check_contract(
     expected = [int(b), int(k), dims.horizon]
     try:
         q = first(*[batch[name] for name in _INPUTS])
-    except Exception as exc:  # noqa: BLE001 - refused by name, as above
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - refused by name, as above
+        what = "exited" if isinstance(exc, SystemExit) else "raised"
         raise _refusal(
-            arm, builder, f"its forward raised {type(exc).__name__}: {exc}".replace("\n", " "), hint
+            arm, builder, f"its forward {what} {type(exc).__name__}: {exc}".replace("\n", " "), hint
         ) from None
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:

@@ -10,13 +10,14 @@ the puck world has always given a scene). Does not own: physics (``world``), str
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.scenes.environment import dataclass_options
 from qhlab.scenes.puck.strikes import CandidateLayout
 from qhlab.scenes.puck.world import PhysicsConfig, Scene
 
@@ -71,27 +72,7 @@ class PuckParameters:
         Raises:
             QhInputError: an unknown option, or a value outside what the world allows.
         """
-        nested = {"candidates": CandidateLayout, "physics": PhysicsConfig}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise QhInputError(
-                f"puck world: options {unknown} are not allowed; allowed: {', '.join(sorted(known))}. HINT: see "
-                "qhlab/scenes/presets/demo-train.toml."
-            )
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            if name in nested:
-                inner = {f.name for f in fields(nested[name])}
-                if not isinstance(value, dict) or set(value) - inner:
-                    raise QhInputError(
-                        f"puck world: options.{name}={value!r} is not allowed; allowed: a table of "
-                        f"{', '.join(sorted(inner))}."
-                    )
-                values[name] = nested[name](**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
-            else:
-                values[name] = tuple(value) if isinstance(value, list) else value
-        parameters = cls(**values)
+        parameters = dataclass_options(cls, options, what="puck world", example="qhlab/scenes/presets/demo-train.toml")
         parameters.check()
         return parameters
 
