@@ -180,6 +180,26 @@ def test_verify_recomputes_the_gates_and_refuses_forgeries_and_nested_copies(tmp
     assert main(["verify", str(forged)]) == 2
     assert "row, canaries or outcome are not its E0 receipt's" in capsys.readouterr().err
 
+    # The record's config edited and its digests recomputed: its bound config.toml says otherwise.
+    def lower_the_bar(record: dict) -> None:
+        from qhlab.design.e0_config import QhE0CheckConfig, e0_digest
+
+        record["config"]["min_pass_share"] = 0.3
+        record["meets_min_pass_share"] = record["pass_share"] >= 0.3
+        record["config_sha256"] = e0_digest(QhE0CheckConfig.model_validate(record["config"]), record["design"])
+
+    lowered = tmp_path / "lowered"
+    shutil.copytree(reference, lowered)
+    _forge(lowered, lower_the_bar)
+    receipt = json.loads((lowered / "e0.receipt.json").read_text())
+    receipt["body"]["config_sha256"] = json.loads((lowered / "e0.json").read_text())["config_sha256"]
+    receipt.pop("content_sha256")
+    receipt["content_sha256"] = sha256_bytes(canonical_json(receipt))
+    (lowered / "e0.receipt.json").write_bytes(canonical_json(receipt))
+    assert main(["verify", str(lowered)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "differs from its bound config.toml in min_pass_share" in err, err
+
     # A sub-study copied to another place inside the check: a file made there would have two places.
     nested = tmp_path / "nested"
     shutil.copytree(reference, nested)

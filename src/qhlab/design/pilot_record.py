@@ -24,6 +24,7 @@ from qhlab.design.preparation_record import (
     Number,
     PopulationIdentity,
     StudyReference,
+    check_config_copy,
     checked_config,
     read_record_file,
 )
@@ -275,6 +276,7 @@ def check_record(directory: str | os.PathLike) -> dict:
     where = f"qhlab verify: {directory / RECORD}"
     design = record["design"]
     config = checked_config(record, receipt, QhPilotConfig, pilot_digest, where)
+    check_config_copy(directory, record["config"], QhPilotConfig, where)
     main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
     if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
         raise DigestMismatchError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -21,12 +22,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from qhlab.evidence import DigestMismatchError, SchemaMismatchError, read_receipt
 from qhlab.evidence.envelope import SHA256, Closed, Receipt
+from qhlab.evidence.layout import RECORD_CONFIG_COPY
 
 __all__ = [
     "FitEvidence",
     "MetricPair",
     "PopulationIdentity",
     "StudyReference",
+    "check_config_copy",
     "checked_config",
     "read_record_file",
 ]
@@ -125,6 +128,55 @@ def read_record_file(
             f"{error['msg']} (the layout of a {model.__name__})."
         ) from None
     return raw, document
+
+
+# Where files lay when the tool ran: resolved in the record, as written in the copy; populations
+# are bound by their manifests' digests instead.
+_PATH_FIELDS = ("study", "recipe", "population_cache")
+
+
+def _comparable(config: dict) -> dict:
+    out = {k: v for k, v in config.items() if k not in _PATH_FIELDS}
+    for role in ("train", "validation"):
+        source = out.get(role)
+        if isinstance(source, dict):
+            out[role] = {
+                k: v for k, v in source.items() if k != "path" and not (k == "preset" and str(v).endswith(".toml"))
+            }
+    return out
+
+
+def check_config_copy(
+    directory: Path, config: dict, model: type[BaseModel], where: str, prepare: Callable[[Any], Any] = lambda raw: raw
+) -> None:
+    """The record's config is the one its bound ``config.toml`` says, field by field (paths aside).
+
+    A record whose config was edited and resealed, while the copy it binds was not, claims a
+    config that never ran.
+
+    Args:
+        directory: the record's directory (its ``config.toml`` is the tool's input, bound by the receipt).
+        config: the record's ``config``.
+        model: the config's model (its ``record()`` is what the record keeps).
+        where: the record, for messages.
+        prepare: turns the TOML document into the model's input (the tuning's ``[space]`` tables).
+
+    Raises:
+        DigestMismatchError: the copy is not a valid config, or a field differs (naming it).
+    """
+    path = directory / RECORD_CONFIG_COPY
+    try:
+        copy = model.model_validate(prepare(tomllib.loads(path.read_text(encoding="utf-8")))).record()
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValidationError, ValueError) as exc:
+        raise DigestMismatchError(f"{where}: its bound {path.name} is not a valid {model.__name__} ({exc}).") from None
+    ours, theirs = _comparable(config), _comparable(copy)
+    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    if differing:
+        raise DigestMismatchError(
+            f"{where}: its config differs from its bound {path.name} in {', '.join(differing)} "
+            f"({', '.join(f'{k}={ours.get(k)!r} vs {theirs.get(k)!r}' for k in differing[:3])}). HINT: a record "
+            "states the config that ran; rerun the tool instead of editing its record."
+        )
 
 
 def checked_config(record: dict, receipt: Any, model: type[C], digest: Callable[[C, dict], str], where: str) -> C:

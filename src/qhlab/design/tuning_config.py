@@ -35,6 +35,7 @@ __all__ = [
     "quiet_optuna",
     "read_tuning_config",
     "trial_recipe",
+    "tuning_document",
 ]
 
 TUNE_CALL = "qhlab tune"
@@ -315,6 +316,12 @@ class QhTuningConfig(BaseModel):
         )
 
 
+def tuning_document(raw: dict[str, Any]) -> dict[str, Any]:
+    """A tuning TOML document as its model reads it: ``[space]``'s nested tables flattened to dotted
+    fields (TOML nests ``"optimizer.lr" = {...}`` written unquoted as tables)."""
+    return {**raw, "space": _flatten_space(raw["space"])} if "space" in raw else raw
+
+
 def _flatten_space(raw: Any, prefix: str = "") -> Any:
     """``[space]`` as ``{dotted field: domain table}``: TOML nests ``optimizer.lr = {...}`` as tables."""
     if not isinstance(raw, dict):
@@ -437,7 +444,7 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         example="examples/tiny-tune.toml",
         relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",)),
         toml_files=STUDY_PRESET_FIELDS,
-        prepare=lambda raw: {**raw, "space": _flatten_space(raw["space"])} if "space" in raw else raw,
+        prepare=tuning_document,
     )
     source = f"tuning config {str(Path(config_path).expanduser())!r}"
     try:

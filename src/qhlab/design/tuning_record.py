@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from qhlab.design.preparation_record import FitEvidence, Number, PopulationIdentity, read_record_file
+from qhlab.design.preparation_record import FitEvidence, Number, PopulationIdentity, check_config_copy, read_record_file
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import (
     DigestMismatchError,
@@ -358,9 +358,15 @@ def check_record(directory: str | os.PathLike) -> dict:
     Raises:
         DigestMismatchError: a recomputed value differs from the recorded one.
     """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of Optuna.
+    from qhlab.design.tuning_config import QhTuningConfig, tuning_document
+
     directory = Path(directory)
     record = read_record(directory)
     where = f"qhlab verify: {directory / RECORD}"
+    check_config_copy(directory, record["config"], QhTuningConfig, where, prepare=tuning_document)
+    if record["objective"] != record["config"].get("objective"):
+        raise DigestMismatchError(f"{where}: its objective is not its config's objective.")
     objective, trials = record["objective"], record["trials"]
     pruner = record["config"].get("pruner")
     recomputed = absent = 0
