@@ -215,6 +215,24 @@ def test_bad_pilot_config_is_refused_with_nothing_written(tmp_path, cache, capsy
     assert not output.exists()
 
 
+def test_the_studys_validation_named_by_a_path_is_refused_before_anything_is_drawn(tmp_path, cache, capsys):
+    # A copy of the population the study names by preset and seed: the same scenes, another name.
+    held_out = next(cache.glob("tiny-validation-seed8-*"))
+    alias = tmp_path / "alias"
+    shutil.copytree(held_out, alias)
+    config = _pilot_config(
+        tmp_path / "c",
+        cache,
+        **{'[validation]\npreset = "tiny"\nseed = 9': f'[validation]\npath = "{alias}"'},
+    )
+    drawn = sorted(p.name for p in cache.iterdir())
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "it is the study's validation population (by content" in err, err
+    assert not output.exists() and sorted(p.name for p in cache.iterdir()) == drawn
+
+
 def test_a_directory_begun_with_another_config_is_refused_and_kept(tmp_path, cache, capsys):
     # Its record would bind a config copy it was not made from.
     output = tmp_path / "out"

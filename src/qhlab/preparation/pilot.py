@@ -18,10 +18,12 @@ from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, r
 from qhlab.design.pilot_record import CONFIG_COPY, FITS_DIR, RECEIPT, components_of, publish_record, read_record
 from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
-from qhlab.evidence import exclusive_lock, input_error
-from qhlab.evidence.layout import FAMILY_DIR
+from qhlab.evidence import exclusive_lock, input_error, sha256_file
+from qhlab.evidence.layout import FAMILY_DIR, MANIFEST
 from qhlab.execution import executor_choice
 from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
+from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.presets import load_preset
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
 from qhlab.study.populations import resolve_population
 
@@ -50,8 +52,9 @@ def _pilot_fit(job: dict) -> dict:
     }
 
 
-def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
-    sources = {"train": config.train, "validation": config.validation}
+def _resolve(config: QhPilotConfig, study: Any, choice: Any) -> dict[str, Path]:
+    # The validation first: it is refused (sealed, or the study's own) before any TRAIN is drawn.
+    sources = {"validation": config.validation, "train": config.train}
     sources.update({f"draw {d}": PopulationSource(preset=config.train.preset, seed=d) for d in config.train_draws})
     out = {}
     for role, source in sources.items():
@@ -67,7 +70,41 @@ def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
         out[role] = Path(
             resolve_population(source, split, config.population_cache, progress=True, executor=choice)
         ).absolute()
+        if role == "validation":
+            _refuse_the_studys_validation(out[role], study.validation)
+            refuse_sealed_validation(PILOT_CALL, out[role], config.population_cache)
     return out
+
+
+def _refuse_the_studys_validation(validation: Path, declared: PopulationSource) -> None:
+    """Refuse a tuning validation that is the study's validation by content, however it is named
+    (a path, a link or a copy of the population the study names by preset and seed).
+
+    Compared without generating the study's validation: a path is compared by its manifest's
+    digest; a preset and seed by what the tuning validation's manifest says it was drawn as.
+    """
+    manifest = read_manifest(validation)
+    if declared.path is not None:
+        same = Path(declared.path).is_dir() and sha256_file(Path(declared.path) / MANIFEST) == sha256_file(
+            validation / MANIFEST
+        )
+    else:
+        generator = manifest.get("generator") or {}
+        preset = load_preset(declared.preset, call=PILOT_CALL).name
+        same = (manifest.get("split"), generator.get("preset"), generator.get("seed")) == (
+            "validation",
+            preset,
+            declared.seed,
+        )
+    if same:
+        raise input_error(
+            PILOT_CALL,
+            "validation",
+            str(validation),
+            "a tuning population the study never scores on",
+            "it is the study's validation population (by content, whatever its path); a pilot must not look at "
+            "held-out scenes",
+        )
 
 
 def run_pilot(
@@ -104,8 +141,7 @@ def run_pilot(
         say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
     choice = executor if executor is not None else executor_choice(config.executor, None, call=PILOT_CALL)
-    populations = _resolve(config, choice)
-    refuse_sealed_validation(PILOT_CALL, populations["validation"], config.population_cache)
+    populations = _resolve(config, study, choice)
     directory.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(directory / _LOCK, hint="another qhlab pilot writes this directory; wait for it"):
         publish_config_copy(directory / CONFIG_COPY, data, call=PILOT_CALL)
