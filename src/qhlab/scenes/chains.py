@@ -238,6 +238,9 @@ def _number_rows(
         for row in per_chain:
             index_of[(row.chain, row.step)] = len(rows)
             rows.append(row)
+    # Rows labelled on Ray come back as read-only views of its object store: numbered on copies.
+    for row in (*rows, *(entry[2] for entry in pending)):
+        row.successor = row.successor.copy()
     for row in rows:
         taken = np.flatnonzero(row.successor == -2)
         if taken.size:
