@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.execution.user_code import (
     UNFROZEN_HINT,
     FrozenSource,
+    LocatedSource,
     UnfrozenImportError,
     file_digests,
     missing_sibling,
@@ -57,34 +58,12 @@ def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputErr
     return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
 
 
-def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
-    """``{arm: sha256}`` of each user arm's source as it is now in the user's files (read, never
-    imported): what a pilot binds, and what a freeze compares a pilot with.
+def _user_sources(config: Any, config_dir: Path) -> Iterator[tuple[str, str, LocatedSource, dict[str, bytes]]]:
+    """(arm, builder, where its source is, its bytes) of each user arm, read from the user's files.
 
     Raises:
         QhInputError: a builder whose source is missing (one line naming the arm).
     """
-    digests = {}
-    for arm in config.arms:
-        builder = config.builder(arm)
-        if builder is None:
-            continue
-        try:
-            _, files = read_source(builder, config_dir)
-        except (ValueError, OSError) as exc:
-            raise _refusal(
-                arm, builder, str(exc), 'a builder names a file beside the config ("arms.py:build") or a package'
-            ) from None
-        digests[arm] = source_digest(file_digests(files))
-    return digests
-
-
-def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
-    """Copy each user arm's source to ``output/family/<arm>/``; returns ``{arm: source record}``."""
-    records = {}
-    family = output / FAMILY_DIR
-    # Under the freeze lock and before any freeze receipt: a family a killed freeze left is redone.
-    shutil.rmtree(family, ignore_errors=True)
     for arm in config.arms:
         builder = config.builder(arm)
         if builder is None:
@@ -92,13 +71,37 @@ def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]
         try:
             located, files = read_source(builder, config_dir)
         except (ValueError, OSError) as exc:
-            shutil.rmtree(family, ignore_errors=True)
             raise _refusal(
                 arm,
                 builder,
                 str(exc),
                 'a builder names a file beside the config ("arms.py:build") or an importable "package.module:build"',
             ) from None
+        yield arm, builder, located, files
+
+
+def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
+    """``{arm: sha256}`` of each user arm's source as it is now in the user's files (read, never
+    imported): what a pilot binds, and what a freeze compares a pilot with.
+
+    Raises:
+        QhInputError: a builder whose source is missing (one line naming the arm).
+    """
+    return {arm: source_digest(file_digests(files)) for arm, _, _, files in _user_sources(config, config_dir)}
+
+
+def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
+    """Copy each user arm's source to ``output/family/<arm>/``; returns ``{arm: source record}``.
+
+    Raises:
+        QhInputError: a builder whose source is missing (nothing is kept).
+    """
+    records = {}
+    family = output / FAMILY_DIR
+    sources = list(_user_sources(config, config_dir))  # every source read before anything is written
+    # Under the freeze lock and before any freeze receipt: a family a killed freeze left is redone.
+    shutil.rmtree(family, ignore_errors=True)
+    for arm, builder, located, files in sources:
         for rel, data in files.items():
             target = family / arm / rel
             target.parent.mkdir(parents=True, exist_ok=True)
