@@ -422,16 +422,19 @@ def test_a_local_package_is_frozen_whole_and_sealed(tmp_path, byo, capsys, build
     assert source["kind"] == "package" and source["module"] == "armpkg.arms"
     assert sorted(source["files"]) == sorted(f"armpkg/{name}" for name in PACKAGE)
     assert main(["verify", str(output)]) == 0
-    # A module added to the sealed copy: verify and the import both refuse it.
+    # A module added to the sealed copy: verify, every step's authentication and the import refuse it.
+    from qhlab.execution.user_code import resolve_entry
+    from qhlab.study.family import provide_family
+
     (copy / "extra.py").write_text("print('not frozen')\n")
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "armpkg/extra.py" in capsys.readouterr().err
-    from qhlab.execution.user_code import resolve_entry
-
-    frozen = authenticate_freeze(config, output, "run_fit")
     with pytest.raises(EvidenceError, match="armpkg/extra.py"):
-        resolve_entry("arm 'variant_struck_mlp'", builder, frozen.sources["variant_struck_mlp"]).entry_function()
+        authenticate_freeze(config, output, "run_fit")
+    shas = provide_family(read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False).body, output)
+    with pytest.raises(EvidenceError, match="armpkg/extra.py"):
+        resolve_entry("arm 'variant_struck_mlp'", builder, shas["variant_struck_mlp"]).entry_function()
 
 
 def test_a_shipped_copy_is_checked_before_it_is_imported(tmp_path, frozen_byo) -> None:
@@ -522,6 +525,7 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
 
     from qhlab.evidence import write_receipt
     from qhlab.execution.user_code import resolve_entry
+    from qhlab.study.family import provide_family
 
     output = tmp_path / "study"
     shutil.copytree(frozen_byo["output"], output)
@@ -531,14 +535,21 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     (copy / "__pycache__").mkdir()
     pyc = copy / "__pycache__" / f"my_arms.{sys.implementation.cache_tag}.pyc"
     py_compile.compile(str(evil), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    frozen = authenticate_freeze(frozen_byo["config"], output, "run_fit")
+    # Every step authenticates the freeze receipt, which seals family/: the planted file is refused
+    # there, before any import; the import itself refuses it too.
     with pytest.raises(EvidenceError, match="__pycache__"):
-        resolve_entry(
-            "arm 'variant_struck_mlp'", "my_arms.py:build_mlp", frozen.sources["variant_struck_mlp"]
-        ).entry_function()
+        authenticate_freeze(frozen_byo["config"], output, "run_fit")
+    body = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False).body
+    shas = provide_family(body, output)
+    with pytest.raises(EvidenceError, match="__pycache__"):
+        resolve_entry("arm 'variant_struck_mlp'", "my_arms.py:build_mlp", shas["variant_struck_mlp"]).entry_function()
     capsys.readouterr()
     assert main(["verify", str(output)]) == 2
     assert "__pycache__" in capsys.readouterr().err
+    # study status agrees with verify on the copy: its freeze does not authenticate.
+    assert main(["study", "status", str(output), "--json"]) == 0
+    rows = {row["row"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["freeze"]["state"] == "crashed" and "__pycache__" in rows["freeze"]["note"], rows["freeze"]
     planted = {"seed": 0, "source_package_digest": "x", "state_sha256": "0" * 64, "tensor_count": 1}
     write_receipt(copy / "planted.receipt.json", ColdInitializationReceipt, body=planted, outputs={"pyc": pyc})
     assert main(["verify", str(output)]) == 2

@@ -394,7 +394,31 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
                 _at_or_moved(path, section, name, entry, _resolve(path.parent, entry["path"]), None, "read_receipt", "")
             else:
                 _locate_in(roots, path, section, name, entry)
+        _check_sealed(path, receipt)
     return receipt
+
+
+def _check_sealed(path: Path, receipt: Receipt) -> None:
+    """Refuse a file that lies in a directory the receipt seals but that it does not bind (the same
+    rule ``verify_directory`` applies to a whole tree, here for one receipt: status and steps)."""
+    sealed = getattr(receipt.body, SEALED_FIELD, None) or []
+    if not sealed:
+        return
+    bound = {os.path.normpath(entry["path"]) for _, _, entry in _bindings(receipt)}
+    for name in sealed:
+        directory = path.parent / str(name)
+        if not directory.is_dir():
+            continue
+        extra = sorted(
+            rel
+            for file in directory.rglob("*")
+            if not file.is_dir() and (rel := os.path.normpath(file.relative_to(path.parent).as_posix())) not in bound
+        )
+        if extra:
+            raise DigestMismatchError(
+                f"read_receipt: {', '.join(extra[:5])} lie(s) in {name}/ beside {path}, which it seals but does "
+                "not bind. HINT: a sealed directory holds exactly the files its receipt binds; remove what was added."
+            )
 
 
 def _bindings(receipt: Receipt) -> Iterator[tuple[str, str, dict]]:
