@@ -274,6 +274,33 @@ def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, refer
 
 
 @pytest.mark.slow
+def test_a_trials_db_edited_before_a_resume_is_refused_not_published(tmp_path, cache, reference, capsys):
+    import shutil
+
+    # A finished tuning whose record is gone: the next run resumes from trials.db and fits/.
+    config = _config(tmp_path / "c", cache)
+    output = tmp_path / "out"
+    shutil.copytree(reference, output)
+    for name in ("tuning.json", "tuning.receipt.json", "recipe.toml"):
+        (output / name).unlink()
+    with sqlite3.connect(output / "trials.db") as connection:
+        (value,) = connection.execute(
+            "SELECT value_json FROM trial_user_attributes WHERE trial_id = 2 AND key = 'qhlab'"
+        ).fetchone()
+        stored = json.loads(value)
+        stored["params"]["optimizer.lr"] = 0.5
+        connection.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = 2 AND key = 'qhlab'",
+            (json.dumps(stored),),
+        )
+    capsys.readouterr()
+    assert _tune(config, output, "--workers", "1") == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "trials.db trial 2 params" in err and "sealed fits" in err, err
+    assert not (output / "tuning.json").exists() and not (output / "recipe.toml").exists()
+
+
+@pytest.mark.slow
 def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, capsys):
     import shutil
 
@@ -292,6 +319,17 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     _reseal(edited)
     assert main(["verify", str(edited)]) == 2
     assert "evaluation receipt says" in capsys.readouterr().err
+    # A trial's parameters edited (a trial that did not win), its fits untouched: they ran others.
+    params = tmp_path / "params"
+    shutil.copytree(reference, params)
+    record = json.loads((params / "tuning.json").read_text())
+    loser = next(t for t in record["trials"] if t["number"] != record["winner"]["number"])
+    loser["params"]["optimizer.lr"] = loser["params"]["optimizer.lr"] * 2
+    (params / "tuning.json").write_bytes(canonical_json(record))
+    _reseal(params)
+    assert main(["verify", str(params)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "did not run the trial's parameters" in err and "optimizer" in err, err
     # A moved copy without its fits: the winner is still recomputed, so an edited winner fails.
     bare = tmp_path / "bare"
     bare.mkdir()

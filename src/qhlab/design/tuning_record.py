@@ -46,6 +46,7 @@ from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.seals import seals_of
 from qhlab.training.console import console_verbose
+from qhlab.training.records import FitReceipt
 
 __all__ = [
     "CONFIG_COPY",
@@ -397,7 +398,7 @@ def check_record(directory: str | os.PathLike) -> dict:
                 )
         _check_pruning(where, trial, trials, values, pruner)
         for fit in trial["fits"]:
-            if _check_fit(directory, where, position, fit):
+            if _check_fit(directory, where, position, fit, _trial_recipe(record, trial, fit["seed"])):
                 recomputed += 1
             else:
                 absent += 1
@@ -444,8 +445,23 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
         )
 
 
-def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
-    """Compare one fit's recorded values with its receipts; False when its directory is absent."""
+# A fit receipt's recipe holds the lane's backend fields too; a trial's recipe does not set them.
+_BACKEND_FIELDS = ("accelerator", "devices", "precision")
+
+
+def _trial_recipe(record: dict, trial: dict, seed: int) -> dict:
+    """The recipe a trial's fit of ``seed`` must have run: the record's base recipe with the
+    trial's parameters set (``tuning_config.trial_recipe``, from what the record binds)."""
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of the recipe's validators.
+    from qhlab.design.tuning_config import QhTuningConfig, trial_recipe
+
+    config = QhTuningConfig.model_validate(record["config"])
+    return trial_recipe(config, trial["params"], seed=seed, base=record["base_recipe"]).model_dump(mode="json")
+
+
+def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict) -> bool:
+    """Compare one fit's recorded values and recipe with its receipts; False when its directory is
+    absent. ``recipe``: the trial's recipe for the fit's seed (its parameters applied)."""
     attempt = directory / fit["directory"]
     if not attempt.is_dir():
         return False
@@ -457,6 +473,13 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict) -> bool:
             raise MissingEvidenceError(f"{where}: trial {number} fit {fit['directory']} has no {name}.")
         if sha256_file(attempt / name) != fit[key]:
             raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']}/{name} is not the one recorded.")
+    fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt).body
+    differing = sorted(k for k in recipe if k not in _BACKEND_FIELDS and fitted.recipe.get(k) != recipe[k])
+    if differing or fitted.seed != fit["seed"]:
+        raise DigestMismatchError(
+            f"{where}: trial {number + 1} fit {fit['directory']} did not run the trial's parameters: its fit "
+            f"receipt's recipe differs in {differing or ['seed']}."
+        )
     body = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt).body
     for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
         if getattr(body, field) != fit[metric]:

@@ -223,6 +223,29 @@ def _add_finished(study, entry: dict, distributions: dict) -> None:
     )
 
 
+def _stored(trial: Any) -> dict:
+    """A trial as trials.db stores it (what the first run recorded; checked before it is used)."""
+    stored = trial.user_attrs.get("qhlab")
+    return dict(stored) if isinstance(stored, dict) else {}
+
+
+def _fit_values(entry: dict, metric: str) -> list:
+    return [(f.get("seed"), f.get(metric), f.get("final_state_sha256")) for f in entry.get("fits") or []]
+
+
+def _check_stored(number: int, field: str, stored: Any, derived: Any) -> None:
+    """Refuse a trials.db trial whose ``field`` is not what the config and the sealed fits give."""
+    if stored != derived:
+        raise input_error(
+            TUNE_CALL,
+            f"trials.db trial {number + 1} {field}",
+            stored,
+            f"{derived!r}, what the config's sampler and the trial's sealed fits give",
+            "trials.db is a resume cache, never evidence; it was edited or is another tuning's. Remove it (the "
+            "finished fits are adopted from fits/) or use another --output",
+        )
+
+
 def _say_trial(
     say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int, best: dict | None
 ) -> None:
@@ -372,10 +395,12 @@ def _run_locked(
             earlier = [finished[n] for n in range(numbers[0])]
             planned, jobs = [], []
             for number in numbers:
-                if number in finished:
-                    planned.append((number, None, None))
-                    continue
+                # A trial trials.db holds is suggested again (the sampler is a function of the
+                # config and the earlier trials) and its fits re-read from their sealed receipts
+                # (they are adopted, not run): the record never takes trials.db's word for either.
                 params = _suggest(config, number, earlier)
+                if number in finished:
+                    _check_stored(number, "params", _stored(finished[number]).get("params"), params)
                 recipe = trial_recipe(config, params, seed=seeds[0], base=base)
                 cost = int(recipe.updates) * int(recipe.ensemble_members)
                 planned.append((number, params, cost))
@@ -401,21 +426,27 @@ def _run_locked(
             complete = [entry for entry in entries if entry["state"] == "complete"]
             fits, pruned = _run_rungs(runner, config, jobs, complete)
             for number, params, cost in planned:
-                if params is None:
-                    entry = dict(finished[number].user_attrs["qhlab"])
+                over = config.objective.max_cost is not None and cost > config.objective.max_cost
+                entry = _trial_entry(
+                    number,
+                    index,
+                    params,
+                    cost,
+                    None if over else fits[number],
+                    metric,
+                    config.objective.max_cost,
+                    config.pruner,
+                    pruned.get(number),
+                )
+                if number in finished:
+                    stored = _stored(finished[number])
+                    for field in ("state", "cost", "mean", "seed_sd", "intermediate"):
+                        _check_stored(number, field, stored.get(field), entry.get(field))
+                    _check_stored(number, "fits", _fit_values(stored, metric), _fit_values(entry, metric))
+                    # Its fits' adoption flags are the first run's: the record of a resumed tuning
+                    # is the record of an uninterrupted one.
+                    entry = stored
                 else:
-                    over = config.objective.max_cost is not None and cost > config.objective.max_cost
-                    entry = _trial_entry(
-                        number,
-                        index,
-                        params,
-                        cost,
-                        None if over else fits[number],
-                        metric,
-                        config.objective.max_cost,
-                        config.pruner,
-                        pruned.get(number),
-                    )
                     _add_finished(study, entry, distributions)
                     finished[number] = study.get_trials(deepcopy=False)[number]
                     if finished[number].number != number:
