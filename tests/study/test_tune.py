@@ -121,6 +121,12 @@ def test_the_cheaper_trial_within_the_band_wins_and_spread_limits_admission():
         ("huber_delta = { low = 0.1, high = 0.1 }", "space.huber_delta", "low < high"),
         ("huber_delta = { low = 0.5, high = 0.1 }", "space.huber_delta", "low < high"),
         ("batch_size = { low = 0, high = 16 }", "space.batch_size=0", "valid recipe"),
+        # Valid at both ends, invalid inside: refused before the first fit, not after three.
+        (
+            '"architecture.encoder.heads" = { low = 1, high = 4 }',
+            "the trial architecture.encoder.heads=3",
+            "not divisible by heads=3",
+        ),
     ],
 )
 def test_bad_space_is_refused_with_nothing_written(tmp_path, cache, capsys, space, field, allowed):
@@ -152,6 +158,8 @@ def test_a_sealed_validation_population_is_refused_and_fit_warns(tmp_path, cache
     err = capsys.readouterr().err
     assert "validation=" in err and "held-out-study" in err and "no study has sealed" in err
     assert not output.exists()
+    # Refused before the TRAIN population was drawn: the cache holds the seal and the validation only.
+    assert not list(seal_cache.glob("tiny-train-*")), sorted(p.name for p in seal_cache.iterdir())
     # qhlab fit scores on it, with one warning line.
     train = cached_population("tiny", "train", 7, seal_cache, workers=1)
     validation_copy = cached_population("tiny", "validation", 9, seal_cache, workers=1)

@@ -128,6 +128,13 @@ class Domain(BaseModel):
             return list(self.choices)
         return [self.low, self.high] if self.kind == "int" else [float(self.low), float(self.high)]
 
+    def values(self) -> list[Any]:
+        """Every value a trial can take where that is a finite set (the choices, every integer of an
+        integer range on its step), else the range's ends: what is checked before any fit."""
+        if self.choices is None and self.kind == "int":
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        return self.corners()
+
 
 class Objective(BaseModel):
     """The metric and the winner rule, written before any trial.
@@ -394,6 +401,45 @@ def _known_field(recipe_dump: dict[str, Any], field: str) -> bool:
     return not isinstance(node, dict)
 
 
+# The most combinations of a space's values checked one by one before any fit; a larger space has
+# each field's values checked with the others at their ends.
+_MAX_CHECKED_COMBINATIONS = 4096
+
+
+def _detail(exc: QhInputError) -> str:
+    return str(exc).split("\n")[1].strip(" -") if "\n" in str(exc) else str(exc)
+
+
+def _check_interior(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
+    """A trial the sampler may suggest inside the space must make a valid recipe too (heads 3 at
+    width 32 is invalid although heads 1 and 4 are not): every combination of the fields' values
+    (``Domain.values``), or, for a larger space, every value of each field against the ends of
+    the others. Returns the first invalid combination, as one problem."""
+    fields = sorted(config.space)
+    values = {f: config.space[f].values() for f in fields}
+    if math.prod(len(v) for v in values.values()) <= _MAX_CHECKED_COMBINATIONS:
+        combinations = itertools.product(*(values[f] for f in fields))
+    else:
+        ends = {f: config.space[f].corners() for f in fields}
+        combinations = (
+            tuple(value if g == f else end for g, end in zip(fields, others, strict=True))
+            for f in fields
+            for value in values[f]
+            for others in itertools.product(*(ends[g] for g in fields))
+        )
+    for combination in combinations:
+        params = dict(zip(fields, combination, strict=True))
+        try:
+            trial_recipe(config, params, seed=config.objective.seeds[0], base=base)
+        except QhInputError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            return [
+                f"space: the trial {shown} is not allowed; allowed: a space whose every trial is a valid recipe "
+                f"({_detail(exc)})"
+            ]
+    return []
+
+
 def _check_space(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
     """Every problem of the space against the base recipe: unknown fields, invalid corners."""
     problems = []
@@ -413,10 +459,11 @@ def _check_space(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
             try:
                 trial_recipe(config, {field: value}, seed=config.objective.seeds[0], base=base)
             except QhInputError as exc:
-                detail = str(exc).split("\n")[1].strip(" -") if "\n" in str(exc) else str(exc)
                 problems.append(
-                    f"space.{field}={value!r} is not allowed; allowed: values that make a valid recipe ({detail})"
+                    f"space.{field}={value!r} is not allowed; allowed: values that make a valid recipe ({_detail(exc)})"
                 )
+    if not problems:
+        problems += _check_interior(config, base)
     for field in config.deviations:
         if not _known_field(dump, field):
             problems.append(f"deviations: {field!r} is not allowed; allowed: a scalar field of the base recipe")

@@ -312,7 +312,6 @@ def run_tuning(
             "tune a built-in arm's recipe; tuning a user arm's recipe is not supported",
         )
     populations = _resolve_populations(config, choice)
-    refuse_sealed_validation(TUNE_CALL, populations["validation"], config.population_cache)
     digest = _config_digest(config, base)
     _refuse_foreign_db(directory, config, digest)  # before the lock file: a refusal writes nothing
     directory.mkdir(parents=True, exist_ok=True)
@@ -321,8 +320,10 @@ def run_tuning(
 
 
 def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
+    """The tuning's populations, its validation first: a sealed one is refused before any TRAIN
+    population is drawn into the cache."""
     out = {}
-    for split in ("train", "validation"):
+    for split in ("validation", "train"):
         source = getattr(config, split)
         if source.path is not None and not Path(source.path).is_dir():
             raise input_error(
@@ -335,7 +336,9 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
         out[split] = Path(
             resolve_population(source, split, config.population_cache, progress=True, executor=choice)
         ).absolute()
-    return out
+        if split == "validation":
+            refuse_sealed_validation(TUNE_CALL, out[split], config.population_cache)
+    return {"train": out["train"], "validation": out["validation"]}
 
 
 def _run_rungs(runner: JobRunner, config: QhTuningConfig, jobs: list[dict], complete: list[dict]) -> tuple[dict, dict]:
