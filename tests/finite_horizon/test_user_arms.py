@@ -211,6 +211,7 @@ def test_qhlab_fit_finds_the_builder_beside_the_recipe_and_records_it(tmp_path, 
     receipt = next(out.rglob("fit.receipt.json"))
     body = read_receipt(receipt, FitReceipt).body_record()
     files = {"my_arms.py": hashlib.sha256((EXAMPLES / "my_arms.py").read_bytes()).hexdigest()}
+    structure = body["scorer"].pop("structure")
     assert body["scorer"] == {
         "arm": "struck_mlp",
         "builder": "my_arms.py:build_mlp",
@@ -218,4 +219,6 @@ def test_qhlab_fit_finds_the_builder_beside_the_recipe_and_records_it(tmp_path, 
         "members": 1,
         "members_path": "one scorer",
     }
+    # The structure the fit built, as a freeze would record it for the arm.
+    assert structure["parameters"] > 0 and len(structure["sha256"]) == 64
     assert body["recipe"]["architecture"]["source_sha256"] == source_digest(files)

@@ -169,3 +169,21 @@ def test_swapped_cell_directories_are_refused_by_verify_status_and_every_step(tm
     code, out, err = _run(["study", "run", finished_study["config"], "--output", study])
     assert code == 2 and "but lies in directory" in err, out + err
     assert not (study / "benchmarks").exists() or not any((study / "benchmarks").iterdir())
+
+
+def test_verify_compares_every_fits_structure_with_the_freeze(tmp_path, finished_study) -> None:
+    code, out, err = _run(["verify", finished_study["output"]])
+    assert code == 0, err
+    # The tiny study: 2 canaries and 5 arms x 2 seeds.
+    assert "12 fits trained the scorer structure their freeze recorded" in out, out
+    # A fit receipt that claims another structure (resealed, so the check itself must see it; the
+    # cell receipt above it would refuse its digest first in a whole verify).
+    from qhlab.design.study_records import check_structures
+    from qhlab.evidence import DigestMismatchError
+
+    study = tmp_path / "S"
+    shutil.copytree(finished_study["output"], study)
+    fit = next((study / "cells" / "baseline-s0").glob("*/fit.receipt.json"))
+    _reseal(fit, lambda body: body["scorer"]["structure"].update(sha256="0" * 64))
+    with pytest.raises(DigestMismatchError, match="not the [0-9a-f]{16} the freeze recorded for arm 'baseline'"):
+        check_structures(study)

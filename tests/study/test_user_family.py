@@ -104,6 +104,20 @@ def build_importing_at_forward(arch, dims):
     return _ImportsWhenRun(dims, "ok")
 
 
+class _Wide(nn.Module):
+    def __init__(self, dims, width):
+        super().__init__()
+        self.a = nn.Linear(dims.candidate_features, width)
+        self.b = nn.Linear(width, dims.horizon)
+
+    def forward(self, objects, object_mask, goal, candidates, candidate_object, candidate_mask):
+        return self.b(torch.relu(self.a(candidates)))
+
+
+def build_env_width(arch, dims):
+    return _Wide(dims, int(os.environ.get("QHLAB_TEST_ARM_WIDTH", "8")))
+
+
 not_callable = 3
 """
 
@@ -334,6 +348,24 @@ def test_bad_family_is_refused_before_anything_is_written(tmp_path, byo, capsys,
     assert code == 2, text
     assert cause in text, text
     assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.slow
+def test_a_cell_that_builds_another_network_than_the_freeze_is_refused(tmp_path, byo, capsys, monkeypatch) -> None:
+    """An arm whose width reads an environment variable: frozen at width 8, its cells would train
+    width 16; each fit refuses before its first update, naming both structures."""
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_env_width"'})
+    output = tmp_path / "study"
+    monkeypatch.delenv("QHLAB_TEST_ARM_WIDTH", raising=False)
+    assert main(["study", "freeze", str(config), "--output", str(output)]) == 0
+    monkeypatch.setenv("QHLAB_TEST_ARM_WIDTH", "16")
+    capsys.readouterr()
+    code = main(["study", "run", str(config), "--output", str(output)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "the scorer built for arm 'variant_struck_mlp' has structure" in err and "its freeze recorded" in err, err
+    assert not list((output / CELLS_DIR).glob(f"variant_struck_mlp-s*/{CELL_RECEIPT}"))
+    assert not list((output / CELLS_DIR).glob("variant_struck_mlp-s*/*/fit.receipt.json"))
 
 
 @pytest.mark.slow

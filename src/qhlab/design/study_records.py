@@ -13,8 +13,11 @@ from typing import Any
 
 from pydantic import Field
 
-from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt
-from qhlab.evidence.errors import EvidenceError
+from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
+from qhlab.evidence.errors import DigestMismatchError, EvidenceError
+from qhlab.evidence.layout import CANARY_DIR, CELL_RECEIPT, CELLS_DIR, FIT_RECEIPT, FREEZE_RECEIPT
+from qhlab.evidence.receipts import read_receipt
+from qhlab.training.records import FitReceipt
 
 __all__ = [
     "StudyBenchmarkBody",
@@ -226,3 +229,51 @@ class StudyReportReceipt(Receipt, kind="study_report", version=1):
     """``report/report.receipt.json``."""
 
     body: StudyReportBody
+
+
+def check_structures(directory: Path) -> dict:
+    """Every canary and cell fit of a study built the scorer structure its freeze recorded.
+
+    A fit refuses another structure before its first update; this recomputes that claim from what
+    the study binds: each cell receipt's fit receipt (``scorer.structure``) against the freeze's
+    contract for the cell's arm (a freeze or fit that predates structures is skipped).
+
+    Args:
+        directory: the study directory (its ``freeze.receipt.json``).
+
+    Returns:
+        ``{"fits": fits compared, "skipped": fits without a recorded structure}``.
+
+    Raises:
+        DigestMismatchError: a fit built another structure than its freeze recorded.
+    """
+    directory = Path(directory)
+    frozen = read_receipt(directory / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False).body
+    expected = {a["arm"]: ((a.get("contract") or {}).get("structure") or {}).get("sha256") for a in frozen.arms}
+    compared = skipped = 0
+    for path in sorted(
+        [*(directory / CANARY_DIR).glob(f"*/{CELL_RECEIPT}"), *(directory / CELLS_DIR).glob(f"*/{CELL_RECEIPT}")]
+    ):
+        cell = read_receipt(path, StudyCellReceipt, verify_files=False).body
+        fit = read_receipt(path.parent / cell.attempt / FIT_RECEIPT, FitReceipt, verify_files=False).body
+        built = ((fit.scorer or {}).get("structure") or {}).get("sha256")
+        want = expected.get(cell.arm)
+        if want is None or built is None:
+            skipped += 1
+            continue
+        if built != want:
+            raise DigestMismatchError(
+                f"qhlab verify: {path.parent / cell.attempt / FIT_RECEIPT} trained a scorer of structure {built[:16]}, "
+                f"not the {want[:16]} the freeze recorded for arm {cell.arm!r}."
+            )
+        compared += 1
+    return {"fits": compared, "skipped": skipped}
+
+
+def _describe_structures(directory: Path, summary: dict) -> str:
+    return f"structures: {directory}: {summary['fits']} fits trained the scorer structure their freeze recorded" + (
+        f" ({summary['skipped']} without a recorded structure)" if summary["skipped"] else ""
+    )
+
+
+register_check(StudyFreezeReceipt, file=FREEZE_RECEIPT, check=check_structures, describe=_describe_structures)

@@ -24,6 +24,7 @@ from lightning.pytorch import Callback
 
 from qhlab import __version__
 from qhlab.evidence import (
+    EvidenceError,
     FileCopy,
     QhInputError,
     canonical_json,
@@ -50,6 +51,7 @@ from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
+from qhlab.finite_horizon.scorer import scorer_members, scorer_structure
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, launch_fit
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
@@ -189,6 +191,9 @@ class FitRequest(LaunchOptions):
         curve_updates: observed updates (each below the budget) at which the evaluated scorer is
             also measured on validation, for the learning curve only (``ValidationCurve``): the
             evaluation receipt's ``curve`` lists them with the final point. Display, never selection.
+        expected_structure: the SHA-256 of the scorer structure a freeze recorded for this arm
+            (``scorer_structure``); the fit refuses to train another (None: not checked). The fit
+            receipt's ``scorer.structure`` records what was built either way.
     """
 
     recipe: QhRecipe | Path | str
@@ -207,6 +212,7 @@ class FitRequest(LaunchOptions):
     recorded_populations: Mapping[str, Path] | None = None
     study: Mapping[str, str] | None = None
     curve_updates: Sequence[int] = ()
+    expected_structure: str | None = None
 
 
 class ValidationCurve(Callback):
@@ -410,8 +416,23 @@ def fit_recipe(request: FitRequest) -> FitResult:
     )
     dims = population_dims(train_pop)
 
+    scorer = scorer_record(applied)
+
     def module_factory(r: QhRecipe) -> QhTDModule:
-        return QhTDModule(r, dims)
+        module = QhTDModule(r, dims)
+        # What was trained is what was frozen: the structure built, recorded, and compared with
+        # the one the caller's freeze recorded before the first update.
+        scorer["structure"] = scorer_structure(scorer_members(module.online)[0])
+        expected = request.expected_structure
+        if expected is not None and scorer["structure"]["sha256"] != expected:
+            raise EvidenceError(
+                f"{call}: the scorer built for arm {applied.architecture.arm!r} has structure "
+                f"{scorer['structure']['sha256'][:16]} ({scorer['structure']['parameters']:,} parameters per member), "
+                f"not the {expected[:16]} its freeze recorded. HINT: the arm's builder built another network than at "
+                "the freeze (an environment variable, a file or randomness in its shape); make its structure a "
+                "function of its architecture and dims alone."
+            )
+        return module
 
     manifests = _manifest_bindings(call, request.recorded_populations, train_path, val_path)
 
@@ -467,7 +488,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
                 run_config=run_config,
                 receipt_fields={
                     "train_rows": train_rows_record(train_pop.digest, request.train_rows),
-                    "scorer": scorer_record(applied),
+                    "scorer": scorer,
                     "study": None if request.study is None else dict(request.study),
                 },
             ),

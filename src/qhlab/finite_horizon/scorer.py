@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from qhlab.evidence import QhError
+from qhlab.evidence import QhError, canonical_json, sha256_bytes
 from qhlab.execution.user_code import resolve_entry
 from qhlab.finite_horizon.architecture import (
     ARMS,
@@ -44,7 +44,7 @@ from qhlab.finite_horizon.components import (
     QhScorer,
 )
 
-__all__ = ["QhEnsemble", "build_scorer", "scorer_members"]
+__all__ = ["QhEnsemble", "build_scorer", "scorer_members", "scorer_structure"]
 
 
 # One builder per component kind. Each receives the validated config and the dims; adding a
@@ -98,6 +98,24 @@ class QhEnsemble(nn.Module):
 def scorer_members(scorer: nn.Module) -> list[nn.Module]:
     """The scorers a learning rule trains one by one: an ensemble's members, else [scorer]."""
     return list(scorer.members) if isinstance(scorer, QhEnsemble) else [scorer]
+
+
+def scorer_structure(scorer: nn.Module) -> dict:
+    """What one scorer is made of: its parameters' count and the digest of their layout.
+
+    Args:
+        scorer: one scorer (an ensemble's member, or a one-member scorer).
+
+    Returns:
+        ``{"parameters": int, "sha256": SHA-256 of the canonical JSON of [[name, shape, dtype],
+        ...] in ``named_parameters`` order}``: a freeze records it, and a fit refuses to train a
+        scorer whose structure is not the one its freeze recorded.
+    """
+    layout = [[name, list(p.shape), str(p.dtype)] for name, p in scorer.named_parameters()]
+    return {
+        "parameters": int(sum(p.numel() for p in scorer.parameters())),
+        "sha256": sha256_bytes(canonical_json(layout)),
+    }
 
 
 def build_scorer(

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.fit import FitResult
     from qhlab.finite_horizon.recipe import QhRecipe
 
-__all__ = ["adoptable_attempt", "fit_cell"]
+__all__ = ["adoptable_attempt", "fit_cell", "frozen_structure"]
 
 
 def _attempt_directories(cell_dir: Path) -> list[Path]:
@@ -214,8 +214,17 @@ def _fit(
             study=frozen.identity,
             resume=None if interrupted is None else interrupted.name,
             curve_updates=frozen.config.curve_updates if validation is not None else (),
+            expected_structure=frozen_structure(frozen, recipe.architecture.arm),
         )
     )
+
+
+def frozen_structure(frozen: FrozenStudy, arm: str) -> str | None:
+    """The structure digest the freeze recorded for ``arm``'s scorer (None: a freeze that predates it)."""
+    for entry in frozen.body.arms:
+        if entry["arm"] == arm:
+            return ((entry.get("contract") or {}).get("structure") or {}).get("sha256")
+    return None
 
 
 def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:

@@ -248,7 +248,7 @@ def check_contract(
 
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
-    from qhlab.finite_horizon.scorer import build_scorer
+    from qhlab.finite_horizon.scorer import build_scorer, scorer_structure
 
     dims = population_dims(population)
     hint = (
@@ -357,6 +357,8 @@ def check_contract(
         raise _refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
     return {
         "parameters": int(sum(p.numel() for p in parameters.values())),
+        # What every fit of the arm must build again (a fit refuses another structure).
+        "structure": scorer_structure(first),
         "output_shape": expected,
         "parameters_receiving_gradients": len(receiving),
         "parameters_without_gradients": sorted(set(parameters) - set(receiving)),

@@ -45,7 +45,7 @@ from qhlab.execution import JobRunner, where_am_i
 from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import FrozenStudy, authenticate_attempt
-from qhlab.study.cells import adoptable_attempt, fit_cell
+from qhlab.study.cells import adoptable_attempt, fit_cell, frozen_structure
 from qhlab.study.family import family_bytes
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import TryLedger, fit_on_worker
@@ -329,6 +329,7 @@ def run_cells_on_ray(
                 # A user arm's frozen source travels with its task (the worker shares no files).
                 "arm_source": family_bytes(frozen.body, output, arm),
                 "curve_updates": list(config.curve_updates),
+                "expected_structure": frozen_structure(frozen, arm),
             }
             # The cell's logical-run writer lock, held here while its task runs: `qhlab study
             # status` shows it running, and a local fit of the same cell is refused meanwhile.

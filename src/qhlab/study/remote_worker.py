@@ -163,6 +163,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
                 # Receipts name the populations where the driver keeps them; the bytes are the same.
                 recorded_populations={"train": Path(job["train_path"]), "validation": Path(job["validation_path"])},
                 curve_updates=tuple(job.get("curve_updates", ())),
+                expected_structure=job.get("expected_structure"),
             )
         )
         import wandb
