@@ -272,11 +272,13 @@ def _study_campaign(campaign: _Campaign, config: Path) -> dict:
     campaign.kill(
         "run-fit baseline-s0: cold init", step(*cell), pattern=cell_glob + "cold_init.safetensors", delay=(0.0, 0.5)
     )
+    # At once: an idle host runs the tiny cell's remaining updates in a fraction of a second, so a
+    # delay could let it finish before the kill (a zero-width range still draws from the RNG).
     campaign.kill(
         "run-fit baseline-s0: segment checkpoint",
         step(*cell),
         pattern=cell_glob + "segment_checkpoint_u*.receipt.json",
-        delay=(0.0, 0.3),
+        delay=(0.0, 0.0),
     )
     campaign.kill(
         "run-fit baseline-s0: fit receipt, no cell receipt",

@@ -105,11 +105,16 @@ def test_two_study_run_fits_of_one_cell_exactly_one_proceeds(tmp_path, finished_
     ]
     race = _race(argv, argv, (tmp_path / "a.log", tmp_path / "b.log"), stop_winner=False)
     codes = sorted(race["codes"])
-    assert codes == [0, 3], race
-    loser = race["codes"].index(3)
+    # The loser meets the winner's lock (3), or, when it reaches the lock only after the winner
+    # published the cell (a tiny cell fits in a second on an idle host), the finished cell (2).
+    assert codes in ([0, 3], [0, 2]), (race["codes"], race["logs"])
+    loser = race["codes"].index(codes[1])
     lines = _error_lines(race["logs"][loser])
     assert len(lines) == 1, race["logs"][loser]
-    assert str(study / "cells" / f".{cell}.lock") in lines[0], lines
+    if codes[1] == 3:
+        assert str(study / "cells" / f".{cell}.lock") in lines[0], lines
+    else:
+        assert f"cell {cell} is finished" in lines[0] and "runs once" in lines[0], lines
     receipt = read_receipt(study / "cells" / cell / "cell.receipt.json", StudyCellReceipt).record()
     attempts = [p.name for p in (study / "cells" / cell).iterdir() if p.is_dir()]
     assert attempts == [receipt["body"]["attempt"]] and receipt["body"]["previous_attempts"] == []
