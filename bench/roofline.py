@@ -28,9 +28,15 @@ Prints ONE JSON line:
   under any of them would need its own equivalence evidence), or ``unavailable`` with the reason
   (Inductor needs a C++ compiler).
 
+With ``--hard-interval N`` the recipe's target rule becomes a hard copy every N updates, and
+the step measured is the cached one every such fit runs: ``target_forward`` is then the lookup
+of the batch's successor values in the table, ``target_refresh`` holds the table's rebuilds
+(one every N steps), and the FLOPs per step add a rebuild's FLOPs over N
+(``table_build_flops``).
+
 Usage:
     python bench/roofline.py [--preset bench] [--recipe examples/demo-recipe.toml]
-                             [--steps 200] [--threads 1]
+                             [--steps 200] [--threads 1] [--hard-interval N]
 
 The bench preset has the demo's batch shapes (K = 8 candidates, up to 5 pucks, H = 3) on fewer
 scenes; its population is generated once into .qhlab-cache/.
@@ -62,7 +68,7 @@ from qhlab.finite_horizon.q_learning import (
     refresh_target,
     successor_reward_loss,
 )
-from qhlab.finite_horizon.recipe import load_recipe
+from qhlab.finite_horizon.recipe import QhRecipe, load_recipe
 from qhlab.finite_horizon.scorer import scorer_members
 from qhlab.scenes.population import cached_population
 from qhlab.training.console import configure_console
@@ -116,9 +122,10 @@ class _Parts:
         pl.seed_everything(recipe.seed, verbose=False)
         self.recipe = recipe
         self.module = QhTDModule(recipe, population_dims(population))
-        self.stream = iter(
-            QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed).train_dataloader()
-        )
+        self.data = QhPopulationDataModule(population, batch_size=recipe.batch_size, seed=recipe.seed)
+        self.stream = iter(self.data.train_dataloader())
+        if self.module.caches_target_values:
+            self.module.build_target_values(self.data)  # what a fit does before its first update
         self.optimizer = self.module.configure_optimizers()  # the fit's own AdamW (multi-tensor)
         self.seen = 0
 
@@ -128,7 +135,7 @@ class _Parts:
         batch = next(self.stream)
         t1 = clock()
         pairs = list(zip(scorer_members(self.module.online), scorer_members(self.module.target), strict=True))
-        targets = [self.module.td_target(batch, target) for _, target in pairs]
+        targets = [self.module.member_targets(batch, target, m) for m, (_, target) in enumerate(pairs)]
         t2 = clock()
         losses = [self._loss(batch, online, y) for (online, _), y in zip(pairs, targets, strict=True)]
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
@@ -139,7 +146,9 @@ class _Parts:
         self.optimizer.zero_grad(set_to_none=True)
         t5 = clock()
         now = observed_optimizer_updates(self.optimizer)
-        refresh_target(self.module.target, self.module.online, self.recipe.target_update, self.seen, now)
+        if refresh_target(self.module.target, self.module.online, self.recipe.target_update, self.seen, now):
+            if self.module.caches_target_values:
+                self.module.build_target_values(self.data)
         self.seen = now
         t6 = clock()
         if times is not None:
@@ -260,9 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache", default=str(ROOT / ".qhlab-cache"))
+    parser.add_argument("--hard-interval", type=int, default=None, help="measure the cached hard-target step")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     configure_console(verbose=False)
+    if args.hard_interval is not None and args.hard_interval < 1:
+        print(f"error: roofline: --hard-interval={args.hard_interval!r} is not allowed; allowed: >= 1", file=sys.stderr)
+        return 2
     cores = os.cpu_count() or 1
     if not 1 <= args.threads <= cores:
         print(
@@ -271,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     recipe = load_recipe(args.recipe)
+    if args.hard_interval is not None:
+        recipe = QhRecipe.model_validate(
+            {**recipe.model_dump(mode="json"), "target_update": {"kind": "hard", "interval": args.hard_interval}}
+        )
     if recipe.successor_label_rows:
         print(
             f"error: roofline: recipe.successor_label_rows={recipe.successor_label_rows!r} is not allowed; "
@@ -290,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     with FlopCounterMode(display=False) as counter:
         parts.step()
     flops = counter.get_total_flops()
+    build_flops = 0
+    if parts.module.caches_target_values:
+        with FlopCounterMode(display=False) as counter:
+            parts.module.build_target_values(parts.data)
+        build_flops = counter.get_total_flops()
+        flops += build_flops / recipe.target_update.interval
 
     _lightning_step_seconds(recipe, population, 10)  # warm-up
     lightning_runs, split_runs = [], []
@@ -332,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": recipe.batch_size,
                 "threads": args.threads,
                 "steps": args.steps,
-                "flops_per_step": flops,
+                "flops_per_step": round(flops),
+                "target_update": recipe.target_update.model_dump(mode="json"),
+                "cached_target_values": parts.module.caches_target_values,
+                "table_build_flops": build_flops,
                 "step_seconds": round(step, 6),
                 "achieved_gflops": round(achieved / 1e9, 3),
                 "peak_gflops": {str(t): round(v / 1e9, 2) for t, v in peaks.items()},

@@ -16,6 +16,7 @@ import torch
 from qhlab.cli import main
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
 from qhlab.evidence.envelope import Receipt
+from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes import generate_population
@@ -106,6 +107,15 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
     fit = read_receipt(segment / "fit.receipt.json", FitReceipt).body_record()
     assert fit["observed_updates"] == fit["update_budget"] == 8
     assert fit["profile"] == "cpu-fp32" and fit["recipe"]["accelerator"] == "cpu"
+    # A hard target (every 3 updates): the successor values were a table, built at the start and
+    # after the refreshes at updates 3 and 6.
+    train = load_population(tiny["train"], split="train")
+    assert fit["target_values"] == {
+        "cached": True,
+        "table_builds": 3,
+        "successor_states": int(torch.unique(train.successor[train.is_chain]).numel()),
+        "table_bytes": train.successor.shape[0] * 1 * 1 * 4,
+    }
     tensors, structure = load_tensor_state(
         segment / "final_state.safetensors", expected_sha256=fit["final_state_sha256"]
     )
@@ -305,6 +315,10 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     assert fit["lineage"]["kind"] == "resumed" and fit["lineage"]["previous_local_attempt_id"] == first.name
     assert fit["lineage"]["cold_initialization"]["seed"] == 0
     assert fit["logical_run_id"] == "fit-test-s0"
+    # The resumed segment rebuilt the successor-value table from its restored target, then after
+    # each of its own refreshes (every 3 updates).
+    start = fit["segment_start_updates"]
+    assert fit["target_values"]["cached"] and fit["target_values"]["table_builds"] == 1 + 60 // 3 - start // 3
     assert main(["verify", str(resumed.output_directory)]) == 0
     # optimizer moments and the batch stream continue exactly: same bytes as one uninterrupted fit
     straight = fit_recipe(
@@ -318,6 +332,24 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
         )
     )
     assert straight.final_state_sha256 == resumed.final_state_sha256
+
+
+def test_a_successor_value_table_over_its_budget_is_refused_before_anything_is_written(
+    tmp_path, tiny, capsys, monkeypatch
+):
+    from qhlab.finite_horizon import q_learning
+
+    rows = load_population(tiny["train"], split="train").successor.shape[0]
+    monkeypatch.setattr(q_learning, "TARGET_TABLE_BUDGET_BYTES", rows * 4 - 1)
+    out = tmp_path / "out"
+    assert main(_cli(_recipe(tmp_path), out, tiny)) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert f"a TRAIN population of {rows:,} rows is not allowed with target_update.kind='hard'" in err
+    assert "HINT: use a smaller population, fewer members, or target_update.kind='polyak'" in err
+    assert not out.exists()
+    monkeypatch.setattr(q_learning, "TARGET_TABLE_BUDGET_BYTES", rows * 4)  # exactly at the budget: admitted
+    assert main(_cli(_recipe(tmp_path), out, tiny)) == 0
 
 
 def test_fit_recipe_takes_one_request_object(tmp_path, tiny):

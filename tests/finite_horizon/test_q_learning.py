@@ -13,19 +13,22 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from qhlab.evidence import QhInputError
+from qhlab.evidence import QhError, QhInputError
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import (
     BATCH_KEYS,
     QhPopulationDataModule,
     QhTDModule,
+    bootstrapped_targets,
     hard_target_update,
     native_huber_loss,
     polyak_target_update,
     population_dims,
     refresh_target,
+    successor_bootstrap,
     successor_label_loss,
     successor_reward_loss,
+    target_table_bytes,
     td_targets,
 )
 from qhlab.finite_horizon.recipe import HardTargetUpdate, PolyakTargetUpdate, QhRecipe
@@ -229,9 +232,17 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _fit(recipe: QhRecipe, pop: SyntheticPopulation, steps: int, log_every: int = 50) -> tuple[QhTDModule, pl.Trainer]:
+def _fit(
+    recipe: QhRecipe,
+    pop: SyntheticPopulation,
+    steps: int,
+    log_every: int = 50,
+    *,
+    cache: bool = True,
+    callbacks: tuple[pl.Callback, ...] = (),
+) -> tuple[QhTDModule, pl.Trainer]:
     pl.seed_everything(recipe.seed, workers=True, verbose=False)
-    module = QhTDModule(recipe, population_dims(pop))
+    module = QhTDModule(recipe, population_dims(pop), cache_target_values=cache)
     dm = QhPopulationDataModule(pop, batch_size=recipe.batch_size, seed=recipe.seed)
     trainer = pl.Trainer(
         max_steps=steps,
@@ -244,6 +255,7 @@ def _fit(recipe: QhRecipe, pop: SyntheticPopulation, steps: int, log_every: int 
         num_sanity_val_steps=0,
         deterministic=True,
         log_every_n_steps=log_every,
+        callbacks=list(callbacks),
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -741,3 +753,90 @@ def test_an_ensemble_fit_moves_every_member_and_reloads_into_a_fresh_ensemble() 
     fresh.load_state_dict(module.online.state_dict(), strict=True)
     with pytest.raises(Exception, match="ensemble_members"):
         _recipe(ensemble_members=9)
+
+
+# ------------------------------------------------------- cached successor values (hard targets)
+
+
+def test_successor_bootstrap_by_hand() -> None:
+    # two successor states, K' = 3, H' = 3; horizon 3 reads Q_1 and Q_2
+    next_q = torch.tensor(
+        [
+            [[0.5, 9.0, 99.0], [0.7, -1.0, 99.0], [100.0, 100.0, 100.0]],  # a'=2 masked
+            [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 3.0, 3.0]],  # no valid a'
+        ]
+    )
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    assert torch.equal(successor_bootstrap(next_q, mask, 3), torch.tensor([[0.7, 9.0], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match="horizon=1 is not allowed"):
+        successor_bootstrap(next_q, mask, 1)
+    # td_targets is bootstrapped_targets over per-candidate successor_bootstrap values
+    reward = torch.tensor([[1.0, 2.0]])
+    y = bootstrapped_targets(reward, successor_bootstrap(next_q, mask, 3).unsqueeze(0), torch.tensor([[True, False]]))
+    assert torch.equal(y, torch.tensor([[[1.0, 1.0 + 0.7, 10.0], [2.0, 2.0, 2.0]]]))
+
+
+def _cache_fit(recipe: QhRecipe, pop, *, cache: bool) -> tuple[QhTDModule, list[torch.Tensor]]:
+    """A Lightning fit that records every update's TD targets of every member (as the loss reads them)."""
+    seen: list[torch.Tensor] = []
+
+    class Targets(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            members = scorer_members(pl_module.target)
+            seen.append(torch.stack([pl_module.member_targets(batch, t, m) for m, t in enumerate(members)]))
+
+    module, _ = _fit(recipe, pop, recipe.updates, cache=cache, callbacks=(Targets(),))
+    return module, seen
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_cached_target_values_reproduce_the_per_batch_targets_of_the_tiny_recipe(tiny_train, members) -> None:
+    """The table is the per-batch arithmetic, rebuilt at every refresh: targets, loss and final state agree.
+
+    On this CPU they agree bit for bit; the table's target forward runs 2,048 states per call
+    where a batch runs B x K, so a kernel whose summation order depends on the batch may move
+    the last bits, which the tolerance (1e-6 m) allows.
+    """
+    from qhlab.finite_horizon.recipe import load_recipe
+
+    tiny = load_recipe(TINY_RECIPE)
+    recipe = QhRecipe.model_validate({**tiny.model_dump(mode="json"), "ensemble_members": members})
+    cached, cached_targets = _cache_fit(recipe, tiny_train, cache=True)
+    plain, plain_targets = _cache_fit(recipe, tiny_train, cache=False)
+    assert len(cached_targets) == len(plain_targets) == recipe.updates
+    for step, (a, b) in enumerate(zip(cached_targets, plain_targets, strict=True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m, step=step: f"update {step}: {m}")
+    assert _fixed_loss(cached, tiny_train) == pytest.approx(_fixed_loss(plain, tiny_train), abs=1e-6)
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(cached.state_dict()[key], value, rtol=0, atol=1e-6)
+    # one build before the first update, one after each refresh
+    interval = recipe.target_update.interval
+    successors = int(torch.unique(tiny_train.successor[tiny_train.is_chain]).numel())
+    assert cached.target_values_evidence == {
+        "cached": True,
+        "table_builds": 1 + recipe.updates // interval,
+        "successor_states": successors,
+        "table_bytes": target_table_bytes(tiny_train.successor.shape[0], recipe.horizon, members),
+    }
+    assert plain.target_values is None and plain.target_values_evidence["table_builds"] == 0
+    # the table holds what the (final) target scorer gives each successor state
+    dm = QhPopulationDataModule(tiny_train, batch_size=1, seed=0)
+    rows, states = dm.successor_states()
+    for m, target in enumerate(scorer_members(cached.target)):
+        with torch.no_grad():
+            q = target(*states.values())  # the six inputs, in the scorer's order
+        expected = successor_bootstrap(q, states["candidate_mask"], recipe.horizon)
+        torch.testing.assert_close(cached.target_values[m, rows], expected, rtol=0, atol=1e-6)
+
+
+def test_only_a_hard_target_with_something_to_bootstrap_keeps_a_table() -> None:
+    pop = synthetic_population()
+    dims = population_dims(pop)
+    assert QhTDModule(_recipe(), dims).caches_target_values
+    assert not QhTDModule(_recipe(), dims, cache_target_values=False).caches_target_values
+    polyak = _recipe(target_update={"kind": "polyak", "tau": 0.5})
+    assert not QhTDModule(polyak, dims).caches_target_values
+    one = _recipe(horizon=1)
+    assert not QhTDModule(one, population_dims(synthetic_population(horizon=1))).caches_target_values
+    with pytest.raises(QhError, match=r"build_target_values: datamodule='NoneType' is not allowed"):
+        QhTDModule(_recipe(), dims).build_target_values()

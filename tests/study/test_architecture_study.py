@@ -39,6 +39,7 @@ from qhlab.finite_horizon.studies.architecture_study import (
     run_fit,
 )
 from qhlab.study import authentication
+from qhlab.training.records import FitReceipt
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -383,6 +384,15 @@ def test_run_finishes_every_step(finished_study):
     for name in ("report.json", "report.md", "arms.png", "paired_differences.png", "learning_curves.png"):
         assert name in report["outputs"]
     assert (output / "report" / "arms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Every fit of the study, the E0 canaries (one row, 600 updates) and the cells (30 updates),
+    # kept its hard target's successor values as a table: built once, then after every copy.
+    receipts = sorted(output.glob("c*/*/*/fit.receipt.json"))
+    assert len(receipts) == 12, receipts
+    for path in receipts:
+        fit = read_receipt(path, FitReceipt).body_record()
+        interval = fit["recipe"]["target_update"]["interval"]
+        assert fit["target_values"]["cached"], path
+        assert fit["target_values"]["table_builds"] == 1 + fit["observed_updates"] // interval, path
 
 
 @pytest.mark.slow

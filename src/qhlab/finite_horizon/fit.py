@@ -48,7 +48,12 @@ from qhlab.execution.user_code import (
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
-from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
+from qhlab.finite_horizon.q_learning import (
+    QhPopulationDataModule,
+    QhTDModule,
+    population_dims,
+    refuse_oversized_target_table,
+)
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.finite_horizon.scorer import scorer_members, scorer_structure
@@ -415,11 +420,19 @@ def fit_recipe(request: FitRequest) -> FitResult:
         successor_labels=applied.successor_label_rows > 0,
     )
     dims = population_dims(train_pop)
+    refuse_oversized_target_table(call, applied, datamodule.population_rows)
 
     scorer = scorer_record(applied)
+    # The module keeps this record current while it trains; the receipt reads it at the end.
+    receipt_fields: dict[str, Any] = {
+        "train_rows": train_rows_record(train_pop.digest, request.train_rows),
+        "scorer": scorer,
+        "study": None if request.study is None else dict(request.study),
+    }
 
     def module_factory(r: QhRecipe) -> QhTDModule:
         module = QhTDModule(r, dims)
+        receipt_fields["target_values"] = module.target_values_evidence
         # What was trained is what was frozen: the structure built, recorded, and compared with
         # the one the caller's freeze recorded before the first update.
         scorer["structure"] = scorer_structure(scorer_members(module.online)[0])
@@ -486,11 +499,7 @@ def fit_recipe(request: FitRequest) -> FitResult:
                 resume=resume_state,
                 finalize=finalize,
                 run_config=run_config,
-                receipt_fields={
-                    "train_rows": train_rows_record(train_pop.digest, request.train_rows),
-                    "scorer": scorer,
-                    "study": None if request.study is None else dict(request.study),
-                },
+                receipt_fields=receipt_fields,
             ),
         )
     evaluation_receipt = launched.finalize_files.get("evaluation_receipt")

@@ -7,9 +7,12 @@ Owns, top to bottom:
   `hard_target_update`, `polyak_target_update`, `refresh_target`;
 * `QhTDModule` (LightningModule): online scorer, frozen target scorer, AdamW from the recipe,
   target refresh after each *observed* optimizer update (AdamW `state[p]["step"]`, never
-  `global_step`: with AMP a skipped step must not refresh the target);
+  `global_step`: with AMP a skipped step must not refresh the target); under hard refreshes,
+  the table of every successor state's bootstrap values, rebuilt after each refresh;
 * `QhPopulationDataModule` (LightningDataModule): seeded batches of chain-state rows with
   their successor states, gathered from a population held resident as tensors.
+
+Pure functions: `successor_bootstrap`, `bootstrapped_targets`, `target_table_bytes`.
 
 Does not own: seeding, cold initialization, checkpoints and receipts (the fit launcher),
 reading population files (`data`), evaluation.
@@ -17,6 +20,7 @@ reading population files (`data`), evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import math
@@ -39,16 +43,21 @@ from qhlab.training.optimizer_state import observed_optimizer_updates
 __all__ = [
     "ADAMW_FOREACH",
     "BATCH_KEYS",
+    "TARGET_TABLE_BUDGET_BYTES",
     "QhPopulationDataModule",
     "QhTDModule",
+    "bootstrapped_targets",
     "hard_target_update",
     "native_huber_loss",
     "polyak_target_update",
     "population_dims",
     "refresh_target",
+    "refuse_oversized_target_table",
     "scheduled_lr",
+    "successor_bootstrap",
     "successor_label_loss",
     "successor_reward_loss",
+    "target_table_bytes",
     "td_targets",
 ]
 
@@ -89,15 +98,50 @@ def td_targets(
         raise ValueError(f"td_targets: horizon={horizon!r} is not allowed; allowed: >= 1")
     if horizon == 1:
         return reward.unsqueeze(-1)
+    return bootstrapped_targets(reward, successor_bootstrap(next_q, next_candidate_mask, horizon), successor_valid)
+
+
+def successor_bootstrap(next_q: Tensor, next_candidate_mask: Tensor, horizon: int) -> Tensor:
+    """The bootstrap values of successor states: max_{a' valid in s'} Q-_h(s', a') for h = 1..H-1.
+
+    A state without any valid candidate bootstraps nothing (0.0). This is the part of the TD
+    target that depends on the target scorer alone, so under a target frozen between hard
+    refreshes it is a function of the successor state, computed once per refresh
+    (`QhTDModule` keeps it as a table over the population's rows).
+
+    Args:
+        next_q: [..., K', H'] target-scorer outputs on successor states, H' >= H - 1.
+        next_candidate_mask: [..., K'] bool, valid candidates of each successor.
+        horizon: H >= 2.
+
+    Returns:
+        [..., H-1] the best target value per successor and horizon 1..H-1, dtype of `next_q`.
+    """
+    if horizon < 2:
+        raise ValueError(f"successor_bootstrap: horizon={horizon!r} is not allowed; allowed: >= 2")
     if next_q.shape[-1] < horizon - 1:
-        raise ValueError(f"td_targets: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}")
+        raise ValueError(
+            f"successor_bootstrap: next_q has {next_q.shape[-1]} horizons; allowed: >= horizon - 1 = {horizon - 1}"
+        )
     future = next_q[..., : horizon - 1]
-    # masked a' can never be the max: -inf before the max, then drop rows with nothing to
-    # bootstrap (padded/synthetic inputs only; loaded populations always have a successor)
+    # masked a' can never be the max: -inf before the max, then a state with no valid a' gives 0
     masked = future.masked_fill(~next_candidate_mask.unsqueeze(-1), float("-inf"))
-    best = masked.amax(dim=2)  # [B, K, H-1]
-    bootstrap = successor_valid & next_candidate_mask.any(dim=2)
-    best = torch.where(bootstrap.unsqueeze(-1), best, torch.zeros_like(best))
+    best = masked.amax(dim=-2)
+    return torch.where(next_candidate_mask.any(dim=-1).unsqueeze(-1), best, torch.zeros_like(best))
+
+
+def bootstrapped_targets(reward: Tensor, bootstrap: Tensor, successor_valid: Tensor) -> Tensor:
+    """y_1 = r;  y_h = r + bootstrap_{h-1}(s') for h = 2..H; a missing s' bootstraps nothing.
+
+    Args:
+        reward: [B, K] r(s, a).
+        bootstrap: [B, K, H-1] `successor_bootstrap` of each candidate's successor state.
+        successor_valid: [B, K] bool, s' exists.
+
+    Returns:
+        y: [B, K, H], dtype of `reward`.
+    """
+    best = torch.where(successor_valid.unsqueeze(-1), bootstrap, torch.zeros_like(bootstrap))
     return torch.cat([reward.unsqueeze(-1), reward.unsqueeze(-1) + best.to(reward.dtype)], dim=-1)
 
 
@@ -218,6 +262,35 @@ def refresh_target(
     return updates_after - updates_before
 
 
+# The largest successor-value table a fit may keep: population rows x (H-1) x members float32
+# values. The demo's TRAIN population (5,184 rows, H 3, 2 members) needs 83 KB.
+TARGET_TABLE_BUDGET_BYTES = 1 << 30
+
+# Successor states per target forward when a table is built: large enough that a build is a
+# handful of calls, small enough that one call's activations stay far below the table's budget.
+_TABLE_CHUNK = 2048
+
+
+def target_table_bytes(rows: int, horizon: int, members: int) -> int:
+    """Bytes of a successor-value table: ``rows`` population rows x (H-1) horizons x members, float32."""
+    return int(rows) * max(int(horizon) - 1, 0) * int(members) * 4
+
+
+def refuse_oversized_target_table(call: str, recipe: QhRecipe, rows: int) -> None:
+    """Refuse a hard-target fit whose successor-value table would exceed `TARGET_TABLE_BUDGET_BYTES`."""
+    if not isinstance(recipe.target_update, HardTargetUpdate):
+        return
+    size = target_table_bytes(rows, recipe.horizon, recipe.ensemble_members)
+    if size > TARGET_TABLE_BUDGET_BYTES:
+        raise QhInputError(
+            f"{call}: a TRAIN population of {rows:,} rows is not allowed with target_update.kind='hard' at "
+            f"horizon {recipe.horizon} and {recipe.ensemble_members} member(s): its successor-value table "
+            f"would take {size / 2**20:,.0f} MiB; allowed: at most {TARGET_TABLE_BUDGET_BYTES / 2**20:,.0f} MiB "
+            f"(rows x (H-1) x members x 4 bytes). HINT: use a smaller population, fewer members, or "
+            "target_update.kind='polyak'."
+        )
+
+
 # ------------------------------------------------------------------------ Lightning glue
 
 # AdamW's multi-tensor implementation: torch picks it by default only for CUDA tensors, and on
@@ -254,6 +327,7 @@ BATCH_KEYS = (
     "next_candidate_object",
     "next_candidate_mask",
     "next_reward",
+    "successor",
 )
 
 
@@ -278,9 +352,21 @@ class QhTDModule(pl.LightningModule):
     same batch (AdamW's state is per parameter; clipping, if any, is per member). The logged
     loss is the members' mean.
 
+    With a hard target rule the target scorer is constant between refreshes, and so is each
+    successor state's bootstrap value (`successor_bootstrap`). The module then computes those
+    values for every successor state its data module bootstraps through, once at the start of
+    training (a resumed fit: from its restored target) and after every refresh, and each
+    update reads its batch's values from that table instead of running the target scorer on
+    the batch's B x K successor states (fitted Q-iteration's arrangement). The arithmetic is
+    the per-batch one's; only the target forward's batch differs (2,048 states per call
+    instead of B x K), so values may differ in the last bits where a kernel's summation order
+    depends on the batch.
+
     Args:
         recipe: the (applied) recipe; architecture, optimizer, Huber delta, target rule.
         dims: scorer dims; `dims.horizon` must equal `recipe.horizon`.
+        cache_target_values: keep the successor-value table under a hard target rule (the
+            default); False runs the target scorer on every batch (benchmarks compare the two).
 
     Attributes:
         online: the trained scorer.
@@ -291,9 +377,14 @@ class QhTDModule(pl.LightningModule):
         recipe, dims: as given.
         observed_updates: successful optimizer updates seen so far (from optimizer state).
         target_refreshes: number of refresh operations applied.
+        caches_target_values: whether this fit keeps the successor-value table.
+        target_values: None, or [M, S, H-1] float32: member m's bootstrap values of population
+            row s (rows that no trained chain row reaches stay 0.0).
+        target_values_evidence: what the fit receipt records of the table: whether it was
+            kept, how many times it was built, its rows and bytes.
     """
 
-    def __init__(self, recipe: QhRecipe, dims: ScorerDims) -> None:
+    def __init__(self, recipe: QhRecipe, dims: ScorerDims, *, cache_target_values: bool = True) -> None:
         super().__init__()
         if dims.horizon != recipe.horizon:
             raise QhInputError(
@@ -317,6 +408,17 @@ class QhTDModule(pl.LightningModule):
             self.average.eval()
         self.observed_updates = 0
         self.target_refreshes = 0
+        # H = 1 bootstraps nothing, so there is nothing to cache.
+        self.caches_target_values = (
+            bool(cache_target_values) and isinstance(recipe.target_update, HardTargetUpdate) and recipe.horizon > 1
+        )
+        self.target_values: Tensor | None = None
+        self.target_values_evidence: dict[str, Any] = {
+            "cached": self.caches_target_values,
+            "table_builds": 0,
+            "successor_states": 0,
+            "table_bytes": 0,
+        }
 
     def build_scorer(self) -> nn.Module:
         """A fresh scorer of the same architecture and dims (parameters from torch's RNG)."""
@@ -370,6 +472,43 @@ class QhTDModule(pl.LightningModule):
             self.dims.horizon,
         )
 
+    @torch.no_grad()
+    def build_target_values(self, datamodule: QhPopulationDataModule | None = None) -> None:
+        """(Re)build `target_values` from the current target scorer over the data module's successor states.
+
+        Runs in the training step's precision context, so a mixed-precision fit's table holds
+        what its per-batch target forward would have computed.
+
+        Args:
+            datamodule: whose successor states; None reads the running Trainer's.
+        """
+        trainer = self._trainer
+        source = datamodule if datamodule is not None or trainer is None else trainer.datamodule
+        if not isinstance(source, QhPopulationDataModule):
+            raise QhError(
+                f"QhTDModule.build_target_values: datamodule={type(source).__name__!r} is not allowed; allowed: "
+                "a QhPopulationDataModule attached to the running Trainer. HINT: fit with "
+                "trainer.fit(module, datamodule=QhPopulationDataModule(...)), or cache_target_values=False."
+            )
+        refuse_oversized_target_table("QhTDModule.build_target_values", self.recipe, source.population_rows)
+        rows, states = source.successor_states()
+        horizon = self.dims.horizon
+        members = scorer_members(self.target)
+        table = torch.zeros(len(members), source.population_rows, horizon - 1, dtype=torch.float32, device=self.device)
+        context = contextlib.nullcontext() if trainer is None else trainer.precision_plugin.train_step_context()
+        with context:
+            for start in range(0, rows.numel(), _TABLE_CHUNK):
+                chunk = {k: v[start : start + _TABLE_CHUNK].to(self.device) for k, v in states.items()}
+                where = rows[start : start + _TABLE_CHUNK].to(self.device)
+                for m, target in enumerate(members):
+                    q = target(*chunk.values())
+                    table[m, where] = successor_bootstrap(q.float(), chunk["candidate_mask"], horizon)
+        self.target_values = table
+        evidence = self.target_values_evidence
+        evidence["table_builds"] += 1
+        evidence["successor_states"] = int(rows.numel())
+        evidence["table_bytes"] = table.numel() * table.element_size()
+
     def successor_q(self, batch: dict[str, Tensor], rows: int, online: nn.Module | None = None) -> Tensor:
         """Online q[M, K', H] (or the given online member's) on the successor states of the first
         `rows` chain rows (M = rows*K)."""
@@ -385,7 +524,7 @@ class QhTDModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         pairs = zip(scorer_members(self.online), scorer_members(self.target), strict=True)
-        losses = [self._member_loss(batch, online, target) for online, target in pairs]
+        losses = [self._member_loss(batch, online, target, m) for m, (online, target) in enumerate(pairs)]
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
         if not bool(torch.isfinite(loss)):
             # Stop before the optimizer step: a non-finite update would poison every later
@@ -409,9 +548,19 @@ class QhTDModule(pl.LightningModule):
             )
         return loss
 
-    def _member_loss(self, batch: dict[str, Tensor], online: nn.Module, target: nn.Module) -> Tensor:
+    @torch.no_grad()
+    def member_targets(self, batch: dict[str, Tensor], target: nn.Module, member: int) -> Tensor:
+        """y[B, K, H] of ensemble member ``member``: read from `target_values` when the table is
+        kept, else from its target scorer ``target`` on the batch's successor states."""
+        if self.target_values is None:
+            return self.td_target(batch, target)
+        successor = batch["successor"]
+        values = self.target_values[member].index_select(0, successor.clamp_min(0).flatten())
+        return bootstrapped_targets(batch["reward"], values.view(*successor.shape, -1), batch["successor_valid"])
+
+    def _member_loss(self, batch: dict[str, Tensor], online: nn.Module, target: nn.Module, member: int) -> Tensor:
         """One scorer's TD loss on a batch: chain rows, plus the successor rows the recipe asks for."""
-        y = self.td_target(batch, target)
+        y = self.member_targets(batch, target, member)
         q = online(
             batch["objects"],
             batch["object_mask"],
@@ -465,6 +614,10 @@ class QhTDModule(pl.LightningModule):
     def on_train_start(self) -> None:
         # A resumed fit starts from a loaded optimizer state: count from there.
         self.observed_updates = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))
+        if self.caches_target_values:
+            # From the target as it stands: fresh (the cold copy) or restored with the resumed
+            # state, which is the one the uninterrupted fit's last refresh made.
+            self.build_target_values()
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # The schedule is a function of the observed update count alone (read from the
@@ -491,9 +644,10 @@ class QhTDModule(pl.LightningModule):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = observed_optimizer_updates(self.optimizers(use_pl_optimizer=False))
-        self.target_refreshes += refresh_target(
-            self.target, self.online, self.recipe.target_update, self.observed_updates, now
-        )
+        refreshed = refresh_target(self.target, self.online, self.recipe.target_update, self.observed_updates, now)
+        self.target_refreshes += refreshed
+        if refreshed and self.caches_target_values:
+            self.build_target_values()
         if self.average is not None:
             for _ in range(now - self.observed_updates):
                 polyak_target_update(self.average, self.online, 1.0 - self.recipe.evaluation.average_decay)
@@ -556,6 +710,7 @@ class QhPopulationDataModule(pl.LightningDataModule):
 
     Attributes:
         dims: `ScorerDims` of the population.
+        population_rows: S, rows of the population (chain and successor states).
         chain_rows: [R] int64 rows batches are drawn from.
     """
 
@@ -610,6 +765,7 @@ class QhPopulationDataModule(pl.LightningDataModule):
         self._reward = p.reward.contiguous()
         self._successor = p.successor.contiguous()
         self._labels = p.q.contiguous() if successor_labels else None
+        self.population_rows = int(p.successor.shape[0])
 
     def gather(self, rows: Tensor) -> dict[str, Tensor]:
         """Batch dict for chain rows [B] (keys: `BATCH_KEYS`; shapes in ARCHITECTURE.md)."""
@@ -627,10 +783,24 @@ class QhPopulationDataModule(pl.LightningDataModule):
         batch["reward"] = self._reward.index_select(0, rows)
         batch["next_reward"] = self._reward.index_select(0, flat).view(b, k, -1)  # [B, K, K']
         batch["successor_valid"] = valid
+        batch["successor"] = successor
         if self._labels is not None:
             batch["next_labels"] = self._labels.index_select(0, flat).view(b, k, *self._labels.shape[1:])
         batch["rows"] = rows
         return batch
+
+    def successor_states(self) -> tuple[Tensor, dict[str, Tensor]]:
+        """The successor states that batches of `chain_rows` bootstrap through.
+
+        Returns:
+            rows: [U] int64, sorted unique population rows.
+            states: the six state tensors of those rows, in the scorer's argument order
+                (`objects` [U, N, F], `object_mask`, `goal`, `candidates`, `candidate_object`,
+                `candidate_mask` [U, K']).
+        """
+        successor = self._successor.index_select(0, self.chain_rows)
+        rows = torch.unique(successor[successor >= 0])
+        return rows, {name: t.index_select(0, rows) for name, t in self._state.items()}
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_BatchStream(self, self.start_batch), batch_size=None, num_workers=0)

@@ -41,8 +41,9 @@ class FitBody(Closed):
         logical_run_id: the attempt. lineage: the cold state and continuations.
         segment_checkpoints: updates at which checkpoints were written. final_state_sha256,
         cold_init_sha256: the end and start states. wall_seconds: elapsed time.
-        train_rows, scorer, study: the caller's fields (which TRAIN rows, the scorer's layout,
-        the study cell), absent for a bare fit.
+        train_rows, scorer, study, target_values: the caller's fields (which TRAIN rows, the
+        scorer's layout, the study cell, whether the target's successor values were kept as a
+        table), absent for a bare fit.
     """
 
     recipe: Json
@@ -72,6 +73,7 @@ class FitBody(Closed):
     train_rows: Json | None = None
     scorer: Json | None = None
     study: Json | None = None
+    target_values: Json | None = None
 
 
 class FitReceipt(Receipt, kind="fit", version=1):
@@ -81,7 +83,7 @@ class FitReceipt(Receipt, kind="fit", version=1):
 
 
 # Body fields of a fit that the launcher writes itself; a caller's receipt_fields may add only others.
-FIT_CALLER_FIELDS = frozenset({"train_rows", "scorer", "study"})
+FIT_CALLER_FIELDS = frozenset({"train_rows", "scorer", "study", "target_values"})
 
 
 class SegmentCheckpointBody(Closed):
