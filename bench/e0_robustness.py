@@ -70,11 +70,13 @@ def main() -> None:
             f'min_pass_share = {_TARGET}\nworkers = {args.workers}\npopulation_cache = "{cache}"\n',
             encoding="utf-8",
         )
-        subprocess.run(
+        run = subprocess.run(
             [sys.executable, "-m", "qhlab.cli", "e0-check", str(check), "--output", str(Path(tmp) / "out")],
-            check=True,
+            check=False,
             stdout=sys.stderr,
         )
+        if run.returncode not in (0, 1):  # 1: the share fell short, which is this bench's measurement
+            raise SystemExit(run.returncode)
         record = json.loads((Path(tmp) / "out" / "e0.json").read_text(encoding="utf-8"))
     outcomes = {
         str(o["train_seed"]): {

@@ -101,7 +101,8 @@ def test_bad_e0_check_config_is_refused_with_nothing_written(tmp_path, cache, ca
 def reference(tmp_path_factory, cache) -> Path:
     """One finished tiny check on three draws, on one worker, requiring every draw to pass."""
     root = tmp_path_factory.mktemp("e0-reference")
-    assert main(["e0-check", str(_check_config(root / "c", cache)), "--output", str(root / "out")]) == 0
+    # Its gate falls short of min_pass_share 1.0: exit 1, as for any failed gate, record published.
+    assert main(["e0-check", str(_check_config(root / "c", cache)), "--output", str(root / "out")]) == 1
     record = json.loads((root / "out" / "e0.json").read_text())
     # The tiny gate at 600 updates passes on some of these draws and not on others, so one record
     # shows both outcomes; were that to change, the binding tests below would lose a case.
@@ -130,8 +131,8 @@ def test_the_record_holds_each_draws_gate_as_its_sub_study_decided_it(reference,
     passed = sum(o["passed"] for o in record["outcomes"])
     assert (record["passed"], record["pass_share"], record["meets_min_pass_share"]) == (passed, passed / 3, False)
     assert check_record(reference) == {"draws": 3, "passed": passed, "studies_checked": 3, "studies_absent": 0}
-    # A finished directory is re-read, not run again.
-    assert main(["e0-check", str(reference.parent / "c" / "e0.toml"), "--output", str(reference)]) == 0
+    # A finished directory is re-read, not run again; its gate still fell short.
+    assert main(["e0-check", str(reference.parent / "c" / "e0.toml"), "--output", str(reference)]) == 1
     assert "already finished" in capsys.readouterr().out
 
 

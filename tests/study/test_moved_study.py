@@ -69,6 +69,10 @@ def test_a_moved_study_runs_its_steps_where_it_is(tmp_path, finished_study, popu
         # Without the roots the populations are named as missing, not silently read elsewhere.
         code, out, err = _run(["study", "run", config, "--output", moved])
         assert code == 2 and "not found" in err and "--populations ROOT" in err, err
+        # ... and the guide says so where a user who moves a study reads.
+        guide = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "signing.md").read_text()
+        moving = guide.split("## Moving a study", 1)[1].split("\n## ", 1)[0]
+        assert "~/.cache/qhlab/populations" in moving and "--populations" in moving
         edited = _reseal_cell_edit(moved)
         code, out, _ = _run(["study", "status", moved, "--populations", roots, "--json"])
         assert code == 0 and _states(out)["report"] == "crashed", out

@@ -113,7 +113,10 @@ def test_a_study_on_ones_own_environment_runs_verifies_and_ignores_later_edits(t
     status = _run("study", "status", str(output))
     assert status.returncode == 0, status.stderr
     assert f"environment: source {home / 'hopper.py'} changed since freeze" in status.stdout
-    assert main(["study", "run", str(config), "--output", str(output)]) == 0
+    rerun = _run("study", "run", str(config), "--output", str(output))
+    assert rerun.returncode == 0, rerun.stderr
+    assert "is complete" in rerun.stdout
+    assert f"note: environment: source {home / 'hopper.py'} changed since freeze" in rerun.stdout
     assert {p: sha256_file(p) for p in before} == before
     assert (output / "report" / "report.md").read_text() == report
 
@@ -188,9 +191,10 @@ def test_pilot_and_e0_check_prepare_a_study_with_user_arms(tmp_path, capsys) -> 
     assert frozen_copy.read_bytes() == (root / "my_arms.py").read_bytes()
     assert mlp["builder"] == "my_arms.py:build_mlp" and len(mlp["source_sha256"]) == 64
     assert {f["arm"] for f in record["fits"]} >= {"variant_struck_mlp", "control_maxpool_sets"}
-    assert main(["e0-check", str(root / "e0.toml"), "--output", str(root / "e0")]) == 0
+    code = main(["e0-check", str(root / "e0.toml"), "--output", str(root / "e0")])
     e0 = json.loads((root / "e0" / "e0.json").read_text())
     assert e0["draws"] == 3
+    assert code == (0 if e0["meets_min_pass_share"] else 1)  # a gate that fell short is exit 1
     assert main(["verify", str(root / "pilot")]) == 0 and main(["verify", str(root / "e0")]) == 0
     capsys.readouterr()
 

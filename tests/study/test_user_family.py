@@ -50,11 +50,21 @@ class _Head(nn.Module):
             return q * float("nan")
         if self.mode == "detached":
             return torch.zeros_like(q)
+        if self.mode == "mismatch":
+            return self.linear(goal)  # the goal's width is not the candidates'
         return q
 
 
 def build_raises(arch, dims):
     raise RuntimeError("this arm needs 3 heads")
+
+
+def build_mismatch(arch, dims):
+    return _Head(dims, "mismatch")
+
+
+def build_dict(arch, dims):
+    return {"q": _Head(dims, "plain")}
 
 
 def build_shape(arch, dims):
@@ -266,6 +276,7 @@ def test_status_says_the_user_source_changed(tmp_path, byo, capsys) -> None:
         ("bad_arms.py:no_such_function", "has no callable 'no_such_function'"),
         ("bad_arms.py:not_callable", "has no callable 'not_callable'"),
         ("bad_arms.py:build_not_a_module", "returned int; allowed: a torch.nn.Module"),
+        ("bad_arms.py:build_dict", "returned dict; allowed: a torch.nn.Module"),
         ("bad_arms.py:build_shape", "output shape [2, 6] is not allowed; allowed: [B, K, H] = [2, 6, 2]"),
         ("bad_arms.py:build_nan", "non-finite values"),
         ("bad_arms.py:build_detached", "no parameter receives a gradient"),
@@ -299,7 +310,7 @@ def test_a_module_that_exits_at_import_is_refused_not_frozen_with_exit_0(tmp_pat
     )
     code, text = _freeze(config, tmp_path / "study", capsys)
     assert code == 2, text
-    assert "arm 'variant_struck_mlp' (builder 'bad_arms.py:build'): building it exited SystemExit: 0" in text
+    assert "arm 'variant_struck_mlp' (builder 'bad_arms.py:build'): importing bad_arms.py failed: SystemExit: 0" in text
     assert not (tmp_path / "study").exists()
 
 
@@ -394,7 +405,12 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
     output = tmp_path / "twin" / "study"
     assert main(["study", "freeze", str(twin), "--output", str(output)]) == 0
     (tmp_path / "twin" / "my_arms.py").write_text("raise ImportError('rewritten after freeze')\n")
+    capsys.readouterr()
     assert main(["study", "run", str(twin), "--output", str(output)]) == 0
+    # The run says that it ran the frozen copy, not the file as it is now.
+    ran = capsys.readouterr().out
+    for arm in USER_ARMS:
+        assert f"note: arm {arm}: source {tmp_path / 'twin' / 'my_arms.py'} changed since freeze" in ran, ran
     for arm in USER_ARMS:
         for seed in (0, 1):
             cell = f"{arm}-s{seed}"
@@ -587,3 +603,41 @@ def test_planted_bytecode_or_a_planted_receipt_in_the_copy_is_refused(tmp_path, 
     assert main(["verify", str(output)]) == 2
     err = capsys.readouterr().err
     assert "seals, but it does not bind them" in err and "planted.receipt.json" in err
+
+
+def test_an_error_in_the_users_forward_names_the_users_file_and_line(tmp_path, byo, capsys) -> None:
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_mismatch"'})
+    code, text = _freeze(config, tmp_path / "study", capsys)
+    assert code == 2, text
+    (error,) = [line for line in text.splitlines() if line.startswith("error:")]
+    line = 1 + BAD_ARMS.splitlines().index(
+        "            return self.linear(goal)  # the goal's width is not the candidates'"
+    )
+    assert "its forward raised RuntimeError: mat1 and mat2 shapes cannot be multiplied" in error, error
+    # The frame shown is the user's own (the study's frozen copy of it), with the line's text.
+    assert f"bad_arms.py, line {line}: return self.linear(goal)" in error, error
+    assert text.count("HINT:") == 1 and "QhError" not in text and "Traceback" not in text, text
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_syntax_error_in_the_users_module_is_an_import_failure_with_its_line(tmp_path, byo, capsys) -> None:
+    config = byo(
+        tmp_path,
+        arms="import torch\n\n\ndef build(arch, dims)\n    return None\n",
+        **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build"'},
+    )
+    code, text = _freeze(config, tmp_path / "study", capsys)
+    assert code == 2, text
+    (error,) = [line for line in text.splitlines() if line.startswith("error:")]
+    assert "importing bad_arms.py failed: SyntaxError" in error, error
+    assert f"{tmp_path / 'bad_arms.py'}, line 4: def build(arch, dims)" in error, error
+    assert text.count("HINT:") == 1 and "building it raised" not in text, text
+    assert not (tmp_path / "study").exists()
+
+
+def test_builder_errors_print_their_hint_once_without_internal_names(tmp_path, byo, capsys) -> None:
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_dict"'})
+    code, text = _freeze(config, tmp_path / "study", capsys)
+    assert code == 2, text
+    assert text.count("HINT:") == 1, text
+    assert "QhError" not in text and "QhInputError" not in text and "build_scorer:" not in text, text

@@ -30,8 +30,14 @@ class _Tool:
     workers: str
 
     def exit_code(self, record: dict) -> int:
-        """0, except a tuning without an admissible trial (1: nothing can be frozen from it)."""
-        return 1 if self.name == "tune" and record["winner"]["number"] is None else 0
+        """0, except when the record's gate failed (1): a tuning without an admissible trial, or an
+        E0 check whose pass share fell short of its minimum. Either record is published, and no
+        study can freeze against it."""
+        if self.name == "tune":
+            return 1 if record["winner"]["number"] is None else 0
+        if self.name == "e0-check":
+            return 0 if record["meets_min_pass_share"] else 1
+        return 0
 
 
 PREPARATION = {
@@ -64,8 +70,9 @@ PREPARATION = {
         "with only the TRAIN seed changed, without its [preparation]), select each draw's canary row and run its "
         "canaries: the study's own E0 gate. Publish OUTPUT/e0.json (every draw's row, labels, canary predictions and "
         "outcome, the pass share and whether it reached the config's minimum) with its receipt. A study names it in "
-        "[preparation] e0; its freeze refuses a check of another gate design or one that fell short. An interrupted "
-        "run resumes when the same command runs again.",
+        "[preparation] e0; its freeze refuses a check of another gate design or one that fell short. Exit status 1 "
+        "when the pass share falls short of min_pass_share (the record is published). An interrupted run resumes "
+        "when the same command runs again.",
         "the check directory",
         "the draws' TRAIN labelling and gates",
     ),

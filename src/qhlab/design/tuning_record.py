@@ -373,18 +373,18 @@ def check_record(directory: str | os.PathLike) -> dict:
     recomputed = absent = 0
     for position, trial in enumerate(trials):
         if trial["number"] != position:
-            raise DigestMismatchError(f"{where}: trial {position} is numbered {trial['number']}.")
+            raise DigestMismatchError(f"{where}: trial {position + 1} is numbered {trial['number'] + 1}.")
         max_cost = objective.get("max_cost")
         if trial["state"] == "pruned" and not trial["fits"]:
             if max_cost is None or trial["cost"] <= max_cost:
                 raise DigestMismatchError(
-                    f"{where}: trial {position} is pruned at cost {trial['cost']} within max_cost {max_cost}."
+                    f"{where}: trial {position + 1} is pruned at cost {trial['cost']} within max_cost {max_cost}."
                 )
             continue
         made = len(trial["fits"]) if trial["state"] == "pruned" else len(objective["seeds"])
         if [f["seed"] for f in trial["fits"]] != list(objective["seeds"][:made]):
             raise DigestMismatchError(
-                f"{where}: trial {position} fits seeds {[f['seed'] for f in trial['fits']]}, "
+                f"{where}: trial {position + 1} fits seeds {[f['seed'] for f in trial['fits']]}, "
                 f"not the objective's {objective['seeds'][:made]}."
             )
         values = [f[objective["metric"]] for f in trial["fits"]]
@@ -392,7 +392,7 @@ def check_record(directory: str | os.PathLike) -> dict:
             score = trial_score(values)
             if score != {"mean": trial["mean"], "seed_sd": trial["seed_sd"]}:
                 raise DigestMismatchError(
-                    f"{where}: trial {position} records mean {trial['mean']!r}, seed sd "
+                    f"{where}: trial {position + 1} records mean {trial['mean']!r}, seed sd "
                     f"{trial['seed_sd']!r}; its fits give {score['mean']!r}, "
                     f"{score['seed_sd']!r}."
                 )
@@ -470,9 +470,11 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict
         ("evaluation.receipt.json", "evaluation_receipt_sha256"),
     ):
         if not (attempt / name).is_file():
-            raise MissingEvidenceError(f"{where}: trial {number} fit {fit['directory']} has no {name}.")
+            raise MissingEvidenceError(f"{where}: trial {number + 1} fit {fit['directory']} has no {name}.")
         if sha256_file(attempt / name) != fit[key]:
-            raise DigestMismatchError(f"{where}: trial {number} fit {fit['directory']}/{name} is not the one recorded.")
+            raise DigestMismatchError(
+                f"{where}: trial {number + 1} fit {fit['directory']}/{name} is not the one recorded."
+            )
     fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt).body
     differing = sorted(k for k in recipe if k not in _BACKEND_FIELDS and fitted.recipe.get(k) != recipe[k])
     if differing or fitted.seed != fit["seed"]:
@@ -484,7 +486,7 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict
     for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
         if getattr(body, field) != fit[metric]:
             raise DigestMismatchError(
-                f"{where}: trial {number} fit {fit['directory']} records {metric} "
+                f"{where}: trial {number + 1} fit {fit['directory']} records {metric} "
                 f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}."
             )
     return True

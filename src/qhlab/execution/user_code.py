@@ -21,10 +21,12 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import linecache
 import os
 import re
 import sys
 import sysconfig
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,8 @@ __all__ = [
     "source_digest",
     "source_files",
     "unbound_modules",
+    "user_frames",
+    "user_location",
 ]
 
 # A source is code, not data: a package this large is a mistake (a virtualenv, a dataset).
@@ -473,6 +477,61 @@ def _import_copy(source: FrozenSource, files: dict[str, bytes]) -> Any:
     key = source.sha256[:16]
     _FINDER.copies.setdefault(key, (source.root, files))
     return importlib.import_module(f"{_MODULE_PREFIX}{key}_{source.module}")
+
+
+def _user_prefixes(roots: Iterable[str | os.PathLike] | None) -> tuple[str, ...]:
+    if roots is None:
+        roots = [root for root, _ in _FINDER.copies.values()]
+    return tuple(os.path.join(str(r), "") for r in roots)
+
+
+def user_frames(exc: BaseException, roots: Iterable[str | os.PathLike] | None = None) -> list[traceback.FrameSummary]:
+    """The frames of ``exc``'s traceback that ran user code, outermost first.
+
+    Args:
+        exc: the exception.
+        roots: the directories holding the user's files; None: every copy of user code that
+            this process imported (``provide``), which is where an arm or environment runs from.
+    """
+    prefixes = _user_prefixes(roots)
+    if not prefixes:
+        return []
+    return [f for f in traceback.extract_tb(exc.__traceback__, limit=None) if f.filename.startswith(prefixes)]
+
+
+def user_location(
+    exc: BaseException,
+    roots: Iterable[str | os.PathLike] | None = None,
+    *,
+    shown_in: str | os.PathLike | None = None,
+) -> str:
+    """Where in the user's code ``exc`` was raised: ``" at FILE, line N: TEXT"``, or "" when not there.
+
+    A ``SyntaxError`` names its own position (its file never ran); any other exception names
+    the innermost frame of ``user_frames``.
+
+    Args:
+        exc: the exception.
+        roots: as ``user_frames``.
+        shown_in: the user's own directory, whose files the copies were made from: a copy's
+            path is shown as the same file there (the one the user edits; a copy may live in a
+            directory that is not yet published), its line read from there.
+    """
+    prefixes = _user_prefixes(roots)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        filename, lineno, text = exc.filename, exc.lineno, exc.text
+    else:
+        frames = user_frames(exc, roots)
+        if not frames:
+            return ""
+        filename, lineno, text = frames[-1].filename, frames[-1].lineno, frames[-1].line
+    if shown_in is not None:
+        matched = next((p for p in prefixes if filename.startswith(p)), None)
+        if matched is not None:
+            filename = os.path.join(str(shown_in), filename[len(matched) :])
+            text = text or linecache.getline(filename, lineno or 0)
+    text = (text or "").strip()
+    return f" at {filename}, line {lineno}" + (f": {text}" if text else "")
 
 
 # The copies this process may import: (owner, entry string, source sha256) -> FrozenSource.

@@ -44,7 +44,7 @@ from qhlab.finite_horizon.components import (
     QhScorer,
 )
 
-__all__ = ["QhEnsemble", "build_scorer", "scorer_members", "scorer_structure"]
+__all__ = ["ArmContractError", "QhEnsemble", "build_scorer", "scorer_members", "scorer_structure"]
 
 
 # One builder per component kind. Each receives the validated config and the dims; adding a
@@ -167,6 +167,19 @@ def build_scorer(
     return scorer
 
 
+class ArmContractError(QhError):
+    """A user arm's builder broke its contract (not a module, no Q head to zero).
+
+    Attributes:
+        cause: what is wrong, in words. hint: what to do.
+    """
+
+    def __init__(self, where: str, cause: str, hint: str) -> None:
+        super().__init__(f"{where}: {cause}. HINT: {hint}.")
+        self.cause = cause
+        self.hint = hint
+
+
 def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str) -> nn.Module:
     """A user arm's module, from the copy of its source provided in this process.
 
@@ -176,17 +189,19 @@ def _build_user_arm(arch: ArchitectureConfig, dims: ScorerDims, q_head_init: str
     source = resolve_entry(f"arm {arch.arm!r}", arch.builder, arch.source_sha256, call="build_scorer")
     scorer = source.entry_function()(arch, dims)
     if not isinstance(scorer, nn.Module):
-        raise QhError(
-            f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r} returned {type(scorer).__name__}; "
-            "allowed: a torch.nn.Module. HINT: the builder is build(arch, dims) -> nn.Module."
+        raise ArmContractError(
+            f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r}",
+            f"it returned {type(scorer).__name__}; allowed: a torch.nn.Module",
+            "the builder is build(arch, dims) -> nn.Module",
         )
     if q_head_init == "zero":
         heads = [m for m in scorer.modules() if isinstance(m, nn.Linear) and m.out_features == dims.horizon]
         if not heads:
-            raise QhError(
-                f"build_scorer: q_head_init='zero' with arm {arch.arm!r} is not allowed: the module has no nn.Linear "
-                f"with out_features={dims.horizon} (H) to zero; allowed: a module whose Q head is such a Linear. "
-                "HINT: end the arm with nn.Linear(..., dims.horizon), or use q_head_init='random'."
+            raise ArmContractError(
+                f"build_scorer: arm {arch.arm!r}: builder {arch.builder!r}",
+                f"q_head_init='zero' is not allowed: the module has no nn.Linear with out_features={dims.horizon} "
+                "(H) to zero; allowed: a module whose Q head is such a Linear",
+                "end the arm with nn.Linear(..., dims.horizon), or use q_head_init='random'",
             )
         with torch.no_grad():
             heads[-1].weight.zero_()

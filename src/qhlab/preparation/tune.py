@@ -421,7 +421,7 @@ def _run_locked(
                             "validation": str(populations["validation"]),
                             "group": config.name,
                             "job_type": "trial",
-                            "tag": f"trial-{number}",
+                            "tag": f"trial-{number + 1}",
                             "torch_threads": config.torch_threads,
                         }
                     )

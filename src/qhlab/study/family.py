@@ -34,6 +34,8 @@ from qhlab.execution.user_code import (
     source_digest,
     source_files,
     unbound_modules,
+    user_frames,
+    user_location,
 )
 
 __all__ = [
@@ -248,7 +250,7 @@ def check_contract(
 
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
-    from qhlab.finite_horizon.scorer import build_scorer, scorer_structure
+    from qhlab.finite_horizon.scorer import ArmContractError, build_scorer, scorer_structure
 
     dims = population_dims(population)
     hint = (
@@ -265,6 +267,8 @@ def check_contract(
         first, second = build(), build()
     except QhInputError:
         raise
+    except ArmContractError as exc:
+        raise _refusal(arm, builder, exc.cause, exc.hint) from None
     except UnfrozenImportError as exc:
         cause, _, _ = str(exc).partition(" HINT: ")
         raise _refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
@@ -280,9 +284,15 @@ def check_contract(
             ) from None
         more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
         what = "exited" if isinstance(exc, SystemExit) else "raised"
-        raise _refusal(
-            arm, builder, f"building it {what} {type(exc).__name__}: {exc}{more}".replace("\n", " "), hint
-        ) from None
+        where = user_location(exc, shown_in=directory)
+        if isinstance(exc, SyntaxError) or any(f.name == "<module>" for f in user_frames(exc)):
+            # The module itself failed (its top level ran, or never compiled): no builder ran.
+            module = builder.partition(":")[0] if builder else arm
+            message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            cause = f"importing {module} failed: {type(exc).__name__}: {message}{more}{where}"
+        else:
+            cause = f"building it {what} {type(exc).__name__}: {exc}{more}{where}"
+        raise _refusal(arm, builder, cause.replace("\n", " "), hint) from None
     if built is not None:
         built()
     lazy = sorted(
@@ -324,9 +334,8 @@ def check_contract(
         q = first(*[batch[name] for name in _INPUTS])
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - refused by name, as above
         what = "exited" if isinstance(exc, SystemExit) else "raised"
-        raise _refusal(
-            arm, builder, f"its forward {what} {type(exc).__name__}: {exc}".replace("\n", " "), hint
-        ) from None
+        cause = f"its forward {what} {type(exc).__name__}: {exc}{user_location(exc, shown_in=directory)}"
+        raise _refusal(arm, builder, cause.replace("\n", " "), hint) from None
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:
         raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)

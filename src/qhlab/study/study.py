@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from qhlab.design.study_config import read_study_config
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
 from qhlab.evidence import authentication_roots, read_receipt, recorded_origin
@@ -45,6 +47,7 @@ from qhlab.study.authentication import (
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
 from qhlab.study.development import seal_development
+from qhlab.study.family import environment_source_change, source_changes
 from qhlab.study.freeze import describe_family, freeze
 from qhlab.study.remote import check_cells_feasible
 from qhlab.study.report import write_report
@@ -344,6 +347,17 @@ class Study:
             console.print(f"W&B report run (offline): {log_report_run(output)}")
             ran.append("report")
         elapsed = time.perf_counter() - started
+        # The user's own files are only compared, never run: a study keeps running its frozen copies.
+        changes = [f"arm {arm}: {what}" for arm, what in source_changes(frozen.body).items()]
+        environment = environment_source_change(frozen.body.train.get("environment_source"))
+        changes += [] if environment is None else [f"environment: {environment}"]
+        for change in changes:
+            console.print(
+                f"[yellow]note[/]: {escape(change)}. HINT: to study the new source, freeze it into a new "
+                "--output directory.",
+                highlight=False,
+                soft_wrap=True,  # one line per note, whatever the width: its path stays whole
+            )
         if not ran:
             console.print(
                 f"[green]study {output} is complete[/]: every receipt authenticated "

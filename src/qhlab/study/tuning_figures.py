@@ -36,6 +36,15 @@ def _study(tuning: dict[str, Any]):
     return study
 
 
+def number_trials_from_one(ax: Any) -> None:
+    """Label an Optuna history's x axis (trial numbers from 0) from 1, as the console and report count."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{round(x) + 1}"))
+    ax.set_xlabel("Trial")
+
+
 def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
     """{figure name: writer(path)} for the tuning's two figures; empty without a tuning or with
     fewer than two complete trials (a history of one point and importances of none say nothing)."""
@@ -55,7 +64,9 @@ def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
             # Optuna marks its matplotlib backend experimental on every call.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             ax = draw(_study(tuning))
-        ax.set_ylabel(metric if draw is optuna_plots.plot_optimization_history else ax.get_ylabel())
+        if draw is optuna_plots.plot_optimization_history:
+            ax.set_ylabel(metric)
+            number_trials_from_one(ax)
         fig = ax.figure
         fig.set_size_inches(7, 4)
         fig.tight_layout()
