@@ -436,6 +436,33 @@ def test_report_shows_every_arm_and_seed(finished_study):
 
 
 @pytest.mark.slow
+def test_the_report_answers_first_in_words_that_cannot_contradict(finished_study):
+    from qhlab.study.report import ANSWER_DECISIONS
+
+    output = finished_study["output"]
+    report = json.loads((output / "report" / "report.json").read_text())
+    text = (output / "report" / "report.md").read_text()
+    regret = report["summary"]["regret_primary"]
+    h = report["primary_horizon"]
+    for q in report["question"]:
+        answer = q["answer"]
+        assert answer["decision"] in ANSWER_DECISIONS
+        # The seed-pooled difference from the baseline is the mean over seeds of the cells' own
+        # (each cell's regret_H is its mean over the same scenes).
+        pooled = answer["against_baseline"]["regret"]
+        expected = sum(regret[f"{q['variant']}-s{s}"] - regret[f"baseline-s{s}"] for s in report["seeds"]) / 2
+        assert pooled["estimate"] == pytest.approx(expected, abs=1e-12)
+        assert pooled["low"] <= pooled["estimate"] <= pooled["high"]
+        assert f"`{q['variant']}` against `baseline`: regret_{h} {pooled['estimate']:+.4f} m" in answer["text"]
+        # Three scenes can confirm nothing: the rule's point verdict never reads as a decision.
+        assert answer["decision"] == "undecided" and "only 3 validation scenes" in answer["why"]
+        assert f"- {answer['text']}" in text.split("## How the rule read each seed")[0]
+    # No Python value leaks into the report's text.
+    for leak in ("None", "True", "False", "{'", "nan"):
+        assert leak not in text, leak
+
+
+@pytest.mark.slow
 def test_report_shows_heuristic_references_and_headline_first(finished_study):
     output = finished_study["output"]
     report = json.loads((output / "report" / "report.json").read_text())
@@ -465,7 +492,7 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
     # The researcher's question leads (one line per variant, then the family table); the
     # heuristic headline is the first paragraph after it, then the references table marks the oracle.
     assert lines[0].startswith("# Architecture study") and lines[1] == ""
-    assert lines[2] == "## The question: is each variant retained?"
+    assert lines[2] == "## The answer: is each variant better than the baseline?"
     assert [line.split("`")[1] for line in lines[4:6]] == ["variant_cross_attention", "variant_deep"]
     family = lines.index("### The family")
     assert [row.split(" | ")[0].lstrip("| ") for row in lines[family + 4 : family + 9]] == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -102,7 +104,9 @@ def reference(tmp_path_factory, cache) -> Path:
     """One finished tiny check on three draws, on one worker, requiring every draw to pass."""
     root = tmp_path_factory.mktemp("e0-reference")
     # Its gate falls short of min_pass_share 1.0: exit 1, as for any failed gate, record published.
-    assert main(["e0-check", str(_check_config(root / "c", cache)), "--output", str(root / "out")]) == 1
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert main(["e0-check", str(_check_config(root / "c", cache)), "--output", str(root / "out")]) == 1
+    (root / "printed.txt").write_text(printed.getvalue())
     record = json.loads((root / "out" / "e0.json").read_text())
     # The tiny gate at 600 updates passes on some of these draws and not on others, so one record
     # shows both outcomes; were that to change, the binding tests below would lose a case.
@@ -130,6 +134,12 @@ def test_the_record_holds_each_draws_gate_as_its_sub_study_decided_it(reference,
         assert frozen.config["resolved"]["canary_updates"] == 600 and frozen.config["resolved"]["preparation"] is None
     passed = sum(o["passed"] for o in record["outcomes"])
     assert (record["passed"], record["pass_share"], record["meets_min_pass_share"]) == (passed, passed / 3, False)
+    # Each failed draw's line says why: its gate's reason, naming the canary and the horizon.
+    printed = " ".join((reference.parent / "printed.txt").read_text().split())  # unwrapped
+    for outcome in record["outcomes"]:
+        if not outcome["passed"]:
+            assert f"TRAIN {outcome['train_seed']}: E0 FAILED" in printed
+            assert " ".join(outcome["reason"].split()) in printed, printed
     assert check_record(reference) == {"draws": 3, "passed": passed, "studies_checked": 3, "studies_absent": 0}
     # A finished directory is re-read, not run again; its gate still fell short.
     assert main(["e0-check", str(reference.parent / "c" / "e0.toml"), "--output", str(reference)]) == 1

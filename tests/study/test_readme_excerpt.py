@@ -39,8 +39,10 @@ def test_the_excerpt_is_the_reports_numbers(tmp_path, finished_study):
         )
         assert row in text.splitlines(), row
     assert report["summary"]["headline"] in text
-    for question in report["question"]:
-        assert f"- `{question['variant']}`: **{question['verdict']}** ({question['replication']};" in text
+    # The block leads with each variant's answer, before any table.
+    block = text.split(START)[1].split(END)[0].strip().splitlines()
+    answers = [f"- {q['answer']['text']}" for q in report["question"]]
+    assert block[2 : 2 + len(answers)] == answers, block
     assert "from `qhlab study run tiny-study.toml`" in text
     assert (
         _excerpt(report_path, "--readme", readme, "--check", "--command", "qhlab study run tiny-study.toml").returncode

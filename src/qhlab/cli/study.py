@@ -1,4 +1,4 @@
-"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status,compare-lanes}``.
+"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status,export,compare-lanes}``.
 
 Owns: registering the ``study`` command group. Does not own: the steps' arguments
 (``qhlab.study.arguments``, shared with the study's ``main``) or running them
@@ -12,6 +12,7 @@ import argparse
 import json
 
 from qhlab.study.arguments import add_study_arguments
+from qhlab.study.export import export_study
 from qhlab.study.status import status_lines, study_status
 
 __all__ = ["register", "run"]
@@ -30,6 +31,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study step named on the command line; returns the exit status."""
+    if args.study_command == "export":  # reads receipts only: no torch, Lightning or W&B
+        written = export_study(args.study_output, args.export_output, table=args.export_table, fmt=args.export_format)
+        print(f"{args.export_table} table of {args.study_output}: {written}")
+        return 0
     if args.study_command == "status":  # reads receipts only: no torch, Lightning or W&B
         status = study_status(args.study_output, args.populations)
         print(json.dumps(status, indent=2) if args.json else "\n".join(status_lines(status)))

@@ -223,9 +223,12 @@ def _run_locked(
         how = "adopted" if result["adopted"] else f"{result['wall_seconds']:.0f} s"
         row = result["selected"]
         where = "no row qualified" if row is None else f"row state {row['state_id']}"
+        # A failed gate says why: the reason names each failing canary, its horizon, what it chose
+        # and by how much its prediction missed, as the draw's E0 receipt does.
+        why = "" if result["passed"] else f": {result['reason']}"
         say(
             f"draw {len(finished)}/{len(jobs)} TRAIN {job['seed']}: E0 {'passed' if result['passed'] else 'FAILED'} "
-            f"({where}; {how})"
+            f"({where}; {how}){why}"
         )
 
     finished: list[dict] = []

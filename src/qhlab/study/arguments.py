@@ -77,6 +77,21 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("study_output", metavar="DIR", help=f"study directory (holds {FREEZE_RECEIPT})")
     status.add_argument("--json", action="store_true", help="print the table as one JSON object")
     _add_populations_argument(status)
+    export = sub.add_parser(
+        "export",
+        help="a finished study's results as a tidy Parquet or CSV table (writes one file)",
+        description="Write one tidy table of a finished study, read from its authenticated report: "
+        "`cells` (one row per arm, seed, horizon and metric, with its interval, as report.json holds it) "
+        "or `scenes` (one row per arm, seed, validation scene, horizon and metric).",
+    )
+    export.add_argument("study_output", metavar="STUDY", help=f"study directory (holds {FREEZE_RECEIPT})")
+    # dest is not "output": the CLI's clean-up of a refused command's new --output directory is
+    # for directories; this is one file, published whole or not at all.
+    export.add_argument("--output", dest="export_output", metavar="FILE", required=True, help="the new file")
+    export.add_argument(
+        "--format", dest="export_format", choices=("parquet", "csv"), default=None, help="default: from FILE's suffix"
+    )
+    export.add_argument("--table", dest="export_table", choices=("cells", "scenes"), default="cells")
     lanes = sub.add_parser(
         "compare-lanes",
         help="is study B (another lane) the same science as study A?",

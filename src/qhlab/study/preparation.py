@@ -465,7 +465,11 @@ def markdown(report: dict) -> list[str]:
             )
             + ".",
             f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
-            f"{objective['band']} m; max seed sd {objective['max_seed_sd']}; max cost {objective['max_cost']}.",
+            f"{objective['band']} m; max seed sd "
+            + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']} m")
+            + "; max cost "
+            + ("none" if objective["max_cost"] is None else f"{objective['max_cost']} (updates x members)")
+            + ".",
             f"- Rule: {tuning['rule']}.",
             f"- Winner: trial {winner['number'] + 1}, mean {fmt(winner['mean'])}, margin over the runner-up "
             f"{fmt(winner['margin'])} m; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",

@@ -645,6 +645,78 @@ def _why_inconclusive(entry: dict, n_scenes: int) -> str | None:
     return "; ".join(reasons) or "a seed's decision is not robust"
 
 
+ANSWER_DECISIONS = ("retained", "not retained", "undecided")
+"""The words the answer gives a variant: none of them can contradict another."""
+
+
+def _decision(entry: dict, config: QhArchitectureStudyConfig, n_scenes: int) -> tuple[str, str]:
+    """A variant's decision in plain words, and why: the pre-registered rule's verdict, made one.
+
+    "retained" and "not retained" are a rule's verdict that both seeds reached and the study's
+    scenes and seeds confirm; anything else is "undecided", with its reason.
+    """
+    margins = entry["pooled_margins"]
+    mde = f"MDE D_reg {margins['D_reg']['mde']:.4f} m, D_mae {margins['D_mae']['mde']:.4f} m"
+    if entry["replication"] == "replicated" and entry["verdict"] == "retained":
+        return "retained", (
+            f"its regret_H is below {config.regret_fraction:g} x `{entry['structural_control']}`'s and its "
+            f"MAE_H below {config.mae_fraction:g} x `{entry['matched_control']}`'s, on every seed"
+        )
+    if entry["replication"] == "replicated" and entry["verdict"] == "rejected":
+        failing = []
+        if margins["D_reg"]["estimate"] > 0:
+            failing.append(
+                f"its regret_H is not below {config.regret_fraction:g} x `{entry['structural_control']}`'s "
+                f"(D_reg {margins['D_reg']['estimate']:+.4f} m)"
+            )
+        if margins["D_mae"]["estimate"] > 0:
+            failing.append(
+                f"its MAE_H is not below {config.mae_fraction:g} x `{entry['matched_control']}`'s "
+                f"(D_mae {margins['D_mae']['estimate']:+.4f} m)"
+            )
+        return "not retained", " and ".join(failing) or "a margin fails on every seed"
+    scenes = f"only {n_scenes} validation scenes; " if n_scenes < MIN_SCENES_FOR_ROBUST else ""
+    if entry["verdict"] == "not replicated":
+        return "undecided", f"{scenes}its seeds disagree ({mde})"
+    return "undecided", f"{scenes}the study could not tell a difference this small from noise ({mde})"
+
+
+def _against_baseline(report: dict, variant: str, baseline: str, metric: str) -> dict | None:
+    """The seed-pooled (variant minus baseline) difference of ``metric`` at H, or None if not compared."""
+    for row in report.get("replication", []):
+        if row["metric"] == metric and {row["arm"], row["against"]} == {variant, baseline}:
+            pooled = row["pooled"]
+            sign = 1.0 if row["arm"] == variant else -1.0
+            low, high = (pooled["low"], pooled["high"]) if sign > 0 else (-pooled["high"], -pooled["low"])
+            return {"estimate": sign * pooled["estimate"], "low": low, "high": high, "confidence": pooled["confidence"]}
+    return None
+
+
+def _answer(e: dict, config: QhArchitectureStudyConfig, report: dict) -> dict:
+    """One variant's answer: its seed-pooled difference from the baseline, then the rule's decision."""
+    h, baseline = report["primary_horizon"], config.baseline_arm
+    decision, why = _decision(e, config, report["n_scenes"])
+    differences = {m: _against_baseline(report, e["variant"], baseline, m) for m in ("regret", "mae")}
+    parts = []
+    for metric, name in (("regret", f"regret_{h}"), ("mae", f"MAE_{h}")):
+        d = differences[metric]
+        if d is not None:
+            parts.append(f"{name} {d['estimate']:+.4f} m [{d['low']:+.4f}, {d['high']:+.4f}]")
+    confidence = next((d["confidence"] for d in differences.values() if d is not None), None)
+    against = (
+        f"against `{baseline}`: " + ", ".join(parts) + f" (variant minus baseline, seeds pooled, {confidence:.0%} "
+        "two-sided; below 0 is better)"
+        if parts
+        else f"not compared with `{baseline}` directly"
+    )
+    return {
+        "decision": decision,
+        "why": why,
+        "against_baseline": differences,
+        "text": f"`{e['variant']}` {against}. By the pre-registered rule: **{decision}**: {why}.",
+    }
+
+
 def _question(inputs: ReportInputs, report: dict) -> None:
     """The researcher's question first: each variant's verdict; then each arm's make-up and cost."""
     report["question"] = [
@@ -655,6 +727,7 @@ def _question(inputs: ReportInputs, report: dict) -> None:
             "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"],
             "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
             "why_inconclusive": _why_inconclusive(e, report["n_scenes"]),
+            "answer": _answer(e, inputs.config, report),
         }
         for e in report["retention"]
     ]
@@ -684,11 +757,28 @@ def _question(inputs: ReportInputs, report: dict) -> None:
 
 
 def _question_markdown(report: dict) -> list[str]:
-    lines = ["## The question: is each variant retained?", ""]
+    lines = ["## The answer: is each variant better than the baseline?", ""]
+    lines += [f"- {q['answer']['text']}" for q in report["question"]]
+    lines += [
+        "",
+        "Each variant's decision is one of "
+        + ", ".join(f"**{d}**" for d in ANSWER_DECISIONS)
+        + ": retained or not retained only when both seeds reach the rule's verdict and the "
+        "study's scenes and seeds confirm it. The MDE is the smallest margin the study detects "
+        "with 80% power, for the margins as the rule reads them.",
+        "",
+        "## How the rule read each seed",
+        "",
+    ]
+    seeds_say = {
+        "retained": "each seed's point estimates retain it",
+        "rejected": "each seed's point estimates reject it",
+        "not replicated": "the seeds' point estimates differ",
+    }
     for q in report["question"]:
-        why = f"; inconclusive because {q['why_inconclusive']}" if q["why_inconclusive"] else ""
+        why = f"; {q['replication']} because {q['why_inconclusive']}" if q["why_inconclusive"] else ""
         lines.append(
-            f"- `{q['variant']}`: **{q['verdict']}** ({q['replication']}); MDE D_reg "
+            f"- `{q['variant']}`: {seeds_say[q['verdict']]} ({q['replication']}); MDE D_reg "
             f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m{why}."
         )
     rows = [

@@ -1,0 +1,209 @@
+"""A finished study's results as tidy tables, for the user's own statistics: ``qhlab study export``.
+
+Owns: ``export_tables`` (the authenticated report's metrics of every cell, and the per-scene
+values its cells were scored on, as two tidy tables) and ``export_study`` (one of them written
+as Parquet or CSV and published whole). Does not own: computing any statistic (the report's
+sections), reading receipts (``qhlab.evidence``) or the command line (``qhlab.cli.study``).
+
+The tables, one row per value (``docs/how-to/export-results.md`` loads them with pandas and
+DuckDB):
+
+* ``cells``: ``study, arm, role, seed, horizon, metric, value, low, high, confidence,
+  observed_updates``: each cell's MAE_h and regret_h (metres) for h = 1..H, with its 95%
+  scene-bootstrap interval, exactly as ``report.json`` holds them;
+* ``scenes``: ``study, arm, role, seed, scene_id, horizon, metric, value``: the value of every
+  validation scene, from the cell receipts the report binds (a cell's metric is their mean).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from qhlab.design.study_records import StudyCellReceipt, StudyReportReceipt
+from qhlab.evidence import (
+    EvidenceError,
+    authentication_roots,
+    input_error,
+    publish_bytes,
+    read_receipt,
+    recorded_origin,
+)
+from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, REPORT_DIR, REPORT_JSON, REPORT_RECEIPT
+
+__all__ = ["EXPORT_FORMATS", "EXPORT_TABLES", "export_study", "export_tables"]
+
+EXPORT_TABLES = ("cells", "scenes")
+EXPORT_FORMATS = ("parquet", "csv")
+_CALL = "qhlab study export"
+_METRICS = ("mae", "regret")
+
+
+def _report(output: Path) -> dict:
+    """The study's report.json, authenticated by its receipt (and so every cell receipt it binds)."""
+    import json
+
+    receipt = output / REPORT_DIR / REPORT_RECEIPT
+    if not receipt.is_file():
+        raise input_error(
+            _CALL,
+            "STUDY",
+            str(output),
+            f"a finished study directory (it holds {REPORT_DIR}/{REPORT_RECEIPT})",
+            "export a study whose report step ran (`qhlab study run CONFIG --output STUDY`)",
+        )
+    read_receipt(receipt, StudyReportReceipt)
+    return json.loads((output / REPORT_DIR / REPORT_JSON).read_text(encoding="utf-8"))
+
+
+def export_tables(output: str | os.PathLike) -> dict[str, Any]:
+    """The study's two tidy tables, read from its authenticated report and cell receipts.
+
+    Args:
+        output: the study directory (a moved or copied one is judged on its own bytes).
+
+    Returns:
+        ``{"cells": pyarrow.Table, "scenes": pyarrow.Table}`` (columns in the module docstring).
+
+    Raises:
+        QhInputError: not a finished study.
+        EvidenceError: a receipt or a file it binds does not authenticate, or a cell receipt is
+            not the one the report read.
+    """
+    import pyarrow as pa
+
+    output = Path(output)
+    with authentication_roots(output, (), original=recorded_origin(output)):
+        report = _report(output)
+        cells: dict[str, list] = {
+            k: []
+            for k in (
+                "study",
+                "arm",
+                "role",
+                "seed",
+                "horizon",
+                "metric",
+                "value",
+                "low",
+                "high",
+                "confidence",
+                "observed_updates",
+            )
+        }
+        scenes: dict[str, list] = {
+            k: [] for k in ("study", "arm", "role", "seed", "scene_id", "horizon", "metric", "value")
+        }
+        for cell in report["cells"]:
+            for metric in _METRICS:
+                for h, (value, interval) in enumerate(zip(cell[metric], cell[f"{metric}_intervals"], strict=True), 1):
+                    for key, item in (
+                        ("study", report["study"]),
+                        ("arm", cell["arm"]),
+                        ("role", cell["role"]),
+                        ("seed", cell["seed"]),
+                        ("horizon", h),
+                        ("metric", metric),
+                        ("value", value),
+                        ("low", interval["low"]),
+                        ("high", interval["high"]),
+                        ("confidence", interval["confidence"]),
+                        ("observed_updates", cell["observed_updates"]),
+                    ):
+                        cells[key].append(item)
+            path = output / CELLS_DIR / cell["cell"] / CELL_RECEIPT
+            body = read_receipt(path, StudyCellReceipt).body_record()
+            if body["final_state_sha256"] != cell["final_state_sha256"]:
+                raise EvidenceError(
+                    f"{_CALL}: {path} names final state {body['final_state_sha256'][:16]}, not the "
+                    f"{cell['final_state_sha256'][:16]} its report read. HINT: a cell receipt was replaced after "
+                    "the report; run `qhlab verify` on the study."
+                )
+            evaluation = body["evaluation"]
+            for metric in _METRICS:
+                for scene_id, values in zip(evaluation["scene_ids"], evaluation[f"scene_{metric}"], strict=True):
+                    for h, value in enumerate(values, 1):
+                        for key, item in (
+                            ("study", report["study"]),
+                            ("arm", cell["arm"]),
+                            ("role", cell["role"]),
+                            ("seed", cell["seed"]),
+                            ("scene_id", scene_id),
+                            ("horizon", h),
+                            ("metric", metric),
+                            ("value", value),
+                        ):
+                            scenes[key].append(item)
+    types = {
+        "study": pa.string(),
+        "arm": pa.string(),
+        "role": pa.string(),
+        "seed": pa.int64(),
+        "scene_id": pa.int64(),
+        "horizon": pa.int64(),
+        "metric": pa.string(),
+        "value": pa.float64(),
+        "low": pa.float64(),
+        "high": pa.float64(),
+        "confidence": pa.float64(),
+        "observed_updates": pa.int64(),
+    }
+    return {
+        name: pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
+        for name, columns in (("cells", cells), ("scenes", scenes))
+    }
+
+
+def export_study(
+    output: str | os.PathLike, destination: str | os.PathLike, *, table: str = "cells", fmt: str | None = None
+) -> Path:
+    """Write one of the study's tables to ``destination`` as Parquet or CSV, published whole.
+
+    Args:
+        output: the study directory.
+        destination: the new file (refused if it exists).
+        table: ``"cells"`` or ``"scenes"`` (``EXPORT_TABLES``).
+        fmt: ``"parquet"`` or ``"csv"``; None takes it from the destination's suffix.
+
+    Returns:
+        The written file.
+
+    Raises:
+        QhInputError: a bad table, format or destination (nothing is written), or not a finished study.
+        EvidenceError: as ``export_tables``.
+    """
+    destination = Path(destination)
+    if table not in EXPORT_TABLES:
+        raise input_error(
+            _CALL, "--table", table, " or ".join(EXPORT_TABLES), "cells: one row per cell, metric and horizon"
+        )
+    if fmt is None:
+        fmt = destination.suffix.lstrip(".").lower()
+        if fmt not in EXPORT_FORMATS:
+            raise input_error(
+                _CALL,
+                "--output",
+                str(destination),
+                "a file ending in .parquet or .csv, or --format",
+                "name the file `results.parquet`, or pass --format parquet|csv",
+            )
+    if fmt not in EXPORT_FORMATS:
+        raise input_error(_CALL, "--format", fmt, " or ".join(EXPORT_FORMATS), "parquet keeps the column types")
+    if destination.exists():
+        raise input_error(_CALL, "--output", str(destination), "a new file", "remove it or name another file")
+    if not destination.parent.is_dir():
+        raise input_error(
+            _CALL, "--output", str(destination), "a file in an existing directory", "create its directory first"
+        )
+    data = export_tables(output)[table]
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    buffer = io.BytesIO()
+    if fmt == "parquet":
+        pyarrow.parquet.write_table(data, buffer)
+    else:
+        pyarrow.csv.write_csv(data, buffer)
+    return publish_bytes(destination, buffer.getvalue())
