@@ -11,6 +11,7 @@ from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.recipe import (
     DataConfig,
+    HardTargetUpdate,
     PolyakTargetUpdate,
     QhRecipe,
     load_recipe,
@@ -41,7 +42,7 @@ def test_examples_load_with_declared_values() -> None:
     assert demo.architecture.arm == "baseline"
     assert demo.architecture.encoder.kind == "attention"
     assert demo.architecture.readout == "local" and demo.architecture.fusion == "concat"
-    assert demo.target_update == PolyakTargetUpdate(kind="polyak", tau=0.04)
+    assert demo.target_update == HardTargetUpdate(kind="hard", interval=25)
     assert demo.optimizer.betas == (0.9, 0.999)
     assert (demo.accelerator, demo.devices, demo.precision) == ("cpu", 1, "32-true")
     tiny = load_recipe(TINY_RECIPE)
