@@ -268,3 +268,33 @@ def test_freeze_binds_a_check_that_met_its_share_and_refuses_what_disagrees(tmp_
     capsys.readouterr()
     assert main(["verify", str(frozen)]) == 0
     assert "preparation/e0: every row selection" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "reshape",
+    [
+        pytest.param(lambda r: r.update(outcomes={}), id="outcomes-a-mapping"),
+        pytest.param(lambda r: r["outcomes"][0].pop("passed"), id="an-outcome-without-passed"),
+        pytest.param(lambda r: r["outcomes"][0].update(selected=[1, 2]), id="a-selected-row-a-list"),
+        pytest.param(lambda r: r.update(design=[]), id="the-design-a-list"),
+    ],
+)
+def test_a_reshaped_e0_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
+    reshaped = tmp_path / "reshaped"
+    shutil.copytree(reference, reshaped)
+    record = json.loads((reshaped / "e0.json").read_text())
+    reshape(record)
+    (reshaped / "e0.json").write_bytes(canonical_json(record))
+    path = reshaped / "e0.receipt.json"
+    document = json.loads(path.read_bytes())
+    for section in ("inputs", "outputs"):
+        for entry in document[section].values():
+            entry["sha256"] = sha256_file(reshaped / entry["path"])
+    document.pop("content_sha256")
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    path.write_bytes(canonical_json(document))
+    capsys.readouterr()
+    assert main(["verify", str(reshaped)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "e0.json" in err and "Traceback" not in err, err

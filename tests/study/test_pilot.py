@@ -392,3 +392,38 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     capsys.readouterr()
     assert main(["verify", str(study)]) == 0
     assert "preparation/pilot: 4 comparisons'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "reshape",
+    [
+        pytest.param(lambda r: r.update(fits={}), id="fits-a-mapping"),
+        pytest.param(lambda r: r["fits"][0].pop("arm"), id="a-fit-without-its-arm"),
+        pytest.param(lambda r: r.update(seed_variance="small"), id="the-seed-variance-text"),
+        pytest.param(lambda r: r.update(comparisons=None), id="no-comparisons"),
+        pytest.param(lambda r: r["design"].pop("mae_fraction"), id="a-design-without-its-mae-fraction"),
+    ],
+)
+def test_a_reshaped_pilot_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
+    reshaped = tmp_path / "reshaped"
+    shutil.copytree(reference, reshaped)
+    record = json.loads((reshaped / "pilot.json").read_text())
+    reshape(record)
+    (reshaped / "pilot.json").write_bytes(canonical_json(record))
+    _reseal_shape(reshaped)
+    capsys.readouterr()
+    assert main(["verify", str(reshaped)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "pilot.json" in err and "Traceback" not in err, err
+
+
+def _reseal_shape(directory: Path) -> None:
+    """``_reseal`` for a record whose shape may no longer carry the receipt's body fields."""
+    path = directory / "pilot.receipt.json"
+    document = json.loads(path.read_bytes())
+    for section in ("inputs", "outputs"):
+        for entry in document[section].values():
+            entry["sha256"] = sha256_file(directory / entry["path"])
+    document.pop("content_sha256")
+    document["content_sha256"] = sha256_bytes(canonical_json(document))
+    path.write_bytes(canonical_json(document))

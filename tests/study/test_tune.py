@@ -530,3 +530,29 @@ def test_a_tuning_without_an_admissible_trial_has_a_receipt_body_without_a_winne
         {"name": "t", "config_sha256": "0" * 64, "trials": 3, "winner": None}
     )
     assert body.winner is None
+
+
+@pytest.mark.parametrize(
+    "reshape",
+    [
+        pytest.param(lambda r: r.update(trials={}), id="trials-a-mapping"),
+        pytest.param(lambda r: r["trials"][0].pop("fits"), id="a-trial-without-fits"),
+        pytest.param(lambda r: r["trials"][0].update(mean="low"), id="a-mean-that-is-text"),
+        pytest.param(lambda r: r["trials"][0]["fits"][0].update(seed=None), id="a-fit-without-its-seed"),
+        pytest.param(lambda r: r.update(winner=[]), id="the-winner-a-list"),
+        pytest.param(lambda r: r.update(objective="regret"), id="the-objective-a-string"),
+    ],
+)
+def test_a_reshaped_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
+    import shutil
+
+    reshaped = tmp_path / "reshaped"
+    shutil.copytree(reference, reshaped)
+    record = json.loads((reshaped / "tuning.json").read_text())
+    reshape(record)
+    (reshaped / "tuning.json").write_bytes(canonical_json(record))
+    _reseal(reshaped)
+    capsys.readouterr()
+    assert main(["verify", str(reshaped)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "tuning.json" in err and "Traceback" not in err, err
