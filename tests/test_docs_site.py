@@ -38,6 +38,9 @@ def test_the_site_builds_strictly_with_every_page_and_the_api_reference(tmp_path
         "concepts/statistics/index.html",
         "concepts/physics/index.html",
         "decisions/demo-recipe/index.html",
+        "how-to/export-results/index.html",
+        "reference/report-json/index.html",
+        "reference/report.schema.json",
         "changelog/index.html",
     ):
         assert (site / page).is_file(), page

@@ -135,3 +135,23 @@ def test_export_refuses_bad_input_and_writes_nothing(exported, tmp_path) -> None
     code, _, err = _qhlab("study", "export", copy, "--output", tmp_path / "y.parquet")
     assert code == 2 and "cell.receipt.json" in err, err
     assert not (tmp_path / "y.parquet").exists()
+
+
+def test_report_json_has_its_documented_layout_and_the_published_schema_is_current(exported) -> None:
+    from qhlab.study.report_document import REPORT_JSON_SCHEMA, StudyReportDocument
+
+    report = exported["report"]
+    document = StudyReportDocument.model_validate(report)
+    assert [q.answer.decision for q in document.question] == [q["answer"]["decision"] for q in report["question"]]
+    assert all(len(c.mae) == len(c.mae_intervals) == document.horizon for c in document.cells)
+    # A field that the layout does not describe, or a number that is text, is refused.
+    with pytest.raises(ValueError, match="unexpected"):
+        StudyReportDocument.model_validate({**report, "unexpected": 1})
+    bad = json.loads(json.dumps(report))
+    bad["cells"][0]["mae"][0] = "0.1"
+    with pytest.raises(ValueError, match="cells.0.mae.0"):
+        StudyReportDocument.model_validate(bad)
+    published = Path(__file__).resolve().parents[2] / "docs" / "reference" / "report.schema.json"
+    assert json.loads(published.read_text()) == REPORT_JSON_SCHEMA, (
+        "docs/reference/report.schema.json is stale: regenerate it from REPORT_JSON_SCHEMA"
+    )

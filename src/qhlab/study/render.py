@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qhlab.evidence import publish_bytes, publish_file, publish_json
+from pydantic import ValidationError
+
+from qhlab.evidence import QhError, publish_bytes, publish_file, publish_json
 from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN
+from qhlab.study.report_document import StudyReportDocument
 from qhlab.study.tuning_figures import tuning_figures
 
 if TYPE_CHECKING:
@@ -182,6 +185,14 @@ def write_report_files(report: dict, directory: Path, sections: Iterable[Section
     Returns:
         {file name: path} of every file written, for the report receipt's outputs.
     """
+    try:
+        # What a user's code may read is what the reference documents: checked before any byte.
+        StudyReportDocument.model_validate(report)
+    except ValidationError as exc:
+        raise QhError(
+            f"report_study: the report does not have report.json's documented layout: {exc}. HINT: a "
+            "section wrote a field that qhlab.study.report_document does not describe; describe it there."
+        ) from None
     outputs = {REPORT_JSON: directory / REPORT_JSON, REPORT_MARKDOWN: directory / REPORT_MARKDOWN}
     publish_json(outputs[REPORT_JSON], report)
     publish_bytes(outputs[REPORT_MARKDOWN], _markdown(report, sections).encode("utf-8"))

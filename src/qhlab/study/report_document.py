@@ -1,0 +1,218 @@
+"""The documented, typed layout of a study's ``report.json``: what a user's own code may read.
+
+Owns: ``StudyReportDocument`` (every top-level field, typed; the cells and the answer typed
+through; the other sections' entries documented as JSON objects whose fields ``report.md``
+names), the models it is made of, and ``REPORT_JSON_SCHEMA`` (its JSON Schema, published in the
+docs' reference). ``write_report`` validates every report against it before anything is
+published, so a report that qhlab wrote always has this shape. Does not own: computing the
+report (``report``), writing it (``render``) or the tidy export (``export``).
+
+Indices: a list of per-horizon values (``mae``, ``regret``, ``*_intervals``, a curve point's
+``mae`` and ``regret``) holds horizon h at index h - 1, for h = 1..``horizon``; every distance
+is in metres.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["REPORT_JSON_SCHEMA", "StudyReportDocument"]
+
+
+class _Open(BaseModel):
+    """A JSON object whose listed fields are typed; a section may carry more, documented in report.md."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Interval(_Open):
+    """A scene-bootstrap interval of a mean over validation scenes.
+
+    Attributes:
+        estimate: the mean (metres).
+        low: its lower bound (metres; None: that side is open).
+        high: its upper bound (metres; None: that side is open).
+        confidence: e.g. 0.95.
+        method: "BCa" or "percentile".
+        alternative: "two-sided", "less" or "greater".
+    """
+
+    estimate: float
+    low: float | None
+    high: float | None
+    confidence: float
+    method: str
+    alternative: str
+
+
+class CurvePoint(_Closed):
+    """One evaluation of a cell's learning curve (display only: no checkpoint is ever selected).
+
+    Attributes:
+        updates: the observed optimizer updates at which it was measured.
+        mae: MAE_h per horizon (index h - 1), metres.
+        regret: regret_h per horizon (index h - 1), metres.
+    """
+
+    updates: int
+    mae: list[float]
+    regret: list[float]
+
+
+class Cell(_Open):
+    """One charged final cell: an arm fitted with one seed, scored on the validation population.
+
+    Attributes:
+        cell: its name (``ARM-sSEED``).
+        arm: the arm.
+        role: "baseline", "control" or "variant".
+        seed: the training seed.
+        attempt: its fit's directory.
+        final_state_sha256: the final state scored.
+        observed_updates: its optimizer updates.
+        wall_seconds: the fit's wall time (None: not recorded).
+        mae: MAE_h per horizon (index h - 1), metres.
+        regret: regret_h per horizon (index h - 1), metres.
+        mae_intervals: MAE_h's scene-bootstrap interval, per horizon.
+        regret_intervals: regret_h's scene-bootstrap interval, per horizon.
+        curve: the learning curve (may be empty).
+        benchmark: the scorer benchmark (None: not run).
+        previous_attempts: attempts of this cell that did not finish.
+    """
+
+    cell: str
+    arm: str
+    role: Literal["baseline", "control", "variant"]
+    seed: int
+    attempt: str
+    final_state_sha256: str
+    observed_updates: int
+    wall_seconds: float | None
+    mae: list[float]
+    regret: list[float]
+    mae_intervals: list[Interval]
+    regret_intervals: list[Interval]
+    curve: list[CurvePoint]
+    benchmark: dict[str, Any] | None = None
+    previous_attempts: list[Any]
+
+
+class Difference(_Closed):
+    """A seed-pooled difference (variant minus baseline) at H, with its two-sided interval.
+
+    Attributes:
+        estimate: the difference (metres).
+        low: the interval's lower bound (metres).
+        high: the interval's upper bound (metres).
+        confidence: e.g. 0.95.
+    """
+
+    estimate: float
+    low: float | None
+    high: float | None
+    confidence: float
+
+
+class Answer(_Closed):
+    """A variant's answer, as the report's first section says it.
+
+    Attributes:
+        decision: "retained", "not retained" or "undecided".
+        why: the reason, in words.
+        against_baseline: ``{"regret": Difference, "mae": Difference}`` at H (None: not compared).
+        text: the sentence report.md and the README print.
+    """
+
+    decision: Literal["retained", "not retained", "undecided"]
+    why: str
+    against_baseline: dict[Literal["regret", "mae"], Difference | None]
+    text: str
+
+
+class Question(_Closed):
+    """One variant's entry of the answer section.
+
+    Attributes:
+        variant: the arm.
+        answer: the answer.
+        verdict: the rule's reading of the seeds' point estimates ("retained", "rejected",
+            "not replicated").
+        replication: whether the scenes and seeds confirm it ("replicated", "inconclusive",
+            "seed-dependent").
+        mde_d_reg: the smallest D_reg the study detects (80% power), metres.
+        mde_d_mae: the smallest D_mae the study detects (80% power), metres.
+        why_inconclusive: why it is not confirmed (None: it is).
+    """
+
+    variant: str
+    answer: Answer
+    verdict: Literal["retained", "rejected", "not replicated"]
+    replication: str
+    mde_d_reg: float
+    mde_d_mae: float
+    why_inconclusive: str | None
+
+
+class StudyReportDocument(_Closed):
+    """``report/report.json``: every field a finished study's report holds.
+
+    Attributes:
+        schema_version: this layout's version.
+        study: the study's name.
+        profile: the lane.
+        horizon: H.
+        primary_horizon: the horizon the decisions read (H).
+        seeds: the training seeds.
+        n_scenes: validation scenes.
+        statistical_unit: what a statistic resamples, in words.
+        states_used: which states it scores, in words.
+        thresholds: ``tie_band``, ``regret_fraction`` and ``mae_fraction`` of the rule.
+        bootstrap: ``confidence``, ``resamples`` and ``seed`` of every interval.
+        question: the answer, one entry per variant (the report's first section).
+        cells: every charged final cell.
+        family: each arm's make-up, parameter count and cost.
+        arms: each arm's values pooled over seeds.
+        constant: the TRAIN-only constant reference.
+        references: the heuristic references (each with its regret per horizon and paired
+            differences).
+        headline: does the baseline beat the best TRAIN-chosen heuristic on every seed.
+        paired: every paired difference per seed and metric.
+        retention: the rule's margins per variant and seed.
+        replication: every comparison's seed-pooled difference with its MDE.
+        preparation: the tuning, pilot and E0 records the freeze bound (None: none).
+        summary: the values a W&B run summary holds.
+    """
+
+    schema_version: int
+    study: str
+    profile: str
+    horizon: int = Field(ge=1)
+    primary_horizon: int = Field(ge=1)
+    seeds: list[int]
+    n_scenes: int = Field(ge=1)
+    statistical_unit: str
+    states_used: str
+    thresholds: dict[Literal["tie_band", "regret_fraction", "mae_fraction"], float]
+    bootstrap: dict[Literal["confidence", "resamples", "seed"], float | int]
+    question: list[Question]
+    cells: list[Cell]
+    family: list[dict[str, Any]]
+    arms: list[dict[str, Any]]
+    constant: dict[str, Any]
+    references: dict[str, dict[str, Any]]
+    headline: dict[str, Any]
+    paired: list[dict[str, Any]]
+    retention: list[dict[str, Any]]
+    replication: list[dict[str, Any]]
+    preparation: dict[str, Any] | None
+    summary: dict[str, Any]
+
+
+REPORT_JSON_SCHEMA: dict[str, Any] = StudyReportDocument.model_json_schema()
+"""The JSON Schema of ``report.json`` (docs/reference/report-json.md prints it)."""
