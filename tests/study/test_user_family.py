@@ -641,3 +641,14 @@ def test_builder_errors_print_their_hint_once_without_internal_names(tmp_path, b
     assert code == 2, text
     assert text.count("HINT:") == 1, text
     assert "QhError" not in text and "QhInputError" not in text and "build_scorer:" not in text, text
+
+
+def test_verbose_shows_the_whole_traceback_of_the_users_error(tmp_path, byo, capsys) -> None:
+    config = byo(tmp_path, **{'builder = "my_arms.py:build_mlp"': 'builder = "bad_arms.py:build_mismatch"'})
+    capsys.readouterr()
+    assert main(["study", "freeze", str(config), "--output", str(tmp_path / "study"), "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):"), err
+    assert "bad_arms.py" in err and "return self.linear(goal)" in err and "RuntimeError: mat1 and mat2" in err
+    assert err.rstrip().splitlines()[-1].startswith("error: ") and err.count("error:") == 1
+    assert not (tmp_path / "study").exists()

@@ -14,6 +14,7 @@ import os
 import select
 import shutil
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -155,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # holds evidence was published by another process (a concurrent run) and stays.
                 if path.exists() and not any(path.rglob(f"*{RECEIPT_SUFFIX}")):
                     shutil.rmtree(path, ignore_errors=True)
+        if verbose and exc.__cause__ is not None:
+            # An error raised in the user's own code: the whole traceback, then the one line.
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

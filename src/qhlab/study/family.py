@@ -55,6 +55,9 @@ _CALL = "freeze_study"
 _INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
 
 
+_VERBOSE = "; --verbose shows the whole traceback"
+
+
 def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputError:
     what = f"arm {arm!r}" + (f" (builder {builder!r})" if builder else "")
     return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
@@ -292,7 +295,8 @@ def check_contract(
             cause = f"importing {module} failed: {type(exc).__name__}: {message}{more}{where}"
         else:
             cause = f"building it {what} {type(exc).__name__}: {exc}{more}{where}"
-        raise _refusal(arm, builder, cause.replace("\n", " "), hint) from None
+        # The user's exception stays the cause: `--verbose` prints its whole traceback.
+        raise _refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
     if built is not None:
         built()
     lazy = sorted(
@@ -335,7 +339,7 @@ def check_contract(
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - refused by name, as above
         what = "exited" if isinstance(exc, SystemExit) else "raised"
         cause = f"its forward {what} {type(exc).__name__}: {exc}{user_location(exc, shown_in=directory)}"
-        raise _refusal(arm, builder, cause.replace("\n", " "), hint) from None
+        raise _refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:
         raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
