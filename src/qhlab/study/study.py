@@ -337,12 +337,8 @@ class Study:
             console.rule("[bold]6/6 report")
             report = self.report()
             for q in report["question"]:
-                console.print(
-                    f"{q['variant']}: {q['verdict']} ({q['replication']}); MDE D_reg {q['mde_d_reg']:.4f} m, "
-                    f"D_mae {q['mde_d_mae']:.4f} m",
-                    highlight=False,
-                    markup=False,
-                )
+                # The report's own answer, word for word (its markdown emphasis dropped).
+                console.print(q["answer"]["text"].replace("**", ""), highlight=False, markup=False)
             console.print(report["headline"]["text"])
             console.print(f"W&B report run (offline): {log_report_run(output)}")
             ran.append("report")
