@@ -108,8 +108,14 @@ class _PoisonBatch:
 
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
                 if batch_idx == self.at_batch:
-                    flat = batch[self.key].view(-1)
-                    flat[0] = self.value
+                    if self.key == "target_values":
+                        # A hard target's successor values come from its table, not from the
+                        # batch's successor states: poison the value this batch's first row reads.
+                        row = int(batch["successor"][0, 0])
+                        pl_module.target_values[0, row, 0] = self.value
+                    else:
+                        flat = batch[self.key].view(-1)
+                        flat[0] = self.value
                     self.poisoned += 1
 
         return Poison(*args, **kwargs)
@@ -117,8 +123,8 @@ class _PoisonBatch:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("reward", float("nan")), ("objects", float("inf")), ("next_goal", float("nan"))],
-    ids=["reward-nan", "objects-inf", "successor-goal-nan"],
+    [("reward", float("nan")), ("objects", float("inf")), ("target_values", float("nan"))],
+    ids=["reward-nan", "objects-inf", "successor-value-nan"],
 )
 def test_non_finite_training_loss_fails_the_fit_without_final_receipt(tmp_path, rel_recipe, key, value):
     from qhlab.evidence import QhError, QhInputError

@@ -29,15 +29,14 @@ def _zero_learning_rate(monkeypatch) -> None:
 def _mean_for_max(monkeypatch) -> None:
     from qhlab.finite_horizon import q_learning
 
-    def td_targets(reward, next_q, next_candidate_mask, successor_valid, horizon):
-        if horizon == 1:
-            return reward.unsqueeze(-1)
+    # The bootstrap over a successor's candidates, in one place: the per-batch targets and a hard
+    # target's table of successor values both take it from here.
+    def successor_bootstrap(next_q, next_candidate_mask, horizon):
         future = next_q[..., : horizon - 1]
         weights = next_candidate_mask.unsqueeze(-1).to(future.dtype)
-        mean = (future * weights).sum(dim=2) / weights.sum(dim=2).clamp(min=1.0)
-        return torch.cat([reward.unsqueeze(-1), reward.unsqueeze(-1) + mean.to(reward.dtype)], dim=-1)
+        return (future * weights).sum(dim=-2) / weights.sum(dim=-2).clamp(min=1.0)
 
-    monkeypatch.setattr(q_learning, "td_targets", td_targets)
+    monkeypatch.setattr(q_learning, "successor_bootstrap", successor_bootstrap)
 
 
 def _blind_to_candidates(monkeypatch) -> None:

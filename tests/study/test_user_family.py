@@ -398,7 +398,7 @@ def test_byo_study_end_to_end_verifies_and_ignores_later_edits(tmp_path, byo, ca
         (tmp_path / "reference" / "study" / "report" / "report.md")
         .read_text()
         .splitlines()[2]
-        .startswith("## The question")
+        .startswith("## The answer")
     )
 
     twin = byo(tmp_path / "twin")
