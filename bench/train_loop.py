@@ -45,15 +45,14 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
+from qhlab.finite_horizon.batches import QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.q_learning import (
     ADAMW_FOREACH,
-    QhPopulationDataModule,
     QhTDModule,
     bootstrapped_targets,
     native_huber_loss,
     polyak_target_update,
-    population_dims,
     refresh_target,
     scheduled_lr,
     successor_bootstrap,

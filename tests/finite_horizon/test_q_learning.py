@@ -14,16 +14,14 @@ import pytest
 import torch
 
 from qhlab.evidence import QhError, QhInputError
+from qhlab.finite_horizon.batches import BATCH_KEYS, QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import (
-    BATCH_KEYS,
-    QhPopulationDataModule,
     QhTDModule,
     bootstrapped_targets,
     hard_target_update,
     native_huber_loss,
     polyak_target_update,
-    population_dims,
     refresh_target,
     successor_bootstrap,
     successor_label_loss,

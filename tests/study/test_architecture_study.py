@@ -437,7 +437,7 @@ def test_report_shows_every_arm_and_seed(finished_study):
 
 @pytest.mark.slow
 def test_the_report_answers_first_in_words_that_cannot_contradict(finished_study):
-    from qhlab.study.report import ANSWER_DECISIONS
+    from qhlab.study.answer import ANSWER_DECISIONS
 
     output = finished_study["output"]
     report = json.loads((output / "report" / "report.json").read_text())

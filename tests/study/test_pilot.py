@@ -88,15 +88,20 @@ def _pilot_config(directory: Path, cache: Path, **replace: str) -> Path:
     return directory / "pilot.toml"
 
 
-def _reseal(directory: Path) -> None:
-    """Rewrite pilot.receipt.json so it binds the files as they are now (a forger's reseal)."""
+def _reseal(directory: Path, *, body: bool = True) -> None:
+    """Rewrite pilot.receipt.json so it binds the files as they are now (a forger's reseal); with
+    ``body`` its body also takes the record's values (a reshaped record may not carry them)."""
     path = directory / "pilot.receipt.json"
     document = json.loads(path.read_bytes())
     for section in ("inputs", "outputs"):
         for entry in document[section].values():
             entry["sha256"] = sha256_file(directory / entry["path"])
-    record = json.loads((directory / "pilot.json").read_text())
-    document["body"]["seed_variance"], document["body"]["train_draw"] = record["seed_variance"], record["train_draw"]
+    if body:
+        record = json.loads((directory / "pilot.json").read_text())
+        document["body"]["seed_variance"], document["body"]["train_draw"] = (
+            record["seed_variance"],
+            record["train_draw"],
+        )
     document.pop("content_sha256")
     document["content_sha256"] = sha256_bytes(canonical_json(document))
     path.write_bytes(canonical_json(document))
@@ -410,20 +415,8 @@ def test_a_reshaped_pilot_record_is_one_clear_refusal_not_a_traceback(tmp_path, 
     record = json.loads((reshaped / "pilot.json").read_text())
     reshape(record)
     (reshaped / "pilot.json").write_bytes(canonical_json(record))
-    _reseal_shape(reshaped)
+    _reseal(reshaped, body=False)
     capsys.readouterr()
     assert main(["verify", str(reshaped)]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "pilot.json" in err and "Traceback" not in err, err
-
-
-def _reseal_shape(directory: Path) -> None:
-    """``_reseal`` for a record whose shape may no longer carry the receipt's body fields."""
-    path = directory / "pilot.receipt.json"
-    document = json.loads(path.read_bytes())
-    for section in ("inputs", "outputs"):
-        for entry in document[section].values():
-            entry["sha256"] = sha256_file(directory / entry["path"])
-    document.pop("content_sha256")
-    document["content_sha256"] = sha256_bytes(canonical_json(document))
-    path.write_bytes(canonical_json(document))

@@ -81,7 +81,8 @@ def load_final_module(
         expected_sha256: refuse the file unless its bytes have this digest.
     """
     # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.q_learning import QhTDModule, population_dims
+    from qhlab.finite_horizon.batches import population_dims
+    from qhlab.finite_horizon.q_learning import QhTDModule
     from qhlab.training.tensor_state import load_tensor_state
 
     module = QhTDModule(recipe, population_dims(population))
@@ -137,8 +138,9 @@ def benchmark_scorer(fit: str | os.PathLike | FitResult, train: str | os.PathLik
     import torch
 
     # Lazy: keeps importing this module free of torch.
+    from qhlab.finite_horizon.batches import QhPopulationDataModule
     from qhlab.finite_horizon.data import load_population
-    from qhlab.finite_horizon.q_learning import QhPopulationDataModule, native_huber_loss
+    from qhlab.finite_horizon.q_learning import native_huber_loss
     from qhlab.finite_horizon.scorer import scorer_members
     from qhlab.training.execution_profile import execution_profile
 

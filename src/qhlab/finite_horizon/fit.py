@@ -45,15 +45,11 @@ from qhlab.execution.user_code import (
     resolve_entry,
     source_digest,
 )
+from qhlab.finite_horizon.batches import QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
-from qhlab.finite_horizon.q_learning import (
-    QhPopulationDataModule,
-    QhTDModule,
-    population_dims,
-    refuse_oversized_target_table,
-)
+from qhlab.finite_horizon.q_learning import QhTDModule, refuse_oversized_target_table
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.finite_horizon.scorer import scorer_members, scorer_structure

@@ -39,6 +39,9 @@ EXPORT_TABLES = ("cells", "scenes")
 EXPORT_FORMATS = ("parquet", "csv")
 _CALL = "qhlab study export"
 _METRICS = ("mae", "regret")
+_WHO = ("study", "arm", "role", "seed")
+_CELLS = (*_WHO, "horizon", "metric", "value", "low", "high", "confidence", "observed_updates")
+_SCENES = (*_WHO, "scene_id", "horizon", "metric", "value")
 
 
 def _report(output: Path) -> dict:
@@ -75,44 +78,26 @@ def export_tables(output: str | os.PathLike) -> dict[str, Any]:
     import pyarrow as pa
 
     output = Path(output)
+    cells: list[dict] = []
+    scenes: list[dict] = []
     with authentication_roots(output, (), original=recorded_origin(output)):
         report = _report(output)
-        cells: dict[str, list] = {
-            k: []
-            for k in (
-                "study",
-                "arm",
-                "role",
-                "seed",
-                "horizon",
-                "metric",
-                "value",
-                "low",
-                "high",
-                "confidence",
-                "observed_updates",
-            )
-        }
-        scenes: dict[str, list] = {
-            k: [] for k in ("study", "arm", "role", "seed", "scene_id", "horizon", "metric", "value")
-        }
         for cell in report["cells"]:
+            who = {"study": report["study"], "arm": cell["arm"], "role": cell["role"], "seed": cell["seed"]}
             for metric in _METRICS:
                 for h, (value, interval) in enumerate(zip(cell[metric], cell[f"{metric}_intervals"], strict=True), 1):
-                    for key, item in (
-                        ("study", report["study"]),
-                        ("arm", cell["arm"]),
-                        ("role", cell["role"]),
-                        ("seed", cell["seed"]),
-                        ("horizon", h),
-                        ("metric", metric),
-                        ("value", value),
-                        ("low", interval["low"]),
-                        ("high", interval["high"]),
-                        ("confidence", interval["confidence"]),
-                        ("observed_updates", cell["observed_updates"]),
-                    ):
-                        cells[key].append(item)
+                    cells.append(
+                        {
+                            **who,
+                            "horizon": h,
+                            "metric": metric,
+                            "value": value,
+                            "low": interval["low"],
+                            "high": interval["high"],
+                            "confidence": interval["confidence"],
+                            "observed_updates": cell["observed_updates"],
+                        }
+                    )
             path = output / CELLS_DIR / cell["cell"] / CELL_RECEIPT
             body = read_receipt(path, StudyCellReceipt).body_record()
             if body["final_state_sha256"] != cell["final_state_sha256"]:
@@ -124,36 +109,22 @@ def export_tables(output: str | os.PathLike) -> dict[str, Any]:
             evaluation = body["evaluation"]
             for metric in _METRICS:
                 for scene_id, values in zip(evaluation["scene_ids"], evaluation[f"scene_{metric}"], strict=True):
-                    for h, value in enumerate(values, 1):
-                        for key, item in (
-                            ("study", report["study"]),
-                            ("arm", cell["arm"]),
-                            ("role", cell["role"]),
-                            ("seed", cell["seed"]),
-                            ("scene_id", scene_id),
-                            ("horizon", h),
-                            ("metric", metric),
-                            ("value", value),
-                        ):
-                            scenes[key].append(item)
-    types = {
-        "study": pa.string(),
-        "arm": pa.string(),
-        "role": pa.string(),
-        "seed": pa.int64(),
-        "scene_id": pa.int64(),
-        "horizon": pa.int64(),
-        "metric": pa.string(),
-        "value": pa.float64(),
-        "low": pa.float64(),
-        "high": pa.float64(),
-        "confidence": pa.float64(),
-        "observed_updates": pa.int64(),
-    }
+                    scenes += [
+                        {**who, "scene_id": scene_id, "horizon": h, "metric": metric, "value": value}
+                        for h, value in enumerate(values, 1)
+                    ]
     return {
-        name: pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
-        for name, columns in (("cells", cells), ("scenes", scenes))
+        "cells": pa.Table.from_pylist(cells, schema=_schema(_CELLS)),
+        "scenes": pa.Table.from_pylist(scenes, schema=_schema(_SCENES)),
     }
+
+
+def _schema(columns: tuple[str, ...]) -> Any:
+    """The pyarrow schema of a table's ``columns`` (strings, int64 counts and ids, float64 metres)."""
+    import pyarrow as pa
+
+    ints, floats = ("seed", "scene_id", "horizon", "observed_updates"), ("value", "low", "high", "confidence")
+    return pa.schema([(c, pa.int64() if c in ints else pa.float64() if c in floats else pa.string()) for c in columns])
 
 
 def export_study(

@@ -212,8 +212,8 @@ def _chain_batch(population: Any) -> dict:
     import torch
 
     # Lazy: keeps importing this module free of Lightning.
+    from qhlab.finite_horizon.batches import QhPopulationDataModule
     from qhlab.finite_horizon.benchmark import canonical_first_chain
-    from qhlab.finite_horizon.q_learning import QhPopulationDataModule
 
     rows = torch.tensor(canonical_first_chain(population)["rows"], dtype=torch.int64)
     return QhPopulationDataModule(population, batch_size=len(rows), seed=0, rows=rows).gather(rows)
@@ -252,7 +252,8 @@ def check_contract(
     import torch
 
     # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.q_learning import native_huber_loss, population_dims
+    from qhlab.finite_horizon.batches import population_dims
+    from qhlab.finite_horizon.q_learning import native_huber_loss
     from qhlab.finite_horizon.scorer import ArmContractError, build_scorer, scorer_structure
 
     dims = population_dims(population)

@@ -29,6 +29,7 @@ from qhlab.evidence import (
     verify_directory,
 )
 from qhlab.evidence.layout import MPS_MEMORY_RECEIPT
+from qhlab.finite_horizon.batches import QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.diagnostics import commissioning as cm
 from qhlab.finite_horizon.diagnostics.commissioning import (
     QhCommissioningMilestoneReceipt,
@@ -40,7 +41,7 @@ from qhlab.finite_horizon.diagnostics.commissioning import (
     read_mps_memory_observation,
 )
 from qhlab.finite_horizon.diagnostics.mps_memory import allow_injected_sampler_evidence
-from qhlab.finite_horizon.q_learning import QhPopulationDataModule, QhTDModule, population_dims
+from qhlab.finite_horizon.q_learning import QhTDModule
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.finite_horizon.records import CommissioningRunReceipt
 from qhlab.training.optimizer_state import observed_optimizer_updates
