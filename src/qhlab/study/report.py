@@ -7,8 +7,9 @@ is one statistic of the report and owns its computation (``build``: its fields o
 and its entries of the summary), its lines of ``report.md`` and its W&B tables; ``SECTIONS`` is
 their registry, in report order; ``build_report`` is a loop over it. Does not own: the section
 contract (``sections``: ``ReportInputs``, ``Section``, ``Tables``), the statistics (``statistics``,
-``replication``), the references (``references``), the seed-aware section's code (``seed_aware``), the answer section (``answer``),
-the figures and writing the files (``render``) or the W&B run (``report_run``).
+``replication``), the references (``references``), the seed-aware section's code (``seed_aware``),
+the answer section's (``answer``), the figures and writing the files (``render``) or the W&B run
+(``report_run``).
 """
 
 from __future__ import annotations
