@@ -427,6 +427,13 @@ def test_freeze_binds_the_record_and_refuses_the_tuning_validation(tmp_path, cac
     (run,) = (frozen / "wandb-report").iterdir()
     logged = {p.name.rsplit("_", 2)[0] for p in run.glob("**/files/media/images/report/*.png")}
     assert {"tuning_history", "tuning_importances"} <= logged, logged
+    # A replication may not draw the tuning's validation population (seed 9): refused, nothing written.
+    replica = tmp_path / "replica"
+    argv = ["study", "replicate", str(frozen), "--train-seed", "27", "--validation-seed", "9", "--output", str(replica)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "validation seed 9 is the seed of the tuning validation" in err and "refused: [7, 8, 9]" in err, err
+    assert not replica.exists()
 
 
 # ----------------------------------------------------------------- the pruner

@@ -1,4 +1,4 @@
-"""``qhlab study {freeze,admit-canaries,prepare-development,run-fit,benchmark,report,run,status,export,compare-lanes}``.
+"""``qhlab study STEP``: the study steps and `status`, `export`, `replicate` and `compare-lanes`.
 
 Owns: registering the ``study`` command group. Does not own: the steps' arguments
 (``qhlab.study.arguments``, shared with the study's ``main``) or running them

@@ -2,7 +2,7 @@
 
 Owns: the names of a population directory, of a fit's attempt directory, of a study directory
 (and the name of a cell and the paths derived from it), of the preparation records (a tuning,
-a pilot, an E0 check) and of a lane comparison. Every module that writes or reads one of these
+a pilot, an E0 check), of a lane comparison and of a replication. Every module that writes or reads one of these
 files takes its name from here, so a name is spelled in one place and a reader never imports
 the (torch-heavy) writer to learn it. Does not own: what the files hold (their writers and
 their record models) or reading and writing them (``receipts``, ``publish``).
@@ -54,6 +54,12 @@ __all__ = [
     "PREPARATION_FITS_DIR",
     "RECEIPT_SUFFIX",
     "RECORD_CONFIG_COPY",
+    "REPLICATION_CONFIG",
+    "REPLICATION_DESIGN_DIR",
+    "REPLICATION_JSON",
+    "REPLICATION_MARKDOWN",
+    "REPLICATION_RECEIPT",
+    "REPLICATION_STUDY_DIR",
     "REPORT_DIR",
     "REPORT_JSON",
     "REPORT_LOCK",
@@ -145,6 +151,15 @@ LANES_JSON = "lanes.json"
 LANES_MARKDOWN = "lanes.md"
 LANES_FIGURE = "lanes.png"
 LANES_RECEIPT = "lanes.receipt.json"
+
+# A replication's directory: the design it froze (the config and the original's frozen arm
+# sources), the replica study, and the replication record beside them (the receipt last).
+REPLICATION_DESIGN_DIR = "design"
+REPLICATION_CONFIG = "replication-config.toml"
+REPLICATION_STUDY_DIR = "study"
+REPLICATION_JSON = "replication.json"
+REPLICATION_MARKDOWN = "replication.md"
+REPLICATION_RECEIPT = "replication.receipt.json"
 
 
 def cell_name(arm: str, seed: int, canary_role: str | None = None) -> str:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from qhlab.design.study_config import EXECUTION_FIELDS
-from qhlab.design.study_records import StudyReportReceipt
 from qhlab.evidence import (
     authentication_roots,
     canonical_json,
@@ -30,7 +29,6 @@ from qhlab.evidence import (
     publish_directory,
     publish_file,
     publish_json,
-    read_receipt,
     sha256_bytes,
     sha256_file,
     write_receipt,
@@ -38,21 +36,16 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import (
     DOCUMENT_SCHEMA_VERSION,
     FINAL_STATE,
-    FREEZE_RECEIPT,
     LANES_FIGURE,
     LANES_JSON,
     LANES_MARKDOWN,
     LANES_RECEIPT,
-    REPORT_DIR,
-    REPORT_JSON,
-    REPORT_RECEIPT,
-    STUDY_CONFIG_COPY,
     cell_name,
 )
 from qhlab.lanes.records import LaneComparisonReceipt
 from qhlab.statistics.bootstrap import paired_scene_bootstrap
 from qhlab.statistics.replication import pooled_difference
-from qhlab.study.authentication import authenticate_cells, check_bound, runtime_versions
+from qhlab.study.authentication import authenticate_report, runtime_versions
 from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.study import Study
@@ -193,14 +186,8 @@ def _read_lane(directory: Path) -> dict[str, Any]:
     """
     # Another lane is often another machine with other package versions: they are reported
     # (``versions``), not refused; the source package, config and every receipt still must hold.
-    with Study.open(_config_path(directory), directory).authenticated(CALL, runs=False) as frozen:
-        cells = authenticate_cells(frozen, CALL)
-        path = directory / REPORT_DIR / REPORT_RECEIPT
-        receipt = read_receipt(path, StudyReportReceipt)
-        check_bound(receipt, "freeze", frozen.receipt_path, path)
-        for (arm, seed), cell in cells.items():
-            check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
-        report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
+    with Study.existing(directory).authenticated(CALL, runs=False) as frozen:
+        path, report, cells = authenticate_report(frozen, CALL)
         return {
             "directory": directory,
             "profile": frozen.config.profile,
@@ -216,19 +203,6 @@ def _read_lane(directory: Path) -> dict[str, Any]:
             "seed_variance": frozen_pilot(frozen.config, {"preparation": frozen.body.preparation}, "regret"),
             "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
         }
-
-
-def _config_path(directory: Path) -> Path:
-    """The study's config: the file it was frozen from while its bytes are the frozen ones (its
-    relative paths resolve where they did), else the study's own copy (authenticated either way)."""
-    try:
-        recorded = json.loads((directory / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
-        source = Path(recorded["source_path"])
-        return (
-            source if source.is_file() and sha256_file(source) == recorded["sha256"] else directory / STUDY_CONFIG_COPY
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return directory / STUDY_CONFIG_COPY
 
 
 def decision_differences(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -1,5 +1,6 @@
 """Seed-aware statistics: pooled paired differences whose intervals carry the training seed,
-replication labels, study-level verdicts and minimum detectable effects.
+replication labels, study-level verdicts, minimum detectable effects and the agreement of
+two studies of one design on independent population pairs (``agreement_test``).
 
 Owns: pure functions over per-scene arrays of several training seeds (the arrays are checked
 here; confidence, power and sidedness are taken as validated by the study config and the
@@ -47,6 +48,7 @@ __all__ = [
     "REPLICATION_LABELS",
     "STUDY_VERDICTS",
     "PooledDifference",
+    "agreement_test",
     "interval_side",
     "minimum_detectable_effect",
     "pooled_difference",
@@ -426,3 +428,77 @@ def study_verdict(retained_by_seed: dict[int, bool]) -> str:
         )
     values = set(bool(v) for v in retained_by_seed.values())
     return "retained" if values == {True} else "rejected" if values == {False} else "not replicated"
+
+
+def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> dict[str, Any]:
+    """Do two studies of one design, on independent population pairs, agree within their uncertainty?
+
+    For comparison k, ``z_k = (a_k - b_k) / sqrt(se_a_k^2 + se_b_k^2)``: standard normal when both
+    studies estimate the same difference with the stated standard errors (each carrying scenes,
+    training seed and, with a pilot, TRAIN draw). Under that hypothesis ``sum_k z_k^2`` is
+    chi-square with K degrees of freedom when the comparisons are independent. A study's
+    comparisons share cells (every variant is compared with its controls and the baseline), so the
+    p value is approximate; the z of every comparison is given beside it.
+
+    Args:
+        estimates_a: float [K], study A's seed-pooled estimates (metres).
+        se_a: float [K], their standard errors (>= 0; where both are 0 the estimates must be equal,
+            and z is 0).
+        estimates_b: float [K], study B's estimates of the same comparisons, in the same order.
+        se_b: float [K], their standard errors (>= 0).
+
+    Returns:
+        {"z": float [K] as a list, "statistic": sum of z^2, "dof": K, "p_value": the chi-square
+        upper tail of the statistic}.
+
+    Raises:
+        QhInputError: arrays of other shapes or lengths, fewer than one comparison, a non-finite
+            value, a negative standard error, or two different estimates without uncertainty.
+    """
+    call = "agreement_test"
+    arrays = {}
+    for name, value in (("estimates_a", estimates_a), ("se_a", se_a), ("estimates_b", estimates_b), ("se_b", se_b)):
+        array = np.asarray(value, dtype=np.float64)
+        if array.ndim != 1 or array.size < 1 or not np.isfinite(array).all():
+            raise input_error(
+                call,
+                name,
+                value,
+                "a 1-D array of finite floats with at least one comparison",
+                "pass each study's seed-pooled estimates and standard errors, one per comparison",
+            )
+        arrays[name] = array
+    if len({a.size for a in arrays.values()}) != 1:
+        raise input_error(
+            call,
+            "estimates_b",
+            {k: int(a.size) for k, a in arrays.items()},
+            "four arrays of one length K (the same comparisons, in the same order)",
+            "both studies must report the same comparisons",
+        )
+    for name in ("se_a", "se_b"):
+        if (arrays[name] < 0).any():
+            raise input_error(
+                call, name, arrays[name].tolist(), "standard errors >= 0", "a standard error is never negative"
+            )
+    difference = arrays["estimates_a"] - arrays["estimates_b"]
+    scale = np.sqrt(arrays["se_a"] ** 2 + arrays["se_b"] ** 2)
+    exact = scale == 0
+    if (exact & (difference != 0)).any():
+        raise input_error(
+            call,
+            "se_a",
+            arrays["se_a"].tolist(),
+            "a standard error > 0 in one study wherever the two estimates differ",
+            "two estimates without uncertainty that differ cannot be compared by z",
+        )
+    # Two estimates without uncertainty that are equal agree exactly: z = 0.
+    z = np.where(exact, 0.0, difference / np.where(exact, 1.0, scale))
+    statistic = float(np.sum(z**2))
+    dof = int(z.size)
+    return {
+        "z": [float(v) for v in z],
+        "statistic": statistic,
+        "dof": dof,
+        "p_value": float(stats.chi2.sf(statistic, dof)),
+    }

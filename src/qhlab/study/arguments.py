@@ -92,6 +92,25 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", dest="export_format", choices=("parquet", "csv"), default=None, help="default: from FILE's suffix"
     )
     export.add_argument("--table", dest="export_table", choices=("cells", "scenes"), default="cells")
+    replicate = sub.add_parser(
+        "replicate",
+        help="run a finished study's frozen design on a fresh population pair and test the agreement",
+        description="Run STUDY's frozen design (recipe, family, budgets, preparation records, gate) on a "
+        "fresh TRAIN and validation pair as a study of its own in DIR/study, then write "
+        "replication.json and replication.md: per comparison both seed-pooled estimates and z, the "
+        "chi-square agreement test, sign flips and changed conclusions. Seeds that the study, its "
+        "tuning, pilot or E0 check drew are refused. Resumes a killed replication in the same DIR.",
+    )
+    replicate.add_argument("replicate_study", metavar="STUDY", help="the finished original study directory")
+    replicate.add_argument("--train-seed", type=int, required=True, metavar="A", help="the fresh TRAIN's seed")
+    replicate.add_argument(
+        "--validation-seed", type=int, required=True, metavar="B", help="the fresh validation population's seed"
+    )
+    # dest is not "output": as for a study, a replication's directory outlives a failed step.
+    replicate.add_argument("--output", dest="replicate_output", metavar="DIR", required=True, help="new directory")
+    replicate.add_argument("--workers", type=int, default=None, help="parallel fits (does not change results)")
+    _add_populations_argument(replicate)
+    add_executor_arguments(replicate, what="population labelling and fits", default_help="the study config's executor")
     lanes = sub.add_parser(
         "compare-lanes",
         help="is study B (another lane) the same science as study A?",

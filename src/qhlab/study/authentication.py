@@ -31,6 +31,7 @@ from qhlab.design.study_records import (
     StudyDevelopmentReceipt,
     StudyE0Receipt,
     StudyFreezeReceipt,
+    StudyReportReceipt,
 )
 from qhlab.evidence import (
     EvidenceError,
@@ -50,6 +51,9 @@ from qhlab.evidence.layout import (
     E0_RECEIPT,
     FIT_RECEIPT,
     FREEZE_RECEIPT,
+    REPORT_DIR,
+    REPORT_JSON,
+    REPORT_RECEIPT,
     SELECTION_FILE,
     STUDY_CALL,
     cell_name,
@@ -73,6 +77,7 @@ __all__ = [
     "authenticate_development",
     "authenticate_e0",
     "authenticate_freeze",
+    "authenticate_report",
     "check_bound",
     "read_canary_selection",
     "read_cell_receipts",
@@ -486,6 +491,30 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
             "--seed S` for each (or `qhlab study run`); the report compares all cells."
         )
     return cells
+
+
+def authenticate_report(frozen: FrozenStudy, step: str) -> tuple[Path, dict, dict[tuple[str, int], dict]]:
+    """A finished study's report: its receipt, chained to the freeze and to every cell's final receipt.
+
+    Returns:
+        (the report receipt's path, ``report.json`` as the receipt binds it, the cells as
+        ``authenticate_cells`` returns them).
+
+    Raises:
+        OrderError: a cell or the report is missing. EvidenceError: a receipt does not authenticate
+            or does not bind the study's current freeze and cell receipts.
+    """
+    cells = authenticate_cells(frozen, step)
+    path = frozen.output / REPORT_DIR / REPORT_RECEIPT
+    require_step(
+        path, "the report receipt", step, f"run `qhlab study run {frozen.config_path} --output {frozen.output}`"
+    )
+    receipt = read_receipt(path, StudyReportReceipt)
+    check_bound(receipt, "freeze", frozen.receipt_path, path)
+    for (arm, seed), cell in cells.items():
+        check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
+    report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
+    return path, report, cells
 
 
 def read_cell_receipts(

@@ -1,8 +1,8 @@
 """``Study``: one study directory and its config, and every step of the pipeline called one way.
 
-Owns: ``Study`` (``Study.open(config, output)`` and its steps ``freeze``, ``admit_canaries``,
-``prepare_development``, ``run_fit``, ``benchmark``, ``report``, ``status`` and ``run``, the main
-job: the order of the steps). A step authenticates the study once per ``Study`` object
+Owns: ``Study`` (``Study.open(config, output)``, ``Study.existing(output)`` and its steps
+``freeze``, ``admit_canaries``, ``prepare_development``, ``run_fit``, ``benchmark``, ``report``,
+``status`` and ``run``, the main job: the order of the steps). A step authenticates the study once per ``Study`` object
 (``authenticate_freeze``) and works inside ``authentication_roots``: the receipts of a copied study
 are checked in the copy, and populations that moved are found by digest. Does not own: what a step
 does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``,
@@ -13,6 +13,7 @@ does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, `
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +24,7 @@ from rich.markup import escape
 
 from qhlab.design.study_config import read_study_config
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
-from qhlab.evidence import authentication_roots, read_receipt, recorded_origin
+from qhlab.evidence import authentication_roots, read_receipt, recorded_origin, sha256_file
 from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -32,6 +33,7 @@ from qhlab.evidence.layout import (
     REPORT_DIR,
     REPORT_MARKDOWN,
     REPORT_RECEIPT,
+    STUDY_CONFIG_COPY,
     benchmark_receipt_path,
     cell_receipt_path,
 )
@@ -99,6 +101,28 @@ class Study:
     ) -> Study:
         """The study at ``output`` made from ``config_path`` (nothing is read or written yet)."""
         return cls(config_path, output, populations=populations, executor=executor)
+
+    @classmethod
+    def existing(
+        cls,
+        output: str | os.PathLike,
+        *,
+        populations: Sequence[str | os.PathLike] = (),
+        executor: ExecutorChoice | None = None,
+    ) -> Study:
+        """The study frozen at ``output``, with the config it was frozen from: that file while its
+        bytes are the frozen ones (its relative paths resolve where they did), else the study's
+        own copy (authenticated either way, by the first step)."""
+        output = Path(output)
+        config = output / STUDY_CONFIG_COPY
+        try:
+            recorded = json.loads((output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
+            source = Path(recorded["source_path"])
+            if source.is_file() and sha256_file(source) == recorded["sha256"]:
+                config = source
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: the copy, which the first step's authentication then refuses by name
+        return cls(config, output, populations=populations, executor=executor)
 
     @contextlib.contextmanager
     def authenticated(self, step: str, *, runs: bool = True) -> Iterator[FrozenStudy]:

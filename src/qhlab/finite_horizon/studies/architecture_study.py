@@ -39,9 +39,10 @@ from typing import Any, NoReturn
 from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhError
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
-from qhlab.execution import JobRunner
+from qhlab.execution import JobRunner, executor_choice
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.lanes.compare import run_command as compare_lanes_command
+from qhlab.replication.run import replicate
 from qhlab.study.arguments import add_study_arguments
 from qhlab.study.freeze import describe_family
 from qhlab.study.report_run import log_report_run
@@ -133,6 +134,19 @@ def run_study_command(args: argparse.Namespace) -> int:
     command = args.study_command
     if command == "compare-lanes":  # two studies, each authenticated in its own directory
         return compare_lanes_command(args)
+    if command == "replicate":  # a finished study and the study of its design it runs
+        executor = None
+        if args.executor is not None or args.ray_address is not None:
+            executor = executor_choice(args.executor, args.ray_address, call="qhlab study replicate")
+        return replicate(
+            args.replicate_study,
+            args.replicate_output,
+            train_seed=args.train_seed,
+            validation_seed=args.validation_seed,
+            populations=args.populations,
+            workers=args.workers,
+            executor=executor,
+        )
     if command == "status":
         status = study_status(args.study_output, args.populations)
         print(json.dumps(status, indent=2) if args.json else "\n".join(status_lines(status)))

@@ -1,0 +1,294 @@
+"""What a replication finds: the design two studies share, the seeds it may not reuse, and their agreement.
+
+Owns: pure functions over the records of an original study and its replica (freeze and
+development receipt bodies, ``report.json``): ``used_populations`` (every population the original,
+its tuning, pilot and E0 check drew), ``refused_seeds``, ``study_design`` (what a replica must share
+with its original), ``design_differences``, and ``replication_document`` (every number of
+``replication.json``: per comparison the two seed-pooled estimates and z, the chi-square agreement
+test, sign flips and changed verdicts). ``qhlab study replicate`` computes the document with these
+functions and ``qhlab verify`` recomputes it with the same ones. Does not own: the statistics
+(``qhlab.statistics.replication.agreement_test``), running the replica (``run``) or the receipt
+kind (``records``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qhlab.design.study_config import EXECUTION_FIELDS
+from qhlab.evidence.layout import DOCUMENT_SCHEMA_VERSION
+from qhlab.statistics.replication import agreement_test
+
+__all__ = [
+    "design_differences",
+    "refused_seeds",
+    "replication_document",
+    "reused_populations",
+    "study_design",
+    "used_populations",
+]
+
+# Where a study ran and cached its populations, not what it decided; and the pair a replication draws anew.
+_NOT_DESIGN = (*EXECUTION_FIELDS, "population_cache")
+_DRAWN_ANEW = (("train", "seed"), ("validation", "seed"))
+
+
+def used_populations(freeze: dict, development: dict) -> list[dict[str, Any]]:
+    """Every population the original study, its tuning, pilot and E0 check drew.
+
+    Args:
+        freeze: the original's freeze receipt body.
+        development: the original's development receipt body (its sealed validation).
+
+    Returns:
+        ``[{"use", "preset", "seed", "manifest_sha256"}]`` (the manifest is None where the record
+        names only the seed: an E0 check's draws).
+    """
+    used = [
+        {
+            "use": "study TRAIN",
+            "preset": freeze["train"]["declared"].get("preset"),
+            "seed": freeze["train"]["declared"].get("seed"),
+            "manifest_sha256": freeze["train"]["manifest_sha256"],
+        },
+        {
+            "use": "study validation",
+            "preset": freeze["validation"]["declared"].get("preset"),
+            "seed": freeze["validation"]["declared"].get("seed"),
+            "manifest_sha256": development["validation"]["manifest_sha256"],
+        },
+    ]
+    preparation = freeze.get("preparation") or {}
+    for kind in ("tuning", "pilot"):
+        for role, population in ((preparation.get(kind) or {}).get("populations") or {}).items():
+            used.append(
+                {"use": f"{kind} {role}", **{k: population.get(k) for k in ("preset", "seed", "manifest_sha256")}}
+            )
+    e0 = preparation.get("e0") or {}
+    for seed in e0.get("train_seeds") or []:
+        used.append(
+            {
+                "use": "E0 check draw",
+                "preset": freeze["train"]["declared"].get("preset"),
+                "seed": seed,
+                "manifest_sha256": None,
+            }
+        )
+    return used
+
+
+def refused_seeds(used: list[dict[str, Any]]) -> list[int]:
+    """The population seeds a replication may not draw: every seed in ``used``, sorted."""
+    return sorted({int(p["seed"]) for p in used if p.get("seed") is not None})
+
+
+def reused_populations(used: list[dict[str, Any]], drawn: dict[str, dict[str, Any]]) -> list[str]:
+    """What a replica's population pair reuses of ``used``, in words (empty: both are fresh).
+
+    Args:
+        used: ``used_populations`` of the original.
+        drawn: ``{"train" | "validation": {"seed", "manifest_sha256" (None: not drawn yet)}}``.
+
+    Returns:
+        One line per reuse: a seed the original's records drew, or a manifest equal to one of
+        theirs (a generator that ignored the seed would give the same population twice).
+    """
+    seeds = {int(p["seed"]): p["use"] for p in reversed(used) if p.get("seed") is not None}
+    manifests = {p["manifest_sha256"]: p["use"] for p in used if p.get("manifest_sha256")}
+    found = []
+    for role, population in drawn.items():
+        if population.get("seed") in seeds:
+            found.append(f"{role} seed {population['seed']} is the seed of the {seeds[population['seed']]}")
+        if population.get("manifest_sha256") in manifests:
+            found.append(f"{role} population is the {manifests[population['manifest_sha256']]} (same manifest)")
+    if drawn.get("train", {}).get("seed") is not None and drawn["train"].get("seed") == drawn.get("validation", {}).get(
+        "seed"
+    ):
+        found.append(f"train and validation share seed {drawn['train']['seed']}")
+    return found
+
+
+def study_design(freeze: dict) -> dict[str, Any]:
+    """What a replica shares with its original: everything frozen but where it ran and its population pair.
+
+    Args:
+        freeze: a freeze receipt body.
+
+    Returns:
+        The config as frozen (without the execution fields, the population cache and the two
+        population seeds), each cell's recipe digest, the arms (role, control, architecture,
+        builder, source digest), the seeds, budgets and thresholds, the qhlab source and package
+        versions, the preparation records' digests, the user environment's source digest and the
+        validation preset.
+    """
+    config = json.loads(json.dumps(freeze["config"]["resolved"]))
+    for field in _NOT_DESIGN:
+        config.pop(field, None)
+    for section, key in _DRAWN_ANEW:
+        config[section].pop(key, None)
+    environment = freeze["train"].get("environment_source") or {}
+    return {
+        "config": config,
+        "profile": freeze["profile"],
+        "recipes": freeze["recipes"],
+        "arms": [
+            {
+                **{k: a.get(k) for k in ("arm", "role", "control", "matched", "architecture", "builder")},
+                "source_sha256": (a.get("source") or {}).get("sha256"),
+            }
+            for a in freeze["arms"]
+        ],
+        "seeds": freeze["seeds"],
+        "budgets": freeze["budgets"],
+        "thresholds": freeze["thresholds"],
+        "source_package": freeze["source_package"]["sha256"],
+        "versions": freeze["versions"],
+        "preparation": {k: v["record_sha256"] for k, v in (freeze.get("preparation") or {}).items() if v},
+        "environment_source": environment.get("sha256"),
+        "validation_preset": freeze["validation"].get("preset"),
+    }
+
+
+def design_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Every dotted field where two ``study_design`` values differ, with both values, sorted."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        found = []
+        for key in sorted(set(a) | set(b), key=str):
+            found += design_differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        return found
+    if a != b:
+        return [f"{prefix.rstrip('.')} (original: {json.dumps(a)}, replica: {json.dumps(b)})"]
+    return []
+
+
+def _side(freeze: dict, development: dict, report: dict) -> dict[str, Any]:
+    return {
+        "study_id": freeze["study_id"],
+        "directory": freeze["output"],
+        "train": {**freeze["train"]["declared"], "manifest_sha256": freeze["train"]["manifest_sha256"]},
+        "validation": {
+            **freeze["validation"]["declared"],
+            "manifest_sha256": development["validation"]["manifest_sha256"],
+        },
+        "n_scenes": report["n_scenes"],
+    }
+
+
+def _estimate(entry: dict) -> dict[str, Any]:
+    pooled = entry["pooled"]
+    return {
+        "estimate": pooled["estimate"],
+        "se": pooled["se"],
+        "low": pooled["low"],
+        "high": pooled["high"],
+        "label": entry["label"],
+    }
+
+
+def _sign(value: float) -> int:
+    return (value > 0) - (value < 0)
+
+
+def replication_document(original: dict[str, dict], replica: dict[str, dict]) -> dict[str, Any]:
+    """Every number of ``replication.json`` from the two studies' records.
+
+    Args:
+        original, replica: ``{"freeze": freeze receipt body, "development": development receipt
+            body, "report": report.json}`` of each study.
+
+    Returns:
+        The document: both studies' populations, the refused seeds, the design check, per
+        comparison (arm, against, metric at H) both seed-pooled estimates with their standard
+        errors and labels, z = (a - b) / sqrt(se_a^2 + se_b^2), whether the sign flipped and
+        whether the label changed; the chi-square agreement test over every comparison; each
+        variant's answer ("retained", "not retained", "undecided") and rule verdict in both studies
+        and whether each changed; and one summary sentence.
+
+    Raises:
+        ValueError: the two reports do not hold the same comparisons or variants.
+    """
+    used = used_populations(original["freeze"], original["development"])
+    differences = design_differences(study_design(original["freeze"]), study_design(replica["freeze"]))
+    replica_side = _side(replica["freeze"], replica["development"], replica["report"])
+    reused = reused_populations(used, {role: replica_side[role] for role in ("train", "validation")})
+    key = ("arm", "against", "metric")
+    theirs = {tuple(e[k] for k in key): e for e in replica["report"]["replication"]}
+    ours = [tuple(e[k] for k in key) for e in original["report"]["replication"]]
+    if sorted(ours) != sorted(theirs):
+        raise ValueError(f"the reports compare other things: original {sorted(ours)}, replica {sorted(theirs)}")
+    rows = []
+    for entry in original["report"]["replication"]:
+        other = theirs[tuple(entry[k] for k in key)]
+        rows.append(
+            {
+                **{k: entry[k] for k in (*key, "relation")},
+                "original": _estimate(entry),
+                "replica": _estimate(other),
+            }
+        )
+    test = agreement_test(
+        [r["original"]["estimate"] for r in rows],
+        [r["original"]["se"] for r in rows],
+        [r["replica"]["estimate"] for r in rows],
+        [r["replica"]["se"] for r in rows],
+    )
+    for row, z in zip(rows, test["z"]):
+        a, b = row["original"]["estimate"], row["replica"]["estimate"]
+        row["z"] = z
+        row["sign_flipped"] = _sign(a) * _sign(b) < 0
+        row["label_changed"] = row["original"]["label"] != row["replica"]["label"]
+    answers = {q["variant"]: q for q in replica["report"]["question"]}
+    if sorted(answers) != sorted(q["variant"] for q in original["report"]["question"]):
+        raise ValueError("the reports answer for other variants")
+    conclusions = []
+    for q in original["report"]["question"]:
+        other = answers[q["variant"]]
+        ours = {"decision": q["answer"]["decision"], "verdict": q["verdict"]}
+        theirs_ = {"decision": other["answer"]["decision"], "verdict": other["verdict"]}
+        conclusions.append(
+            {
+                "variant": q["variant"],
+                "original": ours,
+                "replica": theirs_,
+                "answer_changed": ours["decision"] != theirs_["decision"],
+                "verdict_changed": ours["verdict"] != theirs_["verdict"],
+            }
+        )
+    flips = [f"{r['arm']} vs {r['against']} ({r['metric']})" for r in rows if r["sign_flipped"]]
+    changed = [c["variant"] for c in conclusions if c["answer_changed"] or c["verdict_changed"]]
+
+    def moves(field: str) -> str:
+        moved = [
+            f"{c['variant']} ({c['original'][field]} -> {c['replica'][field]})"
+            for c in conclusions
+            if c[f"{'answer' if field == 'decision' else 'verdict'}_changed"]
+        ]
+        return ", ".join(moved) or "none"
+
+    summary = (
+        f"{len(rows)} comparisons: sum of z^2 {test['statistic']:.2f} on {test['dof']} degrees of freedom, "
+        f"p {test['p_value']:.3g}; {len(flips)} of {len(rows)} estimates changed sign; changed answers: "
+        f"{moves('decision')}; changed rule verdicts: {moves('verdict')}."
+    )
+    return {
+        "schema_version": DOCUMENT_SCHEMA_VERSION,
+        "study": original["report"]["study"],
+        "primary_horizon": original["report"]["primary_horizon"],
+        "original": _side(original["freeze"], original["development"], original["report"]),
+        "replica": replica_side,
+        "used_populations": used,
+        "refused_seeds": refused_seeds(used),
+        "reused": reused,
+        "design": {"identical": not differences, "differences": differences},
+        "comparisons": rows,
+        "agreement": {
+            **{k: test[k] for k in ("statistic", "dof", "p_value")},
+            "test": "sum over comparisons of z^2 against chi-square(K); the comparisons of one study share "
+            "cells, so they are not independent and the p value is approximate",
+        },
+        "sign_flips": flips,
+        "conclusions": conclusions,
+        "changed_conclusions": changed,
+        "summary": summary,
+    }

@@ -1,0 +1,426 @@
+"""``qhlab study replicate STUDY --train-seed A --validation-seed B --output DIR``: a conclusion, tested again.
+
+Owns: ``replicate`` (authenticate the finished original; refuse a population pair that any of its
+records drew; write the replica's design, that is the original's config with only the two
+population seeds changed and the original's frozen arm sources beside it; check that it is the
+original's design; run it as a study with every step of ``qhlab study run``; then publish
+``replication.json``, ``replication.md`` and, last, their receipt, which binds both studies'
+records) and ``replication_markdown``. A killed replication resumes: the replica is a study and
+its finished steps are kept. Does not own: the study steps (``qhlab.study``), the agreement
+(``agreement``) or the check ``qhlab verify`` runs (``records``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, read_study_config
+from qhlab.evidence import (
+    EvidenceError,
+    QhError,
+    input_error,
+    publish_bytes,
+    publish_json,
+    write_receipt,
+)
+from qhlab.evidence.layout import (
+    DEVELOPMENT_RECEIPT,
+    FAMILY_DIR,
+    FREEZE_RECEIPT,
+    REPLICATION_CONFIG,
+    REPLICATION_DESIGN_DIR,
+    REPLICATION_JSON,
+    REPLICATION_MARKDOWN,
+    REPLICATION_RECEIPT,
+    REPLICATION_STUDY_DIR,
+    REPORT_JSON,
+    STUDY_CONFIG_COPY,
+)
+from qhlab.execution import ExecutorChoice
+from qhlab.replication.agreement import (
+    design_differences,
+    refused_seeds,
+    replication_document,
+    reused_populations,
+    study_design,
+    used_populations,
+)
+from qhlab.replication.records import ReplicationReceipt
+from qhlab.study.authentication import authenticate_development, authenticate_report
+from qhlab.study.family import environment_source_change, family_sources, user_source_digests
+from qhlab.study.render import fmt, table
+from qhlab.study.study import Study
+from qhlab.study.terminal import console as study_console
+
+__all__ = ["CALL", "replicate", "replication_markdown"]
+
+CALL = "qhlab study replicate"
+_SEED_LIMIT = 2**63
+
+
+def replicate(
+    study: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    train_seed: int,
+    validation_seed: int,
+    populations: Sequence[str | os.PathLike] = (),
+    workers: int | None = None,
+    executor: ExecutorChoice | None = None,
+    console: Any = None,
+) -> int:
+    """Run a finished study's frozen design on a fresh population pair and test the agreement.
+
+    Args:
+        study: the finished original study directory.
+        output: the replication's directory (new or empty, or a replication of the same study and
+            seeds to resume).
+        train_seed, validation_seed: the fresh population pair's seeds (drawn from the original's
+            presets); refused if the original, its tuning, pilot or E0 check drew either.
+        populations: directories the original's populations were copied to (``--populations``).
+        workers: fits at once (None: the config's).
+        executor: where labelling and fits run (None: the config's).
+        console: where progress goes (None: the study's console).
+
+    Returns:
+        0 when the replication record is published (or was already), 1 when the replica's E0
+        gate failed (its receipt stays; no record is written).
+
+    Raises:
+        QhInputError: a bad seed, a reused population, an original whose populations are named
+            by path, a changed environment source or an occupied ``output`` (nothing written).
+        EvidenceError: the original does not authenticate as a finished study.
+    """
+    console = console or study_console()
+    for field, seed in (("--train-seed", train_seed), ("--validation-seed", validation_seed)):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
+            raise input_error(CALL, field, seed, "an integer in [0, 2**63)", "a population seed")
+    output = Path(output)
+    original = _finished(Path(study), populations)
+    body = original["freeze"]
+    used = used_populations(body, original["development"])
+    reused = reused_populations(used, {"train": {"seed": train_seed}, "validation": {"seed": validation_seed}})
+    if reused:
+        raise input_error(
+            CALL,
+            "--train-seed/--validation-seed",
+            [train_seed, validation_seed],
+            f"two different seeds that none of the original's records drew (refused: {refused_seeds(used)})",
+            f"{'; '.join(reused)}. A replication tests a conclusion on populations it has never seen, "
+            "so it cannot reuse the study's, its tuning's, its pilot's or its E0 check's",
+        )
+    files = _design_files(Path(study), body, original["sources"], train_seed, validation_seed)
+    replication = output / REPLICATION_RECEIPT
+    created = _claim(output, files)
+    try:
+        _check_design(output / REPLICATION_DESIGN_DIR, body, original["sources"])
+    except QhError:
+        if created:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
+    if replication.is_file():
+        document = json.loads((output / REPLICATION_JSON).read_text(encoding="utf-8"))
+        console.print(f"[green]replication {output} is complete[/]: {document['summary']}", highlight=False)
+        return 0
+    replica = Study.open(
+        output / REPLICATION_DESIGN_DIR / REPLICATION_CONFIG,
+        output / REPLICATION_STUDY_DIR,
+        populations=populations,
+        executor=executor,
+    )
+    if not (replica.output / FREEZE_RECEIPT).exists():
+        console.rule("[bold]replica: freeze")
+        frozen = replica.freeze()
+        drawn = {"manifest_sha256": frozen["train"]["manifest_sha256"], "seed": train_seed}
+        again = reused_populations(used, {"train": drawn})
+        if again:
+            if created:
+                shutil.rmtree(output, ignore_errors=True)
+            raise input_error(
+                CALL,
+                "--train-seed",
+                train_seed,
+                "a seed whose population none of the original's records drew",
+                f"{'; '.join(again)}; the preset's generator gave a population already used: choose another seed",
+            )
+    code = replica.run(workers=workers, console=console)
+    if code != 0:
+        console.print(
+            f"[red]replication stopped[/]: the replica's E0 gate failed on TRAIN seed {train_seed}, so no broad "
+            "fit ran and no agreement can be tested. The original passed its gate; this one did not, which "
+            "is itself a finding about the gate. HINT: the replica's E0 receipt says why "
+            f"({replica.output}/canaries/); replicate with another --train-seed into a new --output.",
+            highlight=False,
+        )
+        return code
+    copy = _finished(output / REPLICATION_STUDY_DIR, populations)
+    document = replication_document(original, copy)
+    if document["reused"] or not document["design"]["identical"]:
+        raise EvidenceError(
+            f"{CALL}: the replica at {output / REPLICATION_STUDY_DIR} is no replication of {study}: "
+            f"{'; '.join(document['reused'] + document['design']['differences'])}. HINT: remove {output} and "
+            "replicate again."
+        )
+    inputs = {
+        f"{side}/{name}": path
+        for side, d in (("original", original), ("replica", copy))
+        for name, path in d["paths"].items()
+    }
+    inputs.update({f"design/{rel}": output / REPLICATION_DESIGN_DIR / rel for rel in files})
+    outputs = {name: output / name for name in (REPLICATION_JSON, REPLICATION_MARKDOWN)}
+    # The receipt is published last: a replication killed before it leaves these two unbound files,
+    # which the next run replaces.
+    for path in outputs.values():
+        path.unlink(missing_ok=True)
+    publish_json(outputs[REPLICATION_JSON], document)
+    publish_bytes(outputs[REPLICATION_MARKDOWN], replication_markdown(document).encode("utf-8"))
+    write_receipt(
+        replication,
+        ReplicationReceipt,
+        body={
+            "study": document["study"],
+            "original": document["original"],
+            "replica": document["replica"],
+            "agreement": document["agreement"],
+            "sign_flips": document["sign_flips"],
+            "changed_conclusions": document["changed_conclusions"],
+        },
+        inputs=inputs,
+        outputs=outputs,
+    )
+    console.print(f"[green]replication {output} finished[/]: {document['summary']}", highlight=False)
+    console.print(f"Replication report: {output / REPLICATION_MARKDOWN}", highlight=False)
+    return 0
+
+
+def _finished(directory: Path, populations: Sequence[str | os.PathLike]) -> dict[str, Any]:
+    """A finished study, authenticated: its freeze and development bodies, report and their paths."""
+    with Study.existing(directory, populations=populations).authenticated(CALL) as frozen:
+        report_receipt, report, _ = authenticate_report(frozen, CALL)
+        development = authenticate_development(frozen, CALL)
+        return {
+            "freeze": frozen.receipt.body_record(),
+            "sources": family_sources(frozen.body),
+            "development": development.body_record(),
+            "report": report,
+            "paths": {
+                "freeze": frozen.receipt_path,
+                "development": frozen.output / DEVELOPMENT_RECEIPT,
+                "report": report_receipt.parent / REPORT_JSON,
+            },
+        }
+
+
+def _design_files(
+    original: Path, body: dict, sources: dict[str, dict], train_seed: int, validation_seed: int
+) -> dict[str, bytes]:
+    """The replica's design: ``{path below design/: bytes}``, its config and the original's frozen arm sources.
+
+    The config is the original's copy with its paths made absolute as the freeze resolved them
+    and the two population seeds replaced. Each user arm's frozen copy is written where the
+    config's builder names it, relative to the config, so the replica freezes the very bytes the
+    original did.
+
+    Raises:
+        QhInputError: a population named by path, a user environment changed since the original's
+            freeze, or an arm source outside the original config's directory.
+    """
+    raw = tomllib.loads((original / STUDY_CONFIG_COPY).read_text(encoding="utf-8"))
+    resolved = body["config"]["resolved"]
+    for role in ("train", "validation"):
+        if resolved[role].get("path") is not None:
+            raise input_error(
+                CALL,
+                f"{role}.path",
+                resolved[role]["path"],
+                "a study whose populations are drawn from a preset and a seed",
+                "a population named by its directory cannot be drawn again with another seed",
+            )
+    change = environment_source_change(body["train"].get("environment_source"))
+    if change is not None:
+        raise input_error(
+            CALL,
+            "environment",
+            change,
+            "the environment source the original's TRAIN was drawn with",
+            "a replication draws its populations with the original's environment; restore its source",
+        )
+    for fields in (*STUDY_PATH_FIELDS, *STUDY_PRESET_FIELDS):
+        section = raw
+        for key in fields[:-1]:
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and isinstance(section.get(fields[-1]), str):
+            value = resolved
+            for key in fields:
+                value = value[key]
+            if fields == ("experiment", "recipe"):  # read from a file: the file, as the freeze read it
+                value = resolved["experiment"]["recipe_file"]
+            section[fields[-1]] = value
+    raw["train"]["seed"], raw["validation"]["seed"] = train_seed, validation_seed
+    header = (
+        f"# The frozen design of study {body['study']!r} ({original.resolve()}) on a fresh population pair,\n"
+        f"# written by `{CALL}`: the original's config with only train.seed and validation.seed changed.\n"
+    )
+    files = {REPLICATION_CONFIG: (header + tomli_w.dumps(raw)).encode("utf-8")}
+    base = Path(body["config"]["source_path"]).parent
+    for arm, record in sources.items():
+        if record["kind"] == "installed":
+            continue  # imported from the installed package, whose digest the design check compares
+        source = Path(record["original"])
+        if not source.is_relative_to(base):
+            raise input_error(
+                CALL,
+                f"arm {arm} builder",
+                record["builder"],
+                f"a source beside or below the original's config directory {base}",
+                "a replication writes the original's frozen copy where the builder names it, relative to the config",
+            )
+        for rel in record["files"]:
+            files[(source.relative_to(base).parent / rel).as_posix()] = (original / FAMILY_DIR / arm / rel).read_bytes()
+    return files
+
+
+def _claim(output: Path, files: dict[str, bytes]) -> bool:
+    """Write the design below a new or empty ``output``, or accept the same design there (a resumed
+    replication); returns whether this call created ``output``.
+
+    Raises:
+        QhInputError: ``output`` holds anything else (another replication's design included).
+    """
+    design = output / REPLICATION_DESIGN_DIR
+    if design.is_dir():
+        differing = [
+            rel for rel, data in files.items() if not (design / rel).is_file() or (design / rel).read_bytes() != data
+        ]
+        if differing:
+            raise input_error(
+                CALL,
+                "--output",
+                str(output),
+                "a new or empty directory, or a replication of the same study and seeds to resume",
+                f"{output} holds the design of another replication ({', '.join(differing)} differ); "
+                "choose a new --output",
+            )
+        return False
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise input_error(
+            CALL, "--output", str(output), "a new or empty directory", "a replication is written into its own directory"
+        )
+    created = not output.exists()
+    for rel, data in files.items():
+        (design / rel).parent.mkdir(parents=True, exist_ok=True)
+        publish_bytes(design / rel, data)
+    return created
+
+
+def _check_design(design: Path, body: dict, sources: dict[str, dict]) -> None:
+    """Refuse a replica config or arm source that is not the original's design (before anything runs).
+
+    Raises:
+        QhInputError: naming every differing field, or the arm whose source differs.
+    """
+    config, _, _ = read_study_config(design / REPLICATION_CONFIG)
+    ours = study_design({**body, "config": {**body["config"], "resolved": config.model_dump(mode="json")}})
+    differences = design_differences(study_design(body)["config"], ours["config"])
+    now = user_source_digests(config, design)
+    differences += [
+        f"arm {arm} source (original: {record['sha256']}, replica: {now.get(arm)})"
+        for arm, record in sources.items()
+        if now.get(arm) != record["sha256"]
+    ]
+    if differences:
+        raise input_error(
+            CALL,
+            "design",
+            "; ".join(differences),
+            "the original's frozen design, with only train.seed and validation.seed changed",
+            "the original's recipe, preparation records or installed arm packages changed since it was frozen; "
+            "restore them to replicate it",
+        )
+
+
+def replication_markdown(document: dict) -> str:
+    """``replication.md``: the agreement first, then every comparison and every conclusion."""
+    o, r = document["original"], document["replica"]
+    h = document["primary_horizon"]
+    lines = [
+        f"# Replication of {document['study']}",
+        "",
+        f"**{document['summary']}**",
+        "",
+        "The original study's frozen design (recipe, family, budgets, preparation records, gate) ran again "
+        "on a fresh population pair. For every comparison, z = (original - replica) / sqrt(se_o^2 + se_r^2) "
+        "with each study's seed-pooled standard error (scenes, training seed and, with a pilot, TRAIN draw); "
+        f"the sum of z^2 is tested against chi-square({document['agreement']['dof']}). "
+        "The comparisons of one study share cells, so they are not independent and the p value is approximate.",
+        "",
+        "## Populations",
+        "",
+        *table(
+            ["study", "TRAIN", "validation", "validation scenes"],
+            [
+                [
+                    name,
+                    *(
+                        f"{side[role].get('preset')} seed {side[role].get('seed')} "
+                        f"(`{side[role]['manifest_sha256'][:12]}`)"
+                        for role in ("train", "validation")
+                    ),
+                    str(side["n_scenes"]),
+                ]
+                for name, side in (("original", o), ("replica", r))
+            ],
+        ),
+        "",
+        f"Seeds refused (drawn by the original, its tuning, pilot or E0 check): {document['refused_seeds']}.",
+        "",
+        f"## Comparisons at H={h} (metres)",
+        "",
+        *table(
+            ["comparison", "metric", "original (se)", "replica (se)", "z", "sign", "label (original / replica)"],
+            [
+                [
+                    f"{c['arm']} vs {c['against']}",
+                    c["metric"],
+                    f"{fmt(c['original']['estimate'])} ({fmt(c['original']['se'])})",
+                    f"{fmt(c['replica']['estimate'])} ({fmt(c['replica']['se'])})",
+                    f"{c['z']:.2f}",
+                    "flipped" if c["sign_flipped"] else "same",
+                    f"{c['original']['label']} / {c['replica']['label']}"
+                    + (" (changed)" if c["label_changed"] else ""),
+                ]
+                for c in document["comparisons"]
+            ],
+        ),
+        "",
+        "## Conclusions",
+        "",
+        *table(
+            ["variant", "original: answer (rule verdict)", "replica: answer (rule verdict)", "answer", "verdict"],
+            [
+                [
+                    c["variant"],
+                    f"{c['original']['decision']} ({c['original']['verdict']})",
+                    f"{c['replica']['decision']} ({c['replica']['verdict']})",
+                    "changed" if c["answer_changed"] else "same",
+                    "changed" if c["verdict_changed"] else "same",
+                ]
+                for c in document["conclusions"]
+            ],
+        ),
+        "",
+        "The answer is the report's first word on each variant (retained, not retained, undecided); the rule "
+        "verdict is the pre-registered rule on the seeds' point estimates, which an undecided answer does not "
+        "confirm. A sign flip of an estimate whose intervals include 0 is what noise does; a changed answer is "
+        "a conclusion that did not replicate.",
+        "",
+    ]
+    return "\n".join(lines)
