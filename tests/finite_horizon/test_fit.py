@@ -674,3 +674,23 @@ def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
     # 99 is past the budget (40): never reached, so not a point; the final evaluation closes the curve.
     assert [p["updates"] for p in body["curve"]] == [2, 4, 40]
     assert body["curve"][-1]["mae"] == body["mae"] and body["curve"][0]["mae"] != body["mae"]
+
+
+def test_a_fit_reports_its_progress_to_the_sink_of_its_process(tmp_path, tiny, capsys):
+    from qhlab.execution import progress_sink
+
+    reports = []
+    kwargs = dict(profile="cpu-fp32", train=tiny["train"], validation=tiny["validation"], progress=True)
+    with progress_sink(lambda *report: reports.append(report)):
+        result = fit_recipe(FitRequest(recipe=_recipe(tmp_path, updates=40), output=tmp_path / "out", **kwargs))
+    label = reports[0][0]
+    assert reports[0] == (label, 0, 40) and reports[-1] == (label, 40, 40), reports
+    assert all(r[0] == label and r[2] == 40 for r in reports)
+    assert [r[1] for r in reports] == sorted(r[1] for r in reports)
+    assert result.observed_updates == 40
+    # Reported, not drawn: a worker's fit leaves the console to the process that shows it.
+    assert "updates" not in capsys.readouterr().out
+    # Without a sink the same fit reports nothing.
+    reports.clear()
+    fit_recipe(FitRequest(recipe=_recipe(tmp_path, updates=40), output=tmp_path / "again", **kwargs))
+    assert reports == []

@@ -2,7 +2,8 @@
 
 Sits just above ``qhlab.evidence`` so that population labelling, the study's canaries and
 cells and the preparation tools' fits use one seam: ``executors`` (choosing and opening an
-executor) and ``jobs`` (``JobRunner``, the one job runner, and ``worker_memo``). Imports nothing
+executor), ``jobs`` (``JobRunner``, the one job runner, and ``worker_memo``) and ``progress``
+(the progress of running fits, carried to the process that shows it). Imports nothing
 else of qhlab; ``ray`` is imported only when chosen.
 """
 
@@ -17,6 +18,7 @@ from qhlab.execution.executors import (
     where_am_i,
 )
 from qhlab.execution.jobs import JobRunner, worker_memo
+from qhlab.execution.progress import progress_sink, report_progress, reporting
 
 __all__ = [
     "EXECUTORS",
@@ -27,6 +29,9 @@ __all__ = [
     "add_executor_arguments",
     "executor_choice",
     "open_executor",
+    "progress_sink",
+    "report_progress",
+    "reporting",
     "where_am_i",
     "worker_memo",
 ]

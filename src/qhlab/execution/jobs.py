@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from qhlab.execution.executors import ExecutorChoice, RayExecutor, open_executor
+from qhlab.execution.progress import ProgressRelay, prefixed, progress_sink, run_reporting
 
 __all__ = ["JobRunner", "worker_memo"]
 
@@ -72,6 +73,7 @@ class JobRunner:
         self._stack = contextlib.ExitStack()
         self._executor: concurrent.futures.Executor | None = None
         self._opened = False
+        self._relay: ProgressRelay | None = None
 
     def __enter__(self) -> JobRunner:
         return self
@@ -82,7 +84,7 @@ class JobRunner:
     def close(self) -> None:
         """Shut the executor down (a local pool's workers finish their job first)."""
         self._stack.close()
-        self._executor, self._opened = None, False
+        self._executor, self._opened, self._relay = None, False, None
 
     @property
     def kind(self) -> str:
@@ -116,6 +118,8 @@ class JobRunner:
         on_result: Callable[[int, Any], None] | None = None,
         on_error: Callable[[int, BaseException], None] | None = None,
         in_order: bool = True,
+        on_progress: Callable[[str, int, int], None] | None = None,
+        progress_prefixes: Sequence[str] | None = None,
     ) -> list[Any]:
         """``function(*job)`` for every job; the results in job order.
 
@@ -130,6 +134,11 @@ class JobRunner:
                 (``in_order``), else as each finishes.
             on_error: called as ``on_error(index, exception)`` for each failed job, likewise.
             in_order: report in job order (True) or as jobs finish (False).
+            on_progress: called as ``on_progress(label, done, total)`` in this process, in a
+                thread of its own for a pool, with the progress of each running fit (display
+                only). Jobs on Ray report none.
+            progress_prefixes: one per job, put before its fits' labels (where the fits of two
+                jobs share names, e.g. each E0 draw's canaries); None: none.
 
         Returns:
             The results, ``results[i]`` of ``jobs[i]``.
@@ -147,25 +156,38 @@ class JobRunner:
             if on_result is not None:
                 on_result(index, future_or_value)
 
+        prefixes = list(progress_prefixes) if progress_prefixes is not None else [""] * len(jobs)
+        if len(prefixes) != len(jobs):
+            raise ValueError(f"JobRunner.run: {len(prefixes)} progress_prefixes for {len(jobs)} jobs")
         if self.runs_here(len(jobs)):
             for index, job in enumerate(jobs):
                 try:
-                    value = function(*job)
+                    with progress_sink(prefixed(on_progress, prefixes[index])):
+                        value = function(*job)
                 except Exception as exc:  # noqa: BLE001 - raised after every other job finished
                     done(index, None, exc)
                 else:
                     done(index, value, None)
         else:
             executor = self.executor()
-            futures = {executor.submit(function, *job): index for index, job in enumerate(jobs)}
-            ordered = sorted(futures, key=futures.get) if in_order else concurrent.futures.as_completed(futures)
-            for future in ordered:
-                try:
-                    value = future.result()
-                except Exception as exc:  # noqa: BLE001 - raised after every other job finished
-                    done(futures[future], None, exc)
-                else:
-                    done(futures[future], value, None)
+            following = contextlib.nullcontext()
+            if on_progress is not None and self.kind == "local":
+                if self._relay is None:
+                    self._relay = ProgressRelay()
+                    self._stack.callback(self._relay.close)
+                following = self._relay.following(on_progress)
+                channel = self._relay.channel
+                function, jobs = run_reporting, [(channel, p, function, *job) for p, job in zip(prefixes, jobs)]
+            with following:
+                futures = {executor.submit(function, *job): index for index, job in enumerate(jobs)}
+                ordered = sorted(futures, key=futures.get) if in_order else concurrent.futures.as_completed(futures)
+                for future in ordered:
+                    try:
+                        value = future.result()
+                    except Exception as exc:  # noqa: BLE001 - raised after every other job finished
+                        done(futures[future], None, exc)
+                    else:
+                        done(futures[future], value, None)
         if errors:
             raise errors[min(errors)]
         return results

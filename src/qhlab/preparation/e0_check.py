@@ -33,7 +33,7 @@ from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_
 from qhlab.execution import executor_choice
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
-from qhlab.preparation.fits import finished_record, fit_runner, publish_config_copy
+from qhlab.preparation.fits import finished_record, fit_runner, publish_config_copy, run_fits
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 
@@ -233,7 +233,13 @@ def _run_locked(
 
     finished: list[dict] = []
     with fit_runner(choice, workers, E0_CHECK_CALL) as runner:
-        outputs = runner.run(_gate_draw, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
+        outputs = run_fits(
+            runner,
+            _gate_draw,
+            [(job,) for job in jobs],
+            on_result=lambda i, result: done(jobs[i], result),
+            prefixes=[f"TRAIN {job['seed']} " for job in jobs],
+        )
     results = {job["seed"]: result for job, result in zip(jobs, outputs, strict=True)}
     outcomes = [
         {k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")} for seed in config.train_seeds

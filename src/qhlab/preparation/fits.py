@@ -2,11 +2,12 @@
 
 Owns: a tool's directory (``finished_record``: a finished run's record is adopted when its
 config digest is this run's, and refused otherwise; ``publish_config_copy``), its job runner
-(``fit_runner``), ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell whose
-fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts as
-every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
-which fits a step makes (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting
-itself (``qhlab.finite_horizon.fit``).
+(``fit_runner``) and its fits with their progress shown (``run_fits``), ``adopt_or_fit``, the
+pool or Ray task that adopts the finished attempt of a cell whose fit receipt binds the same
+recipe, or else fits it with the same launcher, lane and receipts as every qhlab fit, and
+``fit_evidence``, what a record keeps of a finished fit. Does not own: which fits a step makes
+(``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting itself
+(``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from typing import Any
 
 from qhlab.evidence import input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT
-from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
+from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner, reporting
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
+from qhlab.study.terminal import FitBoard
+from qhlab.study.terminal import console as study_console
 from qhlab.training.console import configure_console, console_verbose
 from qhlab.training.records import FitReceipt
 
-__all__ = ["adopt_or_fit", "finished_record", "fit_evidence", "fit_runner", "publish_config_copy"]
+__all__ = ["adopt_or_fit", "finished_record", "fit_evidence", "fit_runner", "publish_config_copy", "run_fits"]
 
 
 def finished_record(
@@ -128,7 +131,8 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
             train=job["train"],
             validation=job["validation"],
             cell=job["cell"],
-            progress=False,
+            # Reported to the tool's console where the job runs in a worker (``run_fits``).
+            progress=reporting(),
             job_type=job["job_type"],
             group=job["group"],
             tags=(job["tag"],),
@@ -163,6 +167,24 @@ def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]
         fit_body,
         evaluation,
     )
+
+
+def run_fits(
+    runner: JobRunner,
+    function: Callable[..., Any],
+    jobs: list[tuple],
+    *,
+    on_result: Callable[[int, Any], None] | None = None,
+    prefixes: list[str] | None = None,
+) -> list[Any]:
+    """``runner.run`` over a tool's fit jobs, showing each running fit's progress (``FitBoard``: a
+    bar per fit in a terminal, a line every few seconds otherwise).
+
+    Args:
+        prefixes: one per job, before its fits' names where two jobs' fits share them (E0 draws).
+    """
+    with FitBoard(study_console()) as board:
+        return runner.run(function, jobs, on_result=on_result, on_progress=board.report, progress_prefixes=prefixes)
 
 
 def fit_runner(choice: ExecutorChoice, workers: int, call: str) -> JobRunner:

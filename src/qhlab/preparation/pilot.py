@@ -21,7 +21,14 @@ from qhlab.design.tuning_record import population_record, refuse_sealed_validati
 from qhlab.evidence import exclusive_lock, input_error, sha256_file
 from qhlab.evidence.layout import FAMILY_DIR, MANIFEST
 from qhlab.execution import executor_choice
-from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
+from qhlab.preparation.fits import (
+    adopt_or_fit,
+    finished_record,
+    fit_evidence,
+    fit_runner,
+    publish_config_copy,
+    run_fits,
+)
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import load_preset
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
@@ -227,7 +234,9 @@ def _run_locked(
 
     finished: list[dict] = []
     with fit_runner(choice, workers, PILOT_CALL) as runner:
-        outputs = runner.run(_pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result))
+        outputs = run_fits(
+            runner, _pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result)
+        )
     results = {(j["arm"], j["draw"], j["recipe"]["seed"]): result for j, result in zip(jobs, outputs, strict=True)}
     fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
     draws = config.draws

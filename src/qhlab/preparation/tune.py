@@ -44,7 +44,14 @@ from qhlab.design.tuning_record import (
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
 from qhlab.execution import JobRunner, executor_choice
-from qhlab.preparation.fits import adopt_or_fit, finished_record, fit_evidence, fit_runner, publish_config_copy
+from qhlab.preparation.fits import (
+    adopt_or_fit,
+    finished_record,
+    fit_evidence,
+    fit_runner,
+    publish_config_copy,
+    run_fits,
+)
 from qhlab.study.populations import resolve_population
 
 __all__ = ["run_tuning"]
@@ -358,7 +365,7 @@ def _run_rungs(runner: JobRunner, config: QhTuningConfig, jobs: list[dict], comp
     start = 0
     for end in bounds:
         wave = [job for job in jobs if job["number"] not in pruned and job["recipe"]["seed"] in seeds[start:end]]
-        for job, result in zip(wave, runner.run(_fit_job, [(job,) for job in wave]), strict=True):
+        for job, result in zip(wave, run_fits(runner, _fit_job, [(job,) for job in wave]), strict=True):
             fits[job["number"]].append(result)
         for number in sorted(fits):
             if number not in pruned and (rung := _pruned_rung(config, complete, fits[number], end)) is not None:

@@ -18,7 +18,7 @@ from qhlab.evidence.layout import (
     CELL_RECEIPT,
     cell_name,
 )
-from qhlab.execution import JobRunner, worker_memo
+from qhlab.execution import JobRunner, progress_sink, reporting, worker_memo
 from qhlab.study.admission import publish_selection
 from qhlab.study.authentication import (
     FrozenStudy,
@@ -27,7 +27,7 @@ from qhlab.study.authentication import (
 )
 from qhlab.study.cells import fit_cell
 from qhlab.study.remote import run_cells_on_ray
-from qhlab.study.terminal import fits_progress
+from qhlab.study.terminal import FitBoard, fits_progress
 from qhlab.training.console import console_verbose
 
 __all__ = ["cell_job", "fit_canaries", "run_cells", "say_benchmark", "say_e0"]
@@ -48,7 +48,8 @@ def cell_job(
         frozen = worker_memo(
             ("study", config_path, output), lambda: authenticate_freeze(config_path, output, "run_fit")
         )
-        body = fit_cell(frozen, variant=arm, seed=seed, canary_role=canary_role, progress=False)
+        # A worker reports its fit's progress to the driver (``JobRunner.run``'s ``on_progress``).
+        body = fit_cell(frozen, variant=arm, seed=seed, canary_role=canary_role, progress=reporting())
     return _cell_summary(body) if canary_role is None else {"cell": body["cell"]}
 
 
@@ -74,7 +75,7 @@ def say_e0(console: Any, passed: bool, reason: str) -> int:
     return 1
 
 
-def fit_canaries(frozen: FrozenStudy, runner: JobRunner) -> None:
+def fit_canaries(console: Any, frozen: FrozenStudy, runner: JobRunner) -> None:
     """Fit the missing E0 canaries side by side before ``decide_e0`` reads them.
 
     Each canary is one single-threaded fit, so one after the other they leave all but one core
@@ -93,19 +94,20 @@ def fit_canaries(frozen: FrozenStudy, runner: JobRunner) -> None:
     if min(runner.workers, len(pending)) < 2:
         return
     roots = tuple(str(r) for r in population_roots())
-    runner.run(
-        cell_job,
-        [(str(frozen.config_path), str(frozen.output), roots, config.baseline_arm, seed, "e0") for seed in pending],
-    )
+    with FitBoard(console) as board:
+        runner.run(
+            cell_job,
+            [(str(frozen.config_path), str(frozen.output), roots, config.baseline_arm, seed, "e0") for seed in pending],
+            on_progress=board.report,
+        )
 
 
 def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]], runner: JobRunner) -> None:
     """Run the pending broad cells on the runner (or as Ray tasks, ``remote``), with one bar
-    counting them and one line per finished cell.
-
-    Each fit's own progress bar is off: bars of several fits would garble each other.
+    counting them, one line per finished cell and, on the local executor, the progress of each
+    running fit (``FitBoard``: a bar per fit in a terminal, a line every few seconds otherwise).
     """
-    with fits_progress(console) as progress:
+    with fits_progress(console) as progress, FitBoard(console, progress) as board:
         task = progress.add_task("fits", total=len(pending))
         if runner.kind == "ray":
             _run_cells_ray(progress, task, frozen, pending, runner)
@@ -125,8 +127,9 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
 
         if runner.runs_here(len(pending)):
             # In this process the study is already authenticated: fit on it (one authentication per run).
-            for index, (arm, seed) in enumerate(pending):
-                done(index, _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=False)))
+            with progress_sink(board.report):
+                for index, (arm, seed) in enumerate(pending):
+                    done(index, _cell_summary(fit_cell(frozen, variant=arm, seed=seed, progress=True)))
             return
         roots = tuple(str(r) for r in population_roots())
         runner.run(
@@ -135,6 +138,7 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
             on_result=done,
             on_error=failed,
             in_order=False,
+            on_progress=board.report,
         )
 
 

@@ -312,7 +312,7 @@ class Study:
             verified.append("admit-canaries")
         else:
             console.rule("[bold]2/6 canaries (E0 gate)")
-            fit_canaries(frozen, runner)
+            fit_canaries(console, frozen, runner)
             decided = decide_e0(frozen)
             passed, reason = decided["passed"], decided["reason"]
             ran.append("admit-canaries")

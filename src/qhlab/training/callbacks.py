@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import QhError, input_error, require_int, write_receipt
+from qhlab.execution.progress import report_progress, reporting
 from qhlab.training.optimizer_state import (
     capture_training_state,
     observed_optimizer_updates,
@@ -224,28 +226,44 @@ def deferred_sigint(handler: Callable[[int, Any], None]) -> Iterator[None]:
 
 
 class QhFitProgressBar(Callback):
-    """One rich bar per running fit: observed optimizer updates against the budget.
+    """A running fit's progress: observed optimizer updates against the budget.
+
+    Where the fit's progress is carried to another process (``qhlab.execution.reporting``: a
+    study's or a preparation tool's workers), it is reported there about once a second, and that
+    process draws it. Otherwise a terminal shows one rich bar, and any other output (a log file,
+    a pipe) one line every ``every`` seconds.
 
     Args:
-        label: what the bar is for (the cell or attempt).
+        label: what the fit is (the cell or attempt).
         update_budget: final observed update count.
         start_updates: updates already made by earlier segments of the lineage.
+        every: seconds between two lines when the output is no terminal.
     """
 
-    def __init__(self, label: str, update_budget: int, *, start_updates: int = 0) -> None:
+    def __init__(self, label: str, update_budget: int, *, start_updates: int = 0, every: float = 10.0) -> None:
         self.label = label
         self.update_budget = int(update_budget)
         self.start_updates = int(start_updates)
+        self.every = float(every)
         self._progress: Any = None
         self._task: Any = None
+        self._mode = "off"
+        self._started = self._last = 0.0
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        self._started = self._last = time.monotonic()
+        if reporting():
+            self._mode = "report"
+            report_progress(self.label, self.start_updates, self.update_budget)
+            return
         console = Console()
         if not console.is_terminal:
-            return  # a transient bar in a log file would only leave blank lines behind
+            self._mode = "lines"  # a transient bar in a log file would only leave blank lines behind
+            return
+        self._mode = "bar"
         self._progress = Progress(
             TextColumn(f"  fit {self.label}"),
             BarColumn(),
@@ -260,16 +278,29 @@ class QhFitProgressBar(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         # Reading the optimizer state every step would cost a few percent of a small CPU step.
-        if self._progress is not None and batch_idx % 20 == 19:
-            self._progress.update(self._task, completed=observed_optimizer_updates(trainer.optimizers[0]))
+        if self._mode == "off" or batch_idx % 20 != 19:
+            return
+        done = observed_optimizer_updates(trainer.optimizers[0])
+        now = time.monotonic()
+        if self._mode == "bar":
+            self._progress.update(self._task, completed=done)
+        elif self._mode == "report" and now - self._last >= 1.0:
+            self._last = now
+            report_progress(self.label, done, self.update_budget)
+        elif self._mode == "lines" and now - self._last >= self.every:
+            self._last = now
+            print(f"  fit {self.label}: {done}/{self.update_budget} updates ({now - self._started:.0f} s)", flush=True)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._mode == "report":
+            report_progress(self.label, observed_optimizer_updates(trainer.optimizers[0]), self.update_budget)
         self._stop()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop()
 
     def _stop(self) -> None:
+        self._mode = "off"
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

@@ -40,7 +40,7 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import COLD_INIT_RECEIPT, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT, WANDB_RECEIPT
-from qhlab.execution import where_am_i
+from qhlab.execution import reporting, where_am_i
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
     QhFitProgressBar,
@@ -517,7 +517,8 @@ def _train(
         UpdateBudgetCallback(budget, start_updates=start_updates),
         checkpoints,
     ]
-    lightning_bar = options.progress and console_verbose()
+    # Lightning's own bar only where this process draws (never in a worker reporting its progress).
+    lightning_bar = options.progress and console_verbose() and not reporting()
     if options.progress and not lightning_bar:
         callbacks.append(QhFitProgressBar(request.attempt.logical_run_id, budget, start_updates=start_updates))
     config = dict(request.run_config or {})
