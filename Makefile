@@ -34,10 +34,12 @@ prepare: $(STAMP)
 		$(PREPARATION)/demo-tune/config.toml $(PREPARATION)/demo-pilot/config.toml \
 		$(PREPARATION)/demo-tune/recipe.toml $(PREPARATION)/demo-pilot/pilot.json \
 		$(PREPARATION)/demo-pilot/pilot.receipt.json $(PREPARATION)/demo-e0/config.toml \
-		$(PREPARATION)/demo-e0/e0.json $(PREPARATION)/demo-e0/e0.receipt.json
+		$(PREPARATION)/demo-e0/e0.json $(PREPARATION)/demo-e0/e0.receipt.json \
+		$(PREPARATION)/tiny-e0/config.toml $(PREPARATION)/tiny-e0/e0.json $(PREPARATION)/tiny-e0/e0.receipt.json
 	$(VENV)/bin/qhlab tune examples/demo-tune.toml --output $(PREPARATION)/demo-tune
 	$(VENV)/bin/qhlab pilot examples/demo-pilot.toml --output $(PREPARATION)/demo-pilot
 	$(VENV)/bin/qhlab e0-check examples/demo-e0.toml --output $(PREPARATION)/demo-e0
+	$(VENV)/bin/qhlab e0-check examples/tiny-e0.toml --output $(PREPARATION)/tiny-e0
 
 # The whole suite: the linters (ruff: lint and format; import-linter: the layers of pyproject.toml),
 # then the fast unit tests, end-to-end (slow) runs and the reliability suite, on every core

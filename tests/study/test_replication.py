@@ -178,6 +178,8 @@ def test_bad_input_is_refused() -> None:
 def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study) -> None:
     import json
 
+    from scipy import stats
+
     from qhlab.statistics.replication import REPLICATION_LABELS, STUDY_VERDICTS
 
     report_dir = finished_study["output"] / "report"
@@ -199,7 +201,13 @@ def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study)
         # The summary says what the table says (it is built before the relabelling).
         summary = report["summary"]["retention"][entry["variant"]]["label"]
         assert summary == {s: d["label"] for s, d in entry["per_seed"].items()}
-        assert "could not be detected" in entry["sensitivity"]
+        assert "could not be detected" in entry["sensitivity"] and "two-sided 95%" in entry["sensitivity"]
+        # One MDE definition for the report: a margin's is two-sided at 95% whatever its verdict's side.
+        for margin in entry["pooled_margins"].values():
+            dist = margin["distribution"]
+            dof = float(dist[2:-1]) if dist.startswith("t(") else None
+            q = [stats.t.ppf(p, dof) if dof is not None else stats.norm.ppf(p) for p in (0.975, 0.8)]
+            assert margin["mde"] == pytest.approx(sum(q) * margin["se"], rel=1e-9)
     markdown = (report_dir / "report.md").read_text()
     assert "## Seed-pooled paired differences" in markdown and "## Study-level retention verdicts" in markdown
     assert report["summary"]["verdicts"].keys() == {e["variant"] for e in report["retention"]}

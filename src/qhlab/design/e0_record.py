@@ -239,7 +239,9 @@ def _selection(labels: list, mask: list, tie_band: float, multiple: float) -> tu
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
     import numpy as np
 
-    q = np.asarray(labels, dtype=np.float64)
+    # float32, as the population holds the labels and the selection rule subtracts them: a gap
+    # recomputed in float64 differs from the recorded one in its last bits.
+    q = np.asarray(labels, dtype=np.float32)
     valid = np.flatnonzero(np.asarray(mask, dtype=bool))
     ordered = np.sort(q[valid], axis=0)[::-1]
     gaps = ordered[0] - ordered[1]

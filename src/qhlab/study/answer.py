@@ -159,7 +159,8 @@ def markdown(report: dict) -> list[str]:
         + ", ".join(f"**{d}**" for d in ANSWER_DECISIONS)
         + ": retained or not retained only when both seeds reach the rule's verdict and the "
         "study's scenes and seeds confirm it. The MDE is the smallest margin the study detects "
-        "with 80% power, for the margins as the rule reads them.",
+        f"with 80% power in a two-sided {report['bootstrap']['confidence']:.0%} test, defined so for every "
+        "comparison and margin of the report.",
         "",
         "## How the rule read each seed",
         "",
@@ -194,6 +195,14 @@ def markdown(report: dict) -> list[str]:
         *table(["arm", "role", "builder", "architecture", "parameters / member", "wall s / cell", "updates / s"], rows),
         "",
         "Wall time is the fit's, learning-curve evaluations included, averaged over seeds.",
+        *(
+            [
+                "A user arm's architecture is what its builder receives (`ArchitectureConfig`); the builder "
+                "decides which of those fields it reads, and its parameter count is that of the module it built.",
+            ]
+            if any(f["builder"] != "qhlab" for f in report["family"])
+            else []
+        ),
         "",
     ]
 

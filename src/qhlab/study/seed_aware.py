@@ -15,7 +15,8 @@ What it adds to ``report.json``:
   effect (80% power at the report's level);
 * per variant in ``retention``: the study-level ``verdict`` (retained / rejected / not
   replicated), the decision's ``replication`` label, the seed-pooled margins (one-sided bounds
-  in the verdict's direction; two-sided for a split) and their MDEs, and a ``sensitivity``
+  in the verdict's direction; two-sided for a split) and their MDEs (two-sided, as every MDE of
+  the report), and a ``sensitivity``
   sentence. When the seeds reach opposite decisions and each is robust on its own seed, both
   per-seed labels become "seed-dependent" (kept as ``seed_label``), here and in the summary.
 """
@@ -86,17 +87,14 @@ def build(inputs: ReportInputs, report: dict) -> None:
         # The bound that could confirm the verdict: upper bounds for a retention, lower ones for a
         # rejection; a split has no direction, so its pooled margins are two-sided.
         alternative = {"retained": "less", "rejected": "greater"}.get(verdict, "two-sided")
-        pooled = {}
+        pooled, mde = {}, {}
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
             margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
-            pooled[name] = pooled_difference(
-                margin,
-                **frozen_pilot(config, inputs.freeze, metric),
-                confidence=confidence,
-                power=POWER,
-                alternative=alternative,
-            )
+            options = dict(**frozen_pilot(config, inputs.freeze, metric), confidence=confidence, power=POWER)
+            pooled[name] = pooled_difference(margin, **options, alternative=alternative)
+            # One MDE definition for the whole report: two-sided at its level, whatever the verdict.
+            mde[name] = pooled_difference(margin, **options, alternative="two-sided").mde
         label = retention_replication(decisions, pooled)
         if label == "seed-dependent":
             for seed, d in zip(config.seeds, decisions):
@@ -104,12 +102,10 @@ def build(inputs: ReportInputs, report: dict) -> None:
                 report["summary"]["retention"][entry["variant"]]["label"][str(seed)] = "seed-dependent"
         entry["verdict"] = verdict
         entry["replication"] = label
-        entry["pooled_margins"] = {name: p.as_dict() for name, p in pooled.items()}
-        sided = "two-sided" if alternative == "two-sided" else "one-sided"
+        entry["pooled_margins"] = {name: {**p.as_dict(), "mde": mde[name]} for name, p in pooled.items()}
         entry["sensitivity"] = (
-            f"{verdict}; {label}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
-            f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, {sided} {confidence:.0%}, "
-            "both seeds)"
+            f"{verdict}; {label}; a |D_reg| below {mde['D_reg']:.4f} m or a |D_mae| below "
+            f"{mde['D_mae']:.4f} m could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, both seeds)"
         )
     report["summary"]["verdicts"] = {
         e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]} for e in report["retention"]
@@ -155,8 +151,9 @@ def markdown(report: dict) -> list[str]:
         "(quantile: the Welch-Satterthwaite degrees of freedom of the scene and pilot terms, or the study's "
         "own seeds - 1). Replicated: every "
         "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
-        "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE: the smallest true difference "
-        f"this design detects with {POWER:.0%} power.",
+        "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE, for every comparison and margin "
+        f"alike: the smallest true difference this design detects with {POWER:.0%} power in a two-sided "
+        f"{level} test.",
         "",
         *table(
             [
