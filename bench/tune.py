@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from qhlab.preparation.fits import ToolRun
 from qhlab.preparation.tune import run_tuning
 from qhlab.scenes import cached_population
 from qhlab.training.console import configure_console
@@ -63,7 +64,7 @@ def main() -> None:
         walls = {}
         for workers in (1, 2):
             started = time.perf_counter()
-            record = run_tuning(config, root / f"w{workers}", workers=workers, say=lambda line: None)
+            record = run_tuning(ToolRun(config, root / f"w{workers}", workers=workers, say=lambda line: None))
             walls[workers] = time.perf_counter() - started
             if workers == 1:
                 fit_seconds = sum(f["wall_seconds"] for t in record["trials"] for f in t["fits"])

@@ -15,6 +15,7 @@ import json
 import os
 
 import pytest
+from rich.console import Console
 
 from qhlab.cli import main
 from qhlab.execution import FIT_WORKER_IMPORTS, JobRunner
@@ -42,7 +43,7 @@ def test_pool_canaries_match_in_process_ones(tmp_path, finished_study):
         JobRunner(frozen.config.executor_choice(), 2, call="test", warm_imports=FIT_WORKER_IMPORTS) as runner,
     ):
         # The run's one runner: the canaries' workers are the ones later steps get.
-        run.fit_canaries(frozen, runner)
+        run.fit_canaries(Console(file=io.StringIO()), frozen, runner)
         pooled = _canaries(output)
         assert sorted(pooled) == ["e0-baseline-s0", "e0-baseline-s1"]
         e0 = decide_e0(frozen)

@@ -64,6 +64,6 @@ def test_the_tutorial_runs_as_written(tmp_path):
         == 10
     )
     assert "E0 gate authenticated" in status
-    assert re.search(r"^verified: 118 receipts", verify), verify[:200]
+    assert re.search(r"^verified: 119 receipts", verify), verify[:200]
     assert "is complete: every receipt authenticated" in again and "nothing was run" in again
     assert list(home.glob(".cache/qhlab/populations/tiny-*-seed[78]-*"))

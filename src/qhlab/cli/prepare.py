@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         choice = executor_choice(args.executor, args.ray_address, call=call)
     # Lazy: the tools import numpy, optuna and the study pipeline, which `qhlab --help` never needs.
     from qhlab.preparation import e0_check, pilot, tune
+    from qhlab.preparation.fits import ToolRun
 
     runner = {"tune": tune.run_tuning, "pilot": pilot.run_pilot, "e0-check": e0_check.run_e0_check}[tool.name]
-    return tool.exit_code(runner(args.config, args.output, workers=args.workers, executor=choice))
+    return tool.exit_code(runner(ToolRun(args.config, args.output, workers=args.workers, executor=choice)))

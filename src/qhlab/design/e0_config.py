@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
-from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 
@@ -134,9 +134,7 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
             f"{study.train.preset} the study does not train on"
         )
     if problems:
-        raise QhInputError(
-            f"{source}: {len(problems)} invalid field(s):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + "\nHINT: an E0 check runs the study's own gate on TRAIN draws the study never sees."
+        raise invalid_fields(
+            source, problems, "an E0 check runs the study's own gate on TRAIN draws the study never sees."
         )
     return config, data, study

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from qhlab.design.preparation_record import Number, StudyReference, check_config_copy, checked_config, read_record_file
+from qhlab.design.preparation_record import Number, StudyReference, opened_record, read_record_file
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     DigestMismatchError,
@@ -316,12 +316,10 @@ def check_record(directory: str | os.PathLike) -> dict:
     from qhlab.design.e0_config import QhE0CheckConfig, e0_digest
 
     directory = Path(directory)
-    record = read_record(directory)
-    receipt = read_receipt(directory / RECEIPT, E0CheckReceipt).body
-    where = f"qhlab verify: {directory / RECORD}"
+    record, receipt, where, config = opened_record(
+        directory, read_record, (E0CheckReceipt, RECEIPT), RECORD, QhE0CheckConfig, e0_digest
+    )
     design = record["design"]
-    config = checked_config(record, receipt, QhE0CheckConfig, e0_digest, where)
-    check_config_copy(directory, record["config"], QhE0CheckConfig, where)
     outcomes = record["outcomes"]
     if [o["train_seed"] for o in outcomes] != list(config.train_seeds):
         raise DigestMismatchError(

@@ -21,7 +21,7 @@ from qhlab.design.study_config import (
     QhArchitectureStudyConfig,
     read_study_config,
 )
-from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
+from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 
@@ -210,9 +210,7 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
             "validation population; allowed: a tuning population the study never scores on"
         )
     if problems:
-        raise QhInputError(
-            f"{source}: {len(problems)} invalid field(s):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + "\nHINT: a pilot measures the study's comparisons on a held-apart tuning population."
+        raise invalid_fields(
+            source, problems, "a pilot measures the study's comparisons on a held-apart tuning population."
         )
     return config, data, study

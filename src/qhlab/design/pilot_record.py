@@ -24,8 +24,7 @@ from qhlab.design.preparation_record import (
     Number,
     PopulationIdentity,
     StudyReference,
-    check_config_copy,
-    checked_config,
+    opened_record,
     read_record_file,
 )
 from qhlab.evidence import (
@@ -271,12 +270,10 @@ def check_record(directory: str | os.PathLike) -> dict:
     from qhlab.design.pilot_config import QhPilotConfig, pilot_digest
 
     directory = Path(directory)
-    record = read_record(directory)
-    receipt = read_receipt(directory / RECEIPT, PilotReceipt).body
-    where = f"qhlab verify: {directory / RECORD}"
+    record, receipt, where, config = opened_record(
+        directory, read_record, (PilotReceipt, RECEIPT), RECORD, QhPilotConfig, pilot_digest
+    )
     design = record["design"]
-    config = checked_config(record, receipt, QhPilotConfig, pilot_digest, where)
-    check_config_copy(directory, record["config"], QhPilotConfig, where)
     main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
     if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
         raise DigestMismatchError(

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from qhlab.evidence import DigestMismatchError, SchemaMismatchError, read_receipt
+from qhlab.evidence import DigestMismatchError, SchemaMismatchError, differing_keys, read_receipt
 from qhlab.evidence.envelope import SHA256, Closed, Receipt
 from qhlab.evidence.layout import RECORD_CONFIG_COPY
 
@@ -31,6 +31,7 @@ __all__ = [
     "StudyReference",
     "check_config_copy",
     "checked_config",
+    "opened_record",
     "read_record_file",
 ]
 
@@ -170,7 +171,7 @@ def check_config_copy(
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValidationError, ValueError) as exc:
         raise DigestMismatchError(f"{where}: its bound {path.name} is not a valid {model.__name__} ({exc}).") from None
     ours, theirs = _comparable(config), _comparable(copy)
-    differing = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    differing = differing_keys(ours, theirs)
     if differing:
         raise DigestMismatchError(
             f"{where}: its config differs from its bound {path.name} in {', '.join(differing)} "
@@ -206,3 +207,34 @@ def checked_config(record: dict, receipt: Any, model: type[C], digest: Callable[
             f"{record['config_sha256']} (receipt: {receipt.config_sha256})."
         )
     return config
+
+
+def opened_record(
+    directory: str | os.PathLike,
+    read_record: Callable[[Path], dict],
+    receipt: tuple[type[Receipt], str],
+    record_file: str,
+    model: type[C],
+    digest: Callable[[C, dict], str],
+) -> tuple[dict, Any, str, C]:
+    """What every record check starts from: the record, read and authenticated, with its config
+    validated again and digested with its design (``checked_config``) and its config copy
+    compared (``check_config_copy``).
+
+    Args:
+        directory: the record's directory.
+        read_record: the tool's reader (authenticates and validates the record).
+        receipt: (the receipt's kind, its file name).
+        record_file: the record's file name (for messages).
+        model, digest: the config's model and the tool's digest of config and design.
+
+    Returns:
+        (the record, its receipt's body, the record's name for messages, the config).
+    """
+    directory = Path(directory)
+    record = read_record(directory)
+    body = read_receipt(directory / receipt[1], receipt[0]).body
+    where = f"qhlab verify: {directory / record_file}"
+    config = checked_config(record, body, model, digest, where)
+    check_config_copy(directory, record["config"], model, where)
+    return record, body, where, config

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from qhlab.design.study_config import STUDY_PRESET_FIELDS, PlainNumber, PlainNumeric, PopulationSource, ProfileName
-from qhlab.evidence import QhInputError
+from qhlab.evidence import QhInputError, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
 from qhlab.training.console import console_verbose
@@ -497,15 +497,11 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
     try:
         base = _base_recipe_raw(config)
     except ValueError as exc:
-        raise QhInputError(
-            f"{source}: 1 invalid field(s):\n  - recipe: {exc}\nHINT: compare with examples/tiny-tune.toml."
-        ) from None
+        raise invalid_fields(source, [f"recipe: {exc}"], "compare with examples/tiny-tune.toml.") from None
     problems = _check_space(config, base)
     if problems:
-        raise QhInputError(
-            f"{source}: {len(problems)} invalid field(s):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + "\nHINT: the space names recipe fields (dotted) and domains that make valid recipes."
+        raise invalid_fields(
+            source, problems, "the space names recipe fields (dotted) and domains that make valid recipes."
         )
     return config, data, path, base
 

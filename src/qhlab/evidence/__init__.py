@@ -7,6 +7,7 @@ verifier that has no torch.
 
 from qhlab.evidence.canonical import (
     canonical_json,
+    differing_keys,
     sha256_bytes,
     sha256_file,
     sha256_tree,
@@ -24,6 +25,7 @@ from qhlab.evidence.errors import (
     QhInputError,
     SchemaMismatchError,
     input_error,
+    invalid_fields,
     require_int,
     require_number,
 )
@@ -65,9 +67,11 @@ __all__ = [
     "authentication_roots",
     "bind_files",
     "canonical_json",
+    "differing_keys",
     "exclusive_lock",
     "fresh_directory",
     "input_error",
+    "invalid_fields",
     "locate_population",
     "population_roots",
     "publish_bytes",

@@ -1,6 +1,8 @@
 """Canonical JSON and SHA-256 digests of bytes, files and directory trees.
 
-Owns: the one byte form of every qhlab JSON document and every digest. Does not own:
+Owns: the one byte form of every qhlab JSON document and every digest, and ``differing_keys``
+(where two records disagree, as every refusal that compares them names it) and
+``read_json_object`` (a published JSON document's bytes and object). Does not own:
 where documents are written (``publish``) or what they mean (``receipts``).
 """
 
@@ -10,14 +12,16 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence.errors import MissingEvidenceError, QhInputError
+from qhlab.evidence.errors import EvidenceError, MissingEvidenceError, QhInputError
 
 __all__ = [
     "canonical_json",
+    "differing_keys",
+    "read_json_object",
     "sha256_bytes",
     "sha256_file",
     "sha256_tree",
@@ -133,3 +137,24 @@ def sha256_tree(directory: str | os.PathLike, *, exclude: Iterable[str] = ()) ->
     """One SHA-256 over the sorted (relative path, file digest) pairs of a tree."""
     lines = "".join(f"{rel}\0{digest}\n" for rel, digest in tree_manifest(directory, exclude=exclude).items())
     return sha256_bytes(lines.encode("utf-8"))
+
+
+def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The keys whose values differ between two mappings (a key only one has included), sorted."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def read_json_object(path: Path, call: str) -> tuple[bytes, dict]:
+    """A JSON document that must be one object: (its exact bytes, the object).
+
+    Raises:
+        EvidenceError: the bytes are not UTF-8 JSON, or hold something other than an object.
+    """
+    raw = path.read_bytes()
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"{call}: {path} is not valid UTF-8 JSON ({exc}).") from None
+    if not isinstance(document, dict):
+        raise EvidenceError(f"{call}: {path} holds a {type(document).__name__}; allowed: a JSON object.")
+    return raw, document

@@ -23,6 +23,7 @@ __all__ = [
     "QhInputError",
     "SchemaMismatchError",
     "input_error",
+    "invalid_fields",
     "require_int",
     "require_number",
 ]
@@ -87,6 +88,19 @@ def input_error(
         The exception, for the caller to ``raise``.
     """
     return error(f"{call}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}")
+
+
+def invalid_fields(source: str, problems: list[str], hint: str) -> QhInputError:
+    """The refusal of a config or file with several bad fields, every one on its own line:
+    ``"<source>: N invalid field(s):\n  - <problem>...\nHINT: <hint>"``.
+
+    Args:
+        source: the file refusing (e.g. ``"pilot config 'x.toml'"``).
+        problems: one line per field, each naming the field, its value and what is allowed.
+        hint: what to do next.
+    """
+    lines = "\n".join(f"  - {p}" for p in problems)
+    return QhInputError(f"{source}: {len(problems)} invalid field(s):\n{lines}\nHINT: {hint}")
 
 
 def require_int(call: str, field: str, value: Any, *, minimum: int | None = None, hint: str) -> int:

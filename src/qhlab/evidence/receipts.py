@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from qhlab import __version__
-from qhlab.evidence.canonical import canonical_json, sha256_bytes, sha256_file, to_jsonable
+from qhlab.evidence.canonical import canonical_json, read_json_object, sha256_bytes, sha256_file, to_jsonable
 from qhlab.evidence.envelope import Receipt, receipt_model
 from qhlab.evidence.errors import (
     DigestMismatchError,
@@ -350,13 +350,7 @@ def read_receipt(path: str | os.PathLike, record: type[R], *, verify_files: bool
                 "directory). HINT: a receipt is a file qhlab published; remove this one."
             )
         raise MissingEvidenceError(f"read_receipt: receipt {path} does not exist.")
-    raw = path.read_bytes()
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvidenceError(f"read_receipt: {path} is not valid UTF-8 JSON ({exc}).") from None
-    if not isinstance(document, dict):
-        raise EvidenceError(f"read_receipt: {path} holds a {type(document).__name__}; allowed: a receipt object.")
+    raw, document = read_json_object(path, "read_receipt")
     try:
         canonical = canonical_json(document)
     except Exception as exc:  # noqa: BLE001 - any non-canonical content is an evidence failure

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from qhlab.evidence import EvidenceError, QhError, canonical_json, sha256_bytes
+from qhlab.evidence import EvidenceError, QhError, canonical_json, differing_keys, sha256_bytes
 
 __all__ = [
     "ENTRY_FORMS",
@@ -344,7 +344,7 @@ class FrozenSource:
             for directory, subdirs, names in os.walk(self.root):
                 for name in [*names, *(d for d in subdirs if (Path(directory) / d).is_symlink())]:
                     present.setdefault((Path(directory) / name).relative_to(self.root).as_posix(), "added")
-        changed = sorted(p for p in set(self.files) | set(present) if self.files.get(p) != present.get(p))
+        changed = differing_keys(self.files, present)
         if changed:
             raise EvidenceError(
                 f"{self.owner}: the frozen copy of its source in {self.root} differs from the bound digests "

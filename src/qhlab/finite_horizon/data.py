@@ -79,22 +79,10 @@ class Population:
 
 
 def load_population(path: str | os.PathLike, *, split: str, horizon: int | None = None) -> Population:
-    """Authenticate, check and load a population directory into tensors.
-
-    Args:
-        path: population directory (``manifest.json`` + three Parquet files).
-        split: the split the caller expects; a population of another split is refused.
-        horizon: the H the caller expects; None accepts the population's H.
+    """``qhlab.scenes.reader.read_population`` (same arguments, checks and refusals), as tensors.
 
     Returns:
-        The frozen ``Population``.
-
-    Raises:
-        As ``qhlab.scenes.reader.read_population``: MissingEvidenceError /
-        DigestMismatchError / SchemaMismatchError (manifest or files missing, altered, or of
-        another schema), QhInputError (split or horizon mismatch, bad shapes, unknown ids,
-        non-finite values, a chain-row candidate without a successor) and EvidenceError (a
-        label breaks the Bellman rule, or a successor is not the simulated one).
+        The frozen ``Population``: the checked arrays as torch tensors, in the same row order.
     """
     arrays = read_population(path, split=split, horizon=horizon)
     tensor = torch.from_numpy

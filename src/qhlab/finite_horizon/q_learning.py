@@ -294,6 +294,16 @@ def refuse_oversized_target_table(call: str, recipe: QhRecipe, rows: int) -> Non
 ADAMW_FOREACH = True
 
 
+# The six scorer inputs of a batch's chain states, in the order a scorer's forward takes them.
+_CHAIN_INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "candidate_mask")
+
+
+def _chain_inputs(batch: dict[str, Tensor]) -> tuple[Tensor, ...]:
+    """The scorer inputs of a batch's chain states: ``objects`` [B, N, F_o], ``object_mask`` [B, N],
+    ``goal`` [B, F_g], ``candidates`` [B, K, F_c], ``candidate_object`` [B, K], ``candidate_mask`` [B, K]."""
+    return tuple(batch[name] for name in _CHAIN_INPUTS)
+
+
 def _flat(x: Tensor) -> Tensor:
     """[B, K, ...] -> [B*K, ...]."""
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
@@ -406,14 +416,7 @@ class QhTDModule(pl.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """Online q[B, K, H] of a batch's chain states."""
-        return self.online(
-            batch["objects"],
-            batch["object_mask"],
-            batch["goal"],
-            batch["candidates"],
-            batch["candidate_object"],
-            batch["candidate_mask"],
-        )
+        return self.online(*_chain_inputs(batch))
 
     @torch.no_grad()
     def td_target(self, batch: dict[str, Tensor], target: nn.Module | None = None) -> Tensor:
@@ -524,14 +527,7 @@ class QhTDModule(pl.LightningModule):
     def _member_loss(self, batch: dict[str, Tensor], online: nn.Module, target: nn.Module, member: int) -> Tensor:
         """One scorer's TD loss on a batch: chain rows, plus the successor rows the recipe asks for."""
         y = self.member_targets(batch, target, member)
-        q = online(
-            batch["objects"],
-            batch["object_mask"],
-            batch["goal"],
-            batch["candidates"],
-            batch["candidate_object"],
-            batch["candidate_mask"],
-        ).float()
+        q = online(*_chain_inputs(batch)).float()
         loss = native_huber_loss(q, y, batch["candidate_mask"], self.recipe.huber_delta)
         rows = min(self.recipe.successor_reward_rows, q.shape[0])
         if rows:

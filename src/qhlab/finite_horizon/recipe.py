@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from qhlab.evidence import QhInputError, canonical_json, input_error, sha256_bytes
+from qhlab.evidence import QhInputError, canonical_json, input_error, invalid_fields, sha256_bytes
 from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 from qhlab.finite_horizon.budget import MAX_UPDATES
 
@@ -323,17 +323,17 @@ def validation_error(exc: ValidationError, source: str, model: type[BaseModel], 
     for error in exc.errors(include_url=False):
         path = ".".join(str(p) for p in error["loc"]) or "<top level>"
         if error["type"] == "missing":
-            lines.append(f"  - {path} is missing; allowed: a value (this field is required)")
+            lines.append(f"{path} is missing; allowed: a value (this field is required)")
         elif error["type"] in ("value_error", "assertion_error"):
             # our own validators already name the value and what is allowed
-            lines.append(f"  - {path}: {str(error['msg']).removeprefix('Value error, ')}")
+            lines.append(f"{path}: {str(error['msg']).removeprefix('Value error, ')}")
         else:
             value = error.get("input")
             shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)
             allowed = _allowed_text(error, model)
             detail = "" if allowed == error["msg"] else f" ({error['msg']})"
-            lines.append(f"  - {path}={shown} is not allowed; allowed: {allowed}{detail}")
-    return QhInputError(f"{source}: {len(lines)} invalid field(s):\n" + "\n".join(lines) + f"\nHINT: {hint}")
+            lines.append(f"{path}={shown} is not allowed; allowed: {allowed}{detail}")
+    return invalid_fields(source, lines, hint)
 
 
 def read_toml(

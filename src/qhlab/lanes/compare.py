@@ -24,6 +24,7 @@ from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence import (
     authentication_roots,
     canonical_json,
+    differing_keys,
     input_error,
     publish_bytes,
     publish_directory,
@@ -416,9 +417,7 @@ def lane_comparison(
         "schema_version": DOCUMENT_SCHEMA_VERSION,
         "study": a["study"],
         "lanes": lanes,
-        "versions_differ": sorted(
-            k for k in set(a["versions"]) | set(b["versions"]) if a["versions"].get(k) != b["versions"].get(k)
-        ),
+        "versions_differ": differing_keys(a["versions"], b["versions"]),
         "compared_under": runtime_versions(),  # the bootstrap and drift ran here
         "decision_sha256_without_profile": sha256_bytes(canonical_json(record)),
         "difference": "B - A",

@@ -13,27 +13,24 @@ from __future__ import annotations
 import os
 import time
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
-from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
+from qhlab.design.e0_record import RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, PopulationSource
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     authentication_roots,
-    exclusive_lock,
     input_error,
     publish_bytes,
     read_receipt,
     recorded_origin,
 )
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
-from qhlab.execution import executor_choice
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
-from qhlab.preparation.fits import finished_record, fit_runner, publish_config_copy, run_fits
+from qhlab.preparation.fits import ToolRun, finished_record, fit_runner, run_fits
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 
@@ -131,72 +128,45 @@ def _resolve(config: QhE0CheckConfig, preset: str, choice: Any) -> dict[int, Pat
     }
 
 
-def run_e0_check(
-    config_path: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    workers: int | None = None,
-    executor: Any = None,
-    say: Callable[[str], None] = print,
-) -> dict:
-    """Run (or resume, or re-read) an E0 check and publish its record.
-
-    Args:
-        config_path: the E0 check TOML.
-        output: the check directory (created; an interrupted run's directory resumes).
-        workers: draws gated at once on the local executor (None: the config's ``workers``).
-        executor: an ``ExecutorChoice`` (None: the config's executor).
-        say: where progress lines go.
+def run_e0_check(run: ToolRun) -> dict:
+    """Run (or resume, or re-read) an E0 check (``run``) and publish its record.
 
     Returns:
         The record (``e0.json``'s document).
 
     Raises:
         QhInputError: an invalid config, or an output begun with another config; nothing written.
-        LockHeldError: another ``qhlab e0-check`` writes ``output``.
+        LockHeldError: another ``qhlab e0-check`` writes the output.
     """
-    config, data, study = read_e0_config(config_path)
+    config, data, study = read_e0_config(run.config_path)
     design = e0_design(study)
     digest = e0_digest(config, design)
-    directory = Path(output).expanduser().absolute()
+    directory, say = run.directory, run.say
     record = finished_record(directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check")
     if record is not None:
         say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
         return record
-    choice = executor if executor is not None else executor_choice(config.executor, None, call=E0_CHECK_CALL)
-    directory.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(directory / _LOCK, hint="another qhlab e0-check writes this directory; wait for it"):
-        publish_config_copy(directory / CONFIG_COPY, data, call=E0_CHECK_CALL)
+    choice = run.choice(config, E0_CHECK_CALL)
+    with run.writing(E0_CHECK_CALL, _LOCK, data):
         say(
             f"e0 check {config.name}: the E0 gate of {study.name} (canary_updates {study.canary_updates}, "
             f"canary_gap_multiple {study.canary_gap_multiple}, tie_band {study.tie_band}) on "
             f"{len(config.train_seeds)} fresh TRAIN draws of {study.train.preset}"
         )
         populations = _resolve(config, study.train.preset, choice)
-        return _run_locked(
-            config,
-            study,
-            design,
-            digest,
-            directory,
-            populations,
-            config.workers if workers is None else workers,
-            choice,
-            say,
-        )
+        return _run_locked(run, config, study, design, digest, populations, choice)
 
 
 def _run_locked(
+    run: ToolRun,
     config: QhE0CheckConfig,
     study: Any,
     design: dict,
     digest: str,
-    directory: Path,
     populations: dict[int, Path],
-    workers: int,
     choice: Any,
-    say: Callable[[str], None],
 ) -> dict:
+    directory, workers, say = run.directory, run.jobs_at_once(config), run.say
     jobs = []
     for seed in config.train_seeds:
         name = f"{config.name}-{seed}"

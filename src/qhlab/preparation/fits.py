@@ -1,32 +1,106 @@
 """One fit of a preparation step (a tuning trial's or a pilot's), and the tool's directory around it.
 
-Owns: a tool's directory (``finished_record``: a finished run's record is adopted when its
-config digest is this run's, and refused otherwise; ``publish_config_copy``), its job runner
-(``fit_runner``) and its fits with their progress shown (``run_fits``), ``adopt_or_fit``, the
-pool or Ray task that adopts the finished attempt of a cell whose fit receipt binds the same
-recipe, or else fits it with the same launcher, lane and receipts as every qhlab fit, and
-``fit_evidence``, what a record keeps of a finished fit. Does not own: which fits a step makes
-(``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting itself
-(``qhlab.finite_horizon.fit``).
+Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finished_record``: a
+finished run's record is adopted when its config digest is this run's, and refused otherwise;
+``publish_config_copy``), its job runner (``fit_runner``) and its fits with their progress shown
+(``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell
+whose fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts
+as every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
+which fits a step makes (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting
+itself (``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import input_error, publish_bytes, read_receipt, sha256_file
-from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT
-from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner, reporting
+from qhlab.evidence import exclusive_lock, input_error, publish_bytes, read_receipt, sha256_file
+from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
+from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner, executor_choice, reporting
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
+from qhlab.study.populations import resolve_population
 from qhlab.study.terminal import FitBoard
 from qhlab.study.terminal import console as study_console
 from qhlab.training.console import configure_console, console_verbose
 from qhlab.training.records import FitReceipt
 
-__all__ = ["adopt_or_fit", "finished_record", "fit_evidence", "fit_runner", "publish_config_copy", "run_fits"]
+__all__ = [
+    "ToolRun",
+    "adopt_or_fit",
+    "finished_record",
+    "fit_evidence",
+    "fit_runner",
+    "publish_config_copy",
+    "resolve_tool_population",
+    "run_fits",
+]
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One run of a preparation tool (``run_tuning``, ``run_pilot``, ``run_e0_check``), as asked for.
+
+    Attributes:
+        config_path: the tool's TOML.
+        output: its directory (created; an interrupted run's directory resumes, a finished run's
+            record is re-read).
+        workers: jobs at once on the local executor (None: the config's ``workers``).
+        executor: an ``ExecutorChoice`` (None: the config's executor).
+        say: where progress lines go.
+    """
+
+    config_path: str | os.PathLike
+    output: str | os.PathLike
+    workers: int | None = None
+    executor: Any = None
+    say: Callable[[str], None] = print
+
+    @property
+    def directory(self) -> Path:
+        """The output directory, absolute."""
+        return Path(self.output).expanduser().absolute()
+
+    def choice(self, config: Any, call: str) -> ExecutorChoice:
+        """Where the tool's jobs run: ``executor``, else its config's executor."""
+        return self.executor if self.executor is not None else executor_choice(config.executor, None, call=call)
+
+    def jobs_at_once(self, config: Any) -> int:
+        """``workers``, else its config's."""
+        return config.workers if self.workers is None else self.workers
+
+    @contextlib.contextmanager
+    def writing(self, call: str, lock: str, data: bytes | None = None) -> Iterator[Path]:
+        """The output directory, made and held with the tool's writer lock (a second run of the
+        tool there exits 3); with ``data``, the config's bytes copied in first (``publish_config_copy``)."""
+        directory = self.directory
+        directory.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(directory / lock, hint=f"another {call} writes this directory; wait for it"):
+            if data is not None:
+                publish_config_copy(directory / RECORD_CONFIG_COPY, data, call=call)
+            yield directory
+
+
+def resolve_tool_population(source: Any, split: str, config: Any, choice: Any, *, call: str, role: str) -> Path:
+    """A tool's population (a named directory, or a preset drawn into its cache), absolute.
+
+    Raises:
+        QhInputError: a named directory that does not exist (naming ``role``).
+    """
+    if source.path is not None and not Path(source.path).is_dir():
+        raise input_error(
+            call,
+            f"{role}.path",
+            source.path,
+            "an existing population directory",
+            "generate it with `qhlab scenes generate` or name a preset and seed",
+        )
+    return Path(resolve_population(source, split, config.population_cache, progress=True, executor=choice)).absolute()
 
 
 def finished_record(

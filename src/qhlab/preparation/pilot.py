@@ -9,30 +9,27 @@ checks (``record``) or fitting (``qhlab.preparation.fits``).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
-from qhlab.design.pilot_record import CONFIG_COPY, FITS_DIR, RECEIPT, components_of, publish_record, read_record
+from qhlab.design.pilot_record import FITS_DIR, RECEIPT, components_of, publish_record, read_record
 from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
-from qhlab.evidence import exclusive_lock, input_error, sha256_file
+from qhlab.evidence import input_error, sha256_file
 from qhlab.evidence.layout import FAMILY_DIR, MANIFEST
-from qhlab.execution import executor_choice
 from qhlab.preparation.fits import (
+    ToolRun,
     adopt_or_fit,
     finished_record,
     fit_evidence,
     fit_runner,
-    publish_config_copy,
+    resolve_tool_population,
     run_fits,
 )
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import load_preset
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
-from qhlab.study.populations import resolve_population
 
 __all__ = ["run_pilot"]
 
@@ -66,17 +63,7 @@ def _resolve(config: QhPilotConfig, study: Any, choice: Any) -> dict[str, Path]:
     out = {}
     for role, source in sources.items():
         split = "validation" if role == "validation" else "train"
-        if source.path is not None and not Path(source.path).is_dir():
-            raise input_error(
-                PILOT_CALL,
-                f"{role}.path",
-                source.path,
-                "an existing population directory",
-                "generate it with `qhlab scenes generate` or name a preset and seed",
-            )
-        out[role] = Path(
-            resolve_population(source, split, config.population_cache, progress=True, executor=choice)
-        ).absolute()
+        out[role] = resolve_tool_population(source, split, config, choice, call=PILOT_CALL, role=role)
         if role == "validation":
             _refuse_the_studys_validation(out[role], study.validation)
             refuse_sealed_validation(PILOT_CALL, out[role], config.population_cache)
@@ -114,44 +101,28 @@ def _refuse_the_studys_validation(validation: Path, declared: PopulationSource) 
         )
 
 
-def run_pilot(
-    config_path: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    workers: int | None = None,
-    executor: Any = None,
-    say: Callable[[str], None] = print,
-) -> dict:
-    """Run (or resume, or re-read) a pilot and publish its record.
-
-    Args:
-        config_path: the pilot TOML.
-        output: the pilot directory (created; an interrupted run's directory resumes).
-        workers: fits at once on the local executor (None: the config's ``workers``).
-        executor: an ``ExecutorChoice`` (None: the config's executor).
-        say: where progress lines go.
+def run_pilot(run: ToolRun) -> dict:
+    """Run (or resume, or re-read) a pilot (``run``) and publish its record.
 
     Returns:
         The record (``pilot.json``'s document).
 
     Raises:
         QhInputError: an invalid config, a sealed or study validation population; nothing written.
-        LockHeldError: another ``qhlab pilot`` writes ``output``.
+        LockHeldError: another ``qhlab pilot`` writes the output.
     """
-    config, data, study = read_pilot_config(config_path)
+    config, data, study = read_pilot_config(run.config_path)
     # A user arm's source as it is now: the design binds it, and the pilot fits a copy of it.
     design = study_design(study, user_source_digests(study, Path(config.study).parent))
     digest = pilot_digest(config, design)
-    directory = Path(output).expanduser().absolute()
+    directory = run.directory
     record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot")
     if record is not None:
-        say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
+        run.say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
-    choice = executor if executor is not None else executor_choice(config.executor, None, call=PILOT_CALL)
+    choice = run.choice(config, PILOT_CALL)
     populations = _resolve(config, study, choice)
-    directory.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(directory / _LOCK, hint="another qhlab pilot writes this directory; wait for it"):
-        publish_config_copy(directory / CONFIG_COPY, data, call=PILOT_CALL)
+    with run.writing(PILOT_CALL, _LOCK, data):
         copied = copy_sources(study, Path(config.study).parent, directory)
         if {arm: record["sha256"] for arm, record in copied.items()} != user_source_digests(
             study, Path(config.study).parent
@@ -164,31 +135,21 @@ def run_pilot(
                 "an arm's file changed between reading and copying it; run the pilot again",
             )
         return _run_locked(
-            config,
-            study,
-            design,
-            digest,
-            directory,
-            populations,
-            shipped_sources(copied, directory),
-            config.workers if workers is None else workers,
-            choice,
-            say,
+            run, config, study, design, digest, populations, shipped_sources(copied, run.directory), choice
         )
 
 
 def _run_locked(
+    run: ToolRun,
     config: QhPilotConfig,
     study: Any,
     design: dict,
     digest: str,
-    directory: Path,
     populations: dict[str, Path],
     shipped: dict[str, dict],
-    workers: int,
     choice: Any,
-    say: Callable[[str], None],
 ) -> dict:
+    directory, workers, say = run.directory, run.jobs_at_once(config), run.say
     main = int(config.train.seed)
     plan = [(arm, main, "train", seed) for arm in study.arms for seed in config.seeds]
     plan += [

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -42,17 +41,18 @@ from qhlab.design.tuning_record import (
     refuse_sealed_validation,
 )
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
-from qhlab.evidence import canonical_json, exclusive_lock, input_error, sha256_bytes
-from qhlab.execution import JobRunner, executor_choice
+from qhlab.evidence import canonical_json, input_error, sha256_bytes
+from qhlab.execution import JobRunner
 from qhlab.preparation.fits import (
+    ToolRun,
     adopt_or_fit,
     finished_record,
     fit_evidence,
     fit_runner,
     publish_config_copy,
+    resolve_tool_population,
     run_fits,
 )
-from qhlab.study.populations import resolve_population
 
 __all__ = ["run_tuning"]
 
@@ -165,45 +165,17 @@ def _trial_entry(
 ) -> dict:
     """A finished trial as the record holds it (``fits`` None: over the cost limit, not run;
     ``pruned_at``: the rung the pruner stopped it at, its ``fits`` the ones it made)."""
+    who = {"number": number, "batch": batch, "params": params, "cost": cost}
     if fits is None:
-        return {
-            "number": number,
-            "batch": batch,
-            "params": params,
-            "cost": cost,
-            "state": "pruned",
-            "reason": f"cost {cost} > max_cost {max_cost}",
-            "fits": [],
-            "mean": None,
-            "seed_sd": None,
-        }
+        reason = f"cost {cost} > max_cost {max_cost}"
+        return {**who, "state": "pruned", "reason": reason, "fits": [], "mean": None, "seed_sd": None}
     values = [f[metric] for f in fits]
     intermediate = {} if pruner is None else {"intermediate": running_means(values, pruner.rungs)}
     if pruned_at is not None:
         mean = intermediate["intermediate"][str(pruned_at)]
-        return {
-            "number": number,
-            "batch": batch,
-            "params": params,
-            "cost": cost,
-            "state": "pruned",
-            "reason": f"{pruner.kind} pruner after {pruned_at} of its fits (running mean {mean:.4f})",
-            "fits": fits,
-            "mean": None,
-            "seed_sd": None,
-            **intermediate,
-        }
-    return {
-        "number": number,
-        "batch": batch,
-        "params": params,
-        "cost": cost,
-        "state": "complete",
-        "reason": None,
-        "fits": fits,
-        **trial_score(values),
-        **intermediate,
-    }
+        reason = f"{pruner.kind} pruner after {pruned_at} of its fits (running mean {mean:.4f})"
+        return {**who, "state": "pruned", "reason": reason, "fits": fits, "mean": None, "seed_sd": None, **intermediate}
+    return {**who, "state": "complete", "reason": None, "fits": fits, **trial_score(values), **intermediate}
 
 
 def _pruned_rung(config: QhTuningConfig, earlier: list[dict], fits: list[dict], done: int) -> int | None:
@@ -270,22 +242,8 @@ def _say_trial(
         say(f"  best so far: trial {best['number'] + 1}, {metric}_{horizon} {best['mean']:.4f}")
 
 
-def run_tuning(
-    config_path: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    workers: int | None = None,
-    executor: Any = None,
-    say: Callable[[str], None] = print,
-) -> dict:
-    """Run (or resume, or re-read) a tuning and publish its record.
-
-    Args:
-        config_path: the tuning TOML.
-        output: the tuning directory (created; an interrupted run's directory resumes).
-        workers: fits at once on the local executor (None: the config's ``workers``).
-        executor: an ``ExecutorChoice`` (None: the config's executor).
-        say: where progress lines go.
+def run_tuning(run: ToolRun) -> dict:
+    """Run (or resume, or re-read) a tuning (``run``) and publish its record.
 
     Returns:
         The record (``record.publish_record``'s document).
@@ -293,13 +251,11 @@ def run_tuning(
     Raises:
         QhInputError: an invalid config, a sealed validation population, a corrupt or foreign
             ``trials.db``; nothing is written or overwritten.
-        LockHeldError: another ``qhlab tune`` writes ``output``.
+        LockHeldError: another ``qhlab tune`` writes the output.
     """
     quiet_optuna()
-    config, data, path, base = read_tuning_config(config_path)
-    workers = config.workers if workers is None else workers
-    choice = executor if executor is not None else executor_choice(config.executor, None, call=TUNE_CALL)
-    directory = Path(output).expanduser().absolute()
+    config, data, path, base = read_tuning_config(run.config_path)
+    choice, directory, say = run.choice(config, TUNE_CALL), run.directory, run.say
     record = finished_record(
         directory, RECEIPT, read_record, _config_digest(config, base), call=TUNE_CALL, what="tuning"
     )
@@ -321,9 +277,8 @@ def run_tuning(
     populations = _resolve_populations(config, choice)
     digest = _config_digest(config, base)
     _refuse_foreign_db(directory, config, digest)  # before the lock file: a refusal writes nothing
-    directory.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(directory / _LOCK, hint="another qhlab tune writes this directory; wait for it"):
-        return _run_locked(config, data, base, digest, directory, populations, workers, choice, say)
+    with run.writing(TUNE_CALL, _LOCK):
+        return _run_locked(config, data, base, digest, directory, populations, run.jobs_at_once(config), choice, say)
 
 
 def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
@@ -331,18 +286,7 @@ def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]
     population is drawn into the cache."""
     out = {}
     for split in ("validation", "train"):
-        source = getattr(config, split)
-        if source.path is not None and not Path(source.path).is_dir():
-            raise input_error(
-                TUNE_CALL,
-                f"{split}.path",
-                source.path,
-                "an existing population directory",
-                "generate it with `qhlab scenes generate` or name a preset and seed",
-            )
-        out[split] = Path(
-            resolve_population(source, split, config.population_cache, progress=True, executor=choice)
-        ).absolute()
+        out[split] = resolve_tool_population(getattr(config, split), split, config, choice, call=TUNE_CALL, role=split)
         if split == "validation":
             refuse_sealed_validation(TUNE_CALL, out[split], config.population_cache)
     return {"train": out["train"], "validation": out["validation"]}

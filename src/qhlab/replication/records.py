@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import DigestMismatchError, MissingEvidenceError, read_receipt, sha256_file
+from qhlab.evidence import DigestMismatchError, MissingEvidenceError, differing_keys, read_receipt, sha256_file
 from qhlab.evidence.envelope import Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import (
     DEVELOPMENT_RECEIPT,
@@ -109,7 +109,7 @@ def check_replication(directory: str | os.PathLike) -> dict:
     sides = _records(directory, receipt)
     recomputed = json.loads(json.dumps(replication_document(sides["original"], sides["replica"])))
     recorded = json.loads((directory / REPLICATION_JSON).read_text(encoding="utf-8"))
-    differing = sorted(k for k in set(recomputed) | set(recorded) if recomputed.get(k) != recorded.get(k))
+    differing = differing_keys(recomputed, recorded)
     if differing:
         raise DigestMismatchError(
             f"qhlab verify: {directory / REPLICATION_JSON} differs from its recomputation from the two studies "

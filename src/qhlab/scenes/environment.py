@@ -71,6 +71,7 @@ __all__ = [
     "check_contract",
     "dataclass_options",
     "read_environment_source",
+    "sampling_record",
 ]
 
 # A factory in qhlab's own package is built in: imported from the installed qhlab, never copied.
@@ -468,17 +469,25 @@ class Environment:
         return {
             "environment": {**self.spec.record(), "identity": self.identity},
             "generator_version": generator_version,
-            "preset": preset.name,
             "preset_parameters": preset.record(),
-            "split": split,
-            "seed": seed,
-            "actor": {
-                "kind": preset.actor.kind,
-                "epsilon": preset.actor.epsilon,
-                "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
-            },
-            "label_dtype": "float64",
+            **sampling_record(preset, split=split, seed=seed),
         }
+
+
+def sampling_record(preset: Any, *, split: str, seed: int) -> dict:
+    """What every environment's generator record says of how its population was drawn: the preset,
+    the split and seed, the actor and the seed stream of its scenes and chains, and the labels' dtype."""
+    return {
+        "preset": preset.name,
+        "split": split,
+        "seed": seed,
+        "actor": {
+            "kind": preset.actor.kind,
+            "epsilon": preset.actor.epsilon,
+            "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
+        },
+        "label_dtype": "float64",
+    }
 
 
 def _user_error(call: str | None, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:

@@ -9,11 +9,11 @@ them. Does not own: writing a population, reading its tables or checking its lab
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
+from qhlab.evidence.canonical import read_json_object
 from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
 from qhlab.evidence.layout import POPULATION_ENVIRONMENT_DIR as ENVIRONMENT_DIR
 from qhlab.scenes.records import PopulationReceipt
@@ -62,13 +62,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
             f"load_population: {manifest_path} does not exist. HINT: generate the population with "
             "`qhlab scenes generate` or pass a population directory."
         )
-    raw = manifest_path.read_bytes()
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvidenceError(f"load_population: {manifest_path} is not valid UTF-8 JSON ({exc}).") from None
-    if not isinstance(manifest, dict):
-        raise EvidenceError(f"load_population: {manifest_path} is not a JSON object.")
+    raw, manifest = read_json_object(manifest_path, "load_population")
     version = manifest.get("schema_version")
     if version != MANIFEST_SCHEMA_VERSION:
         raise SchemaMismatchError(

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from qhlab.evidence import QhInputError
+from qhlab.evidence import QhInputError, invalid_fields
 
 __all__ = ["BUILTIN_PRESETS", "PRESET_NAMES", "ActorSpec", "EnvironmentDeclaration", "Preset", "load_preset"]
 
@@ -146,12 +146,12 @@ def load_preset(
     try:
         return Preset.model_validate({**raw, "path": str(path)})
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"]) or "(the file)"
-            lines.append(f"  - {field}={error.get('input')!r}: {error['msg']}")
-        raise QhInputError(
-            f"{call}: preset {str(path)!r}: {len(lines)} invalid field(s):\n"
-            + "\n".join(lines)
-            + "\nHINT: compare with a built-in preset (qhlab/scenes/presets/tiny.toml)."
+        problems = [
+            f"{'.'.join(str(p) for p in error['loc']) or '(the file)'}={error.get('input')!r}: {error['msg']}"
+            for error in exc.errors()
+        ]
+        raise invalid_fields(
+            f"{call}: preset {str(path)!r}",
+            problems,
+            "compare with a built-in preset (qhlab/scenes/presets/tiny.toml).",
         ) from None

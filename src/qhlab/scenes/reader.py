@@ -126,6 +126,21 @@ def _lists(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
     return lengths, arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
+def _rows_of_width(table: pa.Table, column: str, width: int, where: str, feature: str) -> np.ndarray:
+    """A list<double> column whose every row holds ``width`` values, as float64 [rows, width];
+    refused (naming the first other width) otherwise. ``feature``: its manifest field."""
+    lengths, flat = _lists(table, column)
+    if (lengths != width).any():
+        raise input_error(
+            where,
+            column,
+            f"width {int(lengths[lengths != width][0])}",
+            f"{width} (manifest features.{feature})",
+            "regenerate the population.",
+        )
+    return flat.reshape(-1, width)
+
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -279,16 +294,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     objects_file[mask_file] = flat.reshape(-1, widths["objects"])
     objects, object_mask = objects_file[order], mask_file[order]
 
-    goal_lengths, goal_flat = _lists(states, "goal")
-    if (goal_lengths != widths["goal"]).any():
-        raise input_error(
-            at_states,
-            "goal",
-            f"width {int(goal_lengths[goal_lengths != widths['goal']][0])}",
-            f"{widths['goal']} (manifest features.goal)",
-            "regenerate the population.",
-        )
-    goal = goal_flat.reshape(s_rows, widths["goal"])
+    goal = _rows_of_width(states, "goal", widths["goal"], at_states, "goal")
     _check_finite(states_path, "goal", goal, _ints(states, "state_id"), "state_id")
     goal = goal[order]
 
@@ -321,16 +327,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             "exactly one row per (state, candidate) for a state's candidates 0..k-1 (k >= 1), none beyond",
             "a state's candidates are numbered from 0.",
         )
-    feat_lengths, feat_flat = _lists(cands, "features")
-    if (feat_lengths != widths["candidates"]).any():
-        raise input_error(
-            at_cands,
-            "features",
-            f"width {int(feat_lengths[feat_lengths != widths['candidates']][0])}",
-            f"{widths['candidates']} (manifest features.candidates)",
-            "regenerate the population.",
-        )
-    features = feat_flat.reshape(-1, widths["candidates"])
+    features = _rows_of_width(cands, "features", widths["candidates"], at_cands, "candidates")
     _check_finite(cands_path, "features", features, c_state, "state_id")
     reward_flat = cands.column("reward").to_numpy().astype(np.float64)
     _check_finite(cands_path, "reward", reward_flat, c_state, "state_id")

@@ -33,7 +33,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.evidence.layout import FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, STUDY_CONFIG_COPY, cell_name
+from qhlab.evidence.layout import FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, PREPARATION_DIR, STUDY_CONFIG_COPY, cell_name
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
@@ -48,7 +48,7 @@ from qhlab.study.populations import (
     resolve_population,
     validation_preset,
 )
-from qhlab.study.preparation import PREPARATION_DIR, check_preparation, copy_preparation
+from qhlab.study.preparation import check_preparation, copy_preparation
 from qhlab.training.profiles import execution_profile
 
 __all__ = ["describe_family", "freeze"]

@@ -26,12 +26,11 @@ from qhlab.design.e0_config import e0_design
 from qhlab.design.pilot_config import study_design
 from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.design.tuning_record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
-from qhlab.evidence import PublishConflictError, input_error, publish_bytes, sha256_file
+from qhlab.evidence import PublishConflictError, differing_keys, input_error, publish_bytes, sha256_file
+from qhlab.evidence.layout import PREPARATION_DIR
 from qhlab.study.render import fmt, table
 
-__all__ = ["PREPARATION_DIR", "check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
-
-PREPARATION_DIR = "preparation"
+__all__ = ["check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
 _CALL = "freeze_study"
 # Recipe fields that are the study's own, never compared with the tuning's winner.
 _STUDY_FIELDS = ("name", "seed", "data", "accelerator", "devices", "precision")
@@ -75,9 +74,18 @@ def _checked_record(field: str, module: Any, record_path: Path, what: str, comma
     return source, module.read_record(source), module.check_record(source)
 
 
-def _differing(ours: dict, theirs: dict) -> list[str]:
-    """The keys whose values differ between two designs, sorted."""
-    return sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+def _bound(kind: str, module: Any, record_path: Path, record: dict) -> dict[str, Any]:
+    """What the freeze binds of every preparation record: where it was, where its copy goes, the
+    digests of the record and its receipt, its name and its config's digest."""
+    source = record_path.parent
+    return {
+        "source": str(record_path.resolve()),
+        "copy": f"{PREPARATION_DIR}/{kind}",
+        "record_sha256": sha256_file(source / module.RECORD),
+        "receipt_sha256": sha256_file(source / module.RECEIPT),
+        "name": record["name"],
+        "config_sha256": record["config_sha256"],
+    }
 
 
 def check_preparation(
@@ -130,7 +138,7 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
         )
     study = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates).model_dump(mode="json")
     ours, theirs = _compared(study), _compared(winner["recipe"])
-    differing = _differing(ours, theirs)
+    differing = differing_keys(ours, theirs)
     undeclared = [k for k in differing if k not in record["deviations"]]
     if undeclared:
         shown = ", ".join(f"{k}={ours.get(k)!r} (winner {theirs.get(k)!r})" for k in undeclared)
@@ -144,12 +152,7 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
         )
     _refuse_tuning_validation(config, record, record_path)
     return {
-        "source": str(record_path.resolve()),
-        "copy": f"{PREPARATION_DIR}/tuning",
-        "record_sha256": sha256_file(source / RECORD),
-        "receipt_sha256": sha256_file(source / RECEIPT),
-        "name": record["name"],
-        "config_sha256": record["config_sha256"],
+        **_bound("tuning", tuning_record, record_path, record),
         "objective": record["objective"],
         "rule": record["rule"],
         "trials": [
@@ -172,7 +175,7 @@ def _check_pilot(
     config: QhArchitectureStudyConfig, record_path: Path, sources: dict[str, str] | None
 ) -> tuple[dict, Path]:
     source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot", "qhlab pilot")
-    differing = _differing(study_design(config, sources), record["design"])
+    differing = differing_keys(study_design(config, sources), record["design"])
     if differing:
         raise input_error(
             _CALL,
@@ -208,12 +211,7 @@ def _check_pilot(
         )
     _refuse_tuning_validation(config, record, record_path)
     return {
-        "source": str(record_path.resolve()),
-        "copy": f"{PREPARATION_DIR}/pilot",
-        "record_sha256": sha256_file(source / pilot_record.RECORD),
-        "receipt_sha256": sha256_file(source / pilot_record.RECEIPT),
-        "name": record["name"],
-        "config_sha256": record["config_sha256"],
+        **_bound("pilot", pilot_record, record_path, record),
         "seeds": record["config"]["seeds"],
         "draws": record["draws"],
         "draw_seeds": record["draw_seeds"],
@@ -232,7 +230,7 @@ def _check_pilot(
 
 def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
     source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check", "qhlab e0-check")
-    differing = _differing(e0_design(config), record["design"])
+    differing = differing_keys(e0_design(config), record["design"])
     if differing:
         raise input_error(
             _CALL,
@@ -262,12 +260,7 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
             "the check shows the gate holds on draws the study never trains on; check other seeds",
         )
     return {
-        "source": str(record_path.resolve()),
-        "copy": f"{PREPARATION_DIR}/e0",
-        "record_sha256": sha256_file(source / e0_record.RECORD),
-        "receipt_sha256": sha256_file(source / e0_record.RECEIPT),
-        "name": record["name"],
-        "config_sha256": record["config_sha256"],
+        **_bound("e0", e0_record, record_path, record),
         "train_seeds": seeds,
         "gate": {k: record["design"][k] for k in ("canary_updates", "canary_gap_multiple", "tie_band", "seeds")},
         "draws": record["draws"],

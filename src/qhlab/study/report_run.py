@@ -33,7 +33,7 @@ from qhlab.study.render import FIGURES
 from qhlab.study.report import SECTIONS
 from qhlab.study.sections import Tables
 from qhlab.study.tuning_figures import TUNING_FIGURES
-from qhlab.training.wandb_attempt import drop_wandb_links
+from qhlab.training.wandb_attempt import drop_wandb_links, quiet_wandb_settings
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
 
@@ -82,17 +82,7 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     run_dir = output / REPORT_RUN_DIR / f"{stamp}-{secrets.token_hex(2)}"
     run_dir.mkdir(parents=True)
-    # symlink=False: no latest-run/debug.log links (a signed study directory holds no link).
-    settings = wandb.Settings(
-        console="off",
-        disable_git=True,
-        save_code=False,
-        x_disable_stats=True,
-        x_disable_meta=True,
-        x_disable_machine_info=True,
-        silent=True,
-        symlink=False,
-    )
+    settings = quiet_wandb_settings()
     run = wandb.init(
         project="qhlab",
         id=f"{study[:40]}-report-{run_dir.name}",

@@ -57,7 +57,7 @@ from qhlab.training.profiles import execution_profile
 from qhlab.training.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.training.segments import ResumeState
 from qhlab.training.tensor_state import save_tensor_state, structure_path, write_cold_initialization
-from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt
+from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt, quiet_wandb_settings
 
 __all__ = [
     "AdmittedLaunch",
@@ -139,22 +139,11 @@ def wandb_logger(
     a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
     names another group (e.g. the study, so its cells group together in the W&B UI).
     """
-    import wandb
     from lightning.pytorch.loggers import WandbLogger
 
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
-    settings = wandb.Settings(
-        console="off",
-        disable_git=True,
-        save_code=False,
-        x_disable_stats=True,
-        x_disable_meta=True,
-        x_disable_machine_info=True,
-        silent=True,
-        # A published attempt holds no symbolic link (model signing refuses them).
-        symlink=False,
-    )
+    settings = quiet_wandb_settings()
     # mode comes from attempt.apply; WandbLogger(offline=True) would set WANDB_MODE process-wide.
     init = attempt.apply({"project": project})
     if group is not None:

@@ -170,38 +170,36 @@ class QhExecutionProfile:
         object.__setattr__(self, "allowed_cpu_fallback_operations", tuple(ops))
         # A lane's parts must agree: Lightning places tensors by accelerator while the checks
         # read device_type, and the MPS lane is commissioned in FP32 only.
-        if self.device_type != self.accelerator:
-            raise input_error(
-                call,
+        # (broken, field, allowed, hint): every rule a lane's parts must obey, checked in order.
+        rules = (
+            (
+                self.device_type != self.accelerator,
                 "device_type",
-                self.device_type,
                 f"{self.accelerator!r} (the accelerator)",
                 "a single-device lane keeps its tensors on the accelerator it selects.",
-            )
-        if self.precision == "bf16-mixed" and self.device_type != "cpu":
-            raise input_error(
-                call,
+            ),
+            (
+                self.precision == "bf16-mixed" and self.device_type != "cpu",
                 "precision",
-                self.precision,
                 f"'16-mixed' or '32-true' on a {self.device_type!r} lane",
                 "bf16-mixed is the CPU bf16 lane's (cpu-bf16); CUDA mixed precision is 16-mixed.",
-            )
-        if self.device_type == "mps" and self.precision != "32-true":
-            raise input_error(
-                call,
+            ),
+            (
+                self.device_type == "mps" and self.precision != "32-true",
                 "precision",
-                self.precision,
                 "'32-true' on an mps lane",
                 "the MPS lane is commissioned in FP32 only; mixed precision is the CUDA lane's.",
-            )
-        if self.allowed_cpu_fallback_operations and self.device_type != "mps":
-            raise input_error(
-                call,
+            ),
+            (
+                bool(self.allowed_cpu_fallback_operations) and self.device_type != "mps",
                 "allowed_cpu_fallback_operations",
-                self.allowed_cpu_fallback_operations,
                 f"() on a {self.device_type!r} lane",
                 "only MPS operators fall back to the CPU.",
-            )
+            ),
+        )
+        for broken, field, allowed, hint in rules:
+            if broken:
+                raise input_error(call, field, getattr(self, field), allowed, hint)
 
     # -- recipe -----------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 Owns: ``WandbAttempt`` (run id, resume/offline mode, logical run, local segment id), the
 fresh local output directory of an attempt, its host-local writer lock,
 ``publish_wandb_attempt`` (online summary + artifact, or the closing record of an offline
-segment) with its ``wandb_attempt`` receipt, and ``drop_wandb_links``: a finished run's W&B
-directory holds no symbolic link, so a published directory can be signed.
+segment) with its ``wandb_attempt`` receipt, ``drop_wandb_links``: a finished run's W&B
+directory holds no symbolic link, so a published directory can be signed, and
+``quiet_wandb_settings``, the settings of every W&B run qhlab starts.
 
 Does not own: creating the W&B run or the ``WandbLogger`` (``qhlab.training.launcher``),
 execution lanes (``qhlab.training.profiles``), or receipts, locks and safe path components
@@ -36,7 +37,7 @@ from qhlab.evidence import (
 )
 from qhlab.training.records import WandbAttemptReceipt
 
-__all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "writer_lock_path"]
+__all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "quiet_wandb_settings", "writer_lock_path"]
 
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _WANDB_RESERVED_KEYS = ("id", "version", "resume", "mode", "group", "offline")
@@ -349,6 +350,25 @@ def publish_wandb_attempt(
         outputs=None,
     )
     return body
+
+
+def quiet_wandb_settings() -> Any:
+    """The ``wandb.Settings`` of every run qhlab starts: no console capture, git, code, system
+    statistics or machine metadata, and no symbolic links (a published or signed directory holds
+    none; model signing refuses them)."""
+    # Lazy: wandb costs a second to import; this module's other users never start a run.
+    import wandb
+
+    return wandb.Settings(
+        console="off",
+        disable_git=True,
+        save_code=False,
+        x_disable_stats=True,
+        x_disable_meta=True,
+        x_disable_machine_info=True,
+        silent=True,
+        symlink=False,
+    )
 
 
 def drop_wandb_links(wandb_dir: str | os.PathLike) -> list[str]:

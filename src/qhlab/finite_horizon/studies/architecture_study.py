@@ -160,9 +160,16 @@ def run_study_command(args: argparse.Namespace) -> int:
     study = Study.open(args.config, output, populations=args.populations, executor=executor)
     if command == "run":
         return study.run(workers=args.workers, console=console)
-    if command == "freeze":
-        with _ray_session(executor, call="qhlab study freeze"):
-            body = study.freeze()
+    if command in ("freeze", "prepare-development"):  # the two steps that may label a population on Ray
+        with _ray_session(executor, call=f"qhlab study {command}"):
+            body = study.freeze() if command == "freeze" else study.prepare_development()
+        if command == "prepare-development":
+            console.print(
+                f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
+                f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
+                f"{body['references']['best_fixed_index']['index']}"
+            )
+            return 0
         console.print(
             f"[green]frozen[/] {output / FREEZE_RECEIPT}: {len(body['cells'])} cells, TRAIN "
             f"{body['train']['support']['scenes']} scenes / {body['train']['support']['chain_states']} states"
@@ -174,15 +181,6 @@ def run_study_command(args: argparse.Namespace) -> int:
     if command == "admit-canaries":
         e0 = study.admit_canaries()
         return say_e0(console, e0["passed"], e0["reason"])
-    if command == "prepare-development":
-        with _ray_session(executor, call="qhlab study prepare-development"):
-            body = study.prepare_development()
-        console.print(
-            f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
-            f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
-            f"{body['references']['best_fixed_index']['index']}"
-        )
-        return 0
     if command == "run-fit":
         body = study.run_fit(args.variant, args.seed, canary_role=args.canary_role)
         console.print(f"[green]cell {body['cell']}[/] finished: {body['observed_updates']} updates")

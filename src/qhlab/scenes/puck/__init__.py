@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.scenes.environment import sampling_record
 from qhlab.scenes.puck.draw import GENERATOR_VERSION, PuckParameters, draw_scene, legacy_scene_id, scene_generator
 from qhlab.scenes.puck.strikes import (
     CANDIDATE_FEATURES,
@@ -123,16 +124,8 @@ class PuckEnvironment:
         return {
             **engine_identity(),
             "generator_version": GENERATOR_VERSION,
-            "preset": preset.name,
             "preset_parameters": parameters,
-            "split": split,
-            "seed": seed,
-            "actor": {
-                "kind": preset.actor.kind,
-                "epsilon": preset.actor.epsilon,
-                "seed_stream": "SeedSequence(seed, spawn_key=(split, scene_index, 1 + chain))",
-            },
-            "label_dtype": "float64",
+            **sampling_record(preset, split=split, seed=seed),
             "reward": _REWARD_TEXT,
         }
 
