@@ -384,7 +384,7 @@ def test_run_finishes_every_step(finished_study):
     for name in ("report.json", "report.md", "arms.png", "paired_differences.png", "learning_curves.png"):
         assert name in report["outputs"]
     assert (output / "report" / "arms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # Every fit of the study, the E0 canaries (one row, 600 updates) and the cells (30 updates),
+    # Every fit of the study, the E0 canaries (one row, 1500 updates) and the cells (30 updates),
     # kept its hard target's successor values as a table: built once, then after every copy.
     receipts = sorted(output.glob("c*/*/*/fit.receipt.json"))
     assert len(receipts) == 12, receipts
@@ -614,7 +614,7 @@ def test_a_failed_e0_names_every_failing_canary_and_canaries_anchor_their_succes
     from qhlab.finite_horizon.recipe import recipe_digest
     from qhlab.training.execution_profile import execution_profile
 
-    config = config_writer(tmp_path / "cfg", population_cache, **{"canary_updates = 600": "canary_updates = 1"})
+    config = config_writer(tmp_path / "cfg", population_cache, **{"canary_updates = 1500": "canary_updates = 1"})
     output = tmp_path / "out"
     freeze = freeze_study(config, output)
     code = main(["study", "admit-canaries", str(config), "--output", str(output)])

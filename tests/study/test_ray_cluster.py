@@ -437,7 +437,7 @@ def _preparation_configs(directory: Path, cache: Path, config_writer) -> dict[st
         .replace("trials = 4 ", "trials = 2 ")
     )
     (directory / "tune.toml").write_text(tune)
-    study = config_writer(directory, cache, **{"canary_updates = 600": "canary_updates = 200"})
+    study = config_writer(directory, cache, **{"canary_updates = 1500": "canary_updates = 200"})
     text = study.read_text()
     study.write_text(
         text[: text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'

@@ -169,7 +169,7 @@ def test_finished_study_every_row_authenticated_with_updates_and_metrics(finishe
     assert list(rows) == ROWS and {row["state"] for row in rows.values()} == {"authenticated"}
     assert rows["E0 gate"]["note"] == "passed"
     for name in ("e0-baseline-s0", "e0-baseline-s1"):
-        assert rows[name]["updates"] == 600 and rows[name]["attempts"] == 1 and rows[name]["wall_seconds"] > 0
+        assert rows[name]["updates"] == 1500 and rows[name]["attempts"] == 1 and rows[name]["wall_seconds"] > 0
     for name in CELLS:
         row = rows[name]
         receipt = read_receipt(output / CELLS_DIR / name / CELL_RECEIPT, StudyCellReceipt).record()

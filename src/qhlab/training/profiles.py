@@ -408,13 +408,7 @@ class QhExecutionProfile:
         if max_allocated_bytes is None:
             return None
         call = f"execution_profile({self.name!r})"
-        require_int(
-            call,
-            "max_allocated_bytes",
-            max_allocated_bytes,
-            minimum=1,
-            hint="the historical lane's cap is a byte count; pass None for no cap.",
-        )
+        _require_cap(call, max_allocated_bytes)
         if self.device_type != "cuda":
             raise input_error(
                 call,
@@ -439,13 +433,7 @@ class QhExecutionProfile:
 
         call = f"execution_profile({self.name!r}).prepare_memory_accounting"
         if max_allocated_bytes is not None:
-            require_int(
-                call,
-                "max_allocated_bytes",
-                max_allocated_bytes,
-                minimum=1,
-                hint="the historical lane's cap is a byte count; pass None for no cap.",
-            )
+            _require_cap(call, max_allocated_bytes)
         record: dict[str, Any] = {
             "profile": self.name,
             "backend": self.device_type,
@@ -614,3 +602,14 @@ def execution_policy_source(source_root: Path | None = None) -> dict[str, str]:
                 error=MissingEvidenceError,
             )
     return {"owner": _POLICY_OWNER, "sha256": sha256_file(path), "schema_version": _POLICY_SCHEMA_VERSION}
+
+
+def _require_cap(call: str, max_allocated_bytes: Any) -> int:
+    """A memory cap: an int >= 1 (bytes)."""
+    return require_int(
+        call,
+        "max_allocated_bytes",
+        max_allocated_bytes,
+        minimum=1,
+        hint="the historical lane's cap is a byte count; pass None for no cap.",
+    )
