@@ -103,3 +103,23 @@ def test_the_citation_names_the_package_version():
     citation = (ROOT / "CITATION.cff").read_text()
     assert re.search(rf'^version: "{re.escape(version)}"$', citation, re.M), citation
     assert f"version = {{{version}}}" in (ROOT / "README.md").read_text()
+
+
+# A wall time in prose: "took 284 s", "in 17 s", "about 3 s", "in 2 min 51 s".
+_WALL_TIME = re.compile(r"\b(took|takes|take|in|about|under)\s+(\d+\s?min(\s\d+\s?s)?\b|\d+(\.\d+)?\s?s\b)")
+_HOST = re.compile(r"host|2-core|2 cores")
+
+
+def test_every_timing_in_the_docs_names_its_host() -> None:
+    # Hosts differ by 2.8x on the same fits: a bare time would mislead. A paragraph that states a wall time
+    # names where it was measured, unless its page says once, at its top, that every record names its host.
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").glob("*.toml")]
+    bare = []
+    for page in pages:
+        text = page.read_text()
+        if page.name == "changelog.md" or _HOST.search(text.split("\n## ", 1)[0]):
+            continue  # history, or a page that names its host for every record at its top
+        for paragraph in re.split(r"\n\s*\n", text):
+            if _WALL_TIME.search(paragraph) and not _HOST.search(paragraph):
+                bare.append(f"{page.relative_to(ROOT)}: {_WALL_TIME.search(paragraph).group(0)}")
+    assert bare == [], bare
