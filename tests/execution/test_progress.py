@@ -52,9 +52,9 @@ def test_the_fit_board_draws_a_bar_per_running_fit_in_a_terminal() -> None:
         board.report("baseline-s0", 5, 30)
         board.report("baseline-s1", 10, 30)
         shown = {t.description: (t.completed, t.total) for t in board._progress.tasks}
-        assert shown == {"baseline-s0": (5, 30), "baseline-s1": (10, 30)}
+        assert shown == {"  fit baseline-s0": (5, 30), "  fit baseline-s1": (10, 30)}
         board.report("baseline-s0", 30, 30)  # finished: its bar goes
-        assert [t.description for t in board._progress.tasks] == ["baseline-s1"]
+        assert [t.description for t in board._progress.tasks] == ["  fit baseline-s1"]
 
 
 def test_the_fit_board_prints_a_line_every_few_seconds_elsewhere() -> None:

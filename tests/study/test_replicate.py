@@ -56,6 +56,31 @@ def test_agreement_test_is_the_chi_square_of_the_z_scores():
         agreement_test([0.1], [-0.1], [0.1], [0.1])
 
 
+def test_a_z_from_estimated_standard_errors_is_read_on_students_t():
+    # One comparison, each se from two seeds (1 dof): z is t with the Welch dof (2 here, equal ses).
+    result = agreement_test([0.01], [0.01], [0.0], [0.01], dof_a=[1.0], dof_b=[1.0])
+    z = 0.01 / math.sqrt(2e-4)
+    assert result["z"] == pytest.approx([z]) and result["dof_k"] == pytest.approx([2.0])
+    assert result["normal_scores"] == pytest.approx([stats.norm.isf(stats.t.sf(z, 2.0))])
+    assert result["p_value"] == pytest.approx(2 * stats.t.sf(z, 2.0))
+    with pytest.raises(QhInputError, match="dof_a="):
+        agreement_test([0.01], [0.01], [0.0], [0.01], dof_a=[0.0])
+
+
+def test_agreeing_studies_with_two_seed_standard_errors_are_not_rejected_too_often():
+    # Each se estimated from two seeds (1 dof), as a study without a pilot states it. Read as normal,
+    # the sum of z^2 rejects most agreeing studies; read on Student's t it does not.
+    rng = np.random.default_rng(1)
+    true = rng.uniform(0.001, 0.01, size=(1000, 12))
+    a, b = rng.normal(0.0, true), rng.normal(0.0, true)
+    se_a, se_b = (true * np.sqrt(rng.chisquare(1, size=true.shape)) for _ in range(2))
+    ones = np.ones(12)
+    t_read = [agreement_test(a[i], se_a[i], b[i], se_b[i], dof_a=ones, dof_b=ones)["p_value"] for i in range(1000)]
+    normal_read = [agreement_test(a[i], se_a[i], b[i], se_b[i])["p_value"] for i in range(1000)]
+    assert sum(p < 0.05 for p in t_read) / 1000 <= 0.05
+    assert sum(p < 0.05 for p in normal_read) / 1000 > 0.5
+
+
 def test_agreeing_studies_are_not_rejected_more_often_than_the_level():
     # Two independent studies of one truth, each with its stated standard error: p is uniform.
     rng = np.random.default_rng(0)
@@ -100,9 +125,18 @@ def test_the_replication_record_holds_both_estimates_z_and_the_agreement(replica
         se = math.hypot(a["pooled"]["se"], b["pooled"]["se"])
         assert row["z"] == pytest.approx((a["pooled"]["estimate"] - b["pooled"]["estimate"]) / se)
         assert row["sign_flipped"] == (a["pooled"]["estimate"] * b["pooled"]["estimate"] < 0)
-    statistic = sum(r["z"] ** 2 for r in document["comparisons"])
+        # The tiny study has no pilot: each se comes from its two seeds, t(1); z is read on Welch's t.
+        assert a["pooled"]["distribution"] == b["pooled"]["distribution"] == "t(1)"
+        va, vb = a["pooled"]["se"] ** 2, b["pooled"]["se"] ** 2
+        assert row["z_dof"] == pytest.approx((va + vb) ** 2 / (va**2 + vb**2))
+        assert row["normal_score"] == pytest.approx(
+            math.copysign(stats.norm.isf(stats.t.sf(abs(row["z"]), row["z_dof"])), row["z"]), abs=1e-9
+        )
+    statistic = sum(r["normal_score"] ** 2 for r in document["comparisons"])
     assert document["agreement"]["statistic"] == pytest.approx(statistic)
     assert document["agreement"]["p_value"] == pytest.approx(stats.chi2.sf(statistic, 12))
+    # Without a pilot neither side's se carries the TRAIN draw that a replication changes: said.
+    assert len(document["caveats"]) == 2 and all("do not carry the TRAIN draw" in c for c in document["caveats"])
     # The design is the original's; only the population pair is new.
     assert document["design"] == {"identical": True, "differences": []}
     assert document["refused_seeds"] == [7, 8] and document["reused"] == []
@@ -124,9 +158,10 @@ def test_the_replication_record_holds_both_estimates_z_and_the_agreement(replica
         c["variant"] for c in document["conclusions"] if c["answer_changed"] or c["verdict_changed"]
     ]
     said = " ".join(replication["stdout"].split())
-    assert f"finished: 12 comparisons: sum of z^2 {statistic:.2f} on 12 degrees of freedom" in said
+    assert f"finished: 12 comparisons: t-calibrated sum of z^2 {statistic:.2f} on 12 dof" in said
     markdown = (output / "replication.md").read_text()
     assert markdown.startswith("# Replication of tiny-study") and "chi-square(12)" in markdown
+    assert "**Caveat**: the original study's standard errors do not carry the TRAIN draw" in markdown
 
 
 @pytest.mark.slow
@@ -138,22 +173,52 @@ def test_verify_recomputes_the_replication_and_refuses_a_resealed_edit(replicati
     code, out, _ = _replicate(replication["original"], replication["output"], 27, 28)
     assert code == 0 and "is complete" in out
     # A forger edits the agreement and reseals the receipt: the recomputation refuses it.
-    forged = tmp_path / "forged"
+    forged = _forged(replication["output"], tmp_path / "forged", "replication.json", _p_value_one_half)
+    code, _, err = _run(["verify", forged])
+    assert code == 2 and "differs from its recomputation from the two studies in agreement" in err
+    # The report people read, rewritten and resealed: refused too.
+    forged = _forged(replication["output"], tmp_path / "markdown", "replication.md", _no_sign_flips)
+    code, _, err = _run(["verify", forged])
+    assert code == 2 and "in replication.md" in err
+    # The replica's report replaced by the original's (every z 0, p 1), every digest above resealed:
+    # the replica's own report receipt does not bind it.
+    forged = tmp_path / "swapped"
     shutil.copytree(replication["output"], forged, symlinks=True)
-    record = forged / "replication.json"
-    document = json.loads(record.read_text())
+    swapped = forged / "study" / "report" / "report.json"
+    swapped.chmod(0o644)
+    swapped.write_bytes((replication["original"] / "report" / "report.json").read_bytes())
+    _reseal(forged / "replication.receipt.json", "inputs", "replica/report", swapped)
+    code, _, err = _run(["verify", forged])
+    assert code == 2 and "report.json" in err, err
+
+
+def _p_value_one_half(path: Path) -> None:
+    document = json.loads(path.read_text())
     document["agreement"]["p_value"] = 0.5
-    record.chmod(0o644)
-    record.write_bytes(canonical_json(document))
-    receipt = forged / "replication.receipt.json"
+    path.write_bytes(canonical_json(document))
+
+
+def _no_sign_flips(path: Path) -> None:
+    path.write_text(path.read_text().replace("flipped", "same"))
+
+
+def _reseal(receipt: Path, section: str, name: str, file: Path) -> None:
+    """Bind ``file``'s current digest as ``section``/``name`` and recompute the receipt's own digest."""
     sealed = json.loads(receipt.read_text())
-    sealed["outputs"]["replication.json"]["sha256"] = sha256_file(record)
+    sealed[section][name]["sha256"] = sha256_file(file)
     sealed.pop("content_sha256")
     sealed["content_sha256"] = sha256_bytes(canonical_json(sealed))
     receipt.chmod(0o644)
     receipt.write_bytes(canonical_json(sealed))
-    code, _, err = _run(["verify", forged])
-    assert code == 2 and "differs from its recomputation from the two studies in agreement" in err
+
+
+def _forged(original: Path, target: Path, name: str, edit) -> Path:
+    """A copy of the replication with one of its outputs edited and its receipt resealed."""
+    shutil.copytree(original, target, symlinks=True)
+    (target / name).chmod(0o644)
+    edit(target / name)
+    _reseal(target / "replication.receipt.json", "outputs", name, target / name)
+    return target
 
 
 @pytest.mark.slow

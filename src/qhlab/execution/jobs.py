@@ -171,10 +171,13 @@ class JobRunner:
         else:
             executor = self.executor()
             following = contextlib.nullcontext()
-            if on_progress is not None and self.kind == "local":
-                if self._relay is None:
+            if on_progress is not None and self.kind == "local" and self._relay is None:
+                try:
                     self._relay = ProgressRelay()
                     self._stack.callback(self._relay.close)
+                except Exception:  # noqa: BLE001 - display only: without a relay the jobs run unreported
+                    on_progress = None
+            if on_progress is not None and self._relay is not None:
                 following = self._relay.following(on_progress)
                 channel = self._relay.channel
                 function, jobs = run_reporting, [(channel, p, function, *job) for p, job in zip(prefixes, jobs)]

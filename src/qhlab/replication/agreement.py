@@ -2,28 +2,36 @@
 
 Owns: pure functions over the records of an original study and its replica (freeze and
 development receipt bodies, ``report.json``): ``used_populations`` (every population the original,
-its tuning, pilot and E0 check drew), ``refused_seeds``, ``study_design`` (what a replica must share
-with its original), ``design_differences``, and ``replication_document`` (every number of
-``replication.json``: per comparison the two seed-pooled estimates and z, the chi-square agreement
-test, sign flips and changed verdicts). ``qhlab study replicate`` computes the document with these
-functions and ``qhlab verify`` recomputes it with the same ones. Does not own: the statistics
-(``qhlab.statistics.replication.agreement_test``), running the replica (``run``) or the receipt
-kind (``records``).
+its tuning, pilot and E0 check drew), ``refused_seeds``, ``reused_populations``, ``study_design``
+(what a replica must share with its original), ``design_differences``, ``replication_document``
+(every number of ``replication.json``: per comparison the two seed-pooled estimates and z, the
+t-calibrated chi-square agreement test, sign flips and changed verdicts) and
+``replication_markdown`` (``replication.md``, from that document). ``qhlab study replicate``
+computes both with these functions and ``qhlab verify`` recomputes them with the same ones. Does
+not own: the statistics (``qhlab.statistics.replication.agreement_test``), running the replica
+(``run``) or the receipt kind (``records``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence.layout import DOCUMENT_SCHEMA_VERSION
 from qhlab.statistics.replication import agreement_test
+from qhlab.study.render import fmt, table
+
+# The two studies a replication compares, as its records name them.
+SIDES = ("original", "replica")
 
 __all__ = [
+    "SIDES",
     "design_differences",
     "refused_seeds",
     "replication_document",
+    "replication_markdown",
     "reused_populations",
     "study_design",
     "used_populations",
@@ -177,9 +185,13 @@ def _side(freeze: dict, development: dict, report: dict) -> dict[str, Any]:
 
 def _estimate(entry: dict) -> dict[str, Any]:
     pooled = entry["pooled"]
+    distribution = str(pooled["distribution"])
     return {
         "estimate": pooled["estimate"],
         "se": pooled["se"],
+        # The se's degrees of freedom, as its interval's Student's t states them (None: normal).
+        "dof": float(distribution[2:-1]) if distribution.startswith("t(") else None,
+        "sources": list(pooled["sources"]),
         "low": pooled["low"],
         "high": pooled["high"],
         "label": entry["label"],
@@ -227,15 +239,18 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
                 "replica": _estimate(other),
             }
         )
+    dof = {side: [r[side]["dof"] if r[side]["dof"] is not None else math.inf for r in rows] for side in SIDES}
     test = agreement_test(
         [r["original"]["estimate"] for r in rows],
         [r["original"]["se"] for r in rows],
         [r["replica"]["estimate"] for r in rows],
         [r["replica"]["se"] for r in rows],
+        dof_a=dof["original"],
+        dof_b=dof["replica"],
     )
-    for row, z in zip(rows, test["z"]):
+    for row, z, welch, score in zip(rows, test["z"], test["dof_k"], test["normal_scores"]):
         a, b = row["original"]["estimate"], row["replica"]["estimate"]
-        row["z"] = z
+        row["z"], row["z_dof"], row["normal_score"] = z, welch, score
         row["sign_flipped"] = _sign(a) * _sign(b) < 0
         row["label_changed"] = row["original"]["label"] != row["replica"]["label"]
     answers = {q["variant"]: q for q in replica["report"]["question"]}
@@ -256,6 +271,14 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
             }
         )
     flips = [f"{r['arm']} vs {r['against']} ({r['metric']})" for r in rows if r["sign_flipped"]]
+    # A replication draws a new TRAIN: standard errors that do not carry the TRAIN draw (no pilot
+    # measured it) understate the difference between the studies, and so overstate every z.
+    caveats = [
+        f"the {side} study's standard errors do not carry the TRAIN draw (it names no pilot record), which a "
+        "replication changes: its z are too large, and a small p is weaker evidence than it looks"
+        for side in SIDES
+        if any("TRAIN draw" not in r[side]["sources"] for r in rows)
+    ]
     changed = [c["variant"] for c in conclusions if c["answer_changed"] or c["verdict_changed"]]
 
     def moves(field: str) -> str:
@@ -267,7 +290,7 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         return ", ".join(moved) or "none"
 
     summary = (
-        f"{len(rows)} comparisons: sum of z^2 {test['statistic']:.2f} on {test['dof']} degrees of freedom, "
+        f"{len(rows)} comparisons: t-calibrated sum of z^2 {test['statistic']:.2f} on {test['dof']} dof, "
         f"p {test['p_value']:.3g}; {len(flips)} of {len(rows)} estimates changed sign; changed answers: "
         f"{moves('decision')}; changed rule verdicts: {moves('verdict')}."
     )
@@ -284,11 +307,97 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         "comparisons": rows,
         "agreement": {
             **{k: test[k] for k in ("statistic", "dof", "p_value")},
-            "test": "sum over comparisons of z^2 against chi-square(K); the comparisons of one study share "
-            "cells, so they are not independent and the p value is approximate",
+            "test": "each z referred to Student's t with the Welch-Satterthwaite dof of its two standard errors "
+            "and mapped to the normal score of the same tail; the sum of the squared scores against "
+            "chi-square(K). The comparisons of one study share cells, so they are not independent and the "
+            "p value is approximate",
         },
+        "caveats": caveats,
         "sign_flips": flips,
         "conclusions": conclusions,
         "changed_conclusions": changed,
         "summary": summary,
     }
+
+
+def replication_markdown(document: dict) -> str:
+    """``replication.md``: the agreement first, then every comparison and every conclusion."""
+    o, r = document["original"], document["replica"]
+    h = document["primary_horizon"]
+    lines = [
+        f"# Replication of {document['study']}",
+        "",
+        f"**{document['summary']}**",
+        "",
+        "The original study's frozen design (recipe, family, budgets, preparation records, gate) ran again "
+        "on a fresh population pair. For every comparison, z = (original - replica) / sqrt(se_o^2 + se_r^2) "
+        "with each study's seed-pooled standard error (scenes, training seed and, with a pilot, TRAIN draw). "
+        "Each z is read on Student's t with the Welch-Satterthwaite degrees of freedom of its two standard "
+        "errors (an se from two seeds has one) and turned into the normal score of the same tail; the sum of "
+        f"the squared scores is tested against chi-square({document['agreement']['dof']}). The comparisons of "
+        "one study share cells, so they are not independent and the p value is approximate.",
+        "",
+        *(f"- **Caveat**: {c}." for c in document["caveats"]),
+        *([""] if document["caveats"] else []),
+        "## Populations",
+        "",
+        *table(
+            ["study", "TRAIN", "validation", "validation scenes"],
+            [
+                [
+                    name,
+                    *(
+                        f"{side[role].get('preset')} seed {side[role].get('seed')} "
+                        f"(`{side[role]['manifest_sha256'][:12]}`)"
+                        for role in ("train", "validation")
+                    ),
+                    str(side["n_scenes"]),
+                ]
+                for name, side in (("original", o), ("replica", r))
+            ],
+        ),
+        "",
+        f"Seeds refused (drawn by the original, its tuning, pilot or E0 check): {document['refused_seeds']}.",
+        "",
+        f"## Comparisons at H={h} (metres)",
+        "",
+        *table(
+            ["comparison", "metric", "original (se)", "replica (se)", "z (dof)", "sign", "label (original / replica)"],
+            [
+                [
+                    f"{c['arm']} vs {c['against']}",
+                    c["metric"],
+                    f"{fmt(c['original']['estimate'])} ({fmt(c['original']['se'])})",
+                    f"{fmt(c['replica']['estimate'])} ({fmt(c['replica']['se'])})",
+                    f"{c['z']:.2f} ({'normal' if c['z_dof'] is None else format(c['z_dof'], '.3g')})",
+                    "flipped" if c["sign_flipped"] else "same",
+                    f"{c['original']['label']} / {c['replica']['label']}"
+                    + (" (changed)" if c["label_changed"] else ""),
+                ]
+                for c in document["comparisons"]
+            ],
+        ),
+        "",
+        "## Conclusions",
+        "",
+        *table(
+            ["variant", "original: answer (rule verdict)", "replica: answer (rule verdict)", "answer", "verdict"],
+            [
+                [
+                    c["variant"],
+                    f"{c['original']['decision']} ({c['original']['verdict']})",
+                    f"{c['replica']['decision']} ({c['replica']['verdict']})",
+                    "changed" if c["answer_changed"] else "same",
+                    "changed" if c["verdict_changed"] else "same",
+                ]
+                for c in document["conclusions"]
+            ],
+        ),
+        "",
+        "The answer is the report's first word on each variant (retained, not retained, undecided); the rule "
+        "verdict is the pre-registered rule on the seeds' point estimates, which an undecided answer does not "
+        "confirm. A sign flip of an estimate whose intervals include 0 is what noise does; a changed answer is "
+        "a conclusion that did not replicate.",
+        "",
+    ]
+    return "\n".join(lines)

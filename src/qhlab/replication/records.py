@@ -13,19 +13,24 @@ at import, so ``qhlab verify`` starts fast. Does not own: the computation
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.study_records import StudyDevelopmentReceipt, StudyReportReceipt
 from qhlab.evidence import DigestMismatchError, MissingEvidenceError, differing_keys, read_receipt, sha256_file
 from qhlab.evidence.envelope import Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import (
     DEVELOPMENT_RECEIPT,
     FREEZE_RECEIPT,
     REPLICATION_JSON,
+    REPLICATION_MARKDOWN,
     REPLICATION_RECEIPT,
+    REPLICATION_STUDY_DIR,
     REPORT_DIR,
     REPORT_JSON,
+    REPORT_RECEIPT,
 )
 
 __all__ = ["SIDES", "STUDY_FILES", "ReplicationBody", "ReplicationReceipt", "check_replication"]
@@ -59,20 +64,31 @@ class ReplicationReceipt(Receipt, kind="study_replication", version=1):
     body: ReplicationBody
 
 
+def _refuse(directory: Path, what: str, hint: str) -> DigestMismatchError:
+    return DigestMismatchError(f"qhlab verify: {directory / REPLICATION_RECEIPT}: {what}. HINT: {hint}")
+
+
 def _records(directory: Path, receipt: ReplicationReceipt) -> dict[str, dict[str, Any]]:
-    """Each side's freeze and development bodies and report, read where they are and refused unless bound."""
+    """Each side's freeze and development bodies and report, read where they are, refused unless
+    bound, and refused unless they are one study's: its development receipt and its report's
+    receipt both bind its freeze receipt, and the report's receipt binds that ``report.json``."""
     sides: dict[str, dict[str, Any]] = {}
     for side in SIDES:
-        sides[side] = {}
+        paths = {}
         for name in STUDY_FILES:
             bound = receipt.inputs.get(f"{side}/{name}")
             if bound is None:
-                raise DigestMismatchError(
-                    f"qhlab verify: {directory / REPLICATION_RECEIPT} binds no {side}/{name}. HINT: a replication "
-                    "binds both studies' freeze and development receipts and reports."
-                )
+                raise _refuse(directory, f"it binds no {side}/{name}", "a replication binds both studies' records.")
             # The replica is bound relative to the replication (it moves with it), the original absolutely.
-            path = Path(bound.path) if Path(bound.path).is_absolute() else directory / bound.path
+            relative = not Path(bound.path).is_absolute()
+            if relative != (side == "replica") or (relative and not bound.path.startswith(f"{REPLICATION_STUDY_DIR}/")):
+                raise _refuse(
+                    directory,
+                    f"its {side}/{name} is bound at {bound.path!r}",
+                    f"the replica's records lie below {REPLICATION_STUDY_DIR}/ beside the receipt, the original's "
+                    "at an absolute path.",
+                )
+            path = directory / bound.path if relative else Path(bound.path)
             if not path.is_file():
                 raise MissingEvidenceError(
                     f"qhlab verify: the {side} study's {name} record {path} is missing. HINT: a replication is "
@@ -80,36 +96,80 @@ def _records(directory: Path, receipt: ReplicationReceipt) -> dict[str, dict[str
                 )
             digest = sha256_file(path)
             if digest != bound.sha256:
-                raise DigestMismatchError(
-                    f"qhlab verify: the {side} study's {name} record {path} has sha256 {digest}; "
-                    f"{directory / REPLICATION_RECEIPT} binds {bound.sha256}. HINT: the studies a replication "
-                    "compared are never edited."
+                raise _refuse(
+                    directory,
+                    f"the {side} study's {name} record {path} has sha256 {digest}, not the bound {bound.sha256}",
+                    "the studies a replication compared are never edited.",
                 )
-            document = json.loads(path.read_text(encoding="utf-8"))
-            sides[side][name] = document if name == "report" else document["body"]
+            paths[name] = path
+        freeze = sha256_file(paths["freeze"])
+        development = read_receipt(paths["development"], StudyDevelopmentReceipt, verify_files=False)
+        report_receipt = read_receipt(paths["report"].parent / REPORT_RECEIPT, StudyReportReceipt, verify_files=False)
+        chained = (
+            development.inputs.get("freeze"),
+            report_receipt.inputs.get("freeze"),
+        )
+        report_json = report_receipt.outputs.get(REPORT_JSON)
+        if (
+            any(b is None or b.sha256 != freeze for b in chained)
+            or report_json is None
+            or (report_json.sha256 != sha256_file(paths["report"]))
+        ):
+            raise _refuse(
+                directory,
+                f"the {side} study's freeze, development and report records are not one study's",
+                "a replication compares two whole studies, each as its own receipts chain it.",
+            )
+        sides[side] = {
+            "freeze": json.loads(paths["freeze"].read_text(encoding="utf-8"))["body"],
+            "development": development.body_record(),
+            "report": json.loads(paths["report"].read_text(encoding="utf-8")),
+        }
     return sides
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values, floats within 1e-9 relative (the recomputation may run on other numpy or scipy)."""
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def check_replication(directory: str | os.PathLike) -> dict:
-    """Recompute ``replication.json`` from the two studies it binds; raise at the first disagreement.
+    """Recompute ``replication.json``, ``replication.md`` and the receipt's body from the two studies
+    it binds; raise at the first disagreement.
 
     Returns:
         ``{"comparisons", "statistic", "dof", "p_value", "sign_flips", "changed_conclusions"}``.
 
     Raises:
-        DigestMismatchError: a bound study record changed, the recomputed document differs from
-            the recorded one, the designs differ or the replica reused a population.
+        DigestMismatchError: a bound study record changed, the six records are not two whole
+            studies, a recomputed value differs from the recorded one, the designs differ or the
+            replica reused a population.
         MissingEvidenceError: a study record is not where the replication finds it.
     """
     # Lazy: the agreement test needs numpy and scipy, which `qhlab verify` does not load at start.
-    from qhlab.replication.agreement import replication_document
+    from qhlab.replication.agreement import replication_document, replication_markdown
 
     directory = Path(directory)
     receipt = read_receipt(directory / REPLICATION_RECEIPT, ReplicationReceipt)
     sides = _records(directory, receipt)
-    recomputed = json.loads(json.dumps(replication_document(sides["original"], sides["replica"])))
+    try:
+        recomputed = json.loads(json.dumps(replication_document(sides["original"], sides["replica"])))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise _refuse(
+            directory, f"its studies' records do not make a replication ({exc!r})", "replicate again."
+        ) from None
     recorded = json.loads((directory / REPLICATION_JSON).read_text(encoding="utf-8"))
-    differing = differing_keys(recomputed, recorded)
+    differing = [k for k in differing_keys(recomputed, recorded) if not _same(recomputed.get(k), recorded.get(k))]
+    body = receipt.body.model_dump(mode="json")
+    differing += [f"receipt body {k}" for k in body if not _same(body[k], recomputed.get(k))]
+    if (directory / REPLICATION_MARKDOWN).read_text(encoding="utf-8") != replication_markdown(recorded):
+        differing.append(REPLICATION_MARKDOWN)
     if differing:
         raise DigestMismatchError(
             f"qhlab verify: {directory / REPLICATION_JSON} differs from its recomputation from the two studies "
@@ -134,8 +194,8 @@ def check_replication(directory: str | os.PathLike) -> dict:
 def _describe(directory: Path, summary: dict) -> str:
     changed = ", ".join(summary["changed_conclusions"]) or "none"
     return (
-        f"replication: {directory}: recomputed from both studies ({summary['comparisons']} comparisons, sum of "
-        f"z^2 {summary['statistic']:.2f} on {summary['dof']} dof, p {summary['p_value']:.3g}; "
+        f"replication: {directory}: recomputed from both studies ({summary['comparisons']} comparisons, "
+        f"t-calibrated sum of z^2 {summary['statistic']:.2f} on {summary['dof']} dof, p {summary['p_value']:.3g}; "
         f"{summary['sign_flips']} sign flips; changed conclusions: {changed}); same design, fresh populations"
     )
 

@@ -5,13 +5,14 @@ records drew; write the replica's design, that is the original's config with onl
 population seeds changed and the original's frozen arm sources beside it; check that it is the
 original's design; run it as a study with every step of ``qhlab study run``; then publish
 ``replication.json``, ``replication.md`` and, last, their receipt, which binds both studies'
-records) and ``replication_markdown``. A killed replication resumes: the replica is a study and
+records). A killed replication resumes: the replica is a study and
 its finished steps are kept. Does not own: the study steps (``qhlab.study``), the agreement
 (``agreement``) or the check ``qhlab verify`` runs (``records``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from qhlab.evidence import (
     EvidenceError,
     QhError,
     input_error,
+    locate_population,
     publish_bytes,
     publish_json,
     write_receipt,
@@ -44,23 +46,24 @@ from qhlab.evidence.layout import (
     REPORT_JSON,
     STUDY_CONFIG_COPY,
 )
-from qhlab.execution import ExecutorChoice
+from qhlab.execution import ExecutorChoice, JobRunner
 from qhlab.replication.agreement import (
     design_differences,
     refused_seeds,
     replication_document,
+    replication_markdown,
     reused_populations,
     study_design,
     used_populations,
 )
 from qhlab.replication.records import ReplicationReceipt
+from qhlab.scenes.manifest import read_manifest
 from qhlab.study.authentication import authenticate_development, authenticate_report
 from qhlab.study.family import environment_source_change, family_sources, user_source_digests
-from qhlab.study.render import fmt, table
 from qhlab.study.study import Study
 from qhlab.study.terminal import console as study_console
 
-__all__ = ["CALL", "replicate", "replication_markdown"]
+__all__ = ["CALL", "replicate"]
 
 CALL = "qhlab study replicate"
 _SEED_LIMIT = 2**63
@@ -119,12 +122,12 @@ def replicate(
         )
     files = _design_files(Path(study), body, original["sources"], train_seed, validation_seed)
     replication = output / REPLICATION_RECEIPT
-    created = _claim(output, files)
+    written = _claim(output, files)
     try:
         _check_design(output / REPLICATION_DESIGN_DIR, body, original["sources"])
     except QhError:
-        if created:
-            shutil.rmtree(output, ignore_errors=True)
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
         raise
     if replication.is_file():
         document = json.loads((output / REPLICATION_JSON).read_text(encoding="utf-8"))
@@ -138,19 +141,25 @@ def replicate(
     )
     if not (replica.output / FREEZE_RECEIPT).exists():
         console.rule("[bold]replica: freeze")
-        frozen = replica.freeze()
-        drawn = {"manifest_sha256": frozen["train"]["manifest_sha256"], "seed": train_seed}
-        again = reused_populations(used, {"train": drawn})
-        if again:
-            if created:
-                shutil.rmtree(output, ignore_errors=True)
-            raise input_error(
-                CALL,
-                "--train-seed",
-                train_seed,
-                "a seed whose population none of the original's records drew",
-                f"{'; '.join(again)}; the preset's generator gave a population already used: choose another seed",
-            )
+        with contextlib.ExitStack() as stack:
+            if executor is not None and executor.kind == "ray":  # labelling shares one connection
+                stack.enter_context(JobRunner(executor, 1, call=CALL)).ray()
+            replica.freeze()
+    # Checked at every run, so a resumed replication never trains on a TRAIN that is not fresh.
+    problems = _drawn_anew(
+        body, json.loads((replica.output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"], used
+    )
+    if problems:
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
+        raise input_error(
+            CALL,
+            "--train-seed",
+            train_seed,
+            "a fresh TRAIN drawn by the original's generator and preset",
+            f"{'; '.join(problems)}; "
+            + ("nothing was kept" if written is not None else f"remove {output} and replicate with another seed"),
+        )
     code = replica.run(workers=workers, console=console)
     if code != 0:
         console.print(
@@ -275,6 +284,15 @@ def _design_files(
         if record["kind"] == "installed":
             continue  # imported from the installed package, whose digest the design check compares
         source = Path(record["original"])
+        if Path(record["builder"].split(":")[0]).is_absolute() or source == base:
+            raise input_error(
+                CALL,
+                f"arm {arm} builder",
+                record["builder"],
+                "a builder that names its file or package relative to the config, in a directory below it",
+                "a replication writes the original's frozen copy where a relative builder names it; an absolute "
+                "path, or a config inside the arm's own package, would import the user's live files instead",
+            )
         if not source.is_relative_to(base):
             raise input_error(
                 CALL,
@@ -288,18 +306,21 @@ def _design_files(
     return files
 
 
-def _claim(output: Path, files: dict[str, bytes]) -> bool:
+def _claim(output: Path, files: dict[str, bytes]) -> Path | None:
     """Write the design below a new or empty ``output``, or accept the same design there (a resumed
-    replication); returns whether this call created ``output``.
+    replication: the same config, whatever its header comment says of the original's path, and the
+    same arm sources).
+
+    Returns:
+        What a refusal must remove: ``output`` when this call created it, ``output/design`` when
+        it wrote the design into an empty ``output``, None when the design was already there.
 
     Raises:
         QhInputError: ``output`` holds anything else (another replication's design included).
     """
     design = output / REPLICATION_DESIGN_DIR
     if design.is_dir():
-        differing = [
-            rel for rel, data in files.items() if not (design / rel).is_file() or (design / rel).read_bytes() != data
-        ]
+        differing = [rel for rel, data in files.items() if not _same_file(design / rel, data)]
         if differing:
             raise input_error(
                 CALL,
@@ -309,16 +330,42 @@ def _claim(output: Path, files: dict[str, bytes]) -> bool:
                 f"{output} holds the design of another replication ({', '.join(differing)} differ); "
                 "choose a new --output",
             )
-        return False
+        return None
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise input_error(
             CALL, "--output", str(output), "a new or empty directory", "a replication is written into its own directory"
         )
-    created = not output.exists()
+    written = design if output.exists() else output
     for rel, data in files.items():
         (design / rel).parent.mkdir(parents=True, exist_ok=True)
         publish_bytes(design / rel, data)
-    return created
+    return written
+
+
+def _drawn_anew(original: dict, replica: dict, used: list[dict]) -> list[str]:
+    """Why the replica's frozen TRAIN is no fresh draw of the original's design (empty: it is): a
+    manifest some original record drew, or a generator (environment, preset, actor) that is not the
+    original TRAIN's, seed aside (an edited preset file would draw from another distribution)."""
+    drawn = {"manifest_sha256": replica["train"]["manifest_sha256"], "seed": replica["train"]["declared"].get("seed")}
+    problems = reused_populations(used, {"train": drawn})
+    generators = []
+    for body in (original, replica):
+        path = locate_population(body["train"]["path"], body["train"]["manifest_sha256"])
+        generators.append({k: v for k, v in read_manifest(path)["generator"].items() if k != "seed"})
+    problems += [f"TRAIN generator {d}" for d in design_differences(generators[0], generators[1])]
+    return problems
+
+
+def _same_file(path: Path, data: bytes) -> bool:
+    """``path`` holds ``data``; the config compares as TOML (its header names the original's path)."""
+    if not path.is_file():
+        return False
+    if path.name != REPLICATION_CONFIG:
+        return path.read_bytes() == data
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")) == tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
 
 
 def _check_design(design: Path, body: dict, sources: dict[str, dict]) -> None:
@@ -345,82 +392,3 @@ def _check_design(design: Path, body: dict, sources: dict[str, dict]) -> None:
             "the original's recipe, preparation records or installed arm packages changed since it was frozen; "
             "restore them to replicate it",
         )
-
-
-def replication_markdown(document: dict) -> str:
-    """``replication.md``: the agreement first, then every comparison and every conclusion."""
-    o, r = document["original"], document["replica"]
-    h = document["primary_horizon"]
-    lines = [
-        f"# Replication of {document['study']}",
-        "",
-        f"**{document['summary']}**",
-        "",
-        "The original study's frozen design (recipe, family, budgets, preparation records, gate) ran again "
-        "on a fresh population pair. For every comparison, z = (original - replica) / sqrt(se_o^2 + se_r^2) "
-        "with each study's seed-pooled standard error (scenes, training seed and, with a pilot, TRAIN draw); "
-        f"the sum of z^2 is tested against chi-square({document['agreement']['dof']}). "
-        "The comparisons of one study share cells, so they are not independent and the p value is approximate.",
-        "",
-        "## Populations",
-        "",
-        *table(
-            ["study", "TRAIN", "validation", "validation scenes"],
-            [
-                [
-                    name,
-                    *(
-                        f"{side[role].get('preset')} seed {side[role].get('seed')} "
-                        f"(`{side[role]['manifest_sha256'][:12]}`)"
-                        for role in ("train", "validation")
-                    ),
-                    str(side["n_scenes"]),
-                ]
-                for name, side in (("original", o), ("replica", r))
-            ],
-        ),
-        "",
-        f"Seeds refused (drawn by the original, its tuning, pilot or E0 check): {document['refused_seeds']}.",
-        "",
-        f"## Comparisons at H={h} (metres)",
-        "",
-        *table(
-            ["comparison", "metric", "original (se)", "replica (se)", "z", "sign", "label (original / replica)"],
-            [
-                [
-                    f"{c['arm']} vs {c['against']}",
-                    c["metric"],
-                    f"{fmt(c['original']['estimate'])} ({fmt(c['original']['se'])})",
-                    f"{fmt(c['replica']['estimate'])} ({fmt(c['replica']['se'])})",
-                    f"{c['z']:.2f}",
-                    "flipped" if c["sign_flipped"] else "same",
-                    f"{c['original']['label']} / {c['replica']['label']}"
-                    + (" (changed)" if c["label_changed"] else ""),
-                ]
-                for c in document["comparisons"]
-            ],
-        ),
-        "",
-        "## Conclusions",
-        "",
-        *table(
-            ["variant", "original: answer (rule verdict)", "replica: answer (rule verdict)", "answer", "verdict"],
-            [
-                [
-                    c["variant"],
-                    f"{c['original']['decision']} ({c['original']['verdict']})",
-                    f"{c['replica']['decision']} ({c['replica']['verdict']})",
-                    "changed" if c["answer_changed"] else "same",
-                    "changed" if c["verdict_changed"] else "same",
-                ]
-                for c in document["conclusions"]
-            ],
-        ),
-        "",
-        "The answer is the report's first word on each variant (retained, not retained, undecided); the rule "
-        "verdict is the pre-registered rule on the seeds' point estimates, which an undecided answer does not "
-        "confirm. A sign flip of an estimate whose intervals include 0 is what noise does; a changed answer is "
-        "a conclusion that did not replicate.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -430,15 +430,27 @@ def study_verdict(retained_by_seed: dict[int, bool]) -> str:
     return "retained" if values == {True} else "rejected" if values == {False} else "not replicated"
 
 
-def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> dict[str, Any]:
+def agreement_test(
+    estimates_a: Any,
+    se_a: Any,
+    estimates_b: Any,
+    se_b: Any,
+    *,
+    dof_a: Any = None,
+    dof_b: Any = None,
+) -> dict[str, Any]:
     """Do two studies of one design, on independent population pairs, agree within their uncertainty?
 
-    For comparison k, ``z_k = (a_k - b_k) / sqrt(se_a_k^2 + se_b_k^2)``: standard normal when both
-    studies estimate the same difference with the stated standard errors (each carrying scenes,
-    training seed and, with a pilot, TRAIN draw). Under that hypothesis ``sum_k z_k^2`` is
-    chi-square with K degrees of freedom when the comparisons are independent. A study's
-    comparisons share cells (every variant is compared with its controls and the baseline), so the
-    p value is approximate; the z of every comparison is given beside it.
+    For comparison k, ``z_k = (a_k - b_k) / sqrt(se_a_k^2 + se_b_k^2)``. When both studies estimate
+    the same difference with the stated standard errors (each carrying scenes, training seed and,
+    with a pilot, TRAIN draw), z_k is Student's t with the Welch-Satterthwaite degrees of freedom
+    of the two standard errors, ``(se_a^2 + se_b^2)^2 / (se_a^4 / dof_a + se_b^4 / dof_b)``: an
+    se estimated from two seeds has one degree of freedom, and treating its z as normal would
+    reject agreeing studies far too often. Each z_k is therefore mapped to the normal score of
+    the same tail probability, ``u_k``, and ``sum_k u_k^2`` is tested against chi-square with K
+    degrees of freedom (exact for independent comparisons). A study's comparisons share cells
+    (every variant is compared with its controls and the baseline), and a comparison's regret and
+    MAE are read from the same fits, so the p value is approximate; every z is given beside it.
 
     Args:
         estimates_a: float [K], study A's seed-pooled estimates (metres).
@@ -446,14 +458,18 @@ def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> 
             and z is 0).
         estimates_b: float [K], study B's estimates of the same comparisons, in the same order.
         se_b: float [K], their standard errors (>= 0).
+        dof_a, dof_b: float [K], the degrees of freedom of each standard error (> 0; inf: known
+            exactly); None: inf for all (the normal reference).
 
     Returns:
-        {"z": float [K] as a list, "statistic": sum of z^2, "dof": K, "p_value": the chi-square
-        upper tail of the statistic}.
+        {"z": float [K], "dof_k": float [K] (each z's Welch-Satterthwaite degrees of freedom; None
+        for a normal z), "normal_scores": float [K] (``u_k``), "statistic": sum of u^2, "dof": K,
+        "p_value": the chi-square upper tail of the statistic}; arrays as lists.
 
     Raises:
         QhInputError: arrays of other shapes or lengths, fewer than one comparison, a non-finite
-            value, a negative standard error, or two different estimates without uncertainty.
+            value, a negative standard error, a degree of freedom that is not > 0, or two
+            different estimates without uncertainty.
     """
     call = "agreement_test"
     arrays = {}
@@ -468,12 +484,19 @@ def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> 
                 "pass each study's seed-pooled estimates and standard errors, one per comparison",
             )
         arrays[name] = array
+    for name, value in (("dof_a", dof_a), ("dof_b", dof_b)):
+        array = np.full(arrays["se_a"].shape, np.inf) if value is None else np.asarray(value, dtype=np.float64)
+        if array.ndim != 1 or np.isnan(array).any() or (array <= 0).any():
+            raise input_error(
+                call, name, value, "a 1-D array of degrees of freedom > 0 (inf: a known variance)", "or None"
+            )
+        arrays[name] = array
     if len({a.size for a in arrays.values()}) != 1:
         raise input_error(
             call,
             "estimates_b",
             {k: int(a.size) for k, a in arrays.items()},
-            "four arrays of one length K (the same comparisons, in the same order)",
+            "arrays of one length K (the same comparisons, in the same order)",
             "both studies must report the same comparisons",
         )
     for name in ("se_a", "se_b"):
@@ -482,7 +505,8 @@ def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> 
                 call, name, arrays[name].tolist(), "standard errors >= 0", "a standard error is never negative"
             )
     difference = arrays["estimates_a"] - arrays["estimates_b"]
-    scale = np.sqrt(arrays["se_a"] ** 2 + arrays["se_b"] ** 2)
+    va, vb = arrays["se_a"] ** 2, arrays["se_b"] ** 2
+    scale = np.sqrt(va + vb)
     exact = scale == 0
     if (exact & (difference != 0)).any():
         raise input_error(
@@ -494,10 +518,20 @@ def agreement_test(estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any) -> 
         )
     # Two estimates without uncertainty that are equal agree exactly: z = 0.
     z = np.where(exact, 0.0, difference / np.where(exact, 1.0, scale))
-    statistic = float(np.sum(z**2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        welch = (va + vb) ** 2 / (va**2 / arrays["dof_a"] + vb**2 / arrays["dof_b"])
+    welch = np.where(exact | ~np.isfinite(welch), np.inf, welch)
+    # The normal score of z's own tail probability (t with the Welch dof; normal where it is inf).
+    tail = np.where(
+        np.isinf(welch), stats.norm.sf(np.abs(z)), stats.t.sf(np.abs(z), np.where(np.isinf(welch), 1, welch))
+    )
+    scores = np.sign(z) * stats.norm.isf(tail)
+    statistic = float(np.sum(scores**2))
     dof = int(z.size)
     return {
         "z": [float(v) for v in z],
+        "dof_k": [None if np.isinf(w) else float(w) for w in welch],
+        "normal_scores": [float(v) for v in scores],
         "statistic": statistic,
         "dof": dof,
         "p_value": float(stats.chi2.sf(statistic, dof)),

@@ -108,7 +108,7 @@ def run_cells(console: Any, frozen: FrozenStudy, pending: list[tuple[str, int]],
     running fit (``FitBoard``: a bar per fit in a terminal, a line every few seconds otherwise).
     """
     with fits_progress(console) as progress, FitBoard(console, progress) as board:
-        task = progress.add_task("fits", total=len(pending))
+        task = progress.add_task("broad fits", total=len(pending))
         if runner.kind == "ray":
             _run_cells_ray(progress, task, frozen, pending, runner)
             return

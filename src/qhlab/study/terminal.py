@@ -28,7 +28,8 @@ def fits_progress(out: Any) -> Any:
     """A rich ``Progress`` for the broad fits of ``qhlab study run``, printing to ``out``."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("[bold]broad fits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    # Each task names itself: the cells' counter ("broad fits") and each running fit's bar (``FitBoard``).
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     return Progress(*columns, console=out, transient=False)
 
 
@@ -91,7 +92,7 @@ class FitBoard:
         if self._progress is None and self._out.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            columns = (TextColumn("  fit {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             self._progress = Progress(*columns, console=self._out, transient=True)
             self._progress.start()
         return self
@@ -121,6 +122,6 @@ class FitBoard:
                     self._progress.remove_task(self._tasks.pop(label))
                 return
             if task is None:
-                self._tasks[label] = self._progress.add_task(label, total=total, completed=done)
+                self._tasks[label] = self._progress.add_task(f"  fit {label}", total=total, completed=done)
             else:
                 self._progress.update(task, completed=done, total=total)

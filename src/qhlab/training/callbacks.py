@@ -282,25 +282,32 @@ class QhFitProgressBar(Callback):
             return
         done = observed_optimizer_updates(trainer.optimizers[0])
         now = time.monotonic()
-        if self._mode == "bar":
-            self._progress.update(self._task, completed=done)
-        elif self._mode == "report" and now - self._last >= 1.0:
-            self._last = now
-            report_progress(self.label, done, self.update_budget)
-        elif self._mode == "lines" and now - self._last >= self.every:
-            self._last = now
-            print(f"  fit {self.label}: {done}/{self.update_budget} updates ({now - self._started:.0f} s)", flush=True)
+        # Display only: a closed pipe or a terminal that went away never fails the fit.
+        with contextlib.suppress(Exception):
+            if self._mode == "bar":
+                self._progress.update(self._task, completed=done)
+            elif self._mode == "report" and now - self._last >= 1.0:
+                self._last = now
+                report_progress(self.label, done, self.update_budget)
+            elif self._mode == "lines" and now - self._last >= self.every:
+                self._last = now
+                print(
+                    f"  fit {self.label}: {done}/{self.update_budget} updates ({now - self._started:.0f} s)",
+                    flush=True,
+                )
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self._mode == "report":
-            report_progress(self.label, observed_optimizer_updates(trainer.optimizers[0]), self.update_budget)
         self._stop()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop()
 
     def _stop(self) -> None:
+        """End the display: a reported fit is marked done (its bar goes, whether it finished or failed)."""
+        if self._mode == "report":
+            report_progress(self.label, self.update_budget, self.update_budget)
         self._mode = "off"
         if self._progress is not None:
-            self._progress.stop()
+            with contextlib.suppress(Exception):
+                self._progress.stop()
             self._progress = None

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
 from qhlab.evidence import QhError
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
-from qhlab.execution import JobRunner, executor_choice
+from qhlab.execution import JobRunner
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.lanes.compare import run_command as compare_lanes_command
 from qhlab.replication.run import replicate
@@ -136,8 +136,9 @@ def run_study_command(args: argparse.Namespace) -> int:
         return compare_lanes_command(args)
     if command == "replicate":  # a finished study and the study of its design it runs
         executor = None
-        if args.executor is not None or args.ray_address is not None:
-            executor = executor_choice(args.executor, args.ray_address, call="qhlab study replicate")
+        if args.executor is not None or args.ray_address is not None:  # else the design's own executor
+            config, _, _ = read_study_config(Study.existing(args.replicate_study).config_path)
+            executor = config.executor_choice(args.executor, args.ray_address, call="qhlab study replicate")
         return replicate(
             args.replicate_study,
             args.replicate_output,
