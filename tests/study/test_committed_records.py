@@ -71,3 +71,12 @@ def test_the_tiny_gate_check_is_of_the_first_studys_gate_on_draws_nothing_else_u
     texts = [p.read_text() for p in (*configs, *tests)]
     drawn = {int(s) for text in texts for s in re.findall(r"\b(7000[1-9]|70010)\b", text)}
     assert drawn == set(), drawn
+
+
+def test_a_renamed_record_receipt_is_refused_not_left_unrecomputed(tmp_path) -> None:
+    # Renamed, the receipt still authenticates its files; its record must still be recomputed.
+    copy = shutil.copytree(PREPARATION / "tiny-e0", tmp_path / "tiny-e0")
+    (copy / "e0.receipt.json").rename(copy / "renamed.receipt.json")
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        assert main(["verify", str(copy)]) == 2
+    assert "is a receipt of kind e0_check, whose name is e0.receipt.json" in err.getvalue()

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from qhlab.evidence import QhInputError, verify_directory
+from qhlab.evidence import EvidenceError, QhInputError, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 from qhlab.scenes.manifest import read_manifest
@@ -153,7 +153,14 @@ def _record_checks(directory: str, receipts: list[dict]) -> list[dict]:
     entries = []
     for receipt in receipts:
         check = checks.get(receipt["kind"])
-        if check is not None and Path(receipt["path"]).name == check.file:
+        if check is not None and Path(receipt["path"]).name != check.file:
+            # A renamed receipt would be authenticated but its record never recomputed.
+            raise EvidenceError(
+                f"qhlab verify: {Path(directory) / receipt['path']} is a receipt of kind {receipt['kind']}, "
+                f"whose name is {check.file}. HINT: a record's receipt is never renamed; restore its name, so "
+                "that verify recomputes the record it binds."
+            )
+        if check is not None:
             where = Path(directory) / Path(receipt["path"]).parent
             summary = check.check(where)
             entries.append(
