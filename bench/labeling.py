@@ -40,7 +40,8 @@ import pyarrow.parquet as pq
 import pymunk
 
 from qhlab.scenes import generate_population, load_preset
-from qhlab.scenes.audit import check_successors, read_labels
+from qhlab.scenes.audit import check_successors
+from qhlab.scenes.bellman import read_labels
 from qhlab.scenes.environment import Environment
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.population import SCENE_IDENTITY_COLUMNS, environment_spec

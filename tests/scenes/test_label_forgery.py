@@ -20,14 +20,8 @@ from qhlab.evidence import EvidenceError, canonical_json, sha256_file, write_rec
 from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.finite_horizon.data import load_population
 from qhlab.scenes import cached_population
-from qhlab.scenes.audit import (
-    audit_population,
-    bellman_violations,
-    check_population_labels,
-    check_successors,
-    miss_probability,
-    read_labels,
-)
+from qhlab.scenes.audit import audit_population, check_population_labels, check_successors, miss_probability
+from qhlab.scenes.bellman import bellman_violations, read_labels
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
 

@@ -46,11 +46,11 @@ from qhlab.evidence.receipts import (
     population_roots,
     read_receipt,
     recorded_origin,
-    verify_directory,
     write_receipt,
 )
 from qhlab.evidence.source import exclusive_lock, source_package_digest
 from qhlab.evidence.tree import refuse_links
+from qhlab.evidence.verification import verify_directory
 
 __all__ = [
     "RECEIPT_SUFFIX",

@@ -8,7 +8,7 @@ DSSE envelope around an in-toto statement whose subjects are the files and their
 digests, so ``model_signing verify key DIR --signature DIR/model.sig --public_key PUB.pem``
 checks it without qhlab.
 
-Does not own: receipts and their authentication (``receipts.verify_directory``, run first), or
+Does not own: receipts and their authentication (``verification.verify_directory``, run first), or
 key management (keys are PEM files the caller brings). ``model_signing`` is imported inside the
 functions: importing ``qhlab.evidence`` stays stdlib-only and fast.
 """
@@ -30,8 +30,8 @@ from qhlab.evidence.errors import (
     input_error,
 )
 from qhlab.evidence.publish import publish_bytes
-from qhlab.evidence.receipts import verify_directory
 from qhlab.evidence.tree import refuse_links
+from qhlab.evidence.verification import verify_directory
 
 __all__ = ["SIGNATURE_FILE", "check_statement", "sign_directory", "signature_path", "verify_signature"]
 

@@ -4,7 +4,8 @@ Owns the generic machinery: the environment contract (``environment``), presets 
 (``presets``), the scene and actor seeds of a population (``sampler``), the exact tree search
 through an environment's ``step`` (``labels``), actor chains (``chains``), the population format
 written (``population``) and read back checked (``reader``: manifest, tables, Bellman and
-successor checks, arrays), the audit (``audit``), the difficulty card (``difficulty``,
+successor checks, arrays), the label arrays and the exact Bellman rule (``bellman``), the audit
+(``audit``), the difficulty card (``difficulty``,
 ``describe``) and seals in a population cache (``seals``). Two environments are built in: the
 puck world (``puck``: pymunk) and the tank network (``tanks``). Does not own: turning a
 population into tensors (``qhlab.finite_horizon.data``) or anything torch.

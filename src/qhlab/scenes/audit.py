@@ -1,14 +1,13 @@
 """Labels that answer to the environment: the Bellman check of every label and the audit.
 
-Owns: reading a population's label arrays (``read_labels``), the manifest counts they must
-match (``check_counts``), the exact Bellman consistency of every stored label against the
-stored rewards and successors (``bellman_violations``, ``check_bellman``), the successor check
+Owns: every label check of a population in one call (``check_population_labels``: counts,
+structure and the Bellman rule from ``bellman``, then the successors), the successor check
 (``check_successors``: every chain state's candidates stepped again) and the audit
 (``audit_population``), which regenerates every scene from its seed and steps the whole
-depth-H tree of chosen chain states again. Does not own: authenticating file digests
-(``manifest.read_manifest``), reading the tables into arrays (``reader``), making the
-environment (``environment``, ``origin``) or where the checks are required (the reader,
-``describe``, ``verify``, the study steps and the cache).
+depth-H tree of chosen chain states again. Does not own: reading the label arrays and the
+Bellman rule (``bellman``), authenticating file digests (``manifest.read_manifest``), reading the
+tables into arrays (``reader``), making the environment (``environment``, ``origin``) or where
+the checks are required (the reader, ``describe``, ``verify``, the study steps and the cache).
 
 Why both. Digests prove the bytes are the ones a manifest names, but a forger who rewrites a
 population can recompute every digest. The Bellman check is exact (genuine labels are
@@ -42,6 +41,14 @@ from pathlib import Path
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, QhInputError, canonical_json
+from qhlab.scenes.bellman import (
+    LabelArrays,
+    check_bellman,
+    check_counts,
+    check_structure,
+    label_refusal,
+    read_labels,
+)
 from qhlab.scenes.chains import choose_action
 from qhlab.scenes.environment import Environment
 from qhlab.scenes.labels import TreeSearch
@@ -52,18 +59,12 @@ from qhlab.scenes.sampler import actor_seed_sequence, scene_seed
 
 __all__ = [
     "AUDIT_STATES",
-    "LabelArrays",
     "audit_population",
-    "bellman_violations",
-    "check_bellman",
-    "check_counts",
     "check_population_labels",
-    "check_structure",
     "check_successors",
     "coverage_text",
     "environment_text",
     "miss_probability",
-    "read_labels",
     "stepper",
 ]
 
@@ -71,318 +72,6 @@ AUDIT_STATES = 8
 """Chain states a study step, the cache and ``qhlab verify --audit`` re-simulate by default."""
 
 RANDOMNESS_SOURCE = "os.urandom (secrets.SystemRandom().sample over chain-state rows)"
-
-
-@dataclass(frozen=True)
-class LabelArrays:
-    """A population's labels in file order (S states: chain and successor rows as stored).
-
-    Attributes:
-        state_id: [S] int64.
-        scene_id: [S] int64.
-        chain_id: [S] int64.
-        step: [S] int64, -1 for successor rows.
-        reward: [S, K] float64 r(s, a); NaN where a state has fewer candidates.
-        q: [S, K, H] float64 labels; NaN beyond a row's horizons and its candidates.
-        horizons: [S] int64 label horizons (H on chain rows, H-1 on successor rows).
-        successor: [S, K] int64 row (index into the arrays) of each candidate's successor, -1 none.
-        mask: [S, K] bool, the candidates a state has (0..k-1 of its k).
-        parent: [S] int64 row of the chain state a successor row belongs to (-1 on chain rows), or
-            None where the reader did not read ``parent_state_id`` (the tensor loader).
-    """
-
-    state_id: np.ndarray
-    scene_id: np.ndarray
-    chain_id: np.ndarray
-    step: np.ndarray
-    reward: np.ndarray
-    q: np.ndarray
-    horizons: np.ndarray
-    successor: np.ndarray
-    mask: np.ndarray
-    parent: np.ndarray | None = None
-
-
-def _refuse(call: str, where: Path, what: str) -> EvidenceError:
-    return EvidenceError(
-        f"{call}: {where}: {what}. HINT: a population's labels are exact physics; regenerate it with "
-        "`qhlab scenes generate` instead of editing it."
-    )
-
-
-def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_labels") -> LabelArrays:
-    """Read states.parquet and candidates.parquet into ``LabelArrays`` (authenticate first).
-
-    Raises:
-        EvidenceError: a column is missing, an id is unknown, or a state's candidates are not
-            0..k-1 each exactly once (k <= K).
-    """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    k, big_h = int(manifest["K"]), int(manifest["horizon"])
-    states_path, cands_path = path / "states.parquet", path / "candidates.parquet"
-    try:
-        states = pq.read_table(states_path, columns=["state_id", "scene_id", "chain_id", "step", "parent_state_id"])
-        cands = pq.read_table(cands_path, columns=["state_id", "candidate", "reward", "q", "successor_state_id"])
-    except Exception as exc:  # pyarrow raises several types for a missing column or a bad file
-        raise _refuse(call, path, f"cannot read the label columns ({exc})") from None
-    ints = {name: states.column(name).to_numpy().astype(np.int64) for name in states.column_names}
-    state_id, step = ints["state_id"], ints["step"]
-    s_rows = len(state_id)
-    order = np.argsort(state_id, kind="stable")
-    if s_rows and (np.diff(state_id[order]) == 0).any():
-        raise _refuse(call, states_path, "state_id holds duplicates")
-
-    def rows_of(ids: np.ndarray, what: str) -> np.ndarray:
-        pos = np.searchsorted(state_id[order], ids)
-        pos = np.clip(pos, 0, max(s_rows - 1, 0))
-        ok = (s_rows > 0) & (state_id[order][pos] == ids) if s_rows else np.zeros(len(ids), bool)
-        if not np.all(ok):
-            raise _refuse(call, cands_path, f"{what}={int(ids[~ok][0])} is not a state_id of {states_path.name}")
-        return order[pos]
-
-    c_state = cands.column("state_id").to_numpy().astype(np.int64)
-    c_index = cands.column("candidate").to_numpy().astype(np.int64)
-    c_row = rows_of(c_state, "state_id")
-    if ((c_index < 0) | (c_index >= k)).any():
-        raise _refuse(
-            call, cands_path, f"candidate={int(c_index[(c_index < 0) | (c_index >= k)][0])} is outside 0..{k - 1}"
-        )
-    filled = np.zeros((s_rows, k), dtype=np.int64)
-    np.add.at(filled, (c_row, c_index), 1)
-    counts = filled.sum(axis=1)
-    mask = np.arange(k)[None, :] < counts[:, None]
-    if (filled != mask).any() or (counts < 1).any():
-        row, cand = np.argwhere((filled != mask) | (counts < 1)[:, None])[0]
-        raise _refuse(
-            call,
-            cands_path,
-            f"state_id {int(state_id[row])} candidate {int(cand)} has {int(filled[row, cand])} rows; allowed: "
-            "exactly one for each of a state's candidates 0..k-1 (k >= 1), none beyond",
-        )
-    horizons = np.where(step >= 0, big_h, big_h - 1).astype(np.int64)
-    q_col = cands.column("q").combine_chunks()
-    lengths = pc.list_value_length(q_col).to_numpy(zero_copy_only=False).astype(np.int64)
-    if (lengths != horizons[c_row]).any():
-        bad = int(np.argmax(lengths != horizons[c_row]))
-        raise _refuse(
-            call,
-            cands_path,
-            f"state_id {int(c_state[bad])} candidate {int(c_index[bad])} has "
-            f"{int(lengths[bad])} labels; allowed: {int(horizons[c_row][bad])} (H on chain states, "
-            "H-1 on successors)",
-        )
-    flat = q_col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
-    q = np.full((s_rows, k, big_h), np.nan)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    for h in range(big_h):
-        has = lengths > h
-        q[c_row[has], c_index[has], h] = flat[offsets[has] + h]
-    reward = np.full((s_rows, k), np.nan)
-    reward[c_row, c_index] = cands.column("reward").to_numpy().astype(np.float64)
-    succ_ids = cands.column("successor_state_id").to_numpy().astype(np.int64)
-    successor = np.full((s_rows, k), -1, dtype=np.int64)
-    linked = succ_ids != -1
-    successor[c_row[linked], c_index[linked]] = rows_of(succ_ids[linked], "successor_state_id")
-    parent_ids = ints["parent_state_id"]
-    parent = np.full(s_rows, -1, dtype=np.int64)
-    has_parent = parent_ids != -1
-    parent[has_parent] = rows_of(parent_ids[has_parent], "parent_state_id")
-    return LabelArrays(
-        state_id=state_id,
-        scene_id=ints["scene_id"],
-        chain_id=ints["chain_id"],
-        step=step,
-        reward=reward,
-        q=q,
-        horizons=horizons,
-        successor=successor,
-        mask=mask,
-        parent=parent,
-    )
-
-
-def check_counts(
-    path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, scenes: int, call: str = "check_labels"
-) -> None:
-    """Refuse a manifest whose ``counts`` disagree with the files.
-
-    Args:
-        scenes: rows of scenes.parquet.
-
-    Raises:
-        EvidenceError: naming the count, the recorded and the actual value.
-    """
-    chain = labels.step >= 0
-    actual = {
-        "scenes": scenes,
-        "chains": int(np.unique(labels.chain_id[chain]).size),
-        "chain_states": int(chain.sum()),
-        "successor_states": int((~chain).sum()),
-        "states": int(len(labels.state_id)),
-        "candidates": int(labels.mask.sum()),
-    }
-    counts = manifest.get("counts")
-    for name, value in actual.items():
-        recorded = counts.get(name) if isinstance(counts, dict) else None
-        if recorded != value:
-            raise _refuse(
-                call,
-                Path(path) / "manifest.json",
-                f"counts.{name}={recorded!r} is not allowed; allowed: {value} (what the files hold)",
-            )
-
-
-def check_structure(where: str | os.PathLike, labels: LabelArrays, *, call: str = "check_labels") -> None:
-    """Refuse a population whose states do not form the tree the generator writes.
-
-    Every reward and every label within a row's horizons is finite; chain rows have steps
-    0, 1, ... without gaps and one row per (chain, step); every candidate of a chain row has a
-    successor in the same scene and chain, which is the chain's next state or a successor row
-    (step -1) that no other candidate points at; successor rows have no successors. Without
-    this a NaN label, a dropped candidate link or a successor borrowed from another scene would
-    hide labels from the Bellman check.
-
-    Raises:
-        EvidenceError: naming the state and what is wrong.
-    """
-
-    def refuse(row: int, what: str) -> EvidenceError:
-        return _refuse(call, where, f"state_id {int(labels.state_id[row])} {what}")
-
-    s_rows, _, big_h = labels.q.shape
-    valid = np.arange(1, big_h + 1)[None, :] <= labels.horizons[:, None]
-    bad = ~np.where(labels.mask, np.isfinite(labels.reward), True).all(axis=1) | ~np.where(
-        valid[:, None, :] & labels.mask[:, :, None], np.isfinite(labels.q), True
-    ).all(axis=(1, 2))
-    if bad.any():
-        raise refuse(int(np.argmax(bad)), "holds a reward or label that is not a finite number")
-    chain = labels.step >= 0
-    if (labels.step < -1).any():
-        raise refuse(int(np.argmax(labels.step < -1)), f"has step {int(labels.step.min())}; allowed: -1 or >= 0")
-    seen: dict[tuple[int, int], int] = {}
-    for row in np.flatnonzero(chain):
-        key = (int(labels.chain_id[row]), int(labels.step[row]))
-        if key in seen:
-            raise refuse(
-                int(row), f"repeats chain {key[0]} step {key[1]} (also state_id {int(labels.state_id[seen[key]])})"
-            )
-        seen[key] = int(row)
-    for (chain_id, step), row in seen.items():
-        if step > 0 and (chain_id, step - 1) not in seen:
-            raise refuse(row, f"is step {step} of chain {chain_id}, whose step {step - 1} is missing")
-    if (labels.successor[~chain] != -1).any():
-        raise refuse(
-            int(np.flatnonzero(~chain & (labels.successor != -1).any(axis=1))[0]),
-            "is a successor state with successors; allowed: none (leaves of the stored tree)",
-        )
-    referenced = np.zeros(s_rows, dtype=np.int64)
-    for row in np.flatnonzero(chain):
-        for a in np.flatnonzero(labels.mask[row]):
-            succ = labels.successor[row, a]
-            if succ < 0:
-                raise refuse(int(row), f"candidate {a} has no successor; every chain-state candidate has one")
-            if labels.scene_id[succ] != labels.scene_id[row] or labels.chain_id[succ] != labels.chain_id[row]:
-                raise refuse(
-                    int(row), f"candidate {a} leads to state_id {int(labels.state_id[succ])} of another scene or chain"
-                )
-            if labels.step[succ] >= 0 and labels.step[succ] != labels.step[row] + 1:
-                raise refuse(
-                    int(row),
-                    f"candidate {a} leads to chain state {int(labels.state_id[succ])} that is not "
-                    "its chain's next step",
-                )
-            referenced[succ] += 1
-            if labels.parent is not None and labels.step[succ] < 0 and labels.parent[succ] != row:
-                raise refuse(
-                    int(succ),
-                    f"names parent state_id {int(labels.state_id[labels.parent[succ]])}, but state_id "
-                    f"{int(labels.state_id[row])} candidate {a} leads to it",
-                )
-    if labels.parent is not None and (labels.parent[chain] != -1).any():
-        raise refuse(int(np.flatnonzero(chain & (labels.parent != -1))[0]), "is a chain state with a parent_state_id")
-    shared = ~chain & (referenced != 1)
-    if shared.any():
-        row = int(np.argmax(shared))
-        raise refuse(row, f"is a successor state reached by {int(referenced[row])} candidates; allowed: exactly 1")
-
-
-def bellman_violations(q: np.ndarray, reward: np.ndarray, successor: np.ndarray, horizons: np.ndarray) -> np.ndarray:
-    """Where stored labels break Q_1 = r and Q_h = r + max_a' Q_{h-1}(s', a'), exactly.
-
-    Args:
-        q: [S, K, H] float64 labels (NaN beyond ``horizons``).
-        reward: [S, K] float64 rewards.
-        successor: [S, K] int64 successor row per candidate, -1 where none is stored.
-        horizons: [S] int64 label horizons per row.
-
-    Returns:
-        [V, 3] int64 (row, candidate, horizon h in 1..H) of every violation, sorted by row.
-        A label whose successor is not stored (a successor row's Q_h, h >= 2) is not
-        checkable here; the physics audit checks it.
-    """
-    s_rows, k, big_h = q.shape
-    valid = np.arange(1, big_h + 1)[None, :] <= horizons[:, None]  # [S, H]
-    expected = np.full_like(q, np.nan)
-    expected[:, :, 0] = reward
-    linked = successor >= 0
-    safe = np.where(linked, successor, 0)
-    # A state's missing candidates (NaN) take no part in its maximum.
-    present = ~np.isnan(reward)
-    for h in range(2, big_h + 1):
-        best = np.max(np.where(present, q[:, :, h - 2], -np.inf), axis=1)  # [S] V_{h-1}(row)
-        expected[:, :, h - 1] = np.where(linked, reward + best[safe], np.nan)
-    checked = valid[:, None, :] & ~np.isnan(expected)
-    # Genuine labels are the same float64 sum, so equality is exact. Non-finite values and
-    # missing links are refused by check_structure first, which a caller runs before this.
-    bad = checked & ~(q == expected)
-    found = np.argwhere(bad)
-    found[:, 2] += 1
-    return found.astype(np.int64)
-
-
-def check_bellman(
-    where: str | os.PathLike,
-    q: np.ndarray,
-    reward: np.ndarray,
-    successor: np.ndarray,
-    horizons: np.ndarray,
-    state_id: np.ndarray,
-    *,
-    call: str = "check_labels",
-) -> None:
-    """Refuse labels that break the Bellman rule, naming the first state, candidate and horizon.
-
-    Args:
-        where: the file named in the refusal (candidates.parquet).
-        q, reward, successor, horizons: as in ``bellman_violations``.
-        state_id: [S] int64 id of each row.
-
-    Raises:
-        EvidenceError: with the number of violations in all.
-    """
-    found = bellman_violations(q, reward, successor, horizons)
-    if not len(found):
-        return
-    row, cand, h = (int(v) for v in found[0])
-    if h == 1:
-        rule = f"Q*_1 = r = {float(reward[row, cand])!r}"
-    else:
-        succ = int(successor[row, cand])
-        rule = (
-            f"Q*_{h} = r + max Q*_{h - 1}(successor state_id {int(state_id[succ])}) = "
-            f"{float(reward[row, cand])!r} + {float(np.nanmax(q[succ, :, h - 2]))!r}"
-        )
-    raise _refuse(
-        call,
-        where,
-        (
-            f"labels break the Bellman rule at state_id {int(state_id[row])} candidate {cand} horizon {h}: "
-            f"stored {float(q[row, cand, h - 1])!r}, but {rule} ({len(found)} violation(s) in all)"
-        ),
-    )
 
 
 def stepper(path: str | os.PathLike, manifest: dict, *, call: str) -> tuple[Environment, Preset]:
@@ -416,7 +105,7 @@ def check_population_labels(
     except QhError:
         raise
     except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:  # nulls, bad types
-        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     scenes = pq.read_metadata(path / "scenes.parquet").num_rows
     check_counts(path, manifest, labels, scenes=scenes, call=call)
     check_structure(path / "candidates.parquet", labels, call=call)
@@ -471,7 +160,7 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
             generator_version=generator.get("generator_version"),
         )
     ) != canonical_json(generator):
-        raise _refuse(
+        raise label_refusal(
             call,
             path / "manifest.json",
             f"its generator record is not the one environment {environment.name!r} gives for preset "
@@ -483,7 +172,7 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
     rows = table.to_pylist()
     content = [c for c in table.column_names if c not in ("scene_id", "scene_index")]
     if len(rows) != preset.scenes:
-        raise _refuse(
+        raise label_refusal(
             call, path / "scenes.parquet", f"{len(rows)} scenes; preset {preset.name!r} draws {preset.scenes}"
         )
     scenes, initial, index_of = [], [], {}
@@ -496,7 +185,7 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
             or canonical_json(stored) != canonical_json(scene)
             or row.get("scene_id") != ident
         ):
-            raise _refuse(
+            raise label_refusal(
                 call,
                 path / "scenes.parquet",
                 (
@@ -559,12 +248,12 @@ def check_successors(
     column = environment.state_column
     table = pq.read_table(path / "states.parquet", columns=["state_id", column, "objects"])
     if table.column("state_id").to_numpy().astype(np.int64).tolist() != labels.state_id.tolist():
-        raise _refuse(call, path / "states.parquet", "its rows are not in the order its labels were read in")
+        raise label_refusal(call, path / "states.parquet", "its rows are not in the order its labels were read in")
     states, objects = _ragged(table, column), _ragged(table, "objects")
     chain_rows = np.flatnonzero(labels.step >= 0)
 
     def deny(row: int, what: str) -> EvidenceError:
-        return _refuse(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
+        return label_refusal(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
 
     simulations = 0
     try:
@@ -597,7 +286,7 @@ def check_successors(
     except QhError:
         raise
     except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
-        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     return {
         "chain_states": int(len(chain_rows)),
         "simulations": simulations,
@@ -712,7 +401,7 @@ def audit_population(
     simulations = 0
 
     def deny(row: int, what: str) -> EvidenceError:
-        return _refuse(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
+        return label_refusal(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
 
     def same(a, b) -> bool:
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -777,7 +466,7 @@ def audit_population(
     except QhError:
         raise
     except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
-        raise _refuse(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
     return {
         "source": RANDOMNESS_SOURCE if rows is None else "rows named by the caller",
         "chain_states": int(len(chain_rows)),
@@ -813,7 +502,7 @@ def _check_chains(
     per_scene = preset.chains_per_scene
     expected = preset.scenes * per_scene
     if sorted(by_chain) != list(range(expected)):
-        raise _refuse(
+        raise label_refusal(
             call,
             path / "states.parquet",
             f"chain ids {sorted(by_chain)[:8]}... are not the {expected} chains "
@@ -827,7 +516,7 @@ def _check_chains(
             or len(steps) != preset.steps
             or any(int(labels.scene_id[r]) != scene_ids[scene_index] for r in rows)
         ):
-            raise _refuse(
+            raise label_refusal(
                 call,
                 path / "states.parquet",
                 f"chain {chain_id} does not hold steps 0..{preset.steps - 1} of scene_id {scene_ids[scene_index]}",
@@ -837,7 +526,7 @@ def _check_chains(
             valid = labels.mask[row]
             taken = choose_action(preset.actor, labels.q[row, valid, preset.horizon - 1], rng)
             if int(labels.successor[row, taken]) != rows[step + 1]:
-                raise _refuse(
+                raise label_refusal(
                     call,
                     path,
                     f"the environment denies state_id {int(labels.state_id[rows[step + 1]])}: chain "

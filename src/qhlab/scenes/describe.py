@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from qhlab.evidence import EvidenceError, canonical_json
-from qhlab.scenes.audit import audit_population, read_labels
+from qhlab.scenes.audit import audit_population
+from qhlab.scenes.bellman import read_labels
 from qhlab.scenes.difficulty import difficulty_card, reference_name
 from qhlab.scenes.manifest import read_manifest
 

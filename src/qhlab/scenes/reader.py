@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qhlab.evidence import QhInputError, SchemaMismatchError, input_error, require_int, sha256_file
-from qhlab.scenes.audit import LabelArrays, check_bellman, check_structure, check_successors, read_labels
+from qhlab.scenes.audit import check_successors
+from qhlab.scenes.bellman import LabelArrays, check_bellman, check_structure, read_labels
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
@@ -173,7 +174,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             missing, altered, or of another schema.
         QhInputError: split or horizon mismatch, bad shapes, unknown ids, non-finite values,
             a chain-row candidate without a successor (successor_state_id -1).
-        EvidenceError: a label breaks the Bellman rule (``qhlab.scenes.audit.check_bellman``):
+        EvidenceError: a label breaks the Bellman rule (``qhlab.scenes.bellman.check_bellman``):
             every label is checked, exactly, against the stored rewards and successors.
     """
     path = Path(path)
