@@ -12,6 +12,7 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
+from record_forgery import reseal, reshaped_copy
 
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
 # Three fresh TRAIN draws of the tiny preset; the tiny study trains on seed 7.
@@ -60,20 +61,14 @@ def _check_config(directory: Path, cache: Path, **replace: str) -> Path:
 
 
 def _reseal(directory: Path, *, body: bool = True) -> None:
-    """Rewrite e0.receipt.json so it binds the files as they are now (a forger's reseal); with
-    ``body`` its body also takes the record's values (a reshaped record may not carry them)."""
-    path = directory / "e0.receipt.json"
-    document = json.loads(path.read_bytes())
-    for section in ("inputs", "outputs"):
-        for entry in document[section].values():
-            entry["sha256"] = sha256_file(directory / entry["path"])
-    if body:
-        record = json.loads((directory / "e0.json").read_text())
-        for key in ("draws", "passed", "meets_min_pass_share"):
-            document["body"][key] = record[key]
-    document.pop("content_sha256")
-    document["content_sha256"] = sha256_bytes(canonical_json(document))
-    path.write_bytes(canonical_json(document))
+    """Reseal e0.receipt.json over the files as they are now; with ``body`` its body also takes
+    the record's values (a reshaped record may not carry them)."""
+    record = json.loads((directory / "e0.json").read_text())
+
+    def counts(document: dict) -> None:
+        document.update({key: record[key] for key in ("draws", "passed", "meets_min_pass_share")})
+
+    reseal(directory / "e0.receipt.json", counts if body else None)
 
 
 def _forge(directory: Path, edit) -> None:
@@ -286,11 +281,7 @@ def test_freeze_binds_a_check_that_met_its_share_and_refuses_what_disagrees(tmp_
     ],
 )
 def test_a_reshaped_e0_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
-    reshaped = tmp_path / "reshaped"
-    shutil.copytree(reference, reshaped)
-    record = json.loads((reshaped / "e0.json").read_text())
-    reshape(record)
-    (reshaped / "e0.json").write_bytes(canonical_json(record))
+    reshaped = reshaped_copy(reference, tmp_path / "reshaped", "e0.json", reshape)
     _reseal(reshaped, body=False)
     capsys.readouterr()
     assert main(["verify", str(reshaped)]) == 2

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from qhlab.cli import main
-from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence import canonical_json, sha256_file
 from qhlab.statistics.replication import pooled_difference, seed_effect_sd
 from qhlab.statistics.variance import draw_effect_dof, draw_effect_sd
+from record_forgery import reseal, reshaped_copy
 
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
 # Three arms keep the pilot small: 3 arms x 2 seeds on TRAIN 7, and x 2 seeds on TRAIN 11 and 12.
@@ -89,22 +90,14 @@ def _pilot_config(directory: Path, cache: Path, **replace: str) -> Path:
 
 
 def _reseal(directory: Path, *, body: bool = True) -> None:
-    """Rewrite pilot.receipt.json so it binds the files as they are now (a forger's reseal); with
-    ``body`` its body also takes the record's values (a reshaped record may not carry them)."""
-    path = directory / "pilot.receipt.json"
-    document = json.loads(path.read_bytes())
-    for section in ("inputs", "outputs"):
-        for entry in document[section].values():
-            entry["sha256"] = sha256_file(directory / entry["path"])
-    if body:
-        record = json.loads((directory / "pilot.json").read_text())
-        document["body"]["seed_variance"], document["body"]["train_draw"] = (
-            record["seed_variance"],
-            record["train_draw"],
-        )
-    document.pop("content_sha256")
-    document["content_sha256"] = sha256_bytes(canonical_json(document))
-    path.write_bytes(canonical_json(document))
+    """Reseal pilot.receipt.json over the files as they are now; with ``body`` its body also takes
+    the record's values (a reshaped record may not carry them)."""
+    record = json.loads((directory / "pilot.json").read_text())
+
+    def variance(document: dict) -> None:
+        document.update({key: record[key] for key in ("seed_variance", "train_draw")})
+
+    reseal(directory / "pilot.receipt.json", variance if body else None)
 
 
 def _fits(directory: Path) -> list:
@@ -410,11 +403,7 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     ],
 )
 def test_a_reshaped_pilot_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
-    reshaped = tmp_path / "reshaped"
-    shutil.copytree(reference, reshaped)
-    record = json.loads((reshaped / "pilot.json").read_text())
-    reshape(record)
-    (reshaped / "pilot.json").write_bytes(canonical_json(record))
+    reshaped = reshaped_copy(reference, tmp_path / "reshaped", "pilot.json", reshape)
     _reseal(reshaped, body=False)
     capsys.readouterr()
     assert main(["verify", str(reshaped)]) == 2

@@ -20,8 +20,9 @@ import pytest
 from scipy import stats
 
 from qhlab.cli import main
-from qhlab.evidence import QhInputError, canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence import QhInputError, canonical_json
 from qhlab.statistics.replication import agreement_test
+from record_forgery import reseal
 
 
 def _run(argv: list) -> tuple[int, str, str]:
@@ -187,7 +188,7 @@ def test_verify_recomputes_the_replication_and_refuses_a_resealed_edit(replicati
     swapped = forged / "study" / "report" / "report.json"
     swapped.chmod(0o644)
     swapped.write_bytes((replication["original"] / "report" / "report.json").read_bytes())
-    _reseal(forged / "replication.receipt.json", "inputs", "replica/report", swapped)
+    reseal(forged / "replication.receipt.json")
     code, _, err = _run(["verify", forged])
     assert code == 2 and "report.json" in err, err
 
@@ -202,22 +203,12 @@ def _no_sign_flips(path: Path) -> None:
     path.write_text(path.read_text().replace("flipped", "same"))
 
 
-def _reseal(receipt: Path, section: str, name: str, file: Path) -> None:
-    """Bind ``file``'s current digest as ``section``/``name`` and recompute the receipt's own digest."""
-    sealed = json.loads(receipt.read_text())
-    sealed[section][name]["sha256"] = sha256_file(file)
-    sealed.pop("content_sha256")
-    sealed["content_sha256"] = sha256_bytes(canonical_json(sealed))
-    receipt.chmod(0o644)
-    receipt.write_bytes(canonical_json(sealed))
-
-
 def _forged(original: Path, target: Path, name: str, edit) -> Path:
     """A copy of the replication with one of its outputs edited and its receipt resealed."""
     shutil.copytree(original, target, symlinks=True)
     (target / name).chmod(0o644)
     edit(target / name)
-    _reseal(target / "replication.receipt.json", "outputs", name, target / name)
+    reseal(target / "replication.receipt.json")
     return target
 
 

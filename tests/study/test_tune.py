@@ -15,7 +15,8 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.design.tuning_rule import pick_winner, trial_score
-from qhlab.evidence import canonical_json, sha256_bytes, sha256_file
+from qhlab.evidence import canonical_json, sha256_file
+from record_forgery import reseal, reshaped_copy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
@@ -67,15 +68,8 @@ def _trials(directory: Path) -> tuple[list, dict]:
 
 
 def _reseal(directory: Path) -> None:
-    """Rewrite tuning.receipt.json so it binds the files as they are now (a forger's reseal)."""
-    path = directory / "tuning.receipt.json"
-    document = json.loads(path.read_bytes())
-    for section in ("inputs", "outputs"):
-        for entry in document[section].values():
-            entry["sha256"] = sha256_file(directory / entry["path"])
-    document.pop("content_sha256")
-    document["content_sha256"] = sha256_bytes(canonical_json(document))
-    path.write_bytes(canonical_json(document))
+    """Reseal tuning.receipt.json over the files as they are now (a forger's reseal)."""
+    reseal(directory / "tuning.receipt.json")
 
 
 # ----------------------------------------------------------------- the rule, pure
@@ -551,13 +545,7 @@ def test_a_tuning_without_an_admissible_trial_has_a_receipt_body_without_a_winne
     ],
 )
 def test_a_reshaped_record_is_one_clear_refusal_not_a_traceback(tmp_path, reference, capsys, reshape):
-    import shutil
-
-    reshaped = tmp_path / "reshaped"
-    shutil.copytree(reference, reshaped)
-    record = json.loads((reshaped / "tuning.json").read_text())
-    reshape(record)
-    (reshaped / "tuning.json").write_bytes(canonical_json(record))
+    reshaped = reshaped_copy(reference, tmp_path / "reshaped", "tuning.json", reshape)
     _reseal(reshaped)
     capsys.readouterr()
     assert main(["verify", str(reshaped)]) == 2
