@@ -1,9 +1,9 @@
 """The ``qhlab`` command line: top-level parser, dispatch, error-to-exit-code mapping.
 
-Owns: ``main(argv) -> int``, the table of command groups, printing one ``error:`` line per
-failure, and the "writes nothing" safety net (an output directory that a failed command
-created is removed when the failure was bad input). Does not own: any command's behaviour;
-each group lives in its own module exposing ``register(subparsers)``.
+Owns: ``main(argv) -> int``, the command table, printing one ``error:`` line per failure, and
+the "writes nothing" safety net (an output directory that a failed command created is removed
+when the failure was bad input). Does not own: any command's arguments or behaviour; each
+lives in its own module as a ``qhlab.cli.command.Command``.
 """
 
 from __future__ import annotations
@@ -25,20 +25,19 @@ from qhlab.training.console import configure_console
 
 __all__ = ["build_parser", "main"]
 
-# Command group -> the module that registers it ("module" calls its `register`, "module:function"
-# that function). Only the invoked group is imported, so `qhlab verify` stays
-# torch-free and fast.
+# The command table: command -> "module:NAME" of its ``Command``. Only the invoked command's
+# module is imported, so `qhlab verify` stays torch-free and fast.
 _COMMANDS = {
-    "profiles": "qhlab.cli.profiles",
-    "scenes": "qhlab.cli.scenes",
-    "fit": "qhlab.cli.fit",
-    "commission": "qhlab.cli.commission",
-    "study": "qhlab.cli.study",
-    "tune": "qhlab.cli.prepare:register_tune",
-    "pilot": "qhlab.cli.prepare:register_pilot",
-    "e0-check": "qhlab.cli.prepare:register_e0_check",
-    "verify": "qhlab.cli.verify",
-    "sign": "qhlab.cli.sign",
+    "profiles": "qhlab.cli.profiles:COMMAND",
+    "scenes": "qhlab.cli.scenes:COMMAND",
+    "fit": "qhlab.cli.fit:COMMAND",
+    "commission": "qhlab.cli.commission:COMMAND",
+    "study": "qhlab.cli.study:COMMAND",
+    "tune": "qhlab.cli.prepare:TUNE",
+    "pilot": "qhlab.cli.prepare:PILOT",
+    "e0-check": "qhlab.cli.prepare:E0_CHECK",
+    "verify": "qhlab.cli.verify:COMMAND",
+    "sign": "qhlab.cli.sign:COMMAND",
 }
 _OUTPUT_ARGUMENTS = ("output", "out")
 # Exit status when the reader of stdout went away (`qhlab verify S | head -1`): 128 + SIGPIPE,
@@ -60,8 +59,8 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in groups:
-        module, _, function = _COMMANDS[group].partition(":")
-        getattr(importlib.import_module(module), function or "register")(subparsers)
+        module, _, name = _COMMANDS[group].partition(":")
+        getattr(importlib.import_module(module), name).add_to(subparsers)
     return parser
 
 

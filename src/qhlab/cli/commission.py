@@ -11,24 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from qhlab.cli.command import Command
 from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
 from qhlab.evidence import input_error
 
-__all__ = ["register", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``commission`` command."""
-    parser = subparsers.add_parser(
-        "commission",
-        help="run an engineering fit gated at observed optimizer-update milestones",
-        description=(
-            "Fit RECIPE on a lane for exactly the last milestone's number of successful optimizer "
-            "updates. At every milestone the live state must be finite float32 on the lane's device; "
-            "it is saved (safetensors), reloaded strictly into a fresh scorer and bound by a receipt. "
-            "Finally every receipt is read back and authenticated."
-        ),
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", metavar="RECIPE.toml", help="recipe file")
     parser.add_argument("--profile", required=True, help="execution profile (see `qhlab profiles`)")
     parser.add_argument(
@@ -39,7 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-allocated-bytes", type=int, default=None, help="live MPS tensor budget (mps lanes only)")
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     add_torch_threads_argument(parser)
-    parser.set_defaults(handler=run)
 
 
 def _milestones(text: str) -> tuple[int, ...]:
@@ -97,3 +86,15 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+COMMAND = Command(
+    "commission",
+    help="run an engineering fit gated at observed optimizer-update milestones",
+    description="Fit RECIPE on a lane for exactly the last milestone's number of successful optimizer "
+    "updates. At every milestone the live state must be finite float32 on the lane's device; "
+    "it is saved (safetensors), reloaded strictly into a fresh scorer and bound by a receipt. "
+    "Finally every receipt is read back and authenticated.",
+    arguments=_arguments,
+    run=run,
+)

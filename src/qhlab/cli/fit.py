@@ -11,23 +11,15 @@ import argparse
 import json
 from pathlib import Path
 
+from qhlab.cli.command import Command
 from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
 from qhlab.evidence import require_int
 from qhlab.scenes.seals import seals_of
 
-__all__ = ["register", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``fit`` command."""
-    parser = subparsers.add_parser(
-        "fit",
-        help="fit one recipe and write cold init, final state, fit/evaluation/W&B receipts",
-        description=(
-            "Fit RECIPE.toml on one execution profile. Writes OUTPUT/<cell>/<local_attempt_id>/ "
-            "(write-once). W&B runs offline unless --online is given."
-        ),
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", type=Path, metavar="RECIPE.toml")
     parser.add_argument("--profile", required=True, help="execution profile, e.g. cpu-fp32 (see `qhlab profiles`)")
     parser.add_argument("--output", required=True, type=Path, help="output root directory")
@@ -57,7 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     add_torch_threads_argument(parser)
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,3 +106,13 @@ def _warn_if_sealed(validation: Path) -> None:
             f"{studies}; a score on it is not held out from that study (tune on a tuning population instead)",
             file=sys.stderr,
         )
+
+
+COMMAND = Command(
+    "fit",
+    help="fit one recipe and write cold init, final state, fit/evaluation/W&B receipts",
+    description="Fit RECIPE.toml on one execution profile. Writes OUTPUT/<cell>/<local_attempt_id>/ "
+    "(write-once). W&B runs offline unless --online is given.",
+    arguments=_arguments,
+    run=run,
+)

@@ -13,10 +13,11 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from qhlab.cli.command import Command
 from qhlab.evidence import require_int
 from qhlab.execution import add_executor_arguments, executor_choice
 
-__all__ = ["PREPARATION", "register_e0_check", "register_pilot", "register_tune", "run"]
+__all__ = ["E0_CHECK", "PILOT", "PREPARATION", "TUNE", "run"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,23 @@ class _Tool:
         if self.name == "e0-check":
             return 0 if record["meets_min_pass_share"] else 1
         return 0
+
+    def arguments(self, parser: argparse.ArgumentParser) -> None:
+        """``CONFIG.toml --output DIR [--workers N] [--executor ... --ray-address ...]``."""
+        parser.add_argument("config", type=Path, metavar="CONFIG.toml")
+        parser.add_argument("--output", required=True, type=Path, help=self.output)
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help=f"jobs at once on the local executor ({self.workers}; default: the config's workers)",
+        )
+        add_executor_arguments(parser, what=self.workers, default_help="the config's executor")
+        parser.set_defaults(tool=self.name)
+
+    def command(self) -> Command:
+        """The tool's row of the command table."""
+        return Command(self.name, help=self.help, description=self.description, arguments=self.arguments, run=run)
 
 
 PREPARATION = {
@@ -79,35 +97,6 @@ PREPARATION = {
 }
 
 
-def _register(subparsers: argparse._SubParsersAction, tool: _Tool) -> None:
-    parser = subparsers.add_parser(tool.name, help=tool.help, description=tool.description)
-    parser.add_argument("config", type=Path, metavar="CONFIG.toml")
-    parser.add_argument("--output", required=True, type=Path, help=tool.output)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help=f"jobs at once on the local executor ({tool.workers}; default: the config's workers)",
-    )
-    add_executor_arguments(parser, what=tool.workers, default_help="the config's executor")
-    parser.set_defaults(handler=run, tool=tool.name)
-
-
-def register_tune(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``tune`` command."""
-    _register(subparsers, PREPARATION["tune"])
-
-
-def register_pilot(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``pilot`` command."""
-    _register(subparsers, PREPARATION["pilot"])
-
-
-def register_e0_check(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``e0-check`` command."""
-    _register(subparsers, PREPARATION["e0-check"])
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the preparation tool named on the command line; returns its exit status."""
     tool = PREPARATION[args.tool]
@@ -123,3 +112,6 @@ def run(args: argparse.Namespace) -> int:
 
     runner = {"tune": tune.run_tuning, "pilot": pilot.run_pilot, "e0-check": e0_check.run_e0_check}[tool.name]
     return tool.exit_code(runner(ToolRun(args.config, args.output, workers=args.workers, executor=choice)))
+
+
+TUNE, PILOT, E0_CHECK = (PREPARATION[name].command() for name in ("tune", "pilot", "e0-check"))

@@ -10,25 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 
-__all__ = ["register", "run"]
+from qhlab.cli.command import Command
+
+__all__ = ["COMMAND", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``profiles`` command."""
-    parser = subparsers.add_parser(
-        "profiles",
-        help="list the execution profiles and whether this host admits each",
-        description=(
-            "Run every execution profile's admission check (host OS/architecture, backend "
-            "availability, MPS fallback rule) and print 'NAME: admitted' or 'NAME: refused: ...'."
-        ),
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per profile with the full runtime evidence or the refusal",
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,3 +44,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{name}: admitted")
     return 0
+
+
+COMMAND = Command(
+    "profiles",
+    help="list the execution profiles and whether this host admits each",
+    description="Run every execution profile's admission check (host OS/architecture, backend availability, "
+    "MPS fallback rule) and print 'NAME: admitted' or 'NAME: refused: ...'.",
+    arguments=_arguments,
+    run=run,
+)

@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 
+from qhlab.cli.command import Command
 from qhlab.evidence import input_error
 from qhlab.execution import add_executor_arguments, executor_choice
 from qhlab.scenes import generate_population
@@ -21,74 +22,38 @@ from qhlab.scenes.difficulty import card_lines
 from qhlab.scenes.presets import PRESET_NAMES
 from qhlab.scenes.sampler import SPLITS
 
-__all__ = ["register", "run", "run_audit", "run_describe"]
+__all__ = ["COMMAND", "run", "run_audit", "run_describe"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``scenes`` command group (``scenes generate``, ``scenes describe``)."""
-    parser = subparsers.add_parser(
-        "scenes",
-        help="generate populations with exact finite-horizon labels (the puck world, or your own environment)",
-        description="Populations of an environment's scenes with exact Q*_1..Q*_H labels by full tree search "
-        "through its step: the built-in puck world (pymunk) and tank network, or a preset file naming your own.",
-    )
-    commands = parser.add_subparsers(dest="scenes_command", metavar="SUBCOMMAND", required=True)
-    generate = commands.add_parser(
-        "generate",
-        help="generate one population directory (write-once)",
-        description=(
-            "Draw the scenes of a preset from its environment, run the declared actor's chains, label every "
-            "chain state (Q*_1..Q*_H) and its successors (Q*_1..Q*_{H-1}) exactly, and publish manifest.json "
-            "plus scenes/states/candidates Parquet files bound by SHA-256 (and a user environment's source, "
-            "frozen under environment/). Same arguments give byte-identical files, whatever --workers is."
-        ),
-    )
-    generate.add_argument(
+def _generate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--preset",
         required=True,
         metavar="NAME_OR_FILE",
         help=f"a built-in preset ({', '.join(PRESET_NAMES)}) or a preset file",
     )
-    generate.add_argument("--split", required=True, help=f"one of: {', '.join(SPLITS)}")
-    generate.add_argument("--seed", required=True, type=int, help="population seed (integer >= 0)")
-    generate.add_argument("--out", required=True, help="population directory to create (must not exist)")
-    generate.add_argument("--workers", type=int, default=None, help="label processes (default: all cores)")
-    generate.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
-    add_executor_arguments(generate, what="label chunks")
-    generate.set_defaults(handler=run)
-    describe = commands.add_parser(
-        "describe",
-        help="authenticate a population and print its difficulty card",
-        description=(
-            "Authenticate a population, recompute its difficulty card from the files (it must equal "
-            "the card in manifest.json) and print it: scene-weighted regret_H of the uniform policy, "
-            "of every fixed candidate index and of the myopic oracle, the share of states where the "
-            "myopic choice loses, and the optimal index's distribution and entropy."
-        ),
-    )
-    describe.add_argument("population", help="population directory")
-    describe.add_argument(
+    parser.add_argument("--split", required=True, help=f"one of: {', '.join(SPLITS)}")
+    parser.add_argument("--seed", required=True, type=int, help="population seed (integer >= 0)")
+    parser.add_argument("--out", required=True, help="population directory to create (must not exist)")
+    parser.add_argument("--workers", type=int, default=None, help="label processes (default: all cores)")
+    parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
+    add_executor_arguments(parser, what="label chunks")
+
+
+def _describe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("population", help="population directory")
+    parser.add_argument(
         "--tie-band", type=float, default=None, help="tie band in metres (default: the card's own, 0.001)"
     )
-    describe.add_argument("--json", action="store_true", help="print the card as one JSON line")
-    describe.set_defaults(handler=run_describe)
-    audit = commands.add_parser(
-        "audit",
-        help="step a population again through its environment",
-        description=(
-            "Authenticate a population, draw every scene again from its seed, check every label's Bellman rule "
-            "exactly and every chain state's successors, and step the whole depth-H tree of N chain states "
-            "(drawn with OS randomness) or of every chain state (--all) again: states, features, rewards and "
-            "labels must equal the environment's to the bit. A user environment is imported from the frozen "
-            "copy inside the population, never from your files."
-        ),
-    )
-    audit.add_argument("population", help="population directory")
-    group = audit.add_mutually_exclusive_group()
+    parser.add_argument("--json", action="store_true", help="print the card as one JSON line")
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("population", help="population directory")
+    group = parser.add_mutually_exclusive_group()
     group.add_argument("--states", type=int, default=None, metavar="N", help="chain states to step again (default 8)")
     group.add_argument("--all", action="store_true", help="step every chain state again")
-    audit.add_argument("--json", action="store_true", help="print the audit record as one JSON line")
-    audit.set_defaults(handler=run_audit)
+    parser.add_argument("--json", action="store_true", help="print the audit record as one JSON line")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,3 +134,45 @@ def run_audit(args: argparse.Namespace) -> int:
             f"obeys the Bellman rule, {coverage_text(record)} ({record['seconds']:.1f} s; states {record['states']})"
         )
     return 0
+
+
+COMMAND = Command(
+    "scenes",
+    help="generate populations with exact finite-horizon labels (the puck world, or your own environment)",
+    description="Populations of an environment's scenes with exact Q*_1..Q*_H labels by full tree search "
+    "through its step: the built-in puck world (pymunk) and tank network, or a preset file naming your own.",
+    dest="scenes_command",
+    subcommands=(
+        Command(
+            "generate",
+            help="generate one population directory (write-once)",
+            description="Draw the scenes of a preset from its environment, run the declared actor's chains, label "
+            "every chain state (Q*_1..Q*_H) and its successors (Q*_1..Q*_{H-1}) exactly, and publish manifest.json "
+            "plus scenes/states/candidates Parquet files bound by SHA-256 (and a user environment's source, frozen "
+            "under environment/). Same arguments give byte-identical files, whatever --workers is.",
+            arguments=_generate_arguments,
+            run=run,
+        ),
+        Command(
+            "describe",
+            help="authenticate a population and print its difficulty card",
+            description="Authenticate a population, recompute its difficulty card from the files (it must equal the "
+            "card in manifest.json) and print it: scene-weighted regret_H of the uniform policy, of every fixed "
+            "candidate index and of the myopic oracle, the share of states where the myopic choice loses, and the "
+            "optimal index's distribution and entropy.",
+            arguments=_describe_arguments,
+            run=run_describe,
+        ),
+        Command(
+            "audit",
+            help="step a population again through its environment",
+            description="Authenticate a population, draw every scene again from its seed, check every label's "
+            "Bellman rule exactly and every chain state's successors, and step the whole depth-H tree of N chain "
+            "states (drawn with OS randomness) or of every chain state (--all) again: states, features, rewards and "
+            "labels must equal the environment's to the bit. A user environment is imported from the frozen copy "
+            "inside the population, never from your files.",
+            arguments=_audit_arguments,
+            run=run_audit,
+        ),
+    ),
+)

@@ -9,25 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 
+from qhlab.cli.command import Command
 from qhlab.evidence.signing import sign_directory
 
-__all__ = ["register", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``sign`` command."""
-    parser = subparsers.add_parser(
-        "sign",
-        help="authenticate a directory of receipts, then sign every file below it (OpenSSF model signing)",
-        description=(
-            "Run `qhlab verify DIR`, then sign every file below DIR with an elliptic-curve private "
-            "key (offline, no account). The signature, a Sigstore bundle (DSSE envelope around an "
-            "in-toto statement), is written once to DIR/model.sig and is not part of the signed set. "
-            "A symbolic link or special file below DIR is refused by its path before anything is "
-            "written (qhlab publishes none). Check the signature with `qhlab verify DIR --public-key "
-            "PUB.pem` or `model_signing verify key`."
-        ),
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR")
     parser.add_argument(
         "--private-key", required=True, metavar="KEY.pem", help="PEM file of the EC private key (P-256, P-384 or P-521)"
@@ -44,7 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="VAR",
         help="name of an environment variable holding the key's password, if it is encrypted",
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,3 +46,17 @@ def run(args: argparse.Namespace) -> int:
         f"in {args.directory}; signature {result['signature']}"
     )
     return 0
+
+
+COMMAND = Command(
+    "sign",
+    help="authenticate a directory of receipts, then sign every file below it (OpenSSF model signing)",
+    description="Run `qhlab verify DIR`, then sign every file below DIR with an elliptic-curve private "
+    "key (offline, no account). The signature, a Sigstore bundle (DSSE envelope around an "
+    "in-toto statement), is written once to DIR/model.sig and is not part of the signed set. "
+    "A symbolic link or special file below DIR is refused by its path before anything is "
+    "written (qhlab publishes none). Check the signature with `qhlab verify DIR --public-key "
+    "PUB.pem` or `model_signing verify key`.",
+    arguments=_arguments,
+    run=run,
+)

@@ -1,6 +1,6 @@
 """``qhlab study STEP``: the study steps and `status`, `export`, `replicate` and `compare-lanes`.
 
-Owns: registering the ``study`` command group. Does not own: the steps' arguments
+Owns: the ``study`` command group's row of the command table. Does not own: the steps' arguments
 (``qhlab.study.arguments``, shared with the study's ``main``) or running them
 (``qhlab.finite_horizon.studies.architecture_study.run_study_command``), so that ``python -m
 ...architecture_study`` and ``qhlab study`` parse and print exactly the same way.
@@ -11,22 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from qhlab.cli.command import Command
 from qhlab.study.arguments import add_study_arguments
 from qhlab.study.export import export_study
 from qhlab.study.status import status_lines, study_status
 
-__all__ = ["register", "run"]
-
-
-def register(subparsers) -> None:
-    """Add the ``study`` parser and its steps; the handler is :func:`run`."""
-    parser = subparsers.add_parser(
-        "study",
-        help="the pre-registered, paired architecture study (`qhlab study run CONFIG --output DIR`)",
-        description="Freeze, gate, fit, benchmark and report a paired architecture study.",
-    )
-    add_study_arguments(parser)
-    parser.set_defaults(handler=run)
+__all__ = ["COMMAND", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,3 +33,12 @@ def run(args: argparse.Namespace) -> int:
     from qhlab.finite_horizon.studies.architecture_study import run_study_command
 
     return run_study_command(args)
+
+
+COMMAND = Command(
+    "study",
+    help="the pre-registered, paired architecture study (`qhlab study run CONFIG --output DIR`)",
+    description="Freeze, gate, fit, benchmark and report a paired architecture study.",
+    arguments=add_study_arguments,
+    run=run,
+)

@@ -14,12 +14,13 @@ import argparse
 import json
 from pathlib import Path
 
+from qhlab.cli.command import Command
 from qhlab.evidence import EvidenceError, QhInputError, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 from qhlab.scenes.manifest import read_manifest
 
-__all__ = ["KEYLESS", "register", "run"]
+__all__ = ["COMMAND", "KEYLESS", "run"]
 
 # What a pass proves, said once: in --help and at the end of every keyless verify.
 KEYLESS = (
@@ -29,15 +30,7 @@ KEYLESS = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``verify`` command."""
-    parser = subparsers.add_parser(
-        "verify",
-        help="authenticate every receipt (and every file it binds) below a directory",
-        description="Authenticate every *.receipt.json below DIR and re-hash every file it binds, each at its "
-        "one place below DIR; refuse links and special files; check every population's labels. "
-        f"{KEYLESS}",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR")
     parser.add_argument(
         "--populations",
@@ -58,7 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "found, against pymunk physics",
     )
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,3 +183,14 @@ def _signature(args: argparse.Namespace) -> dict:
             "--public-key PUB.pem to check who signed them)",
         }
     return {"status": "unsigned", "path": None, "summary": f"note: unsigned (no {path}); sign with `qhlab sign`"}
+
+
+COMMAND = Command(
+    "verify",
+    help="authenticate every receipt (and every file it binds) below a directory",
+    description="Authenticate every *.receipt.json below DIR and re-hash every file it binds, each at its "
+    "one place below DIR; refuse links and special files; check every population's labels. "
+    f"{KEYLESS}",
+    arguments=_arguments,
+    run=run,
+)
