@@ -18,6 +18,21 @@ from qhlab.scenes.seals import seals_of
 
 __all__ = ["COMMAND", "run"]
 
+# The options that are ``FitRequest`` fields, under the same names.
+_REQUEST_OPTIONS = (
+    "recipe",
+    "profile",
+    "output",
+    "train",
+    "validation",
+    "run_id",
+    "resume",
+    "cell",
+    "segment_checkpoint_every",
+    "offline",
+    "progress",
+)
+
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", type=Path, metavar="RECIPE.toml")
@@ -42,7 +57,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell", default=None, help="cell name (default: <recipe name>-s<seed>)")
     parser.add_argument(
         "--checkpoint-every",
-        dest="checkpoint_every",
+        dest="segment_checkpoint_every",
         type=int,
         default=None,
         help="updates between write-once segment checkpoints (default: budget/4)",
@@ -56,32 +71,18 @@ def run(args: argparse.Namespace) -> int:
     # Lazy: keeps importing this module free of Lightning, pyarrow and numpy.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
-    if args.checkpoint_every is not None:
+    if args.segment_checkpoint_every is not None:
         require_int(
             "qhlab fit",
             "--checkpoint-every",
-            args.checkpoint_every,
+            args.segment_checkpoint_every,
             minimum=1,
             hint="omit it for a checkpoint every quarter of the budget.",
         )
     apply_torch_threads(args)
     if args.validation is not None:
         _warn_if_sealed(args.validation)
-    result = fit_recipe(
-        FitRequest(
-            recipe=args.recipe,
-            profile=args.profile,
-            output=args.output,
-            train=args.train,
-            validation=args.validation,
-            run_id=args.run_id,
-            resume=args.resume,
-            cell=args.cell,
-            segment_checkpoint_every=args.checkpoint_every,
-            offline=args.offline,
-            progress=args.progress,
-        )
-    )
+    result = fit_recipe(FitRequest(**{name: getattr(args, name) for name in _REQUEST_OPTIONS}))
     summary = {
         "output_directory": str(result.output_directory),
         "local_attempt_id": result.local_attempt_id,

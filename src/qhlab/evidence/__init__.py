@@ -5,6 +5,7 @@ the standard library and nothing heavier, so it is safe to use anywhere, includi
 verifier that has no torch.
 """
 
+from qhlab.evidence import errors
 from qhlab.evidence.canonical import (
     canonical_json,
     differing_keys,
@@ -14,21 +15,9 @@ from qhlab.evidence.canonical import (
     to_jsonable,
     tree_manifest,
 )
-from qhlab.evidence.errors import (
-    DigestMismatchError,
-    EvidenceError,
-    LockHeldError,
-    MissingEvidenceError,
-    OrderError,
-    PublishConflictError,
-    QhError,
-    QhInputError,
-    SchemaMismatchError,
-    input_error,
-    invalid_fields,
-    require_int,
-    require_number,
-)
+
+# Every layer speaks the error vocabulary: the package exports all of it (``errors.__all__``).
+from qhlab.evidence.errors import *  # noqa: F403
 from qhlab.evidence.layout import RECEIPT_SUFFIX
 from qhlab.evidence.publish import (
     fresh_directory,
@@ -53,25 +42,15 @@ from qhlab.evidence.tree import refuse_links
 from qhlab.evidence.verification import verify_directory
 
 __all__ = [
+    *errors.__all__,
     "RECEIPT_SUFFIX",
-    "DigestMismatchError",
-    "EvidenceError",
     "FileCopy",
-    "LockHeldError",
-    "MissingEvidenceError",
-    "OrderError",
-    "PublishConflictError",
-    "QhError",
-    "QhInputError",
-    "SchemaMismatchError",
     "authentication_roots",
     "bind_files",
     "canonical_json",
     "differing_keys",
     "exclusive_lock",
     "fresh_directory",
-    "input_error",
-    "invalid_fields",
     "locate_population",
     "population_roots",
     "publish_bytes",
@@ -81,8 +60,6 @@ __all__ = [
     "read_receipt",
     "recorded_origin",
     "refuse_links",
-    "require_int",
-    "require_number",
     "safe_component",
     "sha256_bytes",
     "sha256_file",

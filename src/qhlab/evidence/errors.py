@@ -1,7 +1,7 @@
 """The error types every qhlab layer raises, the exit code each maps to, and one message form.
 
 Owns: the exception hierarchy, exit codes, and the one builder of "not allowed" messages
-(``input_error``) with the two argument checks every layer repeats (``require_int``,
+(``input_error``) with the argument checks every layer repeats (``require_instance``, ``require_int``,
 ``require_number``). Every refusal reads the same way:
 ``"<call>: <field>=<value!r> is not allowed; allowed: <...>. HINT: <...>"``.
 Does not own: printing (``qhlab.cli``).
@@ -24,6 +24,7 @@ __all__ = [
     "SchemaMismatchError",
     "input_error",
     "invalid_fields",
+    "require_instance",
     "require_int",
     "require_number",
 ]
@@ -101,6 +102,17 @@ def invalid_fields(source: str, problems: list[str], hint: str) -> QhInputError:
     """
     lines = "\n".join(f"  - {p}" for p in problems)
     return QhInputError(f"{source}: {len(problems)} invalid field(s):\n{lines}\nHINT: {hint}")
+
+
+def require_instance(
+    call: str, field: str, value: Any, types: type | tuple[type, ...], *, hint: str, allowed: str | None = None
+) -> Any:
+    """``value`` when it is an instance of ``types``; else the refusal naming its type (``allowed``
+    defaults to the types' names)."""
+    if not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise input_error(call, field, type(value).__name__, allowed or names, hint)
+    return value
 
 
 def require_int(call: str, field: str, value: Any, *, minimum: int | None = None, hint: str) -> int:

@@ -210,11 +210,8 @@ def scene_weighted_summary(
     """MAE_h and regret_h for every horizon, scene-weighted, with the per-scene arrays.
 
     Args:
-        pred: [S, K, H] predictions.
-        labels: [S, K, H] exact labels.
-        candidate_mask: bool [S, K].
-        scene_index: int [S].
-        tie_band: finite tolerance >= 0, native Q units.
+        pred, labels, candidate_mask, scene_index, tie_band: as for ``per_scene_regret``: [S, K, H]
+            predictions and exact labels, bool [S, K], int [S], a finite tolerance >= 0 in Q units.
 
     Returns:
         JSON-able dict: ``mae`` / ``regret`` are lists of H floats (index h-1), ``mae_primary`` /

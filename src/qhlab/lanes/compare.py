@@ -47,6 +47,7 @@ from qhlab.lanes.records import LaneComparisonReceipt
 from qhlab.statistics.bootstrap import paired_scene_bootstrap
 from qhlab.statistics.replication import pooled_difference
 from qhlab.study.authentication import authenticate_report, runtime_versions
+from qhlab.study.figures import label_categories, save_figure
 from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.study import Study
@@ -662,14 +663,14 @@ def _figure(c: dict, path: Path) -> None:
     for ax, metric in zip(axes, ("mae", "regret")):
         for i, field in enumerate(("lane_effect", "seed_effect_A", "seed_effect_B")):  # "seed effect A": on lane A
             ax.bar(x + (i - 1) * 0.27, [r[metric][field] for r in c["arms"]], width=0.27, label=field.replace("_", " "))
-        ax.set_xticks(x)
-        ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(f"|difference| of {metric} at H={h} (m)")
-        ax.set_title(f"{'MAE' if metric == 'mae' else 'regret'}_{h}: lane vs seed effect")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
+        label_categories(
+            ax,
+            arms,
+            rotation=30,
+            ylabel=f"|difference| of {metric} at H={h} (m)",
+            title=f"{'MAE' if metric == 'mae' else 'regret'}_{h}: lane vs seed effect",
+        )
+    save_figure(fig, path)
 
 
 def run_command(args: Any) -> int:

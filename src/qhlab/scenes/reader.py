@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,10 @@ from qhlab.scenes.bellman import LabelArrays, check_bellman, check_structure, re
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.sampler import SPLITS
 
-__all__ = ["PopulationArrays", "read_population"]
+__all__ = ["PopulationArrays", "PopulationFields", "read_population"]
+
+# The array type of a population's fields: numpy here, torch tensors in training.
+A = TypeVar("A")
 
 # Refusals of a file name it right after the call: "load_population: <file>: <field>=...".
 # ``qhlab.finite_horizon.data.load_population`` is how every caller reads a population.
@@ -63,12 +67,36 @@ _COLUMNS: dict[str, dict[str, pa.DataType]] = {
 
 
 @dataclass(frozen=True, eq=False)
-class PopulationArrays:
-    """A read and checked population (S rows: chain states, then successor states).
+class PopulationFields(Generic[A]):
+    """The fields of a loaded population (S rows: chain states, then successor states), whatever
+    holds its arrays: ``PopulationArrays`` (numpy, as read) and ``qhlab.finite_horizon.data.Population``
+    (torch tensors, the training contract).
 
-    The fields, shapes and meanings are those of ``qhlab.finite_horizon.data.Population`` (the
-    tensor contract), held as numpy arrays: features, rewards and labels in float64 as stored,
-    identities in int64, masks in bool.
+    Attributes:
+        manifest: the authenticated manifest.
+        path: the population directory.
+        digest: SHA-256 of ``manifest.json`` bytes (the manifest binds every file digest).
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        horizon: H.
+        num_candidates: K.
+        name: population name from the manifest.
+        objects: [S, N, F] per-object features, zero-padded.
+        object_mask: [S, N] bool, real objects.
+        goal: [S, G] goal features.
+        candidates: [S, K, C] candidate features.
+        candidate_object: [S, K] int64 index in N of the object the candidate acts on.
+        candidate_mask: [S, K] bool, real candidates.
+        reward: [S, K] r(s, a), native units.
+        q: [S, K, H] exact labels; successor rows hold 1..H-1, 0.0 beyond.
+        q_horizons: [S] int64 valid label horizons (H chain rows, H-1 successor rows).
+        successor: [S, K] int64 row of the successor state; -1 only on successor rows (the
+            reader refuses a chain-row candidate without a successor: no terminal state).
+        scene_index: [S] int64 dense 0..n_scenes-1 (scene order of ``scenes.parquet``).
+        scene_id: [S] int64.
+        state_id: [S] int64.
+        chain_id: [S] int64.
+        step: [S] int64, -1 for successors.
+        is_chain: [S] bool, step >= 0.
     """
 
     manifest: dict
@@ -78,22 +106,28 @@ class PopulationArrays:
     horizon: int
     num_candidates: int
     name: str
-    objects: np.ndarray
-    object_mask: np.ndarray
-    goal: np.ndarray
-    candidates: np.ndarray
-    candidate_object: np.ndarray
-    candidate_mask: np.ndarray
-    reward: np.ndarray
-    q: np.ndarray
-    q_horizons: np.ndarray
-    successor: np.ndarray
-    scene_index: np.ndarray
-    scene_id: np.ndarray
-    state_id: np.ndarray
-    chain_id: np.ndarray
-    step: np.ndarray
-    is_chain: np.ndarray
+    objects: A
+    object_mask: A
+    goal: A
+    candidates: A
+    candidate_object: A
+    candidate_mask: A
+    reward: A
+    q: A
+    q_horizons: A
+    successor: A
+    scene_index: A
+    scene_id: A
+    state_id: A
+    chain_id: A
+    step: A
+    is_chain: A
+
+
+@dataclass(frozen=True, eq=False)
+class PopulationArrays(PopulationFields[np.ndarray]):
+    """A read and checked population as numpy arrays: features, rewards and labels in float64 as
+    stored, identities in int64, masks in bool."""
 
 
 def _read_table(path: Path) -> pa.Table:

@@ -32,6 +32,7 @@ __all__ = [
     "BootstrapInterval",
     "Margin",
     "RetentionDecision",
+    "finite_values",
     "paired_scene_bootstrap",
     "pooled_seed_values",
     "retention_margins",
@@ -142,7 +143,11 @@ def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
         )
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise input_error(call, f"{field}.dtype", str(array.dtype), "real numbers", "pass per-scene metric values")
-    array = array.astype(np.float64)
+    return finite_values(call, field, array.astype(np.float64))
+
+
+def finite_values(call: str, field: str, array: np.ndarray) -> np.ndarray:
+    """``array`` (any shape) when every value is finite; else the refusal that points upstream."""
     if not np.isfinite(array).all():
         raise input_error(
             call,
@@ -365,6 +370,12 @@ def scene_mean_interval(
     )
 
 
+def _by_seed(call: str, field: str, value: Any, values: str) -> None:
+    """Refuse anything but a non-empty dict seed -> ``values``."""
+    if not isinstance(value, dict) or not value:
+        raise input_error(call, field, value, f"a non-empty dict seed -> {values}", "one entry per declared seed")
+
+
 def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
     """Pool replication seeds per scene: the mean over seeds of each scene's value.
 
@@ -379,14 +390,7 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
         float64 [n_scenes].
     """
     call = "pooled_seed_values"
-    if not isinstance(per_scene_by_seed, dict) or not per_scene_by_seed:
-        raise input_error(
-            call,
-            "per_scene_by_seed",
-            per_scene_by_seed,
-            "a non-empty dict seed -> [n_scenes] values",
-            "one entry per declared seed",
-        )
+    _by_seed(call, "per_scene_by_seed", per_scene_by_seed, "[n_scenes] values")
     arrays = [
         _scene_array(call, f"per_scene_by_seed[{seed}]", values) for seed, values in sorted(per_scene_by_seed.items())
     ]
@@ -558,14 +562,7 @@ def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
         True iff at least two seeds disagree.
     """
     call = "seed_disagreement"
-    if not isinstance(decisions_by_seed, dict) or not decisions_by_seed:
-        raise input_error(
-            call,
-            "decisions_by_seed",
-            decisions_by_seed,
-            "a non-empty dict seed -> bool",
-            "pass one decision per declared seed",
-        )
+    _by_seed(call, "decisions_by_seed", decisions_by_seed, "bool")
     for seed, decision in decisions_by_seed.items():
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise input_error(call, "seed", seed, "an integer seed", "keys are the declared seeds")

@@ -43,6 +43,7 @@ import numpy as np
 from scipy import stats
 
 from qhlab.evidence.errors import input_error
+from qhlab.statistics.bootstrap import finite_values
 
 __all__ = [
     "REPLICATION_LABELS",
@@ -109,15 +110,7 @@ def _differences(call: str, differences: Any) -> np.ndarray:
             "[n_seeds >= 1, n_scenes >= 2]",
             "one row of per-scene paired differences per training seed, same scenes",
         )
-    if not np.isfinite(array).all():
-        raise input_error(
-            call,
-            "differences",
-            "non-finite values",
-            "finite per-scene differences",
-            "a NaN metric means an upstream evaluation failed; fix it there",
-        )
-    return array
+    return finite_values(call, "differences", array)
 
 
 def _quantile(distribution: str, dof: float, probability: float) -> float:

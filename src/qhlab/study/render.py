@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from qhlab.evidence import QhError, publish_bytes, publish_file, publish_json
 from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN
+from qhlab.study.figures import label_categories, save_figure
 from qhlab.study.report_document import StudyReportDocument
 from qhlab.study.tuning_figures import tuning_figures
 
@@ -112,14 +113,14 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
                         linewidth=0.9,
                         label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"],
                     )
-            ax.set_xticks(range(len(labels)))
-            ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-            ax.set_ylabel(f"{metric} at H={h} (m)")
-            ax.set_title(f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
+            label_categories(
+                ax,
+                labels,
+                rotation=60,
+                ylabel=f"{metric} at H={h} (m)",
+                title=f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI",
+            )
+        save_figure(fig, path)
 
     def paired_figure(path: Path) -> None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(report["paired"]) // 2) + 1.5))
@@ -139,9 +140,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             ax.set_yticks(range(len(rows)))
             ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
             ax.set_xlabel(f"paired difference of {metric} at H={h} (m)")
-        fig.tight_layout()
-        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
+        save_figure(fig, path)
 
     def curves_figure(path: Path) -> None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -166,9 +165,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             ax.set_ylabel(f"validation {metric} at H={h} (m)")
             ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
             ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
+        save_figure(fig, path)
 
     figures = dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
     return {**figures, **tuning_figures((report.get("preparation") or {}).get("tuning"))}

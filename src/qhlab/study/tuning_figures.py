@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.tuning_config import Domain, optuna_distributions, quiet_optuna
+from qhlab.study.figures import save_figure
 
 __all__ = ["TUNING_FIGURES", "tuning_figures"]
 
@@ -53,7 +54,6 @@ def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
@@ -69,9 +69,7 @@ def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
             number_trials_from_one(ax)
         fig = ax.figure
         fig.set_size_inches(7, 4)
-        fig.tight_layout()
-        fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
+        save_figure(fig, path)
 
     def importances(study):
         evaluator = optuna.importance.FanovaImportanceEvaluator(seed=_IMPORTANCE_SEED)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from qhlab.evidence import QhError, input_error
+from qhlab.evidence import QhError, input_error, require_instance
 from qhlab.training.profiles import ACCELERATORS
 
 __all__ = ["assert_device_tensors", "captured_fallback_operations", "device_check_record"]
@@ -44,8 +44,7 @@ def assert_device_tensors(module: torch.nn.Module, device_type: str, *, gradient
         QhError: one error listing every offender by qualified name with dtype and device.
     """
     call = "assert_device_tensors"
-    if not isinstance(module, torch.nn.Module):
-        raise input_error(call, "module", type(module).__name__, "torch.nn.Module", "pass the LightningModule.")
+    require_instance(call, "module", module, torch.nn.Module, hint="pass the LightningModule.")
     if device_type not in ACCELERATORS:
         raise input_error(call, "device_type", device_type, ", ".join(ACCELERATORS), "pass profile.device_type.")
     if not isinstance(gradients, bool):

@@ -37,6 +37,7 @@ from qhlab.evidence import (
     input_error,
     publish_file,
     publish_json,
+    require_instance,
     require_int,
     sha256_bytes,
     write_receipt,
@@ -109,35 +110,30 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
     call = "save_tensor_state"
     path = _check_state_path(call, path)
     json_path = structure_path(path)
-    if not isinstance(tensors, Mapping):
-        raise input_error(
-            call,
-            "tensors",
-            type(tensors).__name__,
-            "a dict name -> torch.Tensor",
-            "pass module.state_dict() or an explicit dict.",
-        )
-    if not isinstance(structure, Mapping):
-        raise input_error(
-            call,
-            "structure",
-            type(structure).__name__,
-            "a JSON-able dict",
-            "pass {} when there is nothing to describe.",
-        )
+    require_instance(
+        call, "tensors", tensors, Mapping, allowed="a dict name -> torch.Tensor", hint="pass module.state_dict()."
+    )
+    require_instance(
+        call,
+        "structure",
+        structure,
+        Mapping,
+        allowed="a JSON-able dict",
+        hint="pass {} when there is nothing to describe.",
+    )
     cpu_tensors: dict[str, torch.Tensor] = {}
     description: dict[str, dict[str, Any]] = {}
     for name, tensor in tensors.items():
         if not isinstance(name, str) or not name:
             raise input_error(call, "tensor name", name, "a non-empty string", "use the parameter's qualified name.")
-        if not isinstance(tensor, torch.Tensor):
-            raise input_error(
-                call,
-                f"tensors[{name!r}]",
-                type(tensor).__name__,
-                "torch.Tensor",
-                "convert numbers with torch.tensor(...).",
-            )
+        require_instance(
+            call,
+            f"tensors[{name!r}]",
+            tensor,
+            torch.Tensor,
+            allowed="torch.Tensor",
+            hint="convert with torch.tensor(...).",
+        )
         # A private contiguous CPU copy: safetensors refuses views sharing one storage.
         cpu_tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
         description[name] = {"dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}

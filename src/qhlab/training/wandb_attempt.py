@@ -30,6 +30,7 @@ from qhlab.evidence import (
     QhInputError,
     exclusive_lock,
     input_error,
+    require_instance,
     require_number,
     safe_component,
     sha256_file,
@@ -220,8 +221,7 @@ def writer_lock_path(output_root: str | Path, logical_run_id: str) -> Path:
 
 def _finite_metrics(metrics: Any) -> dict[str, float]:
     call = "publish_wandb_attempt"
-    if not isinstance(metrics, Mapping):
-        raise input_error(call, "metrics", type(metrics).__name__, "a mapping name -> number", "pass a dict.")
+    require_instance(call, "metrics", metrics, Mapping, allowed="a mapping name -> number", hint="pass a dict.")
     clean: dict[str, float] = {}
     for key, value in metrics.items():
         if not isinstance(key, str) or not key:
@@ -256,8 +256,7 @@ def publish_wandb_attempt(
         The receipt body.
     """
     call = "publish_wandb_attempt"
-    if not isinstance(attempt, WandbAttempt):
-        raise input_error(call, "attempt", type(attempt).__name__, "WandbAttempt", "pass the fit's attempt.")
+    require_instance(call, "attempt", attempt, WandbAttempt, hint="pass the fit's attempt.")
     result_path = Path(result_path)
     if not result_path.name.endswith(".receipt.json"):
         raise input_error(

@@ -32,6 +32,7 @@ from qhlab.evidence import (
     MissingEvidenceError,
     input_error,
     read_receipt,
+    require_instance,
     require_int,
 )
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryObservation, observation_from_record
@@ -320,14 +321,13 @@ def read_commissioning_milestones(
         EvidenceError: (or a subclass) naming the file at the first mismatch, missing gate or
             altered byte.
     """
-    if not isinstance(config, QhCommissioningMilestonesConfig):
-        raise input_error(
-            _READER,
-            "config",
-            type(config).__name__,
-            "QhCommissioningMilestonesConfig",
-            "pass the config the fit was commissioned with.",
-        )
+    require_instance(
+        _READER,
+        "config",
+        config,
+        QhCommissioningMilestonesConfig,
+        hint="pass the config the fit was commissioned with.",
+    )
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise MissingEvidenceError(f"{_READER}: {output_dir} is not a directory.")
