@@ -126,15 +126,7 @@ def checked_inputs(
         )
     scene = None
     if scene_index is not None:
-        scene = to_numpy(scene_index)
-        if scene.shape != (s,) or not np.issubdtype(scene.dtype, np.integer):
-            raise input_error(
-                call,
-                "scene_index",
-                f"shape {tuple(scene.shape)} dtype {scene.dtype}",
-                f"an integer array of shape {(s,)}",
-                "pass the population's scene_index[S]",
-            )
+        scene = _integer_rows(call, "scene_index", scene_index, s, "pass the population's scene_index[S]")
         if scene.min() < 0:
             raise input_error(
                 call,
@@ -147,6 +139,16 @@ def checked_inputs(
     return pred_np, labels_np, mask, scene
 
 
+def _integer_rows(call: str, field: str, value: Any, s: int, hint: str) -> np.ndarray:
+    """``value`` as a numpy integer array of shape [S]; else the refusal naming its shape and dtype."""
+    array = to_numpy(value)
+    if array.shape != (s,) or not np.issubdtype(array.dtype, np.integer):
+        raise input_error(
+            call, field, f"shape {tuple(array.shape)} dtype {array.dtype}", f"an integer array of shape {(s,)}", hint
+        )
+    return array
+
+
 def checked_tie_band(call: str, tie_band: Any) -> float:
     """``tie_band`` as a float: a finite number >= 0 in native Q units."""
     return require_number(
@@ -156,16 +158,8 @@ def checked_tie_band(call: str, tie_band: Any) -> float:
 
 def checked_choices(call: str, chosen: Any, mask: np.ndarray) -> np.ndarray:
     """``chosen`` as int64 [S]: one valid candidate slot per state (never a padding slot)."""
-    picks = to_numpy(chosen)
     s, k = mask.shape
-    if picks.shape != (s,) or not np.issubdtype(picks.dtype, np.integer):
-        raise input_error(
-            call,
-            "chosen",
-            f"shape {tuple(picks.shape)} dtype {picks.dtype}",
-            f"an integer array of shape {(s,)}",
-            "pass one candidate index per state",
-        )
+    picks = _integer_rows(call, "chosen", chosen, s, "pass one candidate index per state")
     picks = picks.astype(np.int64, copy=False)
     outside = np.flatnonzero((picks < 0) | (picks >= k))
     if outside.size:

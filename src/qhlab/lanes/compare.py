@@ -663,13 +663,8 @@ def _figure(c: dict, path: Path) -> None:
     for ax, metric in zip(axes, ("mae", "regret")):
         for i, field in enumerate(("lane_effect", "seed_effect_A", "seed_effect_B")):  # "seed effect A": on lane A
             ax.bar(x + (i - 1) * 0.27, [r[metric][field] for r in c["arms"]], width=0.27, label=field.replace("_", " "))
-        label_categories(
-            ax,
-            arms,
-            rotation=30,
-            ylabel=f"|difference| of {metric} at H={h} (m)",
-            title=f"{'MAE' if metric == 'mae' else 'regret'}_{h}: lane vs seed effect",
-        )
+        title = f"{'MAE' if metric == 'mae' else 'regret'}_{h}: lane vs seed effect"
+        label_categories(ax, arms, rotation=30, ylabel=f"|difference| of {metric} at H={h} (m)", title=title)
     save_figure(fig, path)
 
 

@@ -30,7 +30,7 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
-from qhlab.preparation.fits import ToolRun, finished_record, fit_runner, run_fits
+from qhlab.preparation.fits import ToolRun, finished_record, fit_runner, run_fits, study_record_head
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 
@@ -216,12 +216,7 @@ def _run_locked(
     ]
     passed = sum(o["passed"] for o in outcomes)
     record = {
-        "kind": "e0_record",
-        "name": config.name,
-        "config": config.record(),
-        "config_sha256": digest,
-        "study": {"path": str(Path(config.study).resolve()), "name": study.name},
-        "design": design,
+        **study_record_head("e0_record", config, digest, study, design),
         "outcomes": outcomes,
         "draws": len(outcomes),
         "passed": passed,

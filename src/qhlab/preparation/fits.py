@@ -39,6 +39,7 @@ __all__ = [
     "publish_config_copy",
     "resolve_tool_population",
     "run_fits",
+    "study_record_head",
 ]
 
 
@@ -101,6 +102,20 @@ def resolve_tool_population(source: Any, split: str, config: Any, choice: Any, *
             "generate it with `qhlab scenes generate` or name a preset and seed",
         )
     return Path(resolve_population(source, split, config.population_cache, progress=True, executor=choice)).absolute()
+
+
+def study_record_head(kind: str, config: Any, digest: str, study: Any, design: dict) -> dict:
+    """The fields a record made for a study opens with (a pilot's, an E0 check's): its kind, name,
+    config and digest, the study (its resolved path and name) and the study design it was made for."""
+    study_path = str(Path(config.study).resolve())
+    return {
+        "kind": kind,
+        "name": config.name,
+        "config": config.record(),
+        "config_sha256": digest,
+        "study": {"path": study_path, "name": study.name},
+        "design": design,
+    }
 
 
 def finished_record(

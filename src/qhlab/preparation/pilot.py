@@ -26,6 +26,7 @@ from qhlab.preparation.fits import (
     fit_runner,
     resolve_tool_population,
     run_fits,
+    study_record_head,
 )
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import load_preset
@@ -205,12 +206,7 @@ def _run_locked(
         design, fits, main_draw=main, seeds=list(config.seeds), draws=draws, draw_seeds=list(config.per_draw_seeds)
     )
     record = {
-        "kind": "pilot_record",
-        "name": config.name,
-        "config": config.record(),
-        "config_sha256": digest,
-        "study": {"path": str(Path(config.study).resolve()), "name": study.name},
-        "design": design,
+        **study_record_head("pilot_record", config, digest, study, design),
         "horizon": next(iter(results.values()))["horizon"],
         "populations": {role: population_record(path) for role, path in populations.items()},
         "draws": draws,

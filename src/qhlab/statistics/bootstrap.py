@@ -146,16 +146,13 @@ def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
     return finite_values(call, field, array.astype(np.float64))
 
 
+_NAN_HINT = "a NaN metric means an upstream evaluation failed; fix it there"
+
+
 def finite_values(call: str, field: str, array: np.ndarray) -> np.ndarray:
     """``array`` (any shape) when every value is finite; else the refusal that points upstream."""
     if not np.isfinite(array).all():
-        raise input_error(
-            call,
-            field,
-            "non-finite values",
-            "finite per-scene values",
-            "a NaN metric means an upstream evaluation failed; fix it there",
-        )
+        raise input_error(call, field, "non-finite values", "finite per-scene values", _NAN_HINT)
     return array
 
 
