@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, distinct_seeds, read_study_config
 from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
@@ -60,9 +60,7 @@ class QhE0CheckConfig(BaseModel):
     @field_validator("train_seeds")
     @classmethod
     def _seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
-        if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
-            raise ValueError(f"train_seeds={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
-        return seeds
+        return distinct_seeds("train_seeds", seeds)
 
     def record(self) -> dict[str, Any]:
         """The config as the record keeps it: every field except the execution ones."""

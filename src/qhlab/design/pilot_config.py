@@ -19,6 +19,7 @@ from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
     PopulationSource,
     QhArchitectureStudyConfig,
+    distinct_seeds,
     read_study_config,
 )
 from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
@@ -30,12 +31,6 @@ __all__ = ["PILOT_CALL", "QhPilotConfig", "pilot_digest", "read_pilot_config", "
 PILOT_CALL = "qhlab pilot"
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 _Int = Annotated[int, Strict()]
-
-
-def _distinct(name: str, seeds: tuple[int, ...]) -> tuple[int, ...]:
-    if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
-        raise ValueError(f"{name}={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
-    return seeds
 
 
 class QhPilotConfig(BaseModel):
@@ -78,12 +73,12 @@ class QhPilotConfig(BaseModel):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
-        return _distinct("seeds", seeds)
+        return distinct_seeds("seeds", seeds)
 
     @field_validator("train_draws")
     @classmethod
     def _draws(cls, draws: tuple[int, ...]) -> tuple[int, ...]:
-        _distinct("train_draws", draws)
+        distinct_seeds("train_draws", draws)
         if len(draws) == 1:
             raise ValueError(
                 "train_draws with one seed is not allowed; allowed: none, or two or more (with [train], "
@@ -105,7 +100,7 @@ class QhPilotConfig(BaseModel):
                     "allowed: other TRAIN seeds of the preset"
                 )
         if self.draw_seeds is not None:
-            _distinct("draw_seeds", self.draw_seeds)
+            distinct_seeds("draw_seeds", self.draw_seeds)
             if len(self.draw_seeds) < 2 or not set(self.draw_seeds) <= set(self.seeds):
                 raise ValueError(
                     f"draw_seeds={list(self.draw_seeds)!r} is not allowed; allowed: two or more of "

@@ -50,6 +50,7 @@ __all__ = [
     "ProfileName",
     "QhArchitectureStudyConfig",
     "StudyExperiment",
+    "distinct_seeds",
     "read_study_config",
 ]
 
@@ -108,6 +109,14 @@ _STUDY_OWNED_RECIPE_FIELDS = {
     "devices": "profile",
     "precision": "profile",
 }
+
+
+def distinct_seeds(name: str, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    """``seeds`` when they are distinct integers in [0, 2**63); else the ``ValueError`` a config
+    validator raises, naming the field ``name``."""
+    if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
+        raise ValueError(f"{name}={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
+    return seeds
 
 
 class PopulationSource(BaseModel):

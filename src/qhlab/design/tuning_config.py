@@ -19,7 +19,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from qhlab.design.study_config import STUDY_PRESET_FIELDS, PlainNumber, PlainNumeric, PopulationSource, ProfileName
+from qhlab.design.study_config import (
+    STUDY_PRESET_FIELDS,
+    PlainNumber,
+    PlainNumeric,
+    PopulationSource,
+    ProfileName,
+    distinct_seeds,
+)
 from qhlab.evidence import QhInputError, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
@@ -165,9 +172,7 @@ class Objective(BaseModel):
     @field_validator("seeds")
     @classmethod
     def _distinct(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
-        if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
-            raise ValueError(f"seeds={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
-        return seeds
+        return distinct_seeds("seeds", seeds)
 
     @model_validator(mode="after")
     def _spread_needs_seeds(self) -> Objective:

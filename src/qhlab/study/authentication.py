@@ -404,22 +404,30 @@ def check_bound(receipt: Receipt, name: str, expected: Path, where: Path) -> Non
         )
 
 
+def _read_chained(frozen: FrozenStudy, path: Path, model: type[R], step: str, what: str, command: str) -> R:
+    """The receipt an earlier study step (``command``) published at ``path``, refused unless it binds
+    this freeze receipt."""
+    require_step(path, what, step, f"run `qhlab study {command} {frozen.config_path} --output {frozen.output}`")
+    receipt = read_receipt(path, model)
+    check_bound(receipt, "freeze", frozen.receipt_path, path)
+    return receipt
+
+
+def _kept(frozen: FrozenStudy, path: Path, receipt: R) -> R:
+    """A receipt this process already authenticated, once its file and the freeze receipt are
+    re-hashed unchanged."""
+    frozen.unchanged(path)
+    frozen.unchanged(frozen.receipt_path)
+    return receipt
+
+
 def authenticate_e0(frozen: FrozenStudy, step: str) -> StudyE0Receipt:
     """The E0 gate receipt (passed or not), chained to the freeze; read once per ``frozen``."""
     path = frozen.output / CANARY_DIR / E0_RECEIPT
     if frozen._e0 is None:
-        require_step(
-            path,
-            "the E0 gate receipt",
-            step,
-            f"run `qhlab study admit-canaries {frozen.config_path} --output {frozen.output}`",
-        )
-        receipt = read_receipt(path, StudyE0Receipt)
-        check_bound(receipt, "freeze", frozen.receipt_path, path)
+        receipt = _read_chained(frozen, path, StudyE0Receipt, step, "the E0 gate receipt", "admit-canaries")
         return frozen.keep("_e0", path, receipt)
-    frozen.unchanged(path)
-    frozen.unchanged(frozen.receipt_path)
-    return frozen._e0
+    return _kept(frozen, path, frozen._e0)
 
 
 def authenticate_development(frozen: FrozenStudy, step: str) -> StudyDevelopmentReceipt:
@@ -427,22 +435,14 @@ def authenticate_development(frozen: FrozenStudy, step: str) -> StudyDevelopment
     per ``frozen``."""
     path = frozen.output / DEVELOPMENT_RECEIPT
     if frozen._development is None:
-        require_step(
-            path,
-            "the development receipt (validation not sealed)",
-            step,
-            f"run `qhlab study prepare-development {frozen.config_path} --output {frozen.output}`",
-        )
-        receipt = read_receipt(path, StudyDevelopmentReceipt)
-        check_bound(receipt, "freeze", frozen.receipt_path, path)
+        what = "the development receipt (validation not sealed)"
+        receipt = _read_chained(frozen, path, StudyDevelopmentReceipt, step, what, "prepare-development")
         e0 = authenticate_e0(frozen, step)
         check_bound(receipt, "e0", frozen.output / CANARY_DIR / E0_RECEIPT, path)
         if not e0.body.passed:
             raise EvidenceError(f"{step}: {path} binds an E0 gate that did not pass.")
         return frozen.keep("_development", path, receipt)
-    frozen.unchanged(path)
-    frozen.unchanged(frozen.receipt_path)
-    return frozen._development
+    return _kept(frozen, path, frozen._development)
 
 
 def read_canary_selection(frozen: FrozenStudy) -> dict:

@@ -17,6 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from qhlab.training.console import configure_console, console_verbose
 __all__ = ["Study"]
 
 
+@dataclass(eq=False)
 class Study:
     """A study directory and the config it is (or will be) frozen from.
 
@@ -76,19 +78,16 @@ class Study:
         executor: where labelling and fits run (None: the config's executor).
     """
 
-    def __init__(
-        self,
-        config_path: str | os.PathLike,
-        output: str | os.PathLike,
-        *,
-        populations: Sequence[str | os.PathLike] = (),
-        executor: ExecutorChoice | None = None,
-    ) -> None:
-        self.config_path = Path(config_path)
-        self.output = Path(output)
-        self.populations = tuple(str(p) for p in populations)
-        self.executor = executor
-        self._frozen: FrozenStudy | None = None
+    config_path: Path
+    output: Path
+    populations: tuple[str, ...] = ()
+    executor: ExecutorChoice | None = None
+    _frozen: FrozenStudy | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.config_path = Path(self.config_path)
+        self.output = Path(self.output)
+        self.populations = tuple(str(p) for p in self.populations)
 
     @classmethod
     def open(
@@ -100,7 +99,7 @@ class Study:
         executor: ExecutorChoice | None = None,
     ) -> Study:
         """The study at ``output`` made from ``config_path`` (nothing is read or written yet)."""
-        return cls(config_path, output, populations=populations, executor=executor)
+        return cls(config_path, output, populations, executor)
 
     @classmethod
     def existing(
