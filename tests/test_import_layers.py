@@ -19,7 +19,8 @@ ROOT = Path(qhlab.__file__).resolve().parent
 def _module_graph() -> dict[str, set[str]]:
     """{qhlab module: the qhlab modules it imports anywhere in its file}. ``from pkg import name``
     is an edge to ``pkg.name`` when that is a module, else to ``pkg``; a string that names a
-    qhlab module is an edge too (``importlib.import_module`` through a table of names)."""
+    qhlab module (``"module"`` or ``"module:NAME"``) is an edge too (``importlib.import_module``
+    through a table of names)."""
     modules = {}
     for path in ROOT.rglob("*.py"):
         parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
@@ -35,8 +36,9 @@ def _module_graph() -> dict[str, set[str]]:
                     f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                     for a in node.names
                 }
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in modules:
-                edges.add(node.value)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                # "module" or "module:NAME" (the command table's entries).
+                edges.add(node.value.partition(":")[0])
         graph[name] = {e for e in edges if e in modules} - {name}
     return graph
 

@@ -19,16 +19,21 @@ from typing import Literal
 
 from pydantic import Field
 
-from qhlab.design.preparation_record import Number, StudyReference, opened_record, read_record_file
+from qhlab.design.preparation_record import (
+    Number,
+    StudyReference,
+    absent_note,
+    opened_record,
+    publish_with_receipt,
+    read_record_file,
+)
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
     DigestMismatchError,
     authentication_roots,
-    publish_json,
     read_receipt,
     recorded_origin,
     sha256_file,
-    write_receipt,
 )
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import (
@@ -198,20 +203,8 @@ def draw_outcome(seed: int, e0: dict, manifest_sha256: str, study: Path, root: P
 
 def publish_record(directory: Path, record: dict) -> None:
     """Publish ``e0.json`` and the receipt binding it and the config's copy."""
-    publish_json(directory / RECORD, record)
-    write_receipt(
-        directory / RECEIPT,
-        E0CheckReceipt,
-        body={
-            "name": record["name"],
-            "config_sha256": record["config_sha256"],
-            "draws": record["draws"],
-            "passed": record["passed"],
-            "meets_min_pass_share": record["meets_min_pass_share"],
-        },
-        inputs={"config": directory / CONFIG_COPY},
-        outputs={"record": directory / RECORD},
-    )
+    body = {key: record[key] for key in ("draws", "passed", "meets_min_pass_share")}
+    publish_with_receipt(directory, record, RECORD, (E0CheckReceipt, RECEIPT), body)
 
 
 def read_record(directory: str | os.PathLike) -> dict:
@@ -310,7 +303,8 @@ def check_record(directory: str | os.PathLike) -> dict:
         ``{"draws", "passed", "studies_checked", "studies_absent"}``.
 
     Raises:
-        DigestMismatchError: a recomputed value differs from the recorded one.
+        DigestMismatchError: a draw's row, a canary's recovery, an outcome or the pass count, as
+            recomputed, differs from the record's, or a sub-study's E0 receipt is not the one recorded.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of torch.
     from qhlab.design.e0_config import QhE0CheckConfig, e0_digest
@@ -392,7 +386,7 @@ def _check_study(where: str, study: Path, outcome: dict, design: dict) -> None:
 
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed E0 check record."""
-    absent = f", {entry['studies_absent']} absent (their recorded values were used)" if entry["studies_absent"] else ""
+    absent = absent_note(entry["studies_absent"], "sub-studies")
     return (
         f"e0 check: {directory}: every row selection, canary recovery and outcome recomputed by the gate's rules "
         f"({entry['passed']} of {entry['draws']} draws passed); {entry['studies_checked']} sub-studies' E0 "

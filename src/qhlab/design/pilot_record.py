@@ -24,21 +24,18 @@ from qhlab.design.preparation_record import (
     Number,
     PopulationIdentity,
     StudyReference,
+    absent_note,
     opened_record,
+    publish_with_receipt,
     read_record_file,
+    recipe_differences,
+    recorded_fit,
 )
 from qhlab.evidence import (
     DigestMismatchError,
-    MissingEvidenceError,
-    publish_json,
-    read_receipt,
-    sha256_file,
-    write_receipt,
 )
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import PILOT_RECEIPT, PILOT_RECORD, PREPARATION_FITS_DIR, RECORD_CONFIG_COPY
-from qhlab.finite_horizon.records import EvaluationReceipt
-from qhlab.training.records import FitReceipt
 
 __all__ = [
     "CONFIG_COPY",
@@ -209,20 +206,8 @@ def components_of(
 
 def publish_record(directory: Path, record: dict) -> None:
     """Publish ``pilot.json`` and the receipt binding it and the config's copy."""
-    publish_json(directory / RECORD, record)
-    write_receipt(
-        directory / RECEIPT,
-        PilotReceipt,
-        body={
-            "name": record["name"],
-            "config_sha256": record["config_sha256"],
-            "fits": len(record["fits"]),
-            "seed_variance": record["seed_variance"],
-            "train_draw": record["train_draw"],
-        },
-        inputs={"config": directory / CONFIG_COPY},
-        outputs={"record": directory / RECORD},
-    )
+    body = {"fits": len(record["fits"]), "seed_variance": record["seed_variance"], "train_draw": record["train_draw"]}
+    publish_with_receipt(directory, record, RECORD, (PilotReceipt, RECEIPT), body)
 
 
 def read_record(directory: str | os.PathLike) -> dict:
@@ -264,7 +249,8 @@ def check_record(directory: str | os.PathLike) -> dict:
         ``{"fits", "comparisons", "fits_recomputed", "fits_absent"}``.
 
     Raises:
-        DigestMismatchError: a recomputed value differs from the recorded one.
+        DigestMismatchError: a variance component or maximum recomputed from the fits, or a fit's values,
+            recipe, seed, lane or populations, differs from the record's.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
     from qhlab.design.pilot_config import QhPilotConfig, pilot_digest
@@ -317,36 +303,23 @@ def check_record(directory: str | os.PathLike) -> dict:
     }
 
 
-# A fit receipt's recipe holds the lane's backend fields too; the design's recipes are the study's.
-_BACKEND_FIELDS = ("accelerator", "devices", "precision")
-
-
 def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: int) -> None:
     """One present fit against the record: its receipts, values, recipe, seed, lane and populations."""
-    for name, key in (
-        ("fit.receipt.json", "fit_receipt_sha256"),
-        ("evaluation.receipt.json", "evaluation_receipt_sha256"),
-    ):
-        if not (attempt / name).is_file():
-            raise MissingEvidenceError(f"{where}: fit {fit['directory']} has no {name}.")
-        if sha256_file(attempt / name) != fit[key]:
-            raise DigestMismatchError(f"{where}: fit {fit['directory']}/{name} is not the one recorded.")
-    evaluation = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt)
+    fitted, evaluation = recorded_fit(where, attempt, fit, f"fit {fit['directory']}")
+    evaluation, body = evaluation.body, fitted.body
     for metric in ("regret", "mae"):
-        if [row[-1] for row in evaluation.body.per_scene[metric]] != fit[metric]:
+        if [row[-1] for row in evaluation.per_scene[metric]] != fit[metric]:
             raise DigestMismatchError(
                 f"{where}: fit {fit['directory']} records other per-scene {metric} values than its evaluation receipt."
             )
-    fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt)
     design = record["design"]
-    recipe = design["recipes"][fit["arm"]]
-    differing = sorted(k for k in recipe if k not in _BACKEND_FIELDS and fitted.body.recipe.get(k) != recipe[k])
+    differing = recipe_differences(design["recipes"][fit["arm"]], body)
     role = "train" if fit["draw"] == main_draw else f"draw {fit['draw']}"
     problems = [f"recipe fields {differing}"] if differing else []
-    if fitted.body.seed != fit["seed"]:
-        problems.append(f"seed {fitted.body.seed}")
-    if fitted.body.profile != design["profile"]:
-        problems.append(f"profile {fitted.body.profile}")
+    if body.seed != fit["seed"]:
+        problems.append(f"seed {body.seed}")
+    if body.profile != design["profile"]:
+        problems.append(f"profile {body.profile}")
     for name, population in (("train_manifest", role), ("validation_manifest", "validation")):
         bound = fitted.inputs.get(name)
         if bound is None or bound.sha256 != record["populations"][population]["manifest_sha256"]:
@@ -360,7 +333,7 @@ def _check_fit(where: str, attempt: Path, fit: dict, record: dict, main_draw: in
 
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed pilot record."""
-    absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
+    absent = absent_note(entry["fits_absent"], "fits")
     return (
         f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' variance components and the maxima "
         f"recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} fits' values "

@@ -20,19 +20,35 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from qhlab.evidence import DigestMismatchError, SchemaMismatchError, differing_keys, read_receipt
+from qhlab.evidence import (
+    DigestMismatchError,
+    MissingEvidenceError,
+    SchemaMismatchError,
+    differing_keys,
+    publish_json,
+    read_receipt,
+    sha256_file,
+    write_receipt,
+)
 from qhlab.evidence.envelope import SHA256, Closed, Receipt
-from qhlab.evidence.layout import RECORD_CONFIG_COPY
+from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
+from qhlab.finite_horizon.records import EvaluationReceipt
+from qhlab.training.records import FitBody, FitReceipt
 
 __all__ = [
+    "BACKEND_FIELDS",
     "FitEvidence",
     "MetricPair",
     "PopulationIdentity",
     "StudyReference",
+    "absent_note",
     "check_config_copy",
     "checked_config",
     "opened_record",
+    "publish_with_receipt",
     "read_record_file",
+    "recipe_differences",
+    "recorded_fit",
 ]
 
 R = TypeVar("R", bound=Receipt)
@@ -238,3 +254,55 @@ def opened_record(
     config = checked_config(record, body, model, digest, where)
     check_config_copy(directory, record["config"], model, where)
     return record, body, where, config
+
+
+# A fit receipt's recipe holds the lane's backend fields too; a record's recipes do not.
+BACKEND_FIELDS = ("accelerator", "devices", "precision")
+
+
+def recorded_fit(where: str, attempt: Path, fit: dict, label: str) -> tuple[FitReceipt, EvaluationReceipt]:
+    """A present fit's fit and evaluation receipts, each refused unless it is the one
+    the record binds (``fit["fit_receipt_sha256"]``, ``fit["evaluation_receipt_sha256"]``).
+
+    Args:
+        where: the record, for messages. attempt: the fit's directory. fit: the record's entry.
+        label: the fit, for messages (e.g. ``"trial 3 fit fits/t0002-s2"``).
+    """
+    for name, key in ((FIT_RECEIPT, "fit_receipt_sha256"), (EVALUATION_RECEIPT, "evaluation_receipt_sha256")):
+        if not (attempt / name).is_file():
+            raise MissingEvidenceError(f"{where}: {label} has no {name}.")
+        if sha256_file(attempt / name) != fit[key]:
+            raise DigestMismatchError(f"{where}: {label}/{name} is not the one recorded.")
+    fitted = read_receipt(attempt / FIT_RECEIPT, FitReceipt)
+    return fitted, read_receipt(attempt / EVALUATION_RECEIPT, EvaluationReceipt)
+
+
+def recipe_differences(recipe: dict, fitted: FitBody) -> list[str]:
+    """The fields of ``recipe`` that the fit's receipt gives otherwise, the lane's backend fields aside."""
+    return sorted(k for k in recipe if k not in BACKEND_FIELDS and fitted.recipe.get(k) != recipe[k])
+
+
+def publish_with_receipt(
+    directory: Path, record: dict, record_file: str, receipt: tuple[type[Receipt], str], body: dict
+) -> None:
+    """Publish a tool's record, then its receipt (last: its presence marks a finished run), which
+    binds the record and the config's copy and holds ``body`` with the record's name and config digest.
+
+    Args:
+        directory: the tool's directory. record: the record. record_file: its file name.
+        receipt: (the receipt's kind, its file name). body: the kind's own body fields.
+    """
+    publish_json(directory / record_file, record)
+    write_receipt(
+        directory / receipt[1],
+        receipt[0],
+        body={"name": record["name"], "config_sha256": record["config_sha256"], **body},
+        inputs={"config": directory / RECORD_CONFIG_COPY},
+        outputs={"record": directory / record_file},
+    )
+
+
+def absent_note(count: int, what: str) -> str:
+    """``qhlab verify``'s note on a record's parts whose directories are absent ("" when none is):
+    their recorded values stood in for recomputed ones."""
+    return f", {count} {what} absent (their recorded values were used)" if count else ""

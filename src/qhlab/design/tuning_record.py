@@ -20,16 +20,24 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from qhlab.design.preparation_record import FitEvidence, Number, PopulationIdentity, check_config_copy, read_record_file
+from qhlab.design.preparation_record import (
+    BACKEND_FIELDS,
+    FitEvidence,
+    Number,
+    PopulationIdentity,
+    absent_note,
+    check_config_copy,
+    read_record_file,
+    recipe_differences,
+    recorded_fit,
+)
 from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
-    MissingEvidenceError,
     input_error,
     publish_bytes,
     publish_json,
-    read_receipt,
     sha256_file,
     write_receipt,
 )
@@ -42,11 +50,9 @@ from qhlab.evidence.layout import (
     TUNING_RECORD,
     TUNING_TRIALS_DB,
 )
-from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.seals import seals_of
 from qhlab.training.console import console_verbose
-from qhlab.training.records import FitReceipt
 
 __all__ = [
     "CONFIG_COPY",
@@ -75,7 +81,6 @@ RULE_TEXT = (
     "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
     "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number"
 )
-_BACKEND = ("accelerator", "devices", "precision")
 
 
 class TuningBody(Closed):
@@ -254,7 +259,7 @@ def publish_record(
     recipe = None
     if winner["number"] is not None:
         applied = recipe_of(entries[winner["number"]]["params"])
-        recipe = _strip_none({k: v for k, v in applied.model_dump(mode="json").items() if k not in _BACKEND})
+        recipe = _strip_none({k: v for k, v in applied.model_dump(mode="json").items() if k not in BACKEND_FIELDS})
     record = {
         "kind": "tuning_record",
         "name": config.name,
@@ -446,9 +451,6 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
 
 
 # A fit receipt's recipe holds the lane's backend fields too; a trial's recipe does not set them.
-_BACKEND_FIELDS = ("accelerator", "devices", "precision")
-
-
 def _trial_recipe(record: dict, trial: dict, seed: int) -> dict:
     """The recipe a trial's fit of ``seed`` must have run: the record's base recipe with the
     trial's parameters set (``tuning_config.trial_recipe``, from what the record binds)."""
@@ -465,24 +467,13 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict
     attempt = directory / fit["directory"]
     if not attempt.is_dir():
         return False
-    for name, key in (
-        ("fit.receipt.json", "fit_receipt_sha256"),
-        ("evaluation.receipt.json", "evaluation_receipt_sha256"),
-    ):
-        if not (attempt / name).is_file():
-            raise MissingEvidenceError(f"{where}: trial {number + 1} fit {fit['directory']} has no {name}.")
-        if sha256_file(attempt / name) != fit[key]:
-            raise DigestMismatchError(
-                f"{where}: trial {number + 1} fit {fit['directory']}/{name} is not the one recorded."
-            )
-    fitted = read_receipt(attempt / "fit.receipt.json", FitReceipt).body
-    differing = sorted(k for k in recipe if k not in _BACKEND_FIELDS and fitted.recipe.get(k) != recipe[k])
+    fitted, body = (r.body for r in recorded_fit(where, attempt, fit, f"trial {number + 1} fit {fit['directory']}"))
+    differing = recipe_differences(recipe, fitted)
     if differing or fitted.seed != fit["seed"]:
         raise DigestMismatchError(
             f"{where}: trial {number + 1} fit {fit['directory']} did not run the trial's parameters: its fit "
             f"receipt's recipe differs in {differing or ['seed']}."
         )
-    body = read_receipt(attempt / "evaluation.receipt.json", EvaluationReceipt).body
     for metric, field in (("regret", "regret_primary"), ("mae", "mae_primary")):
         if getattr(body, field) != fit[metric]:
             raise DigestMismatchError(
@@ -515,7 +506,7 @@ def _check_recipe(directory: Path, where: str, record: dict) -> None:
 def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed tuning record."""
     winner = "none" if entry["winner"] is None else entry["winner"] + 1
-    absent = f", {entry['fits_absent']} fits absent (their recorded values were used)" if entry["fits_absent"] else ""
+    absent = absent_note(entry["fits_absent"], "fits")
     return (
         f"tuning: {directory}: {entry['trials']} trials' scores and the winner (trial {winner}) recomputed by the "
         f"rule; {entry['fits_recomputed']} fits' metrics recomputed from their evaluation receipts{absent}"

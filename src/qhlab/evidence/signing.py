@@ -23,12 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qhlab.evidence.canonical import sha256_file
-from qhlab.evidence.errors import (
-    EvidenceError,
-    MissingEvidenceError,
-    PublishConflictError,
-    input_error,
-)
+from qhlab.evidence.errors import EvidenceError, MissingEvidenceError, PublishConflictError, input_error
 from qhlab.evidence.publish import publish_bytes
 from qhlab.evidence.tree import refuse_links
 from qhlab.evidence.verification import verify_directory

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -21,6 +22,8 @@ from qhlab.execution.progress import ProgressRelay, prefixed, progress_sink, run
 
 __all__ = ["JobRunner", "worker_memo"]
 
+# open_executor's options that a runner passes on, checked when the runner is made (it opens later).
+_OPTIONS = frozenset(inspect.signature(open_executor).parameters) - {"choice", "workers", "call"}
 # What this process keeps for the jobs it runs (a pool worker runs many): key -> value.
 _MEMO: dict[Hashable, Any] = {}
 
@@ -43,33 +46,21 @@ class JobRunner:
         choice: local or Ray (``qhlab.execution.ExecutorChoice``).
         workers: local processes (or the CPUs of a Ray started here).
         call: the command named in refusals.
-        initializer, initargs: run in each local worker process (e.g. the console mode).
-        verbose: let Ray log and forward worker output.
-        warm_imports: modules a local worker needs before its first job.
+        **options: the rest of ``open_executor``'s options, by name: ``initializer`` and
+            ``initargs`` (run in each local worker process, e.g. the console mode), ``verbose``
+            (let Ray log and forward worker output), ``warm_imports`` (modules a local worker
+            needs before its first job).
     """
 
-    def __init__(
-        self,
-        choice: ExecutorChoice,
-        workers: int,
-        *,
-        call: str,
-        initializer: Callable[..., None] | None = None,
-        initargs: tuple = (),
-        verbose: bool = False,
-        warm_imports: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, choice: ExecutorChoice, workers: int, *, call: str, **options: Any) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"JobRunner: workers={workers!r} is not allowed; allowed: an int >= 1")
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise ValueError(f"JobRunner: {unknown} is not allowed; allowed: {sorted(_OPTIONS)}")
         self.choice = choice
         self.workers = workers
-        self._options = {
-            "call": call,
-            "initializer": initializer,
-            "initargs": initargs,
-            "verbose": verbose,
-            "warm_imports": tuple(warm_imports),
-        }
+        self._options = {"call": call, **options}
         self._stack = contextlib.ExitStack()
         self._executor: concurrent.futures.Executor | None = None
         self._opened = False

@@ -30,9 +30,10 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
-from qhlab.preparation.fits import ToolRun, finished_record, fit_runner, run_fits, study_record_head
+from qhlab.preparation.fits import ToolRun, finished_record, run_fits, study_record_head
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
+from qhlab.study.terminal import fit_runner
 
 __all__ = ["draw_config", "run_e0_check"]
 

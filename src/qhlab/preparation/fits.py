@@ -2,7 +2,7 @@
 
 Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finished_record``: a
 finished run's record is adopted when its config digest is this run's, and refused otherwise;
-``publish_config_copy``), its job runner (``fit_runner``) and its fits with their progress shown
+``publish_config_copy``), its fits with their progress shown
 (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell
 whose fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts
 as every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
@@ -21,13 +21,12 @@ from typing import Any
 
 from qhlab.evidence import exclusive_lock, input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
-from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner, executor_choice, reporting
+from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reporting
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.populations import resolve_population
 from qhlab.study.terminal import FitBoard
 from qhlab.study.terminal import console as study_console
-from qhlab.training.console import configure_console, console_verbose
 from qhlab.training.records import FitReceipt
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "adopt_or_fit",
     "finished_record",
     "fit_evidence",
-    "fit_runner",
     "publish_config_copy",
     "resolve_tool_population",
     "run_fits",
@@ -274,17 +272,3 @@ def run_fits(
     """
     with FitBoard(study_console()) as board:
         return runner.run(function, jobs, on_result=on_result, on_progress=board.report, progress_prefixes=prefixes)
-
-
-def fit_runner(choice: ExecutorChoice, workers: int, call: str) -> JobRunner:
-    """The job runner of a preparation tool's fits: local warm workers (or Ray tasks) that start
-    in this process's console mode."""
-    return JobRunner(
-        choice,
-        workers,
-        call=call,
-        initializer=configure_console,
-        initargs=(console_verbose(),),
-        verbose=console_verbose(),
-        warm_imports=FIT_WORKER_IMPORTS,
-    )

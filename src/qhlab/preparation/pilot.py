@@ -23,7 +23,6 @@ from qhlab.preparation.fits import (
     adopt_or_fit,
     finished_record,
     fit_evidence,
-    fit_runner,
     resolve_tool_population,
     run_fits,
     study_record_head,
@@ -31,6 +30,7 @@ from qhlab.preparation.fits import (
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import load_preset
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
+from qhlab.study.terminal import fit_runner
 
 __all__ = ["run_pilot"]
 

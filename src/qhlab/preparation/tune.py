@@ -48,11 +48,11 @@ from qhlab.preparation.fits import (
     adopt_or_fit,
     finished_record,
     fit_evidence,
-    fit_runner,
     publish_config_copy,
     resolve_tool_population,
     run_fits,
 )
+from qhlab.study.terminal import fit_runner
 
 __all__ = ["run_tuning"]
 

@@ -48,19 +48,11 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--variant", required=name == "run-fit", help="declared arm")
             p.add_argument("--seed", type=int, required=name == "run-fit", help="declared seed")
         if name == "run-fit":
-            p.add_argument(
-                "--canary-role",
-                default=None,
-                choices=CANARY_ROLES,
-                help="run a canary of the E0 gate (normally done by admit-canaries)",
-            )
+            canary = "run a canary of the E0 gate (normally done by admit-canaries)"
+            p.add_argument("--canary-role", default=None, choices=CANARY_ROLES, help=canary)
         if name == "run":
-            p.add_argument(
-                "--workers",
-                type=int,
-                default=None,
-                help="override the config's parallel fits (does not change results)",
-            )
+            workers = "override the config's parallel fits (does not change results)"
+            p.add_argument("--workers", type=int, default=None, help=workers)
         _add_populations_argument(p)
         if name in ("freeze", "prepare-development", "run"):
             add_executor_arguments(

@@ -56,8 +56,6 @@ from qhlab.training.records import FitReceipt
 from qhlab.training.wandb_attempt import drop_wandb_links
 
 if TYPE_CHECKING:
-    from qhlab.finite_horizon.data import Population
-    from qhlab.finite_horizon.fit import FitResult
     from qhlab.finite_horizon.recipe import QhRecipe
 
 __all__ = ["adoptable_attempt", "fit_cell", "frozen_structure"]
@@ -171,19 +169,25 @@ def fit_cell(
 def _fit(
     frozen: FrozenStudy,
     recipe: QhRecipe,
+    cell_dir: Path,
+    attempt: Path | None,
+    previous: list[str],
     *,
-    parent: Path,
-    cell: str,
-    validation: Population | None,
     progress: bool,
     rows: list[int] | None = None,
-) -> FitResult:
-    """One ``fit_recipe`` call on the frozen lane, TRAIN (loaded once per study) and thread count.
+) -> Path:
+    """The cell's attempt: the adoptable ``attempt`` (taken out of ``previous``, the cell's earlier
+    attempts), or else a new one from one ``fit_recipe`` call on the frozen lane, TRAIN (loaded once
+    per study) and thread count. A broad cell (``rows`` None) is evaluated on the sealed validation;
+    a canary trains ``rows`` of TRAIN and is not evaluated.
 
     A segment of this cell that a kill interrupted after a checkpoint is continued from that
     checkpoint (``interrupted_segment``), as ``qhlab fit --resume`` would: the final state is
     the one an uninterrupted fit makes, and the fit receipt records the lineage.
     """
+    if attempt is not None:
+        previous.remove(attempt.name)
+        return attempt
     import torch
 
     # Lazy: keeps importing this module free of torch.
@@ -191,19 +195,20 @@ def _fit(
     from qhlab.training.segments import interrupted_segment
 
     torch.set_num_threads(frozen.config.torch_threads)
-    interrupted = interrupted_segment(parent / cell)
+    interrupted = interrupted_segment(cell_dir)
     # A killed attempt may hold the W&B log link its logger made at start: it goes, so the
     # finished study holds no link (`qhlab sign` refuses links).
-    for attempt in _attempt_directories(parent / cell):
-        drop_wandb_links(attempt / "wandb")
-    return fit_recipe(
+    for killed in _attempt_directories(cell_dir):
+        drop_wandb_links(killed / "wandb")
+    validation = frozen.validation_population("run_fit") if rows is None else None
+    result = fit_recipe(
         FitRequest(
             recipe=recipe,
             profile=frozen.config.profile,
-            output=parent,
+            output=cell_dir.parent,
             train=frozen.train_population(),
             validation=validation,
-            cell=cell,
+            cell=cell_dir.name,
             evaluate=validation is not None,
             train_rows=rows,
             max_allocated_bytes=frozen.config.max_allocated_bytes,
@@ -217,6 +222,7 @@ def _fit(
             expected_structure=frozen_structure(frozen, recipe.architecture.arm),
         )
     )
+    return Path(result.output_directory)
 
 
 def frozen_structure(frozen: FrozenStudy, arm: str) -> str | None:
@@ -317,18 +323,7 @@ def _run_broad_cell(
         )
     # A remote record describes the attempt its driver just published: fitted, not adopted.
     adopted = attempt is not None and execution is None
-    if attempt is None:
-        result = _fit(
-            frozen,
-            recipe,
-            parent=cell_dir.parent,
-            cell=cell,
-            validation=frozen.validation_population("run_fit"),
-            progress=progress,
-        )
-        attempt = Path(result.output_directory)
-    else:
-        previous.remove(attempt.name)
+    attempt = _fit(frozen, recipe, cell_dir, attempt, previous, progress=progress)
     body, inputs = _cell_body_common(
         frozen, variant, seed, cell, recipe, attempt, previous, config.broad_updates, "run_fit", adopted=adopted
     )
@@ -389,19 +384,7 @@ def _run_canary_cell(
     previous = [p.name for p in _attempt_directories(cell_dir)]
     attempt = adoptable_attempt(cell_dir, evaluate=False)
     adopted = attempt is not None
-    if attempt is None:
-        result = _fit(
-            frozen,
-            recipe,
-            parent=cell_dir.parent,
-            cell=cell,
-            validation=None,
-            progress=progress,
-            rows=[selection["row"]],
-        )
-        attempt = Path(result.output_directory)
-    else:
-        previous.remove(attempt.name)
+    attempt = _fit(frozen, recipe, cell_dir, attempt, previous, progress=progress, rows=[selection["row"]])
     body, inputs = _cell_body_common(
         frozen,
         variant,

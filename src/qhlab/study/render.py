@@ -27,7 +27,7 @@ from qhlab.study.tuning_figures import tuning_figures
 if TYPE_CHECKING:
     from qhlab.study.sections import Section
 
-__all__ = ["FIGURES", "ci", "fmt", "table", "write_report_files"]
+__all__ = ["FIGURES", "bounds", "ci", "fmt", "per_horizon", "table", "write_report_files"]
 
 FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png")
 
@@ -44,6 +44,16 @@ def fmt(value: Any, digits: int = 4) -> str:
 def ci(interval: dict) -> str:
     """An interval as "[low, high]"."""
     return f"[{fmt(interval['low'])}, {fmt(interval['high'])}]"
+
+
+def bounds(interval: dict) -> list[Any]:
+    """An interval's cells of a W&B table: [estimate, low, high]."""
+    return [interval["estimate"], interval["low"], interval["high"]]
+
+
+def per_horizon(metric: str, horizon: int) -> list[str]:
+    """The W&B table columns of a metric at every horizon: ``metric_1`` .. ``metric_H``."""
+    return [f"{metric}_{h}" for h in range(1, int(horizon) + 1)]
 
 
 def table(columns: list[str], rows: Iterable[list[Any]]) -> list[str]:

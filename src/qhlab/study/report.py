@@ -51,7 +51,7 @@ from qhlab.study.authentication import (
     authenticate_development,
 )
 from qhlab.study.references import reference_comparisons
-from qhlab.study.render import ci, fmt, table, write_report_files
+from qhlab.study.render import bounds, ci, fmt, per_horizon, table, write_report_files
 from qhlab.study.sections import ReportInputs, Section, Tables
 
 __all__ = ["SECTIONS", "build_report", "write_report"]
@@ -262,20 +262,10 @@ def _cells_markdown(report: dict) -> list[str]:
 
 
 def _cells_tables(report: dict) -> Tables:
-    horizons = range(1, int(report["horizon"]) + 1)
+    h = report["horizon"]
     rows = [[c["arm"], c["seed"], c["role"], *c["mae"], *c["regret"], c["observed_updates"]] for c in report["cells"]]
     return {
-        "cells": (
-            [
-                "arm",
-                "seed",
-                "role",
-                *(f"mae_{i}" for i in horizons),
-                *(f"regret_{i}" for i in horizons),
-                "observed_updates",
-            ],
-            rows,
-        )
+        "cells": (["arm", "seed", "role", *per_horizon("mae", h), *per_horizon("regret", h), "observed_updates"], rows)
     }
 
 
@@ -352,23 +342,14 @@ def _references_markdown(report: dict) -> list[str]:
 
 
 def _references_tables(report: dict) -> Tables:
-    horizons = range(1, int(report["horizon"]) + 1)
     rows = [
         [name, r["label"], bool(r["oracle"]), *r["regret"], *[p["interval"]["estimate"] for p in r["paired"]]]
         for name, r in sorted(report["references"].items())
     ]
     seeds = [p["seed"] for p in next(iter(report["references"].values()))["paired"]]
+    differences = [f"baseline_minus_reference_s{s}" for s in seeds]
     return {
-        "references": (
-            [
-                "reference",
-                "label",
-                "oracle",
-                *(f"regret_{i}" for i in horizons),
-                *(f"baseline_minus_reference_s{s}" for s in seeds),
-            ],
-            rows,
-        )
+        "references": (["reference", "label", "oracle", *per_horizon("regret", report["horizon"]), *differences], rows)
     }
 
 
@@ -443,19 +424,12 @@ def _paired(inputs: ReportInputs, report: dict) -> None:
 
 
 def _paired_markdown(report: dict) -> list[str]:
-    rows = [
-        [
-            p["arm"],
-            p["against"],
-            p["relation"],
-            p["seed"],
-            p["metric"],
-            fmt(p["interval"]["estimate"]),
-            ci(p["interval"]),
-            p["interval"]["method"],
-        ]
-        for p in report["paired"]
-    ]
+    rows = []
+    for p in report["paired"]:
+        iv = p["interval"]
+        rows.append(
+            [p["arm"], p["against"], p["relation"], p["seed"], p["metric"], fmt(iv["estimate"]), ci(iv), iv["method"]]
+        )
     return [
         "",
         f"## Paired differences at H={report['horizon']} (same scenes, same seed)",
@@ -466,16 +440,7 @@ def _paired_markdown(report: dict) -> list[str]:
 
 def _paired_tables(report: dict) -> Tables:
     rows = [
-        [
-            p["arm"],
-            p["against"],
-            p["relation"],
-            p["seed"],
-            p["metric"],
-            p["interval"]["estimate"],
-            p["interval"]["low"],
-            p["interval"]["high"],
-        ]
+        [p["arm"], p["against"], p["relation"], p["seed"], p["metric"], *bounds(p["interval"])]
         for p in report["paired"]
     ]
     return {"paired": (["arm", "against", "relation", "seed", "metric", "difference", "low", "high"], rows)}

@@ -34,7 +34,7 @@ from qhlab.statistics.replication import (
     study_verdict,
 )
 from qhlab.study.preparation import frozen_pilot
-from qhlab.study.render import ci, fmt, table
+from qhlab.study.render import bounds, ci, fmt, table
 
 if TYPE_CHECKING:
     from qhlab.study.sections import ReportInputs, Tables
@@ -186,17 +186,7 @@ def markdown(report: dict) -> list[str]:
 def tables(report: dict) -> Tables:
     """The section's W&B tables as (columns, rows): ``replication`` and ``verdicts``."""
     replication = [
-        [
-            r["arm"],
-            r["against"],
-            r["relation"],
-            r["metric"],
-            r["pooled"]["estimate"],
-            r["pooled"]["low"],
-            r["pooled"]["high"],
-            r["label"],
-            r["pooled"]["mde"],
-        ]
+        [r["arm"], r["against"], r["relation"], r["metric"], *bounds(r["pooled"]), r["label"], r["pooled"]["mde"]]
         for r in report.get("replication") or []
     ]
     verdicts = [

@@ -49,26 +49,11 @@ from qhlab.evidence import (
     EvidenceError,
     authentication_roots,
     input_error,
+    layout,
     read_receipt,
     recorded_origin,
 )
 from qhlab.evidence.envelope import Receipt
-from qhlab.evidence.layout import (
-    CANARY_DIR,
-    CANARY_ROLES,
-    CELL_RECEIPT,
-    CELLS_DIR,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-    FIT_RECEIPT,
-    FREEZE_RECEIPT,
-    REPORT_DIR,
-    REPORT_RECEIPT,
-    STUDY_CONFIG_COPY,
-    benchmark_receipt_path,
-    cell_lock_path,
-    cell_name,
-)
 from qhlab.study.family import environment_source_change, source_changes
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
@@ -90,6 +75,8 @@ _COLUMNS = {
     "wall_seconds": "wall s",
     "note": "note",
 }
+# A row's columns besides its name, kind and state, and their values where a row gives none.
+_OPTIONAL = {"attempts": None, "updates": None, "mae_h": None, "regret_h": None, "wall_seconds": None, "note": ""}
 
 
 def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathLike] = ()) -> dict:
@@ -124,35 +111,36 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
 
 def _status(output: Path) -> dict:
     output = Path(output)
-    if not (output / FREEZE_RECEIPT).is_file():
+    if not (output / layout.FREEZE_RECEIPT).is_file():
         raise input_error(
             _CALL,
             "DIR",
             str(output),
-            f"a study output directory (it holds {FREEZE_RECEIPT})",
+            f"a study output directory (it holds {layout.FREEZE_RECEIPT})",
             "pass the --output directory of `qhlab study freeze` or `qhlab study run`",
         )
-    config, _, _ = read_study_config(output / STUDY_CONFIG_COPY)
-    freeze, frozen = _receipt_row("freeze", output / FREEZE_RECEIPT, StudyFreezeReceipt)
+    config, _, _ = read_study_config(output / layout.STUDY_CONFIG_COPY)
+    freeze, frozen = _receipt_row("freeze", output / layout.FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
     sources = {} if frozen is None else source_changes(frozen.body)
     environment = None if frozen is None else environment_source_change(frozen.body.train.get("environment_source"))
-    canary_dir = output / CANARY_DIR
+    canary_dir = output / layout.CANARY_DIR
     canaries = [
-        _cell_row(canary_dir, cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
-        for role in CANARY_ROLES
+        _cell_row(canary_dir, layout.cell_name(config.baseline_arm, seed, role), "canary", config.canary_updates)
+        for role in layout.CANARY_ROLES
         for seed in config.seeds
     ]
-    e0, document = _receipt_row("E0 gate", canary_dir / E0_RECEIPT, StudyE0Receipt)
+    e0, document = _receipt_row("E0 gate", canary_dir / layout.E0_RECEIPT, StudyE0Receipt)
     if document is not None:
         e0["note"] = "passed" if document.body.passed else f"failed: {document.body.reason}"
     else:
         _state_from_parts(e0, canaries, "the gate has no receipt")
-    development, _ = _receipt_row("development", output / DEVELOPMENT_RECEIPT, StudyDevelopmentReceipt)
+    development, _ = _receipt_row("development", output / layout.DEVELOPMENT_RECEIPT, StudyDevelopmentReceipt)
     cells = [
-        _cell_row(output / CELLS_DIR, cell_name(arm, seed), "cell", config.broad_updates) for arm, seed in config.cells
+        _cell_row(output / layout.CELLS_DIR, layout.cell_name(arm, seed), "cell", config.broad_updates)
+        for arm, seed in config.cells
     ]
-    report, _ = _receipt_row("report", output / REPORT_DIR / REPORT_RECEIPT, StudyReportReceipt)
+    report, _ = _receipt_row("report", output / layout.REPORT_DIR / layout.REPORT_RECEIPT, StudyReportReceipt)
     benchmarks = _benchmarks_row(output, config.cells)
     return {
         "study": config.name,
@@ -187,29 +175,13 @@ def _cell_text(key: str, value: Any) -> str:
     return str(value)
 
 
-def _row(
-    name: str,
-    kind: str,
-    state: str,
-    *,
-    attempts: int | None = None,
-    updates: int | None = None,
-    mae_h: float | None = None,
-    regret_h: float | None = None,
-    wall_seconds: float | None = None,
-    note: str = "",
-) -> dict:
-    return {
-        "row": name,
-        "kind": kind,
-        "state": state,
-        "attempts": attempts,
-        "updates": updates,
-        "mae_h": mae_h,
-        "regret_h": regret_h,
-        "wall_seconds": wall_seconds,
-        "note": note,
-    }
+def _row(name: str, kind: str, state: str, **values: Any) -> dict:
+    """A row: its name, kind ("step", "canary", "cell") and state, and its other columns from
+    ``values`` (``_OPTIONAL`` gives those it leaves out)."""
+    unknown = sorted(set(values) - set(_OPTIONAL))
+    if unknown:
+        raise ValueError(f"_row: {unknown} is not allowed; allowed: {sorted(_OPTIONAL)}")
+    return {"row": name, "kind": kind, "state": state, **_OPTIONAL, **values}
 
 
 def _authenticate(path: Path, kind: type[R]) -> tuple[R | None, str]:
@@ -250,7 +222,7 @@ def _lock_paths(parent: Path, cell: str) -> tuple[Path, Path]:
     # Lazy: keeps importing this module free of Lightning and pyarrow.
     from qhlab.finite_horizon.fit import default_logical_run_id
 
-    return cell_lock_path(parent, cell), writer_lock_path(parent, default_logical_run_id(cell))
+    return layout.cell_lock_path(parent, cell), writer_lock_path(parent, default_logical_run_id(cell))
 
 
 def _lock_holder(path: Path) -> str | None:
@@ -279,8 +251,8 @@ def _attempt_progress(attempt: Path) -> tuple[bool, int | None, float | None]:
     A fit receipt that authenticates means the fit ran to its end; otherwise the newest
     segment checkpoint that authenticates gives the updates so far.
     """
-    if (attempt / FIT_RECEIPT).is_file():
-        document, _ = _authenticate(attempt / FIT_RECEIPT, FitReceipt)
+    if (attempt / layout.FIT_RECEIPT).is_file():
+        document, _ = _authenticate(attempt / layout.FIT_RECEIPT, FitReceipt)
         if document is not None:
             return True, document.body.observed_updates, document.body.wall_seconds
     updates = None
@@ -301,7 +273,7 @@ def _cell_row(parent: Path, cell: str, kind: str, budget: int) -> dict:
         if directory.is_dir()
         else []
     )
-    receipt = directory / CELL_RECEIPT
+    receipt = directory / layout.CELL_RECEIPT
     if receipt.is_file():
         document, failure = _authenticate(receipt, StudyCellReceipt)
         if document is None:
@@ -348,7 +320,9 @@ def _cell_row(parent: Path, cell: str, kind: str, budget: int) -> dict:
 
 def _benchmarks_row(output: Path, cells: tuple[tuple[str, int], ...]) -> dict:
     """One row for every cell's benchmark receipt (benchmarks hold no lock, so never "running")."""
-    present = [path for path in (benchmark_receipt_path(output, arm, seed) for arm, seed in cells) if path.is_file()]
+    present = [
+        path for path in (layout.benchmark_receipt_path(output, arm, seed) for arm, seed in cells) if path.is_file()
+    ]
     for path in present:
         document, failure = _authenticate(path, StudyBenchmarkReceipt)
         if document is None:

@@ -38,7 +38,7 @@ from qhlab.evidence.layout import (
     benchmark_receipt_path,
     cell_receipt_path,
 )
-from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
+from qhlab.execution import ExecutorChoice, JobRunner
 from qhlab.study.admission import decide_e0
 from qhlab.study.authentication import (
     FrozenStudy,
@@ -58,7 +58,7 @@ from qhlab.study.report_run import log_report_run
 from qhlab.study.run import fit_canaries, run_cells, say_benchmark, say_e0
 from qhlab.study.status import study_status
 from qhlab.study.terminal import console as study_console
-from qhlab.training.console import configure_console, console_verbose
+from qhlab.study.terminal import fit_runner
 
 __all__ = ["Study"]
 
@@ -272,15 +272,7 @@ class Study:
             console = console or study_console()
             config, _, _ = read_study_config(self.config_path)
             choice = self.executor or config.executor_choice()
-            with JobRunner(
-                choice,
-                workers or config.workers,
-                call="qhlab study run",
-                initializer=configure_console,
-                initargs=(console_verbose(),),
-                verbose=console_verbose(),
-                warm_imports=FIT_WORKER_IMPORTS,
-            ) as runner:
+            with fit_runner(choice, workers or config.workers, "qhlab study run") as runner:
                 if runner.kind == "ray":
                     # Connected once for the run (labelling and cells share it), and a cluster where no
                     # node can run a cell is refused before anything is written.

@@ -4,7 +4,8 @@ Owns: the console the study command prints to, the population-generation bar (fe
 ``qhlab.scenes.cached_population``'s ``progress(done, planned)``), the broad-fits bar of
 ``qhlab study run`` and ``FitBoard`` (the progress of every running fit, as its workers report it:
 a bar per fit in a terminal, a line every few seconds otherwise; used by the study's canaries and
-cells and by the preparation tools' fits). Does not own: what is printed (``command``) or any
+cells and by the preparation tools' fits), and ``fit_runner``, the job runner whose workers print
+as this process does. Does not own: what is printed (``command``) or any
 step's behaviour; nothing here changes a file or a number.
 """
 
@@ -14,7 +15,10 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["FitBoard", "GenerationProgress", "console", "fits_progress"]
+from qhlab.execution import FIT_WORKER_IMPORTS, ExecutorChoice, JobRunner
+from qhlab.training.console import configure_console, console_verbose
+
+__all__ = ["FitBoard", "GenerationProgress", "console", "fit_runner", "fits_progress"]
 
 
 def console() -> Any:
@@ -125,3 +129,17 @@ class FitBoard:
                 self._tasks[label] = self._progress.add_task(f"  fit {label}", total=total, completed=done)
             else:
                 self._progress.update(task, completed=done, total=total)
+
+
+def fit_runner(choice: ExecutorChoice, workers: int, call: str) -> JobRunner:
+    """The job runner of a command's fits (the study's, a preparation tool's): local warm workers
+    (or Ray tasks) that print in this process's console mode."""
+    return JobRunner(
+        choice,
+        workers,
+        call=call,
+        initializer=configure_console,
+        initargs=(console_verbose(),),
+        verbose=console_verbose(),
+        warm_imports=FIT_WORKER_IMPORTS,
+    )
