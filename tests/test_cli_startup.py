@@ -56,3 +56,45 @@ def test_the_probe_sees_a_command_that_does_load_torch(tmp_path) -> None:
     # A fit's profile admission imports torch: the probe must report it (the check can fail).
     result = _loaded("profiles")
     assert "torch" in result["loaded"]
+
+
+def test_a_command_row_is_either_a_command_or_a_group() -> None:
+    from qhlab.cli.command import Command
+
+    def run(args):
+        return 0
+
+    with pytest.raises(ValueError, match=r"Command\('x'\): run=None with 0 subcommands"):
+        Command("x", help="h", description="d")
+    with pytest.raises(ValueError, match="allowed: a run and no subcommands"):
+        Command("x", help="h", description="d", run=run, subcommands=(Command("y", "h", "d", run=run),), dest="w")
+    with pytest.raises(ValueError, match="dest=None"):
+        Command("x", help="h", description="d", subcommands=(Command("y", "h", "d", run=run),))
+
+
+def test_the_table_builds_every_command_and_a_group_dispatches_to_its_subcommand() -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert sorted(commands) == [
+        "commission",
+        "e0-check",
+        "fit",
+        "pilot",
+        "profiles",
+        "scenes",
+        "sign",
+        "study",
+        "tune",
+        "verify",
+    ]
+    from qhlab.cli import scenes
+
+    args = parser.parse_args(["scenes", "describe", "POP", "--json"])
+    assert (args.scenes_command, args.population, args.json, args.handler) == (
+        "describe",
+        "POP",
+        True,
+        scenes.run_describe,
+    )
+    args = parser.parse_args(["pilot", "p.toml", "--output", "o"])
+    assert (args.tool, args.handler.__module__) == ("pilot", "qhlab.cli.prepare")

@@ -366,6 +366,13 @@ def test_one_message_form_for_refusals() -> None:
     for bad in (False, float("nan"), float("inf"), "1", -0.5):
         with pytest.raises(QhInputError, match=r"c: tau=.* is not allowed; allowed: a finite number >= 0.0\. HINT: h"):
             require_number("c", "tau", bad, minimum=0.0, hint="h")
+    from qhlab.evidence import require_instance
+
+    assert require_instance("c", "d", {"a": 1}, dict, hint="h") == {"a": 1}
+    with pytest.raises(QhInputError, match=r"^c: d='list' is not allowed; allowed: dict or tuple\. HINT: h$"):
+        require_instance("c", "d", [1], (dict, tuple), hint="h")
+    with pytest.raises(QhInputError, match=r"^c: d='int' is not allowed; allowed: a mapping\. HINT: h$"):
+        require_instance("c", "d", 1, dict, allowed="a mapping", hint="h")
 
 
 def test_verify_finds_moved_directories_and_populations_by_digest(tmp_path, monkeypatch):

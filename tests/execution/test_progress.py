@@ -71,3 +71,10 @@ def test_the_fit_board_prints_a_line_every_few_seconds_elsewhere() -> None:
         board.report("trial-2", 0, 600)
         board.report("trial-2", 300, 600)
     assert text.getvalue() == ""
+
+
+def test_a_runner_refuses_an_option_that_open_executor_does_not_take_when_it_is_made() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match=r"JobRunner: \['warm_import'\] is not allowed; allowed: .*'warm_imports'"):
+        JobRunner(ExecutorChoice("local", None), 2, call="test", warm_import=("numpy",))
