@@ -9,11 +9,14 @@ lives in its own module as a ``qhlab.cli.command.Command``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import select
 import shutil
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +43,8 @@ _COMMANDS = {
     "sign": "qhlab.cli.sign:COMMAND",
 }
 _OUTPUT_ARGUMENTS = ("output", "out")
+# Exit status of a command ended by SIGTERM (128 + SIGTERM, as a shell reports one it killed).
+TERMINATED_EXIT = 143
 # Exit status when the reader of stdout went away (`qhlab verify S | head -1`): 128 + SIGPIPE,
 # what a shell reports for a program that a closed pipe ended, without a traceback.
 BROKEN_PIPE_EXIT = 141
@@ -107,6 +112,32 @@ def _silence_stdout() -> None:
         pass
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that the command unwinds: its pool workers are
+    stopped, its locks released and its staged files removed, as after Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    # Once: a second SIGTERM while the command unwinds ends it where it stands.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """While the command runs, SIGTERM raises ``_Terminated`` instead of ending the process where it
+    stands (which would orphan its pool workers). Only the main thread can take signals; elsewhere
+    (a test runner's thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one qhlab command.
 
@@ -116,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 success, 1 runtime failure (an OS error too: read-only or full
         storage), 2 bad input or failed authentication, 3 writer lock held by another
-        process, 141 stdout closed by its reader (quiet, as a program ended by SIGPIPE).
+        process, 130 interrupted (Ctrl-C), 141 stdout closed by its reader (quiet, as a program
+        ended by SIGPIPE), 143 terminated (SIGTERM; its pool workers are stopped first).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     # --verbose may stand anywhere (before or after the command words).
@@ -132,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_console(verbose)
     try:
-        status = int(args.handler(args) or 0)
+        with _sigterm_unwinds():
+            status = int(args.handler(args) or 0)
         # Flush here, not at interpreter exit, so a closed stdout is seen by the handler below.
         sys.stdout.flush()
         return status
@@ -163,3 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("error: terminated", file=sys.stderr)
+        return TERMINATED_EXIT

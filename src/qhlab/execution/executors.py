@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -53,6 +54,8 @@ _HINT = (
 # Long enough for a cluster across a data centre, short enough that a typo fails at once
 # (ray.init itself retries an unreachable GCS for minutes).
 _CONNECT_TIMEOUT_S = 5.0
+# How long a stopped pool's workers have to end after SIGTERM before they are killed.
+_STOP_GRACE_SECONDS = 10.0
 _GCS_PROBE_TIMEOUT_S = 20.0
 # Run in a child process so that a hung GCS client can be killed; prints the cluster id.
 _GCS_PROBE = (
@@ -433,6 +436,24 @@ def _take_environment(environ: dict[str, str], initializer: Callable[..., None] 
         initializer(*initargs)
 
 
+def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor, grace: float = _STOP_GRACE_SECONDS) -> None:
+    """SIGTERM every worker of ``pool``, then SIGKILL those still running after ``grace`` seconds.
+
+    A worker in a fit stops at its next batch (Lightning turns SIGTERM into an exception there,
+    leaving a crashed attempt that the next run resumes); any other worker ends at once.
+    """
+    # Private but stable since Python 3.2; 3.14's public ``terminate_workers`` reads the same map.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
 @contextmanager
 def open_executor(
     choice: ExecutorChoice,
@@ -478,6 +499,11 @@ def open_executor(
         )
         try:
             yield pool
+        except BaseException:
+            # Interrupted or terminated (the CLI turns SIGTERM into an exception): no worker may
+            # outlive the command and go on writing into its directories.
+            _stop_workers(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return
