@@ -9,14 +9,12 @@ lives in its own module as a ``qhlab.cli.command.Command``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import select
 import shutil
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 from qhlab import __version__
 from qhlab.evidence import RECEIPT_SUFFIX, QhError, QhInputError
 from qhlab.evidence.publish import storage_error
+from qhlab.execution.signals import handling
 from qhlab.training.console import configure_console
 
 __all__ = ["build_parser", "main"]
@@ -123,21 +122,6 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds():
-    """While the command runs, SIGTERM raises ``_Terminated`` instead of ending the process where it
-    stands (which would orphan its pool workers). Only the main thread can take signals; elsewhere
-    (a test runner's thread) nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one qhlab command.
 
@@ -164,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_console(verbose)
     try:
-        with _sigterm_unwinds():
+        # SIGTERM unwinds the command (its pool workers stopped, its locks released) instead of
+        # ending the process where it stands, which would orphan its workers.
+        with handling(signal.SIGTERM, _raise_terminated):
             status = int(args.handler(args) or 0)
         # Flush here, not at interpreter exit, so a closed stdout is seen by the handler below.
         sys.stdout.flush()

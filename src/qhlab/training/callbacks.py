@@ -2,7 +2,7 @@
 
 Owns: stopping a fit at exactly the observed update budget (:class:`UpdateBudgetCallback`),
 write-once segment checkpoints and SIGINT deferred to a transaction boundary
-(:class:`SegmentCheckpointCallback`, :func:`deferred_sigint`, :class:`InterruptedAtBoundary`),
+(:class:`SegmentCheckpointCallback`, :class:`InterruptedAtBoundary`),
 restoring a resumed optimizer once it exists (:class:`ResumeRestoreCallback`), and qhlab's
 own one-line progress bar of a fit (:class:`QhFitProgressBar`).
 
@@ -14,10 +14,8 @@ Trainer and turning an interrupt into ``FitInterrupted`` (``qhlab.training.launc
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,6 @@ __all__ = [
     "ResumeRestoreCallback",
     "SegmentCheckpointCallback",
     "UpdateBudgetCallback",
-    "deferred_sigint",
 ]
 
 _COUNT_HINT = "budgets and intervals count observed optimizer updates."
@@ -206,23 +203,6 @@ class ResumeRestoreCallback(Callback):
         if len(trainer.optimizers) != 1:
             raise QhError(f"resume: {len(trainer.optimizers)} optimizers; allowed: exactly one.")
         restore_optimizer_state(trainer.optimizers[0], self.resume.tensors, self.resume.structure)
-
-
-@contextlib.contextmanager
-def deferred_sigint(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """Install ``handler`` (e.g. ``SegmentCheckpointCallback.sigint_handler``) for SIGINT inside the context.
-
-    The previous handler is restored on exit.
-    """
-    # signal.signal works only in the main thread (Ray workers and test threads skip it).
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class QhFitProgressBar(Callback):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,13 +42,13 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import COLD_INIT_RECEIPT, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT, WANDB_RECEIPT
 from qhlab.execution import reporting, where_am_i
+from qhlab.execution.signals import handling
 from qhlab.training.callbacks import (
     InterruptedAtBoundary,
     QhFitProgressBar,
     ResumeRestoreCallback,
     SegmentCheckpointCallback,
     UpdateBudgetCallback,
-    deferred_sigint,
 )
 from qhlab.training.console import console_verbose, fit_log
 from qhlab.training.lane_evidence import LaneEvidenceCallback
@@ -542,7 +543,7 @@ def _train(
                 progress=lightning_bar,
                 log_every_n_steps=max(1, min(50, remaining // 20)),
             )
-            with deferred_sigint(checkpoints.sigint_handler):
+            with handling(signal.SIGINT, checkpoints.sigint_handler):
                 trainer.fit(module, datamodule=request.datamodule)
     except InterruptedAtBoundary:
         _finish_wandb(logger, directory, exit_code=130)
