@@ -78,3 +78,21 @@ def test_a_runner_refuses_an_option_that_open_executor_does_not_take_when_it_is_
 
     with pytest.raises(ValueError, match=r"JobRunner: \['warm_import'\] is not allowed; allowed: .*'warm_imports'"):
         JobRunner(ExecutorChoice("local", None), 2, call="test", warm_import=("numpy",))
+
+
+def test_an_interrupted_runner_kills_its_workers_instead_of_waiting_for_their_jobs() -> None:
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pytest
+
+    runner = JobRunner(ExecutorChoice("local", None), 2, call="test")
+    with pytest.raises(KeyboardInterrupt), runner:
+        pool = runner.executor()
+        jobs = [pool.submit(time.sleep, 30) for _ in range(4)]
+        while not jobs[0].running():
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+    # A runner that waited would have run every job to its end (no exception, not cancelled).
+    assert all(job.cancelled() or isinstance(job.exception(timeout=0), BrokenProcessPool) for job in jobs)
+    assert any(not job.cancelled() for job in jobs)

@@ -31,23 +31,27 @@ def test_sigterm_stops_the_pool_workers_and_the_study_resumes(tmp_path, populati
     config = config_writer(tmp_path / "config", population_cache, **{"workers = 1": "workers = 2"})
     output = tmp_path / "study"
     argv = [sys.executable, "-c", _RUN_CLI, "study", "run", str(config), "--output", str(output)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         # Two canaries fitting in two pool workers: their attempts hold a cold initialization.
-        while len(list((output / "canaries").glob("*/*/cold_init.safetensors"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
+        while len(started := list((output / "canaries").glob("*/*/cold_init.safetensors"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.1)
         tree = process_tree([proc.pid])
         assert len(tree) >= 4, tree  # the driver, the forkserver and two workers at least
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         # The command's session, whatever is left of it (the driver, or workers it orphaned).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, stderr
-    assert stderr.strip().splitlines()[-1] == "error: terminated"
+    assert proc.returncode == 143, err.read_text()
+    assert err.read_text().strip().splitlines()[-1] == "error: terminated"
+    # The running fits were stopped, not waited for: their attempts never finished.
+    assert not any((path.parent / "fit.receipt.json").exists() for path in started)
     written = _files(output)
     time.sleep(5)
     # Nothing of the command runs on or writes into the study once it has exited.

@@ -116,10 +116,16 @@ class _Terminated(BaseException):
     stopped, its locks released and its staged files removed, as after Ctrl-C."""
 
 
+_TERMINATING: list[bool] = []
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
-    # Once: a second SIGTERM while the command unwinds ends it where it stands.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise _Terminated
+    # Once: a later SIGTERM would break the unwinding it started (stopping workers, releasing
+    # locks), so it is ignored; SIGKILL still ends the process. A flag, not SIG_DFL, because a
+    # fit's Lightning re-installs the handler it found when it tears down.
+    if not _TERMINATING:
+        _TERMINATING.append(True)
+        raise _Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,3 +191,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("error: terminated", file=sys.stderr)
         return TERMINATED_EXIT
+    finally:
+        _TERMINATING.clear()

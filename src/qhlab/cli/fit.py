@@ -58,6 +58,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint-every",
         dest="segment_checkpoint_every",
+        metavar="CHECKPOINT_EVERY",
         type=int,
         default=None,
         help="updates between write-once segment checkpoints (default: budget/4)",

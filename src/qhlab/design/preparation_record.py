@@ -265,8 +265,17 @@ def recorded_fit(where: str, attempt: Path, fit: dict, label: str) -> tuple[FitR
     the record binds (``fit["fit_receipt_sha256"]``, ``fit["evaluation_receipt_sha256"]``).
 
     Args:
-        where: the record, for messages. attempt: the fit's directory. fit: the record's entry.
+        where: the record, for messages.
+        attempt: the fit's directory.
+        fit: the record's entry of the fit.
         label: the fit, for messages (e.g. ``"trial 3 fit fits/t0002-s2"``).
+
+    Returns:
+        (its ``FitReceipt``, its ``EvaluationReceipt``), both authenticated.
+
+    Raises:
+        MissingEvidenceError: a receipt is absent.
+        DigestMismatchError: a receipt is not the one the record binds.
     """
     for name, key in ((FIT_RECEIPT, "fit_receipt_sha256"), (EVALUATION_RECEIPT, "evaluation_receipt_sha256")):
         if not (attempt / name).is_file():
@@ -289,8 +298,11 @@ def publish_with_receipt(
     binds the record and the config's copy and holds ``body`` with the record's name and config digest.
 
     Args:
-        directory: the tool's directory. record: the record. record_file: its file name.
-        receipt: (the receipt's kind, its file name). body: the kind's own body fields.
+        directory: the tool's directory.
+        record: the record.
+        record_file: its file name.
+        receipt: (the receipt's kind, its file name).
+        body: the kind's own body fields.
     """
     publish_json(directory / record_file, record)
     write_receipt(

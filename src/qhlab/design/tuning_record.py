@@ -450,7 +450,6 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
         )
 
 
-# A fit receipt's recipe holds the lane's backend fields too; a trial's recipe does not set them.
 def _trial_recipe(record: dict, trial: dict, seed: int) -> dict:
     """The recipe a trial's fit of ``seed`` must have run: the record's base recipe with the
     trial's parameters set (``tuning_config.trial_recipe``, from what the record binds)."""

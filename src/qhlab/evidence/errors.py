@@ -107,8 +107,21 @@ def invalid_fields(source: str, problems: list[str], hint: str) -> QhInputError:
 def require_instance(
     call: str, field: str, value: Any, types: type | tuple[type, ...], *, hint: str, allowed: str | None = None
 ) -> Any:
-    """``value`` when it is an instance of ``types``; else the refusal naming its type (``allowed``
-    defaults to the types' names)."""
+    """``value`` when it is an instance of ``types``; else the refusal naming its type.
+
+    Args:
+        call, field: the refusing call and its argument.
+        value: what was passed.
+        types: the accepted class or classes.
+        hint: what to do next.
+        allowed: what the refusal says is allowed (default: the classes' names, joined by "or").
+
+    Returns:
+        ``value`` itself.
+
+    Raises:
+        QhInputError: ``value`` is of another type.
+    """
     if not isinstance(value, types):
         names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
         raise input_error(call, field, type(value).__name__, allowed or names, hint)

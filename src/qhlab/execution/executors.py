@@ -22,11 +22,11 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -54,8 +54,6 @@ _HINT = (
 # Long enough for a cluster across a data centre, short enough that a typo fails at once
 # (ray.init itself retries an unreachable GCS for minutes).
 _CONNECT_TIMEOUT_S = 5.0
-# How long a stopped pool's workers have to end after SIGTERM before they are killed.
-_STOP_GRACE_SECONDS = 10.0
 _GCS_PROBE_TIMEOUT_S = 20.0
 # Run in a child process so that a hung GCS client can be killed; prints the cluster id.
 _GCS_PROBE = (
@@ -378,6 +376,9 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
         # "local": a new Ray for this process, never one that `ray start` left on this machine.
         address = "local"
         options.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False)
+    # ray.init replaces the SIGTERM handler with sys.exit; the caller's (the CLI unwinds a
+    # terminated command through it) is put back.
+    sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     try:
         ray.init(address=address, **options)
     except Exception as exc:  # noqa: BLE001 - whatever ray.init raises is one refusal
@@ -398,6 +399,9 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
             "the address of a running Ray cluster",
             f"ray.init failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); " + _HINT,
         ) from None
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     if address == "local":
         # The Ray started here must die with this process, however it dies (``reaper``).
         node = ray._private.worker._global_node
@@ -436,22 +440,22 @@ def _take_environment(environ: dict[str, str], initializer: Callable[..., None] 
         initializer(*initargs)
 
 
-def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor, grace: float = _STOP_GRACE_SECONDS) -> None:
-    """SIGTERM every worker of ``pool``, then SIGKILL those still running after ``grace`` seconds.
+def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now: kill every worker. The ``pool.shutdown(wait=True, cancel_futures=True)``
+    that follows then fails or cancels every job that had not finished. A killed worker's fit
+    leaves a crashed attempt, as any kill does, which the next run resumes from its last
+    checkpoint. A gentler SIGTERM is not enough: Lightning turns it into an exception inside a
+    fit, which the pool's worker loop catches as the job's result before taking the next job.
 
-    A worker in a fit stops at its next batch (Lightning turns SIGTERM into an exception there,
-    leaving a crashed attempt that the next run resumes); any other worker ends at once.
+    Args:
+        pool: an open process pool (its workers still registered: not shut down yet).
     """
     # Private but stable since Python 3.2; 3.14's public ``terminate_workers`` reads the same map.
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for process in processes:
-        process.terminate()
-    deadline = time.monotonic() + grace
+        process.kill()
     for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
+        process.join()
 
 
 @contextmanager

@@ -57,7 +57,10 @@ class JobRunner:
             raise ValueError(f"JobRunner: workers={workers!r} is not allowed; allowed: an int >= 1")
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
-            raise ValueError(f"JobRunner: {unknown} is not allowed; allowed: {sorted(_OPTIONS)}")
+            raise ValueError(
+                f"JobRunner: {unknown} is not allowed; allowed: {sorted(_OPTIONS)}. HINT: they are "
+                "open_executor's keyword arguments."
+            )
         self.choice = choice
         self.workers = workers
         self._options = {"call": call, **options}
@@ -69,13 +72,17 @@ class JobRunner:
     def __enter__(self) -> JobRunner:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, *exc: Any) -> None:
+        # The exception goes on to the executor: an interrupted or terminated command stops its
+        # pool's workers (``open_executor``) instead of waiting for their jobs.
+        try:
+            self._stack.__exit__(*exc)
+        finally:
+            self._executor, self._opened, self._relay = None, False, None
 
     def close(self) -> None:
-        """Shut the executor down (a local pool's workers finish their job first)."""
-        self._stack.close()
-        self._executor, self._opened, self._relay = None, False, None
+        """Shut the executor down after its jobs (a local pool's workers finish their job first)."""
+        self.__exit__(None, None, None)
 
     @property
     def kind(self) -> str:

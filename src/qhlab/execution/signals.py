@@ -21,6 +21,10 @@ def handling(signum: int, handler: Callable[[int, Any], None]) -> Iterator[None]
 
     Only the main thread can install a handler: in any other (a Ray worker's, a test runner's)
     nothing changes.
+
+    Args:
+        signum: the signal (e.g. ``signal.SIGTERM``).
+        handler: called as ``handler(signum, frame)`` in the main thread when the signal arrives.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -29,4 +33,5 @@ def handling(signum: int, handler: Callable[[int, Any], None]) -> Iterator[None]
     try:
         yield
     finally:
-        signal.signal(signum, previous)
+        # None: a handler installed outside Python, which cannot be put back; the default can.
+        signal.signal(signum, signal.SIG_DFL if previous is None else previous)

@@ -23,8 +23,17 @@ __all__ = ["Population", "load_population"]
 
 @dataclass(frozen=True, eq=False)
 class Population(PopulationFields[torch.Tensor]):
-    """A loaded, authenticated population as tensors (the fields of ``PopulationFields``): features,
-    rewards and labels in float32, identities in int64, masks in bool."""
+    """A loaded, authenticated population as tensors: the tensor contract that training and
+    evaluation read.
+
+    Attributes:
+        manifest, path, digest, split, horizon, num_candidates, name: as ``PopulationFields``.
+        objects, goal, candidates, reward, q: float32 tensors of ``PopulationFields``' shapes
+            ([S, N, F], [S, G], [S, K, C], [S, K], [S, K, H]).
+        object_mask, candidate_mask, is_chain: bool tensors ([S, N], [S, K], [S]).
+        candidate_object, q_horizons, successor, scene_index, scene_id, state_id, chain_id, step:
+            int64 tensors ([S, K], [S], [S, K], [S], [S], [S], [S], [S]).
+    """
 
 
 # The fields read in float64 and trained in float32 (every value is checked to fit float32 on read).

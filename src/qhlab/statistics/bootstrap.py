@@ -149,10 +149,18 @@ def _scene_array(call: str, field: str, value: Any) -> np.ndarray:
 _NAN_HINT = "a NaN metric means an upstream evaluation failed; fix it there"
 
 
-def finite_values(call: str, field: str, array: np.ndarray) -> np.ndarray:
-    """``array`` (any shape) when every value is finite; else the refusal that points upstream."""
+def finite_values(call: str, field: str, array: np.ndarray, allowed: str = "finite per-scene values") -> np.ndarray:
+    """``array`` when every value is finite; else the refusal that points upstream.
+
+    Args:
+        call, field: the refusing call and its argument. array: float64 [*] values.
+        allowed: what the refusal says is allowed.
+
+    Returns:
+        ``array`` itself.
+    """
     if not np.isfinite(array).all():
-        raise input_error(call, field, "non-finite values", "finite per-scene values", _NAN_HINT)
+        raise input_error(call, field, "non-finite values", allowed, _NAN_HINT)
     return array
 
 
@@ -367,10 +375,10 @@ def scene_mean_interval(
     )
 
 
-def _by_seed(call: str, field: str, value: Any, values: str) -> None:
+def _by_seed(call: str, field: str, value: Any, values: str, hint: str) -> None:
     """Refuse anything but a non-empty dict seed -> ``values``."""
     if not isinstance(value, dict) or not value:
-        raise input_error(call, field, value, f"a non-empty dict seed -> {values}", "one entry per declared seed")
+        raise input_error(call, field, value, f"a non-empty dict seed -> {values}", hint)
 
 
 def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
@@ -387,7 +395,7 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
         float64 [n_scenes].
     """
     call = "pooled_seed_values"
-    _by_seed(call, "per_scene_by_seed", per_scene_by_seed, "[n_scenes] values")
+    _by_seed(call, "per_scene_by_seed", per_scene_by_seed, "[n_scenes] values", "one entry per declared seed")
     arrays = [
         _scene_array(call, f"per_scene_by_seed[{seed}]", values) for seed, values in sorted(per_scene_by_seed.items())
     ]
@@ -559,7 +567,7 @@ def seed_disagreement(decisions_by_seed: dict[int, bool]) -> bool:
         True iff at least two seeds disagree.
     """
     call = "seed_disagreement"
-    _by_seed(call, "decisions_by_seed", decisions_by_seed, "bool")
+    _by_seed(call, "decisions_by_seed", decisions_by_seed, "bool", "pass one decision per declared seed")
     for seed, decision in decisions_by_seed.items():
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise input_error(call, "seed", seed, "an integer seed", "keys are the declared seeds")

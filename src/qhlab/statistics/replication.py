@@ -110,7 +110,7 @@ def _differences(call: str, differences: Any) -> np.ndarray:
             "[n_seeds >= 1, n_scenes >= 2]",
             "one row of per-scene paired differences per training seed, same scenes",
         )
-    return finite_values(call, "differences", array)
+    return finite_values(call, "differences", array, "finite per-scene differences")
 
 
 def _quantile(distribution: str, dof: float, probability: float) -> float:

@@ -194,13 +194,14 @@ def _fit(
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.segments import interrupted_segment
 
+    # Authenticated before anything in the cell changes.
+    validation = frozen.validation_population("run_fit") if rows is None else None
     torch.set_num_threads(frozen.config.torch_threads)
     interrupted = interrupted_segment(cell_dir)
     # A killed attempt may hold the W&B log link its logger made at start: it goes, so the
     # finished study holds no link (`qhlab sign` refuses links).
     for killed in _attempt_directories(cell_dir):
         drop_wandb_links(killed / "wandb")
-    validation = frozen.validation_population("run_fit") if rows is None else None
     result = fit_recipe(
         FitRequest(
             recipe=recipe,

@@ -180,7 +180,7 @@ def _row(name: str, kind: str, state: str, **values: Any) -> dict:
     ``values`` (``_OPTIONAL`` gives those it leaves out)."""
     unknown = sorted(set(values) - set(_OPTIONAL))
     if unknown:
-        raise ValueError(f"_row: {unknown} is not allowed; allowed: {sorted(_OPTIONAL)}")
+        raise ValueError(f"_row: {unknown} is not allowed; allowed: {sorted(_OPTIONAL)}. HINT: add the column first.")
     return {"row": name, "kind": kind, "state": state, **_OPTIONAL, **values}
 
 

@@ -63,7 +63,7 @@ from qhlab.study.terminal import fit_runner
 __all__ = ["Study"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Study:
     """A study directory and the config it is (or will be) frozen from.
 
@@ -80,8 +80,8 @@ class Study:
 
     config_path: Path
     output: Path
-    populations: tuple[str, ...] = ()
-    executor: ExecutorChoice | None = None
+    populations: tuple[str, ...] = field(default=(), kw_only=True)
+    executor: ExecutorChoice | None = field(default=None, kw_only=True)
     _frozen: FrozenStudy | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,7 +99,7 @@ class Study:
         executor: ExecutorChoice | None = None,
     ) -> Study:
         """The study at ``output`` made from ``config_path`` (nothing is read or written yet)."""
-        return cls(config_path, output, populations, executor)
+        return cls(config_path, output, populations=populations, executor=executor)
 
     @classmethod
     def existing(

@@ -44,7 +44,9 @@ def assert_device_tensors(module: torch.nn.Module, device_type: str, *, gradient
         QhError: one error listing every offender by qualified name with dtype and device.
     """
     call = "assert_device_tensors"
-    require_instance(call, "module", module, torch.nn.Module, hint="pass the LightningModule.")
+    require_instance(
+        call, "module", module, torch.nn.Module, allowed="torch.nn.Module", hint="pass the LightningModule."
+    )
     if device_type not in ACCELERATORS:
         raise input_error(call, "device_type", device_type, ", ".join(ACCELERATORS), "pass profile.device_type.")
     if not isinstance(gradients, bool):

@@ -111,7 +111,12 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
     path = _check_state_path(call, path)
     json_path = structure_path(path)
     require_instance(
-        call, "tensors", tensors, Mapping, allowed="a dict name -> torch.Tensor", hint="pass module.state_dict()."
+        call,
+        "tensors",
+        tensors,
+        Mapping,
+        allowed="a dict name -> torch.Tensor",
+        hint="pass module.state_dict() or an explicit dict.",
     )
     require_instance(
         call,
@@ -132,7 +137,7 @@ def save_tensor_state(path: Path, tensors: dict[str, torch.Tensor], structure: d
             tensor,
             torch.Tensor,
             allowed="torch.Tensor",
-            hint="convert with torch.tensor(...).",
+            hint="convert numbers with torch.tensor(...).",
         )
         # A private contiguous CPU copy: safetensors refuses views sharing one storage.
         cpu_tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
