@@ -70,7 +70,8 @@ def label_refusal(call: str, where: Path, what: str) -> EvidenceError:
     """The refusal of a population whose labels or their arrays are wrong: where, and what."""
     return EvidenceError(
         f"{call}: {where}: {what}. HINT: a population's labels are exact physics; regenerate it with "
-        "`qhlab scenes generate` instead of editing it."
+        "`qhlab scenes generate` instead of editing it (a cached one: delete its directory and the next "
+        "run makes it again; environment code that changed without a new version is refused this way too)."
     )
 
 
