@@ -513,3 +513,22 @@ def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(
             assert (local / "recipe.toml").read_bytes() == (remote / "recipe.toml").read_bytes()
         with contextlib.redirect_stdout(buffer):
             assert main(["verify", str(remote)]) == 0
+
+
+def test_a_ray_started_here_keeps_the_callers_sigterm_handler(monkeypatch) -> None:
+    # ray.init installs a SIGTERM handler of its own (sys.exit): the CLI's, which unwinds a
+    # terminated command and stops its workers, must survive the connection.
+    from qhlab.execution import ExecutorChoice
+    from qhlab.execution.executors import open_executor
+    from qhlab.execution.signals import handling
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def ours(signum, frame) -> None:
+        raise AssertionError("not delivered in this test")
+
+    with handling(signal.SIGTERM, ours):
+        with open_executor(ExecutorChoice("ray"), 1, call="test") as pool:
+            assert pool.submit(os.getpid).result() != os.getpid()
+            assert signal.getsignal(signal.SIGTERM) is ours
+        assert signal.getsignal(signal.SIGTERM) is ours
