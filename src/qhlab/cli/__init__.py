@@ -116,15 +116,16 @@ class _Terminated(BaseException):
     stopped, its locks released and its staged files removed, as after Ctrl-C."""
 
 
-_TERMINATING: list[bool] = []
+_terminating = False
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
     # Once: a later SIGTERM would break the unwinding it started (stopping workers, releasing
     # locks), so it is ignored; SIGKILL still ends the process. A flag, not SIG_DFL, because a
     # fit's Lightning re-installs the handler it found when it tears down.
-    if not _TERMINATING:
-        _TERMINATING.append(True)
+    global _terminating
+    if not _terminating:
+        _terminating = True
         raise _Terminated
 
 
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         process, 130 interrupted (Ctrl-C), 141 stdout closed by its reader (quiet, as a program
         ended by SIGPIPE), 143 terminated (SIGTERM; its pool workers are stopped first).
     """
+    global _terminating
     argv = list(sys.argv[1:] if argv is None else argv)
     # --verbose may stand anywhere (before or after the command words).
     verbose = "--verbose" in argv
@@ -192,4 +194,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: terminated", file=sys.stderr)
         return TERMINATED_EXIT
     finally:
-        _TERMINATING.clear()
+        _terminating = False
