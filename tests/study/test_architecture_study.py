@@ -422,16 +422,13 @@ def test_report_shows_every_arm_and_seed(finished_study):
     for r in report["retention"]:
         for decision in r["per_seed"].values():
             assert decision["retained"] == (decision["d_reg"]["estimate"] <= 0 and decision["d_mae"]["estimate"] <= 0)
-            # 3 validation scenes < 30: nothing is robust, and the decision says why.
-            assert decision["label"] == "inconclusive" and decision["n_scenes"] == 3
-            assert decision["label_reason"].startswith("fewer than 30 validation scenes (n_scenes=3)")
+            # 3 validation scenes < 30: no seed decides, and the reading says why.
+            assert decision["decision"] == "undecided" and decision["n_scenes"] == 3
+            assert decision["reason"].startswith("fewer than 30 validation scenes (n_scenes=3)")
         assert r["seeds_disagree"] == (len({d["retained"] for d in r["per_seed"].values()}) > 1)
     assert report["n_scenes"] == 3 and report["horizon"] == 2
     # One plain sentence near the top (before the first table) says so.
-    sentence = (
-        "There are fewer than 30 validation scenes (3), so no retention decision is labelled "
-        "robust: every decision below is inconclusive."
-    )
+    sentence = "There are fewer than 30 validation scenes (3), so no seed's reading decides: every seed reads undecided."
     assert sentence in text and text.index(sentence) < text.index("## Every arm and seed")
 
 
@@ -454,9 +451,15 @@ def test_the_report_answers_first_in_words_that_cannot_contradict(finished_study
         assert pooled["estimate"] == pytest.approx(expected, abs=1e-12)
         assert pooled["low"] <= pooled["estimate"] <= pooled["high"]
         assert f"`{q['variant']}` against `baseline`: regret_{h} {pooled['estimate']:+.4f} m" in answer["text"]
-        # Three scenes can confirm nothing: the rule's point verdict never reads as a decision.
-        assert answer["decision"] == "undecided" and "only 3 validation scenes" in answer["why"]
-        assert f"- {answer['text']}" in text.split("## How the rule read each seed")[0]
+        # Three scenes can confirm nothing: the rule's point reading never reads as a decision.
+        assert answer["decision"] == "undecided" and "fewer than 30 validation scenes" in answer["why"]
+        assert f"- {answer['text']}" in text.split("## How each seed reads the rule")[0]
+        # No pilot: the answer says that two seeds alone cannot decide, and what would.
+        assert "two seeds alone cannot decide" in answer["why"] and "`qhlab pilot`" in answer["why"]
+        # How often it wins a scene, in [0, 1], with its scene interval.
+        wins = answer["probability_of_improvement"]["regret"]
+        assert 0.0 <= wins["low"] <= wins["estimate"] <= wins["high"] <= 1.0
+        assert len(q["regret_profile"]) == report["n_scenes"] and q["regret_profile"] == sorted(q["regret_profile"])
     # No Python value leaks into the report's text.
     for leak in ("None", "True", "False", "{'", "nan"):
         assert leak not in text, leak

@@ -16,12 +16,12 @@ import pytest
 
 from qhlab.cli import main
 from qhlab.evidence import canonical_json, sha256_file
-from qhlab.statistics.replication import pooled_difference, seed_effect_sd
-from qhlab.statistics.variance import draw_effect_dof, draw_effect_sd
+from qhlab.statistics.replication import pooled_difference
+from qhlab.statistics.variance import FitNoise, fit_noise, study_noise_terms
 from record_forgery import reseal, reshaped_copy
 
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
-# Three arms keep the pilot small: 3 arms x 2 seeds on TRAIN 7, and x 2 seeds on TRAIN 11 and 12.
+# Three arms keep the pilot small: 3 arms x seeds 2, 3 on TRAIN 7, 4, 5 on TRAIN 11 and 6, 7 on TRAIN 12.
 _ARMS = """[[experiment.arms]]
 arm = "control_global_readout"
 role = "control"
@@ -35,6 +35,7 @@ _PILOT = """name = "tiny-pilot"
 study = "study.toml"
 seeds = [2, 3]
 train_draws = [11, 12]
+draw_seeds = [[4, 5], [6, 7]]
 workers = 1
 population_cache = "{cache}"
 
@@ -95,7 +96,11 @@ def _reseal(directory: Path, *, body: bool = True) -> None:
     record = json.loads((directory / "pilot.json").read_text())
 
     def variance(document: dict) -> None:
-        document.update({key: record[key] for key in ("seed_variance", "train_draw")})
+        document.update(
+            fits=len(record["fits"]),
+            draws=len(record["layout"]),
+            components=len(record["comparisons"]) + len(record["margins"]),
+        )
 
     reseal(directory / "pilot.receipt.json", variance if body else None)
 
@@ -108,87 +113,66 @@ def _fits(directory: Path) -> list:
 # ----------------------------------------------------------------- the arithmetic, pure
 
 
-def test_the_draw_effect_is_recovered_and_clamped_at_zero():
+def _nested(rng, draws: int, seeds: int, omega: float, tau: float, scenes: int = 60, sigma: float = 0.02):
+    """[draws * seeds, scenes] fit values of a nested design, and each fit's draw."""
+    w = np.repeat(rng.normal(0.0, omega, draws), seeds)
+    u = rng.normal(0.0, tau, draws * seeds)
+    v = rng.normal(0.0, 0.01, scenes)
+    values = (w + u)[:, None] + v[None, :] + rng.normal(0.0, sigma, (draws * seeds, scenes))
+    return values, [d for d in range(draws) for _ in range(seeds)]
+
+
+def test_fit_noise_estimates_each_component_without_bias_and_without_clamping():
     rng = np.random.default_rng(0)
-    draws, seeds, scenes, omega, tau = 400, 3, 50, 0.01, 0.004
-    table = (
-        rng.normal(0, omega, (draws, 1, 1))
-        + rng.normal(0, tau, (draws, seeds, 1))
-        + rng.normal(0, 0.02, (draws, seeds, scenes))
-    )
-    assert draw_effect_sd(table) == pytest.approx(omega, rel=0.15)
-    # Without a draw effect the estimate is near 0; a negative moment estimate is clamped to 0.
-    without = rng.normal(0, tau, (draws, seeds, 1)) + rng.normal(0, 0.02, (draws, seeds, scenes))
-    assert draw_effect_sd(without) < 0.003
-    assert draw_effect_sd(np.array([[[0.0], [1.0]], [[0.0], [1.0]]])) == 0.0
-    for bad in (np.zeros((1, 2, 3)), np.zeros((2, 1, 3)), np.zeros((2, 3))):
-        with pytest.raises(ValueError, match=r"table.shape=.*allowed: \[draws >= 2, seeds >= 2, scenes >= 1\]"):
-            draw_effect_sd(bad)
+    omega, tau, sigma, scenes = 0.004, 0.003, 0.02, 60
+    found = [fit_noise(*_nested(rng, 5, 3, omega, tau, scenes, sigma)) for _ in range(2000)]
+    assert np.mean([f.draw_variance for f in found]) == pytest.approx(omega**2, rel=0.08)
+    assert np.mean([f.seed_variance for f in found]) == pytest.approx(tau**2, rel=0.06)
+    assert np.mean([f.residual for f in found]) == pytest.approx(sigma**2, rel=0.01)
+    # With no seed or draw effect the estimates straddle 0: negative ones are kept (a clamp would bias).
+    nothing = [fit_noise(*_nested(rng, 5, 3, 0.0, 0.0, scenes, sigma)) for _ in range(400)]
+    assert min(f.seed_variance for f in nothing) < 0 < max(f.seed_variance for f in nothing)
+    assert abs(np.mean([f.seed_variance for f in nothing])) < 0.2 * sigma**2 / scenes
+    one = nothing[0]
+    assert (one.fits, one.draws, one.n_scenes, one.dof_within, one.dof_between, one.n0) == (15, 5, 60, 10, 4, 3.0)
+    assert one.as_dict()["tau"] == max(0.0, one.seed_variance) ** 0.5
+    assert FitNoise.from_dict(one.as_dict()) == one
 
 
-def test_a_pilots_draw_component_widens_the_pooled_interval_undivided():
-    d = np.random.default_rng(1).normal(0.01, 0.02, (2, 40))
-    seed_only = pooled_difference(d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5)
-    with_draw = pooled_difference(
-        d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5, draw_sd=0.004, draw_sd_dof=2
-    )
-    assert seed_only.sources == ("scenes", "training seed") and seed_only.draw_sd is None
-    assert with_draw.sources == ("scenes", "training seed", "TRAIN draw") and with_draw.draw_sd == 0.004
-    assert with_draw.se == pytest.approx(np.sqrt(seed_only.se**2 + 0.004**2))
-    assert with_draw.high - with_draw.low > seed_only.high - seed_only.low and with_draw.mde > seed_only.mde
-    with pytest.raises(Exception, match="draw_sd"):
-        pooled_difference(d, draw_sd=0.004, draw_sd_dof=2)  # a draw term needs the pilot's seed term
-    with pytest.raises(Exception, match="draw_sd/draw_sd_dof"):
-        pooled_difference(d, seed_sd=0.003, seed_sd_source="pilot p", seed_sd_dof=5, draw_sd=0.004)
+def test_fit_noise_refuses_what_it_cannot_estimate():
+    values, draws = _nested(np.random.default_rng(1), 3, 2, 0.0, 0.0)
+    with pytest.raises(ValueError, match=r"draws \[2\] have one fit"):
+        fit_noise(values[:5], draws[:5])
+    with pytest.raises(ValueError, match=r"values.shape=\(6, 60\) with 5 draws"):
+        fit_noise(values, draws[:5])
+    bad = values.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        fit_noise(bad, draws)
 
 
-def _simulated_study(rng, delta: float, tau: float, omega: float, seeds, draw: float | None = None):
-    """[len(seeds), 120] paired differences on one TRAIN draw: delta + w + u_s + (wu)_ds + v_i + e.
-
-    ``seeds`` are the seeds' own effects u_s, shared by every draw they are fitted on (a seed's
-    initial weights); (wu)_ds, as large, is what a seed does on this draw alone (its batches)."""
-    w = rng.normal(0.0, omega) if draw is None else draw
-    u = np.asarray(seeds, dtype=np.float64)[:, None] + rng.normal(0.0, tau / np.sqrt(2), (len(seeds), 1))
-    return delta + w + u + rng.normal(0.0, 0.012, (1, 120)) + rng.normal(0.0, 0.010, (len(seeds), 120))
-
-
-def _coverage(draws: int, tau: float, omega: float, rng, n: int = 600) -> dict[str, float]:
-    """How often the pooled interval covers delta, with and without the pilot's draw term; each
-    simulated study has its own simulated pilot: 6 seeds on one draw, and 2 of them on each of
-    ``draws`` (the same two seeds on every draw, as ``qhlab pilot`` fits them)."""
-    delta, covered = 0.002, {"draw": 0, "seed only": 0}
-    for _ in range(n):
-        d = _simulated_study(rng, delta, tau, omega, rng.normal(0.0, tau / np.sqrt(2), 2))
-        w = rng.normal(0.0, omega, draws)
-        own = rng.normal(0.0, tau / np.sqrt(2), 6)
-        main_fits = _simulated_study(rng, 0.0, tau, omega, own, draw=w[0])
-        table = np.stack([main_fits[:2], *(_simulated_study(rng, 0.0, tau, omega, own[:2], draw=x) for x in w[1:])])
-        pilot = {"seed_sd": seed_effect_sd(main_fits), "seed_sd_source": "simulated pilot", "seed_sd_dof": 5}
-        with_draw = pooled_difference(d, **pilot, draw_sd=draw_effect_sd(table), draw_sd_dof=draw_effect_dof(table))
-        seed_only = pooled_difference(d, **pilot)
-        covered["draw"] += with_draw.low <= delta <= with_draw.high
-        covered["seed only"] += seed_only.low <= delta <= seed_only.high
-    return {k: v / n for k, v in covered.items()}
-
-
-# In 3000 simulated studies a setting, the draw term's intervals covered 0.947-0.965 from 5 draws
-# and 0.930-0.966 from 3 (docs/concepts/statistics.md).
-BOUND_FIVE, BOUND_THREE = 0.925, 0.91
-
-
-def test_the_draw_term_restores_coverage_that_seed_only_intervals_lose():
-    # Every seed of a study shares one TRAIN draw, so a draw effect omega shifts all of them: an
-    # interval that carries only scenes and seeds covers far less than 95% once omega matters.
-    # The figures of 3000 simulated studies a setting are on the statistics page; 600 here, so
-    # the bounds leave about two standard errors.
-    rng = np.random.default_rng(20261204)
-    for tau, omega in ((0.003, 0.0), (0.003, 0.004), (0.003, 0.01), (0.001, 0.003)):
-        five, three = _coverage(5, tau, omega, rng), _coverage(3, tau, omega, rng)
-        assert five["draw"] >= BOUND_FIVE and three["draw"] >= BOUND_THREE, (tau, omega, five, three)
-        if omega >= 0.003:
-            assert five["seed only"] <= 0.8 and three["seed only"] <= 0.8, (tau, omega, five, three)
-        else:
-            assert five["seed only"] >= 0.91, (tau, omega, five)  # nothing to carry: both cover
+def test_the_studys_variance_adds_this_comparisons_terms_to_its_scene_variance():
+    rng = np.random.default_rng(2)
+    noise = fit_noise(*_nested(rng, 4, 3, 0.004, 0.003))
+    terms = study_noise_terms(noise, 2)
+    assert [name for name, _, _ in terms] == ["between draws", "within draws", "residual"]
+    # G = omega^2 + tau^2 / 2, term by term.
+    g = sum(value for _, value, _ in terms)
+    assert g == pytest.approx(noise.draw_variance + noise.seed_variance / 2)
+    study = rng.normal(0.01, 0.02, (2, 80))
+    pooled = pooled_difference(study, noise=noise, noise_source="pilot p")
+    assert pooled.sources == ("scenes", "training seed", "TRAIN draw")
+    assert pooled.se == pytest.approx(max(pooled.scene_se**2 + g, pooled.scene_se**2 / 2) ** 0.5)
+    assert pooled.dof < 79 and pooled.distribution.startswith("t(") and pooled.seed_sd_source == "pilot: pilot p"
+    # One TRAIN draw: the seed term only, and the interval says it does not carry the draw.
+    single = fit_noise(*_nested(rng, 1, 4, 0.0, 0.003))
+    one_draw = pooled_difference(study, noise=single, noise_source="pilot q")
+    assert one_draw.sources == ("scenes", "training seed") and one_draw.draw_sd is None
+    assert [name for name, _, _ in study_noise_terms(single, 2)] == ["within draws", "residual"]
+    with pytest.raises(Exception, match="noise_source"):
+        pooled_difference(study, noise=noise)
+    with pytest.raises(Exception, match="seed_sd"):
+        pooled_difference(study, noise=noise, noise_source="p", seed_sd=0.001, seed_sd_source="t", seed_sd_dof=3)
 
 
 # ----------------------------------------------------------------- refusals
@@ -199,9 +183,16 @@ def test_the_draw_term_restores_coverage_that_seed_only_intervals_lose():
     [
         ({"seeds = [2, 3]": "seeds = [0, 3]"}, "seeds", "seeds the study does not use"),
         ({"seed = 9": "seed = 8"}, "validation", "a tuning population the study never scores on"),
-        ({"train_draws = [11, 12]": "train_draws = [11]"}, "train_draws", "none, or two or more"),
+        (
+            {"train_draws = [11, 12]\ndraw_seeds = [[4, 5], [6, 7]]": "train_draws = [11]\ndraw_seeds = [[4, 5]]"},
+            "train_draws",
+            "none, or two or more",
+        ),
         ({"train_draws = [11, 12]": "train_draws = [7, 12]"}, "train_draws", "other TRAIN seeds of the preset"),
-        ({"workers = 1": "workers = 1\ndraw_seeds = [2, 5]"}, "draw_seeds", "two or more of seeds"),
+        ({"[[4, 5], [6, 7]]": "[[4, 5]]"}, "draw_seeds", "one list of seeds per TRAIN draw"),
+        ({"[[4, 5], [6, 7]]": "[[4, 5], [6]]"}, "draw_seeds", "two or more seeds"),
+        ({"[[4, 5], [6, 7]]": "[[4, 5], [3, 7]]"}, "seeds and draw_seeds", "distinct integers"),
+        ({"[[4, 5], [6, 7]]": "[[4, 5], [1, 7]]"}, "seeds", "seeds the study does not use"),
         ({"workers = 1": 'workers = 1\naccelerator = "cpu"'}, "accelerator", "Extra inputs are not permitted"),
     ],
 )
@@ -254,26 +245,31 @@ def reference(tmp_path_factory, cache) -> Path:
     return root / "out"
 
 
+_LAYOUT = [(7, [2, 3]), (11, [4, 5]), (12, [6, 7])]
+
+
 @pytest.mark.slow
 def test_the_record_holds_the_design_and_its_components_recompute(reference):
     from qhlab.design.pilot_record import check_record, components_of
 
     record = json.loads((reference / "pilot.json").read_text())
-    # 3 arms x seeds [2, 3] on TRAIN 7, and 3 arms x draw seeds [2, 3] on TRAIN 11 and 12.
-    assert len(record["fits"]) == 18 and record["draws"] == [7, 11, 12] and record["draw_seeds"] == [2, 3]
+    # 3 arms x seeds 2, 3 on TRAIN 7, 4, 5 on TRAIN 11 and 6, 7 on TRAIN 12: each seed on one draw.
+    assert len(record["fits"]) == 18
+    assert record["layout"] == [{"draw": d, "seeds": s} for d, s in _LAYOUT]
     assert [(c["arm"], c["against"]) for c in record["comparisons"]] == [
         ("baseline", "control_global_readout"),
         ("variant_cross_attention", "control_global_readout"),
         ("variant_cross_attention", "baseline"),
     ]
-    assert record["seed_variance"]["seeds"] == 2 and record["train_draw"]["draws"] == 3
-    every = record["comparisons"] + record["margins"]
-    assert record["seed_variance"]["regret"] == max(c["tau"]["regret"] for c in every)
-    assert record["train_draw"]["mae"] == max(c["draw_sd"]["mae"] for c in every)
-    again = components_of(
-        record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12], draw_seeds=[2, 3]
-    )
-    assert again["comparisons"] == record["comparisons"] and again["train_draw"] == record["train_draw"]
+    noise = record["comparisons"][0]["noise"]["regret"]
+    assert (noise["fits"], noise["draws"], noise["dof_within"], noise["dof_between"]) == (6, 3, 3, 2)
+    # Each comparison's components are its own: from its arms' fits alone, not a maximum over rows.
+    values = {(f["arm"], f["draw"], f["seed"]): np.asarray(f["regret"]) for f in record["fits"]}
+    fits = [(d, s) for d, seeds in _LAYOUT for s in seeds]
+    table = np.stack([values[("baseline", d, s)] - values[("control_global_readout", d, s)] for d, s in fits])
+    assert fit_noise(table, [d for d, _ in fits]).as_dict() == pytest.approx(noise)
+    again = components_of(record["design"], record["fits"], layout=_LAYOUT)
+    assert again["comparisons"] == record["comparisons"] and again["margins"] == record["margins"]
     assert check_record(reference) == {"fits": 18, "comparisons": 4, "fits_recomputed": 18, "fits_absent": 0}
     # A finished directory is re-read, not refitted.
     assert main(["pilot", str(reference.parent / "c" / "pilot.toml"), "--output", str(reference)]) == 0
@@ -301,20 +297,20 @@ def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, refer
     assert main(["pilot", str(config), "--output", str(output)]) == 0
     assert _fits(output) == _fits(reference)
     assert (
-        json.loads((output / "pilot.json").read_text())["seed_variance"]
-        == json.loads((reference / "pilot.json").read_text())["seed_variance"]
+        json.loads((output / "pilot.json").read_text())["comparisons"]
+        == json.loads((reference / "pilot.json").read_text())["comparisons"]
     )
 
 
 @pytest.mark.slow
 def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, capsys):
     assert main(["verify", str(reference)]) == 0
-    assert "4 comparisons' and margins' variance components" in capsys.readouterr().out
-    # An edited tau, resealed: the fits' per-scene values give another one.
+    assert "4 comparisons' and margins' fit-noise components" in capsys.readouterr().out
+    # An edited mean square, resealed: the fits' per-scene values give another one.
     edited = tmp_path / "edited"
     shutil.copytree(reference, edited)
     record = json.loads((edited / "pilot.json").read_text())
-    record["comparisons"][0]["tau"]["regret"] += 0.01  # tau may be 0 (clamped): an added 1 cm is an edit
+    record["comparisons"][0]["noise"]["regret"]["ms_within"] /= 10
     (edited / "pilot.json").write_bytes(canonical_json(record))
     _reseal(edited)
     assert main(["verify", str(edited)]) == 2
@@ -326,9 +322,7 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     shutil.copytree(reference, forged)
     record = json.loads((forged / "pilot.json").read_text())
     record["fits"][0]["regret"] = [0.0 for _ in record["fits"][0]["regret"]]
-    record.update(
-        components_of(record["design"], record["fits"], main_draw=7, seeds=[2, 3], draws=[7, 11, 12], draw_seeds=[2, 3])
-    )
+    record.update(components_of(record["design"], record["fits"], layout=_LAYOUT))
     (forged / "pilot.json").write_bytes(canonical_json(record))
     _reseal(forged)
     assert main(["verify", str(forged)]) == 2
@@ -343,7 +337,7 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
         (_study(tmp_path / "a", cache, pilot=reference, validation_seed=9), "the pilot's validation population"),
         # Another design: the pilot's fits do not measure this study's cells.
         (_study(tmp_path / "b", cache, pilot=reference, broad_updates=40), "it differs in broad_updates, recipes"),
-        # A typed [seed_variance] that disagrees with the record.
+        # A typed [seed_variance] beside the record.
         (
             _study(
                 tmp_path / "c",
@@ -351,21 +345,21 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
                 pilot=reference,
                 extra='\n[seed_variance]\nregret = 0.5\nmae = 0.5\nseeds = 2\nsource = "typed"\n',
             ),
-            "the pilot record's values",
+            "no typed [seed_variance] beside a pilot record",
         ),
     ]
     # A study that reports one of the pilot's seeds.
     overlapping = _study(tmp_path / "e", cache, pilot=reference)
     overlapping.write_text(overlapping.read_text().replace("seeds = [0, 1]", "seeds = [1, 2]", 1))
     cases.append((overlapping, "seeds the pilot did not fit (it fitted [2])"))
-    # A pilot whose TRAIN population is of another preset (forged, resealed): another distribution's variance.
-    other = tmp_path / "other-preset"
+    # A pilot whose TRAIN population is of another distribution (its generator forged, resealed).
+    other = tmp_path / "other-generator"
     shutil.copytree(reference, other)
     record = json.loads((other / "pilot.json").read_text())
-    record["populations"]["train"]["preset"] = "demo-train"
+    record["populations"]["train"]["generator_sha256"] = "0" * 64
     (other / "pilot.json").write_bytes(canonical_json(record))
     _reseal(other)
-    cases.append((_study(tmp_path / "f", cache, pilot=other), "train population is of the study's preset 'tiny'"))
+    cases.append((_study(tmp_path / "f", cache, pilot=other), "its train population's generator 000000000000"))
     for config, expected in cases:
         assert main(["study", "freeze", str(config), "--output", str(refused)]) == 2
         err = capsys.readouterr().err
@@ -378,15 +372,15 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     assert pilot["record_sha256"] == sha256_file(reference / "pilot.json")
     report = json.loads((study / "report" / "report.json").read_text())
     assert report["summary"]["pilot_recorded"] is True
-    pooled = report["replication"][0]["pooled"]
     recorded = json.loads((reference / "pilot.json").read_text())
-    assert pooled["sources"] == ["scenes", "training seed", "TRAIN draw"]
-    assert pooled["seed_sd"] == recorded["seed_variance"]["regret"]
-    assert pooled["draw_sd"] == recorded["train_draw"]["regret"]
-    assert (
-        "The seed-pooled intervals below carry: scenes, training seed, TRAIN draw."
-        in (study / "report" / "report.md").read_text()
-    )
+    for row in report["replication"]:
+        # Each comparison carries its own row's components.
+        own = next(c for c in recorded["comparisons"] if (c["arm"], c["against"]) == (row["arm"], row["against"]))
+        pooled = row["pooled"]
+        assert pooled["sources"] == ["scenes", "training seed", "TRAIN draw"]
+        assert pooled["seed_sd"] == own["noise"][row["metric"]]["tau"]
+        assert pooled["draw_sd"] == own["noise"][row["metric"]]["omega"]
+    assert "Each comparison's interval carries its own components" in (study / "report" / "report.md").read_text()
     capsys.readouterr()
     assert main(["verify", str(study)]) == 0
     assert "preparation/pilot: 4 comparisons'" in capsys.readouterr().out
@@ -397,7 +391,7 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     [
         pytest.param(lambda r: r.update(fits={}), id="fits-a-mapping"),
         pytest.param(lambda r: r["fits"][0].pop("arm"), id="a-fit-without-its-arm"),
-        pytest.param(lambda r: r.update(seed_variance="small"), id="the-seed-variance-text"),
+        pytest.param(lambda r: r.update(layout="small"), id="the-layout-text"),
         pytest.param(lambda r: r.update(comparisons=None), id="no-comparisons"),
         pytest.param(lambda r: r["design"].pop("mae_fraction"), id="a-design-without-its-mae-fraction"),
     ],

@@ -483,7 +483,7 @@ def test_tune_pilot_and_e0_check_on_the_cluster_give_the_local_records(
         if command == "pilot":
             return (
                 [(f["arm"], f["seed"], f["regret"], f["final_state_sha256"]) for f in record["fits"]],
-                record["seed_variance"],
+                record["comparisons"],
             )
         return [(o["train_seed"], o["passed"], o["selected"], o["canaries"]) for o in record["outcomes"]]
 

@@ -153,11 +153,10 @@ def test_the_replication_record_holds_both_estimates_z_and_the_agreement(replica
     assert [c["variant"] for c in document["conclusions"]] == ["variant_cross_attention", "variant_deep"]
     for c in document["conclusions"]:
         q = next(q for q in theirs["question"] if q["variant"] == c["variant"])
-        assert c["replica"] == {"decision": q["answer"]["decision"], "verdict": q["verdict"]}
-        assert c["answer_changed"] == (c["original"]["decision"] != c["replica"]["decision"])
-    assert document["changed_conclusions"] == [
-        c["variant"] for c in document["conclusions"] if c["answer_changed"] or c["verdict_changed"]
-    ]
+        assert c["replica"] == q["decision"] == q["answer"]["decision"]
+        assert c["changed"] == (c["original"] != c["replica"])
+        assert c["flipped"] == ({c["original"], c["replica"]} == {"retained", "not retained"})
+    assert document["changed_conclusions"] == [c["variant"] for c in document["conclusions"] if c["changed"]]
     said = " ".join(replication["stdout"].split())
     assert f"finished: 12 comparisons: t-calibrated sum of z^2 {statistic:.2f} on 12 dof" in said
     markdown = (output / "replication.md").read_text()

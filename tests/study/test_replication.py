@@ -16,9 +16,8 @@ from qhlab.statistics.replication import (
     minimum_detectable_effect,
     pooled_difference,
     replication_label,
-    retention_replication,
+    retention_decision,
     seed_effect_sd,
-    study_verdict,
 )
 
 N_SCENES, N_SEEDS = 120, 2
@@ -128,43 +127,33 @@ def test_labels_by_hand() -> None:
         np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]), seed_sd=1.0, seed_sd_source="hand", seed_sd_dof=5
     )
     assert replication_label([(0.001, 0.02), (0.002, 0.03)], wide) == "inconclusive"
-    assert study_verdict({0: True, 1: True}) == "retained"
-    assert study_verdict({0: False, 1: False}) == "rejected"
-    assert study_verdict({0: True, 1: False}) == "not replicated"
 
 
-def test_retention_replication_by_hand() -> None:
-    below = pooled_difference(
-        np.array([[-0.01, -0.012, -0.011], [-0.011, -0.013, -0.012]]),
-        seed_sd=0.0001,
-        seed_sd_source="hand",
-        seed_sd_dof=5,
-        alternative="less",
-    )
-    above = pooled_difference(
-        np.array([[0.01, 0.012, 0.011], [0.011, 0.013, 0.012]]),
-        seed_sd=0.0001,
-        seed_sd_source="hand",
-        seed_sd_dof=5,
-        alternative="greater",
-    )
-    robust_kept = {"retained": True, "label": "robust"}
-    robust_dropped = {"retained": False, "label": "robust"}
-    assert retention_replication([robust_kept, robust_kept], {"D_reg": below, "D_mae": below}) == "replicated"
-    assert retention_replication([robust_dropped, robust_dropped], {"D_reg": above, "D_mae": below}) == "replicated"
-    assert retention_replication([robust_kept, robust_dropped], {"D_reg": below, "D_mae": below}) == "seed-dependent"
-    assert (
-        retention_replication(
-            [robust_kept, {"retained": True, "label": "inconclusive"}], {"D_reg": below, "D_mae": below}
-        )
-        == "inconclusive"
-    )
+def test_the_study_decides_by_both_ends_of_the_pooled_margins() -> None:
+    rows = np.tile([0.010, 0.012, 0.011], (2, 12))
+    hand = dict(seed_sd=0.0001, seed_sd_source="hand", seed_sd_dof=5)
+    below = pooled_difference(-rows, **hand)
+    above = pooled_difference(rows, **hand)
+    around = pooled_difference(rows - 0.011, seed_sd=0.01, seed_sd_source="hand", seed_sd_dof=5)
+    assert below.high < 0 < above.low and around.low < 0 < around.high
+    assert retention_decision(below, below) == ("retained", "both margins' intervals lie at or below 0")
+    assert retention_decision(above, below)[0] == "not retained"
+    assert retention_decision(below, above)[1].startswith("the interval of D_mae lies above 0")
+    assert retention_decision(below, around) == ("undecided", "the interval of D_mae includes 0")
+    assert retention_decision(around, around) == ("undecided", "the interval of D_reg and D_mae includes 0")
+    # A margin above 0 decides even where the other includes 0.
+    assert retention_decision(around, above)[0] == "not retained"
+    # Fewer than 30 scenes never decide, as a seed's reading does not.
+    few = pooled_difference(-rows[:, :20], **hand)
+    assert retention_decision(few, few)[0] == "undecided"
+    with pytest.raises(QhInputError, match="two-sided pooled margins"):
+        retention_decision(pooled_difference(-rows, **hand, alternative="less"), below)
 
 
 def test_bad_input_is_refused() -> None:
     with pytest.raises(QhInputError, match=r"pooled_difference: differences.shape=\(3,\) is not allowed"):
         pooled_difference(np.zeros(3))
-    with pytest.raises(QhInputError, match=r"n_seeds >= 2 without seed_sd"):
+    with pytest.raises(QhInputError, match=r"n_seeds >= 2 without noise or seed_sd"):
         pooled_difference(np.zeros((1, 5)))
     with pytest.raises(QhInputError, match=r"seed_sd_source=None is not allowed"):
         pooled_difference(np.zeros((2, 5)), seed_sd=0.1)
@@ -175,12 +164,13 @@ def test_bad_input_is_refused() -> None:
 
 
 @pytest.mark.slow
-def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study) -> None:
+def test_the_report_carries_replication_labels_decisions_and_mdes(finished_study) -> None:
     import json
 
     from scipy import stats
 
-    from qhlab.statistics.replication import REPLICATION_LABELS, STUDY_VERDICTS
+    from qhlab.statistics.bootstrap import DECISIONS
+    from qhlab.statistics.replication import REPLICATION_LABELS
 
     report_dir = finished_study["output"] / "report"
     report = json.loads((report_dir / "report.json").read_text())
@@ -193,21 +183,34 @@ def test_the_report_carries_replication_labels_verdicts_and_mdes(finished_study)
         assert ({1, -1} <= sides) == (row["label"] == "seed-dependent"), row
         assert row["pooled"]["seed_sd_source"].startswith("study: its own 2 seeds")  # the tiny config has no pilot
     for entry in report["retention"]:
-        assert entry["verdict"] in STUDY_VERDICTS and entry["replication"] in REPLICATION_LABELS
-        retained = {d["retained"] for d in entry["per_seed"].values()}
-        assert entry["verdict"] == (
-            "not replicated" if len(retained) > 1 else "retained" if retained == {True} else "rejected"
+        # One vocabulary: the study's decision and every seed's reading.
+        assert entry["decision"] in DECISIONS
+        assert {d["decision"] for d in entry["per_seed"].values()} <= set(DECISIONS)
+        assert entry["seeds_agree"] == (len({d["decision"] for d in entry["per_seed"].values()}) == 1)
+        margins = entry["pooled_margins"]
+        expected = (
+            "not retained"
+            if any(m["low"] > 0 for m in margins.values())
+            else "retained"
+            if all(m["high"] <= 0 for m in margins.values())
+            else "undecided"
         )
-        # The summary says what the table says (it is built before the relabelling).
-        summary = report["summary"]["retention"][entry["variant"]]["label"]
-        assert summary == {s: d["label"] for s, d in entry["per_seed"].items()}
+        assert entry["decision"] == (expected if report["n_scenes"] >= 30 else "undecided")
+        summary = report["summary"]["retention"][entry["variant"]]["decision"]
+        assert summary == {s: d["decision"] for s, d in entry["per_seed"].items()}
         assert "could not be detected" in entry["sensitivity"] and "two-sided 95%" in entry["sensitivity"]
-        # One MDE definition for the report: a margin's is two-sided at 95% whatever its verdict's side.
-        for margin in entry["pooled_margins"].values():
-            dist = margin["distribution"]
-            dof = float(dist[2:-1]) if dist.startswith("t(") else None
-            q = [stats.t.ppf(p, dof) if dof is not None else stats.norm.ppf(p) for p in (0.975, 0.8)]
+        # One MDE definition for the report: a margin's is that of its two-sided 95% interval.
+        for margin in margins.values():
+            q = [stats.t.ppf(p, margin["dof"]) for p in (0.975, 0.8)]
             assert margin["mde"] == pytest.approx(sum(q) * margin["se"], rel=1e-9)
+            assert margin["alternative"] == "two-sided"
+    question = {q["variant"]: q for q in report["question"]}
+    for entry in report["retention"]:
+        q = question[entry["variant"]]
+        assert q["decision"] == q["answer"]["decision"] == entry["decision"]
+        assert q["per_seed"] == {s: d["decision"] for s, d in entry["per_seed"].items()}
     markdown = (report_dir / "report.md").read_text()
-    assert "## Seed-pooled paired differences" in markdown and "## Study-level retention verdicts" in markdown
-    assert report["summary"]["verdicts"].keys() == {e["variant"] for e in report["retention"]}
+    assert "## Seed-pooled paired differences" in markdown and "## The rule's decision" in markdown
+    for word in ("verdict", "robust", "rejected", "not replicated"):
+        assert word not in markdown.split("## How this study was prepared")[0], word
+    assert report["summary"]["decisions"].keys() == {e["variant"] for e in report["retention"]}

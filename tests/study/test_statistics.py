@@ -12,9 +12,11 @@ from scipy import stats
 from qhlab.design.study_config import BootstrapConfig
 from qhlab.evidence.errors import QhInputError
 from qhlab.statistics.bootstrap import (
-    MIN_SCENES_FOR_ROBUST,
+    DECISIONS,
+    MIN_SCENES_TO_DECIDE,
     paired_scene_bootstrap,
     pooled_seed_values,
+    probability_of_improvement,
     retention_margins,
     scene_mean_interval,
     seed_disagreement,
@@ -126,7 +128,7 @@ def test_bootstrap_settings_are_refused_at_the_boundary(settings, field):
     assert info.value.errors()[0]["loc"] == (field,)
 
 
-def test_retention_margins_by_hand_retained_but_inconclusive():
+def test_retention_margins_by_hand_retained_by_the_point_but_undecided():
     # D_reg per scene: 1-.9*2, 2-.9*4, 3-.9*4, 4-.9*6 = -.8, -1.6, -.6, -1.4 -> mean -1.1.
     # D_mae per scene: .3-.6, .8-.6, .3-.6, .8-.6 = -.3, .2, -.3, .2 -> mean -.05.
     decision = retention_margins(
@@ -144,20 +146,21 @@ def test_retention_margins_by_hand_retained_but_inconclusive():
     assert decision.d_mae.estimate == pytest.approx(-0.05)
     np.testing.assert_allclose(decision.d_mae.per_scene, [-0.3, 0.2, -0.3, 0.2])
     assert decision.retained is True
-    # The one-sided 95% upper bounds are the scipy BCa bounds of the per-scene margins.
-    _, reg_high = _scipy_interval((np.array(decision.d_reg.per_scene),), np.mean, 1, 4000, alternative="less")
-    _, mae_high = _scipy_interval((np.array(decision.d_mae.per_scene),), np.mean, 1, 4000, alternative="less")
+    # The bounds are the ends of the two-sided 95% interval: scipy's one-sided BCa bounds at 97.5%.
+    options = dict(alternative="less", confidence_level=0.975)
+    _, reg_high = _scipy_interval((np.array(decision.d_reg.per_scene),), np.mean, 1, 4000, **options)
+    _, mae_high = _scipy_interval((np.array(decision.d_mae.per_scene),), np.mean, 1, 4000, **options)
     assert decision.d_reg.upper.high == reg_high < 0.0
     assert decision.d_mae.upper.high == mae_high > 0.0
     assert decision.d_reg.confirmed and not decision.d_mae.confirmed
-    assert decision.label == "inconclusive" and decision.n_scenes == 4
-    # Two reasons: only 4 scenes, and D_mae's upper bound is above 0.
-    assert decision.label_reason.startswith("fewer than 30 validation scenes (n_scenes=4)")
-    assert "upper bound of D_mae is not <= 0" in decision.label_reason
+    assert decision.decision == "undecided" and decision.n_scenes == 4
+    # Two reasons: only 4 scenes, and D_mae's interval includes 0.
+    assert decision.reason.startswith("fewer than 30 validation scenes (n_scenes=4)")
+    assert "the interval of D_mae includes 0" in decision.reason
     json.dumps(decision.as_dict(), allow_nan=False)
 
 
-def test_retention_margins_robust_retention_and_robust_rejection():
+def test_retention_margins_retain_and_reject_clear_cases():
     rng = np.random.default_rng(9)
     control = rng.uniform(1.0, 2.0, size=30)
     good = retention_margins(
@@ -170,7 +173,7 @@ def test_retention_margins_robust_retention_and_robust_rejection():
         rng_seed=4,
         n_resamples=3000,
     )
-    assert good.retained and good.label == "robust"
+    assert good.retained and good.decision == "retained" and good.decision in DECISIONS
     assert good.d_reg.upper.high <= 0.0 and good.d_mae.upper.high <= 0.0
     bad = retention_margins(
         2.0 * control,
@@ -182,9 +185,9 @@ def test_retention_margins_robust_retention_and_robust_rejection():
         rng_seed=4,
         n_resamples=3000,
     )
-    assert not bad.retained and bad.label == "robust"
+    assert not bad.retained and bad.decision == "not retained"
     assert bad.d_reg.lower.low > 0.0 and bad.d_mae.lower.low > 0.0
-    # Regret clearly worse but MAE clearly better: rejected, and both signs confirmed.
+    # Regret clearly worse but MAE clearly better: not retained, and both signs confirmed.
     mixed = retention_margins(
         2.0 * control,
         control,
@@ -195,7 +198,8 @@ def test_retention_margins_robust_retention_and_robust_rejection():
         rng_seed=4,
         n_resamples=3000,
     )
-    assert not mixed.retained and mixed.label == "robust"
+    assert not mixed.retained and mixed.decision == "not retained"
+    assert mixed.reason == "the interval of D_reg lies above 0"
 
 
 def test_retention_margins_with_constant_margins_use_the_point_and_say_so():
@@ -211,11 +215,11 @@ def test_retention_margins_with_constant_margins_use_the_point_and_say_so():
     )
     # Both per-scene margins are exactly 0 everywhere: retained (<= 0), bound = 0 <= 0.
     assert decision.d_reg.per_scene == [0.0] * 30
-    assert decision.retained and decision.label == "robust"
+    assert decision.retained and decision.decision == "retained"
     assert decision.d_mae.upper.method == "point" and "zero spread" in decision.d_mae.upper.note
 
 
-def test_a_rejection_is_robust_on_one_confirmed_failing_margin_whatever_the_passing_one():
+def test_one_margin_above_zero_is_not_retained_whatever_the_passing_one():
     # 40 scenes, control regret 1 and matched MAE 1 everywhere.
     # D_reg per scene: 1.5 - .9*1 = .6 and 1.7 - .9*1 = .8 alternating -> mean .7 > 0: fails.
     #   Every per-scene value is >= .6, so every bootstrap mean (and any BCa bound, a quantile
@@ -241,18 +245,22 @@ def test_a_rejection_is_robust_on_one_confirmed_failing_margin_whatever_the_pass
     np.testing.assert_allclose(decision.d_mae.per_scene, np.tile([-1.1, 1.0], n // 2))
     assert not decision.d_reg.passes and decision.d_mae.passes
     assert decision.retained is False
-    reg_low, _ = _scipy_interval((np.array(decision.d_reg.per_scene),), np.mean, 3, 4000, alternative="greater")
-    _, mae_high = _scipy_interval((np.array(decision.d_mae.per_scene),), np.mean, 3, 4000, alternative="less")
+    reg_low, _ = _scipy_interval(
+        (np.array(decision.d_reg.per_scene),), np.mean, 3, 4000, alternative="greater", confidence_level=0.975
+    )
+    _, mae_high = _scipy_interval(
+        (np.array(decision.d_mae.per_scene),), np.mean, 3, 4000, alternative="less", confidence_level=0.975
+    )
     assert decision.d_reg.lower.low == reg_low and reg_low >= 0.6
     assert decision.d_mae.upper.high == mae_high > 0.0
-    # The passing margin's open upper bound does not matter for a rejection.
-    assert decision.label == "robust" and decision.n_scenes == n
-    assert decision.label_reason == "failing margin D_reg: one-sided lower bound > 0"
-    assert "a rejection is robust iff at least one failing margin" in decision.rule
+    # The passing margin's open upper bound does not matter: one margin above 0 decides.
+    assert decision.decision == "not retained" and decision.n_scenes == n
+    assert decision.reason == "the interval of D_reg lies above 0"
+    assert "not retained iff a margin's interval lies above 0" in decision.rule
     json.dumps(decision.as_dict(), allow_nan=False)
 
 
-def test_a_rejection_whose_failing_margin_has_a_lower_bound_below_zero_is_inconclusive():
+def test_a_failing_margin_whose_interval_includes_zero_is_undecided():
     # D_reg per scene: 0 - .9 = -.9 and 2 - .9 = 1.1 alternating -> mean .1 > 0: fails, but
     #   with sd 1.0 over 40 scenes (se ~.16) the one-sided lower bound is below 0.
     # D_mae per scene: .5 - 1.1 = -.6 everywhere except .4 - 1.1 = -.7: clearly passes.
@@ -274,13 +282,13 @@ def test_a_rejection_whose_failing_margin_has_a_lower_bound_below_zero_is_inconc
     assert decision.retained is False
     assert decision.d_reg.lower.low < 0.0 and not decision.d_reg.confirmed
     assert decision.d_mae.upper.high <= 0.0 and decision.d_mae.confirmed
-    assert decision.label == "inconclusive"
-    assert decision.label_reason == "no failing margin (D_reg) has a one-sided lower bound > 0"
+    assert decision.decision == "undecided"
+    assert decision.reason == "the interval of D_reg includes 0"
 
 
-@pytest.mark.parametrize("n_scenes, label", [(20, "inconclusive"), (40, "robust")])
-def test_fewer_than_30_scenes_are_never_robust(n_scenes, label):
-    assert MIN_SCENES_FOR_ROBUST == 30
+@pytest.mark.parametrize("n_scenes, decides", [(20, False), (40, True)])
+def test_fewer_than_30_scenes_never_decide(n_scenes, decides):
+    assert MIN_SCENES_TO_DECIDE == 30
     rng = np.random.default_rng(2)
     control = rng.uniform(1.0, 2.0, size=n_scenes)
     # Very clear margins either way: the variant halves (retained) or doubles (rejected) both.
@@ -296,15 +304,13 @@ def test_fewer_than_30_scenes_are_never_robust(n_scenes, label):
             n_resamples=2000,
         )
         assert decision.retained is retained and decision.n_scenes == n_scenes
-        # The bounds themselves are clear whatever n is; only the label is withheld.
+        # The bounds themselves are clear whatever n is; only the decision is withheld.
         assert decision.d_reg.confirmed and decision.d_mae.confirmed
-        assert decision.label == label
-        if n_scenes < MIN_SCENES_FOR_ROBUST:
-            assert decision.label_reason.startswith(
-                f"fewer than 30 validation scenes (n_scenes={n_scenes}): no decision is labelled robust"
-            )
+        assert decision.decision == (("retained" if retained else "not retained") if decides else "undecided")
+        if n_scenes < MIN_SCENES_TO_DECIDE:
+            assert decision.reason.startswith(f"fewer than 30 validation scenes (n_scenes={n_scenes}): undecided")
         else:
-            assert "fewer than" not in decision.label_reason
+            assert "fewer than" not in decision.reason
 
 
 def test_retention_margins_refuse_mismatched_scenes_and_bad_fractions():
@@ -331,3 +337,14 @@ def test_pooled_seed_values_average_seeds_within_scene():
     np.testing.assert_allclose(pooled, [2.0, 2.0, 2.0])
     with pytest.raises(QhInputError, match=r"n_scenes=\[2, 3\]"):
         pooled_seed_values({0: [1.0, 2.0], 1: [1.0, 2.0, 3.0]})
+
+
+def test_the_probability_of_improvement_counts_scenes_won_and_ties_as_half():
+    # Seed-averaged differences: -1, 0 (a tie), +1, -2 per scene, 25 times: 1 + 0.5 + 0 + 1 of 4.
+    table = np.tile([[-1.0, 0.5, 1.0, -3.0], [-1.0, -0.5, 1.0, -1.0]], (1, 25))
+    found = probability_of_improvement(table, rng_seed=0, n_resamples=2000)
+    assert found.estimate == pytest.approx(2.5 / 4)
+    assert found.low < 0.625 < found.high and 0.0 <= found.low and found.high <= 1.0
+    assert found.statistic == "mean"
+    with pytest.raises(QhInputError, match="differences.shape"):
+        probability_of_improvement(np.zeros(5), rng_seed=0)

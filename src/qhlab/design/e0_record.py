@@ -151,7 +151,9 @@ class E0CheckRecord(Closed):
 
     Attributes:
         kind: always ``e0_record``. name, config, config_sha256: the check and its config. study:
-        the study whose gate it checks. design: the gate design. outcomes: one per TRAIN draw, in
+        the study whose gate it checks. design: the gate design. train_generator_sha256: the
+        generator identity every draw's TRAIN shares (``qhlab.scenes.manifest.generator_identity``;
+        a study binds the check only when its TRAIN has it too). outcomes: one per TRAIN draw, in
         the config's order. draws, passed, pass_share: the count. min_pass_share,
         meets_min_pass_share: the config's minimum and whether the share reached it.
     """
@@ -162,6 +164,7 @@ class E0CheckRecord(Closed):
     config_sha256: str = Field(pattern=SHA256)
     study: StudyReference
     design: E0Design
+    train_generator_sha256: str | None = Field(default=None, pattern=SHA256)
     outcomes: list[DrawOutcome]
     draws: int
     passed: int

@@ -34,7 +34,11 @@ _Int = Annotated[int, Strict()]
 
 
 class QhPilotConfig(BaseModel):
-    """One pilot: every arm of a study, fitted with extra seeds and TRAIN draws on a tuning population.
+    """One pilot: every arm of a study, fitted with extra seeds on several TRAIN draws, on a tuning population.
+
+    The design is nested: each seed is fitted on one TRAIN draw only, so that a seed's own
+    effect (its initial weights) is never shared between draws and the draws' spread is the
+    TRAIN-draw effect alone (``qhlab.statistics.variance``).
 
     Attributes:
         name: the pilot's name (W&B group of its fits' runs).
@@ -48,8 +52,8 @@ class QhPilotConfig(BaseModel):
             study's own).
         train_draws: further TRAIN seeds of ``train.preset``, for the TRAIN-draw component (with
             ``train`` at least three draws: two or more here; empty: no draw component).
-        draw_seeds: the seeds fitted for every arm on every draw (at least two, from ``seeds``;
-            default the first two).
+        draw_seeds: one list of seeds per entry of ``train_draws`` (each at least two), fitted
+            for every arm on that draw; no seed twice in the pilot, none of the study's.
         workers: fits at once on the local executor. Not part of the record.
         executor: "local" or "ray". Not part of the record.
         torch_threads: torch intra-op threads of each fit process.
@@ -64,7 +68,7 @@ class QhPilotConfig(BaseModel):
     validation: PopulationSource
     seeds: tuple[_Int, ...] = Field(min_length=2, max_length=64)
     train_draws: tuple[_Int, ...] = Field(default=(), max_length=64)
-    draw_seeds: tuple[_Int, ...] | None = None
+    draw_seeds: tuple[tuple[_Int, ...], ...] = Field(default=(), max_length=64)
     workers: _Int = Field(default=1, ge=1, le=64)
     executor: Literal["local", "ray"] = "local"
     torch_threads: _Int = Field(default=1, ge=1, le=256)
@@ -99,19 +103,29 @@ class QhPilotConfig(BaseModel):
                     f"train_draws={list(self.train_draws)!r} holds train.seed {self.train.seed}; "
                     "allowed: other TRAIN seeds of the preset"
                 )
-        if self.draw_seeds is not None:
-            distinct_seeds("draw_seeds", self.draw_seeds)
-            if len(self.draw_seeds) < 2 or not set(self.draw_seeds) <= set(self.seeds):
+        if len(self.draw_seeds) != len(self.train_draws):
+            raise ValueError(
+                f"draw_seeds has {len(self.draw_seeds)} lists for {len(self.train_draws)} train_draws; allowed: "
+                "one list of seeds per TRAIN draw, in the order of train_draws"
+            )
+        for draw, seeds in zip(self.train_draws, self.draw_seeds):
+            if len(seeds) < 2:
                 raise ValueError(
-                    f"draw_seeds={list(self.draw_seeds)!r} is not allowed; allowed: two or more of "
-                    f"seeds {list(self.seeds)!r}"
+                    f"draw_seeds for TRAIN draw {draw} is {list(seeds)!r}; allowed: two or more seeds (a "
+                    "within-draw variance needs them)"
                 )
+        distinct_seeds("seeds and draw_seeds", self.seeds + tuple(s for seeds in self.draw_seeds for s in seeds))
         return self
 
     @property
-    def per_draw_seeds(self) -> tuple[int, ...]:
-        """The seeds fitted on each TRAIN draw (``draw_seeds``, or the first two seeds)."""
-        return self.draw_seeds if self.draw_seeds is not None else self.seeds[:2]
+    def layout(self) -> list[tuple[int, tuple[int, ...]]]:
+        """Every TRAIN draw with the seeds fitted on it: ``train.seed`` with ``seeds`` first."""
+        return [(int(self.train.seed), self.seeds), *zip(self.train_draws, self.draw_seeds)]
+
+    @property
+    def fits(self) -> list[tuple[int, int]]:
+        """Every (draw, seed) of the design, in the layout's order."""
+        return [(draw, seed) for draw, seeds in self.layout for seed in seeds]
 
     def record(self) -> dict[str, Any]:
         """The config as the pilot record keeps it: every field except the execution ones."""
@@ -125,8 +139,8 @@ class QhPilotConfig(BaseModel):
 
     @property
     def draws(self) -> list[int]:
-        """Every TRAIN draw of the draw component, ``train.seed`` first (empty without draws)."""
-        return [int(self.train.seed), *self.train_draws] if self.train_draws else []
+        """Every TRAIN draw, ``train.seed`` first."""
+        return [int(self.train.seed), *self.train_draws]
 
 
 def study_design(study: QhArchitectureStudyConfig, sources: dict[str, str] | None = None) -> dict[str, Any]:
@@ -196,7 +210,7 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
     source = f"pilot config {str(Path(config_path).expanduser())!r}"
     study = read_study_config(config.study)[0]
     problems = []
-    shared = sorted(set(config.seeds) & set(study.seeds))
+    shared = sorted({s for _, s in config.fits} & set(study.seeds))
     if shared:
         problems.append(f"seeds: {shared} are the study's own seeds; allowed: seeds the study does not use")
     if config.validation == study.validation:

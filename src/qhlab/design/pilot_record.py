@@ -2,7 +2,7 @@
 
 Owns: the pilot directory's file names, the record's layout (the config, the study design it
 measured, every population's identity, every fit's per-scene metrics at H with its evidence
-digests, every comparison's and margin's variance components, and the maxima a study freezes),
+digests, every comparison's and margin's fit-noise components, which a study's intervals carry one by one),
 reading a record back (``read_record``: authenticated) and ``check_record``, which recomputes
 every component from the record's per-scene values and, where the fits are present, every value
 from its fit's evaluation receipt. Torch-free, so ``qhlab verify`` runs it. Does not own:
@@ -20,7 +20,6 @@ from pydantic import Field
 
 from qhlab.design.preparation_record import (
     FitEvidence,
-    MetricPair,
     Number,
     PopulationIdentity,
     StudyReference,
@@ -42,6 +41,7 @@ __all__ = [
     "FITS_DIR",
     "RECEIPT",
     "RECORD",
+    "FitNoiseRecord",
     "PilotReceipt",
     "PilotRecord",
     "check_record",
@@ -64,17 +64,17 @@ class PilotBody(Closed):
 
     Attributes:
         name: the pilot. config_sha256: its config and the study design. fits: how many.
-        seed_variance, train_draw: the maxima a study freezes (``train_draw`` None without draws).
+        draws: the TRAIN draws they were fitted on. components: how many comparisons and margins.
     """
 
     name: str
     config_sha256: str = Field(pattern=SHA256)
     fits: int
-    seed_variance: Json
-    train_draw: Json | None
+    draws: int
+    components: int
 
 
-class PilotReceipt(Receipt, kind="pilot", version=1):
+class PilotReceipt(Receipt, kind="pilot", version=2):
     """``pilot.receipt.json``."""
 
     body: PilotBody
@@ -92,44 +92,52 @@ class PilotFit(FitEvidence):
     mae_mean: Number
 
 
+class FitNoiseRecord(Closed):
+    """One comparison's fit noise for one metric (``qhlab.statistics.variance.FitNoise.as_dict``)."""
+
+    fits: int
+    draws: int
+    n_scenes: int
+    ms_within: Number
+    dof_within: int
+    ms_between: Number | None
+    dof_between: int
+    n0: Number | None
+    residual: Number
+    residual_dof: int
+    scene_variance: Number
+    tau: Number
+    omega: Number | None
+
+
+class NoisePair(Closed):
+    """A comparison's fit noise for each metric at H."""
+
+    regret: FitNoiseRecord
+    mae: FitNoiseRecord
+
+
 class PilotComparison(Closed):
-    """One paired comparison's variance components: the seed effect tau, and the TRAIN-draw
-    effect and its degrees of freedom (None without draws)."""
+    """One paired comparison's fit-noise components (seed and, with draws, TRAIN draw)."""
 
     arm: str
     against: str
     relation: str
-    tau: MetricPair
-    draw_sd: MetricPair | None
-    draw_dof: MetricPair | None
+    noise: NoisePair
 
 
 class PilotMargin(Closed):
-    """One variant's retention margins' components (``tau``: D_reg's as regret, D_mae's as mae)."""
+    """One variant's retention margins' components (``regret``: D_reg's, ``mae``: D_mae's)."""
 
     variant: str
-    tau: MetricPair
-    draw_sd: MetricPair | None
-    draw_dof: MetricPair | None
+    noise: NoisePair
 
 
-class PilotSeedVariance(Closed):
-    """The largest tau of each metric over every comparison and margin, and the seeds it had."""
+class PilotDraw(Closed):
+    """One TRAIN draw of the pilot and the seeds fitted on it (each seed on one draw only)."""
 
-    regret: Number
-    mae: Number
-    seeds: int
-
-
-class PilotTrainDraw(Closed):
-    """The largest TRAIN-draw effect of each metric, its degrees of freedom, and the draws."""
-
-    regret: Number
-    mae: Number
-    regret_dof: Number
-    mae_dof: Number
-    draws: int
-    seeds_per_draw: int
+    draw: int
+    seeds: list[int]
 
 
 class PilotVariant(Closed):
@@ -159,9 +167,9 @@ class PilotRecord(Closed):
     Attributes:
         kind: always ``pilot_record``. name, config, config_sha256: the pilot and its config.
         study: the study it serves. design: that study's design. horizon: H. populations: every
-        population it fitted on or scored, by identity. draws, draw_seeds: the TRAIN draws and
-        the seeds fitted on each. fits: every fit. comparisons, margins: their components.
-        seed_variance, train_draw: the maxima a study freezes. estimators: how each was estimated.
+        population it fitted on or scored, by identity. layout: the TRAIN draws and the seeds
+        fitted on each. fits: every fit. comparisons, margins: their fit-noise components.
+        estimators: how each was estimated.
     """
 
     kind: Literal["pilot_record"]
@@ -172,20 +180,21 @@ class PilotRecord(Closed):
     design: PilotDesign
     horizon: int
     populations: dict[str, PopulationIdentity]
-    draws: list[int]
-    draw_seeds: list[int]
+    layout: list[PilotDraw]
     fits: list[PilotFit]
     comparisons: list[PilotComparison]
     margins: list[PilotMargin]
-    seed_variance: PilotSeedVariance
-    train_draw: PilotTrainDraw | None
     estimators: dict[str, str]
 
 
-def components_of(
-    design: dict, fits: list[dict], *, main_draw: int, seeds: list[int], draws: list[int], draw_seeds: list[int]
-) -> dict:
-    """``variance.pilot_components`` of a record's fits under the study design they were made for."""
+def components_of(design: dict, fits: list[dict], *, layout: list[tuple[int, list[int]]]) -> dict:
+    """``variance.pilot_components`` of a record's fits under the study design they were made for.
+
+    Args:
+        design: the study design the fits were made for.
+        fits: the record's fits (arm, draw, seed and per-scene values).
+        layout: every (draw, seeds) of the pilot.
+    """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
     from qhlab.statistics.variance import pilot_components
 
@@ -197,16 +206,17 @@ def components_of(
         variants=design["variants"],
         regret_fraction=design["regret_fraction"],
         mae_fraction=design["mae_fraction"],
-        main_draw=main_draw,
-        seeds=seeds,
-        draws=draws,
-        draw_seeds=draw_seeds,
+        fits=[(draw, seed) for draw, seeds in layout for seed in seeds],
     )
 
 
 def publish_record(directory: Path, record: dict) -> None:
     """Publish ``pilot.json`` and the receipt binding it and the config's copy."""
-    body = {"fits": len(record["fits"]), "seed_variance": record["seed_variance"], "train_draw": record["train_draw"]}
+    body = {
+        "fits": len(record["fits"]),
+        "draws": len(record["layout"]),
+        "components": len(record["comparisons"]) + len(record["margins"]),
+    }
     publish_with_receipt(directory, record, RECORD, (PilotReceipt, RECEIPT), body)
 
 
@@ -219,8 +229,9 @@ def read_record(directory: str | os.PathLike) -> dict:
     """
     directory = Path(directory)
     record, receipt = read_record_file(directory, RECORD, RECEIPT, PilotReceipt, PilotRecord)
-    if receipt.body.seed_variance != record["seed_variance"] or receipt.body.train_draw != record["train_draw"]:
-        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different maxima.")
+    counts = (len(record["fits"]), len(record["layout"]), len(record["comparisons"]) + len(record["margins"]))
+    if (receipt.body.fits, receipt.body.draws, receipt.body.components) != counts:
+        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different counts.")
     return record
 
 
@@ -239,8 +250,8 @@ def check_record(directory: str | os.PathLike) -> dict:
 
     Checks: the receipt and the files it binds; the config (validated again) and the record's
     digest of it and of the design; that the fits are exactly the ones the config asks for
-    (every arm on every draw and seed, once); every comparison's and margin's tau and draw
-    component, and the maxima, from the fits' per-scene values (``variance.pilot_components``);
+    (every arm on every draw and seed, once); every comparison's and margin's fit-noise
+    components from the fits' per-scene values (``variance.pilot_components``);
     and, for each fit whose directory is present below the pilot directory, its receipts'
     digests, its per-scene values, and that it fitted the design's recipe for its arm with its
     seed and profile on the record's populations.
@@ -260,18 +271,11 @@ def check_record(directory: str | os.PathLike) -> dict:
         directory, read_record, (PilotReceipt, RECEIPT), RECORD, QhPilotConfig, pilot_digest
     )
     design = record["design"]
-    main, seeds, draws, draw_seeds = config.train.seed, list(config.seeds), config.draws, list(config.per_draw_seeds)
-    if record["draws"] != draws or (draws and record["draw_seeds"] != draw_seeds):
-        raise DigestMismatchError(
-            f"{where}: records draws {record['draws']} x seeds {record['draw_seeds']}, not "
-            f"its config's {draws} x {draw_seeds}."
-        )
-    wanted = sorted(
-        (a, d, s)
-        for a in design["arms"]
-        for d, ss in ((main, seeds), *((d, draw_seeds) for d in draws if d != main))
-        for s in ss
-    )
+    main = config.train.seed
+    layout = [(draw, list(seeds)) for draw, seeds in config.layout]
+    if [(d["draw"], d["seeds"]) for d in record["layout"]] != layout:
+        raise DigestMismatchError(f"{where}: records draws and seeds {record['layout']}, not its config's {layout}.")
+    wanted = sorted((a, d, s) for a in design["arms"] for d, ss in layout for s in ss)
     found = sorted((f["arm"], f["draw"], f["seed"]) for f in record["fits"])
     if found != wanted or receipt.fits != len(found):
         raise DigestMismatchError(
@@ -279,12 +283,10 @@ def check_record(directory: str | os.PathLike) -> dict:
             "(every arm on every draw and seed, once)."
         )
     try:
-        recomputed = components_of(
-            design, record["fits"], main_draw=main, seeds=seeds, draws=draws, draw_seeds=draw_seeds
-        )
+        recomputed = components_of(design, record["fits"], layout=layout)
     except (ValueError, KeyError, TypeError) as exc:
         raise DigestMismatchError(f"{where}: its fits' values do not make a variance table ({exc}).") from None
-    for key in ("comparisons", "margins", "seed_variance", "train_draw"):
+    for key in ("comparisons", "margins"):
         if not _close(recomputed[key], record[key]):
             raise DigestMismatchError(f"{where}: the recorded {key} is not what its fits give ({recomputed[key]!r}).")
     present = absent = 0
@@ -335,7 +337,7 @@ def _describe(directory: Path, entry: dict) -> str:
     """``qhlab verify``'s line for a recomputed pilot record."""
     absent = absent_note(entry["fits_absent"], "fits")
     return (
-        f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' variance components and the maxima "
+        f"pilot: {directory}: {entry['comparisons']} comparisons' and margins' fit-noise components "
         f"recomputed from {entry['fits']} fits' per-scene values; {entry['fits_recomputed']} fits' values "
         f"recomputed from their evaluation receipts{absent}"
     )

@@ -62,8 +62,10 @@ class PopulationIdentity(Closed):
 
     Attributes:
         path: where it was read. manifest_sha256: its manifest's digest. preset, split, seed: what
-        its generator recorded (None for a population named by path). scene_digests: the sorted
-        content digest of every scene (held-out hygiene compares them, not paths).
+        its generator recorded (None for a population named by path). generator_sha256: its
+        generator's identity (``qhlab.scenes.manifest.generator_identity``; None in a record made
+        before records held it, which no study binds). scene_digests: the sorted content digest of
+        every scene (held-out hygiene compares them, not paths).
     """
 
     path: str
@@ -71,6 +73,7 @@ class PopulationIdentity(Closed):
     preset: str | None
     split: str | None
     seed: int | None
+    generator_sha256: Annotated[str, Field(pattern=SHA256)] | None = None
     scene_digests: list[Annotated[str, Field(pattern=SHA256)]]
 
 

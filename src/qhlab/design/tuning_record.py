@@ -50,7 +50,7 @@ from qhlab.evidence.layout import (
     TUNING_RECORD,
     TUNING_TRIALS_DB,
 )
-from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.manifest import generator_identity, read_manifest
 from qhlab.scenes.seals import seals_of
 from qhlab.training.console import console_verbose
 
@@ -187,8 +187,9 @@ class TuningRecord(Closed):
 
 
 def population_record(path: Path) -> dict:
-    """A population's identity as the record holds it: path, manifest digest, declared generator,
-    and the content digest of every scene (a study compares them with its own validation's)."""
+    """A population's identity as the record holds it: path, manifest digest, declared generator
+    and its identity (``generator_identity``: what a study compares its own populations with), and
+    the content digest of every scene (a study compares them with its own validation's)."""
     # Lazy: keeps importing this module free of pyarrow and numpy.
     from qhlab.scenes.population import scene_content_digests
 
@@ -200,6 +201,7 @@ def population_record(path: Path) -> dict:
         "preset": generator.get("preset"),
         "split": generator.get("split"),
         "seed": generator.get("seed"),
+        "generator_sha256": generator_identity(generator),
         "scene_digests": sorted(set(scene_content_digests(path).values())),
     }
 

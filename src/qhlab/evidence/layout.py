@@ -65,6 +65,7 @@ __all__ = [
     "REPORT_LOCK",
     "REPORT_MARKDOWN",
     "REPORT_RECEIPT",
+    "REPORT_SCHEMA_VERSION",
     "SELECTION_FILE",
     "STUDY_CALL",
     "STUDY_CONFIG_COPY",
@@ -105,9 +106,12 @@ COMMISSION_RECEIPT = "commission.receipt.json"
 MPS_MEMORY_RECEIPT = "mps_memory_observation.receipt.json"
 
 # A study directory.
-# The layout version of the study's own JSON documents (selection.json, report.json, lanes.json);
+# The layout version of the study's own JSON documents (selection.json, lanes.json, replication.json);
 # each receipt carries its kind's version.
 DOCUMENT_SCHEMA_VERSION = 1
+# report.json's layout version (``qhlab.study.report_document``): 2 since its decisions speak one
+# vocabulary and its intervals carry each comparison's own pilot components.
+REPORT_SCHEMA_VERSION = 2
 # The call named in messages that belong to the study as a whole rather than to one step.
 STUDY_CALL = "architecture_study"
 CANARY_ROLES = ("e0",)

@@ -3,8 +3,8 @@
 Owns: ``compare_lanes`` (``qhlab study compare-lanes A B --output DIR --margin M``): re-authenticate
 two finished studies (freeze, cells, report receipt); refuse them unless their frozen decisions are
 identical but for the profile; compare (``lane_comparison``: per-cell paired B - A differences at H,
-lane effect beside seed effect, a TOST verdict per arm, agreement of retention decisions and
-verdicts, observed updates, final-state drift per tensor group); publish ``lanes.json``, ``lanes.md``,
+lane effect beside seed effect, a TOST verdict per arm, agreement of each seed's retention and of
+the study's decisions, observed updates, final-state drift per tensor group); publish ``lanes.json``, ``lanes.md``,
 ``lanes.png`` and ``lanes.receipt.json`` as one write-once directory. Does not own: the scene
 bootstrap and seed pooling (``statistics``), authenticating a study (``authentication``), the study
 layout (``layout``) or the report it reads (``report``).
@@ -48,7 +48,6 @@ from qhlab.statistics.bootstrap import paired_scene_bootstrap
 from qhlab.statistics.replication import pooled_difference
 from qhlab.study.authentication import authenticate_report, runtime_versions
 from qhlab.study.figures import label_categories, save_figure
-from qhlab.study.preparation import frozen_pilot
 from qhlab.study.render import ci, fmt, table
 from qhlab.study.study import Study
 from qhlab.study.terminal import console as study_console
@@ -149,7 +148,7 @@ def compare_lanes(
     else:
         margin_source = "explicit (--margin)"
     # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
-    seed_variance = {k: v for k, v in lanes["A"]["seed_variance"].items() if not k.startswith("draw_")} or None
+    seed_variance = lanes["A"]["seed_variance"]
     comparison = lane_comparison(
         lanes["A"],
         lanes["B"],
@@ -202,9 +201,31 @@ def _read_lane(directory: Path) -> dict[str, Any]:
             "report_json": report,
             "cells": {k: c["document"].body_record() for k, c in cells.items()},
             "versions": frozen.body.versions,
-            "seed_variance": frozen_pilot(frozen.config, {"preparation": frozen.body.preparation}, "regret"),
+            "seed_variance": _lane_seed_variance(frozen.config, frozen.body.preparation),
             "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
         }
+
+
+def _lane_seed_variance(config: Any, preparation: dict | None) -> dict[str, Any] | None:
+    """``pooled_difference``'s typed seed arguments for a lane difference, or None (the study's own seeds).
+
+    No pilot fits one arm on two lanes, so the seed effect of a lane difference is not measured;
+    the largest regret seed effect of the pilot's comparisons (or the typed ``[seed_variance]``)
+    stands in for it, with that row's within-draw degrees of freedom.
+    """
+    pilot = (preparation or {}).get("pilot")
+    if pilot is not None:
+        rows = [r["noise"]["regret"] for r in pilot["comparisons"] + pilot["margins"]]
+        largest = max(rows, key=lambda n: n["tau"])
+        return {
+            "seed_sd": float(largest["tau"]),
+            "seed_sd_dof": int(largest["dof_within"]),
+            "seed_sd_source": f"pilot record {pilot['name']}: its largest comparison's regret seed effect",
+        }
+    typed = config.seed_variance
+    if typed is None:
+        return None
+    return {"seed_sd": float(typed.regret), "seed_sd_source": typed.source, "seed_sd_dof": typed.seeds - 1}
 
 
 def decision_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -396,7 +417,7 @@ def lane_comparison(
     retention = _retention_agreement(a["report_json"], b["report_json"])
     checks.append(
         {
-            "check": "every retention decision and study-level verdict agrees",
+            "check": "every seed's retention and the study's decision agree",
             "passed": retention["agree"],
             "detail": "; ".join(retention["disagreements"]) or "all agree",
         }
@@ -458,7 +479,7 @@ def lane_comparison(
 
 
 def _retention_agreement(a: dict, b: dict) -> dict:
-    """Each variant's per-seed retention decision and study-level verdict on both lanes (from report.json)."""
+    """Each variant's per-seed reading and the study's decision on both lanes (from report.json)."""
     rows, disagreements = [], []
     b_entries = {e["variant"]: e for e in b["retention"]}
     for entry in a["retention"]:
@@ -467,27 +488,20 @@ def _retention_agreement(a: dict, b: dict) -> dict:
             s: {
                 "A": d["retained"],
                 "B": (other["per_seed"].get(s) or {}).get("retained"),
-                "label_A": d["label"],
-                "label_B": (other["per_seed"].get(s) or {}).get("label"),
+                "reading_A": d["decision"],
+                "reading_B": (other["per_seed"].get(s) or {}).get("decision"),
             }
             for s, d in entry["per_seed"].items()
         }
-        verdict = {k: e.get("verdict") for k, e in (("A", entry), ("B", other))}
-        rows.append(
-            {
-                "variant": entry["variant"],
-                "per_seed": per_seed,
-                "verdict": verdict,
-                "replication": {k: e.get("replication") for k, e in (("A", entry), ("B", other))},
-            }
-        )
+        decision = {k: e.get("decision") for k, e in (("A", entry), ("B", other))}
+        rows.append({"variant": entry["variant"], "per_seed": per_seed, "decision": decision})
         disagreements += [
             f"{entry['variant']} seed {s} retained A={v['A']} B={v['B']}"
             for s, v in per_seed.items()
             if v["A"] != v["B"]
         ]
-        if verdict["A"] != verdict["B"]:
-            disagreements.append(f"{entry['variant']} verdict A={verdict['A']} B={verdict['B']}")
+        if decision["A"] != decision["B"]:
+            disagreements.append(f"{entry['variant']} decision A={decision['A']} B={decision['B']}")
     return {"variants": rows, "agree": not disagreements, "disagreements": disagreements}
 
 
@@ -631,11 +645,11 @@ def markdown(c: dict) -> str:
             for x in c["cells"]
         ],
     )
-    lines += ["", "## Retention decisions and study-level verdicts", ""]
+    lines += ["", "## Retention: each seed's reading and the study's decision", ""]
     lines += table(
-        ["variant", "seed", "retained A", "retained B", "label A", "label B", "verdict A", "verdict B"],
+        ["variant", "seed", "retained A", "retained B", "reading A", "reading B", "decision A", "decision B"],
         [
-            [v["variant"], s, d["A"], d["B"], d["label_A"], d["label_B"], v["verdict"]["A"], v["verdict"]["B"]]
+            [v["variant"], s, d["A"], d["B"], d["reading_A"], d["reading_B"], v["decision"]["A"], v["decision"]["B"]]
             for v in c["retention"]["variants"]
             for s, d in v["per_seed"].items()
         ],

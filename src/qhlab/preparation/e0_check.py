@@ -31,6 +31,7 @@ from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
 from qhlab.preparation.fits import ToolRun, finished_record, run_fits, study_record_head
+from qhlab.scenes.manifest import generator_identity, read_manifest
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 from qhlab.study.terminal import fit_runner
@@ -216,8 +217,18 @@ def _run_locked(
         {k: v for k, v in results[seed].items() if k not in ("adopted", "wall_seconds")} for seed in config.train_seeds
     ]
     passed = sum(o["passed"] for o in outcomes)
+    identities = {generator_identity(read_manifest(path)["generator"]) for path in populations.values()}
+    if len(identities) != 1:
+        raise input_error(
+            E0_CHECK_CALL,
+            "study",
+            config.study,
+            "TRAIN draws of one population distribution",
+            "the draws' generators differ (the preset or its environment changed during the check); run it again",
+        )
     record = {
         **study_record_head("e0_record", config, digest, study, design),
+        "train_generator_sha256": identities.pop(),
         "outcomes": outcomes,
         "draws": len(outcomes),
         "passed": passed,

@@ -1,7 +1,8 @@
 """``qhlab pilot``: fit every arm of a study with extra seeds and TRAIN draws on a tuning population.
 
 Owns: the pilot directory (``config.toml``, ``fits/``, the record), the design's fit jobs
-(every arm with every seed on ``[train]``, and every arm with ``draw_seeds`` on each TRAIN draw),
+(every arm with every seed on ``[train]``, and every arm with each draw's own seeds on that TRAIN
+draw),
 adopting the finished fits of an interrupted run, and the refusals before anything is written.
 Does not own: the config (``config``), the arithmetic (``variance``), the record's layout and
 checks (``record``) or fitting (``qhlab.preparation.fits``).
@@ -152,9 +153,11 @@ def _run_locked(
 ) -> dict:
     directory, workers, say = run.directory, run.jobs_at_once(config), run.say
     main = int(config.train.seed)
-    plan = [(arm, main, "train", seed) for arm in study.arms for seed in config.seeds]
-    plan += [
-        (arm, d, f"draw {d}", seed) for d in config.train_draws for arm in study.arms for seed in config.per_draw_seeds
+    plan = [
+        (arm, draw, "train" if draw == main else f"draw {draw}", seed)
+        for draw, seeds in config.layout
+        for arm in study.arms
+        for seed in seeds
     ]
     jobs = [
         {
@@ -179,7 +182,8 @@ def _run_locked(
     say(
         f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {main}"
         + (
-            f", and x {len(config.per_draw_seeds)} seeds on {len(config.train_draws)} more TRAIN draws"
+            f", and x {sum(len(s) for s in config.draw_seeds)} more seeds on {len(config.train_draws)} more TRAIN "
+            "draws (each seed on one draw)"
             if config.train_draws
             else ""
         )
@@ -201,33 +205,32 @@ def _run_locked(
         )
     results = {(j["arm"], j["draw"], j["recipe"]["seed"]): result for j, result in zip(jobs, outputs, strict=True)}
     fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
-    draws = config.draws
-    components = components_of(
-        design, fits, main_draw=main, seeds=list(config.seeds), draws=draws, draw_seeds=list(config.per_draw_seeds)
-    )
+    layout = [(draw, list(seeds)) for draw, seeds in config.layout]
     record = {
         **study_record_head("pilot_record", config, digest, study, design),
         "horizon": next(iter(results.values()))["horizon"],
         "populations": {role: population_record(path) for role, path in populations.items()},
-        "draws": draws,
-        "draw_seeds": list(config.per_draw_seeds),
+        "layout": [{"draw": draw, "seeds": seeds} for draw, seeds in layout],
         "fits": fits,
-        **components,
+        **components_of(design, fits, layout=layout),
         "estimators": {
-            "tau": f"qhlab.statistics.replication.seed_effect_sd on the seeds x scenes table of TRAIN {main}",
-            "draw_sd": "qhlab.statistics.variance.draw_effect_sd on the draws x draw_seeds x scenes table",
-            "maximum": "over every comparison and retention margin",
+            "noise": "qhlab.statistics.variance.fit_noise on each comparison's fits x scenes table, nested by "
+            "TRAIN draw: mean squares within and between draws, the residual per scene",
+            "interval": "qhlab.statistics.replication.pooled_difference: scene variance + MS_b/n0 + "
+            "MS_w (1/S - 1/n0) - r/(S n_p), Student's t with Satterthwaite's degrees of freedom",
         },
     }
     publish_record(directory, record)
-    sv, td = record["seed_variance"], record["train_draw"]
-    say(
-        f"pilot {config.name}: tau regret {sv['regret']:.5f} m, MAE {sv['mae']:.5f} m ({sv['seeds']} seeds)"
-        + (
-            ""
-            if td is None
-            else f"; TRAIN draw regret {td['regret']:.5f} m, MAE {td['mae']:.5f} m ({td['draws']} draws)"
+    say(f"pilot {config.name}: each comparison's own seed and TRAIN-draw components; {directory / 'pilot.json'}")
+    for row in record["comparisons"] + record["margins"]:
+        what = f"{row['arm']} - {row['against']}" if "arm" in row else f"margins of {row['variant']}"
+        say(
+            "  "
+            + what
+            + ": "
+            + "; ".join(
+                f"{metric} tau {noise['tau']:.5f}" + ("" if noise["omega"] is None else f", omega {noise['omega']:.5f}")
+                for metric, noise in row["noise"].items()
+            )
         )
-        + f"; {directory / 'pilot.json'}"
-    )
     return record

@@ -5,7 +5,7 @@ development receipt bodies, ``report.json``): ``used_populations`` (every popula
 its tuning, pilot and E0 check drew), ``refused_seeds``, ``reused_populations``, ``study_design``
 (what a replica must share with its original), ``design_differences``, ``replication_document``
 (every number of ``replication.json``: per comparison the two seed-pooled estimates and z, the
-t-calibrated chi-square agreement test, sign flips and changed verdicts) and
+t-calibrated chi-square agreement test, sign flips and changed decisions) and
 ``replication_markdown`` (``replication.md``, from that document). ``qhlab study replicate``
 computes both with these functions and ``qhlab verify`` recomputes them with the same ones. Does
 not own: the statistics (``qhlab.statistics.replication.agreement_test``), running the replica
@@ -185,12 +185,11 @@ def _side(freeze: dict, development: dict, report: dict) -> dict[str, Any]:
 
 def _estimate(entry: dict) -> dict[str, Any]:
     pooled = entry["pooled"]
-    distribution = str(pooled["distribution"])
     return {
         "estimate": pooled["estimate"],
         "se": pooled["se"],
-        # The se's degrees of freedom, as its interval's Student's t states them (None: normal).
-        "dof": float(distribution[2:-1]) if distribution.startswith("t(") else None,
+        # The se's degrees of freedom, as its interval's Student's t reads them.
+        "dof": float(pooled["dof"]),
         "sources": list(pooled["sources"]),
         "low": pooled["low"],
         "high": pooled["high"],
@@ -214,8 +213,9 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         comparison (arm, against, metric at H) both seed-pooled estimates with their standard
         errors and labels, z = (a - b) / sqrt(se_a^2 + se_b^2), whether the sign flipped and
         whether the label changed; the chi-square agreement test over every comparison; each
-        variant's answer ("retained", "not retained", "undecided") and rule verdict in both studies
-        and whether each changed; and one summary sentence.
+        variant's decision ("retained", "not retained", "undecided") in both studies, whether it
+        changed and whether it flipped (retained in one, not retained in the other); and one summary
+        sentence.
 
     Raises:
         ValueError: the two reports do not hold the same comparisons or variants.
@@ -258,16 +258,14 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         raise ValueError("the reports answer for other variants")
     conclusions = []
     for q in original["report"]["question"]:
-        other = answers[q["variant"]]
-        ours = {"decision": q["answer"]["decision"], "verdict": q["verdict"]}
-        theirs_ = {"decision": other["answer"]["decision"], "verdict": other["verdict"]}
+        ours, theirs_ = q["decision"], answers[q["variant"]]["decision"]
         conclusions.append(
             {
                 "variant": q["variant"],
                 "original": ours,
                 "replica": theirs_,
-                "answer_changed": ours["decision"] != theirs_["decision"],
-                "verdict_changed": ours["verdict"] != theirs_["verdict"],
+                "changed": ours != theirs_,
+                "flipped": {ours, theirs_} == {"retained", "not retained"},
             }
         )
     flips = [f"{r['arm']} vs {r['against']} ({r['metric']})" for r in rows if r["sign_flipped"]]
@@ -279,20 +277,12 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         for side in SIDES
         if any("TRAIN draw" not in r[side]["sources"] for r in rows)
     ]
-    changed = [c["variant"] for c in conclusions if c["answer_changed"] or c["verdict_changed"]]
-
-    def moves(field: str) -> str:
-        moved = [
-            f"{c['variant']} ({c['original'][field]} -> {c['replica'][field]})"
-            for c in conclusions
-            if c[f"{'answer' if field == 'decision' else 'verdict'}_changed"]
-        ]
-        return ", ".join(moved) or "none"
-
+    changed = [c["variant"] for c in conclusions if c["changed"]]
+    moved = ", ".join(f"{c['variant']} ({c['original']} -> {c['replica']})" for c in conclusions if c["changed"])
     summary = (
         f"{len(rows)} comparisons: t-calibrated sum of z^2 {test['statistic']:.2f} on {test['dof']} dof, "
-        f"p {test['p_value']:.3g}; {len(flips)} of {len(rows)} estimates changed sign; changed answers: "
-        f"{moves('decision')}; changed rule verdicts: {moves('verdict')}."
+        f"p {test['p_value']:.3g}; {len(flips)} of {len(rows)} estimates changed sign; changed decisions: "
+        f"{moved or 'none'}."
     )
     return {
         "schema_version": DOCUMENT_SCHEMA_VERSION,
@@ -381,23 +371,23 @@ def replication_markdown(document: dict) -> str:
         "## Conclusions",
         "",
         *table(
-            ["variant", "original: answer (rule verdict)", "replica: answer (rule verdict)", "answer", "verdict"],
+            ["variant", "original", "replica", "decision"],
             [
                 [
                     c["variant"],
-                    f"{c['original']['decision']} ({c['original']['verdict']})",
-                    f"{c['replica']['decision']} ({c['replica']['verdict']})",
-                    "changed" if c["answer_changed"] else "same",
-                    "changed" if c["verdict_changed"] else "same",
+                    c["original"],
+                    c["replica"],
+                    "FLIPPED" if c["flipped"] else "changed" if c["changed"] else "same",
                 ]
                 for c in document["conclusions"]
             ],
         ),
         "",
-        "The answer is the report's first word on each variant (retained, not retained, undecided); the rule "
-        "verdict is the pre-registered rule on the seeds' point estimates, which an undecided answer does not "
-        "confirm. A sign flip of an estimate whose intervals include 0 is what noise does; a changed answer is "
-        "a conclusion that did not replicate.",
+        "The decision is the report's word on each variant (retained, not retained, undecided), the same word "
+        "in the headline, the rule's table and each seed's reading. A sign flip of an estimate whose intervals "
+        "include 0 is what noise does; a decision that moves between undecided and a decision is what a study "
+        "near its MDE does; a flipped decision (retained in one study, not retained in the other) is a "
+        "conclusion that did not replicate.",
         "",
     ]
     return "\n".join(lines)

@@ -46,7 +46,7 @@ class ReplicationBody(Closed):
     Attributes:
         study: the study's name. original, replica: each study's id, directory and populations.
         agreement: the chi-square test over every comparison. sign_flips: the comparisons whose
-        seed-pooled estimate changed sign. changed_conclusions: the variants whose answer or verdict
+        seed-pooled estimate changed sign. changed_conclusions: the variants whose decision
         changed.
     """
 

@@ -1,10 +1,12 @@
 """A population directory's format: its file names, its manifest, and reading them back authenticated.
 
 Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``POPULATION_RECEIPT``, ``MANIFEST_KIND``,
-``MANIFEST_SCHEMA_VERSION``) and ``read_manifest``, which authenticates a population's receipt,
-manifest and file digests. The writer (``population``), the reader (``reader``), the physics audit
-(``audit``) and the card (``describe``) all read the format here, and this module imports none of
-them. Does not own: writing a population, reading its tables or checking its labels.
+``MANIFEST_SCHEMA_VERSION``), ``read_manifest``, which authenticates a population's receipt,
+manifest and file digests, and ``generator_identity``, the one identity of a population's
+generator (whatever named it: a built-in preset, a preset file or a directory). The writer
+(``population``), the reader (``reader``), the physics audit (``audit``) and the card
+(``describe``) all read the format here, and this module imports none of them. Does not own:
+writing a population, reading its tables or checking its labels.
 """
 
 from __future__ import annotations
@@ -12,13 +14,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError, read_receipt
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    MissingEvidenceError,
+    SchemaMismatchError,
+    canonical_json,
+    read_receipt,
+    sha256_bytes,
+)
 from qhlab.evidence.canonical import read_json_object
 from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
 from qhlab.evidence.layout import POPULATION_ENVIRONMENT_DIR as ENVIRONMENT_DIR
 from qhlab.scenes.records import PopulationReceipt
 
-__all__ = ["ENVIRONMENT_DIR", "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "read_manifest"]
+__all__ = ["ENVIRONMENT_DIR", "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "generator_identity", "read_manifest"]
 
 # The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
 MANIFEST_SCHEMA_VERSION = 1
@@ -96,3 +106,18 @@ def read_manifest(path: str | os.PathLike) -> dict:
                 "HINT: a population is write-once; regenerate it instead of editing it."
             )
     return manifest
+
+
+def generator_identity(generator: dict) -> str:
+    """The SHA-256 of a manifest's generator record without its seed: what every draw of one
+    population distribution shares (environment, its options, source and engine versions, the
+    preset's sizes and actor, the split), however the population was named.
+
+    Two populations are draws of one distribution when their identities are equal, and the same
+    draw when their seeds are equal too. Records made for one study (a pilot's, a tuning's, an E0
+    check's) are compared with the study's populations this way, and no other.
+
+    Args:
+        generator: a manifest's ``generator`` record (or ``expected_generator``'s).
+    """
+    return sha256_bytes(canonical_json({k: v for k, v in generator.items() if k != "seed"}))

@@ -59,6 +59,7 @@ from qhlab.scenes.sampler import GENERATOR_VERSION, scene_seed
 __all__ = [
     "cached_population",
     "environment_spec",
+    "expected_generator",
     "generate_population",
     "planned_simulations",
     "scene_content_digests",
@@ -424,6 +425,25 @@ def _expected(
     environment = environment or environment_spec(spec, call=call)
     made = Environment.make(environment, call=call)
     return spec, environment, made.generator_record(spec, split=split, seed=seed, generator_version=GENERATOR_VERSION)
+
+
+def expected_generator(
+    preset: str | os.PathLike | Preset,
+    split: str,
+    seed: int,
+    *,
+    environment: EnvironmentSpec | None = None,
+    call: str,
+) -> dict:
+    """The generator record a population of (preset, split, seed) has, without generating it.
+
+    Args:
+        preset: a built-in preset's name, a preset file, or a loaded ``Preset``.
+        environment: the environment to use instead of the one the preset names (a study's
+            validation is drawn from its TRAIN's frozen environment).
+        call: the command named in a refusal.
+    """
+    return _expected(preset, split, seed, environment, call=call)[2]
 
 
 def cached_population(

@@ -1,10 +1,10 @@
 """The study's statistics as pure functions over per-scene arrays (the scene is the unit).
 
 Owns, one idea per module: ``bootstrap`` (BCa scene-bootstrap intervals, paired when two arms
-are compared, and the retention margins D_reg and D_mae with their one-sided bounds),
-``replication`` (seed-pooled paired differences whose intervals carry the training seed,
-replication labels, verdicts and minimum detectable effects) and ``variance`` (a pilot's seed
-and TRAIN-draw components). Every function takes arrays and settings and returns plain records;
+are compared, the retention margins D_reg and D_mae with a seed's reading of them, and the
+probability of improvement over scenes), ``replication`` (seed-pooled paired differences whose
+intervals carry the fits' noise, replication labels, the study's retention decision and minimum
+detectable effects) and ``variance`` (a pilot's seed and TRAIN-draw components of each comparison). Every function takes arrays and settings and returns plain records;
 the docstrings give shapes. Does not own: computing per-scene MAE or regret
 (``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or reading
 evidence.

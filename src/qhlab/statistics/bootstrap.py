@@ -3,8 +3,9 @@
 Owns: pure functions over per-scene arrays (the scene is the statistical unit): BCa scene
 bootstrap intervals through ``scipy.stats.bootstrap`` (paired when two arms are compared), with
 an explicit, recorded fallback where BCa is undefined; the retention margins D_reg and D_mae
-with their one-sided bounds and the robust/inconclusive label (never "robust" on fewer than
-``MIN_SCENES_FOR_ROBUST`` scenes); seed agreement.
+with the bounds of their two-sided intervals and the decision they give, in the one vocabulary
+of every decision in qhlab (``DECISIONS``: never "retained" or "not retained" on fewer than
+``MIN_SCENES_TO_DECIDE`` scenes); seed agreement.
 
 Does not own: computing per-scene MAE or regret (``qhlab.finite_horizon.evaluation``, whose
 ``scene_means`` aggregates states into scenes), choosing thresholds (the frozen study config),
@@ -28,13 +29,15 @@ from scipy import stats
 from qhlab.evidence.errors import input_error, require_number
 
 __all__ = [
-    "MIN_SCENES_FOR_ROBUST",
+    "DECISIONS",
+    "MIN_SCENES_TO_DECIDE",
     "BootstrapInterval",
     "Margin",
     "RetentionDecision",
     "finite_values",
     "paired_scene_bootstrap",
     "pooled_seed_values",
+    "probability_of_improvement",
     "retention_margins",
     "scene_mean_interval",
     "seed_disagreement",
@@ -45,8 +48,12 @@ _ALTERNATIVES = ("two-sided", "less", "greater")
 DEFAULT_RESAMPLES = 9999
 # Below this many scenes a scene-bootstrap bound is too unstable to back a claim (the bootstrap
 # distribution of a mean over a handful of scenes is lumpy and BCa's corrections are noise), so
-# a retention decision on fewer scenes is reported but never labelled "robust".
-MIN_SCENES_FOR_ROBUST = 30
+# a retention on fewer scenes is reported but always "undecided".
+MIN_SCENES_TO_DECIDE = 30
+DECISIONS = ("retained", "not retained", "undecided")
+"""The retention rule's words, the same wherever a decision is read (a seed, the study, a replica):
+"retained": both margins' intervals lie at or below 0; "not retained": a margin's interval lies
+above 0 (the gain is below the margin); "undecided": anything else (below what the data detect)."""
 
 
 class _Record:
@@ -86,12 +93,12 @@ class BootstrapInterval(_Record):
 class Margin(_Record):
     """One retention margin: mean over scenes of ``variant_s - fraction * reference_s``.
 
-    ``passes`` is the point decision (estimate <= 0). ``upper`` is the one-sided upper bound
-    (alternative "less"), ``lower`` the one-sided lower bound (alternative "greater"), both at
-    the requested confidence. ``confirmed`` is True when the bound on the side of this
-    margin's own sign agrees with it: ``upper.high <= 0`` when it passes, ``lower.low > 0``
-    when it fails. How the two margins' ``confirmed`` combine into the decision's label is
-    ``retention_margins``'s rule (a rejection needs only one confirmed failing margin).
+    ``passes`` is the point reading (estimate <= 0). ``upper`` is the one-sided upper bound
+    (alternative "less"), ``lower`` the one-sided lower bound (alternative "greater"), each at
+    (1 + c) / 2 for a two-sided level c: together the two ends of the margin's interval.
+    ``confirmed`` is True when the bound on the side of this margin's own sign agrees with it:
+    ``upper.high <= 0`` when it passes, ``lower.low > 0`` when it fails. How the two margins
+    combine into the decision is ``retention_margins``'s rule.
     """
 
     name: str
@@ -106,18 +113,16 @@ class Margin(_Record):
 
 @dataclass(frozen=True)
 class RetentionDecision(_Record):
-    """The retention rule's outcome for one variant (one seed).
+    """The retention rule's outcome for one variant on one seed's fits.
 
-    ``retained`` is decided by the point estimates: both margins <= 0. ``label`` is "robust"
-    or "inconclusive" by the rule of ``retention_margins`` (a retention needs both margins
-    ``confirmed``, a rejection one confirmed failing margin; never robust on fewer than
-    ``MIN_SCENES_FOR_ROBUST`` scenes); ``label_reason`` says in words why; ``n_scenes`` is the
-    number of scenes the margins were computed on.
+    ``retained`` is the point estimates' reading: both margins <= 0. ``decision`` is one of
+    ``DECISIONS`` by the two-sided ``confidence`` intervals of the margins (``retention_margins``);
+    ``reason`` says in words why; ``n_scenes`` is the number of scenes the margins were computed on.
     """
 
     retained: bool
-    label: str
-    label_reason: str
+    decision: str
+    reason: str
     n_scenes: int
     rule: str
     confidence: float
@@ -411,6 +416,41 @@ def pooled_seed_values(per_scene_by_seed: dict[int, Any]) -> np.ndarray:
     return np.mean(np.stack(arrays), axis=0)
 
 
+def probability_of_improvement(
+    differences: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int,
+) -> BootstrapInterval:
+    """The share of scenes on which a variant beats its comparator, with a scene-bootstrap interval.
+
+    Each scene scores 1 when the seed-averaged paired difference (variant minus comparator, lower
+    better) is below 0, 0.5 on a tie, 0 above (the probability of improvement of Agarwal et al.
+    2021, rliable, over scene pairs); the estimate is the mean score, its interval the BCa scene
+    bootstrap of that mean. It says how often the variant wins a scene, not by how much, and like
+    every per-scene interval it does not see the seed variance.
+
+    Args:
+        differences: float [n_seeds, n_scenes], per-scene paired differences for each seed.
+        confidence: two-sided level in (0, 1).
+        n_resamples: bootstrap resamples.
+        rng_seed: seed of ``numpy.random.default_rng``.
+
+    Returns:
+        A ``BootstrapInterval`` of statistic "mean" over the scenes' scores (0 to 1).
+    """
+    call = "probability_of_improvement"
+    array = np.asarray(differences, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+        raise input_error(
+            call, "differences.shape", tuple(array.shape), "[n_seeds >= 1, n_scenes >= 1]", "one row per seed"
+        )
+    pooled = finite_values(call, "differences", array).mean(axis=0)
+    scores = np.where(pooled < 0, 1.0, np.where(pooled == 0, 0.5, 0.0))
+    return scene_mean_interval(scores, confidence=confidence, n_resamples=n_resamples, rng_seed=rng_seed)
+
+
 # ---------------------------------------------------------------------------------------------
 # Retention margins.
 
@@ -462,20 +502,22 @@ def retention_margins(
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
 ) -> RetentionDecision:
-    """The retention rule as two margins over scenes, decided by the point estimates.
+    """The retention rule as two margins over scenes, and the decision their intervals give.
 
     D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control;
-    D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. The variant is
-    retained iff D_reg <= 0 and D_mae <= 0. Each margin also gets one-sided ``confidence``
-    bounds (BCa scene bootstrap of its per-scene values, seeded) that label the decision:
+    D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. The rule retains
+    the variant iff D_reg <= 0 and D_mae <= 0. Each margin gets the two ends of its two-sided
+    ``confidence`` interval (each a one-sided bound at (1 + confidence) / 2, BCa scene bootstrap
+    of its per-scene values, seeded), and the decision is one of ``DECISIONS``:
 
-    * fewer than ``MIN_SCENES_FOR_ROBUST`` scenes (n_scenes is the arrays' length):
-      "inconclusive", whatever the bounds;
-    * retained: "robust" iff both margins' one-sided upper bounds are <= 0;
-    * rejected: "robust" iff at least one failing margin (estimate > 0) has a one-sided lower
-      bound > 0, whatever the other margin's bound (a rejection is decided by a failing
-      margin, so one confirmed failure suffices);
-    * otherwise "inconclusive". ``label_reason`` says which case applied.
+    * "retained": both margins' upper bounds are <= 0;
+    * "not retained": a margin's lower bound is > 0 (one confirmed failing margin suffices);
+    * "undecided": anything else, and always on fewer than ``MIN_SCENES_TO_DECIDE`` scenes.
+      ``reason`` says which case applied.
+
+    These are the same words and the same sidedness as the study-level decision on the
+    seed-pooled margins (``qhlab.statistics.replication.retention_decision``), but a seed's scene
+    bootstrap does not see the seed variance: it reads that seed's fits, not the arm.
 
     Args:
         variant_regret: float [n_scenes], per-scene regret_H of the variant.
@@ -486,7 +528,7 @@ def retention_margins(
         mae_fraction: finite >= 0.
         rng_seed: seed for both bootstraps.
         n_resamples: bootstrap resamples.
-        confidence: one-sided confidence level in (0, 1).
+        confidence: the two-sided intervals' level in (0, 1).
 
     Returns:
         A ``RetentionDecision`` (JSON-able via ``as_dict()``).
@@ -509,46 +551,33 @@ def retention_margins(
         )
     reg_fraction = _check_fraction(call, "regret_fraction", regret_fraction)
     mae_frac = _check_fraction(call, "mae_fraction", mae_fraction)
-    options = dict(confidence=float(confidence), n_resamples=int(n_resamples), rng_seed=int(rng_seed))
+    side = (1.0 + float(confidence)) / 2.0
+    options = dict(confidence=side, n_resamples=int(n_resamples), rng_seed=int(rng_seed))
     d_reg = _margin("D_reg", arrays["variant_regret"], arrays["control_regret"], reg_fraction, **options)
     d_mae = _margin("D_mae", arrays["variant_mae"], arrays["matched_mae"], mae_frac, **options)
-    retained = d_reg.passes and d_mae.passes
     n_scenes = sizes["variant_regret"]
     margins = (d_reg, d_mae)
-    if retained:
-        robust = all(m.confirmed for m in margins)
-        open_margins = [m.name for m in margins if not m.confirmed]
-        reason = (
-            "both margins' one-sided upper bounds are <= 0"
-            if robust
-            else f"the one-sided upper bound of {' and '.join(open_margins)} is not <= 0"
-        )
+    above = [m.name for m in margins if m.lower.low is not None and m.lower.low > 0.0]
+    open_margins = [m.name for m in margins if m.upper.high is None or m.upper.high > 0.0]
+    if above:
+        decision, reason = "not retained", f"the interval of {' and '.join(above)} lies above 0"
+    elif not open_margins:
+        decision, reason = "retained", "both margins' intervals lie at or below 0"
     else:
-        failing = [m for m in margins if not m.passes]
-        confirmed = [m.name for m in failing if m.confirmed]
-        robust = bool(confirmed)
-        reason = (
-            f"failing margin {' and '.join(confirmed)}: one-sided lower bound > 0"
-            if robust
-            else f"no failing margin ({' and '.join(m.name for m in failing)}) has a one-sided lower bound > 0"
-        )
-    if n_scenes < MIN_SCENES_FOR_ROBUST:
-        # The bounds are still computed and reported; they are just not trusted to label.
-        robust = False
-        reason = (
-            f"fewer than {MIN_SCENES_FOR_ROBUST} validation scenes (n_scenes={n_scenes}): "
-            f"no decision is labelled robust ({reason})"
-        )
+        decision, reason = "undecided", f"the interval of {' and '.join(open_margins)} includes 0"
+    if n_scenes < MIN_SCENES_TO_DECIDE:
+        # The bounds are still computed and reported; they are just not trusted to decide.
+        decision = "undecided"
+        reason = f"fewer than {MIN_SCENES_TO_DECIDE} validation scenes (n_scenes={n_scenes}): undecided ({reason})"
     rule = (
-        "retained iff D_reg <= 0 and D_mae <= 0 (point estimates); a retention is robust iff "
-        f"both margins' one-sided {confidence:.0%} upper bounds are <= 0; a rejection is robust "
-        f"iff at least one failing margin (> 0) has its one-sided {confidence:.0%} lower bound > 0; "
-        f"never robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; otherwise inconclusive"
+        "the rule retains iff D_reg <= 0 and D_mae <= 0; retained iff both margins' two-sided "
+        f"{confidence:.0%} intervals lie at or below 0, not retained iff a margin's interval lies above 0, "
+        f"otherwise undecided (always on fewer than {MIN_SCENES_TO_DECIDE} scenes)"
     )
     return RetentionDecision(
-        retained=bool(retained),
-        label="robust" if robust else "inconclusive",
-        label_reason=reason,
+        retained=bool(d_reg.passes and d_mae.passes),
+        decision=decision,
+        reason=reason,
         n_scenes=int(n_scenes),
         rule=rule,
         confidence=float(confidence),

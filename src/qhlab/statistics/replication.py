@@ -1,5 +1,5 @@
 """Seed-aware statistics: pooled paired differences whose intervals carry the training seed,
-replication labels, study-level verdicts, minimum detectable effects and the agreement of
+replication labels, the study's retention decision, minimum detectable effects and the agreement of
 two studies of one design on independent population pairs (``agreement_test``).
 
 Owns: pure functions over per-scene arrays of several training seeds (the arrays are checked
@@ -15,19 +15,20 @@ seeds and scenes; its variance is ``tau^2 / S + Var_scene / n``. A per-seed scen
 sees only the second term, so it describes one fit, not the arm: with seed effects as large as
 arm effects, two seeds' intervals can exclude 0 on opposite sides.
 
-Two sources for tau (stated in every record, ``seed_sd_source``):
+Three sources for the fits' part (stated in every record, ``seed_sd_source``):
 
-* ``pilot``: tau measured on the declared tuning population before the study, with extra
-  seeds, and frozen into the config (Colas et al. 2018). It is the same estimator as below,
-  ``seed_effect_sd``, on the pilot's seeds-by-scenes table, so it does not depend on how many
-  scenes the pilot had (the raw spread of the pilot's seed means would add its own residual
-  ``sigma_e^2 / n_pilot``, counted a second time in the scene part). The estimate has
-  ``pilot seeds - 1`` degrees of freedom, so the interval uses Student's t with the
-  Welch-Satterthwaite degrees of freedom of the two variance terms: close to normal where the
-  scene part dominates, t(pilot seeds - 1) where the seed part does.
+* ``pilot``: the comparison's own components from a pilot record (``qhlab.statistics.variance``:
+  the seed effect and, where the pilot fitted several TRAIN draws, the TRAIN-draw effect, each
+  estimated for this comparison from every pilot fit, never another row's), measured on the
+  declared tuning population before the study (Colas et al. 2018) and frozen. The variance
+  ``scene_se^2 + G`` is read on Student's t with Satterthwaite's degrees of freedom over the
+  scene term and the pilot's mean squares.
+* ``typed``: a seed-effect sd tau typed into the config with its seeds, read on Student's t
+  with the Welch-Satterthwaite degrees of freedom of the scene and seed terms; no TRAIN draw.
 * ``study``: estimated from the study's own seeds (``seed_effect_sd``); with S seeds it has
   S - 1 degrees of freedom, so the interval uses Student's t with S - 1 degrees of freedom
-  (12.7 x the standard error at 95% with two seeds: honest, and wide).
+  (12.7 x the standard error at 95% with two seeds: honest, and wide: two seeds alone cannot
+  decide).
 
 The scene part is the standard error of the seed-averaged per-scene differences (scenes are
 the statistical unit, seeds are averaged within a scene first).
@@ -43,24 +44,22 @@ import numpy as np
 from scipy import stats
 
 from qhlab.evidence.errors import input_error
-from qhlab.statistics.bootstrap import finite_values
+from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE, finite_values
+from qhlab.statistics.variance import FitNoise, study_noise_terms
 
 __all__ = [
     "REPLICATION_LABELS",
-    "STUDY_VERDICTS",
     "PooledDifference",
     "agreement_test",
     "interval_side",
     "minimum_detectable_effect",
     "pooled_difference",
     "replication_label",
-    "retention_replication",
+    "retention_decision",
     "seed_effect_sd",
-    "study_verdict",
 ]
 
 REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")
-STUDY_VERDICTS = ("retained", "rejected", "not replicated")
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,12 @@ class PooledDifference:
     """The seed-pooled estimate of one paired comparison, with a seed-aware interval.
 
     ``low``/``high`` follow ``alternative`` as in ``statistics.BootstrapInterval`` (None: an
-    open side). ``se`` = sqrt(scene_se^2 + seed_sd^2 / n_seeds + draw_sd^2) (``draw_sd`` None: no
-    TRAIN-draw term; ``sources`` names the variance sources carried); ``quantile`` multiplies it
-    (Student's t: with the Welch-Satterthwaite degrees of freedom for a pilot source, with
-    n_seeds - 1 for the study's own estimate; ``distribution`` says which). ``mde`` is the
+    open side). ``se`` is the estimate's standard error: the scene part ``scene_se`` and the fits'
+    part (``seed_sd``, and ``draw_sd`` where a pilot measured the TRAIN draw; None: no TRAIN-draw
+    term; both shown clamped at 0, the variance uses the unbiased estimates); ``sources`` names
+    the variance sources carried. ``quantile`` multiplies it: Student's t with ``dof`` degrees of
+    freedom (Satterthwaite's for a pilot or typed source, n_seeds - 1 for the study's own
+    estimate; ``distribution`` says the same in words). ``mde`` is the
     smallest true difference this design detects with ``power`` at this level and alternative
     (``minimum_detectable_effect``).
     """
@@ -89,6 +90,7 @@ class PooledDifference:
     draw_sd: float | None
     sources: tuple[str, ...]
     se: float
+    dof: float
     distribution: str
     quantile: float
     power: float
@@ -180,34 +182,35 @@ def minimum_detectable_effect(
 def pooled_difference(
     differences: Any,
     *,
+    noise: FitNoise | None = None,
+    noise_source: str | None = None,
     seed_sd: float | None = None,
     seed_sd_source: str | None = None,
     seed_sd_dof: int | None = None,
-    draw_sd: float | None = None,
-    draw_sd_dof: float | None = None,
     confidence: float = 0.95,
     power: float = 0.8,
     alternative: str = "two-sided",
 ) -> PooledDifference:
     """Mean over seeds and scenes of paired per-scene differences, with an interval that carries
-    the between-seed variance (see the module docstring).
+    the fits' own noise (see the module docstring).
 
     Args:
         differences: float [n_seeds, n_scenes], per-scene paired differences (arm minus
             control, or a margin's per-scene values) for each training seed, same scenes.
-        seed_sd: the pilot's seed-effect sd tau (``seed_effect_sd`` on the pilot's table); None:
-            estimate it from ``differences`` (needs n_seeds >= 2; Student's t with n_seeds - 1 dof).
+        noise: this comparison's pilot components (``qhlab.statistics.variance.fit_noise``): the
+            interval carries the training seed and, when the pilot fitted several TRAIN draws,
+            the TRAIN draw, each estimated for this comparison alone.
+        noise_source: which pilot measured ``noise`` (recorded); required with ``noise``.
+        seed_sd: a typed seed-effect sd tau (``seed_effect_sd`` on some pilot's table), instead
+            of ``noise``; Student's t with the Welch-Satterthwaite dof of the scene and seed terms.
         seed_sd_source: where ``seed_sd`` came from (recorded); required with ``seed_sd``.
-        seed_sd_dof: the pilot estimate's degrees of freedom (its seeds - 1); required with
-            ``seed_sd``.
-        draw_sd: the pilot's TRAIN-draw effect sd omega (``qhlab.statistics.variance``), with
-            ``seed_sd``; None: the interval does not carry the TRAIN draw. Every seed of a study
-            shares its one TRAIN draw, so omega^2 enters the variance undivided.
-        draw_sd_dof: that estimate's degrees of freedom, >= 1 (``draw_effect_dof``: Satterthwaite's
-            for a difference of mean squares, at most the draws - 1); required with ``draw_sd``.
+        seed_sd_dof: that estimate's degrees of freedom (its seeds - 1); required with ``seed_sd``.
         confidence: the interval's level, in (0, 1).
         power: for ``mde``.
         alternative: "two-sided", "less" (upper bound only) or "greater" (lower bound only).
+
+    Without ``noise`` or ``seed_sd`` the seed variance is estimated from ``differences`` itself
+    (needs n_seeds >= 2; Student's t with n_seeds - 1 dof).
 
     Returns:
         A ``PooledDifference``.
@@ -218,7 +221,37 @@ def pooled_difference(
     pooled_scenes = d.mean(axis=0)
     estimate = float(d.mean())
     scene_se = float(pooled_scenes.std(ddof=1) / math.sqrt(n_scenes))
-    if seed_sd is not None:
+    draw_sd = None
+    if noise is not None:
+        if seed_sd is not None:
+            raise input_error(
+                call, "seed_sd", seed_sd, "None with noise", "a pilot's components already carry the seed variance"
+            )
+        if not isinstance(noise, FitNoise):
+            raise input_error(call, "noise", type(noise).__name__, "a FitNoise", "build it with fit_noise")
+        if not noise_source:
+            raise input_error(
+                call, "noise_source", noise_source, "a non-empty description", "say which pilot measured the noise"
+            )
+        terms = [("scenes", scene_se**2, float(n_scenes - 1))] + study_noise_terms(noise, n_seeds)
+        variance = sum(v for _, v, _ in terms)
+        # An estimate below half the study's own scene variance is a pilot's unlucky draw, not a
+        # study whose fits add negative noise; at half, intervals still cover 93-97.5% by simulation.
+        variance = max(variance, scene_se**2 / 2.0)
+        spread = sum(v**2 / k for _, v, k in terms)
+        dof = variance**2 / spread if spread > 0 else float(n_scenes - 1)
+        tau = math.sqrt(max(0.0, noise.seed_variance))
+        omega2 = noise.draw_variance
+        draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
+        source = f"pilot: {noise_source}"
+        carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
+        note = (
+            f"this comparison's seed{' and TRAIN-draw' if draw_sd is not None else ''} variance from the pilot "
+            f"({noise.fits} fits on {noise.draws} TRAIN draw{'s' if noise.draws != 1 else ''}), frozen before the "
+            f"study; the interval carries {carried}; Student's t with {dof:.1f} Satterthwaite dof"
+        )
+        se = math.sqrt(variance)
+    elif seed_sd is not None:
         if (
             not isinstance(seed_sd, (int, float))
             or isinstance(seed_sd, bool)
@@ -249,64 +282,33 @@ def pooled_difference(
                 "an estimated tau carries its own uncertainty into the interval",
             )
         tau = float(seed_sd)
-        omega = 0.0
-        if draw_sd is not None:
-            if (
-                any(
-                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                    for v in (draw_sd, draw_sd_dof)
-                )
-                or draw_sd < 0
-                or draw_sd_dof < 1
-            ):
-                raise input_error(
-                    call,
-                    "draw_sd/draw_sd_dof",
-                    (draw_sd, draw_sd_dof),
-                    "a finite number >= 0 (metres) with a number >= 1 (its Satterthwaite degrees of freedom)",
-                    "the pilot's TRAIN-draw sd and its degrees of freedom (qhlab.statistics.variance.draw_effect_dof)",
-                )
-            omega = float(draw_sd)
-        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the pilot's seed part seed_sd_dof,
-        # its draw part draw_sd_dof.
+        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the typed seed part seed_sd_dof.
         parts = [(scene_se**2, n_scenes - 1), (tau**2 / n_seeds, seed_sd_dof)]
-        if draw_sd is not None:
-            parts.append((omega**2, draw_sd_dof))
-        terms = sum(v**2 / k for v, k in parts)
-        dof = sum(v for v, _ in parts) ** 2 / terms if terms > 0 else float(n_scenes - 1)
-        source = f"pilot: {seed_sd_source}"
-        carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
+        terms_sum = sum(v**2 / k for v, k in parts)
+        dof = sum(v for v, _ in parts) ** 2 / terms_sum if terms_sum > 0 else float(n_scenes - 1)
+        source = f"typed: {seed_sd_source}"
         note = (
-            f"seed variance from the pilot ({seed_sd_dof + 1} seeds)"
-            + (f" and TRAIN-draw variance ({draw_sd_dof:.1f} dof)" if draw_sd is not None else "")
-            + f", frozen before the study; the interval carries {carried}; Student's t with {dof:.1f} "
-            "Welch-Satterthwaite dof"
+            f"seed variance typed into the config ({seed_sd_dof + 1} seeds), frozen before the study; the "
+            f"interval carries scenes, training seed; Student's t with {dof:.1f} Welch-Satterthwaite dof"
         )
+        se = math.sqrt(scene_se**2 + tau**2 / n_seeds)
     else:
         if n_seeds < 2:
             raise input_error(
                 call,
                 "differences.shape",
                 tuple(d.shape),
-                "n_seeds >= 2 without seed_sd",
-                "one seed says nothing about the seed variance; give a pilot's seed_sd",
+                "n_seeds >= 2 without noise or seed_sd",
+                "one seed says nothing about the seed variance; give a pilot's components",
             )
-        if draw_sd is not None:
-            raise input_error(
-                call,
-                "draw_sd",
-                draw_sd,
-                "None without seed_sd",
-                "a TRAIN-draw component comes from a pilot, with its seed variance",
-            )
-        tau, dof, omega = seed_effect_sd(d), float(n_seeds - 1), 0.0
+        tau, dof = seed_effect_sd(d), float(n_seeds - 1)
         source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
         note = (
             f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
             "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
             "estimated: about 0.73 power at the MDE with two seeds, by simulation)"
         )
-    se = math.sqrt(scene_se**2 + tau**2 / n_seeds + omega**2)
+        se = math.sqrt(scene_se**2 + tau**2 / n_seeds)
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
     q = _quantile("t", dof, level)
     low = None if alternative == "less" else estimate - q * se
@@ -325,9 +327,10 @@ def pooled_difference(
         scene_se=scene_se,
         seed_sd=tau,
         seed_sd_source=source,
-        draw_sd=None if draw_sd is None else omega,
+        draw_sd=draw_sd,
         sources=("scenes", "training seed") + (("TRAIN draw",) if draw_sd is not None else ()),
         se=se,
+        dof=float(dof),
         distribution=f"t({dof:.3g})",
         quantile=q,
         power=float(power),
@@ -374,53 +377,41 @@ def replication_label(per_seed: list[tuple[float | None, float | None]], pooled:
     return "inconclusive"
 
 
-def retention_replication(per_seed: list[dict], pooled_margins: dict[str, PooledDifference]) -> str:
-    """The replication label of one variant's retention decision.
+def retention_decision(d_reg: PooledDifference, d_mae: PooledDifference) -> tuple[str, str]:
+    """The study's decision on one variant, from its seed-pooled retention margins.
+
+    The same words and the same rule as a seed's reading (``qhlab.statistics.bootstrap.DECISIONS``),
+    on intervals that carry the fits' noise: "retained" iff both margins' two-sided intervals lie
+    at or below 0, "not retained" iff a margin's lies above 0, else "undecided". Each side of an
+    interval is a one-sided test at (1 - confidence) / 2, so a retention (both margins below 0)
+    is an intersection-union test at that level and a rejection (either margin above 0) at most
+    1 - confidence; the MDE beside each margin is that of the same two-sided interval. On fewer
+    than ``MIN_SCENES_TO_DECIDE`` scenes the decision is "undecided", as a seed's is.
 
     Args:
-        per_seed: each seed's ``RetentionDecision.as_dict()`` (``retained``, ``label``).
-        pooled_margins: {"D_reg": ..., "D_mae": ...} seed-pooled margins with one-sided bounds:
-            ``alternative="less"`` (upper bound) when the seeds retain, ``"greater"`` otherwise.
+        d_reg, d_mae: the pooled margins (``pooled_difference``, two-sided).
 
     Returns:
-        "replicated" (every seed reaches the same decision, robustly, and the pooled margins
-        confirm it: both upper bounds <= 0 for a retention, a failing margin's lower bound > 0
-        for a rejection), "seed-dependent" (the seeds reach opposite decisions and each is
-        robust on its own seed), or "inconclusive".
+        (decision, reason in words).
     """
-    if len(per_seed) < 2 or set(pooled_margins) != {"D_reg", "D_mae"}:
+    margins = {"D_reg": d_reg, "D_mae": d_mae}
+    if any(m.alternative != "two-sided" for m in margins.values()):
         raise input_error(
-            "retention_replication",
-            "per_seed/pooled_margins",
-            (len(per_seed), sorted(pooled_margins)),
-            "two or more seeds' decisions and pooled D_reg and D_mae",
-            "replication needs seeds to replicate across",
+            "retention_decision",
+            "alternative",
+            {k: m.alternative for k, m in margins.items()},
+            "two-sided pooled margins",
+            "the decision reads both ends of each margin's interval",
         )
-    decisions = {bool(d["retained"]) for d in per_seed}
-    robust = all(d["label"] == "robust" for d in per_seed)
-    if len(decisions) > 1:
-        return "seed-dependent" if robust else "inconclusive"
-    if not robust:
-        return "inconclusive"
-    if decisions == {True}:
-        confirmed = all(m.high is not None and m.high <= 0 for m in pooled_margins.values())
-    else:
-        confirmed = any(m.estimate > 0 and m.low is not None and m.low > 0 for m in pooled_margins.values())
-    return "replicated" if confirmed else "inconclusive"
-
-
-def study_verdict(retained_by_seed: dict[int, bool]) -> str:
-    """ "retained" when every seed retains, "rejected" when every seed rejects, else "not replicated"."""
-    if not retained_by_seed:
-        raise input_error(
-            "study_verdict",
-            "retained_by_seed",
-            retained_by_seed,
-            "one decision per seed",
-            "pass RetentionDecision.retained for each declared seed",
-        )
-    values = set(bool(v) for v in retained_by_seed.values())
-    return "retained" if values == {True} else "rejected" if values == {False} else "not replicated"
+    above = [k for k, m in margins.items() if m.low is not None and m.low > 0]
+    open_ = [k for k, m in margins.items() if m.high is None or m.high > 0]
+    if d_reg.n_scenes < MIN_SCENES_TO_DECIDE:
+        return "undecided", f"fewer than {MIN_SCENES_TO_DECIDE} validation scenes (n_scenes={d_reg.n_scenes})"
+    if above:
+        return "not retained", f"the interval of {' and '.join(above)} lies above 0: the gain is below the margin"
+    if not open_:
+        return "retained", "both margins' intervals lie at or below 0"
+    return "undecided", f"the interval of {' and '.join(open_)} includes 0"
 
 
 def agreement_test(

@@ -1,11 +1,13 @@
 """The report's lead section: the answer to the researcher's question, then the family.
 
-Owns: each variant's answer (its seed-pooled difference from the baseline, then the
-pre-registered rule's decision in one of ``ANSWER_DECISIONS``, with why), how the rule read each
-seed, and the family table (each arm's make-up, parameter count and cost): the ``question`` and
-``family`` fields of ``report.json`` and their markdown and W&B table. Does not own: the
-statistics it reads (the ``retention`` and ``replication`` entries that the report's earlier
-sections wrote: ``report``, ``seed_aware``) or writing the files (``render``).
+Owns: each variant's answer (its seed-pooled difference from the baseline, its probability of
+improvement over scenes, then the pre-registered rule's decision in one of ``DECISIONS``, with
+why, and what would decide it where the study could not), how each seed reads the rule in the
+same words, each variant's per-scene regret profile against the baseline (for its figure), and the
+family table (each arm's make-up, parameter count and cost): the ``question`` and ``family`` fields
+of ``report.json`` and their markdown and W&B table. Does not own: the statistics it reads (the
+``retention`` and ``replication`` entries that the report's earlier sections wrote: ``report``,
+``seed_aware``) or writing the files (``render``).
 """
 
 from __future__ import annotations
@@ -13,66 +15,55 @@ from __future__ import annotations
 import numpy as np
 
 from qhlab.design.study_config import QhArchitectureStudyConfig
-from qhlab.statistics.bootstrap import MIN_SCENES_FOR_ROBUST
+from qhlab.statistics.bootstrap import DECISIONS, probability_of_improvement
 from qhlab.study.render import table
 from qhlab.study.sections import ReportInputs, Tables
 
 __all__ = ["ANSWER_DECISIONS", "build", "markdown", "tables"]
 
+ANSWER_DECISIONS = DECISIONS
+"""The words the answer gives a variant, the same as every seed's reading and every replica's."""
 
-def _why_inconclusive(entry: dict, n_scenes: int) -> str | None:
-    """Why a variant's decision is not replicated or not robust, in words (None: it is replicated)."""
-    if entry["replication"] == "replicated":
-        return None
-    reasons = []
-    if n_scenes < MIN_SCENES_FOR_ROBUST:
-        reasons.append(f"only {n_scenes} validation scenes (fewer than {MIN_SCENES_FOR_ROBUST})")
-    if entry["verdict"] == "not replicated":
-        reasons.append("the seeds decide differently")
-    for name, margin in entry["pooled_margins"].items():
-        low, high = margin["low"], margin["high"]
-        if (low is None or low <= 0) and (high is None or high >= 0):
-            reasons.append(
-                f"the pooled {name} {margin['estimate']:+.4f} m has an interval that includes 0 "
-                f"(MDE {margin['mde']:.4f} m)"
-            )
-    return "; ".join(reasons) or "a seed's decision is not robust"
+_NO_PILOT = (
+    "two seeds alone cannot decide: with no pilot, the seed variance is read from the study's own two seeds, "
+    "one degree of freedom, so every interval is 12.7 standard errors wide; `qhlab pilot` measures each "
+    "comparison's seed and TRAIN-draw variance on a tuning population, `qhlab plan` predicts the MDE it gives, "
+    "and `[preparation] pilot` binds it"
+)
 
 
-ANSWER_DECISIONS = ("retained", "not retained", "undecided")
-"""The words the answer gives a variant: none of them can contradict another."""
+def _interval(margin: dict) -> str:
+    return f"{margin['estimate']:+.4f} m [{margin['low']:+.4f}, {margin['high']:+.4f}]"
 
 
-def _decision(entry: dict, config: QhArchitectureStudyConfig, n_scenes: int) -> tuple[str, str]:
-    """A variant's decision in plain words, and why: the pre-registered rule's verdict, made one.
-
-    "retained" and "not retained" are a rule's verdict that both seeds reached and the study's
-    scenes and seeds confirm; anything else is "undecided", with its reason.
-    """
+def _why(entry: dict, config: QhArchitectureStudyConfig) -> str:
+    """Why the rule decided as it did, in words, with the margins' intervals."""
     margins = entry["pooled_margins"]
-    mde = f"MDE D_reg {margins['D_reg']['mde']:.4f} m, D_mae {margins['D_mae']['mde']:.4f} m"
-    if entry["replication"] == "replicated" and entry["verdict"] == "retained":
-        return "retained", (
-            f"its regret_H is below {config.regret_fraction:g} x `{entry['structural_control']}`'s and its "
-            f"MAE_H below {config.mae_fraction:g} x `{entry['matched_control']}`'s, on every seed"
+    reg, mae = margins["D_reg"], margins["D_mae"]
+    words = {
+        "D_reg": f"regret_H below {config.regret_fraction:g} x `{entry['structural_control']}`'s",
+        "D_mae": f"MAE_H below {config.mae_fraction:g} x `{entry['matched_control']}`'s",
+    }
+    if entry["decision"] == "retained":
+        return (
+            f"both margins lie below 0: D_reg {_interval(reg)} ({words['D_reg']}) and D_mae {_interval(mae)} "
+            f"({words['D_mae']})"
         )
-    if entry["replication"] == "replicated" and entry["verdict"] == "rejected":
-        failing = []
-        if margins["D_reg"]["estimate"] > 0:
-            failing.append(
-                f"its regret_H is not below {config.regret_fraction:g} x `{entry['structural_control']}`'s "
-                f"(D_reg {margins['D_reg']['estimate']:+.4f} m)"
-            )
-        if margins["D_mae"]["estimate"] > 0:
-            failing.append(
-                f"its MAE_H is not below {config.mae_fraction:g} x `{entry['matched_control']}`'s "
-                f"(D_mae {margins['D_mae']['estimate']:+.4f} m)"
-            )
-        return "not retained", " and ".join(failing) or "a margin fails on every seed"
-    scenes = f"only {n_scenes} validation scenes; " if n_scenes < MIN_SCENES_FOR_ROBUST else ""
-    if entry["verdict"] == "not replicated":
-        return "undecided", f"{scenes}its seeds disagree ({mde})"
-    return "undecided", f"{scenes}the study could not tell a difference this small from noise ({mde})"
+    if entry["decision"] == "not retained":
+        above = [n for n, m in margins.items() if m["low"] is not None and m["low"] > 0]
+        return "the gain is below the margin: " + " and ".join(
+            f"{n} {_interval(margins[n])} lies above 0 (its {words[n].replace(' below ', ' is not below ')})"
+            for n in above
+        )
+    why = (
+        f"the study could not tell a difference this small from noise: D_reg {_interval(reg)}, D_mae "
+        f"{_interval(mae)} (MDE D_reg {reg['mde']:.4f} m, D_mae {mae['mde']:.4f} m)"
+    )
+    if entry["decision_reason"].startswith("fewer than"):
+        why = f"{entry['decision_reason']}; {why}"
+    if reg["seed_sd_source"].startswith("study:"):
+        why += f"; {_NO_PILOT}"
+    return why
 
 
 def _against_baseline(report: dict, variant: str, baseline: str, metric: str) -> dict | None:
@@ -86,42 +77,72 @@ def _against_baseline(report: dict, variant: str, baseline: str, metric: str) ->
     return None
 
 
-def _answer(e: dict, config: QhArchitectureStudyConfig, report: dict) -> dict:
-    """One variant's answer: its seed-pooled difference from the baseline, then the rule's decision."""
+def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
+    """One variant's answer: its difference from the baseline and how often it wins a scene, then the decision."""
+    config = inputs.config
     h, baseline = report["primary_horizon"], config.baseline_arm
-    decision, why = _decision(e, config, report["n_scenes"])
     differences = {m: _against_baseline(report, e["variant"], baseline, m) for m in ("regret", "mae")}
+    wins = {}
+    for metric in ("regret", "mae"):
+        table_ = np.stack(
+            [inputs.at_h(e["variant"], s, metric) - inputs.at_h(baseline, s, metric) for s in config.seeds]
+        )
+        wins[metric] = probability_of_improvement(
+            table_,
+            confidence=config.bootstrap.confidence,
+            n_resamples=config.bootstrap.resamples,
+            rng_seed=config.bootstrap.seed,
+        ).as_dict()
     parts = []
     for metric, name in (("regret", f"regret_{h}"), ("mae", f"MAE_{h}")):
         d = differences[metric]
         if d is not None:
             parts.append(f"{name} {d['estimate']:+.4f} m [{d['low']:+.4f}, {d['high']:+.4f}]")
-    confidence = next((d["confidence"] for d in differences.values() if d is not None), None)
+    confidence = config.bootstrap.confidence
     against = (
         f"against `{baseline}`: " + ", ".join(parts) + f" (variant minus baseline, seeds pooled, {confidence:.0%} "
         "two-sided; below 0 is better)"
         if parts
         else f"not compared with `{baseline}` directly"
     )
+    won = wins["regret"]
+    scenes = (
+        f"; it has the lower regret_{h} on {won['estimate']:.0%} of scenes [{won['low']:.0%}, {won['high']:.0%}]"
+        if won["low"] is not None and won["high"] is not None
+        else f"; it has the lower regret_{h} on {won['estimate']:.0%} of scenes"
+    )
+    why = _why(e, config)
     return {
-        "decision": decision,
+        "decision": e["decision"],
         "why": why,
         "against_baseline": differences,
-        "text": f"`{e['variant']}` {against}. By the pre-registered rule: **{decision}**: {why}.",
+        "probability_of_improvement": wins,
+        "text": f"`{e['variant']}` {against}{scenes}. By the pre-registered rule: **{e['decision']}**: {why}.",
     }
 
 
+def _profile(inputs: ReportInputs, variant: str) -> list[float]:
+    """The variant's seed-averaged per-scene regret_H minus the baseline's, sorted (the figure's curve)."""
+    config = inputs.config
+    pooled = np.mean(
+        [inputs.at_h(variant, s, "regret") - inputs.at_h(config.baseline_arm, s, "regret") for s in config.seeds],
+        axis=0,
+    )
+    return [float(v) for v in np.sort(pooled)]
+
+
 def build(inputs: ReportInputs, report: dict) -> None:
-    """The researcher's question first: each variant's verdict; then each arm's make-up and cost."""
+    """The researcher's question first: each variant's decision; then each arm's make-up and cost."""
     report["question"] = [
         {
             "variant": e["variant"],
-            "verdict": e["verdict"],
-            "replication": e["replication"],
+            "decision": e["decision"],
+            "per_seed": {s: d["decision"] for s, d in e["per_seed"].items()},
+            "seeds_agree": e["seeds_agree"],
             "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"],
             "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
-            "why_inconclusive": _why_inconclusive(e, report["n_scenes"]),
-            "answer": _answer(e, inputs.config, report),
+            "answer": _answer(e, inputs, report),
+            "regret_profile": _profile(inputs, e["variant"]),
         }
         for e in report["retention"]
     ]
@@ -147,34 +168,32 @@ def build(inputs: ReportInputs, report: dict) -> None:
                 ),
             }
         )
-    report["summary"]["question"] = {q["variant"]: q["verdict"] for q in report["question"]}
+    report["summary"]["question"] = {q["variant"]: q["decision"] for q in report["question"]}
 
 
 def markdown(report: dict) -> list[str]:
+    level = f"{report['bootstrap']['confidence']:.0%}"
     lines = ["## The answer: is each variant better than the baseline?", ""]
     lines += [f"- {q['answer']['text']}" for q in report["question"]]
     lines += [
         "",
         "Each variant's decision is one of "
         + ", ".join(f"**{d}**" for d in ANSWER_DECISIONS)
-        + ": retained or not retained only when both seeds reach the rule's verdict and the "
-        "study's scenes and seeds confirm it. The MDE is the smallest margin the study detects "
-        f"with 80% power in a two-sided {report['bootstrap']['confidence']:.0%} test, defined so for every "
-        "comparison and margin of the report.",
+        + f": the pre-registered margins D_reg and D_mae, pooled over both seeds, read on {level} intervals that "
+        "carry the fits' own noise: retained when both lie at or below 0, not retained when one lies above 0. "
+        f"The MDE is the smallest margin the study detects with 80% power in a two-sided {level} test, defined so "
+        "for every comparison and margin of the report. The share of scenes counts a tie as half; its interval "
+        "is over scenes only. `regret_profile.png` draws each variant's per-scene regret against the baseline's.",
         "",
-        "## How the rule read each seed",
+        "## How each seed reads the rule",
         "",
     ]
-    seeds_say = {
-        "retained": "each seed's point estimates retain it",
-        "rejected": "each seed's point estimates reject it",
-        "not replicated": "the seeds' point estimates differ",
-    }
     for q in report["question"]:
-        why = f"; {q['replication']} because {q['why_inconclusive']}" if q["why_inconclusive"] else ""
+        seeds = ", ".join(f"seed {s} {d}" for s, d in q["per_seed"].items())
+        agree = "" if q["seeds_agree"] else "; the seeds read it differently"
         lines.append(
-            f"- `{q['variant']}`: {seeds_say[q['verdict']]} ({q['replication']}); MDE D_reg "
-            f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m{why}."
+            f"- `{q['variant']}`: {seeds}{agree}; the study, both seeds pooled: {q['decision']} (MDE D_reg "
+            f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m)."
         )
     rows = [
         [

@@ -34,7 +34,7 @@ from qhlab.study.populations import (
     resolve_population,
     validation_environment,
 )
-from qhlab.study.preparation import refuse_tuned_scenes
+from qhlab.study.preparation import check_populations, refuse_tuned_scenes
 
 __all__ = ["seal_development"]
 
@@ -96,6 +96,14 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
             "use the same preset family for both splits",
         )
     _refuse_shared_scenes(frozen.train_path, validation_path)
+    # Its generator, now that it is drawn (a validation named by path was declared only at the freeze).
+    check_populations(
+        config,
+        frozen.body.preparation,
+        train.manifest["generator"],
+        validation.manifest["generator"],
+        call="prepare_development",
+    )
     refuse_tuned_scenes(frozen.output, frozen.body.preparation, validation_path, "prepare_development")
     # After the cheap disjointness check (it names the shared pair), before anything is computed.
     audit = audit_population(validation_path, call="prepare_development")

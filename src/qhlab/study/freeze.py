@@ -46,9 +46,10 @@ from qhlab.study.populations import (
     population_files,
     population_support,
     resolve_population,
+    validation_generator,
     validation_preset,
 )
-from qhlab.study.preparation import check_preparation, copy_preparation
+from qhlab.study.preparation import check_populations, check_preparation, copy_preparation
 from qhlab.training.profiles import execution_profile
 
 __all__ = ["describe_family", "freeze"]
@@ -152,6 +153,18 @@ def _freeze_locked(
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
     population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked
     audit = audit_population(train_path, call="freeze_study")
+    frozen_validation = validation_preset(config.validation, train_path, population.manifest, call="freeze_study")
+    # A validation named by path is declared, not opened: its generator is compared at development.
+    check_populations(
+        config,
+        preparation,
+        population.manifest["generator"],
+        None
+        if frozen_validation is None
+        else validation_generator(
+            frozen_validation, config.validation.seed, train_path, population.manifest, call="freeze_study"
+        ),
+    )
     support = population_support(population)
     chain = canonical_first_chain(population)
     output.mkdir(parents=True, exist_ok=True)
@@ -227,7 +240,7 @@ def _freeze_locked(
         "validation": {
             "declared": config.validation.model_dump(mode="json"),
             "opened": False,
-            "preset": validation_preset(config.validation, train_path, population.manifest, call="freeze_study"),
+            "preset": frozen_validation,
         },
         "arms": arms,
         "recipes": recipes,

@@ -32,6 +32,7 @@ __all__ = [
     "population_support",
     "resolve_population",
     "validation_environment",
+    "validation_generator",
     "validation_preset",
 ]
 
@@ -159,6 +160,17 @@ def validation_environment(
         root=train_spec.root,
     )
     return preset, spec
+
+
+def validation_generator(frozen_preset: dict, seed: int, train: Path, train_manifest: dict, *, call: str) -> dict:
+    """The generator record the study's validation will have, without drawing it: its frozen preset
+    on TRAIN's environment (``validation_environment``), so that records made on the study's
+    validation distribution are recognised before any scene of it exists."""
+    # Lazy: keeps importing this module free of the population writer's imports.
+    from qhlab.scenes.population import expected_generator
+
+    preset, environment = validation_environment(frozen_preset, train, train_manifest, call=call)
+    return expected_generator(preset, "validation", seed, environment=environment, call=call)
 
 
 def environment_source(source: PopulationSource, train: Path, train_manifest: dict, *, call: str) -> dict | None:

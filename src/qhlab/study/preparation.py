@@ -3,12 +3,15 @@
 Owns: ``check_preparation`` (at freeze, before anything is written: authenticate and recompute a
 ``qhlab tune`` record, a ``qhlab pilot`` record and a ``qhlab e0-check`` record; refuse a recipe
 other than the tuning's winner outside its declared deviations, a pilot of another study design, a
-typed ``[seed_variance]`` other than the pilot's, a tuning or pilot population that is the study's
+typed ``[seed_variance]`` beside a pilot, a tuning or pilot population that is the study's
 validation, and an E0 check of another gate, one that fell short of its minimum pass share or one
-that gated the study's own TRAIN seed), ``copy_preparation`` (the records' copies inside the study,
-which the freeze receipt binds), ``refuse_tuned_scenes`` (at development: no sealed validation scene
-may be a tuning or pilot scene, by physical content), ``frozen_pilot`` (the seed and TRAIN-draw
-variance the report's intervals carry) and the report's section. Does not own: the records
+that gated the study's own TRAIN seed), ``check_populations`` (once TRAIN is resolved: every
+record was made on the study's own population distributions, compared by generator identity
+however each was named, and none scored on the study's validation draw),
+``copy_preparation`` (the records' copies inside the study, which the freeze receipt binds),
+``refuse_tuned_scenes`` (at development: no sealed validation scene may be a tuning or pilot scene,
+by physical content), ``frozen_noise`` (the pilot components each comparison's interval carries)
+and the report's section. Does not own: the records
 themselves (``qhlab.design.tuning_record``, ``qhlab.design.pilot_record``,
 ``qhlab.design.e0_record``) or the freeze (``freeze``).
 """
@@ -28,9 +31,11 @@ from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.design.tuning_record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 from qhlab.evidence import PublishConflictError, differing_keys, input_error, publish_bytes, sha256_file
 from qhlab.evidence.layout import PREPARATION_DIR
+from qhlab.scenes.manifest import generator_identity
+from qhlab.statistics.variance import FitNoise
 from qhlab.study.render import fmt, table
 
-__all__ = ["check_preparation", "copy_preparation", "frozen_pilot", "refuse_tuned_scenes"]
+__all__ = ["check_populations", "check_preparation", "copy_preparation", "frozen_noise", "refuse_tuned_scenes"]
 _CALL = "freeze_study"
 # Recipe fields that are the study's own, never compared with the tuning's winner.
 _STUDY_FIELDS = ("name", "seed", "data", "accelerator", "devices", "precision")
@@ -107,7 +112,7 @@ def check_preparation(
         EvidenceError: a record does not authenticate, or its values do not recompute.
         QhInputError: the study's recipe is not the tuning's winner outside the declared
             deviations, the pilot measured another study design, a typed ``[seed_variance]``
-            is not the pilot's, a tuning or pilot population is the study's validation, or the E0
+            stands beside a pilot, a tuning or pilot population is the study's validation, or the E0
             check ran another gate, fell short of its minimum pass share or gated the study's TRAIN.
     """
     preparation = config.preparation
@@ -161,10 +166,7 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
         ],
         "winner": {k: winner[k] for k in ("number", "params", "mean", "margin", "tied")},
         "deviations": {"declared": record["deviations"], "used": differing},
-        "populations": {
-            role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
-            for role, p in record["populations"].items()
-        },
+        "populations": _populations(record),
         "fits_recomputed": checked["fits_recomputed"],
         "optuna": record["optuna"],
         "space": record["config"]["space"],
@@ -185,8 +187,8 @@ def _check_pilot(
             "a pilot's variance belongs to the arms, recipe, budget and fractions it fitted; run "
             "`qhlab pilot` again for this design",
         )
-    _refuse_other_presets(config, record, record_path)
-    shared = sorted(set(record["config"]["seeds"]) & set(config.seeds))
+    seeds = sorted({s for entry in record["layout"] for s in entry["seeds"]})
+    shared = sorted(set(seeds) & set(config.seeds))
     if shared:
         raise input_error(
             _CALL,
@@ -195,42 +197,39 @@ def _check_pilot(
             f"seeds the pilot did not fit (it fitted {shared})",
             "a pilot measures the seed variance on seeds the study does not report; run the pilot with other seeds",
         )
-    seed_variance = record["seed_variance"]
-    typed = config.seed_variance
-    if typed is not None and (
-        typed.seeds != seed_variance["seeds"]
-        or any(round(seed_variance[m], 5) != round(getattr(typed, m), 5) for m in ("regret", "mae"))
-    ):
+    if config.seed_variance is not None:
         raise input_error(
             _CALL,
             "seed_variance",
-            typed.model_dump(mode="json", exclude={"source"}),
-            f"the pilot record's values (regret {seed_variance['regret']:.5f}, mae "
-            f"{seed_variance['mae']:.5f}, seeds {seed_variance['seeds']}; {record_path})",
-            "drop [seed_variance]: a study that names a pilot record reads it from there",
+            config.seed_variance.model_dump(mode="json", exclude={"source"}),
+            f"no typed [seed_variance] beside a pilot record ({record_path})",
+            "drop [seed_variance]: a study that names a pilot record carries each comparison's own components from it",
         )
     _refuse_tuning_validation(config, record, record_path)
     return {
         **_bound("pilot", pilot_record, record_path, record),
-        "seeds": record["config"]["seeds"],
-        "draws": record["draws"],
-        "draw_seeds": record["draw_seeds"],
-        "seed_variance": seed_variance,
-        "train_draw": record["train_draw"],
+        "layout": record["layout"],
         "comparisons": record["comparisons"],
         "margins": record["margins"],
-        "populations": {
-            role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256")}
-            for role, p in record["populations"].items()
-        },
+        "populations": _populations(record),
         "fits": checked["fits"],
         "fits_recomputed": checked["fits_recomputed"],
     }, source
 
 
+def _populations(record: dict) -> dict:
+    """What the freeze binds of a record's populations: each one's declared draw and identities."""
+    return {
+        role: {k: p.get(k) for k in ("preset", "split", "seed", "manifest_sha256", "generator_sha256")}
+        for role, p in record["populations"].items()
+    }
+
+
 def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
     source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check", "qhlab e0-check")
-    differing = differing_keys(e0_design(config), record["design"])
+    # The TRAIN preset is compared by generator identity once TRAIN is resolved (``check_populations``):
+    # a preset file is the same distribution wherever the study and the check named it from.
+    differing = [k for k in differing_keys(e0_design(config), record["design"]) if k != "train_preset"]
     if differing:
         raise input_error(
             _CALL,
@@ -262,6 +261,7 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
     return {
         **_bound("e0", e0_record, record_path, record),
         "train_seeds": seeds,
+        "train_generator_sha256": record.get("train_generator_sha256"),
         "gate": {k: record["design"][k] for k in ("canary_updates", "canary_gap_multiple", "tie_band", "seeds")},
         "draws": record["draws"],
         "passed": record["passed"],
@@ -280,27 +280,39 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
     }, source
 
 
-def frozen_pilot(config: QhArchitectureStudyConfig, freeze: dict, metric: str) -> dict[str, Any]:
-    """``pooled_difference``'s variance arguments for ``metric``: the pilot record's tau and TRAIN-draw
-    component, else the typed ``[seed_variance]``'s tau, else none (the study's own seeds).
+def frozen_noise(config: QhArchitectureStudyConfig, freeze: dict, row: tuple[str, str] | str, metric: str) -> dict:
+    """``pooled_difference``'s variance arguments for one comparison or margin: the pilot record's
+    components of that row, else the typed ``[seed_variance]``'s tau, else none (the study's own seeds).
 
     Args:
         config: the study config.
         freeze: the freeze receipt's body (its ``preparation``).
-        metric: "regret" or "mae".
+        row: ``(arm, against)`` of a paired comparison, or a variant's name for its retention margins.
+        metric: "regret" or "mae" (a margin's D_reg is its "regret", D_mae its "mae").
+
+    Raises:
+        QhInputError: the pilot holds no components for ``row`` (a freeze bound a pilot of this design).
     """
     pilot = (freeze.get("preparation") or {}).get("pilot")
     if pilot is not None:
-        sv, draw = pilot["seed_variance"], pilot["train_draw"]
-        out = {
-            "seed_sd": float(sv[metric]),
-            "seed_sd_dof": int(sv["seeds"]) - 1,
-            "seed_sd_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
-            f"{sv['seeds']} seeds)",
+        if isinstance(row, tuple):
+            entries = [c for c in pilot["comparisons"] if (c["arm"], c["against"]) == row]
+        else:
+            entries = [m for m in pilot["margins"] if m["variant"] == row]
+        if len(entries) != 1:
+            raise input_error(
+                "report_study",
+                "preparation.pilot",
+                pilot["name"],
+                f"a pilot with the components of {row!r}",
+                "the freeze binds pilots of this study's design only; freeze the study again",
+            )
+        draws = len(pilot["layout"])
+        return {
+            "noise": FitNoise.from_dict(entries[0]["noise"][metric]),
+            "noise_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
+            f"{entries[0]['noise'][metric]['fits']} fits on {draws} TRAIN draw{'s' if draws != 1 else ''})",
         }
-        if draw is not None:
-            out.update(draw_sd=float(draw[metric]), draw_sd_dof=float(draw[f"{metric}_dof"]))
-        return out
     typed = config.seed_variance
     if typed is None:
         return {}
@@ -338,19 +350,88 @@ def _declared_preset(source: Any) -> str | None:
     return (json.loads(manifest.read_text(encoding="utf-8")).get("generator") or {}).get("preset")
 
 
-def _refuse_other_presets(config: QhArchitectureStudyConfig, record: dict, record_path: Path) -> None:
-    """Refuse a pilot whose TRAIN or validation population is of another preset than the study's:
-    its variance would be another distribution's."""
-    for role in ("train", "validation"):
-        ours, theirs = _declared_preset(getattr(config, role)), record["populations"][role].get("preset")
-        if ours != theirs:
-            raise input_error(
-                _CALL,
-                "preparation.pilot",
-                str(record_path),
-                f"a pilot whose {role} population is of the study's preset {ours!r} (it is {theirs!r})",
-                f"the pilot's variance belongs to the {role} distribution it was measured on",
+def check_populations(
+    config: QhArchitectureStudyConfig,
+    preparation: dict | None,
+    train: dict,
+    validation: dict | None,
+    *,
+    call: str = _CALL,
+) -> None:
+    """Refuse a record made on another population distribution than the study's, or scored on its validation draw.
+
+    Populations are compared by generator identity (``qhlab.scenes.manifest.generator_identity``),
+    so a study binds a record made for its populations whether either named them by a built-in
+    preset, a preset file or a directory.
+
+    Args:
+        config: the study config.
+        preparation: the freeze body's ``preparation`` (None: nothing to check).
+        train: the study TRAIN's generator record (its manifest's).
+        validation: the study validation's generator record (expected from its preset at the freeze,
+            its manifest's at development); None: not known yet (a validation named by path, at the
+            freeze), so only the TRAIN side is compared.
+        call: the step refusing.
+
+    Raises:
+        QhInputError: a record without generator identities (made by an older qhlab), a record whose
+            TRAIN or validation populations are of another distribution, or one that scored on the
+            study's validation draw.
+    """
+    if not preparation:
+        return
+    ours = {
+        "train": generator_identity(train),
+        "validation": None if validation is None else generator_identity(validation),
+    }
+    for kind, command in (("tuning", "qhlab tune"), ("pilot", "qhlab pilot")):
+        summary = preparation.get(kind)
+        if summary is None:
+            continue
+        for role, population in summary["populations"].items():
+            split = "validation" if role == "validation" else "train"
+            if ours[split] is None:
+                continue
+            _same_distribution(
+                f"preparation.{kind}", summary, role, population.get("generator_sha256"), ours[split], command, call
             )
+            if split == "validation" and population.get("seed") == validation.get("seed"):
+                raise input_error(
+                    call,
+                    "validation",
+                    config.validation.model_dump(mode="json", exclude_none=True),
+                    f"a population other than the {kind}'s {role} population ({summary['source']})",
+                    "a study is never scored on the population its recipe was tuned or its variance measured on; "
+                    "declare another validation seed",
+                )
+    e0 = preparation.get("e0")
+    if e0 is not None:
+        _same_distribution(
+            "preparation.e0", e0, "TRAIN", e0.get("train_generator_sha256"), ours["train"], "qhlab e0-check", call
+        )
+
+
+def _same_distribution(
+    field: str, summary: dict, role: str, theirs: str | None, ours: str, command: str, call: str
+) -> None:
+    if theirs is None:
+        raise input_error(
+            call,
+            field,
+            summary["source"],
+            "a record that names its populations' generator identity",
+            f"it was made by an older qhlab; run `{command}` again",
+        )
+    if theirs != ours:
+        raise input_error(
+            call,
+            field,
+            summary["source"],
+            f"a record made on the study's own population distributions (its {role} population's generator "
+            f"{theirs[:12]} is not the study's {ours[:12]})",
+            "its environment, options, preset sizes or actor differ from the study's; a record's numbers belong to "
+            "the distribution it was measured on",
+        )
 
 
 def _refuse_tuning_validation(config: QhArchitectureStudyConfig, record: dict, record_path: Path) -> None:
@@ -489,52 +570,44 @@ def markdown(report: dict) -> list[str]:
             ]
     lines.append("")
     if pilot is not None:
-        sv, draw = pilot["seed_variance"], pilot["train_draw"]
         pops = pilot["populations"]
+        layout = pilot["layout"]
+        draws = ", ".join(f"{d['draw']} (seeds {', '.join(str(x) for x in d['seeds'])})" for d in layout)
         lines += [
-            f"The seed variance is the pilot record `{pilot['name']}` (record sha256 "
+            f"The fits' noise is the pilot record `{pilot['name']}` (record sha256 "
             f"`{pilot['record_sha256'][:16]}`), bound by the freeze and copied into `{pilot['copy']}/`: every arm "
-            f"fitted with seeds {pilot['seeds']} on TRAIN {pops['train']['preset']} seed {pops['train']['seed']}"
-            + (f", and with seeds {pilot['draw_seeds']} on TRAIN draws {pilot['draws'][1:]}" if draw else "")
-            + f", scored on {pops['validation']['preset']} seed {pops['validation']['seed']} (manifest "
-            f"`{pops['validation']['manifest_sha256'][:16]}`); {pilot['fits']} fits.",
+            f"fitted on {len(layout)} TRAIN draw{'s' if len(layout) != 1 else ''} of {pops['train']['preset']} "
+            f"({draws}; each seed on one draw), scored on {pops['validation']['preset']} seed "
+            f"{pops['validation']['seed']} (manifest `{pops['validation']['manifest_sha256'][:16]}`); {pilot['fits']} "
+            "fits.",
             "",
-            f"- Seed effect tau (largest over comparisons and margins): regret {sv['regret']:.5f} m, MAE "
-            f"{sv['mae']:.5f} m ({sv['seeds']} seeds).",
-            (
-                "- TRAIN-draw effect (largest): "
-                + (
-                    f"regret {draw['regret']:.5f} m, MAE {draw['mae']:.5f} m "
-                    f"({draw['draws']} draws x {draw['seeds_per_draw']} seeds)."
-                    if draw
-                    else "not measured (the pilot fitted one draw)."
-                )
-            ),
-            "- The seed-pooled intervals below carry: scenes, training seed"
-            + (", TRAIN draw." if draw else "; not the TRAIN draw."),
+            "Each comparison's interval carries its own components, estimated from every pilot fit of that "
+            "comparison (a nested analysis of variance: within and between TRAIN draws), never another row's: "
+            "tau is the seed effect of the paired difference, omega the TRAIN-draw effect (both shown clamped at "
+            "0; the intervals use the unbiased estimates), dof the degrees of freedom within and between draws."
+            + ("" if len(layout) > 1 else " With one TRAIN draw, no interval carries the TRAIN draw."),
             "",
         ]
+
+        def cells(noise: dict) -> list[str]:
+            return [fmt(noise["tau"], 5), "-" if noise["omega"] is None else fmt(noise["omega"], 5)]
+
         rows = [
-            [
-                c["arm"],
-                c["against"],
-                fmt(c["tau"]["regret"], 5),
-                fmt(c["tau"]["mae"], 5),
-                *((fmt(c["draw_sd"]["regret"], 5), fmt(c["draw_sd"]["mae"], 5)) if c["draw_sd"] else ("-", "-")),
-            ]
+            [c["arm"], c["against"], *cells(c["noise"]["regret"]), *cells(c["noise"]["mae"])]
             for c in pilot["comparisons"]
         ]
         rows += [
-            [
-                m["variant"],
-                "retention margins",
-                fmt(m["tau"]["regret"], 5),
-                fmt(m["tau"]["mae"], 5),
-                *((fmt(m["draw_sd"]["regret"], 5), fmt(m["draw_sd"]["mae"], 5)) if m["draw_sd"] else ("-", "-")),
-            ]
+            [m["variant"], "retention margins", *cells(m["noise"]["regret"]), *cells(m["noise"]["mae"])]
             for m in pilot["margins"]
         ]
-        lines += table(["arm", "against", "tau regret", "tau MAE", "draw regret", "draw MAE"], rows)
+        first = next((c["noise"]["regret"] for c in pilot["comparisons"] + pilot["margins"]), None)
+        lines += table(["arm", "against", "tau regret", "omega regret", "tau MAE", "omega MAE"], rows)
+        if first is not None:
+            lines += [
+                "",
+                f"Degrees of freedom: {first['dof_within']} within draws, {first['dof_between']} between draws "
+                f"(margins: D_reg as regret, D_mae as MAE).",
+            ]
     elif typed is not None:
         lines.append(
             f"The pilot's seed variance (tau regret {typed['regret']:.5f} m, MAE {typed['mae']:.5f} m, "
@@ -544,7 +617,9 @@ def markdown(report: dict) -> list[str]:
     else:
         lines.append(
             "The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
-            "own seeds, and do not carry the TRAIN draw."
+            "own two seeds (one degree of freedom) and do not carry the TRAIN draw, so they are too wide to "
+            "decide anything but a very large effect. `qhlab pilot` measures each comparison's components on a "
+            "tuning population; `[preparation] pilot` binds its record."
         )
     return lines + [""] + _e0_lines(prepared.get("e0"))
 
@@ -596,16 +671,13 @@ def tables(report: dict) -> dict:
         out["preparation_trials"] = (["trial", "params", "state", "mean", "seed_sd", "cost"], rows)
     if pilot is not None:
 
-        def draw(entry: dict, metric: str) -> float | None:
-            return None if entry["draw_sd"] is None else entry["draw_sd"][metric]
+        def row(entry: dict) -> list:
+            return [entry["noise"][m][k] for m in ("regret", "mae") for k in ("tau", "omega")]
 
-        rows = [
-            [c["arm"], c["against"], c["tau"]["regret"], c["tau"]["mae"], draw(c, "regret"), draw(c, "mae")]
-            for c in pilot["comparisons"]
-        ]
-        rows += [
-            [m["variant"], "retention margins", m["tau"]["regret"], m["tau"]["mae"], draw(m, "regret"), draw(m, "mae")]
-            for m in pilot["margins"]
-        ]
-        out["preparation_pilot"] = (["arm", "against", "tau_regret", "tau_mae", "draw_regret", "draw_mae"], rows)
+        rows = [[c["arm"], c["against"], *row(c)] for c in pilot["comparisons"]]
+        rows += [[m["variant"], "retention margins", *row(m)] for m in pilot["margins"]]
+        out["preparation_pilot"] = (
+            ["arm", "against", "tau_regret", "omega_regret", "tau_mae", "omega_mae"],
+            rows,
+        )
     return out

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FIGURES", "bounds", "ci", "fmt", "per_horizon", "table", "write_report_files"]
 
-FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png")
+FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png", "regret_profile.png")
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -75,7 +75,8 @@ def _markdown(report: dict, sections: Iterable[Section]) -> str:
         "Figures: `arms.png` (each arm's MAE and regret with intervals), "
         "`paired_differences.png` (paired differences against controls), `learning_curves.png` (each "
         "cell's validation MAE and regret at the observed updates its fit measured; display only, no "
-        "checkpoint is ever selected).",
+        "checkpoint is ever selected), `regret_profile.png` (each variant's per-scene regret minus the "
+        "baseline's, seeds averaged, sorted: where it wins and loses, and by how much).",
         "",
     ]
     return "\n".join(lines)
@@ -177,7 +178,22 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             ax.legend(fontsize=6, ncol=2)
         save_figure(fig, path)
 
-    figures = dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure)))
+    def profile_figure(path: Path) -> None:
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        for i, q in enumerate(report["question"]):
+            values = q["regret_profile"]
+            share = [(k + 0.5) / len(values) for k in range(len(values))]
+            ax.plot(share, values, color=f"C{i % 10}", linewidth=1.2, label=f"{q['variant']} ({q['decision']})")
+        ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("share of validation scenes (sorted by the difference)")
+        ax.set_ylabel(f"regret at H={h}: variant minus baseline (m)")
+        ax.set_title("per-scene regret profile against the baseline (seeds averaged; below 0: the variant wins)")
+        ax.title.set_fontsize(9)
+        if report["question"]:
+            ax.legend(fontsize=7)
+        save_figure(fig, path)
+
+    figures = dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure, profile_figure)))
     return {**figures, **tuning_figures((report.get("preparation") or {}).get("tuning"))}
 
 

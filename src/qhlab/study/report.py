@@ -31,15 +31,15 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import (
     DEVELOPMENT_RECEIPT,
-    DOCUMENT_SCHEMA_VERSION,
     REPORT_DIR,
     REPORT_LOCK,
     REPORT_RECEIPT,
+    REPORT_SCHEMA_VERSION,
     benchmark_receipt_path,
     cell_name,
 )
 from qhlab.statistics.bootstrap import (
-    MIN_SCENES_FOR_ROBUST,
+    MIN_SCENES_TO_DECIDE,
     pooled_seed_values,
     retention_margins,
     seed_disagreement,
@@ -147,7 +147,7 @@ def _overview(inputs: ReportInputs, report: dict) -> None:
     config = inputs.config
     report.update(
         {
-            "schema_version": DOCUMENT_SCHEMA_VERSION,
+            "schema_version": REPORT_SCHEMA_VERSION,
             "study": config.name,
             "profile": config.profile,
             "horizon": inputs.horizon,
@@ -172,12 +172,12 @@ def _overview_markdown(report: dict) -> list[str]:
         f"{report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']}.",
         "",
     ]
-    if report["n_scenes"] < MIN_SCENES_FOR_ROBUST:
+    if report["n_scenes"] < MIN_SCENES_TO_DECIDE:
         # Said once, up front, in plain words: a reader must not mistake a retention table on a
-        # handful of scenes for evidence (statistics labels every such decision inconclusive).
+        # handful of scenes for evidence (statistics reads every such decision as undecided).
         lines += [
-            f"There are fewer than {MIN_SCENES_FOR_ROBUST} validation scenes ({report['n_scenes']}), "
-            "so no retention decision is labelled robust: every decision below is inconclusive.",
+            f"There are fewer than {MIN_SCENES_TO_DECIDE} validation scenes ({report['n_scenes']}), "
+            "so no seed's reading decides: every seed reads undecided.",
             "",
         ]
     return lines
@@ -480,7 +480,7 @@ def _retention(inputs: ReportInputs, report: dict) -> None:
     report["summary"]["retention"] = {
         r["variant"]: {
             "retained": {s: d["retained"] for s, d in r["per_seed"].items()},
-            "label": {s: d["label"] for s, d in r["per_seed"].items()},
+            "decision": {s: d["decision"] for s, d in r["per_seed"].items()},
             "seeds_disagree": r["seeds_disagree"],
         }
         for r in report["retention"]
@@ -488,33 +488,20 @@ def _retention(inputs: ReportInputs, report: dict) -> None:
 
 
 def _retention_markdown(report: dict) -> list[str]:
+    level = f"{report['bootstrap']['confidence']:.0%}"
     lines = [
         "",
-        "## Retention rule",
+        "## Retention rule, seed by seed",
         "",
         "D_reg = mean_s(r_v,s - regret_fraction * r_c,s) against the structural control; "
-        "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. Retained iff "
-        f"both <= 0 (point estimates decide). With one-sided {report['bootstrap']['confidence']:.0%} "
-        "scene-bootstrap bounds: a retention is robust iff both upper bounds are <= 0; a rejection "
-        "is robust iff at least one failing margin (> 0) has its lower bound > 0, whatever the "
-        f"passing margin's bound; nothing is robust on fewer than {MIN_SCENES_FOR_ROBUST} scenes; "
-        "otherwise inconclusive.",
+        "D_mae = mean_s(m_v,s - mae_fraction * m_m,s) against the matched control. The rule retains iff "
+        f"both <= 0. Each seed's reading, with its two-sided {level} scene-bootstrap intervals: retained iff "
+        "both intervals lie at or below 0, not retained iff a margin's interval lies above 0, otherwise "
+        f"undecided (always on fewer than {MIN_SCENES_TO_DECIDE} scenes). A seed's reading is that seed's fits; "
+        "the study's decision (below) reads the seed-pooled margins, whose intervals carry the seed variance.",
         "",
     ]
-    columns = [
-        "variant",
-        "control",
-        "matched",
-        "seed",
-        "D_reg",
-        "upper",
-        "lower",
-        "D_mae",
-        "upper",
-        "lower",
-        "retained",
-        "label",
-    ]
+    columns = ["variant", "control", "matched", "seed", "D_reg", "low", "high", "D_mae", "low", "high", "reading"]
     lines += table(columns, [])
     for r in report["retention"]:
         lines += table(
@@ -528,26 +515,25 @@ def _retention_markdown(report: dict) -> list[str]:
                     *(
                         fmt(v)
                         for m in ("d_reg", "d_mae")
-                        for v in (d[m]["estimate"], d[m]["upper"]["high"], d[m]["lower"]["low"])
+                        for v in (d[m]["estimate"], d[m]["lower"]["low"], d[m]["upper"]["high"])
                     ),
-                    "yes" if d["retained"] else "no",
-                    d["label"],
+                    d["decision"],
                 ]
                 for seed, d in r["per_seed"].items()
             ],
         )[2:]  # the rows, under one header
         if r["seeds_disagree"]:
-            lines.append(f"\n**Seeds disagree for `{r['variant']}`**: the decision is not replicated.\n")
+            lines.append(f"\nThe seeds' point estimates disagree for `{r['variant']}`.\n")
     return lines
 
 
 def _retention_tables(report: dict) -> Tables:
     rows = [
-        [r["variant"], seed, d["retained"], d["label"]]
+        [r["variant"], seed, d["retained"], d["decision"]]
         for r in report["retention"]
         for seed, d in sorted(r["per_seed"].items())
     ]
-    return {"retention": (["variant", "seed", "retained", "label"], rows)}
+    return {"retention": (["variant", "seed", "retained", "decision"], rows)}
 
 
 def _benchmark(inputs: ReportInputs, report: dict) -> None:

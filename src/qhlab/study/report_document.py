@@ -124,14 +124,18 @@ class Answer(_Closed):
 
     Attributes:
         decision: "retained", "not retained" or "undecided".
-        why: the reason, in words.
+        why: the reason, in words (and, where the study could not decide, what would).
         against_baseline: ``{"regret": Difference, "mae": Difference}`` at H (None: not compared).
+        probability_of_improvement: ``{"regret": Interval, "mae": Interval}``: the share of
+            validation scenes on which the variant's seed-averaged value at H is below the
+            baseline's (a tie counts half), with its scene-bootstrap interval (0 to 1).
         text: the sentence report.md and the README print.
     """
 
     decision: Literal["retained", "not retained", "undecided"]
     why: str
     against_baseline: dict[Literal["regret", "mae"], Difference | None]
+    probability_of_improvement: dict[Literal["regret", "mae"], Interval]
     text: str
 
 
@@ -140,23 +144,25 @@ class Question(_Closed):
 
     Attributes:
         variant: the arm.
+        decision: the study's decision, both seeds pooled ("retained", "not retained",
+            "undecided"), the same as ``answer.decision``.
+        per_seed: each seed's own reading of the rule, in the same words (seed as a string key).
+        seeds_agree: whether every seed reads the same.
         answer: the answer.
-        verdict: the rule's reading of the seeds' point estimates ("retained", "rejected",
-            "not replicated").
-        replication: whether the scenes and seeds confirm it ("replicated", "inconclusive",
-            "seed-dependent").
-        mde_d_reg: the smallest D_reg the study detects (80% power), metres.
-        mde_d_mae: the smallest D_mae the study detects (80% power), metres.
-        why_inconclusive: why it is not confirmed (None: it is).
+        mde_d_reg: the smallest D_reg the study detects (80% power, two-sided), metres.
+        mde_d_mae: the smallest D_mae the study detects (80% power, two-sided), metres.
+        regret_profile: the variant's seed-averaged per-scene regret at H minus the baseline's,
+            sorted ascending (one value per validation scene; below 0: the variant is better there).
     """
 
     variant: str
+    decision: Literal["retained", "not retained", "undecided"]
+    per_seed: dict[str, Literal["retained", "not retained", "undecided"]]
+    seeds_agree: bool
     answer: Answer
-    verdict: Literal["retained", "rejected", "not replicated"]
-    replication: str
     mde_d_reg: float
     mde_d_mae: float
-    why_inconclusive: str | None
+    regret_profile: list[float]
 
 
 class StudyReportDocument(_Closed):

@@ -1,4 +1,4 @@
-"""The report's seed-aware section: pooled comparisons, replication labels, verdicts and MDEs.
+"""The report's seed-aware section: pooled comparisons, replication labels, decisions and MDEs.
 
 Owns one section of the report (registered in ``report.SECTIONS`` as "seed_aware"): its computation
 from the per-scene arrays (``build``), its markdown (``markdown``) and its W&B tables (``tables``).
@@ -9,16 +9,15 @@ retention margins (``statistics``) or the section mechanism (``report``).
 What it adds to ``report.json``:
 
 * ``replication``: for every paired comparison and metric at H, the seed-pooled estimate (the
-  mean over both seeds of the per-scene paired differences), its interval including the
-  between-seed variance (source stated: the config's pilot, else the study's own seeds), the
-  replication label (replicated / seed-dependent / inconclusive) and the minimum detectable
-  effect (80% power at the report's level);
-* per variant in ``retention``: the study-level ``verdict`` (retained / rejected / not
-  replicated), the decision's ``replication`` label, the seed-pooled margins (one-sided bounds
-  in the verdict's direction; two-sided for a split) and their MDEs (two-sided, as every MDE of
-  the report), and a ``sensitivity``
-  sentence. When the seeds reach opposite decisions and each is robust on its own seed, both
-  per-seed labels become "seed-dependent" (kept as ``seed_label``), here and in the summary.
+  mean over both seeds of the per-scene paired differences), its interval carrying this
+  comparison's own fit noise (its source stated: the pilot record's components of this row, a
+  typed seed variance, else the study's own seeds), the replication label (replicated /
+  seed-dependent / inconclusive: how the seeds' scene intervals and the pooled one lie) and the
+  minimum detectable effect (80% power, two-sided at the report's level);
+* per variant in ``retention``: the study's ``decision`` (``qhlab.statistics.bootstrap.DECISIONS``:
+  retained / not retained / undecided, from the seed-pooled margins' two-sided intervals), its
+  reason, whether every seed's own reading (``per_seed[s]["decision"]``, the same words) agrees,
+  the seed-pooled margins with their MDEs, and a ``sensitivity`` sentence.
 """
 
 from __future__ import annotations
@@ -27,13 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qhlab.statistics.replication import (
-    pooled_difference,
-    replication_label,
-    retention_replication,
-    study_verdict,
-)
-from qhlab.study.preparation import frozen_pilot
+from qhlab.statistics.replication import pooled_difference, replication_label, retention_decision
+from qhlab.study.preparation import frozen_noise
 from qhlab.study.render import bounds, ci, fmt, table
 
 if TYPE_CHECKING:
@@ -46,14 +40,14 @@ POWER = 0.8
 
 
 def build(inputs: ReportInputs, report: dict) -> None:
-    """Add ``replication`` to ``report`` and the study-level fields to each ``retention`` entry.
+    """Add ``replication`` to ``report`` and the study-level decision to each ``retention`` entry.
 
     Args:
-        inputs: the report's inputs (config: seeds, bootstrap confidence, seed_variance;
+        inputs: the report's inputs (config: seeds, bootstrap confidence; the freeze's pilot; the
             per-scene arrays; the paired comparisons).
         report: the report being built; its ``paired`` (per-seed intervals) and ``retention``
-            (per-seed decisions) entries are read, the new fields written (and the summary's
-            ``verdicts``, ``seed_variance_source`` and relabelled per-seed labels).
+            (per-seed readings) entries are read, the new fields written (and the summary's
+            ``decisions`` and ``seed_variance_source``).
     """
     config = inputs.config
     confidence = config.bootstrap.confidence
@@ -63,7 +57,10 @@ def build(inputs: ReportInputs, report: dict) -> None:
         for metric in ("regret", "mae"):
             diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
             pooled = pooled_difference(
-                diffs, **frozen_pilot(config, inputs.freeze, metric), confidence=confidence, power=POWER
+                diffs,
+                **frozen_noise(config, inputs.freeze, (arm, against), metric),
+                confidence=confidence,
+                power=POWER,
             )
             per_seed = {s: intervals[(arm, against, s, metric)] for s in config.seeds}
             rows.append(
@@ -82,39 +79,33 @@ def build(inputs: ReportInputs, report: dict) -> None:
             )
     report["replication"] = rows
     for entry in report["retention"]:
-        decisions = [entry["per_seed"][str(s)] for s in config.seeds]
-        verdict = study_verdict({s: d["retained"] for s, d in zip(config.seeds, decisions)})
-        # The bound that could confirm the verdict: upper bounds for a retention, lower ones for a
-        # rejection; a split has no direction, so its pooled margins are two-sided.
-        alternative = {"retained": "less", "rejected": "greater"}.get(verdict, "two-sided")
-        pooled, mde = {}, {}
+        readings = [entry["per_seed"][str(s)] for s in config.seeds]
+        pooled = {}
         for name, metric in (("D_reg", "regret"), ("D_mae", "mae")):
             key = "d_reg" if name == "D_reg" else "d_mae"
-            margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in decisions])
-            options = dict(**frozen_pilot(config, inputs.freeze, metric), confidence=confidence, power=POWER)
-            pooled[name] = pooled_difference(margin, **options, alternative=alternative)
-            # One MDE definition for the whole report: two-sided at its level, whatever the verdict.
-            mde[name] = pooled_difference(margin, **options, alternative="two-sided").mde
-        label = retention_replication(decisions, pooled)
-        if label == "seed-dependent":
-            for seed, d in zip(config.seeds, decisions):
-                d["seed_label"], d["label"] = d["label"], "seed-dependent"
-                report["summary"]["retention"][entry["variant"]]["label"][str(seed)] = "seed-dependent"
-        entry["verdict"] = verdict
-        entry["replication"] = label
-        entry["pooled_margins"] = {name: {**p.as_dict(), "mde": mde[name]} for name, p in pooled.items()}
+            margin = np.stack([np.asarray(d[key]["per_scene"], dtype=np.float64) for d in readings])
+            pooled[name] = pooled_difference(
+                margin,
+                **frozen_noise(config, inputs.freeze, entry["variant"], metric),
+                confidence=confidence,
+                power=POWER,
+            )
+        decision, reason = retention_decision(pooled["D_reg"], pooled["D_mae"])
+        entry["decision"] = decision
+        entry["decision_reason"] = reason
+        entry["seeds_agree"] = len({d["decision"] for d in readings}) == 1
+        entry["pooled_margins"] = {name: p.as_dict() for name, p in pooled.items()}
         entry["sensitivity"] = (
-            f"{verdict}; {label}; a |D_reg| below {mde['D_reg']:.4f} m or a |D_mae| below "
-            f"{mde['D_mae']:.4f} m could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, both seeds)"
+            f"{decision}: {reason}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
+            f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, "
+            "both seeds)"
         )
-    report["summary"]["verdicts"] = {
-        e["variant"]: {"verdict": e["verdict"], "replication": e["replication"]} for e in report["retention"]
-    }
+    report["summary"]["decisions"] = {e["variant"]: e["decision"] for e in report["retention"]}
     report["summary"]["seed_variance_source"] = rows[0]["pooled"]["seed_sd_source"] if rows else None
 
 
 def markdown(report: dict) -> list[str]:
-    """The section's markdown lines (seed-pooled comparisons, then study-level verdicts)."""
+    """The section's markdown lines (seed-pooled comparisons, then the study's decisions)."""
     rows, seeds = report["replication"], report["seeds"]
     level = f"{report['bootstrap']['confidence']:.0%}"
     source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
@@ -132,28 +123,28 @@ def markdown(report: dict) -> list[str]:
         ]
         for r in rows
     ]
-    verdicts = [
+    decisions = [
         [
             e["variant"],
-            e["verdict"],
-            e["replication"],
-            *(fmt(e["pooled_margins"][m][k]) for m in ("D_reg", "D_mae") for k in ("estimate", "mde")),
+            e["decision"],
+            ", ".join(f"seed {s}: {e['per_seed'][str(s)]['decision']}" for s in seeds),
+            *(f"{fmt(e['pooled_margins'][m]['estimate'])} {ci(e['pooled_margins'][m])}" for m in ("D_reg", "D_mae")),
+            *(fmt(e["pooled_margins"][m]["mde"]) for m in ("D_reg", "D_mae")),
         ]
         for e in report["retention"]
     ]
     return [
         "",
-        f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the seed "
-        "variance)",
+        f"## Seed-pooled paired differences at H={report['horizon']} (both seeds; the interval carries the fits' "
+        "noise)",
         "",
-        f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds the "
-        f"between-seed variance to the scene variance (seed variance source: {source}) and uses Student's t "
-        "(quantile: the Welch-Satterthwaite degrees of freedom of the scene and pilot terms, or the study's "
-        "own seeds - 1). Replicated: every "
-        "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
-        "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE, for every comparison and margin "
-        f"alike: the smallest true difference this design detects with {POWER:.0%} power in a two-sided "
-        f"{level} test.",
+        f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds this "
+        f"comparison's own seed and TRAIN-draw variance to the scene variance (source: {source}) and uses "
+        "Student's t (quantile: Satterthwaite's degrees of freedom of the scene and pilot terms, or the study's "
+        "own seeds - 1). Replicated: every seed's scene interval excludes 0 on the same side and so does the "
+        "pooled interval; seed-dependent: two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE, "
+        f"for every comparison and margin alike: the smallest true difference this design detects with "
+        f"{POWER:.0%} power in a two-sided {level} test.",
         "",
         *table(
             [
@@ -170,37 +161,46 @@ def markdown(report: dict) -> list[str]:
             pooled,
         ),
         "",
-        "## Study-level retention verdicts",
+        "## The rule's decision",
         "",
-        "Retained: both seeds retain; rejected: both seeds reject; not replicated: the seeds split. A "
-        "decision is replicated when every seed reaches it robustly and the seed-pooled margins confirm "
-        "it; a per-seed robust label contradicted by the other seed is shown as seed-dependent.",
+        f"Retained: both seed-pooled margins' {level} intervals lie at or below 0; not retained: a margin's "
+        "interval lies above 0; otherwise undecided. Each seed's reading applies the same rule to that seed's "
+        "scene intervals, which do not see the seed variance.",
         "",
         *table(
-            ["variant", "verdict", "replication", "pooled D_reg", "MDE D_reg", "pooled D_mae", "MDE D_mae"], verdicts
+            [
+                "variant",
+                "decision",
+                "each seed",
+                f"D_reg ({level} CI)",
+                f"D_mae ({level} CI)",
+                "MDE D_reg",
+                "MDE D_mae",
+            ],
+            decisions,
         ),
         *(f"\n`{e['variant']}`: {e['sensitivity']}." for e in report["retention"]),
     ]
 
 
 def tables(report: dict) -> Tables:
-    """The section's W&B tables as (columns, rows): ``replication`` and ``verdicts``."""
+    """The section's W&B tables as (columns, rows): ``replication`` and ``decisions``."""
     replication = [
         [r["arm"], r["against"], r["relation"], r["metric"], *bounds(r["pooled"]), r["label"], r["pooled"]["mde"]]
         for r in report.get("replication") or []
     ]
-    verdicts = [
+    decisions = [
         [
             e["variant"],
-            e["verdict"],
-            e["replication"],
+            e["decision"],
+            e["seeds_agree"],
             e["pooled_margins"]["D_reg"]["mde"],
             e["pooled_margins"]["D_mae"]["mde"],
         ]
         for e in report["retention"]
-        if "verdict" in e
+        if "decision" in e
     ]
     return {
         "replication": (["arm", "against", "relation", "metric", "pooled", "low", "high", "label", "mde"], replication),
-        "verdicts": (["variant", "verdict", "replication", "mde_d_reg", "mde_d_mae"], verdicts),
+        "decisions": (["variant", "decision", "seeds_agree", "mde_d_reg", "mde_d_mae"], decisions),
     }
