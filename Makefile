@@ -24,8 +24,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/qhlab study run $(DEMO_CONFIG) --output $(DEMO_OUTPUT)
 
-# Re-derive the demo's preparation on its tuning population: the recipe's tuning (24 fits), the
-# pilot (70 fits) and the E0 check (the gate on 10 fresh TRAIN draws, 20 canaries; it gates the
+# Re-derive the demo's preparation on its tuning population: the recipe's tuning (by planned MDE:
+# every arm, six seeds, three trials: 90 fits), the pilot (75 fits on five TRAIN draws), the power
+# plan (no fits) and the E0 check (the gate on 10 fresh TRAIN draws, 20 canaries; it gates the
 # tuned recipe, so it runs after the tuning). Finished fits under PREPARATION/*/fits and finished
 # gates under PREPARATION/*/studies are adopted, so an interrupted run resumes; the records are
 # recomputed from them. The committed records are what `make demo` freezes against.
@@ -33,11 +34,14 @@ prepare: $(STAMP)
 	rm -f $(PREPARATION)/demo-tune/tuning.json $(PREPARATION)/demo-tune/tuning.receipt.json \
 		$(PREPARATION)/demo-tune/config.toml $(PREPARATION)/demo-pilot/config.toml \
 		$(PREPARATION)/demo-tune/recipe.toml $(PREPARATION)/demo-pilot/pilot.json \
-		$(PREPARATION)/demo-pilot/pilot.receipt.json $(PREPARATION)/demo-e0/config.toml \
+		$(PREPARATION)/demo-pilot/pilot.receipt.json $(PREPARATION)/demo-plan/config.toml \
+		$(PREPARATION)/demo-plan/plan.json $(PREPARATION)/demo-plan/plan.md \
+		$(PREPARATION)/demo-plan/plan.receipt.json $(PREPARATION)/demo-e0/config.toml \
 		$(PREPARATION)/demo-e0/e0.json $(PREPARATION)/demo-e0/e0.receipt.json \
 		$(PREPARATION)/tiny-e0/config.toml $(PREPARATION)/tiny-e0/e0.json $(PREPARATION)/tiny-e0/e0.receipt.json
 	$(VENV)/bin/qhlab tune examples/demo-tune.toml --output $(PREPARATION)/demo-tune
 	$(VENV)/bin/qhlab pilot examples/demo-pilot.toml --output $(PREPARATION)/demo-pilot
+	$(VENV)/bin/qhlab plan examples/demo-plan.toml --output $(PREPARATION)/demo-plan || test $$? -eq 1
 	$(VENV)/bin/qhlab e0-check examples/demo-e0.toml --output $(PREPARATION)/demo-e0
 	$(VENV)/bin/qhlab e0-check examples/tiny-e0.toml --output $(PREPARATION)/tiny-e0
 

@@ -80,6 +80,7 @@ def test_the_table_builds_every_command_and_a_group_dispatches_to_its_subcommand
         "e0-check",
         "fit",
         "pilot",
+        "plan",
         "profiles",
         "scenes",
         "sign",

@@ -115,7 +115,7 @@ def test_a_study_on_ones_own_environment_runs_verifies_and_ignores_later_edits(t
     assert f"environment: source {home / 'hopper.py'} changed since freeze" in status.stdout
     rerun = _run("study", "run", str(config), "--output", str(output))
     assert rerun.returncode == 0, rerun.stderr
-    assert "is complete" in rerun.stdout
+    assert "is complete: every receipt authenticated" in rerun.stdout
     assert f"note: environment: source {home / 'hopper.py'} changed since freeze" in rerun.stdout
     assert {p: sha256_file(p) for p in before} == before
     assert (output / "report" / "report.md").read_text() == report
@@ -209,3 +209,143 @@ def test_pilot_and_e0_check_prepare_a_study_with_user_arms(tmp_path, capsys) -> 
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "preparation.pilot" in err and "recipes" in err, err
     assert not (tmp_path / "edited" / "out").exists()
+
+
+# ----------------------------------------------------------------- preparation on one's own environment
+
+_HOPPER_STUDY = """name = "hopper-prepared"
+profile = "cpu-fp32"
+seeds = [0, 1]
+canary_updates = 600
+broad_updates = 30
+tie_band = 0.001
+regret_fraction = 0.9
+mae_fraction = 1.1
+workers = 2
+population_cache = "{cache}"
+
+[train]
+preset = "hopper.toml"
+seed = 7
+
+[validation]
+preset = "hopper.toml"
+seed = {validation}
+
+[bootstrap]
+resamples = 199
+seed = 0
+
+[experiment]
+recipe = "recipe.toml"
+
+[[experiment.arms]]
+arm = "control_global_readout"
+role = "control"
+
+[[experiment.arms]]
+arm = "variant_cross_attention"
+role = "variant"
+control = "control_global_readout"
+{preparation}"""
+
+_HOPPER_RECIPE = """name = "hopper"
+seed = 0
+horizon = 3
+batch_size = 8
+huber_delta = 0.05
+updates = 30
+architecture = { arm = "baseline", encoder = { depth = 1, width = 16, heads = 2 } }
+optimizer = { lr = 3e-3 }
+target_update = { kind = "hard", interval = 10 }
+evaluation = { tie_band = 0.001 }
+"""
+
+_HOPPER_TOOLS = {
+    "pilot.toml": """name = "hopper-pilot"
+study = "study.toml"
+seeds = [2, 3]
+train_draws = [11, 12]
+draw_seeds = [[4, 5], [6, 7]]
+workers = 2
+population_cache = "{cache}"
+
+[train]
+preset = "hopper.toml"
+seed = 7
+
+[validation]
+preset = "hopper.toml"
+seed = 9
+""",
+    "tune.toml": """name = "hopper-tune"
+recipe = "recipe.toml"
+trials = 2
+batch = 2
+sampler = "grid"
+workers = 2
+population_cache = "{cache}"
+
+[train]
+preset = "hopper.toml"
+seed = 7
+
+[validation]
+preset = "hopper.toml"
+seed = 9
+
+[space]
+"optimizer.lr" = {{ choices = [0.003, 0.006] }}
+
+[objective]
+seeds = [2]
+""",
+    "e0.toml": """name = "hopper-e0"
+study = "study.toml"
+train_seeds = [21, 22, 23]
+min_pass_share = 0.3
+workers = 2
+population_cache = "{cache}"
+""",
+}
+
+
+def test_a_study_on_a_preset_file_binds_its_tuning_pilot_and_e0_check(tmp_path, capsys) -> None:
+    home = tmp_path / "research"
+    write_hopper(home, scenes=6)
+    cache = tmp_path / "pops"
+    (home / "recipe.toml").write_text(_HOPPER_RECIPE)
+    (home / "study.toml").write_text(_HOPPER_STUDY.format(cache=cache, validation=8, preparation=""))
+    for name, text in _HOPPER_TOOLS.items():
+        (home / name).write_text(text.format(cache=cache))
+    assert main(["tune", str(home / "tune.toml"), "--output", str(home / "tune")]) == 0
+    # The study takes the tuning's winner; its pilot and E0 check measure that recipe.
+    (home / "recipe.toml").write_text((home / "tune" / "recipe.toml").read_text())
+    assert main(["pilot", str(home / "pilot.toml"), "--output", str(home / "pilot")]) == 0
+    e0 = main(["e0-check", str(home / "e0.toml"), "--output", str(home / "e0")])
+    assert e0 == 0, json.loads((home / "e0" / "e0.json").read_text())["outcomes"]
+    records = {
+        "tuning": home / "tune" / "tuning.json",
+        "pilot": home / "pilot" / "pilot.json",
+        "e0": home / "e0" / "e0.json",
+    }
+    # Each record names the preset file by its generator, as the study does.
+    for path in records.values():
+        record = json.loads(path.read_text())
+        identities = {p["generator_sha256"] for p in record.get("populations", {}).values()}
+        assert all(len(i) == 64 for i in identities | {record.get("train_generator_sha256") or "0" * 64})
+    # The study freezes with all three.
+    preparation = "\n[preparation]\n" + "".join(f'{k} = "{v}"\n' for k, v in records.items())
+    bound = home / "bound.toml"
+    bound.write_text(_HOPPER_STUDY.format(cache=cache, validation=8, preparation=preparation))
+    capsys.readouterr()
+    assert main(["study", "freeze", str(bound), "--output", str(tmp_path / "bound")]) == 0, capsys.readouterr().err
+    frozen = json.loads((tmp_path / "bound" / FREEZE_RECEIPT).read_text())["body"]["preparation"]
+    assert {k for k, v in frozen.items() if v is not None} == {"tuning", "pilot", "e0"}
+    # Scored on the tuning population: refused at the freeze, before any canary, nothing written.
+    reused = home / "reused.toml"
+    reused.write_text(_HOPPER_STUDY.format(cache=cache, validation=9, preparation=preparation))
+    assert main(["study", "freeze", str(reused), "--output", str(tmp_path / "reused")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "the tuning's validation population" in err, err
+    assert not (tmp_path / "reused").exists()

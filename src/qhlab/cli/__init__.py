@@ -38,6 +38,7 @@ _COMMANDS = {
     "tune": "qhlab.cli.prepare:TUNE",
     "pilot": "qhlab.cli.prepare:PILOT",
     "e0-check": "qhlab.cli.prepare:E0_CHECK",
+    "plan": "qhlab.cli.prepare:PLAN",
     "verify": "qhlab.cli.verify:COMMAND",
     "sign": "qhlab.cli.sign:COMMAND",
 }

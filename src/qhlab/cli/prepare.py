@@ -1,8 +1,9 @@
-"""``qhlab tune``, ``qhlab pilot`` and ``qhlab e0-check``: the preparation tools, one parser shape.
+"""``qhlab tune``, ``qhlab pilot``, ``qhlab e0-check`` and ``qhlab plan``: the preparation tools.
 
-Owns: each tool's command (``PREPARATION``: its name, help, description and what its workers run)
-and turning its arguments into one call of its runner: ``CONFIG.toml --output DIR [--workers N]
-[--executor local|ray --ray-address HOST:PORT]``. Does not own: the configs, records and checks
+Owns: each fitting tool's command (``PREPARATION``: its name, help, description and what its
+workers run) and turning its arguments into one call of its runner: ``CONFIG.toml --output DIR
+[--workers N] [--executor local|ray --ray-address HOST:PORT]``; and ``PLAN`` (``CONFIG.toml
+--output DIR``: a plan fits nothing). Does not own: the configs, records and checks
 (``qhlab.design``), running the tools (``qhlab.preparation``), error printing and exit codes
 (``qhlab.cli.main``).
 """
@@ -17,7 +18,7 @@ from qhlab.cli.command import Command
 from qhlab.evidence import require_int
 from qhlab.execution import add_executor_arguments, executor_choice
 
-__all__ = ["E0_CHECK", "PILOT", "PREPARATION", "TUNE", "run"]
+__all__ = ["E0_CHECK", "PILOT", "PLAN", "PREPARATION", "TUNE", "run"]
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,10 @@ PREPARATION = {
         "pilot",
         "fit every arm of a study with extra seeds and TRAIN draws on the tuning population; write pilot.json",
         "Fit every arm of the study a pilot config names, with the pilot's seeds on its TRAIN population and with "
-        "its draw seeds on each further TRAIN draw, all scored on the pilot's tuning validation population; publish "
-        "OUTPUT/pilot.json (every fit's per-scene metrics, each comparison's and retention margin's seed effect tau "
-        "and TRAIN-draw effect, and the maxima a study freezes) with its receipt. A study names it in [preparation] "
-        "pilot. An interrupted run resumes when the same command runs again.",
+        "each further TRAIN draw's own seeds on that draw, all scored on the pilot's tuning validation population; "
+        "publish OUTPUT/pilot.json (every fit's per-scene metrics, and each comparison's and retention margin's own "
+        "seed and TRAIN-draw components, which the study's intervals carry one by one) with its receipt. A study "
+        "names it in [preparation] pilot. An interrupted run resumes when the same command runs again.",
         "the pilot directory",
         "the pilot's fits",
     ),
@@ -115,3 +116,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 TUNE, PILOT, E0_CHECK = (PREPARATION[name].command() for name in ("tune", "pilot", "e0-check"))
+
+
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", type=Path, metavar="CONFIG.toml")
+    parser.add_argument("--output", required=True, type=Path, help="the plan directory")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """Make the plan a config names; 0 when a design reaches its target, 1 when none does (published)."""
+    # Lazy: the plan reads numpy, scipy and the study pipeline, which `qhlab --help` never needs.
+    from qhlab.preparation.fits import ToolRun
+    from qhlab.preparation.plan import run_plan
+
+    return 0 if run_plan(ToolRun(args.config, args.output))["chosen"] is not None else 1
+
+
+PLAN = Command(
+    "plan",
+    help="predict a study's MDEs from its pilot before its fits, weigh its alternatives; write plan.json",
+    description="Predict every comparison's and retention margin's minimum detectable effect (80% power, two-sided "
+    "at the study's level) for the study a plan config names, from its pilot record's components, before any of "
+    "its fits; weigh the alternatives (the validation sizes the config lists and, with a tuning record of metric "
+    "'mde', each trial's recipe), each with its compute cost measured from the pilot's and the trials' own fits; "
+    "name the cheapest design that reaches the config's target. Publish OUTPUT/plan.json, OUTPUT/plan.md and a "
+    "receipt. A study names it in [preparation] plan; its report shows planned against achieved MDEs. Exit status "
+    "1 when no design weighed reaches the target (the plan is published).",
+    arguments=_plan_arguments,
+    run=_plan,
+)

@@ -11,10 +11,9 @@ running the fits (``run``) or the arithmetic (``variance``).
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -24,6 +23,7 @@ from qhlab.design.preparation_record import (
     PopulationIdentity,
     StudyReference,
     absent_note,
+    close_values,
     opened_record,
     publish_with_receipt,
     read_record_file,
@@ -54,9 +54,6 @@ RECORD = PILOT_RECORD
 RECEIPT = PILOT_RECEIPT
 CONFIG_COPY = RECORD_CONFIG_COPY
 FITS_DIR = PREPARATION_FITS_DIR
-# Recomputed components may differ from the recorded ones in the last bits where numpy's
-# reductions take another order on another CPU; an edited value differs by far more.
-_REL_TOL = 1e-9
 
 
 class PilotBody(Closed):
@@ -235,16 +232,6 @@ def read_record(directory: str | os.PathLike) -> dict:
     return record
 
 
-def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=_REL_TOL, abs_tol=1e-15)
-    return a == b and type(a) is type(b)
-
-
 def check_record(directory: str | os.PathLike) -> dict:
     """Recompute a pilot record from its evidence; raise at the first disagreement.
 
@@ -287,7 +274,7 @@ def check_record(directory: str | os.PathLike) -> dict:
     except (ValueError, KeyError, TypeError) as exc:
         raise DigestMismatchError(f"{where}: its fits' values do not make a variance table ({exc}).") from None
     for key in ("comparisons", "margins"):
-        if not _close(recomputed[key], record[key]):
+        if not close_values(recomputed[key], record[key]):
             raise DigestMismatchError(f"{where}: the recorded {key} is not what its fits give ({recomputed[key]!r}).")
     present = absent = 0
     for fit in record["fits"]:

@@ -12,6 +12,7 @@ any one record's layout or checks (``tuning_record``, ``pilot_record``, ``e0_rec
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -44,6 +45,7 @@ __all__ = [
     "absent_note",
     "check_config_copy",
     "checked_config",
+    "close_values",
     "opened_record",
     "publish_with_receipt",
     "read_record_file",
@@ -152,11 +154,14 @@ def read_record_file(
 
 # Where files lay when the tool ran: resolved in the record, as written in the copy; populations
 # are bound by their manifests' digests instead.
-_PATH_FIELDS = ("study", "recipe", "population_cache")
+_PATH_FIELDS = ("study", "recipe", "population_cache", "pilot", "tuning")
 
 
 def _comparable(config: dict) -> dict:
     out = {k: v for k, v in config.items() if k not in _PATH_FIELDS}
+    if isinstance(out.get("objective"), dict):
+        # An "mde" objective's study, a path: its design is what the record binds.
+        out["objective"] = {k: v for k, v in out["objective"].items() if k != "study"}
     for role in ("train", "validation"):
         source = out.get(role)
         if isinstance(source, dict):
@@ -321,3 +326,16 @@ def absent_note(count: int, what: str) -> str:
     """``qhlab verify``'s note on a record's parts whose directories are absent ("" when none is):
     their recorded values stood in for recomputed ones."""
     return f", {count} {what} absent (their recorded values were used)" if count else ""
+
+
+def close_values(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal, floats within 1e-9 relative: a value recomputed from a
+    record's fits may differ from the recorded one in the last bits where numpy's reductions take
+    another order on another CPU; an edited value differs by far more."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close_values(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close_values(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+    return a == b and type(a) is type(b)

@@ -33,7 +33,8 @@ from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
 from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
-from qhlab.scenes.presets import PRESET_NAMES
+from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.presets import PRESET_NAMES, load_preset
 from qhlab.training.profiles import PROFILE_NAMES
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "ProfileName",
     "QhArchitectureStudyConfig",
     "StudyExperiment",
+    "declared_scenes",
     "distinct_seeds",
     "read_study_config",
 ]
@@ -304,11 +306,13 @@ class PreparationConfig(BaseModel):
         tuning: a ``qhlab tune`` record (``.../tuning.json``): the freeze refuses a recipe
             other than its winner (except in its declared deviations) and a tuning population
             that is this study's validation.
-        pilot: a ``qhlab pilot`` record (``.../pilot.json``) of this study's design: the report's
-            intervals carry its seed variance and TRAIN-draw variance (``[seed_variance]`` may
-            then be left out; if given, it must round to the record's values).
+        pilot: a ``qhlab pilot`` record (``.../pilot.json``) of this study's design: each of the
+            report's intervals carries its own comparison's seed and TRAIN-draw components (no
+            typed ``[seed_variance]`` beside it).
         e0: a ``qhlab e0-check`` record (``.../e0.json``) of this study's E0 gate: its canary
             budget, row margin, tie band and baseline recipe passed on fresh TRAIN draws.
+        plan: a ``qhlab plan`` record (``.../plan.json``) made from this study's pilot: the report
+            shows each comparison's planned MDE beside the one it achieved (needs ``pilot``).
     """
 
     model_config = _FROZEN
@@ -316,6 +320,7 @@ class PreparationConfig(BaseModel):
     tuning: _PathText | None = None
     pilot: _PathText | None = None
     e0: _PathText | None = None
+    plan: _PathText | None = None
 
 
 class QhArchitectureStudyConfig(BaseModel):
@@ -576,10 +581,21 @@ STUDY_PATH_FIELDS = (
     ("preparation", "tuning"),
     ("preparation", "pilot"),
     ("preparation", "e0"),
+    ("preparation", "plan"),
 )
 
 
-def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
+def declared_scenes(source: PopulationSource, *, call: str) -> int:
+    """How many scenes a declared population has, without drawing it: its preset's ``scenes``, or
+    the count its manifest records (a population named by path)."""
+    if source.preset is not None:
+        return int(load_preset(source.preset, call=call).scenes)
+    return int(read_manifest(source.path)["counts"]["scenes"])
+
+
+def read_study_config(
+    config_path: str | os.PathLike, *, recipe: dict[str, Any] | None = None
+) -> tuple[QhArchitectureStudyConfig, bytes, Path]:
     """Read and fully validate a study TOML before anything is written.
 
     Relative ``train.path``, ``validation.path`` and ``population_cache`` are resolved against
@@ -587,6 +603,9 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
 
     Args:
         config_path: the study TOML (e.g. ``examples/default-study.toml``).
+        recipe: a recipe mapping to read the study with instead of its ``experiment.recipe`` (its
+            ``updates`` the study's ``broad_updates``): the design a tuning scores its trials by,
+            before the recipe the study will name exists.
 
     Returns:
         (the validated config, the file's exact bytes (a freeze binds their digest), the
@@ -604,8 +623,19 @@ def read_study_config(config_path: str | os.PathLike) -> tuple[QhArchitectureStu
         example="examples/default-study.toml",
         relative=STUDY_PATH_FIELDS,
         toml_files=STUDY_PRESET_FIELDS,
-        prepare=_recipe_from_file,
+        prepare=_recipe_from_file if recipe is None else lambda raw: _with_recipe(raw, recipe),
     )
+
+
+def _with_recipe(raw: dict[str, Any], recipe: dict[str, Any]) -> dict[str, Any]:
+    """The study's mapping with ``experiment.recipe`` replaced by ``recipe``'s scientific fields."""
+    fields = {k: v for k, v in recipe.items() if k not in _FILE_FIELDS_THE_STUDY_OWNS}
+    updates = fields.pop("updates", None)
+    if isinstance(raw.get("experiment"), dict):
+        raw["experiment"] = {**raw["experiment"], "recipe": fields}
+    if updates is not None:
+        raw["broad_updates"] = updates
+    return raw
 
 
 def _recipe_from_file(raw: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,9 @@ from qhlab.design.study_config import (
     PlainNumeric,
     PopulationSource,
     ProfileName,
+    declared_scenes,
     distinct_seeds,
+    read_study_config,
 )
 from qhlab.evidence import QhInputError, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
@@ -38,7 +40,9 @@ __all__ = [
     "Objective",
     "Pruner",
     "QhTuningConfig",
+    "arm_recipe",
     "optuna_distributions",
+    "power_design",
     "quiet_optuna",
     "read_tuning_config",
     "trial_recipe",
@@ -146,14 +150,20 @@ class Domain(BaseModel):
 class Objective(BaseModel):
     """The metric and the winner rule, written before any trial.
 
-    A trial fits the candidate recipe once per seed in ``seeds`` and scores the mean of the
-    metric at H over those fits, on the tuning validation population. The winner is the best
-    admissible trial, except that a cheaper trial within ``band`` of the best wins
-    (``rule.pick_winner``).
+    With metric "regret" or "mae", a trial fits the candidate recipe once per seed in ``seeds``
+    and scores the mean of the metric at H over those fits, on the tuning validation population.
+    With metric "mde", a trial fits every arm of ``study`` with the candidate recipe once per seed
+    and scores the largest planned MDE of the study's retention margins: what the study, with its
+    own seeds and validation scenes, could detect under that recipe, from the paired seed effect
+    the trial measured (``rule.planned_mde``). The winner is the best admissible trial, except that
+    a cheaper trial within ``band`` of the best wins (``rule.pick_winner``).
 
     Attributes:
-        metric: "regret" (regret_H) or "mae" (MAE_H), in metres.
-        seeds: the fit seeds of every trial (distinct, at least one).
+        metric: "regret" (regret_H), "mae" (MAE_H) or "mde" (the study's largest planned MDE), in metres.
+        seeds: the fit seeds of every trial (distinct, at least one; at least three for "mde").
+        study: the study config whose arms, retention margins, seeds and validation size "mde"
+            plans for (relative to this config); its recipe is the trial's, so it may name the
+            tuning's own output. Only with "mde".
         max_seed_sd: a trial whose metric's sample standard deviation over the seeds exceeds
             it is not admissible (None: no limit; needs two seeds or more).
         max_cost: a trial whose cost (updates x ensemble members) exceeds it is not run
@@ -163,11 +173,12 @@ class Objective(BaseModel):
 
     model_config = _FROZEN
 
-    metric: Literal["regret", "mae"] = "regret"
+    metric: Literal["regret", "mae", "mde"] = "regret"
     seeds: tuple[_Int, ...] = Field(min_length=1, max_length=64)
     max_seed_sd: PlainNumber | None = Field(default=None, gt=0.0, le=10.0)
     max_cost: _Int | None = Field(default=None, ge=1)
     band: PlainNumber = Field(default=0.0, ge=0.0, le=10.0)
+    study: str | None = None
 
     @field_validator("seeds")
     @classmethod
@@ -179,6 +190,20 @@ class Objective(BaseModel):
         if self.max_seed_sd is not None and len(self.seeds) < 2:
             raise ValueError(
                 "max_seed_sd with one seed is not allowed; allowed: two seeds or more (a spread needs them)"
+            )
+        if (self.metric == "mde") != (self.study is not None):
+            raise ValueError(
+                f"study={self.study!r} with metric={self.metric!r} is not allowed; allowed: a study config with "
+                "metric 'mde' only (the MDE is planned for a study's margins)"
+            )
+        if self.metric == "mde" and len(self.seeds) < 3:
+            raise ValueError(
+                f"seeds={list(self.seeds)!r} with metric 'mde' is not allowed; allowed: three seeds or more (a "
+                "paired seed effect needs them)"
+            )
+        if self.metric == "mde" and self.max_seed_sd is not None:
+            raise ValueError(
+                "max_seed_sd with metric 'mde' is not allowed; allowed: none (the planned MDE carries the seed effect)"
             )
         return self
 
@@ -283,6 +308,22 @@ class QhTuningConfig(BaseModel):
                         f"{', '.join(sorted(_FIXED_FIELDS))} ({why})"
                     )
         return space
+
+    @model_validator(mode="after")
+    def _power(self) -> QhTuningConfig:
+        if self.objective.metric != "mde":
+            return self
+        if self.pruner is not None:
+            raise ValueError(
+                "pruner with objective.metric 'mde' is not allowed; allowed: none (a trial's MDE needs every fit)"
+            )
+        shaped = sorted(f for f in self.space if f == "architecture" or f.startswith("architecture."))
+        if shaped:
+            raise ValueError(
+                f"space fields {shaped} with objective.metric 'mde' are not allowed; allowed: recipe fields other "
+                "than the architecture (each arm's architecture is the study's)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _rungs(self) -> QhTuningConfig:
@@ -397,6 +438,72 @@ def trial_recipe(config: QhTuningConfig, params: dict[str, Any], *, seed: int, b
     return validate_recipe(raw, source=f"tuning {config.name!r} trial recipe")
 
 
+def arm_recipe(
+    config: QhTuningConfig, params: dict[str, Any], *, seed: int, base: dict[str, Any], architecture: dict[str, Any]
+):
+    """A trial's recipe for one arm of an "mde" objective: ``trial_recipe`` with the arm's architecture.
+
+    Args:
+        config, params, seed, base: as ``trial_recipe``'s.
+        architecture: the arm's architecture (``power_design``'s ``architectures[arm]``).
+    """
+    raw = copy.deepcopy(base)
+    for field, value in params.items():
+        _set(raw, field, value)
+    raw.update(name=config.name, seed=seed, architecture=copy.deepcopy(architecture))
+    return validate_recipe(raw, source=f"tuning {config.name!r} trial recipe of arm {architecture.get('arm')!r}")
+
+
+def power_design(config: QhTuningConfig, base: dict[str, Any]) -> dict[str, Any] | None:
+    """What an "mde" objective plans for: the study's arms and their architectures on the base
+    recipe, its variants and fractions, its seeds, tie band and validation scenes. None for
+    another metric.
+
+    Raises:
+        QhInputError: the study cannot be read with the base recipe, names a user arm, or its tie
+            band or baseline is not the base recipe's.
+    """
+    if config.objective.metric != "mde":
+        return None
+    study = read_study_config(config.objective.study, recipe=base)[0]
+    problems = []
+    users = sorted(a.arm for a in study.experiment.arms if a.builder is not None)
+    if users:
+        problems.append(f"objective.study: user arms {users} are not allowed; allowed: built-in arms")
+    if (base.get("architecture") or {}).get("arm", "baseline") != study.baseline_arm:
+        problems.append(
+            f"recipe.architecture.arm={base['architecture'].get('arm')!r} is not allowed; allowed: the study's "
+            f"baseline {study.baseline_arm!r}"
+        )
+    tie_band = (base.get("evaluation") or {}).get("tie_band")
+    if tie_band is not None and float(tie_band) != study.tie_band:
+        problems.append(
+            f"recipe.evaluation.tie_band={tie_band!r} is not allowed; allowed: the study's {study.tie_band}"
+        )
+    if problems:
+        raise invalid_fields(f"tuning config {config.name!r}", problems, "an 'mde' objective plans for its study.")
+    scenes = declared_scenes(study.validation, call=TUNE_CALL)
+    updates = int(base.get("updates", study.broad_updates))
+    return {
+        "study": study.name,
+        "arms": list(study.arms),
+        "architectures": {
+            arm: study.cell_recipe(arm, 0, updates).architecture.model_dump(mode="json", exclude_none=True)
+            for arm in study.arms
+        },
+        "variants": [
+            {"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
+            for a in study.experiment.arms
+            if a.role == "variant"
+        ],
+        "regret_fraction": study.regret_fraction,
+        "mae_fraction": study.mae_fraction,
+        "study_seeds": len(study.seeds),
+        "validation_scenes": int(scenes),
+        "confidence": study.bootstrap.confidence,
+    }
+
+
 def _known_field(recipe_dump: dict[str, Any], field: str) -> bool:
     node: Any = recipe_dump
     for part in field.split("."):
@@ -494,7 +601,13 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         call=TUNE_CALL,
         what="tuning config",
         example="examples/tiny-tune.toml",
-        relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+        relative=(
+            ("recipe",),
+            ("train", "path"),
+            ("validation", "path"),
+            ("population_cache",),
+            ("objective", "study"),
+        ),
         toml_files=STUDY_PRESET_FIELDS,
         prepare=tuning_document,
     )

@@ -27,11 +27,12 @@ from qhlab.design.preparation_record import (
     PopulationIdentity,
     absent_note,
     check_config_copy,
+    close_values,
     read_record_file,
     recipe_differences,
     recorded_fit,
 )
-from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
+from qhlab.design.tuning_rule import pick_winner, planned_mde, prune_at, running_means, trial_score
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
@@ -78,8 +79,9 @@ TRIALS_DB = TUNING_TRIALS_DB
 FITS_DIR = PREPARATION_FITS_DIR
 RULE_TEXT = (
     "admissible: complete trials (run within max_cost) whose seed sd is within max_seed_sd; the best is "
-    "the lowest mean metric over the fit seeds; trials within band of it are tied and the tie goes to "
-    "the lowest cost (updates x ensemble members), then the lowest mean, then the lowest trial number"
+    "the lowest mean metric over the fit seeds (for metric mde: the lowest of each trial's largest planned "
+    "MDE over the study's retention margins); trials within band of it are tied and the tie goes to "
+    "the lowest cost (updates x ensemble members), then the lowest score, then the lowest trial number"
 )
 
 
@@ -107,11 +109,14 @@ Scalar = bool | int | float | str
 
 
 class TuningFit(FitEvidence):
-    """One fit of a trial: its seed and its metrics at H on the tuning validation population."""
+    """One fit of a trial: its seed and its metrics at H on the tuning validation population; for an
+    "mde" objective also its arm and its per-scene values at H (``{"regret": [...], "mae": [...]}``)."""
 
     seed: int
     regret: Number
     mae: Number
+    arm: str | None = None
+    scenes: dict[Literal["regret", "mae"], list[Number]] | None = None
 
 
 class TuningTrial(Closed):
@@ -121,8 +126,9 @@ class TuningTrial(Closed):
         number: its number (from 0). batch: the batch it ran in. params: its parameters by
         dotted recipe field. cost: updates x ensemble members. state: ``complete`` or ``pruned``.
         reason: why it was pruned (None for a complete one). fits: its fits, in seed order.
-        mean, seed_sd: its score (None for a pruned one). intermediate: the running means at the
-        pruner's rungs (only with a pruner).
+        mean, seed_sd: its score (None for a pruned one; for an "mde" objective ``mean`` is its
+        largest planned MDE). intermediate: the running means at the pruner's rungs (only with a
+        pruner). margins: an "mde" trial's planned MDE of each retention margin.
     """
 
     number: int
@@ -135,6 +141,7 @@ class TuningTrial(Closed):
     mean: Number | None
     seed_sd: Number | None
     intermediate: dict[str, Number] | None = None
+    margins: list[Json] | None = None
 
 
 class TuningWinner(Closed):
@@ -170,6 +177,8 @@ class TuningRecord(Closed):
         tuning TRAIN and validation, by identity. objective: the metric, seeds and rule settings.
         rule: the winner rule in words. deviations: the recipe fields a study may set otherwise.
         optuna: how trials were suggested. trials: every trial, in number order. winner: the rule's.
+        design: for an "mde" objective, the study design its MDEs are planned for
+        (``tuning_config.power_design``).
     """
 
     kind: Literal["tuning_record"]
@@ -184,6 +193,7 @@ class TuningRecord(Closed):
     optuna: TuningOptuna
     trials: list[TuningTrial]
     winner: TuningWinner
+    design: Json | None = None
 
 
 def population_record(path: Path) -> dict:
@@ -247,6 +257,7 @@ def publish_record(
     entries: list[dict],
     populations: dict,
     recipe_of: Callable[[dict], Any],
+    design: dict | None = None,
 ) -> dict:
     """Publish ``tuning.json``, ``recipe.toml`` (when a trial is admissible) and the receipt binding them.
 
@@ -292,6 +303,7 @@ def publish_record(
             "mean": None if recipe is None else entries[winner["number"]]["mean"],
             "recipe": recipe,
         },
+        **({} if design is None else {"design": design}),
     }
     outputs = {"record": directory / RECORD}
     _publish_same(directory / RECORD, lambda p: publish_json(p, record))
@@ -388,12 +400,24 @@ def check_record(directory: str | os.PathLike) -> dict:
                     f"{where}: trial {position + 1} is pruned at cost {trial['cost']} within max_cost {max_cost}."
                 )
             continue
-        made = len(trial["fits"]) if trial["state"] == "pruned" else len(objective["seeds"])
-        if [f["seed"] for f in trial["fits"]] != list(objective["seeds"][:made]):
+        design = record.get("design")
+        arms = [None] if design is None else design["arms"]
+        made = len(trial["fits"]) if trial["state"] == "pruned" else len(objective["seeds"]) * len(arms)
+        wanted = [(a, s) for s in objective["seeds"] for a in arms][:made]
+        if [(f.get("arm"), f["seed"]) for f in trial["fits"]] != wanted:
             raise DigestMismatchError(
-                f"{where}: trial {position + 1} fits seeds {[f['seed'] for f in trial['fits']]}, "
-                f"not the objective's {objective['seeds'][:made]}."
+                f"{where}: trial {position + 1} fits {[(f.get('arm'), f['seed']) for f in trial['fits']]}, "
+                f"not the objective's {wanted}."
             )
+        if design is not None:
+            if trial["state"] == "complete":
+                _check_planned(where, trial, design)
+            for fit in trial["fits"]:
+                if _check_fit(directory, where, position, fit, _trial_recipe(record, trial, fit["seed"], fit["arm"])):
+                    recomputed += 1
+                else:
+                    absent += 1
+            continue
         values = [f[objective["metric"]] for f in trial["fits"]]
         if trial["state"] == "complete":
             score = trial_score(values)
@@ -415,6 +439,22 @@ def check_record(directory: str | os.PathLike) -> dict:
         raise DigestMismatchError(f"{where}: the recorded winner {recorded} is not the rule's {winner}.")
     _check_recipe(directory, where, record)
     return {"trials": len(trials), "winner": winner["number"], "fits_recomputed": recomputed, "fits_absent": absent}
+
+
+def _check_planned(where: str, trial: dict, design: dict) -> None:
+    """An "mde" trial's margins and score, recomputed from its fits' per-scene values."""
+    try:
+        score = planned_mde(trial["fits"], design)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DigestMismatchError(
+            f"{where}: trial {trial['number'] + 1}'s fits do not make the design's margins ({exc})."
+        ) from None
+    recorded = {k: trial.get(k) for k in ("mean", "seed_sd", "margins")}
+    if not close_values(recorded, score):
+        raise DigestMismatchError(
+            f"{where}: trial {trial['number'] + 1}'s recorded margins and planned MDE ({trial['mean']!r}) are not what "
+            f"its fits give (largest planned MDE {score['mean']!r}, margins {score['margins']!r})."
+        )
 
 
 def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[float], pruner: dict | None) -> None:
@@ -452,14 +492,20 @@ def _check_pruning(where: str, trial: dict, trials: list[dict], values: list[flo
         )
 
 
-def _trial_recipe(record: dict, trial: dict, seed: int) -> dict:
-    """The recipe a trial's fit of ``seed`` must have run: the record's base recipe with the
-    trial's parameters set (``tuning_config.trial_recipe``, from what the record binds)."""
+def _trial_recipe(record: dict, trial: dict, seed: int, arm: str | None = None) -> dict:
+    """The recipe a trial's fit of ``seed`` (and, for an "mde" objective, ``arm``) must have run: the
+    record's base recipe with the trial's parameters set (``tuning_config.trial_recipe``, or
+    ``arm_recipe`` with the design's architecture of the arm, from what the record binds)."""
     # Lazy: keeps importing this module (and so `qhlab verify`) free of the recipe's validators.
-    from qhlab.design.tuning_config import QhTuningConfig, trial_recipe
+    from qhlab.design.tuning_config import QhTuningConfig, arm_recipe, trial_recipe
 
     config = QhTuningConfig.model_validate(record["config"])
-    return trial_recipe(config, trial["params"], seed=seed, base=record["base_recipe"]).model_dump(mode="json")
+    if arm is None:
+        return trial_recipe(config, trial["params"], seed=seed, base=record["base_recipe"]).model_dump(mode="json")
+    architecture = record["design"]["architectures"][arm]
+    return arm_recipe(
+        config, trial["params"], seed=seed, base=record["base_recipe"], architecture=architecture
+    ).model_dump(mode="json")
 
 
 def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict) -> bool:
@@ -480,6 +526,11 @@ def _check_fit(directory: Path, where: str, number: int, fit: dict, recipe: dict
             raise DigestMismatchError(
                 f"{where}: trial {number + 1} fit {fit['directory']} records {metric} "
                 f"{fit[metric]!r}; its evaluation receipt says {getattr(body, field)!r}."
+            )
+        if fit.get("scenes") is not None and [row[-1] for row in body.per_scene[metric]] != fit["scenes"][metric]:
+            raise DigestMismatchError(
+                f"{where}: trial {number + 1} fit {fit['directory']} records other per-scene {metric} values than "
+                "its evaluation receipt."
             )
     return True
 

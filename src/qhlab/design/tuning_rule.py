@@ -1,6 +1,7 @@
 """The tuning objective as pure functions: a trial's score from its fits, the pruner, and the winner rule.
 
-Owns: ``trial_score`` (mean and seed spread of the metric over a trial's fits),
+Owns: ``trial_score`` (mean and seed spread of the metric over a trial's fits), ``planned_mde``
+(an "mde" trial's score: the largest planned MDE of the study's margins, from its fits),
 ``running_means`` (a trial's intermediate values at the pruner's rungs), ``prune_at`` (the
 declared Optuna pruner's decision at one rung, from the complete trials of earlier batches) and
 ``pick_winner`` (the rule the config declares, applied mechanically). Each is a function of
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["pick_winner", "prune_at", "running_means", "trial_score"]
+__all__ = ["pick_winner", "planned_mde", "prune_at", "running_means", "trial_score"]
 
 
 def trial_score(values: Sequence[float]) -> dict[str, float | None]:
@@ -34,6 +35,58 @@ def trial_score(values: Sequence[float]) -> dict[str, float | None]:
     if len(values) == 1:
         return {"mean": mean, "seed_sd": None}
     return {"mean": mean, "seed_sd": math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))}
+
+
+def planned_mde(fits: Sequence[Mapping], design: Mapping) -> dict:
+    """An "mde" trial's score: the largest planned MDE over the study's retention margins.
+
+    Each margin's per-scene values (D_reg: the variant's regret minus ``regret_fraction`` x its
+    structural control's; D_mae: its MAE minus ``mae_fraction`` x its matched control's) from the
+    trial's fits of the same seed give the margin's fit noise on one TRAIN draw
+    (``qhlab.statistics.variance.fit_noise``), and ``qhlab.statistics.replication.planned_difference``
+    the MDE a study of the design's seeds and validation scenes would read: the paired seed effect
+    the study's intervals carry, never the TRAIN-draw effect (one draw measures none).
+
+    Args:
+        fits: the trial's fits, ``[{"arm", "seed", "scenes": {"regret": float [n], "mae": float [n]}}]``,
+            every arm of the design once per seed.
+        design: ``tuning_config.power_design``'s.
+
+    Returns:
+        ``{"mean": the largest planned MDE (metres), "seed_sd": None, "margins": [{"variant",
+        "D_reg": {"mde", "se", "dof", "tau"}, "D_mae": ...}]}``.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
+    import numpy as np
+
+    # Lazy: as numpy, scipy (the planned MDE's quantiles).
+    from qhlab.statistics.replication import planned_difference
+    from qhlab.statistics.variance import fit_noise
+
+    seeds = sorted({int(f["seed"]) for f in fits})
+    values = {(f["arm"], int(f["seed"])): f["scenes"] for f in fits}
+
+    def table(arm: str, metric: str) -> np.ndarray:
+        return np.stack([np.asarray(values[(arm, s)][metric], dtype=np.float64) for s in seeds])
+
+    margins = []
+    for variant in design["variants"]:
+        entry: dict = {"variant": variant["arm"]}
+        for name, metric, against, fraction in (
+            ("D_reg", "regret", variant["control"], design["regret_fraction"]),
+            ("D_mae", "mae", variant["matched"], design["mae_fraction"]),
+        ):
+            noise = fit_noise(table(variant["arm"], metric) - fraction * table(against, metric), [0] * len(seeds))
+            planned = planned_difference(
+                noise,
+                n_seeds=int(design["study_seeds"]),
+                n_scenes=int(design["validation_scenes"]),
+                confidence=float(design["confidence"]),
+            )
+            entry[name] = {k: planned[k] for k in ("mde", "se", "dof")} | {"tau": noise.as_dict()["tau"]}
+        margins.append(entry)
+    worst = max(m[name]["mde"] for m in margins for name in ("D_reg", "D_mae"))
+    return {"mean": worst, "seed_sd": None, "margins": margins}
 
 
 def pick_winner(trials: Sequence[Mapping], *, band: float, max_seed_sd: float | None) -> dict:

@@ -47,6 +47,9 @@ __all__ = [
     "MPS_MEMORY_RECEIPT",
     "PILOT_RECEIPT",
     "PILOT_RECORD",
+    "PLAN_MARKDOWN",
+    "PLAN_RECEIPT",
+    "PLAN_RECORD",
     "POPULATION_ENVIRONMENT_DIR",
     "POPULATION_FILES",
     "POPULATION_RECEIPT",
@@ -146,6 +149,10 @@ TUNING_RECIPE = "recipe.toml"
 TUNING_TRIALS_DB = "trials.db"
 PILOT_RECORD = "pilot.json"
 PILOT_RECEIPT = "pilot.receipt.json"
+# A power plan's record and receipt (``qhlab plan``).
+PLAN_RECORD = "plan.json"
+PLAN_RECEIPT = "plan.receipt.json"
+PLAN_MARKDOWN = "plan.md"
 E0_CHECK_RECORD = "e0.json"
 E0_CHECK_RECEIPT = "e0.receipt.json"
 E0_CHECK_STUDIES_DIR = "studies"

@@ -25,7 +25,9 @@ from typing import Any
 from qhlab.design.tuning_config import (
     TUNE_CALL,
     QhTuningConfig,
+    arm_recipe,
     optuna_distributions,
+    power_design,
     quiet_optuna,
     read_tuning_config,
     trial_recipe,
@@ -40,7 +42,7 @@ from qhlab.design.tuning_record import (
     read_record,
     refuse_sealed_validation,
 )
-from qhlab.design.tuning_rule import pick_winner, prune_at, running_means, trial_score
+from qhlab.design.tuning_rule import pick_winner, planned_mde, prune_at, running_means, trial_score
 from qhlab.evidence import canonical_json, input_error, sha256_bytes
 from qhlab.execution import JobRunner
 from qhlab.preparation.fits import (
@@ -59,9 +61,11 @@ __all__ = ["run_tuning"]
 _LOCK = ".tune.lock"
 
 
-def _config_digest(config: QhTuningConfig, base: dict) -> str:
-    """What makes two runs the same tuning: the recorded config and the base recipe's fields."""
-    return sha256_bytes(canonical_json({"config": config.record(), "base_recipe": base}))
+def _config_digest(config: QhTuningConfig, base: dict, design: dict | None = None) -> str:
+    """What makes two runs the same tuning: the recorded config, the base recipe's fields and, for an
+    "mde" objective, the study design it plans for."""
+    same = {"config": config.record(), "base_recipe": base}
+    return sha256_bytes(canonical_json(same if design is None else {**same, "design": design}))
 
 
 def _sampler(config: QhTuningConfig, number: int):
@@ -136,20 +140,28 @@ def _open_storage(directory: Path, config: QhTuningConfig, digest: str):
 
 
 def _fit_job(job: dict) -> dict:
-    """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it."""
+    """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it.
+    An "mde" trial's fit also keeps its arm and its per-scene values at H."""
     directory, adopted = adopt_or_fit(job)
     evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
+    own = {}
+    if job.get("arm") is not None:
+        own = {
+            "arm": job["arm"],
+            "scenes": {m: [row[-1] for row in evaluation.per_scene[m]] for m in ("regret", "mae")},
+        }
     return {
         "seed": int(job["recipe"]["seed"]),
         "regret": evaluation.regret_primary,
         "mae": evaluation.mae_primary,
+        **own,
         **evidence,
         "adopted": adopted,
     }
 
 
-def _cell(number: int, seed: int) -> str:
-    return f"t{number:04d}-s{seed}"
+def _cell(number: int, seed: int, arm: str | None = None) -> str:
+    return f"t{number:04d}-s{seed}" if arm is None else f"t{number:04d}-{arm}-s{seed}"
 
 
 def _trial_entry(
@@ -162,13 +174,17 @@ def _trial_entry(
     max_cost: int | None,
     pruner: Any,
     pruned_at: int | None = None,
+    design: dict | None = None,
 ) -> dict:
     """A finished trial as the record holds it (``fits`` None: over the cost limit, not run;
-    ``pruned_at``: the rung the pruner stopped it at, its ``fits`` the ones it made)."""
+    ``pruned_at``: the rung the pruner stopped it at, its ``fits`` the ones it made; ``design``: an
+    "mde" objective's, whose score is the trial's planned MDE)."""
     who = {"number": number, "batch": batch, "params": params, "cost": cost}
     if fits is None:
         reason = f"cost {cost} > max_cost {max_cost}"
         return {**who, "state": "pruned", "reason": reason, "fits": [], "mean": None, "seed_sd": None}
+    if design is not None:
+        return {**who, "state": "complete", "reason": None, "fits": fits, **planned_mde(fits, design)}
     values = [f[metric] for f in fits]
     intermediate = {} if pruner is None else {"intermediate": running_means(values, pruner.rungs)}
     if pruned_at is not None:
@@ -209,7 +225,8 @@ def _stored(trial: Any) -> dict:
 
 
 def _fit_values(entry: dict, metric: str) -> list:
-    return [(f.get("seed"), f.get(metric), f.get("final_state_sha256")) for f in entry.get("fits") or []]
+    value = "regret" if metric == "mde" else metric
+    return [(f.get("arm"), f.get("seed"), f.get(value), f.get("final_state_sha256")) for f in entry.get("fits") or []]
 
 
 def _check_stored(number: int, field: str, stored: Any, derived: Any) -> None:
@@ -234,12 +251,14 @@ def _say_trial(
     if entry["state"] == "complete":
         spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f})"
         wall = sum(f["wall_seconds"] for f in entry["fits"])
-        result = f"{metric}_{horizon} {entry['mean']:.4f}{spread}, {len(entry['fits'])} fits, {wall:.1f} s"
+        score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
+        result = f"{score} {entry['mean']:.4f}{spread}, {len(entry['fits'])} fits, {wall:.1f} s"
     else:
         result = f"pruned: {entry['reason']}"
     say(f"trial {entry['number'] + 1}/{trials} [{params}]: {result}")
     if best is not None:
-        say(f"  best so far: trial {best['number'] + 1}, {metric}_{horizon} {best['mean']:.4f}")
+        score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
+        say(f"  best so far: trial {best['number'] + 1}, {score} {best['mean']:.4f}")
 
 
 def run_tuning(run: ToolRun) -> dict:
@@ -255,9 +274,10 @@ def run_tuning(run: ToolRun) -> dict:
     """
     quiet_optuna()
     config, data, path, base = read_tuning_config(run.config_path)
+    design = power_design(config, base)
     choice, directory, say = run.choice(config, TUNE_CALL), run.directory, run.say
     record = finished_record(
-        directory, RECEIPT, read_record, _config_digest(config, base), call=TUNE_CALL, what="tuning"
+        directory, RECEIPT, read_record, _config_digest(config, base, design), call=TUNE_CALL, what="tuning"
     )
     if record is not None:
         say(
@@ -275,10 +295,12 @@ def run_tuning(run: ToolRun) -> dict:
             "tune a built-in arm's recipe; tuning a user arm's recipe is not supported",
         )
     populations = _resolve_populations(config, choice)
-    digest = _config_digest(config, base)
+    digest = _config_digest(config, base, design)
     _refuse_foreign_db(directory, config, digest)  # before the lock file: a refusal writes nothing
     with run.writing(TUNE_CALL, _LOCK):
-        return _run_locked(config, data, base, digest, directory, populations, run.jobs_at_once(config), choice, say)
+        return _run_locked(
+            config, data, base, digest, directory, populations, run.jobs_at_once(config), choice, say, design
+        )
 
 
 def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
@@ -328,6 +350,7 @@ def _run_locked(
     workers: int,
     choice: Any,
     say: Callable[[str], None],
+    design: dict | None = None,
 ) -> dict:
     # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
@@ -340,9 +363,10 @@ def _run_locked(
     metric, seeds = config.objective.metric, config.objective.seeds
     batches = [list(range(s, min(config.trials, s + config.batch))) for s in range(0, config.trials, config.batch)]
     entries: list[dict] = []
+    arms = [None] if design is None else design["arms"]
     say(
-        f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds)} fits each, "
-        f"{config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished"
+        f"tuning {config.name}: {config.trials} trials in batches of {config.batch}, {len(seeds) * len(arms)} fits "
+        f"each, {config.sampler} sampler (seed {config.sampler_seed}); {len(finished)} already finished"
     )
     with fit_runner(choice, workers, TUNE_CALL) as runner:
         for index, numbers in enumerate(batches):
@@ -361,21 +385,30 @@ def _run_locked(
                 if config.objective.max_cost is not None and cost > config.objective.max_cost:
                     continue
                 for seed in seeds:
-                    jobs.append(
-                        {
-                            "number": number,
-                            "cell": _cell(number, seed),
-                            "profile": config.profile,
-                            "recipe": trial_recipe(config, params, seed=seed, base=base).model_dump(mode="json"),
-                            "fits": str(directory / FITS_DIR),
-                            "train": str(populations["train"]),
-                            "validation": str(populations["validation"]),
-                            "group": config.name,
-                            "job_type": "trial",
-                            "tag": f"trial-{number + 1}",
-                            "torch_threads": config.torch_threads,
-                        }
-                    )
+                    for arm in arms:
+                        recipe = (
+                            trial_recipe(config, params, seed=seed, base=base)
+                            if arm is None
+                            else arm_recipe(
+                                config, params, seed=seed, base=base, architecture=design["architectures"][arm]
+                            )
+                        )
+                        jobs.append(
+                            {
+                                "number": number,
+                                "arm": arm,
+                                "cell": _cell(number, seed, arm),
+                                "profile": config.profile,
+                                "recipe": recipe.model_dump(mode="json"),
+                                "fits": str(directory / FITS_DIR),
+                                "train": str(populations["train"]),
+                                "validation": str(populations["validation"]),
+                                "group": config.name,
+                                "job_type": "trial",
+                                "tag": f"trial-{number + 1}",
+                                "torch_threads": config.torch_threads,
+                            }
+                        )
             # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
             complete = [entry for entry in entries if entry["state"] == "complete"]
             fits, pruned = _run_rungs(runner, config, jobs, complete)
@@ -391,10 +424,11 @@ def _run_locked(
                     config.objective.max_cost,
                     config.pruner,
                     pruned.get(number),
+                    design,
                 )
                 if number in finished:
                     stored = _stored(finished[number])
-                    for field in ("state", "cost", "mean", "seed_sd", "intermediate"):
+                    for field in ("state", "cost", "mean", "seed_sd", "intermediate", "margins"):
                         _check_stored(number, field, stored.get(field), entry.get(field))
                     _check_stored(number, "fits", _fit_values(stored, metric), _fit_values(entry, metric))
                     # Its fits' adoption flags are the first run's: the record of a resumed tuning
@@ -425,13 +459,15 @@ def _run_locked(
         entries=entries,
         populations={k: population_record(p) for k, p in populations.items()},
         recipe_of=lambda params: trial_recipe(config, params, seed=seeds[0], base=base),
+        design=design,
     )
     winner = record["winner"]
     if winner["number"] is None:
         say(f"tuning {config.name}: no admissible trial; no recipe.toml was written")
     else:
+        score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
         say(
-            f"winner: trial {winner['number'] + 1} by the rule ({metric}_{horizon} "
+            f"winner: trial {winner['number'] + 1} by the rule ({score} "
             f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}"
         )
     return record

@@ -109,15 +109,21 @@ def read_manifest(path: str | os.PathLike) -> dict:
 
 
 def generator_identity(generator: dict) -> str:
-    """The SHA-256 of a manifest's generator record without its seed: what every draw of one
-    population distribution shares (environment, its options, source and engine versions, the
-    preset's sizes and actor, the split), however the population was named.
+    """The SHA-256 of a manifest's generator record without what does not change a scene's
+    distribution: the seed, the preset's name and its number of scenes. What remains is what every
+    draw of one population distribution shares (environment, its options, source and engine
+    versions, the preset's other sizes and actor, the split), however the population was named,
+    and however many scenes it drew (scene i of a draw is the same whatever the count).
 
-    Two populations are draws of one distribution when their identities are equal, and the same
-    draw when their seeds are equal too. Records made for one study (a pilot's, a tuning's, an E0
-    check's) are compared with the study's populations this way, and no other.
+    Two populations are draws of one distribution when their identities are equal, and draw the
+    same scenes when their seeds are equal too. Records made for one study (a pilot's, a tuning's,
+    an E0 check's) are compared with the study's populations this way, and no other.
 
     Args:
         generator: a manifest's ``generator`` record (or ``expected_generator``'s).
     """
-    return sha256_bytes(canonical_json({k: v for k, v in generator.items() if k != "seed"}))
+    kept = {k: v for k, v in generator.items() if k not in ("seed", "preset")}
+    parameters = kept.get("preset_parameters")
+    if isinstance(parameters, dict):
+        kept["preset_parameters"] = {k: v for k, v in parameters.items() if k not in ("name", "scenes")}
+    return sha256_bytes(canonical_json(kept))

@@ -4,8 +4,9 @@ Owns, one idea per module: ``bootstrap`` (BCa scene-bootstrap intervals, paired 
 are compared, the retention margins D_reg and D_mae with a seed's reading of them, and the
 probability of improvement over scenes), ``replication`` (seed-pooled paired differences whose
 intervals carry the fits' noise, replication labels, the study's retention decision and minimum
-detectable effects) and ``variance`` (a pilot's seed and TRAIN-draw components of each comparison). Every function takes arrays and settings and returns plain records;
-the docstrings give shapes. Does not own: computing per-scene MAE or regret
+detectable effects) and ``variance`` (a pilot's seed and TRAIN-draw components of each
+comparison). Every function takes arrays and settings and returns plain records; the docstrings
+give shapes. Does not own: computing per-scene MAE or regret
 (``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or reading
 evidence.
 """

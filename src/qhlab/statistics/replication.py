@@ -37,6 +37,7 @@ the statistical unit, seeds are averaged within a scene first).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ __all__ = [
     "agreement_test",
     "interval_side",
     "minimum_detectable_effect",
+    "planned_difference",
     "pooled_difference",
     "replication_label",
     "retention_decision",
@@ -337,6 +339,64 @@ def pooled_difference(
         mde=mde,
         note=note,
     )
+
+
+def planned_difference(
+    noise: FitNoise,
+    *,
+    n_seeds: int,
+    n_scenes: int,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    extra: Sequence[tuple[float, float]] = (),
+) -> dict[str, float]:
+    """What a study of ``n_seeds`` seeds on one fresh TRAIN draw and ``n_scenes`` fresh scenes will
+    read for one comparison, predicted from a pilot's components before any of its fits.
+
+    The study's variance ``(sigma_v^2 + r / S) / n + G`` (``qhlab.statistics.variance``): the scene
+    part from the pilot's scene variance and residual, now over the study's own n scenes, and the
+    fits' part G from its mean squares; Student's t with Satterthwaite's degrees of freedom (the
+    scene part counted with the study's n - 1, as its report will read it), and the MDE of a
+    two-sided ``confidence`` interval at ``power``.
+
+    Args:
+        noise: the comparison's pilot components.
+        n_seeds: S, the study's seeds.
+        n_scenes: n, the study's validation scenes.
+        confidence, power: the report's level and power.
+        extra: further variance terms ``(value, dof)`` of the fits' part, e.g. a TRAIN-draw
+            component measured by another pilot than ``noise``'s one-draw fits.
+
+    Returns:
+        ``{"se", "dof", "mde", "scene_part", "fit_part"}`` (variances for the two parts).
+    """
+    if n_seeds < 1 or n_scenes < 2:
+        raise input_error(
+            "planned_difference",
+            "n_seeds/n_scenes",
+            (n_seeds, n_scenes),
+            "n_seeds >= 1 and n_scenes >= 2",
+            "a study has seeds and scenes",
+        )
+    scene = max(0.0, noise.scene_variance) / n_scenes
+    residual = noise.residual / (n_seeds * n_scenes)
+    fits = [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)] + [(float(v), float(k)) for v, k in extra]
+    terms = [(scene, float(n_scenes - 1)), (residual, float(noise.residual_dof))] + fits
+    # As the report floors it: at half the study's own scene variance.
+    variance = max(sum(v for v, _ in terms), (scene + residual) / 2.0)
+    spread = sum(v**2 / k for v, k in terms)
+    dof = variance**2 / spread if spread > 0 else float(n_scenes - 1)
+    se = math.sqrt(variance)
+    mde = minimum_detectable_effect(
+        se, confidence=confidence, power=power, alternative="two-sided", distribution="t", dof=dof
+    )
+    return {
+        "se": se,
+        "dof": float(dof),
+        "mde": float(mde),
+        "scene_part": scene + residual,
+        "fit_part": sum(v for v, _ in fits),
+    }
 
 
 def interval_side(low: float | None, high: float | None) -> int:

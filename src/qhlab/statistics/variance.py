@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitNoise", "fit_noise", "pilot_components", "study_noise_terms"]
+__all__ = ["FitNoise", "draw_variance_terms", "fit_noise", "pilot_components", "study_noise_terms"]
 
 _CALL = "fit_noise"
 
@@ -205,6 +205,18 @@ def study_noise_terms(noise: FitNoise, n_seeds: int) -> list[tuple[str, float, f
         ("between draws", noise.ms_between / noise.n0, float(noise.dof_between)),
         ("within draws", noise.ms_within * (1.0 / n_seeds - 1.0 / noise.n0), float(noise.dof_within)),
         correction,
+    ]
+
+
+def draw_variance_terms(noise: FitNoise) -> list[tuple[float, float]]:
+    """omega^2 = (MS_b - MS_w) / n0 as ``(value, dof)`` terms, for another recipe's one-draw noise
+    (a tuning trial's) that measured no TRAIN draw: the draw effect taken as the recipe's, its
+    uncertainty carried by Satterthwaite. Empty with one draw."""
+    if noise.ms_between is None or noise.n0 is None:
+        return []
+    return [
+        (noise.ms_between / noise.n0, float(noise.dof_between)),
+        (-noise.ms_within / noise.n0, float(noise.dof_within)),
     ]
 
 

@@ -24,13 +24,15 @@ from typing import Any
 
 from qhlab.design import e0_record as e0_record
 from qhlab.design import pilot_record as pilot_record
+from qhlab.design import plan_record as plan_record
 from qhlab.design import tuning_record as tuning_record
 from qhlab.design.e0_config import e0_design
 from qhlab.design.pilot_config import study_design
-from qhlab.design.study_config import QhArchitectureStudyConfig
+from qhlab.design.preparation_record import close_values
+from qhlab.design.study_config import QhArchitectureStudyConfig, declared_scenes
 from qhlab.design.tuning_record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 from qhlab.evidence import PublishConflictError, differing_keys, input_error, publish_bytes, sha256_file
-from qhlab.evidence.layout import PREPARATION_DIR
+from qhlab.evidence.layout import PLAN_MARKDOWN, PREPARATION_DIR
 from qhlab.scenes.manifest import generator_identity
 from qhlab.statistics.variance import FitNoise
 from qhlab.study.render import fmt, table
@@ -116,15 +118,17 @@ def check_preparation(
             check ran another gate, fell short of its minimum pass share or gated the study's TRAIN.
     """
     preparation = config.preparation
-    if preparation is None or (preparation.tuning is None and preparation.pilot is None and preparation.e0 is None):
+    if preparation is None or all(getattr(preparation, k) is None for k in ("tuning", "pilot", "e0", "plan")):
         return None, {}
-    body, found = {"tuning": None, "pilot": None, "e0": None}, {}
+    body, found = {"tuning": None, "pilot": None, "e0": None, "plan": None}, {}
     if preparation.tuning is not None:
         body["tuning"], found["tuning"] = _check_tuning(config, Path(preparation.tuning))
     if preparation.pilot is not None:
         body["pilot"], found["pilot"] = _check_pilot(config, Path(preparation.pilot), sources)
     if preparation.e0 is not None:
         body["e0"], found["e0"] = _check_e0(config, Path(preparation.e0))
+    if preparation.plan is not None:
+        body["plan"], found["plan"] = _check_plan(config, Path(preparation.plan), body, found)
     return body, found
 
 
@@ -280,6 +284,53 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
     }, source
 
 
+def _check_plan(config: QhArchitectureStudyConfig, record_path: Path, body: dict, found: dict) -> tuple[dict, Path]:
+    """A plan made from this study's pilot (and tuning), recomputed from the records the freeze binds."""
+    source, record, checked = _checked_record("preparation.plan", plan_record, record_path, "a plan", "qhlab plan")
+    pilot, tuning = body["pilot"], body["tuning"]
+    problems = []
+    if pilot is None or record["pilot"]["record_sha256"] != pilot["record_sha256"]:
+        problems.append("a plan made from the pilot record the study binds (`[preparation] pilot`)")
+    if record["tuning"] is not None and (
+        tuning is None or record["tuning"]["record_sha256"] != tuning["record_sha256"]
+    ):
+        problems.append("a plan whose tuning record is the one the study binds (`[preparation] tuning`)")
+    ours = (len(config.seeds), declared_scenes(config.validation, call=_CALL), config.bootstrap.confidence)
+    if (record["seeds"], record["validation_scenes"], record["confidence"]) != ours:
+        problems.append(
+            f"a plan for this study's seeds, validation scenes and level {ours} (it planned for "
+            f"{(record['seeds'], record['validation_scenes'], record['confidence'])})"
+        )
+    if problems:
+        raise input_error(
+            _CALL,
+            "preparation.plan",
+            str(record_path),
+            "; ".join(problems),
+            "run `qhlab plan` again after the study's pilot and tuning",
+        )
+    again = plan_record.plan_components(
+        pilot_record.read_record(found["pilot"]),
+        None if record["tuning"] is None else tuning_record.read_record(found["tuning"]),
+    )
+    if not close_values(again["rows"], record["rows"]) or not close_values(again["recipes"], record["recipes"]):
+        raise input_error(
+            _CALL,
+            "preparation.plan",
+            str(record_path),
+            "a plan whose components are the bound pilot's and tuning's",
+            "its recorded components are not what those records give; run `qhlab plan` again",
+        )
+    planned = record["designs"][record["planned"]]
+    return {
+        **_bound("plan", plan_record, record_path, record),
+        "target": record["target"],
+        "planned": planned,
+        "chosen": None if record["chosen"] is None else record["designs"][record["chosen"]],
+        "designs": checked["designs"],
+    }, source
+
+
 def frozen_noise(config: QhArchitectureStudyConfig, freeze: dict, row: tuple[str, str] | str, metric: str) -> dict:
     """``pooled_difference``'s variance arguments for one comparison or margin: the pilot record's
     components of that row, else the typed ``[seed_variance]``'s tau, else none (the study's own seeds).
@@ -329,6 +380,7 @@ def copy_preparation(sources: dict[str, Path], output: Path) -> dict[str, Path]:
         "tuning": [RECORD, RECEIPT, CONFIG_COPY, RECIPE],
         "pilot": [pilot_record.RECORD, pilot_record.RECEIPT, pilot_record.CONFIG_COPY],
         "e0": [e0_record.RECORD, e0_record.RECEIPT, e0_record.CONFIG_COPY],
+        "plan": [plan_record.RECORD, plan_record.RECEIPT, plan_record.CONFIG_COPY, PLAN_MARKDOWN],
     }
     out = {}
     for role, source in sources.items():
@@ -507,11 +559,13 @@ def build(inputs: Any, report: dict) -> None:
         "tuning": prepared.get("tuning"),
         "pilot": prepared.get("pilot"),
         "e0": prepared.get("e0"),
+        "plan": prepared.get("plan"),
         "typed_seed_variance": None if typed is None else typed.model_dump(mode="json"),
     }
     report["summary"]["recipe_recorded"] = prepared.get("tuning") is not None
     report["summary"]["pilot_recorded"] = prepared.get("pilot") is not None
     report["summary"]["e0_check_recorded"] = prepared.get("e0") is not None
+    report["summary"]["plan_recorded"] = prepared.get("plan") is not None
 
 
 def markdown(report: dict) -> list[str]:
@@ -538,8 +592,13 @@ def markdown(report: dict) -> list[str]:
                 for role, p in sorted(pops.items())
             )
             + ".",
-            f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
-            f"{objective['band']} m; max seed sd "
+            (
+                f"- Objective: the largest planned MDE of the study's retention margins (every arm fitted with "
+                f"seeds {objective['seeds']}; the paired seed effect each margin carries); band "
+                if objective["metric"] == "mde"
+                else f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
+            )
+            + f"{objective['band']} m; max seed sd "
             + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']} m")
             + "; max cost "
             + ("none" if objective["max_cost"] is None else f"{objective['max_cost']} (updates x members)")
@@ -560,7 +619,8 @@ def markdown(report: dict) -> list[str]:
             ]
             for t in tuning["trials"]
         ]
-        lines += table(["trial", "parameters", "state", "mean", "seed sd", "cost"], rows)
+        score = "planned MDE" if objective["metric"] == "mde" else "mean"
+        lines += table(["trial", "parameters", "state", score, "seed sd", "cost"], rows)
         if sum(t["state"] == "complete" for t in tuning["trials"]) >= 2:
             lines += [
                 "",
@@ -621,7 +681,28 @@ def markdown(report: dict) -> list[str]:
             "decide anything but a very large effect. `qhlab pilot` measures each comparison's components on a "
             "tuning population; `[preparation] pilot` binds its record."
         )
-    return lines + [""] + _e0_lines(prepared.get("e0"))
+    return lines + [""] + _plan_lines(prepared.get("plan")) + _e0_lines(prepared.get("e0"))
+
+
+def _plan_lines(plan: dict | None) -> list[str]:
+    """The power plan's paragraph (empty without a plan)."""
+    if plan is None:
+        return []
+    planned, target, chosen = plan["planned"], plan["target"], plan["chosen"]
+    choice = (
+        "no design it weighed reaches the target"
+        if chosen is None
+        else f"the cheapest design that reaches it is the {chosen['recipe']} recipe with {chosen['validation_scenes']} "
+        f"validation scenes ({chosen['cost']['seconds']:.0f} CPU s)"
+    )
+    return [
+        f"The power plan `{plan['name']}` (record sha256 `{plan['record_sha256'][:16]}`, copied into "
+        f"`{plan['copy']}/`) predicted this design's MDEs from the pilot alone, before any of the study's fits: "
+        f"largest D_reg {fmt(planned['largest']['D_reg'])} m, D_mae {fmt(planned['largest']['D_mae'])} m, against a "
+        f"target of {fmt(target['d_reg'])} m and {fmt(target['d_mae'])} m; {choice}. The tables above set each "
+        "planned MDE beside the one the study achieved.",
+        "",
+    ]
 
 
 def _e0_lines(e0: dict | None) -> list[str]:

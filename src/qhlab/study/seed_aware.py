@@ -51,6 +51,8 @@ def build(inputs: ReportInputs, report: dict) -> None:
     """
     config = inputs.config
     confidence = config.bootstrap.confidence
+    plan = (inputs.freeze.get("preparation") or {}).get("plan")
+    planned = None if plan is None else plan["planned"]["rows"]
     intervals = {(p["arm"], p["against"], p["seed"], p["metric"]): p["interval"] for p in report["paired"]}
     rows = []
     for arm, against, relation in inputs.comparisons:
@@ -75,6 +77,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
                     },
                     "pooled": pooled.as_dict(),
                     "label": replication_label([(i["low"], i["high"]) for i in per_seed.values()], pooled),
+                    "planned_mde": None if planned is None else planned[f"{arm} - {against} ({metric})"]["mde"],
                 }
             )
     report["replication"] = rows
@@ -94,7 +97,13 @@ def build(inputs: ReportInputs, report: dict) -> None:
         entry["decision"] = decision
         entry["decision_reason"] = reason
         entry["seeds_agree"] = len({d["decision"] for d in readings}) == 1
-        entry["pooled_margins"] = {name: p.as_dict() for name, p in pooled.items()}
+        entry["pooled_margins"] = {
+            name: {
+                **p.as_dict(),
+                "planned_mde": None if planned is None else planned[f"{name} {entry['variant']}"]["mde"],
+            }
+            for name, p in pooled.items()
+        }
         entry["sensitivity"] = (
             f"{decision}: {reason}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
             f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, "
@@ -120,9 +129,11 @@ def markdown(report: dict) -> list[str]:
             r["pooled"]["distribution"],
             r["label"],
             fmt(r["pooled"]["mde"]),
+            *([] if r.get("planned_mde") is None else [fmt(r["planned_mde"])]),
         ]
         for r in rows
     ]
+    has_plan = any(r.get("planned_mde") is not None for r in rows)
     decisions = [
         [
             e["variant"],
@@ -130,6 +141,11 @@ def markdown(report: dict) -> list[str]:
             ", ".join(f"seed {s}: {e['per_seed'][str(s)]['decision']}" for s in seeds),
             *(f"{fmt(e['pooled_margins'][m]['estimate'])} {ci(e['pooled_margins'][m])}" for m in ("D_reg", "D_mae")),
             *(fmt(e["pooled_margins"][m]["mde"]) for m in ("D_reg", "D_mae")),
+            *(
+                []
+                if not has_plan
+                else [" / ".join(fmt(e["pooled_margins"][m].get("planned_mde")) for m in ("D_reg", "D_mae"))]
+            ),
         ]
         for e in report["retention"]
     ]
@@ -157,8 +173,18 @@ def markdown(report: dict) -> list[str]:
                 "quantile",
                 "replication",
                 "MDE",
+                *(["planned MDE"] if has_plan else []),
             ],
             pooled,
+        ),
+        *(
+            [
+                "",
+                "Planned MDE: the plan's prediction for this design from the pilot alone, made before the study's "
+                "fits; the MDE beside it is what the study achieved.",
+            ]
+            if has_plan
+            else []
         ),
         "",
         "## The rule's decision",

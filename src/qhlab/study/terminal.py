@@ -22,10 +22,17 @@ __all__ = ["FitBoard", "GenerationProgress", "console", "fit_runner", "fits_prog
 
 
 def console() -> Any:
-    """The rich console of the study command (stdout, no highlighting)."""
+    """The rich console of the study command (stdout, no highlighting).
+
+    In a terminal it wraps at the terminal's width; elsewhere (a pipe, a CI log, a test's captured
+    output) it prints every line whole, so that no sentence is broken at a width nobody sees and a
+    long path never splits the words around it.
+    """
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    return Console(stderr=False, highlight=False, soft_wrap=not sys.stdout.isatty())
 
 
 def fits_progress(out: Any) -> Any:

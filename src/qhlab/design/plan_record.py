@@ -1,0 +1,436 @@
+"""The power plan: every comparison's and margin's predicted MDE, for the study's design and its alternatives.
+
+Owns: the plan directory's file names, ``plan_components`` (what a plan reads of its records: each
+comparison's and margin's pilot components, each tuning trial's one-draw components and each
+recipe's measured fit cost), ``plan_document`` (the predictions from those: the study's design,
+every alternative of recipe and validation size with its compute cost, and the cheapest that
+reaches the target), the record's layout, publishing and reading it, and ``check_record``
+(``qhlab verify`` recomputes every prediction from the record's components). Torch-free. Does not
+own: the statistics (``qhlab.statistics``), the pilot or tuning records it reads, or binding it to
+a study (``qhlab.study.preparation``).
+
+The model. A design's MDE for one row is ``planned_difference`` of the row's components with the
+study's seeds and that design's validation scenes. The study's own recipe carries the pilot's
+components whole (seed and TRAIN draw); a tuning trial's recipe carries the seed and scene parts
+its own fits measured on one TRAIN draw, and the pilot's TRAIN-draw component of the same row
+(the draw effect taken as the recipe's: stated, and checked by the report's planned-against-
+achieved table). A design's cost is measured, not assumed: the mean wall seconds of its recipe's
+fits of each arm (the pilot's, or the trial's) times the study's seeds, and the labelling seconds
+of the pilot's validation population per scene times the design's scenes (a fit's evaluation is
+counted at the pilot's size). Fit compute is cells x updates x ensemble members x batch size.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from qhlab.design.preparation_record import (
+    Number,
+    StudyReference,
+    close_values,
+    opened_record,
+    publish_with_receipt,
+    read_record_file,
+)
+from qhlab.evidence import DigestMismatchError, canonical_json, sha256_bytes
+from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
+from qhlab.evidence.layout import PLAN_RECEIPT, PLAN_RECORD, RECORD_CONFIG_COPY
+
+__all__ = [
+    "CONFIG_COPY",
+    "RECEIPT",
+    "RECORD",
+    "PlanReceipt",
+    "PlanRecord",
+    "check_record",
+    "plan_components",
+    "plan_digest",
+    "plan_document",
+    "publish_record",
+    "read_record",
+    "row_key",
+]
+
+RECORD = PLAN_RECORD
+RECEIPT = PLAN_RECEIPT
+CONFIG_COPY = RECORD_CONFIG_COPY
+POWER = 0.8
+
+
+class PlanBody(Closed):
+    """A plan's receipt body: the plan, its config digest, the records it read and its verdict.
+
+    Attributes:
+        name, config_sha256: the plan and its config. pilot_sha256, tuning_sha256: the records'
+        digests. designs: how many designs it weighed. chosen: the cheapest that reaches the
+        target (its index in the record's ``designs``), or None.
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=SHA256)
+    pilot_sha256: str = Field(pattern=SHA256)
+    tuning_sha256: str | None = Field(default=None, pattern=SHA256)
+    designs: int
+    chosen: int | None
+
+
+class PlanReceipt(Receipt, kind="plan", version=1):
+    """``plan.receipt.json``."""
+
+    body: PlanBody
+
+
+class PlanSource(Closed):
+    """A record a plan read: its name and the digest of its record file."""
+
+    name: str
+    record_sha256: str = Field(pattern=SHA256)
+
+
+class PlanRecipe(Closed):
+    """One recipe a plan weighs: the study's own, or a tuning trial's.
+
+    Attributes:
+        recipe: "study" or "trial N". params: a trial's parameters (None for the study's).
+        updates, members, batch_size: its budget. cell_seconds: mean wall seconds of a fit of each arm.
+        noise: each row's components (the pilot's whole, or the trial's one-draw ones), by row key.
+        draw_from_pilot: whether each row also carries the pilot's TRAIN-draw component.
+    """
+
+    recipe: str
+    params: Json | None
+    updates: int
+    members: int
+    batch_size: int
+    cell_seconds: dict[str, Number]
+    noise: dict[str, Json]
+    draw_from_pilot: bool
+
+
+class PlanDesign(Closed):
+    """One design the plan weighs: a recipe and a validation size, its predictions and cost."""
+
+    recipe: str
+    validation_scenes: int
+    rows: dict[str, Json]
+    largest: dict[Literal["D_reg", "D_mae"], Number]
+    reaches_target: bool
+    cost: Json
+
+
+class PlanRecord(Closed):
+    """``plan.json``: a power plan and every prediction it made.
+
+    Attributes:
+        kind: always ``plan_record``. name, config, config_sha256: the plan and its config.
+        study: the study planned for. design: its design (the pilot's ``study_design``).
+        seeds, validation_scenes, confidence: the study's. target: the MDE to reach. pilot,
+        tuning: the records read. rows: every comparison and margin (key, kind, arm, against or
+        variant, metric). validation_seconds_per_scene: the pilot's validation labelling cost
+        (None: unknown). recipes: each recipe's components and costs. designs: every design's
+        predictions. planned: the study's own design (its index in ``designs``). chosen: the
+        cheapest design that reaches the target (None: none does).
+    """
+
+    kind: Literal["plan_record"]
+    name: str
+    config: Json
+    config_sha256: str = Field(pattern=SHA256)
+    study: StudyReference
+    design: Json
+    seeds: int
+    validation_scenes: int
+    confidence: Number
+    target: dict[Literal["d_reg", "d_mae"], Number]
+    pilot: PlanSource
+    tuning: PlanSource | None
+    rows: list[Json]
+    validation_seconds_per_scene: Number | None
+    recipes: list[PlanRecipe]
+    designs: list[PlanDesign]
+    planned: int
+    chosen: int | None
+
+
+def row_key(row: dict) -> str:
+    """A row's key: ``"arm - against (metric)"`` for a comparison, ``"D_reg variant"`` for a margin."""
+    if row["kind"] == "comparison":
+        return f"{row['arm']} - {row['against']} ({row['metric']})"
+    return f"{row['margin']} {row['variant']}"
+
+
+def _rows(pilot: dict) -> list[dict]:
+    rows = [
+        {"kind": "comparison", "arm": c["arm"], "against": c["against"], "metric": m}
+        for c in pilot["comparisons"]
+        for m in ("regret", "mae")
+    ]
+    rows += [
+        {"kind": "margin", "variant": v["variant"], "margin": name, "metric": metric}
+        for v in pilot["margins"]
+        for name, metric in (("D_reg", "regret"), ("D_mae", "mae"))
+    ]
+    return rows
+
+
+def _mean_seconds(fits: list[dict], arm: str) -> float:
+    walls = [float(f["wall_seconds"]) for f in fits if f["arm"] == arm]
+    return sum(walls) / len(walls)
+
+
+def plan_components(pilot: dict, tuning: dict | None) -> dict:
+    """What a plan reads of its records: rows, each recipe's components and fit costs.
+
+    Args:
+        pilot: the pilot record (``pilot.json``).
+        tuning: a tuning record of metric "mde" (its trials fitted every arm), or None.
+
+    Returns:
+        ``{"rows": [...], "recipes": [PlanRecipe as dicts]}``: the study's recipe first (the pilot's
+        components and its fits' costs, the main draw's), then each complete tuning trial's.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy.
+    import numpy as np
+
+    # Lazy: as numpy, the statistics that compute with it.
+    from qhlab.statistics.variance import fit_noise
+
+    rows = _rows(pilot)
+    pilot_noise = {}
+    for row in rows:
+        if row["kind"] == "comparison":
+            entry = next(c for c in pilot["comparisons"] if (c["arm"], c["against"]) == (row["arm"], row["against"]))
+        else:
+            entry = next(m for m in pilot["margins"] if m["variant"] == row["variant"])
+        pilot_noise[row_key(row)] = entry["noise"][row["metric"]]
+    baseline = pilot["design"]["recipes"][pilot["design"]["arms"][0]]
+    main = pilot["layout"][0]["draw"]
+    main_fits = [f for f in pilot["fits"] if f["draw"] == main]
+    recipes = [
+        {
+            "recipe": "study",
+            "params": None,
+            "updates": int(baseline["updates"]),
+            "members": int(baseline["ensemble_members"]),
+            "batch_size": int(baseline["batch_size"]),
+            "cell_seconds": {arm: _mean_seconds(main_fits, arm) for arm in pilot["design"]["arms"]},
+            "noise": pilot_noise,
+            "draw_from_pilot": False,
+        }
+    ]
+    design = pilot["design"]
+    for trial in (tuning or {}).get("trials", []):
+        if trial["state"] != "complete":
+            continue
+        seeds = sorted({int(f["seed"]) for f in trial["fits"]})
+        values = {(f["arm"], int(f["seed"])): f["scenes"] for f in trial["fits"]}
+
+        def table(arm: str, metric: str, values=values, seeds=seeds) -> np.ndarray:
+            return np.stack([np.asarray(values[(arm, s)][metric], dtype=np.float64) for s in seeds])
+
+        noise = {}
+        for row in rows:
+            metric = row["metric"]
+            if row["kind"] == "comparison":
+                x = table(row["arm"], metric) - table(row["against"], metric)
+            else:
+                variant = next(v for v in design["variants"] if v["arm"] == row["variant"])
+                against = variant["control"] if row["margin"] == "D_reg" else variant["matched"]
+                fraction = design["regret_fraction"] if row["margin"] == "D_reg" else design["mae_fraction"]
+                x = table(row["variant"], metric) - fraction * table(against, metric)
+            noise[row_key(row)] = fit_noise(x, [0] * len(seeds)).as_dict()
+        recipe = tuning["base_recipe"] | {}
+        params = dict(trial["params"])
+        recipes.append(
+            {
+                "recipe": f"trial {trial['number'] + 1}",
+                "params": params,
+                "updates": int(params.get("updates", recipe.get("updates", baseline["updates"]))),
+                "members": int(params.get("ensemble_members", recipe.get("ensemble_members", 1))),
+                "batch_size": int(params.get("batch_size", recipe.get("batch_size", baseline["batch_size"]))),
+                "cell_seconds": {arm: _mean_seconds(trial["fits"], arm) for arm in design["arms"]},
+                "noise": noise,
+                "draw_from_pilot": True,
+            }
+        )
+    return {"rows": rows, "recipes": recipes}
+
+
+def plan_document(
+    *,
+    rows: list[dict],
+    recipes: list[dict],
+    pilot_noise: dict[str, dict],
+    seeds: int,
+    validation_scenes: int,
+    sizes: list[int],
+    confidence: float,
+    target: dict[str, float],
+    validation_seconds_per_scene: float | None,
+) -> dict:
+    """Every design's predictions and cost, the study's own design and the cheapest that reaches the target.
+
+    Args:
+        rows: the rows (``plan_components``). recipes: each recipe's components and costs.
+        pilot_noise: the pilot's components by row key (a trial's recipe takes their TRAIN-draw part).
+        seeds, validation_scenes, confidence: the study's.
+        sizes: the validation sizes weighed beside the study's.
+        target: ``{"d_reg", "d_mae"}``, the MDE to reach.
+        validation_seconds_per_scene: the labelling cost of a validation scene (None: unknown).
+
+    Returns:
+        ``{"designs": [...], "planned": index of the study's design, "chosen": index or None}``.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
+    from qhlab.statistics.replication import planned_difference
+    from qhlab.statistics.variance import FitNoise, draw_variance_terms
+
+    designs = []
+    for recipe in recipes:
+        cells = sum(recipe["cell_seconds"].values()) * seeds
+        compute = len(recipe["cell_seconds"]) * seeds * recipe["updates"] * recipe["members"] * recipe["batch_size"]
+        for n in sorted({validation_scenes, *sizes}):
+            predicted = {}
+            for row in rows:
+                key = row_key(row)
+                extra = draw_variance_terms(FitNoise.from_dict(pilot_noise[key])) if recipe["draw_from_pilot"] else []
+                planned = planned_difference(
+                    FitNoise.from_dict(recipe["noise"][key]),
+                    n_seeds=seeds,
+                    n_scenes=n,
+                    confidence=confidence,
+                    power=POWER,
+                    extra=extra,
+                )
+                predicted[key] = {k: planned[k] for k in ("mde", "se", "dof")}
+            largest = {
+                name: max(p["mde"] for r, p in zip(rows, predicted.values()) if r.get("margin") == name)
+                for name in ("D_reg", "D_mae")
+            }
+            labelling = None if validation_seconds_per_scene is None else validation_seconds_per_scene * n
+            designs.append(
+                {
+                    "recipe": recipe["recipe"],
+                    "validation_scenes": n,
+                    "rows": predicted,
+                    "largest": largest,
+                    "reaches_target": largest["D_reg"] <= target["d_reg"] and largest["D_mae"] <= target["d_mae"],
+                    "cost": {
+                        "fit_compute": compute,
+                        "cell_seconds": cells,
+                        "validation_seconds": labelling,
+                        "seconds": cells + (labelling or 0.0),
+                    },
+                }
+            )
+    planned = next(
+        i for i, d in enumerate(designs) if d["recipe"] == "study" and d["validation_scenes"] == validation_scenes
+    )
+    reaching = [i for i, d in enumerate(designs) if d["reaches_target"]]
+    chosen = min(reaching, key=lambda i: (designs[i]["cost"]["seconds"], i)) if reaching else None
+    return {"designs": designs, "planned": planned, "chosen": chosen}
+
+
+def plan_digest(config: Any, design: dict, pilot_sha256: str, tuning_sha256: str | None) -> str:
+    """The digest a plan record carries: its config's identity, the study design and the records it read."""
+    return sha256_bytes(
+        canonical_json({"config": config.identity(), "design": design, "pilot": pilot_sha256, "tuning": tuning_sha256})
+    )
+
+
+def publish_record(directory: Path, record: dict) -> None:
+    """Publish ``plan.json`` and the receipt binding it and the config's copy."""
+    body = {
+        "pilot_sha256": record["pilot"]["record_sha256"],
+        "tuning_sha256": None if record["tuning"] is None else record["tuning"]["record_sha256"],
+        "designs": len(record["designs"]),
+        "chosen": record["chosen"],
+    }
+    publish_with_receipt(directory, record, RECORD, (PlanReceipt, RECEIPT), body)
+
+
+def read_record(directory: str | os.PathLike) -> dict:
+    """The record of a plan directory, authenticated by its receipt (and the files it binds).
+
+    Raises:
+        MissingEvidenceError: no ``plan.receipt.json``.
+        EvidenceError: the receipt or a bound file fails.
+    """
+    directory = Path(directory)
+    record, receipt = read_record_file(directory, RECORD, RECEIPT, PlanReceipt, PlanRecord)
+    tuning = None if record["tuning"] is None else record["tuning"]["record_sha256"]
+    if (receipt.body.pilot_sha256, receipt.body.tuning_sha256, receipt.body.chosen) != (
+        record["pilot"]["record_sha256"],
+        tuning,
+        record["chosen"],
+    ):
+        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} name other records or choice.")
+    return record
+
+
+def recomputed(record: dict) -> dict:
+    """``plan_document`` of a record's own components and settings."""
+    return plan_document(
+        rows=record["rows"],
+        recipes=record["recipes"],
+        pilot_noise=record["recipes"][0]["noise"],
+        seeds=record["seeds"],
+        validation_scenes=record["validation_scenes"],
+        sizes=list(record["config"]["validation_scenes"]),
+        confidence=record["confidence"],
+        target=record["target"],
+        validation_seconds_per_scene=record["validation_seconds_per_scene"],
+    )
+
+
+def check_record(directory: str | os.PathLike) -> dict:
+    """Recompute a plan record's predictions from its components; raise at the first disagreement.
+
+    Checks: the receipt and the files it binds; the config (validated again) and the record's
+    digest of it, the design and the records it read; every design's predictions, its cost and
+    the cheapest design that reaches the target, from the recorded components and costs. The
+    components themselves are compared with the pilot and tuning records where a study binds the
+    plan (``qhlab.study.preparation``).
+
+    Returns:
+        ``{"designs", "chosen"}``.
+
+    Raises:
+        DigestMismatchError: a recomputed value differs from the recorded one.
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy (the study config's readers).
+    from qhlab.design.plan_config import QhPlanConfig
+
+    first = read_record(directory)
+    sources = (first["pilot"]["record_sha256"], None if first["tuning"] is None else first["tuning"]["record_sha256"])
+    record, _, where, _ = opened_record(
+        directory,
+        read_record,
+        (PlanReceipt, RECEIPT),
+        RECORD,
+        QhPlanConfig,
+        lambda config, design: plan_digest(config, design, *sources),
+    )
+    if record["target"] != record["config"]["target"]:
+        raise DigestMismatchError(f"{where}: its target is not its config's.")
+    try:
+        again = recomputed(record)
+    except (ValueError, KeyError, TypeError, StopIteration) as exc:
+        raise DigestMismatchError(f"{where}: its components do not make a plan ({exc}).") from None
+    for key in ("designs", "planned", "chosen"):
+        if not close_values(again[key], record[key]):
+            raise DigestMismatchError(f"{where}: the recorded {key} is not what its components give.")
+    return {"designs": len(record["designs"]), "chosen": record["chosen"]}
+
+
+def _describe(directory: Path, entry: dict) -> str:
+    """``qhlab verify``'s line for a recomputed plan record."""
+    chosen = "none reaches the target" if entry["chosen"] is None else f"design {entry['chosen'] + 1} chosen"
+    return f"plan: {directory}: {entry['designs']} designs' predicted MDEs and costs recomputed ({chosen})"
+
+
+register_check(PlanReceipt, file=RECEIPT, check=check_record, describe=_describe)
