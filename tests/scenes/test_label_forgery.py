@@ -7,6 +7,7 @@ so digests alone cannot refuse it: only the label checks can.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -314,7 +315,7 @@ def test_every_successor_is_re_simulated_on_every_load(tiny_train, tmp_path, cap
     assert len(bellman_violations(labels.q, labels.reward, labels.successor, labels.horizons)) == 0
     denial = (
         rf"the environment denies state_id {state}: candidate \d leads to state_id \d+, "
-        "whose stored state is not where the step leads"
+        "where its state is not where the environment.s step leads"
     )
     with pytest.raises(EvidenceError, match=denial):
         load_population(population, split="train")
@@ -361,3 +362,49 @@ def test_a_successor_forgery_beyond_the_sampled_audit_is_always_refused(tmp_path
         assert f"the environment denies state_id {state}" in err, err
     with pytest.raises(EvidenceError, match=f"the environment denies state_id {state}"):
         load_population(population, split="train")
+
+
+def _forge_features(source: Path, target: Path, what: str) -> Path:
+    """Every goal moved by 1 m, or every candidate's features negated, or every candidate pointed at
+    object 0: what a scorer reads, changed in every row (chain and successor), labels and states
+    untouched, digests resealed."""
+    population = _copy(source, target)
+    if what == "goal":
+        table = pq.read_table(population / "states.parquet")
+        goals = [[v + 1.0 for v in goal] for goal in table.column("goal").to_pylist()]
+        field = table.schema.field("goal")
+        table = table.set_column(table.column_names.index("goal"), field, pa.array(goals, type=field.type))
+        pq.write_table(table, population / "states.parquet")
+    else:
+        table = pq.read_table(population / "candidates.parquet")
+        if what == "features":
+            values = [[-v for v in f] for f in table.column("features").to_pylist()]
+            column = "features"
+        else:
+            values = [0 for _ in range(table.num_rows)]
+            column = "object"
+        field = table.schema.field(column)
+        table = table.set_column(table.column_names.index(column), field, pa.array(values, type=field.type))
+        pq.write_table(table, population / "candidates.parquet")
+    _reseal(population)
+    return population
+
+
+@pytest.mark.parametrize(
+    "what, denial",
+    [
+        ("goal", "its goal features are not those of its state"),
+        ("features", r"candidate \d's features are not the environment's"),
+        ("object", r"candidate \d acts on object 0; the environment's on"),
+    ],
+)
+def test_every_feature_a_scorer_reads_is_checked_on_every_load(tiny_train, tmp_path, capsys, what, denial) -> None:
+    population = _forge_features(tiny_train, tmp_path / what, what)
+    labels = read_labels(population, read_manifest(population))
+    # Labels, rewards and states are the genuine ones: Bellman holds, only the observation check refuses.
+    assert len(bellman_violations(labels.q, labels.reward, labels.successor, labels.horizons)) == 0
+    with pytest.raises(EvidenceError, match=denial):
+        load_population(population, split="train")
+    assert main(["verify", str(population)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and re.search(denial, err), err

@@ -215,6 +215,62 @@ def _ragged(table, column: str) -> list[np.ndarray]:
     return [flat[bounds[i] : bounds[i + 1]] for i in range(len(array))]
 
 
+class _Observations:
+    """A population's stored observations (state, objects, goal, each candidate's object and features),
+    read once, compared with what the environment observes of a state.
+
+    ``check(row, scene, state)`` returns None, or in words what the row stores that the environment
+    does not observe: every feature a scorer reads is compared, to the bit.
+    """
+
+    def __init__(self, path: Path, environment: Environment, labels: LabelArrays) -> None:
+        import pyarrow.parquet as pq
+
+        column = environment.state_column
+        table = pq.read_table(path / "states.parquet", columns=["state_id", column, "objects", "goal"])
+        if table.column("state_id").to_numpy().astype(np.int64).tolist() != labels.state_id.tolist():
+            raise ValueError("its states.parquet rows are not in the order its labels were read in")
+        self.states, self.objects, self.goals = (_ragged(table, c) for c in (column, "objects", "goal"))
+        candidates = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "object", "features"])
+        self.row_of = {
+            (int(s), int(c)): i
+            for i, (s, c) in enumerate(
+                zip(candidates.column("state_id").to_numpy(), candidates.column("candidate").to_numpy())
+            )
+        }
+        self.candidate_object = candidates.column("object").to_numpy().astype(np.int64)
+        self.candidate_features = _ragged(candidates, "features")
+        self.environment, self.labels = environment, labels
+
+    def check(self, row: int, scene: dict, state: np.ndarray) -> str | None:
+        if not _same(self.states[row], state):
+            return "its state is not where the environment's step leads"
+        objects, goal, features, struck = self.environment.observe(scene, state)
+        if not _same(self.objects[row], objects):
+            return "its object features are not those of its state"
+        if not _same(self.goals[row], goal):
+            return "its goal features are not those of its state"
+        stored = int(self.labels.mask[row].sum())
+        if len(struck) != stored:
+            return f"it stores {stored} candidates; the environment offers {len(struck)}"
+        sid = int(self.labels.state_id[row])
+        for a in range(len(struck)):
+            i = self.row_of.get((sid, a))
+            if i is None:
+                return f"candidate {a} has no row in candidates.parquet"
+            if int(self.candidate_object[i]) != int(struck[a]):
+                stored = int(self.candidate_object[i])
+                return f"candidate {a} acts on object {stored}; the environment's on {int(struck[a])}"
+            if not _same(self.candidate_features[i], features[a]):
+                return f"candidate {a}'s features are not the environment's"
+        return None
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
 def check_successors(
     path: str | os.PathLike, manifest: dict, labels: LabelArrays, *, call: str = "check_labels"
 ) -> dict:
@@ -222,10 +278,13 @@ def check_successors(
 
     Every row, not a sample: from each chain state's stored state (a chain's first state must be
     its scene's initial state), each candidate is stepped once, and the successor row it leads to
-    must hold the stepped state, its object features, and the chain state's stored reward for
-    that candidate. That is one step per chain-state candidate, cheap beside the depth-H tree
-    (which ``audit_population`` samples). With Bellman, it leaves a forger only the successors'
-    own rewards (and so their labels) to rewrite, which the sampled tree audit checks.
+    must hold the stepped state; the chain state's stored reward for that candidate must be the
+    stepped one; and every chain state and every successor must hold exactly what the environment
+    observes of its state: object features, goal features, and each candidate's features and the
+    object it acts on (every input a scorer reads). That is one step per chain-state candidate,
+    cheap beside the depth-H tree (which ``audit_population`` samples). With Bellman, it leaves a
+    forger only the successors' own rewards (and so their labels) to rewrite, which the sampled
+    tree audit checks.
 
     Args:
         path: the population directory (its scenes are drawn again from the manifest).
@@ -239,17 +298,10 @@ def check_successors(
     Raises:
         EvidenceError: naming the chain state, the candidate, the successor and what differs.
     """
-    import pyarrow.parquet as pq
-
     started = time.perf_counter()
     path = Path(path)
     regenerated = _regenerated_scenes(path, manifest, call=call)
     environment = regenerated.environment
-    column = environment.state_column
-    table = pq.read_table(path / "states.parquet", columns=["state_id", column, "objects"])
-    if table.column("state_id").to_numpy().astype(np.int64).tolist() != labels.state_id.tolist():
-        raise label_refusal(call, path / "states.parquet", "its rows are not in the order its labels were read in")
-    states, objects = _ragged(table, column), _ragged(table, "objects")
     chain_rows = np.flatnonzero(labels.step >= 0)
 
     def deny(row: int, what: str) -> EvidenceError:
@@ -257,26 +309,25 @@ def check_successors(
 
     simulations = 0
     try:
+        stored = _Observations(path, environment, labels)
         for row in chain_rows:
             index = regenerated.index_of[int(labels.scene_id[row])]
             scene = regenerated.scenes[index]
-            before = states[row]
+            before = stored.states[row]
             if int(labels.step[row]) == 0 and not np.array_equal(before, regenerated.initial[index]):
                 raise deny(int(row), "it is the first state of its chain but not its scene's initial state")
-            if not np.array_equal(objects[row], environment.observe(scene, before)[0].ravel()):
-                raise deny(int(row), "its object features are not those of its state")
-            k = environment.candidates(scene, before)
-            if k != int(labels.mask[row].sum()):
-                raise deny(int(row), f"it stores {int(labels.mask[row].sum())} candidates; the environment offers {k}")
-            for a in range(k):
+            denied = stored.check(int(row), scene, before)
+            if denied is not None:
+                raise deny(int(row), denied)
+            for a in range(int(labels.mask[row].sum())):
                 after, simulated = environment.step(scene, before, a)
                 simulations += 1
                 succ = int(labels.successor[row, a])
-                where = f"candidate {a} leads to state_id {int(labels.state_id[succ])}"
-                if not np.array_equal(states[succ], after):
-                    raise deny(int(row), f"{where}, whose stored state is not where the step leads")
-                if not np.array_equal(objects[succ], environment.observe(scene, after)[0].ravel()):
-                    raise deny(int(row), f"{where}, whose object features are not the stepped state's")
+                denied = stored.check(succ, scene, after)
+                if denied is not None:
+                    raise deny(
+                        int(row), f"candidate {a} leads to state_id {int(labels.state_id[succ])}, where {denied}"
+                    )
                 if labels.reward[row, a] != simulated:
                     raise deny(
                         int(row),
@@ -358,7 +409,6 @@ def audit_population(
         QhInputError: ``states`` is not a positive integer.
         EvidenceError: naming the state, the candidate, the horizon and both values.
     """
-    import pyarrow.parquet as pq
 
     if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
         raise QhInputError(
@@ -387,39 +437,22 @@ def audit_population(
         chosen = [int(r) for r in chain_rows]
     else:
         chosen = sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
-    column = environment.state_column
-    st = pq.read_table(path / "states.parquet", columns=[column, "objects", "goal"]).to_pydict()
-    ca = pq.read_table(path / "candidates.parquet", columns=["state_id", "candidate", "object", "features"])
-    c_row = {
-        (int(s), int(c)): i
-        for i, (s, c) in enumerate(zip(ca.column("state_id").to_numpy(), ca.column("candidate").to_numpy()))
-    }
-    c_object = ca.column("object").to_numpy()
-    c_features = ca.column("features").to_pylist()
-    row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
     big_h = preset.horizon
     simulations = 0
 
     def deny(row: int, what: str) -> EvidenceError:
         return label_refusal(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
 
-    def same(a, b) -> bool:
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        return a.shape == b.shape and bool(np.array_equal(a, b))
+    try:
+        stored = _Observations(path, environment, labels)
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+    row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
 
     def check_state(row: int, scene, state: np.ndarray) -> None:
-        sid = int(labels.state_id[row])
-        if not same(st[column][row], state):
-            raise deny(row, "its state is not where the environment's step leads")
-        objects, goal, features, struck = environment.observe(scene, state)
-        if not same(st["objects"][row], objects) or not same(st["goal"][row], goal):
-            raise deny(row, "its object or goal features are not the state's")
-        if len(struck) != int(labels.mask[row].sum()):
-            raise deny(row, f"it stores {int(labels.mask[row].sum())} candidates; the environment offers {len(struck)}")
-        for a in range(len(struck)):
-            i = c_row[(sid, a)]
-            if int(c_object[i]) != int(struck[a]) or not same(c_features[i], features[a]):
-                raise deny(row, f"candidate {a}'s object or features are not the environment's")
+        denied = stored.check(row, scene, state)
+        if denied is not None:
+            raise deny(row, denied)
 
     def check_labels(row: int, search, key, horizons: int) -> None:
         true_q = search.q(key, horizons)
@@ -451,7 +484,7 @@ def audit_population(
                 taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
                 if parent is None or len(taken) != 1:
                     raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
-                state, _ = environment.step(scene, np.asarray(st[column][parent], dtype=np.float64), int(taken[0]))
+                state, _ = environment.step(scene, np.asarray(stored.states[parent], dtype=np.float64), int(taken[0]))
                 simulations += 1
             check_state(row, scene, state)
             search = TreeSearch([scene], environment)

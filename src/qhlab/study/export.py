@@ -24,6 +24,7 @@ from typing import Any
 
 from qhlab.design.study_records import StudyCellReceipt, StudyReportReceipt
 from qhlab.evidence import (
+    RECEIPT_SUFFIX,
     EvidenceError,
     authentication_roots,
     input_error,
@@ -32,6 +33,7 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, REPORT_DIR, REPORT_JSON, REPORT_RECEIPT
+from qhlab.study.report_records import recompute_report
 
 __all__ = ["EXPORT_FORMATS", "EXPORT_TABLES", "export_study", "export_tables"]
 
@@ -127,6 +129,22 @@ def _schema(columns: tuple[str, ...]) -> Any:
     return pa.schema([(c, pa.int64() if c in ints else pa.float64() if c in floats else pa.string()) for c in columns])
 
 
+def _refuse_evidence_directory(destination: Path) -> None:
+    """Refuse a destination inside an evidence directory (one that holds a receipt, or below one):
+    a file written there is bound by nothing, and a study's or a population's directory is sealed."""
+    for directory in (destination.parent.resolve(), *destination.parent.resolve().parents):
+        receipts = sorted(directory.glob(f"*{RECEIPT_SUFFIX}"))
+        if receipts:
+            raise input_error(
+                _CALL,
+                "--output",
+                str(destination),
+                "a file outside every evidence directory",
+                f"{directory} holds {receipts[0].name}: a study's or record's directory is written once, by qhlab; "
+                "export next to it instead",
+            )
+
+
 def export_study(
     output: str | os.PathLike, destination: str | os.PathLike, *, table: str = "cells", fmt: str | None = None
 ) -> Path:
@@ -168,6 +186,9 @@ def export_study(
         raise input_error(
             _CALL, "--output", str(destination), "a file in an existing directory", "create its directory first"
         )
+    _refuse_evidence_directory(destination)
+    # Only a report its cells give is exported (the check verify runs).
+    recompute_report(output, call=_CALL)
     data = export_tables(output)[table]
     import pyarrow.csv
     import pyarrow.parquet

@@ -12,13 +12,14 @@ or its receipt (``report.write_report``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from qhlab.evidence import QhError, publish_bytes, publish_file, publish_json
+from qhlab.evidence import QhError, canonical_json, publish_bytes, publish_file, publish_json
 from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN
 from qhlab.study.figures import label_categories, save_figure
 from qhlab.study.report_document import StudyReportDocument
@@ -27,7 +28,7 @@ from qhlab.study.tuning_figures import tuning_figures
 if TYPE_CHECKING:
     from qhlab.study.sections import Section
 
-__all__ = ["FIGURES", "bounds", "ci", "fmt", "per_horizon", "table", "write_report_files"]
+__all__ = ["FIGURES", "bounds", "ci", "fmt", "per_horizon", "render_markdown", "table", "write_report_files"]
 
 FIGURES = ("arms.png", "paired_differences.png", "learning_curves.png", "regret_profile.png")
 
@@ -65,7 +66,7 @@ def table(columns: list[str], rows: Iterable[list[Any]]) -> list[str]:
     ]
 
 
-def _markdown(report: dict, sections: Iterable[Section]) -> str:
+def render_markdown(report: dict, sections: Iterable[Section]) -> str:
     """The text of ``report.md``: the title, the lead sections (highest ``lead`` first), then the others."""
     lines = [f"# Architecture study `{report['study']}`", ""]
     for section in sorted(sections, key=lambda s: -int(s.lead)):
@@ -218,7 +219,9 @@ def write_report_files(report: dict, directory: Path, sections: Iterable[Section
         ) from None
     outputs = {REPORT_JSON: directory / REPORT_JSON, REPORT_MARKDOWN: directory / REPORT_MARKDOWN}
     publish_json(outputs[REPORT_JSON], report)
-    publish_bytes(outputs[REPORT_MARKDOWN], _markdown(report, sections).encode("utf-8"))
+    # Rendered from report.json as published (canonical key order), so that anyone can render it again.
+    report = json.loads(canonical_json(report))
+    publish_bytes(outputs[REPORT_MARKDOWN], render_markdown(report, sections).encode("utf-8"))
     for name, writer in _figures(report).items():
         publish_file(directory / name, writer)
         outputs[name] = directory / name

@@ -1,0 +1,104 @@
+"""The report, recomputed: ``qhlab verify`` rebuilds a finished study's report from what it binds.
+
+Owns: ``recompute_report`` (authenticate the study's freeze, development, cell and benchmark
+receipts, rebuild ``report.json`` from their bodies with ``build_report``, a pure function, and
+compare it, and ``report.md`` rendered from it, with the published files) and its registration as
+the check of the report receipt's kind, so that a cell receipt resealed with other per-scene values
+under an untouched ``report.json`` fails verify. Does not own: the report itself (``report``),
+rendering (``render``) or authenticating receipts (``authentication``). The figures are drawn from
+the same ``report.json`` and are not redrawn here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qhlab.design.preparation_record import close_values
+from qhlab.design.study_records import StudyReportReceipt
+from qhlab.evidence import DigestMismatchError, EvidenceError
+from qhlab.evidence.envelope import register_check
+from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN, REPORT_RECEIPT, REPORT_SCHEMA_VERSION
+
+__all__ = ["recompute_report"]
+
+_CALL = "qhlab verify"
+
+
+def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
+    """Rebuild a study's report from the receipts its report receipt binds; raise where it differs.
+
+    Args:
+        directory: the study's ``report/`` directory (or the study directory).
+        call: the command named in refusals.
+
+    Returns:
+        ``{"report": the recomputed report, "cells": how many cells it read}``.
+
+    Raises:
+        EvidenceError: a receipt does not authenticate; ``report.json`` or ``report.md`` is not what
+            the bound receipts give (``DigestMismatchError``); a report of another layout version.
+    """
+    # Lazy: keeps importing this module (which `qhlab verify` loads for every run) free of numpy,
+    # scipy and the study pipeline until a report is found.
+    from qhlab.design.study_records import StudyBenchmarkReceipt
+    from qhlab.evidence import read_receipt
+    from qhlab.evidence.layout import benchmark_receipt_path
+    from qhlab.study.authentication import authenticate_development, authenticate_report
+    from qhlab.study.render import render_markdown
+    from qhlab.study.report import SECTIONS, build_report
+    from qhlab.study.study import Study
+
+    directory = Path(directory)
+    output = directory.parent if directory.name == "report" else directory
+    where = output / "report" / REPORT_JSON
+    recorded = json.loads(where.read_text(encoding="utf-8"))
+    if recorded.get("schema_version") != REPORT_SCHEMA_VERSION:
+        raise EvidenceError(
+            f"{call}: {where} has layout version {recorded.get('schema_version')!r}; this qhlab recomputes "
+            f"version {REPORT_SCHEMA_VERSION}. HINT: verify it with the qhlab version that wrote it."
+        )
+    with Study.existing(output).authenticated(call, runs=False) as frozen:
+        _, report, cells = authenticate_report(frozen, call)
+        development = authenticate_development(frozen, call)
+        benchmarks = {}
+        for arm, seed in frozen.config.cells:
+            path = benchmark_receipt_path(frozen.output, arm, seed)
+            if path.is_file():
+                benchmarks[(arm, seed)] = read_receipt(path, StudyBenchmarkReceipt).body_record()
+        if len(benchmarks) != len(frozen.config.cells):
+            benchmarks = {}
+        again = build_report(
+            frozen.config,
+            frozen.receipt.body_record(),
+            development.body_record(),
+            {k: v["document"].body_record() for k, v in cells.items()},
+            benchmarks,
+        )
+    if not close_values(json.loads(json.dumps(again)), report):
+        differing = sorted(k for k in set(again) | set(report) if not close_values(again.get(k), report.get(k)))
+        raise DigestMismatchError(
+            f"{call}: {where} is not the report its bound receipts give (it differs in {', '.join(differing)}). "
+            "HINT: a report is a function of its cells; rerun the report step instead of editing it."
+        )
+    markdown = (output / "report" / REPORT_MARKDOWN).read_text(encoding="utf-8")
+    if markdown != render_markdown(report, SECTIONS):
+        raise DigestMismatchError(
+            f"{call}: {output / 'report' / REPORT_MARKDOWN} is not the rendering of its report.json."
+        )
+    return {"report": again, "cells": len(cells)}
+
+
+def _check(directory: Path) -> dict:
+    return {"cells": recompute_report(directory)["cells"]}
+
+
+def _describe(directory: Path, entry: dict) -> str:
+    """``qhlab verify``'s line for a recomputed report."""
+    return (
+        f"report: {directory}: report.json rebuilt from its {entry['cells']} cells' receipts and the freeze and "
+        "development records, and report.md rendered from it (the figures are drawn from the same report.json)"
+    )
+
+
+register_check(StudyReportReceipt, file=REPORT_RECEIPT, check=_check, describe=_describe)
