@@ -38,9 +38,13 @@ class Hopper:
     def __init__(self, options):
         self.pull = float(options.get("pull", 0.6))
         self.fault = options.get("fault")
+        self.fixed_level = bool(options.get("fixed_level", False))
+        # A configuration idiom that hides a dependence from the freeze: the surroundings' word wins.
+        if os.environ.get("HOPPER_PULL"):
+            self.pull = float(os.environ["HOPPER_PULL"])
 
     def sample_scene(self, seed):
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(0 if self.fixed_level else seed)
         n = int(rng.integers(2, 5))
         stones = np.sort(rng.uniform(0.0, 10.0, n))
         goal, start = float(rng.uniform(0, 10)), float(rng.uniform(0, 10))

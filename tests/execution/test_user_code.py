@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from qhlab.execution.user_code import file_digests, read_source
 
 ARM = textwrap.dedent(
@@ -100,3 +102,45 @@ def test_installed_packages_and_the_standard_library_import_as_usual(tmp_path) -
     done = _run(tmp_path, copy, module, digests, str(user))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2.5"
+
+
+# However the unbound code is loaded, and however late: each variant returns 1.0 when the guard
+# refused the load (an ImportError its code catches) and 0.0 when the sibling ran.
+_LATE_LOADS = {
+    "import_module at call time": "importlib.import_module('tweak')",
+    "__import__ at call time": "__import__('tweak')",
+    "a directory put on sys.path by the code": "sys.path.insert(0, DIRECTORY) or importlib.import_module('tweak')",
+    "spec_from_file_location": (
+        "importlib.util.module_from_spec(importlib.util.spec_from_file_location('tweak', DIRECTORY + '/tweak.py'))"
+    ),
+}
+
+
+def _late_arm(load: str, directory: str) -> str:
+    return textwrap.dedent(
+        f"""
+        import importlib, importlib.util, sys
+        DIRECTORY = {directory!r}
+
+
+        def build(arch, dims):
+            try:
+                module = {load}
+                if not hasattr(module, "SCALE"):
+                    module.__spec__.loader.exec_module(module)
+                return module.SCALE
+            except ImportError:
+                return 1.0
+        """
+    )
+
+
+@pytest.mark.parametrize("what", sorted(_LATE_LOADS))
+def test_code_no_freeze_bound_never_runs_however_it_is_loaded(tmp_path, what) -> None:
+    user, copy, module, _ = _frozen_copy(tmp_path)
+    # The call happens long after the copy's import: inside the entry function, as a forward or a step.
+    (copy / "arms.py").write_text(_late_arm(_LATE_LOADS[what], str(user)))
+    digests = file_digests({"arms.py": (copy / "arms.py").read_bytes()})
+    done = _run(tmp_path, copy, module, digests, str(user))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1.0" and not (tmp_path / "mark").exists(), (what, done.stdout, done.stderr)

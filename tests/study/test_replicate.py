@@ -235,3 +235,84 @@ def test_a_replica_whose_e0_gate_fails_stops_without_a_record(finished_study, tm
     assert code == 1 and "replication stopped: the replica's E0 gate failed on TRAIN seed 80010" in said, out
     assert (output / "study" / "canaries" / "e0.receipt.json").is_file()
     assert not (output / "replication.json").exists() and not (output / "replication.receipt.json").exists()
+
+
+# ----------------------------------------------------------------- what the replica really ran
+
+_HOPPER_STUDY = """name = "hopper-replicated"
+profile = "cpu-fp32"
+seeds = [0, 1]
+canary_updates = 600
+broad_updates = 30
+tie_band = 0.001
+regret_fraction = 0.9
+mae_fraction = 1.1
+workers = 2
+population_cache = "{cache}"
+
+[train]
+preset = "hopper-fixed.toml"
+seed = 7
+
+[validation]
+preset = "hopper.toml"
+seed = 8
+
+[bootstrap]
+resamples = 199
+seed = 0
+
+[experiment.recipe]
+name = "hopper"
+horizon = 3
+batch_size = 8
+huber_delta = 0.05
+architecture = {{ arm = "baseline", encoder = {{ depth = 1, width = 16, heads = 2 }} }}
+optimizer = {{ lr = 3e-3 }}
+target_update = {{ kind = "hard", interval = 10 }}
+
+[[experiment.arms]]
+arm = "control_global_readout"
+role = "control"
+
+[[experiment.arms]]
+arm = "variant_cross_attention"
+role = "variant"
+control = "control_global_readout"
+"""
+
+
+@pytest.fixture(scope="module")
+def surroundings_study(tmp_path_factory):
+    """A study of an environment that reads HOPPER_PULL from its surroundings, whose TRAIN preset draws
+    one fixed level whatever its seed, run with HOPPER_PULL set."""
+    from user_environment import write_hopper
+
+    home = tmp_path_factory.mktemp("surroundings")
+    write_hopper(home, scenes=6)
+    fixed = (home / "hopper.toml").read_text().replace('name = "hopper"', 'name = "hopper-fixed"')
+    (home / "hopper-fixed.toml").write_text(fixed + "fixed_level = true\n")
+    (home / "study.toml").write_text(_HOPPER_STUDY.format(cache=home / "pops"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOPPER_PULL", "0.45")
+        assert main(["study", "run", str(home / "study.toml"), "--output", str(home / "study")]) == 0
+    return home / "study"
+
+
+def test_a_replica_whose_environment_reads_other_surroundings_is_refused(surroundings_study, tmp_path, monkeypatch):
+    monkeypatch.delenv("HOPPER_PULL", raising=False)
+    output = tmp_path / "replica"
+    code, _, err = _replicate(surroundings_study, output, 27, 28)
+    assert code == 2 and err.count("error:") == 1, err
+    assert "does not step the same in this process" in err and "an environment variable" in err, err
+    assert not output.exists()
+
+
+def test_a_replica_whose_train_holds_the_originals_scenes_is_refused(surroundings_study, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOPPER_PULL", "0.45")
+    output = tmp_path / "replica"
+    code, _, err = _replicate(surroundings_study, output, 27, 28)
+    assert code == 2 and err.count("error:") == 1, err
+    # Its six scenes are one level, drawn again whatever the seed: the manifests differ, the content does not.
+    assert "the replica's train shares 1 scene with the original's TRAIN (by content)" in err, err
+    assert not (output / "study" / "cells").exists()

@@ -426,46 +426,69 @@ class UnfrozenImportError(ImportError):
 
 
 class _UnfrozenGuard(importlib.abc.MetaPathFinder):
-    """Refuses, in every process, any import made *by frozen user code* that would load code no
-    freeze bound: a module resolving outside the installed library directories (a sibling of
-    the user's file on ``sys.path``, the working directory, ``PYTHONPATH``).
+    """Refuses, in every process, any import made while frozen user code runs that would load code
+    no freeze bound: a module resolving outside the installed library directories (a sibling of
+    the user's file on ``sys.path``, the working directory, ``PYTHONPATH``, a directory the user
+    code put on ``sys.path`` itself).
 
-    The importing frame decides: an import executed by a module named ``_qhlab_user_...`` (at its
-    import or inside a call, e.g. a forward) is checked; installed packages importing their own
-    modules are not. A refused import raises ``UnfrozenImportError`` (an ImportError), so code
-    that guards an optional import behaves in a cell exactly as it did at the freeze, where the
-    module was not there to import.
+    "While frozen user code runs" is decided by the whole stack, not the importing frame: an
+    ``import`` statement, ``__import__``, ``importlib.import_module`` or ``importlib.reload``
+    reached from a module named ``_qhlab_user_...`` (at its import, inside a forward, a step, at
+    any depth) is checked, however many library frames stand between. Installed packages importing
+    their own modules pass (they resolve inside the library directories). A refused import raises
+    ``UnfrozenImportError`` (an ImportError), so code that guards an optional import behaves in a
+    cell exactly as it did at the freeze, where the module was not there to import.
     """
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.startswith(_MODULE_PREFIX) or not _imported_by_user_code():
+        if fullname.startswith(_MODULE_PREFIX) or not _user_code_running():
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         origin = None if spec is None else spec.origin
         if origin is None or not os.path.isabs(origin):
             return None  # built in, frozen, namespace, or not found (the next finder says so)
-        resolved = Path(os.path.abspath(origin))
-        if any(root == resolved or root in resolved.parents for root in _installed_roots()):
-            return None
-        raise UnfrozenImportError(
-            f"frozen user code imported module {fullname!r} from {str(resolved)!r}, which is not in its frozen "
-            f"source. HINT: {UNFROZEN_HINT}.",
-            name=fullname,
-        )
+        _refuse_unbound(fullname, origin)
+        return None
 
 
-def _imported_by_user_code() -> bool:
-    """The import statement now executing is in a module of a frozen copy."""
+def _refuse_unbound(name: str, location: str | os.PathLike) -> None:
+    """Raise ``UnfrozenImportError`` when ``location`` lies outside the installed library directories."""
+    resolved = Path(os.path.abspath(location))
+    if any(root == resolved or root in resolved.parents for root in _installed_roots()):
+        return
+    raise UnfrozenImportError(
+        f"frozen user code imported module {name!r} from {str(resolved)!r}, which is not in its frozen "
+        f"source. HINT: {UNFROZEN_HINT}.",
+        name=name,
+    )
+
+
+def _user_code_running() -> bool:
+    """A module of a frozen copy is on the calling stack (its code runs, at any depth)."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX):
+            return True
         frame = frame.f_back
-    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX)
+    return False
+
+
+_spec_from_file_location = importlib.util.spec_from_file_location
+
+
+def _guarded_spec_from_file_location(name: str, location: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """``importlib.util.spec_from_file_location``, refused for a file outside the installed library
+    directories while frozen user code runs: loading a file by path bypasses every import finder."""
+    if location is not None and _user_code_running():
+        _refuse_unbound(name, location)
+    return _spec_from_file_location(name, location, *args, **kwargs)
 
 
 _MODULE_PREFIX = "_qhlab_user_"
 _FINDER = _CopyFinder()
 sys.meta_path.insert(0, _FINDER)
 sys.meta_path.insert(0, _UnfrozenGuard())
+importlib.util.spec_from_file_location = _guarded_spec_from_file_location
 
 
 def _import_copy(source: FrozenSource, files: dict[str, bytes]) -> Any:

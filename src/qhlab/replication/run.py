@@ -57,6 +57,7 @@ from qhlab.replication.agreement import (
     used_populations,
 )
 from qhlab.replication.records import ReplicationReceipt
+from qhlab.scenes.audit import audit_population
 from qhlab.scenes.manifest import read_manifest
 from qhlab.study.authentication import authenticate_development, authenticate_report
 from qhlab.study.family import environment_source_change, family_sources, user_source_digests
@@ -109,6 +110,7 @@ def replicate(
     output = Path(output)
     original = _finished(Path(study), populations)
     body = original["freeze"]
+    _steps_the_original_again(body)
     used = used_populations(body, original["development"])
     reused = reused_populations(used, {"train": {"seed": train_seed}, "validation": {"seed": validation_seed}})
     if reused:
@@ -147,7 +149,10 @@ def replicate(
             replica.freeze()
     # Checked at every run, so a resumed replication never trains on a TRAIN that is not fresh.
     problems = _drawn_anew(
-        body, json.loads((replica.output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"], used
+        body,
+        json.loads((replica.output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"],
+        used,
+        original["development"]["validation"],
     )
     if problems:
         if written is not None:
@@ -171,6 +176,21 @@ def replicate(
         )
         return code
     copy = _finished(output / REPLICATION_STUDY_DIR, populations)
+    validation = {
+        "path": copy["development"]["validation"]["path"],
+        "manifest_sha256": copy["development"]["validation"]["manifest_sha256"],
+    }
+    shared = _shared_scenes(
+        {"train": body["train"], "validation": original["development"]["validation"]},
+        {"validation": validation},
+        "validation",
+    )
+    if shared:
+        raise EvidenceError(
+            f"{CALL}: the replica at {output / REPLICATION_STUDY_DIR} is no replication of {study}: "
+            f"{'; '.join(shared)}. HINT: its validation preset draws the same scenes whatever its seed; a "
+            "replication needs fresh scenes."
+        )
     document = replication_document(original, copy)
     if document["reused"] or not document["design"]["identical"]:
         raise EvidenceError(
@@ -342,7 +362,55 @@ def _claim(output: Path, files: dict[str, bytes]) -> Path | None:
     return written
 
 
-def _drawn_anew(original: dict, replica: dict, used: list[dict]) -> list[str]:
+def _steps_the_original_again(body: dict) -> None:
+    """Step a sample of the original TRAIN's chain states again in this process, through the frozen
+    environment: an environment that reads its surroundings (an environment variable, a file) and so
+    steps differently here than where the original ran would give the replica other physics.
+
+    Raises:
+        EvidenceError: a stepped state, feature, reward or label is not the original's.
+    """
+    path = locate_population(body["train"]["path"], body["train"]["manifest_sha256"])
+    try:
+        audit_population(path, call=CALL)
+    except EvidenceError as exc:
+        raise EvidenceError(
+            f"{CALL}: the original TRAIN {path} does not step the same in this process ({exc}). HINT: the "
+            "environment depends on something outside its frozen source (an environment variable, a file, the "
+            "working directory); a replica run here would not run the original's physics. Set it as the "
+            "original had it, or freeze the dependence into the environment's options."
+        ) from None
+
+
+def _scene_contents(path: Path) -> set[str]:
+    # Lazy: keeps importing this module free of pyarrow until a population is compared.
+    from qhlab.scenes.population import scene_content_digests
+
+    return set(scene_content_digests(path).values())
+
+
+def _shared_scenes(original: dict, replica: dict, role: str) -> list[str]:
+    """The original's populations whose scenes (by physical content) the replica's ``role``
+    population holds: a fixed level that ignores its seed gives a replica the original's scenes."""
+    ours = locate_population(replica[role]["path"], replica[role]["manifest_sha256"])
+    theirs = {
+        "TRAIN": locate_population(original["train"]["path"], original["train"]["manifest_sha256"]),
+    }
+    if "validation" in original and original["validation"].get("path"):
+        theirs["validation"] = locate_population(
+            original["validation"]["path"], original["validation"]["manifest_sha256"]
+        )
+    mine = _scene_contents(ours)
+    found = []
+    for name, path in theirs.items():
+        shared = mine & _scene_contents(path)
+        if shared:
+            scenes = f"{len(shared)} scene{'s' if len(shared) != 1 else ''}"
+            found.append(f"the replica's {role} shares {scenes} with the original's {name} (by content)")
+    return found
+
+
+def _drawn_anew(original: dict, replica: dict, used: list[dict], validation: dict) -> list[str]:
     """Why the replica's frozen TRAIN is no fresh draw of the original's design (empty: it is): a
     manifest some original record drew, or a generator (environment, preset, actor) that is not the
     original TRAIN's, seed aside (an edited preset file would draw from another distribution)."""
@@ -353,7 +421,7 @@ def _drawn_anew(original: dict, replica: dict, used: list[dict]) -> list[str]:
         path = locate_population(body["train"]["path"], body["train"]["manifest_sha256"])
         generators.append({k: v for k, v in read_manifest(path)["generator"].items() if k != "seed"})
     problems += [f"TRAIN generator {d}" for d in design_differences(generators[0], generators[1])]
-    return problems
+    return problems + _shared_scenes({"train": original["train"], "validation": validation}, replica, "train")
 
 
 def _same_file(path: Path, data: bytes) -> bool:
