@@ -47,6 +47,23 @@ def test_a_contract_breach_is_one_refusal_and_writes_nothing(tmp_path, capsys, f
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["env"]
 
 
+def test_a_scene_id_beyond_int64_is_one_refusal(tmp_path, capsys) -> None:
+    preset = write_hopper(tmp_path / "env")
+    source = tmp_path / "env" / "hopper.py"
+    source.write_text(
+        source.read_text().replace(
+            "    def initial_state(self, scene):",
+            "    def scene_id(self, scene, *, split, seed, scene_index):\n        return 2**64 + scene_index\n\n"
+            "    def initial_state(self, scene):",
+        )
+    )
+    out = tmp_path / "pop"
+    assert main([*_generate(preset, out), "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "scene_id(scene, ...)" in err and "allowed: an int in [0, 2**63)" in err, err
+    assert not out.exists()
+
+
 def test_an_exception_in_user_code_names_the_users_file_and_line(tmp_path, capsys) -> None:
     preset = write_hopper(tmp_path / "env", options='fault = "raises"')
     assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1", "--no-progress"]) == 2
@@ -70,6 +87,21 @@ def test_an_exception_in_user_code_names_the_users_file_and_line(tmp_path, capsy
             "breaks the environment contract: object_features=0",
         ),
         (lambda text: "import stones_helper\n" + text, "imports 'stones_helper', a module beside it"),
+        # A state column named like one of the states table's own columns (ArrowInvalid, before).
+        (
+            lambda text: text.replace('state_column = "position"', 'state_column = "goal"'),
+            "state_column='goal' (allowed: an identifier other than chain_id",
+        ),
+        # A reference candidate named like a card policy (the card's uniform row would be candidate 0's).
+        (
+            lambda text: text.replace('reference_candidate = "wait"', 'reference_candidate = "uniform"'),
+            "reference_candidate='uniform' (allowed: an identifier other than best_fixed_index",
+        ),
+        # A declared K far above what a state holds would size every load and verify by it.
+        (
+            lambda text: text.replace("max_candidates = 5", "max_candidates = 300000"),
+            "max_candidates=300000 (allowed: an int in [1, 4096])",
+        ),
     ],
 )
 def test_a_bad_factory_is_one_refusal_and_writes_nothing(tmp_path, capsys, edit, cause) -> None:

@@ -155,7 +155,7 @@ def test_the_consistent_forgery_passes_bellman_but_not_physics(consistent, capsy
         audit_population(consistent, states=1)
     for argv in (
         ["scenes", "audit", str(consistent)],
-        ["scenes", "describe", str(consistent)],
+        ["scenes", "describe", str(consistent), "--audit", "8"],
         ["verify", str(consistent), "--audit", "8"],
     ):
         assert main(argv) == 2, argv
@@ -343,8 +343,11 @@ def test_verify_and_describe_state_the_audit_coverage(tiny_train, capsys) -> Non
     out = capsys.readouterr().out
     # C(5, 2) / C(6, 2) = 10 / 15: a one-state forgery of the tree escapes 2 of 6 audited states.
     assert "depth-H tree of 2 of 6 chain states stepped again" in out and "missed with p = 0.667" in out, out
-    assert main(["scenes", "describe", str(tiny_train)]) == 0
+    assert main(["scenes", "describe", str(tiny_train), "--audit", "8"]) == 0
     assert "depth-H tree of 6 of 6 chain states" in capsys.readouterr().out
+    # Without --audit it reads: the built-in environment's successors stepped, no tree.
+    assert main(["scenes", "describe", str(tiny_train)]) == 0
+    assert "every one-step successor stepped again equals its built-in environment's" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -102,6 +102,10 @@ def test_a_study_on_ones_own_environment_runs_verifies_and_ignores_later_edits(t
     assert not mark.exists()
     assert "its environment is user code, which verify never imports" in verified.stdout
     assert f"qhlab scenes audit {train}" in verified.stdout
+    # describe reads a stranger's population without running it; --audit runs it, and says so.
+    described = _run("scenes", "describe", str(train), mark=mark)
+    assert described.returncode == 0, described.stderr
+    assert not mark.exists() and "checked without running its environment (user code)" in described.stdout
     audited = _run("scenes", "audit", str(train), mark=mark)
     assert audited.returncode == 0, audited.stderr
     assert mark.read_text() == "imported"

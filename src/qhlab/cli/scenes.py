@@ -45,6 +45,14 @@ def _describe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tie-band", type=float, default=None, help="tie band in metres (default: the card's own, 0.001)"
     )
+    parser.add_argument(
+        "--audit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also step N chain states' whole trees again through the population's environment: this runs its "
+        "code (your own environment's frozen copy inside the population); without it nothing of the population runs",
+    )
     parser.add_argument("--json", action="store_true", help="print the card as one JSON line")
 
 
@@ -96,20 +104,31 @@ def run(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     """Print the authenticated, recomputed difficulty card; return 0."""
-    described = describe_population(args.population, tie_band=args.tie_band)
+    if args.audit is not None and args.audit < 1:
+        raise input_error(
+            "qhlab scenes describe", "--audit", args.audit, "an integer >= 1", "8 chain states take a few seconds"
+        )
+    described = describe_population(args.population, tie_band=args.tie_band, audit_states=args.audit)
     if args.json:
         print(json.dumps(described, sort_keys=True))
-    else:
-        audit = described["audit"]
-        print(
-            "\n".join(
-                [
-                    *card_lines(described),
-                    f"  audited ({environment_text(audit)}): every label obeys the Bellman rule; "
-                    f"{coverage_text(audit)}; all equal the environment's",
-                ]
-            )
+        return 0
+    audit = described["audit"]
+    if audit is not None:
+        checked = (
+            f"  audited ({environment_text(audit)}): every label obeys the Bellman rule; "
+            f"{coverage_text(audit)}; all equal the environment's"
         )
+    elif described["user_code"]:
+        checked = (
+            "  checked without running its environment (user code): every label obeys the Bellman rule; its "
+            "successors were not stepped (--audit N steps N chain states' trees through the frozen copy)"
+        )
+    else:
+        checked = (
+            "  checked: every label obeys the Bellman rule and every one-step successor stepped again equals its "
+            "built-in environment's (--audit N also steps N chain states' whole trees)"
+        )
+    print("\n".join([*card_lines(described), checked]))
     return 0
 
 
@@ -156,10 +175,12 @@ COMMAND = Command(
         Command(
             "describe",
             help="authenticate a population and print its difficulty card",
-            description="Authenticate a population, recompute its difficulty card from the files (it must equal the "
-            "card in manifest.json) and print it: scene-weighted regret_H of the uniform policy, of every fixed "
-            "candidate index and of the myopic oracle, the share of states where the myopic choice loses, and the "
-            "optimal index's distribution and entropy.",
+            description="Authenticate a population, check its counts and every label's Bellman rule, recompute its "
+            "difficulty card from the files (it must equal the card in manifest.json) and print it: scene-weighted "
+            "regret_H of the uniform policy, of every fixed candidate index and of the myopic oracle, the share of "
+            "states where the myopic choice loses, and the optimal index's distribution and entropy. It runs none of "
+            "the population's own code (a stranger's environment is never imported) unless --audit N asks it to step "
+            "the environment; a built-in environment's successors are stepped again (qhlab's own code).",
             arguments=_describe_arguments,
             run=run_describe,
         ),
@@ -169,8 +190,9 @@ COMMAND = Command(
             description="Authenticate a population, draw every scene again from its seed, check every label's "
             "Bellman rule exactly and every chain state's successors, and step the whole depth-H tree of N chain "
             "states (drawn with OS randomness) or of every chain state (--all) again: states, features, rewards and "
-            "labels must equal the environment's to the bit. A user environment is imported from the frozen copy "
-            "inside the population, never from your files.",
+            "labels must equal the environment's to the bit. This runs the population's environment code: a user "
+            "environment is imported from the frozen copy inside the population, never from your files, so audit "
+            "only a population whose environment you would run.",
             arguments=_audit_arguments,
             run=run_audit,
         ),

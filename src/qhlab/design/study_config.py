@@ -528,9 +528,9 @@ class QhArchitectureStudyConfig(BaseModel):
         """
 
         raw = dict(self.experiment.recipe)
-        base_arch = dict(raw.get("architecture", {}))
-        base_encoder = dict(base_arch.get("encoder", {}))
-        evaluation = dict(raw.get("evaluation", {}))
+        base_arch = _table(raw, "architecture", "experiment.recipe")
+        base_encoder = _table(base_arch, "encoder", "experiment.recipe.architecture")
+        evaluation = _table(raw, "evaluation", "experiment.recipe")
         if "tie_band" in evaluation and float(evaluation["tie_band"]) != self.tie_band:
             raise ValueError(
                 f"experiment.recipe.evaluation.tie_band={evaluation['tie_band']!r} is not allowed; "
@@ -583,6 +583,14 @@ STUDY_PATH_FIELDS = (
     ("preparation", "e0"),
     ("preparation", "plan"),
 )
+
+
+def _table(mapping: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """``mapping[key]`` as a dict (empty when absent); a value that is not a table is refused, naming it."""
+    value = mapping.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}.{key}={value!r} is not allowed; allowed: a table (e.g. {key} = {{ ... }})")
+    return dict(value)
 
 
 def declared_scenes(source: PopulationSource, *, call: str) -> int:

@@ -69,6 +69,7 @@ __all__ = [
     "REPORT_MARKDOWN",
     "REPORT_RECEIPT",
     "REPORT_SCHEMA_VERSION",
+    "RUN_LOCK",
     "SELECTION_FILE",
     "STUDY_CALL",
     "STUDY_CONFIG_COPY",
@@ -124,6 +125,8 @@ FAMILY_DIR = "family"
 FREEZE_RECEIPT = "freeze.receipt.json"
 # Held while a step that publishes once per study runs: a second freeze or report exits 3.
 FREEZE_LOCK = ".study-freeze.lock"
+# Held by `qhlab study run` for its whole run: a second run of the same study is refused at its start.
+RUN_LOCK = ".study-run.lock"
 REPORT_LOCK = ".study-report.lock"
 # The preparation records a study binds, copied in by its freeze: preparation/<kind>/...
 PREPARATION_DIR = "preparation"

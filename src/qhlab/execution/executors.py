@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from qhlab.evidence import input_error
-from qhlab.execution.reaper import start_reaper
+from qhlab.execution.reaper import driver_identity, start_reaper, watch_driver
 
 __all__ = [
     "EXECUTORS",
@@ -432,10 +432,18 @@ def _pool_context(warm_imports: tuple[str, ...]) -> multiprocessing.context.Base
     return multiprocessing.get_context("spawn")
 
 
-def _take_environment(environ: dict[str, str], initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    """A forked pool worker's start: the driver's environment when its pool opened, then ``initializer``."""
-    os.environ.clear()
-    os.environ.update(environ)
+def _worker_start(
+    driver: tuple[int, int | None],
+    environ: dict[str, str] | None,
+    initializer: Callable[..., None] | None,
+    initargs: tuple,
+) -> None:
+    """A pool worker's start: it watches its driver, takes the driver's environment (a forked worker:
+    as when its pool opened), then runs ``initializer``."""
+    watch_driver(*driver)
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     if initializer is not None:
         initializer(*initargs)
 
@@ -494,10 +502,10 @@ def open_executor(
             yield None
             return
         context = _pool_context(tuple(warm_imports))
-        if context.get_start_method() == "forkserver":
-            # A forked worker's environment is the forkserver's, which the first such pool of
-            # this process fixed; a spawned worker's is its driver's now. Make them the same.
-            initializer, initargs = _take_environment, (dict(os.environ), initializer, initargs)
+        # A forked worker's environment is the forkserver's, which the first such pool of this
+        # process fixed; a spawned worker's is its driver's now. Make them the same.
+        environ = dict(os.environ) if context.get_start_method() == "forkserver" else None
+        initializer, initargs = _worker_start, (driver_identity(), environ, initializer, initargs)
         pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )

@@ -15,7 +15,10 @@ import multiprocessing
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from multiprocessing.managers import SyncManager
 from typing import Any
+
+from qhlab.execution.reaper import driver_identity, watch_driver
 
 __all__ = ["ProgressRelay", "prefixed", "progress_sink", "report_progress", "reporting", "run_reporting"]
 
@@ -78,8 +81,10 @@ class ProgressRelay:
     """
 
     def __init__(self) -> None:
-        # A spawned manager: this process may hold torch's threads, which a fork must not copy.
-        self._manager = multiprocessing.get_context("spawn").Manager()
+        # A spawned manager: this process may hold torch's threads, which a fork must not copy. It
+        # watches this process, so a SIGKILLed driver leaves no manager (nor its resource tracker).
+        self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
+        self._manager.start(watch_driver, driver_identity())
         self.channel = self._manager.Queue()
 
     @contextlib.contextmanager

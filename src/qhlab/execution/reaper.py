@@ -1,7 +1,9 @@
 """The reaper of a local Ray: when the driver that started it dies, no Ray process outlives it.
 
 Owns: ``start_reaper`` (called by the Ray executor right after it starts a Ray of its own) and
-the reaper's loop (``python -m qhlab.execution.reaper DRIVER_PID ROOT_PID...``). Does not own
+the reaper's loop (``python -m qhlab.execution.reaper DRIVER_PID ROOT_PID...``), and
+``watch_driver``, which a local pool's workers and its progress manager start: each ends itself
+(and whatever it started) once its driver is gone. Does not own
 starting or stopping Ray (``executors``) or a Ray cluster this process only connects to: its
 processes belong to the cluster, and Ray's own job cleanup ends the workers of a dead driver.
 
@@ -23,11 +25,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["process_tree", "start_reaper"]
+__all__ = ["driver_identity", "process_tree", "start_reaper", "stat", "watch_driver"]
 
 _POLL_SECONDS = 0.5
 # A driver that exits cleanly has shut its Ray down already; one that was killed has left the
@@ -36,7 +39,7 @@ _GRACE_SECONDS = 1.0
 _PROC = Path("/proc")
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
+def stat(pid: int) -> tuple[int, int] | None:
     """(parent pid, start time in clock ticks) of a live process, or None."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()
@@ -56,7 +59,7 @@ def process_tree(roots: Iterable[int]) -> dict[int, int]:
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
-        info = _stat(int(entry.name))
+        info = stat(int(entry.name))
         if info is not None:
             children.setdefault(info[0], []).append(int(entry.name))
             starts[int(entry.name)] = info[1]
@@ -92,7 +95,7 @@ def start_reaper(driver_pid: int, roots: Iterable[int]) -> int | None:
 
 
 def _alive(pid: int, start: int) -> bool:
-    info = _stat(pid)
+    info = stat(pid)
     return info is not None and info[1] == start
 
 
@@ -115,6 +118,48 @@ def _reap(driver_pid: int, roots: list[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+_WATCH_SECONDS = 0.5
+
+
+def driver_identity() -> tuple[int, int | None]:
+    """This process's pid and start time (clock ticks; None where ``/proc`` is not there)."""
+    own = stat(os.getpid())
+    return os.getpid(), None if own is None else own[1]
+
+
+def watch_driver(pid: int, start: int | None) -> None:
+    """Start a daemon thread that ends this worker, and every process it started, once the driver
+    ``pid`` (started at ``start``) is gone: a SIGKILLed driver (the OOM killer, ``timeout -s KILL``, a CI
+    runner) runs no cleanup, and its workers would go on fitting and publishing. The start time
+    keeps a reused pid from passing for the driver."""
+
+    def alive() -> bool:
+        if start is not None:
+            found = stat(pid)
+            return found is not None and found[1] == start
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def watch() -> None:
+        while alive():
+            time.sleep(_WATCH_SECONDS)
+        own = os.getpid()
+        # The worker's own children first (W&B's service, a fit's helpers), then the worker.
+        for child in sorted(set(process_tree([own])) - {own}):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+        os.kill(own, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="qhlab-driver-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

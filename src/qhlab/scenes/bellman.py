@@ -115,6 +115,9 @@ def read_labels(path: str | os.PathLike, manifest: dict, *, call: str = "check_l
         raise label_refusal(
             call, cands_path, f"candidate={int(c_index[(c_index < 0) | (c_index >= k)][0])} is outside 0..{k - 1}"
         )
+    # The arrays are as wide as the most candidates a state holds, never the declared K alone: a
+    # K far above what the environment offers must not size them (a manifest's K is only a bound).
+    k = int(c_index.max()) + 1 if c_index.size else 1
     filled = np.zeros((s_rows, k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
     counts = filled.sum(axis=1)

@@ -1,7 +1,10 @@
-"""Describe a population: authenticate and audit it, recompute its difficulty card, check it.
+"""Describe a population: authenticate and check it, recompute its difficulty card, and audit it on request.
 
-Owns: ``describe_population`` (what ``qhlab scenes describe`` runs). Does not own: the card's
-arithmetic (``difficulty``), the physics audit (``audit``) or the format (``manifest``).
+Owns: ``describe_population`` (what ``qhlab scenes describe`` runs). Reading a stranger's population
+runs none of its code: the labels are checked without its environment (Bellman; a built-in
+environment's successors are stepped, qhlab's own code), and its environment runs only when an
+audit is asked for. Does not own: the card's arithmetic (``difficulty``), the physics audit
+(``audit``) or the format (``manifest``).
 """
 
 from __future__ import annotations
@@ -13,28 +16,32 @@ from typing import Any
 import numpy as np
 
 from qhlab.evidence import EvidenceError, canonical_json
-from qhlab.scenes.audit import audit_population
+from qhlab.scenes.audit import audit_population, check_population_labels
 from qhlab.scenes.bellman import read_labels
 from qhlab.scenes.difficulty import difficulty_card, reference_name
 from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.origin import user_environment
 
 __all__ = ["describe_population"]
 
 
 def describe_population(
-    path: str | os.PathLike, *, tie_band: float | None = None, audit_states: int = 8
+    path: str | os.PathLike, *, tie_band: float | None = None, audit_states: int | None = None
 ) -> dict[str, Any]:
-    """Authenticate and audit a population, recompute its difficulty card from the files, and check it.
+    """Authenticate and check a population, recompute its difficulty card from the files, and check it.
 
     Args:
         path: population directory.
         tie_band: None uses the band of the card in the manifest (and the recomputed card must
             equal it); another band recomputes the card for that band.
-        audit_states: chain states re-simulated first (``qhlab.scenes.audit.audit_population``,
-            which also regenerates every scene and checks counts and every label's Bellman rule).
+        audit_states: None: check counts and every label's Bellman rule without the population's
+            environment (a built-in one also steps every successor again); N: audit N chain states
+            first (``qhlab.scenes.audit.audit_population``), which runs the environment's code (a user
+            environment's frozen copy inside the population).
 
     Returns:
-        ``{"name", "split", "generator", "counts", "card", "audit"}``.
+        ``{"name", "split", "generator", "counts", "card", "audit" (None without one),
+        "user_code" (whether the population's environment is a user's)}``.
 
     Raises:
         EvidenceError (or a subclass): the population fails authentication or the audit
@@ -51,9 +58,13 @@ def describe_population(
             f"describe_population: {path / 'manifest.json'} has no difficulty card. HINT: it was made by an "
             "older generator; regenerate it with `qhlab scenes generate`."
         )
-    # Counts, every label's Bellman rule and physics first: a card of forged labels is no card.
-    audit = audit_population(path, states=audit_states, call="describe_population")
-    labels = read_labels(path, manifest, call="describe_population")
+    # Counts, every label's Bellman rule (and physics, on request) first: a card of forged labels is no card.
+    if audit_states is None:
+        labels = check_population_labels(path, manifest, call="describe_population", simulate=False)
+        audit = None
+    else:
+        audit = audit_population(path, states=audit_states, call="describe_population")
+        labels = read_labels(path, manifest, call="describe_population")
     # Scenes are numbered in scenes.parquet order and states kept in file order, exactly as
     # at generation, so the recomputed card is equal to the bit, not just close.
     scene_order = {
@@ -80,4 +91,5 @@ def describe_population(
         "counts": manifest["counts"],
         "card": card,
         "audit": audit,
+        "user_code": user_environment(manifest),
     }

@@ -78,11 +78,20 @@ __all__ = [
 BUILTIN_PREFIX = "qhlab."
 _SIZES = ("object_features", "goal_features", "candidate_features", "max_objects", "max_candidates")
 _METHODS = ("sample_scene", "initial_state", "candidates", "step", "observe")
+_MAX_PADDED = 4096
 _FLOAT64 = np.dtype(np.float64)
 
 
 class UserCodeError(QhInputError):
     """An exception raised inside a user environment's code, with the user's frames."""
+
+
+# The states table's own columns, which a state column may not be named; and the difficulty card's
+# policies, which the reference candidate's name may not be (its row of the card would be theirs).
+_STATE_TABLE_COLUMNS = frozenset(
+    {"state_id", "scene_id", "chain_id", "step", "parent_state_id", "num_objects", "objects", "goal"}
+)
+_CARD_POLICIES = frozenset({"uniform", "fixed_index", "best_fixed_index", "myopic_oracle"})
 
 
 @dataclass(frozen=True)
@@ -285,8 +294,11 @@ class Environment:
         sizes = {}
         for name in _SIZES:
             value = getattr(env, name, None)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= 1_000_000:
-                problems.append(f"{name}={value!r} (allowed: an int >= 1)")
+            # Every state's arrays are padded to max_objects and max_candidates: a bound far above
+            # what a state holds would size every load and check by it, not by the population.
+            limit = _MAX_PADDED if name in ("max_objects", "max_candidates") else 1_000_000
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= limit:
+                problems.append(f"{name}={value!r} (allowed: an int in [1, {limit}])")
             else:
                 sizes[name] = int(value)
         for name in _METHODS:
@@ -294,9 +306,14 @@ class Environment:
                 problems.append(f"{name} is missing or not callable")
         state_column = getattr(env, "state_column", "state")
         reference = getattr(env, "reference_candidate", "first_candidate")
-        for name, value in (("state_column", state_column), ("reference_candidate", reference)):
+        for name, value, taken in (
+            ("state_column", state_column, _STATE_TABLE_COLUMNS),
+            ("reference_candidate", reference, _CARD_POLICIES),
+        ):
             if not isinstance(value, str) or not value.isidentifier():
                 problems.append(f"{name}={value!r} (allowed: an identifier)")
+            elif value in taken:
+                problems.append(f"{name}={value!r} (allowed: an identifier other than {', '.join(sorted(taken))})")
         if problems:
             raise QhInputError(
                 f"{call}: {label}: the object make(options) returned breaks the environment contract: "
@@ -451,7 +468,13 @@ class Environment:
         declares one)."""
         own = getattr(self.env, "scene_id", None)
         if callable(own):
-            return int(own(scene, split=split, seed=seed, scene_index=scene_index))
+            try:
+                found = own(scene, split=split, seed=seed, scene_index=scene_index)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
+                raise self._fail("scene_id(scene, ...)", exc) from None
+            if isinstance(found, bool) or not isinstance(found, (int, np.integer)) or not 0 <= int(found) < 2**63:
+                raise self._refuse("scene_id(scene, ...)", f"returned {found!r}; allowed: an int in [0, 2**63)")
+            return int(found)
         record = {
             "environment": self.identity,
             "split": split,

@@ -33,7 +33,15 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.evidence.layout import FAMILY_DIR, FREEZE_LOCK, FREEZE_RECEIPT, PREPARATION_DIR, STUDY_CONFIG_COPY, cell_name
+from qhlab.evidence.layout import (
+    FAMILY_DIR,
+    FREEZE_LOCK,
+    FREEZE_RECEIPT,
+    PREPARATION_DIR,
+    RUN_LOCK,
+    STUDY_CONFIG_COPY,
+    cell_name,
+)
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
@@ -100,7 +108,7 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
     except QhInputError:
         # Bad TRAIN data is refused with nothing written: a directory this call made for its
         # lock alone goes again (a concurrent freeze's lock is held, so its refusal is not this).
-        if created and output.is_dir() and [p.name for p in output.iterdir()] == [FREEZE_LOCK]:
+        if created and output.is_dir() and {p.name for p in output.iterdir()} <= {FREEZE_LOCK, RUN_LOCK}:
             shutil.rmtree(output, ignore_errors=True)
         raise
 
@@ -116,7 +124,7 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
     # A freeze killed after publishing its config copy leaves only that copy (and perhaps a
     # temporary file): the same config bytes may complete the freeze there.
     leftovers = (
-        sorted(p.name for p in output.iterdir() if TEMP_MARKER not in p.name and p.name != FREEZE_LOCK)
+        sorted(p.name for p in output.iterdir() if TEMP_MARKER not in p.name and p.name not in (FREEZE_LOCK, RUN_LOCK))
         if output.is_dir()
         else []
     )

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from qhlab.design.study_config import read_study_config
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
-from qhlab.evidence import authentication_roots, read_receipt, recorded_origin, sha256_file
+from qhlab.evidence import authentication_roots, exclusive_lock, read_receipt, recorded_origin, sha256_file
 from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -34,6 +34,7 @@ from qhlab.evidence.layout import (
     REPORT_DIR,
     REPORT_MARKDOWN,
     REPORT_RECEIPT,
+    RUN_LOCK,
     STUDY_CONFIG_COPY,
     benchmark_receipt_path,
     cell_receipt_path,
@@ -46,6 +47,7 @@ from qhlab.study.authentication import (
     authenticate_development,
     authenticate_e0,
     authenticate_freeze,
+    refuse_linked_study,
 )
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
@@ -272,7 +274,16 @@ class Study:
             console = console or study_console()
             config, _, _ = read_study_config(self.config_path)
             choice = self.executor or config.executor_choice()
-            with fit_runner(choice, workers or config.workers, "qhlab study run") as runner:
+            refuse_linked_study(self.output, "qhlab study run")
+            # Held for the whole run: a second run of this study is refused at its start (exit 3) and the
+            # first never meets it cell by cell.
+            with (
+                exclusive_lock(
+                    self.output / RUN_LOCK,
+                    hint="another `qhlab study run` is running this study; wait for it, then run it again",
+                ),
+                fit_runner(choice, workers or config.workers, "qhlab study run") as runner,
+            ):
                 if runner.kind == "ray":
                     # Connected once for the run (labelling and cells share it), and a cluster where no
                     # node can run a cell is refused before anything is written.

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from qhlab.design.study_config import QhArchitectureStudyConfig, read_study_config
-from qhlab.evidence import QhError
+from qhlab.evidence import QhError, require_int
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
 from qhlab.execution import JobRunner
 from qhlab.finite_horizon.benchmark import benchmark_scorer
@@ -132,6 +132,8 @@ def run_study_command(args: argparse.Namespace) -> int:
         QhError: a step refused or failed (the caller maps it to an exit status).
     """
     command = args.study_command
+    if getattr(args, "workers", None) is not None:
+        require_int(f"qhlab study {command}", "--workers", args.workers, minimum=1, hint="one fit per core is fastest")
     if command == "compare-lanes":  # two studies, each authenticated in its own directory
         return compare_lanes_command(args)
     if command == "replicate":  # a finished study and the study of its design it runs
