@@ -18,7 +18,7 @@ from qhlab.execution import add_executor_arguments, executor_choice
 from qhlab.scenes import generate_population
 from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text, environment_text
 from qhlab.scenes.describe import describe_population
-from qhlab.scenes.difficulty import card_lines
+from qhlab.scenes.difficulty import card_lines, card_warnings
 from qhlab.scenes.presets import PRESET_NAMES
 from qhlab.scenes.sampler import SPLITS
 
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 "counts": manifest["counts"],
                 "executor": choice.kind,
                 "seconds": round(time.perf_counter() - start, 2),
+                "warnings": card_warnings(manifest["difficulty"]),
             },
             sort_keys=True,
         )

@@ -99,7 +99,7 @@ def _gate_draw(job: dict) -> dict:
     if not adopted:
         gate = Study.open(config, study)
         if not (study / FREEZE_RECEIPT).is_file():
-            gate.freeze()
+            gate.freeze(gate_feasible=False)
         gate.admit_canaries()
     # A moved check adopts its sub-studies' own bytes, never those at the paths they were made at.
     with authentication_roots(study, original=recorded_origin(study)):

@@ -30,7 +30,7 @@ import numpy as np
 
 from qhlab.evidence import QhInputError
 
-__all__ = ["CARD_TIE_BAND", "card_lines", "difficulty_card", "reference_name"]
+__all__ = ["CARD_TIE_BAND", "card_lines", "card_warnings", "difficulty_card", "reference_name"]
 
 CARD_TIE_BAND = 0.001
 """Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
@@ -180,7 +180,32 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         ),
         f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
         f"({_ratio_text(card['optimal_index']['entropy_over_log2K'])} x log2 K)",
+        *(f"  WARNING: {warning}" for warning in card_warnings(card)),
     ]
+
+
+def card_warnings(card: dict[str, Any]) -> list[str]:
+    """What a card says a population cannot teach, in words (empty: nothing to warn of).
+
+    * every chain state's candidates tie at H (the uniform policy's regret is 0): there is nothing
+      to learn, and no study's E0 gate can pass on it;
+    * the myopic choice is optimal in every chain state: a one-step scorer does as well as any, so a
+      finite-horizon study of it cannot show what H adds.
+    """
+    regret = card["regret_H"]
+    h = card["horizon"]
+    if regret["uniform"] <= card["tie_band"] and card["myopic_loses_share"] == 0.0:
+        return [
+            f"nothing to learn: every chain state's candidates tie within the tie band at H={h} (uniform random "
+            "regret 0); a study's freeze refuses it as TRAIN. HINT: a reward that tells actions apart, a longer "
+            "horizon, other scenes"
+        ]
+    if card["myopic_loses_share"] == 0.0:
+        return [
+            f"the myopic choice is optimal in every chain state at H={h}: a one-step scorer does as well as any, "
+            "so a study on it cannot show what the horizon adds"
+        ]
+    return []
 
 
 def _ratio_text(value: float | None) -> str:

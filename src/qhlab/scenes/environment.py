@@ -19,7 +19,10 @@ The env object has:
   on no object.
 
 Optional members (the built-in puck world uses them to keep its file layout):
-``feature_names`` (``{"objects" | "goal" | "candidates": [(name, unit), ...]}``),
+``terminal(scene, state) -> bool`` (an episode end: a terminal state is absorbing, every candidate
+leads back to it with reward 0, so the tree search, the labels and every check treat it alike
+without the environment stepping it), ``feature_names``
+(``{"objects" | "goal" | "candidates": [(name, unit), ...]}``),
 ``state_column`` (the states table's name for the state, default ``"state"``),
 ``reference_candidate`` (the name of candidate 0 in the difficulty card, default
 ``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
@@ -367,8 +370,24 @@ class Environment:
             )
         return int(k)
 
+    def terminal(self, scene: dict, state: np.ndarray) -> bool:
+        """Whether ``state`` ends an episode (False for an environment without ``terminal``)."""
+        own = getattr(self.env, "terminal", None)
+        if own is None:
+            return False
+        try:
+            found = own(scene, state)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise self._fail("terminal(scene, state)", exc) from None
+        if not isinstance(found, (bool, np.bool_)):
+            raise self._refuse("terminal(scene, state)", f"returned {found!r}; allowed: True or False")
+        return bool(found)
+
     def step(self, scene: dict, state: np.ndarray, action: int) -> tuple[np.ndarray, float]:
-        """The successor of ``state`` under ``action`` and its reward (checked: 1-D, finite)."""
+        """The successor of ``state`` under ``action`` and its reward (checked: 1-D, finite); a
+        terminal state is absorbing: itself, reward 0, without the environment's ``step``."""
+        if self.terminal(scene, state):
+            return np.array(state, dtype=np.float64), 0.0
         try:
             after, reward = self.env.step(scene, state, action)
         except (Exception, SystemExit) as exc:  # noqa: BLE001

@@ -14,7 +14,9 @@ import os
 import secrets
 import shutil
 from pathlib import Path
+from typing import Any
 
+from qhlab.design.canary import select_canary_row
 from qhlab.design.study_config import (
     EXECUTION_FIELDS,
     QhArchitectureStudyConfig,
@@ -43,7 +45,7 @@ from qhlab.evidence.layout import (
     cell_name,
 )
 from qhlab.evidence.publish import TEMP_MARKER
-from qhlab.finite_horizon.benchmark import canonical_first_chain
+from qhlab.finite_horizon.benchmark import canonical_chains, canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
@@ -76,7 +78,9 @@ def describe_family(frozen: FrozenStudy) -> list[str]:
     return lines
 
 
-def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executor=None) -> FrozenStudy:
+def freeze(
+    config_path: str | os.PathLike, output: str | os.PathLike, *, executor=None, gate_feasible: bool = True
+) -> FrozenStudy:
     """``freeze_study``, returning the study it froze for the next step.
 
     Args:
@@ -84,6 +88,8 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
         output: the study directory (must not exist, or be empty).
         executor: where a preset TRAIN is labelled (an ``ExecutorChoice``; None: the config's).
             Not part of the freeze: TRAIN's bytes do not depend on it.
+        gate_feasible: refuse a TRAIN with no row the E0 gate could select (nothing to learn at
+            the gate's margin), before anything is written.
 
     Returns:
         The ``FrozenStudy`` of the receipt just written (its files were digested here, in this
@@ -104,7 +110,7 @@ def freeze(config_path: str | os.PathLike, output: str | os.PathLike, *, executo
             hint="another `qhlab study freeze` (or `study run`) is "
             "freezing this study; wait for it, then run `qhlab study run` again",
         ):
-            return _freeze_locked(config, data, resolved, output, executor)
+            return _freeze_locked(config, data, resolved, output, executor, gate_feasible)
     except QhInputError:
         # Bad TRAIN data is refused with nothing written: a directory this call made for its
         # lock alone goes again (a concurrent freeze's lock is held, so its refusal is not this).
@@ -146,7 +152,7 @@ def _refuse_occupied(output: Path, data: bytes) -> bool:
 
 
 def _freeze_locked(
-    config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path, executor
+    config: QhArchitectureStudyConfig, data: bytes, resolved: Path, output: Path, executor, gate_feasible: bool
 ) -> FrozenStudy:
     """The freeze itself, with the study's freeze lock held (a second freeze exits 3)."""
     # Lazy: keeps importing this module free of torch.
@@ -173,6 +179,8 @@ def _freeze_locked(
             frozen_validation, config.validation.seed, train_path, population.manifest, call="freeze_study"
         ),
     )
+    if gate_feasible:
+        _refuse_nothing_to_learn(config, population, train_path)
     support = population_support(population)
     chain = canonical_first_chain(population)
     output.mkdir(parents=True, exist_ok=True)
@@ -291,6 +299,27 @@ def _freeze_locked(
     frozen = FrozenStudy(config, receipt, output, resolved)
     frozen.keep_population(population)
     return frozen
+
+
+def _refuse_nothing_to_learn(config: QhArchitectureStudyConfig, population: Any, path: Path) -> None:
+    """Refuse a TRAIN on which the E0 gate cannot pass: no chain state whose best label beats the
+    runner-up by more than ``canary_gap_multiple x tie_band`` at every horizon (every state tied,
+    as under a reward that is the same for every action). Decided on TRAIN alone, before any fit,
+    so that a study that could never pass its gate does not spend its output directory finding out."""
+    if select_canary_row(
+        population, canonical_chains(population), config.tie_band, gap_multiple=config.canary_gap_multiple
+    ):
+        return
+    raise input_error(
+        "freeze_study",
+        "train",
+        str(path),
+        f"a TRAIN population with a chain state whose best label beats the runner-up by more than "
+        f"canary_gap_multiple x tie_band ({config.canary_gap_multiple:g} x {config.tie_band:g}) at every horizon",
+        "it has nothing the E0 gate can check (`qhlab scenes describe` shows its card): every state's candidates "
+        "tie at some horizon. Give the environment a reward that tells actions apart, a longer horizon or other "
+        "scenes; or lower tie_band or canary_gap_multiple if the rewards are small",
+    )
 
 
 def _only_architecture_differs(config: QhArchitectureStudyConfig) -> bool:

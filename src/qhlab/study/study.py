@@ -150,7 +150,7 @@ class Study:
         with authentication_roots(self.output, self.populations, original=recorded_origin(self.output)):
             yield
 
-    def freeze(self) -> dict:
+    def freeze(self, *, gate_feasible: bool = True) -> dict:
         """Bind TRAIN support, source and controls without constructing held-out data.
 
         Validates the config completely, resolves the TRAIN population (generated or reused from
@@ -163,12 +163,17 @@ class Study:
         Returns:
             The freeze receipt body.
 
+        Args:
+            gate_feasible: refuse a TRAIN on which the E0 gate cannot pass (no row it could select),
+                before any fit; an E0 check's sub-studies pass False, since a draw whose gate cannot
+                pass is what the check counts.
+
         Raises:
             QhInputError: bad config or TRAIN data (nothing written).
             PublishConflictError: the study is already frozen at ``output``.
         """
         with self.roots():
-            self._frozen = freeze(self.config_path, self.output, executor=self.executor)
+            self._frozen = freeze(self.config_path, self.output, executor=self.executor, gate_feasible=gate_feasible)
         return self._frozen.receipt.body_record()
 
     def admit_canaries(self) -> dict:

@@ -1,0 +1,195 @@
+"""Gymnasium environments by id: any task with discrete actions whose state qhlab can read and set.
+
+Owns: ``make(options)``, the factory a preset names as ``factory = "qhlab.scenes.gymnasium:make"``
+with ``env_id = "CartPole-v1"``, and ``GymnasiumEnvironment``, which puts a Gymnasium task under the
+environment contract (``qhlab.scenes.environment``). Does not own: Gymnasium, or labelling
+(``labels``, ``chains``).
+
+How a task becomes a qhlab environment (the documented default):
+
+* **The state** qhlab reads and sets is the task's own: ``unwrapped.state`` (classic control:
+  CartPole, Acrobot, MountainCar, Pendulum-like tasks with discrete actions) or ``unwrapped.s``
+  (toy text: FrozenLake, CliffWalking, Taxi), followed by a done flag (1.0 once the episode has
+  ended). A state is set before every step, and a task's hidden per-episode memory that would
+  make the same (state, action) step differently (CartPole's ``steps_beyond_terminated``) is
+  reset first; the determinism probes of generation refuse a task whose step still depends on
+  anything else.
+* **Episode ends** are terminal states (``terminated``; a time limit's truncation is not an end
+  here: the horizon is qhlab's): absorbing, every candidate leads back with reward 0.
+* **Observations**: one object whose features are the state's values (a discrete state: its one-hot
+  code) and the done flag; the goal is a constant 1.0 (the scorer reads a goal; a task without one
+  gives it nothing to tell apart); candidate i is action i, its features the action's one-hot code,
+  acting on the object.
+* **Options**: ``env_id`` (required), ``kwargs`` (passed to ``gymnasium.make``, e.g.
+  ``{ is_slippery = false }``), ``reset`` (passed to ``reset(options=...)``, e.g. CartPole's
+  ``{ low = -0.2, high = 0.2 }``), ``shaping`` (potential-based shaping on one state value,
+  ``{ feature = 0, scale = 1.0 }``: r + scale (s'[feature] - s[feature]), which leaves the optimal
+  policy unchanged; recorded with the options), ``reward_unit`` (the reward's unit, default "1").
+  Any other option is refused.
+* **Identity**: the id, the spec's entry point and version, the kwargs, and the versions of
+  Gymnasium and numpy, bound in every manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from qhlab.evidence import QhInputError
+
+__all__ = ["GymnasiumEnvironment", "make"]
+
+_OPTIONS = ("env_id", "kwargs", "reset", "shaping", "reward_unit")
+_CALL = "qhlab.scenes.gymnasium"
+
+
+def _refuse(field: str, value: Any, allowed: str, hint: str) -> QhInputError:
+    return QhInputError(f"{_CALL}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}.")
+
+
+class GymnasiumEnvironment:
+    """A Gymnasium task under the environment contract (see the module docstring)."""
+
+    max_objects = 1
+    goal_features = 1
+    state_column = "state"
+    reference_candidate = "action_0"
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        import gymnasium
+
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise _refuse("options", unknown, f"only {', '.join(_OPTIONS)}", "a typo is refused, never ignored")
+        env_id = options.get("env_id")
+        if not isinstance(env_id, str) or not env_id:
+            raise _refuse("env_id", env_id, "a Gymnasium id, e.g. 'CartPole-v1'", "`gymnasium.pprint_registry()`")
+        for name in ("kwargs", "reset"):
+            if not isinstance(options.get(name, {}), dict):
+                raise _refuse(name, options[name], "a table", f"{name} = {{ ... }}")
+        self.kwargs, self.reset_options = dict(options.get("kwargs", {})), dict(options.get("reset", {}))
+        try:
+            made = gymnasium.make(env_id, **self.kwargs)
+        except Exception as exc:  # noqa: BLE001  (Gymnasium raises several types for an unknown id)
+            raise _refuse("env_id", env_id, "a registered Gymnasium id", f"gymnasium.make refused it: {exc}") from None
+        self.unwrapped = made.unwrapped
+        space = self.unwrapped.action_space
+        if not isinstance(space, gymnasium.spaces.Discrete):
+            raise _refuse("env_id", env_id, "a task with discrete actions", f"its action space is {space}")
+        self.max_candidates = int(space.n)
+        self.unwrapped.reset(seed=0, options=self.reset_options or None)
+        if hasattr(self.unwrapped, "state") and self.unwrapped.state is not None:
+            self.kind = "state"
+            width = int(np.asarray(self.unwrapped.state, dtype=np.float64).size)
+        elif hasattr(self.unwrapped, "s"):
+            self.kind = "index"
+            observations = self.unwrapped.observation_space
+            if not isinstance(observations, gymnasium.spaces.Discrete):
+                raise _refuse("env_id", env_id, "a toy-text task with discrete states", "its states are not an index")
+            width = int(observations.n)
+        else:
+            raise _refuse(
+                "env_id",
+                env_id,
+                "a task whose state qhlab can read and set (unwrapped.state or unwrapped.s)",
+                "write an environment of your own for it (docs/how-to/bring-your-own-environment.md)",
+            )
+        self.width = width
+        self.object_features = width + 1
+        self.candidate_features = self.max_candidates
+        shaping = options.get("shaping")
+        if shaping is not None:
+            feature, scale = (shaping or {}).get("feature"), (shaping or {}).get("scale", 1.0)
+            if (
+                not isinstance(shaping, dict)
+                or set(shaping) - {"feature", "scale"}
+                or isinstance(feature, bool)
+                or not isinstance(feature, int)
+                or not 0 <= feature < (1 if self.kind == "index" else width)
+                or isinstance(scale, bool)
+                or not isinstance(scale, (int, float))
+            ):
+                raise _refuse(
+                    "shaping",
+                    shaping,
+                    f"{{ feature = an index of the state (0..{width - 1}), scale = a number }}",
+                    "potential-based shaping on one state value leaves the optimal policy unchanged",
+                )
+            shaping = {"feature": int(feature), "scale": float(scale)}
+        self.shaping = shaping
+        self.reward_unit = str(options.get("reward_unit", "1"))
+        spec = self.unwrapped.spec or made.spec
+        self.identity = {
+            "name": env_id,
+            "version": "1",
+            "gymnasium": gymnasium.__version__,
+            "numpy": np.__version__,
+            "entry_point": str(getattr(spec, "entry_point", "")),
+            "spec_version": str(getattr(spec, "version", "")),
+            "kwargs": json.dumps(self.kwargs, sort_keys=True),
+        }
+        names = [(f"s{i}", "1") for i in range(width)] + [("done", "1")]
+        self.feature_names = {
+            "objects": names,
+            "goal": [("goal", "1")],
+            "candidates": [(f"action_{i}", "1") for i in range(self.max_candidates)],
+        }
+
+    # -- the state qhlab reads and sets ---------------------------------------------------------
+
+    def _read(self) -> np.ndarray:
+        if self.kind == "index":
+            return np.array([float(int(self.unwrapped.s))], dtype=np.float64)
+        return np.asarray(self.unwrapped.state, dtype=np.float64).ravel().copy()
+
+    def _set(self, values: np.ndarray) -> None:
+        if self.kind == "index":
+            self.unwrapped.s = int(values[0])
+            return
+        self.unwrapped.state = np.array(values, dtype=np.float64)
+        # Per-episode memory the same (state, action) would otherwise step differently with.
+        if hasattr(self.unwrapped, "steps_beyond_terminated"):
+            self.unwrapped.steps_beyond_terminated = None
+
+    # -- the contract -----------------------------------------------------------------------------
+
+    def sample_scene(self, seed: int) -> dict:
+        return {"reset_seed": int(seed) % (2**31)}
+
+    def initial_state(self, scene: dict) -> np.ndarray:
+        self.unwrapped.reset(seed=int(scene["reset_seed"]), options=self.reset_options or None)
+        return np.concatenate([self._read(), [0.0]])
+
+    def terminal(self, scene: dict, state: np.ndarray) -> bool:
+        return bool(state[-1] == 1.0)
+
+    def candidates(self, scene: dict, state: np.ndarray) -> int:
+        return self.max_candidates
+
+    def step(self, scene: dict, state: np.ndarray, action: int) -> tuple[np.ndarray, float]:
+        self._set(state[:-1])
+        _, reward, terminated, _, _ = self.unwrapped.step(int(action))
+        after = self._read()
+        reward = float(reward)
+        if self.shaping is not None:
+            i = self.shaping["feature"]
+            reward += self.shaping["scale"] * (float(after[i]) - float(state[i]))
+        return np.concatenate([after, [1.0 if terminated else 0.0]]), reward
+
+    def observe(self, scene: dict, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self.kind == "index":
+            values = np.zeros(self.width, dtype=np.float64)
+            values[int(state[0])] = 1.0
+        else:
+            values = np.asarray(state[:-1], dtype=np.float64)
+        objects = np.concatenate([values, state[-1:]])[None, :]
+        goal = np.ones(1, dtype=np.float64)
+        actions = np.eye(self.max_candidates, dtype=np.float64)
+        return objects, goal, actions, np.zeros(self.max_candidates, dtype=np.int64)
+
+
+def make(options: dict[str, Any]) -> GymnasiumEnvironment:
+    """The factory a preset names: ``factory = "qhlab.scenes.gymnasium:make"``, ``env_id`` among its options."""
+    return GymnasiumEnvironment(dict(options))
