@@ -59,6 +59,8 @@ class Hopper:
         return scene
 
     def initial_state(self, scene):
+        # What a simulator with a reset() remembers: the scene it was last reset to.
+        self._last_goal = scene["goal"]
         return np.array([scene["start"]], dtype=np.float64)
 
     def candidates(self, scene, state):
@@ -72,7 +74,13 @@ class Hopper:
         if self.fault == "nondeterministic_step":
             _CALLS[0] += 1
             new += 1e-9 * _CALLS[0]
-        reward = abs(x - scene["goal"]) - abs(new - scene["goal"])
+        if self.fault == "nondeterministic_second_step" and x != scene["start"]:
+            _CALLS[0] += 1
+            new += 1e-9 * _CALLS[0]
+        if self.fault == "process_hash":
+            new += 1e-9 * (hash("hopper") % 1000003)
+        goal = self._last_goal if self.fault == "remembers_scene" else scene["goal"]
+        reward = abs(x - goal) - abs(new - goal)
         if self.fault == "nan_reward":
             reward = float("nan")
         if self.fault == "infinite_state":

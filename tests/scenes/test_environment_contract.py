@@ -30,6 +30,12 @@ def _generate(preset, out) -> list[str]:
         ("nondeterministic_scene", "sample_scene(seed)", "another scene for the same seed (not deterministic)"),
         ("scene_not_json", "sample_scene(seed)", "a scene that is not JSON"),
         ("nondeterministic_step", "step(scene, state, 0)", "another successor or reward for the same inputs"),
+        # Deterministic on the initial state, not on its successors: the probes step two deep.
+        ("nondeterministic_second_step", "step(scene, state, 0)", "another successor or reward for the same inputs"),
+        # Steps by the scene it was last reset to, not the one it is passed.
+        ("remembers_scene", "step(scene, state, ", "after other scenes and steps (hidden state"),
+        # The same in one process, another in the next (str hashes are salted per interpreter).
+        ("process_hash", "step(scene, state, action)", "in a fresh interpreter for the same inputs"),
         ("too_many_candidates", "candidates(scene, state)", "returned 6; allowed: an int in 1..5"),
         ("nan_reward", "step(scene, state, 0)", "returned reward nan; allowed: a finite number"),
         ("infinite_state", "step(scene, state, 0)", "returned a state with a non-finite value"),

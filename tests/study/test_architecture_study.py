@@ -428,7 +428,9 @@ def test_report_shows_every_arm_and_seed(finished_study):
         assert r["seeds_disagree"] == (len({d["retained"] for d in r["per_seed"].values()}) > 1)
     assert report["n_scenes"] == 3 and report["horizon"] == 2
     # One plain sentence near the top (before the first table) says so.
-    sentence = "There are fewer than 30 validation scenes (3), so no seed's reading decides: every seed reads undecided."
+    sentence = (
+        "There are fewer than 30 validation scenes (3), so no seed's reading decides: every seed reads undecided."
+    )
     assert sentence in text and text.index(sentence) < text.index("## Every arm and seed")
 
 

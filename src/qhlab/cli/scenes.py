@@ -43,7 +43,7 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
 def _describe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("population", help="population directory")
     parser.add_argument(
-        "--tie-band", type=float, default=None, help="tie band in metres (default: the card's own, 0.001)"
+        "--tie-band", type=float, default=None, help="tie band, in the reward's unit (default: the card's own, 0.001)"
     )
     parser.add_argument(
         "--audit",

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
     # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
+    from qhlab.scenes.manifest import environment_words
     from qhlab.scenes.origin import user_environment
 
     if args.audit is not None and args.audit < 1:
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     # code is never imported here.
     checks = []
     for population in result["populations"]:
-        user_code = user_environment(read_manifest(population))
+        manifest = read_manifest(population)
+        user_code = user_environment(manifest)
         labels = check_population_labels(population, call="qhlab verify", simulate=False)
         chain = labels.step >= 0
         entry = {
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             "bellman": "exact",
             "chain_states": int(chain.sum()),
             "user_environment": user_code,
+            "environment": environment_words(manifest["generator"]),
             "successors_checked": 0 if user_code else int(labels.mask[chain].sum()),
         }
         if args.audit is not None and not user_code:
@@ -98,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         f"{result['bound_files']} files bound and authenticated in {args.directory}"
     )
     for entry in checks:
-        line = f"labels: {entry['population']}: every label obeys the Bellman rule exactly"
+        line = f"labels: {entry['population']} ({entry['environment']}): every label obeys the Bellman rule exactly"
         if entry["user_environment"]:
             line += (
                 "; its environment is user code, which verify never imports: its successors were not stepped "

@@ -24,7 +24,7 @@ _Int = Annotated[int, Strict()]
 
 
 class PlanTarget(BaseModel):
-    """The largest MDE a study may have, per retention margin (metres, two-sided at its level, 80% power).
+    """The largest MDE a study may have, per retention margin (the reward's unit, two-sided at its level, 80% power).
 
     Attributes:
         d_reg: the largest D_reg MDE over the study's variants.

@@ -106,7 +106,7 @@ class StudyReference(Closed):
 
 
 class MetricPair(Closed):
-    """One value per metric at H: ``regret`` and ``mae`` (metres, or degrees of freedom)."""
+    """One value per metric at H: ``regret`` and ``mae`` (the reward's unit, or degrees of freedom)."""
 
     regret: Number
     mae: Number

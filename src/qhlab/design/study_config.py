@@ -276,7 +276,7 @@ class SeedVarianceConfig(BaseModel):
 
     Each value is the largest, over the report's paired comparisons and the variants' retention
     margins, seed-effect standard deviation tau at H (``replication.seed_effect_sd`` on the
-    pilot's seeds-by-scenes table), in metres. The report's seed-pooled intervals add tau^2 / S
+    pilot's seeds-by-scenes table), in the reward's unit. The report's seed-pooled intervals add tau^2 / S
     to the scene variance, with Student's t on the Welch-Satterthwaite degrees of freedom of the
     two terms (the pilot's part has ``seeds - 1``); see
     ``qhlab.statistics.replication``. One value per metric, not one per comparison:
@@ -285,8 +285,8 @@ class SeedVarianceConfig(BaseModel):
     the study's own two seeds (one degree of freedom: honest, and very wide).
 
     Attributes:
-        regret: the largest seed-effect sd of regret_H over the pilot's comparisons (metres).
-        mae: the largest seed-effect sd of MAE_H over the pilot's comparisons (metres).
+        regret: the largest seed-effect sd of regret_H over the pilot's comparisons (the reward's unit).
+        mae: the largest seed-effect sd of MAE_H over the pilot's comparisons (the reward's unit).
         seeds: training seeds the pilot fitted (its tau has ``seeds - 1`` degrees of freedom).
         source: what the pilot ran on (population, seeds, recipe), recorded with the study.
     """

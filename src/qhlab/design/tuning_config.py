@@ -159,7 +159,7 @@ class Objective(BaseModel):
     a cheaper trial within ``band`` of the best wins (``rule.pick_winner``).
 
     Attributes:
-        metric: "regret" (regret_H), "mae" (MAE_H) or "mde" (the study's largest planned MDE), in metres.
+        metric: "regret" (regret_H), "mae" (MAE_H) or "mde" (the study's largest planned MDE), in the reward's unit.
         seeds: the fit seeds of every trial (distinct, at least one; at least three for "mde").
         study: the study config whose arms, retention margins, seeds and validation size "mde"
             plans for (relative to this config); its recipe is the trial's, so it may name the
@@ -168,7 +168,7 @@ class Objective(BaseModel):
             it is not admissible (None: no limit; needs two seeds or more).
         max_cost: a trial whose cost (updates x ensemble members) exceeds it is not run
             (None: no limit).
-        band: metres: trials within it of the best count as tied, and the cheapest wins.
+        band: in the reward's unit: trials within it of the best count as tied, and the cheapest wins.
     """
 
     model_config = _FROZEN

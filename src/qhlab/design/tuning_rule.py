@@ -53,7 +53,7 @@ def planned_mde(fits: Sequence[Mapping], design: Mapping) -> dict:
         design: ``tuning_config.power_design``'s.
 
     Returns:
-        ``{"mean": the largest planned MDE (metres), "seed_sd": None, "margins": [{"variant",
+        ``{"mean": the largest planned MDE (the reward's unit), "seed_sd": None, "margins": [{"variant",
         "D_reg": {"mde", "se", "dof", "tau"}, "D_mae": ...}]}``.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.

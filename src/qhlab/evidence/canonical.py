@@ -144,6 +144,19 @@ def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+def dotted(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as ``{"outer.inner": leaf}`` (an empty mapping is a leaf), so a message or a
+    table can name the one field that differs."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(dotted(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
 def read_json_object(path: Path, call: str) -> tuple[bytes, dict]:
     """A JSON document that must be one object: (its exact bytes, the object).
 

@@ -77,7 +77,7 @@ def compare_lanes(
         a, b: lane A's and lane B's finished study directories (each holds its config copy).
         output: a new (or empty) directory for ``lanes.json``, ``lanes.md``, ``lanes.png`` and
             ``lanes.receipt.json``.
-        margin: the TOST equivalence margin on regret_H, in metres (finite, > 0); None:
+        margin: the TOST equivalence margin on regret_H, in the reward's unit (finite, > 0); None:
             ``margin_mde_multiple`` x lane A's regret MDE (``study_regret_mde``).
         margin_mde_multiple: the multiple of the MDE used when ``margin`` is None (> 0).
         resamples: bootstrap resamples; None: the studies' frozen ``bootstrap.resamples``.
@@ -100,7 +100,7 @@ def compare_lanes(
             CALL,
             "margin",
             margin,
-            "a finite number of metres > 0",
+            "a finite number > 0 (in the reward's unit)",
             "declare the largest regret_H difference that is still the same science, or leave it "
             "out to use the study's MDE",
         )
@@ -144,7 +144,11 @@ def compare_lanes(
     if margin is None:
         mde = study_regret_mde(lanes["A"]["report_json"])
         margin = float(margin_mde_multiple) * mde
-        margin_source = f"{margin_mde_multiple:g} x the study's regret MDE ({mde:.4g} m, lane A's largest D_reg MDE)"
+        unit = lanes["A"]["report_json"]["unit"]
+        margin_source = (
+            f"{margin_mde_multiple:g} x the study's regret MDE ({mde:.4g}{' ' + unit if unit else ''}, lane A's "
+            "largest D_reg MDE)"
+        )
     else:
         margin_source = "explicit (--margin)"
     # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
@@ -264,7 +268,7 @@ def tost_verdict(differences: Any, margin: float, *, seed_variance: dict[str, An
     Args:
         differences: float [n_seeds, n_scenes], per seed the per-scene paired differences
             (B - A) of regret_H, same scenes.
-        margin: the equivalence margin (metres, > 0).
+        margin: the equivalence margin (in the reward's unit, > 0).
         seed_variance: ``pooled_difference``'s ``seed_sd``, ``seed_sd_source`` and
             ``seed_sd_dof`` (the pilot); None or empty: the study's own seeds.
 
@@ -303,7 +307,7 @@ def study_regret_mde(report: dict) -> float:
             CALL,
             "margin",
             None,
-            "an explicit --margin (metres > 0)",
+            "an explicit --margin (> 0, in the reward's unit)",
             "lane A's report has no seed-pooled D_reg MDE to default to; pass --margin",
         )
     return max(mdes)
@@ -336,7 +340,7 @@ def lane_comparison(
     Args:
         a, b: the lanes (``cells``: {(arm, seed): cell receipt body}; ``report_json``;
             ``states``: {(arm, seed): final-state path}; identities).
-        margin: the TOST margin on regret_H (metres).
+        margin: the TOST margin on regret_H (in the reward's unit).
         resamples, seed: the scene bootstrap's settings (per-cell differences).
         seed_variance: the frozen pilot's regret tau for the TOST (``tost_verdict``); None:
             the study's own seeds.
@@ -450,7 +454,7 @@ def lane_comparison(
         "margin": margin,
         "margin_source": margin_source,
         "tost_seed_variance": (
-            f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g} m)"
+            f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g})"
             if seed_variance
             else f"study: its own {len(seeds)} seeds"
         ),

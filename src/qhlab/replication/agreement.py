@@ -288,6 +288,7 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         "schema_version": DOCUMENT_SCHEMA_VERSION,
         "study": original["report"]["study"],
         "primary_horizon": original["report"]["primary_horizon"],
+        "unit": original["report"]["unit"],
         "original": _side(original["freeze"], original["development"], original["report"]),
         "replica": replica_side,
         "used_populations": used,
@@ -349,7 +350,7 @@ def replication_markdown(document: dict) -> str:
         "",
         f"Seeds refused (drawn by the original, its tuning, pilot or E0 check): {document['refused_seeds']}.",
         "",
-        f"## Comparisons at H={h} (metres)",
+        f"## Comparisons at H={h}" + (f" ({document['unit']})" if document["unit"] else ""),
         "",
         *table(
             ["comparison", "metric", "original (se)", "replica (se)", "z (dof)", "sign", "label (original / replica)"],

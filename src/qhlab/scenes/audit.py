@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, QhInputError, canonical_json
+from qhlab.evidence.canonical import differing_keys, dotted
 from qhlab.scenes.bellman import (
     LabelArrays,
     check_bellman,
@@ -152,20 +153,23 @@ def _regenerated_scenes(path: Path, manifest: dict, *, call: str) -> _Regenerate
 
     environment, preset = stepper(path, manifest, call=call)
     generator = manifest["generator"]
-    if canonical_json(
-        environment.generator_record(
-            preset,
-            split=generator["split"],
-            seed=generator["seed"],
-            generator_version=generator.get("generator_version"),
+    here = environment.generator_record(
+        preset,
+        split=generator["split"],
+        seed=generator["seed"],
+        generator_version=generator.get("generator_version"),
+    )
+    if canonical_json(here) != canonical_json(generator):
+        differences = "; ".join(
+            f"{key}: recorded {dotted(generator).get(key)!r}, here {dotted(here).get(key)!r}"
+            for key in differing_keys(dotted(generator), dotted(here))[:4]
         )
-    ) != canonical_json(generator):
         raise label_refusal(
             call,
             path / "manifest.json",
             f"its generator record is not the one environment {environment.name!r} gives for preset "
-            f"{preset.name!r} (another engine or environment version, or an edited record); the audit can only "
-            "step again what this environment generates",
+            f"{preset.name!r} ({differences}: another engine or environment version, or an edited record); the "
+            "audit can only step again what this environment generates",
         )
     split, seed = generator["split"], generator["seed"]
     table = pq.read_table(path / "scenes.parquet")

@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from qhlab.evidence import QhInputError
+from qhlab.scenes.manifest import reward_unit
 
 __all__ = ["CARD_TIE_BAND", "card_lines", "card_warnings", "difficulty_card", "reference_name"]
 
 CARD_TIE_BAND = 0.001
-"""Tie band (metres) of the card written at generation: the default study's ``tie_band``."""
+"""Tie band (in the reward's unit) of the card written at generation: the default study's ``tie_band``."""
 
 
 def _scene_weighted(values: np.ndarray, scene_index: np.ndarray) -> np.ndarray:
@@ -158,6 +159,8 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         loss share and the optimal index's distribution and entropy.
     """
     card = described["card"]
+    unit = reward_unit(described["generator"])
+    unit_words = unit or "the environment's own reward, which names no unit"
     regret, ratio = card["regret_H"], card["ratio_to_uniform"]
     reference = reference_name(card)
     best = regret["best_fixed_index"]
@@ -168,7 +171,8 @@ def card_lines(described: dict[str, Any]) -> list[str]:
 
     return [
         f"{described['name']} ({described['split']}): {card['scenes']} scenes, {card['chain_states']} chain "
-        f"states, K={card['K']}, H={h}, tie_band={card['tie_band']} m; {card['weighting']}",
+        f"states, K={card['K']}, H={h}, tie_band={card['tie_band']}{' ' + unit if unit else ''}; "
+        f"{card['weighting']}; rewards and regret in {unit_words}",
         f"  regret_{h} uniform random      {regret['uniform']:.4f}",
         f"  regret_{h} {reference.replace('_', ' ')} (0) {regret[reference]:.4f}  ({share(ratio[reference])})",
         f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",

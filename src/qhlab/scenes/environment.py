@@ -24,7 +24,9 @@ leads back to it with reward 0, so the tree search, the labels and every check t
 without the environment stepping it), ``feature_names``
 (``{"objects" | "goal" | "candidates": [(name, unit), ...]}``),
 ``state_column`` (the states table's name for the state, default ``"state"``),
-``reference_candidate`` (the name of candidate 0 in the difficulty card, default
+``reward_unit`` (the unit every reward, label, MAE and regret is in, e.g. ``"m"`` or
+``"points"``; default ``""``: the environment's own reward, unnamed; bound in the manifest and
+written after every such number qhlab prints), ``reference_candidate`` (the name of candidate 0 in the difficulty card, default
 ``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
 ``generator_record(preset, *, split, seed) -> dict``.
 
@@ -40,12 +42,16 @@ environment (``labels``, ``chains``, ``population``, ``audit``).
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import json
 import math
+import multiprocessing
+import struct
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +85,8 @@ __all__ = [
 
 # A factory in qhlab's own package is built in: imported from the installed qhlab, never copied.
 BUILTIN_PREFIX = "qhlab."
+# A unit is printed after every reward-valued number: a word or a symbol, never a sentence.
+_MAX_UNIT = 24
 _SIZES = ("object_features", "goal_features", "candidate_features", "max_objects", "max_candidates")
 _METHODS = ("sample_scene", "initial_state", "candidates", "step", "observe")
 _MAX_PADDED = 4096
@@ -200,6 +208,7 @@ class Environment:
         identity: its identity, as strings.
         object_features, goal_features, candidate_features, max_objects, max_candidates: its sizes.
         state_column, reference_candidate: its optional layout names (with their defaults).
+        reward_unit: the unit of its rewards ("" when it names none).
         source_files: a user environment's source as it was imported ``{rel: bytes}`` (None:
             built in).
     """
@@ -215,6 +224,7 @@ class Environment:
     max_candidates: int
     state_column: str = "state"
     reference_candidate: str = "first_candidate"
+    reward_unit: str = ""
     source_files: dict[str, bytes] | None = None
     _roots: tuple[str, ...] = ()
 
@@ -277,6 +287,12 @@ class Environment:
             )
         try:
             env = factory(dict(spec.options))
+        except QhInputError:
+            # A built-in factory's refusal of its options is the preset's input error, already
+            # naming the option, the value and what is allowed.
+            if spec.builtin:
+                raise
+            raise _user_error(call, label, "make(options)", sys.exc_info()[1], roots) from None
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one refusal naming the user's line
             raise _user_error(call, label, "make(options)", exc, roots) from None
         made = cls._checked(spec, env, label, roots, call)
@@ -317,6 +333,11 @@ class Environment:
                 problems.append(f"{name}={value!r} (allowed: an identifier)")
             elif value in taken:
                 problems.append(f"{name}={value!r} (allowed: an identifier other than {', '.join(sorted(taken))})")
+        reward_unit = getattr(env, "reward_unit", "")
+        if not isinstance(reward_unit, str) or len(reward_unit) > _MAX_UNIT or not reward_unit.isprintable():
+            problems.append(
+                f"reward_unit={reward_unit!r} (allowed: a printable string of at most {_MAX_UNIT} characters)"
+            )
         if problems:
             raise QhInputError(
                 f"{call}: {label}: the object make(options) returned breaks the environment contract: "
@@ -332,6 +353,7 @@ class Environment:
             **sizes,
             state_column=state_column,
             reference_candidate=reference,
+            reward_unit=reward_unit.strip(),
             _roots=roots,
         )
 
@@ -509,7 +531,7 @@ class Environment:
         if callable(own):
             return own(preset, split=split, seed=seed)
         return {
-            "environment": {**self.spec.record(), "identity": self.identity},
+            "environment": {**self.spec.record(), "identity": self.identity, "reward_unit": self.reward_unit},
             "generator_version": generator_version,
             "preset_parameters": preset.record(),
             **sampling_record(preset, split=split, seed=seed),
@@ -562,13 +584,64 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
     and the same for the same inputs; ``candidates`` is in range; ``observe`` has the declared
     shapes and dtypes.
 
+    Determinism is probed three ways, since hidden state hides from a single repeat: each step
+    is taken twice in a row, two steps deep (a successor's own steps, not only the first); every
+    step is then taken again in reverse order after every scene's initial state was drawn (an
+    environment that steps by what it remembers of the last scene, or of the last step, rather
+    than by the arguments); and, for an environment qhlab does not pin in its own tests (the
+    researcher's, a Gymnasium task), once more in a fresh interpreter (module-level memory, an
+    unseeded generator, hash-seed-dependent iteration order).
+
     Returns:
-        ``{"scenes", "steps"}``: how much was checked.
+        ``{"scenes", "steps", "fresh_process"}``: how much was checked, and whether a fresh
+        interpreter stepped it too.
 
     Raises:
         QhInputError: naming the environment, the method and the cause (nothing is written).
     """
-    steps = 0
+    probes = _contract_probes(environment, seeds)
+    # Every scene's initial state drawn again (the last one is what an env with hidden state
+    # would remember), then every step once more, last first.
+    for scene, _, _, _, _ in probes:
+        environment.initial_state(scene)
+    for scene, state, action, after, reward in reversed(probes):
+        again, reward_again = environment.step(scene, state, action)
+        if again.tobytes() != after.tobytes() or reward_again != reward:
+            raise environment._refuse(
+                f"step(scene, state, {action})",
+                "returned another successor or reward when stepped again after other scenes and steps (hidden "
+                "state: it must step by its arguments alone)",
+            )
+    fresh = environment.spec.factory not in _PINNED_FACTORIES
+    if fresh:
+        fingerprint = _probe_fingerprint(probes)
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            elsewhere = pool.submit(_fresh_fingerprint, _travelling(environment), seeds).result()
+        if elsewhere != fingerprint:
+            raise environment._refuse(
+                "step(scene, state, action)",
+                "returned other successors or rewards in a fresh interpreter for the same inputs (hidden state: "
+                "module-level memory, an unseeded random generator or hash-seed-dependent order)",
+            )
+    return {"scenes": len(seeds), "steps": 3 * len(probes), "fresh_process": fresh}
+
+
+# The built-in environments whose files ``tests/scenes/test_environment_versions.py`` pins: their
+# determinism across processes is checked there, not at every generation.
+_PINNED_FACTORIES = ("qhlab.scenes.puck:make", "qhlab.scenes.tanks:make")
+
+# How deep the probes step: the initial state's successors and theirs.
+_PROBE_DEPTH = 2
+
+
+def _contract_probes(environment: Environment, seeds: tuple[int, ...]) -> list[tuple]:
+    """Each scene checked and every step probed twice, ``_PROBE_DEPTH`` deep.
+
+    Returns:
+        ``[(scene, state, action, successor, reward)]`` in the order they were stepped.
+    """
+    probes = []
     for seed in seeds:
         scene = environment.sample_scene(seed)
         try:
@@ -584,17 +657,45 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
         if environment.initial_state(scene).tobytes() != state.tobytes():
             raise environment._refuse("initial_state(scene)", "returned another state for the same scene")
         environment.observe(scene, state)
-        for action in range(environment.candidates(scene, state)):
-            after, reward = environment.step(scene, state, action)
-            again, reward_again = environment.step(scene, state, action)
-            if after.tobytes() != again.tobytes() or reward != reward_again:
-                raise environment._refuse(
-                    f"step(scene, state, {action})",
-                    "returned another successor or reward for the same inputs (not deterministic)",
-                )
-            environment.observe(scene, after)
-            steps += 2
-    return {"scenes": len(seeds), "steps": steps}
+        frontier = [state]
+        for _ in range(_PROBE_DEPTH):
+            following = []
+            for here in frontier:
+                for action in range(environment.candidates(scene, here)):
+                    after, reward = environment.step(scene, here, action)
+                    again, reward_again = environment.step(scene, here, action)
+                    if after.tobytes() != again.tobytes() or reward != reward_again:
+                        raise environment._refuse(
+                            f"step(scene, state, {action})",
+                            "returned another successor or reward for the same inputs (not deterministic)",
+                        )
+                    environment.observe(scene, after)
+                    probes.append((scene, here, action, after, reward))
+                    following.append(after)
+            frontier = following
+    return probes
+
+
+def _probe_fingerprint(probes: list[tuple]) -> str:
+    """The SHA-256 of every probed successor's bytes and reward, in order."""
+    digest = hashlib.sha256()
+    for _, _, _, after, reward in probes:
+        digest.update(after.tobytes())
+        digest.update(struct.pack("<d", reward))
+    return digest.hexdigest()
+
+
+def _travelling(environment: Environment) -> EnvironmentSpec:
+    """The environment's spec with its source's bytes, so a fresh interpreter makes the same one."""
+    spec = environment.spec
+    if spec.builtin or spec.files is not None or environment.source_files is None:
+        return spec
+    return replace(spec, files=dict(environment.source_files))
+
+
+def _fresh_fingerprint(spec: EnvironmentSpec, seeds: tuple[int, ...]) -> str:
+    """In a fresh interpreter: the environment made from ``spec`` again, probed as ``check_contract`` does."""
+    return _probe_fingerprint(_contract_probes(Environment.make(spec, call="generate_population"), seeds))
 
 
 def dataclass_options(cls: type, options: Any, *, what: str, example: str) -> Any:

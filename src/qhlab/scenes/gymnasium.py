@@ -23,8 +23,11 @@ How a task becomes a qhlab environment (the documented default):
 * **Options**: ``env_id`` (required), ``kwargs`` (passed to ``gymnasium.make``, e.g.
   ``{ is_slippery = false }``), ``reset`` (passed to ``reset(options=...)``, e.g. CartPole's
   ``{ low = -0.2, high = 0.2 }``), ``shaping`` (potential-based shaping on one state value,
-  ``{ feature = 0, scale = 1.0 }``: r + scale (s'[feature] - s[feature]), which leaves the optimal
-  policy unchanged; recorded with the options), ``reward_unit`` (the reward's unit, default "1").
+  ``{ feature = 2, scale = -10.0, absolute = true }``: r + phi(s') - phi(s) with
+  phi(s) = scale * s[feature], or scale * |s[feature]| when ``absolute``; it leaves the optimal
+  policy unchanged (Ng, Harada and Russell, 1999) and gives a short horizon something to tell
+  apart where the task's own reward does not, e.g. CartPole's +1 per step; recorded with the
+  options), ``reward_unit`` (the reward's unit, printed after every reward-valued number; default: none).
   Any other option is refused.
 * **Identity**: the id, the spec's entry point and version, the kwargs, and the versions of
   Gymnasium and numpy, bound in every manifest.
@@ -101,25 +104,33 @@ class GymnasiumEnvironment:
         self.candidate_features = self.max_candidates
         shaping = options.get("shaping")
         if shaping is not None:
-            feature, scale = (shaping or {}).get("feature"), (shaping or {}).get("scale", 1.0)
+            allowed_keys = {"feature", "scale", "absolute"}
+            feature = shaping.get("feature") if isinstance(shaping, dict) else None
+            scale = shaping.get("scale", 1.0) if isinstance(shaping, dict) else None
+            absolute = shaping.get("absolute", False) if isinstance(shaping, dict) else None
             if (
                 not isinstance(shaping, dict)
-                or set(shaping) - {"feature", "scale"}
+                or set(shaping) - allowed_keys
                 or isinstance(feature, bool)
                 or not isinstance(feature, int)
                 or not 0 <= feature < (1 if self.kind == "index" else width)
                 or isinstance(scale, bool)
                 or not isinstance(scale, (int, float))
+                or not np.isfinite(scale)
+                or not isinstance(absolute, bool)
             ):
                 raise _refuse(
                     "shaping",
                     shaping,
-                    f"{{ feature = an index of the state (0..{width - 1}), scale = a number }}",
+                    f"{{ feature = an index of the state (0..{(1 if self.kind == 'index' else width) - 1}), "
+                    "scale = a finite number, absolute = true | false }",
                     "potential-based shaping on one state value leaves the optimal policy unchanged",
                 )
-            shaping = {"feature": int(feature), "scale": float(scale)}
+            shaping = {"feature": int(feature), "scale": float(scale), "absolute": absolute}
         self.shaping = shaping
-        self.reward_unit = str(options.get("reward_unit", "1"))
+        self.reward_unit = options.get("reward_unit", "")
+        if not isinstance(self.reward_unit, str):
+            raise _refuse("reward_unit", self.reward_unit, "a string, e.g. 'points'", 'reward_unit = "points"')
         spec = self.unwrapped.spec or made.spec
         self.identity = {
             "name": env_id,
@@ -174,9 +185,12 @@ class GymnasiumEnvironment:
         after = self._read()
         reward = float(reward)
         if self.shaping is not None:
-            i = self.shaping["feature"]
-            reward += self.shaping["scale"] * (float(after[i]) - float(state[i]))
+            reward += self._potential(after) - self._potential(state)
         return np.concatenate([after, [1.0 if terminated else 0.0]]), reward
+
+    def _potential(self, state: np.ndarray) -> float:
+        value = float(state[self.shaping["feature"]])
+        return self.shaping["scale"] * (abs(value) if self.shaping["absolute"] else value)
 
     def observe(self, scene: dict, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if self.kind == "index":

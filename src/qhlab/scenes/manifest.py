@@ -2,7 +2,7 @@
 
 Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``POPULATION_RECEIPT``, ``MANIFEST_KIND``,
 ``MANIFEST_SCHEMA_VERSION``), ``read_manifest``, which authenticates a population's receipt,
-manifest and file digests, and ``generator_identity``, the one identity of a population's
+manifest and file digests, ``reward_unit``, the unit its rewards are in, and ``generator_identity``, the one identity of a population's
 generator (whatever named it: a built-in preset, a preset file or a directory). The writer
 (``population``), the reader (``reader``), the physics audit (``audit``) and the card
 (``describe``) all read the format here, and this module imports none of them. Does not own:
@@ -28,7 +28,15 @@ from qhlab.evidence.layout import MANIFEST, POPULATION_FILES, POPULATION_RECEIPT
 from qhlab.evidence.layout import POPULATION_ENVIRONMENT_DIR as ENVIRONMENT_DIR
 from qhlab.scenes.records import PopulationReceipt
 
-__all__ = ["ENVIRONMENT_DIR", "MANIFEST_KIND", "MANIFEST_SCHEMA_VERSION", "generator_identity", "read_manifest"]
+__all__ = [
+    "ENVIRONMENT_DIR",
+    "MANIFEST_KIND",
+    "MANIFEST_SCHEMA_VERSION",
+    "environment_words",
+    "generator_identity",
+    "read_manifest",
+    "reward_unit",
+]
 
 # The layout version of manifest.json (a document of its own; its receipt is PopulationReceipt).
 MANIFEST_SCHEMA_VERSION = 1
@@ -127,3 +135,46 @@ def generator_identity(generator: dict) -> str:
     if isinstance(parameters, dict):
         kept["preset_parameters"] = {k: v for k, v in parameters.items() if k not in ("name", "scenes")}
     return sha256_bytes(canonical_json(kept))
+
+
+# The built-in puck world's generator record has its own layout (the engine's versions at the top,
+# no "environment" entry); its rewards are distances.
+_PUCK_UNIT = "m"
+
+
+def reward_unit(generator: dict) -> str:
+    """The unit a population's rewards, labels, MAE and regret are in, as its generator record binds it.
+
+    Args:
+        generator: a manifest's ``generator`` record.
+
+    Returns:
+        The environment's declared ``reward_unit`` ("" where it names none); "m" for the built-in
+        puck world, whose record binds the engine that measures in metres.
+    """
+    environment = generator.get("environment")
+    if isinstance(environment, dict):
+        unit = environment.get("reward_unit", "")
+        return unit if isinstance(unit, str) else ""
+    return _PUCK_UNIT if "pymunk_version" in generator else ""
+
+
+def environment_words(generator: dict) -> str:
+    """The environment a population's generator record binds, with its versions, in words.
+
+    Args:
+        generator: a manifest's ``generator`` record.
+
+    Returns:
+        e.g. ``"CartPole-v1: version 1, gymnasium 1.4.0, numpy 2.4.6, ..."`` or ``"puck world: pymunk
+        7.3.1, chipmunk ..."``.
+    """
+    environment = generator.get("environment")
+    if isinstance(environment, dict):
+        identity = environment.get("identity") or {}
+        name = identity.get("name", environment.get("factory", "environment"))
+        rest = {k: v for k, v in identity.items() if k != "name"}
+    else:
+        name = "puck world"
+        rest = {k.removesuffix("_version"): generator[k] for k in sorted(generator) if k.endswith("_version")}
+    return f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(rest.items()))

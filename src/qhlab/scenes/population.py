@@ -241,6 +241,11 @@ def _card(rows: list[StateRow], max_candidates: int, reference: str) -> dict:
     )
 
 
+# Scenes the contract probes at generation: more than one, so that an environment stepping by the
+# scene it last drew rather than the one it is passed steps one of them differently.
+_CONTRACT_SCENES = 3
+
+
 def generate_population(
     preset: str | os.PathLike | Preset,
     split: str,
@@ -282,7 +287,7 @@ def generate_population(
     workers = _resolve_workers(workers)
     environment = Environment.make(environment or environment_spec(spec), call="generate_population")
     seeds = [scene_seed(split, seed, i) for i in range(spec.scenes)]  # validates split and seed
-    check_contract(environment, tuple(seeds[:1]))
+    check_contract(environment, tuple(seeds[:_CONTRACT_SCENES]))
     # Every scene as JSON holds it: what the population stores and every later step passes.
     scenes = [json.loads(json.dumps(environment.sample_scene(s), allow_nan=False)) for s in seeds]
     initial = [environment.initial_state(scene) for scene in scenes]

@@ -134,6 +134,7 @@ class TankNetwork:
 
     state_column = "levels"
     reference_candidate = "wait"
+    reward_unit = "m"
     feature_names = {"objects": _OBJECT_FEATURES, "goal": _GOAL_FEATURES, "candidates": _CANDIDATE_FEATURES}
 
     def __init__(self, parameters: TankParameters) -> None:

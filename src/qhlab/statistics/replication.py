@@ -133,7 +133,7 @@ def seed_effect_sd(differences: Any) -> float:
             metric) for each training seed, same scenes.
 
     Returns:
-        tau, in the unit of ``differences`` (metres), >= 0.
+        tau, in the unit of ``differences`` (the reward's unit), >= 0.
     """
     d = _differences("seed_effect_sd", differences)
     n_seeds, n_scenes = d.shape
@@ -175,7 +175,7 @@ def minimum_detectable_effect(
         distribution: "normal" or "t" (with ``dof`` degrees of freedom, not necessarily whole).
 
     Returns:
-        The MDE in the estimate's unit (metres), >= 0.
+        The MDE in the estimate's unit (the reward's unit), >= 0.
     """
     level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
     return (_quantile(distribution, dof or 1, level) + _quantile(distribution, dof or 1, power)) * float(se)
@@ -264,7 +264,7 @@ def pooled_difference(
                 call,
                 "seed_sd",
                 seed_sd,
-                "a finite number >= 0 (metres) or None",
+                "a finite number >= 0 (the reward's unit) or None",
                 "the pilot's standard deviation of a seed's mean paired difference",
             )
         if not seed_sd_source:
@@ -497,7 +497,7 @@ def agreement_test(
     MAE are read from the same fits, so the p value is approximate; every z is given beside it.
 
     Args:
-        estimates_a: float [K], study A's seed-pooled estimates (metres).
+        estimates_a: float [K], study A's seed-pooled estimates (the reward's unit).
         se_a: float [K], their standard errors (>= 0; where both are 0 the estimates must be equal,
             and z is 0).
         estimates_b: float [K], study B's estimates of the same comparisons, in the same order.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from qhlab.design.study_config import QhArchitectureStudyConfig
+from qhlab.evidence.canonical import dotted
 from qhlab.statistics.bootstrap import DECISIONS, probability_of_improvement
 from qhlab.study.render import table
 from qhlab.study.sections import ReportInputs, Tables
@@ -32,12 +33,17 @@ _NO_PILOT = (
 )
 
 
-def _interval(margin: dict) -> str:
-    return f"{margin['estimate']:+.4f} m [{margin['low']:+.4f}, {margin['high']:+.4f}]"
+def _unit(report: dict) -> str:
+    """What follows a reward-valued number: " m" for the puck world, "" for a reward that names no unit."""
+    return f" {report['unit']}" if report["unit"] else ""
 
 
-def _why(entry: dict, config: QhArchitectureStudyConfig) -> str:
-    """Why the rule decided as it did, in words, with the margins' intervals."""
+def _interval(margin: dict, unit: str) -> str:
+    return f"{margin['estimate']:+.4f}{unit} [{margin['low']:+.4f}, {margin['high']:+.4f}]"
+
+
+def _why(entry: dict, config: QhArchitectureStudyConfig, unit: str) -> str:
+    """Why the rule decided as it did, in words, with the margins' intervals (``unit``: as ``_unit``)."""
     margins = entry["pooled_margins"]
     reg, mae = margins["D_reg"], margins["D_mae"]
     words = {
@@ -46,18 +52,18 @@ def _why(entry: dict, config: QhArchitectureStudyConfig) -> str:
     }
     if entry["decision"] == "retained":
         return (
-            f"both margins lie below 0: D_reg {_interval(reg)} ({words['D_reg']}) and D_mae {_interval(mae)} "
+            f"both margins lie below 0: D_reg {_interval(reg, unit)} ({words['D_reg']}) and D_mae {_interval(mae, unit)} "
             f"({words['D_mae']})"
         )
     if entry["decision"] == "not retained":
         above = [n for n, m in margins.items() if m["low"] is not None and m["low"] > 0]
         return "the gain is below the margin: " + " and ".join(
-            f"{n} {_interval(margins[n])} lies above 0 (its {words[n].replace(' below ', ' is not below ')})"
+            f"{n} {_interval(margins[n], unit)} lies above 0 (its {words[n].replace(' below ', ' is not below ')})"
             for n in above
         )
     why = (
-        f"the study could not tell a difference this small from noise: D_reg {_interval(reg)}, D_mae "
-        f"{_interval(mae)} (MDE D_reg {reg['mde']:.4f} m, D_mae {mae['mde']:.4f} m)"
+        f"the study could not tell a difference this small from noise: D_reg {_interval(reg, unit)}, D_mae "
+        f"{_interval(mae, unit)} (MDE D_reg {reg['mde']:.4f}{unit}, D_mae {mae['mde']:.4f}{unit})"
     )
     if entry["decision_reason"].startswith("fewer than"):
         why = f"{entry['decision_reason']}; {why}"
@@ -97,7 +103,7 @@ def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
     for metric, name in (("regret", f"regret_{h}"), ("mae", f"MAE_{h}")):
         d = differences[metric]
         if d is not None:
-            parts.append(f"{name} {d['estimate']:+.4f} m [{d['low']:+.4f}, {d['high']:+.4f}]")
+            parts.append(f"{name} {_interval(d, _unit(report))}")
     confidence = config.bootstrap.confidence
     against = (
         f"against `{baseline}`: " + ", ".join(parts) + f" (variant minus baseline, seeds pooled, {confidence:.0%} "
@@ -111,7 +117,7 @@ def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
         if won["low"] is not None and won["high"] is not None
         else f"; it has the lower regret_{h} on {won['estimate']:.0%} of scenes"
     )
-    why = _why(e, config)
+    why = _why(e, config, _unit(report))
     return {
         "decision": e["decision"],
         "why": why,
@@ -193,14 +199,14 @@ def markdown(report: dict) -> list[str]:
         agree = "" if q["seeds_agree"] else "; the seeds read it differently"
         lines.append(
             f"- `{q['variant']}`: {seeds}{agree}; the study, both seeds pooled: {q['decision']} (MDE D_reg "
-            f"{q['mde_d_reg']:.4f} m, D_mae {q['mde_d_mae']:.4f} m)."
+            f"{q['mde_d_reg']:.4f}{_unit(report)}, D_mae {q['mde_d_mae']:.4f}{_unit(report)})."
         )
     rows = [
         [
             f["arm"],
             f["role"],
             "built-in" if f["builder"] == "qhlab" else f"`{f['builder']}`",
-            "`" + ", ".join(f"{k}={v}" for k, v in _flat(f["architecture"]).items()) + "`",
+            "`" + ", ".join(f"{k}={v}" for k, v in dotted(f["architecture"]).items()) + "`",
             "-" if f["parameters"] is None else f"{f['parameters']:,}",
             "-" if f["mean_cell_wall_seconds"] is None else f"{f['mean_cell_wall_seconds']:.1f}",
             "-" if f["updates_per_second"] is None else f"{f['updates_per_second']:.1f}",
@@ -224,16 +230,6 @@ def markdown(report: dict) -> list[str]:
         ),
         "",
     ]
-
-
-def _flat(mapping: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def tables(report: dict) -> Tables:

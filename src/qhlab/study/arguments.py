@@ -116,7 +116,7 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
         "--margin",
         type=float,
         default=None,
-        help="TOST equivalence margin on regret_H (metres); default: --margin-mde-multiple x the "
+        help="TOST equivalence margin on regret_H (in the reward's unit); default: --margin-mde-multiple x the "
         "study's regret MDE (lane A's largest D_reg MDE)",
     )
     lanes.add_argument(

@@ -9,7 +9,7 @@ The tables, one row per value (``docs/how-to/export-results.md`` loads them with
 DuckDB):
 
 * ``cells``: ``study, arm, role, seed, horizon, metric, value, low, high, confidence,
-  observed_updates``: each cell's MAE_h and regret_h (metres) for h = 1..H, with its 95%
+  observed_updates``: each cell's MAE_h and regret_h (in the reward's unit) for h = 1..H, with its 95%
   scene-bootstrap interval, exactly as ``report.json`` holds them;
 * ``scenes``: ``study, arm, role, seed, scene_id, horizon, metric, value``: the value of every
   validation scene, from the cell receipts the report binds (a cell's metric is their mean).
@@ -122,7 +122,7 @@ def export_tables(output: str | os.PathLike) -> dict[str, Any]:
 
 
 def _schema(columns: tuple[str, ...]) -> Any:
-    """The pyarrow schema of a table's ``columns`` (strings, int64 counts and ids, float64 metres)."""
+    """The pyarrow schema of a table's ``columns`` (strings, int64 counts and ids, float64 rewards)."""
     import pyarrow as pa
 
     ints, floats = ("seed", "scene_id", "horizon", "observed_updates"), ("value", "low", "high", "confidence")

@@ -48,6 +48,7 @@ from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.finite_horizon.benchmark import canonical_chains, canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
+from qhlab.scenes.manifest import reward_unit
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
 from qhlab.study.family import freeze_family, user_source_digests
 from qhlab.study.populations import (
@@ -244,6 +245,8 @@ def _freeze_locked(
             "declared": config.train.model_dump(mode="json"),
             "manifest_sha256": population.digest,
             "support": support,
+            # The unit every reward-valued number of the study is printed in.
+            "reward_unit": reward_unit(population.manifest["generator"]),
             "canonical_first_chain": chain,
             # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
             "audit": audit,

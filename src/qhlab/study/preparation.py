@@ -571,6 +571,7 @@ def build(inputs: Any, report: dict) -> None:
 def markdown(report: dict) -> list[str]:
     """The section's lines of ``report.md``."""
     prepared = report["preparation"]
+    unit = f" {report['unit']}" if report["unit"] else ""
     tuning, pilot, typed = prepared["tuning"], prepared["pilot"], prepared["typed_seed_variance"]
     lines = ["", "## How this study was prepared", ""]
     if tuning is None:
@@ -670,7 +671,7 @@ def markdown(report: dict) -> list[str]:
             ]
     elif typed is not None:
         lines.append(
-            f"The pilot's seed variance (tau regret {typed['regret']:.5f} m, MAE {typed['mae']:.5f} m, "
+            f"The pilot's seed variance (tau regret {typed['regret']:.5f}{unit}, MAE {typed['mae']:.5f}{unit}, "
             f"{typed['seeds']} seeds) was typed into `[seed_variance]`; its source: {typed['source']}. "
             "It is not a record the freeze could check, and the intervals do not carry the TRAIN draw."
         )
@@ -681,11 +682,11 @@ def markdown(report: dict) -> list[str]:
             "decide anything but a very large effect. `qhlab pilot` measures each comparison's components on a "
             "tuning population; `[preparation] pilot` binds its record."
         )
-    return lines + [""] + _plan_lines(prepared.get("plan")) + _e0_lines(prepared.get("e0"))
+    return lines + [""] + _plan_lines(prepared.get("plan"), unit) + _e0_lines(prepared.get("e0"), unit)
 
 
-def _plan_lines(plan: dict | None) -> list[str]:
-    """The power plan's paragraph (empty without a plan)."""
+def _plan_lines(plan: dict | None, unit: str) -> list[str]:
+    """The power plan's paragraph (empty without a plan); ``unit`` follows each MDE (" m", or "")."""
     if plan is None:
         return []
     planned, target, chosen = plan["planned"], plan["target"], plan["chosen"]
@@ -698,15 +699,15 @@ def _plan_lines(plan: dict | None) -> list[str]:
     return [
         f"The power plan `{plan['name']}` (record sha256 `{plan['record_sha256'][:16]}`, copied into "
         f"`{plan['copy']}/`) predicted this design's MDEs from the pilot alone, before any of the study's fits: "
-        f"largest D_reg {fmt(planned['largest']['D_reg'])} m, D_mae {fmt(planned['largest']['D_mae'])} m, against a "
-        f"target of {fmt(target['d_reg'])} m and {fmt(target['d_mae'])} m; {choice}. The tables above set each "
+        f"largest D_reg {fmt(planned['largest']['D_reg'])}{unit}, D_mae {fmt(planned['largest']['D_mae'])}{unit}, "
+        f"against a target of {fmt(target['d_reg'])}{unit} and {fmt(target['d_mae'])}{unit}; {choice}. The tables above set each "
         "planned MDE beside the one the study achieved.",
         "",
     ]
 
 
-def _e0_lines(e0: dict | None) -> list[str]:
-    """The E0 check's paragraph and table (the section's last part)."""
+def _e0_lines(e0: dict | None, unit: str) -> list[str]:
+    """The E0 check's paragraph and table (the section's last part); ``unit`` as ``_plan_lines``'s."""
     if e0 is None:
         return [
             "The E0 gate's margins are unchecked: this study names no E0 check record (`[preparation] e0`), so "
@@ -716,7 +717,7 @@ def _e0_lines(e0: dict | None) -> list[str]:
     gate = e0["gate"]
     lines = [
         f"The E0 gate (canary_updates {gate['canary_updates']}, canary_gap_multiple "
-        f"{gate['canary_gap_multiple']:g}, tie_band {gate['tie_band']:g} m, canary seeds {gate['seeds']}) "
+        f"{gate['canary_gap_multiple']:g}, tie_band {gate['tie_band']:g}{unit}, canary seeds {gate['seeds']}) "
         f"was run by E0 check `{e0['name']}` (record sha256 `{e0['record_sha256'][:16]}`, copied into "
         f"`{e0['copy']}/`) on {e0['draws']} fresh TRAIN draws the study never trains on: {e0['passed']} of "
         f"{e0['draws']} passed (share {e0['pass_share']:.2f}; the check required {e0['min_pass_share']}).",

@@ -152,6 +152,8 @@ def _overview(inputs: ReportInputs, report: dict) -> None:
             "profile": config.profile,
             "horizon": inputs.horizon,
             "primary_horizon": inputs.horizon,
+            # Every reward-valued number of the report (labels, MAE, regret, margins) is in it.
+            "unit": inputs.freeze["train"]["reward_unit"],
             "n_scenes": len(inputs.scene_ids),
             "statistical_unit": "scene (candidates within state, states within scene, scenes equally)",
             "states_used": "final states of charged cells only; no intermediate checkpoint",
@@ -165,7 +167,12 @@ def _overview(inputs: ReportInputs, report: dict) -> None:
 def _overview_markdown(report: dict) -> list[str]:
     lines = [
         f"Lane `{report['profile']}`; {report['n_scenes']} validation scenes; horizon H={report['horizon']} is "
-        f"primary; seeds {report['seeds']}. Statistical unit: the scene. {report['states_used']}.",
+        f"primary; seeds {report['seeds']}. Statistical unit: the scene. {report['states_used']}. "
+        + (
+            f"Rewards, labels, MAE and regret are in {report['unit']}."
+            if report["unit"]
+            else "Rewards, labels, MAE and regret are in the environment's own reward, which names no unit."
+        ),
         f"Thresholds: tie_band={report['thresholds']['tie_band']}, regret_fraction="
         f"{report['thresholds']['regret_fraction']}, mae_fraction={report['thresholds']['mae_fraction']}. "
         f"Intervals: {report['bootstrap']['confidence']:.0%} scene bootstrap (BCa unless noted), "

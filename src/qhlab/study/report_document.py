@@ -9,7 +9,7 @@ report (``report``), writing it (``render``) or the tidy export (``export``).
 
 Indices: a list of per-horizon values (``mae``, ``regret``, ``*_intervals``, a curve point's
 ``mae`` and ``regret``) holds horizon h at index h - 1, for h = 1..``horizon``; every distance
-is in metres.
+is in the reward's unit (`unit`: metres for the puck world).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ class Interval(_Open):
     """A scene-bootstrap interval of a mean over validation scenes.
 
     Attributes:
-        estimate: the mean (metres).
-        low: its lower bound (metres; None: that side is open).
-        high: its upper bound (metres; None: that side is open).
+        estimate: the mean (the reward's unit).
+        low: its lower bound (the reward's unit, `unit`; None: that side is open).
+        high: its upper bound (the reward's unit, `unit`; None: that side is open).
         confidence: e.g. 0.95.
         method: "BCa" or "percentile".
         alternative: "two-sided", "less" or "greater".
@@ -56,8 +56,8 @@ class CurvePoint(_Closed):
 
     Attributes:
         updates: the observed optimizer updates at which it was measured.
-        mae: MAE_h per horizon (index h - 1), metres.
-        regret: regret_h per horizon (index h - 1), metres.
+        mae: MAE_h per horizon (index h - 1), in the reward's unit.
+        regret: regret_h per horizon (index h - 1), in the reward's unit.
     """
 
     updates: int
@@ -77,8 +77,8 @@ class Cell(_Open):
         final_state_sha256: the final state scored.
         observed_updates: its optimizer updates.
         wall_seconds: the fit's wall time (None: not recorded).
-        mae: MAE_h per horizon (index h - 1), metres.
-        regret: regret_h per horizon (index h - 1), metres.
+        mae: MAE_h per horizon (index h - 1), in the reward's unit.
+        regret: regret_h per horizon (index h - 1), in the reward's unit.
         mae_intervals: MAE_h's scene-bootstrap interval, per horizon.
         regret_intervals: regret_h's scene-bootstrap interval, per horizon.
         curve: the learning curve (may be empty).
@@ -107,9 +107,9 @@ class Difference(_Closed):
     """A seed-pooled difference (variant minus baseline) at H, with its two-sided interval.
 
     Attributes:
-        estimate: the difference (metres).
-        low: the interval's lower bound (metres).
-        high: the interval's upper bound (metres).
+        estimate: the difference (the reward's unit).
+        low: the interval's lower bound (the reward's unit).
+        high: the interval's upper bound (the reward's unit).
         confidence: e.g. 0.95.
     """
 
@@ -149,8 +149,8 @@ class Question(_Closed):
         per_seed: each seed's own reading of the rule, in the same words (seed as a string key).
         seeds_agree: whether every seed reads the same.
         answer: the answer.
-        mde_d_reg: the smallest D_reg the study detects (80% power, two-sided), metres.
-        mde_d_mae: the smallest D_mae the study detects (80% power, two-sided), metres.
+        mde_d_reg: the smallest D_reg the study detects (80% power, two-sided), in the reward's unit.
+        mde_d_mae: the smallest D_mae the study detects (80% power, two-sided), in the reward's unit.
         regret_profile: the variant's seed-averaged per-scene regret at H minus the baseline's,
             sorted ascending (one value per validation scene; below 0: the variant is better there).
     """
@@ -174,6 +174,8 @@ class StudyReportDocument(_Closed):
         profile: the lane.
         horizon: H.
         primary_horizon: the horizon the decisions read (H).
+        unit: the unit of every reward-valued number ("m" in the puck world; "" where the
+            environment names none).
         seeds: the training seeds.
         n_scenes: validation scenes.
         statistical_unit: what a statistic resamples, in words.
@@ -200,6 +202,7 @@ class StudyReportDocument(_Closed):
     profile: str
     horizon: int = Field(ge=1)
     primary_horizon: int = Field(ge=1)
+    unit: str
     seeds: list[int]
     n_scenes: int = Field(ge=1)
     statistical_unit: str

@@ -50,6 +50,7 @@ class PuckEnvironment:
 
     state_column = "positions"
     reference_candidate = "straight_strike"
+    reward_unit = "m"
     feature_names = {"objects": OBJECT_FEATURES, "goal": GOAL_FEATURES, "candidates": CANDIDATE_FEATURES}
 
     def __init__(self, parameters: PuckParameters) -> None:
