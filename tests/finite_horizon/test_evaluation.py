@@ -11,7 +11,7 @@ import torch
 
 from qhlab.evidence.errors import QhInputError
 from qhlab.finite_horizon.evaluation import (
-    STRAIGHT_STRIKE_INDEX,
+    CANDIDATE_ZERO_INDEX,
     best_fixed_index,
     constant_predictions,
     evaluate_population,
@@ -341,7 +341,7 @@ def _reference_populations() -> tuple[_Population, _Population]:
 def test_population_heuristic_references_choose_on_train_and_evaluate_on_validation():
     train, validation = _reference_populations()
     refs = population_heuristic_references(train, validation, tie_band=0.5)
-    assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
+    assert list(refs) == ["best_fixed_index", "candidate_0", "myopic_oracle"]
     best = refs["best_fixed_index"]
     assert best["index"] == 1 and best["chosen_on"] == "train" and best["oracle"] is False
     # Slot 2 is padding in TRAIN state C, which fixed index 2 meets with its last candidate.
@@ -353,8 +353,8 @@ def test_population_heuristic_references_choose_on_train_and_evaluate_on_validat
     np.testing.assert_allclose(best["regret"], [1.0, 1.5])
     assert best["regret_primary"] == pytest.approx(1.5)
     # Straight strike (slot 0): V1 (1, 2), V2 (2, 0).
-    straight = refs["straight_strike"]
-    assert straight["index"] == STRAIGHT_STRIKE_INDEX == 0 and straight["oracle"] is False
+    straight = refs["candidate_0"]
+    assert straight["index"] == CANDIDATE_ZERO_INDEX == 0 and straight["oracle"] is False
     np.testing.assert_allclose(straight["per_scene"]["regret"], [[2.0, 0.0], [1.0, 2.0]])
     np.testing.assert_allclose(straight["regret"], [1.5, 1.0])
     # Myopic oracle, band .5: V1 picks slot 2 -> (0, 3 - 2); V2 ties slots 1, 2 -> (0, 4 - .5).

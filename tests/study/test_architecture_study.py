@@ -478,9 +478,9 @@ def test_report_shows_heuristic_references_and_headline_first(finished_study):
     assert best["train_regret_by_index"][best["index"]] == min(
         v for v in best["train_regret_by_index"] if v is not None
     )
-    assert sealed["straight_strike"]["index"] == 0 and sealed["myopic_oracle"]["oracle"] is True
+    assert sealed["candidate_0"]["index"] == 0 and sealed["myopic_oracle"]["oracle"] is True
     baseline = {c["seed"]: c["regret"][-1] for c in report["cells"] if c["arm"] == "baseline"}
-    assert set(report["references"]) == {"best_fixed_index", "straight_strike", "myopic_oracle"}
+    assert set(report["references"]) == {"best_fixed_index", "candidate_0", "myopic_oracle"}
     for name, ref in report["references"].items():
         assert ref["regret"] == pytest.approx(sealed[name]["regret"])
         assert ref["regret_interval"]["estimate"] == pytest.approx(ref["regret"][-1])
@@ -768,7 +768,7 @@ def _references(best_h: list[float], straight_h: list[float], oracle_h: list[flo
 
     return {
         "best_fixed_index": entry(best_h, policy="best fixed", oracle=False, index=index, chosen_on="train"),
-        "straight_strike": entry(straight_h, policy="slot 0", oracle=False, index=0),
+        "candidate_0": entry(straight_h, policy="slot 0", oracle=False, index=0),
         "myopic_oracle": entry(oracle_h, policy="argmax Q*_1", oracle=True, reads="validation labels"),
     }
 
@@ -797,12 +797,12 @@ def test_reference_comparisons_paired_intervals_and_headline():
         baseline_arm="baseline",
     )
     refs = result["references"]
-    assert list(refs) == ["best_fixed_index", "straight_strike", "myopic_oracle"]
+    assert list(refs) == ["best_fixed_index", "candidate_0", "myopic_oracle"]
     assert refs["myopic_oracle"]["oracle"] is True
     assert refs["myopic_oracle"]["note"] == "(oracle: reads validation labels)"
     assert refs["best_fixed_index"]["note"] is None and refs["best_fixed_index"]["index"] == 3
     assert refs["best_fixed_index"]["label"] == "best fixed index (TRAIN-chosen: index 3)"
-    for name, values in (("best_fixed_index", best), ("straight_strike", straight), ("myopic_oracle", oracle)):
+    for name, values in (("best_fixed_index", best), ("candidate_0", straight), ("myopic_oracle", oracle)):
         ref = refs[name]
         np.testing.assert_allclose(ref["regret"], [0.1, np.mean(values)])
         assert ref["regret_interval"]["estimate"] == pytest.approx(np.mean(values))
@@ -814,7 +814,7 @@ def test_reference_comparisons_paired_intervals_and_headline():
             assert interval["estimate"] == pytest.approx(np.mean(seed_values) - np.mean(values))
             assert interval["low"] <= interval["estimate"] <= interval["high"]
             assert interval["statistic"] == "mean difference" and interval["confidence"] == 0.95
-    assert refs["straight_strike"]["regret_interval"]["method"] == "point"
+    assert refs["candidate_0"]["regret_interval"]["method"] == "point"
 
     headline = result["headline"]
     assert headline["heuristic"] == "best_fixed_index" and headline["index"] == 3

@@ -143,7 +143,7 @@ def test_the_tank_study_runs_end_to_end_and_verifies(tmp_path) -> None:
     assert main(["verify", str(output)]) == 0
     report = json.loads((output / "report" / "report.json").read_text())
     references = report["references"]
-    assert references["straight_strike"]["label"] == "wait (index 0)"
+    assert references["candidate_0"]["label"] == "wait (index 0)"
 
 
 # ----------------------------------------------------------------- preparation with a user arm

@@ -41,7 +41,7 @@ from qhlab.finite_horizon.evaluation_inputs import (
 from qhlab.scenes.difficulty import reference_name
 
 __all__ = [
-    "STRAIGHT_STRIKE_INDEX",
+    "CANDIDATE_ZERO_INDEX",
     "best_fixed_index",
     "constant_predictions",
     "evaluate_population",
@@ -61,7 +61,7 @@ __all__ = [
 # Every state offers candidate 0 (an environment's ``candidates`` is at least 1), so slot 0 is a
 # fixed policy of every environment: the environment's reference candidate (in the puck world,
 # by its candidate layout, the target struck straight at the goal centre).
-STRAIGHT_STRIKE_INDEX = 0
+CANDIDATE_ZERO_INDEX = 0
 _SLOT_ZERO_POLICY = {
     "straight_strike": "always candidate slot 0: the target struck straight at the goal centre (scene layout contract)"
 }
@@ -502,7 +502,7 @@ def population_heuristic_references(
 
     * ``best_fixed_index``: always the candidate slot with the lowest scene-weighted TRAIN
       regret_H (``best_fixed_index`` on TRAIN chain rows only; ties go to the lowest index).
-    * ``straight_strike``: always slot ``STRAIGHT_STRIKE_INDEX`` (0), which every state offers:
+    * ``candidate_0``: always slot ``CANDIDATE_ZERO_INDEX`` (0), which every state offers:
       the environment's reference candidate (``candidate``, from the population's difficulty
       card; the puck world's is the target struck straight at the goal centre).
     * ``myopic_oracle``: argmax of the evaluated rows' exact Q*_1 (ties within ``tie_band``
@@ -521,7 +521,7 @@ def population_heuristic_references(
         index h-1), ``regret_primary`` (at H), ``per_scene`` = {``scene_index`` [n_scenes],
         ``scene_id`` [n_scenes], ``regret`` [n_scenes][H]} in ascending scene_index order (the
         order of ``evaluate_population``), and ``evaluated_on`` (name, split, digest, rows).
-        The fixed-index entries add ``index``; ``straight_strike`` adds ``candidate`` (the
+        The fixed-index entries add ``index``; ``candidate_0`` adds ``candidate`` (the
         environment's name for candidate 0); ``best_fixed_index`` adds ``chosen_on``
         ("train"), ``train_population_digest`` and ``train_regret_by_index`` [K] (None for a
         slot no TRAIN state offers); the oracle adds ``reads`` and ``tie_band``.
@@ -598,13 +598,13 @@ def population_heuristic_references(
             train_population_digest=population_identity(train_population)["digest"],
             train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
         ),
-        "straight_strike": entry(
-            _fixed_index_regret(call, labels, mask, scene_index, STRAIGHT_STRIKE_INDEX),
+        "candidate_0": entry(
+            _fixed_index_regret(call, labels, mask, scene_index, CANDIDATE_ZERO_INDEX),
             policy=_SLOT_ZERO_POLICY.get(
                 candidate, f"always candidate slot 0: the environment's reference candidate ({candidate})"
             ),
             oracle=False,
-            index=STRAIGHT_STRIKE_INDEX,
+            index=CANDIDATE_ZERO_INDEX,
             candidate=candidate,
         ),
         "myopic_oracle": entry(

@@ -453,6 +453,7 @@ def lane_comparison(
         "seeds": seeds,
         "margin": margin,
         "margin_source": margin_source,
+        "unit": a["report_json"]["unit"],
         "tost_seed_variance": (
             f"pilot: {seed_variance['seed_sd_source']} (tau {seed_variance['seed_sd']:.4g})"
             if seed_variance
@@ -566,7 +567,7 @@ def markdown(c: dict) -> str:
         f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
         f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
         f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
-        f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])} m on regret_{h} "
+        f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])}{' ' + c['unit'] if c['unit'] else ''} on regret_{h} "
         f"({c['margin_source']}); the TOST intervals are seed-aware, as the report's ({c['tost_seed_variance']}).",
         "",
         "Package versions that differ between the lanes: "

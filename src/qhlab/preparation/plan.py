@@ -158,8 +158,8 @@ def _summary(record: dict) -> list[str]:
     target = record["target"]
     lines = [
         f"plan {record['name']}: the study's design ({planned['recipe']} recipe, {planned['validation_scenes']} "
-        f"validation scenes, {record['seeds']} seeds) predicts MDE D_reg {fmt(planned['largest']['D_reg'])} m, "
-        f"D_mae {fmt(planned['largest']['D_mae'])} m (target {fmt(target['d_reg'])}, {fmt(target['d_mae'])})"
+        f"validation scenes, {record['seeds']} seeds) predicts MDE D_reg {fmt(planned['largest']['D_reg'])}, "
+        f"D_mae {fmt(planned['largest']['D_mae'])} (target {fmt(target['d_reg'])}, {fmt(target['d_mae'])})"
     ]
     if record["chosen"] is None:
         best = min(
@@ -168,15 +168,15 @@ def _summary(record: dict) -> list[str]:
         )
         lines.append(
             f"  no design weighed reaches the target; the closest: {best['recipe']} recipe, "
-            f"{best['validation_scenes']} scenes (D_reg {fmt(best['largest']['D_reg'])} m, D_mae "
-            f"{fmt(best['largest']['D_mae'])} m)"
+            f"{best['validation_scenes']} scenes (D_reg {fmt(best['largest']['D_reg'])}, D_mae "
+            f"{fmt(best['largest']['D_mae'])})"
         )
     else:
         chosen = record["designs"][record["chosen"]]
         lines.append(
             f"  the cheapest design that reaches it: {chosen['recipe']} recipe, {chosen['validation_scenes']} scenes "
-            f"({chosen['cost']['seconds']:.0f} CPU s; D_reg {fmt(chosen['largest']['D_reg'])} m, D_mae "
-            f"{fmt(chosen['largest']['D_mae'])} m)"
+            f"({chosen['cost']['seconds']:.0f} CPU s; D_reg {fmt(chosen['largest']['D_reg'])}, D_mae "
+            f"{fmt(chosen['largest']['D_mae'])})"
         )
     return lines
 
@@ -207,8 +207,8 @@ def plan_markdown(record: dict) -> str:
             [[key, fmt(p["se"], 5), f"{p['dof']:.1f}", fmt(p["mde"], 5)] for key, p in planned["rows"].items()],
         ),
         "",
-        f"## Designs weighed (target: largest MDE D_reg <= {fmt(record['target']['d_reg'])} m, D_mae <= "
-        f"{fmt(record['target']['d_mae'])} m)",
+        f"## Designs weighed (target: largest MDE D_reg <= {fmt(record['target']['d_reg'])}, D_mae <= "
+        f"{fmt(record['target']['d_mae'])}, in the reward's unit)",
         "",
     ]
     rows = []

@@ -599,14 +599,14 @@ def markdown(report: dict) -> list[str]:
                 if objective["metric"] == "mde"
                 else f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
             )
-            + f"{objective['band']} m; max seed sd "
-            + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']} m")
+            + f"{objective['band']}{unit}; max seed sd "
+            + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']}{unit}")
             + "; max cost "
             + ("none" if objective["max_cost"] is None else f"{objective['max_cost']} (updates x members)")
             + ".",
             f"- Rule: {tuning['rule']}.",
             f"- Winner: trial {winner['number'] + 1}, mean {fmt(winner['mean'])}, margin over the runner-up "
-            f"{fmt(winner['margin'])} m; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",
+            f"{fmt(winner['margin'])}{unit}; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",
             "",
         ]
         rows = [

@@ -20,11 +20,11 @@ from qhlab.evidence import EvidenceError, input_error
 
 __all__ = ["ORACLE_MARK", "REFERENCE_NAMES", "reference_comparisons"]
 
-REFERENCE_NAMES = ("best_fixed_index", "straight_strike", "myopic_oracle")
+REFERENCE_NAMES = ("best_fixed_index", "candidate_0", "myopic_oracle")
 ORACLE_MARK = "(oracle: reads validation labels)"
 _REFERENCE_LABELS = {
     "best_fixed_index": "best fixed index (TRAIN-chosen: index {index})",
-    "straight_strike": "{candidate} (index {index})",
+    "candidate_0": "{candidate} (index {index})",
     "myopic_oracle": "myopic oracle (argmax Q*_1)",
 }
 _BEATS_RULE = (
@@ -99,7 +99,7 @@ def reference_comparisons(
     for name, field, want in (
         ("best_fixed_index", "chosen_on", "train"),
         ("myopic_oracle", "oracle", True),
-        ("straight_strike", "oracle", False),
+        ("candidate_0", "oracle", False),
         ("best_fixed_index", "oracle", False),
     ):
         if references[name].get(field) != want:
@@ -143,7 +143,7 @@ def reference_comparisons(
         section[name] = {
             "reference": name,
             "label": _REFERENCE_LABELS[name].format(
-                index=ref.get("index"), candidate=str(ref.get("candidate", "straight_strike")).replace("_", " ")
+                index=ref.get("index"), candidate=str(ref.get("candidate", "candidate 0")).replace("_", " ")
             ),
             "policy": ref.get("policy"),
             "oracle": oracle,

@@ -129,7 +129,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
                 ax,
                 labels,
                 rotation=60,
-                ylabel=f"{metric} at H={h} (m)",
+                ylabel=f"{metric} at H={h}{_axis_unit(report)}",
                 title=f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI",
             )
         save_figure(fig, path)
@@ -151,7 +151,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             ax.axvline(0.0, color="grey", linestyle="--")
             ax.set_yticks(range(len(rows)))
             ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
-            ax.set_xlabel(f"paired difference of {metric} at H={h} (m)")
+            ax.set_xlabel(f"paired difference of {metric} at H={h}{_axis_unit(report)}")
         save_figure(fig, path)
 
     def curves_figure(path: Path) -> None:
@@ -174,7 +174,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
                 report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8, label="TRAIN constant"
             )
             ax.set_xlabel("observed optimizer updates")
-            ax.set_ylabel(f"validation {metric} at H={h} (m)")
+            ax.set_ylabel(f"validation {metric} at H={h}{_axis_unit(report)}")
             ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
             ax.legend(fontsize=6, ncol=2)
         save_figure(fig, path)
@@ -187,7 +187,7 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
             ax.plot(share, values, color=f"C{i % 10}", linewidth=1.2, label=f"{q['variant']} ({q['decision']})")
         ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xlabel("share of validation scenes (sorted by the difference)")
-        ax.set_ylabel(f"regret at H={h}: variant minus baseline (m)")
+        ax.set_ylabel(f"regret at H={h}: variant minus baseline{_axis_unit(report)}")
         ax.set_title("per-scene regret profile against the baseline (seeds averaged; below 0: the variant wins)")
         ax.title.set_fontsize(9)
         if report["question"]:
@@ -226,3 +226,8 @@ def write_report_files(report: dict, directory: Path, sections: Iterable[Section
         publish_file(directory / name, writer)
         outputs[name] = directory / name
     return outputs
+
+
+def _axis_unit(report: dict) -> str:
+    """An axis label's unit: " (m)" in the puck world, nothing where the reward names no unit."""
+    return f" ({report['unit']})" if report["unit"] else ""

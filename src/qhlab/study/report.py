@@ -305,7 +305,7 @@ def _references(inputs: ReportInputs, report: dict) -> None:
 def _slot_zero_words(report: dict) -> str:
     """What candidate 0 is, in the report's words (the puck world's straight strike, or the
     environment's own reference candidate)."""
-    reference = report["references"].get("straight_strike", {})
+    reference = report["references"].get("candidate_0", {})
     if reference.get("label", "").startswith("straight strike"):
         return "the straight strike is candidate 0 (the target struck at the goal centre)"
     name = reference.get("label", "first candidate").split(" (index")[0]

@@ -51,6 +51,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
     """
     config = inputs.config
     confidence = config.bootstrap.confidence
+    unit = f" {report['unit']}" if report["unit"] else ""
     plan = (inputs.freeze.get("preparation") or {}).get("plan")
     planned = None if plan is None else plan["planned"]["rows"]
     intervals = {(p["arm"], p["against"], p["seed"], p["metric"]): p["interval"] for p in report["paired"]}
@@ -105,8 +106,8 @@ def build(inputs: ReportInputs, report: dict) -> None:
             for name, p in pooled.items()
         }
         entry["sensitivity"] = (
-            f"{decision}: {reason}; a |D_reg| below {pooled['D_reg'].mde:.4f} m or a |D_mae| below "
-            f"{pooled['D_mae'].mde:.4f} m could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, "
+            f"{decision}: {reason}; a |D_reg| below {pooled['D_reg'].mde:.4f}{unit} or a |D_mae| below "
+            f"{pooled['D_mae'].mde:.4f}{unit} could not be detected ({POWER:.0%} power, two-sided {confidence:.0%}, "
             "both seeds)"
         )
     report["summary"]["decisions"] = {e["variant"]: e["decision"] for e in report["retention"]}

@@ -57,7 +57,12 @@ def tuning_figures(tuning: dict[str, Any] | None) -> dict[str, Any]:
     import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
-    metric = f"mean {tuning['objective']['metric']} over fit seeds (m)"
+    objective = tuning["objective"]["metric"]
+    metric = (
+        "largest planned MDE (reward unit)"
+        if objective == "mde"
+        else f"mean {objective}_H over fit seeds (reward unit)"
+    )
 
     def save(path: Path, draw) -> None:
         with warnings.catch_warnings():
