@@ -78,6 +78,7 @@ def test_the_table_builds_every_command_and_a_group_dispatches_to_its_subcommand
     assert sorted(commands) == [
         "commission",
         "e0-check",
+        "env",
         "fit",
         "pilot",
         "plan",

@@ -206,3 +206,16 @@ def test_the_tank_network_keeps_its_contract_on_its_own_scenes() -> None:
             volumes.append(abs(float(np.dot(after, scene["area"])) - total))
             assert (after >= 0).all() and (after <= np.array(scene["capacity"]) + 1e-12).all()
     assert len(counts) > 1 and max(volumes) < 1e-9
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("fault", ["remembers_scene", "process_hash"])
+def test_hidden_state_is_refused_whatever_the_workers(tmp_path, capsys, fault, workers) -> None:
+    # Labels computed by other processes (2 workers) or in another order would differ from one
+    # process's: refused before any label is computed, with one worker or with two.
+    preset = write_hopper(tmp_path / "env", options=f'fault = "{fault}"')
+    out = tmp_path / "pop"
+    assert main([*_generate(preset, out), "--workers", workers, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "hidden state" in err, err
+    assert not out.exists()

@@ -36,6 +36,13 @@ def test_same_arguments_give_byte_identical_files_whatever_the_workers(tiny_trai
         assert (again / name).read_bytes() == (tiny_train / name).read_bytes(), name
 
 
+def test_the_tank_network_gives_byte_identical_files_whatever_the_workers(tmp_path) -> None:
+    one = generate_population("tanks-tiny", "train", 2, tmp_path / "one", workers=1)
+    two = generate_population("tanks-tiny", "train", 2, tmp_path / "two", workers=2)
+    for name in ("scenes.parquet", "states.parquet", "candidates.parquet", "manifest.json"):
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+
+
 def test_generation_receipt_says_which_executor_ran_where(tiny_train) -> None:
     from qhlab.evidence import read_receipt
 

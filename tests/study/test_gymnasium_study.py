@@ -2,6 +2,9 @@
 
 The preset names ``factory = "qhlab.scenes.gymnasium:make"``; the study freezes, fits, reports in
 the task's own reward unit (never metres) and verifies, the verify naming Gymnasium's version.
+With CartPole's native reward (+1 a step; its Euler step moves the pole by the old velocity, so
+no first step's reward depends on the action) no state's candidates differ at h=1, the E0 gate
+cannot pass, and the freeze says so before any fit.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ import gymnasium
 import pytest
 
 from qhlab.cli import main
-
-pytestmark = pytest.mark.slow
 
 _PRESET = """name = "cartpole-shaped"
 scenes = 60
@@ -80,6 +81,7 @@ control = "control_global_readout"
 """
 
 
+@pytest.mark.slow
 def test_a_cartpole_study_runs_reports_in_its_own_unit_and_verifies(tmp_path, monkeypatch, capsys) -> None:
     (tmp_path / "cartpole.toml").write_text(_PRESET)
     (tmp_path / "study.toml").write_text(_STUDY)
@@ -99,3 +101,19 @@ def test_a_cartpole_study_runs_reports_in_its_own_unit_and_verifies(tmp_path, mo
         in printed
     )
     assert printed.count("every label obeys the Bellman rule exactly") == 2
+
+
+def test_cartpole_with_its_native_reward_is_refused_at_freeze_before_any_fit(tmp_path, monkeypatch, capsys) -> None:
+    native = _PRESET.replace("shaping = { feature = 3, scale = -1.0, absolute = true }\n", "")
+    native = native.replace("reset = { low = -0.1, high = 0.1 }", "reset = { low = -0.2, high = 0.2 }")
+    assert "shaping" not in native.split("[environment.options]")[1].replace("# ", "#").split("#")[0]
+    (tmp_path / "cartpole.toml").write_text(native)
+    (tmp_path / "study.toml").write_text(_STUDY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["scenes", "generate", "--preset", "cartpole.toml", "--split", "train", "--seed", "7",
+                 "--out", "look", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["study", "run", "study.toml", "--output", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "freeze_study: train=" in err and "at every horizon" in err, err
+    assert not (tmp_path / "out").exists(), sorted(p.name for p in (tmp_path / "out").rglob("*"))

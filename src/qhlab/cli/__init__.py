@@ -32,6 +32,7 @@ __all__ = ["build_parser", "main"]
 _COMMANDS = {
     "profiles": "qhlab.cli.profiles:COMMAND",
     "scenes": "qhlab.cli.scenes:COMMAND",
+    "env": "qhlab.cli.env:COMMAND",
     "fit": "qhlab.cli.fit:COMMAND",
     "commission": "qhlab.cli.commission:COMMAND",
     "study": "qhlab.cli.study:COMMAND",

@@ -18,7 +18,7 @@ import numpy as np
 from qhlab.evidence import EvidenceError, canonical_json
 from qhlab.scenes.audit import audit_population, check_population_labels
 from qhlab.scenes.bellman import read_labels
-from qhlab.scenes.difficulty import difficulty_card, reference_name
+from qhlab.scenes.difficulty import difficulty_card, reference_name, suggested_settings
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.origin import user_environment
 
@@ -40,7 +40,8 @@ def describe_population(
             environment's frozen copy inside the population).
 
     Returns:
-        ``{"name", "split", "generator", "counts", "card", "audit" (None without one),
+        ``{"name", "split", "generator", "counts", "card", "suggested" (a study's reward-scale
+        settings, ``difficulty.suggested_settings``), "audit" (None without one),
         "user_code" (whether the population's environment is a user's)}``.
 
     Raises:
@@ -90,6 +91,7 @@ def describe_population(
         "generator": manifest["generator"],
         "counts": manifest["counts"],
         "card": card,
+        "suggested": suggested_settings(labels.q[chain], mask),
         "audit": audit,
         "user_code": user_environment(manifest),
     }

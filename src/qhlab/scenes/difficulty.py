@@ -31,7 +31,14 @@ import numpy as np
 from qhlab.evidence import QhInputError
 from qhlab.scenes.manifest import reward_unit
 
-__all__ = ["CARD_TIE_BAND", "card_lines", "card_warnings", "difficulty_card", "reference_name"]
+__all__ = [
+    "CARD_TIE_BAND",
+    "card_lines",
+    "card_warnings",
+    "difficulty_card",
+    "reference_name",
+    "suggested_settings",
+]
 
 CARD_TIE_BAND = 0.001
 """Tie band (in the reward's unit) of the card written at generation: the default study's ``tie_band``."""
@@ -185,7 +192,69 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         f"  optimal index entropy         {card['optimal_index']['entropy_bits']:.3f} bits "
         f"({_ratio_text(card['optimal_index']['entropy_over_log2K'])} x log2 K)",
         *(f"  WARNING: {warning}" for warning in card_warnings(card)),
+        *_suggestion_lines(described.get("suggested"), unit),
     ]
+
+
+def _suggestion_lines(suggested: dict[str, Any] | None, unit: str) -> list[str]:
+    if not suggested:
+        return []
+    unit = f" {unit}" if unit else ""
+    gap = suggested["canary_gap_multiple_at_most"]
+    return [
+        f"  suggested for a study on it: tie_band {suggested['tie_band']:g}{unit} (a hundredth of the median "
+        f"spread of Q*_H, {suggested['spread_H']:.4g}{unit}), huber_delta {suggested['huber_delta']:g}{unit} "
+        f"(the labels' sd), canary_gap_multiple "
+        + (
+            f"at most {gap} at that tie_band (half the gap, over every horizon, of the 90th percentile chain state)"
+            if gap is not None
+            else "none: no chain state's candidates differ at every horizon, so no E0 gate can pass"
+        )
+    ]
+
+
+def _one_digit(value: float) -> float:
+    """``value`` rounded down to one significant digit (0.0143 -> 0.01), > 0 for a value > 0."""
+    if value <= 0 or not math.isfinite(value):
+        return 0.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    return math.floor(value / scale) * scale
+
+
+def suggested_settings(q: np.ndarray, candidate_mask: np.ndarray) -> dict[str, Any]:
+    """A study's reward-scale settings suggested from a population's exact labels.
+
+    The defaults (``tie_band`` 0.001, ``huber_delta`` 0.25, ``canary_gap_multiple`` 10) were chosen
+    for the puck world, whose Q*_H spreads about 0.14 m across a state's candidates; a reward on
+    another scale needs them scaled with it. These are where to start, never a tuned choice.
+
+    Args:
+        q: float64 [S, K, H], the chain states' labels.
+        candidate_mask: bool [S, K], the candidates each state offers.
+
+    Returns:
+        ``{"spread_H": median over states of max - min Q*_H, "tie_band": a hundredth of it (one
+        significant digit, rounded down), "huber_delta": the labels' sd (one digit),
+        "canary_gap_multiple_at_most": the largest multiple of that tie_band half the 90th
+        percentile of each state's smallest best-minus-runner-up gap over horizons reaches (None:
+        no state's candidates differ at every horizon)}``.
+    """
+    valid = candidate_mask[:, :, None]
+    best = np.where(valid, q, -np.inf).max(axis=1)  # [S, H]
+    worst = np.where(valid, q, np.inf).min(axis=1)
+    ordered = np.sort(np.where(valid, q, -np.inf), axis=1)
+    runner_up = ordered[:, -2, :] if q.shape[1] > 1 else np.full_like(best, -np.inf)
+    spread = float(np.median(best[:, -1] - worst[:, -1])) if q.shape[0] else 0.0
+    tie_band = _one_digit(spread / 100.0)
+    gaps = np.where(np.isfinite(runner_up), best - runner_up, 0.0).min(axis=1)  # [S]: the smallest over h
+    reach = float(np.percentile(gaps, 90)) / 2.0 if gaps.size else 0.0
+    multiple = int(reach // tie_band) if tie_band > 0 and reach > 0 else None
+    return {
+        "spread_H": spread,
+        "tie_band": tie_band,
+        "huber_delta": _one_digit(float(np.std(q[candidate_mask]))) if candidate_mask.any() else 0.0,
+        "canary_gap_multiple_at_most": multiple if multiple else None,
+    }
 
 
 def card_warnings(card: dict[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
+    FREEZE_LOCK,
     FREEZE_RECEIPT,
     REPORT_DIR,
     REPORT_MARKDOWN,
@@ -300,8 +301,9 @@ class Study:
             except BaseException:
                 # A run refused before its freeze wrote anything leaves no directory behind: the
                 # output is not used up by a refusal.
-                if created and self.output.is_dir() and [p.name for p in self.output.iterdir()] == [RUN_LOCK]:
-                    (self.output / RUN_LOCK).unlink()
+                if created and self.output.is_dir() and {p.name for p in self.output.iterdir()} <= {RUN_LOCK, FREEZE_LOCK}:
+                    for name in (RUN_LOCK, FREEZE_LOCK):
+                        (self.output / name).unlink(missing_ok=True)
                     self.output.rmdir()
                 raise
 
