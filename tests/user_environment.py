@@ -36,6 +36,9 @@ class Hopper:
     reference_candidate = "wait"
 
     def __init__(self, options):
+        unknown = sorted(set(options) - {"pull", "fault", "fixed_level"})
+        if unknown:
+            raise ValueError(f"hopper: options {unknown} are not allowed; allowed: pull, fault, fixed_level")
         self.pull = float(options.get("pull", 0.6))
         self.fault = options.get("fault")
         self.fixed_level = bool(options.get("fixed_level", False))

@@ -1,6 +1,9 @@
 """MkDocs hook: generated pages, never written by hand.
 
-``reference/cli.md`` is every command's ``--help``, read from qhlab's own argparse parser;
+``reference/cli.md`` and ``reference/config.md`` are committed (so their links work in a
+checkout), written by ``python docs/hooks/reference.py``; the build fails when either differs
+from what qhlab's parser and models give now. ``reference/cli.md`` is every command's
+``--help``, read from qhlab's own argparse parser;
 ``reference/config.md`` lists every field of the study config and the recipe (and of each
 model nested in them): type, default, allowed values (from the pydantic JSON schema) and the
 meaning the model's docstring gives it. A field without a documented meaning fails the build.
@@ -17,7 +20,7 @@ import os
 import re
 import typing
 
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import Files
 from pydantic import BaseModel
 
 _NO_DEFAULT = "required"
@@ -53,10 +56,18 @@ def _benchmarks_table(path: str) -> str:
     return "\n".join(lines)
 
 
-def on_files(files: Files, config) -> Files:
+def _pages() -> dict[str, str]:
+    """{page under docs/: its generated text}."""
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal width: fix it
-    files.append(File.generated(config, "reference/cli.md", content=_cli_page()))
-    files.append(File.generated(config, "reference/config.md", content=_config_page()))
+    return {"reference/cli.md": _cli_page(), "reference/config.md": _config_page()}
+
+
+def on_files(files: Files, config) -> Files:
+    for page, content in _pages().items():
+        path = os.path.join(config["docs_dir"], page)
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() != content:
+                raise ValueError(f"docs/{page} is stale: regenerate it with `python docs/hooks/reference.py`")
     return files
 
 
@@ -87,11 +98,11 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 
 
 def _config_page() -> str:
-    from qhlab.finite_horizon.recipe import QhRecipe
-    from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
     from qhlab.design.e0_config import QhE0CheckConfig
     from qhlab.design.pilot_config import QhPilotConfig
     from qhlab.design.tuning_config import QhTuningConfig
+    from qhlab.finite_horizon.recipe import QhRecipe
+    from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
 
     lines = ["# Config reference", "",
              "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`), "
@@ -189,3 +200,10 @@ def _allowed(prop: dict) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+if __name__ == "__main__":
+    _here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for _page, _content in _pages().items():
+        with open(os.path.join(_here, _page), "w", encoding="utf-8") as _handle:
+            _handle.write(_content)

@@ -101,6 +101,16 @@ def test_a_cartpole_study_runs_reports_in_its_own_unit_and_verifies(tmp_path, mo
         in printed
     )
     assert printed.count("every label obeys the Bellman rule exactly") == 2
+    # An edited preset file is noticed, never silently ignored: the study keeps what it froze.
+    (tmp_path / "cartpole.toml").write_text(_PRESET.replace("epsilon = 0.3", "epsilon = 0.5"))
+    assert main(["study", "status", "out"]) == 0
+    status = capsys.readouterr().out
+    assert f"train preset file {tmp_path / 'cartpole.toml'} changed since freeze" in status
+    assert f"validation preset file {tmp_path / 'cartpole.toml'} changed since freeze" in status
+    assert main(["study", "run", "study.toml", "--output", "out"]) == 0
+    rerun = capsys.readouterr().out
+    assert "note: train preset file" in rerun and "the study keeps the preset it froze" in rerun
+    assert "is complete: every receipt authenticated" in rerun
 
 
 def test_cartpole_with_its_native_reward_is_refused_at_freeze_before_any_fit(tmp_path, monkeypatch, capsys) -> None:

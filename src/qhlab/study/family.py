@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.study_records import StudyFreezeBody
-from qhlab.evidence import QhInputError, publish_bytes
+from qhlab.evidence import QhInputError, publish_bytes, sha256_bytes
 from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.execution.user_code import (
     UNFROZEN_HINT,
@@ -37,6 +37,7 @@ from qhlab.execution.user_code import (
     user_frames,
     user_location,
 )
+from qhlab.scenes.presets import load_preset
 
 __all__ = [
     "copy_sources",
@@ -44,6 +45,8 @@ __all__ = [
     "family_bytes",
     "family_sources",
     "freeze_family",
+    "preset_file_changes",
+    "preset_file_record",
     "provide_family",
     "provide_shipped",
     "shipped_sources",
@@ -446,3 +449,35 @@ def environment_source_change(record: dict | None) -> str | None:
     if now != record["sha256"]:
         return f"source {original} changed since freeze; the frozen copy in the population is used"
     return None
+
+
+def preset_file_record(source: Any) -> dict | None:
+    """A declared population's preset file as the freeze binds it: ``{"path", "sha256"}`` (None: a
+    built-in preset or a population directory)."""
+    preset = getattr(source, "preset", None)
+    if not isinstance(preset, str) or not preset.endswith(".toml"):
+        return None
+    path = Path(load_preset(preset, call="freeze_study").path).resolve()
+    return {"path": str(path), "sha256": sha256_bytes(path.read_bytes())}
+
+
+def preset_file_changes(body: Any) -> list[str]:
+    """What changed in the study's preset files since the freeze, in words (empty: nothing).
+
+    The files are only compared: TRAIN is the population the freeze resolved, and the validation
+    is drawn from the preset the freeze recorded, whatever the file says now.
+    """
+    changes = []
+    for role, entry in (("train", body.train), ("validation", body.validation)):
+        record = entry.get("preset_file")
+        if not record:
+            continue
+        path = Path(record["path"])
+        try:
+            now = sha256_bytes(path.read_bytes())
+        except OSError:
+            changes.append(f"{role} preset file {path} is gone since freeze; the study keeps the preset it froze")
+            continue
+        if now != record["sha256"]:
+            changes.append(f"{role} preset file {path} changed since freeze; the study keeps the preset it froze")
+    return changes

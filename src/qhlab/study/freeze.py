@@ -50,7 +50,7 @@ from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.manifest import reward_unit
 from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
-from qhlab.study.family import freeze_family, user_source_digests
+from qhlab.study.family import freeze_family, preset_file_record, user_source_digests
 from qhlab.study.populations import (
     environment_source,
     labelling_record,
@@ -254,12 +254,15 @@ def _freeze_locked(
             "environment_source": environment_source(
                 config.train, train_path, population.manifest, call="freeze_study"
             ),
+            # The preset file's bytes, compared (never read again) by `study status` and `study run`.
+            "preset_file": preset_file_record(config.train),
         },
         # Declared, never opened; its preset is frozen here, drawn later from TRAIN's environment.
         "validation": {
             "declared": config.validation.model_dump(mode="json"),
             "opened": False,
             "preset": frozen_validation,
+            "preset_file": preset_file_record(config.validation),
         },
         "arms": arms,
         "recipes": recipes,

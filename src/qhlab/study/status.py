@@ -54,7 +54,7 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.envelope import Receipt
-from qhlab.study.family import environment_source_change, source_changes
+from qhlab.study.family import environment_source_change, preset_file_changes, source_changes
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
@@ -101,6 +101,7 @@ def study_status(output: str | os.PathLike, populations: Sequence[str | os.PathL
         for each user arm whose own source file differs from (or is gone since) the copy its
         freeze made ("source changed since freeze; the frozen copy is used"). ``environment``:
         the same for a user environment's own source (None: unchanged, or built in).
+        ``presets``: each preset file that changed or is gone since the freeze, in words.
 
     Raises:
         QhInputError: ``output`` is not a study directory, or its config copy is unreadable.
@@ -147,6 +148,7 @@ def _status(output: Path) -> dict:
         "output": str(output),
         "sources": sources,
         "environment": environment,
+        "presets": [] if frozen is None else preset_file_changes(frozen.body),
         "rows": [freeze, e0, *canaries, development, *cells, benchmarks, report],
     }
 
@@ -160,6 +162,7 @@ def status_lines(status: dict) -> list[str]:
     lines += [f"arm {arm}: {what}" for arm, what in sorted(status.get("sources", {}).items())]
     if status.get("environment"):
         lines.append(f"environment: {status['environment']}")
+    lines += status.get("presets", [])
     for line in table:
         lines.append("  ".join(text.ljust(width) for text, width in zip(line, widths)) + "  " + line[-1])
     return [line.rstrip() for line in lines]

@@ -53,7 +53,7 @@ from qhlab.study.authentication import (
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
 from qhlab.study.development import seal_development
-from qhlab.study.family import environment_source_change, source_changes
+from qhlab.study.family import environment_source_change, preset_file_changes, source_changes
 from qhlab.study.freeze import describe_family, freeze
 from qhlab.study.remote import check_cells_feasible
 from qhlab.study.report import write_report
@@ -301,7 +301,11 @@ class Study:
             except BaseException:
                 # A run refused before its freeze wrote anything leaves no directory behind: the
                 # output is not used up by a refusal.
-                if created and self.output.is_dir() and {p.name for p in self.output.iterdir()} <= {RUN_LOCK, FREEZE_LOCK}:
+                if (
+                    created
+                    and self.output.is_dir()
+                    and {p.name for p in self.output.iterdir()} <= {RUN_LOCK, FREEZE_LOCK}
+                ):
                     for name in (RUN_LOCK, FREEZE_LOCK):
                         (self.output / name).unlink(missing_ok=True)
                     self.output.rmdir()
@@ -389,6 +393,7 @@ class Study:
         changes = [f"arm {arm}: {what}" for arm, what in source_changes(frozen.body).items()]
         environment = environment_source_change(frozen.body.train.get("environment_source"))
         changes += [] if environment is None else [f"environment: {environment}"]
+        changes += preset_file_changes(frozen.body)
         for change in changes:
             console.print(
                 f"[yellow]note[/]: {escape(change)}. HINT: to study the new source, freeze it into a new "
