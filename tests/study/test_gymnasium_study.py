@@ -96,10 +96,8 @@ def test_a_cartpole_study_runs_reports_in_its_own_unit_and_verifies(tmp_path, mo
     assert report["question"][0]["decision"] in ("retained", "not retained", "undecided")
     assert main(["verify", "out"]) == 0
     printed = capsys.readouterr().out
-    assert (
-        f"CartPole-v1: entry_point gymnasium.envs.classic_control.cartpole:CartPoleEnv, gymnasium {gymnasium.__version__}"
-        in printed
-    )
+    entry = "entry_point gymnasium.envs.classic_control.cartpole:CartPoleEnv"
+    assert f"CartPole-v1: {entry}, gymnasium {gymnasium.__version__}" in printed
     assert printed.count("every label obeys the Bellman rule exactly") == 2
     # An edited preset file is noticed, never silently ignored: the study keeps what it froze.
     (tmp_path / "cartpole.toml").write_text(_PRESET.replace("epsilon = 0.3", "epsilon = 0.5"))

@@ -561,13 +561,14 @@ def state_drift(a: Path, b: Path) -> dict[str, dict]:
 def markdown(c: dict) -> str:
     """The text of ``lanes.md`` (from the comparison dict only)."""
     h, level = c["horizon"], "95%"
+    unit = f" {c['unit']}" if c["unit"] else ""
     lines = [
         f"# Lane replication of study `{c['study']}`",
         "",
         f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
         f"({c['lanes']['B']['directory']}). Differences are B - A at H={h} on {c['n_scenes']} validation scenes; "
         f"{level} paired scene-bootstrap intervals ({c['bootstrap']['resamples']} resamples, seed "
-        f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])}{' ' + c['unit'] if c['unit'] else ''} on regret_{h} "
+        f"{c['bootstrap']['seed']}) per cell. Equivalence margin {fmt(c['margin'])}{unit} on regret_{h} "
         f"({c['margin_source']}); the TOST intervals are seed-aware, as the report's ({c['tost_seed_variance']}).",
         "",
         "Package versions that differ between the lanes: "

@@ -26,8 +26,8 @@ without the environment stepping it), ``feature_names``
 ``state_column`` (the states table's name for the state, default ``"state"``),
 ``reward_unit`` (the unit every reward, label, MAE and regret is in, e.g. ``"m"`` or
 ``"points"``; default ``""``: the environment's own reward, unnamed; bound in the manifest and
-written after every such number qhlab prints), ``reference_candidate`` (the name of candidate 0 in the difficulty card, default
-``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
+written after every such number qhlab prints), ``reference_candidate`` (the name of candidate 0
+in the difficulty card, default ``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
 ``generator_record(preset, *, split, seed) -> dict``.
 
 Owns: ``EnvironmentSpec`` (a factory, its options and, for the researcher's own code, its frozen

@@ -2,7 +2,8 @@
 
 Owns: the names (``POPULATION_FILES``, ``MANIFEST``, ``POPULATION_RECEIPT``, ``MANIFEST_KIND``,
 ``MANIFEST_SCHEMA_VERSION``), ``read_manifest``, which authenticates a population's receipt,
-manifest and file digests, ``reward_unit``, the unit its rewards are in, and ``generator_identity``, the one identity of a population's
+manifest and file digests, ``reward_unit``, the unit its rewards are in, ``environment_words``,
+the environment it binds in words, and ``generator_identity``, the one identity of a population's
 generator (whatever named it: a built-in preset, a preset file or a directory). The writer
 (``population``), the reader (``reader``), the physics audit (``audit``) and the card
 (``describe``) all read the format here, and this module imports none of them. Does not own:

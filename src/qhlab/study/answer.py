@@ -52,8 +52,8 @@ def _why(entry: dict, config: QhArchitectureStudyConfig, unit: str) -> str:
     }
     if entry["decision"] == "retained":
         return (
-            f"both margins lie below 0: D_reg {_interval(reg, unit)} ({words['D_reg']}) and D_mae {_interval(mae, unit)} "
-            f"({words['D_mae']})"
+            f"both margins lie below 0: D_reg {_interval(reg, unit)} ({words['D_reg']}) and D_mae "
+            f"{_interval(mae, unit)} ({words['D_mae']})"
         )
     if entry["decision"] == "not retained":
         above = [n for n, m in margins.items() if m["low"] is not None and m["low"] > 0]

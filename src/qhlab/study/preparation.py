@@ -700,8 +700,8 @@ def _plan_lines(plan: dict | None, unit: str) -> list[str]:
         f"The power plan `{plan['name']}` (record sha256 `{plan['record_sha256'][:16]}`, copied into "
         f"`{plan['copy']}/`) predicted this design's MDEs from the pilot alone, before any of the study's fits: "
         f"largest D_reg {fmt(planned['largest']['D_reg'])}{unit}, D_mae {fmt(planned['largest']['D_mae'])}{unit}, "
-        f"against a target of {fmt(target['d_reg'])}{unit} and {fmt(target['d_mae'])}{unit}; {choice}. The tables above set each "
-        "planned MDE beside the one the study achieved.",
+        f"against a target of {fmt(target['d_reg'])}{unit} and {fmt(target['d_mae'])}{unit}; {choice}. The tables "
+        "above set each planned MDE beside the one the study achieved.",
         "",
     ]
 
