@@ -143,6 +143,10 @@ def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path)
     its pool opened, as a spawned worker would."""
     import json
 
+    from qhlab.execution.reaper import unix_socket_fits
+
+    if not unix_socket_fits():
+        pytest.skip("TMPDIR is too long for a forkserver's socket: the pools spawn (the test below)")
     (tmp_path / "probe.py").write_text(_PROBE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     result = subprocess.run(
@@ -155,6 +159,28 @@ def test_a_pool_with_warm_imports_forks_workers_that_already_hold_them(tmp_path)
     assert seen["warm"]["parent"] != seen["driver"]
     # The same server forked the later pool's worker, which sees the driver's changed environment.
     assert seen["warm again"] == {**seen["warm"], "environment": ["later", None]}
+
+
+def test_under_a_temporary_directory_too_long_for_a_socket_the_pools_spawn(tmp_path) -> None:
+    """A forkserver's socket lives under TMPDIR, and a path over about 100 characters cannot be
+    bound: then a warm pool spawns its workers instead, and a progress channel still opens."""
+    import json
+
+    (tmp_path / "probe.py").write_text(_PROBE)
+    long = tmp_path / ("t" * 60) / ("u" * 60)
+    long.mkdir(parents=True)
+    env = {**os.environ, "TMPDIR": str(long), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    script = _POOLS.replace(
+        'print(json.dumps(seen))',
+        "from qhlab.execution.progress import ProgressRelay\n"
+        "channel = ProgressRelay()\nchannel.close()\nprint(json.dumps(seen))",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["warm"] == {"preloaded": False, "parent": seen["driver"], "environment": [None, "first"]}
 
 
 def test_where_am_i_outside_ray_names_this_host_and_process() -> None:

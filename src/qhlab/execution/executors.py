@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from qhlab.evidence import input_error
-from qhlab.execution.reaper import driver_identity, start_reaper, watch_driver
+from qhlab.execution.reaper import driver_identity, start_reaper, unix_socket_fits, watch_driver
 
 __all__ = [
     "EXECUTORS",
@@ -352,6 +352,11 @@ class RayExecutor(concurrent.futures.Executor):
             self._ray.shutdown()
 
 
+# What a Ray session adds below its temporary directory: "/ray/session_<date>_<time>_<micros>_<pid>/
+# sockets/plasma_store".
+_RAY_SOCKET_SUFFIX = 72
+
+
 def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verbose: bool) -> bool:
     """Connect this process to Ray; returns whether this call did (False: it was connected)."""
     try:
@@ -376,6 +381,10 @@ def _connect_ray(choice: ExecutorChoice, workers: int | None, *, call: str, verb
         # "local": a new Ray for this process, never one that `ray start` left on this machine.
         address = "local"
         options.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False)
+        if not unix_socket_fits(reserve=_RAY_SOCKET_SUFFIX):
+            # Ray's session sockets live under the temporary directory, and a long TMPDIR leaves
+            # their paths too long to bind: this Ray's session goes under /tmp instead.
+            options["_temp_dir"] = f"/tmp/qhlab-ray-{os.getuid()}"
     # ray.init replaces the SIGTERM handler with sys.exit; the caller's (the CLI unwinds a
     # terminated command through it) is put back.
     sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
@@ -418,14 +427,15 @@ FIT_WORKER_IMPORTS = ("torch", "lightning.pytorch", "wandb")
 
 
 def _pool_context(warm_imports: tuple[str, ...]) -> multiprocessing.context.BaseContext:
-    """``forkserver`` preloading ``warm_imports`` where the platform has it and they are given, else ``spawn``.
+    """``forkserver`` preloading ``warm_imports`` where the platform has it, they are given and its socket
+    fits under the temporary directory (``unix_socket_fits``), else ``spawn``.
 
     Neither forks a parent that may have run torch (its OpenMP threads do not survive a fork):
     a forkserver is a fresh interpreter that only imports. It serves every such pool of this
     process, and its preload is fixed when it starts, so a later pool whose modules it lacks
     imports them in each worker, as a spawned one would.
     """
-    if warm_imports and "forkserver" in multiprocessing.get_all_start_methods():
+    if warm_imports and "forkserver" in multiprocessing.get_all_start_methods() and unix_socket_fits():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(warm_imports))
         return context

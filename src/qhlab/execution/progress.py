@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.managers import SyncManager
 from typing import Any
 
-from qhlab.execution.reaper import driver_identity, watch_driver
+from qhlab.execution.reaper import driver_identity, unix_socket_fits, watch_driver
 
 __all__ = ["ProgressRelay", "prefixed", "progress_sink", "report_progress", "reporting", "run_reporting"]
 
@@ -83,7 +83,10 @@ class ProgressRelay:
     def __init__(self) -> None:
         # A spawned manager: this process may hold torch's threads, which a fork must not copy. It
         # watches this process, so a SIGKILLed driver leaves no manager (nor its resource tracker).
-        self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
+        # Its socket lives under the temporary directory; where that path is too long to bind, on
+        # the loopback interface instead (authenticated by the manager's key either way).
+        address = None if unix_socket_fits() else ("127.0.0.1", 0)
+        self._manager = SyncManager(address=address, ctx=multiprocessing.get_context("spawn"))
         self._manager.start(watch_driver, driver_identity())
         self.channel = self._manager.Queue()
 

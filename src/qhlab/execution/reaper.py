@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["driver_identity", "process_tree", "start_reaper", "stat", "watch_driver"]
+__all__ = ["driver_identity", "process_tree", "start_reaper", "stat", "unix_socket_fits", "watch_driver"]
 
 _POLL_SECONDS = 0.5
 # A driver that exits cleanly has shut its Ray down already; one that was killed has left the
@@ -164,3 +164,18 @@ def watch_driver(pid: int, start: int | None) -> None:
 
 if __name__ == "__main__":
     _reap(int(sys.argv[1]), [int(pid) for pid in sys.argv[2:]])
+
+
+# The longest AF_UNIX socket path Linux and macOS accept (sun_path, less its terminating NUL), and
+# what multiprocessing adds below the temporary directory: "/pymp-XXXXXXXX/listener-XXXXXXXX".
+_UNIX_PATH_MAX = 103
+_SOCKET_SUFFIX = 34
+
+
+def unix_socket_fits(reserve: int = _SOCKET_SUFFIX) -> bool:
+    """Whether a socket made ``reserve`` bytes below the temporary directory (by default, where
+    multiprocessing makes a forkserver's or a manager's) has a path short enough to bind: a
+    TMPDIR over about 70 characters leaves none."""
+    import tempfile
+
+    return len(os.fsencode(tempfile.gettempdir())) + reserve <= _UNIX_PATH_MAX
