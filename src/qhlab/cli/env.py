@@ -22,6 +22,7 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Check the preset's environment; print what was checked, its step time and its card; return 0."""
+    # Lazy: keeps `qhlab --help` and every other command free of numpy and pyarrow.
     from qhlab.scenes.check import check_environment
     from qhlab.scenes.difficulty import card_lines
 

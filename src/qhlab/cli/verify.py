@@ -18,7 +18,7 @@ from qhlab.cli.command import Command
 from qhlab.evidence import EvidenceError, QhInputError, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
-from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.manifest import environment_words, read_manifest
 
 __all__ = ["COMMAND", "KEYLESS", "run"]
 
@@ -57,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
     # Lazy: keeps importing this module free of numpy.
     from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
-    from qhlab.scenes.manifest import environment_words
     from qhlab.scenes.origin import user_environment
 
     if args.audit is not None and args.audit < 1:

@@ -168,11 +168,7 @@ def study_design(study: QhArchitectureStudyConfig, sources: dict[str, str] | Non
         "arms": list(study.arms),
         "recipes": recipes,
         "comparisons": [list(c) for c in study.comparisons()],
-        "variants": [
-            {"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
-            for a in study.experiment.arms
-            if a.role == "variant"
-        ],
+        "variants": study.variant_margins(),
         "regret_fraction": study.regret_fraction,
         "mae_fraction": study.mae_fraction,
         "broad_updates": study.broad_updates,

@@ -432,6 +432,16 @@ class QhArchitectureStudyConfig(BaseModel):
         n, budget = self.curve_points, self.broad_updates
         return tuple(sorted({round(budget * i / n) for i in range(1, n)} - {0, budget}))
 
+    def variant_margins(self) -> list[dict[str, str]]:
+        """Each variant's retention margins as records name them: ``{"arm", "control" (its
+        structural control, D_reg), "matched" (its matched control, D_mae; the baseline when
+        none is declared)}``, in declaration order."""
+        return [
+            {"arm": a.arm, "control": a.control, "matched": a.matched or self.baseline_arm}
+            for a in self.experiment.arms
+            if a.role == "variant"
+        ]
+
     def comparisons(self) -> list[tuple[str, str, str]]:
         """(arm, against, relation) of every paired comparison of the report, in report order."""
         baseline, arms = self.baseline_arm, self.experiment.arms

@@ -491,11 +491,7 @@ def power_design(config: QhTuningConfig, base: dict[str, Any]) -> dict[str, Any]
             arm: study.cell_recipe(arm, 0, updates).architecture.model_dump(mode="json", exclude_none=True)
             for arm in study.arms
         },
-        "variants": [
-            {"arm": a.arm, "control": a.control, "matched": a.matched or study.baseline_arm}
-            for a in study.experiment.arms
-            if a.role == "variant"
-        ],
+        "variants": study.variant_margins(),
         "regret_fraction": study.regret_fraction,
         "mae_fraction": study.mae_fraction,
         "study_seeds": len(study.seeds),

@@ -59,6 +59,7 @@ from qhlab.replication.agreement import (
 from qhlab.replication.records import ReplicationReceipt
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.manifest import read_manifest
+from qhlab.scenes.population import scene_content_digests
 from qhlab.study.authentication import authenticate_development, authenticate_report
 from qhlab.study.family import environment_source_change, family_sources, user_source_digests
 from qhlab.study.study import Study
@@ -383,9 +384,6 @@ def _steps_the_original_again(body: dict) -> None:
 
 
 def _scene_contents(path: Path) -> set[str]:
-    # Lazy: keeps importing this module free of pyarrow until a population is compared.
-    from qhlab.scenes.population import scene_content_digests
-
     return set(scene_content_digests(path).values())
 
 

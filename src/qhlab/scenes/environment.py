@@ -612,7 +612,7 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
                 "returned another successor or reward when stepped again after other scenes and steps (hidden "
                 "state: it must step by its arguments alone)",
             )
-    fresh = environment.spec.factory not in _PINNED_FACTORIES
+    fresh = not environment.spec.builtin or environment.spec.factory in _THIRD_PARTY_BUILTINS
     if fresh:
         fingerprint = _probe_fingerprint(probes)
         context = multiprocessing.get_context("spawn")
@@ -627,9 +627,11 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
     return {"scenes": len(seeds), "steps": 3 * len(probes), "fresh_process": fresh}
 
 
-# The built-in environments whose files ``tests/scenes/test_environment_versions.py`` pins: their
-# determinism across processes is checked there, not at every generation.
-_PINNED_FACTORIES = ("qhlab.scenes.puck:make", "qhlab.scenes.tanks:make")
+# Built-in factories whose step is a third party's code (a Gymnasium task), probed in a fresh
+# interpreter like the researcher's own. The other built-ins' files are pinned by
+# ``tests/scenes/test_environment_versions.py``: their determinism across processes is checked
+# there, not at every generation.
+_THIRD_PARTY_BUILTINS = ("qhlab.scenes.gymnasium:make",)
 
 # How deep the probes step: the initial state's successors and theirs.
 _PROBE_DEPTH = 2

@@ -15,10 +15,16 @@ import json
 from pathlib import Path
 
 from qhlab.design.preparation_record import close_values
-from qhlab.design.study_records import StudyReportReceipt
-from qhlab.evidence import DigestMismatchError, EvidenceError
+from qhlab.design.study_records import StudyBenchmarkReceipt, StudyReportReceipt
+from qhlab.evidence import DigestMismatchError, EvidenceError, read_receipt
 from qhlab.evidence.envelope import register_check
-from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN, REPORT_RECEIPT, REPORT_SCHEMA_VERSION
+from qhlab.evidence.layout import (
+    REPORT_JSON,
+    REPORT_MARKDOWN,
+    REPORT_RECEIPT,
+    REPORT_SCHEMA_VERSION,
+    benchmark_receipt_path,
+)
 
 __all__ = ["recompute_report"]
 
@@ -41,9 +47,6 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
     """
     # Lazy: keeps importing this module (which `qhlab verify` loads for every run) free of numpy,
     # scipy and the study pipeline until a report is found.
-    from qhlab.design.study_records import StudyBenchmarkReceipt
-    from qhlab.evidence import read_receipt
-    from qhlab.evidence.layout import benchmark_receipt_path
     from qhlab.study.authentication import authenticate_development, authenticate_report
     from qhlab.study.render import render_markdown
     from qhlab.study.report import SECTIONS, build_report
