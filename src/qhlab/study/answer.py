@@ -27,9 +27,9 @@ ANSWER_DECISIONS = DECISIONS
 
 _NO_PILOT = (
     "two seeds alone cannot decide: with no pilot, the seed variance is read from the study's own two seeds, "
-    "one degree of freedom, so every interval is 12.7 standard errors wide; `qhlab pilot` measures each "
-    "comparison's seed and TRAIN-draw variance on a tuning population, `qhlab plan` predicts the MDE it gives, "
-    "and `[preparation] pilot` binds it"
+    "one degree of freedom, so every interval reaches 12.7 standard errors either side; `qhlab pilot` "
+    "measures each comparison's seed and TRAIN-draw variance on a tuning population, `qhlab plan` predicts "
+    "the MDE it gives, and `[preparation] pilot` binds it"
 )
 
 
