@@ -34,7 +34,7 @@ def test_env_check_json_names_the_identity_and_suggestions(capsys) -> None:
     assert result["environment"] == "tanks" and result["identity"]["numpy"]
     assert result["reward_unit"] == "m" and result["contract"]["fresh_process"] is False
     assert result["step_seconds"]["steps"] >= 3 and result["step_seconds"]["median"] > 0
-    assert set(result["suggested"]) == {"spread_H", "tie_band", "huber_delta", "canary_gap_multiple_at_most"}
+    assert set(result["suggested"]) == {"spread_H", "tie_band", "huber_delta", "canary_gap_multiple_at_most", "clamped"}
     assert result["card"]["scenes"] == 3
 
 

@@ -231,6 +231,7 @@ def test_validation_is_not_opened_by_freeze(config_writer, tmp_path, population_
         "declared": {"preset": None, "seed": None, "path": str(missing)},
         "opened": False,
         "preset": None,
+        "preset_file": None,
     }
 
 

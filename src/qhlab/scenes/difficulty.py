@@ -200,25 +200,35 @@ def _suggestion_lines(suggested: dict[str, Any] | None, unit: str) -> list[str]:
     if not suggested:
         return []
     unit = f" {unit}" if unit else ""
+    if suggested["tie_band"] is None:
+        return ["  suggested for a study on it: none: no chain state's candidates differ at H"]
     gap = suggested["canary_gap_multiple_at_most"]
     return [
         f"  suggested for a study on it: tie_band {suggested['tie_band']:g}{unit} (a hundredth of the median "
-        f"spread of Q*_H, {suggested['spread_H']:.4g}{unit}), huber_delta {suggested['huber_delta']:g}{unit} "
-        f"(the labels' sd), canary_gap_multiple "
+        f"spread of Q*_H over the states whose candidates differ, {suggested['spread_H']:.4g}{unit}), huber_delta "
+        f"{suggested['huber_delta']:g}{unit} (the sd of Q*_H), canary_gap_multiple "
         + (
-            f"at most {gap} at that tie_band (half the gap, over every horizon, of the 90th percentile chain state)"
+            f"at most {gap} at that tie_band (half the smallest gap over horizons of the 90th percentile chain "
+            "state among those whose candidates differ at every horizon)"
             if gap is not None
             else "none: no chain state's candidates differ at every horizon, so no E0 gate can pass"
         )
+        + (f"; clamped to what a study accepts: {', '.join(suggested['clamped'])}" if suggested["clamped"] else "")
     ]
 
 
 def _one_digit(value: float) -> float:
-    """``value`` rounded down to one significant digit (0.0143 -> 0.01), > 0 for a value > 0."""
+    """``value`` rounded down to one significant digit (0.0143 -> 0.01, 0.3 -> 0.3), or 0.0."""
     if value <= 0 or not math.isfinite(value):
         return 0.0
-    scale = 10.0 ** math.floor(math.log10(value))
-    return math.floor(value / scale) * scale
+    exponent = math.floor(math.log10(value))
+    # The digit, rounded first to absorb binary noise (0.3 / 0.1 is 2.9999999999999996).
+    digit = math.floor(round(value / 10.0**exponent, 9))
+    return float(f"{digit}e{exponent}")
+
+
+# What a study accepts (QhArchitectureStudyConfig, Recipe): a suggestion beyond it is clamped.
+_LIMITS = {"tie_band": 10.0, "huber_delta": 10.0, "canary_gap_multiple_at_most": 1000}
 
 
 def suggested_settings(q: np.ndarray, candidate_mask: np.ndarray) -> dict[str, Any]:
@@ -233,28 +243,43 @@ def suggested_settings(q: np.ndarray, candidate_mask: np.ndarray) -> dict[str, A
         candidate_mask: bool [S, K], the candidates each state offers.
 
     Returns:
-        ``{"spread_H": median over states of max - min Q*_H, "tie_band": a hundredth of it (one
-        significant digit, rounded down), "huber_delta": the labels' sd (one digit),
-        "canary_gap_multiple_at_most": the largest multiple of that tie_band half the 90th
-        percentile of each state's smallest best-minus-runner-up gap over horizons reaches (None:
-        no state's candidates differ at every horizon)}``.
+        ``{"spread_H": the median, over states whose candidates differ at H, of max - min Q*_H,
+        "tie_band": a hundredth of it (one significant digit, rounded down; None: no state's
+        candidates differ at H), "huber_delta": the sd of Q*_H over every offered candidate (one
+        digit), "canary_gap_multiple_at_most": the largest multiple of that tie_band that half
+        the 90th percentile of each state's smallest best-minus-runner-up gap over horizons
+        reaches, over the states whose gap is positive at every horizon (None: there are none),
+        "clamped": the names of the suggestions lowered to what a study accepts}``.
     """
     valid = candidate_mask[:, :, None]
     best = np.where(valid, q, -np.inf).max(axis=1)  # [S, H]
     worst = np.where(valid, q, np.inf).min(axis=1)
-    ordered = np.sort(np.where(valid, q, -np.inf), axis=1)
-    runner_up = ordered[:, -2, :] if q.shape[1] > 1 else np.full_like(best, -np.inf)
-    spread = float(np.median(best[:, -1] - worst[:, -1])) if q.shape[0] else 0.0
-    tie_band = _one_digit(spread / 100.0)
-    gaps = np.where(np.isfinite(runner_up), best - runner_up, 0.0).min(axis=1)  # [S]: the smallest over h
-    reach = float(np.percentile(gaps, 90)) / 2.0 if gaps.size else 0.0
-    multiple = int(reach // tie_band) if tie_band > 0 and reach > 0 else None
-    return {
+    spread_h = best[:, -1] - worst[:, -1]
+    differing = spread_h[spread_h > 0]
+    spread = float(np.median(differing)) if differing.size else 0.0
+    tie_band = _one_digit(spread / 100.0) if differing.size else None
+    if q.shape[1] > 1:
+        runner_up = np.sort(np.where(valid, q, -np.inf), axis=1)[:, -2, :]
+        gaps = np.where(np.isfinite(runner_up), best - runner_up, 0.0).min(axis=1)  # [S]: smallest over h
+    else:
+        gaps = np.zeros(q.shape[0])
+    gaps = gaps[gaps > 0]
+    multiple = None
+    if tie_band and gaps.size:
+        multiple = max(1, int(float(np.percentile(gaps, 90)) / 2.0 // tie_band))
+    at_h = q[:, :, -1][candidate_mask]
+    suggested = {
         "spread_H": spread,
         "tie_band": tie_band,
-        "huber_delta": _one_digit(float(np.std(q[candidate_mask]))) if candidate_mask.any() else 0.0,
-        "canary_gap_multiple_at_most": multiple if multiple else None,
+        "huber_delta": _one_digit(float(np.std(at_h))) if at_h.size else 0.0,
+        "canary_gap_multiple_at_most": multiple,
+        "clamped": [],
     }
+    for name, limit in _LIMITS.items():
+        if suggested[name] is not None and suggested[name] > limit:
+            suggested[name] = limit
+            suggested["clamped"].append(name)
+    return suggested
 
 
 def card_warnings(card: dict[str, Any]) -> list[str]:

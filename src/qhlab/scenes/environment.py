@@ -529,7 +529,12 @@ class Environment:
         """What a manifest records of how its population was generated (the env's, if it declares one)."""
         own = getattr(self.env, "generator_record", None)
         if callable(own):
-            return own(preset, split=split, seed=seed)
+            record = own(preset, split=split, seed=seed)
+            # A researcher's own record layout still binds the unit its labels are in (the
+            # built-in puck world's record binds its engine, whose unit is the metre).
+            if not self.spec.builtin and isinstance(record, dict):
+                record = {**record, "reward_unit": self.reward_unit}
+            return record
         return {
             "environment": {**self.spec.record(), "identity": self.identity, "reward_unit": self.reward_unit},
             "generator_version": generator_version,
@@ -616,8 +621,18 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
     if fresh:
         fingerprint = _probe_fingerprint(probes)
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            elsewhere = pool.submit(_fresh_fingerprint, _travelling(environment), seeds).result()
+        try:
+            with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                elsewhere = pool.submit(_fresh_fingerprint, _travelling(environment), seeds).result()
+        except QhInputError as exc:
+            raise QhInputError(
+                f"environment {environment.name!r}: in a fresh interpreter (the determinism probe): {exc}. HINT: an "
+                "environment must be made from its factory and options alone, as every label worker makes it"
+            ) from None
+        except concurrent.futures.process.BrokenProcessPool as exc:
+            raise environment._refuse(
+                "make(options)", f"killed a fresh interpreter making it (the determinism probe): {exc}"
+            ) from None
         if elsewhere != fingerprint:
             raise environment._refuse(
                 "step(scene, state, action)",

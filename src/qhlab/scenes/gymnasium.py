@@ -22,13 +22,16 @@ How a task becomes a qhlab environment (the documented default):
   acting on the object.
 * **Options**: ``env_id`` (required), ``kwargs`` (passed to ``gymnasium.make``, e.g.
   ``{ is_slippery = false }``), ``reset`` (passed to ``reset(options=...)``, e.g. CartPole's
-  ``{ low = -0.2, high = 0.2 }``), ``shaping`` (potential-based shaping on one state value,
-  ``{ feature = 2, scale = -10.0, absolute = true }``: r + phi(s') - phi(s) with
-  phi(s) = scale * s[feature], or scale * |s[feature]| when ``absolute``; it leaves the optimal
-  policy unchanged (Ng, Harada and Russell, 1999) and gives a short horizon something to tell
-  apart where the task's own reward does not, e.g. CartPole's +1 per step; recorded with the
-  options), ``reward_unit`` (the reward's unit, printed after every reward-valued number; default: none).
-  Any other option is refused.
+  ``{ low = -0.2, high = 0.2 }``; passed as they are: a key the task does not read is ignored by
+  the task, not by qhlab), ``shaping`` (potential-based shaping on one state value,
+  ``{ feature = 3, scale = -1.0, absolute = true }``: r + phi(s') - phi(s) with
+  phi(s) = scale * s[feature], or scale * |s[feature]| when ``absolute``; recorded with the
+  options). Over qhlab's finite horizon the shaping telescopes: an H-step return becomes the
+  task's own plus phi(s_H) - phi(s_0), so the labels are of the task's return with a bonus on the
+  last state's potential, which gives a short horizon something to tell apart where the task's
+  own reward does not (CartPole's +1 a step). Only over an unbounded horizon would it leave the
+  optimal policy unchanged (Ng, Harada and Russell, 1999). ``reward_unit``: the reward's unit,
+  printed after every reward-valued number (default: none). Any other option is refused.
 * **Identity**: the id, the spec's entry point and version, the kwargs, and the versions of
   Gymnasium and numpy, bound in every manifest.
 """
@@ -74,15 +77,24 @@ class GymnasiumEnvironment:
                 raise _refuse(name, options[name], "a table", f"{name} = {{ ... }}")
         self.kwargs, self.reset_options = dict(options.get("kwargs", {})), dict(options.get("reset", {}))
         try:
-            made = gymnasium.make(env_id, **self.kwargs)
+            gymnasium.spec(env_id)
         except Exception as exc:  # noqa: BLE001  (Gymnasium raises several types for an unknown id)
-            raise _refuse("env_id", env_id, "a registered Gymnasium id", f"gymnasium.make refused it: {exc}") from None
+            raise _refuse("env_id", env_id, "a registered Gymnasium id", f"gymnasium refused it: {exc}") from None
+        try:
+            made = gymnasium.make(env_id, **self.kwargs)
+        except Exception as exc:  # noqa: BLE001  (a task's constructor raises what it raises)
+            raise _refuse(
+                "kwargs", self.kwargs, f"the keyword arguments {env_id} takes", f"gymnasium.make: {exc}"
+            ) from None
         self.unwrapped = made.unwrapped
         space = self.unwrapped.action_space
         if not isinstance(space, gymnasium.spaces.Discrete):
             raise _refuse("env_id", env_id, "a task with discrete actions", f"its action space is {space}")
         self.max_candidates = int(space.n)
-        self.unwrapped.reset(seed=0, options=self.reset_options or None)
+        try:
+            self.unwrapped.reset(seed=0, options=self.reset_options or None)
+        except Exception as exc:  # noqa: BLE001  (a task's reset raises what it raises)
+            raise _refuse("reset", self.reset_options, f"the reset options {env_id} takes", f"reset: {exc}") from None
         if hasattr(self.unwrapped, "state") and self.unwrapped.state is not None:
             self.kind = "state"
             width = int(np.asarray(self.unwrapped.state, dtype=np.float64).size)

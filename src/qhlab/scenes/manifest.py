@@ -154,9 +154,9 @@ def reward_unit(generator: dict) -> str:
         puck world, whose record binds the engine that measures in metres.
     """
     environment = generator.get("environment")
-    if isinstance(environment, dict):
-        unit = environment.get("reward_unit", "")
-        return unit if isinstance(unit, str) else ""
+    unit = environment.get("reward_unit") if isinstance(environment, dict) else generator.get("reward_unit")
+    if isinstance(unit, str):
+        return unit
     return _PUCK_UNIT if "pymunk_version" in generator else ""
 
 
@@ -177,5 +177,9 @@ def environment_words(generator: dict) -> str:
         rest = {k: v for k, v in identity.items() if k != "name"}
     else:
         name = "puck world"
-        rest = {k.removesuffix("_version"): generator[k] for k in sorted(generator) if k.endswith("_version")}
+        rest = {
+            k.removesuffix("_version"): generator[k]
+            for k in sorted(generator)
+            if k.endswith("_version") and k != "generator_version"
+        }
     return f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(rest.items()))

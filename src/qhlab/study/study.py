@@ -281,32 +281,29 @@ class Study:
             config, _, _ = read_study_config(self.config_path)
             choice = self.executor or config.executor_choice()
             refuse_linked_study(self.output, "qhlab study run")
-            created = not self.output.exists()
+            created, locked = not self.output.exists(), False
             try:
                 # Held for the whole run: a second run of this study is refused at its start (exit 3)
                 # and the first never meets it cell by cell.
-                with (
-                    exclusive_lock(
-                        self.output / RUN_LOCK,
-                        hint="another `qhlab study run` is running this study; wait for it, then run it again",
-                    ),
-                    fit_runner(choice, workers or config.workers, "qhlab study run") as runner,
+                with exclusive_lock(
+                    self.output / RUN_LOCK,
+                    hint="another `qhlab study run` is running this study; wait for it, then run it again",
                 ):
-                    if runner.kind == "ray":
-                        # Connected once for the run (labelling and cells share it), and a cluster where
-                        # no node can run a cell is refused before anything is written.
-                        runner.ray()
-                        check_cells_feasible(config, "qhlab study run")
-                    return self._run_steps(console, runner)
+                    locked = True
+                    with fit_runner(choice, workers or config.workers, "qhlab study run") as runner:
+                        if runner.kind == "ray":
+                            # Connected once for the run (labelling and cells share it), and a cluster
+                            # where no node can run a cell is refused before anything is written.
+                            runner.ray()
+                            check_cells_feasible(config, "qhlab study run")
+                        return self._run_steps(console, runner)
             except BaseException:
                 # A run refused before its freeze wrote anything leaves no directory behind: the
-                # output is not used up by a refusal.
-                if (
-                    created
-                    and self.output.is_dir()
-                    and {p.name for p in self.output.iterdir()} <= {RUN_LOCK, FREEZE_LOCK}
-                ):
-                    for name in (RUN_LOCK, FREEZE_LOCK):
+                # output is not used up by a refusal. Only the run that held the lock cleans up: a
+                # run refused by another's lock leaves that run's directory alone.
+                locks = {RUN_LOCK, FREEZE_LOCK}
+                if created and locked and self.output.is_dir() and {p.name for p in self.output.iterdir()} <= locks:
+                    for name in locks:
                         (self.output / name).unlink(missing_ok=True)
                     self.output.rmdir()
                 raise
