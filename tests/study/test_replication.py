@@ -214,3 +214,19 @@ def test_the_report_carries_replication_labels_decisions_and_mdes(finished_study
     for word in ("verdict", "robust", "rejected", "not replicated"):
         assert word not in markdown.split("## How this study was prepared")[0], word
     assert report["summary"]["decisions"].keys() == {e["variant"] for e in report["retention"]}
+
+
+def test_satterthwaite_dof_survive_a_cancelling_fit_term_and_a_floor() -> None:
+    from qhlab.statistics.replication import _floored_satterthwaite
+
+    # A sum that a negative mean-square difference nearly cancels: Satterthwaite alone would give
+    # 3e-6 degrees of freedom (an interval a million standard errors wide); bounded by the
+    # smallest term's.
+    variance, dof = _floored_satterthwaite([(1e-4, 479.0), (1.0, 5.0), (-0.9995, 4.0)], scene_terms=1)
+    assert variance == pytest.approx(6e-4) and dof == 4.0
+    # Floored at half the scene part: a scene quantity with the scene part's dof, whatever the fits'.
+    variance, dof = _floored_satterthwaite([(1.0, 479.0), (0.2, 20.0), (-0.9, 5.0)], scene_terms=2)
+    assert variance == pytest.approx(0.6) and dof == pytest.approx(1.2**2 / (1 / 479 + 0.04 / 20))
+    # Every term positive: the textbook value, above the smallest term's.
+    variance, dof = _floored_satterthwaite([(1.0, 10.0), (1.0, 10.0)], scene_terms=1)
+    assert (variance, dof) == (2.0, 20.0)

@@ -235,13 +235,8 @@ def pooled_difference(
             raise input_error(
                 call, "noise_source", noise_source, "a non-empty description", "say which pilot measured the noise"
             )
-        terms = [("scenes", scene_se**2, float(n_scenes - 1))] + study_noise_terms(noise, n_seeds)
-        variance = sum(v for _, v, _ in terms)
-        # An estimate below half the study's own scene variance is a pilot's unlucky draw, not a
-        # study whose fits add negative noise; at half, intervals still cover 93-97.5% by simulation.
-        variance = max(variance, scene_se**2 / 2.0)
-        spread = sum(v**2 / k for _, v, k in terms)
-        dof = variance**2 / spread if spread > 0 else float(n_scenes - 1)
+        terms = [(scene_se**2, float(n_scenes - 1))] + [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)]
+        variance, dof = _floored_satterthwaite(terms, scene_terms=1)
         tau = math.sqrt(max(0.0, noise.seed_variance))
         omega2 = noise.draw_variance
         draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
@@ -341,6 +336,37 @@ def pooled_difference(
     )
 
 
+def _floored_satterthwaite(terms: Sequence[tuple[float, float]], *, scene_terms: int) -> tuple[float, float]:
+    """A sum of variance terms floored at half its scene part, and its Satterthwaite degrees of freedom.
+
+    The fit-noise terms are mean-square differences and may be negative; a sum below half the
+    study's own scene variance is a pilot's unlucky draw, not a study whose fits add negative
+    noise, and at half the intervals still cover 93-97.5% by simulation
+    (``tests/study/test_calibration.py``). A floored variance is a scene quantity, so its degrees
+    of freedom are the scene part's alone: the fit terms it no longer carries must not shrink them.
+    Satterthwaite's degrees of freedom are never below the smallest term's when every term is
+    positive; a negative mean-square difference that cancels most of the sum drives them towards
+    0 (a study whose planned MDE grew with its scenes), where the approximation has broken down,
+    so they are bounded below there by that smallest term's.
+
+    Args:
+        terms: ``[(variance, dof)]``, the first ``scene_terms`` of them the scene part (>= 0).
+        scene_terms: how many leading terms are the scene part.
+
+    Returns:
+        ``(variance, dof)``.
+    """
+    scene = terms[:scene_terms]
+    total = sum(v for v, _ in terms)
+    floor = sum(v for v, _ in scene) / 2.0
+    variance, used = (total, terms) if total >= floor else (floor, scene)
+    spread = sum(v**2 / k for v, k in used if k > 0)
+    if variance == floor and total < floor:
+        spread /= 4.0  # each scene term enters the floor halved
+    dof = variance**2 / spread if spread > 0 else float(scene[0][1])
+    return variance, max(dof, min(k for _, k in used))
+
+
 def planned_difference(
     noise: FitNoise,
     *,
@@ -381,11 +407,8 @@ def planned_difference(
     scene = max(0.0, noise.scene_variance) / n_scenes
     residual = noise.residual / (n_seeds * n_scenes)
     fits = [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)] + [(float(v), float(k)) for v, k in extra]
-    terms = [(scene, float(n_scenes - 1)), (residual, float(noise.residual_dof))] + fits
-    # As the report floors it: at half the study's own scene variance.
-    variance = max(sum(v for v, _ in terms), (scene + residual) / 2.0)
-    spread = sum(v**2 / k for v, k in terms)
-    dof = variance**2 / spread if spread > 0 else float(n_scenes - 1)
+    terms = [(scene, float(n_scenes - 1)), (residual, float(noise.residual_dof)), *fits]
+    variance, dof = _floored_satterthwaite(terms, scene_terms=2)
     se = math.sqrt(variance)
     mde = minimum_detectable_effect(
         se, confidence=confidence, power=power, alternative="two-sided", distribution="t", dof=dof
