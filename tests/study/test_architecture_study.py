@@ -459,6 +459,7 @@ def test_the_report_answers_first_in_words_that_cannot_contradict(finished_study
         assert f"- {answer['text']}" in text.split("## How each seed reads the rule")[0]
         # No pilot: the answer says that two seeds alone cannot decide, and what would.
         assert "two seeds alone cannot decide" in answer["why"] and "`qhlab pilot`" in answer["why"]
+        assert "two seeds alone cannot decide" in text and "`qhlab plan` predicts the MDE it gives" in text
         # How often it wins a scene, in [0, 1], with its scene interval.
         wins = answer["probability_of_improvement"]["regret"]
         assert 0.0 <= wins["low"] <= wins["estimate"] <= wins["high"] <= 1.0
