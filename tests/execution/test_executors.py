@@ -171,7 +171,7 @@ def test_under_a_temporary_directory_too_long_for_a_socket_the_pools_spawn(tmp_p
     long.mkdir(parents=True)
     env = {**os.environ, "TMPDIR": str(long), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     script = _POOLS.replace(
-        'print(json.dumps(seen))',
+        "print(json.dumps(seen))",
         "from qhlab.execution.progress import ProgressRelay\n"
         "channel = ProgressRelay()\nchannel.close()\nprint(json.dumps(seen))",
     )

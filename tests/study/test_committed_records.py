@@ -32,7 +32,15 @@ def _tracked_records() -> list[str]:
 
 
 def test_every_committed_record_is_tracked_whole() -> None:
-    assert _tracked_records() == ["demo-e0", "demo-pilot", "demo-tune", "hard-target-tune", "moonshot", "tiny-e0"]
+    assert _tracked_records() == [
+        "demo-e0",
+        "demo-pilot",
+        "demo-plan",
+        "demo-tune",
+        "hard-target-tune",
+        "moonshot",
+        "tiny-e0",
+    ]
 
 
 @pytest.mark.parametrize("name", _tracked_records())
@@ -51,7 +59,7 @@ def test_every_committed_record_verifies_and_recomputes(name: str, tmp_path) -> 
     text = out.getvalue()
     assert re.search(r"^verified: 1 receipts", text, re.M), text
     # The record's own check ran: its kind's line follows the digests.
-    assert re.search(r"^(tuning|pilot|e0 check): ", text, re.M), text
+    assert re.search(r"^(tuning|pilot|e0 check|plan): ", text, re.M), text
 
 
 def test_the_tiny_gate_check_is_of_the_first_studys_gate_on_draws_nothing_else_uses() -> None:

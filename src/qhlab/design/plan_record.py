@@ -38,7 +38,7 @@ from qhlab.design.preparation_record import (
 )
 from qhlab.evidence import DigestMismatchError, canonical_json, sha256_bytes
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
-from qhlab.evidence.layout import PLAN_RECEIPT, PLAN_RECORD, RECORD_CONFIG_COPY
+from qhlab.evidence.layout import PLAN_MARKDOWN, PLAN_RECEIPT, PLAN_RECORD, RECORD_CONFIG_COPY
 
 __all__ = [
     "CONFIG_COPY",
@@ -350,7 +350,7 @@ def publish_record(directory: Path, record: dict) -> None:
         "designs": len(record["designs"]),
         "chosen": record["chosen"],
     }
-    publish_with_receipt(directory, record, RECORD, (PlanReceipt, RECEIPT), body)
+    publish_with_receipt(directory, record, RECORD, (PlanReceipt, RECEIPT), body, also={"markdown": PLAN_MARKDOWN})
 
 
 def read_record(directory: str | os.PathLike) -> dict:

@@ -300,7 +300,13 @@ def recipe_differences(recipe: dict, fitted: FitBody) -> list[str]:
 
 
 def publish_with_receipt(
-    directory: Path, record: dict, record_file: str, receipt: tuple[type[Receipt], str], body: dict
+    directory: Path,
+    record: dict,
+    record_file: str,
+    receipt: tuple[type[Receipt], str],
+    body: dict,
+    *,
+    also: dict[str, str] | None = None,
 ) -> None:
     """Publish a tool's record, then its receipt (last: its presence marks a finished run), which
     binds the record and the config's copy and holds ``body`` with the record's name and config digest.
@@ -311,6 +317,8 @@ def publish_with_receipt(
         record_file: its file name.
         receipt: (the receipt's kind, its file name).
         body: the kind's own body fields.
+        also: further files the tool published in ``directory`` before, ``{output name: file
+            name}`` (a rendering of the record), bound by the receipt too.
     """
     publish_json(directory / record_file, record)
     write_receipt(
@@ -318,7 +326,7 @@ def publish_with_receipt(
         receipt[0],
         body={"name": record["name"], "config_sha256": record["config_sha256"], **body},
         inputs={"config": directory / RECORD_CONFIG_COPY},
-        outputs={"record": directory / record_file},
+        outputs={"record": directory / record_file, **{k: directory / v for k, v in (also or {}).items()}},
     )
 
 
