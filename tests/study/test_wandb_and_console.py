@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from qhlab.design.study_records import StudyCellReceipt
+from qhlab.study.render import FIGURES
 from wandb_records import read_offline_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,10 +60,10 @@ def test_a_tiny_study_gives_one_report_run_with_tables_and_images(finished_study
     assert run["summary"]["headline"].startswith("The learned baseline")
     for table in ("cells", "references", "paired", "retention", "family"):
         assert run["summary"][f"report/{table}._type"] == "table-file"
-    for image in ("arms", "paired_differences", "learning_curves"):
+    for image in ("arms", "paired_differences", "learning_curves", "regret_profile"):
         assert run["summary"][f"report/{image}._type"] == "image-file"
     media = run_file.parent / "files" / "media"
-    assert len(list(media.glob("images/report/*.png"))) == 3
+    assert len(list(media.glob("images/report/*.png"))) == len(FIGURES) == 4
     (cells_file,) = sorted(media.glob("table/report/cells_*.table.json"))
     table = json.loads(cells_file.read_text())
     report = json.loads((output / "report" / "report.json").read_text())

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from qhlab.cli.command import Command
-from qhlab.evidence import EvidenceError, QhInputError, verify_directory
+from qhlab.evidence import EvidenceError, QhInputError, authentication_roots, recorded_origin, verify_directory
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 from qhlab.scenes.manifest import environment_words, read_manifest
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             "HINT: 8 chain states take a few seconds per population."
         )
     result = verify_directory(args.directory, args.populations)
+    # Who made the bytes comes before what they say: a forged directory is refused by its signature.
+    signature = _signature(args)
     # Digests prove the bytes; the labels must also obey Bellman, and (a built-in environment's,
     # stepped again) their successors, and with --audit the sampled trees. A user environment's
     # code is never imported here.
@@ -86,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
             entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
         checks.append(entry)
     result["label_checks"] = checks
-    result["record_checks"] = _record_checks(args.directory, result["receipts"])
-    result["signature"] = _signature(args)
+    # A record's check re-reads the populations it binds: moved ones are found below --populations.
+    with authentication_roots(args.directory, args.populations, original=recorded_origin(args.directory)):
+        result["record_checks"] = _record_checks(args.directory, result["receipts"])
+    result["signature"] = signature
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0

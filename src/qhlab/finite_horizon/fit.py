@@ -27,10 +27,8 @@ from qhlab.evidence import (
     EvidenceError,
     FileCopy,
     QhInputError,
-    canonical_json,
     input_error,
     safe_component,
-    sha256_bytes,
     sha256_file,
     source_package_digest,
     write_receipt,
@@ -55,6 +53,7 @@ from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.finite_horizon.scorer import scorer_members, scorer_structure
 from qhlab.training.execution_profile import WandbAttempt
 from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, launch_fit
+from qhlab.training.records import train_rows_record
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
 
@@ -65,7 +64,6 @@ __all__ = [
     "default_logical_run_id",
     "fit_recipe",
     "scorer_record",
-    "train_rows_record",
 ]
 
 
@@ -325,16 +323,6 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
         recipe = recipe.model_copy(update={"architecture": arch.model_copy(update={"source_sha256": sha})})
     resolve_entry(f"arm {arch.arm!r}", arch.builder, recipe.architecture.source_sha256, call=call)
     return recipe
-
-
-def train_rows_record(train_digest: str, rows: Sequence[int] | None) -> dict:
-    """Which TRAIN rows a fit trained on: ``{"rows": sorted row indices of the loaded TRAIN or None (all),
-    "sha256": digest of (TRAIN manifest digest, rows)}``; adoption compares it."""
-    listed = None if rows is None else sorted(int(r) for r in rows)
-    return {
-        "rows": listed,
-        "sha256": sha256_bytes(canonical_json({"train_manifest_sha256": train_digest, "rows": listed})),
-    }
 
 
 def fit_recipe(request: FitRequest) -> FitResult:

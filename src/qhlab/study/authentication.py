@@ -56,13 +56,14 @@ from qhlab.evidence.layout import (
     REPORT_RECEIPT,
     SELECTION_FILE,
     STUDY_CALL,
+    STUDY_CONFIG_COPY,
     cell_name,
     cell_receipt_path,
 )
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.study.family import provide_family
 from qhlab.training.profiles import execution_profile
-from qhlab.training.records import FitReceipt
+from qhlab.training.records import FitReceipt, train_rows_record
 
 R = TypeVar("R", bound=Receipt)
 
@@ -79,6 +80,7 @@ __all__ = [
     "authenticate_freeze",
     "authenticate_report",
     "check_bound",
+    "frozen_config_path",
     "read_canary_selection",
     "read_cell_receipts",
     "refuse_linked_study",
@@ -265,6 +267,22 @@ class FrozenStudy:
         return recipe
 
 
+def frozen_config_path(output: str | os.PathLike) -> Path:
+    """The config a study at ``output`` was frozen from: that file while its bytes are the frozen
+    ones (its relative paths resolve where they did), else the study's own copy. Either is
+    authenticated by ``authenticate_freeze``; an unreadable freeze receipt gives the copy, which that
+    authentication then refuses by name."""
+    output = Path(output)
+    try:
+        recorded = json.loads((output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
+        source = Path(recorded["source_path"])
+        if source.is_file() and sha256_file(source) == recorded["sha256"]:
+            return source
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return output / STUDY_CONFIG_COPY
+
+
 def authenticate_freeze(
     config_path: str | os.PathLike, output: str | os.PathLike, step: str, *, runs: bool = True
 ) -> FrozenStudy:
@@ -275,8 +293,9 @@ def authenticate_freeze(
         output: the study directory.
         step: the call named in refusals.
         runs: the step runs study code (fits, benchmarks, reports), so this process must have the
-            frozen package versions. False for a step that only reads finished studies (a lane
-            comparison of a study made on another machine), which reports the versions instead.
+            frozen source package and package versions. False for a step that only reads finished
+            studies (a lane comparison of a study made on another machine, a recomputed report),
+            which reports the versions instead and judges the source itself.
     """
     config, data, resolved = read_study_config(config_path)
     output = Path(output)
@@ -309,7 +328,7 @@ def authenticate_freeze(
             f"execution fields ({', '.join(EXECUTION_FIELDS)}); freeze a new study into a new output directory."
         )
     source = source_package_digest()
-    if source["sha256"] != body.source_package["sha256"]:
+    if runs and source["sha256"] != body.source_package["sha256"]:
         raise EvidenceError(
             f"{step}: the qhlab source package has sha256 {source['sha256']}; the freeze receipt "
             f"{output / FREEZE_RECEIPT} binds {body.source_package['sha256']}. HINT: the package "
@@ -359,9 +378,6 @@ def authenticate_attempt(
     Raises:
         EvidenceError: naming the field, the attempt's value and the frozen one.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import train_rows_record
-
     document = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=verify_files)
     body = document.body
     fitted = body.recipe

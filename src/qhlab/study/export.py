@@ -187,9 +187,9 @@ def export_study(
             _CALL, "--output", str(destination), "a file in an existing directory", "create its directory first"
         )
     _refuse_evidence_directory(destination)
+    data = export_tables(output)[table]
     # Only a report its cells give is exported (the check verify runs).
     recompute_report(output, call=_CALL)
-    data = export_tables(output)[table]
     import pyarrow.csv
     import pyarrow.parquet
 

@@ -47,21 +47,33 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
     """
     # Lazy: keeps importing this module (which `qhlab verify` loads for every run) free of numpy,
     # scipy and the study pipeline until a report is found.
-    from qhlab.study.authentication import authenticate_development, authenticate_report
+    from qhlab.evidence import authentication_roots, recorded_origin, source_package_digest
+    from qhlab.study.authentication import (
+        authenticate_development,
+        authenticate_freeze,
+        authenticate_report,
+        frozen_config_path,
+    )
     from qhlab.study.render import render_markdown
     from qhlab.study.report import SECTIONS, build_report
-    from qhlab.study.study import Study
 
     directory = Path(directory)
     output = directory.parent if directory.name == "report" else directory
     where = output / "report" / REPORT_JSON
-    recorded = json.loads(where.read_text(encoding="utf-8"))
+    try:
+        recorded = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(
+            f"{call}: {where} cannot be read as a report ({exc}). HINT: a finished study holds the "
+            "report step's report.json; run `qhlab study report` on it."
+        ) from exc
     if recorded.get("schema_version") != REPORT_SCHEMA_VERSION:
         raise EvidenceError(
             f"{call}: {where} has layout version {recorded.get('schema_version')!r}; this qhlab recomputes "
             f"version {REPORT_SCHEMA_VERSION}. HINT: verify it with the qhlab version that wrote it."
         )
-    with Study.existing(output).authenticated(call, runs=False) as frozen:
+    with authentication_roots(output, (), original=recorded_origin(output)):
+        frozen = authenticate_freeze(frozen_config_path(output), output, call, runs=False)
         _, report, cells = authenticate_report(frozen, call)
         development = authenticate_development(frozen, call)
         benchmarks = {}
@@ -80,6 +92,15 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
         )
     if not close_values(json.loads(json.dumps(again)), report):
         differing = sorted(k for k in set(again) | set(report) if not close_values(again.get(k), report.get(k)))
+        frozen_source = frozen.receipt.body.source_package["sha256"]
+        if source_package_digest()["sha256"] != frozen_source:
+            # Another qhlab may word or round its report differently: only the frozen code can say
+            # whether these bytes are what the cells give.
+            raise DigestMismatchError(
+                f"{call}: {where} is not the report this qhlab gives from its bound receipts (it differs in "
+                f"{', '.join(differing)}), and the study was frozen with other qhlab source (sha256 "
+                f"{frozen_source[:16]}). HINT: verify it with the qhlab source it was frozen with."
+            )
         raise DigestMismatchError(
             f"{call}: {where} is not the report its bound receipts give (it differs in {', '.join(differing)}). "
             "HINT: a report is a function of its cells; rerun the report step instead of editing it."

@@ -13,7 +13,6 @@ does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, `
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +24,7 @@ from rich.markup import escape
 
 from qhlab.design.study_config import read_study_config
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
-from qhlab.evidence import authentication_roots, exclusive_lock, read_receipt, recorded_origin, sha256_file
+from qhlab.evidence import authentication_roots, exclusive_lock, read_receipt, recorded_origin
 from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -36,7 +35,6 @@ from qhlab.evidence.layout import (
     REPORT_MARKDOWN,
     REPORT_RECEIPT,
     RUN_LOCK,
-    STUDY_CONFIG_COPY,
     benchmark_receipt_path,
     cell_receipt_path,
 )
@@ -48,6 +46,7 @@ from qhlab.study.authentication import (
     authenticate_development,
     authenticate_e0,
     authenticate_freeze,
+    frozen_config_path,
     refuse_linked_study,
 )
 from qhlab.study.benchmarks import benchmark_cells
@@ -115,16 +114,7 @@ class Study:
         """The study frozen at ``output``, with the config it was frozen from: that file while its
         bytes are the frozen ones (its relative paths resolve where they did), else the study's
         own copy (authenticated either way, by the first step)."""
-        output = Path(output)
-        config = output / STUDY_CONFIG_COPY
-        try:
-            recorded = json.loads((output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"]["config"]
-            source = Path(recorded["source_path"])
-            if source.is_file() and sha256_file(source) == recorded["sha256"]:
-                config = source
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable: the copy, which the first step's authentication then refuses by name
-        return cls(config, output, populations=populations, executor=executor)
+        return cls(frozen_config_path(output), Path(output), populations=populations, executor=executor)
 
     @contextlib.contextmanager
     def authenticated(self, step: str, *, runs: bool = True) -> Iterator[FrozenStudy]:

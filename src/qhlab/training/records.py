@@ -8,10 +8,12 @@ reads them. Does not own: the envelope, the registry or authentication (``qhlab.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
+from qhlab.evidence.canonical import canonical_json, sha256_bytes
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "SegmentCheckpointReceipt",
     "WandbAttemptBody",
     "WandbAttemptReceipt",
+    "train_rows_record",
 ]
 
 
@@ -150,3 +153,13 @@ class WandbAttemptReceipt(Receipt, kind="wandb_attempt", version=1):
     """``wandb.receipt.json``."""
 
     body: WandbAttemptBody
+
+
+def train_rows_record(train_digest: str, rows: Sequence[int] | None) -> dict:
+    """Which TRAIN rows a fit trained on: ``{"rows": sorted row indices of the loaded TRAIN or None (all),
+    "sha256": digest of (TRAIN manifest digest, rows)}``; adoption compares it."""
+    listed = None if rows is None else sorted(int(r) for r in rows)
+    return {
+        "rows": listed,
+        "sha256": sha256_bytes(canonical_json({"train_manifest_sha256": train_digest, "rows": listed})),
+    }
