@@ -24,6 +24,7 @@ def test_env_check_runs_the_probes_times_the_step_and_prints_the_card(tmp_path, 
     assert "environment hopper: the contract holds on 3 scenes;" in printed
     assert "once more in a fresh interpreter" in printed
     assert "step time: median" in printed and "over " in printed
+    assert "optional members: state_column" in printed and "reward_unit" in printed.split("declared;")[1]
     assert "hopper-train-seed0 (train): 4 scenes" in printed and "suggested for a study on it: tie_band" in printed
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written where it ran
 
@@ -36,6 +37,10 @@ def test_env_check_json_names_the_identity_and_suggestions(capsys) -> None:
     assert result["step_seconds"]["steps"] >= 3 and result["step_seconds"]["median"] > 0
     assert set(result["suggested"]) == {"spread_H", "tie_band", "huber_delta", "canary_gap_multiple_at_most", "clamped"}
     assert result["card"]["scenes"] == 3
+    assert result["optional"] == {
+        "declared": ["feature_names", "state_column", "reward_unit", "reference_candidate"],
+        "defaults": ["terminal", "scene_id", "generator_record"],
+    }
 
 
 @pytest.mark.parametrize("fault, cause", [("remembers_scene", "hidden state"), ("process_hash", "fresh interpreter")])

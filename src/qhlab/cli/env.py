@@ -41,6 +41,11 @@ def run_check(args: argparse.Namespace) -> int:
         f"{contract['steps'] // 3} (state, action) pairs, two deep, each stepped twice in a row, again in another "
         f"order {fresh}, gave the same successor and reward"
     )
+    optional = result["optional"]
+    print(
+        f"optional members: {', '.join(optional['declared']) or 'none'} declared; "
+        f"{', '.join(optional['defaults']) or 'none'} left to qhlab's defaults (qhlab.scenes.contract.OptionalMembers)"
+    )
     print(
         f"step time: median {timing['median'] * 1e3:.3f} ms, max {timing['max'] * 1e3:.3f} ms over "
         f"{timing['steps']} steps"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import input_error
+from qhlab.scenes.contract import OPTIONAL_MEMBERS
 from qhlab.scenes.describe import describe_population
 from qhlab.scenes.environment import Environment, check_contract
 from qhlab.scenes.population import environment_spec, generate_population
@@ -41,9 +42,10 @@ def check_environment(preset: str | os.PathLike, *, scenes: int = 8, call: str =
 
     Returns:
         ``{"environment": its name, "identity", "reward_unit", "contract": {"scenes", "steps",
-        "fresh_process"}, "step_seconds": {"median", "max", "steps"}, "card": the difficulty card of
-        ``scenes`` scenes (split train, seed 0), "suggested": ``difficulty.suggested_settings``,
-        "described": what ``describe_population`` returned (for ``card_lines``)}``.
+        "fresh_process"}, "optional": {"declared", "defaults"}: which of ``OPTIONAL_MEMBERS`` the
+        environment has and which take qhlab's default, "step_seconds": {"median", "max", "steps"},
+        "card": the difficulty card of ``scenes`` scenes (split train, seed 0), "suggested":
+        ``difficulty.suggested_settings``, "described": what ``describe_population`` returned (for ``card_lines``)}``.
 
     Raises:
         QhInputError: a bad preset or ``scenes``, or an environment that breaks its contract or
@@ -72,6 +74,11 @@ def check_environment(preset: str | os.PathLike, *, scenes: int = 8, call: str =
         "identity": environment.identity,
         "reward_unit": environment.reward_unit,
         "contract": contract,
+        # A misspelt optional member (``reward_units``) is not an error: it shows here as a default.
+        "optional": {
+            "declared": [m for m in OPTIONAL_MEMBERS if hasattr(environment.env, m)],
+            "defaults": [m for m in OPTIONAL_MEMBERS if not hasattr(environment.env, m)],
+        },
         "step_seconds": {"median": statistics.median(timings), "max": max(timings), "steps": len(timings)},
         "card": described["card"],
         "suggested": described["suggested"],

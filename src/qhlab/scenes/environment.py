@@ -1,4 +1,8 @@
-"""The environment contract: the researcher's own problem, and everything qhlab asks of it.
+"""The environment contract, checked: the researcher's own problem, and everything qhlab asks of it.
+
+The contract's type, with each member's documentation, is ``qhlab.scenes.contract``
+(``EnvironmentContract`` and ``OptionalMembers``); the member lists this module checks are derived
+from it. In short:
 
 An environment supplies only the problem, through a factory ``make(options: dict) -> env`` named
 ``"my_env.py:make"`` (relative to the preset file that names it) or ``"package.module:make"``.
@@ -71,6 +75,7 @@ from qhlab.execution.user_code import (
     source_digest,
     unbound_modules,
 )
+from qhlab.scenes.contract import REQUIRED_METHODS, REQUIRED_SIZES
 
 __all__ = [
     "BUILTIN_PREFIX",
@@ -87,8 +92,8 @@ __all__ = [
 BUILTIN_PREFIX = "qhlab."
 # A unit is printed after every reward-valued number: a word or a symbol, never a sentence.
 _MAX_UNIT = 24
-_SIZES = ("object_features", "goal_features", "candidate_features", "max_objects", "max_candidates")
-_METHODS = ("sample_scene", "initial_state", "candidates", "step", "observe")
+_SIZES = REQUIRED_SIZES
+_METHODS = REQUIRED_METHODS
 _MAX_PADDED = 4096
 _FLOAT64 = np.dtype(np.float64)
 
