@@ -32,8 +32,8 @@ def _bad_input(name: str, tmp_path) -> tuple[list[str], str]:
         return [str(tmp_path), "--output", str(tmp_path / "x.csv")], "allowed: a finished study directory"
     if name == "replicate":
         args = [str(tmp_path), "--train-seed", "1", "--validation-seed", "2", "--output", new]
-        return args, "is not allowed"
-    return [str(tmp_path), str(tmp_path), "--output", new], "is not allowed"
+        return args, "the freeze receipt is missing"
+    return [str(tmp_path), str(tmp_path), "--output", new], "the freeze receipt is missing"
 
 
 def _through_cli(argv: list[str], capsys) -> tuple[int, str, str]:

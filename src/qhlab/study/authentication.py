@@ -297,14 +297,19 @@ def authenticate_freeze(
             studies (a lane comparison of a study made on another machine, a recomputed report),
             which reports the versions instead and judges the source itself.
     """
-    config, data, resolved = read_study_config(config_path)
     output = Path(output)
-    require_step(
+    missing = (
         output / FREEZE_RECEIPT,
         "the freeze receipt",
         step,
         f"run `qhlab study freeze {config_path} --output {output}` first",
     )
+    if Path(config_path) == output / STUDY_CONFIG_COPY:
+        # A study named by its directory alone: a directory that is no study is refused as that,
+        # not as its missing config copy.
+        require_step(*missing)
+    config, data, resolved = read_study_config(config_path)
+    require_step(*missing)
     refuse_linked_study(output, step)
     receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt)
     body = receipt.body
