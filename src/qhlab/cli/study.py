@@ -24,9 +24,14 @@ from typing import TYPE_CHECKING, Any
 from qhlab.cli.command import Command
 from qhlab.evidence import require_int
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
+from qhlab.execution import JobRunner
 from qhlab.study.arguments import STUDY_DESCRIPTIONS, STUDY_HELPS, STUDY_SUBCOMMANDS, study_arguments
+from qhlab.study.export import export_study
+from qhlab.study.terminal import console as study_console
+from qhlab.training.console import console_verbose
 
 if TYPE_CHECKING:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.study import Study
 
 __all__ = ["COMMAND", "STUDY_COMMANDS"]
@@ -35,6 +40,7 @@ __all__ = ["COMMAND", "STUDY_COMMANDS"]
 def _open(args: argparse.Namespace) -> tuple[Study, Any]:
     """The study ``args`` names, with the executor its config and the command line choose (for the
     steps that label populations or run fits); returns ``(study, executor or None)``."""
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.design.study_config import read_study_config
     from qhlab.study.study import Study
 
@@ -52,24 +58,17 @@ def _ray_session(choice: Any, *, call: str) -> Iterator[None]:
     if choice is None or choice.kind != "ray":
         yield
         return
-    from qhlab.execution import JobRunner
-    from qhlab.training.console import console_verbose
 
     with JobRunner(choice, os.cpu_count() or 1, call=call, verbose=console_verbose()) as runner:
         runner.ray()
         yield
 
 
-def _console() -> Any:
-    from qhlab.study.terminal import console
-
-    return console()
-
-
 def _freeze(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.freeze import describe_family
 
-    console = _console()
+    console = study_console()
     study, executor = _open(args)
     with _ray_session(executor, call="qhlab study freeze"):
         body = study.freeze()
@@ -84,18 +83,19 @@ def _freeze(args: argparse.Namespace) -> int:
 
 
 def _admit_canaries(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.run import say_e0
 
     study, _ = _open(args)
     e0 = study.admit_canaries()
-    return say_e0(_console(), e0["passed"], e0["reason"])
+    return say_e0(study_console(), e0["passed"], e0["reason"])
 
 
 def _prepare_development(args: argparse.Namespace) -> int:
     study, executor = _open(args)
     with _ray_session(executor, call="qhlab study prepare-development"):
         body = study.prepare_development()
-    _console().print(
+    study_console().print(
         f"[green]sealed[/] validation {body['validation']['support']['scenes']} scenes; "
         f"TRAIN constant {body['train_constant']}; best fixed index (TRAIN-chosen) "
         f"{body['references']['best_fixed_index']['index']}"
@@ -106,22 +106,24 @@ def _prepare_development(args: argparse.Namespace) -> int:
 def _run_fit(args: argparse.Namespace) -> int:
     study, _ = _open(args)
     body = study.run_fit(args.variant, args.seed, canary_role=args.canary_role)
-    _console().print(f"[green]cell {body['cell']}[/] finished: {body['observed_updates']} updates")
+    study_console().print(f"[green]cell {body['cell']}[/] finished: {body['observed_updates']} updates")
     return 0
 
 
 def _benchmark(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.run import say_benchmark
 
     study, _ = _open(args)
-    study.benchmark(args.variant, args.seed, on_result=say_benchmark(_console()))
+    study.benchmark(args.variant, args.seed, on_result=say_benchmark(study_console()))
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.report_run import log_report_run
 
-    console = _console()
+    console = study_console()
     study, _ = _open(args)
     report = study.report()
     where = Path(args.study_output)
@@ -133,10 +135,11 @@ def _report(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     _require_workers(args)
     study, _ = _open(args)
-    return study.run(workers=args.workers, console=_console())
+    return study.run(workers=args.workers, console=study_console())
 
 
 def _status(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.study.status import status_lines, study_status
 
     status = study_status(args.study_output, args.populations)
@@ -145,7 +148,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from qhlab.study.export import export_study
 
     written = export_study(args.study_output, args.export_output, table=args.export_table, fmt=args.export_format)
     print(f"{args.export_table} table of {args.study_output}: {written}")
@@ -153,6 +155,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _replicate(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.design.study_config import read_study_config
     from qhlab.replication.run import replicate
     from qhlab.study.study import Study
@@ -174,6 +177,7 @@ def _replicate(args: argparse.Namespace) -> int:
 
 
 def _compare_lanes(args: argparse.Namespace) -> int:
+    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.lanes.compare import run_command
 
     return run_command(args)

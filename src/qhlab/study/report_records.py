@@ -16,7 +16,14 @@ from pathlib import Path
 
 from qhlab.design.preparation_record import close_values
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyReportReceipt
-from qhlab.evidence import DigestMismatchError, EvidenceError, read_receipt
+from qhlab.evidence import (
+    DigestMismatchError,
+    EvidenceError,
+    authentication_roots,
+    read_receipt,
+    recorded_origin,
+    source_package_digest,
+)
 from qhlab.evidence.envelope import register_check
 from qhlab.evidence.layout import (
     REPORT_JSON,
@@ -47,7 +54,6 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
     """
     # Lazy: keeps importing this module (which `qhlab verify` loads for every run) free of numpy,
     # scipy and the study pipeline until a report is found.
-    from qhlab.evidence import authentication_roots, recorded_origin, source_package_digest
     from qhlab.study.authentication import (
         authenticate_development,
         authenticate_freeze,

@@ -32,6 +32,7 @@ import os
 import sys
 from typing import NoReturn
 
+from qhlab.cli import main as qhlab_main
 from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.finite_horizon.benchmark import benchmark_scorer
 from qhlab.study.study import Study
@@ -109,8 +110,6 @@ def main() -> NoReturn:
     same command rows as ``qhlab study`` (``qhlab.cli.study``): one ``error:`` line on a refusal or
     failure, and the subcommand's exit status.
     """
-    from qhlab.cli import main as qhlab_main
-
     sys.exit(qhlab_main(["study", *sys.argv[1:]]))
 
 
