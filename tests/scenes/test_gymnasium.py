@@ -164,3 +164,62 @@ def test_the_same_task_gives_byte_identical_files_whatever_the_workers(tmp_path)
     two = generate_population(preset, "train", 4, tmp_path / "two", workers=2)
     for name in ("scenes.parquet", "states.parquet", "candidates.parquet", "manifest.json"):
         assert (one / name).read_bytes() == (two / name).read_bytes(), name
+
+
+_OWN_PAIR = """
+import numpy as np
+
+from qhlab.scenes.gymnasium import make_with_state
+
+
+def _get(env):
+    return np.asarray(env.state, dtype=np.float64)
+
+
+def _set_all(env, values):
+    env.state = np.array(values)
+    env.steps_beyond_terminated = None
+
+
+def _set_position_only(env, values):
+    state = np.array(env.state, dtype=np.float64)
+    state[0] = values[0]
+    env.state = state
+    env.steps_beyond_terminated = None
+
+
+def make(options):
+    options = dict(options)
+    partial = options.pop("partial", False)
+    return make_with_state(options, get_state=_get, set_state=_set_position_only if partial else _set_all)
+"""
+
+
+def _own_pair_preset(tmp_path, options: str):
+    (tmp_path / "task.py").write_text(_OWN_PAIR)
+    path = _preset(tmp_path, options, name="own")
+    path.write_text(path.read_text().replace('"qhlab.scenes.gymnasium:make"', '"task.py:make"'))
+    return path
+
+
+def test_a_pair_of_ones_own_reads_and_sets_the_state_and_labels_as_the_builtin_does(tmp_path, capsys) -> None:
+    options = 'env_id = "CartPole-v1"\nreset = { low = -0.1, high = 0.1 }\nshaping = { feature = 2, scale = -1.0 }'
+    own = tmp_path / "own"
+    own.mkdir()
+    assert main([*_generate(_own_pair_preset(own, options), own / "pop"), "--workers", "1"]) == 0, capsys.readouterr()
+    builtin = generate_population(load_preset(_preset(tmp_path, options)), "train", 0, tmp_path / "pop", workers=1)
+    identity = read_manifest(own / "pop")["generator"]["environment"]["identity"]
+    assert identity["state"] == "get_state/set_state" and identity["name"] == "CartPole-v1"
+    assert read_manifest(builtin)["generator"]["environment"]["identity"]["state"] == "unwrapped.state"
+    for name, column in (("states.parquet", "state"), ("candidates.parquet", "q")):
+        mine, theirs = pd.read_parquet(own / "pop" / name), pd.read_parquet(builtin / name)
+        assert len(mine) == len(theirs) > 0
+        assert all(np.array_equal(a, b) for a, b in zip(mine[column], theirs[column], strict=True)), column
+
+
+def test_a_pair_that_sets_part_of_the_state_is_refused_as_hidden_state(tmp_path, capsys) -> None:
+    preset = _own_pair_preset(tmp_path, 'env_id = "CartPole-v1"\npartial = true')
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "step(scene, state, " in err and "not deterministic" in err, err
+    assert not (tmp_path / "pop").exists()

@@ -1,16 +1,20 @@
 """Gymnasium environments by id: any task with discrete actions whose state qhlab can read and set.
 
 Owns: ``make(options)``, the factory a preset names as ``factory = "qhlab.scenes.gymnasium:make"``
-with ``env_id = "CartPole-v1"``, and ``GymnasiumEnvironment``, which puts a Gymnasium task under the
-environment contract (``qhlab.scenes.environment``). Does not own: Gymnasium, or labelling
+with ``env_id = "CartPole-v1"``; ``make_with_state(options, get_state=..., set_state=...)``, for a
+factory of the researcher's own that says how its task's state is read and set; and
+``GymnasiumEnvironment``, which puts a Gymnasium task under the environment contract
+(``qhlab.scenes.contract``). Does not own: Gymnasium, or labelling
 (``labels``, ``chains``).
 
 How a task becomes a qhlab environment (the documented default):
 
 * **The state** qhlab reads and sets is the task's own: ``unwrapped.state`` (classic control:
   CartPole, Acrobot, MountainCar, Pendulum-like tasks with discrete actions) or ``unwrapped.s``
-  (toy text: FrozenLake, CliffWalking, Taxi), followed by a done flag (1.0 once the episode has
-  ended). A state is set before every step, and a task's hidden per-episode memory that would
+  (toy text: FrozenLake, CliffWalking, Taxi), or what the researcher's own ``get_state(unwrapped)``
+  returns and ``set_state(unwrapped, values)`` sets (``make_with_state``: any other task whose
+  state can be set, a MuJoCo task's ``qpos`` and ``qvel`` among them), followed by a done flag
+  (1.0 once the episode has ended). A state is set before every step, and a task's hidden per-episode memory that would
   make the same (state, action) step differently (CartPole's ``steps_beyond_terminated``) is
   reset first; the determinism probes of generation refuse a task whose step still depends on
   anything else.
@@ -32,20 +36,23 @@ How a task becomes a qhlab environment (the documented default):
   own reward does not (CartPole's +1 a step). Only over an unbounded horizon would it leave the
   optimal policy unchanged (Ng, Harada and Russell, 1999). ``reward_unit``: the reward's unit,
   printed after every reward-valued number (default: none). Any other option is refused.
-* **Identity**: the id, the spec's entry point and version, the kwargs, and the versions of
-  Gymnasium and numpy, bound in every manifest.
+* **Identity**: the id, the spec's entry point and version, the kwargs, the versions of
+  Gymnasium and numpy, and how the state is read (``unwrapped.state``, ``unwrapped.s`` or the
+  researcher's pair, whose file is frozen with the population as any environment of one's own),
+  bound in every manifest.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from qhlab.evidence import QhInputError
 
-__all__ = ["GymnasiumEnvironment", "make"]
+__all__ = ["GymnasiumEnvironment", "make", "make_with_state"]
 
 _OPTIONS = ("env_id", "kwargs", "reset", "shaping", "reward_unit")
 _CALL = "qhlab.scenes.gymnasium"
@@ -63,7 +70,12 @@ class GymnasiumEnvironment:
     state_column = "state"
     reference_candidate = "action_0"
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        options: dict[str, Any],
+        *,
+        state_access: tuple[Callable[[Any], Any], Callable[[Any, np.ndarray], None]] | None = None,
+    ) -> None:
         import gymnasium
 
         unknown = sorted(set(options) - set(_OPTIONS))
@@ -95,7 +107,11 @@ class GymnasiumEnvironment:
             self.unwrapped.reset(seed=0, options=self.reset_options or None)
         except Exception as exc:  # noqa: BLE001  (a task's reset raises what it raises)
             raise _refuse("reset", self.reset_options, f"the reset options {env_id} takes", f"reset: {exc}") from None
-        if hasattr(self.unwrapped, "state") and self.unwrapped.state is not None:
+        self._access = state_access
+        if state_access is not None:
+            self.kind = "user"
+            width = self._read().size
+        elif hasattr(self.unwrapped, "state") and self.unwrapped.state is not None:
             self.kind = "state"
             width = int(np.asarray(self.unwrapped.state, dtype=np.float64).size)
         elif hasattr(self.unwrapped, "s"):
@@ -152,6 +168,7 @@ class GymnasiumEnvironment:
             "entry_point": str(getattr(spec, "entry_point", "")),
             "spec_version": str(getattr(spec, "version", "")),
             "kwargs": json.dumps(self.kwargs, sort_keys=True),
+            "state": {"state": "unwrapped.state", "index": "unwrapped.s", "user": "get_state/set_state"}[self.kind],
         }
         names = [(f"s{i}", "1") for i in range(width)] + [("done", "1")]
         self.feature_names = {
@@ -163,11 +180,29 @@ class GymnasiumEnvironment:
     # -- the state qhlab reads and sets ---------------------------------------------------------
 
     def _read(self) -> np.ndarray:
+        if self.kind == "user":
+            get_state = self._access[0]
+            values = np.asarray(get_state(self.unwrapped), dtype=np.float64)
+            if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
+                raise _refuse(
+                    "get_state",
+                    f"an array of shape {values.shape}",
+                    "a non-empty 1-D array of finite floats",
+                    "return the values set_state sets, e.g. np.concatenate([data.qpos, data.qvel])",
+                )
+            return values.copy()
         if self.kind == "index":
             return np.array([float(int(self.unwrapped.s))], dtype=np.float64)
         return np.asarray(self.unwrapped.state, dtype=np.float64).ravel().copy()
 
     def _set(self, values: np.ndarray) -> None:
+        if self.kind == "user":
+            # A read-only copy: a set_state that kept the array and changed it later would change
+            # a state qhlab holds.
+            frozen = np.array(values, dtype=np.float64)
+            frozen.flags.writeable = False
+            self._access[1](self.unwrapped, frozen)
+            return
         if self.kind == "index":
             self.unwrapped.s = int(values[0])
             return
@@ -219,3 +254,39 @@ class GymnasiumEnvironment:
 def make(options: dict[str, Any]) -> GymnasiumEnvironment:
     """The factory a preset names: ``factory = "qhlab.scenes.gymnasium:make"``, ``env_id`` among its options."""
     return GymnasiumEnvironment(dict(options))
+
+
+def make_with_state(
+    options: dict[str, Any],
+    *,
+    get_state: Callable[[Any], Any],
+    set_state: Callable[[Any, np.ndarray], None],
+) -> GymnasiumEnvironment:
+    """A Gymnasium task whose state the researcher's own pair reads and sets.
+
+    Call it from a factory of one's own (``factory = "my_task.py:make"``), so that the file holding
+    the pair is frozen with the population like any environment of one's own::
+
+        def make(options):
+            return make_with_state(options, get_state=lambda env: env.state, set_state=_set)
+
+    Args:
+        options: as ``make``'s (``env_id``, ``kwargs``, ``reset``, ``shaping``, ``reward_unit``).
+        get_state: ``get_state(unwrapped) -> [S]``, the task's whole state as a 1-D array of finite
+            floats (everything its step depends on: the determinism probes refuse a pair that
+            leaves part of it out).
+        set_state: ``set_state(unwrapped, values)`` sets what ``get_state`` read (``values`` is
+            read-only).
+
+    Raises:
+        QhInputError: a bad option, or a pair that is not two callables, or a ``get_state`` that
+            returns no 1-D finite array.
+    """
+    if not callable(get_state) or not callable(set_state):
+        raise _refuse(
+            "get_state/set_state",
+            (get_state, set_state),
+            "two callables",
+            "get_state(unwrapped) -> array and set_state(unwrapped, values)",
+        )
+    return GymnasiumEnvironment(dict(options), state_access=(get_state, set_state))
