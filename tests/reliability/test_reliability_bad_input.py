@@ -212,6 +212,12 @@ STUDY_CASES = [
         [("population_cache", 'population_cache = "a\\u0000b"')],
         names=("population_cache", "NUL"),
     ),
+    _study_case(
+        "study-spaced-population-cache",
+        [("population_cache", 'population_cache = "cache "')],
+        names=("population_cache", "leading or trailing whitespace"),
+    ),
+    _study_case("study-number-recipe-name", [('name = "rel"', "name = 5")], names=("name=5", "a recipe name")),
     _study_case("study-name-traversal", [('name = "rel-study"', 'name = "../x"')], names=("name",)),
     _study_case("study-name-unicode", [('name = "rel-study"', 'name = "\u00e9tude"')], names=("name",)),
     _study_case("study-extra-field", append='test_split = "yes"\n', names=("test_split",)),

@@ -45,3 +45,10 @@ def test_an_object_without_a_member_is_not_the_type_and_is_refused_by_name() -> 
         assert not isinstance(partial, EnvironmentContract)
         with pytest.raises(QhInputError, match=rf"{missing} is missing or not callable"):
             Environment._checked(EnvironmentSpec("qhlab.scenes.tanks:make"), partial, "tanks", (), "qhlab test")
+
+
+def test_the_puck_world_refuses_two_equal_speeds() -> None:
+    # Two candidates with one outcome would be a tie by construction in every state.
+    puck.make({"candidates": {"speeds": [0.9, 1.5]}})
+    with pytest.raises(QhInputError, match=r"options \['candidates'\] are not allowed; allowed: at least one speed, "):
+        puck.make({"candidates": {"speeds": [0.9, 0.9]}})

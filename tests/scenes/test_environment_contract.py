@@ -70,6 +70,32 @@ def test_a_scene_id_beyond_int64_is_one_refusal(tmp_path, capsys) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "body, cause",
+    [
+        ("return {'draws': {1, 2}}", "generator_record(preset, ...) returned no JSON object"),
+        ("return ['not', 'a', 'record']", "generator_record(preset, ...) returned no JSON object"),
+        ("raise KeyError('layout')", "generator_record(preset, ...) raised KeyError"),
+    ],
+    ids=["a set inside", "a list", "raises"],
+)
+def test_an_own_generator_record_that_is_no_json_object_is_one_refusal(tmp_path, capsys, body, cause) -> None:
+    preset = write_hopper(tmp_path / "env")
+    source = tmp_path / "env" / "hopper.py"
+    source.write_text(
+        source.read_text().replace(
+            "    def initial_state(self, scene):",
+            f"    def generator_record(self, preset, *, split, seed):\n        {body}\n\n"
+            "    def initial_state(self, scene):",
+        )
+    )
+    out = tmp_path / "pop"
+    assert main([*_generate(preset, out), "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and cause in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
 def test_an_exception_in_user_code_names_the_users_file_and_line(tmp_path, capsys) -> None:
     preset = write_hopper(tmp_path / "env", options='fault = "raises"')
     assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1", "--no-progress"]) == 2

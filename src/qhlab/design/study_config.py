@@ -11,6 +11,7 @@ study does with the config (the step modules beside this one).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -71,6 +72,9 @@ def _plain_number(value: Any) -> Any:
 def _path_text(value: Any) -> Any:
     if isinstance(value, str) and "\x00" in value:
         raise ValueError(f"{value!r} is not allowed; allowed: a path without NUL characters")
+    if isinstance(value, str) and value != value.strip():
+        # A trailing space names another directory than the one meant, silently.
+        raise ValueError(f"{value!r} is not allowed; allowed: a path without leading or trailing whitespace")
     if value == "":
         # An empty path would resolve to the working directory, not the config's: never meant.
         raise ValueError(
@@ -102,6 +106,8 @@ _MAX_METRES = 10.0
 # (tests compare final-state bytes), so the freeze binds the config without them and they may
 # change between steps (a new cluster address, more workers).
 EXECUTION_FIELDS = ("workers", "executor", "ray_address")
+# A recipe's name, as a recipe file's ``name`` must be (``qhlab.finite_horizon.recipe``).
+_RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Fields of the experiment recipe that the study itself owns.
 _STUDY_OWNED_RECIPE_FIELDS = {
     "seed": "seeds",
@@ -233,6 +239,13 @@ class StudyExperiment(BaseModel):
         owned = [f"{k} (set by the study's {v})" for k, v in _STUDY_OWNED_RECIPE_FIELDS.items() if k in recipe]
         if owned:
             raise ValueError(f"recipe field(s) {', '.join(owned)} are not allowed; allowed: the scientific fields only")
+        name = recipe.get("name")
+        # Read for its label only (each cell's recipe is named study-arm-seed), but never any value.
+        if name is not None and (not isinstance(name, str) or not _RECIPE_NAME.fullmatch(name)):
+            raise ValueError(
+                f"name={name!r} is not allowed; allowed: a recipe name of letters, digits, '_', '.' and '-' "
+                "(each cell's recipe is named after the study, its arm and seed)"
+            )
         return recipe
 
 

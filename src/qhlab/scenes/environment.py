@@ -534,10 +534,21 @@ class Environment:
         """What a manifest records of how its population was generated (the env's, if it declares one)."""
         own = getattr(self.env, "generator_record", None)
         if callable(own):
-            record = own(preset, split=split, seed=seed)
+            try:
+                record = own(preset, split=split, seed=seed)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
+                raise self._fail("generator_record(preset, ...)", exc) from None
+            try:
+                canonical_json(record)
+            except (TypeError, ValueError, QhError):
+                record = None
+            if not isinstance(record, dict) or not all(isinstance(k, str) for k in record):
+                raise self._refuse(
+                    "generator_record(preset, ...)", "returned no JSON object; allowed: a dict of JSON values"
+                )
             # A researcher's own record layout still binds the unit its labels are in (the
             # built-in puck world's record binds its engine, whose unit is the metre).
-            if not self.spec.builtin and isinstance(record, dict):
+            if not self.spec.builtin:
                 record = {**record, "reward_unit": self.reward_unit}
             return record
         return {

@@ -82,6 +82,8 @@ class PuckParameters:
         checks = {
             "candidates": len(layout.speeds) >= 1
             and all(v > 0 for v in layout.speeds)
+            # Two equal speeds would be two candidates with one outcome: a tie by construction.
+            and len(set(layout.speeds)) == len(layout.speeds)
             and 0 <= layout.bank_shots <= 4
             and layout.blocker_strikes in (0, 2),
             "pucks": 1 <= self.pucks[0] <= self.pucks[1]
@@ -92,9 +94,9 @@ class PuckParameters:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise QhInputError(
-                f"puck world: options {bad} are not allowed; allowed: at least one positive speed, 0-4 bank "
-                "shots, 0 or 2 blocker strikes; at least 2 pucks when a blocker is placed or struck; "
-                "blocker_probability in [0, 1]."
+                f"puck world: options {bad} are not allowed; allowed: at least one speed, positive and "
+                "distinct, 0-4 bank shots, 0 or 2 blocker strikes; at least 2 pucks when a blocker is placed or "
+                "struck; blocker_probability in [0, 1]."
             )
 
     def record(self) -> dict:
