@@ -75,9 +75,27 @@ def reference_comparisons(
         ``heuristic_regret``, and ``per_seed`` (baseline regret_H, ``ratio`` baseline /
         heuristic or None when the heuristic's regret is 0, the paired interval, ``beats``).
     """
-    call = "reference_comparisons"
     settings = bootstrap if isinstance(bootstrap, BootstrapConfig) else BootstrapConfig.model_validate(bootstrap)
-    order = [int(s) for s in scene_ids]
+    per_scene, baseline, horizon = _checked_inputs(references, baseline_regret, [int(s) for s in scene_ids])
+    section = {
+        name: _reference_entry(name, references[name], per_scene[name], baseline, settings, baseline_arm)
+        for name in REFERENCE_NAMES
+    }
+    headline = _headline(section["best_fixed_index"], baseline, settings, baseline_arm, horizon)
+    return {"references": section, "headline": headline}
+
+
+def _checked_inputs(
+    references: Any, baseline_regret: Any, order: list[int]
+) -> tuple[dict[str, np.ndarray], dict[Any, np.ndarray], int]:
+    """``reference_comparisons``' inputs, refused unless they are a development receipt's
+    references and the baseline's per-scene regret on the cells' scenes.
+
+    Returns:
+        ``(per_scene, baseline, H)``: {reference name: float [n_scenes, H]}, {seed: float
+        [n_scenes, H]} and the horizon.
+    """
+    call = "reference_comparisons"
     if not isinstance(references, dict) or set(references) != set(REFERENCE_NAMES):
         raise input_error(
             call,
@@ -122,8 +140,7 @@ def reference_comparisons(
             )
         per_scene[name] = np.asarray(ref["per_scene"]["regret"], dtype=np.float64)
     horizon = per_scene[REFERENCE_NAMES[0]].shape[1] if per_scene[REFERENCE_NAMES[0]].ndim == 2 else 0
-    seeds = list(baseline_regret)
-    baseline = {s: np.asarray(baseline_regret[s], dtype=np.float64) for s in seeds}
+    baseline = {s: np.asarray(values, dtype=np.float64) for s, values in baseline_regret.items()}
     for label, values in [
         *((f"references[{n!r}]", v) for n, v in per_scene.items()),
         *((f"baseline_regret[{s!r}]", v) for s, v in baseline.items()),
@@ -136,35 +153,60 @@ def reference_comparisons(
                 f"finite values of shape {(len(order), max(horizon, 1))}",
                 "per-scene regret [n_scenes][H] in the cells' scene order",
             )
-    section: dict[str, Any] = {}
-    for name in REFERENCE_NAMES:
-        ref, values = references[name], per_scene[name]
-        oracle = bool(ref.get("oracle", False))
-        section[name] = {
-            "reference": name,
-            "label": _REFERENCE_LABELS[name].format(
-                index=ref.get("index"), candidate=str(ref.get("candidate", "candidate 0")).replace("_", " ")
-            ),
-            "policy": ref.get("policy"),
-            "oracle": oracle,
-            "note": ORACLE_MARK if oracle else None,
-            "index": ref.get("index"),
-            "chosen_on": ref.get("chosen_on"),
-            "regret": [float(v) for v in values.mean(axis=0)],
-            "regret_interval": settings.interval(values[:, -1]),
-            "paired": [
-                {
-                    "arm": baseline_arm,
-                    "seed": s,
-                    "relation": "baseline minus reference",
-                    "metric": "regret",
-                    "horizon": horizon,
-                    "interval": settings.interval(baseline[s][:, -1], values[:, -1]),
-                }
-                for s in seeds
-            ],
-        }
-    best = section["best_fixed_index"]
+    return per_scene, baseline, horizon
+
+
+def _reference_entry(
+    name: str,
+    ref: dict,
+    values: np.ndarray,
+    baseline: dict[Any, np.ndarray],
+    settings: BootstrapConfig,
+    baseline_arm: str,
+) -> dict:
+    """One reference's entry: its label and policy, mean regret [H], the interval of its regret_H
+    and, per seed, the paired interval of the baseline's regret_H minus its own.
+
+    Args:
+        values: float [n_scenes, H], the reference's per-scene regret.
+        baseline: {seed: float [n_scenes, H]}, the baseline's per-scene regret.
+    """
+    oracle = bool(ref.get("oracle", False))
+    return {
+        "reference": name,
+        "label": _REFERENCE_LABELS[name].format(
+            index=ref.get("index"), candidate=str(ref.get("candidate", "candidate 0")).replace("_", " ")
+        ),
+        "policy": ref.get("policy"),
+        "oracle": oracle,
+        "note": ORACLE_MARK if oracle else None,
+        "index": ref.get("index"),
+        "chosen_on": ref.get("chosen_on"),
+        "regret": [float(v) for v in values.mean(axis=0)],
+        "regret_interval": settings.interval(values[:, -1]),
+        "paired": [
+            {
+                "arm": baseline_arm,
+                "seed": s,
+                "relation": "baseline minus reference",
+                "metric": "regret",
+                "horizon": values.shape[1],
+                "interval": settings.interval(own[:, -1], values[:, -1]),
+            }
+            for s, own in baseline.items()
+        ],
+    }
+
+
+def _headline(
+    best: dict, baseline: dict[Any, np.ndarray], settings: BootstrapConfig, baseline_arm: str, horizon: int
+) -> dict:
+    """The headline: does the learned baseline beat the best TRAIN-chosen heuristic (``best``,
+    its reference entry) on every seed, by mean regret_H and a paired interval below 0?
+
+    Args:
+        baseline: {seed: float [n_scenes, H]}, the baseline's per-scene regret.
+    """
     heuristic = best["regret"][-1]
     rows = []
     for paired in best["paired"]:
@@ -204,7 +246,7 @@ def reference_comparisons(
         + "; ".join(parts)
         + "."
     )
-    headline = {
+    return {
         "text": text,
         "beats_every_seed": beats_every_seed,
         "rule": _BEATS_RULE,
@@ -215,4 +257,3 @@ def reference_comparisons(
         "heuristic_regret": heuristic,
         "per_seed": rows,
     }
-    return {"references": section, "headline": headline}
