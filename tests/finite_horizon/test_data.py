@@ -246,7 +246,7 @@ def test_a_chain_row_candidate_without_a_successor_is_refused(copy) -> None:
     )
     assert f"state_id {state_id} candidate {candidate}" in message
     assert "-1 only on successor rows (step == -1)" in message
-    assert "HINT: the game has no terminal state" in message
+    assert "HINT: every chain-row candidate has a successor state (a terminal state's is itself)" in message
 
 
 def test_successor_rows_keep_their_missing_successors(tiny) -> None:

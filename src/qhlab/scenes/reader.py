@@ -90,7 +90,7 @@ class PopulationFields(Generic[A]):
         q: [S, K, H] exact labels; successor rows hold 1..H-1, 0.0 beyond.
         q_horizons: [S] int64 valid label horizons (H chain rows, H-1 successor rows).
         successor: [S, K] int64 row of the successor state; -1 only on successor rows (the
-            reader refuses a chain-row candidate without a successor: no terminal state).
+            reader refuses a chain-row candidate without one; a terminal state's is itself).
         scene_index: [S] int64 dense 0..n_scenes-1 (scene order of ``scenes.parquet``).
         scene_id: [S] int64.
         state_id: [S] int64.
@@ -212,6 +212,113 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             every label is checked, exactly, against the stored rewards and successors.
     """
     path = Path(path)
+    manifest, big_h, k, widths, counts = _checked_manifest(path, split, horizon)
+    files = _Files(path)
+    scenes, states, cands = _tables(files, counts)
+    rows = _state_rows(files, scenes, states)
+    objects, object_mask, goal = _objects_and_goal(files, states, rows.order, widths)
+    grid = _candidate_grid(files, cands, rows, k)
+    features = _rows_of_width(cands, "features", widths["candidates"], files.at_cands, "candidates")
+    _check_finite(files.cands, "features", features, grid.state, "state_id")
+    reward_flat = cands.column("reward").to_numpy().astype(np.float64)
+    _check_finite(files.cands, "reward", reward_flat, grid.state, "state_id")
+    struck = _ints(cands, "object")
+    n_of_row = object_mask.sum(axis=1)
+    if ((struck < -1) | (struck >= n_of_row[grid.row])).any():
+        bad = int(np.argmax((struck < -1) | (struck >= n_of_row[grid.row])))
+        raise input_error(
+            files.at_cands,
+            "object",
+            int(struck[bad]),
+            f"-1 or 0..{int(n_of_row[grid.row[bad]]) - 1} at state_id {int(grid.state[bad])}",
+            "a candidate acts on an object of its state, or on none (-1).",
+        )
+    step = rows.step
+    q = _labels(files, cands, grid, step, big_h, k)
+    succ_rows = _successor_rows(files, cands, grid, rows)
+
+    reward_grid, succ_grid = grid.place(reward_flat, np.float64), grid.place(succ_rows, np.int64)
+    # The checks see a state's missing candidates as missing (NaN); the arrays hold zeros there.
+    labels = LabelArrays(
+        state_id=rows.state_id,
+        scene_id=_ints(states, "scene_id")[rows.order],
+        chain_id=_ints(states, "chain_id")[rows.order],
+        step=step,
+        reward=np.where(grid.mask, reward_grid, np.nan),
+        q=np.where(grid.mask[:, :, None], q, np.nan),
+        horizons=np.where(step >= 0, big_h, big_h - 1),
+        successor=np.where(grid.mask, succ_grid, -1),
+        mask=grid.mask,
+    )
+    check_structure(files.cands, labels, call=_CALL)
+    check_bellman(files.cands, labels.q, labels.reward, labels.successor, labels.horizons, rows.state_id, call=_CALL)
+    # Bellman leaves the rewards and successors themselves to the environment: every chain
+    # state's one-step successors are stepped again on every load (read in file order, as the
+    # files hold them; a user environment from the frozen copy inside the population).
+    check_successors(path, manifest, read_labels(path, manifest, call=_CALL), call=_CALL)
+    return PopulationArrays(
+        manifest=manifest,
+        path=path,
+        digest=sha256_file(path / "manifest.json"),
+        split=split,
+        horizon=big_h,
+        num_candidates=k,
+        name=str(manifest["name"]),
+        objects=objects,
+        object_mask=object_mask,
+        goal=goal,
+        candidates=grid.place(features, np.float64),
+        candidate_object=grid.place(struck, np.int64),
+        candidate_mask=grid.mask,
+        reward=reward_grid,
+        q=q,
+        q_horizons=np.where(step >= 0, big_h, big_h - 1).astype(np.int64),
+        successor=succ_grid,
+        scene_index=rows.scene_index,
+        scene_id=rows.scene_ids[rows.scene_index].astype(np.int64),
+        state_id=rows.state_id.astype(np.int64),
+        chain_id=_ints(states, "chain_id")[rows.order].copy(),
+        step=step.astype(np.int64),
+        is_chain=step >= 0,
+    )
+
+
+@dataclass(frozen=True)
+class _Files:
+    """A population's three tables, and the prefix of a refusal that names each."""
+
+    path: Path
+
+    @property
+    def scenes(self) -> Path:
+        return self.path / "scenes.parquet"
+
+    @property
+    def states(self) -> Path:
+        return self.path / "states.parquet"
+
+    @property
+    def cands(self) -> Path:
+        return self.path / "candidates.parquet"
+
+    @property
+    def at_scenes(self) -> str:
+        return f"{_CALL}: {self.scenes}"
+
+    @property
+    def at_states(self) -> str:
+        return f"{_CALL}: {self.states}"
+
+    @property
+    def at_cands(self) -> str:
+        return f"{_CALL}: {self.cands}"
+
+
+def _checked_manifest(
+    path: Path, split: str, horizon: int | None
+) -> tuple[dict, int, int, dict[str, int], dict[str, int]]:
+    """The authenticated manifest of the split and horizon asked for: ``(manifest, H, K, feature
+    widths {objects, goal, candidates}, row counts {scenes, states, candidates})``."""
     if split not in SPLITS:
         raise input_error(_CALL, "split", split, ", ".join(SPLITS), "name the split you mean to read.")
     if horizon is not None:
@@ -219,8 +326,7 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
             _CALL, "horizon", horizon, minimum=1, hint="pass the H you expect, or None to accept the population's."
         )
     manifest = read_manifest(path)
-    manifest_path = path / "manifest.json"
-    at_manifest = f"{_CALL}: {manifest_path}"
+    at_manifest = f"{_CALL}: {path / 'manifest.json'}"
     if manifest["split"] != split:
         raise input_error(
             at_manifest,
@@ -247,18 +353,16 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
         raise input_error(
             at_manifest, "features/counts", "incomplete", "feature lists and counts", "regenerate the population."
         ) from None
+    return manifest, big_h, k, widths, counts
 
-    scenes_path, states_path, cands_path = (
-        path / n for n in ("scenes.parquet", "states.parquet", "candidates.parquet")
-    )
-    at_scenes, at_states, at_cands = (f"{_CALL}: {p}" for p in (scenes_path, states_path, cands_path))
-    scenes = _read_table(scenes_path)
-    states = _read_table(states_path)
-    cands = _read_table(cands_path)
+
+def _tables(files: _Files, counts: dict[str, int]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The scenes, states and candidates tables, each with the rows its manifest counts."""
+    scenes, states, cands = _read_table(files.scenes), _read_table(files.states), _read_table(files.cands)
     for file, table, key in (
-        (scenes_path, scenes, "scenes"),
-        (states_path, states, "states"),
-        (cands_path, cands, "candidates"),
+        (files.scenes, scenes, "scenes"),
+        (files.states, states, "states"),
+        (files.cands, cands, "candidates"),
     ):
         if table.num_rows != counts[key]:
             raise input_error(
@@ -268,39 +372,65 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
                 f"{counts[key]} (manifest counts.{key})",
                 "the file and the manifest disagree; regenerate the population.",
             )
+    return scenes, states, cands
 
+
+@dataclass(frozen=True)
+class _StateRows:
+    """Where each state lands: ``order`` [S] maps array rows to file rows (chain rows, then
+    successors, each in file order); ``state_id``, ``step`` and ``scene_index`` [S] are in array
+    order; ``row_of`` maps a state id to its array row; ``scene_ids`` [n_scenes] in file order."""
+
+    order: np.ndarray
+    state_id: np.ndarray
+    step: np.ndarray
+    row_of: dict[int, int]
+    scene_ids: np.ndarray
+    scene_index: np.ndarray
+
+
+def _state_rows(files: _Files, scenes: pa.Table, states: pa.Table) -> _StateRows:
+    """The states' array order and ids, refused on duplicate or unknown ids or a bad step."""
     scene_ids = _ints(scenes, "scene_id")
     if len(np.unique(scene_ids)) != len(scene_ids):
-        raise input_error(at_scenes, "scene_id", "duplicates", "unique ids", "regenerate the population.")
+        raise input_error(files.at_scenes, "scene_id", "duplicates", "unique ids", "regenerate the population.")
     scene_dense = {int(s): i for i, s in enumerate(scene_ids)}
-
-    # Row order: chain rows then successors, each in file order.
     step_file = _ints(states, "step")
     if (step_file < -1).any():
         raise input_error(
-            at_states, "step", int(step_file.min()), "-1 (successor) or >= 0", "regenerate the population."
+            files.at_states, "step", int(step_file.min()), "-1 (successor) or >= 0", "regenerate the population."
         )
     order = np.argsort(step_file < 0, kind="stable")
     state_id = _ints(states, "state_id")[order]
-    s_rows = len(state_id)
-    if len(np.unique(state_id)) != s_rows:
-        raise input_error(at_states, "state_id", "duplicates", "unique ids", "regenerate the population.")
-    row_of = {int(sid): i for i, sid in enumerate(state_id)}
+    if len(np.unique(state_id)) != len(state_id):
+        raise input_error(files.at_states, "state_id", "duplicates", "unique ids", "regenerate the population.")
     try:
         scene_index = np.array([scene_dense[int(s)] for s in _ints(states, "scene_id")[order]], dtype=np.int64)
     except KeyError as exc:
         raise input_error(
-            at_states, "scene_id", int(exc.args[0]), f"an id of {scenes_path.name}", "regenerate the population."
+            files.at_states, "scene_id", int(exc.args[0]), f"an id of {files.scenes.name}", "regenerate the population."
         ) from None
+    return _StateRows(
+        order=order,
+        state_id=state_id,
+        step=step_file[order],
+        row_of={int(sid): i for i, sid in enumerate(state_id)},
+        scene_ids=scene_ids,
+        scene_index=scene_index,
+    )
 
-    # Objects: list<list<double>> -> [S, N, F] padded.
+
+def _objects_and_goal(
+    files: _Files, states: pa.Table, order: np.ndarray, widths: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(objects [S, N, F] padded with zeros, object_mask [S, N], goal [S, G])`` in array order."""
     num_objects = _ints(states, "num_objects")
     obj_col = states.column("objects").combine_chunks()
     outer = pc.list_value_length(obj_col).to_numpy(zero_copy_only=False).astype(np.int64)
     if (outer != num_objects).any() or (num_objects < 1).any():
         bad = int(np.argmax((outer != num_objects) | (num_objects < 1)))
         raise input_error(
-            at_states,
+            files.at_states,
             "objects",
             f"{outer[bad]} objects at state_id {int(_ints(states, 'state_id')[bad])}",
             f"num_objects ({num_objects[bad]}) >= 1 objects",
@@ -310,174 +440,139 @@ def read_population(path: str | os.PathLike, *, split: str, horizon: int | None 
     if (inner_lengths != widths["objects"]).any():
         width = int(inner_lengths[inner_lengths != widths["objects"]][0])
         raise input_error(
-            at_states,
+            files.at_states,
             "objects",
             f"feature width {width}",
             f"{widths['objects']} (manifest features.objects)",
             "regenerate the population.",
         )
     _check_finite(
-        states_path,
+        files.states,
         "objects",
         flat.reshape(-1, widths["objects"]),
         np.repeat(_ints(states, "state_id"), num_objects),
         "state_id",
     )
     n_max = int(num_objects.max())
-    objects_file = np.zeros((s_rows, n_max, widths["objects"]), dtype=np.float64)
+    objects_file = np.zeros((len(order), n_max, widths["objects"]), dtype=np.float64)
     mask_file = np.arange(n_max)[None, :] < num_objects[:, None]
     objects_file[mask_file] = flat.reshape(-1, widths["objects"])
-    objects, object_mask = objects_file[order], mask_file[order]
+    goal = _rows_of_width(states, "goal", widths["goal"], files.at_states, "goal")
+    _check_finite(files.states, "goal", goal, _ints(states, "state_id"), "state_id")
+    return objects_file[order], mask_file[order], goal[order]
 
-    goal = _rows_of_width(states, "goal", widths["goal"], at_states, "goal")
-    _check_finite(states_path, "goal", goal, _ints(states, "state_id"), "state_id")
-    goal = goal[order]
 
-    # Candidates: a state's k rows are its candidates 0..k-1 (1 <= k <= K).
+@dataclass(frozen=True)
+class _CandidateGrid:
+    """Where each candidate row lands in the [S, K] grid: its state's array ``row``, its
+    ``index`` and its ``state`` id ([C] each, file order), and ``mask`` [S, K], the candidates a
+    state has."""
+
+    row: np.ndarray
+    index: np.ndarray
+    state: np.ndarray
+    mask: np.ndarray
+
+    def place(self, values: np.ndarray, dtype) -> np.ndarray:
+        """``values`` [C, ...] (file order) as an [S, K, ...] grid, zeros where a state has no candidate."""
+        out = np.zeros(self.mask.shape + values.shape[1:], dtype=dtype)
+        out[self.row, self.index] = values
+        return out
+
+
+def _candidate_grid(files: _Files, cands: pa.Table, rows: _StateRows, k: int) -> _CandidateGrid:
+    """Candidate rows on the grid: a state's k rows are its candidates 0..k-1 (1 <= k <= K)."""
     c_state = _ints(cands, "state_id")
     c_index = _ints(cands, "candidate")
     try:
-        c_row = np.array([row_of[int(s)] for s in c_state], dtype=np.int64)
+        c_row = np.array([rows.row_of[int(s)] for s in c_state], dtype=np.int64)
     except KeyError as exc:
         raise input_error(
-            at_cands, "state_id", int(exc.args[0]), f"an id of {states_path.name}", "regenerate the population."
+            files.at_cands, "state_id", int(exc.args[0]), f"an id of {files.states.name}", "regenerate the population."
         ) from None
     if ((c_index < 0) | (c_index >= k)).any():
         raise input_error(
-            at_cands,
+            files.at_cands,
             "candidate",
             int(c_index[(c_index < 0) | (c_index >= k)][0]),
             f"0..{k - 1}",
             "K is fixed per population.",
         )
-    filled = np.zeros((s_rows, k), dtype=np.int64)
+    filled = np.zeros((len(rows.state_id), k), dtype=np.int64)
     np.add.at(filled, (c_row, c_index), 1)
     candidate_mask = np.arange(k)[None, :] < filled.sum(axis=1)[:, None]
     if (filled != candidate_mask).any() or not candidate_mask[:, 0].all():
         bad_row, bad_k = np.argwhere((filled != candidate_mask) | ~candidate_mask[:, :1])[0]
         raise input_error(
-            at_cands,
+            files.at_cands,
             "candidate",
-            f"{int(filled[bad_row, bad_k])} rows for state_id {int(state_id[bad_row])} candidate {int(bad_k)}",
+            f"{int(filled[bad_row, bad_k])} rows for state_id {int(rows.state_id[bad_row])} candidate {int(bad_k)}",
             "exactly one row per (state, candidate) for a state's candidates 0..k-1 (k >= 1), none beyond",
             "a state's candidates are numbered from 0.",
         )
-    features = _rows_of_width(cands, "features", widths["candidates"], at_cands, "candidates")
-    _check_finite(cands_path, "features", features, c_state, "state_id")
-    reward_flat = cands.column("reward").to_numpy().astype(np.float64)
-    _check_finite(cands_path, "reward", reward_flat, c_state, "state_id")
-    struck = _ints(cands, "object")
-    n_of_row = object_mask.sum(axis=1)
-    if ((struck < -1) | (struck >= n_of_row[c_row])).any():
-        bad = int(np.argmax((struck < -1) | (struck >= n_of_row[c_row])))
-        raise input_error(
-            at_cands,
-            "object",
-            int(struck[bad]),
-            f"-1 or 0..{int(n_of_row[c_row[bad]]) - 1} at state_id {int(c_state[bad])}",
-            "a candidate acts on an object of its state, or on none (-1).",
-        )
+    return _CandidateGrid(row=c_row, index=c_index, state=c_state, mask=candidate_mask)
 
+
+def _labels(files: _Files, cands: pa.Table, grid: _CandidateGrid, step: np.ndarray, big_h: int, k: int) -> np.ndarray:
+    """The labels Q*_1..Q*_H as [S, K, H] (H for chain states, H-1 for successors; zeros beyond),
+    refused unless finite and within float32 range."""
     q_lengths, q_flat = _lists(cands, "q")
-    want = np.where(step_file[order] >= 0, big_h, big_h - 1)[c_row]
+    want = np.where(step >= 0, big_h, big_h - 1)[grid.row]
     if (q_lengths != want).any():
         bad = int(np.argmax(q_lengths != want))
         raise input_error(
-            at_cands,
+            files.at_cands,
             "q",
-            f"{int(q_lengths[bad])} labels at state_id {int(c_state[bad])}",
+            f"{int(q_lengths[bad])} labels at state_id {int(grid.state[bad])}",
             f"{int(want[bad])} (H for chain states, H-1 for successors)",
             "regenerate the population.",
         )
     q_offsets = np.concatenate([[0], np.cumsum(q_lengths)])
-    q = np.zeros((s_rows, k, big_h), dtype=np.float64)
+    q = np.zeros((len(step), k, big_h), dtype=np.float64)
     for h in range(big_h):
         has = q_lengths > h
         values = q_flat[q_offsets[:-1][has] + h]
         bad = ~np.isfinite(values) | (np.abs(values) > _FLOAT32_MAX)
         if bad.any():
             raise QhInputError(
-                f"load_population: {cands_path} column 'q' holds {float(values[bad][0])!r} (Q*_{h + 1}) at state_id "
-                f"{int(c_state[has][bad][0])} candidate {int(c_index[has][bad][0])}; allowed: finite numbers "
+                f"load_population: {files.cands} column 'q' holds {float(values[bad][0])!r} (Q*_{h + 1}) at state_id "
+                f"{int(grid.state[has][bad][0])} candidate {int(grid.index[has][bad][0])}; allowed: finite numbers "
                 "within float32 range only. HINT: the population is corrupt; regenerate it."
             )
-        q[c_row[has], c_index[has], h] = values
+        q[grid.row[has], grid.index[has], h] = values
+    return q
 
+
+def _successor_rows(files: _Files, cands: pa.Table, grid: _CandidateGrid, rows: _StateRows) -> np.ndarray:
+    """Each candidate row's successor as an array row [C] (-1: none, on successor rows only)."""
     succ_ids = _ints(cands, "successor_state_id")
     succ_rows = np.full(len(succ_ids), -1, dtype=np.int64)
     for i in np.flatnonzero(succ_ids != -1):
         sid = int(succ_ids[i])
-        if sid not in row_of:
+        if sid not in rows.row_of:
             raise input_error(
-                at_cands, "successor_state_id", sid, f"-1 or an id of {states_path.name}", "regenerate the population."
+                files.at_cands,
+                "successor_state_id",
+                sid,
+                f"-1 or an id of {files.states.name}",
+                "regenerate the population.",
             )
-        succ_rows[i] = row_of[sid]
-    # The game has no terminal state: every candidate of a chain state leads somewhere, and
+        succ_rows[i] = rows.row_of[sid]
+    # Every candidate of a chain state leads somewhere (a terminal state's back to itself), and
     # its successor row carries the labels that training bootstraps through. A chain-row -1
-    # would silently turn that candidate into a terminal one (y_h = r for every h), so it is
-    # refused; successor rows (step == -1) are leaves of the stored tree and keep -1.
-    missing = np.flatnonzero((succ_ids == -1) & (step_file[order][c_row] >= 0))
+    # would silently turn that candidate into a leaf (y_h = r for every h), so it is refused;
+    # successor rows (step == -1) are leaves of the stored tree and keep -1.
+    missing = np.flatnonzero((succ_ids == -1) & (rows.step[grid.row] >= 0))
     if missing.size:
         i = int(missing[0])
         raise input_error(
-            at_cands,
+            files.at_cands,
             "successor_state_id",
             -1,
-            f"an id of {states_path.name} for every candidate of a chain state (step >= 0; "
-            f"here state_id {int(c_state[i])} candidate {int(c_index[i])}, "
+            f"an id of {files.states.name} for every candidate of a chain state (step >= 0; "
+            f"here state_id {int(grid.state[i])} candidate {int(grid.index[i])}, "
             f"{missing.size} such candidate(s) in all); -1 only on successor rows (step == -1)",
-            "the game has no terminal state, so every chain-row candidate has a successor "
-            "state; the population is corrupt or was written by another generator; "
-            "regenerate it.",
+            "every chain-row candidate has a successor state (a terminal state's is itself); "
+            "the population is corrupt or was written by another generator; regenerate it.",
         )
-
-    def grid(values: np.ndarray, dtype) -> np.ndarray:
-        out = np.zeros((s_rows, k) + values.shape[1:], dtype=dtype)
-        out[c_row, c_index] = values
-        return out
-
-    step = step_file[order]
-    reward_grid, succ_grid = grid(reward_flat, np.float64), grid(succ_rows, np.int64)
-    # The checks see a state's missing candidates as missing (NaN); the arrays hold zeros there.
-    labels = LabelArrays(
-        state_id=state_id,
-        scene_id=_ints(states, "scene_id")[order],
-        chain_id=_ints(states, "chain_id")[order],
-        step=step,
-        reward=np.where(candidate_mask, reward_grid, np.nan),
-        q=np.where(candidate_mask[:, :, None], q, np.nan),
-        horizons=np.where(step >= 0, big_h, big_h - 1),
-        successor=np.where(candidate_mask, succ_grid, -1),
-        mask=candidate_mask,
-    )
-    check_structure(cands_path, labels, call=_CALL)
-    check_bellman(cands_path, labels.q, labels.reward, labels.successor, labels.horizons, state_id, call=_CALL)
-    # Bellman leaves the rewards and successors themselves to the environment: every chain
-    # state's one-step successors are stepped again on every load (read in file order, as the
-    # files hold them; a user environment from the frozen copy inside the population).
-    check_successors(path, manifest, read_labels(path, manifest, call=_CALL), call=_CALL)
-    return PopulationArrays(
-        manifest=manifest,
-        path=path,
-        digest=sha256_file(manifest_path),
-        split=split,
-        horizon=big_h,
-        num_candidates=k,
-        name=str(manifest["name"]),
-        objects=objects,
-        object_mask=object_mask,
-        goal=goal,
-        candidates=grid(features, np.float64),
-        candidate_object=grid(struck, np.int64),
-        candidate_mask=candidate_mask,
-        reward=reward_grid,
-        q=q,
-        q_horizons=np.where(step >= 0, big_h, big_h - 1).astype(np.int64),
-        successor=succ_grid,
-        scene_index=scene_index,
-        scene_id=scene_ids[scene_index].astype(np.int64),
-        state_id=state_id.astype(np.int64),
-        chain_id=_ints(states, "chain_id")[order].copy(),
-        step=step.astype(np.int64),
-        is_chain=step >= 0,
-    )
+    return succ_rows
