@@ -62,6 +62,35 @@ def _refuse(field: str, value: Any, allowed: str, hint: str) -> QhInputError:
     return QhInputError(f"{_CALL}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}.")
 
 
+def _shaping(shaping: Any, width: int) -> dict | None:
+    """The ``shaping`` option checked: ``{feature, scale, absolute}`` on one of the ``width`` state
+    values, or None."""
+    if shaping is None:
+        return None
+    allowed_keys = {"feature", "scale", "absolute"}
+    feature = shaping.get("feature") if isinstance(shaping, dict) else None
+    scale = shaping.get("scale", 1.0) if isinstance(shaping, dict) else None
+    absolute = shaping.get("absolute", False) if isinstance(shaping, dict) else None
+    if (
+        not isinstance(shaping, dict)
+        or set(shaping) - allowed_keys
+        or isinstance(feature, bool)
+        or not isinstance(feature, int)
+        or not 0 <= feature < width
+        or isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not np.isfinite(scale)
+        or not isinstance(absolute, bool)
+    ):
+        raise _refuse(
+            "shaping",
+            shaping,
+            f"{{ feature = an index of the state (0..{width - 1}), scale = a finite number, absolute = true | false }}",
+            "potential-based shaping on one state value leaves the optimal policy unchanged",
+        )
+    return {"feature": int(feature), "scale": float(scale), "absolute": absolute}
+
+
 class GymnasiumEnvironment:
     """A Gymnasium task under the environment contract (see the module docstring)."""
 
@@ -130,32 +159,7 @@ class GymnasiumEnvironment:
         self.width = width
         self.object_features = width + 1
         self.candidate_features = self.max_candidates
-        shaping = options.get("shaping")
-        if shaping is not None:
-            allowed_keys = {"feature", "scale", "absolute"}
-            feature = shaping.get("feature") if isinstance(shaping, dict) else None
-            scale = shaping.get("scale", 1.0) if isinstance(shaping, dict) else None
-            absolute = shaping.get("absolute", False) if isinstance(shaping, dict) else None
-            if (
-                not isinstance(shaping, dict)
-                or set(shaping) - allowed_keys
-                or isinstance(feature, bool)
-                or not isinstance(feature, int)
-                or not 0 <= feature < (1 if self.kind == "index" else width)
-                or isinstance(scale, bool)
-                or not isinstance(scale, (int, float))
-                or not np.isfinite(scale)
-                or not isinstance(absolute, bool)
-            ):
-                raise _refuse(
-                    "shaping",
-                    shaping,
-                    f"{{ feature = an index of the state (0..{(1 if self.kind == 'index' else width) - 1}), "
-                    "scale = a finite number, absolute = true | false }",
-                    "potential-based shaping on one state value leaves the optimal policy unchanged",
-                )
-            shaping = {"feature": int(feature), "scale": float(scale), "absolute": absolute}
-        self.shaping = shaping
+        self.shaping = _shaping(options.get("shaping"), 1 if self.kind == "index" else width)
         self.reward_unit = options.get("reward_unit", "")
         if not isinstance(self.reward_unit, str):
             raise _refuse("reward_unit", self.reward_unit, "a string, e.g. 'points'", 'reward_unit = "points"')
