@@ -211,7 +211,7 @@ def test_a_builtin_factory_is_imported_never_copied_and_a_malformed_one_is_refus
 
 
 def test_the_tank_network_keeps_its_contract_on_its_own_scenes() -> None:
-    from qhlab.scenes.environment import check_contract
+    from qhlab.scenes.probes import check_contract
     from qhlab.scenes.sampler import scene_seed
 
     made = Environment.make(EnvironmentSpec("qhlab.scenes.tanks:make", {}))

@@ -162,12 +162,9 @@ def watch_driver(pid: int, start: int | None) -> None:
     threading.Thread(target=watch, name="qhlab-driver-watch", daemon=True).start()
 
 
-if __name__ == "__main__":
-    _reap(int(sys.argv[1]), [int(pid) for pid in sys.argv[2:]])
-
-
 # The longest AF_UNIX socket path Linux and macOS accept (sun_path, less its terminating NUL), and
-# what multiprocessing adds below the temporary directory: "/pymp-XXXXXXXX/listener-XXXXXXXX".
+# what multiprocessing adds below the temporary directory: "/pymp-" and "/listener-", each followed
+# by 8 random characters (34 bytes in all).
 _UNIX_PATH_MAX = 103
 _SOCKET_SUFFIX = 34
 
@@ -179,3 +176,7 @@ def unix_socket_fits(reserve: int = _SOCKET_SUFFIX) -> bool:
     import tempfile
 
     return len(os.fsencode(tempfile.gettempdir())) + reserve <= _UNIX_PATH_MAX
+
+
+if __name__ == "__main__":
+    _reap(int(sys.argv[1]), [int(pid) for pid in sys.argv[2:]])

@@ -1,7 +1,7 @@
 """An environment tried before a population is drawn from it: ``qhlab env check PRESET``.
 
 Owns: ``check_environment``, which makes a preset's environment, runs the contract checks and the
-determinism probes of generation on a few scenes (``environment.check_contract``: two steps deep,
+determinism probes of generation on a few scenes (``probes.check_contract``: two steps deep,
 again in another order, and in a fresh interpreter for an environment qhlab does not pin), times its
 step, and draws a small population in a temporary directory to print its difficulty card and the
 reward-scale settings it suggests, then removes it. Does not own: the checks themselves
@@ -21,9 +21,10 @@ from typing import Any
 from qhlab.evidence import input_error
 from qhlab.scenes.contract import OPTIONAL_MEMBERS
 from qhlab.scenes.describe import describe_population
-from qhlab.scenes.environment import Environment, check_contract
+from qhlab.scenes.environment import Environment
 from qhlab.scenes.population import environment_spec, generate_population
 from qhlab.scenes.presets import load_preset
+from qhlab.scenes.probes import check_contract
 from qhlab.scenes.sampler import scene_seed
 
 __all__ = ["check_environment"]

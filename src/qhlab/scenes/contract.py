@@ -7,7 +7,7 @@ uses without it) and the member lists derived from both (``REQUIRED_SIZES``,
 ``qhlab.scenes.tanks``, ``qhlab.scenes.gymnasium``) declare it as their factory's return type.
 Does not own: checking an object against the contract, with one error that names every broken
 member (``qhlab.scenes.environment.Environment``), or the checks at generation (determinism,
-shapes, finiteness: ``qhlab.scenes.environment.check_contract``).
+shapes, finiteness: ``qhlab.scenes.probes.check_contract``).
 
 An environment is made by a factory ``make(options: dict) -> EnvironmentContract`` named in a
 preset (``"my_env.py:make"`` relative to the preset file, or ``"package.module:make"``).

@@ -50,9 +50,10 @@ from qhlab.execution import ExecutorChoice, RayExecutor, open_executor, where_am
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
-from qhlab.scenes.environment import Environment, EnvironmentSpec, check_contract, read_environment_source
+from qhlab.scenes.environment import Environment, EnvironmentSpec, read_environment_source
 from qhlab.scenes.manifest import ENVIRONMENT_DIR, MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
 from qhlab.scenes.presets import Preset, load_preset
+from qhlab.scenes.probes import check_contract
 from qhlab.scenes.records import PopulationGenerationReceipt, PopulationReceipt
 from qhlab.scenes.sampler import GENERATOR_VERSION, scene_seed
 
