@@ -181,8 +181,10 @@ def card_lines(described: dict[str, Any]) -> list[str]:
         f"states, K={card['K']}, H={h}, tie_band={card['tie_band']}{' ' + unit if unit else ''}; "
         f"{card['weighting']}; rewards and regret in {unit_words}",
         f"  regret_{h} uniform random      {regret['uniform']:.4f}",
-        f"  regret_{h} {reference.replace('_', ' ')} (0) {regret[reference]:.4f}  ({share(ratio[reference])})",
-        f"  regret_{h} best fixed index {best['index']}  {best['regret']:.4f}  ({share(ratio['best_fixed_index'])})",
+        # Labels padded as the fixed ones are, so that the values stand in one column.
+        f"  regret_{h} {reference.replace('_', ' ') + ' (0)':<19} {regret[reference]:.4f}  ({share(ratio[reference])})",
+        f"  regret_{h} {'best fixed index ' + str(best['index']):<19} {best['regret']:.4f}  "
+        f"({share(ratio['best_fixed_index'])})",
         f"  regret_{h} myopic oracle       {regret['myopic_oracle']:.4f}  ({share(ratio['myopic_oracle'])})",
         "  regret_{} by fixed index      {}".format(h, " ".join(f"{v:.4f}" for v in regret["fixed_index"])),
         f"  myopic choice loses > tie_band at H in {100 * card['myopic_loses_share']:.1f}% of chain states",
