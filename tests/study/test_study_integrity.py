@@ -171,3 +171,19 @@ def development_manifest_sha256(study: Path) -> str:
     """The validation manifest digest the development receipt binds (read without its files)."""
     document = read_receipt(study / "development.receipt.json", StudyDevelopmentReceipt, verify_files=False).record()
     return document["body"]["validation"]["manifest_sha256"]
+
+
+@pytest.mark.slow
+def test_other_source_is_refused_except_where_the_report_is_recomputed(finished_study, monkeypatch):
+    from qhlab.lanes import compare
+    from qhlab.study.report_records import recompute_report
+
+    output = finished_study["output"]
+    other = {"sha256": "0" * 64, "files": 1}
+    monkeypatch.setattr(authentication, "source_package_digest", lambda: other)
+    monkeypatch.setattr("qhlab.study.report_records.source_package_digest", lambda: other)
+    # A lane comparison reads a study made elsewhere, but never one of other qhlab source.
+    with pytest.raises(EvidenceError, match="the qhlab source package has sha256 0000"):
+        compare._read_lane(output)
+    # A report is accepted from other source when this source rebuilds the same bytes.
+    assert recompute_report(output)["cells"] == 10

@@ -284,7 +284,12 @@ def frozen_config_path(output: str | os.PathLike) -> Path:
 
 
 def authenticate_freeze(
-    config_path: str | os.PathLike, output: str | os.PathLike, step: str, *, runs: bool = True
+    config_path: str | os.PathLike,
+    output: str | os.PathLike,
+    step: str,
+    *,
+    runs: bool = True,
+    same_source: bool = True,
 ) -> FrozenStudy:
     """Re-read the config and authenticate the freeze receipt, TRAIN bytes and source code.
 
@@ -293,9 +298,12 @@ def authenticate_freeze(
         output: the study directory.
         step: the call named in refusals.
         runs: the step runs study code (fits, benchmarks, reports), so this process must have the
-            frozen source package and package versions. False for a step that only reads finished
-            studies (a lane comparison of a study made on another machine, a recomputed report),
-            which reports the versions instead and judges the source itself.
+            frozen package versions. False for a step that only reads finished studies (a lane
+            comparison of a study made on another machine, a recomputed report), which reports the
+            versions instead.
+        same_source: this process must run the frozen qhlab source package. False only where the
+            caller judges the source itself (a recomputed report is accepted from other source
+            only when this source gives the same bytes).
     """
     output = Path(output)
     missing = (
@@ -333,7 +341,7 @@ def authenticate_freeze(
             f"execution fields ({', '.join(EXECUTION_FIELDS)}); freeze a new study into a new output directory."
         )
     source = source_package_digest()
-    if runs and source["sha256"] != body.source_package["sha256"]:
+    if same_source and source["sha256"] != body.source_package["sha256"]:
         raise EvidenceError(
             f"{step}: the qhlab source package has sha256 {source['sha256']}; the freeze receipt "
             f"{output / FREEZE_RECEIPT} binds {body.source_package['sha256']}. HINT: the package "

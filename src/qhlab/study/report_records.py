@@ -79,7 +79,7 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
             f"version {REPORT_SCHEMA_VERSION}. HINT: verify it with the qhlab version that wrote it."
         )
     with authentication_roots(output, (), original=recorded_origin(output)):
-        frozen = authenticate_freeze(frozen_config_path(output), output, call, runs=False)
+        frozen = authenticate_freeze(frozen_config_path(output), output, call, runs=False, same_source=False)
         _, report, cells = authenticate_report(frozen, call)
         development = authenticate_development(frozen, call)
         benchmarks = {}
