@@ -8,7 +8,7 @@ import threading
 from rich.console import Console
 
 from qhlab.execution import ExecutorChoice, JobRunner, report_progress, reporting
-from qhlab.study.terminal import FitBoard
+from qhlab.training.terminal import FitBoard
 
 
 def _reporting_job(label: str, steps: int) -> bool:

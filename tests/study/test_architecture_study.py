@@ -437,7 +437,7 @@ def test_report_shows_every_arm_and_seed(finished_study):
 
 @pytest.mark.slow
 def test_the_report_answers_first_in_words_that_cannot_contradict(finished_study):
-    from qhlab.study.answer import ANSWER_DECISIONS
+    from qhlab.report.answer import ANSWER_DECISIONS
 
     output = finished_study["output"]
     report = json.loads((output / "report" / "report.json").read_text())
@@ -784,7 +784,7 @@ def _baseline(values_h: list[float]):
 def test_reference_comparisons_paired_intervals_and_headline():
     import numpy as np
 
-    from qhlab.study.references import reference_comparisons
+    from qhlab.report.references import reference_comparisons
 
     best = [1.0, 2.0, 1.5, 1.0, 3.0, 2.5]  # mean 1.8333
     straight = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # mean 2 (zero spread: point interval)
@@ -838,7 +838,7 @@ def test_reference_comparisons_paired_intervals_and_headline():
 
 
 def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
-    from qhlab.study.references import reference_comparisons
+    from qhlab.report.references import reference_comparisons
 
     best = [1.0] * 5 + [1.2]
     # Lower on every scene for seed 0; seed 1 is lower on average (-0.1333) but one scene is far
@@ -874,7 +874,7 @@ def test_reference_comparisons_beating_needs_the_whole_interval_below_zero():
 
 
 def test_reference_comparisons_refuse_other_scenes_and_missing_references():
-    from qhlab.study.references import reference_comparisons
+    from qhlab.report.references import reference_comparisons
 
     refs = _references([1.0] * 6, [1.0] * 6, [1.0] * 6)
     with pytest.raises(EvidenceError, match="reference best_fixed_index was evaluated on other scenes"):

@@ -138,7 +138,7 @@ def test_export_refuses_bad_input_and_writes_nothing(exported, tmp_path) -> None
 
 
 def test_report_json_has_its_documented_layout_and_the_published_schema_is_current(exported) -> None:
-    from qhlab.study.report_document import REPORT_JSON_SCHEMA, StudyReportDocument
+    from qhlab.report.document import REPORT_JSON_SCHEMA, StudyReportDocument
 
     report = exported["report"]
     document = StudyReportDocument.model_validate(report)

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from qhlab.evidence import EvidenceError, canonical_json, sha256_bytes, sha256_file
 from qhlab.evidence.signing import SIGNATURE_FILE, verify_signature
-from qhlab.study.render import FIGURES
+from qhlab.report.render import FIGURES
 
 REPO = Path(__file__).resolve().parents[2]
 TOUR = REPO / "docs" / "guide" / "command-line.md"

@@ -21,6 +21,7 @@ import pytest
 from qhlab.design.study_records import StudyCellReceipt, StudyDevelopmentReceipt
 from qhlab.evidence import EvidenceError, QhInputError, canonical_json, read_receipt, sha256_file, write_receipt
 from qhlab.evidence.layout import BENCHMARK_DIR, POPULATION_FILES, REPORT_DIR
+from qhlab.evidence.source import STUDY_PACKAGES
 from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
 from qhlab.scenes.population import SCENE_IDENTITY_COLUMNS
 from qhlab.scenes.records import PopulationReceipt
@@ -31,7 +32,7 @@ def test_freeze_records_versions_and_later_steps_refuse_others(tmp_path, tiny_co
     output = tmp_path / "study"
     body = freeze_study(tiny_config, output)
     versions = body["versions"]
-    assert set(versions) == {"python", *authentication.STUDY_PACKAGES}
+    assert set(versions) == {"python", *STUDY_PACKAGES}
     assert versions == authentication.runtime_versions() and versions["torch"] is not None
     changed = {**versions, "pymunk": "0.0.1"}
     monkeypatch.setattr(authentication, "runtime_versions", lambda: changed)
@@ -176,12 +177,12 @@ def development_manifest_sha256(study: Path) -> str:
 @pytest.mark.slow
 def test_other_source_is_refused_except_where_the_report_is_recomputed(finished_study, monkeypatch):
     from qhlab.lanes import compare
-    from qhlab.study.report_records import recompute_report
+    from qhlab.report.records import recompute_report
 
     output = finished_study["output"]
     other = {"sha256": "0" * 64, "files": 1}
     monkeypatch.setattr(authentication, "source_package_digest", lambda: other)
-    monkeypatch.setattr("qhlab.study.report_records.source_package_digest", lambda: other)
+    monkeypatch.setattr("qhlab.report.records.source_package_digest", lambda: other)
     # A lane comparison reads a study made elsewhere, but never one of other qhlab source.
     with pytest.raises(EvidenceError, match="the qhlab source package has sha256 0000"):
         compare._read_lane(output)

@@ -6,7 +6,7 @@ import json
 import warnings
 from pathlib import Path
 
-from qhlab.study.tuning_figures import TUNING_FIGURES, _study, number_trials_from_one, tuning_figures
+from qhlab.report.tuning_figures import TUNING_FIGURES, _study, number_trials_from_one, tuning_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qhlab.design.study_records import StudyCellReceipt
-from qhlab.study.render import FIGURES
+from qhlab.report.render import FIGURES
 from wandb_records import read_offline_run
 
 ROOT = Path(__file__).resolve().parents[2]

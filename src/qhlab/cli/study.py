@@ -25,10 +25,10 @@ from qhlab.cli.command import Command
 from qhlab.evidence import require_int
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
 from qhlab.execution import JobRunner
+from qhlab.report.export import export_study
 from qhlab.study.arguments import STUDY_DESCRIPTIONS, STUDY_HELPS, STUDY_SUBCOMMANDS, study_arguments
-from qhlab.study.export import export_study
-from qhlab.study.terminal import console as study_console
 from qhlab.training.console import console_verbose
+from qhlab.training.terminal import console as study_console
 
 if TYPE_CHECKING:
     # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
@@ -42,13 +42,13 @@ def _open(args: argparse.Namespace) -> tuple[Study, Any]:
     steps that label populations or run fits); returns ``(study, executor or None)``."""
     # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
     from qhlab.design.study_config import read_study_config
-    from qhlab.study.study import Study
+    from qhlab.report.finished import open_study
 
     executor = None
     if hasattr(args, "executor"):
         config, _, _ = read_study_config(args.config)
         executor = config.executor_choice(args.executor, args.ray_address, call=f"qhlab study {args.study_command}")
-    return Study.open(args.config, args.study_output, populations=args.populations, executor=executor), executor
+    return open_study(args.config, args.study_output, populations=args.populations, executor=executor), executor
 
 
 @contextlib.contextmanager
@@ -120,15 +120,12 @@ def _benchmark(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    # Lazy: the pipeline loads numpy, and a step torch and Lightning; `--help`, `status` and `export` do not.
-    from qhlab.study.report_run import log_report_run
-
     console = study_console()
     study, _ = _open(args)
     report = study.report()
     where = Path(args.study_output)
     console.print(f"[green]report[/] {where / REPORT_DIR / REPORT_MARKDOWN} ({report['summary']['n_cells']} cells)")
-    console.print(f"W&B report run (offline): {log_report_run(where)}")
+    console.print(f"W&B report run (offline): {study.reporter.log_run(where)}")
     return 0
 
 

@@ -113,7 +113,7 @@ MPS_MEMORY_RECEIPT = "mps_memory_observation.receipt.json"
 # The layout version of the study's own JSON documents (selection.json, lanes.json, replication.json);
 # each receipt carries its kind's version.
 DOCUMENT_SCHEMA_VERSION = 1
-# report.json's layout version (``qhlab.study.report_document``): 2 since its decisions speak one
+# report.json's layout version (``qhlab.report.document``): 2 since its decisions speak one
 # vocabulary and its intervals carry each comparison's own pilot components.
 REPORT_SCHEMA_VERSION = 2
 # The call named in messages that belong to the study as a whole rather than to one step.

@@ -1,7 +1,8 @@
-"""The source-package digest and host-local writer locks.
+"""The source-package digest, the runtime versions and host-local writer locks.
 
 Owns: the identity of the qhlab code that produced an artifact (sorted relative paths plus
-the bytes of every ``.py`` file of the package) and non-blocking exclusive locks. Does not
+the bytes of every ``.py`` file of the package), the versions of Python and of the packages that
+can change a result (``runtime_versions``) and non-blocking exclusive locks. Does not
 own: which steps take a lock or bind the digest.
 """
 
@@ -10,14 +11,33 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import os
+import platform
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from qhlab import __version__
 from qhlab.evidence.errors import LockHeldError, MissingEvidenceError
 
-__all__ = ["exclusive_lock", "source_package_digest"]
+__all__ = ["STUDY_PACKAGES", "exclusive_lock", "runtime_versions", "source_package_digest"]
+
+
+# The distributions whose versions can change a study's files or numbers: the fits (torch,
+# lightning), the statistics (numpy, scipy), the labels (pymunk), population bytes (pyarrow)
+# and the run record (wandb). The freeze records them with Python's version.
+STUDY_PACKAGES = ("torch", "lightning", "numpy", "scipy", "pymunk", "pyarrow", "wandb")
+
+
+def runtime_versions() -> dict[str, str | None]:
+    """{"python": version, package: installed version or None} for ``STUDY_PACKAGES``."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in STUDY_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def source_package_digest(package_root: str | os.PathLike | None = None) -> dict:

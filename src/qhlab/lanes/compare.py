@@ -43,14 +43,14 @@ from qhlab.evidence.layout import (
     LANES_RECEIPT,
     cell_name,
 )
+from qhlab.evidence.source import runtime_versions
 from qhlab.lanes.records import LaneComparisonReceipt
+from qhlab.report.figures import label_categories, save_figure
+from qhlab.report.finished import finished_study
+from qhlab.report.render import ci, fmt, table
 from qhlab.statistics.bootstrap import paired_scene_bootstrap
 from qhlab.statistics.replication import pooled_difference
-from qhlab.study.authentication import authenticate_report, runtime_versions
-from qhlab.study.figures import label_categories, save_figure
-from qhlab.study.render import ci, fmt, table
-from qhlab.study.study import Study
-from qhlab.study.terminal import console as study_console
+from qhlab.training.terminal import console as study_console
 
 __all__ = ["LANE_FILES", "compare_lanes", "lane_comparison", "study_regret_mde", "tost_verdict"]
 
@@ -191,23 +191,23 @@ def _read_lane(directory: Path) -> dict[str, Any]:
     """
     # Another lane is often another machine with other package versions: they are reported
     # (``versions``), not refused; the source package, config and every receipt still must hold.
-    with Study.existing(directory).authenticated(CALL, runs=False) as frozen:
-        path, report, cells = authenticate_report(frozen, CALL)
-        return {
-            "directory": directory,
-            "profile": frozen.config.profile,
-            "resolved": frozen.body.config["resolved"],
-            "train_manifest": frozen.body.train["manifest_sha256"],
-            "freeze": frozen.receipt_path,
-            "report": path,
-            "study": frozen.config.name,
-            "study_id": frozen.body.study_id,
-            "report_json": report,
-            "cells": {k: c["document"].body_record() for k, c in cells.items()},
-            "versions": frozen.body.versions,
-            "seed_variance": _lane_seed_variance(frozen.config, frozen.body.preparation),
-            "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
-        }
+    finished = finished_study(directory, CALL, runs=False)
+    frozen, cells = finished.frozen, finished.cells
+    return {
+        "directory": directory,
+        "profile": frozen.config.profile,
+        "resolved": frozen.body.config["resolved"],
+        "train_manifest": frozen.body.train["manifest_sha256"],
+        "freeze": frozen.receipt_path,
+        "report": finished.report_receipt,
+        "study": frozen.config.name,
+        "study_id": frozen.body.study_id,
+        "report_json": finished.report,
+        "cells": {k: c["document"].body_record() for k, c in cells.items()},
+        "versions": frozen.body.versions,
+        "seed_variance": _lane_seed_variance(frozen.config, frozen.body.preparation),
+        "states": {k: c["path"].parent / c["document"].body.attempt / FINAL_STATE for k, c in cells.items()},
+    }
 
 
 def _lane_seed_variance(config: Any, preparation: dict | None) -> dict[str, Any] | None:

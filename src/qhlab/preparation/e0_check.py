@@ -34,7 +34,7 @@ from qhlab.preparation.fits import ToolRun, finished_record, run_fits, study_rec
 from qhlab.scenes.manifest import generator_identity, read_manifest
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
-from qhlab.study.terminal import fit_runner
+from qhlab.training.terminal import fit_runner
 
 __all__ = ["draw_config", "run_e0_check"]
 

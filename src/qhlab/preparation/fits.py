@@ -25,9 +25,9 @@ from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reportin
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.populations import resolve_population
-from qhlab.study.terminal import FitBoard
-from qhlab.study.terminal import console as study_console
 from qhlab.training.records import FitReceipt
+from qhlab.training.terminal import FitBoard
+from qhlab.training.terminal import console as study_console
 
 __all__ = [
     "ToolRun",

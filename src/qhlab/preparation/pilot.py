@@ -17,6 +17,7 @@ from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, r
 from qhlab.design.pilot_record import FITS_DIR, RECEIPT, components_of, publish_record, read_record
 from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
+from qhlab.design.user_sources import user_source_digests
 from qhlab.evidence import input_error, sha256_file
 from qhlab.evidence.layout import FAMILY_DIR, MANIFEST
 from qhlab.preparation.fits import (
@@ -30,8 +31,8 @@ from qhlab.preparation.fits import (
 )
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import load_preset
-from qhlab.study.family import copy_sources, provide_shipped, shipped_sources, user_source_digests
-from qhlab.study.terminal import fit_runner
+from qhlab.study.family import copy_sources, provide_shipped, shipped_sources
+from qhlab.training.terminal import fit_runner
 
 __all__ = ["run_pilot"]
 

@@ -24,12 +24,12 @@ from qhlab.design.plan_record import (
     read_record,
 )
 from qhlab.design.study_config import declared_scenes
+from qhlab.design.user_sources import user_source_digests
 from qhlab.evidence import differing_keys, input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import GENERATION_RECEIPT, PLAN_MARKDOWN
 from qhlab.preparation.fits import ToolRun, finished_record
+from qhlab.report.render import fmt, table
 from qhlab.scenes.records import PopulationGenerationReceipt
-from qhlab.study.family import user_source_digests
-from qhlab.study.render import fmt, table
 
 __all__ = ["plan_markdown", "run_plan"]
 

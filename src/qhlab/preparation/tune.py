@@ -54,7 +54,7 @@ from qhlab.preparation.fits import (
     resolve_tool_population,
     run_fits,
 )
-from qhlab.study.terminal import fit_runner
+from qhlab.training.terminal import fit_runner
 
 __all__ = ["run_tuning"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence.layout import DOCUMENT_SCHEMA_VERSION
+from qhlab.report.render import fmt, table
 from qhlab.statistics.replication import agreement_test
-from qhlab.study.render import fmt, table
 
 # The two studies a replication compares, as its records name them.
 SIDES = ("original", "replica")

@@ -24,6 +24,7 @@ from typing import Any
 import tomli_w
 
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, read_study_config
+from qhlab.design.user_sources import environment_source_change, user_source_digests
 from qhlab.evidence import (
     EvidenceError,
     QhError,
@@ -34,7 +35,6 @@ from qhlab.evidence import (
     write_receipt,
 )
 from qhlab.evidence.layout import (
-    DEVELOPMENT_RECEIPT,
     FAMILY_DIR,
     FREEZE_RECEIPT,
     REPLICATION_CONFIG,
@@ -43,7 +43,6 @@ from qhlab.evidence.layout import (
     REPLICATION_MARKDOWN,
     REPLICATION_RECEIPT,
     REPLICATION_STUDY_DIR,
-    REPORT_JSON,
     STUDY_CONFIG_COPY,
 )
 from qhlab.execution import ExecutorChoice, JobRunner
@@ -57,13 +56,11 @@ from qhlab.replication.agreement import (
     used_populations,
 )
 from qhlab.replication.records import ReplicationReceipt
+from qhlab.report.finished import finished_study, open_study
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.population import scene_content_digests
-from qhlab.study.authentication import authenticate_development, authenticate_report
-from qhlab.study.family import environment_source_change, family_sources, user_source_digests
-from qhlab.study.study import Study
-from qhlab.study.terminal import console as study_console
+from qhlab.training.terminal import console as study_console
 
 __all__ = ["CALL", "replicate"]
 
@@ -136,7 +133,7 @@ def replicate(
         document = json.loads((output / REPLICATION_JSON).read_text(encoding="utf-8"))
         console.print(f"[green]replication {output} is complete[/]: {document['summary']}", highlight=False)
         return 0
-    replica = Study.open(
+    replica = open_study(
         output / REPLICATION_DESIGN_DIR / REPLICATION_CONFIG,
         output / REPLICATION_STUDY_DIR,
         populations=populations,
@@ -233,20 +230,14 @@ def replicate(
 
 def _finished(directory: Path, populations: Sequence[str | os.PathLike]) -> dict[str, Any]:
     """A finished study, authenticated: its freeze and development bodies, report and their paths."""
-    with Study.existing(directory, populations=populations).authenticated(CALL) as frozen:
-        report_receipt, report, _ = authenticate_report(frozen, CALL)
-        development = authenticate_development(frozen, CALL)
-        return {
-            "freeze": frozen.receipt.body_record(),
-            "sources": family_sources(frozen.body),
-            "development": development.body_record(),
-            "report": report,
-            "paths": {
-                "freeze": frozen.receipt_path,
-                "development": frozen.output / DEVELOPMENT_RECEIPT,
-                "report": report_receipt.parent / REPORT_JSON,
-            },
-        }
+    finished = finished_study(directory, CALL, populations=populations, development=True)
+    return {
+        "freeze": finished.frozen.receipt.body_record(),
+        "sources": finished.sources,
+        "development": finished.development,
+        "report": finished.report,
+        "paths": finished.paths,
+    }
 
 
 def _design_files(

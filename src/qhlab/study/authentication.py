@@ -13,10 +13,8 @@ does once admitted.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -31,7 +29,6 @@ from qhlab.design.study_records import (
     StudyDevelopmentReceipt,
     StudyE0Receipt,
     StudyFreezeReceipt,
-    StudyReportReceipt,
 )
 from qhlab.evidence import (
     EvidenceError,
@@ -51,15 +48,13 @@ from qhlab.evidence.layout import (
     E0_RECEIPT,
     FIT_RECEIPT,
     FREEZE_RECEIPT,
-    REPORT_DIR,
-    REPORT_JSON,
-    REPORT_RECEIPT,
     SELECTION_FILE,
     STUDY_CALL,
     STUDY_CONFIG_COPY,
     cell_name,
     cell_receipt_path,
 )
+from qhlab.evidence.source import runtime_versions
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.study.family import provide_family
 from qhlab.training.profiles import execution_profile
@@ -71,39 +66,19 @@ if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
 __all__ = [
-    "STUDY_PACKAGES",
     "FrozenStudy",
     "authenticate_attempt",
     "authenticate_cells",
     "authenticate_development",
     "authenticate_e0",
     "authenticate_freeze",
-    "authenticate_report",
     "check_bound",
     "frozen_config_path",
     "read_canary_selection",
     "read_cell_receipts",
     "refuse_linked_study",
     "require_step",
-    "runtime_versions",
 ]
-
-# The distributions whose versions can change a study's files or numbers: the fits (torch,
-# lightning), the statistics (numpy, scipy), the labels (pymunk), population bytes (pyarrow)
-# and the run record (wandb). The freeze records them with Python's version.
-STUDY_PACKAGES = ("torch", "lightning", "numpy", "scipy", "pymunk", "pyarrow", "wandb")
-
-
-def runtime_versions() -> dict[str, str | None]:
-    """{"python": version, package: installed version or None} for ``STUDY_PACKAGES``."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in STUDY_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
 
 # How deep below a study directory its steps write directories of their own (``cells/<cell>/
 # <attempt>``); a link at or above that depth would put a step's evidence outside the study.
@@ -520,30 +495,6 @@ def authenticate_cells(frozen: FrozenStudy, step: str) -> dict[tuple[str, int], 
             "--seed S` for each (or `qhlab study run`); the report compares all cells."
         )
     return cells
-
-
-def authenticate_report(frozen: FrozenStudy, step: str) -> tuple[Path, dict, dict[tuple[str, int], dict]]:
-    """A finished study's report: its receipt, chained to the freeze and to every cell's final receipt.
-
-    Returns:
-        (the report receipt's path, ``report.json`` as the receipt binds it, the cells as
-        ``authenticate_cells`` returns them).
-
-    Raises:
-        OrderError: a cell or the report is missing. EvidenceError: a receipt does not authenticate
-            or does not bind the study's current freeze and cell receipts.
-    """
-    cells = authenticate_cells(frozen, step)
-    path = frozen.output / REPORT_DIR / REPORT_RECEIPT
-    require_step(
-        path, "the report receipt", step, f"run `qhlab study run {frozen.config_path} --output {frozen.output}`"
-    )
-    receipt = read_receipt(path, StudyReportReceipt)
-    check_bound(receipt, "freeze", frozen.receipt_path, path)
-    for (arm, seed), cell in cells.items():
-        check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
-    report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
-    return path, report, cells
 
 
 def read_cell_receipts(

@@ -5,53 +5,43 @@ arm's builder contract on the canonical first TRAIN chain (``freeze_family``: ou
 [B, K, H], finite values, gradients reaching parameters, the same parameters from two builds
 under one seed); after freeze, making the frozen copies importable in this process
 (``provide_family``, called for every authenticated study, on every executor) and shipping
-their bytes to a Ray worker (``family_bytes``, ``provide_shipped``); and what ``qhlab study
-status`` says of the user's own files (``source_changes``). Does not own: parsing builders,
-digesting and importing a copy (``qhlab.execution.user_code``), building scorers
-(``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
+their bytes to a Ray worker (``family_bytes``, ``provide_shipped``). Does not own: the user's
+files as they are now (``qhlab.design.user_sources``), parsing builders, digesting and importing a
+copy (``qhlab.execution.user_code``), building scorers (``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qhlab.design.study_records import StudyFreezeBody
-from qhlab.evidence import QhInputError, publish_bytes, sha256_bytes
+from qhlab.design.user_sources import arm_refusal, family_sources, user_sources
+from qhlab.evidence import QhInputError, publish_bytes
 from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.execution.user_code import (
     UNFROZEN_HINT,
     FrozenSource,
-    LocatedSource,
     UnfrozenImportError,
     file_digests,
     missing_sibling,
     provide,
-    read_source,
     source_digest,
-    source_files,
     unbound_modules,
     user_frames,
     user_location,
 )
-from qhlab.scenes.presets import load_preset
 
 __all__ = [
     "copy_sources",
-    "environment_source_change",
     "family_bytes",
-    "family_sources",
     "freeze_family",
-    "preset_file_changes",
-    "preset_file_record",
     "provide_family",
     "provide_shipped",
     "shipped_sources",
-    "source_changes",
-    "user_source_digests",
 ]
 
 _CALL = "freeze_study"
@@ -59,43 +49,6 @@ _INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "
 
 
 _VERBOSE = "; --verbose shows the whole traceback"
-
-
-def _refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInputError:
-    what = f"arm {arm!r}" + (f" (builder {builder!r})" if builder else "")
-    return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
-
-
-def _user_sources(config: Any, config_dir: Path) -> Iterator[tuple[str, str, LocatedSource, dict[str, bytes]]]:
-    """(arm, builder, where its source is, its bytes) of each user arm, read from the user's files.
-
-    Raises:
-        QhInputError: a builder whose source is missing (one line naming the arm).
-    """
-    for arm in config.arms:
-        builder = config.builder(arm)
-        if builder is None:
-            continue
-        try:
-            located, files = read_source(builder, config_dir)
-        except (ValueError, OSError) as exc:
-            raise _refusal(
-                arm,
-                builder,
-                str(exc),
-                'a builder names a file beside the config ("arms.py:build") or an importable "package.module:build"',
-            ) from None
-        yield arm, builder, located, files
-
-
-def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
-    """``{arm: sha256}`` of each user arm's source as it is now in the user's files (read, never
-    imported): what a pilot binds, and what a freeze compares a pilot with.
-
-    Raises:
-        QhInputError: a builder whose source is missing (one line naming the arm).
-    """
-    return {arm: source_digest(file_digests(files)) for arm, _, _, files in _user_sources(config, config_dir)}
 
 
 def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
@@ -106,7 +59,7 @@ def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]
     """
     records = {}
     family = output / FAMILY_DIR
-    sources = list(_user_sources(config, config_dir))  # every source read before anything is written
+    sources = list(user_sources(config, config_dir))  # every source read before anything is written
     # Under the freeze lock and before any freeze receipt: a family a killed freeze left is redone.
     shutil.rmtree(family, ignore_errors=True)
     for arm, builder, located, files in sources:
@@ -202,7 +155,7 @@ def _refuse_unbound_imports(arm: str, record: dict, new: set[str]) -> None:
     unbound = unbound_modules(record["module"], new)
     if unbound:
         name, file = unbound[0]
-        raise _refusal(
+        raise arm_refusal(
             arm,
             record["builder"],
             f"importing it loaded module {name!r} from {file!r}, which is not in its frozen source",
@@ -275,15 +228,15 @@ def check_contract(
     except QhInputError:
         raise
     except ArmContractError as exc:
-        raise _refusal(arm, builder, exc.cause, exc.hint) from None
+        raise arm_refusal(arm, builder, exc.cause, exc.hint) from None
     except UnfrozenImportError as exc:
         cause, _, _ = str(exc).partition(" HINT: ")
-        raise _refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
+        raise arm_refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
     # A user's builder may raise anything, or exit: refused by name, never a silent exit 0.
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
         sibling = None if directory is None else missing_sibling(directory, exc)
         if sibling is not None:
-            raise _refusal(
+            raise arm_refusal(
                 arm,
                 builder,
                 f"its source imports {sibling!r}, a module beside it that is not frozen with it",
@@ -300,7 +253,7 @@ def check_contract(
         else:
             cause = f"building it {what} {type(exc).__name__}: {exc}{more}{where}"
         # The user's exception stays the cause: `--verbose` prints its whole traceback.
-        raise _refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
+        raise arm_refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
     if built is not None:
         built()
     lazy = sorted(
@@ -309,7 +262,7 @@ def check_contract(
         if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
     )
     if lazy:
-        raise _refusal(
+        raise arm_refusal(
             arm,
             builder,
             f"it has uninitialised (lazy) parameters or buffers: {', '.join(lazy[:5])}",
@@ -326,7 +279,7 @@ def check_contract(
 
     differing = sorted(k for k in set(one) | set(two) if not same(k))
     if differing:
-        raise _refusal(
+        raise arm_refusal(
             arm,
             builder,
             f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
@@ -335,7 +288,7 @@ def check_contract(
         )
     parameters = dict(first.named_parameters())
     if not parameters:
-        raise _refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
+        raise arm_refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
     b, k = batch["candidates"].shape[:2]
     expected = [int(b), int(k), dims.horizon]
     try:
@@ -343,12 +296,12 @@ def check_contract(
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - refused by name, as above
         what = "exited" if isinstance(exc, SystemExit) else "raised"
         cause = f"its forward {what} {type(exc).__name__}: {exc}{user_location(exc, shown_in=directory)}"
-        raise _refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
+        raise arm_refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:
-        raise _refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
+        raise arm_refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
     if not torch.isfinite(q).all():
-        raise _refusal(
+        raise arm_refusal(
             arm,
             builder,
             "its output holds non-finite values on the canonical first TRAIN chain",
@@ -363,7 +316,7 @@ def check_contract(
         built()
     receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
     if not receiving:
-        raise _refusal(
+        raise arm_refusal(
             arm,
             builder,
             "no parameter receives a gradient from Q",
@@ -371,7 +324,7 @@ def check_contract(
         )
     bad = sorted(n for n in receiving if not torch.isfinite(parameters[n].grad).all())
     if bad:
-        raise _refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
+        raise arm_refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
     return {
         "parameters": int(sum(p.numel() for p in parameters.values())),
         # What every fit of the arm must build again (a fit refuses another structure).
@@ -381,11 +334,6 @@ def check_contract(
         "parameters_without_gradients": sorted(set(parameters) - set(receiving)),
         "deterministic_initialisation": True,
     }
-
-
-def family_sources(body: StudyFreezeBody) -> dict[str, dict]:
-    """``{arm: source record}`` of a freeze receipt body's user arms."""
-    return {a["arm"]: a["source"] for a in body.arms if a.get("source")}
 
 
 def provide_family(body: StudyFreezeBody, output: Path) -> dict[str, str]:
@@ -418,66 +366,3 @@ def provide_shipped(shipped: dict | None, root: Path) -> None:
     provide(_arm_source(shipped["arm"], shipped["record"], root, files=dict(shipped["files"])))
 
 
-def source_changes(body: StudyFreezeBody) -> dict[str, str]:
-    """``{arm: what}`` for each user arm whose original source differs from its frozen copy."""
-    changes = {}
-    for arm, record in family_sources(body).items():
-        original = Path(record["original"])
-        try:
-            now = source_digest(file_digests(source_files(original)))
-        except (OSError, ValueError):
-            changes[arm] = f"source {original} is gone since freeze; the frozen copy is used"
-            continue
-        if now != record["sha256"]:
-            changes[arm] = f"source {original} changed since freeze; the frozen copy is used"
-    return changes
-
-
-def environment_source_change(record: dict | None) -> str | None:
-    """What changed in a user environment's own source since the freeze (None: nothing, or built in).
-
-    The user's files are only compared, never imported: every step imports the copy frozen in
-    the population.
-    """
-    if not record or not record.get("original"):
-        return None
-    original = Path(record["original"])
-    try:
-        now = source_digest(file_digests(source_files(original)))
-    except (OSError, ValueError):
-        return f"source {original} is gone since freeze; the frozen copy in the population is used"
-    if now != record["sha256"]:
-        return f"source {original} changed since freeze; the frozen copy in the population is used"
-    return None
-
-
-def preset_file_record(source: Any) -> dict | None:
-    """A declared population's preset file as the freeze binds it: ``{"path", "sha256"}`` (None: a
-    built-in preset or a population directory)."""
-    preset = getattr(source, "preset", None)
-    if not isinstance(preset, str) or not preset.endswith(".toml"):
-        return None
-    path = Path(load_preset(preset, call="freeze_study").path).resolve()
-    return {"path": str(path), "sha256": sha256_bytes(path.read_bytes())}
-
-
-def preset_file_changes(body: Any) -> list[str]:
-    """What changed in the study's preset files since the freeze, in words (empty: nothing).
-
-    The files are only compared: TRAIN is the population the freeze resolved, and the validation
-    is drawn from the preset the freeze recorded, whatever the file says now.
-    """
-    changes = []
-    for role, entry in (("train", body.train), ("validation", body.validation)):
-        record = entry.get("preset_file")
-        if not record:
-            continue
-        path = Path(record["path"])
-        try:
-            now = sha256_bytes(path.read_bytes())
-        except OSError:
-            changes.append(f"{role} preset file {path} is gone since freeze; the study keeps the preset it froze")
-            continue
-        if now != record["sha256"]:
-            changes.append(f"{role} preset file {path} changed since freeze; the study keeps the preset it froze")
-    return changes

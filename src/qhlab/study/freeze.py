@@ -23,6 +23,7 @@ from qhlab.design.study_config import (
     read_study_config,
 )
 from qhlab.design.study_records import StudyFreezeReceipt
+from qhlab.design.user_sources import preset_file_record, user_source_digests
 from qhlab.evidence import (
     PublishConflictError,
     QhInputError,
@@ -45,12 +46,13 @@ from qhlab.evidence.layout import (
     cell_name,
 )
 from qhlab.evidence.publish import TEMP_MARKER
+from qhlab.evidence.source import runtime_versions
 from qhlab.finite_horizon.benchmark import canonical_chains, canonical_first_chain
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.scenes.audit import audit_population
 from qhlab.scenes.manifest import reward_unit
-from qhlab.study.authentication import FrozenStudy, refuse_linked_study, runtime_versions
-from qhlab.study.family import freeze_family, preset_file_record, user_source_digests
+from qhlab.study.authentication import FrozenStudy, refuse_linked_study
+from qhlab.study.family import freeze_family
 from qhlab.study.populations import (
     environment_source,
     labelling_record,

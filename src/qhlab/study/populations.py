@@ -4,7 +4,7 @@ Owns: turning a ``PopulationSource`` into a population directory (a named path, 
 generated into / reused from the population cache), the population files a study receipt
 binds, and the support record (scenes, states, candidates, K, H) a receipt carries. Does not
 own: generating populations (``qhlab.scenes``), reading them (``qhlab.finite_horizon.data``)
-or drawing the generation bar (``terminal``).
+or drawing the generation bar (``qhlab.training.terminal``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from qhlab.scenes.environment import EnvironmentSpec
 from qhlab.scenes.origin import population_origin
 from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt
-from qhlab.study.terminal import GenerationProgress
+from qhlab.training.terminal import GenerationProgress
 
 __all__ = [
     "environment_source",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.evidence import sha256_bytes
+from qhlab.evidence.source import runtime_versions
 from qhlab.execution import where_am_i
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.study.family import provide_shipped
@@ -172,9 +173,6 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
         wandb.teardown()
         attempt = Path(result.output_directory)
         files = {p.relative_to(attempt).as_posix(): p.read_bytes() for p in sorted(attempt.rglob("*")) if p.is_file()}
-        # Lazy: keeps importing this module free of numpy.
-        from qhlab.study.authentication import runtime_versions
-
         return {
             "attempt": attempt.name,
             "files": files,

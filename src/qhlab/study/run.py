@@ -27,8 +27,8 @@ from qhlab.study.authentication import (
 )
 from qhlab.study.cells import fit_cell
 from qhlab.study.remote import run_cells_on_ray
-from qhlab.study.terminal import FitBoard, fits_progress
 from qhlab.training.console import console_verbose
+from qhlab.training.terminal import FitBoard, fits_progress
 
 __all__ = ["cell_job", "fit_canaries", "run_cells", "say_benchmark", "say_e0"]
 

@@ -44,6 +44,7 @@ from qhlab.design.study_records import (
     StudyFreezeReceipt,
     StudyReportReceipt,
 )
+from qhlab.design.user_sources import environment_source_change, preset_file_changes, source_changes
 from qhlab.evidence import (
     RECEIPT_SUFFIX,
     EvidenceError,
@@ -54,7 +55,6 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.envelope import Receipt
-from qhlab.study.family import environment_source_change, preset_file_changes, source_changes
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 

@@ -5,8 +5,9 @@ Owns: ``Study`` (``Study.open(config, output)``, ``Study.existing(output)`` and 
 ``status`` and ``run``, the main job: the order of the steps). A step authenticates the study once per ``Study`` object
 (``authenticate_freeze``) and works inside ``authentication_roots``: the receipts of a copied study
 are checked in the copy, and populations that moved are found by digest. Does not own: what a step
-does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``,
-``report``; ``run`` for the main job's fits) or the path-based step functions
+does (the step modules: ``freeze``, ``admission``, ``development``, ``cells``, ``benchmarks``;
+``run`` for the main job's fits), the report (``qhlab.report``, above the pipeline, which a
+``Study`` is given as its ``reporter``) or the path-based step functions
 (``qhlab.finite_horizon.studies.architecture_study``), which are one-line calls of this object.
 """
 
@@ -18,13 +19,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.markup import escape
 
 from qhlab.design.study_config import read_study_config
 from qhlab.design.study_records import StudyBenchmarkReceipt, StudyCellReceipt, StudyReportReceipt
-from qhlab.evidence import authentication_roots, exclusive_lock, read_receipt, recorded_origin
+from qhlab.design.user_sources import environment_source_change, preset_file_changes, source_changes
+from qhlab.evidence import authentication_roots, exclusive_lock, input_error, read_receipt, recorded_origin
 from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
@@ -52,17 +54,35 @@ from qhlab.study.authentication import (
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
 from qhlab.study.development import seal_development
-from qhlab.study.family import environment_source_change, preset_file_changes, source_changes
 from qhlab.study.freeze import describe_family, freeze
 from qhlab.study.remote import check_cells_feasible
-from qhlab.study.report import write_report
-from qhlab.study.report_run import log_report_run
 from qhlab.study.run import fit_canaries, run_cells, say_benchmark, say_e0
 from qhlab.study.status import study_status
-from qhlab.study.terminal import console as study_console
-from qhlab.study.terminal import fit_runner
+from qhlab.training.terminal import console as study_console
+from qhlab.training.terminal import fit_runner
 
-__all__ = ["Study"]
+__all__ = ["Reporter", "Study"]
+
+
+class Reporter(Protocol):
+    """The study's last step, handed to it from above.
+
+    The report is a package of its own (``qhlab.report``) that reads the pipeline's receipts; the
+    pipeline never imports it, so a ``Study`` that reports is given one (``qhlab.report.open_study``
+    gives ``qhlab.report.REPORTER``).
+    """
+
+    def publish(self, frozen: FrozenStudy) -> dict:
+        """Publish ``report/`` once (a crash leaves no partial ``report/``).
+
+        Returns:
+            The report (the content of ``report.json``).
+        """
+        ...
+
+    def log_run(self, output: Path) -> str:
+        """Log the study's W&B report run from the published report; returns where it went."""
+        ...
 
 
 @dataclass(eq=False, repr=False)
@@ -78,12 +98,15 @@ class Study:
         output: the study directory.
         populations: further roots its populations were copied to (``--populations``).
         executor: where labelling and fits run (None: the config's executor).
+        reporter: the report step (None: a study that runs every step but the report, which it
+            refuses by name).
     """
 
     config_path: Path
     output: Path
     populations: tuple[str, ...] = field(default=(), kw_only=True)
     executor: ExecutorChoice | None = field(default=None, kw_only=True)
+    reporter: Reporter | None = field(default=None, kw_only=True)
     _frozen: FrozenStudy | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,9 +122,10 @@ class Study:
         *,
         populations: Sequence[str | os.PathLike] = (),
         executor: ExecutorChoice | None = None,
+        reporter: Reporter | None = None,
     ) -> Study:
         """The study at ``output`` made from ``config_path`` (nothing is read or written yet)."""
-        return cls(config_path, output, populations=populations, executor=executor)
+        return cls(config_path, output, populations=populations, executor=executor, reporter=reporter)
 
     @classmethod
     def existing(
@@ -110,11 +134,14 @@ class Study:
         *,
         populations: Sequence[str | os.PathLike] = (),
         executor: ExecutorChoice | None = None,
+        reporter: Reporter | None = None,
     ) -> Study:
         """The study frozen at ``output``, with the config it was frozen from: that file while its
         bytes are the frozen ones (its relative paths resolve where they did), else the study's
         own copy (authenticated either way, by the first step)."""
-        return cls(frozen_config_path(output), Path(output), populations=populations, executor=executor)
+        return cls(
+            frozen_config_path(output), Path(output), populations=populations, executor=executor, reporter=reporter
+        )
 
     @contextlib.contextmanager
     def authenticated(self, step: str, *, runs: bool = True) -> Iterator[FrozenStudy]:
@@ -246,8 +273,21 @@ class Study:
         Returns:
             The report (the content of ``report.json``).
         """
+        reporter = self._reporter("report_study")
         with self.authenticated("report_study") as frozen:
-            return write_report(frozen)
+            return reporter.publish(frozen)
+
+    def _reporter(self, call: str) -> Reporter:
+        """The report step this study was given; refused by name when it was given none."""
+        if self.reporter is None:
+            raise input_error(
+                call,
+                "reporter",
+                None,
+                "a Study opened with its report step",
+                "open it with qhlab.report.open_study(config, output), which gives it qhlab.report.REPORTER",
+            )
+        return self.reporter
 
     def status(self) -> dict:
         """Where the study stands, read from its receipts alone (writes nothing;
@@ -266,6 +306,7 @@ class Study:
         Returns:
             0, or 1 when the E0 gate failed (its receipt stays and no broad fit runs).
         """
+        self._reporter("qhlab study run")  # refused before anything is written
         with self.roots():
             console = console or study_console()
             config, _, _ = read_study_config(self.config_path)
@@ -373,7 +414,7 @@ class Study:
                 # The report's own answer, word for word (its markdown emphasis dropped).
                 console.print(q["answer"]["text"].replace("**", ""), highlight=False, markup=False)
             console.print(report["headline"]["text"])
-            console.print(f"W&B report run (offline): {log_report_run(output)}")
+            console.print(f"W&B report run (offline): {self._reporter('run').log_run(output)}")
             ran.append("report")
         elapsed = time.perf_counter() - started
         # The user's own files are only compared, never run: a study keeps running its frozen copies.

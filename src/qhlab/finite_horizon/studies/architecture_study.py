@@ -1,7 +1,8 @@
 """Run a frozen, paired architecture development study: the study application's entry point.
 
 Owns: the path-based step functions (``freeze_study``, ``admit_canaries``,
-``prepare_development``, ``run_fit``, ``report_study``: each one call of ``qhlab.study.Study``)
+``prepare_development``, ``run_fit``, ``report_study``: each one call of a ``qhlab.study.Study``,
+opened with its report step by ``qhlab.report.open_study``)
 and ``main``, which runs ``qhlab study``'s own command rows (``qhlab.cli.study``): this module
 is the seed API's face over the whole package, above the command line, and dispatches nothing of
 its own. ``QhArchitectureStudyConfig`` (``qhlab.design.study_config``, below the pipeline so
@@ -35,7 +36,7 @@ from typing import NoReturn
 from qhlab.cli import main as qhlab_main
 from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.finite_horizon.benchmark import benchmark_scorer
-from qhlab.study.study import Study
+from qhlab.report.finished import open_study
 
 __all__ = [
     "QhArchitectureStudyConfig",
@@ -55,7 +56,7 @@ def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     Returns:
         The freeze receipt body.
     """
-    return Study.open(config_path, output).freeze()
+    return open_study(config_path, output).freeze()
 
 
 def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -65,7 +66,7 @@ def admit_canaries(config_path: str | os.PathLike, output: str | os.PathLike) ->
     Returns:
         The E0 receipt body (``passed``, ``reason``, ``failures``).
     """
-    return Study.open(config_path, output).admit_canaries()
+    return open_study(config_path, output).admit_canaries()
 
 
 def prepare_development(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -75,7 +76,7 @@ def prepare_development(config_path: str | os.PathLike, output: str | os.PathLik
     Returns:
         The development receipt body.
     """
-    return Study.open(config_path, output).prepare_development()
+    return open_study(config_path, output).prepare_development()
 
 
 def run_fit(
@@ -91,7 +92,7 @@ def run_fit(
     Returns:
         The cell receipt body.
     """
-    return Study.open(config_path, output).run_fit(variant, seed, canary_role=canary_role)
+    return open_study(config_path, output).run_fit(variant, seed, canary_role=canary_role)
 
 
 def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:
@@ -100,7 +101,7 @@ def report_study(config_path: str | os.PathLike, output: str | os.PathLike) -> d
     Returns:
         The report (the content of ``report.json``).
     """
-    return Study.open(config_path, output).report()
+    return open_study(config_path, output).report()
 
 
 def main() -> NoReturn:

@@ -3,7 +3,7 @@
 Owns: rebuilding an in-memory Optuna study from a tuning summary's finished trials (their
 parameters and objective means, under the space's distributions) and drawing it with
 ``optuna.visualization.matplotlib``. Does not own: the record (``record``), the report's
-other figures or where they are written (``qhlab.study.render``).
+other figures or where they are written (``qhlab.report.render``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.tuning_config import Domain, optuna_distributions, quiet_optuna
-from qhlab.study.figures import save_figure
+from qhlab.report.figures import save_figure
 
 __all__ = ["TUNING_FIGURES", "tuning_figures"]
 

@@ -1,7 +1,7 @@
 """Saving a report figure as a PNG whose bytes repeat: the one place figures are written from.
 
 Owns: ``save_figure`` (layout, fixed dpi, no ``Software`` metadata naming matplotlib's version,
-close). Does not own: what any figure draws (``qhlab.study.render``, ``qhlab.study.tuning_figures``,
+close). Does not own: what any figure draws (``qhlab.report.render``, ``qhlab.report.tuning_figures``,
 ``qhlab.lanes.compare``) or publishing it (the caller writes to a temporary path first).
 """
 

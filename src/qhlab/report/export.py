@@ -33,7 +33,7 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, REPORT_DIR, REPORT_JSON, REPORT_RECEIPT
-from qhlab.study.report_records import recompute_report
+from qhlab.report.records import recompute_report
 
 __all__ = ["EXPORT_FORMATS", "EXPORT_TABLES", "export_study", "export_tables"]
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.evidence.canonical import dotted
+from qhlab.report.render import table
+from qhlab.report.sections import ReportInputs, Tables
 from qhlab.statistics.bootstrap import DECISIONS, probability_of_improvement
-from qhlab.study.render import table
-from qhlab.study.sections import ReportInputs, Tables
 
 __all__ = ["ANSWER_DECISIONS", "build", "markdown", "tables"]
 

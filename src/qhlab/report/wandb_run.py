@@ -29,10 +29,10 @@ from qhlab.evidence import (
     sha256_file,
 )
 from qhlab.evidence.layout import REPORT_DIR, REPORT_RECEIPT
-from qhlab.study.render import FIGURES
-from qhlab.study.report import SECTIONS
-from qhlab.study.sections import Tables
-from qhlab.study.tuning_figures import TUNING_FIGURES
+from qhlab.report.build import SECTIONS
+from qhlab.report.render import FIGURES
+from qhlab.report.sections import Tables
+from qhlab.report.tuning_figures import TUNING_FIGURES
 from qhlab.training.wandb_attempt import drop_wandb_links, quiet_wandb_settings
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]

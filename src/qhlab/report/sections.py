@@ -3,7 +3,7 @@
 Owns: ``ReportInputs`` (the authenticated receipt bodies every section reads), ``Section`` (one
 statistic: its computation, its markdown and its W&B tables) and ``Tables``. Does not own: any
 section (``report``, ``seed_aware``), the figures and files (``render``) or the W&B run
-(``report_run``); every one of them imports this module, and it imports none of them.
+(``wandb_run``); every one of them imports this module, and it imports none of them.
 """
 
 from __future__ import annotations

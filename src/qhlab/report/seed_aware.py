@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qhlab.report.render import bounds, ci, fmt, table
 from qhlab.statistics.replication import pooled_difference, replication_label, retention_decision
 from qhlab.study.preparation import frozen_noise
-from qhlab.study.render import bounds, ci, fmt, table
 
 if TYPE_CHECKING:
-    from qhlab.study.sections import ReportInputs, Tables
+    from qhlab.report.sections import ReportInputs, Tables
 
 __all__ = ["POWER", "build", "markdown", "tables"]
 

@@ -9,7 +9,7 @@ their registry, in report order; ``build_report`` is a loop over it. Does not ow
 contract (``sections``: ``ReportInputs``, ``Section``, ``Tables``), the statistics (``statistics``,
 ``replication``), the references (``references``), the seed-aware section's code (``seed_aware``),
 the answer section's (``answer``), the figures and writing the files (``render``) or the W&B run
-(``report_run``).
+(``wandb_run``).
 """
 
 from __future__ import annotations
@@ -38,21 +38,22 @@ from qhlab.evidence.layout import (
     benchmark_receipt_path,
     cell_name,
 )
+from qhlab.report import answer, seed_aware
+from qhlab.report import preparation_section as preparation
+from qhlab.report.references import reference_comparisons
+from qhlab.report.render import bounds, ci, fmt, per_horizon, table, write_report_files
+from qhlab.report.sections import ReportInputs, Section, Tables
 from qhlab.statistics.bootstrap import (
     MIN_SCENES_TO_DECIDE,
     pooled_seed_values,
     retention_margins,
     seed_disagreement,
 )
-from qhlab.study import answer, preparation, seed_aware
 from qhlab.study.authentication import (
     FrozenStudy,
     authenticate_cells,
     authenticate_development,
 )
-from qhlab.study.references import reference_comparisons
-from qhlab.study.render import bounds, ci, fmt, per_horizon, table, write_report_files
-from qhlab.study.sections import ReportInputs, Section, Tables
 
 __all__ = ["SECTIONS", "build_report", "write_report"]
 

@@ -3,7 +3,7 @@
 Owns: assembling ``report.md`` from the report's sections (the title, the lead section's
 headline, every other section in order, the figures line), the cell formats every section's
 markdown uses (``fmt``, ``ci``, ``table``), the figures (``arms.png``, ``paired_differences.png``,
-``learning_curves.png``, and a tuned study's two from ``qhlab.study.tuning_figures``; matplotlib
+``learning_curves.png``, and a tuned study's two from ``qhlab.report.tuning_figures``; matplotlib
 Agg, no timestamp metadata) and writing all report files into a directory
 (``write_report_files``). Computes nothing new: every number comes from the report dict.
 Does not own: the sections and their markdown (``report.SECTIONS``), publishing the directory
@@ -21,12 +21,12 @@ from pydantic import ValidationError
 
 from qhlab.evidence import QhError, canonical_json, publish_bytes, publish_file, publish_json
 from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN
-from qhlab.study.figures import label_categories, save_figure
-from qhlab.study.report_document import StudyReportDocument
-from qhlab.study.tuning_figures import tuning_figures
+from qhlab.report.document import StudyReportDocument
+from qhlab.report.figures import label_categories, save_figure
+from qhlab.report.tuning_figures import tuning_figures
 
 if TYPE_CHECKING:
-    from qhlab.study.sections import Section
+    from qhlab.report.sections import Section
 
 __all__ = ["FIGURES", "bounds", "ci", "fmt", "per_horizon", "render_markdown", "table", "write_report_files"]
 
@@ -215,7 +215,7 @@ def write_report_files(report: dict, directory: Path, sections: Iterable[Section
     except ValidationError as exc:
         raise QhError(
             f"report_study: the report does not have report.json's documented layout: {exc}. HINT: a "
-            "section wrote a field that qhlab.study.report_document does not describe; describe it there."
+            "section wrote a field that qhlab.report.document does not describe; describe it there."
         ) from None
     outputs = {REPORT_JSON: directory / REPORT_JSON, REPORT_MARKDOWN: directory / REPORT_MARKDOWN}
     publish_json(outputs[REPORT_JSON], report)
