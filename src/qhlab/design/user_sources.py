@@ -39,6 +39,7 @@ def arm_refusal(arm: str, builder: str | None, cause: str, hint: str) -> QhInput
     what = f"arm {arm!r}" + (f" (builder {builder!r})" if builder else "")
     return QhInputError(f"{_CALL}: {what}: {cause}. HINT: {hint}")
 
+
 def user_sources(config: Any, config_dir: Path) -> Iterator[tuple[str, str, LocatedSource, dict[str, bytes]]]:
     """(arm, builder, where its source is, its bytes) of each user arm, read from the user's files.
 
@@ -60,6 +61,7 @@ def user_sources(config: Any, config_dir: Path) -> Iterator[tuple[str, str, Loca
             ) from None
         yield arm, builder, located, files
 
+
 def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
     """``{arm: sha256}`` of each user arm's source as it is now in the user's files (read, never
     imported): what a pilot binds, and what a freeze compares a pilot with.
@@ -69,9 +71,11 @@ def user_source_digests(config: Any, config_dir: Path) -> dict[str, str]:
     """
     return {arm: source_digest(file_digests(files)) for arm, _, _, files in user_sources(config, config_dir)}
 
+
 def family_sources(body: StudyFreezeBody) -> dict[str, dict]:
     """``{arm: source record}`` of a freeze receipt body's user arms."""
     return {a["arm"]: a["source"] for a in body.arms if a.get("source")}
+
 
 def source_changes(body: StudyFreezeBody) -> dict[str, str]:
     """``{arm: what}`` for each user arm whose original source differs from its frozen copy."""
@@ -86,6 +90,7 @@ def source_changes(body: StudyFreezeBody) -> dict[str, str]:
         if now != record["sha256"]:
             changes[arm] = f"source {original} changed since freeze; the frozen copy is used"
     return changes
+
 
 def environment_source_change(record: dict | None) -> str | None:
     """What changed in a user environment's own source since the freeze (None: nothing, or built in).
@@ -103,6 +108,7 @@ def environment_source_change(record: dict | None) -> str | None:
     if now != record["sha256"]:
         return f"source {original} changed since freeze; the frozen copy in the population is used"
     return None
+
 
 def preset_file_changes(body: Any) -> list[str]:
     """What changed in the study's preset files since the freeze, in words (empty: nothing).
@@ -124,6 +130,7 @@ def preset_file_changes(body: Any) -> list[str]:
         if now != record["sha256"]:
             changes.append(f"{role} preset file {path} changed since freeze; the study keeps the preset it froze")
     return changes
+
 
 def preset_file_record(source: Any) -> dict | None:
     """A declared population's preset file as the freeze binds it: ``{"path", "sha256"}`` (None: a

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from qhlab.evidence import PublishConflictError, input_error, source_package_digest, write_receipt
 from qhlab.evidence.layout import COMMISSION_RECEIPT, MPS_MEMORY_RECEIPT
-from qhlab.finite_horizon.data import load_population
+from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
 from qhlab.finite_horizon.diagnostics.milestones import (
     QhCommissioningMilestoneReceipt,
@@ -44,7 +44,7 @@ from qhlab.finite_horizon.diagnostics.mps_memory import (
 from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
 from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import CommissioningRunReceipt
-from qhlab.training.execution_profile import execution_profile
+from qhlab.training.execution_profile import QhExecutionProfile, execution_profile
 
 __all__ = ["CommissionResult", "commission_recipe"]
 
@@ -70,6 +70,121 @@ class CommissionResult:
     milestone_receipts: tuple[Path, ...]
     memory_observation: QhMpsMemoryObservation | None
     fit: FitResult
+
+
+def _require_new_output(call: str, output: Path) -> None:
+    """Refuse an ``output`` that already exists (a symlink included): the evidence is write-once."""
+    if output.exists() or output.is_symlink():
+        raise PublishConflictError(
+            f"{call}: output={str(output)!r} already exists; allowed: a new directory. "
+            "HINT: commissioning evidence is write-once."
+        )
+
+
+def _budget_lane(call: str, profile: str, max_allocated_bytes: int | None) -> QhExecutionProfile:
+    """The execution profile named ``profile``, refused when a memory budget comes without an mps device."""
+    lane = execution_profile(profile)
+    if max_allocated_bytes is not None and lane.device_type != "mps":
+        raise input_error(
+            call,
+            "max_allocated_bytes",
+            max_allocated_bytes,
+            f"None with profile {lane.name!r} (device {lane.device_type!r}): a budget needs an mps profile",
+            "the live MPS tensor guard samples torch.mps allocator counters.",
+        )
+    return lane
+
+
+def _train_directory(call: str, recipe: QhRecipe, train: Path | str | None) -> Path:
+    """The TRAIN population directory: ``train``, else the recipe's ``data.train``; refused if neither."""
+    if train is None and recipe.data.train:
+        train = recipe.data.train
+    if train is None:
+        raise input_error(
+            call,
+            "train",
+            train,
+            "a TRAIN population directory when the recipe names no data.train",
+            "generate one with `qhlab scenes generate --split train`.",
+        )
+    return Path(train)
+
+
+def _commissioning_config(
+    recipe: QhRecipe,
+    engineering: QhRecipe,
+    lane: QhExecutionProfile,
+    gates: tuple[int, ...],
+    max_allocated_bytes: int | None,
+    population: Population,
+) -> QhCommissioningMilestonesConfig:
+    """The gates and the context ids (recipe, engineering recipe, source package, population digests)."""
+    return QhCommissioningMilestonesConfig(
+        milestones=gates,
+        expected_device=lane.device_type,
+        max_allocated_bytes=max_allocated_bytes,
+        context_ids=(
+            f"recipe_sha256:{recipe_digest(recipe)}",
+            f"engineering_recipe_sha256:{recipe_digest(lane.apply(engineering))}",
+            f"engineering_updates:{gates[-1]}(replaces recipe updates {recipe.updates})",
+            f"source_package_sha256:{source_package_digest()['sha256']}",
+            f"train_population_manifest_sha256:{population.digest}",
+        ),
+    )
+
+
+def _gate_callbacks(config: QhCommissioningMilestonesConfig, output: Path) -> list:
+    """The fit's extra callbacks: the MPS memory guard (with a budget), then the milestone gates."""
+    # The budget is enforced by the sampled MPS guard below, not as a lane ceiling: fit_recipe
+    # admits no ceiling that the profile cannot enforce (admit_launch).
+    callbacks = []
+    if config.max_allocated_bytes is not None:
+        callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
+    callbacks.append(QhCommissioningMilestonesCallback(config, output))
+    return callbacks
+
+
+def _read_gates(
+    config: QhCommissioningMilestonesConfig, output: Path, fit: FitResult
+) -> tuple[
+    tuple[QhCommissioningMilestoneReceipt, ...], tuple[Path, ...], QhMpsMemoryObservation | None, dict[str, Path]
+]:
+    """Every gate's authenticated receipt, their files, the memory observation, and the files to bind."""
+    receipts = read_commissioning_milestones(config, output)
+    memory = None
+    if config.max_allocated_bytes is not None:
+        memory = read_mps_memory_observation(output, max_allocated_bytes=config.max_allocated_bytes)
+    milestone_files = tuple(milestone_receipt_path(output, r.successful_optimizer_updates) for r in receipts)
+    bound = {f"milestone_{r.successful_optimizer_updates}": path for r, path in zip(receipts, milestone_files)}
+    bound["fit_receipt"] = fit.fit_receipt
+    if memory is not None:
+        bound["mps_memory_observation"] = output / MPS_MEMORY_RECEIPT
+    return receipts, milestone_files, memory, bound
+
+
+def _commission_body(
+    lane: QhExecutionProfile,
+    config: QhCommissioningMilestonesConfig,
+    recipe: QhRecipe,
+    gates: tuple[int, ...],
+    fit: FitResult,
+) -> dict:
+    """The closing receipt's body: the lane, the gates and context, both update budgets, the fit's digests."""
+    return {
+        "profile": lane.name,
+        "milestones": list(config.milestones),
+        "expected_device": config.expected_device,
+        "max_allocated_bytes": config.max_allocated_bytes,
+        "context_ids": list(config.context_ids),
+        "recipe_sha256": recipe_digest(recipe),
+        "recipe_updates": recipe.updates,
+        "engineering_updates": gates[-1],
+        "update_budget": "the recipe's update budget was replaced by the last milestone for this engineering fit",
+        "fit_recipe_sha256": fit.recipe_digest,
+        "observed_updates": fit.observed_updates,
+        "final_state_sha256": fit.final_state_sha256,
+        "evaluated": False,
+    }
 
 
 def commission_recipe(
@@ -108,55 +223,16 @@ def commission_recipe(
     """
     call = "commission_recipe"
     output = Path(output)
-    if output.exists() or output.is_symlink():
-        raise PublishConflictError(
-            f"{call}: output={str(output)!r} already exists; allowed: a new directory. "
-            "HINT: commissioning evidence is write-once."
-        )
-    lane = execution_profile(profile)
-    if max_allocated_bytes is not None and lane.device_type != "mps":
-        raise input_error(
-            call,
-            "max_allocated_bytes",
-            max_allocated_bytes,
-            f"None with profile {lane.name!r} (device {lane.device_type!r}): a budget needs an mps profile",
-            "the live MPS tensor guard samples torch.mps allocator counters.",
-        )
+    _require_new_output(call, output)
+    lane = _budget_lane(call, profile, max_allocated_bytes)
     if not isinstance(recipe, QhRecipe):
         recipe = load_recipe(recipe)
-    if train is None and recipe.data.train:
-        train = recipe.data.train
-    if train is None:
-        raise input_error(
-            call,
-            "train",
-            train,
-            "a TRAIN population directory when the recipe names no data.train",
-            "generate one with `qhlab scenes generate --split train`.",
-        )
-    train = Path(train)
+    train = _train_directory(call, recipe, train)
     population = load_population(train, split="train", horizon=recipe.horizon)
     gates = require_milestones(call, milestones)
     engineering = recipe.model_copy(update={"updates": gates[-1]})
-    config = QhCommissioningMilestonesConfig(
-        milestones=gates,
-        expected_device=lane.device_type,
-        max_allocated_bytes=max_allocated_bytes,
-        context_ids=(
-            f"recipe_sha256:{recipe_digest(recipe)}",
-            f"engineering_recipe_sha256:{recipe_digest(lane.apply(engineering))}",
-            f"engineering_updates:{gates[-1]}(replaces recipe updates {recipe.updates})",
-            f"source_package_sha256:{source_package_digest()['sha256']}",
-            f"train_population_manifest_sha256:{population.digest}",
-        ),
-    )
-    # The budget is enforced by the sampled MPS guard below, not as a lane ceiling: fit_recipe
-    # admits no ceiling that the profile cannot enforce (admit_launch).
-    callbacks = []
-    if config.max_allocated_bytes is not None:
-        callbacks.append(QhMpsMemoryBudgetCallback(config.max_allocated_bytes, output))
-    callbacks.append(QhCommissioningMilestonesCallback(config, output))
-
+    config = _commissioning_config(recipe, engineering, lane, gates, max_allocated_bytes, population)
+    callbacks = _gate_callbacks(config, output)
     fit = fit_recipe(
         FitRequest(
             recipe=engineering,
@@ -169,33 +245,11 @@ def commission_recipe(
             job_type="commission",
         )
     )
-    receipts = read_commissioning_milestones(config, output)
-    memory = None
-    if config.max_allocated_bytes is not None:
-        memory = read_mps_memory_observation(output, max_allocated_bytes=config.max_allocated_bytes)
-    milestone_files = tuple(milestone_receipt_path(output, r.successful_optimizer_updates) for r in receipts)
-    bound = {f"milestone_{r.successful_optimizer_updates}": path for r, path in zip(receipts, milestone_files)}
-    bound["fit_receipt"] = fit.fit_receipt
-    if memory is not None:
-        bound["mps_memory_observation"] = output / MPS_MEMORY_RECEIPT
+    receipts, milestone_files, memory, bound = _read_gates(config, output, fit)
     write_receipt(
         output / COMMISSION_RECEIPT,
         CommissioningRunReceipt,
-        body={
-            "profile": lane.name,
-            "milestones": list(config.milestones),
-            "expected_device": config.expected_device,
-            "max_allocated_bytes": config.max_allocated_bytes,
-            "context_ids": list(config.context_ids),
-            "recipe_sha256": recipe_digest(recipe),
-            "recipe_updates": recipe.updates,
-            "engineering_updates": gates[-1],
-            "update_budget": "the recipe's update budget was replaced by the last milestone for this engineering fit",
-            "fit_recipe_sha256": fit.recipe_digest,
-            "observed_updates": fit.observed_updates,
-            "final_state_sha256": fit.final_state_sha256,
-            "evaluated": False,
-        },
+        body=_commission_body(lane, config, recipe, gates, fit),
         inputs=bound,
     )
     return CommissionResult(

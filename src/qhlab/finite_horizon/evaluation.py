@@ -495,6 +495,78 @@ def evaluate_population(pred: Any, population: Any, *, tie_band: float, rows: An
     return summary
 
 
+def _reference_split_horizon(call: str, train_population: Any, validation_population: Any) -> tuple[str, int]:
+    """The held-out split and the shared horizon; refuses a non-TRAIN train, a non-held-out one, or unequal H."""
+    train_split = getattr(train_population, "split", None)
+    if train_split != "train":
+        raise input_error(
+            call,
+            "train_population.split",
+            train_split,
+            "'train'",
+            "the fixed index is chosen on TRAIN only; never on validation or test",
+        )
+    split = getattr(validation_population, "split", None)
+    if split not in ("validation", "test"):
+        raise input_error(
+            call,
+            "validation_population.split",
+            split,
+            "'validation' | 'test'",
+            "references are evaluated on held-out scenes, like the scorer",
+        )
+    horizon = int(validation_population.horizon)
+    if int(train_population.horizon) != horizon:
+        raise input_error(
+            call,
+            "train_population.horizon",
+            int(train_population.horizon),
+            f"the evaluated population's horizon {horizon}",
+            "use TRAIN and validation populations of the same preset family",
+        )
+    return split, horizon
+
+
+def _reference_arrays(
+    call: str, train_population: Any, validation_population: Any
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked chain arrays: TRAIN's (labels, mask, scene), then the held-out rows, labels, mask and scene."""
+    train_rows = chain_rows(call, train_population, None)
+    train = checked_inputs(call, None, *chain_arrays(call, train_population, train_rows))[1:]
+    rows = chain_rows(call, validation_population, None)
+    labels, mask, scene_index = checked_inputs(call, None, *chain_arrays(call, validation_population, rows))[1:]
+    if train[0].shape[1] != labels.shape[1]:
+        raise input_error(
+            call,
+            "train_population K",
+            int(train[0].shape[1]),
+            f"the evaluated population's K {labels.shape[1]}",
+            "a fixed index means the same candidate slot in both populations",
+        )
+    return train, rows, labels, mask, scene_index
+
+
+def _reference_entry(per_scene: np.ndarray, where: tuple, /, **fields: Any) -> dict[str, Any]:
+    """One reference's JSON entry: ``fields``, then its regret [H], per-scene regrets and ``evaluated_on``.
+
+    ``where`` is (horizon, scenes, scene_ids, evaluated_on) of the held-out population.
+    """
+    horizon, scenes, scene_ids, evaluated_on = where
+    regret = per_scene.mean(axis=0)
+    return {
+        **fields,
+        "horizon": horizon,
+        "regret": [float(v) for v in regret],
+        "regret_primary": float(regret[-1]),
+        "per_scene": {
+            "scene_index": [int(v) for v in scenes],
+            "scene_id": list(scene_ids),
+            "regret": per_scene.tolist(),
+        },
+        "evaluated_on": dict(evaluated_on),
+    }
+
+
 def population_heuristic_references(
     train_population: Any, validation_population: Any, *, tie_band: float
 ) -> dict[str, dict[str, Any]]:
@@ -528,69 +600,18 @@ def population_heuristic_references(
     """
     call = "population_heuristic_references"
     band = checked_tie_band(call, tie_band)
-    train_split = getattr(train_population, "split", None)
-    if train_split != "train":
-        raise input_error(
-            call,
-            "train_population.split",
-            train_split,
-            "'train'",
-            "the fixed index is chosen on TRAIN only; never on validation or test",
-        )
-    split = getattr(validation_population, "split", None)
-    if split not in ("validation", "test"):
-        raise input_error(
-            call,
-            "validation_population.split",
-            split,
-            "'validation' | 'test'",
-            "references are evaluated on held-out scenes, like the scorer",
-        )
-    horizon = int(validation_population.horizon)
-    if int(train_population.horizon) != horizon:
-        raise input_error(
-            call,
-            "train_population.horizon",
-            int(train_population.horizon),
-            f"the evaluated population's horizon {horizon}",
-            "use TRAIN and validation populations of the same preset family",
-        )
-    train_rows = chain_rows(call, train_population, None)
-    train = checked_inputs(call, None, *chain_arrays(call, train_population, train_rows))[1:]
-    rows = chain_rows(call, validation_population, None)
-    labels, mask, scene_index = checked_inputs(call, None, *chain_arrays(call, validation_population, rows))[1:]
-    if train[0].shape[1] != labels.shape[1]:
-        raise input_error(
-            call,
-            "train_population K",
-            int(train[0].shape[1]),
-            f"the evaluated population's K {labels.shape[1]}",
-            "a fixed index means the same candidate slot in both populations",
-        )
+    split, horizon = _reference_split_horizon(call, train_population, validation_population)
+    train, rows, labels, mask, scene_index = _reference_arrays(call, train_population, validation_population)
     index, train_by_index = _best_fixed_index(call, *train)
     candidate = _slot_zero_candidate(validation_population)
     scenes = np.unique(scene_index)
     scene_ids = scene_ids_of(call, validation_population, rows, scenes.tolist())
     evaluated_on: dict[str, Any] = {**population_identity(validation_population), "rows": int(rows.size)}
-
-    def entry(per_scene: np.ndarray, **fields: Any) -> dict[str, Any]:
-        regret = per_scene.mean(axis=0)
-        return {
-            **fields,
-            "horizon": horizon,
-            "regret": [float(v) for v in regret],
-            "regret_primary": float(regret[-1]),
-            "per_scene": {
-                "scene_index": [int(v) for v in scenes],
-                "scene_id": list(scene_ids),
-                "regret": per_scene.tolist(),
-            },
-            "evaluated_on": dict(evaluated_on),
-        }
-
+    where = (horizon, scenes, scene_ids, evaluated_on)
     return {
-        "best_fixed_index": entry(
+        "best_fixed_index": _reference_entry(
             _fixed_index_regret(call, labels, mask, scene_index, index),
+            where,
             policy="always the candidate slot with the lowest scene-weighted TRAIN regret_H (ties: lowest index)",
             oracle=False,
             index=index,
@@ -598,8 +619,9 @@ def population_heuristic_references(
             train_population_digest=population_identity(train_population)["digest"],
             train_regret_by_index=[float(v) if np.isfinite(v) else None for v in train_by_index],
         ),
-        "candidate_0": entry(
+        "candidate_0": _reference_entry(
             _fixed_index_regret(call, labels, mask, scene_index, CANDIDATE_ZERO_INDEX),
+            where,
             policy=_SLOT_ZERO_POLICY.get(
                 candidate, f"always candidate slot 0: the environment's reference candidate ({candidate})"
             ),
@@ -607,8 +629,9 @@ def population_heuristic_references(
             index=CANDIDATE_ZERO_INDEX,
             candidate=candidate,
         ),
-        "myopic_oracle": entry(
+        "myopic_oracle": _reference_entry(
             _myopic_regret(labels, mask, scene_index, band),
+            where,
             policy="argmax of the exact Q*_1 labels of each evaluated state (ties within tie_band averaged)",
             oracle=True,
             reads=f"{split} labels",

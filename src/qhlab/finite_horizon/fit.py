@@ -1,8 +1,9 @@
 """One QH fit: recipe + populations -> launcher seam -> final state -> evaluation receipt.
 
-Owns: ``FitRequest`` (the launcher's ``LaunchOptions`` plus what to fit, where and as whom) and
-``fit_recipe`` (validate everything once, then compose the QH module, datamodule and evaluation
-around ``qhlab.training.launcher.launch_fit``), the default cell and attempt ids, the evaluation
+Owns: ``FitRequest`` (the launcher's ``LaunchOptions`` plus what to fit, where and as whom),
+``Fit`` (one fit in named phases: ``prepare`` validates everything once, ``train`` runs
+``qhlab.training.launcher.launch_fit`` with the QH module, datamodule and evaluation, ``result``)
+and ``fit_recipe`` (``Fit(request).run()``), the default cell and attempt ids, the evaluation
 receipt, the validation learning curve (``ValidationCurve``), a fit's scorer record and its user
 arm's source (``scorer_record``), and ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the
 fit (``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
@@ -58,6 +59,7 @@ from qhlab.training.segments import load_resume_state, refuse_second_continuatio
 from qhlab.training.tensor_state import structure_path
 
 __all__ = [
+    "Fit",
     "FitRequest",
     "FitResult",
     "ValidationCurve",
@@ -326,7 +328,7 @@ def _user_arm_source(recipe: QhRecipe, base: Path | None, call: str) -> QhRecipe
 
 
 def fit_recipe(request: FitRequest) -> FitResult:
-    """Fit one recipe on one lane and publish its evidence into a new segment directory.
+    """Fit one recipe on one lane and publish its evidence into a new segment directory (``Fit``).
 
     Everything is validated before any directory is created: the recipe, both populations
     (and that their horizon equals ``recipe.horizon``), profile admission on this host, the
@@ -344,86 +346,139 @@ def fit_recipe(request: FitRequest) -> FitResult:
         LockHeldError: another process writes the same logical run.
         FitInterrupted: SIGINT; a segment checkpoint names the attempt to resume.
     """
-    if not isinstance(request, FitRequest):
-        raise QhInputError(
-            f"fit_recipe: request={type(request).__name__!r} is not allowed; allowed: a FitRequest. "
-            "HINT: fit_recipe(FitRequest(recipe=..., profile='cpu-fp32', output=...))."
-        )
-    recipe, evaluate, resume = request.recipe, request.evaluate, request.resume
+    return Fit(request).run()
+
+
+class Fit:
+    """One fit, read top to bottom: ``prepare`` (validate and admit; nothing is written),
+    ``train`` (the launcher seam, under the logical run's writer lock: cold initialization,
+    ``Trainer.fit``, final state, fit receipt, then ``evaluate`` and the W&B attempt receipt) and
+    ``result``. ``build_module`` and ``evaluate`` are the two steps the seam calls back, at the
+    points of the segment where they belong (after seeding; after the fit receipt).
+
+    ``qhlab fit``, study cells and canaries, tuning trials, pilot fits and E0 draws all run this
+    object, through ``fit_recipe``.
+    """
+
     call = "fit_recipe"
-    started = time.perf_counter()
-    if not isinstance(recipe, QhRecipe):
-        recipe = _user_arm_source(load_recipe(recipe), Path(recipe).expanduser().parent, call)
-    else:
-        _user_arm_source(recipe, None, call)
-    train_pop = _population(call, "train", request.train, recipe.data.train)
-    train_path = train_pop.path
-    if train_pop.horizon != recipe.horizon:
-        raise QhInputError(
-            f"{call}: population horizon={train_pop.horizon} of {str(train_path)!r} is not allowed; allowed: "
-            f"recipe.horizon={recipe.horizon}. HINT: generate the population with the recipe's horizon "
-            "or use a recipe for this population."
+
+    def __init__(self, request: FitRequest) -> None:
+        if not isinstance(request, FitRequest):
+            raise QhInputError(
+                f"fit_recipe: request={type(request).__name__!r} is not allowed; allowed: a FitRequest. "
+                "HINT: fit_recipe(FitRequest(recipe=..., profile='cpu-fp32', output=...))."
+            )
+        self.request = request
+        self.started = time.perf_counter()
+
+    def run(self) -> FitResult:
+        """``prepare``, ``train``, ``result``."""
+        self.prepare()
+        return self.result(self.train())
+
+    def prepare(self) -> None:
+        """Validate the recipe, populations, lane, resume lineage and output; build the data.
+
+        Raises:
+            QhInputError: anything the fit would refuse; nothing is written.
+        """
+        request, call = self.request, self.call
+        recipe = request.recipe
+        if not isinstance(recipe, QhRecipe):
+            recipe = _user_arm_source(load_recipe(recipe), Path(recipe).expanduser().parent, call)
+        else:
+            _user_arm_source(recipe, None, call)
+        self.recipe = recipe
+        self._populations()
+        admitted = admit_launch(request.profile, recipe, request.max_allocated_bytes)  # refused before writing
+        self.admitted, self.applied = admitted, admitted.recipe
+        self.digest = recipe_digest(self.applied)
+        # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
+        self.cell = safe_component(request.cell or f"{recipe.name}-s{recipe.seed}", field="cell", call=call)
+        self.output = Path(request.output)
+        self._resume_and_attempt()
+        self._data()
+
+    def _populations(self) -> None:
+        """TRAIN (of the recipe's horizon) and, when evaluating, validation; the rows to fit."""
+        request, call, recipe = self.request, self.call, self.recipe
+        self.train_pop = _population(call, "train", request.train, recipe.data.train)
+        if self.train_pop.horizon != recipe.horizon:
+            raise QhInputError(
+                f"{call}: population horizon={self.train_pop.horizon} of {str(self.train_pop.path)!r} is not "
+                f"allowed; allowed: recipe.horizon={recipe.horizon}. HINT: generate the population with the "
+                "recipe's horizon or use a recipe for this population."
+            )
+        self.val_pop = None
+        if request.evaluate:
+            self.val_pop = _population(call, "validation", request.validation, recipe.data.validation, recipe.horizon)
+        rows = request.train_rows
+        self.rows = None if rows is None else torch.as_tensor(list(rows), dtype=torch.int64)
+
+    def _resume_and_attempt(self) -> None:
+        """The resumed segment's state (if any), the W&B attempt and its segment directory."""
+        request, output = self.request, self.output
+        self.resume_state = None
+        if request.resume is not None:
+            self.resume_state = load_resume_state(
+                resume_segment_directory(output, self.cell, request.resume, call=self.call),
+                seed=self.recipe.seed,
+                source_package_digest=source_package_digest()["sha256"],
+                recipe_digest=self.digest,
+            )
+        logical = self.resume_state.logical_run_id if self.resume_state else None
+        self.attempt = _attempt(request, self.cell, logical)
+        if output.is_dir():
+            # A concurrent writer of this logical run may already have created the attempt
+            # directory checked below: report its lock (LockHeldError, exit 3), not a conflict.
+            with self.attempt.local_writer_lock(output):
+                pass
+        self.directory = self.attempt.output_directory(output, self.cell)
+
+    def _data(self) -> None:
+        """The datamodule, the receipt's caller fields, the manifests bound and the learning curve."""
+        request, applied = self.request, self.applied
+        # Built before anything is written: it validates rows and batch size.
+        self.datamodule = QhPopulationDataModule(
+            self.train_pop,
+            batch_size=applied.batch_size,
+            seed=applied.seed,
+            rows=self.rows,
+            start_batch=self.resume_state.start_updates if self.resume_state is not None else 0,
+            successor_labels=applied.successor_label_rows > 0,
         )
-    val_pop = None
-    val_path = None
-    if evaluate:
-        val_pop = _population(call, "validation", request.validation, recipe.data.validation, recipe.horizon)
-        val_path = val_pop.path
-    rows = None if request.train_rows is None else torch.as_tensor(list(request.train_rows), dtype=torch.int64)
+        self.dims = population_dims(self.train_pop)
+        refuse_oversized_target_table(self.call, applied, self.datamodule.population_rows)
+        self.scorer = scorer_record(applied)
+        # The module keeps this record current while it trains; the receipt reads it at the end.
+        self.receipt_fields: dict[str, Any] = {
+            "train_rows": train_rows_record(self.train_pop.digest, request.train_rows),
+            "scorer": self.scorer,
+            "study": None if request.study is None else dict(request.study),
+        }
+        val_path = None if self.val_pop is None else self.val_pop.path
+        self.manifests = _manifest_bindings(self.call, request.recorded_populations, self.train_pop.path, val_path)
+        self.curve = None
+        if self.val_pop is not None and request.curve_updates:
+            self.curve = ValidationCurve(
+                self.val_pop,
+                [u for u in request.curve_updates if u < applied.updates],
+                tie_band=applied.evaluation.tie_band,
+                autocast=self.admitted.profile.autocast_context,
+            )
 
-    admitted = admit_launch(request.profile, recipe, request.max_allocated_bytes)  # refused before writing
-    applied = admitted.recipe
-    digest = recipe_digest(applied)
-    # Checked here, before the cell becomes part of a W&B run id, so the error names --cell.
-    cell = safe_component(request.cell or f"{recipe.name}-s{recipe.seed}", field="cell", call=call)
-    output = Path(request.output)
-
-    resume_state = None
-    if resume is not None:
-        source = source_package_digest()["sha256"]
-        resume_state = load_resume_state(
-            resume_segment_directory(output, cell, resume, call=call),
-            seed=recipe.seed,
-            source_package_digest=source,
-            recipe_digest=digest,
-        )
-    attempt = _attempt(request, cell, resume_state.logical_run_id if resume_state else None)
-    if output.is_dir():
-        # A concurrent writer of this logical run may already have created the attempt
-        # directory checked below: report its lock (LockHeldError, exit 3), not a conflict.
-        with attempt.local_writer_lock(output):
-            pass
-    directory = attempt.output_directory(output, cell)
-    # Built before anything is written: it validates rows and batch size.
-    datamodule = QhPopulationDataModule(
-        train_pop,
-        batch_size=applied.batch_size,
-        seed=applied.seed,
-        rows=rows,
-        start_batch=resume_state.start_updates if resume_state is not None else 0,
-        successor_labels=applied.successor_label_rows > 0,
-    )
-    dims = population_dims(train_pop)
-    refuse_oversized_target_table(call, applied, datamodule.population_rows)
-
-    scorer = scorer_record(applied)
-    # The module keeps this record current while it trains; the receipt reads it at the end.
-    receipt_fields: dict[str, Any] = {
-        "train_rows": train_rows_record(train_pop.digest, request.train_rows),
-        "scorer": scorer,
-        "study": None if request.study is None else dict(request.study),
-    }
-
-    def module_factory(r: QhRecipe) -> QhTDModule:
-        module = QhTDModule(r, dims)
-        receipt_fields["target_values"] = module.target_values_evidence
+    def build_module(self, recipe: QhRecipe) -> QhTDModule:
+        """The Lightning module the seam trains, refused when its scorer is not the frozen one."""
+        module = QhTDModule(recipe, self.dims)
+        self.receipt_fields["target_values"] = module.target_values_evidence
         # What was trained is what was frozen: the structure built, recorded, and compared with
         # the one the caller's freeze recorded before the first update.
+        scorer = self.scorer
         scorer["structure"] = scorer_structure(scorer_members(module.online)[0])
-        expected = request.expected_structure
+        expected = self.request.expected_structure
         if expected is not None and scorer["structure"]["sha256"] != expected:
             raise EvidenceError(
-                f"{call}: the scorer built for arm {applied.architecture.arm!r} has structure "
+                f"{self.call}: the scorer built for arm {self.applied.architecture.arm!r} has structure "
                 f"{scorer['structure']['sha256'][:16]} ({scorer['structure']['parameters']:,} parameters per member), "
                 f"not the {expected[:16]} its freeze recorded. HINT: the arm's builder built another network than at "
                 "the freeze (an environment variable, a file or randomness in its shape); make its structure a "
@@ -431,80 +486,74 @@ def fit_recipe(request: FitRequest) -> FitResult:
             )
         return module
 
-    manifests = _manifest_bindings(call, request.recorded_populations, train_path, val_path)
-
-    curve = None
-    if val_pop is not None and request.curve_updates:
-        curve = ValidationCurve(
-            val_pop,
-            [u for u in request.curve_updates if u < applied.updates],
-            tie_band=applied.evaluation.tie_band,
-            autocast=admitted.profile.autocast_context,
-        )
-
-    def finalize(module: QhTDModule, final_state: Path, final_sha: str):
-        if val_pop is None:
+    def evaluate(self, module: QhTDModule, final_state: Path, final_sha: str) -> tuple[dict, dict]:
+        """The evaluation receipt on validation (none without validation): ``(files, metrics)``."""
+        if self.val_pop is None:
             return {}, {}
         return _evaluate(
             module,
-            admitted.profile,
-            applied,
-            val_pop,
+            self.admitted.profile,
+            self.applied,
+            self.val_pop,
             final_state,
             final_sha,
-            manifests,
-            curve=None if curve is None else curve.points,
+            self.manifests,
+            curve=None if self.curve is None else self.curve.points,
         )
 
-    inputs = dict(manifests)
-    output.mkdir(parents=True, exist_ok=True)
-    with attempt.local_writer_lock(output):
-        if resume_state is not None:
-            # Again under the writer lock: a continuation that started meanwhile is seen.
-            refuse_second_continuation(resume_state.previous_directory, call=call)
-        run_config = _wandb_config(applied, admitted, cell, train_pop, val_pop)
-        launched = launch_fit(
-            admitted,
-            LaunchRequest(
-                module_factory=module_factory,
-                datamodule=datamodule,
-                update_budget=applied.updates,
-                seed=applied.seed,
-                attempt=attempt,
-                directory=directory,
-                recipe_digest=digest,
-                # The request's own launch options; its tags follow the arm, seed and lane.
-                options=dataclasses.replace(
-                    request,
-                    tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
-                    extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else [])),
+    def train(self) -> Any:
+        """The launcher seam, under the logical run's writer lock; returns its ``LaunchResult``."""
+        request, applied, admitted, curve = self.request, self.applied, self.admitted, self.curve
+        self.output.mkdir(parents=True, exist_ok=True)
+        with self.attempt.local_writer_lock(self.output):
+            if self.resume_state is not None:
+                # Again under the writer lock: a continuation that started meanwhile is seen.
+                refuse_second_continuation(self.resume_state.previous_directory, call=self.call)
+            run_config = _wandb_config(applied, admitted, self.cell, self.train_pop, self.val_pop)
+            return launch_fit(
+                admitted,
+                LaunchRequest(
+                    module_factory=self.build_module,
+                    datamodule=self.datamodule,
+                    update_budget=applied.updates,
+                    seed=applied.seed,
+                    attempt=self.attempt,
+                    directory=self.directory,
+                    recipe_digest=self.digest,
+                    # The request's own launch options; its tags follow the arm, seed and lane.
+                    options=dataclasses.replace(
+                        request,
+                        tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
+                        extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else [])),
+                    ),
+                    inputs=dict(self.manifests),
+                    resume=self.resume_state,
+                    finalize=self.evaluate,
+                    run_config=run_config,
+                    receipt_fields=self.receipt_fields,
                 ),
-                inputs=inputs,
-                resume=resume_state,
-                finalize=finalize,
-                run_config=run_config,
-                receipt_fields=receipt_fields,
-            ),
+            )
+
+    def result(self, launched: Any) -> FitResult:
+        """What the fit published."""
+        return FitResult(
+            output_directory=launched.directory,
+            cell=self.cell,
+            local_attempt_id=self.attempt.resolved_local_attempt_id,
+            logical_run_id=self.attempt.logical_run_id,
+            recipe=self.applied,
+            recipe_digest=self.digest,
+            observed_updates=launched.observed_updates,
+            cold_init=launched.cold_init,
+            final_state=launched.final_state,
+            final_state_sha256=launched.final_state_sha256,
+            fit_receipt=launched.fit_receipt,
+            evaluation_receipt=launched.finalize_files.get("evaluation_receipt"),
+            wandb_receipt=launched.wandb_receipt,
+            metrics=dict(launched.metrics),
+            wall_seconds=time.perf_counter() - self.started,
+            resumed_from=self.request.resume,
         )
-    evaluation_receipt = launched.finalize_files.get("evaluation_receipt")
-    return FitResult(
-        output_directory=launched.directory,
-        cell=cell,
-        local_attempt_id=attempt.resolved_local_attempt_id,
-        logical_run_id=attempt.logical_run_id,
-        recipe=applied,
-        recipe_digest=digest,
-        observed_updates=launched.observed_updates,
-        cold_init=launched.cold_init,
-        final_state=launched.final_state,
-        final_state_sha256=launched.final_state_sha256,
-        fit_receipt=launched.fit_receipt,
-        evaluation_receipt=evaluation_receipt,
-        wandb_receipt=launched.wandb_receipt,
-        metrics=dict(launched.metrics),
-        wall_seconds=time.perf_counter() - started,
-        resumed_from=resume,
-    )
 
 
 def _manifest_bindings(

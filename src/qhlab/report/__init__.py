@@ -7,7 +7,8 @@ Owns, one idea per module: ``build`` (``report.json``, ``report.md`` and the rep
 ``references``, ``seed_aware``, ``preparation_section`` and ``answer`` (its sections),
 ``sections`` and ``document`` (the section contract and the document's schema), ``render``,
 ``figures`` and ``tuning_figures`` (tables and figures), ``records`` (recomputing a published
-report), ``export`` (``qhlab study export``), ``wandb_run`` (the W&B report run) and
+report), ``receipt`` (the report receipt authenticated, torch-free), ``export`` (``qhlab study
+export``), ``wandb_run`` (the W&B report run) and
 ``finished`` (the report step a ``Study`` is given, and a finished study read whole). Nothing is
 imported eagerly here; import the module you need.
 """

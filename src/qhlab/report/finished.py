@@ -3,37 +3,31 @@
 Owns: ``REPORTER`` (the pipeline's last step: publish ``report/`` and log its W&B run, the
 ``qhlab.study.Reporter`` the pipeline is handed, since it never imports this package),
 ``open_study`` (a ``Study`` that reports: what the commands, the seed's step functions and a
-replication open), ``authenticate_report`` (the report receipt chained to the freeze and every
-final cell) and ``finished_study`` (one finished study authenticated and read for the analyses
+replication open) and ``finished_study`` (one finished study authenticated and read for the analyses
 above the report: a lane comparison and a replication). Does not own: the report's content
 (``build``), the pipeline's steps (``qhlab.study``) or what the analyses compute.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qhlab.design.study_records import StudyReportReceipt
 from qhlab.design.user_sources import family_sources
-from qhlab.evidence import read_receipt
-from qhlab.evidence.layout import DEVELOPMENT_RECEIPT, REPORT_DIR, REPORT_JSON, REPORT_RECEIPT, cell_name
+from qhlab.evidence.layout import DEVELOPMENT_RECEIPT, REPORT_JSON
 from qhlab.execution import ExecutorChoice
 from qhlab.report.build import write_report
+from qhlab.report.receipt import authenticate_report
 from qhlab.report.wandb_run import log_report_run
 from qhlab.study.authentication import (
     FrozenStudy,
-    authenticate_cells,
     authenticate_development,
-    check_bound,
-    require_step,
 )
 from qhlab.study.study import Study
 
-__all__ = ["REPORTER", "FinishedStudy", "authenticate_report", "finished_study", "open_study"]
+__all__ = ["REPORTER", "FinishedStudy", "finished_study", "open_study"]
 
 
 class _StudyReporter:
@@ -59,30 +53,6 @@ def open_study(
     """The study at ``output`` made from ``config_path``, with the report as its last step
     (``Study.open`` with ``reporter=REPORTER``; nothing is read or written yet)."""
     return Study.open(config_path, output, populations=populations, executor=executor, reporter=REPORTER)
-
-
-def authenticate_report(frozen: FrozenStudy, step: str) -> tuple[Path, dict, dict[tuple[str, int], dict]]:
-    """A finished study's report: its receipt, chained to the freeze and to every cell's final receipt.
-
-    Returns:
-        (the report receipt's path, ``report.json`` as the receipt binds it, the cells as
-        ``authenticate_cells`` returns them).
-
-    Raises:
-        OrderError: a cell or the report is missing. EvidenceError: a receipt does not authenticate
-            or does not bind the study's current freeze and cell receipts.
-    """
-    cells = authenticate_cells(frozen, step)
-    path = frozen.output / REPORT_DIR / REPORT_RECEIPT
-    require_step(
-        path, "the report receipt", step, f"run `qhlab study run {frozen.config_path} --output {frozen.output}`"
-    )
-    receipt = read_receipt(path, StudyReportReceipt)
-    check_bound(receipt, "freeze", frozen.receipt_path, path)
-    for (arm, seed), cell in cells.items():
-        check_bound(receipt, f"cell/{cell_name(arm, seed)}", cell["path"], path)
-    report = json.loads((path.parent / REPORT_JSON).read_text(encoding="utf-8"))  # bound by the receipt
-    return path, report, cells
 
 
 @dataclass(frozen=True)

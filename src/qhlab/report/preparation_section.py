@@ -43,67 +43,79 @@ def markdown(report: dict) -> list[str]:
     unit = f" {report['unit']}" if report["unit"] else ""
     tuning, pilot, typed = prepared["tuning"], prepared["pilot"], prepared["typed_seed_variance"]
     lines = ["", "## How this study was prepared", ""]
+    lines += _tuning_lines(tuning, unit)
+    lines.append("")
+    lines += _pilot_lines(pilot, typed, unit)
+    return lines + [""] + _plan_lines(prepared.get("plan"), unit) + _e0_lines(prepared.get("e0"), unit)
+
+
+def _tuning_lines(tuning: dict | None, unit: str) -> list[str]:
+    """The recipe's paragraph, bullets and trials table (one sentence without a tuning record)."""
     if tuning is None:
-        lines.append(
+        return [
             "The recipe is unrecorded: this study names no tuning record (`[preparation] tuning`), so "
             "nothing shows how its recipe was chosen or on which population."
+        ]
+    winner, objective = tuning["winner"], tuning["objective"]
+    pops = tuning["populations"]
+    lines = [
+        f"The recipe is the winner of tuning `{tuning['name']}` (record sha256 `{tuning['record_sha256'][:16]}`, "
+        f"config sha256 `{tuning['config_sha256'][:16]}`), bound by the freeze and copied into "
+        f"`{tuning['copy']}/`.",
+        "",
+        "- Tuning population: "
+        + "; ".join(
+            f"{role} {p['preset']} seed {p['seed']} (manifest `{p['manifest_sha256'][:16]}`)"
+            for role, p in sorted(pops.items())
         )
-    else:
-        winner, objective = tuning["winner"], tuning["objective"]
-        pops = tuning["populations"]
+        + ".",
+        (
+            f"- Objective: the largest planned MDE of the study's retention margins (every arm fitted with "
+            f"seeds {objective['seeds']}; the paired seed effect each margin carries); band "
+            if objective["metric"] == "mde"
+            else f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
+        )
+        + f"{objective['band']}{unit}; max seed sd "
+        + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']}{unit}")
+        + "; max cost "
+        + ("none" if objective["max_cost"] is None else f"{objective['max_cost']} (updates x members)")
+        + ".",
+        f"- Rule: {tuning['rule']}.",
+        f"- Winner: trial {winner['number'] + 1}, mean {fmt(winner['mean'])}, margin over the runner-up "
+        f"{fmt(winner['margin'])}{unit}; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",
+        "",
+    ]
+    rows = [
+        [
+            t["number"] + 1,
+            "`" + ", ".join(f"{k}={fmt(v, 5)}" for k, v in sorted(t["params"].items())) + "`",
+            t["state"],
+            fmt(t["mean"]),
+            fmt(t["seed_sd"]),
+            t["cost"],
+        ]
+        for t in tuning["trials"]
+    ]
+    score = "planned MDE" if objective["metric"] == "mde" else "mean"
+    lines += table(["trial", "parameters", "state", score, "seed sd", "cost"], rows)
+    if sum(t["state"] == "complete" for t in tuning["trials"]) >= 2:
         lines += [
-            f"The recipe is the winner of tuning `{tuning['name']}` (record sha256 `{tuning['record_sha256'][:16]}`, "
-            f"config sha256 `{tuning['config_sha256'][:16]}`), bound by the freeze and copied into "
-            f"`{tuning['copy']}/`.",
             "",
-            "- Tuning population: "
-            + "; ".join(
-                f"{role} {p['preset']} seed {p['seed']} (manifest `{p['manifest_sha256'][:16]}`)"
-                for role, p in sorted(pops.items())
-            )
-            + ".",
-            (
-                f"- Objective: the largest planned MDE of the study's retention margins (every arm fitted with "
-                f"seeds {objective['seeds']}; the paired seed effect each margin carries); band "
-                if objective["metric"] == "mde"
-                else f"- Objective: mean {objective['metric']}_H over fit seeds {objective['seeds']}; band "
-            )
-            + f"{objective['band']}{unit}; max seed sd "
-            + ("none" if objective["max_seed_sd"] is None else f"{objective['max_seed_sd']}{unit}")
-            + "; max cost "
-            + ("none" if objective["max_cost"] is None else f"{objective['max_cost']} (updates x members)")
-            + ".",
-            f"- Rule: {tuning['rule']}.",
-            f"- Winner: trial {winner['number'] + 1}, mean {fmt(winner['mean'])}, margin over the runner-up "
-            f"{fmt(winner['margin'])}{unit}; deviations used: {', '.join(tuning['deviations']['used']) or 'none'}.",
-            "",
+            "Figures: `tuning_history.png` (each trial's objective and the best so far) and "
+            "`tuning_importances.png` (each searched field's importance, Optuna's fANOVA over the "
+            "complete trials: with few trials, a coarse reading).",
         ]
-        rows = [
-            [
-                t["number"] + 1,
-                "`" + ", ".join(f"{k}={fmt(v, 5)}" for k, v in sorted(t["params"].items())) + "`",
-                t["state"],
-                fmt(t["mean"]),
-                fmt(t["seed_sd"]),
-                t["cost"],
-            ]
-            for t in tuning["trials"]
-        ]
-        score = "planned MDE" if objective["metric"] == "mde" else "mean"
-        lines += table(["trial", "parameters", "state", score, "seed sd", "cost"], rows)
-        if sum(t["state"] == "complete" for t in tuning["trials"]) >= 2:
-            lines += [
-                "",
-                "Figures: `tuning_history.png` (each trial's objective and the best so far) and "
-                "`tuning_importances.png` (each searched field's importance, Optuna's fANOVA over the "
-                "complete trials: with few trials, a coarse reading).",
-            ]
-    lines.append("")
+    return lines
+
+
+def _pilot_lines(pilot: dict | None, typed: dict | None, unit: str) -> list[str]:
+    """The fits' noise: the pilot record's paragraph and components table, else the typed
+    ``[seed_variance]`` sentence, else the sentence that the pilot is unrecorded."""
     if pilot is not None:
         pops = pilot["populations"]
         layout = pilot["layout"]
         draws = ", ".join(f"{d['draw']} (seeds {', '.join(str(x) for x in d['seeds'])})" for d in layout)
-        lines += [
+        lines = [
             f"The fits' noise is the pilot record `{pilot['name']}` (record sha256 "
             f"`{pilot['record_sha256'][:16]}`), bound by the freeze and copied into `{pilot['copy']}/`: every arm "
             f"fitted on {len(layout)} TRAIN draw{'s' if len(layout) != 1 else ''} of {pops['train']['preset']} "
@@ -118,16 +130,12 @@ def markdown(report: dict) -> list[str]:
             + ("" if len(layout) > 1 else " With one TRAIN draw, no interval carries the TRAIN draw."),
             "",
         ]
-
-        def cells(noise: dict) -> list[str]:
-            return [fmt(noise["tau"], 5), "-" if noise["omega"] is None else fmt(noise["omega"], 5)]
-
         rows = [
-            [c["arm"], c["against"], *cells(c["noise"]["regret"]), *cells(c["noise"]["mae"])]
+            [c["arm"], c["against"], *_noise_cells(c["noise"]["regret"]), *_noise_cells(c["noise"]["mae"])]
             for c in pilot["comparisons"]
         ]
         rows += [
-            [m["variant"], "retention margins", *cells(m["noise"]["regret"]), *cells(m["noise"]["mae"])]
+            [m["variant"], "retention margins", *_noise_cells(m["noise"]["regret"]), *_noise_cells(m["noise"]["mae"])]
             for m in pilot["margins"]
         ]
         first = next((c["noise"]["regret"] for c in pilot["comparisons"] + pilot["margins"]), None)
@@ -138,20 +146,24 @@ def markdown(report: dict) -> list[str]:
                 f"Degrees of freedom: {first['dof_within']} within draws, {first['dof_between']} between draws "
                 f"(margins: D_reg as regret, D_mae as MAE).",
             ]
-    elif typed is not None:
-        lines.append(
+        return lines
+    if typed is not None:
+        return [
             f"The pilot's seed variance (tau regret {typed['regret']:.5f}{unit}, MAE {typed['mae']:.5f}{unit}, "
             f"{typed['seeds']} seeds) was typed into `[seed_variance]`; its source: {typed['source']}. "
             "It is not a record the freeze could check, and the intervals do not carry the TRAIN draw."
-        )
-    else:
-        lines.append(
-            "The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
-            "own two seeds (one degree of freedom) and do not carry the TRAIN draw, so they are too wide to "
-            "decide anything but a very large effect. `qhlab pilot` measures each comparison's components on a "
-            "tuning population; `[preparation] pilot` binds its record."
-        )
-    return lines + [""] + _plan_lines(prepared.get("plan"), unit) + _e0_lines(prepared.get("e0"), unit)
+        ]
+    return [
+        "The pilot is unrecorded: the intervals estimate the training-seed variance from the study's "
+        "own two seeds (one degree of freedom) and do not carry the TRAIN draw, so they are too wide to "
+        "decide anything but a very large effect. `qhlab pilot` measures each comparison's components on a "
+        "tuning population; `[preparation] pilot` binds its record."
+    ]
+
+
+def _noise_cells(noise: dict) -> list[str]:
+    """One metric's tau and omega cells of the components table (omega "-" where the record has none)."""
+    return [fmt(noise["tau"], 5), "-" if noise["omega"] is None else fmt(noise["omega"], 5)]
 
 
 def _plan_lines(plan: dict | None, unit: str) -> list[str]:

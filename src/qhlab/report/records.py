@@ -55,11 +55,11 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
     # Lazy: keeps importing this module (which `qhlab verify` loads for every run) free of numpy,
     # scipy and the study pipeline until a report is found.
     from qhlab.report.build import SECTIONS, build_report
+    from qhlab.report.receipt import authenticate_report
     from qhlab.report.render import render_markdown
     from qhlab.study.authentication import (
         authenticate_development,
         authenticate_freeze,
-        authenticate_report,
         frozen_config_path,
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,104 +99,110 @@ def _figures(report: dict) -> dict[str, Callable[[Path], None]]:
     import matplotlib.pyplot as plt
 
     h = report["horizon"]
-
-    def arms_figure(path: Path) -> None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        for ax, metric in zip(axes, ("mae", "regret")):
-            labels = []
-            for i, c in enumerate(report["cells"]):
-                iv = c[f"{metric}_intervals"][-1]
-                ax.errorbar(
-                    [i],
-                    [iv["estimate"]],
-                    yerr=_error_bar(iv),
-                    fmt="o",
-                    capsize=3,
-                    color=f"C{report['seeds'].index(c['seed'])}",
-                )
-                labels.append(f"{c['arm']}\ns{c['seed']}")
-            ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", label="TRAIN constant")
-            if metric == "regret":
-                # The heuristics are policies (no MAE); the oracle line is labelled as such.
-                for ref, style in zip(report["references"].values(), (":", "-.", (0, (1, 3)))):
-                    ax.axhline(
-                        ref["regret"][-1],
-                        color="C3" if ref["oracle"] else "black",
-                        linestyle=style,
-                        linewidth=0.9,
-                        label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"],
-                    )
-            label_categories(
-                ax,
-                labels,
-                rotation=60,
-                ylabel=f"{metric} at H={h}{_axis_unit(report)}",
-                title=f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI",
-            )
-        save_figure(fig, path)
-
-    def paired_figure(path: Path) -> None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(report["paired"]) // 2) + 1.5))
-        for ax, metric in zip(axes, ("regret", "mae")):
-            rows = [p for p in report["paired"] if p["metric"] == metric]
-            for i, p in enumerate(rows):
-                iv = p["interval"]
-                ax.errorbar(
-                    [iv["estimate"]],
-                    [i],
-                    xerr=_error_bar(iv),
-                    fmt="o",
-                    capsize=3,
-                    color=f"C{report['seeds'].index(p['seed'])}",
-                )
-            ax.axvline(0.0, color="grey", linestyle="--")
-            ax.set_yticks(range(len(rows)))
-            ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
-            ax.set_xlabel(f"paired difference of {metric} at H={h}{_axis_unit(report)}")
-        save_figure(fig, path)
-
-    def curves_figure(path: Path) -> None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        arms = list(dict.fromkeys(c["arm"] for c in report["cells"]))
-        for ax, metric in zip(axes, ("mae", "regret")):
-            for c in report["cells"]:
-                points = c.get("curve") or []
-                if points:
-                    ax.plot(
-                        [p["updates"] for p in points],
-                        [p[metric][-1] for p in points],
-                        marker="o",
-                        markersize=3,
-                        color=f"C{arms.index(c['arm']) % 10}",
-                        linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
-                        label=f"{c['arm']} s{c['seed']}",
-                    )
-            ax.axhline(
-                report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8, label="TRAIN constant"
-            )
-            ax.set_xlabel("observed optimizer updates")
-            ax.set_ylabel(f"validation {metric} at H={h}{_axis_unit(report)}")
-            ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
-            ax.legend(fontsize=6, ncol=2)
-        save_figure(fig, path)
-
-    def profile_figure(path: Path) -> None:
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        for i, q in enumerate(report["question"]):
-            values = q["regret_profile"]
-            share = [(k + 0.5) / len(values) for k in range(len(values))]
-            ax.plot(share, values, color=f"C{i % 10}", linewidth=1.2, label=f"{q['variant']} ({q['decision']})")
-        ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel("share of validation scenes (sorted by the difference)")
-        ax.set_ylabel(f"regret at H={h}: variant minus baseline{_axis_unit(report)}")
-        ax.set_title("per-scene regret profile against the baseline (seeds averaged; below 0: the variant wins)")
-        ax.title.set_fontsize(9)
-        if report["question"]:
-            ax.legend(fontsize=7)
-        save_figure(fig, path)
-
-    figures = dict(zip(FIGURES, (arms_figure, paired_figure, curves_figure, profile_figure)))
+    writers = (_arms_figure, _paired_figure, _curves_figure, _profile_figure)
+    figures = {name: partial(writer, plt, report, h) for name, writer in zip(FIGURES, writers)}
     return {**figures, **tuning_figures((report.get("preparation") or {}).get("tuning"))}
+
+
+def _arms_figure(plt: Any, report: dict, h: int, path: Path) -> None:
+    """Save ``arms.png``: each cell's MAE and regret at H with intervals, beside the reference lines."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, metric in zip(axes, ("mae", "regret")):
+        labels = []
+        for i, c in enumerate(report["cells"]):
+            iv = c[f"{metric}_intervals"][-1]
+            ax.errorbar(
+                [i],
+                [iv["estimate"]],
+                yerr=_error_bar(iv),
+                fmt="o",
+                capsize=3,
+                color=f"C{report['seeds'].index(c['seed'])}",
+            )
+            labels.append(f"{c['arm']}\ns{c['seed']}")
+        ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", label="TRAIN constant")
+        if metric == "regret":
+            # The heuristics are policies (no MAE); the oracle line is labelled as such.
+            for ref, style in zip(report["references"].values(), (":", "-.", (0, (1, 3)))):
+                ax.axhline(
+                    ref["regret"][-1],
+                    color="C3" if ref["oracle"] else "black",
+                    linestyle=style,
+                    linewidth=0.9,
+                    label=f"{ref['label']} {ref['note']}" if ref["oracle"] else ref["label"],
+                )
+        label_categories(
+            ax,
+            labels,
+            rotation=60,
+            ylabel=f"{metric} at H={h}{_axis_unit(report)}",
+            title=f"{metric.upper() if metric == 'mae' else metric}_{h}, 95% scene-bootstrap CI",
+        )
+    save_figure(fig, path)
+
+
+def _paired_figure(plt: Any, report: dict, h: int, path: Path) -> None:
+    """Save ``paired_differences.png``: each paired difference of regret and MAE at H with its interval."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(report["paired"]) // 2) + 1.5))
+    for ax, metric in zip(axes, ("regret", "mae")):
+        rows = [p for p in report["paired"] if p["metric"] == metric]
+        for i, p in enumerate(rows):
+            iv = p["interval"]
+            ax.errorbar(
+                [iv["estimate"]],
+                [i],
+                xerr=_error_bar(iv),
+                fmt="o",
+                capsize=3,
+                color=f"C{report['seeds'].index(p['seed'])}",
+            )
+        ax.axvline(0.0, color="grey", linestyle="--")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{p['arm']} - {p['against']} (s{p['seed']})" for p in rows], fontsize=7)
+        ax.set_xlabel(f"paired difference of {metric} at H={h}{_axis_unit(report)}")
+    save_figure(fig, path)
+
+
+def _curves_figure(plt: Any, report: dict, h: int, path: Path) -> None:
+    """Save ``learning_curves.png``: each cell's validation MAE and regret at H over its observed updates."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    arms = list(dict.fromkeys(c["arm"] for c in report["cells"]))
+    for ax, metric in zip(axes, ("mae", "regret")):
+        for c in report["cells"]:
+            points = c.get("curve") or []
+            if points:
+                ax.plot(
+                    [p["updates"] for p in points],
+                    [p[metric][-1] for p in points],
+                    marker="o",
+                    markersize=3,
+                    color=f"C{arms.index(c['arm']) % 10}",
+                    linestyle=("-", "--", ":", "-.")[report["seeds"].index(c["seed"]) % 4],
+                    label=f"{c['arm']} s{c['seed']}",
+                )
+        ax.axhline(report["constant"][metric][-1], color="grey", linestyle="--", linewidth=0.8, label="TRAIN constant")
+        ax.set_xlabel("observed optimizer updates")
+        ax.set_ylabel(f"validation {metric} at H={h}{_axis_unit(report)}")
+        ax.set_title(f"learning curves: {metric.upper() if metric == 'mae' else metric}_{h}")
+        ax.legend(fontsize=6, ncol=2)
+    save_figure(fig, path)
+
+
+def _profile_figure(plt: Any, report: dict, h: int, path: Path) -> None:
+    """Save ``regret_profile.png``: each variant's sorted per-scene regret minus the baseline's."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for i, q in enumerate(report["question"]):
+        values = q["regret_profile"]
+        share = [(k + 0.5) / len(values) for k in range(len(values))]
+        ax.plot(share, values, color=f"C{i % 10}", linewidth=1.2, label=f"{q['variant']} ({q['decision']})")
+    ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("share of validation scenes (sorted by the difference)")
+    ax.set_ylabel(f"regret at H={h}: variant minus baseline{_axis_unit(report)}")
+    ax.set_title("per-scene regret profile against the baseline (seeds averaged; below 0: the variant wins)")
+    ax.title.set_fontsize(9)
+    if report["question"]:
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
 
 
 def write_report_files(report: dict, directory: Path, sections: Iterable[Section]) -> dict[str, Path]:

@@ -35,6 +35,7 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -414,102 +415,24 @@ def audit_population(
         EvidenceError: naming the state, the candidate, the horizon and both values.
     """
 
-    if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
-        raise QhInputError(
-            f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
-            "every chain state. HINT: 8 states take a few seconds."
-        )
+    _check_states_argument(states, call)
     started = time.perf_counter()
     path = Path(path)
     manifest = read_manifest(path)
     regenerated = _regenerated_scenes(path, manifest, call=call)
     environment, preset = regenerated.environment, regenerated.preset
-    split, seed = regenerated.split, regenerated.seed
-    scenes, initial, scene_of = regenerated.scenes, regenerated.initial, regenerated.index_of
     labels = check_population_labels(path, manifest, call=call)
     chain_rows = np.flatnonzero(labels.step >= 0)
-    _check_chains(path, labels, preset, split, seed, regenerated.scene_ids, call=call)
-    if rows is not None:
-        wanted = {int(s) for s in rows}
-        chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
-        if len(chosen) != len(wanted):
-            raise QhInputError(
-                f"{call}: rows={sorted(wanted)!r} is not allowed; allowed: chain-state ids of "
-                f"{path}. HINT: successor states are audited with their parent."
-            )
-    elif states is None or states >= len(chain_rows):
-        chosen = [int(r) for r in chain_rows]
-    else:
-        chosen = sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
-    big_h = preset.horizon
-    simulations = 0
-
-    def deny(row: int, what: str) -> EvidenceError:
-        return label_refusal(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
-
-    try:
-        stored = _Observations(path, environment, labels)
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
-    row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
-
-    def check_state(row: int, scene, state: np.ndarray) -> None:
-        denied = stored.check(row, scene, state)
-        if denied is not None:
-            raise deny(row, denied)
-
-    def check_labels(row: int, search, key, horizons: int) -> None:
-        true_q = search.q(key, horizons)
-        true_r = np.array([r for _, r in search.children(key)])
-        for a in range(len(true_r)):
-            if labels.reward[row, a] != true_r[a]:
-                raise deny(
-                    row,
-                    f"candidate {a} horizon 1 reward: stored {float(labels.reward[row, a])!r}, "
-                    f"stepped {float(true_r[a])!r}",
-                )
-            for h in range(horizons):
-                if labels.q[row, a, h] != true_q[a, h]:
-                    raise deny(
-                        row,
-                        f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {float(labels.q[row, a, h])!r}, "
-                        f"stepped {float(true_q[a, h])!r}",
-                    )
-
-    try:
-        for row in chosen:
-            scene_index = scene_of[int(labels.scene_id[row])]
-            scene = scenes[scene_index]
-            step = int(labels.step[row])
-            if step == 0:
-                state = initial[scene_index]
-            else:
-                parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
-                taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
-                if parent is None or len(taken) != 1:
-                    raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
-                state, _ = environment.step(scene, np.asarray(stored.states[parent], dtype=np.float64), int(taken[0]))
-                simulations += 1
-            check_state(row, scene, state)
-            search = TreeSearch([scene], environment)
-            root = search.node(0, state)
-            search.expand([root], big_h)
-            check_labels(row, search, root, big_h)
-            for a, (child, _) in enumerate(search.children(root)):
-                succ = int(labels.successor[row, a])
-                check_state(succ, scene, search.state(child))
-                check_labels(succ, search, child, big_h - 1)
-            simulations += search.simulations
-    except QhError:
-        raise
-    except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
-        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+    _check_chains(path, labels, preset, regenerated.split, regenerated.seed, regenerated.scene_ids, call=call)
+    chosen = _chosen_rows(path, labels, chain_rows, states, rows, call=call)
+    stored = _read_observations(path, environment, labels, call=call)
+    simulations = _audit_chosen(path, labels, regenerated, stored, chain_rows, chosen, call=call)
     return {
         "source": RANDOMNESS_SOURCE if rows is None else "rows named by the caller",
         "chain_states": int(len(chain_rows)),
         "audited": len(chosen),
         "states": [int(labels.state_id[r]) for r in chosen],
-        "scenes_checked": len(scenes),
+        "scenes_checked": len(regenerated.scenes),
         # Every chain state's one-step successors were stepped again by the label checks.
         "successors_checked": int(labels.mask[chain_rows].sum()),
         # The depth-H tree is sampled: a forgery confined to one chain state's tree is missed
@@ -520,6 +443,187 @@ def audit_population(
         "result": "passed",
         "environment": {"name": environment.name, "user_code": environment.spec.source is not None},
     }
+
+
+def _check_states_argument(states: int | None, call: str) -> None:
+    """Refuse a ``states`` that is neither an integer >= 1 nor None.
+
+    Raises:
+        QhInputError: naming ``call``, the value and what is allowed.
+    """
+    if states is not None and (isinstance(states, bool) or not isinstance(states, int) or states < 1):
+        raise QhInputError(
+            f"{call}: states={states!r} is not allowed; allowed: an integer >= 1, or None for "
+            "every chain state. HINT: 8 states take a few seconds."
+        )
+
+
+def _chosen_rows(
+    path: Path, labels: LabelArrays, chain_rows: np.ndarray, states: int | None, rows: list[int] | None, *, call: str
+) -> list[int]:
+    """The chain-state rows to audit, in file order.
+
+    Those whose state ids ``rows`` names; else every one when ``states`` is None or covers them
+    all; else ``states`` of them drawn without replacement from OS randomness.
+
+    Raises:
+        QhInputError: ``rows`` names an id that is not a chain state's.
+    """
+    if rows is not None:
+        wanted = {int(s) for s in rows}
+        chosen = [int(r) for r in chain_rows if int(labels.state_id[r]) in wanted]
+        if len(chosen) != len(wanted):
+            raise QhInputError(
+                f"{call}: rows={sorted(wanted)!r} is not allowed; allowed: chain-state ids of "
+                f"{path}. HINT: successor states are audited with their parent."
+            )
+        return chosen
+    if states is None or states >= len(chain_rows):
+        return [int(r) for r in chain_rows]
+    return sorted(secrets.SystemRandom().sample([int(r) for r in chain_rows], states))
+
+
+def _read_observations(path: Path, environment: Environment, labels: LabelArrays, *, call: str) -> _Observations:
+    """The population's stored observations (``_Observations``).
+
+    Raises:
+        EvidenceError: a malformed population, in one clear refusal.
+    """
+    try:
+        return _Observations(path, environment, labels)
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+
+
+def _denier(path: Path, labels: LabelArrays, *, call: str) -> Callable[[int, str], EvidenceError]:
+    """A ``deny(row, what)`` that makes the refusal naming the row's state_id and what the environment denies."""
+
+    def deny(row: int, what: str) -> EvidenceError:
+        return label_refusal(call, path, f"the environment denies state_id {int(labels.state_id[row])}: {what}")
+
+    return deny
+
+
+def _audit_chosen(
+    path: Path,
+    labels: LabelArrays,
+    regenerated: _Regenerated,
+    stored: _Observations,
+    chain_rows: np.ndarray,
+    chosen: list[int],
+    *,
+    call: str,
+) -> int:
+    """Step every chosen chain state's depth-H tree again and check it; return the simulations taken.
+
+    Raises:
+        EvidenceError: the first state, reward or label the environment denies, or a malformed
+            population in one clear refusal.
+    """
+    deny = _denier(path, labels, call=call)
+    row_of_chain = {(int(labels.chain_id[r]), int(labels.step[r])): int(r) for r in chain_rows}
+    simulations = 0
+    try:
+        for row in chosen:
+            scene_index = regenerated.index_of[int(labels.scene_id[row])]
+            state, stepped = _chain_state(row, scene_index, labels, regenerated, stored, row_of_chain, deny)
+            simulations += stepped
+            simulations += _audit_tree(row, regenerated.scenes[scene_index], state, labels, regenerated, stored, deny)
+    except QhError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError) as exc:  # malformed rows: one clear refusal
+        raise label_refusal(call, path, f"malformed population ({type(exc).__name__}: {exc})") from None
+    return simulations
+
+
+def _chain_state(
+    row: int,
+    scene_index: int,
+    labels: LabelArrays,
+    regenerated: _Regenerated,
+    stored: _Observations,
+    row_of_chain: dict,
+    deny: Callable[[int, str], EvidenceError],
+) -> tuple[np.ndarray, int]:
+    """The state a chain state must hold and the simulations that took (0 or 1).
+
+    At step 0 its scene's initial state; else the outcome of stepping its parent's stored state
+    by the one candidate of the parent that leads to it.
+
+    Raises:
+        EvidenceError: no earlier chain state leads to it.
+    """
+    step = int(labels.step[row])
+    if step == 0:
+        return regenerated.initial[scene_index], 0
+    parent = row_of_chain.get((int(labels.chain_id[row]), step - 1))
+    taken = [] if parent is None else np.flatnonzero(labels.successor[parent] == row)
+    if parent is None or len(taken) != 1:
+        raise deny(row, f"it is step {step} of its chain but no earlier chain state leads to it")
+    scene = regenerated.scenes[scene_index]
+    state, _ = regenerated.environment.step(scene, np.asarray(stored.states[parent], dtype=np.float64), int(taken[0]))
+    return state, 1
+
+
+def _audit_tree(
+    row: int,
+    scene: dict,
+    state: np.ndarray,
+    labels: LabelArrays,
+    regenerated: _Regenerated,
+    stored: _Observations,
+    deny: Callable[[int, str], EvidenceError],
+) -> int:
+    """Check a chain state and its successors against a full depth-H tree search from ``state``.
+
+    Returns:
+        The simulations the tree search took.
+
+    Raises:
+        EvidenceError: a stored observation, reward or label the tree search denies.
+    """
+    big_h = regenerated.preset.horizon
+    _check_observed(row, scene, state, stored, deny)
+    search = TreeSearch([scene], regenerated.environment)
+    root = search.node(0, state)
+    search.expand([root], big_h)
+    _check_tree_labels(row, search, root, big_h, labels, deny)
+    for a, (child, _) in enumerate(search.children(root)):
+        succ = int(labels.successor[row, a])
+        _check_observed(succ, scene, search.state(child), stored, deny)
+        _check_tree_labels(succ, search, child, big_h - 1, labels, deny)
+    return search.simulations
+
+
+def _check_observed(
+    row: int, scene: dict, state: np.ndarray, stored: _Observations, deny: Callable[[int, str], EvidenceError]
+) -> None:
+    """Refuse a row whose stored observations are not what the environment observes of ``state``."""
+    denied = stored.check(row, scene, state)
+    if denied is not None:
+        raise deny(row, denied)
+
+
+def _check_tree_labels(
+    row: int, search: TreeSearch, key, horizons: int, labels: LabelArrays, deny: Callable[[int, str], EvidenceError]
+) -> None:
+    """Refuse a stored reward or Q* label (horizons 1..``horizons``) that the tree search below ``key`` denies."""
+    true_q = search.q(key, horizons)
+    true_r = np.array([r for _, r in search.children(key)])
+    for a in range(len(true_r)):
+        if labels.reward[row, a] != true_r[a]:
+            raise deny(
+                row,
+                f"candidate {a} horizon 1 reward: stored {float(labels.reward[row, a])!r}, "
+                f"stepped {float(true_r[a])!r}",
+            )
+        for h in range(horizons):
+            if labels.q[row, a, h] != true_q[a, h]:
+                raise deny(
+                    row,
+                    f"candidate {a} horizon {h + 1}: stored Q*_{h + 1} {float(labels.q[row, a, h])!r}, "
+                    f"stepped {float(true_q[a, h])!r}",
+                )
 
 
 def _check_chains(

@@ -287,6 +287,30 @@ def generate_population(
     out = Path(out)
     workers = _resolve_workers(workers)
     environment = Environment.make(environment or environment_spec(spec), call="generate_population")
+    scenes, initial, scene_ids = _draw_scenes(environment, spec, split, seed)
+    _refuse_existing(out)
+    rows, simulations, generation = _label_chains(
+        environment, scenes, initial, spec, split, seed, workers=workers, progress=progress, executor=executor
+    )
+    tables = _tables(environment, scenes, scene_ids, rows)
+    manifest = _manifest(environment, spec, split, seed, scenes, rows, tables, simulations)
+    copies = _environment_copies(environment)
+    publish_directory(out, lambda staging: _write_population(staging, manifest, tables, copies, split, generation))
+    return out
+
+
+def _draw_scenes(
+    environment: Environment, spec: Preset, split: str, seed: int
+) -> tuple[list[dict], list[np.ndarray], list[int]]:
+    """Draw the preset's scenes from the population's scene seeds, the environment's contract checked first.
+
+    Returns:
+        Every scene (as JSON holds it), its initial state and its scene_id, in draw order.
+
+    Raises:
+        QhInputError: a bad split or seed, an environment that breaks its contract, or two scenes
+            with one scene_id.
+    """
     seeds = [scene_seed(split, seed, i) for i in range(spec.scenes)]  # validates split and seed
     check_contract(environment, tuple(seeds[:_CONTRACT_SCENES]))
     # Every scene as JSON holds it: what the population stores and every later step passes.
@@ -298,11 +322,39 @@ def generate_population(
             f"generate_population: environment {environment.name!r} gives two scenes of one population the same "
             "scene_id. HINT: a scene_id binds the split, seed and scene index."
         )
+    return scenes, initial, scene_ids
+
+
+def _refuse_existing(out: Path) -> None:
+    """Refuse an ``out`` that already exists (a symlink included): populations are write-once.
+
+    Raises:
+        PublishConflictError: ``out`` exists.
+    """
     if out.exists() or out.is_symlink():
         raise PublishConflictError(
             f"generate_population: out={str(out)!r} already exists; populations are write-once. "
             "HINT: choose a new directory, or use cached_population to reuse a population."
         )
+
+
+def _label_chains(
+    environment: Environment,
+    scenes: list[dict],
+    initial: list[np.ndarray],
+    spec: Preset,
+    split: str,
+    seed: int,
+    *,
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+    executor: ExecutorChoice | None,
+) -> tuple[list[StateRow], int, dict]:
+    """Run the preset's chains with exact labels on the chosen executor, reporting ``progress``.
+
+    Returns:
+        The state rows, the simulations they took and the generation record (``_generation_record``).
+    """
     planned = planned_simulations(spec, environment.max_candidates)
     done = [0]
 
@@ -329,10 +381,22 @@ def generate_population(
         generation = _generation_record(choice, pool, workers, time.perf_counter() - started)
     if progress is not None:
         progress(done[0], done[0])
-    tables = _tables(environment, scenes, scene_ids, rows)
+    return rows, simulations, generation
+
+
+def _manifest(
+    environment: Environment,
+    spec: Preset,
+    split: str,
+    seed: int,
+    scenes: list[dict],
+    rows: list[StateRow],
+    tables: dict[str, pa.Table],
+    simulations: int,
+) -> dict:
+    """The population's manifest, its ``files`` still empty (``_write_population`` fills them)."""
     n_chain = sum(1 for r in rows if r.step >= 0)
-    source = environment.spec.source
-    manifest = {
+    return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "kind": MANIFEST_KIND,
         "name": f"{spec.name}-{split}-seed{seed}",
@@ -354,43 +418,55 @@ def generate_population(
         "difficulty": _card(rows, environment.max_candidates, environment.reference_candidate),
         "files": {},
     }
-    copies = (
+
+
+def _environment_copies(environment: Environment) -> dict[str, bytes]:
+    """``{path under ENVIRONMENT_DIR: bytes}`` of a user environment's source; empty for a built-in one."""
+    source = environment.spec.source
+    return (
         {} if source is None else {f"{ENVIRONMENT_DIR}/{rel}": data for rel, data in environment.source_files.items()}
     )
 
-    def _write(staging: Path) -> None:
-        for name in POPULATION_FILES:
-            manifest["files"][name] = _write_parquet(staging / name, tables[name])
-        # A user environment's source, as it was imported for these labels: every later use
-        # imports this copy, never the user's files.
-        for rel, data in copies.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            publish_bytes(staging / rel, data)
-            manifest["files"][rel] = sha256_bytes(data)
-        publish_json(staging / MANIFEST, manifest)
-        body = {
-            "name": manifest["name"],
-            "split": split,
-            "generator": manifest["generator"],
-            "counts": manifest["counts"],
-        }
-        if copies:
-            body["sealed_directories"] = [ENVIRONMENT_DIR]
-        write_receipt(
-            staging / RECEIPT,
-            PopulationReceipt,
-            body=body,
-            outputs={name: staging / name for name in (*POPULATION_FILES, *copies, MANIFEST)},
-        )
-        write_receipt(
-            staging / GENERATION_RECEIPT,
-            PopulationGenerationReceipt,
-            body=generation,
-            inputs={"manifest": staging / MANIFEST},
-        )
 
-    publish_directory(out, _write)
-    return out
+def _write_population(
+    staging: Path,
+    manifest: dict,
+    tables: dict[str, pa.Table],
+    copies: dict[str, bytes],
+    split: str,
+    generation: dict,
+) -> None:
+    """Write the population into ``staging``: its Parquet files, the environment copy, the manifest
+    (its ``files`` filled in) and both receipts."""
+    for name in POPULATION_FILES:
+        manifest["files"][name] = _write_parquet(staging / name, tables[name])
+    # A user environment's source, as it was imported for these labels: every later use
+    # imports this copy, never the user's files.
+    for rel, data in copies.items():
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        publish_bytes(staging / rel, data)
+        manifest["files"][rel] = sha256_bytes(data)
+    publish_json(staging / MANIFEST, manifest)
+    body = {
+        "name": manifest["name"],
+        "split": split,
+        "generator": manifest["generator"],
+        "counts": manifest["counts"],
+    }
+    if copies:
+        body["sealed_directories"] = [ENVIRONMENT_DIR]
+    write_receipt(
+        staging / RECEIPT,
+        PopulationReceipt,
+        body=body,
+        outputs={name: staging / name for name in (*POPULATION_FILES, *copies, MANIFEST)},
+    )
+    write_receipt(
+        staging / GENERATION_RECEIPT,
+        PopulationGenerationReceipt,
+        body=generation,
+        inputs={"manifest": staging / MANIFEST},
+    )
 
 
 def _generation_record(choice: ExecutorChoice, pool, workers: int, seconds: float) -> dict:

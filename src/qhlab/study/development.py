@@ -10,6 +10,7 @@ the validation files. Does not own: the evaluation arithmetic or the references'
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from qhlab.design.study_records import StudyDevelopmentReceipt
 from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
@@ -45,56 +46,13 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
 
-    e0 = authenticate_e0(frozen, "prepare_development")
-    if not e0.body.passed:
-        raise OrderError(
-            f"prepare_development: the E0 gate did not pass ({e0.body.reason}); validation "
-            "stays closed. HINT: a study whose canaries fail is stopped; fix the recipe and freeze a new study."
-        )
-    path = frozen.output / DEVELOPMENT_RECEIPT
-    if path.exists():
-        raise PublishConflictError(f"prepare_development: {path} already exists; development is sealed once.")
+    path = _development_receipt_path(frozen)
     config = frozen.config
     source = config.validation
-    if source.path is not None and not Path(source.path).is_dir():
-        raise input_error(
-            "prepare_development",
-            "validation.path",
-            source.path,
-            "an existing population directory",
-            "generate it with `qhlab scenes generate --split validation` or name a preset",
-        )
-    preset = environment = None
-    if frozen.body.validation.get("preset") is not None:
-        # The preset as frozen, drawn from TRAIN's environment (a user one from TRAIN's frozen copy).
-        preset, environment = validation_environment(
-            frozen.body.validation["preset"],
-            frozen.train_path,
-            frozen.train_population().manifest,
-            call="prepare_development",
-        )
-    validation_path = resolve_population(
-        source,
-        "validation",
-        config.population_cache,
-        progress=True,
-        executor=executor or config.executor_choice(),
-        preset=preset,
-        environment=environment,
-    )
+    validation_path = _validation_path(frozen, executor)
     validation = load_population(validation_path, split="validation", horizon=frozen.horizon)  # Bellman-checked
     train = frozen.train_population()
-    if (
-        train.manifest.get("features") != validation.manifest.get("features")
-        or train.num_candidates != validation.num_candidates
-    ):
-        raise input_error(
-            "prepare_development",
-            "validation",
-            str(validation_path),
-            "a population with TRAIN's features and K",
-            "use the same preset family for both splits",
-        )
+    _refuse_other_shape(train, validation, validation_path)
     _refuse_shared_scenes(frozen.train_path, validation_path)
     # Its generator, now that it is drawn (a validation named by path was declared only at the freeze).
     check_populations(
@@ -148,6 +106,69 @@ def seal_development(frozen: FrozenStudy, *, executor=None) -> dict:
     frozen.keep("_development", path, read_receipt(path, StudyDevelopmentReceipt, verify_files=False))
     frozen.keep_population(validation)
     return body
+
+
+def _development_receipt_path(frozen: FrozenStudy) -> Path:
+    """The development receipt's path; refuses a study whose E0 gate did not pass, or whose
+    development is already sealed."""
+    e0 = authenticate_e0(frozen, "prepare_development")
+    if not e0.body.passed:
+        raise OrderError(
+            f"prepare_development: the E0 gate did not pass ({e0.body.reason}); validation "
+            "stays closed. HINT: a study whose canaries fail is stopped; fix the recipe and freeze a new study."
+        )
+    path = frozen.output / DEVELOPMENT_RECEIPT
+    if path.exists():
+        raise PublishConflictError(f"prepare_development: {path} already exists; development is sealed once.")
+    return path
+
+
+def _validation_path(frozen: FrozenStudy, executor) -> Path:
+    """The validation population's directory: the declared path, or the frozen preset labelled on
+    ``executor`` (None: the config's)."""
+    config = frozen.config
+    source = config.validation
+    if source.path is not None and not Path(source.path).is_dir():
+        raise input_error(
+            "prepare_development",
+            "validation.path",
+            source.path,
+            "an existing population directory",
+            "generate it with `qhlab scenes generate --split validation` or name a preset",
+        )
+    preset = environment = None
+    if frozen.body.validation.get("preset") is not None:
+        # The preset as frozen, drawn from TRAIN's environment (a user one from TRAIN's frozen copy).
+        preset, environment = validation_environment(
+            frozen.body.validation["preset"],
+            frozen.train_path,
+            frozen.train_population().manifest,
+            call="prepare_development",
+        )
+    return resolve_population(
+        source,
+        "validation",
+        config.population_cache,
+        progress=True,
+        executor=executor or config.executor_choice(),
+        preset=preset,
+        environment=environment,
+    )
+
+
+def _refuse_other_shape(train: Any, validation: Any, validation_path: Path) -> None:
+    """Refuse a validation population whose features or K are not TRAIN's."""
+    if (
+        train.manifest.get("features") != validation.manifest.get("features")
+        or train.num_candidates != validation.num_candidates
+    ):
+        raise input_error(
+            "prepare_development",
+            "validation",
+            str(validation_path),
+            "a population with TRAIN's features and K",
+            "use the same preset family for both splits",
+        )
 
 
 def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:

@@ -7,7 +7,8 @@ under one seed); after freeze, making the frozen copies importable in this proce
 (``provide_family``, called for every authenticated study, on every executor) and shipping
 their bytes to a Ray worker (``family_bytes``, ``provide_shipped``). Does not own: the user's
 files as they are now (``qhlab.design.user_sources``), parsing builders, digesting and importing a
-copy (``qhlab.execution.user_code``), building scorers (``qhlab.finite_horizon.scorer``) or binding files into the freeze receipt (``freeze``).
+copy (``qhlab.execution.user_code``), building scorers (``qhlab.finite_horizon.scorer``) or binding
+files into the freeze receipt (``freeze``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from qhlab.design.study_records import StudyFreezeBody
 from qhlab.design.user_sources import arm_refusal, family_sources, user_sources
@@ -49,6 +50,10 @@ _INPUTS = ("objects", "object_mask", "goal", "candidates", "candidate_object", "
 
 
 _VERBOSE = "; --verbose shows the whole traceback"
+_BUILDER_HINT = (
+    "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs "
+    "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
+)
 
 
 def copy_sources(config: Any, config_dir: Path, output: Path) -> dict[str, dict]:
@@ -213,10 +218,6 @@ def check_contract(
     from qhlab.finite_horizon.scorer import ArmContractError, build_scorer, scorer_structure
 
     dims = population_dims(population)
-    hint = (
-        "the builder is build(arch, dims) -> nn.Module, whose forward takes the scorer's six inputs "
-        "and returns Q [B, K, H] (docs/how-to/add-an-arm.md)"
-    )
 
     def build() -> Any:
         with torch.random.fork_rng(devices=[]):
@@ -234,31 +235,69 @@ def check_contract(
         raise arm_refusal(arm, builder, cause.rstrip("."), UNFROZEN_HINT) from None
     # A user's builder may raise anything, or exit: refused by name, never a silent exit 0.
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
-        sibling = None if directory is None else missing_sibling(directory, exc)
-        if sibling is not None:
-            raise arm_refusal(
-                arm,
-                builder,
-                f"its source imports {sibling!r}, a module beside it that is not frozen with it",
-                UNFROZEN_HINT,
-            ) from None
-        more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
-        what = "exited" if isinstance(exc, SystemExit) else "raised"
-        where = user_location(exc, shown_in=directory)
-        if isinstance(exc, SyntaxError) or any(f.name == "<module>" for f in user_frames(exc)):
-            # The module itself failed (its top level ran, or never compiled): no builder ran.
-            module = builder.partition(":")[0] if builder else arm
-            message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-            cause = f"importing {module} failed: {type(exc).__name__}: {message}{more}{where}"
-        else:
-            cause = f"building it {what} {type(exc).__name__}: {exc}{more}{where}"
-        # The user's exception stays the cause: `--verbose` prints its whole traceback.
-        raise arm_refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
+        _refuse_failed_build(arm, builder, exc, directory)
     if built is not None:
         built()
+    _refuse_lazy_tensors(arm, builder, first)
+    _refuse_nondeterministic(arm, builder, recipe.seed, first.state_dict(), second.state_dict())
+    parameters = dict(first.named_parameters())
+    if not parameters:
+        raise arm_refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
+    q, expected = _checked_forward(arm, builder, first, batch, dims.horizon, directory)
+    loss = native_huber_loss(
+        q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"], recipe.huber_delta
+    )
+    if loss.requires_grad:
+        loss.backward()
+    if built is not None:  # again: a forward may import too
+        built()
+    receiving = _receiving_gradients(arm, builder, parameters)
+    return {
+        "parameters": int(sum(p.numel() for p in parameters.values())),
+        # What every fit of the arm must build again (a fit refuses another structure).
+        "structure": scorer_structure(first),
+        "output_shape": expected,
+        "parameters_receiving_gradients": len(receiving),
+        "parameters_without_gradients": sorted(set(parameters) - set(receiving)),
+        "deterministic_initialisation": True,
+    }
+
+
+def _refuse_failed_build(arm: str, builder: str | None, exc: BaseException, directory: Path | None) -> NoReturn:
+    """Raise the refusal of a build that raised or exited with ``exc`` (called while handling it).
+
+    A module beside the source that is not frozen with it is named with how to freeze it;
+    otherwise the failure is placed in the module's import or in the builder.
+    """
+    sibling = None if directory is None else missing_sibling(directory, exc)
+    if sibling is not None:
+        raise arm_refusal(
+            arm,
+            builder,
+            f"its source imports {sibling!r}, a module beside it that is not frozen with it",
+            UNFROZEN_HINT,
+        ) from None
+    more = " (only the builder's own file or package is frozen)" if isinstance(exc, ModuleNotFoundError) else ""
+    what = "exited" if isinstance(exc, SystemExit) else "raised"
+    where = user_location(exc, shown_in=directory)
+    if isinstance(exc, SyntaxError) or any(f.name == "<module>" for f in user_frames(exc)):
+        # The module itself failed (its top level ran, or never compiled): no builder ran.
+        module = builder.partition(":")[0] if builder else arm
+        message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        cause = f"importing {module} failed: {type(exc).__name__}: {message}{more}{where}"
+    else:
+        cause = f"building it {what} {type(exc).__name__}: {exc}{more}{where}"
+    # The user's exception stays the cause: `--verbose` prints its whole traceback.
+    raise arm_refusal(arm, builder, cause.replace("\n", " "), _BUILDER_HINT + _VERBOSE) from exc
+
+
+def _refuse_lazy_tensors(arm: str, builder: str | None, module: Any) -> None:
+    """Refuse a built module holding uninitialised (lazy) parameters or buffers."""
+    import torch
+
     lazy = sorted(
         n
-        for n, t in [*first.named_parameters(), *first.named_buffers()]
+        for n, t in [*module.named_parameters(), *module.named_buffers()]
         if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
     )
     if lazy:
@@ -269,7 +308,11 @@ def check_contract(
             "give every layer its input size when it is built (nn.Linear, not nn.LazyLinear), so "
             "that its initialisation is drawn, checked and frozen at build",
         )
-    one, two = first.state_dict(), second.state_dict()
+
+
+def _refuse_nondeterministic(arm: str, builder: str | None, seed: int, one: dict, two: dict) -> None:
+    """Refuse two builds under ``seed`` whose state dicts ``one`` and ``two`` differ."""
+    import torch
 
     def same(key: str) -> bool:
         a, b = one.get(key), two.get(key)
@@ -282,24 +325,34 @@ def check_contract(
         raise arm_refusal(
             arm,
             builder,
-            f"its initialisation is not deterministic: two builds under seed {recipe.seed} "
+            f"its initialisation is not deterministic: two builds under seed {seed} "
             f"differ in {', '.join(differing[:5])}",
             "draw every initial value from torch's global RNG (no time, os.urandom or numpy seeds)",
         )
-    parameters = dict(first.named_parameters())
-    if not parameters:
-        raise arm_refusal(arm, builder, "the module has no parameters", "an arm is trained; give it parameters")
+
+
+def _checked_forward(
+    arm: str, builder: str | None, module: Any, batch: dict, horizon: int, directory: Path | None
+) -> tuple[Any, list[int]]:
+    """Run ``module``'s forward on ``batch``; returns (Q, its required shape [B, K, H]).
+
+    Refuses a forward that raises or exits, a Q of another shape and a Q with non-finite values.
+    """
+    import torch
+
     b, k = batch["candidates"].shape[:2]
-    expected = [int(b), int(k), dims.horizon]
+    expected = [int(b), int(k), horizon]
     try:
-        q = first(*[batch[name] for name in _INPUTS])
+        q = module(*[batch[name] for name in _INPUTS])
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - refused by name, as above
         what = "exited" if isinstance(exc, SystemExit) else "raised"
         cause = f"its forward {what} {type(exc).__name__}: {exc}{user_location(exc, shown_in=directory)}"
-        raise arm_refusal(arm, builder, cause.replace("\n", " "), hint + _VERBOSE) from exc
+        raise arm_refusal(arm, builder, cause.replace("\n", " "), _BUILDER_HINT + _VERBOSE) from exc
     shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
     if shape != expected:
-        raise arm_refusal(arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", hint)
+        raise arm_refusal(
+            arm, builder, f"output shape {shape} is not allowed; allowed: [B, K, H] = {expected}", _BUILDER_HINT
+        )
     if not torch.isfinite(q).all():
         raise arm_refusal(
             arm,
@@ -307,13 +360,13 @@ def check_contract(
             "its output holds non-finite values on the canonical first TRAIN chain",
             "keep Q finite (masked candidates too)",
         )
-    loss = native_huber_loss(
-        q[..., :1].float(), batch["reward"].unsqueeze(-1).float(), batch["candidate_mask"], recipe.huber_delta
-    )
-    if loss.requires_grad:
-        loss.backward()
-    if built is not None:  # again: a forward may import too
-        built()
+    return q, expected
+
+
+def _receiving_gradients(arm: str, builder: str | None, parameters: dict) -> list[str]:
+    """The names of the parameters that received a gradient, sorted; refuses none, or a non-finite one."""
+    import torch
+
     receiving = sorted(n for n, p in parameters.items() if p.grad is not None)
     if not receiving:
         raise arm_refusal(
@@ -325,15 +378,7 @@ def check_contract(
     bad = sorted(n for n in receiving if not torch.isfinite(parameters[n].grad).all())
     if bad:
         raise arm_refusal(arm, builder, f"non-finite gradients reach {', '.join(bad[:5])}", "keep Q finite")
-    return {
-        "parameters": int(sum(p.numel() for p in parameters.values())),
-        # What every fit of the arm must build again (a fit refuses another structure).
-        "structure": scorer_structure(first),
-        "output_shape": expected,
-        "parameters_receiving_gradients": len(receiving),
-        "parameters_without_gradients": sorted(set(parameters) - set(receiving)),
-        "deterministic_initialisation": True,
-    }
+    return receiving
 
 
 def provide_family(body: StudyFreezeBody, output: Path) -> dict[str, str]:
@@ -364,5 +409,3 @@ def provide_shipped(shipped: dict | None, root: Path) -> None:
     if shipped is None:
         return
     provide(_arm_source(shipped["arm"], shipped["record"], root, files=dict(shipped["files"])))
-
-

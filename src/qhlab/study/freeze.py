@@ -170,18 +170,7 @@ def _freeze_locked(
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
     population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked
     audit = audit_population(train_path, call="freeze_study")
-    frozen_validation = validation_preset(config.validation, train_path, population.manifest, call="freeze_study")
-    # A validation named by path is declared, not opened: its generator is compared at development.
-    check_populations(
-        config,
-        preparation,
-        population.manifest["generator"],
-        None
-        if frozen_validation is None
-        else validation_generator(
-            frozen_validation, config.validation.seed, train_path, population.manifest, call="freeze_study"
-        ),
-    )
+    frozen_validation = _checked_validation(config, preparation, population, train_path)
     if gate_feasible:
         _refuse_nothing_to_learn(config, population, train_path)
     support = population_support(population)
@@ -194,35 +183,8 @@ def _freeze_locked(
             f"freeze_study: user arms {sorted(a for a in shas if shas[a] != digests.get(a))} changed while the "
             "study was frozen. HINT: freeze again once their files are still."
         )
-    recipes = {
-        arm: {
-            str(seed): {
-                str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
-                for u in (config.broad_updates, config.canary_updates)
-            }
-            for seed in config.seeds
-        }
-        for arm in config.arms
-    }
-    arms = []
-    for arm in config.arms:
-        declaration = config.declaration(arm)
-        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
-        arms.append(
-            {
-                "arm": arm,
-                "role": "baseline" if declaration is None else declaration.role,
-                "control": None if declaration is None else declaration.control,
-                "matched": None
-                if declaration is None or declaration.role != "variant"
-                else (declaration.matched or config.baseline_arm),
-                "architecture": recipe.architecture.model_dump(mode="json"),
-                # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
-                "builder": sources[arm]["builder"] if arm in sources else "qhlab",
-                "source": sources.get(arm),
-                "contract": contracts[arm],
-            }
-        )
+    recipes = _recipe_digests(config, shas)
+    arms = _arm_records(config, sources, contracts, shas)
     body = {
         "study": config.name,
         # A fresh identity: two studies frozen from the same config are still two studies, and
@@ -231,41 +193,12 @@ def _freeze_locked(
         # Where the study was made: receipts name its own files by this absolute path, so a copy
         # elsewhere maps them to its own bytes (``qhlab.evidence.recorded_origin``).
         "output": os.path.abspath(output),
-        # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
-        "config": {
-            "sha256": sha256_bytes(data),
-            "source_path": str(resolved),
-            "resolved": config.model_dump(mode="json"),
-            "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
-            "execution_fields_not_frozen": list(EXECUTION_FIELDS),
-        },
+        "config": _config_record(config, data, resolved),
         "profile": config.profile,
         "source_package": source_package_digest(),
         "versions": runtime_versions(),
-        "train": {
-            "path": str(train_path.resolve()),
-            "declared": config.train.model_dump(mode="json"),
-            "manifest_sha256": population.digest,
-            "support": support,
-            # The unit every reward-valued number of the study is printed in.
-            "reward_unit": reward_unit(population.manifest["generator"]),
-            "canonical_first_chain": chain,
-            # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
-            "audit": audit,
-            # A user environment's own file, compared (never imported) by `study status`.
-            "environment_source": environment_source(
-                config.train, train_path, population.manifest, call="freeze_study"
-            ),
-            # The preset file's bytes, compared (never read again) by `study status` and `study run`.
-            "preset_file": preset_file_record(config.train),
-        },
-        # Declared, never opened; its preset is frozen here, drawn later from TRAIN's environment.
-        "validation": {
-            "declared": config.validation.model_dump(mode="json"),
-            "opened": False,
-            "preset": frozen_validation,
-            "preset_file": preset_file_record(config.validation),
-        },
+        "train": _train_record(config, train_path, population, support, chain, audit),
+        "validation": _validation_record(config, frozen_validation),
         "arms": arms,
         "recipes": recipes,
         "only_architecture_differs": _only_architecture_differs(config),
@@ -292,9 +225,123 @@ def _freeze_locked(
     # Execution evidence, not a decision input: which executor labelled TRAIN, and where.
     body["train"]["labelling"], generation = labelling_record(train_path, executor or config.executor_choice())
     inputs.update({f"train/{k}": v for k, v in generation.items()})
-    outputs = {"config": output / STUDY_CONFIG_COPY, **prepared}
+    outputs = _freeze_outputs(output, prepared, sources)
     if config.experiment.recipe_file is not None:
         inputs["recipe_file"] = Path(config.experiment.recipe_file)
+    write_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, body=body, inputs=inputs, outputs=outputs)
+    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False)
+    frozen = FrozenStudy(config, receipt, output, resolved)
+    frozen.keep_population(population)
+    return frozen
+
+
+def _checked_validation(
+    config: QhArchitectureStudyConfig, preparation: Any, population: Any, train_path: Path
+) -> dict | None:
+    """Freeze the validation preset (None: a validation named by path); returns it once the
+    populations' generators pass ``check_populations``."""
+    frozen_validation = validation_preset(config.validation, train_path, population.manifest, call="freeze_study")
+    # A validation named by path is declared, not opened: its generator is compared at development.
+    check_populations(
+        config,
+        preparation,
+        population.manifest["generator"],
+        None
+        if frozen_validation is None
+        else validation_generator(
+            frozen_validation, config.validation.seed, train_path, population.manifest, call="freeze_study"
+        ),
+    )
+    return frozen_validation
+
+
+def _recipe_digests(config: QhArchitectureStudyConfig, shas: dict[str, str]) -> dict:
+    """``{arm: {seed: {updates: recipe digest}}}`` of every cell at both budgets."""
+    return {
+        arm: {
+            str(seed): {
+                str(u): recipe_digest(config.cell_recipe(arm, seed, u, sources=shas))
+                for u in (config.broad_updates, config.canary_updates)
+            }
+            for seed in config.seeds
+        }
+        for arm in config.arms
+    }
+
+
+def _arm_records(
+    config: QhArchitectureStudyConfig, sources: dict[str, dict], contracts: dict[str, dict], shas: dict[str, str]
+) -> list[dict]:
+    """One record per arm, in the config's order: its role, architecture, builder, source and contract."""
+    arms = []
+    for arm in config.arms:
+        declaration = config.declaration(arm)
+        recipe = config.cell_recipe(arm, config.seeds[0], config.broad_updates, sources=shas)
+        arms.append(
+            {
+                "arm": arm,
+                "role": "baseline" if declaration is None else declaration.role,
+                "control": None if declaration is None else declaration.control,
+                "matched": None
+                if declaration is None or declaration.role != "variant"
+                else (declaration.matched or config.baseline_arm),
+                "architecture": recipe.architecture.model_dump(mode="json"),
+                # Built-in arms are built by qhlab's registered builders; a user arm from its frozen source.
+                "builder": sources[arm]["builder"] if arm in sources else "qhlab",
+                "source": sources.get(arm),
+                "contract": contracts[arm],
+            }
+        )
+    return arms
+
+
+def _config_record(config: QhArchitectureStudyConfig, data: bytes, resolved: Path) -> dict:
+    """The freeze receipt's ``config`` record: the config's bytes, where it was read, and its digests."""
+    # Later steps compare the decision digest: execution fields (EXECUTION_FIELDS) may change.
+    return {
+        "sha256": sha256_bytes(data),
+        "source_path": str(resolved),
+        "resolved": config.model_dump(mode="json"),
+        "decision_sha256": sha256_bytes(canonical_json(config.decision_record())),
+        "execution_fields_not_frozen": list(EXECUTION_FIELDS),
+    }
+
+
+def _train_record(
+    config: QhArchitectureStudyConfig, train_path: Path, population: Any, support: Any, chain: Any, audit: Any
+) -> dict:
+    """The freeze receipt's ``train`` record (its ``labelling`` is added once the receipt's inputs are listed)."""
+    return {
+        "path": str(train_path.resolve()),
+        "declared": config.train.model_dump(mode="json"),
+        "manifest_sha256": population.digest,
+        "support": support,
+        # The unit every reward-valued number of the study is printed in.
+        "reward_unit": reward_unit(population.manifest["generator"]),
+        "canonical_first_chain": chain,
+        # Re-simulated chain states drawn with OS randomness: evidence, never recomputed.
+        "audit": audit,
+        # A user environment's own file, compared (never imported) by `study status`.
+        "environment_source": environment_source(config.train, train_path, population.manifest, call="freeze_study"),
+        # The preset file's bytes, compared (never read again) by `study status` and `study run`.
+        "preset_file": preset_file_record(config.train),
+    }
+
+
+def _validation_record(config: QhArchitectureStudyConfig, frozen_validation: dict | None) -> dict:
+    """The freeze receipt's ``validation`` record: its declaration and frozen preset, never opened."""
+    # Declared, never opened; its preset is frozen here, drawn later from TRAIN's environment.
+    return {
+        "declared": config.validation.model_dump(mode="json"),
+        "opened": False,
+        "preset": frozen_validation,
+        "preset_file": preset_file_record(config.validation),
+    }
+
+
+def _freeze_outputs(output: Path, prepared: dict, sources: dict[str, dict]) -> dict:
+    """The freeze receipt's outputs: the config copy, the preparation copies and every family file."""
+    outputs = {"config": output / STUDY_CONFIG_COPY, **prepared}
     outputs.update(
         {
             f"{FAMILY_DIR}/{arm}/{rel}": output / FAMILY_DIR / arm / rel
@@ -302,11 +349,7 @@ def _freeze_locked(
             for rel in record["files"]
         }
     )
-    write_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, body=body, inputs=inputs, outputs=outputs)
-    receipt = read_receipt(output / FREEZE_RECEIPT, StudyFreezeReceipt, verify_files=False)
-    frozen = FrozenStudy(config, receipt, output, resolved)
-    frozen.keep_population(population)
-    return frozen
+    return outputs
 
 
 def _refuse_nothing_to_learn(config: QhArchitectureStudyConfig, population: Any, path: Path) -> None:

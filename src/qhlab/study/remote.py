@@ -98,6 +98,35 @@ def _publish_returned(
             f"{call}: attempt {name} returned files {sorted(files)} but digests for {sorted(returned['sha256'])}."
         )
     _check_names(call, name, list(files))
+    _check_versions(call, frozen, returned)
+    allowed_absolute = {
+        "train_manifest": (populations["train"] / "manifest.json").as_posix(),
+        "validation_manifest": (populations["validation"] / "manifest.json").as_posix(),
+    }
+
+    def _write(staging: Path) -> None:
+        _stage_files(call, name, returned, staging)
+        bound = _bound_files(call, name, files, staging, allowed_absolute)
+        loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
+        if loose:
+            raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
+        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call).body
+        if fit.local_attempt_id != name:
+            raise EvidenceError(
+                f"{call}: attempt {name!r} holds the fit of local attempt "
+                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit."
+            )
+        _check_evaluation(call, name, files, staging, fit, validation_digest)
+        _check_where(call, name, fit, returned)
+
+    target = cell_dir / name
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    publish_directory(target, _write)
+    return target
+
+
+def _check_versions(call: str, frozen: FrozenStudy, returned: dict) -> None:
+    """Refuse an attempt whose worker ran other package versions than the frozen ones."""
     for package, version in frozen.body.versions.items():
         if (returned.get("versions") or {}).get(package) != version:
             raise input_error(
@@ -109,78 +138,83 @@ def _publish_returned(
                 "runs another environment; install the frozen versions on every node",
                 error=EvidenceError,
             )
-    allowed_absolute = {
-        "train_manifest": (populations["train"] / "manifest.json").as_posix(),
-        "validation_manifest": (populations["validation"] / "manifest.json").as_posix(),
-    }
 
-    def _write(staging: Path) -> None:
-        for relative, data in files.items():
-            if sha256_bytes(data) != returned["sha256"][relative]:
-                raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} does not match its digest.")
-            target = staging / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        bound: set[str] = set()
-        for relative in sorted(r for r in files if r.endswith(RECEIPT_SUFFIX)):
-            kind = _receipt_kind(relative)
-            if kind is None:
-                raise EvidenceError(
-                    f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes."
-                )
-            # Paths first, without reading what they name; then the receipt with every file it binds.
-            document = read_receipt(staging / relative, kind, verify_files=False)
-            bound.add(relative)
-            for section in ("inputs", "outputs"):
-                for key, entry in getattr(document, section).items():
-                    path = entry.path
-                    if Path(path).is_absolute() or "\\" in path:
-                        if section != "inputs" or allowed_absolute.get(key) != path:
-                            raise EvidenceError(
-                                f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
-                                f"receipt may bind by absolute path only {allowed_absolute}."
-                            )
-                        continue
-                    inner = _clean_relative(path, relative)
-                    if inner is None:
-                        raise EvidenceError(
-                            f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt."
-                        )
-                    bound.add(inner)
-            read_receipt(staging / relative, kind)
-        loose = sorted(r for r in files if r not in bound and r != "fit.log" and r.split("/")[0] != "wandb")
-        if loose:
-            raise EvidenceError(f"{call}: attempt {name} returned files no receipt binds: {loose}.")
-        fit = authenticate_attempt(frozen, staging, cell=cell, recipe=recipe, step=call).body
-        if fit.local_attempt_id != name:
-            raise EvidenceError(
-                f"{call}: attempt {name!r} holds the fit of local attempt "
-                f"{fit.local_attempt_id!r}; an attempt directory is named by its fit."
-            )
-        if EVALUATION_RECEIPT not in files:
-            raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
-        evaluation = read_receipt(staging / EVALUATION_RECEIPT, EvaluationReceipt).body
-        if (
-            evaluation.population.get("digest") != validation_digest
-            or evaluation.final_state_sha256 != fit.final_state_sha256
-        ):
-            raise EvidenceError(
-                f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
-                f"{validation_digest} and this attempt's final state."
-            )
-        ran = fit.execution
-        said = returned["where"]
-        keys = ("node_id", "pid", "task_id")
-        if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
-            raise EvidenceError(
-                f"{call}: the fit receipt of attempt {name} says it ran as "
-                f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }."
-            )
 
-    target = cell_dir / name
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    publish_directory(target, _write)
-    return target
+def _stage_files(call: str, name: str, returned: dict, staging: Path) -> None:
+    """Write every returned file into ``staging``, each after its bytes match its digest."""
+    for relative, data in returned["files"].items():
+        if sha256_bytes(data) != returned["sha256"][relative]:
+            raise EvidenceError(f"{call}: returned file {relative!r} of attempt {name} does not match its digest.")
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def _bound_files(
+    call: str, name: str, files: dict[str, bytes], staging: Path, allowed_absolute: dict[str, str]
+) -> set[str]:
+    """The staged files some receipt binds (the receipts included), each receipt authenticated."""
+    bound: set[str] = set()
+    for relative in sorted(r for r in files if r.endswith(RECEIPT_SUFFIX)):
+        kind = _receipt_kind(relative)
+        if kind is None:
+            raise EvidenceError(f"{call}: attempt {name} returned {relative!r}, which is not a receipt a fit writes.")
+        # Paths first, without reading what they name; then the receipt with every file it binds.
+        document = read_receipt(staging / relative, kind, verify_files=False)
+        bound.add(relative)
+        bound |= _receipt_bindings(call, name, relative, document, allowed_absolute)
+        read_receipt(staging / relative, kind)
+    return bound
+
+
+def _receipt_bindings(call: str, name: str, relative: str, document: Any, allowed_absolute: dict[str, str]) -> set[str]:
+    """The attempt-relative names a returned receipt binds; refused if one is outside the attempt
+    or an absolute path other than an allowed population manifest."""
+    bound: set[str] = set()
+    for section in ("inputs", "outputs"):
+        for key, entry in getattr(document, section).items():
+            path = entry.path
+            if Path(path).is_absolute() or "\\" in path:
+                if section != "inputs" or allowed_absolute.get(key) != path:
+                    raise EvidenceError(
+                        f"{call}: {relative} of attempt {name} binds {key}={path}; a returned "
+                        f"receipt may bind by absolute path only {allowed_absolute}."
+                    )
+                continue
+            inner = _clean_relative(path, relative)
+            if inner is None:
+                raise EvidenceError(f"{call}: {relative} of attempt {name} binds {path!r}, outside the attempt.")
+            bound.add(inner)
+    return bound
+
+
+def _check_evaluation(
+    call: str, name: str, files: dict[str, bytes], staging: Path, fit: Any, validation_digest: str
+) -> None:
+    """Refuse an attempt without an evaluation of the sealed validation and of its fit's final state."""
+    if EVALUATION_RECEIPT not in files:
+        raise EvidenceError(f"{call}: attempt {name} returned no {EVALUATION_RECEIPT}; a broad cell is evaluated.")
+    evaluation = read_receipt(staging / EVALUATION_RECEIPT, EvaluationReceipt).body
+    if (
+        evaluation.population.get("digest") != validation_digest
+        or evaluation.final_state_sha256 != fit.final_state_sha256
+    ):
+        raise EvidenceError(
+            f"{call}: {EVALUATION_RECEIPT} of attempt {name} is not of the sealed validation "
+            f"{validation_digest} and this attempt's final state."
+        )
+
+
+def _check_where(call: str, name: str, fit: Any, returned: dict) -> None:
+    """Refuse an attempt whose fit receipt names another node, process or task than its try reported."""
+    ran = fit.execution
+    said = returned["where"]
+    keys = ("node_id", "pid", "task_id")
+    if [ran.get(k) for k in keys] != [said.get(k) for k in keys]:
+        raise EvidenceError(
+            f"{call}: the fit receipt of attempt {name} says it ran as "
+            f"{ {k: ran.get(k) for k in keys} }; its try reported { {k: said.get(k) for k in keys} }."
+        )
 
 
 def _check_names(call: str, attempt: str, names: list[str]) -> None:
@@ -292,19 +326,8 @@ def run_cells_on_ray(
     with contextlib.ExitStack() as held:
         held.callback(lambda: [stack.close() for stack in locks.values()])
         check_cells_feasible(config)
-        # On the driver's node: the ledger outlives any worker node that dies.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        ledger = (
-            ray.remote(num_cpus=0)(TryLedger)
-            .options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            )
-            .remote()
-        )
-        populations = pool.put(
-            {"train": _population_bytes(frozen.train_path), "validation": _population_bytes(validation)}
-        )
+        ledger = _start_ledger(ray)
+        populations = _put_populations(pool, frozen.train_path, validation)
         futures = {}
         for arm, seed in pending:
             cell = cell_name(arm, seed)
@@ -315,63 +338,23 @@ def run_cells_on_ray(
                     errors.append(exc)
                     on_error(arm, seed, exc)
                 continue
-            job = {
-                "cell": cell,
-                "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
-                "profile": config.profile,
-                "torch_threads": config.torch_threads,
-                "max_allocated_bytes": config.max_allocated_bytes,
-                "group": config.name,
-                "train_path": str(frozen.train_path),
-                "validation_path": str(validation),
-                "study": frozen.identity,
-                "verbose": verbose,
-                # A user arm's frozen source travels with its task (the worker shares no files).
-                "arm_source": family_bytes(frozen.body, output, arm),
-                "curve_updates": list(config.curve_updates),
-                "expected_structure": frozen_structure(frozen, arm),
-            }
-            # The cell's logical-run writer lock, held here while its task runs: `qhlab study
-            # status` shows it running, and a local fit of the same cell is refused meanwhile.
-            stack = contextlib.ExitStack()
+            job = _cell_job(frozen, arm, seed, cell, validation=validation, verbose=verbose)
             try:
-                stack.enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+                stack = _writer_lock(output, cell)
             except LockHeldError as exc:  # another writer has this cell; the other cells still run
                 errors.append(exc)
                 on_error(arm, seed, exc)
                 continue
             locks[cell] = stack
-            future = pool.submit_task(
-                fit_on_worker,
-                (job, populations, ledger),
-                num_cpus=config.torch_threads,
-                num_gpus=gpus,
-                max_retries=RAY_TASK_RETRIES,
-                name=f"qhlab-cell-{cell}",
-            )
-            futures[future] = (arm, seed)
+            futures[_submit_cell(pool, cell, job, populations, ledger, config.torch_threads, gpus)] = (arm, seed)
         for future in as_completed(futures):
             arm, seed = futures[future]
             cell = cell_name(arm, seed)
             try:
                 returned = future.result()
-                tries = _tries(ledger, cell, returned)
-                attempt = _publish_returned(
-                    frozen,
-                    cell,
-                    frozen.recipe(arm, seed, config.broad_updates),
-                    output / CELLS_DIR / cell,
-                    returned,
-                    {"train": frozen.train_path, "validation": validation},
-                    validation_digest,
+                execution = _published_execution(
+                    frozen, runner, ledger, cell, arm, seed, returned, validation, validation_digest
                 )
-                execution = {
-                    **runner.choice.record(),
-                    "attempt": attempt.name,
-                    "task_retries_allowed": RAY_TASK_RETRIES,
-                    "tries": tries,
-                    "driver": {k: where_am_i()[k] for k in ("hostname", "pid")},
-                }
                 _record(arm, seed, execution)
             except Exception as exc:  # noqa: BLE001 - reported after every other cell finished
                 cause = _cause(exc, cell, ledger)
@@ -380,6 +363,98 @@ def run_cells_on_ray(
             finally:
                 locks.pop(cell).close()
     return errors
+
+
+def _start_ledger(ray: Any) -> Any:
+    """A new ``TryLedger`` actor's handle, on the driver's node (``ray``: the module, imported by the caller)."""
+    # On the driver's node: the ledger outlives any worker node that dies.
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return (
+        ray.remote(num_cpus=0)(TryLedger)
+        .options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        )
+        .remote()
+    )
+
+
+def _cell_job(frozen: FrozenStudy, arm: str, seed: int, cell: str, *, validation: Path, verbose: bool) -> dict:
+    """The job ``fit_on_worker`` runs for one cell: everything the worker needs but the populations."""
+    config = frozen.config
+    return {
+        "cell": cell,
+        "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
+        "profile": config.profile,
+        "torch_threads": config.torch_threads,
+        "max_allocated_bytes": config.max_allocated_bytes,
+        "group": config.name,
+        "train_path": str(frozen.train_path),
+        "validation_path": str(validation),
+        "study": frozen.identity,
+        "verbose": verbose,
+        # A user arm's frozen source travels with its task (the worker shares no files).
+        "arm_source": family_bytes(frozen.body, frozen.output, arm),
+        "curve_updates": list(config.curve_updates),
+        "expected_structure": frozen_structure(frozen, arm),
+    }
+
+
+def _put_populations(pool: Any, train: Path, validation: Path) -> Any:
+    """The object-store reference of the TRAIN and validation populations' files (each worker authenticates them)."""
+    return pool.put({"train": _population_bytes(train), "validation": _population_bytes(validation)})
+
+
+def _submit_cell(pool: Any, cell: str, job: dict, populations: Any, ledger: Any, threads: int, gpus: int) -> Any:
+    """The future of the cell's Ray task: ``fit_on_worker`` on ``threads`` CPUs (and ``gpus`` GPUs)."""
+    return pool.submit_task(
+        fit_on_worker,
+        (job, populations, ledger),
+        num_cpus=threads,
+        num_gpus=gpus,
+        max_retries=RAY_TASK_RETRIES,
+        name=f"qhlab-cell-{cell}",
+    )
+
+
+def _writer_lock(output: Path, cell: str) -> contextlib.ExitStack:
+    """A stack holding the cell's logical-run writer lock; ``LockHeldError`` if another writer holds it."""
+    # The driver holds it while the cell's task runs: `qhlab study status` shows the cell running,
+    # and a local fit of the same cell is refused meanwhile.
+    stack = contextlib.ExitStack()
+    stack.enter_context(exclusive_lock(writer_lock_path(output / CELLS_DIR, default_logical_run_id(cell))))
+    return stack
+
+
+def _published_execution(
+    frozen: FrozenStudy,
+    runner: JobRunner,
+    ledger: Any,
+    cell: str,
+    arm: str,
+    seed: int,
+    returned: dict,
+    validation: Path,
+    validation_digest: str,
+) -> dict:
+    """Publish a cell's returned attempt; the execution record its cell receipt carries."""
+    tries = _tries(ledger, cell, returned)
+    attempt = _publish_returned(
+        frozen,
+        cell,
+        frozen.recipe(arm, seed, frozen.config.broad_updates),
+        frozen.output / CELLS_DIR / cell,
+        returned,
+        {"train": frozen.train_path, "validation": validation},
+        validation_digest,
+    )
+    return {
+        **runner.choice.record(),
+        "attempt": attempt.name,
+        "task_retries_allowed": RAY_TASK_RETRIES,
+        "tries": tries,
+        "driver": {k: where_am_i()[k] for k in ("hostname", "pid")},
+    }
 
 
 def _tries(ledger: Any, cell: str, returned: dict) -> list[dict]:

@@ -416,28 +416,34 @@ class Study:
             console.print(report["headline"]["text"])
             console.print(f"W&B report run (offline): {self._reporter('run').log_run(output)}")
             ran.append("report")
-        elapsed = time.perf_counter() - started
-        # The user's own files are only compared, never run: a study keeps running its frozen copies.
-        changes = [f"arm {arm}: {what}" for arm, what in source_changes(frozen.body).items()]
-        environment = environment_source_change(frozen.body.train.get("environment_source"))
-        changes += [] if environment is None else [f"environment: {environment}"]
-        changes += preset_file_changes(frozen.body)
-        for change in changes:
-            console.print(
-                f"[yellow]note[/]: {escape(change)}. HINT: to study the new source, freeze it into a new "
-                "--output directory.",
-                highlight=False,
-                soft_wrap=True,  # one line per note, whatever the width: its path stays whole
-            )
-        if not ran:
-            console.print(
-                f"[green]study {output} is complete[/]: every receipt authenticated "
-                f"({', '.join(verified)}); nothing was run ({elapsed:.1f} s)."
-            )
-        else:
-            console.print(
-                f"[green]study {output} finished[/]: ran {', '.join(ran)}"
-                + (f"; verified {', '.join(verified)}" if verified else "")
-                + f" ({elapsed:.1f} s). Report: {output / REPORT_DIR / REPORT_MARKDOWN}"
-            )
+        _say_finished(console, frozen, output, ran, verified, time.perf_counter() - started)
         return 0
+
+
+def _say_finished(
+    console: Any, frozen: FrozenStudy, output: Path, ran: list[str], verified: list[str], elapsed: float
+) -> None:
+    """The main job's last lines: what changed in the user's files since freeze, and what ran."""
+    # The user's own files are only compared, never run: a study keeps running its frozen copies.
+    changes = [f"arm {arm}: {what}" for arm, what in source_changes(frozen.body).items()]
+    environment = environment_source_change(frozen.body.train.get("environment_source"))
+    changes += [] if environment is None else [f"environment: {environment}"]
+    changes += preset_file_changes(frozen.body)
+    for change in changes:
+        console.print(
+            f"[yellow]note[/]: {escape(change)}. HINT: to study the new source, freeze it into a new "
+            "--output directory.",
+            highlight=False,
+            soft_wrap=True,  # one line per note, whatever the width: its path stays whole
+        )
+    if not ran:
+        console.print(
+            f"[green]study {output} is complete[/]: every receipt authenticated "
+            f"({', '.join(verified)}); nothing was run ({elapsed:.1f} s)."
+        )
+    else:
+        console.print(
+            f"[green]study {output} finished[/]: ran {', '.join(ran)}"
+            + (f"; verified {', '.join(verified)}" if verified else "")
+            + f" ({elapsed:.1f} s). Report: {output / REPORT_DIR / REPORT_MARKDOWN}"
+        )
