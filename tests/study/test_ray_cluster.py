@@ -294,8 +294,8 @@ def test_a_cell_no_node_can_run_is_refused_before_anything_is_written(
 
 def test_a_cell_lost_on_every_try_is_one_clear_error_naming_its_tries(cluster) -> None:
     from qhlab.execution import where_am_i
+    from qhlab.execution.ray_tries import TryLedger
     from qhlab.study.remote import RAY_TASK_RETRIES, _cause
-    from qhlab.study.remote_worker import TryLedger
 
     ray.init(address=cluster["address"], logging_level="ERROR", log_to_driver=False)
     try:

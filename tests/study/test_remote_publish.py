@@ -219,17 +219,17 @@ def test_a_staging_directory_left_by_a_killed_driver_is_never_an_attempt(finishe
 def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
     import os
 
-    from qhlab.study.remote_worker import OWNER_FILE, _own, _sweep_dead_tries
+    from qhlab.execution.ray_tries import OWNER_FILE, own_directory, sweep_dead_tries
 
     dirs = {name: tmp_path / name for name in ("qhlab-dead-x1", "qhlab-alive-x2", "qhlab-no-owner-x3", "other-x4")}
     for directory in dirs.values():
         (directory / "populations").mkdir(parents=True)
     (dirs["qhlab-dead-x1"] / OWNER_FILE).write_text("12345\n")  # its try died: nobody holds the lock
     (dirs["other-x4"] / OWNER_FILE).write_text("12345\n")  # not a try's directory name
-    alive = _own(dirs["qhlab-alive-x2"])  # a live try (another open file description of the lock)
+    alive = own_directory(dirs["qhlab-alive-x2"])  # a live try (another open file description of the lock)
     (tmp_path / "qhlab-link-x5").symlink_to(dirs["qhlab-dead-x1"])
     try:
-        _sweep_dead_tries(tmp_path)
+        sweep_dead_tries(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == [
             "other-x4",
             "qhlab-alive-x2",
@@ -239,7 +239,7 @@ def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:
         assert (dirs["qhlab-alive-x2"] / OWNER_FILE).read_text() == f"{os.getpid()}\n"
     finally:
         os.close(alive)
-    _sweep_dead_tries(tmp_path)  # the try ended without removing its directory: now it goes
+    sweep_dead_tries(tmp_path)  # the try ended without removing its directory: now it goes
     assert not dirs["qhlab-alive-x2"].exists()
 
 

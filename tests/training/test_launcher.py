@@ -29,7 +29,15 @@ from qhlab.evidence import (
 from qhlab.training.callbacks import SegmentCheckpointCallback, UpdateBudgetCallback
 from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
 from qhlab.training.lane_evidence import LaneEvidenceCallback
-from qhlab.training.launcher import FitInterrupted, LaunchOptions, LaunchRequest, admit_launch, launch_fit
+from qhlab.training.launcher import (
+    FitInterrupted,
+    LaunchOptions,
+    LaunchRequest,
+    admit_launch,
+    publish_segment,
+    start_segment,
+    train_segment,
+)
 from qhlab.training.optimizer_state import observed_optimizer_updates
 from qhlab.training.records import FitReceipt
 from qhlab.training.segments import load_resume_state
@@ -103,15 +111,20 @@ class _SigintAt(Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
+def _segment(admitted, request: LaunchRequest):
+    """The seam's phases in order, the module built in the seeded process, as a fit runs them."""
+    segment = start_segment(admitted, request)
+    return publish_segment(train_segment(segment, _Regressor(admitted.recipe)))
+
+
 def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None, callbacks=(), every=None):
     recipe = recipe or _Recipe()
     admitted = admit_launch("cpu-fp32", recipe)
     attempt = WandbAttempt(run_id=name, offline=True, logical_run_id="toy")
     start = resume.start_updates if resume is not None else 0
-    return launch_fit(
+    return _segment(
         admitted,
         LaunchRequest(
-            module_factory=_Regressor,
             datamodule=_Data(start),
             update_budget=recipe.updates,
             seed=recipe.seed,
@@ -238,7 +251,7 @@ def test_resumed_fit_checks_restored_optimizer_state_at_start(tmp_path):
 
 
 def test_memory_ceiling_on_a_cpu_lane_is_refused_at_admission(tmp_path):
-    # Admission is the one check, before any launch_fit can write anything.
+    # Admission is the one check, before any segment can write anything.
     with pytest.raises(
         QhInputError, match=r"max_allocated_bytes=1073741824 is not allowed; allowed: None on a 'cpu' lane"
     ):
@@ -274,10 +287,9 @@ def test_unreviewed_mps_fallback_is_refused_and_recorded():
 def test_cuda_fit_checks_tensors_on_the_device(tmp_path):
     recipe = _Recipe(precision="16-mixed")
     admitted = admit_launch("cuda-amp", recipe)
-    result = launch_fit(
+    result = _segment(
         admitted,
         LaunchRequest(
-            module_factory=_Regressor,
             datamodule=_Data(),
             update_budget=recipe.updates,
             seed=recipe.seed,
@@ -338,3 +350,17 @@ def test_resume_refusals(tmp_path):
         load_resume_state(done.directory, seed=3, source_package_digest=source, recipe_digest="d" * 64)
     with pytest.raises(EvidenceError, match="does not exist"):
         load_resume_state(tmp_path / "cell" / "nope", seed=3, source_package_digest=source, recipe_digest="d" * 64)
+
+
+def test_launch_request_refuses_a_receipt_field_the_launcher_writes(tmp_path):
+    with pytest.raises(QhInputError, match=r"LaunchRequest: receipt_fields=\['seed'\] is not allowed; allowed: .*HINT"):
+        LaunchRequest(
+            datamodule=_Data(),
+            update_budget=4,
+            seed=0,
+            attempt=WandbAttempt(run_id="r", offline=True, logical_run_id="toy"),
+            directory=tmp_path / "cell",
+            recipe_digest="d" * 64,
+            receipt_fields={"seed": 1, "study": None},
+        )
+    assert not (tmp_path / "cell").exists()

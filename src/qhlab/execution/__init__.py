@@ -2,8 +2,9 @@
 
 Sits just above ``qhlab.evidence`` so that population labelling, the study's canaries and
 cells and the preparation tools' fits use one seam: ``executors`` (choosing and opening an
-executor), ``jobs`` (``JobRunner``, the one job runner, and ``worker_memo``) and ``progress``
-(the progress of running fits, carried to the process that shows it). Imports nothing
+executor), ``jobs`` (``JobRunner``, the one job runner, and ``worker_memo``), ``progress``
+(the progress of running fits, carried to the process that shows it) and ``ray_tries`` (a Ray
+try's own directory on its node, and the ledger of every try). Imports nothing
 else of qhlab; ``ray`` is imported only when chosen.
 """
 

@@ -1,9 +1,9 @@
 """One QH fit: recipe + populations -> launcher seam -> final state -> evaluation receipt.
 
 Owns: ``FitRequest`` (the launcher's ``LaunchOptions`` plus what to fit, where and as whom),
-``Fit`` (one fit in named phases: ``prepare`` validates everything once, ``train`` runs
-``qhlab.training.launcher.launch_fit`` with the QH module, datamodule and evaluation, ``result``)
-and ``fit_recipe`` (``Fit(request).run()``), the default cell and attempt ids, the evaluation
+``Fit`` (one fit in named phases: ``prepare`` validates everything once, ``train`` builds the QH
+module and datamodule and hands them to the launcher's segment, ``evaluate``, ``publish``) and
+``fit_recipe`` (``Fit(request).run()``), the default cell and attempt ids, the evaluation
 receipt, the validation learning curve (``ValidationCurve``), a fit's scorer record and its user
 arm's source (``scorer_record``), and ``FitResult``. Does not own: the training loop, callbacks, W&B or receipts of the
 fit (``qhlab.training.launcher``), the learning rule (``q_learning``), the metrics
@@ -53,7 +53,16 @@ from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.finite_horizon.scorer import scorer_members, scorer_structure
 from qhlab.training.execution_profile import WandbAttempt
-from qhlab.training.launcher import LaunchOptions, LaunchRequest, admit_launch, launch_fit
+from qhlab.training.launcher import (
+    LaunchOptions,
+    LaunchRequest,
+    TrainedSegment,
+    abandon_segment,
+    admit_launch,
+    publish_segment,
+    start_segment,
+    train_segment,
+)
 from qhlab.training.records import train_rows_record
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
@@ -350,11 +359,15 @@ def fit_recipe(request: FitRequest) -> FitResult:
 
 
 class Fit:
-    """One fit, read top to bottom: ``prepare`` (validate and admit; nothing is written),
-    ``train`` (the launcher seam, under the logical run's writer lock: cold initialization,
-    ``Trainer.fit``, final state, fit receipt, then ``evaluate`` and the W&B attempt receipt) and
-    ``result``. ``build_module`` and ``evaluate`` are the two steps the seam calls back, at the
-    points of the segment where they belong (after seeding; after the fit receipt).
+    """One fit, read top to bottom, like a recipe: ``prepare``, ``train``, ``evaluate``, ``publish``.
+
+    ``prepare`` validates and admits everything (nothing is written); the other three run under
+    the logical run's writer lock. ``train`` seeds the process (``start_segment``), builds the
+    Lightning module and hands it to the launcher's ``train_segment`` (cold initialization,
+    ``Trainer.fit``, final state, fit receipt); ``evaluate`` scores the final state on validation;
+    ``publish`` hands the evaluation to ``publish_segment`` (the W&B attempt receipt). Its
+    collaborators (the module, the datamodule, the callbacks, the W&B attempt and the resumed
+    state) are built here and passed down; the launcher never calls back.
 
     ``qhlab fit``, study cells and canaries, tuning trials, pilot fits and E0 draws all run this
     object, through ``fit_recipe``.
@@ -372,9 +385,20 @@ class Fit:
         self.started = time.perf_counter()
 
     def run(self) -> FitResult:
-        """``prepare``, ``train``, ``result``."""
+        """Every phase in order; returns what the fit published."""
         self.prepare()
-        return self.result(self.train())
+        self.output.mkdir(parents=True, exist_ok=True)
+        with self.attempt.local_writer_lock(self.output):
+            if self.resume_state is not None:
+                # Again under the writer lock: a continuation that started meanwhile is seen.
+                refuse_second_continuation(self.resume_state.previous_directory, call=self.call)
+            trained = self.train()
+            try:
+                files, metrics = self.evaluate(trained)
+            except BaseException:
+                abandon_segment(trained)
+                raise
+            return self.publish(trained, files, metrics)
 
     def prepare(self) -> None:
         """Validate the recipe, populations, lane, resume lineage and output; build the data.
@@ -467,9 +491,36 @@ class Fit:
                 autocast=self.admitted.profile.autocast_context,
             )
 
-    def build_module(self, recipe: QhRecipe) -> QhTDModule:
-        """The Lightning module the seam trains, refused when its scorer is not the frozen one."""
-        module = QhTDModule(recipe, self.dims)
+    def train(self) -> TrainedSegment:
+        """Seed, build the module, train it to the budget; the final state and fit receipt are published."""
+        request, applied, admitted, curve = self.request, self.applied, self.admitted, self.curve
+        segment = start_segment(
+            admitted,
+            LaunchRequest(
+                datamodule=self.datamodule,
+                update_budget=applied.updates,
+                seed=applied.seed,
+                attempt=self.attempt,
+                directory=self.directory,
+                recipe_digest=self.digest,
+                # The request's own launch options; its tags follow the arm, seed and lane.
+                options=dataclasses.replace(
+                    request,
+                    tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
+                    extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else [])),
+                ),
+                inputs=dict(self.manifests),
+                resume=self.resume_state,
+                run_config=_wandb_config(applied, admitted, self.cell, self.train_pop, self.val_pop),
+                receipt_fields=self.receipt_fields,
+            ),
+        )
+        self.module = self._module()
+        return train_segment(segment, self.module)
+
+    def _module(self) -> QhTDModule:
+        """The Lightning module, built in the seeded process and refused when its scorer is not the frozen one."""
+        module = QhTDModule(self.applied, self.dims)
         self.receipt_fields["target_values"] = module.target_values_evidence
         # What was trained is what was frozen: the structure built, recorded, and compared with
         # the one the caller's freeze recorded before the first update.
@@ -486,56 +537,24 @@ class Fit:
             )
         return module
 
-    def evaluate(self, module: QhTDModule, final_state: Path, final_sha: str) -> tuple[dict, dict]:
+    def evaluate(self, trained: TrainedSegment) -> tuple[dict, dict]:
         """The evaluation receipt on validation (none without validation): ``(files, metrics)``."""
         if self.val_pop is None:
             return {}, {}
         return _evaluate(
-            module,
+            self.module,
             self.admitted.profile,
             self.applied,
             self.val_pop,
-            final_state,
-            final_sha,
+            trained.final_state,
+            trained.final_state_sha256,
             self.manifests,
             curve=None if self.curve is None else self.curve.points,
         )
 
-    def train(self) -> Any:
-        """The launcher seam, under the logical run's writer lock; returns its ``LaunchResult``."""
-        request, applied, admitted, curve = self.request, self.applied, self.admitted, self.curve
-        self.output.mkdir(parents=True, exist_ok=True)
-        with self.attempt.local_writer_lock(self.output):
-            if self.resume_state is not None:
-                # Again under the writer lock: a continuation that started meanwhile is seen.
-                refuse_second_continuation(self.resume_state.previous_directory, call=self.call)
-            run_config = _wandb_config(applied, admitted, self.cell, self.train_pop, self.val_pop)
-            return launch_fit(
-                admitted,
-                LaunchRequest(
-                    module_factory=self.build_module,
-                    datamodule=self.datamodule,
-                    update_budget=applied.updates,
-                    seed=applied.seed,
-                    attempt=self.attempt,
-                    directory=self.directory,
-                    recipe_digest=self.digest,
-                    # The request's own launch options; its tags follow the arm, seed and lane.
-                    options=dataclasses.replace(
-                        request,
-                        tags=(applied.architecture.arm, f"seed-{applied.seed}", admitted.profile.name, *request.tags),
-                        extra_callbacks=(*request.extra_callbacks, *([curve] if curve is not None else [])),
-                    ),
-                    inputs=dict(self.manifests),
-                    resume=self.resume_state,
-                    finalize=self.evaluate,
-                    run_config=run_config,
-                    receipt_fields=self.receipt_fields,
-                ),
-            )
-
-    def result(self, launched: Any) -> FitResult:
-        """What the fit published."""
+    def publish(self, trained: TrainedSegment, files: dict, metrics: dict) -> FitResult:
+        """The W&B attempt receipt (binding the evaluation), the run closed; what the fit published."""
+        launched = publish_segment(trained, files, metrics)
         return FitResult(
             output_directory=launched.directory,
             cell=self.cell,

@@ -1,16 +1,13 @@
 """Broad cells on a Ray cluster: ship each cell's fit to a worker, publish what comes back.
 
-Owns: the worker side (``fit_on_worker``: the populations arrive through Ray's object store and are
-written into the task's own temporary directory on its node, ``fit_recipe`` runs there, and every
-file of the attempt comes back with its digest; the directory is removed), a user arm's frozen
-source shipped with its task and provided there before the fit, the record of every try of a cell
-(``TryLedger``, a Ray actor each try reports to before it starts, so a try whose worker died and
-that Ray retried is on record), and the driver side (``run_cells_on_ray``: one task per pending cell
-with ``num_cpus`` = the study's torch threads and ``num_gpus=1`` on a CUDA lane; every returned file
-re-authenticated against the worker's receipts in a staging directory before the attempt is
-published write-once; the cell receipt written by ``cells.fit_cell``, which adopts the published
-attempt). Does not own: the fit (``qhlab.finite_horizon.fit``), the cell rules (``cells``) or
-connecting to Ray (``qhlab.execution``).
+Owns: the driver side (``run_cells_on_ray``: one task per pending cell (``remote_worker``'s
+``fit_on_worker``) with ``num_cpus`` = the study's torch threads and ``num_gpus=1`` on a CUDA
+lane, a user arm's frozen source shipped with its task; the record of every try of a cell in a
+``TryLedger``; every returned file re-authenticated against the worker's receipts in a staging
+directory before the attempt is published write-once; the cell receipt written by
+``cells.fit_cell``, which adopts the published attempt) and ``check_cells_feasible``. Does not
+own: the fit (``qhlab.finite_horizon.fit``), the cell rules (``cells``), connecting to Ray, a
+try's directory on its node or the try ledger (``qhlab.execution``, beside the job runner).
 
 No filesystem is shared: a worker reads no driver path and writes only below its own
 temporary directory. Only the driver publishes.
@@ -42,13 +39,14 @@ from qhlab.evidence.envelope import Receipt
 from qhlab.evidence.layout import CELL_RECEIPT, CELLS_DIR, EVALUATION_RECEIPT, cell_name
 from qhlab.evidence.layout import POPULATION_RECEIPT as RECEIPT
 from qhlab.execution import JobRunner, where_am_i
+from qhlab.execution.ray_tries import TryLedger
 from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import FrozenStudy, authenticate_attempt
 from qhlab.study.cells import adoptable_attempt, fit_cell, frozen_structure
 from qhlab.study.family import family_bytes
 from qhlab.study.populations import population_files
-from qhlab.study.remote_worker import TryLedger, fit_on_worker
+from qhlab.study.remote_worker import fit_on_worker
 from qhlab.training.profiles import execution_profile
 from qhlab.training.records import (
     ColdInitializationReceipt,

@@ -99,7 +99,7 @@ class UpdateBudgetCallback(Callback):
 class InterruptedAtBoundary(Exception):
     """Raised inside ``Trainer.fit`` at a transaction boundary after the SIGINT checkpoint is published.
 
-    ``launch_fit`` catches it and raises ``FitInterrupted`` (exit 130) naming the segment.
+    ``train_segment`` catches it and raises ``FitInterrupted`` (exit 130) naming the segment.
     """
 
 

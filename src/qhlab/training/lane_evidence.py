@@ -76,14 +76,14 @@ class LaneEvidenceCallback(Callback):
         """
         if self.fit_start is None or self.final is None:
             raise QhError(
-                "launch_fit: the lane's device checks did not run at fit start and end. "
+                "train_segment: the lane's device checks did not run at fit start and end. "
                 "HINT: LaneEvidenceCallback must be among the trainer's callbacks."
             )
         allowed = self.profile.allowed_cpu_fallback_operations
         unreviewed = [op for op in self.fallback_operations or [] if op not in allowed]
         if unreviewed:
             raise QhError(
-                f"launch_fit: MPS operator(s) {unreviewed} fell back to the CPU; allowed: the reviewed "
+                f"train_segment: MPS operator(s) {unreviewed} fell back to the CPU; allowed: the reviewed "
                 f"list {list(allowed)} of profile {self.profile.name!r}. HINT: review the operator "
                 "and add it to the profile, or unset PYTORCH_ENABLE_MPS_FALLBACK."
             )

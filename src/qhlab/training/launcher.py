@@ -1,19 +1,23 @@
-"""The fit launcher seam: one admitted execution profile -> one Lightning fit -> evidence.
+"""The fit launcher seam: one admitted execution profile -> one Lightning segment -> evidence.
 
 Owns: building the ``Trainer`` from an admitted profile (:func:`build_trainer`), the
 offline-by-default ``WandbLogger`` (:func:`wandb_logger`), the options a caller passes
 through (:class:`LaunchOptions`, which ``qhlab.finite_horizon.fit.FitRequest`` extends), and
-the seam itself (:func:`admit_launch`: lane and memory ceiling, checked once; :func:`launch_fit`:
-seeding, cold initialization, ``Trainer.fit``, final state, fit receipt and closing the W&B
-attempt).
+the seam's phases, each called once by the fit that owns them (``qhlab.finite_horizon.fit.Fit``):
+:func:`admit_launch` (lane and memory ceiling, checked once, before anything is written),
+:func:`start_segment` (the directory, seeding, memory accounting: before the module is built),
+:func:`train_segment` (cold initialization, ``Trainer.fit``, final state, fit receipt) and
+:func:`publish_segment` (final metrics, the W&B attempt receipt, closing the run; or
+:func:`abandon_segment`). The module and the caller's files are handed in; nothing here calls
+back into the caller.
 
 Does not own: any learning rule, scorer, recipe schema or population (``qhlab.finite_horizon``
-composes those and passes a module factory and a datamodule), profiles
-(``qhlab.training.profiles``), W&B identity (``qhlab.training.wandb_attempt``), tensor files
-(``qhlab.training.tensor_state``), or the pieces the seam composes, imported from where they
-are defined: update counts and state capture (``optimizer_state``), the budget, checkpoint and
-SIGINT callbacks (``callbacks``), segment file names and resuming (``segments``) and the
-cold-initialization lineage (``lineage``). This module never imports ``qhlab.finite_horizon``.
+builds the module and datamodule and evaluates), profiles (``qhlab.training.profiles``), W&B
+identity (``qhlab.training.wandb_attempt``), tensor files (``qhlab.training.tensor_state``), or
+the pieces the seam composes, imported from where they are defined: update counts and state
+capture (``optimizer_state``), the budget, checkpoint and SIGINT callbacks (``callbacks``),
+segment file names and resuming (``segments``) and the cold-initialization lineage
+(``lineage``). This module never imports ``qhlab.finite_horizon``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +70,14 @@ __all__ = [
     "LaunchOptions",
     "LaunchRequest",
     "LaunchResult",
+    "StartedSegment",
+    "TrainedSegment",
+    "abandon_segment",
     "admit_launch",
     "build_trainer",
-    "launch_fit",
+    "publish_segment",
+    "start_segment",
+    "train_segment",
     "wandb_logger",
 ]
 
@@ -176,7 +185,7 @@ class AdmittedLaunch:
         profile: the ``QhExecutionProfile``.
         runtime: JSON-able ``admit_runtime()`` evidence.
         recipe: ``profile.apply(recipe)``: only backend fields changed.
-        max_allocated_bytes: the allocator ceiling ``launch_fit`` applies (CUDA lanes only), or None.
+        max_allocated_bytes: the allocator ceiling the segment applies (CUDA lanes only), or None.
     """
 
     profile: Any
@@ -234,7 +243,7 @@ class LaunchResult:
         final_state_sha256: digest of its bytes.
         fit_receipt: ``fit.receipt.json``.
         wandb_receipt: ``wandb_attempt.receipt.json``.
-        finalize_files: files the ``finalize`` hook published (e.g. the evaluation receipt).
+        finalize_files: the caller's further files the attempt receipt binds (e.g. the evaluation receipt).
         metrics: metrics handed to ``publish_wandb_attempt``.
         wall_seconds: seconds from the start of the seam to the W&B receipt.
     """
@@ -276,11 +285,9 @@ class LaunchOptions:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LaunchRequest:
-    """Everything one segment needs besides the admitted profile (validated by the caller).
+    """Everything one segment needs besides the admitted profile and its module.
 
     Attributes:
-        module_factory: applied recipe -> LightningModule whose ``configure_optimizers``
-            returns one AdamW optimizer.
         datamodule: yields training batches.
         update_budget: final observed update count of the lineage (an int >= 1).
         seed: the recipe seed (cold init, lineage and Lightning seeding).
@@ -290,17 +297,16 @@ class LaunchRequest:
         options: callbacks, checkpoint interval, progress and W&B labels (``LaunchOptions``).
         inputs: files the fit read (population manifests), bound in the fit receipt.
         resume: state from ``qhlab.training.segments.load_resume_state``, or None for a fresh lineage.
-        finalize: hook ``(module, final_state_path, final_state_sha256) -> (files, metrics)``
-            run after the fit receipt (evaluation); its files and metrics are published
-            with the W&B attempt.
         run_config: the W&B run's config (e.g. the whole resolved recipe, lane, populations);
             ``recipe_digest``, ``seed`` and ``qhlab.source_package_sha256`` are always added.
         receipt_fields: the caller's own fields of the fit receipt body (e.g. which TRAIN
             rows were fitted and for which study): only ``FIT_CALLER_FIELDS`` of
             the kind models beside their owners (``qhlab.evidence.envelope``).
+
+    Raises:
+        QhInputError: a receipt field the launcher writes itself.
     """
 
-    module_factory: Callable[[Any], LightningModule]
     datamodule: LightningDataModule
     update_budget: int
     seed: int
@@ -310,41 +316,91 @@ class LaunchRequest:
     options: LaunchOptions = LaunchOptions()
     inputs: Mapping[str, Path] | None = None
     resume: ResumeState | None = None
-    finalize: Callable[[LightningModule, Path, str], tuple[dict[str, Path], dict[str, float]]] | None = None
     run_config: Mapping[str, Any] | None = None
     receipt_fields: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.receipt_fields or {}) - FIT_CALLER_FIELDS)
+        if clash:
+            raise QhInputError(
+                f"LaunchRequest: receipt_fields={clash!r} is not allowed; allowed: "
+                f"{', '.join(sorted(FIT_CALLER_FIELDS))} (the fit receipt's caller fields). HINT: the "
+                "launcher writes every other field itself."
+            )
 
-def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult:
-    """Run one segment: seed, cold init, ``Trainer.fit``, final state, fit receipt, W&B close.
+
+@dataclasses.dataclass(frozen=True)
+class StartedSegment:
+    """A segment whose directory exists and whose process is seeded: build its module now.
+
+    Attributes:
+        admitted: the admitted profile and applied recipe.
+        request: the segment's data, budget, identity and options.
+        directory: the new segment directory.
+        source: ``source_package_digest()``, hashed once for every receipt of the segment.
+        memory_accounting: the profile's memory accounting, prepared before the module is built.
+        started: ``time.perf_counter()`` at the start (the receipts' wall seconds count from it).
+    """
+
+    admitted: AdmittedLaunch
+    request: LaunchRequest
+    directory: Path
+    source: dict
+    memory_accounting: Any
+    started: float
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedSegment:
+    """A segment trained to its budget, its final state and fit receipt published; its W&B run open.
+
+    Attributes:
+        started: the ``StartedSegment``.
+        logger: the open ``WandbLogger``.
+        observed_updates: the optimizer's update count (the budget).
+        cold_init: ``cold_init.safetensors``.
+        final_state: ``final_state.safetensors``; ``final_state_sha256`` its digest.
+        fit_receipt: ``fit.receipt.json``.
+    """
+
+    started: StartedSegment
+    logger: Any
+    observed_updates: int
+    cold_init: Path
+    final_state: Path
+    final_state_sha256: str
+    fit_receipt: Path
+
+
+def start_segment(admitted: AdmittedLaunch, request: LaunchRequest) -> StartedSegment:
+    """Create ``request.directory`` (it must not exist), seed every generator and prepare the
+    profile's memory accounting: what must happen before the module is built.
 
     The caller has validated everything (the budget, the options) and called
-    :func:`admit_launch`; this function creates ``request.directory`` (it must not exist) and
-    publishes write-once files into it.
+    :func:`admit_launch`; the segment's files are published write-once below the directory.
+    """
+    started = time.perf_counter()
+    source = source_package_digest()
+    directory = fresh_directory(request.directory)
+    seed_everything(request.seed, workers=True, verbose=False)
+    memory_accounting = admitted.profile.prepare_memory_accounting(admitted.max_allocated_bytes)
+    return StartedSegment(admitted, request, directory, source, memory_accounting, started)
+
+
+def train_segment(segment: StartedSegment, module: LightningModule) -> TrainedSegment:
+    """Train ``module``: cold initialization, ``Trainer.fit`` to the budget, final state, fit receipt.
 
     Args:
-        admitted: the admitted profile and applied recipe.
-        request: the segment's module, data, budget, identity and hooks.
+        segment: the started segment (``start_segment``), in whose seeded process ``module`` was built.
+        module: a LightningModule whose ``configure_optimizers`` returns one AdamW optimizer.
 
     Raises:
         FitInterrupted: SIGINT; a segment checkpoint was published first.
-        QhError: the observed update count differs from the budget, or a callback failed.
+        QhError: the observed update count differs from the budget, or a callback failed (the
+            W&B run is closed either way).
     """
-    started = time.perf_counter()
-    budget = request.update_budget
-    clash = sorted(set(request.receipt_fields or {}) - FIT_CALLER_FIELDS)
-    if clash:
-        raise QhInputError(
-            f"launch_fit: receipt_fields={clash!r} is not allowed; allowed: "
-            f"{', '.join(sorted(FIT_CALLER_FIELDS))} (the fit receipt's caller fields). HINT: the "
-            "launcher writes every other field itself."
-        )
-    source = source_package_digest()
-    directory = fresh_directory(request.directory)
-
-    seed_everything(request.seed, workers=True, verbose=False)
-    memory_accounting = admitted.profile.prepare_memory_accounting(admitted.max_allocated_bytes)
-    module = request.module_factory(admitted.recipe)
+    admitted, request, directory = segment.admitted, segment.request, segment.directory
+    budget, source = request.update_budget, segment.source
     cold_init, lineage = _start_lineage(module, request, directory, source["sha256"])
     identity = {
         "recipe_digest": request.recipe_digest,
@@ -365,7 +421,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
     if observed != budget:
         _finish_wandb(logger, directory, exit_code=1)
         raise QhError(
-            f"launch_fit: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
+            f"train_segment: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
             "ended early (max_steps backstop or data exhausted); no final state was published."
         )
     try:
@@ -392,7 +448,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "seed": request.seed,
         "source_package": source,
         "memory": _jsonable_evidence(admitted.profile.memory_evidence()),
-        "memory_accounting": to_jsonable(memory_accounting),
+        "memory_accounting": to_jsonable(segment.memory_accounting),
         "lane_checks": lane_checks,
         # Where the lane was admitted and the fit ran: this host, or a Ray task's node.
         "execution": where_am_i(),
@@ -403,7 +459,7 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         "segment_checkpoints": sorted(checkpoints.written),
         "final_state_sha256": final_sha,
         "cold_init_sha256": identity["cold_init_sha256"],
-        "wall_seconds": round(time.perf_counter() - started, 3),
+        "wall_seconds": round(time.perf_counter() - segment.started, 3),
     }
     body.update(to_jsonable(dict(request.receipt_fields or {})))
     fit_inputs = {**(request.inputs or {}), "cold_init": cold_init, "cold_init_receipt": directory / COLD_INIT_RECEIPT}
@@ -416,32 +472,51 @@ def launch_fit(admitted: AdmittedLaunch, request: LaunchRequest) -> LaunchResult
         inputs=fit_inputs,
         outputs={"final_state": final_state, "final_state_structure": structure_path(final_state)},
     )
-    finalize = request.finalize
-    files, metrics = finalize(module, final_state, final_sha) if finalize is not None else ({}, {})
-    metrics = {"observed_updates": float(observed), **metrics}
+    return TrainedSegment(segment, logger, observed, cold_init, final_state, final_sha, directory / FIT_RECEIPT)
+
+
+def publish_segment(
+    trained: TrainedSegment, files: Mapping[str, Path] | None = None, metrics: Mapping[str, float] | None = None
+) -> LaunchResult:
+    """Log the final metrics, publish the W&B attempt receipt and close the run.
+
+    Args:
+        trained: the trained segment (``train_segment``).
+        files: further files of the segment the attempt receipt binds (e.g. the evaluation receipt).
+        metrics: final metrics (``observed_updates`` is always added).
+    """
+    segment = trained.started
+    directory, request, logger = segment.directory, segment.request, trained.logger
+    files = dict(files or {})
+    metrics = {"observed_updates": float(trained.observed_updates), **(metrics or {})}
     if logger is not None:
-        logger.log_metrics(metrics, step=observed)
+        logger.log_metrics(metrics, step=trained.observed_updates)
         # Final values belong in the run summary (what W&B tables and filters read), not only
         # in the history rows.
-        logger.experiment.summary.update({**metrics, "final_state_sha256": final_sha})
+        logger.experiment.summary.update({**metrics, "final_state_sha256": trained.final_state_sha256})
     # Publish while the run is still active: online publication attaches the summary and
     # the artifact to wandb.run. The offline run's .wandb file is not bound: wandb-core
     # still appends to it asynchronously after finish() returns, so its bytes are not final.
-    published = {"fit_receipt": directory / FIT_RECEIPT, "final_state": final_state, **files}
+    published = {"fit_receipt": trained.fit_receipt, "final_state": trained.final_state, **files}
     publish_wandb_attempt(request.attempt, directory / WANDB_RECEIPT, published, metrics)
     _finish_wandb(logger, directory, exit_code=0)
     return LaunchResult(
         directory=directory,
-        observed_updates=observed,
-        cold_init=cold_init,
-        final_state=final_state,
-        final_state_sha256=final_sha,
-        fit_receipt=directory / FIT_RECEIPT,
+        observed_updates=trained.observed_updates,
+        cold_init=trained.cold_init,
+        final_state=trained.final_state,
+        final_state_sha256=trained.final_state_sha256,
+        fit_receipt=trained.fit_receipt,
         wandb_receipt=directory / WANDB_RECEIPT,
-        finalize_files=dict(files),
+        finalize_files=files,
         metrics=metrics,
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=time.perf_counter() - segment.started,
     )
+
+
+def abandon_segment(trained: TrainedSegment) -> None:
+    """Close a trained segment's W&B run as failed (its caller's step after training failed)."""
+    _finish_wandb(trained.logger, trained.started.directory, exit_code=1)
 
 
 def _start_updates(request: LaunchRequest) -> int:

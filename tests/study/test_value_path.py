@@ -1,0 +1,40 @@
+"""The seed of ``qhlab study run-fit``, followed call by call into the optimizer step.
+
+The path is measured on a real run (``tests/value_path.py``): ``docs/ARCHITECTURE.md`` draws
+exactly the files it passes through, the launcher never calls back into the fit (the fit is
+entered twice: by the study's cell, and once more after admission), and the path does not grow.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from qhlab.evidence.layout import BENCHMARK_DIR, REPORT_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _drawn_files() -> list[str]:
+    """The files docs/ARCHITECTURE.md's "The path of one value" block lists, in order."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("<!-- value-path -->", 2)[1]
+    return re.findall(r"^\s*\d+\.\s+(\S+\.py)", block, flags=re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_the_seed_of_run_fit_reaches_the_optimizer_step_through_few_files(study_copy, finished_study, capsys):
+    from qhlab.cli import main
+    from value_path import follow
+
+    output = study_copy(REPORT_DIR, BENCHMARK_DIR, "cells/variant_deep-s1")
+    argv = ["study", "run-fit", str(finished_study["config"]), "--output", str(output)]
+    code, path = follow(lambda: main([*argv, "--variant", "variant_deep", "--seed", "1"]), seed=1)
+    assert code == 0, capsys.readouterr().err
+    shown = "\n".join(f"{file}: {function}" for file, function in path.stops)
+    assert _drawn_files() == path.files, shown
+    assert path.entries("finite_horizon/fit.py") == 2, shown
+    assert path.entries("training/launcher.py") <= 5 and len(path.stops) <= 46, shown
+    assert path.files[0] == "cli/__init__.py" and path.stops[-1] == ("finite_horizon/batches.py", "_epoch_permutation")
