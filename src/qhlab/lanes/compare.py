@@ -93,6 +93,33 @@ def compare_lanes(
             (every differing field named with both values) or that were evaluated on other
             scenes; EvidenceError: a study does not authenticate. Nothing is written.
     """
+    _check_margin(margin, margin_mde_multiple)
+    output = Path(output)
+    _check_output(output)
+    with authentication_roots(Path(a), populations):  # each study's own roots inherit these
+        lanes = {"A": _read_lane(Path(a)), "B": _read_lane(Path(b))}
+    _refuse_other_decisions(lanes)
+    frozen = lanes["A"]["resolved"]["bootstrap"]  # a decision: the same in both lanes
+    resamples, seed = int(resamples or frozen["resamples"]), int(frozen["seed"] if seed is None else seed)
+    margin, margin_source = _margin_and_source(lanes["A"], margin, margin_mde_multiple)
+    # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
+    seed_variance = lanes["A"]["seed_variance"]
+    comparison = lane_comparison(
+        lanes["A"],
+        lanes["B"],
+        margin=float(margin),
+        resamples=resamples,
+        seed=seed,
+        seed_variance=seed_variance,
+        margin_source=margin_source,
+    )
+    inputs = {f"{k.lower()}/{name}": lanes[k][name] for k in lanes for name in ("freeze", "report")}
+    _publish(output, comparison, inputs)
+    return comparison
+
+
+def _check_margin(margin: float | None, margin_mde_multiple: float) -> None:
+    """Refuse a margin or an MDE multiple that is not a finite positive number (the multiple at most 100)."""
     if margin is not None and (
         isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0
     ):
@@ -117,7 +144,10 @@ def compare_lanes(
             "a finite number in (0, 100]",
             "1 uses the study's MDE itself as the margin",
         )
-    output = Path(output)
+
+
+def _check_output(output: Path) -> None:
+    """Refuse an ``output`` that exists and is not an empty directory."""
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise input_error(
             CALL,
@@ -126,8 +156,10 @@ def compare_lanes(
             "a new or empty directory",
             "the lane report is written once; choose a fresh --output",
         )
-    with authentication_roots(Path(a), populations):  # each study's own roots inherit these
-        lanes = {"A": _read_lane(Path(a)), "B": _read_lane(Path(b))}
+
+
+def _refuse_other_decisions(lanes: dict[str, dict[str, Any]]) -> None:
+    """Refuse two lanes whose frozen decisions or TRAIN manifests differ, naming every difference."""
     changed = decision_differences(lanes["A"]["resolved"], lanes["B"]["resolved"])
     if lanes["A"]["train_manifest"] != lanes["B"]["train_manifest"]:
         changed.append(f"train.manifest_sha256 (A: {lanes['A']['train_manifest']}, B: {lanes['B']['train_manifest']})")
@@ -139,30 +171,25 @@ def compare_lanes(
             f"identical frozen decisions except the profile (and the execution fields {', '.join(EXECUTION_FIELDS)})",
             "compare two lanes of the same study: freeze the same config with only `profile` changed",
         )
-    frozen = lanes["A"]["resolved"]["bootstrap"]  # a decision: the same in both lanes
-    resamples, seed = int(resamples or frozen["resamples"]), int(frozen["seed"] if seed is None else seed)
+
+
+def _margin_and_source(lane: dict[str, Any], margin: float | None, margin_mde_multiple: float) -> tuple[float, str]:
+    """The TOST margin and how it was chosen: ``margin`` itself, or a multiple of ``lane``'s regret MDE."""
     if margin is None:
-        mde = study_regret_mde(lanes["A"]["report_json"])
+        mde = study_regret_mde(lane["report_json"])
         margin = float(margin_mde_multiple) * mde
-        unit = lanes["A"]["report_json"]["unit"]
+        unit = lane["report_json"]["unit"]
         margin_source = (
             f"{margin_mde_multiple:g} x the study's regret MDE ({mde:.4g}{' ' + unit if unit else ''}, lane A's "
             "largest D_reg MDE)"
         )
     else:
         margin_source = "explicit (--margin)"
-    # Both lanes fit the same TRAIN draw, so a pilot's TRAIN-draw term cancels in their difference.
-    seed_variance = lanes["A"]["seed_variance"]
-    comparison = lane_comparison(
-        lanes["A"],
-        lanes["B"],
-        margin=float(margin),
-        resamples=resamples,
-        seed=seed,
-        seed_variance=seed_variance,
-        margin_source=margin_source,
-    )
-    inputs = {f"{k.lower()}/{name}": lanes[k][name] for k in lanes for name in ("freeze", "report")}
+    return margin, margin_source
+
+
+def _publish(output: Path, comparison: dict, inputs: dict[str, Path]) -> None:
+    """Publish ``lanes.json``, ``lanes.md``, ``lanes.png`` and their receipt as the one directory ``output``."""
 
     def write(staging: Path) -> None:
         outputs = {name: staging / name for name in (LANES_JSON, LANES_MARKDOWN, LANES_FIGURE)}
@@ -178,7 +205,6 @@ def compare_lanes(
         write_receipt(staging / LANES_RECEIPT, LaneComparisonReceipt, body=body, inputs=inputs, outputs=outputs)
 
     publish_directory(output, write)
-    return comparison
 
 
 def _read_lane(directory: Path) -> dict[str, Any]:
@@ -356,68 +382,10 @@ def lane_comparison(
     arms, seeds = list(dict.fromkeys(k[0] for k in keys)), sorted({k[1] for k in keys})
     options = dict(n_resamples=resamples, rng_seed=seed)
     scene_ids = a["cells"][keys[0]]["evaluation"]["scene_ids"]
-    cells, checks, drift = [], [], []
-    for key in keys:
-        for lane in (a, b):
-            if lane["cells"][key]["evaluation"]["scene_ids"] != scene_ids:
-                raise input_error(
-                    CALL,
-                    f"{cell_name(*key)}.evaluation.scene_ids",
-                    lane["cells"][key]["evaluation"]["scene_ids"],
-                    f"{scene_ids}, the scene order of lane A's first cell",
-                    "both lanes evaluate every cell on the same sealed validation scenes",
-                )
-        body_a, body_b = a["cells"][key], b["cells"][key]
-        cells.append(
-            {
-                "arm": key[0],
-                "seed": key[1],
-                "cell": cell_name(*key),
-                **{
-                    f"{m}_h": {
-                        "A": float(_at_h(body_a, m).mean()),
-                        "B": float(_at_h(body_b, m).mean()),
-                        "difference": paired_scene_bootstrap(_at_h(body_b, m), _at_h(body_a, m), **options).as_dict(),
-                    }
-                    for m in ("mae", "regret")
-                },
-                "observed_updates": {"A": body_a["observed_updates"], "B": body_b["observed_updates"]},
-            }
-        )
-        drift.append({"cell": cell_name(*key), "groups": state_drift(a["states"][key], b["states"][key])})
-    unequal = [c["cell"] for c in cells if c["observed_updates"]["A"] != c["observed_updates"]["B"]]
-    checks.append(
-        {
-            "check": "observed updates equal in every cell",
-            "passed": not unequal,
-            "detail": f"unequal in {', '.join(unequal)}" if unequal else f"{len(cells)} cells",
-        }
-    )
-    by_cell = {(c["arm"], c["seed"]): c for c in cells}
-    arm_rows = []
-    for arm in arms:
-        at = {m: {s: by_cell[(arm, s)][f"{m}_h"] for s in seeds} for m in ("mae", "regret")}
-        effects = {
-            m: {
-                "lane_effect": float(np.mean([abs(at[m][s]["B"] - at[m][s]["A"]) for s in seeds])),
-                **{f"seed_effect_{k}": _seed_effect({s: at[m][s][k] for s in seeds}) for k in ("A", "B")},
-            }
-            for m in at
-        }
-        differences = np.stack(
-            [_at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret") for s in seeds]
-        )
-        arm_rows.append(
-            {"arm": arm, **effects, "tost_regret_h": tost_verdict(differences, margin, seed_variance=seed_variance)}
-        )
-    missing = [d["cell"] for d in drift if any(g["missing"] for g in d["groups"].values())]
-    checks.append(
-        {
-            "check": "final states hold the same tensors",
-            "passed": not missing,
-            "detail": f"differ in {', '.join(missing)}" if missing else f"{len(drift)} cells",
-        }
-    )
+    cells, drift = _paired_cells(a, b, keys, scene_ids, options)
+    checks = [_updates_check(cells)]
+    arm_rows = _arm_rows(a, b, cells, arms, seeds, margin=margin, seed_variance=seed_variance)
+    checks.append(_states_check(drift))
     retention = _retention_agreement(a["report_json"], b["report_json"])
     checks.append(
         {
@@ -427,17 +395,7 @@ def lane_comparison(
         }
     )
     worst = max((g["relative_l2"] or 0.0 for d in drift for g in d["groups"].values()), default=0.0)
-    lanes = {
-        k: {
-            "directory": str(lane["directory"]),
-            "profile": lane["profile"],
-            "study_id": lane["study_id"],
-            "freeze_receipt_sha256": sha256_file(lane["freeze"]),
-            "report_receipt_sha256": sha256_file(lane["report"]),
-            "versions": lane["versions"],
-        }
-        for k, lane in (("A", a), ("B", b))
-    }
+    lanes = _lane_records(a, b)
     record = {k: v for k, v in a["resolved"].items() if k not in _NOT_COMPARED}
     return {
         "schema_version": DOCUMENT_SCHEMA_VERSION,
@@ -460,15 +418,7 @@ def lane_comparison(
             else f"study: its own {len(seeds)} seeds"
         ),
         "bootstrap": {"resamples": resamples, "seed": seed, "confidence": 0.95, "method": "paired scene bootstrap"},
-        "definitions": {
-            "lane_effect": "mean over seeds of |metric_H(B, seed) - metric_H(A, seed)| (scene means)",
-            "seed_effect": "on one lane, mean over seed pairs of |metric_H(s_j) - metric_H(s_i)| (|s1 - s0|)",
-            "tost": "regret_H, per-scene (B - A) pooled over seeds with the report's seed-aware variance (scene "
-            "part + tau^2 / seeds); equivalent iff the 90% interval lies inside [-margin, margin]; not "
-            "equivalent iff the 95% interval lies outside it; else inconclusive",
-            "drift": "per tensor group (the key's first two non-numeric components: online.encoder, "
-            "optim.exp_avg, ...), sqrt(sum ||B - A||^2) / sqrt(sum ||A||^2) over the group's tensors",
-        },
+        "definitions": _definitions(),
         "cells": cells,
         "arms": arm_rows,
         "retention": retention,
@@ -480,6 +430,128 @@ def lane_comparison(
             "checks_passed": all(c["passed"] for c in checks),
             "max_relative_drift": worst,
         },
+    }
+
+
+def _paired_cells(
+    a: dict, b: dict, keys: list[tuple], scene_ids: list, options: dict[str, Any]
+) -> tuple[list[dict], list[dict]]:
+    """Per cell, in ``keys`` order: the paired B - A row and the final-state drift.
+
+    Raises:
+        QhInputError: a cell of either lane was evaluated on other scenes than ``scene_ids``.
+    """
+    cells, drift = [], []
+    for key in keys:
+        # Checked cell by cell, before that cell's bootstrap and drift, so a refusal names the first bad cell.
+        for lane in (a, b):
+            if lane["cells"][key]["evaluation"]["scene_ids"] != scene_ids:
+                raise input_error(
+                    CALL,
+                    f"{cell_name(*key)}.evaluation.scene_ids",
+                    lane["cells"][key]["evaluation"]["scene_ids"],
+                    f"{scene_ids}, the scene order of lane A's first cell",
+                    "both lanes evaluate every cell on the same sealed validation scenes",
+                )
+        cells.append(_cell_row(key, a["cells"][key], b["cells"][key], options))
+        drift.append({"cell": cell_name(*key), "groups": state_drift(a["states"][key], b["states"][key])})
+    return cells, drift
+
+
+def _cell_row(key: tuple, body_a: dict, body_b: dict, options: dict[str, Any]) -> dict[str, Any]:
+    """One cell's MAE_H and regret_H on both lanes, their bootstrapped B - A and both update counts."""
+    return {
+        "arm": key[0],
+        "seed": key[1],
+        "cell": cell_name(*key),
+        **{
+            f"{m}_h": {
+                "A": float(_at_h(body_a, m).mean()),
+                "B": float(_at_h(body_b, m).mean()),
+                "difference": paired_scene_bootstrap(_at_h(body_b, m), _at_h(body_a, m), **options).as_dict(),
+            }
+            for m in ("mae", "regret")
+        },
+        "observed_updates": {"A": body_a["observed_updates"], "B": body_b["observed_updates"]},
+    }
+
+
+def _updates_check(cells: list[dict]) -> dict[str, Any]:
+    """The check that both lanes made as many optimizer updates in every cell."""
+    unequal = [c["cell"] for c in cells if c["observed_updates"]["A"] != c["observed_updates"]["B"]]
+    return {
+        "check": "observed updates equal in every cell",
+        "passed": not unequal,
+        "detail": f"unequal in {', '.join(unequal)}" if unequal else f"{len(cells)} cells",
+    }
+
+
+def _arm_rows(
+    a: dict,
+    b: dict,
+    cells: list[dict],
+    arms: list,
+    seeds: list,
+    *,
+    margin: float,
+    seed_variance: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """Per arm: the lane effect beside each lane's seed effect (MAE_H, regret_H) and the regret_H TOST."""
+    by_cell = {(c["arm"], c["seed"]): c for c in cells}
+    arm_rows = []
+    for arm in arms:
+        at = {m: {s: by_cell[(arm, s)][f"{m}_h"] for s in seeds} for m in ("mae", "regret")}
+        effects = {
+            m: {
+                "lane_effect": float(np.mean([abs(at[m][s]["B"] - at[m][s]["A"]) for s in seeds])),
+                **{f"seed_effect_{k}": _seed_effect({s: at[m][s][k] for s in seeds}) for k in ("A", "B")},
+            }
+            for m in at
+        }
+        differences = np.stack(
+            [_at_h(b["cells"][(arm, s)], "regret") - _at_h(a["cells"][(arm, s)], "regret") for s in seeds]
+        )
+        arm_rows.append(
+            {"arm": arm, **effects, "tost_regret_h": tost_verdict(differences, margin, seed_variance=seed_variance)}
+        )
+    return arm_rows
+
+
+def _states_check(drift: list[dict]) -> dict[str, Any]:
+    """The check that both lanes' final states hold the same tensors in every cell."""
+    missing = [d["cell"] for d in drift if any(g["missing"] for g in d["groups"].values())]
+    return {
+        "check": "final states hold the same tensors",
+        "passed": not missing,
+        "detail": f"differ in {', '.join(missing)}" if missing else f"{len(drift)} cells",
+    }
+
+
+def _lane_records(a: dict, b: dict) -> dict[str, dict[str, Any]]:
+    """Each lane's identity: directory, profile, study id, its receipts' digests and package versions."""
+    return {
+        k: {
+            "directory": str(lane["directory"]),
+            "profile": lane["profile"],
+            "study_id": lane["study_id"],
+            "freeze_receipt_sha256": sha256_file(lane["freeze"]),
+            "report_receipt_sha256": sha256_file(lane["report"]),
+            "versions": lane["versions"],
+        }
+        for k, lane in (("A", a), ("B", b))
+    }
+
+
+def _definitions() -> dict[str, str]:
+    """What each number of ``lanes.json`` means (a fresh dict per document)."""
+    return {
+        "lane_effect": "mean over seeds of |metric_H(B, seed) - metric_H(A, seed)| (scene means)",
+        "seed_effect": "on one lane, mean over seed pairs of |metric_H(s_j) - metric_H(s_i)| (|s1 - s0|)",
+        "tost": "regret_H, per-scene (B - A) pooled over seeds with the report's seed-aware variance (scene "
+        "part + tau^2 / seeds); equivalent iff the 90% interval lies inside [-margin, margin]; not "
+        "equivalent iff the 95% interval lies outside it; else inconclusive",
+        "drift": "per tensor group (the key's first two non-numeric components: online.encoder, "
+        "optim.exp_avg, ...), sqrt(sum ||B - A||^2) / sqrt(sum ||A||^2) over the group's tensors",
     }
 
 
@@ -561,8 +633,33 @@ def state_drift(a: Path, b: Path) -> dict[str, dict]:
 def markdown(c: dict) -> str:
     """The text of ``lanes.md`` (from the comparison dict only)."""
     h, level = c["horizon"], "95%"
+    lines = _markdown_head(c, h, level)
+    lines += _arm_table(c, h)
+    lines += ["", "## Per cell (paired B - A)", ""]
+    lines += _cell_table(c, h, level)
+    lines += ["", "## Retention: each seed's reading and the study's decision", ""]
+    lines += table(
+        ["variant", "seed", "retained A", "retained B", "reading A", "reading B", "decision A", "decision B"],
+        [
+            [v["variant"], s, d["A"], d["B"], d["reading_A"], d["reading_B"], v["decision"]["A"], v["decision"]["B"]]
+            for v in c["retention"]["variants"]
+            for s, d in v["per_seed"].items()
+        ],
+    )
+    groups = sorted({g for d in c["drift"] for g in d["groups"]})
+    lines += ["", "## Final-state drift (relative L2 norm ||B - A|| / ||A|| per tensor group)", ""]
+    lines += table(
+        ["cell", *groups],
+        [[d["cell"], *(fmt(d["groups"].get(g, {}).get("relative_l2"), 6) for g in groups)] for d in c["drift"]],
+    )
+    lines += ["", f"Figure: `{LANES_FIGURE}` (per arm: lane effect beside each lane's seed effect).", ""]
+    return "\n".join(lines)
+
+
+def _markdown_head(c: dict, h: int, level: str) -> list[str]:
+    """``lanes.md`` up to the per-arm table: title, what was compared, differing versions, the checks."""
     unit = f" {c['unit']}" if c["unit"] else ""
-    lines = [
+    return [
         f"# Lane replication of study `{c['study']}`",
         "",
         f"A = `{c['lanes']['A']['profile']}` ({c['lanes']['A']['directory']}); B = `{c['lanes']['B']['profile']}` "
@@ -591,6 +688,10 @@ def markdown(c: dict) -> str:
         "## Per arm: lane effect beside seed effect, and equivalence",
         "",
     ]
+
+
+def _arm_table(c: dict, h: int) -> list[str]:
+    """The per-arm table's lines: lane effect beside each lane's seed effect, and the regret TOST."""
     columns = [
         "arm",
         f"lane effect MAE_{h}",
@@ -602,7 +703,7 @@ def markdown(c: dict) -> str:
         "95% CI",
         "TOST",
     ]
-    lines += table(
+    return table(
         columns,
         [
             [
@@ -619,8 +720,11 @@ def markdown(c: dict) -> str:
             for r in c["arms"]
         ],
     )
-    lines += ["", "## Per cell (paired B - A)", ""]
-    lines += table(
+
+
+def _cell_table(c: dict, h: int, level: str) -> list[str]:
+    """The per-cell table's lines: both lanes' MAE_H and regret_H, B - A with its interval, update counts."""
+    return table(
         [
             "cell",
             f"MAE_{h} A",
@@ -651,23 +755,6 @@ def markdown(c: dict) -> str:
             for x in c["cells"]
         ],
     )
-    lines += ["", "## Retention: each seed's reading and the study's decision", ""]
-    lines += table(
-        ["variant", "seed", "retained A", "retained B", "reading A", "reading B", "decision A", "decision B"],
-        [
-            [v["variant"], s, d["A"], d["B"], d["reading_A"], d["reading_B"], v["decision"]["A"], v["decision"]["B"]]
-            for v in c["retention"]["variants"]
-            for s, d in v["per_seed"].items()
-        ],
-    )
-    groups = sorted({g for d in c["drift"] for g in d["groups"]})
-    lines += ["", "## Final-state drift (relative L2 norm ||B - A|| / ||A|| per tensor group)", ""]
-    lines += table(
-        ["cell", *groups],
-        [[d["cell"], *(fmt(d["groups"].get(g, {}).get("relative_l2"), 6) for g in groups)] for d in c["drift"]],
-    )
-    lines += ["", f"Figure: `{LANES_FIGURE}` (per arm: lane effect beside each lane's seed effect).", ""]
-    return "\n".join(lines)
 
 
 def _figure(c: dict, path: Path) -> None:

@@ -352,6 +352,7 @@ def _run_locked(
     say: Callable[[str], None],
     design: dict | None = None,
 ) -> dict:
+    """Run the tuning's batches under the output's lock, then publish its record."""
     # Lazy: keeps importing this module free of torch and pyarrow.
     from qhlab.finite_horizon.data import load_population
 
@@ -370,77 +371,13 @@ def _run_locked(
     )
     with fit_runner(choice, workers, TUNE_CALL) as runner:
         for index, numbers in enumerate(batches):
-            earlier = [finished[n] for n in range(numbers[0])]
-            planned, jobs = [], []
-            for number in numbers:
-                # A trial trials.db holds is suggested again (the sampler is a function of the
-                # config and the earlier trials) and its fits re-read from their sealed receipts
-                # (they are adopted, not run): the record never takes trials.db's word for either.
-                params = _suggest(config, number, earlier)
-                if number in finished:
-                    _check_stored(number, "params", _stored(finished[number]).get("params"), params)
-                recipe = trial_recipe(config, params, seed=seeds[0], base=base)
-                cost = int(recipe.updates) * int(recipe.ensemble_members)
-                planned.append((number, params, cost))
-                if config.objective.max_cost is not None and cost > config.objective.max_cost:
-                    continue
-                for seed in seeds:
-                    for arm in arms:
-                        recipe = (
-                            trial_recipe(config, params, seed=seed, base=base)
-                            if arm is None
-                            else arm_recipe(
-                                config, params, seed=seed, base=base, architecture=design["architectures"][arm]
-                            )
-                        )
-                        jobs.append(
-                            {
-                                "number": number,
-                                "arm": arm,
-                                "cell": _cell(number, seed, arm),
-                                "profile": config.profile,
-                                "recipe": recipe.model_dump(mode="json"),
-                                "fits": str(directory / FITS_DIR),
-                                "train": str(populations["train"]),
-                                "validation": str(populations["validation"]),
-                                "group": config.name,
-                                "job_type": "trial",
-                                "tag": f"trial-{number + 1}",
-                                "torch_threads": config.torch_threads,
-                            }
-                        )
+            planned, jobs = _plan_batch(config, base, directory, populations, design, arms, numbers, finished)
             # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
             complete = [entry for entry in entries if entry["state"] == "complete"]
             fits, pruned = _run_rungs(runner, config, jobs, complete)
             for number, params, cost in planned:
-                over = config.objective.max_cost is not None and cost > config.objective.max_cost
-                entry = _trial_entry(
-                    number,
-                    index,
-                    params,
-                    cost,
-                    None if over else fits[number],
-                    metric,
-                    config.objective.max_cost,
-                    config.pruner,
-                    pruned.get(number),
-                    design,
-                )
-                if number in finished:
-                    stored = _stored(finished[number])
-                    for field in ("state", "cost", "mean", "seed_sd", "intermediate", "margins"):
-                        _check_stored(number, field, stored.get(field), entry.get(field))
-                    _check_stored(number, "fits", _fit_values(stored, metric), _fit_values(entry, metric))
-                    # Its fits' adoption flags are the first run's: the record of a resumed tuning
-                    # is the record of an uninterrupted one.
-                    entry = stored
-                else:
-                    _add_finished(study, entry, distributions)
-                    finished[number] = study.get_trials(deepcopy=False)[number]
-                    if finished[number].number != number:
-                        raise RuntimeError(
-                            f"{TUNE_CALL}: trials.db numbered trial {number} as {finished[number].number}"
-                        )
+                entry = _batch_entry(config, index, number, params, cost, fits, pruned, design)
+                entry = _keep_entry(study, finished, number, entry, metric, distributions)
                 entries.append(entry)
                 best = pick_winner(entries, band=0.0, max_seed_sd=config.objective.max_seed_sd)
                 _say_trial(
@@ -451,6 +388,141 @@ def _run_locked(
                     horizon,
                     None if best["number"] is None else entries[best["number"]],
                 )
+    return _publish_tuning(config, digest, base, entries, populations, design, directory, horizon, say)
+
+
+def _over_cost(config: QhTuningConfig, cost: int) -> bool:
+    """Whether a trial of this cost is over the objective's cost limit (and so is never run)."""
+    return config.objective.max_cost is not None and cost > config.objective.max_cost
+
+
+def _plan_batch(
+    config: QhTuningConfig,
+    base: dict,
+    directory: Path,
+    populations: dict[str, Path],
+    design: dict | None,
+    arms: list,
+    numbers: list[int],
+    finished: dict,
+) -> tuple[list[tuple[int, dict, int]], list[dict]]:
+    """A batch's trials as ``(number, params, cost)`` and the fit jobs of those within the cost limit.
+
+    Every trial is suggested from the finished trials of earlier batches only (``finished``).
+    """
+    seeds = config.objective.seeds
+    earlier = [finished[n] for n in range(numbers[0])]
+    planned, jobs = [], []
+    for number in numbers:
+        # A trial trials.db holds is suggested again (the sampler is a function of the
+        # config and the earlier trials) and its fits re-read from their sealed receipts
+        # (they are adopted, not run): the record never takes trials.db's word for either.
+        params = _suggest(config, number, earlier)
+        if number in finished:
+            _check_stored(number, "params", _stored(finished[number]).get("params"), params)
+        recipe = trial_recipe(config, params, seed=seeds[0], base=base)
+        cost = int(recipe.updates) * int(recipe.ensemble_members)
+        planned.append((number, params, cost))
+        if _over_cost(config, cost):
+            continue
+        jobs += _trial_jobs(config, base, directory, populations, design, arms, number, params)
+    return planned, jobs
+
+
+def _trial_jobs(
+    config: QhTuningConfig,
+    base: dict,
+    directory: Path,
+    populations: dict[str, Path],
+    design: dict | None,
+    arms: list,
+    number: int,
+    params: dict,
+) -> list[dict]:
+    """One trial's fit jobs: one per seed and, for an "mde" objective, per arm (seeds outermost)."""
+    jobs = []
+    for seed in config.objective.seeds:
+        for arm in arms:
+            recipe = (
+                trial_recipe(config, params, seed=seed, base=base)
+                if arm is None
+                else arm_recipe(config, params, seed=seed, base=base, architecture=design["architectures"][arm])
+            )
+            jobs.append(
+                {
+                    "number": number,
+                    "arm": arm,
+                    "cell": _cell(number, seed, arm),
+                    "profile": config.profile,
+                    "recipe": recipe.model_dump(mode="json"),
+                    "fits": str(directory / FITS_DIR),
+                    "train": str(populations["train"]),
+                    "validation": str(populations["validation"]),
+                    "group": config.name,
+                    "job_type": "trial",
+                    "tag": f"trial-{number + 1}",
+                    "torch_threads": config.torch_threads,
+                }
+            )
+    return jobs
+
+
+def _batch_entry(
+    config: QhTuningConfig,
+    index: int,
+    number: int,
+    params: dict,
+    cost: int,
+    fits: dict[int, list[dict]],
+    pruned: dict[int, int],
+    design: dict | None,
+) -> dict:
+    """Trial ``number`` of batch ``index`` as the record holds it, from the batch's fits."""
+    return _trial_entry(
+        number,
+        index,
+        params,
+        cost,
+        None if _over_cost(config, cost) else fits[number],
+        config.objective.metric,
+        config.objective.max_cost,
+        config.pruner,
+        pruned.get(number),
+        design,
+    )
+
+
+def _keep_entry(study, finished: dict, number: int, entry: dict, metric: str, distributions: dict) -> dict:
+    """The entry the record keeps for trial ``number``: a trial trials.db already holds is checked
+    against ``entry`` and kept as stored; a new one is added to trials.db (and to ``finished``)."""
+    if number in finished:
+        stored = _stored(finished[number])
+        for field in ("state", "cost", "mean", "seed_sd", "intermediate", "margins"):
+            _check_stored(number, field, stored.get(field), entry.get(field))
+        _check_stored(number, "fits", _fit_values(stored, metric), _fit_values(entry, metric))
+        # Its fits' adoption flags are the first run's: the record of a resumed tuning
+        # is the record of an uninterrupted one.
+        return stored
+    _add_finished(study, entry, distributions)
+    finished[number] = study.get_trials(deepcopy=False)[number]
+    if finished[number].number != number:
+        raise RuntimeError(f"{TUNE_CALL}: trials.db numbered trial {number} as {finished[number].number}")
+    return entry
+
+
+def _publish_tuning(
+    config: QhTuningConfig,
+    digest: str,
+    base: dict,
+    entries: list[dict],
+    populations: dict[str, Path],
+    design: dict | None,
+    directory: Path,
+    horizon: int,
+    say: Callable[[str], None],
+) -> dict:
+    """Publish the tuning's record and say its winner (or that there is none)."""
+    metric, seeds = config.objective.metric, config.objective.seeds
     record = publish_record(
         directory,
         config=config,

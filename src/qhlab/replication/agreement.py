@@ -224,59 +224,11 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
     differences = design_differences(study_design(original["freeze"]), study_design(replica["freeze"]))
     replica_side = _side(replica["freeze"], replica["development"], replica["report"])
     reused = reused_populations(used, {role: replica_side[role] for role in ("train", "validation")})
-    key = ("arm", "against", "metric")
-    theirs = {tuple(e[k] for k in key): e for e in replica["report"]["replication"]}
-    ours = [tuple(e[k] for k in key) for e in original["report"]["replication"]]
-    if sorted(ours) != sorted(theirs):
-        raise ValueError(f"the reports compare other things: original {sorted(ours)}, replica {sorted(theirs)}")
-    rows = []
-    for entry in original["report"]["replication"]:
-        other = theirs[tuple(entry[k] for k in key)]
-        rows.append(
-            {
-                **{k: entry[k] for k in (*key, "relation")},
-                "original": _estimate(entry),
-                "replica": _estimate(other),
-            }
-        )
-    dof = {side: [r[side]["dof"] if r[side]["dof"] is not None else math.inf for r in rows] for side in SIDES}
-    test = agreement_test(
-        [r["original"]["estimate"] for r in rows],
-        [r["original"]["se"] for r in rows],
-        [r["replica"]["estimate"] for r in rows],
-        [r["replica"]["se"] for r in rows],
-        dof_a=dof["original"],
-        dof_b=dof["replica"],
-    )
-    for row, z, welch, score in zip(rows, test["z"], test["dof_k"], test["normal_scores"]):
-        a, b = row["original"]["estimate"], row["replica"]["estimate"]
-        row["z"], row["z_dof"], row["normal_score"] = z, welch, score
-        row["sign_flipped"] = _sign(a) * _sign(b) < 0
-        row["label_changed"] = row["original"]["label"] != row["replica"]["label"]
-    answers = {q["variant"]: q for q in replica["report"]["question"]}
-    if sorted(answers) != sorted(q["variant"] for q in original["report"]["question"]):
-        raise ValueError("the reports answer for other variants")
-    conclusions = []
-    for q in original["report"]["question"]:
-        ours, theirs_ = q["decision"], answers[q["variant"]]["decision"]
-        conclusions.append(
-            {
-                "variant": q["variant"],
-                "original": ours,
-                "replica": theirs_,
-                "changed": ours != theirs_,
-                "flipped": {ours, theirs_} == {"retained", "not retained"},
-            }
-        )
+    rows = _paired_comparisons(original, replica)
+    test = _score_comparisons(rows)
+    conclusions = _conclusions(original, replica)
     flips = [f"{r['arm']} vs {r['against']} ({r['metric']})" for r in rows if r["sign_flipped"]]
-    # A replication draws a new TRAIN: standard errors that do not carry the TRAIN draw (no pilot
-    # measured it) understate the difference between the studies, and so overstate every z.
-    caveats = [
-        f"the {side} study's standard errors do not carry the TRAIN draw (it names no pilot record), which a "
-        "replication changes: its z are too large, and a small p is weaker evidence than it looks"
-        for side in SIDES
-        if any("TRAIN draw" not in r[side]["sources"] for r in rows)
-    ]
+    caveats = _caveats(rows)
     changed = [c["variant"] for c in conclusions if c["changed"]]
     moved = ", ".join(f"{c['variant']} ({c['original']} -> {c['replica']})" for c in conclusions if c["changed"])
     summary = (
@@ -309,6 +261,92 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         "changed_conclusions": changed,
         "summary": summary,
     }
+
+
+def _paired_comparisons(original: dict[str, dict], replica: dict[str, dict]) -> list[dict[str, Any]]:
+    """Per comparison of the original's report, in its order: both studies' seed-pooled estimates.
+
+    Args:
+        original, replica: each study's records, as ``replication_document`` takes them.
+
+    Raises:
+        ValueError: the two reports do not hold the same comparisons.
+    """
+    key = ("arm", "against", "metric")
+    theirs = {tuple(e[k] for k in key): e for e in replica["report"]["replication"]}
+    ours = [tuple(e[k] for k in key) for e in original["report"]["replication"]]
+    if sorted(ours) != sorted(theirs):
+        raise ValueError(f"the reports compare other things: original {sorted(ours)}, replica {sorted(theirs)}")
+    rows = []
+    for entry in original["report"]["replication"]:
+        other = theirs[tuple(entry[k] for k in key)]
+        rows.append(
+            {
+                **{k: entry[k] for k in (*key, "relation")},
+                "original": _estimate(entry),
+                "replica": _estimate(other),
+            }
+        )
+    return rows
+
+
+def _score_comparisons(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run the agreement test over ``rows`` and add each row's z, its dof, normal score, sign flip and label change.
+
+    Returns:
+        ``agreement_test``'s result.
+    """
+    dof = {side: [r[side]["dof"] if r[side]["dof"] is not None else math.inf for r in rows] for side in SIDES}
+    test = agreement_test(
+        [r["original"]["estimate"] for r in rows],
+        [r["original"]["se"] for r in rows],
+        [r["replica"]["estimate"] for r in rows],
+        [r["replica"]["se"] for r in rows],
+        dof_a=dof["original"],
+        dof_b=dof["replica"],
+    )
+    for row, z, welch, score in zip(rows, test["z"], test["dof_k"], test["normal_scores"]):
+        a, b = row["original"]["estimate"], row["replica"]["estimate"]
+        row["z"], row["z_dof"], row["normal_score"] = z, welch, score
+        row["sign_flipped"] = _sign(a) * _sign(b) < 0
+        row["label_changed"] = row["original"]["label"] != row["replica"]["label"]
+    return test
+
+
+def _conclusions(original: dict[str, dict], replica: dict[str, dict]) -> list[dict[str, Any]]:
+    """Each variant's decision in both reports, whether it changed and whether it flipped.
+
+    Raises:
+        ValueError: the two reports answer for other variants.
+    """
+    answers = {q["variant"]: q for q in replica["report"]["question"]}
+    if sorted(answers) != sorted(q["variant"] for q in original["report"]["question"]):
+        raise ValueError("the reports answer for other variants")
+    conclusions = []
+    for q in original["report"]["question"]:
+        ours, theirs = q["decision"], answers[q["variant"]]["decision"]
+        conclusions.append(
+            {
+                "variant": q["variant"],
+                "original": ours,
+                "replica": theirs,
+                "changed": ours != theirs,
+                "flipped": {ours, theirs} == {"retained", "not retained"},
+            }
+        )
+    return conclusions
+
+
+def _caveats(rows: list[dict[str, Any]]) -> list[str]:
+    """Per study whose standard errors lack the TRAIN draw: why its z overstate the disagreement."""
+    # A replication draws a new TRAIN: standard errors that do not carry the TRAIN draw (no pilot
+    # measured it) understate the difference between the studies, and so overstate every z.
+    return [
+        f"the {side} study's standard errors do not carry the TRAIN draw (it names no pilot record), which a "
+        "replication changes: its z are too large, and a small p is weaker evidence than it looks"
+        for side in SIDES
+        if any("TRAIN draw" not in r[side]["sources"] for r in rows)
+    ]
 
 
 def replication_markdown(document: dict) -> str:

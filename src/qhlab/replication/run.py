@@ -102,33 +102,16 @@ def replicate(
         EvidenceError: the original does not authenticate as a finished study.
     """
     console = console or study_console()
-    for field, seed in (("--train-seed", train_seed), ("--validation-seed", validation_seed)):
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
-            raise input_error(CALL, field, seed, "an integer in [0, 2**63)", "a population seed")
+    _check_seeds(train_seed, validation_seed)
     output = Path(output)
     original = _finished(Path(study), populations)
     body = original["freeze"]
     _steps_the_original_again(body)
     used = used_populations(body, original["development"])
-    reused = reused_populations(used, {"train": {"seed": train_seed}, "validation": {"seed": validation_seed}})
-    if reused:
-        raise input_error(
-            CALL,
-            "--train-seed/--validation-seed",
-            [train_seed, validation_seed],
-            f"two different seeds that none of the original's records drew (refused: {refused_seeds(used)})",
-            f"{'; '.join(reused)}. A replication tests a conclusion on populations it has never seen, "
-            "so it cannot reuse the study's, its tuning's, its pilot's or its E0 check's",
-        )
+    _refuse_reused_seeds(used, train_seed, validation_seed)
     files = _design_files(Path(study), body, original["sources"], train_seed, validation_seed)
     replication = output / REPLICATION_RECEIPT
-    written = _claim(output, files)
-    try:
-        _check_design(output / REPLICATION_DESIGN_DIR, body, original["sources"])
-    except QhError:
-        if written is not None:
-            shutil.rmtree(written, ignore_errors=True)
-        raise
+    written = _claim_checked(output, files, body, original["sources"])
     if replication.is_file():
         document = json.loads((output / REPLICATION_JSON).read_text(encoding="utf-8"))
         console.print(f"[green]replication {output} is complete[/]: {document['summary']}", highlight=False)
@@ -139,15 +122,84 @@ def replicate(
         populations=populations,
         executor=executor,
     )
+    _freeze_replica(replica, executor, console)
+    # Checked at every run, so a resumed replication never trains on a TRAIN that is not fresh.
+    _refuse_stale_train(original, replica, used, written, output, train_seed)
+    code = replica.run(workers=workers, console=console)
+    if code != 0:
+        console.print(
+            f"[red]replication stopped[/]: the replica's E0 gate failed on TRAIN seed {train_seed}, so no broad "
+            "fit ran and no agreement can be tested. The original passed its gate; this one did not, which "
+            "is itself a finding about the gate. HINT: the replica's E0 receipt says why "
+            f"({replica.output}/canaries/); replicate with another --train-seed into a new --output.",
+            highlight=False,
+        )
+        return code
+    copy = _finished(output / REPLICATION_STUDY_DIR, populations)
+    document = _checked_document(study, output, original, copy)
+    _publish_record(output, files, original, copy, document)
+    console.print(f"[green]replication {output} finished[/]: {document['summary']}", highlight=False)
+    console.print(f"Replication report: {output / REPLICATION_MARKDOWN}", highlight=False)
+    return 0
+
+
+def _check_seeds(train_seed: int, validation_seed: int) -> None:
+    """Refuse a population seed that is not an integer in [0, 2**63)."""
+    for field, seed in (("--train-seed", train_seed), ("--validation-seed", validation_seed)):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
+            raise input_error(CALL, field, seed, "an integer in [0, 2**63)", "a population seed")
+
+
+def _refuse_reused_seeds(used: list[dict[str, Any]], train_seed: int, validation_seed: int) -> None:
+    """Refuse a seed pair that one of the original's records drew, or that uses one seed twice."""
+    reused = reused_populations(used, {"train": {"seed": train_seed}, "validation": {"seed": validation_seed}})
+    if reused:
+        raise input_error(
+            CALL,
+            "--train-seed/--validation-seed",
+            [train_seed, validation_seed],
+            f"two different seeds that none of the original's records drew (refused: {refused_seeds(used)})",
+            f"{'; '.join(reused)}. A replication tests a conclusion on populations it has never seen, "
+            "so it cannot reuse the study's, its tuning's, its pilot's or its E0 check's",
+        )
+
+
+def _claim_checked(output: Path, files: dict[str, bytes], body: dict, sources: dict[str, dict]) -> Path | None:
+    """``_claim`` the design, then ``_check_design`` it; a refused design removes what this call wrote.
+
+    Returns:
+        ``_claim``'s answer: what a later refusal must remove (None: the design was already there).
+    """
+    written = _claim(output, files)
+    try:
+        _check_design(output / REPLICATION_DESIGN_DIR, body, sources)
+    except QhError:
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
+        raise
+    return written
+
+
+def _freeze_replica(replica: Any, executor: ExecutorChoice | None, console: Any) -> None:
+    """Freeze the replica unless a previous run already did."""
     if not (replica.output / FREEZE_RECEIPT).exists():
         console.rule("[bold]replica: freeze")
         with contextlib.ExitStack() as stack:
             if executor is not None and executor.kind == "ray":  # labelling shares one connection
                 stack.enter_context(JobRunner(executor, 1, call=CALL)).ray()
             replica.freeze()
-    # Checked at every run, so a resumed replication never trains on a TRAIN that is not fresh.
+
+
+def _refuse_stale_train(
+    original: dict[str, Any], replica: Any, used: list[dict], written: Path | None, output: Path, train_seed: int
+) -> None:
+    """Refuse a frozen replica TRAIN that is no fresh draw of the original's design (``_drawn_anew``).
+
+    Raises:
+        QhInputError: naming every problem; what this call wrote (``written``) is removed first.
+    """
     problems = _drawn_anew(
-        body,
+        original["freeze"],
         json.loads((replica.output / FREEZE_RECEIPT).read_text(encoding="utf-8"))["body"],
         used,
         original["development"]["validation"],
@@ -163,23 +215,23 @@ def replicate(
             f"{'; '.join(problems)}; "
             + ("nothing was kept" if written is not None else f"remove {output} and replicate with another seed"),
         )
-    code = replica.run(workers=workers, console=console)
-    if code != 0:
-        console.print(
-            f"[red]replication stopped[/]: the replica's E0 gate failed on TRAIN seed {train_seed}, so no broad "
-            "fit ran and no agreement can be tested. The original passed its gate; this one did not, which "
-            "is itself a finding about the gate. HINT: the replica's E0 receipt says why "
-            f"({replica.output}/canaries/); replicate with another --train-seed into a new --output.",
-            highlight=False,
-        )
-        return code
-    copy = _finished(output / REPLICATION_STUDY_DIR, populations)
+
+
+def _checked_document(
+    study: str | os.PathLike, output: Path, original: dict[str, Any], copy: dict[str, Any]
+) -> dict[str, Any]:
+    """The replication document, once the finished replica is shown to replicate the original.
+
+    Raises:
+        EvidenceError: the replica's validation shares scenes with the original's populations, reuses
+            one of their populations or is not the original's design.
+    """
     validation = {
         "path": copy["development"]["validation"]["path"],
         "manifest_sha256": copy["development"]["validation"]["manifest_sha256"],
     }
     shared = _shared_scenes(
-        {"train": body["train"], "validation": original["development"]["validation"]},
+        {"train": original["freeze"]["train"], "validation": original["development"]["validation"]},
         {"validation": validation},
         "validation",
     )
@@ -196,6 +248,13 @@ def replicate(
             f"{'; '.join(document['reused'] + document['design']['differences'])}. HINT: remove {output} and "
             "replicate again."
         )
+    return document
+
+
+def _publish_record(
+    output: Path, files: dict[str, bytes], original: dict[str, Any], copy: dict[str, Any], document: dict[str, Any]
+) -> None:
+    """Publish ``replication.json`` and ``replication.md``, then their receipt binding both studies' records."""
     inputs = {
         f"{side}/{name}": path
         for side, d in (("original", original), ("replica", copy))
@@ -210,7 +269,7 @@ def replicate(
     publish_json(outputs[REPLICATION_JSON], document)
     publish_bytes(outputs[REPLICATION_MARKDOWN], replication_markdown(document).encode("utf-8"))
     write_receipt(
-        replication,
+        output / REPLICATION_RECEIPT,
         ReplicationReceipt,
         body={
             "study": document["study"],
@@ -223,9 +282,6 @@ def replicate(
         inputs=inputs,
         outputs=outputs,
     )
-    console.print(f"[green]replication {output} finished[/]: {document['summary']}", highlight=False)
-    console.print(f"Replication report: {output / REPLICATION_MARKDOWN}", highlight=False)
-    return 0
 
 
 def _finished(directory: Path, populations: Sequence[str | os.PathLike]) -> dict[str, Any]:

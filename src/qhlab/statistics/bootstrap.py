@@ -221,6 +221,131 @@ def _point_bounds(estimate: float, alternative: str) -> tuple[float | None, floa
     return low, high
 
 
+def _check_choices(call: str, statistic: str, alternative: str) -> None:
+    """Refuse a statistic or an alternative outside the ones this module computes.
+
+    Args:
+        call: the refusing call.
+        statistic: one of ``_STATISTICS``.
+        alternative: one of ``_ALTERNATIVES``.
+    """
+    if statistic not in _STATISTICS:
+        raise input_error(
+            call,
+            "statistic",
+            statistic,
+            " | ".join(_STATISTICS),
+            "paired arms use 'mean difference'; one arm uses 'mean'",
+        )
+    if alternative not in _ALTERNATIVES:
+        raise input_error(
+            call,
+            "alternative",
+            alternative,
+            " | ".join(_ALTERNATIVES),
+            "'less' gives a one-sided upper bound, 'greater' a lower bound",
+        )
+
+
+def _bootstrap_data(call: str, x: Any, y: Any | None, statistic: str) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The arms scipy resamples and the per-scene values the estimate is the mean of.
+
+    Args:
+        call: the refusing call.
+        x: float [n_scenes], the first arm (or differences already paired).
+        y: float [n_scenes] or None, the second arm on the same scenes in the same order.
+        statistic: "mean difference" or "mean" (already checked).
+
+    Returns:
+        ``(data, values)``: a tuple of one or two float64 [n_scenes] arrays, and float64
+        [n_scenes] (``x``, or ``x - y``).
+    """
+    first = _scene_array(call, "x", x)
+    if y is None:
+        return (first,), first
+    if statistic == "mean":
+        raise input_error(
+            call,
+            "y",
+            "an array",
+            "None with statistic 'mean'",
+            "use statistic='mean difference' to compare two arms",
+        )
+    second = _scene_array(call, "y", y)
+    if second.shape != first.shape:
+        raise input_error(
+            call,
+            "y.shape",
+            tuple(second.shape),
+            f"x's shape {tuple(first.shape)}",
+            "both arms must be evaluated on the same scenes, in the same order",
+        )
+    return (first, second), first - second
+
+
+def _point_interval(n: int, estimate: float, alternative: str) -> tuple[float | None, float | None, str, list[str]]:
+    """The point interval [estimate, estimate] where the bootstrap distribution is a point.
+
+    Args:
+        n: the number of scenes.
+        estimate: the mean of the per-scene values.
+        alternative: "two-sided", "less" or "greater".
+
+    Returns:
+        ``(low, high, method, notes)``, method "point".
+    """
+    reason = "one scene" if n < 2 else "all per-scene values are equal (zero spread)"
+    note = (
+        f"{reason}: the bootstrap distribution is a point and BCa is undefined; "
+        "reporting the point interval [estimate, estimate]"
+    )
+    low, high = _point_bounds(estimate, alternative)
+    return low, high, "point", [note]
+
+
+def _resampled_interval(
+    data: tuple[np.ndarray, ...],
+    estimate: float,
+    *,
+    confidence: float,
+    alternative: str,
+    n_resamples: int,
+    rng_seed: int,
+) -> tuple[float | None, float | None, str, list[str]]:
+    """BCa, else the percentile interval from the same seed, else the point interval.
+
+    Args:
+        data: one or two float64 [n_scenes] arms, with some spread over at least two scenes.
+        estimate: the mean of the per-scene values.
+        confidence, alternative, n_resamples, rng_seed: as ``paired_scene_bootstrap``'s.
+
+    Returns:
+        ``(low, high, method, notes)``; the open side of a one-sided interval is None.
+    """
+    notes: list[str] = []
+    method = "BCa"
+    common = dict(confidence=confidence, alternative=alternative, n_resamples=n_resamples, rng_seed=rng_seed)
+    raw_low, raw_high, messages = _run_scipy(data, method="BCa", **common)
+    if not _expected_sides_finite(raw_low, raw_high, alternative):
+        detail = "; ".join(messages) if messages else "non-finite bounds"
+        notes.append(f"BCa undefined for these values ({detail}); using the percentile interval from the same seed")
+        method = "percentile"
+        raw_low, raw_high, _ = _run_scipy(data, method="percentile", **common)
+        if not _expected_sides_finite(raw_low, raw_high, alternative):
+            notes.append(
+                "the percentile interval is not finite either; reporting the point interval [estimate, estimate]"
+            )
+            method = "point"
+            raw_low, raw_high = estimate, estimate
+    low, high = _finite_or_none(raw_low), _finite_or_none(raw_high)
+    # scipy reports the open side as an infinity; the record says None (no infinity leaves here).
+    if alternative == "less":
+        low = None
+    elif alternative == "greater":
+        high = None
+    return low, high, method, notes
+
+
 def paired_scene_bootstrap(
     x: Any,
     y: Any | None = None,
@@ -256,79 +381,18 @@ def paired_scene_bootstrap(
         A ``BootstrapInterval`` (JSON-able via ``as_dict()``).
     """
     call = "paired_scene_bootstrap"
-    if statistic not in _STATISTICS:
-        raise input_error(
-            call,
-            "statistic",
-            statistic,
-            " | ".join(_STATISTICS),
-            "paired arms use 'mean difference'; one arm uses 'mean'",
-        )
-    if alternative not in _ALTERNATIVES:
-        raise input_error(
-            call,
-            "alternative",
-            alternative,
-            " | ".join(_ALTERNATIVES),
-            "'less' gives a one-sided upper bound, 'greater' a lower bound",
-        )
-    first = _scene_array(call, "x", x)
-    if y is None:
-        data: tuple[np.ndarray, ...] = (first,)
-        values = first
-    else:
-        if statistic == "mean":
-            raise input_error(
-                call,
-                "y",
-                "an array",
-                "None with statistic 'mean'",
-                "use statistic='mean difference' to compare two arms",
-            )
-        second = _scene_array(call, "y", y)
-        if second.shape != first.shape:
-            raise input_error(
-                call,
-                "y.shape",
-                tuple(second.shape),
-                f"x's shape {tuple(first.shape)}",
-                "both arms must be evaluated on the same scenes, in the same order",
-            )
-        data = (first, second)
-        values = first - second
+    _check_choices(call, statistic, alternative)
+    data, values = _bootstrap_data(call, x, y, statistic)
     estimate = float(values.mean())
     n = int(values.size)
-    notes: list[str] = []
-    method = "BCa"
     low: float | None
     high: float | None
     if n < 2 or float(np.ptp(values)) == 0.0:
-        reason = "one scene" if n < 2 else "all per-scene values are equal (zero spread)"
-        notes.append(
-            f"{reason}: the bootstrap distribution is a point and BCa is undefined; "
-            "reporting the point interval [estimate, estimate]"
-        )
-        method = "point"
-        low, high = _point_bounds(estimate, alternative)
+        low, high, method, notes = _point_interval(n, estimate, alternative)
     else:
-        common = dict(confidence=confidence, alternative=alternative, n_resamples=n_resamples, rng_seed=rng_seed)
-        raw_low, raw_high, messages = _run_scipy(data, method="BCa", **common)
-        if not _expected_sides_finite(raw_low, raw_high, alternative):
-            detail = "; ".join(messages) if messages else "non-finite bounds"
-            notes.append(f"BCa undefined for these values ({detail}); using the percentile interval from the same seed")
-            method = "percentile"
-            raw_low, raw_high, _ = _run_scipy(data, method="percentile", **common)
-            if not _expected_sides_finite(raw_low, raw_high, alternative):
-                notes.append(
-                    "the percentile interval is not finite either; reporting the point interval [estimate, estimate]"
-                )
-                method = "point"
-                raw_low, raw_high = estimate, estimate
-        low, high = _finite_or_none(raw_low), _finite_or_none(raw_high)
-        if alternative == "less":
-            low = None
-        elif alternative == "greater":
-            high = None
+        low, high, method, notes = _resampled_interval(
+            data, estimate, confidence=confidence, alternative=alternative, n_resamples=n_resamples, rng_seed=rng_seed
+        )
     if alternative == "less":
         notes.append("one-sided upper bound: low is -infinity (reported as None)")
     elif alternative == "greater":

@@ -181,6 +181,162 @@ def minimum_detectable_effect(
     return (_quantile(distribution, dof or 1, level) + _quantile(distribution, dof or 1, power)) * float(se)
 
 
+def _pilot_part(
+    call: str,
+    noise: Any,
+    noise_source: str | None,
+    seed_sd: float | None,
+    *,
+    scene_se: float,
+    n_seeds: int,
+    n_scenes: int,
+) -> tuple[float, float, float | None, float, str, str]:
+    """The fits' part from a pilot's components of this comparison (source "pilot").
+
+    Args:
+        call: the refusing call.
+        noise, noise_source, seed_sd: as ``pooled_difference``'s (``seed_sd`` must be None).
+        scene_se: the standard error of the seed-averaged per-scene differences.
+        n_seeds, n_scenes: the study's table's shape.
+
+    Returns:
+        ``(se, dof, draw_sd, tau, source, note)``; ``draw_sd`` None without a TRAIN-draw term.
+    """
+    if seed_sd is not None:
+        raise input_error(
+            call, "seed_sd", seed_sd, "None with noise", "a pilot's components already carry the seed variance"
+        )
+    if not isinstance(noise, FitNoise):
+        raise input_error(call, "noise", type(noise).__name__, "a FitNoise", "build it with fit_noise")
+    if not noise_source:
+        raise input_error(
+            call, "noise_source", noise_source, "a non-empty description", "say which pilot measured the noise"
+        )
+    terms = [(scene_se**2, float(n_scenes - 1))] + [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)]
+    variance, dof = _floored_satterthwaite(terms, scene_terms=1)
+    tau = math.sqrt(max(0.0, noise.seed_variance))
+    omega2 = noise.draw_variance
+    draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
+    source = f"pilot: {noise_source}"
+    carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
+    note = (
+        f"this comparison's seed{' and TRAIN-draw' if draw_sd is not None else ''} variance from the pilot "
+        f"({noise.fits} fits on {noise.draws} TRAIN draw{'s' if noise.draws != 1 else ''}), frozen before the "
+        f"study; the interval carries {carried}; Student's t with {dof:.1f} Satterthwaite dof"
+    )
+    return math.sqrt(variance), dof, draw_sd, tau, source, note
+
+
+def _typed_part(
+    call: str,
+    seed_sd: Any,
+    seed_sd_source: str | None,
+    seed_sd_dof: Any,
+    *,
+    scene_se: float,
+    n_seeds: int,
+    n_scenes: int,
+) -> tuple[float, float, float, str, str]:
+    """The fits' part from a seed-effect sd typed into the config (source "typed").
+
+    Args:
+        call: the refusing call.
+        seed_sd, seed_sd_source, seed_sd_dof: as ``pooled_difference``'s (``seed_sd`` not None).
+        scene_se: the standard error of the seed-averaged per-scene differences.
+        n_seeds, n_scenes: the study's table's shape.
+
+    Returns:
+        ``(se, dof, tau, source, note)``.
+    """
+    if not isinstance(seed_sd, (int, float)) or isinstance(seed_sd, bool) or not math.isfinite(seed_sd) or seed_sd < 0:
+        raise input_error(
+            call,
+            "seed_sd",
+            seed_sd,
+            "a finite number >= 0 (the reward's unit) or None",
+            "the pilot's standard deviation of a seed's mean paired difference",
+        )
+    if not seed_sd_source:
+        raise input_error(
+            call,
+            "seed_sd_source",
+            seed_sd_source,
+            "a non-empty description",
+            "say which pilot (population, seeds) measured seed_sd",
+        )
+    if isinstance(seed_sd_dof, bool) or not isinstance(seed_sd_dof, int) or seed_sd_dof < 1:
+        raise input_error(
+            call,
+            "seed_sd_dof",
+            seed_sd_dof,
+            "an integer >= 1 (the pilot's seeds - 1)",
+            "an estimated tau carries its own uncertainty into the interval",
+        )
+    tau = float(seed_sd)
+    # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the typed seed part seed_sd_dof.
+    parts = [(scene_se**2, n_scenes - 1), (tau**2 / n_seeds, seed_sd_dof)]
+    terms_sum = sum(v**2 / k for v, k in parts)
+    dof = sum(v for v, _ in parts) ** 2 / terms_sum if terms_sum > 0 else float(n_scenes - 1)
+    source = f"typed: {seed_sd_source}"
+    note = (
+        f"seed variance typed into the config ({seed_sd_dof + 1} seeds), frozen before the study; the "
+        f"interval carries scenes, training seed; Student's t with {dof:.1f} Welch-Satterthwaite dof"
+    )
+    return math.sqrt(scene_se**2 + tau**2 / n_seeds), dof, tau, source, note
+
+
+def _study_part(call: str, d: np.ndarray, *, scene_se: float) -> tuple[float, float, float, str, str]:
+    """The fits' part estimated from the study's own seeds (source "study").
+
+    Args:
+        call: the refusing call.
+        d: float64 [n_seeds, n_scenes], the checked differences (n_seeds >= 2 or a refusal).
+        scene_se: the standard error of the seed-averaged per-scene differences.
+
+    Returns:
+        ``(se, dof, tau, source, note)``.
+    """
+    n_seeds = d.shape[0]
+    if n_seeds < 2:
+        raise input_error(
+            call,
+            "differences.shape",
+            tuple(d.shape),
+            "n_seeds >= 2 without noise or seed_sd",
+            "one seed says nothing about the seed variance; give a pilot's components",
+        )
+    tau, dof = seed_effect_sd(d), float(n_seeds - 1)
+    source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
+    note = (
+        f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
+        "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
+        "estimated: about 0.73 power at the MDE with two seeds, by simulation)"
+    )
+    return math.sqrt(scene_se**2 + tau**2 / n_seeds), dof, tau, source, note
+
+
+def _t_interval(
+    estimate: float, se: float, dof: float, *, confidence: float, alternative: str
+) -> tuple[float, float | None, float | None]:
+    """Student's t interval around ``estimate``, open (None) on the side ``alternative`` leaves out.
+
+    Args:
+        estimate: the pooled estimate.
+        se: its standard error.
+        dof: the t distribution's degrees of freedom.
+        confidence: the interval's level.
+        alternative: "two-sided", "less" or "greater".
+
+    Returns:
+        ``(quantile, low, high)``.
+    """
+    level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
+    q = _quantile("t", dof, level)
+    low = None if alternative == "less" else estimate - q * se
+    high = None if alternative == "greater" else estimate + q * se
+    return q, low, high
+
+
 def pooled_difference(
     differences: Any,
     *,
@@ -223,93 +379,15 @@ def pooled_difference(
     pooled_scenes = d.mean(axis=0)
     estimate = float(d.mean())
     scene_se = float(pooled_scenes.std(ddof=1) / math.sqrt(n_scenes))
+    table = dict(scene_se=scene_se, n_seeds=n_seeds, n_scenes=n_scenes)
     draw_sd = None
     if noise is not None:
-        if seed_sd is not None:
-            raise input_error(
-                call, "seed_sd", seed_sd, "None with noise", "a pilot's components already carry the seed variance"
-            )
-        if not isinstance(noise, FitNoise):
-            raise input_error(call, "noise", type(noise).__name__, "a FitNoise", "build it with fit_noise")
-        if not noise_source:
-            raise input_error(
-                call, "noise_source", noise_source, "a non-empty description", "say which pilot measured the noise"
-            )
-        terms = [(scene_se**2, float(n_scenes - 1))] + [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)]
-        variance, dof = _floored_satterthwaite(terms, scene_terms=1)
-        tau = math.sqrt(max(0.0, noise.seed_variance))
-        omega2 = noise.draw_variance
-        draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
-        source = f"pilot: {noise_source}"
-        carried = "scenes, training seed" + (", TRAIN draw" if draw_sd is not None else "")
-        note = (
-            f"this comparison's seed{' and TRAIN-draw' if draw_sd is not None else ''} variance from the pilot "
-            f"({noise.fits} fits on {noise.draws} TRAIN draw{'s' if noise.draws != 1 else ''}), frozen before the "
-            f"study; the interval carries {carried}; Student's t with {dof:.1f} Satterthwaite dof"
-        )
-        se = math.sqrt(variance)
+        se, dof, draw_sd, tau, source, note = _pilot_part(call, noise, noise_source, seed_sd, **table)
     elif seed_sd is not None:
-        if (
-            not isinstance(seed_sd, (int, float))
-            or isinstance(seed_sd, bool)
-            or not math.isfinite(seed_sd)
-            or seed_sd < 0
-        ):
-            raise input_error(
-                call,
-                "seed_sd",
-                seed_sd,
-                "a finite number >= 0 (the reward's unit) or None",
-                "the pilot's standard deviation of a seed's mean paired difference",
-            )
-        if not seed_sd_source:
-            raise input_error(
-                call,
-                "seed_sd_source",
-                seed_sd_source,
-                "a non-empty description",
-                "say which pilot (population, seeds) measured seed_sd",
-            )
-        if isinstance(seed_sd_dof, bool) or not isinstance(seed_sd_dof, int) or seed_sd_dof < 1:
-            raise input_error(
-                call,
-                "seed_sd_dof",
-                seed_sd_dof,
-                "an integer >= 1 (the pilot's seeds - 1)",
-                "an estimated tau carries its own uncertainty into the interval",
-            )
-        tau = float(seed_sd)
-        # Welch-Satterthwaite: the scene part has n_scenes - 1 dof, the typed seed part seed_sd_dof.
-        parts = [(scene_se**2, n_scenes - 1), (tau**2 / n_seeds, seed_sd_dof)]
-        terms_sum = sum(v**2 / k for v, k in parts)
-        dof = sum(v for v, _ in parts) ** 2 / terms_sum if terms_sum > 0 else float(n_scenes - 1)
-        source = f"typed: {seed_sd_source}"
-        note = (
-            f"seed variance typed into the config ({seed_sd_dof + 1} seeds), frozen before the study; the "
-            f"interval carries scenes, training seed; Student's t with {dof:.1f} Welch-Satterthwaite dof"
-        )
-        se = math.sqrt(scene_se**2 + tau**2 / n_seeds)
+        se, dof, tau, source, note = _typed_part(call, seed_sd, seed_sd_source, seed_sd_dof, **table)
     else:
-        if n_seeds < 2:
-            raise input_error(
-                call,
-                "differences.shape",
-                tuple(d.shape),
-                "n_seeds >= 2 without noise or seed_sd",
-                "one seed says nothing about the seed variance; give a pilot's components",
-            )
-        tau, dof = seed_effect_sd(d), float(n_seeds - 1)
-        source = f"study: its own {n_seeds} seeds ({n_seeds - 1} degree(s) of freedom)"
-        note = (
-            f"seed variance estimated from the study's {n_seeds} seeds; Student's t with {n_seeds - 1} dof, "
-            "so the interval is wide by design; the MDE is approximate there (the standard error is itself "
-            "estimated: about 0.73 power at the MDE with two seeds, by simulation)"
-        )
-        se = math.sqrt(scene_se**2 + tau**2 / n_seeds)
-    level = (1 + confidence) / 2 if alternative == "two-sided" else confidence
-    q = _quantile("t", dof, level)
-    low = None if alternative == "less" else estimate - q * se
-    high = None if alternative == "greater" else estimate + q * se
+        se, dof, tau, source, note = _study_part(call, d, scene_se=scene_se)
+    q, low, high = _t_interval(estimate, se, dof, confidence=confidence, alternative=alternative)
     mde = minimum_detectable_effect(
         se, confidence=confidence, power=power, alternative=alternative, distribution="t", dof=dof
     )
@@ -497,6 +575,99 @@ def retention_decision(d_reg: PooledDifference, d_mae: PooledDifference) -> tupl
     return "undecided", f"the interval of {' and '.join(open_)} includes 0"
 
 
+def _agreement_arrays(
+    call: str, estimates_a: Any, se_a: Any, estimates_b: Any, se_b: Any, dof_a: Any, dof_b: Any
+) -> dict[str, np.ndarray]:
+    """The two studies' checked arrays, the degrees of freedom filled with inf where None.
+
+    Args:
+        call: the refusing call.
+        estimates_a, se_a, estimates_b, se_b, dof_a, dof_b: as ``agreement_test``'s.
+
+    Returns:
+        ``{"estimates_a", "se_a", "estimates_b", "se_b", "dof_a", "dof_b"}``, each float64 [K].
+    """
+    arrays = {}
+    for name, value in (("estimates_a", estimates_a), ("se_a", se_a), ("estimates_b", estimates_b), ("se_b", se_b)):
+        array = np.asarray(value, dtype=np.float64)
+        if array.ndim != 1 or array.size < 1 or not np.isfinite(array).all():
+            raise input_error(
+                call,
+                name,
+                value,
+                "a 1-D array of finite floats with at least one comparison",
+                "pass each study's seed-pooled estimates and standard errors, one per comparison",
+            )
+        arrays[name] = array
+    for name, value in (("dof_a", dof_a), ("dof_b", dof_b)):
+        array = np.full(arrays["se_a"].shape, np.inf) if value is None else np.asarray(value, dtype=np.float64)
+        if array.ndim != 1 or np.isnan(array).any() or (array <= 0).any():
+            raise input_error(
+                call, name, value, "a 1-D array of degrees of freedom > 0 (inf: a known variance)", "or None"
+            )
+        arrays[name] = array
+    if len({a.size for a in arrays.values()}) != 1:
+        raise input_error(
+            call,
+            "estimates_b",
+            {k: int(a.size) for k, a in arrays.items()},
+            "arrays of one length K (the same comparisons, in the same order)",
+            "both studies must report the same comparisons",
+        )
+    for name in ("se_a", "se_b"):
+        if (arrays[name] < 0).any():
+            raise input_error(
+                call, name, arrays[name].tolist(), "standard errors >= 0", "a standard error is never negative"
+            )
+    return arrays
+
+
+def _agreement_z(call: str, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each comparison's z and the Welch-Satterthwaite degrees of freedom it is read on.
+
+    Args:
+        call: the refusing call.
+        arrays: ``_agreement_arrays``'s checked float64 [K] arrays.
+
+    Returns:
+        ``(z, welch)``: float64 [K] each; welch is inf where z is normal (or exactly 0).
+    """
+    difference = arrays["estimates_a"] - arrays["estimates_b"]
+    va, vb = arrays["se_a"] ** 2, arrays["se_b"] ** 2
+    scale = np.sqrt(va + vb)
+    exact = scale == 0
+    if (exact & (difference != 0)).any():
+        raise input_error(
+            call,
+            "se_a",
+            arrays["se_a"].tolist(),
+            "a standard error > 0 in one study wherever the two estimates differ",
+            "two estimates without uncertainty that differ cannot be compared by z",
+        )
+    # Two estimates without uncertainty that are equal agree exactly: z = 0.
+    z = np.where(exact, 0.0, difference / np.where(exact, 1.0, scale))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        welch = (va + vb) ** 2 / (va**2 / arrays["dof_a"] + vb**2 / arrays["dof_b"])
+    welch = np.where(exact | ~np.isfinite(welch), np.inf, welch)
+    return z, welch
+
+
+def _normal_scores(z: np.ndarray, welch: np.ndarray) -> np.ndarray:
+    """The normal score of each z's own tail probability (t with the Welch dof; normal where it is inf).
+
+    Args:
+        z: float64 [K].
+        welch: float64 [K], degrees of freedom (inf: normal).
+
+    Returns:
+        float64 [K], with z's sign.
+    """
+    tail = np.where(
+        np.isinf(welch), stats.norm.sf(np.abs(z)), stats.t.sf(np.abs(z), np.where(np.isinf(welch), 1, welch))
+    )
+    return np.sign(z) * stats.norm.isf(tail)
+
+
 def agreement_test(
     estimates_a: Any,
     se_a: Any,
@@ -539,60 +710,9 @@ def agreement_test(
             different estimates without uncertainty.
     """
     call = "agreement_test"
-    arrays = {}
-    for name, value in (("estimates_a", estimates_a), ("se_a", se_a), ("estimates_b", estimates_b), ("se_b", se_b)):
-        array = np.asarray(value, dtype=np.float64)
-        if array.ndim != 1 or array.size < 1 or not np.isfinite(array).all():
-            raise input_error(
-                call,
-                name,
-                value,
-                "a 1-D array of finite floats with at least one comparison",
-                "pass each study's seed-pooled estimates and standard errors, one per comparison",
-            )
-        arrays[name] = array
-    for name, value in (("dof_a", dof_a), ("dof_b", dof_b)):
-        array = np.full(arrays["se_a"].shape, np.inf) if value is None else np.asarray(value, dtype=np.float64)
-        if array.ndim != 1 or np.isnan(array).any() or (array <= 0).any():
-            raise input_error(
-                call, name, value, "a 1-D array of degrees of freedom > 0 (inf: a known variance)", "or None"
-            )
-        arrays[name] = array
-    if len({a.size for a in arrays.values()}) != 1:
-        raise input_error(
-            call,
-            "estimates_b",
-            {k: int(a.size) for k, a in arrays.items()},
-            "arrays of one length K (the same comparisons, in the same order)",
-            "both studies must report the same comparisons",
-        )
-    for name in ("se_a", "se_b"):
-        if (arrays[name] < 0).any():
-            raise input_error(
-                call, name, arrays[name].tolist(), "standard errors >= 0", "a standard error is never negative"
-            )
-    difference = arrays["estimates_a"] - arrays["estimates_b"]
-    va, vb = arrays["se_a"] ** 2, arrays["se_b"] ** 2
-    scale = np.sqrt(va + vb)
-    exact = scale == 0
-    if (exact & (difference != 0)).any():
-        raise input_error(
-            call,
-            "se_a",
-            arrays["se_a"].tolist(),
-            "a standard error > 0 in one study wherever the two estimates differ",
-            "two estimates without uncertainty that differ cannot be compared by z",
-        )
-    # Two estimates without uncertainty that are equal agree exactly: z = 0.
-    z = np.where(exact, 0.0, difference / np.where(exact, 1.0, scale))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        welch = (va + vb) ** 2 / (va**2 / arrays["dof_a"] + vb**2 / arrays["dof_b"])
-    welch = np.where(exact | ~np.isfinite(welch), np.inf, welch)
-    # The normal score of z's own tail probability (t with the Welch dof; normal where it is inf).
-    tail = np.where(
-        np.isinf(welch), stats.norm.sf(np.abs(z)), stats.t.sf(np.abs(z), np.where(np.isinf(welch), 1, welch))
-    )
-    scores = np.sign(z) * stats.norm.isf(tail)
+    arrays = _agreement_arrays(call, estimates_a, se_a, estimates_b, se_b, dof_a, dof_b)
+    z, welch = _agreement_z(call, arrays)
+    scores = _normal_scores(z, welch)
     statistic = float(np.sum(scores**2))
     dof = int(z.size)
     return {

@@ -257,6 +257,42 @@ def publish_wandb_attempt(
     """
     call = "publish_wandb_attempt"
     require_instance(call, "attempt", attempt, WandbAttempt, hint="pass the fit's attempt.")
+    result_path = _new_receipt_path(call, result_path)
+    paths = _published_files(call, files)
+    clean_metrics = _finite_metrics(metrics)
+    digests = {name: sha256_file(path) for name, path in paths.items()}
+
+    import wandb
+
+    run = wandb.run
+    if run is not None and run.id != attempt.run_id:
+        raise QhInputError(
+            f"{call}: the active wandb run id={run.id!r} is not allowed; allowed: attempt.run_id="
+            f"{attempt.run_id!r}. HINT: publish from the process that owns this attempt's run."
+        )
+    if attempt.offline:
+        publication = _offline_publication(call, run, clean_metrics)
+    else:
+        publication = _online_publication(call, wandb, attempt, run, clean_metrics, digests, paths)
+    body = {
+        "attempt": attempt.evidence(),
+        "files": digests,
+        "metrics": clean_metrics,
+        "links": {"logical_run_id": attempt.logical_run_id},
+        "publication": publication,
+    }
+    write_receipt(
+        result_path,
+        WandbAttemptReceipt,
+        body=body,
+        inputs=paths,
+        outputs=None,
+    )
+    return body
+
+
+def _new_receipt_path(call: str, result_path: Path) -> Path:
+    """``result_path`` as a Path, refused unless it is a new ``*.receipt.json`` (receipts are write-once)."""
     result_path = Path(result_path)
     if not result_path.name.endswith(".receipt.json"):
         raise input_error(
@@ -275,6 +311,12 @@ def publish_wandb_attempt(
             "it already exists.",
             error=PublishConflictError,
         )
+    return result_path
+
+
+def _published_files(call: str, files: Any) -> dict[str, Path]:
+    """The files to publish as name -> Path, refused unless every name is a safe component and
+    every path an existing file."""
     if not isinstance(files, Mapping) or not files:
         raise input_error(call, "files", files, "a non-empty mapping name -> file path", "bind the published files.")
     paths: dict[str, Path] = {}
@@ -283,72 +325,65 @@ def publish_wandb_attempt(
         if not Path(path).is_file():
             raise MissingEvidenceError(f"{call}: files[{name!r}]={str(path)!r} does not exist or is not a file.")
         paths[name] = Path(path)
-    clean_metrics = _finite_metrics(metrics)
-    digests = {name: sha256_file(path) for name, path in paths.items()}
+    return paths
 
-    import wandb
 
-    run = wandb.run
-    if run is not None and run.id != attempt.run_id:
-        raise QhInputError(
-            f"{call}: the active wandb run id={run.id!r} is not allowed; allowed: attempt.run_id="
-            f"{attempt.run_id!r}. HINT: publish from the process that owns this attempt's run."
-        )
-    if attempt.offline:
-        local_run = None
-        if run is not None:
-            if not run.offline:
-                raise QhInputError(f"{call}: the active wandb run {run.id!r} is online but attempt.offline=True.")
-            run.summary.update(clean_metrics)
-            local_run = {"id": run.id, "dir": str(run.dir)}
-        publication: dict[str, Any] = {
-            "status": "closed offline segment",
-            "cloud_publication": "not published (offline segment)",
-            "local_wandb_run": local_run,
-            "sync_note": "`wandb sync` may upload it later as a new run in group logical_run_id",
-        }
-    else:
-        if run is None:
-            raise QhError(
-                f"{call}: no active wandb run for online attempt run_id={attempt.run_id!r}. HINT: start it "
-                "with WandbLogger(**attempt.apply(...)) and publish before wandb.finish()."
-            )
-        if run.offline:
-            raise QhInputError(
-                f"{call}: the active wandb run {run.id!r} is offline but attempt.offline=False. HINT: unset "
-                "WANDB_MODE=offline or construct an offline attempt."
-            )
+def _offline_publication(call: str, run: Any, clean_metrics: dict[str, float]) -> dict[str, Any]:
+    """Close an offline segment: the active offline run (if any) gets the summary; nothing goes
+    to the cloud. Returns the receipt's ``publication``."""
+    local_run = None
+    if run is not None:
+        if not run.offline:
+            raise QhInputError(f"{call}: the active wandb run {run.id!r} is online but attempt.offline=True.")
         run.summary.update(clean_metrics)
-        artifact_name = f"{attempt.logical_run_id}-{attempt.resolved_local_attempt_id}"
-        artifact = wandb.Artifact(
-            name=artifact_name,
-            type="qhlab-attempt",
-            metadata={"files_sha256": digests, "attempt": attempt.evidence()},
-        )
-        for name, path in paths.items():
-            artifact.add_file(str(path), name=name)
-        run.log_artifact(artifact)
-        publication = {
-            "status": "published online",
-            "cloud_publication": "summary updated and artifact logged to the online run",
-            "artifact": {"name": artifact_name, "type": "qhlab-attempt"},
-            "run": {"id": run.id, "project": run.project, "entity": run.entity, "url": run.url},
-        }
-    body = {
-        "attempt": attempt.evidence(),
-        "files": digests,
-        "metrics": clean_metrics,
-        "links": {"logical_run_id": attempt.logical_run_id},
-        "publication": publication,
+        local_run = {"id": run.id, "dir": str(run.dir)}
+    return {
+        "status": "closed offline segment",
+        "cloud_publication": "not published (offline segment)",
+        "local_wandb_run": local_run,
+        "sync_note": "`wandb sync` may upload it later as a new run in group logical_run_id",
     }
-    write_receipt(
-        result_path,
-        WandbAttemptReceipt,
-        body=body,
-        inputs=paths,
-        outputs=None,
+
+
+def _online_publication(
+    call: str,
+    wandb: Any,
+    attempt: WandbAttempt,
+    run: Any,
+    clean_metrics: dict[str, float],
+    digests: dict[str, str],
+    paths: dict[str, Path],
+) -> dict[str, Any]:
+    """Publish to the active online run: its summary, then one artifact holding the files.
+
+    ``wandb`` is the module the caller imported lazily. Returns the receipt's ``publication``.
+    """
+    if run is None:
+        raise QhError(
+            f"{call}: no active wandb run for online attempt run_id={attempt.run_id!r}. HINT: start it "
+            "with WandbLogger(**attempt.apply(...)) and publish before wandb.finish()."
+        )
+    if run.offline:
+        raise QhInputError(
+            f"{call}: the active wandb run {run.id!r} is offline but attempt.offline=False. HINT: unset "
+            "WANDB_MODE=offline or construct an offline attempt."
+        )
+    run.summary.update(clean_metrics)
+    artifact_name = f"{attempt.logical_run_id}-{attempt.resolved_local_attempt_id}"
+    artifact = wandb.Artifact(
+        name=artifact_name,
+        type="qhlab-attempt",
+        metadata={"files_sha256": digests, "attempt": attempt.evidence()},
     )
-    return body
+    for name, path in paths.items():
+        artifact.add_file(str(path), name=name)
+    run.log_artifact(artifact)
+    return {
+        "status": "published online",
+        "cloud_publication": "summary updated and artifact logged to the online run",
+        "artifact": {"name": artifact_name, "type": "qhlab-attempt"},
+        "run": {"id": run.id, "project": run.project, "entity": run.entity, "url": run.url},
+    }
 
 
 def quiet_wandb_settings() -> Any:
