@@ -221,7 +221,7 @@ def test_verify_recomputes_the_gates_and_refuses_forgeries_and_nested_copies(tmp
 
 @pytest.mark.slow
 def test_freeze_binds_a_check_that_met_its_share_and_refuses_what_disagrees(tmp_path, cache, reference, capsys):
-    from qhlab.study import preparation
+    from qhlab.report import preparation_section
 
     passed = json.loads((reference / "e0.json").read_text())["passed"]
     # The same draws re-derived with a minimum they meet: a copy of the check, its record removed;
@@ -263,7 +263,7 @@ def test_freeze_binds_a_check_that_met_its_share_and_refuses_what_disagrees(tmp_
     assert body["record_sha256"] == sha256_file(met / "e0.json") == sha256_file(frozen / "preparation/e0/e0.json")
     assert (body["passed"], body["draws"], body["train_seeds"]) == (passed, 3, [21, 22, 23])
     assert body["gate"] == {"canary_updates": 600, "canary_gap_multiple": 10.0, "tie_band": 0.001, "seeds": [0, 1]}
-    lines = "\n".join(preparation._e0_lines(body, " m"))
+    lines = "\n".join(preparation_section._e0_lines(body, " m"))
     assert f"{passed} of 3 passed (share {passed / 3:.2f}" in lines and "| 21 |" in lines
     assert "tie_band 0.001 m," in lines
     capsys.readouterr()
