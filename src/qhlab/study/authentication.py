@@ -230,9 +230,7 @@ class FrozenStudy:
 
     def recipe(self, arm: str, seed: int, updates: int) -> QhRecipe:
         """The recipe of one cell, refused unless its digest is the one the freeze binds."""
-        # Lazy: keeps importing this module free of torch.
         recipe = self.config.cell_recipe(arm, seed, updates, sources=self.sources)
-
         frozen = self.body.recipes[arm][str(seed)][str(updates)]
         if recipe_digest(recipe) != frozen:
             raise EvidenceError(
