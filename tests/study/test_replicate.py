@@ -21,7 +21,7 @@ from scipy import stats
 
 from qhlab.cli import main
 from qhlab.evidence import QhInputError, canonical_json
-from qhlab.statistics.replication import agreement_test
+from qhlab.statistics.agreement import agreement_test
 from record_forgery import reseal
 
 

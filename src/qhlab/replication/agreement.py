@@ -21,7 +21,7 @@ from typing import Any
 from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence.layout import DOCUMENT_SCHEMA_VERSION
 from qhlab.report.render import fmt, table
-from qhlab.statistics.replication import agreement_test
+from qhlab.statistics.agreement import agreement_test
 
 # The two studies a replication compares, as its records name them.
 SIDES = ("original", "replica")

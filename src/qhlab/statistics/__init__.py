@@ -4,11 +4,11 @@ Owns, one idea per module: ``bootstrap`` (BCa scene-bootstrap intervals, paired 
 are compared, the retention margins D_reg and D_mae with a seed's reading of them, and the
 probability of improvement over scenes), ``replication`` (seed-pooled paired differences whose
 intervals carry the fits' noise, replication labels, the study's retention decision and minimum
-detectable effects) and ``variance`` (a pilot's seed and TRAIN-draw components of each
-comparison). Every function takes arrays and settings and returns plain records; the docstrings
-give shapes. Does not own: computing per-scene MAE or regret
-(``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or reading
-evidence.
+detectable effects), ``agreement`` (whether two studies of one design agree) and ``variance`` (a
+pilot's seed and TRAIN-draw components of each comparison). Every function takes arrays and
+settings and returns plain records; the docstrings give shapes. Does not own: computing per-scene
+MAE or regret (``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or
+reading evidence.
 """
 
-__all__ = ["bootstrap", "replication", "variance"]
+__all__ = ["agreement", "bootstrap", "replication", "variance"]
