@@ -144,3 +144,47 @@ def test_code_no_freeze_bound_never_runs_however_it_is_loaded(tmp_path, what) ->
     done = _run(tmp_path, copy, module, digests, str(user))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1.0" and not (tmp_path / "mark").exists(), (what, done.stdout, done.stderr)
+
+
+PACKAGE_ARM = textwrap.dedent(
+    """
+    import importlib.resources
+    import json
+
+
+    def build(arch, dims):
+        root = importlib.resources.files(__package__)
+        shapes = sorted(p.name for p in (root / "shapes").iterdir())
+        return json.loads((root / "widths.json").read_text(encoding="utf-8")), shapes
+    """
+)
+
+
+def test_package_data_is_read_from_the_checked_copy_through_importlib_resources(tmp_path) -> None:
+    from qhlab.execution.user_code import FrozenSource, provide
+
+    package = tmp_path / "user" / "myarms"
+    (package / "shapes").mkdir(parents=True)
+    (package / "__init__.py").write_text(PACKAGE_ARM)
+    (package / "widths.json").write_text('{"hidden": 48}')
+    (package / "shapes" / "wide.json").write_text("{}")
+    located, files = read_source("myarms/__init__.py:build", tmp_path / "user")
+    assert located.kind == "package" and "myarms/widths.json" in files
+    copy = tmp_path / "copy"
+    for rel, data in files.items():
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        (copy / rel).write_bytes(data)
+    source = provide(
+        FrozenSource(
+            owner="arm 'resources'",
+            entry="myarms/__init__.py:build",
+            root=copy,
+            module=located.module,
+            function="build",
+            files=file_digests(files),
+        )
+    )
+    build = source.entry_function()
+    # The copy's files changed after its check: what the arm reads is still the bytes checked.
+    (copy / "myarms" / "widths.json").write_text('{"hidden": 4096}')
+    assert build(None, None) == ({"hidden": 48}, ["wide.json"])

@@ -20,13 +20,16 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.resources.abc
 import importlib.util
+import io
 import linecache
 import os
 import re
 import sys
 import sysconfig
 import traceback
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,17 +379,47 @@ class FrozenSource:
 
 
 class _CopyLoader(importlib.abc.Loader):
-    """Executes a module from bytes already checked: never a file read later, never bytecode."""
+    """Executes a module from bytes already checked: never a file read later, never bytecode.
 
-    def __init__(self, source: bytes, origin: str) -> None:
+    A package's data files (``importlib.resources.files(__package__)``) are served from the same
+    checked bytes, so the data a copy reads is the data its freeze bound.
+    """
+
+    def __init__(self, source: bytes, origin: str, resources: _CopyResources | None = None) -> None:
         self._source = source
         self._origin = origin
+        self._resources = resources
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None
 
     def exec_module(self, module: Any) -> None:
         exec(compile(self._source, self._origin, "exec", dont_inherit=True), module.__dict__)
+
+    def get_resource_reader(self, fullname: str) -> _CopyResources | None:
+        return self._resources
+
+
+class _CopyResources(importlib.resources.abc.TraversableResources):
+    """One package directory of a checked copy, as ``importlib.resources`` reads it: in memory.
+
+    The copy's bytes are held in a zip archive built in memory, whose ``zipfile.Path`` is a
+    ``Traversable`` (``joinpath``, ``iterdir``, ``read_bytes``, ``read_text``, ``open``).
+    """
+
+    def __init__(self, files: dict[str, bytes], package: str) -> None:
+        self._files = files
+        self._package = package
+        self._archive: zipfile.ZipFile | None = None
+
+    def files(self) -> zipfile.Path:
+        if self._archive is None:
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, "w") as archive:
+                for rel, data in sorted(self._files.items()):
+                    archive.writestr(rel, data)
+            self._archive = zipfile.ZipFile(buffer)
+        return zipfile.Path(self._archive, at=f"{self._package}/")
 
 
 class _CopyFinder(importlib.abc.MetaPathFinder):
@@ -411,9 +444,9 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
         parts = top_and_rest.split(".")
         for rel, package in (("/".join(parts) + "/__init__.py", True), ("/".join(parts) + ".py", False)):
             if rel in files:
-                spec = importlib.machinery.ModuleSpec(
-                    fullname, _CopyLoader(files[rel], str(root / rel)), origin=str(root / rel), is_package=package
-                )
+                resources = _CopyResources(files, "/".join(parts)) if package else None
+                loader = _CopyLoader(files[rel], str(root / rel), resources)
+                spec = importlib.machinery.ModuleSpec(fullname, loader, origin=str(root / rel), is_package=package)
                 if package:
                     spec.submodule_search_locations = []
                 spec.has_location = True
