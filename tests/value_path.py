@@ -70,7 +70,7 @@ def carries(name: str, value: Any, seed: int) -> bool:
     """Whether the argument ``name=value`` carries ``seed`` (see the module docstring)."""
     if name == "seed" and _is(value, seed):
         return True
-    if _is(_own(value, "seed"), seed):
+    if _is(_own(value, "seed"), seed) or _is(_own(_own(value, "recipe"), "seed"), seed):
         return True
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and _is(value[1], seed):
         return True

@@ -357,7 +357,6 @@ def test_fit_recipe_takes_one_request_object(tmp_path, tiny):
         fit_recipe(_recipe(tmp_path))
     with pytest.raises(TypeError):
         FitRequest(_recipe(tmp_path), "cpu-fp32", tmp_path)  # keyword-only: fields are named at the call
-    assert not (tmp_path / "out").exists()
 
 
 def test_memory_ceiling_is_admitted_with_the_lane_before_anything_is_written(tmp_path, tiny):
@@ -694,3 +693,66 @@ def test_a_fit_reports_its_progress_to_the_sink_of_its_process(tmp_path, tiny, c
     reports.clear()
     fit_recipe(FitRequest(recipe=_recipe(tmp_path, updates=40), output=tmp_path / "again", **kwargs))
     assert reports == []
+
+
+def _request(tmp_path: Path, tiny, out: Path, **options) -> FitRequest:
+    return FitRequest(
+        recipe=_recipe(tmp_path),
+        profile="cpu-fp32",
+        output=out,
+        train=tiny["train"],
+        validation=tiny["validation"],
+        progress=False,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("step", ["save_tensor_state", "publish_wandb_attempt"])
+def test_a_fit_failing_after_training_closes_its_run_and_the_next_fit_runs(tmp_path, tiny, monkeypatch, step):
+    """A full disk at the final state (after ``Trainer.fit``) or at the W&B receipt (publishing)."""
+    import wandb
+
+    from qhlab.training import launcher
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(launcher, step, full_disk)
+        with pytest.raises(OSError, match="No space left on device"):
+            fit_recipe(_request(tmp_path, tiny, tmp_path / "failed"))
+    # Left open, the run would be taken over by the next fit, whose publication then refuses it.
+    assert wandb.run is None
+    result = fit_recipe(_request(tmp_path, tiny, tmp_path / "next"))
+    attempt = read_receipt(result.wandb_receipt, WandbAttemptReceipt).body_record()
+    assert result.observed_updates == 8 and attempt["attempt"]["local_attempt_id"] == result.local_attempt_id
+
+
+def test_a_scorer_refused_in_the_seeded_process_leaves_no_segment_directory(tmp_path, tiny):
+    from qhlab.evidence import EvidenceError
+
+    out = tmp_path / "out"
+    with pytest.raises(EvidenceError, match=r"has structure [0-9a-f]{16} .* not the 0000000000000000 its freeze"):
+        fit_recipe(_request(tmp_path, tiny, out, expected_structure="0" * 64))
+    # Only the logical run's writer lock: no cell or segment directory was made for the refused fit.
+    assert [p.relative_to(out).parts[0] for p in out.rglob("*")] == [".locks"] * len(list(out.rglob("*")))
+
+
+def test_a_continuation_refused_before_it_trains_leaves_the_segment_resumable(tmp_path, tiny, monkeypatch):
+    from qhlab.evidence import EvidenceError
+    from qhlab.training import launcher
+    from qhlab.training.segments import continuation_of
+
+    out = tmp_path / "out"
+    interrupted = _interrupted_segment(tmp_path, out, tiny)
+
+    def forged(*args, **kwargs):
+        raise EvidenceError("cold initialization: forged for the test")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(launcher, "verified_cold_initialization_lineage", forged)
+        with pytest.raises(EvidenceError, match="forged for the test"):
+            fit_recipe(_request(tmp_path, tiny, out, resume=interrupted.name))
+    assert continuation_of(interrupted) is None
+    resumed = fit_recipe(_request(tmp_path, tiny, out, resume=interrupted.name))
+    assert resumed.observed_updates == 8 and continuation_of(interrupted) == resumed.output_directory

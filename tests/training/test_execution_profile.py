@@ -515,6 +515,12 @@ def test_cuda_memory_accounting_sets_fraction_and_resets_peaks() -> None:
         assert evidence["peak_allocated_bytes"] >= x.numel() * 4
         with pytest.raises(QhInputError, match="max_allocated_bytes"):
             profile.prepare_memory_accounting(total * 2)
+        with pytest.raises(QhInputError, match=f"allowed: at most the device's {total} bytes"):
+            profile.check_memory_ceiling(total * 2)  # at admission, before anything is written
+        # The fraction is process-wide: a later fit without a cap runs uncapped, and says so.
+        record = profile.prepare_memory_accounting(None)
+        assert record["cap_enforced"] is False and record["memory_fraction"] == 1.0
+        assert torch.cuda.get_per_process_memory_fraction(0) == 1.0
     finally:
         # The cap is process-wide: later CUDA tests in this process must not inherit it.
         torch.cuda.set_per_process_memory_fraction(previous_fraction, 0)

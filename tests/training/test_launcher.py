@@ -363,4 +363,26 @@ def test_launch_request_refuses_a_receipt_field_the_launcher_writes(tmp_path):
             recipe_digest="d" * 64,
             receipt_fields={"seed": 1, "study": None},
         )
-    assert not (tmp_path / "cell").exists()
+
+
+def test_a_segment_is_seeded_before_its_directory_exists(tmp_path):
+    """``start_segment`` writes nothing: a module refused in the seeded process leaves no directory."""
+    recipe = _Recipe()
+    admitted = admit_launch("cpu-fp32", recipe)
+    request = LaunchRequest(
+        datamodule=_Data(),
+        update_budget=recipe.updates,
+        seed=recipe.seed,
+        attempt=WandbAttempt(run_id="late", offline=True, logical_run_id="toy"),
+        directory=tmp_path / "cell" / "late",
+        recipe_digest="d" * 64,
+        options=LaunchOptions(progress=False),
+    )
+    segment = start_segment(admitted, request)
+    drawn = torch.rand(3)
+    torch.manual_seed(recipe.seed)
+    assert torch.equal(torch.rand(3), drawn)  # seeded ...
+    assert not (tmp_path / "cell").exists()  # ... and nothing written
+    published = publish_segment(train_segment(start_segment(admitted, request), _Regressor(recipe)))
+    assert published.directory == segment.directory == tmp_path / "cell" / "late"
+    assert verify_directory(published.directory)

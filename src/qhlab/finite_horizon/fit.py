@@ -362,9 +362,10 @@ class Fit:
     """One fit, read top to bottom, like a recipe: ``prepare``, ``train``, ``evaluate``, ``publish``.
 
     ``prepare`` validates and admits everything (nothing is written); the other three run under
-    the logical run's writer lock. ``train`` seeds the process (``start_segment``), builds the
-    Lightning module and hands it to the launcher's ``train_segment`` (cold initialization,
-    ``Trainer.fit``, final state, fit receipt); ``evaluate`` scores the final state on validation;
+    the logical run's writer lock. ``train`` seeds the process (``start_segment``, nothing written),
+    builds the Lightning module and hands it to the launcher's ``train_segment`` (the segment
+    directory, cold initialization, ``Trainer.fit``, final state, fit receipt); ``evaluate`` scores
+    the final state on validation;
     ``publish`` hands the evaluation to ``publish_segment`` (the W&B attempt receipt). Its
     collaborators (the module, the datamodule, the callbacks, the W&B attempt and the resumed
     state) are built here and passed down; the launcher never calls back.
@@ -396,9 +397,10 @@ class Fit:
             try:
                 files, metrics = self.evaluate(trained)
             except BaseException:
+                # The run is closed as failed: left open, the next fit in this process would take it over.
                 abandon_segment(trained)
                 raise
-            return self.publish(trained, files, metrics)
+            return self.publish(trained, files, metrics)  # closes the run, as failed if publishing fails
 
     def prepare(self) -> None:
         """Validate the recipe, populations, lane, resume lineage and output; build the data.

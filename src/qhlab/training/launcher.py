@@ -331,12 +331,12 @@ class LaunchRequest:
 
 @dataclasses.dataclass(frozen=True)
 class StartedSegment:
-    """A segment whose directory exists and whose process is seeded: build its module now.
+    """A segment whose process is seeded: build its module now. Nothing of it is written yet.
 
     Attributes:
         admitted: the admitted profile and applied recipe.
         request: the segment's data, budget, identity and options.
-        directory: the new segment directory.
+        directory: the segment directory ``train_segment`` creates (it must not exist).
         source: ``source_package_digest()``, hashed once for every receipt of the segment.
         memory_accounting: the profile's memory accounting, prepared before the module is built.
         started: ``time.perf_counter()`` at the start (the receipts' wall seconds count from it).
@@ -373,34 +373,37 @@ class TrainedSegment:
 
 
 def start_segment(admitted: AdmittedLaunch, request: LaunchRequest) -> StartedSegment:
-    """Create ``request.directory`` (it must not exist), seed every generator and prepare the
-    profile's memory accounting: what must happen before the module is built.
+    """Seed every generator and prepare the profile's memory accounting: what must happen before
+    the module is built. Writes nothing: a module its caller then refuses leaves no directory.
 
     The caller has validated everything (the budget, the options) and called
-    :func:`admit_launch`; the segment's files are published write-once below the directory.
+    :func:`admit_launch`; ``train_segment`` creates the directory and publishes the segment's
+    files write-once below it.
     """
     started = time.perf_counter()
     source = source_package_digest()
-    directory = fresh_directory(request.directory)
     seed_everything(request.seed, workers=True, verbose=False)
     memory_accounting = admitted.profile.prepare_memory_accounting(admitted.max_allocated_bytes)
-    return StartedSegment(admitted, request, directory, source, memory_accounting, started)
+    return StartedSegment(admitted, request, Path(request.directory), source, memory_accounting, started)
 
 
 def train_segment(segment: StartedSegment, module: LightningModule) -> TrainedSegment:
-    """Train ``module``: cold initialization, ``Trainer.fit`` to the budget, final state, fit receipt.
+    """Train ``module``: the segment directory, cold initialization, ``Trainer.fit`` to the budget,
+    final state, fit receipt.
 
     Args:
         segment: the started segment (``start_segment``), in whose seeded process ``module`` was built.
         module: a LightningModule whose ``configure_optimizers`` returns one AdamW optimizer.
 
     Raises:
+        PublishConflictError: the segment directory exists.
         FitInterrupted: SIGINT; a segment checkpoint was published first.
-        QhError: the observed update count differs from the budget, or a callback failed (the
-            W&B run is closed either way).
+        QhError: the observed update count differs from the budget, or a callback failed. Whatever
+            fails once the W&B run has started closes it as failed.
     """
-    admitted, request, directory = segment.admitted, segment.request, segment.directory
+    admitted, request = segment.admitted, segment.request
     budget, source = request.update_budget, segment.source
+    directory = fresh_directory(segment.directory)
     cold_init, lineage = _start_lineage(module, request, directory, source["sha256"])
     identity = {
         "recipe_digest": request.recipe_digest,
@@ -415,20 +418,39 @@ def train_segment(segment: StartedSegment, module: LightningModule) -> TrainedSe
         trainer, checkpoints, logger = _train(
             admitted, request, module, directory, identity, cold_init, budget, lane=lane, source_sha256=source["sha256"]
         )
+    try:
+        receipt = _publish_trained(segment, module, trainer, checkpoints, lane, directory, identity, cold_init, lineage)
+    except BaseException:
+        # A failed or interrupted end of the segment (a refusal, a full disk, Ctrl-C) closes its
+        # run: an open run would be taken over by the next fit in this process.
+        _finish_wandb(logger, directory, exit_code=1)
+        raise
+    observed, final_state, final_sha = receipt
+    return TrainedSegment(segment, logger, observed, cold_init, final_state, final_sha, directory / FIT_RECEIPT)
 
+
+def _publish_trained(
+    segment: StartedSegment,
+    module: LightningModule,
+    trainer: Trainer,
+    checkpoints: SegmentCheckpointCallback,
+    lane: LaneEvidenceCallback,
+    directory: Path,
+    identity: dict,
+    cold_init: Path,
+    lineage: dict,
+) -> tuple[int, Path, str]:
+    """The trained segment's checks, final state and fit receipt: ``(observed updates, final state, its sha256)``."""
+    admitted, request, source = segment.admitted, segment.request, segment.source
+    budget = request.update_budget
     optimizer = trainer.optimizers[0]
     observed = observed_optimizer_updates(optimizer)
     if observed != budget:
-        _finish_wandb(logger, directory, exit_code=1)
         raise QhError(
             f"train_segment: observed {observed} optimizer updates but update_budget={budget}. HINT: the fit "
             "ended early (max_steps backstop or data exhausted); no final state was published."
         )
-    try:
-        lane_checks = lane.record()  # refuses unreviewed MPS CPU fallbacks before the final state
-    except QhError:
-        _finish_wandb(logger, directory, exit_code=1)
-        raise
+    lane_checks = lane.record()  # refuses unreviewed MPS CPU fallbacks before the final state
     tensors, structure = capture_training_state(module, optimizer)
     final_state = directory / FINAL_STATE
     final_sha = save_tensor_state(final_state, tensors, structure)
@@ -472,7 +494,7 @@ def train_segment(segment: StartedSegment, module: LightningModule) -> TrainedSe
         inputs=fit_inputs,
         outputs={"final_state": final_state, "final_state_structure": structure_path(final_state)},
     )
-    return TrainedSegment(segment, logger, observed, cold_init, final_state, final_sha, directory / FIT_RECEIPT)
+    return observed, final_state, final_sha
 
 
 def publish_segment(
@@ -489,16 +511,20 @@ def publish_segment(
     directory, request, logger = segment.directory, segment.request, trained.logger
     files = dict(files or {})
     metrics = {"observed_updates": float(trained.observed_updates), **(metrics or {})}
-    if logger is not None:
-        logger.log_metrics(metrics, step=trained.observed_updates)
-        # Final values belong in the run summary (what W&B tables and filters read), not only
-        # in the history rows.
-        logger.experiment.summary.update({**metrics, "final_state_sha256": trained.final_state_sha256})
-    # Publish while the run is still active: online publication attaches the summary and
-    # the artifact to wandb.run. The offline run's .wandb file is not bound: wandb-core
-    # still appends to it asynchronously after finish() returns, so its bytes are not final.
-    published = {"fit_receipt": trained.fit_receipt, "final_state": trained.final_state, **files}
-    publish_wandb_attempt(request.attempt, directory / WANDB_RECEIPT, published, metrics)
+    try:
+        if logger is not None:
+            logger.log_metrics(metrics, step=trained.observed_updates)
+            # Final values belong in the run summary (what W&B tables and filters read), not only
+            # in the history rows.
+            logger.experiment.summary.update({**metrics, "final_state_sha256": trained.final_state_sha256})
+        # Publish while the run is still active: online publication attaches the summary and
+        # the artifact to wandb.run. The offline run's .wandb file is not bound: wandb-core
+        # still appends to it asynchronously after finish() returns, so its bytes are not final.
+        published = {"fit_receipt": trained.fit_receipt, "final_state": trained.final_state, **files}
+        publish_wandb_attempt(request.attempt, directory / WANDB_RECEIPT, published, metrics)
+    except BaseException:
+        abandon_segment(trained)
+        raise
     _finish_wandb(logger, directory, exit_code=0)
     return LaunchResult(
         directory=directory,
@@ -544,11 +570,12 @@ def _start_lineage(
         "previous_state_sha256": resume.state_sha256,
         "start_updates": resume.start_updates,
     }
-    # First file of a continuation: the previous segment is now continued (at most once).
-    publish_json(directory / CONTINUATION_FILE, continued)
     cold_init = copy_cold_initialization(resume.previous_directory, directory)
     verified = verified_cold_initialization_lineage(cold_init, source_package_digest=source_sha256, seed=request.seed)
     module.load_state_dict(module_state_tensors(resume.tensors), strict=True)
+    # The previous segment is now continued (at most once): marked only once its lineage verified
+    # and its state loaded, so a continuation refused here leaves the previous segment resumable.
+    publish_json(directory / CONTINUATION_FILE, continued)
     return cold_init, {"kind": "resumed", **continued, "cold_initialization": lineage_record(verified)}
 
 
@@ -601,14 +628,14 @@ def _train(
         tags=options.tags,
         group=options.group,
     )
-    # Start the run now and drop the link wandb-core made at its start (``<run>/logs/debug-core.log``):
-    # an attempt killed mid-fit then holds no symbolic link, which `qhlab verify` and `sign` refuse.
-    _ = logger.experiment
-    drop_wandb_links(Path(directory) / "wandb")
     remaining = budget - start_updates
     # A GradScaler may skip steps that global_step still counts; allow for them.
     max_steps = remaining if admitted.recipe.precision == "32-true" else 2 * remaining + 100
     try:
+        # Start the run now and drop the link wandb-core made at its start (``<run>/logs/debug-core.log``):
+        # an attempt killed mid-fit then holds no symbolic link, which `qhlab verify` and `sign` refuse.
+        _ = logger.experiment
+        drop_wandb_links(Path(directory) / "wandb")
         with fit_log(directory):
             trainer = build_trainer(
                 admitted.recipe,

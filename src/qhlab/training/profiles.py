@@ -403,7 +403,8 @@ class QhExecutionProfile:
         (Commissioning's MPS live-tensor guard is a separate, sampled budget.)
 
         Raises:
-            QhInputError: not None or an int >= 1, or declared on a lane other than CUDA.
+            QhInputError: not None or an int >= 1, declared on a lane other than CUDA, or above
+                the CUDA device's memory (checked where the lane was admitted).
         """
         if max_allocated_bytes is None:
             return None
@@ -417,6 +418,10 @@ class QhExecutionProfile:
                 f"None on a {self.device_type!r} lane (only CUDA lanes enforce a ceiling)",
                 "drop max_allocated_bytes, or run on a CUDA lane such as cuda-amp.",
             )
+        import torch
+
+        if torch.cuda.is_available():
+            _require_within_device(call, max_allocated_bytes, int(torch.cuda.get_device_properties(0).total_memory))
         return max_allocated_bytes
 
     def prepare_memory_accounting(self, max_allocated_bytes: int | None) -> dict[str, Any]:
@@ -443,19 +448,14 @@ class QhExecutionProfile:
             self._require_backend(call)
             total = int(torch.cuda.get_device_properties(0).total_memory)
             if max_allocated_bytes is not None:
-                if max_allocated_bytes > total:
-                    raise input_error(
-                        call,
-                        "max_allocated_bytes",
-                        max_allocated_bytes,
-                        f"at most the device's {total} bytes",
-                        "lower the cap.",
-                    )
+                _require_within_device(call, max_allocated_bytes, total)
                 fraction = max_allocated_bytes / total
                 torch.cuda.set_per_process_memory_fraction(fraction, 0)
                 record.update(cap_enforced=True, memory_fraction=fraction)
             else:
-                record.update(cap_enforced=False, reason="no cap requested")
+                # The fraction is process-wide: an earlier capped fit in this process must not cap this one.
+                torch.cuda.set_per_process_memory_fraction(1.0, 0)
+                record.update(cap_enforced=False, memory_fraction=1.0, reason="no cap requested")
             torch.cuda.reset_peak_memory_stats(0)
             record.update(total_memory_bytes=total, peak_stats_reset=True)
         elif self.device_type == "mps":
@@ -602,6 +602,13 @@ def execution_policy_source(source_root: Path | None = None) -> dict[str, str]:
                 error=MissingEvidenceError,
             )
     return {"owner": _POLICY_OWNER, "sha256": sha256_file(path), "schema_version": _POLICY_SCHEMA_VERSION}
+
+
+def _require_within_device(call: str, max_allocated_bytes: int, total: int) -> None:
+    if max_allocated_bytes > total:
+        raise input_error(
+            call, "max_allocated_bytes", max_allocated_bytes, f"at most the device's {total} bytes", "lower the cap."
+        )
 
 
 def _require_cap(call: str, max_allocated_bytes: Any) -> int:
