@@ -320,6 +320,33 @@ def test_study_run_with_an_unreachable_cluster_exits_2_and_writes_nothing(tiny_c
     assert not output.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_study_run_refuses_an_output_that_is_not_its_own_and_leaves_it_as_it_was(
+    config_writer, tiny_config, tmp_path, population_cache, capsys
+):
+    from qhlab.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("mine")
+    for output, allowed in (
+        (afile, "allowed: a new or empty directory. HINT"),
+        (afile / "sub", f"allowed: a new or empty directory (it lies below the file {str(afile)!r})"),
+        (occupied, "allowed: a new or empty directory. HINT"),
+    ):
+        assert main(["study", "run", str(tiny_config), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"error: freeze_study: output={str(output)!r} is not allowed; {allowed}"), line
+    assert afile.read_text() == "mine" and sorted(p.name for p in occupied.iterdir()) == ["notes.txt"]
+    # A run refused after its lock was taken (its TRAIN is missing) in the user's own empty directory.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = config_writer(tmp_path / "cfg", population_cache, **{'preset = "tiny"\nseed = 7': 'path = "nowhere"'})
+    assert main(["study", "run", str(missing), "--output", str(empty)]) == 2
+    assert "nowhere" in capsys.readouterr().err and list(empty.iterdir()) == []
+
+
 def test_train_byte_tampering_refused(config_writer, tmp_path, population_cache):
     from qhlab.scenes import cached_population
 

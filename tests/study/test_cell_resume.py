@@ -52,3 +52,28 @@ def test_a_killed_cell_resumes_from_its_last_checkpoint(tmp_path, finished_study
     assert resumed["evaluation"]["scene_mae"] == original["evaluation"]["scene_mae"]
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["verify", str(study)]) == 0
+
+
+def test_an_interrupted_cell_names_the_study_command_not_fits_resume_option(
+    study_copy, finished_study, monkeypatch, capsys
+) -> None:
+    from qhlab.evidence.layout import BENCHMARK_DIR, REPORT_DIR
+    from qhlab.finite_horizon import fit
+    from qhlab.training.launcher import FitInterrupted
+
+    study = study_copy(REPORT_DIR, BENCHMARK_DIR, "cells/variant_deep-s1")
+    segment = study / "cells" / "variant_deep-s1" / "variant_deep-s1-attempt"
+
+    def interrupted(request):
+        # What the launcher raises when Ctrl-C stops a fit at a checkpoint.
+        message = f"fit interrupted at 5 observed updates. HINT: continue with --resume {segment.name}."
+        raise FitInterrupted(message, segment, 5)
+
+    monkeypatch.setattr(fit, "fit_recipe", interrupted)
+    argv = ["study", "run-fit", str(finished_study["config"]), "--output", str(study)]
+    assert main([*argv, "--variant", "variant_deep", "--seed", "1"]) == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"error: cell variant_deep-s1: fit interrupted at 5 observed updates; segment checkpoint written in {segment}. "
+        "HINT: run the same `qhlab study` command again: the cell continues from this checkpoint."
+    )

@@ -192,6 +192,7 @@ def _fit(
 
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
+    from qhlab.training.launcher import FitInterrupted
     from qhlab.training.segments import interrupted_segment
 
     # Authenticated before anything in the cell changes.
@@ -202,27 +203,36 @@ def _fit(
     # finished study holds no link (`qhlab sign` refuses links).
     for killed in _attempt_directories(cell_dir):
         drop_wandb_links(killed / "wandb")
-    result = fit_recipe(
-        FitRequest(
-            recipe=recipe,
-            profile=frozen.config.profile,
-            output=cell_dir.parent,
-            train=frozen.train_population(),
-            validation=validation,
-            cell=cell_dir.name,
-            evaluate=validation is not None,
-            train_rows=rows,
-            max_allocated_bytes=frozen.config.max_allocated_bytes,
-            progress=progress,
-            # W&B: the study's canaries and cells group together under the study's name.
-            job_type="canary" if rows is not None else "cell",
-            group=frozen.config.name,
-            study=frozen.identity,
-            resume=None if interrupted is None else interrupted.name,
-            curve_updates=frozen.config.curve_updates if validation is not None else (),
-            expected_structure=frozen_structure(frozen, recipe.architecture.arm),
-        )
+    request = FitRequest(
+        recipe=recipe,
+        profile=frozen.config.profile,
+        output=cell_dir.parent,
+        train=frozen.train_population(),
+        validation=validation,
+        cell=cell_dir.name,
+        evaluate=validation is not None,
+        train_rows=rows,
+        max_allocated_bytes=frozen.config.max_allocated_bytes,
+        progress=progress,
+        # W&B: the study's canaries and cells group together under the study's name.
+        job_type="canary" if rows is not None else "cell",
+        group=frozen.config.name,
+        study=frozen.identity,
+        resume=None if interrupted is None else interrupted.name,
+        curve_updates=frozen.config.curve_updates if validation is not None else (),
+        expected_structure=frozen_structure(frozen, recipe.architecture.arm),
     )
+    try:
+        result = fit_recipe(request)
+    except FitInterrupted as exc:
+        # `--resume` is `qhlab fit`'s option: a study continues an interrupted cell by itself.
+        raise FitInterrupted(
+            f"cell {cell_dir.name}: fit interrupted at {exc.at} observed updates; segment checkpoint written "
+            f"in {exc.directory}. HINT: run the same `qhlab study` command again: the cell continues from "
+            "this checkpoint.",
+            exc.directory,
+            exc.at,
+        ) from None
     return Path(result.output_directory)
 
 

@@ -65,7 +65,7 @@ from qhlab.study.populations import (
 from qhlab.study.preparation import check_populations, check_preparation, copy_preparation
 from qhlab.training.profiles import execution_profile
 
-__all__ = ["describe_family", "freeze"]
+__all__ = ["describe_family", "freeze", "refuse_occupied", "release_refused_output"]
 
 
 def describe_family(frozen: FrozenStudy) -> list[str]:
@@ -105,8 +105,9 @@ def freeze(
     check_preparation(config, user_source_digests(config, resolved.parent))
     output = Path(output)
     refuse_linked_study(output, "freeze_study")
-    _refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
+    refuse_occupied(output, data)  # before the lock file is created in a directory that is not ours
     created = not output.exists()
+    before = set(os.listdir(output)) if output.is_dir() else set()
     try:
         with exclusive_lock(
             output / FREEZE_LOCK,
@@ -115,16 +116,48 @@ def freeze(
         ):
             return _freeze_locked(config, data, resolved, output, executor, gate_feasible)
     except QhInputError:
-        # Bad TRAIN data is refused with nothing written: a directory this call made for its
-        # lock alone goes again (a concurrent freeze's lock is held, so its refusal is not this).
-        if created and output.is_dir() and {p.name for p in output.iterdir()} <= {FREEZE_LOCK, RUN_LOCK}:
-            shutil.rmtree(output, ignore_errors=True)
+        # Bad TRAIN data is refused with nothing written (a concurrent freeze's lock is held, so
+        # its refusal is not this one).
+        release_refused_output(output, created=created, before=before)
         raise
 
 
-def _refuse_occupied(output: Path, data: bytes) -> bool:
-    """Refuse an output that is frozen or holds anything else; return whether a killed freeze
-    of the same config bytes left only its config copy there (it may then complete)."""
+def release_refused_output(output: Path, *, created: bool, before: set[str]) -> None:
+    """Leave an output that a refused run or freeze used only for its lock files as it was found.
+
+    Args:
+        output: the study's output directory.
+        created: whether the refused call made the directory (it then goes too).
+        before: the names the directory held before the call; those lock files stay.
+    """
+    if not output.is_dir():
+        return
+    names = {p.name for p in output.iterdir()}
+    if not names <= {FREEZE_LOCK, RUN_LOCK}:
+        return  # anything else there is a study's or the user's, and stays
+    for name in names - before:
+        (output / name).unlink(missing_ok=True)
+    if created:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+def refuse_occupied(output: Path, data: bytes) -> bool:
+    """Refuse an output that is frozen, holds anything else or lies below a file; return whether
+    a killed freeze of the same config bytes left only its config copy there (it may then complete).
+
+    Raises:
+        PublishConflictError: the output is frozen.
+        QhInputError: any other output but a new or empty directory (or the killed freeze's).
+    """
+    below_file = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
+    if below_file is not None:
+        raise input_error(
+            "freeze_study",
+            "output",
+            str(output),
+            f"a new or empty directory (it lies below the file {str(below_file)!r})",
+            "each study publishes into its own directory",
+        )
     if (output / FREEZE_RECEIPT).exists():
         raise PublishConflictError(
             f"freeze_study: {output / FREEZE_RECEIPT} already exists; a study is frozen once. "
@@ -161,7 +194,7 @@ def _freeze_locked(
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.data import load_population
 
-    _refuse_occupied(output, data)  # again, now that no other freeze can run here
+    refuse_occupied(output, data)  # again, now that no other freeze can run here
     digests = user_source_digests(config, resolved.parent)
     preparation, prepared_from = check_preparation(config, digests)
     train_path = resolve_population(

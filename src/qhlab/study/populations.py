@@ -16,7 +16,7 @@ import numpy as np
 
 from qhlab.design.study_config import PopulationSource
 from qhlab.evidence import input_error, read_receipt
-from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES
+from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES, STUDY_CALL
 from qhlab.execution.user_code import read_source
 from qhlab.scenes import cached_population
 from qhlab.scenes.environment import EnvironmentSpec
@@ -64,7 +64,16 @@ def resolve_population(
         environment: the environment as frozen (a TRAIN population's copy of a user environment).
     """
     if source.path is not None:
-        return Path(source.path)
+        path = Path(source.path)
+        if not (path / MANIFEST).is_file():
+            raise input_error(
+                STUDY_CALL,
+                f"{split}.path",
+                str(path),
+                "an existing population directory (one `qhlab scenes generate` wrote)",
+                "generate the population there, or name a preset and seed instead",
+            )
+        return path
 
     reporter = None
     if progress:

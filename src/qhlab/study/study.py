@@ -31,7 +31,6 @@ from qhlab.evidence.layout import (
     CANARY_DIR,
     DEVELOPMENT_RECEIPT,
     E0_RECEIPT,
-    FREEZE_LOCK,
     FREEZE_RECEIPT,
     REPORT_DIR,
     REPORT_MARKDOWN,
@@ -54,7 +53,7 @@ from qhlab.study.authentication import (
 from qhlab.study.benchmarks import benchmark_cells
 from qhlab.study.cells import fit_cell
 from qhlab.study.development import seal_development
-from qhlab.study.freeze import describe_family, freeze
+from qhlab.study.freeze import describe_family, freeze, refuse_occupied, release_refused_output
 from qhlab.study.remote import check_cells_feasible
 from qhlab.study.run import fit_canaries, run_cells, say_benchmark, say_e0
 from qhlab.study.status import study_status
@@ -309,10 +308,13 @@ class Study:
         self._reporter("qhlab study run")  # refused before anything is written
         with self.roots():
             console = console or study_console()
-            config, _, _ = read_study_config(self.config_path)
+            config, data, _ = read_study_config(self.config_path)
             choice = self.executor or config.executor_choice()
             refuse_linked_study(self.output, "qhlab study run")
+            if not (self.output / FREEZE_RECEIPT).exists():
+                refuse_occupied(self.output, data)  # before a lock file is made in a directory that is not ours
             created, locked = not self.output.exists(), False
+            before = set(os.listdir(self.output)) if self.output.is_dir() else set()
             try:
                 # Held for the whole run: a second run of this study is refused at its start (exit 3)
                 # and the first never meets it cell by cell.
@@ -329,14 +331,11 @@ class Study:
                             check_cells_feasible(config, "qhlab study run")
                         return self._run_steps(console, runner)
             except BaseException:
-                # A run refused before its freeze wrote anything leaves no directory behind: the
-                # output is not used up by a refusal. Only the run that held the lock cleans up: a
-                # run refused by another's lock leaves that run's directory alone.
-                locks = {RUN_LOCK, FREEZE_LOCK}
-                if created and locked and self.output.is_dir() and {p.name for p in self.output.iterdir()} <= locks:
-                    for name in locks:
-                        (self.output / name).unlink(missing_ok=True)
-                    self.output.rmdir()
+                # A run refused before its freeze wrote anything leaves the output as it found it:
+                # the output is not used up by a refusal. Only the run that held the lock cleans
+                # up: a run refused by another's lock leaves that run's directory alone.
+                if locked:
+                    release_refused_output(self.output, created=created, before=before)
                 raise
 
     def _run_steps(self, console: Any, runner: JobRunner) -> int:

@@ -83,9 +83,18 @@ __all__ = [
 
 
 class FitInterrupted(QhError):
-    """The fit stopped on SIGINT after publishing a segment checkpoint. Exit status 130."""
+    """The fit stopped on SIGINT after publishing a segment checkpoint. Exit status 130.
+
+    Attributes:
+        directory: the interrupted segment, which its checkpoint continues.
+        at: the observed updates at that checkpoint.
+    """
 
     exit_code = 130
+
+    def __init__(self, message: str, directory: Path | None = None, at: int | None = None) -> None:
+        super().__init__(message)
+        self.directory, self.at = directory, at
 
 
 # ------------------------------------------------------------------------------ trainer, W&B
@@ -651,7 +660,9 @@ def _train(
         _finish_wandb(logger, directory, exit_code=130)
         raise FitInterrupted(
             f"fit interrupted at {checkpoints.interrupted_at} observed updates (budget {budget}); segment "
-            f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}."
+            f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}.",
+            directory,
+            checkpoints.interrupted_at,
         ) from None
     except BaseException:
         _finish_wandb(logger, directory, exit_code=1)
