@@ -61,6 +61,7 @@ def test_the_cells_table_holds_the_reports_values(exported) -> None:
         "seed",
         "horizon",
         "metric",
+        "unit",
         "value",
         "low",
         "high",
@@ -69,6 +70,8 @@ def test_the_cells_table_holds_the_reports_values(exported) -> None:
     ]
     h = report["horizon"]
     assert len(cells) == len(report["cells"]) * h * 2
+    # Every row says what its values measure, as the report does: a table read away from its study too.
+    assert set(cells["unit"]) == {report["unit"]} and report["unit"]
     for cell in report["cells"]:
         for metric in ("mae", "regret"):
             rows = cells[(cells.arm == cell["arm"]) & (cells.seed == cell["seed"]) & (cells.metric == metric)]

@@ -94,6 +94,23 @@ def test_not_a_study_exits_2_with_one_line(tmp_path, capsys):
     assert _listing(tmp_path) == before
 
 
+def test_a_study_naming_its_recipe_file_by_a_relative_path_has_a_status(tmp_path, config_writer, population_cache):
+    """As the demo's config does (``recipe = "preparation/demo-tune/recipe.toml"``)."""
+    from qhlab.finite_horizon.studies.architecture_study import freeze_study
+
+    inline = '[experiment.recipe]\nname = "tiny"\n'
+    config = config_writer(tmp_path / "cfg", population_cache, **{inline: "[experiment.recipe_table]\n"})
+    text = config.read_text()
+    start, end = text.index("[experiment.recipe_table]"), text.index("[[experiment.arms]]")
+    (tmp_path / "cfg" / "recipes").mkdir()
+    (tmp_path / "cfg" / "recipes" / "tiny.toml").write_text(text[start:end].split("\n", 1)[1])
+    config.write_text(text[:start] + '[experiment]\nrecipe = "recipes/tiny.toml"\n\n' + text[end:])
+    output = tmp_path / "study"
+    freeze_study(config, output)
+    rows = _rows(output)
+    assert list(rows) == ROWS and rows["freeze"]["state"] == "authenticated"
+
+
 def test_frozen_study_shows_every_later_row_not_started(frozen_copy):
     rows = _rows(frozen_copy)
     assert list(rows) == ROWS

@@ -8,11 +8,14 @@ sections), reading receipts (``qhlab.evidence``) or the command line (``qhlab.cl
 The tables, one row per value (``docs/how-to/export-results.md`` loads them with pandas and
 DuckDB):
 
-* ``cells``: ``study, arm, role, seed, horizon, metric, value, low, high, confidence,
-  observed_updates``: each cell's MAE_h and regret_h (in the reward's unit) for h = 1..H, with its 95%
-  scene-bootstrap interval, exactly as ``report.json`` holds them;
-* ``scenes``: ``study, arm, role, seed, scene_id, horizon, metric, value``: the value of every
+* ``cells``: ``study, arm, role, seed, horizon, metric, unit, value, low, high, confidence,
+  observed_updates``: each cell's MAE_h and regret_h for h = 1..H, with its 95% scene-bootstrap
+  interval, exactly as ``report.json`` holds them;
+* ``scenes``: ``study, arm, role, seed, scene_id, horizon, metric, unit, value``: the value of every
   validation scene, from the cell receipts the report binds (a cell's metric is their mean).
+
+``unit`` is the reward's unit as the report states it (``report.json``'s ``unit``), on every row, so
+a table read away from its study still says what its values measure.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ EXPORT_FORMATS = ("parquet", "csv")
 _CALL = "qhlab study export"
 _METRICS = ("mae", "regret")
 _WHO = ("study", "arm", "role", "seed")
-_CELLS = (*_WHO, "horizon", "metric", "value", "low", "high", "confidence", "observed_updates")
-_SCENES = (*_WHO, "scene_id", "horizon", "metric", "value")
+_CELLS = (*_WHO, "horizon", "metric", "unit", "value", "low", "high", "confidence", "observed_updates")
+_SCENES = (*_WHO, "scene_id", "horizon", "metric", "unit", "value")
 
 
 def _report(output: Path) -> dict:
@@ -93,6 +96,7 @@ def export_tables(output: str | os.PathLike) -> dict[str, Any]:
                             **who,
                             "horizon": h,
                             "metric": metric,
+                            "unit": report["unit"],
                             "value": value,
                             "low": interval["low"],
                             "high": interval["high"],
@@ -108,11 +112,11 @@ def export_tables(output: str | os.PathLike) -> dict[str, Any]:
                     f"{cell['final_state_sha256'][:16]} its report read. HINT: a cell receipt was replaced after "
                     "the report; run `qhlab verify` on the study."
                 )
-            evaluation = body["evaluation"]
+            evaluation, unit = body["evaluation"], report["unit"]
             for metric in _METRICS:
                 for scene_id, values in zip(evaluation["scene_ids"], evaluation[f"scene_{metric}"], strict=True):
                     scenes += [
-                        {**who, "scene_id": scene_id, "horizon": h, "metric": metric, "value": value}
+                        {**who, "scene_id": scene_id, "horizon": h, "metric": metric, "unit": unit, "value": value}
                         for h, value in enumerate(values, 1)
                     ]
     return {

@@ -55,6 +55,7 @@ from qhlab.evidence import (
     recorded_origin,
 )
 from qhlab.evidence.envelope import Receipt
+from qhlab.study.authentication import frozen_config_path
 from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
@@ -120,7 +121,9 @@ def _status(output: Path) -> dict:
             f"a study output directory (it holds {layout.FREEZE_RECEIPT})",
             "pass the --output directory of `qhlab study freeze` or `qhlab study run`",
         )
-    config, _, _ = read_study_config(output / layout.STUDY_CONFIG_COPY)
+    # The config as the study's steps read it: the original while it is unchanged, so a recipe file
+    # it names by a relative path resolves where it did.
+    config, _, _ = read_study_config(frozen_config_path(output))
     freeze, frozen = _receipt_row("freeze", output / layout.FREEZE_RECEIPT, StudyFreezeReceipt)
     # The user's own arm files are only compared, never imported: the study uses its frozen copies.
     sources = {} if frozen is None else source_changes(frozen.body)
