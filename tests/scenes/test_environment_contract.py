@@ -129,6 +129,11 @@ def test_an_exception_in_user_code_names_the_users_file_and_line(tmp_path, capsy
             lambda text: text.replace('reference_candidate = "wait"', 'reference_candidate = "uniform"'),
             "reference_candidate='uniform' (allowed: an identifier other than best_fixed_index",
         ),
+        # The class itself passes a check of its members; its methods then fail for want of self.
+        (
+            lambda text: text.replace("    return Hopper(options)", "    return Hopper"),
+            "make(options) returned the class 'Hopper'; allowed: an environment object",
+        ),
         # A declared K far above what a state holds would size every load and verify by it.
         (
             lambda text: text.replace("max_candidates = 5", "max_candidates = 300000"),

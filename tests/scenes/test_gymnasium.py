@@ -147,6 +147,12 @@ def test_terminal_states_are_absorbing_in_the_population_qhlab_writes(tmp_path) 
         ('env_id = "NoSuchTask-v9"', "env_id='NoSuchTask-v9'", "allowed: a registered Gymnasium id"),
         ('env_id = "CartPole-v1"\nshaping = { feature = 9 }', "shaping=", "an index of the state (0..3)"),
         ('env_id = "CartPole-v1"\nreward_unit = 3', "reward_unit=3", "a string"),
+        # A reset key the task never reads (CartPole reads low and high) would be silently ignored.
+        (
+            'env_id = "CartPole-v1"\nreset = { lo = -0.1, high = 0.1 }',
+            "reset={'lo': -0.1, 'high': 0.1}",
+            "allowed: keys CartPole-v1's reset reads (it never read 'lo')",
+        ),
     ],
 )
 def test_a_task_qhlab_cannot_take_is_one_refusal_and_writes_nothing(tmp_path, capsys, options, field, allowed) -> None:
@@ -222,4 +228,13 @@ def test_a_pair_that_sets_part_of_the_state_is_refused_as_hidden_state(tmp_path,
     assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "step(scene, state, " in err and "not deterministic" in err, err
+    assert not (tmp_path / "pop").exists()
+
+
+def test_a_typo_in_the_options_of_ones_own_pair_is_qhlabs_refusal_not_an_error_in_ones_code(tmp_path, capsys) -> None:
+    preset = _own_pair_preset(tmp_path, 'env_id = "CartPole-v1"\npul = 0.6')
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: qhlab.scenes.gymnasium: options=['pul'] is not allowed; allowed: only env_id"), line
+    assert line.count("HINT") == 1 and "own code" not in line
     assert not (tmp_path / "pop").exists()

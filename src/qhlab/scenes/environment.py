@@ -158,9 +158,11 @@ def read_environment_source(factory: str, base: Path | None, *, call: str) -> tu
     try:
         located, files = read_source(factory, base or Path.cwd(), field="environment.factory")
     except ValueError as exc:
+        reason = str(exc)
+        if not reason.startswith("environment.factory="):  # a malformed entry's reason says it all already
+            reason = f"environment.factory={factory!r} is not allowed; allowed: {ENTRY_FORMS} ({reason})"
         raise QhInputError(
-            f"{call}: environment.factory={factory!r} is not allowed; allowed: {ENTRY_FORMS} ({exc}). HINT: a "
-            "relative file is found beside the preset file that names it."
+            f"{call}: {reason}. HINT: a relative file is found beside the preset file that names it."
         ) from None
     digests = file_digests(files)
     record = {
@@ -287,12 +289,13 @@ class Environment:
             )
         try:
             env = factory(dict(spec.options))
-        except QhInputError:
-            # A built-in factory's refusal of its options is the preset's input error, already
-            # naming the option, the value and what is allowed.
-            if spec.builtin:
+        except QhInputError as exc:
+            # A refusal qhlab raised itself (a built-in factory's, or a qhlab helper the user's factory
+            # called, such as make_with_state) is the preset's input error, already naming the option,
+            # the value and what is allowed: not an error in the user's code.
+            if spec.builtin or _raised_by_qhlab(exc):
                 raise
-            raise _user_error(call, label, "make(options)", sys.exc_info()[1], roots) from None
+            raise _user_error(call, label, "make(options)", exc, roots) from None
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one refusal naming the user's line
             raise _user_error(call, label, "make(options)", exc, roots) from None
         made = cls._checked(spec, env, label, roots, call)
@@ -302,6 +305,11 @@ class Environment:
 
     @classmethod
     def _checked(cls, spec: EnvironmentSpec, env: Any, label: str, roots: tuple[str, ...], call: str) -> Environment:
+        if isinstance(env, type):
+            raise QhInputError(
+                f"{call}: {label}: make(options) returned the class {env.__name__!r}; allowed: an environment "
+                f"object. HINT: return an instance, e.g. {env.__name__}(options), not the class."
+            )
         problems = []
         identity = getattr(env, "identity", None)
         if (
@@ -568,6 +576,17 @@ def sampling_record(preset: Any, *, split: str, seed: int) -> dict:
         },
         "label_dtype": "float64",
     }
+
+
+def _raised_by_qhlab(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in qhlab's own source (its innermost frame), not in user code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_QHLAB_SOURCE)
+
+
+_QHLAB_SOURCE = Path(__file__).resolve().parents[1]
 
 
 def _user_error(call: str | None, label: str, method: str, exc: BaseException, roots: tuple[str, ...]) -> UserCodeError:

@@ -26,8 +26,8 @@ How a task becomes a qhlab environment (the documented default):
   acting on the object.
 * **Options**: ``env_id`` (required), ``kwargs`` (passed to ``gymnasium.make``, e.g.
   ``{ is_slippery = false }``), ``reset`` (passed to ``reset(options=...)``, e.g. CartPole's
-  ``{ low = -0.2, high = 0.2 }``; passed as they are: a key the task does not read is ignored by
-  the task, not by qhlab), ``shaping`` (potential-based shaping on one state value,
+  ``{ low = -0.2, high = 0.2 }``; a key the task's reset never reads is refused as a typo),
+  ``shaping`` (potential-based shaping on one state value,
   ``{ feature = 3, scale = -1.0, absolute = true }``: r + phi(s') - phi(s) with
   phi(s) = scale * s[feature], or scale * |s[feature]| when ``absolute``; recorded with the
   options). Over qhlab's finite horizon the shaping telescopes: an H-step return becomes the
@@ -58,6 +58,45 @@ _OPTIONS = ("env_id", "kwargs", "reset", "shaping", "reward_unit")
 _CALL = "qhlab.scenes.gymnasium"
 
 
+class _ReadKeys(dict):
+    """A task's reset options that record which keys the task read (a key it never reads is a typo)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def _all(self) -> None:
+        self.read.update(super().keys())
+
+    def keys(self) -> Any:
+        self._all()
+        return super().keys()
+
+    def items(self) -> Any:
+        self._all()
+        return super().items()
+
+    def values(self) -> Any:
+        self._all()
+        return super().values()
+
+    def __iter__(self) -> Any:
+        self._all()
+        return super().__iter__()
+
+
 def _refuse(field: str, value: Any, allowed: str, hint: str) -> QhInputError:
     return QhInputError(f"{_CALL}: {field}={value!r} is not allowed; allowed: {allowed}. HINT: {hint}.")
 
@@ -86,7 +125,8 @@ def _shaping(shaping: Any, width: int) -> dict | None:
             "shaping",
             shaping,
             f"{{ feature = an index of the state (0..{width - 1}), scale = a finite number, absolute = true | false }}",
-            "potential-based shaping on one state value leaves the optimal policy unchanged",
+            "potential-based shaping on one state value; over an unbounded horizon it leaves the optimal policy "
+            "unchanged",
         )
     return {"feature": int(feature), "scale": float(scale), "absolute": absolute}
 
@@ -132,10 +172,19 @@ class GymnasiumEnvironment:
         if not isinstance(space, gymnasium.spaces.Discrete):
             raise _refuse("env_id", env_id, "a task with discrete actions", f"its action space is {space}")
         self.max_candidates = int(space.n)
+        recording = _ReadKeys(self.reset_options)
         try:
-            self.unwrapped.reset(seed=0, options=self.reset_options or None)
+            self.unwrapped.reset(seed=0, options=recording or None)
         except Exception as exc:  # noqa: BLE001  (a task's reset raises what it raises)
             raise _refuse("reset", self.reset_options, f"the reset options {env_id} takes", f"reset: {exc}") from None
+        unread = sorted(set(self.reset_options) - recording.read)
+        if unread:
+            raise _refuse(
+                "reset",
+                self.reset_options,
+                f"keys {env_id}'s reset reads (it never read {', '.join(map(repr, unread))})",
+                "a typo is refused, never ignored; the task's reset(options=...) says which keys it reads",
+            )
         self._access = state_access
         if state_access is not None:
             self.kind = "user"
