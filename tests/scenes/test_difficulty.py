@@ -187,3 +187,18 @@ def test_blockers_sit_on_the_target_line_when_the_preset_asks() -> None:
     assert on_line >= 30
     with pytest.raises(QhInputError, match="blocker_probability"):
         puck_parameters("tiny", blocker_probability=1.5)
+
+
+def test_a_clamped_tie_band_suggests_the_canary_multiple_at_the_clamped_band() -> None:
+    from qhlab.scenes.difficulty import _suggestion_lines, suggested_settings
+
+    # Two candidates 2000 points apart in every state: a hundredth of the spread (20) is above what a
+    # study accepts (10), and the gap's multiple is of the band a study can take (1000 / 10).
+    q = np.zeros((4, 2, 1))
+    q[:, 1, 0] = 2000.0
+    suggested = suggested_settings(q, np.ones((4, 2), dtype=bool))
+    assert suggested["tie_band"] == 10.0 and suggested["canary_gap_multiple_at_most"] == 100
+    assert suggested["clamped"] == ["tie_band", "huber_delta"]
+    (line,) = _suggestion_lines(suggested, "points")
+    assert "tie_band 10 points (clamped to what a study accepts: a hundredth of the median spread" in line
+    assert "2000 points, is 20 points)" in line and "at most 100 at that tie_band" in line

@@ -99,9 +99,9 @@ PlainNumber = Annotated[float, BeforeValidator(_plain_number)]
 PlainNumeric = Annotated[float | int, BeforeValidator(_plain_number)]
 """A number that keeps an integer an int (a search space's bounds)."""
 _PathText = Annotated[str, BeforeValidator(_path_text)]
-# The largest sensible scale of a native-unit threshold: the table is 1.2 m across and a
-# return is a few metres at most, so anything above this is a typo, not a choice.
-_MAX_METRES = 10.0
+# The largest threshold a study takes, in the reward's unit (a few metres bound the puck world's
+# returns); a reward on a larger scale is declared in a larger unit.
+_MAX_REWARD = 10.0
 # Execution, not science: where and how many fits run at once. Results do not depend on them
 # (tests compare final-state bytes), so the freeze binds the config without them and they may
 # change between steps (a new cluster address, more workers).
@@ -306,8 +306,8 @@ class SeedVarianceConfig(BaseModel):
 
     model_config = _FROZEN
 
-    regret: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
-    mae: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
+    regret: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
+    mae: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
     seeds: _Int = Field(ge=2, le=1000)
     source: str = Field(min_length=1, max_length=500)
 
@@ -382,7 +382,7 @@ class QhArchitectureStudyConfig(BaseModel):
     seeds: tuple[_Int, ...]
     canary_updates: _Int = Field(ge=1, le=MAX_UPDATES)
     broad_updates: _Int = Field(ge=1, le=MAX_UPDATES)
-    tie_band: PlainNumber = Field(ge=0.0, le=_MAX_METRES)
+    tie_band: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
     canary_gap_multiple: PlainNumber = Field(default=10.0, ge=1.0, le=1000.0)
     curve_points: _Int = Field(default=4, ge=1, le=64)
     regret_fraction: PlainNumber = Field(gt=0.0, le=100.0)

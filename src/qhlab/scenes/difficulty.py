@@ -205,9 +205,15 @@ def _suggestion_lines(suggested: dict[str, Any] | None, unit: str) -> list[str]:
     if suggested["tie_band"] is None:
         return ["  suggested for a study on it: none: no chain state's candidates differ at H"]
     gap = suggested["canary_gap_multiple_at_most"]
+    spread = (
+        "a hundredth of the median spread of Q*_H over the states whose candidates differ, "
+        f"{suggested['spread_H']:.4g}{unit}"
+    )
+    why = spread
+    if "tie_band" in suggested["clamped"]:
+        why = f"clamped to what a study accepts: {spread}, is {_one_digit(suggested['spread_H'] / 100.0):g}{unit}"
     return [
-        f"  suggested for a study on it: tie_band {suggested['tie_band']:g}{unit} (a hundredth of the median "
-        f"spread of Q*_H over the states whose candidates differ, {suggested['spread_H']:.4g}{unit}), huber_delta "
+        f"  suggested for a study on it: tie_band {suggested['tie_band']:g}{unit} ({why}), huber_delta "
         f"{suggested['huber_delta']:g}{unit} (the sd of Q*_H), canary_gap_multiple "
         + (
             f"at most {gap} at that tie_band (half the smallest gap over horizons of the 90th percentile chain "
@@ -260,6 +266,11 @@ def suggested_settings(q: np.ndarray, candidate_mask: np.ndarray) -> dict[str, A
     differing = spread_h[spread_h > 0]
     spread = float(np.median(differing)) if differing.size else 0.0
     tie_band = _one_digit(spread / 100.0) if differing.size else None
+    clamped = []
+    if tie_band is not None and tie_band > _LIMITS["tie_band"]:
+        # The multiple below is of the tie_band a study can take, so it is worked out at that one.
+        tie_band = _LIMITS["tie_band"]
+        clamped.append("tie_band")
     if q.shape[1] > 1:
         runner_up = np.sort(np.where(valid, q, -np.inf), axis=1)[:, -2, :]
         gaps = np.where(np.isfinite(runner_up), best - runner_up, 0.0).min(axis=1)  # [S]: smallest over h
@@ -275,10 +286,10 @@ def suggested_settings(q: np.ndarray, candidate_mask: np.ndarray) -> dict[str, A
         "tie_band": tie_band,
         "huber_delta": _one_digit(float(np.std(at_h))) if at_h.size else 0.0,
         "canary_gap_multiple_at_most": multiple,
-        "clamped": [],
+        "clamped": clamped,
     }
     for name, limit in _LIMITS.items():
-        if suggested[name] is not None and suggested[name] > limit:
+        if name != "tie_band" and suggested[name] is not None and suggested[name] > limit:
             suggested[name] = limit
             suggested["clamped"].append(name)
     return suggested
