@@ -96,6 +96,33 @@ def test_bad_e0_check_config_is_refused_with_nothing_written(tmp_path, cache, ca
     assert not output.exists()
 
 
+def test_an_output_that_can_never_be_this_checks_is_refused_before_anything_is_drawn(tmp_path, cache, capsys):
+    config = _check_config(tmp_path / "c", cache)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.toml").write_text("another config's bytes")
+    for output, allowed in (
+        (afile, "allowed: a new directory, or this config's check. HINT"),
+        (afile / "sub", f"allowed: a new directory, or this config's check (it lies below the file {str(afile)!r})"),
+        (other, "allowed: a new directory, or one begun with this config"),
+    ):
+        assert main(["e0-check", str(config), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"error: qhlab e0-check: --output={str(output)!r} is not allowed; {allowed}"), line
+    assert afile.read_text() == "mine" and sorted(p.name for p in other.iterdir()) == ["config.toml"]
+
+
+def test_a_study_naming_a_missing_e0_record_is_refused_by_its_field(tmp_path, cache, capsys):
+    missing = tmp_path / "nothing"
+    config = _study(tmp_path / "s", cache, e0=missing)
+    assert main(["study", "freeze", str(config), "--output", str(tmp_path / "study")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"preparation.e0={str(missing / 'e0.json')!r} is not allowed; allowed: an existing e0.json" in line, line
+    assert not (tmp_path / "study").exists()
+
+
 # ----------------------------------------------------------------- a real check
 
 

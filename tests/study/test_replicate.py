@@ -224,6 +224,11 @@ def test_a_replication_on_the_original_populations_is_refused(finished_study, tm
         assert not output.exists()
     code, _, err = _replicate(finished_study["output"], tmp_path / "neg", -1, 28)
     assert code == 2 and "--train-seed=-1 is not allowed" in err
+    # Inside the original: the sealed study would hold a second study.
+    before = sorted(str(p) for p in finished_study["output"].rglob("*"))
+    code, _, err = _replicate(finished_study["output"], finished_study["output"] / "rep", 27, 28)
+    assert code == 2 and "allowed: a directory outside the original study" in err, err
+    assert sorted(str(p) for p in finished_study["output"].rglob("*")) == before
 
 
 @pytest.mark.slow

@@ -144,7 +144,7 @@ def run_e0_check(run: ToolRun) -> dict:
     design = e0_design(study)
     digest = e0_digest(config, design)
     directory, say = run.directory, run.say
-    record = finished_record(directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check")
+    record = finished_record(directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check", data=data)
     if record is not None:
         say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
         return record

@@ -117,9 +117,19 @@ def study_record_head(kind: str, config: Any, digest: str, study: Any, design: d
 
 
 def finished_record(
-    directory: Path, receipt: str, read_record: Callable[[Path], dict], digest: str, *, call: str, what: str
+    directory: Path,
+    receipt: str,
+    read_record: Callable[[Path], dict],
+    digest: str,
+    *,
+    call: str,
+    what: str,
+    data: bytes | None = None,
 ) -> dict | None:
     """The record a finished run of this config left in ``directory``, or None when there is none.
+
+    The tools call it first, so an output that can never be this config's is refused before any
+    population is drawn or any file written.
 
     Args:
         directory: the tool's output directory.
@@ -128,10 +138,20 @@ def finished_record(
         digest: this run's config (and design) digest.
         call: the command named in a refusal.
         what: the tool's record, for the refusal (e.g. ``"tuning"``).
+        data: the config's bytes: a directory begun with another config is refused.
 
     Raises:
-        QhInputError: the directory holds the finished record of another config (nothing written).
+        QhInputError: the output is a file or lies below one, or the directory holds another
+            config's copy or finished record (nothing written).
     """
+    blocking = next((p for p in (directory, *directory.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        below = "" if blocking == directory else f" (it lies below the file {str(blocking)!r})"
+        raise input_error(
+            call, "--output", str(directory), f"a new directory, or this config's {what}{below}", "use another --output"
+        )
+    if data is not None:
+        _refuse_other_config(directory / RECORD_CONFIG_COPY, data, call=call)
     if not (directory / receipt).is_file():
         return None
     record = read_record(directory)
@@ -155,18 +175,21 @@ def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:
     Raises:
         QhInputError: ``path`` holds other bytes (nothing is written).
     """
-    if path.exists():
-        if path.read_bytes() != data:
-            raise input_error(
-                call,
-                "--output",
-                str(path.parent),
-                "a new directory, or one begun with this config",
-                f"its {path.name} is another config's; use another --output, or remove the "
-                "directory's config and records to re-derive them (finished fits are adopted)",
-            )
-        return
-    publish_bytes(path, data)
+    _refuse_other_config(path, data, call=call)
+    if not path.exists():
+        publish_bytes(path, data)
+
+
+def _refuse_other_config(path: Path, data: bytes, *, call: str) -> None:
+    if path.is_file() and path.read_bytes() != data:
+        raise input_error(
+            call,
+            "--output",
+            str(path.parent),
+            "a new directory, or one begun with this config",
+            f"its {path.name} is another config's; use another --output, or remove the "
+            "directory's config and records to re-derive them (finished fits are adopted)",
+        )
 
 
 def _adoptable(cell_dir: Path, expected: str, manifests: dict[str, str]) -> Path | None:

@@ -119,7 +119,7 @@ def run_pilot(run: ToolRun) -> dict:
     design = study_design(study, user_source_digests(study, Path(config.study).parent))
     digest = pilot_digest(config, design)
     directory = run.directory
-    record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot")
+    record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot", data=data)
     if record is not None:
         run.say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record

@@ -41,6 +41,10 @@ def _pilot(config: QhPlanConfig, study: Any) -> tuple[dict, str]:
     path = Path(config.pilot)
     if path.name != pilot_record.RECORD:
         raise input_error(PLAN_CALL, "pilot", config.pilot, f"the path of a pilot's {pilot_record.RECORD}", "name it")
+    if not path.is_file():
+        raise input_error(
+            PLAN_CALL, "pilot", config.pilot, f"an existing pilot's {pilot_record.RECORD}", "run `qhlab pilot`"
+        )
     pilot_record.check_record(path.parent)
     record = pilot_record.read_record(path.parent)
     differing = differing_keys(
@@ -65,6 +69,10 @@ def _tuning(config: QhPlanConfig, pilot: dict) -> tuple[dict | None, str | None]
     if path.name != tuning_record.RECORD:
         raise input_error(
             PLAN_CALL, "tuning", config.tuning, f"the path of a tuning's {tuning_record.RECORD}", "name it"
+        )
+    if not path.is_file():
+        raise input_error(
+            PLAN_CALL, "tuning", config.tuning, f"an existing tuning's {tuning_record.RECORD}", "run `qhlab tune`"
         )
     tuning_record.check_record(path.parent)
     record = tuning_record.read_record(path.parent)
@@ -108,7 +116,7 @@ def run_plan(run: ToolRun) -> dict:
     tuning, tuning_sha = _tuning(config, pilot)
     digest = plan_digest(config, pilot["design"], pilot_sha, tuning_sha)
     directory = run.directory
-    record = finished_record(directory, RECEIPT, read_record, digest, call=PLAN_CALL, what="plan")
+    record = finished_record(directory, RECEIPT, read_record, digest, call=PLAN_CALL, what="plan", data=data)
     if record is not None:
         run.say(f"plan {config.name}: already made; {directory / 'plan.json'}")
         return record

@@ -277,7 +277,7 @@ def run_tuning(run: ToolRun) -> dict:
     design = power_design(config, base)
     choice, directory, say = run.choice(config, TUNE_CALL), run.directory, run.say
     record = finished_record(
-        directory, RECEIPT, read_record, _config_digest(config, base, design), call=TUNE_CALL, what="tuning"
+        directory, RECEIPT, read_record, _config_digest(config, base, design), call=TUNE_CALL, what="tuning", data=data
     )
     if record is not None:
         say(

@@ -105,6 +105,14 @@ def replicate(
     _check_seeds(train_seed, validation_seed)
     output = Path(output)
     original = _finished(Path(study), populations)
+    if output.resolve().is_relative_to(Path(study).resolve()):
+        raise input_error(
+            CALL,
+            "--output",
+            str(output),
+            f"a directory outside the original study {str(study)!r}",
+            "a finished study is sealed evidence; write the replication beside it",
+        )
     body = original["freeze"]
     _steps_the_original_again(body)
     used = used_populations(body, original["development"])

@@ -76,6 +76,10 @@ def _checked_record(field: str, module: Any, record_path: Path, what: str, comma
             f"the path of {what}'s {module.RECORD}",
             f"name the {module.RECORD} that `{command}` wrote",
         )
+    if not record_path.is_file():
+        raise input_error(
+            _CALL, field, str(record_path), f"an existing {module.RECORD} of {what}", f"`{command}` writes one"
+        )
     source = record_path.parent
     return source, module.read_record(source), module.check_record(source)
 
