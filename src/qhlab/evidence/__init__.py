@@ -20,6 +20,7 @@ from qhlab.evidence.canonical import (
 from qhlab.evidence.errors import *  # noqa: F403
 from qhlab.evidence.layout import RECEIPT_SUFFIX
 from qhlab.evidence.publish import (
+    file_in_the_way,
     fresh_directory,
     publish_bytes,
     publish_directory,
@@ -50,6 +51,7 @@ __all__ = [
     "canonical_json",
     "differing_keys",
     "exclusive_lock",
+    "file_in_the_way",
     "fresh_directory",
     "locate_population",
     "population_roots",

@@ -23,6 +23,7 @@ from qhlab.evidence.errors import PublishConflictError, QhError, QhInputError
 
 __all__ = [
     "TEMP_MARKER",
+    "file_in_the_way",
     "fresh_directory",
     "publish_bytes",
     "publish_directory",
@@ -203,6 +204,14 @@ def publish_json(path: str | os.PathLike, obj: Any) -> str:
     data = canonical_json(obj)
     publish_bytes(path, data)
     return sha256_bytes(data)
+
+
+def file_in_the_way(path: str | os.PathLike) -> Path | None:
+    """The file at ``path`` or at its nearest existing ancestor that keeps a directory from being
+    made there (None: ``path`` is, or may become, a directory)."""
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    return None if existing is None or existing.is_dir() else existing
 
 
 def fresh_directory(path: str | os.PathLike) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qhlab.evidence import exclusive_lock, input_error, publish_bytes, read_receipt, sha256_file
+from qhlab.evidence import exclusive_lock, file_in_the_way, input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
 from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reporting
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
@@ -144,8 +144,8 @@ def finished_record(
         QhInputError: the output is a file or lies below one, or the directory holds another
             config's copy or finished record (nothing written).
     """
-    blocking = next((p for p in (directory, *directory.parents) if p.exists()), None)
-    if blocking is not None and not blocking.is_dir():
+    blocking = file_in_the_way(directory)
+    if blocking is not None:
         below = "" if blocking == directory else f" (it lies below the file {str(blocking)!r})"
         raise input_error(
             call, "--output", str(directory), f"a new directory, or this config's {what}{below}", "use another --output"

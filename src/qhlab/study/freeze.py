@@ -29,6 +29,7 @@ from qhlab.evidence import (
     QhInputError,
     canonical_json,
     exclusive_lock,
+    file_in_the_way,
     input_error,
     publish_bytes,
     read_receipt,
@@ -149,7 +150,7 @@ def refuse_occupied(output: Path, data: bytes) -> bool:
         PublishConflictError: the output is frozen.
         QhInputError: any other output but a new or empty directory (or the killed freeze's).
     """
-    below_file = next((p for p in output.parents if p.exists() and not p.is_dir()), None)
+    below_file = file_in_the_way(output.parent)
     if below_file is not None:
         raise input_error(
             "freeze_study",
