@@ -10,6 +10,7 @@ import argparse
 import os
 
 from qhlab.cli.command import Command
+from qhlab.cli.verify import content_checks
 from qhlab.evidence.signing import sign_directory
 
 __all__ = ["COMMAND", "run"]
@@ -35,11 +36,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Sign ``args.directory``; refuse (exit 2) when it holds a link, does not authenticate, is
-    already signed, or the key is unusable (each refusal names its cause; nothing is written)."""
+    """Sign ``args.directory``; refuse (exit 2) when it holds a link, does not authenticate (as
+    ``qhlab verify`` judges it: digests, every file accounted for, labels and recomputed
+    records), is already signed, or the key is unusable (each refusal names its cause; nothing
+    is written)."""
     password = os.environ.get(args.password_env) if args.password_env else None
     result = sign_directory(
-        args.directory, private_key=args.private_key, password=password, populations=args.populations
+        args.directory,
+        private_key=args.private_key,
+        password=password,
+        populations=args.populations,
+        # What verify refuses is never signed: its label and record checks too, not only the digests.
+        check=lambda verified: content_checks(args.directory, args.populations, verified, call="qhlab sign"),
     )
     print(
         f"signed: {result['signed_files']} files ({result['receipts']} receipts authenticated first) "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from qhlab.cli.command import Command
 from qhlab.evidence import EvidenceError, QhInputError, authentication_roots, recorded_origin, verify_directory
+from qhlab.evidence.accounting import unbound_lines
 from qhlab.evidence.envelope import record_checks
 from qhlab.evidence.signing import check_statement, signature_path, verify_signature
 from qhlab.scenes.manifest import environment_words, read_manifest
@@ -56,8 +57,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.directory``; raise an EvidenceError (exit 2) at the first failure."""
     # Lazy: keeps importing this module free of numpy.
-    from qhlab.scenes.audit import audit_population, check_population_labels, coverage_text
-    from qhlab.scenes.origin import user_environment
+    from qhlab.scenes.audit import coverage_text
 
     if args.audit is not None and args.audit < 1:
         raise QhInputError(
@@ -67,30 +67,7 @@ def run(args: argparse.Namespace) -> int:
     result = verify_directory(args.directory, args.populations)
     # Who made the bytes comes before what they say: a forged directory is refused by its signature.
     signature = _signature(args)
-    # Digests prove the bytes; the labels must also obey Bellman, and (a built-in environment's,
-    # stepped again) their successors, and with --audit the sampled trees. A user environment's
-    # code is never imported here.
-    checks = []
-    for population in result["populations"]:
-        manifest = read_manifest(population)
-        user_code = user_environment(manifest)
-        labels = check_population_labels(population, call="qhlab verify", simulate=False)
-        chain = labels.step >= 0
-        entry = {
-            "population": population,
-            "bellman": "exact",
-            "chain_states": int(chain.sum()),
-            "user_environment": user_code,
-            "environment": environment_words(manifest["generator"]),
-            "successors_checked": 0 if user_code else int(labels.mask[chain].sum()),
-        }
-        if args.audit is not None and not user_code:
-            entry["audit"] = audit_population(population, states=args.audit, call="qhlab verify")
-        checks.append(entry)
-    result["label_checks"] = checks
-    # A record's check re-reads the populations it binds: moved ones are found below --populations.
-    with authentication_roots(args.directory, args.populations, original=recorded_origin(args.directory)):
-        result["record_checks"] = _record_checks(args.directory, result["receipts"])
+    result.update(content_checks(args.directory, args.populations, result, audit=args.audit))
     result["signature"] = signature
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -103,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         f"verified: {len(result['receipts'])} receipts ({summary}); "
         f"{result['bound_files']} files bound and authenticated in {args.directory}"
     )
-    for entry in checks:
+    for entry in result["label_checks"]:
         line = f"labels: {entry['population']} ({entry['environment']}): every label obeys the Bellman rule exactly"
         if entry["user_environment"]:
             line += (
@@ -121,8 +98,17 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     for entry in result["record_checks"]:
         print(entry["line"])
-    if result["unbound_files"]:
-        print(f"note: {len(result['unbound_files'])} files are bound by no receipt (logs, W&B run files)")
+    if result["unbound"]:
+        counts: dict[str, int] = {}
+        for entry in result["unbound"]:
+            counts[entry["kind"]] = counts.get(entry["kind"], 0) + 1
+        print(
+            f"note: {len(result['unbound'])} files are bound by no receipt, so they prove nothing ("
+            + ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items())
+            + "); each by its path:"
+        )
+        for line in unbound_lines(result["unbound"]):
+            print(f"  {line}")
     if result["linked_logs"]:
         print(
             f"note: {len(result['linked_logs'])} W&B log link(s) a killed fit left ({result['linked_logs'][0]}); "
@@ -139,6 +125,57 @@ def run(args: argparse.Namespace) -> int:
     if result["signature"]["status"] != "verified":
         print(f"note: {KEYLESS}")
     return 0
+
+
+def content_checks(
+    directory: str, populations: list[str], verified: dict, *, audit: int | None = None, call: str = "qhlab verify"
+) -> dict:
+    """What the bytes say, checked after their digests (``verify_directory``): every label and record.
+
+    Digests prove the bytes; the labels must also obey Bellman, and (a built-in environment's,
+    stepped again) their successors, and with ``audit`` the sampled trees. A user environment's
+    code is never imported here. Every record whose kind registered a check is recomputed (a
+    study's report rebuilt from its cells). ``qhlab sign`` runs the same checks before it signs.
+
+    Args:
+        directory: the verified directory.
+        populations: further roots populations were copied to.
+        verified: what ``verify_directory`` returned for ``directory``.
+        audit: chain states to re-simulate per population, or None.
+        call: the command named in a refusal.
+
+    Returns:
+        ``{"label_checks": [...], "record_checks": [...]}``.
+
+    Raises:
+        EvidenceError: a label breaks the Bellman rule, a successor differs, or a record is not
+            what its bound inputs give.
+    """
+    # Lazy: keeps importing this module free of numpy.
+    from qhlab.scenes.audit import audit_population, check_population_labels
+    from qhlab.scenes.origin import user_environment
+
+    checks = []
+    for population in verified["populations"]:
+        manifest = read_manifest(population)
+        user_code = user_environment(manifest)
+        labels = check_population_labels(population, call=call, simulate=False)
+        chain = labels.step >= 0
+        entry = {
+            "population": population,
+            "bellman": "exact",
+            "chain_states": int(chain.sum()),
+            "user_environment": user_code,
+            "environment": environment_words(manifest["generator"]),
+            "successors_checked": 0 if user_code else int(labels.mask[chain].sum()),
+        }
+        if audit is not None and not user_code:
+            entry["audit"] = audit_population(population, states=audit, call=call)
+        checks.append(entry)
+    # A record's check re-reads the populations it binds: moved ones are found below --populations.
+    with authentication_roots(directory, populations, original=recorded_origin(directory)):
+        records = _record_checks(directory, verified["receipts"])
+    return {"label_checks": checks, "record_checks": records}
 
 
 def _record_checks(directory: str, receipts: list[dict]) -> list[dict]:

@@ -71,6 +71,7 @@ __all__ = [
     "REPORT_SCHEMA_VERSION",
     "RUN_LOCK",
     "SELECTION_FILE",
+    "SIGNATURE_FILE",
     "STUDY_CALL",
     "STUDY_CONFIG_COPY",
     "TUNING_RECEIPT",
@@ -78,6 +79,7 @@ __all__ = [
     "TUNING_RECORD",
     "TUNING_TRIALS_DB",
     "WANDB_RECEIPT",
+    "WANDB_REPORT_DIR",
     "benchmark_receipt_path",
     "cell_lock_path",
     "cell_name",
@@ -141,6 +143,10 @@ REPORT_DIR = "report"
 REPORT_JSON = "report.json"
 REPORT_MARKDOWN = "report.md"
 REPORT_RECEIPT = "report.receipt.json"
+# The study's W&B report run (``qhlab.report.wandb_run``): offline runs go under it, bound by no receipt.
+WANDB_REPORT_DIR = "wandb-report"
+# A signed directory's signature (``qhlab sign``): DIR/model.sig, never part of what it signs.
+SIGNATURE_FILE = "model.sig"
 
 # A preparation record's directory: the copy of the config it ran, its fits or sub-studies, its
 # record and the receipt binding them.

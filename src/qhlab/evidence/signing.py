@@ -19,18 +19,17 @@ import base64
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from qhlab.evidence.canonical import sha256_file
 from qhlab.evidence.errors import EvidenceError, MissingEvidenceError, PublishConflictError, input_error
+from qhlab.evidence.layout import SIGNATURE_FILE
 from qhlab.evidence.publish import publish_bytes
 from qhlab.evidence.tree import refuse_links
 from qhlab.evidence.verification import verify_directory
 
 __all__ = ["SIGNATURE_FILE", "check_statement", "sign_directory", "signature_path", "verify_signature"]
-
-SIGNATURE_FILE = "model.sig"
 
 
 def signature_path(directory: str | os.PathLike) -> Path:
@@ -74,6 +73,7 @@ def sign_directory(
     private_key: str | os.PathLike,
     password: str | None = None,
     populations: Sequence[str | os.PathLike] = (),
+    check: Callable[[dict], object] | None = None,
 ) -> dict:
     """Authenticate ``directory``, then sign every file below it with an EC private key.
 
@@ -82,6 +82,9 @@ def sign_directory(
         private_key: PEM file of the elliptic-curve private key (P-256/P-384/P-521).
         password: the key's password, when it is encrypted.
         populations: directories populations were copied to (as ``verify_directory``).
+        check: called with what ``verify_directory`` returned, before anything is signed; it
+            raises to refuse. ``qhlab sign`` passes ``qhlab verify``'s label and record checks,
+            so that nothing verify would refuse is signed.
 
     Returns:
         ``{"signature": path, "signed_files": n, "receipts": n}``.
@@ -100,6 +103,8 @@ def sign_directory(
     root = Path(directory)
     refuse_links(call, root, hint=_SIGN_HINT)
     verified = verify_directory(root, populations)
+    if check is not None:
+        check(verified)
     target = signature_path(root)
     if target.exists() or target.is_symlink():
         raise PublishConflictError(

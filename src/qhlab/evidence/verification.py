@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from qhlab.evidence.accounting import account_for_unbound
 from qhlab.evidence.canonical import sha256_file
 from qhlab.evidence.envelope import Receipt
 from qhlab.evidence.errors import DigestMismatchError, EvidenceError, MissingEvidenceError, QhInputError
@@ -175,8 +176,10 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     copies of one origin below ``directory`` are refused. Links and special files anywhere
     below ``directory`` are refused before anything is read (``refuse_links``), except the log
     link a fit killed in its logger's start-up leaves (``logger_leftover``), which is listed.
-    A file no receipt binds is listed, except below a directory a receipt seals
-    (``sealed_directories`` in its body), where it is refused.
+    A file no receipt binds is listed with its kind (``accounting.account_for_unbound``),
+    except below a directory a receipt seals (``sealed_directories`` in its body), or in a
+    study where no step writes such a file (an unknown file, a report no receipt binds), where
+    it is refused.
 
     What a pass proves without a signature: the directory is internally consistent (every
     receipt's content digest and every bound file's digest agree). It does not prove origin:
@@ -189,7 +192,8 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
 
     Returns:
         ``{"receipts": [{"path", "kind", "schema_version", "sha256"}], "bound_files": n,
-        "unbound_files": [relative paths of files no receipt binds], "temporary_files": [...
+        "unbound_files": [relative paths of files no receipt binds], "unbound": [{"path", "kind"}
+        for each of them, ``kind`` one of ``accounting.UNBOUND_KINDS``], "temporary_files": [...
         files of interrupted publications, in a staging directory or under a temporary name],
         "linked_logs": [W&B log links a killed fit left (``tree.logger_leftover``): never followed],
         "populations": [absolute directories of every population inside or bound, as found]}``.
@@ -197,7 +201,8 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     Raises:
         QhInputError: ``directory`` is, or holds, a symbolic link, a special file or a file
             hard-linked outside it (each named).
-        EvidenceError: (or a subclass) at the first receipt or file that fails.
+        EvidenceError: (or a subclass) at the first receipt or file that fails, or a study holds
+            a file no receipt binds and no study step writes there.
         MissingEvidenceError: the directory is missing or holds no receipt.
     """
     if str(directory) == "":
@@ -250,11 +255,14 @@ def verify_directory(directory: str | os.PathLike, populations: Sequence[str | o
     if not receipts:
         raise MissingEvidenceError(f"verify: {root} holds no *{RECEIPT_SUFFIX} file.")
     unbound = sorted(f.relative_to(root).as_posix() for f in all_files if f not in bound)
+    # Every file is accounted for: an unbound one is named with its kind, and refused in a study.
+    kinds = account_for_unbound("verify", str(root), unbound, (f.relative_to(root).as_posix() for f in all_files))
     bound_inside = sum(1 for f in all_files if f in bound)
     return {
         "receipts": receipts,
         "bound_files": bound_inside,
         "unbound_files": unbound,
+        "unbound": kinds,
         "temporary_files": temporary,
         "linked_logs": linked_logs,
         "populations": list(population_dirs),

@@ -28,7 +28,7 @@ from qhlab.evidence import (
     recorded_origin,
     sha256_file,
 )
-from qhlab.evidence.layout import REPORT_DIR, REPORT_RECEIPT
+from qhlab.evidence.layout import REPORT_DIR, REPORT_RECEIPT, WANDB_REPORT_DIR
 from qhlab.report.build import SECTIONS
 from qhlab.report.render import FIGURES
 from qhlab.report.sections import Tables
@@ -37,7 +37,7 @@ from qhlab.training.wandb_attempt import drop_wandb_links, quiet_wandb_settings
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
 
-REPORT_RUN_DIR = "wandb-report"
+REPORT_RUN_DIR = WANDB_REPORT_DIR
 """Where the report run's offline W&B files go, beside report/ (never inside it: report/ is
 published whole and bound by its receipt)."""
 

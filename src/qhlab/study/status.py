@@ -145,6 +145,7 @@ def _status(output: Path) -> dict:
         for arm, seed in config.cells
     ]
     report, _ = _receipt_row("report", output / layout.REPORT_DIR / layout.REPORT_RECEIPT, StudyReportReceipt)
+    _unbound_report(report, output / layout.REPORT_DIR)
     benchmarks = _benchmarks_row(output, config.cells)
     return {
         "study": config.name,
@@ -206,6 +207,19 @@ def _receipt_row(name: str, path: Path, kind: type[R]) -> tuple[dict, R | None]:
     if document is None:
         return _row(name, "step", "crashed", note=f"receipt fails authentication: {failure}"), None
     return _row(name, "step", "authenticated"), document
+
+
+def _unbound_report(row: dict, folder: Path) -> None:
+    """A report folder that holds files without its receipt is no report: say so, never "not started"."""
+    if row["state"] != "not started" or not folder.is_dir():
+        return
+    files = sorted(p.name for p in folder.iterdir() if p.is_file())
+    if files:
+        row.update(
+            state="crashed",
+            note=f"report/ holds {', '.join(files)} but no {layout.REPORT_RECEIPT} binds them; `qhlab verify` "
+            "refuses it; remove report/ and rerun the report step",
+        )
 
 
 def _state_from_parts(row: dict, parts: list[dict], missing: str) -> None:
