@@ -86,6 +86,9 @@ class Hopper:
         reward = abs(x - goal) - abs(new - goal)
         if self.fault == "nan_reward":
             reward = float("nan")
+        # Finite, but H of them overflow a label: at once, or only in scenes past the probed ones.
+        if self.fault == "huge_reward" or (self.fault == "huge_reward_far" and scene["goal"] > 8.5):
+            reward = 1e308
         if self.fault == "infinite_state":
             new = float("inf")
         return np.array([new], dtype=np.float64), reward

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qhlab.cli.command import Command
-from qhlab.evidence import require_int
+from qhlab.evidence import require_workers
 from qhlab.execution import add_executor_arguments, executor_choice
 
 __all__ = ["E0_CHECK", "PILOT", "PLAN", "PREPARATION", "TUNE", "run"]
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     tool = PREPARATION[args.tool]
     call = f"qhlab {tool.name}"
     if args.workers is not None:
-        require_int(call, "--workers", args.workers, minimum=1, hint="one job per core is the fastest.")
+        require_workers(call, "--workers", args.workers, hint="one job per core is the fastest.")
     choice = None
     if args.executor is not None or args.ray_address is not None:
         choice = executor_choice(args.executor, args.ray_address, call=call)

@@ -13,7 +13,7 @@ import json
 import time
 
 from qhlab.cli.command import Command
-from qhlab.evidence import input_error
+from qhlab.evidence import input_error, require_workers
 from qhlab.execution import add_executor_arguments, executor_choice
 from qhlab.scenes import generate_population
 from qhlab.scenes.audit import AUDIT_STATES, audit_population, coverage_text, environment_text
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     start = time.perf_counter()
+    if args.workers is not None:
+        require_workers("qhlab scenes generate", "--workers", args.workers, hint="labels do not depend on it.")
     choice = executor_choice(args.executor, args.ray_address, call="qhlab scenes generate")
     if args.no_progress:
         out = generate_population(args.preset, args.split, args.seed, args.out, workers=args.workers, executor=choice)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qhlab.cli.command import Command
-from qhlab.evidence import require_int
+from qhlab.evidence import require_workers
 from qhlab.evidence.layout import FREEZE_RECEIPT, REPORT_DIR, REPORT_MARKDOWN
 from qhlab.execution import JobRunner
 from qhlab.report.export import export_study
@@ -182,12 +182,8 @@ def _compare_lanes(args: argparse.Namespace) -> int:
 
 def _require_workers(args: argparse.Namespace) -> None:
     if args.workers is not None:
-        require_int(
-            f"qhlab study {args.study_command}",
-            "--workers",
-            args.workers,
-            minimum=1,
-            hint="one fit per core is fastest",
+        require_workers(
+            f"qhlab study {args.study_command}", "--workers", args.workers, hint="one fit per core is fastest"
         )
 
 

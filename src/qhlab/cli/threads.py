@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from qhlab.evidence import require_int
+from qhlab.evidence import MAX_TORCH_THREADS, input_error
 
 __all__ = ["add_torch_threads_argument", "apply_torch_threads"]
 
@@ -27,14 +27,15 @@ def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_torch_threads(args: argparse.Namespace) -> None:
-    """Set torch's intra-op thread count from ``args.threads``; refuse values below 1."""
-    require_int(
-        f"qhlab {args.command}",
-        "--threads",
-        args.threads,
-        minimum=1,
-        hint="one thread is the default and fastest for the demo scorers.",
-    )
+    """Set torch's intra-op thread count from ``args.threads``; refuse values outside [1, ``MAX_TORCH_THREADS``]."""
+    if not 1 <= args.threads <= MAX_TORCH_THREADS:
+        raise input_error(
+            f"qhlab {args.command}",
+            "--threads",
+            args.threads,
+            f"an integer from 1 to {MAX_TORCH_THREADS}",
+            "one thread is the default and fastest for the demo scorers.",
+        )
     import torch  # deferred: only fit commands need torch
 
     torch.set_num_threads(args.threads)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, distinct_seeds, read_study_config
-from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
+from qhlab.evidence import MAX_WORKERS, POPULATION_SEED_LIMIT, canonical_json, invalid_fields, sha256_bytes
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 
@@ -53,14 +53,15 @@ class QhE0CheckConfig(BaseModel):
     study: str = Field(min_length=1)
     train_seeds: tuple[_Int, ...] = Field(min_length=3, max_length=100)
     min_pass_share: PlainNumber = Field(default=0.95, gt=0.0, le=1.0)
-    workers: _Int = Field(default=1, ge=1, le=64)
+    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
     executor: Literal["local", "ray"] = "local"
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("train_seeds")
     @classmethod
     def _seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
-        return distinct_seeds("train_seeds", seeds)
+        # Population seeds: only the scene sampler reads them, never a training seeder.
+        return distinct_seeds("train_seeds", seeds, limit=POPULATION_SEED_LIMIT)
 
     def record(self) -> dict[str, Any]:
         """The config as the record keeps it: every field except the execution ones."""

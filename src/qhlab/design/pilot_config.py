@@ -22,7 +22,14 @@ from qhlab.design.study_config import (
     distinct_seeds,
     read_study_config,
 )
-from qhlab.evidence import canonical_json, invalid_fields, sha256_bytes
+from qhlab.evidence import (
+    MAX_TORCH_THREADS,
+    MAX_WORKERS,
+    POPULATION_SEED_LIMIT,
+    canonical_json,
+    invalid_fields,
+    sha256_bytes,
+)
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 
@@ -69,9 +76,9 @@ class QhPilotConfig(BaseModel):
     seeds: tuple[_Int, ...] = Field(min_length=2, max_length=64)
     train_draws: tuple[_Int, ...] = Field(default=(), max_length=64)
     draw_seeds: tuple[tuple[_Int, ...], ...] = Field(default=(), max_length=64)
-    workers: _Int = Field(default=1, ge=1, le=64)
+    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
     executor: Literal["local", "ray"] = "local"
-    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("seeds")
@@ -82,13 +89,21 @@ class QhPilotConfig(BaseModel):
     @field_validator("train_draws")
     @classmethod
     def _draws(cls, draws: tuple[int, ...]) -> tuple[int, ...]:
-        distinct_seeds("train_draws", draws)
+        # Population seeds: only the scene sampler reads them, never a training seeder.
+        distinct_seeds("train_draws", draws, limit=POPULATION_SEED_LIMIT)
         if len(draws) == 1:
             raise ValueError(
                 "train_draws with one seed is not allowed; allowed: none, or two or more (with [train], "
                 "three draws or more: a variance needs them)"
             )
         return draws
+
+    @field_validator("draw_seeds")
+    @classmethod
+    def _draw_seeds(cls, draw_seeds: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+        for i, seeds in enumerate(draw_seeds):
+            distinct_seeds(f"draw_seeds[{i}]", seeds)
+        return draw_seeds
 
     @model_validator(mode="after")
     def _design(self) -> QhPilotConfig:

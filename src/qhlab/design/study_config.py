@@ -27,13 +27,21 @@ from pydantic import (
     model_validator,
 )
 
-from qhlab.evidence import QhInputError
+from qhlab.evidence import (
+    MAX_TORCH_THREADS,
+    MAX_WORKERS,
+    POPULATION_SEED_LIMIT,
+    TRAINING_SEED_LIMIT,
+    QhInputError,
+    seed_problem,
+    seed_range,
+)
 from qhlab.evidence.layout import STUDY_CALL
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
-from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
+from qhlab.finite_horizon.recipe import TrainingSeed, read_config, read_toml, validate_recipe
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import PRESET_NAMES, load_preset
 from qhlab.training.profiles import PROFILE_NAMES
@@ -119,11 +127,22 @@ _STUDY_OWNED_RECIPE_FIELDS = {
 }
 
 
-def distinct_seeds(name: str, seeds: tuple[int, ...]) -> tuple[int, ...]:
-    """``seeds`` when they are distinct integers in [0, 2**63); else the ``ValueError`` a config
-    validator raises, naming the field ``name``."""
-    if len(set(seeds)) != len(seeds) or any(s < 0 or s >= 2**63 for s in seeds):
-        raise ValueError(f"{name}={list(seeds)!r} is not allowed; allowed: distinct integers >= 0")
+def distinct_seeds(name: str, seeds: tuple[int, ...], *, limit: int = TRAINING_SEED_LIMIT) -> tuple[int, ...]:
+    """``seeds`` when they are distinct seeds below ``limit``; else the ``ValueError`` a config
+    validator raises, naming the field ``name``.
+
+    Args:
+        name: the field.
+        seeds: its seeds.
+        limit: ``TRAINING_SEED_LIMIT`` (training seeds, the default) or ``POPULATION_SEED_LIMIT``
+            (the seeds of TRAIN draws), as ``qhlab.evidence.seed_problem`` takes them.
+    """
+    bad = next((s for s in seeds if seed_problem(name, s, limit=limit) is not None), None)
+    if bad is not None or len(set(seeds)) != len(seeds):
+        why = f" ({bad!r} is out of range)" if bad is not None else " (a seed repeats)"
+        raise ValueError(
+            f"{name}={list(seeds)!r} is not allowed{why}; allowed: distinct integers >= 0, each one {seed_range(limit)}"
+        )
     return seeds
 
 
@@ -142,7 +161,7 @@ class PopulationSource(BaseModel):
     model_config = _FROZEN
 
     preset: str | None = None
-    seed: _Int | None = Field(default=None, ge=0, lt=2**63)
+    seed: _Int | None = Field(default=None, ge=0, lt=POPULATION_SEED_LIMIT)
     path: Annotated[str, BeforeValidator(_path_text)] | None = None
 
     @model_validator(mode="after")
@@ -261,7 +280,7 @@ class BootstrapConfig(BaseModel):
     model_config = _FROZEN
 
     resamples: _Int = Field(default=9999, ge=100, le=1_000_000)
-    seed: _Int = Field(default=0, ge=0, lt=2**32)
+    seed: TrainingSeed = 0
     confidence: PlainNumber = Field(default=0.95, gt=0.5, lt=1.0)
 
     def interval(self, values: np.ndarray, other: np.ndarray | None = None) -> dict:
@@ -388,10 +407,10 @@ class QhArchitectureStudyConfig(BaseModel):
     regret_fraction: PlainNumber = Field(gt=0.0, le=100.0)
     mae_fraction: PlainNumber = Field(gt=0.0, le=100.0)
     max_allocated_bytes: _Int | None = Field(default=None, gt=0, le=2**50)
-    workers: _Int = Field(default=1, ge=1, le=64)
+    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
-    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
     population_cache: _PathText = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
     seed_variance: SeedVarianceConfig | None = None
@@ -432,12 +451,12 @@ class QhArchitectureStudyConfig(BaseModel):
     @field_validator("seeds")
     @classmethod
     def _two_seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
-        if len(seeds) != 2 or len(set(seeds)) != 2 or any(s < 0 or s >= 2**63 for s in seeds):
+        if len(seeds) != 2 or len(set(seeds)) != 2:
             raise ValueError(
-                f"seeds={list(seeds)!r} is not allowed; allowed: exactly two distinct integers >= 0 "
+                f"seeds={list(seeds)!r} is not allowed; allowed: exactly two distinct training seeds "
                 "(both replication seeds are declared up front; no seed search)"
             )
-        return seeds
+        return distinct_seeds("seeds", seeds)
 
     @property
     def curve_updates(self) -> tuple[int, ...]:

@@ -29,9 +29,9 @@ from qhlab.design.study_config import (
     distinct_seeds,
     read_study_config,
 )
-from qhlab.evidence import QhInputError, invalid_fields
+from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, QhInputError, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_config, read_toml, validate_recipe
+from qhlab.finite_horizon.recipe import TrainingSeed, read_config, read_toml, validate_recipe
 from qhlab.training.console import console_verbose
 
 __all__ = [
@@ -289,12 +289,12 @@ class QhTuningConfig(BaseModel):
     trials: _Int = Field(ge=1, le=10_000)
     batch: _Int = Field(default=1, ge=1, le=256)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    sampler_seed: _Int = Field(default=0, ge=0, lt=2**32)
+    sampler_seed: TrainingSeed = 0
     deviations: tuple[str, ...] = ()
     pruner: Pruner | None = None
-    workers: _Int = Field(default=1, ge=1, le=64)
+    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
     executor: Literal["local", "ray"] = "local"
-    torch_threads: _Int = Field(default=1, ge=1, le=256)
+    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("space")

@@ -2,7 +2,7 @@
 
 Owns: the exception hierarchy, exit codes, and the one builder of "not allowed" messages
 (``input_error``) with the argument checks every layer repeats (``require_instance``, ``require_int``,
-``require_number``). Every refusal reads the same way:
+``require_number``, ``require_seed`` and ``require_workers`` with their limits). Every refusal reads the same way:
 ``"<call>: <field>=<value!r> is not allowed; allowed: <...>. HINT: <...>"``.
 Does not own: printing (``qhlab.cli``).
 """
@@ -13,6 +13,10 @@ import math
 from typing import Any
 
 __all__ = [
+    "MAX_TORCH_THREADS",
+    "MAX_WORKERS",
+    "POPULATION_SEED_LIMIT",
+    "TRAINING_SEED_LIMIT",
     "DigestMismatchError",
     "EvidenceError",
     "LockHeldError",
@@ -27,7 +31,23 @@ __all__ = [
     "require_instance",
     "require_int",
     "require_number",
+    "require_seed",
+    "require_workers",
+    "seed_problem",
+    "seed_range",
 ]
+
+# Every seed that reaches Lightning's seed_everything, numpy's global or legacy seeding (Optuna's
+# samplers) is one of [0, 2**32): a larger one fails only once a fit or a sampler starts.
+TRAINING_SEED_LIMIT = 2**32
+# A population seed is only SeedSequence entropy (qhlab.scenes.sampler), which takes any
+# non-negative int; 63 bits keep it a signed 64-bit integer in every file that records it.
+POPULATION_SEED_LIMIT = 2**63
+# Processes (or Ray tasks) one command runs at once. A pool far beyond the cores only thrashes,
+# and an absurd count fails deep inside the pool after populations were drawn.
+MAX_WORKERS = 64
+# torch intra-op threads of one fit process; torch itself overflows only past a C long.
+MAX_TORCH_THREADS = 256
 
 
 class QhError(Exception):
@@ -143,3 +163,42 @@ def require_number(call: str, field: str, value: Any, *, minimum: float | None =
         allowed = "a finite number" if minimum is None else f"a finite number >= {minimum}"
         raise input_error(call, field, value, allowed, hint)
     return float(value)
+
+
+def seed_range(limit: int = TRAINING_SEED_LIMIT) -> str:
+    """What a seed below ``limit`` is, as a refusal's "allowed:" says it."""
+    power = f"2**{limit.bit_length() - 1}" if limit & (limit - 1) == 0 else str(limit)
+    text = f"an integer in [0, {power}), i.e. 0 to {limit - 1}"
+    if limit == TRAINING_SEED_LIMIT:
+        text += " (Lightning's seed_everything and numpy's seeding take no larger seed)"
+    return text
+
+
+def seed_problem(field: str, value: Any, *, limit: int = TRAINING_SEED_LIMIT) -> str | None:
+    """None when ``value`` is a seed below ``limit``; else ``"<field>=<value!r> is not allowed;
+    allowed: an integer in [0, 2**32), ..."``, the line a config refusal lists.
+
+    Args:
+        field: the field or argument (e.g. ``"seeds[0]"``).
+        value: the seed.
+        limit: ``TRAINING_SEED_LIMIT`` (a seed that reaches Lightning, torch, numpy or Optuna) or
+            ``POPULATION_SEED_LIMIT`` (a population's seed, only qhlab's scene sampler reads it).
+    """
+    if not isinstance(value, bool) and isinstance(value, int) and 0 <= value < limit:
+        return None
+    return f"{field}={value!r} is not allowed; allowed: {seed_range(limit)}"
+
+
+def require_seed(call: str, field: str, value: Any, *, limit: int = TRAINING_SEED_LIMIT, hint: str) -> int:
+    """``value`` when ``seed_problem`` finds none; else the refusal naming the call, field, value
+    and range (``limit`` as in ``seed_problem``)."""
+    if seed_problem(field, value, limit=limit) is not None:
+        raise input_error(call, field, value, seed_range(limit), hint)
+    return value
+
+
+def require_workers(call: str, field: str, value: Any, *, hint: str) -> int:
+    """``value`` when it is a worker count in [1, ``MAX_WORKERS``]; else the refusal naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise input_error(call, field, value, f"an integer from 1 to {MAX_WORKERS}", hint)
+    return value

@@ -17,6 +17,7 @@ import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from qhlab.evidence import require_workers
 from qhlab.execution.executors import ExecutorChoice, RayExecutor, open_executor
 from qhlab.execution.progress import ProgressRelay, prefixed, progress_sink, run_reporting
 
@@ -53,8 +54,7 @@ class JobRunner:
     """
 
     def __init__(self, choice: ExecutorChoice, workers: int, *, call: str, **options: Any) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"JobRunner: workers={workers!r} is not allowed; allowed: an int >= 1")
+        require_workers("JobRunner", "workers", workers, hint="one job per core is the fastest")
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
             raise ValueError(

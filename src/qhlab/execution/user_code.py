@@ -493,6 +493,7 @@ def _refuse_unbound(name: str, location: str | os.PathLike) -> None:
         f"frozen user code imported module {name!r} from {str(resolved)!r}, which is not in its frozen "
         f"source. HINT: {UNFROZEN_HINT}.",
         name=name,
+        path=str(resolved),
     )
 
 

@@ -20,9 +20,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from qhlab.evidence import QhInputError, canonical_json, input_error, invalid_fields, sha256_bytes
+from qhlab.evidence import (
+    TRAINING_SEED_LIMIT,
+    QhInputError,
+    canonical_json,
+    input_error,
+    invalid_fields,
+    seed_problem,
+    sha256_bytes,
+)
 from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 from qhlab.finite_horizon.budget import MAX_UPDATES
 
@@ -34,6 +52,7 @@ __all__ = [
     "OptimizerConfig",
     "PolyakTargetUpdate",
     "QhRecipe",
+    "TrainingSeed",
     "load_recipe",
     "read_config",
     "read_toml",
@@ -49,6 +68,21 @@ M = TypeVar("M", bound=BaseModel)
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
 
 _Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+def _training_seed(value: Any, info: ValidationInfo) -> Any:
+    """Refuse an out-of-range seed with the shared range's words, not pydantic's bare bound."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        problem = seed_problem(info.field_name or "seed", value)
+        if problem is not None:
+            raise ValueError(problem)
+    return value
+
+
+# A seed that reaches Lightning, torch, numpy or Optuna (a recipe's, a study's, a pilot's, a
+# bootstrap's): refused at the config, where Lightning would refuse it only once a fit starts.
+# The bounds stay on the schema, so the config reference shows them.
+TrainingSeed = Annotated[int, Strict(), Field(ge=0, lt=TRAINING_SEED_LIMIT), BeforeValidator(_training_seed)]
 # Upper bounds below are sanity bounds, not tuning ranges: native-unit quantities (metres) of a
 # 1.2 m table stay under 10, and a learning rate above 10 or an eps above 1 is a typo.
 
@@ -194,7 +228,7 @@ class QhRecipe(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    seed: int = Field(ge=0, le=2**63 - 1)
+    seed: TrainingSeed
     horizon: int = Field(ge=1, le=16)
     architecture: ArchitectureConfig
     optimizer: OptimizerConfig
@@ -325,8 +359,12 @@ def validation_error(exc: ValidationError, source: str, model: type[BaseModel], 
         if error["type"] == "missing":
             lines.append(f"{path} is missing; allowed: a value (this field is required)")
         elif error["type"] in ("value_error", "assertion_error"):
-            # our own validators already name the value and what is allowed
-            lines.append(f"{path}: {str(error['msg']).removeprefix('Value error, ')}")
+            # our own validators already name the value and what is allowed; one that names its
+            # own field by its bare name is given the whole path instead (bootstrap.seed=...)
+            message = str(error["msg"]).removeprefix("Value error, ")
+            own = f"{error['loc'][-1]}=" if error["loc"] else None
+            named = own is not None and message.startswith(own)
+            lines.append(f"{path}={message.removeprefix(own)}" if named else f"{path}: {message}")
         else:
             value = error.get("input")
             shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)

@@ -26,12 +26,14 @@ import tomli_w
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, read_study_config
 from qhlab.design.user_sources import environment_source_change, user_source_digests
 from qhlab.evidence import (
+    POPULATION_SEED_LIMIT,
     EvidenceError,
     QhError,
     input_error,
     locate_population,
     publish_bytes,
     publish_json,
+    require_seed,
     write_receipt,
 )
 from qhlab.evidence.layout import (
@@ -65,7 +67,6 @@ from qhlab.training.terminal import console as study_console
 __all__ = ["CALL", "replicate"]
 
 CALL = "qhlab study replicate"
-_SEED_LIMIT = 2**63
 
 
 def replicate(
@@ -152,10 +153,9 @@ def replicate(
 
 
 def _check_seeds(train_seed: int, validation_seed: int) -> None:
-    """Refuse a population seed that is not an integer in [0, 2**63)."""
+    """Refuse a population seed outside ``POPULATION_SEED_LIMIT``."""
     for field, seed in (("--train-seed", train_seed), ("--validation-seed", validation_seed)):
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
-            raise input_error(CALL, field, seed, "an integer in [0, 2**63)", "a population seed")
+        require_seed(CALL, field, seed, limit=POPULATION_SEED_LIMIT, hint="a population seed")
 
 
 def _refuse_reused_seeds(used: list[dict[str, Any]], train_seed: int, validation_seed: int) -> None:

@@ -16,8 +16,8 @@ The env object has:
 * ``initial_state(scene) -> numpy.ndarray``: a 1-D float64 state;
 * ``candidates(scene, state) -> int``: how many candidates the state offers (1..max_candidates);
   candidate i is action i;
-* ``step(scene, state, action) -> (numpy.ndarray, float)``: the successor state and the reward,
-  deterministic;
+* ``step(scene, state, action) -> (numpy.ndarray, float)``: the successor state and the reward
+  (finite, of magnitude at most ``MAX_REWARD_MAGNITUDE``), deterministic;
 * ``observe(scene, state) -> (objects [n, F], goal [G], candidate_features [k, C],
   candidate_object [k])``: float64 / int64 arrays, ``candidate_object`` -1 where a candidate acts
   on no object.
@@ -91,6 +91,12 @@ _SIZES = REQUIRED_SIZES
 _METHODS = REQUIRED_METHODS
 _MAX_PADDED = 4096
 _FLOAT64 = np.dtype(np.float64)
+# The largest reward magnitude one step may return. A label sums up to H <= 8 rewards, the
+# report subtracts labels and squares differences, and the scorer trains in float32: with this
+# bound every one of those stays finite with room to spare, where a larger (finite) reward
+# would overflow only after minutes of labelling. A reward on such a scale is declared in a
+# larger unit.
+MAX_REWARD_MAGNITUDE = 1e9
 
 
 class UserCodeError(QhInputError):
@@ -413,9 +419,21 @@ class Environment:
             raise self._refuse("terminal(scene, state)", f"returned {found!r}; allowed: True or False")
         return bool(found)
 
-    def step(self, scene: dict, state: np.ndarray, action: int) -> tuple[np.ndarray, float]:
-        """The successor of ``state`` under ``action`` and its reward (checked: 1-D, finite); a
-        terminal state is absorbing: itself, reward 0, without the environment's ``step``."""
+    def step(
+        self, scene: dict, state: np.ndarray, action: int, *, scene_index: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """The successor of ``state`` under ``action`` and its reward; a terminal state is
+        absorbing: itself, reward 0, without the environment's ``step``.
+
+        Args:
+            scene, state, action: what the environment's own ``step`` is passed.
+            scene_index: the scene's index in its population, named in a refusal (None: unknown).
+
+        Raises:
+            QhInputError: a successor that is not a finite 1-D float64 array, or a reward that is
+                not a number of magnitude at most ``MAX_REWARD_MAGNITUDE``; naming the
+                environment, the step and the scene.
+        """
         if self.terminal(scene, state):
             return np.array(state, dtype=np.float64), 0.0
         try:
@@ -430,16 +448,25 @@ class Environment:
             and after.dtype == _FLOAT64
             and after.ndim == 1
             and 0 < after.size <= 64
-            and math.isfinite(reward)
+            and -MAX_REWARD_MAGNITUDE <= reward <= MAX_REWARD_MAGNITUDE  # False for NaN too
             and all(map(math.isfinite, after.tolist()))
         ):
             return after, reward
-        after = self._state(f"step(scene, state, {action})", after)
+        method = f"step(scene, state, {action})" + ("" if scene_index is None else f" of scene {scene_index}")
+        after = self._state(method, after)
         if isinstance(reward, bool) or not isinstance(reward, (int, float, np.floating, np.integer)):
-            raise self._refuse(f"step(scene, state, {action})", f"returned reward {reward!r}; allowed: a number")
+            raise self._refuse(method, f"returned reward {reward!r}; allowed: a number")
         reward = float(reward)
         if not math.isfinite(reward):
-            raise self._refuse(f"step(scene, state, {action})", f"returned reward {reward!r}; allowed: a finite number")
+            raise self._refuse(method, f"returned reward {reward!r}; allowed: a finite number")
+        if abs(reward) > MAX_REWARD_MAGNITUDE:
+            raise QhInputError(
+                f"environment {self.name!r}: {method} returned reward {reward!r}; allowed: a finite number of "
+                f"magnitude at most {MAX_REWARD_MAGNITUDE:g} (a label sums up to H rewards and the scorer trains in "
+                "float32, so a larger reward overflows a label). HINT: declare the reward in a larger unit (divide "
+                "it, and name the unit in reward_unit); see the environment contract in "
+                "docs/how-to/bring-your-own-environment.md."
+            )
         return after, reward
 
     def observe(self, scene: dict, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

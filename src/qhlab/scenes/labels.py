@@ -34,18 +34,22 @@ NodeKey = tuple[int, bytes]
 _MAX_CHUNK_NODES = 256
 
 
-def expand_state(environment: Environment, scene: dict, state: np.ndarray) -> list[tuple[np.ndarray, float]]:
+def expand_state(
+    environment: Environment, scene: dict, state: np.ndarray, *, scene_index: int | None = None
+) -> list[tuple[np.ndarray, float]]:
     """Step every candidate of one state.
 
     Args:
         environment: the environment.
         scene: the state's scene.
         state: the state (1-D float64).
+        scene_index: the scene's index in its population (named when a step is refused).
 
     Returns:
         One pair (successor state, reward r(s, a)) per candidate, in candidate order.
     """
-    return [environment.step(scene, state, a) for a in range(environment.candidates(scene, state))]
+    k = environment.candidates(scene, state)
+    return [environment.step(scene, state, a, scene_index=scene_index) for a in range(k)]
 
 
 class TreeSearch:
@@ -106,7 +110,11 @@ class TreeSearch:
 
     def _expand_nodes(self, keys: list[NodeKey]) -> None:
         for key in keys:
-            self._store(key, expand_state(self._environment, self._scenes[key[0]], self.state(key)))
+            scene = self._scenes[key[0]]
+            # A mapping is keyed by population scene index (a refusal names it); a sequence's
+            # position is only this search's (the audit searches one scene at a time).
+            index = key[0] if isinstance(self._scenes, Mapping) else None
+            self._store(key, expand_state(self._environment, scene, self.state(key), scene_index=index))
 
     def _store(self, key: NodeKey, result: list[tuple[np.ndarray, float]]) -> None:
         scene_index = key[0]

@@ -33,14 +33,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qhlab.evidence import (
+    MAX_WORKERS,
     EvidenceError,
     PublishConflictError,
     QhInputError,
     canonical_json,
+    file_in_the_way,
+    input_error,
     publish_bytes,
     publish_directory,
     publish_file,
     publish_json,
+    require_workers,
     sha256_bytes,
     write_receipt,
 )
@@ -93,15 +97,46 @@ def environment_spec(preset: Preset, *, call: str = "generate_population") -> En
     return EnvironmentSpec(declared.factory, dict(declared.options), source=record, files=files, root=str(root))
 
 
+def refuse_unwritable_cache(cache_root: str | os.PathLike, *, call: str, field: str) -> None:
+    """Refuse a cache directory that cannot take a new population: a file or device there or
+    above it, or a directory this process may not write. Labelling takes minutes and would fail
+    only when it publishes, so this is asked before it starts.
+
+    Args:
+        cache_root: the cache directory (it need not exist yet).
+        call, field: what the refusal names.
+
+    Raises:
+        QhInputError: the refusal, naming ``field`` and the path in the way.
+    """
+    root = Path(cache_root).expanduser()
+    in_the_way = file_in_the_way(root)
+    existing = next((p for p in (root, *root.parents) if p.exists()), root)
+    if in_the_way is not None:
+        kind = "a file" if in_the_way.is_file() else "not a directory"
+        why = f"{str(in_the_way)!r} is {kind}"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{str(existing)!r} is not writable by this user"
+    else:
+        return
+    raise input_error(
+        call,
+        field,
+        str(cache_root),
+        f"a directory qhlab can create or write new populations in ({why})",
+        "name a writable directory (the default is ~/.cache/qhlab/populations)",
+    )
+
+
 def _resolve_workers(workers: int | None) -> int:
     if workers is None:
-        return os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise QhInputError(
-            f"generate_population: workers={workers!r} is not allowed; allowed: an integer >= 1 "
-            "or None (all cores). HINT: labels do not depend on the worker count."
-        )
-    return workers
+        return min(os.cpu_count() or 1, MAX_WORKERS)
+    return require_workers(
+        "generate_population",
+        "workers",
+        workers,
+        hint="None uses every core (up to the limit); labels do not depend on the worker count.",
+    )
 
 
 def _write_parquet(path: Path, table: pa.Table) -> str:
@@ -539,6 +574,8 @@ def cached_population(
     executor: ExecutorChoice | None = None,
     audit: bool = True,
     environment: EnvironmentSpec | None = None,
+    call: str = "cached_population",
+    field: str = "cache_root",
 ) -> Path:
     """Return a population for (preset, split, seed), generating it only once per cache.
 
@@ -556,15 +593,19 @@ def cached_population(
             the audit (the study steps do).
         environment: the environment to use instead of the one the preset names
             (``generate_population``).
+        call, field: what a refusal of ``cache_root`` names (a study's ``population_cache``).
 
     Raises:
         EvidenceError: a cached population exists but fails authentication or the audit (it
             is never overwritten; remove it by hand).
+        QhInputError: the population is not cached and ``cache_root`` cannot hold it (not a
+            directory, below a file, or not writable), before anything is labelled.
     """
     spec, environment, record = _expected(preset, split, seed, environment, call="cached_population")
     key = sha256_bytes(canonical_json({"schema_version": MANIFEST_SCHEMA_VERSION, "generator": record}))
     target = Path(cache_root) / f"{spec.name}-{split}-seed{seed}-{key[:16]}"
     if not target.exists():
+        refuse_unwritable_cache(cache_root, call=call, field=field)
         try:
             return generate_population(
                 spec,

@@ -106,6 +106,50 @@ class Preset(BaseModel):
         return self.model_dump(mode="json")
 
 
+# The fields that tell qhlab's other config kinds apart from a preset (each kind's required ones).
+_OTHER_CONFIGS = (
+    ("study", ("experiment", "seeds")),
+    ("tuning", ("space", "objective")),
+    ("pilot", ("study", "seeds")),
+    ("E0 check", ("study", "train_seeds")),
+    ("plan", ("study", "pilot", "target")),
+    ("recipe", ("architecture", "optimizer")),
+)
+
+
+def _refuse_other_config(raw: dict[str, Any], path: Path, call: str) -> None:
+    """Refuse a study, tuning, pilot, E0 check, plan or recipe TOML given where a preset file
+    belongs, in one line that says where that config's presets are named, instead of listing
+    every preset field it lacks."""
+    if "environment" in raw:
+        return
+    kind = next((kind for kind, keys in _OTHER_CONFIGS if all(k in raw for k in keys)), None)
+    if kind is None:
+        return
+    article = "an" if kind[0] in "AEIOU" else "a"
+    if kind in ("study", "tuning", "pilot"):
+        named = [
+            raw[split]["preset"]
+            for split in ("train", "validation")
+            if isinstance(raw.get(split), dict) and isinstance(raw[split].get("preset"), str)
+        ]
+        # A preset file named there is relative to the config's directory, as its own loader reads it.
+        shown = [n if n in PRESET_NAMES or Path(n).is_absolute() else str(path.parent / n) for n in named]
+        where = "its presets are named in [train] preset and [validation] preset"
+        where += f"; check one with `qhlab env check {shown[0]}`" if shown else " (it names none: population paths)"
+    elif kind == "recipe":
+        where = "a recipe names no environment; a study names its presets in [train] preset and [validation] preset"
+    else:
+        where = (
+            f"its study config (study = {raw['study']!r}) names the presets in [train] preset and [validation] preset"
+        )
+    raise QhInputError(
+        f"{call}: preset={str(path)!r} is not allowed; allowed: a preset file (name, scenes, chains_per_scene, "
+        f"steps, horizon, [environment]) or a built-in preset's name ({', '.join(PRESET_NAMES)}). HINT: this is "
+        f"{article} {kind} config, not a preset; {where}."
+    )
+
+
 def load_preset(
     name_or_file: str | os.PathLike, *, base: str | os.PathLike | None = None, call: str = "scenes"
 ) -> Preset:
@@ -143,11 +187,15 @@ def load_preset(
         ) from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise QhInputError(f"{call}: preset={str(path)!r} is not a readable TOML file ({exc}).") from None
+    _refuse_other_config(raw, path, call)
     try:
         return Preset.model_validate({**raw, "path": str(path)})
     except ValidationError as exc:
         problems = [
-            f"{'.'.join(str(p) for p in error['loc']) or '(the file)'}={error.get('input')!r}: {error['msg']}"
+            # A missing field's input is the whole document: name the field alone.
+            f"{'.'.join(str(p) for p in error['loc']) or '(the file)'} is missing"
+            if error["type"] == "missing"
+            else f"{'.'.join(str(p) for p in error['loc']) or '(the file)'}={error.get('input')!r}: {error['msg']}"
             for error in exc.errors()
         ]
         raise invalid_fields(

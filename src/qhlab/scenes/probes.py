@@ -99,7 +99,7 @@ def _contract_probes(environment: Environment, seeds: tuple[int, ...]) -> list[t
         ``[(scene, state, action, successor, reward)]`` in the order they were stepped.
     """
     probes = []
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         scene = environment.sample_scene(seed)
         try:
             text = json.dumps(scene, sort_keys=True, allow_nan=False)
@@ -119,8 +119,8 @@ def _contract_probes(environment: Environment, seeds: tuple[int, ...]) -> list[t
             following = []
             for here in frontier:
                 for action in range(environment.candidates(scene, here)):
-                    after, reward = environment.step(scene, here, action)
-                    again, reward_again = environment.step(scene, here, action)
+                    after, reward = environment.step(scene, here, action, scene_index=index)
+                    again, reward_again = environment.step(scene, here, action, scene_index=index)
                     if after.tobytes() != again.tobytes() or reward != reward_again:
                         raise environment._refuse(
                             f"step(scene, state, {action})",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qhlab.evidence import QhInputError
+from qhlab.evidence import POPULATION_SEED_LIMIT, QhInputError, require_seed
 
 __all__ = ["GENERATOR_VERSION", "SPLITS", "actor_seed_sequence", "scene_seed", "scene_seed_sequence"]
 
@@ -31,11 +31,7 @@ def _check_split_seed(split: str, seed: int) -> None:
             f"scenes: split={split!r} is not allowed; allowed: {', '.join(SPLITS)}. "
             "HINT: the split selects a disjoint random stream."
         )
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise QhInputError(
-            f"scenes: seed={seed!r} is not allowed; allowed: an integer in [0, 2**63). "
-            "HINT: pass a non-negative integer."
-        )
+    require_seed("scenes", "seed", seed, limit=POPULATION_SEED_LIMIT, hint="pass a non-negative integer.")
 
 
 def scene_seed_sequence(split: str, seed: int, scene_index: int) -> np.random.SeedSequence:

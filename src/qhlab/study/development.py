@@ -153,6 +153,7 @@ def _validation_path(frozen: FrozenStudy, executor) -> Path:
         executor=executor or config.executor_choice(),
         preset=preset,
         environment=environment,
+        call="prepare_development",
     )
 
 

@@ -199,7 +199,12 @@ def _freeze_locked(
     digests = user_source_digests(config, resolved.parent)
     preparation, prepared_from = check_preparation(config, digests)
     train_path = resolve_population(
-        config.train, "train", config.population_cache, progress=True, executor=executor or config.executor_choice()
+        config.train,
+        "train",
+        config.population_cache,
+        progress=True,
+        executor=executor or config.executor_choice(),
+        call="freeze_study",
     )
     first = config.cell_recipe(config.baseline_arm, config.seeds[0], config.broad_updates)
     population = load_population(train_path, split="train", horizon=first.horizon)  # Bellman-checked

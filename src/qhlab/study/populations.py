@@ -51,6 +51,7 @@ def resolve_population(
     executor: Any = None,
     preset: Preset | None = None,
     environment: EnvironmentSpec | None = None,
+    call: str = STUDY_CALL,
 ) -> Path:
     """Generate (or reuse from the cache) a preset population, or return the named path.
 
@@ -62,6 +63,8 @@ def resolve_population(
         executor: where its label chunks run (a ``qhlab.execution.ExecutorChoice``; None: local).
         preset: the preset as frozen (instead of reading ``source.preset`` again).
         environment: the environment as frozen (a TRAIN population's copy of a user environment).
+        call: the command a refusal names (a cache that cannot take a new population is refused
+            as ``population_cache`` before anything is labelled).
     """
     if source.path is not None:
         path = Path(source.path)
@@ -89,6 +92,8 @@ def resolve_population(
             executor=executor,
             audit=False,
             environment=environment,
+            call=call,
+            field="population_cache",
         )
     finally:
         if reporter is not None:
