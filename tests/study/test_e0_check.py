@@ -123,6 +123,45 @@ def test_a_study_naming_a_missing_e0_record_is_refused_by_its_field(tmp_path, ca
     assert not (tmp_path / "study").exists()
 
 
+@pytest.mark.parametrize(
+    "replace, expected",
+    [
+        (
+            {"horizon = 2": "horizon = 3"},
+            "allowed: a study whose TRAIN preset has the horizon its recipe learns (H=3). HINT: its TRAIN preset "
+            "'tiny' has H=2",
+        ),
+        (
+            {'[validation]\npreset = "tiny"': '[validation]\npreset = "tanks-tiny"'},
+            "allowed: a study whose validation preset is of its TRAIN's environment ('qhlab.scenes.puck:make'). "
+            "HINT: its validation preset 'tanks-tiny' names 'qhlab.scenes.tanks:make'",
+        ),
+    ],
+)
+def test_a_check_no_draw_could_freeze_is_refused_before_any_train_is_drawn(tmp_path, cache, capsys, replace, expected):
+    # Fresh seeds, not yet in the cache: a late refusal would have drawn them.
+    config = _check_config(tmp_path / "c", cache, **{"train_seeds = [21, 22, 23]": "train_seeds = [31, 32, 33]"})
+    _study(tmp_path / "c", cache, replace=replace)
+    drawn = sorted(p.name for p in cache.iterdir())
+    output = tmp_path / "out"
+    assert main(["e0-check", str(config), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: qhlab e0-check: study={str(config.parent / 'study.toml')!r} is not allowed")
+    assert expected in line, line
+    assert not output.exists() and sorted(p.name for p in cache.iterdir()) == drawn
+
+
+def test_an_output_holding_anything_the_check_does_not_write_is_refused_and_left_as_found(tmp_path, cache, capsys):
+    config = _check_config(tmp_path / "c", cache, **{"train_seeds = [21, 22, 23]": "train_seeds = [31, 32, 33]"})
+    output = tmp_path / "mine"
+    (output / "notes").mkdir(parents=True)
+    drawn = sorted(p.name for p in cache.iterdir())
+    assert main(["e0-check", str(config), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "HINT: it holds 'notes', which qhlab e0-check does not write; nothing was written" in line, line
+    assert [p.name for p in output.iterdir()] == ["notes"] and sorted(p.name for p in cache.iterdir()) == drawn
+
+
 # ----------------------------------------------------------------- a real check
 
 

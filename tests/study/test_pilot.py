@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -162,7 +165,7 @@ def test_the_studys_variance_adds_this_comparisons_terms_to_its_scene_variance()
     study = rng.normal(0.01, 0.02, (2, 80))
     pooled = pooled_difference(study, noise=noise, noise_source="pilot p")
     assert pooled.sources == ("scenes", "training seed", "TRAIN draw")
-    assert pooled.se == pytest.approx(max(pooled.scene_se**2 + g, pooled.scene_se**2 / 2) ** 0.5)
+    assert pooled.se == pytest.approx(max(pooled.scene_se**2 + g, pooled.scene_se**2) ** 0.5)
     assert pooled.dof < 79 and pooled.distribution.startswith("t(") and pooled.seed_sd_source == "pilot: pilot p"
     # One TRAIN draw: the seed term only, and the interval says it does not carry the draw.
     single = fit_noise(*_nested(rng, 1, 4, 0.0, 0.003))
@@ -234,6 +237,208 @@ def test_a_directory_begun_with_another_config_is_refused_and_kept(tmp_path, cac
     assert not (output / "fits").exists() and not (output / "pilot.json").exists()
 
 
+_TINY = (Path(__file__).resolve().parents[2] / "src" / "qhlab" / "scenes" / "presets" / "tiny.toml").read_text()
+_CARTPOLE = """name = "cartpole"
+scenes = 6
+chains_per_scene = 1
+steps = 3
+horizon = 3
+
+[environment]
+factory = "qhlab.scenes.gymnasium:make"
+
+[environment.options]
+env_id = "CartPole-v1"
+reset = { low = -0.1, high = 0.1 }
+reward_unit = "steps"
+"""
+
+
+def _preset(**replace: str) -> str:
+    """The tiny preset's text with whole lines replaced (e.g. another name or horizon)."""
+    text = _TINY
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+_UNSERVABLE = {
+    # The red team's case: the tiny puck preset against a Gymnasium study (another environment and H).
+    "puck-pilot-of-a-gymnasium-study": (
+        {
+            'preset = "tiny"\nseed = 7': 'preset = "cartpole.toml"\nseed = 7',
+            'preset = "tiny"\nseed = 8': 'preset = "cartpole.toml"\nseed = 8',
+            "horizon = 2": "horizon = 3",
+        },
+        {"cartpole.toml": _CARTPOLE},
+        {},
+        [
+            "train.preset='tiny' is not allowed",
+            "the study's TRAIN distribution (",
+            "CartPole-v1, H=3)",
+            "HINT: it is drawn from puck world, the study's TRAIN population from CartPole-v1",
+        ],
+    ),
+    "another-environment": (
+        {},
+        {},
+        {'[train]\npreset = "tiny"': '[train]\npreset = "tanks-tiny"'},
+        [
+            "train.preset='tanks-tiny' is not allowed",
+            "allowed: a population of the study's TRAIN distribution ('tiny': puck world, H=2)",
+            "HINT: it is drawn from tanks, the study's TRAIN population from puck world",
+        ],
+    ),
+    "another-horizon": (
+        {},
+        {"tiny-h3.toml": _preset(**{'name = "tiny"': 'name = "tiny-h3"', "horizon = 2": "horizon = 3"})},
+        {'[train]\npreset = "tiny"': '[train]\npreset = "tiny-h3.toml"'},
+        [
+            "tiny-h3.toml' is not allowed; allowed: a population of H=2, the horizon the study's recipe learns",
+            "HINT: it has H=3, and no fit of H=2 can be made on it",
+        ],
+    ),
+    "other-options": (
+        {},
+        {
+            "tiny-blocked.toml": _preset(
+                **{'name = "tiny"': 'name = "tiny-blocked"', "blocker_probability = 0.5": "blocker_probability = 0.9"}
+            )
+        },
+        {'[validation]\npreset = "tiny"': '[validation]\npreset = "tiny-blocked.toml"'},
+        [
+            "validation.preset=",
+            "tiny-blocked.toml' is not allowed; allowed: a population of the study's validation distribution ('tiny'",
+            "HINT: its environment's options, source or versions, the preset's sizes or its actor differ",
+        ],
+    ),
+    "the-studys-validation-renamed": (
+        {},
+        {"tiny-copy.toml": _preset(**{'name = "tiny"': 'name = "tiny-copy"'})},
+        {'[validation]\npreset = "tiny"\nseed = 9': '[validation]\npreset = "tiny-copy.toml"\nseed = 8'},
+        [
+            "validation.preset=",
+            "allowed: a tuning population the study never scores on",
+            "HINT: it is the study's validation population (by content, whatever its path)",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNSERVABLE))
+def test_a_pilot_that_cannot_serve_its_study_is_refused_before_any_population_is_drawn(tmp_path, cache, capsys, case):
+    study_replace, files, replace, expected = _UNSERVABLE[case]
+    config = _pilot_config(tmp_path / "c", cache, **replace)
+    study = config.parent / "study.toml"
+    text = study.read_text()
+    for old, new in study_replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    study.write_text(text)
+    for name, content in files.items():
+        (config.parent / name).write_text(content)
+    drawn = sorted(p.name for p in cache.iterdir())
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: qhlab pilot: ") and all(part in line for part in expected), line
+    # Nothing written: no output, no lock, and no population drawn into the cache.
+    assert not output.exists() and sorted(p.name for p in cache.iterdir()) == drawn
+
+
+def test_the_studys_train_as_the_pilots_validation_is_refused_before_any_population_is_drawn(tmp_path, cache, capsys):
+    train = next(cache.glob("tiny-train-seed7-*"))
+    config = _pilot_config(
+        tmp_path / "c", cache, **{'[validation]\npreset = "tiny"\nseed = 9': f'[validation]\npath = "{train}"'}
+    )
+    # A fresh cache: the pilot's TRAIN draws would be drawn into it first were the refusal late.
+    empty = tmp_path / "fresh-cache"
+    empty.mkdir()
+    config.write_text(config.read_text().replace(f'population_cache = "{cache}"', f'population_cache = "{empty}"'))
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert (
+        f"validation.path={str(train)!r} is not allowed; allowed: a validation population (split 'validation')" in line
+    )
+    assert "HINT: it is the study's own TRAIN population" in line, line
+    assert not output.exists() and list(empty.iterdir()) == []
+
+
+def test_an_output_holding_anything_the_pilot_does_not_write_is_refused_and_left_as_found(tmp_path, cache, capsys):
+    config = _pilot_config(tmp_path / "c", cache)
+    drawn = sorted(p.name for p in cache.iterdir())
+    unrelated = tmp_path / "unrelated"
+    unrelated.mkdir()
+    (unrelated / "notes.txt").write_text("mine")
+    planned = tmp_path / "a-plan"
+    planned.mkdir()
+    for name in ("plan.json", "plan.md", "plan.receipt.json", "config.toml"):
+        (planned / name).write_text("{}")
+    for output, hint in (
+        (unrelated, "HINT: it holds 'notes.txt', which qhlab pilot does not write; nothing was written"),
+        (planned, "HINT: it is the output of `qhlab plan` (plan.json); nothing was written"),
+    ):
+        before = sorted((p.name, p.read_text()) for p in output.iterdir())
+        assert main(["pilot", str(config), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            f"error: qhlab pilot: --output={str(output)!r} is not allowed; allowed: a new or empty directory, or "
+            "this config's pilot directory (to resume or re-read it)"
+        ), line
+        assert hint in line, line
+        assert sorted((p.name, p.read_text()) for p in output.iterdir()) == before
+    assert sorted(p.name for p in cache.iterdir()) == drawn
+
+
+def test_the_pilots_fits_are_counted_one_way_in_the_report_and_the_intervals():
+    from qhlab.design.pilot_record import fits_words
+    from qhlab.report import preparation_section
+
+    assert fits_words(18, 6, 3) == "18 fits (3 arms x 6 seeds, each seed on one of 3 TRAIN draws)"
+    assert fits_words(8, 4, 1) == "8 fits (2 arms x 4 seeds, on one TRAIN draw)"
+    # A comparison's components hold its (draw, seed) pairs, one per seed: the interval's note
+    # counts them as seeds, never as the pilot's fits.
+    values, draws = _nested(np.random.default_rng(3), 3, 2, 0.004, 0.003)
+    note = pooled_difference(np.zeros((2, 60)) + 0.01, noise=fit_noise(values, draws), noise_source="p").note
+    assert "(6 seeds on 3 TRAIN draws, each seed one fit of every arm it pairs)" in note and "fits on" not in note
+    noise = {"tau": 0.001, "omega": 0.002, "dof_within": 3, "dof_between": 2}
+    pilot = {
+        "name": "p",
+        "record_sha256": "0" * 64,
+        "copy": "preparation/pilot",
+        "populations": {
+            "train": {"preset": "tiny", "seed": 7, "manifest_sha256": "1" * 64},
+            "validation": {"preset": "tiny", "seed": 9, "manifest_sha256": "2" * 64},
+        },
+        "layout": [{"draw": d, "seeds": s} for d, s in _LAYOUT],
+        "fits": 18,
+        "comparisons": [{"arm": "a", "against": "b", "noise": {"regret": noise, "mae": noise}}],
+        "margins": [],
+    }
+    e0 = {
+        "gate": {"canary_updates": 10, "canary_gap_multiple": 2.0, "tie_band": 0.001, "seeds": [0, 1]},
+        "name": "e",
+        "record_sha256": "3" * 64,
+        "copy": "preparation/e0",
+        "draws": 1,
+        "passed": 1,
+        "pass_share": 1.0,
+        "min_pass_share": 1.0,
+        "outcomes": [{"train_seed": 21, "passed": True, "state_id": 4, "min_gap": 0.5}],
+    }
+    for unit in ("m", "steps"):
+        report = {
+            "unit": unit,
+            "preparation": {"tuning": None, "pilot": pilot, "typed_seed_variance": None, "plan": None, "e0": e0},
+        }
+        text = "\n".join(preparation_section.markdown(report))
+        assert "; 18 fits (3 arms x 6 seeds, each seed on one of 3 TRAIN draws)." in text
+        # The E0 table's gap column carries the study's own unit, never metres by default.
+        assert f"| smallest label gap ({unit}) |" in text
+
+
 # ----------------------------------------------------------------- a real pilot
 
 
@@ -241,8 +446,25 @@ def test_a_directory_begun_with_another_config_is_refused_and_kept(tmp_path, cac
 def reference(tmp_path_factory, cache) -> Path:
     """One finished tiny pilot, on one worker."""
     root = tmp_path_factory.mktemp("pilot-reference")
-    assert main(["pilot", str(_pilot_config(root / "c", cache)), "--output", str(root / "out")]) == 0
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert main(["pilot", str(_pilot_config(root / "c", cache)), "--output", str(root / "out")]) == 0
+    # What it printed, for the console's own test (outside the record's directory).
+    (root / "printed.txt").write_text(printed.getvalue())
     return root / "out"
+
+
+@pytest.mark.slow
+def test_the_pilots_console_gives_every_value_its_unit_and_counts_fits_as_the_record_does(reference):
+    printed = (reference.parent / "printed.txt").read_text().splitlines()
+    fits = [line for line in printed if line.startswith("fit ")]
+    assert len(fits) == 18 and all(re.search(r"regret_2 \d\.\d{4} m, MAE \d\.\d{4} m \(", f) for f in fits), fits
+    components = [line for line in printed if line.startswith("  ")]
+    assert len(components) == 4 and all(
+        re.fullmatch(r"  .+: regret tau \d\.\d{5} m, omega \d\.\d{5} m; mae tau \d\.\d{5} m, omega \d\.\d{5} m", c)
+        for c in components
+    ), components
+    # The same count as the record's 18 fits and the study report's section.
+    assert any("from 18 fits (3 arms x 6 seeds, each seed on one of 3 TRAIN draws); " in line for line in printed)
 
 
 _LAYOUT = [(7, [2, 3]), (11, [4, 5]), (12, [6, 7])]
@@ -378,9 +600,24 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
         own = next(c for c in recorded["comparisons"] if (c["arm"], c["against"]) == (row["arm"], row["against"]))
         pooled = row["pooled"]
         assert pooled["sources"] == ["scenes", "training seed", "TRAIN draw"]
-        assert pooled["seed_sd"] == own["noise"][row["metric"]]["tau"]
+        # The study's own seeds checked this row's seed component; where they contradict it, the
+        # interval carries their seed term instead.
+        check = pooled["seed_check"]
+        assert check["dof_observed"] == 1 and 0 <= check["p_value"] <= 1
+        assert check["contradicts"] == (check["p_value"] < 0.05)
+        tau = check["study_seed_variance"] if check["contradicts"] else own["noise"][row["metric"]]["tau"] ** 2
+        assert pooled["seed_sd"] == pytest.approx(max(0.0, tau) ** 0.5)
         assert pooled["draw_sd"] == own["noise"][row["metric"]]["omega"]
-    assert "Each comparison's interval carries its own components" in (study / "report" / "report.md").read_text()
+        assert pooled["se"] >= pooled["scene_se"]
+    assert report["summary"]["seed_check"]["rows"] == len(report["replication"]) + 2 * len(report["retention"])
+    markdown = (study / "report" / "report.md").read_text()
+    assert "Each comparison's interval carries its own components" in markdown
+    assert "The study's own seeds checked the pilot's seed component of each of its" in markdown
+    # The pilot's fits counted one way: 18 fits in the section, 6 seeds (not "6 fits") in each interval.
+    assert "; 18 fits (3 arms x 6 seeds, each seed on one of 3 TRAIN draws)." in markdown
+    for row in report["replication"]:
+        assert "(6 seeds on 3 TRAIN draws, each seed one fit of every arm it pairs)" in row["pooled"]["note"]
+        assert "18 fits (3 arms x 6 seeds" in row["pooled"]["seed_sd_source"], row["pooled"]["seed_sd_source"]
     capsys.readouterr()
     assert main(["verify", str(study)]) == 0
     assert "preparation/pilot: 4 comparisons'" in capsys.readouterr().out

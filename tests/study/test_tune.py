@@ -212,6 +212,101 @@ def test_a_second_tune_on_the_same_directory_exits_3(tmp_path, cache, capsys):
     assert not (output / "trials.db").exists()
 
 
+def _tiny_preset(**replace: str) -> str:
+    """The tiny preset's text with whole lines replaced (e.g. another name)."""
+    text = (Path(__file__).resolve().parents[2] / "src" / "qhlab" / "scenes" / "presets" / "tiny.toml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+_MDE = {'metric = "regret"\nseeds = [2, 3]\nband = 0.0005': 'metric = "mde"\nseeds = [2, 3, 4]\nstudy = "study.toml"'}
+
+
+@pytest.mark.parametrize(
+    "replace, files, expected",
+    [
+        pytest.param(
+            {'[train]\npreset = "tiny"': '[train]\npreset = "tanks-tiny"'},
+            {},
+            [
+                "train.preset='tanks-tiny' is not allowed; allowed: a population of H=2, the horizon the tuning's "
+                "recipe learns",
+                "HINT: it has H=3",
+            ],
+            id="another-horizon",
+        ),
+        pytest.param(
+            {**_MDE, '[train]\npreset = "tiny"': '[train]\npreset = "tanks-tiny"'},
+            {},
+            [
+                "train.preset='tanks-tiny' is not allowed; allowed: a population of the study's TRAIN distribution "
+                "('tiny': puck world, H=2)",
+                "HINT: it is drawn from tanks, the study's TRAIN population from puck world; a tuning's numbers",
+            ],
+            id="mde-of-a-study-of-another-environment",
+        ),
+        pytest.param(
+            {**_MDE, '[validation]\npreset = "tiny"\nseed = 9': '[validation]\npreset = "tiny-copy.toml"\nseed = 8'},
+            {"tiny-copy.toml": _tiny_preset(**{'name = "tiny"': 'name = "tiny-copy"'})},
+            [
+                "tiny-copy.toml' is not allowed; allowed: a tuning population the study never scores on",
+                "HINT: it is the study's validation population (by content, whatever its path); a tuning must not",
+            ],
+            id="mde-on-the-studys-validation-renamed",
+        ),
+    ],
+)
+def test_a_tuning_that_cannot_serve_is_refused_before_any_population_is_drawn(
+    tmp_path, cache, capsys, replace, files, expected
+):
+    config = _config(tmp_path / "c", cache, **replace)
+    (config.parent / "study.toml").write_text(
+        STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
+    )
+    for name, content in files.items():
+        (config.parent / name).write_text(content)
+    drawn = sorted(p.name for p in cache.iterdir())
+    output = tmp_path / "out"
+    assert _tune(config, output) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: qhlab tune: ") and all(part in line for part in expected), line
+    assert not output.exists() and sorted(p.name for p in cache.iterdir()) == drawn
+
+
+def test_a_train_population_as_the_tunings_validation_is_refused_before_any_population_is_drawn(
+    tmp_path, cache, capsys
+):
+    train = next(cache.glob("tiny-train-seed7-*"))
+    fresh = tmp_path / "fresh-cache"
+    fresh.mkdir()
+    config = _config(
+        tmp_path / "c",
+        fresh,
+        **{'[validation]\npreset = "tiny"\nseed = 9': f'[validation]\npath = "{train}"'},
+    )
+    assert _tune(config, tmp_path / "out") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"validation.path={str(train)!r} is not allowed; allowed: a validation population (split 'validation')" in (
+        line
+    )
+    assert "HINT: it is a TRAIN population (its manifest's split is 'train')" in line, line
+    assert not (tmp_path / "out").exists() and list(fresh.iterdir()) == []
+
+
+def test_an_output_holding_anything_the_tuning_does_not_write_is_refused_and_left_as_found(tmp_path, cache, capsys):
+    config = _config(tmp_path / "c", cache)
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "results.csv").write_text("a,b\n")
+    assert _tune(config, output) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: qhlab tune: --output={str(output)!r} is not allowed; allowed: a new or empty"), line
+    assert "HINT: it holds 'results.csv', which qhlab tune does not write; nothing was written" in line, line
+    assert [(p.name, p.read_text()) for p in output.iterdir()] == [("results.csv", "a,b\n")]
+
+
 # ----------------------------------------------------------------- real tunings
 
 

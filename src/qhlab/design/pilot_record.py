@@ -46,6 +46,7 @@ __all__ = [
     "PilotRecord",
     "check_record",
     "components_of",
+    "fits_words",
     "publish_record",
     "read_record",
 ]
@@ -54,6 +55,23 @@ RECORD = PILOT_RECORD
 RECEIPT = PILOT_RECEIPT
 CONFIG_COPY = RECORD_CONFIG_COPY
 FITS_DIR = PREPARATION_FITS_DIR
+
+
+def fits_words(fits: int, seeds: int, draws: int) -> str:
+    """A pilot's fits in words, as every place that says them counts them: a fit is one arm trained
+    with one seed on one TRAIN draw, so a pilot fits every arm once per seed.
+
+    Args:
+        fits: the pilot's fits (its record's ``fits``).
+        seeds: its training seeds, over all draws (each seed is fitted on one draw only).
+        draws: its TRAIN draws.
+
+    Returns:
+        e.g. ``"18 fits (3 arms x 6 seeds, each seed on one of 3 TRAIN draws)"``.
+    """
+    arms = fits // seeds if seeds else 0
+    where = "on one TRAIN draw" if draws == 1 else f"each seed on one of {draws} TRAIN draws"
+    return f"{fits} fits ({arms} arm{'s' if arms != 1 else ''} x {seeds} seeds, {where})"
 
 
 class PilotBody(Closed):
@@ -90,7 +108,12 @@ class PilotFit(FitEvidence):
 
 
 class FitNoiseRecord(Closed):
-    """One comparison's fit noise for one metric (``qhlab.statistics.variance.FitNoise.as_dict``)."""
+    """One comparison's fit noise for one metric (``qhlab.statistics.variance.FitNoise.as_dict``).
+
+    Its ``fits`` counts the comparison's (draw, seed) pairs, one per seed: each pair is one fit of
+    every arm the comparison pairs, so it is the seeds the components were measured on, not the
+    pilot's fits (``fits_words``).
+    """
 
     fits: int
     draws: int

@@ -16,6 +16,7 @@ import math
 import os
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -26,13 +27,26 @@ from qhlab.evidence import (
     MissingEvidenceError,
     SchemaMismatchError,
     differing_keys,
+    input_error,
     publish_json,
     read_receipt,
     sha256_file,
     write_receipt,
 )
 from qhlab.evidence.envelope import SHA256, Closed, Receipt
-from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
+from qhlab.evidence.layout import (
+    E0_CHECK_RECEIPT,
+    E0_CHECK_RECORD,
+    EVALUATION_RECEIPT,
+    FIT_RECEIPT,
+    PILOT_RECEIPT,
+    PILOT_RECORD,
+    PLAN_RECEIPT,
+    PLAN_RECORD,
+    RECORD_CONFIG_COPY,
+    TUNING_RECEIPT,
+    TUNING_RECORD,
+)
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.training.records import FitBody, FitReceipt
 
@@ -50,6 +64,8 @@ __all__ = [
     "publish_with_receipt",
     "read_record_file",
     "recipe_differences",
+    "record_path",
+    "record_writer",
     "recorded_fit",
 ]
 
@@ -150,6 +166,99 @@ def read_record_file(
             f"{error['msg']} (the layout of a {model.__name__})."
         ) from None
     return raw, document
+
+
+@dataclass(frozen=True)
+class _RecordKind:
+    """One preparation record: its file, its receipt's, its ``kind`` field, in words, and its command."""
+
+    name: str
+    receipt: str
+    kind: str
+    words: str
+    command: str
+
+
+_RECORD_KINDS = {
+    "tuning": _RecordKind(TUNING_RECORD, TUNING_RECEIPT, "tuning_record", "a tuning record", "qhlab tune"),
+    "pilot": _RecordKind(PILOT_RECORD, PILOT_RECEIPT, "pilot_record", "a pilot record", "qhlab pilot"),
+    "e0": _RecordKind(E0_CHECK_RECORD, E0_CHECK_RECEIPT, "e0_record", "an E0 check record", "qhlab e0-check"),
+    "plan": _RecordKind(PLAN_RECORD, PLAN_RECEIPT, "plan_record", "a plan record", "qhlab plan"),
+}
+
+
+def record_path(call: str, field: str, value: str | os.PathLike, kind: str) -> Path:
+    """The path of the ``kind`` record a field names, or one refusal that says what to name instead.
+
+    Args:
+        call: the command refusing.
+        field: the field naming the record (``"preparation.pilot"``, ``"pilot"``).
+        value: the path it names.
+        kind: the record expected: ``"tuning"``, ``"pilot"``, ``"e0"`` or ``"plan"``.
+
+    Returns:
+        The path, once it names an existing file of the record's name (its reader authenticates it).
+
+    Raises:
+        QhInputError: a directory, another file (saying which record it is when it is one, by its
+            name or its ``kind`` field), or no file there; each hint names the file to name.
+    """
+    expected = _RECORD_KINDS[kind]
+    path = Path(value)
+    allowed = f"the path of {expected.words} ({expected.name})"
+    wanted = f"the {expected.name} that `{expected.command} CONFIG --output DIR` wrote (DIR/{expected.name})"
+    if path.is_dir():
+        inside = path / expected.name
+        hint = (
+            f"it is a directory; name the {expected.name} in it: {inside}"
+            if inside.is_file()
+            else f"it is a directory holding no {expected.name}; name {wanted}"
+        )
+        raise input_error(call, field, str(value), allowed, hint)
+    found = _kind_of(path)
+    if path.name != expected.name or (found is not None and found is not expected):
+        verb = "is" if path.is_file() else "names"
+        if found is not None and found is not expected:
+            what = f"it {verb} {found.words} ({found.name}, what `{found.command}` writes), not {expected.words}"
+        elif found is expected:
+            what = (
+                f"it holds {expected.words} but is named {path.name!r}; a record is read from its directory as "
+                f"{expected.name}"
+            )
+        elif any(path.name == k.receipt for k in _RECORD_KINDS.values()):
+            owner = next(k for k in _RECORD_KINDS.values() if k.receipt == path.name)
+            what = f"it {verb} the receipt of {owner.words}, not {expected.words}"
+        else:
+            what = f"it is not {expected.words}, whose file is named {expected.name}"
+        raise input_error(call, field, str(value), allowed, f"{what}; name {wanted}")
+    if not path.is_file():
+        raise input_error(
+            call,
+            field,
+            str(value),
+            f"an existing {expected.name} ({expected.words})",
+            f"no file is there; run `{expected.command} CONFIG --output DIR` and name DIR/{expected.name}",
+        )
+    return path
+
+
+def record_writer(name: str) -> str | None:
+    """The command that writes a preparation record of file name ``name`` (``"pilot.json"``:
+    ``"qhlab pilot"``), or None for any other name."""
+    return next((k.command for k in _RECORD_KINDS.values() if k.name == name), None)
+
+
+def _kind_of(path: Path) -> _RecordKind | None:
+    """The preparation record a file is, by its name, else by its JSON's ``kind`` (None: neither says)."""
+    by_name = next((k for k in _RECORD_KINDS.values() if k.name == path.name), None)
+    if not path.is_file() or path.suffix != ".json":
+        return by_name
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return by_name  # its reader refuses it, naming the file
+    declared = document.get("kind") if isinstance(document, dict) else None
+    return next((k for k in _RECORD_KINDS.values() if k.kind == declared), by_name)
 
 
 # Where files lay when the tool ran: resolved in the record, as written in the copy; populations

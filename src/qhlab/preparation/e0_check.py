@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
-from qhlab.design.e0_record import RECEIPT, STUDIES_DIR, draw_outcome, publish_record, read_record
+from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, RECORD, STUDIES_DIR, draw_outcome, publish_record, read_record
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, PopulationSource
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
 from qhlab.evidence import (
@@ -30,8 +30,10 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.finite_horizon.recipe import read_toml
+from qhlab.preparation.declared import declared_population, declared_unit, unit_suffix
 from qhlab.preparation.fits import ToolRun, finished_record, run_fits, study_record_head
 from qhlab.scenes.manifest import generator_identity, read_manifest
+from qhlab.scenes.presets import load_preset
 from qhlab.study.populations import resolve_population
 from qhlab.study.study import Study
 from qhlab.training.terminal import fit_runner
@@ -39,6 +41,8 @@ from qhlab.training.terminal import fit_runner
 __all__ = ["draw_config", "run_e0_check"]
 
 _LOCK = ".e0-check.lock"
+# What a check writes in its directory: another name there is not this check's, and is refused.
+_OWN = (CONFIG_COPY, STUDIES_DIR, RECORD, RECEIPT, _LOCK)
 
 
 def draw_config(study_path: str | os.PathLike, *, name: str, train_seed: int, population_cache: str) -> bytes:
@@ -114,6 +118,35 @@ def _gate_draw(job: dict) -> dict:
     }
 
 
+def _refuse_unservable(config: QhE0CheckConfig, study: Any) -> None:
+    """Refuse, before any TRAIN is drawn, a check whose draws no sub-study could freeze: a TRAIN
+    preset of another horizon than the study's recipe learns, or a validation preset of another
+    environment than TRAIN's (each draw's freeze would refuse it after its TRAIN was drawn)."""
+    train = load_preset(study.train.preset, call=E0_CHECK_CALL)
+    horizon = study.cell_recipe(study.baseline_arm, study.seeds[0], study.canary_updates).horizon
+    if train.horizon != horizon:
+        raise input_error(
+            E0_CHECK_CALL,
+            "study",
+            config.study,
+            f"a study whose TRAIN preset has the horizon its recipe learns (H={horizon})",
+            f"its TRAIN preset {study.train.preset!r} has H={train.horizon}, so every draw's freeze would refuse it "
+            "after drawing its TRAIN: make the study's recipe and TRAIN preset agree, then check it",
+        )
+    if study.validation.preset is not None:
+        validation = load_preset(study.validation.preset, call=E0_CHECK_CALL)
+        if validation.environment.factory != train.environment.factory:
+            raise input_error(
+                E0_CHECK_CALL,
+                "study",
+                config.study,
+                f"a study whose validation preset is of its TRAIN's environment ({train.environment.factory!r})",
+                f"its validation preset {study.validation.preset!r} names {validation.environment.factory!r}, so "
+                "every draw's freeze would refuse it after drawing its TRAIN: draw the validation from TRAIN's "
+                "environment",
+            )
+
+
 def _resolve(config: QhE0CheckConfig, preset: str, choice: Any) -> dict[int, Path]:
     """Generate (or reuse) every draw's TRAIN population first, each on every core."""
     return {
@@ -124,6 +157,7 @@ def _resolve(config: QhE0CheckConfig, preset: str, choice: Any) -> dict[int, Pat
                 config.population_cache,
                 progress=True,
                 executor=choice,
+                call=E0_CHECK_CALL,
             )
         ).absolute()
         for seed in config.train_seeds
@@ -137,22 +171,28 @@ def run_e0_check(run: ToolRun) -> dict:
         The record (``e0.json``'s document).
 
     Raises:
-        QhInputError: an invalid config, or an output begun with another config; nothing written.
+        QhInputError: an invalid config, a study whose draws no freeze could accept, or an output
+            that is not new, empty or this check's own; nothing written, no TRAIN drawn.
         LockHeldError: another ``qhlab e0-check`` writes the output.
     """
     config, data, study = read_e0_config(run.config_path)
     design = e0_design(study)
     digest = e0_digest(config, design)
     directory, say = run.directory, run.say
-    record = finished_record(directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check", data=data)
+    record = finished_record(
+        directory, RECEIPT, read_record, digest, call=E0_CHECK_CALL, what="check", data=data, own=_OWN
+    )
     if record is not None:
         say(f"e0 check {config.name}: already finished ({record['passed']} of {record['draws']} draws passed)")
         return record
+    _refuse_unservable(config, study)
+    first = PopulationSource(preset=study.train.preset, seed=config.train_seeds[0])
+    unit = unit_suffix(declared_unit(declared_population(first, "train", field="study train", call=E0_CHECK_CALL)))
     choice = run.choice(config, E0_CHECK_CALL)
     with run.writing(E0_CHECK_CALL, _LOCK, data):
         say(
             f"e0 check {config.name}: the E0 gate of {study.name} (canary_updates {study.canary_updates}, "
-            f"canary_gap_multiple {study.canary_gap_multiple}, tie_band {study.tie_band}) on "
+            f"canary_gap_multiple {study.canary_gap_multiple}, tie_band {study.tie_band}{unit}) on "
             f"{len(config.train_seeds)} fresh TRAIN draws of {study.train.preset}"
         )
         populations = _resolve(config, study.train.preset, choice)

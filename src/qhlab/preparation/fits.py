@@ -1,26 +1,28 @@
 """One fit of a preparation step (a tuning trial's or a pilot's), and the tool's directory around it.
 
 Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finished_record``: a
-finished run's record is adopted when its config digest is this run's, and refused otherwise;
-``publish_config_copy``), its fits with their progress shown
-(``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts the finished attempt of a cell
-whose fit receipt binds the same recipe, or else fits it with the same launcher, lane and receipts
-as every qhlab fit, and ``fit_evidence``, what a record keeps of a finished fit. Does not own:
-which fits a step makes (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting
-itself (``qhlab.finite_horizon.fit``).
+finished run's record is adopted when its config digest is this run's, and refused otherwise; a
+directory holding anything the tool does not write is refused; ``publish_config_copy``), its fits
+with their progress shown (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts the
+finished attempt of a cell whose fit receipt binds the same recipe, or else fits it with the same
+launcher, lane and receipts as every qhlab fit, and ``fit_evidence``, what a record keeps of a
+finished fit. Does not own: which fits a step makes (``qhlab.preparation.tune``,
+``qhlab.preparation.pilot``) or fitting itself (``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.preparation_record import record_writer
 from qhlab.evidence import exclusive_lock, file_in_the_way, input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
+from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reporting
 from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
@@ -48,7 +50,7 @@ class ToolRun:
     Attributes:
         config_path: the tool's TOML.
         output: its directory (created; an interrupted run's directory resumes, a finished run's
-            record is re-read).
+            record is re-read; any other directory that is not empty is refused).
         workers: jobs at once on the local executor (None: the config's ``workers``).
         executor: an ``ExecutorChoice`` (None: the config's executor).
         say: where progress lines go.
@@ -99,7 +101,9 @@ def resolve_tool_population(source: Any, split: str, config: Any, choice: Any, *
             "an existing population directory",
             "generate it with `qhlab scenes generate` or name a preset and seed",
         )
-    return Path(resolve_population(source, split, config.population_cache, progress=True, executor=choice)).absolute()
+    return Path(
+        resolve_population(source, split, config.population_cache, progress=True, executor=choice, call=call)
+    ).absolute()
 
 
 def study_record_head(kind: str, config: Any, digest: str, study: Any, design: dict) -> dict:
@@ -124,12 +128,14 @@ def finished_record(
     *,
     call: str,
     what: str,
+    own: Collection[str],
     data: bytes | None = None,
 ) -> dict | None:
     """The record a finished run of this config left in ``directory``, or None when there is none.
 
     The tools call it first, so an output that can never be this config's is refused before any
-    population is drawn or any file written.
+    population is drawn or any file written: a file, a directory holding anything the tool does
+    not write there (another tool's output, the user's files), another config's copy or record.
 
     Args:
         directory: the tool's output directory.
@@ -138,11 +144,13 @@ def finished_record(
         digest: this run's config (and design) digest.
         call: the command named in a refusal.
         what: the tool's record, for the refusal (e.g. ``"tuning"``).
+        own: every name the tool writes directly in its directory (its lock file included): an
+            interrupted or finished run of it leaves nothing else there.
         data: the config's bytes: a directory begun with another config is refused.
 
     Raises:
-        QhInputError: the output is a file or lies below one, or the directory holds another
-            config's copy or finished record (nothing written).
+        QhInputError: the output is a file or lies below one, holds a name the tool does not write,
+            or holds another config's copy or finished record (nothing written).
     """
     blocking = file_in_the_way(directory)
     if blocking is not None:
@@ -150,6 +158,7 @@ def finished_record(
         raise input_error(
             call, "--output", str(directory), f"a new directory, or this config's {what}{below}", "use another --output"
         )
+    _refuse_foreign(directory, own, call=call, what=what)
     if data is not None:
         _refuse_other_config(directory / RECORD_CONFIG_COPY, data, call=call)
     if not (directory / receipt).is_file():
@@ -164,6 +173,40 @@ def finished_record(
             f"it holds the finished {what} of another config or design; use another --output",
         )
     return record
+
+
+def _refuse_foreign(directory: Path, own: Collection[str], *, call: str, what: str) -> None:
+    """Refuse an existing directory holding a name the tool never writes there.
+
+    A tool writes beside nothing but its own earlier output (which it resumes or re-reads), as
+    ``qhlab study freeze`` does: its files never mix with another tool's or the user's. Hidden
+    temporary files of an interrupted publication (``TEMP_MARKER``) are its own too.
+
+    Raises:
+        QhInputError: the names it does not write, and whose output the directory is when a
+            preparation record says so (nothing written).
+    """
+    if not directory.is_dir():
+        return
+    foreign = sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.name not in own and not (p.name.startswith(".") and TEMP_MARKER in p.name)
+    )
+    if not foreign:
+        return
+    # A preparation record there says whose output the directory is.
+    tools = [f"`{record_writer(name)}` ({name})" for name in foreign if record_writer(name) is not None]
+    more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+    shown = ", ".join(repr(name) for name in foreign[:5]) + more
+    whose = f"it is the output of {', '.join(tools)}" if tools else f"it holds {shown}, which {call} does not write"
+    raise input_error(
+        call,
+        "--output",
+        str(directory),
+        f"a new or empty directory, or this config's {what} directory (to resume or re-read it)",
+        f"{whose}; nothing was written: use another --output",
+    )
 
 
 def publish_config_copy(path: Path, data: bytes, *, call: str) -> None:

@@ -14,12 +14,29 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
-from qhlab.design.pilot_record import FITS_DIR, RECEIPT, components_of, publish_record, read_record
+from qhlab.design.pilot_record import (
+    CONFIG_COPY,
+    FITS_DIR,
+    RECEIPT,
+    RECORD,
+    components_of,
+    fits_words,
+    publish_record,
+    read_record,
+)
 from qhlab.design.study_config import PopulationSource
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.design.user_sources import user_source_digests
-from qhlab.evidence import input_error, sha256_file
-from qhlab.evidence.layout import FAMILY_DIR, MANIFEST
+from qhlab.evidence import input_error
+from qhlab.evidence.layout import FAMILY_DIR
+from qhlab.preparation.declared import (
+    Declared,
+    declared_population,
+    declared_unit,
+    refuse_unservable,
+    study_populations,
+    unit_suffix,
+)
 from qhlab.preparation.fits import (
     ToolRun,
     adopt_or_fit,
@@ -29,14 +46,14 @@ from qhlab.preparation.fits import (
     run_fits,
     study_record_head,
 )
-from qhlab.scenes.manifest import read_manifest
-from qhlab.scenes.presets import load_preset
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources
 from qhlab.training.terminal import fit_runner
 
 __all__ = ["run_pilot"]
 
 _LOCK = ".pilot.lock"
+# What a pilot writes in its directory: another name there is not this pilot's, and is refused.
+_OWN = (CONFIG_COPY, FITS_DIR, FAMILY_DIR, RECORD, RECEIPT, _LOCK)
 
 
 def _pilot_fit(job: dict) -> dict:
@@ -59,8 +76,8 @@ def _pilot_fit(job: dict) -> dict:
     }
 
 
-def _resolve(config: QhPilotConfig, study: Any, choice: Any) -> dict[str, Path]:
-    # The validation first: it is refused (sealed, or the study's own) before any TRAIN is drawn.
+def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
+    # The validation first: a sealed one is refused before any TRAIN is drawn.
     sources = {"validation": config.validation, "train": config.train}
     sources.update({f"draw {d}": PopulationSource(preset=config.train.preset, seed=d) for d in config.train_draws})
     out = {}
@@ -68,40 +85,32 @@ def _resolve(config: QhPilotConfig, study: Any, choice: Any) -> dict[str, Path]:
         split = "validation" if role == "validation" else "train"
         out[role] = resolve_tool_population(source, split, config, choice, call=PILOT_CALL, role=role)
         if role == "validation":
-            _refuse_the_studys_validation(out[role], study.validation)
             refuse_sealed_validation(PILOT_CALL, out[role], config.population_cache)
     return out
 
 
-def _refuse_the_studys_validation(validation: Path, declared: PopulationSource) -> None:
-    """Refuse a tuning validation that is the study's validation by content, however it is named
-    (a path, a link or a copy of the population the study names by preset and seed).
+def _refuse_unservable(config: QhPilotConfig, study: Any) -> dict[str, Declared | None]:
+    """Refuse, before any population is drawn, a pilot whose populations cannot serve its study:
+    another environment, preset or horizon than the study's TRAIN and validation, or the study's
+    own validation (by content, whatever its path) or a TRAIN population as the pilot's validation.
 
-    Compared without generating the study's validation: a path is compared by its manifest's
-    digest; a preset and seed by what the tuning validation's manifest says it was drawn as.
+    Returns:
+        The pilot's TRAIN and validation as declared (``declared_population``).
     """
-    manifest = read_manifest(validation)
-    if declared.path is not None:
-        same = Path(declared.path).is_dir() and sha256_file(Path(declared.path) / MANIFEST) == sha256_file(
-            validation / MANIFEST
-        )
-    else:
-        generator = manifest.get("generator") or {}
-        preset = load_preset(declared.preset, call=PILOT_CALL).name
-        same = (manifest.get("split"), generator.get("preset"), generator.get("seed")) == (
-            "validation",
-            preset,
-            declared.seed,
-        )
-    if same:
-        raise input_error(
-            PILOT_CALL,
-            "validation",
-            str(validation),
-            "a tuning population the study never scores on",
-            "it is the study's validation population (by content, whatever its path); a pilot must not look at "
-            "held-out scenes",
-        )
+    declared = {
+        role: declared_population(getattr(config, role), role, field=role, call=PILOT_CALL)
+        for role in ("train", "validation")
+    }
+    horizon = study.cell_recipe(study.baseline_arm, study.seeds[0], study.broad_updates).horizon
+    refuse_unservable(
+        PILOT_CALL,
+        "a pilot",
+        declared,
+        horizon=horizon,
+        horizon_source="the study's recipe",
+        study=study_populations(study, call=PILOT_CALL),
+    )
+    return declared
 
 
 def run_pilot(run: ToolRun) -> dict:
@@ -111,7 +120,10 @@ def run_pilot(run: ToolRun) -> dict:
         The record (``pilot.json``'s document).
 
     Raises:
-        QhInputError: an invalid config, a sealed or study validation population; nothing written.
+        QhInputError: an invalid config, a population that cannot serve the study (another
+            environment, preset or horizon; the study's own validation or a TRAIN population as
+            the validation), a sealed validation, or an output that is not new, empty or this
+            pilot's own; nothing written (the first two before any population is drawn).
         LockHeldError: another ``qhlab pilot`` writes the output.
     """
     config, data, study = read_pilot_config(run.config_path)
@@ -119,12 +131,15 @@ def run_pilot(run: ToolRun) -> dict:
     design = study_design(study, user_source_digests(study, Path(config.study).parent))
     digest = pilot_digest(config, design)
     directory = run.directory
-    record = finished_record(directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot", data=data)
+    record = finished_record(
+        directory, RECEIPT, read_record, digest, call=PILOT_CALL, what="pilot", data=data, own=_OWN
+    )
     if record is not None:
         run.say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
+    unit = declared_unit(_refuse_unservable(config, study)["validation"])
     choice = run.choice(config, PILOT_CALL)
-    populations = _resolve(config, study, choice)
+    populations = _resolve(config, choice)
     with run.writing(PILOT_CALL, _LOCK, data):
         copied = copy_sources(study, Path(config.study).parent, directory)
         if {arm: record["sha256"] for arm, record in copied.items()} != user_source_digests(
@@ -138,7 +153,7 @@ def run_pilot(run: ToolRun) -> dict:
                 "an arm's file changed between reading and copying it; run the pilot again",
             )
         return _run_locked(
-            run, config, study, design, digest, populations, shipped_sources(copied, run.directory), choice
+            run, config, study, design, digest, populations, shipped_sources(copied, run.directory), choice, unit
         )
 
 
@@ -151,8 +166,11 @@ def _run_locked(
     populations: dict[str, Path],
     shipped: dict[str, dict],
     choice: Any,
+    unit: str,
 ) -> dict:
     directory, workers, say = run.directory, run.jobs_at_once(config), run.say
+    # Every reward-valued number printed is followed by its unit (" m" in the puck world).
+    u = unit_suffix(unit)
     main = int(config.train.seed)
     plan = [
         (arm, draw, "train" if draw == main else f"draw {draw}", seed)
@@ -195,7 +213,7 @@ def _run_locked(
         how = "adopted" if result["adopted"] else f"{result['wall_seconds']:.1f} s"
         say(
             f"fit {len(finished) + 1}/{len(jobs)} {job['arm']} draw {job['draw']} seed {result['seed']}: "
-            f"regret_{result['horizon']} {result['regret_mean']:.4f}, MAE {result['mae_mean']:.4f} ({how})"
+            f"regret_{result['horizon']} {result['regret_mean']:.4f}{u}, MAE {result['mae_mean']:.4f}{u} ({how})"
         )
         finished.append(result)
 
@@ -217,12 +235,15 @@ def _run_locked(
         "estimators": {
             "noise": "qhlab.statistics.variance.fit_noise on each comparison's fits x scenes table, nested by "
             "TRAIN draw: mean squares within and between draws, the residual per scene",
-            "interval": "qhlab.statistics.replication.pooled_difference: scene variance + MS_b/n0 + "
-            "MS_w (1/S - 1/n0) - r/(S n_p), Student's t with Satterthwaite's degrees of freedom",
+            "interval": "qhlab.statistics.replication.pooled_difference: max(scene variance, scene variance + "
+            "MS_b/n0 + MS_w (1/S - 1/n0) - r/(S n_p)), Student's t, Satterthwaite's dof; tau checked by the study",
         },
     }
     publish_record(directory, record)
-    say(f"pilot {config.name}: each comparison's own seed and TRAIN-draw components; {directory / 'pilot.json'}")
+    say(
+        f"pilot {config.name}: each comparison's own seed and TRAIN-draw components, from "
+        f"{fits_words(len(fits), len(config.fits), len(layout))}; {directory / 'pilot.json'}"
+    )
     for row in record["comparisons"] + record["margins"]:
         what = f"{row['arm']} - {row['against']}" if "arm" in row else f"margins of {row['variant']}"
         say(
@@ -230,7 +251,8 @@ def _run_locked(
             + what
             + ": "
             + "; ".join(
-                f"{metric} tau {noise['tau']:.5f}" + ("" if noise["omega"] is None else f", omega {noise['omega']:.5f}")
+                f"{metric} tau {noise['tau']:.5f}{u}"
+                + ("" if noise["omega"] is None else f", omega {noise['omega']:.5f}{u}")
                 for metric, noise in row["noise"].items()
             )
         )

@@ -16,17 +16,21 @@ from qhlab.design import pilot_record, tuning_record
 from qhlab.design.pilot_config import study_design
 from qhlab.design.plan_config import PLAN_CALL, QhPlanConfig, read_plan_config
 from qhlab.design.plan_record import (
+    CONFIG_COPY,
     RECEIPT,
+    RECORD,
     plan_components,
     plan_digest,
     plan_document,
     publish_record,
     read_record,
 )
+from qhlab.design.preparation_record import record_path
 from qhlab.design.study_config import declared_scenes
 from qhlab.design.user_sources import user_source_digests
 from qhlab.evidence import differing_keys, input_error, publish_bytes, read_receipt, sha256_file
 from qhlab.evidence.layout import GENERATION_RECEIPT, PLAN_MARKDOWN
+from qhlab.preparation.declared import declared_population, declared_unit, unit_suffix
 from qhlab.preparation.fits import ToolRun, finished_record
 from qhlab.report.render import fmt, table
 from qhlab.scenes.records import PopulationGenerationReceipt
@@ -34,17 +38,13 @@ from qhlab.scenes.records import PopulationGenerationReceipt
 __all__ = ["plan_markdown", "run_plan"]
 
 _LOCK = ".plan.lock"
+# What a plan writes in its directory: another name there is not this plan's, and is refused.
+_OWN = (CONFIG_COPY, RECORD, RECEIPT, PLAN_MARKDOWN, _LOCK)
 
 
 def _pilot(config: QhPlanConfig, study: Any) -> tuple[dict, str]:
     """The pilot record the plan reads, authenticated and recomputed, of the study's design."""
-    path = Path(config.pilot)
-    if path.name != pilot_record.RECORD:
-        raise input_error(PLAN_CALL, "pilot", config.pilot, f"the path of a pilot's {pilot_record.RECORD}", "name it")
-    if not path.is_file():
-        raise input_error(
-            PLAN_CALL, "pilot", config.pilot, f"an existing pilot's {pilot_record.RECORD}", "run `qhlab pilot`"
-        )
+    path = record_path(PLAN_CALL, "pilot", config.pilot, "pilot")
     pilot_record.check_record(path.parent)
     record = pilot_record.read_record(path.parent)
     differing = differing_keys(
@@ -65,15 +65,7 @@ def _tuning(config: QhPlanConfig, pilot: dict) -> tuple[dict | None, str | None]
     """The tuning record whose trials the plan weighs, of the study's margins, or (None, None)."""
     if config.tuning is None:
         return None, None
-    path = Path(config.tuning)
-    if path.name != tuning_record.RECORD:
-        raise input_error(
-            PLAN_CALL, "tuning", config.tuning, f"the path of a tuning's {tuning_record.RECORD}", "name it"
-        )
-    if not path.is_file():
-        raise input_error(
-            PLAN_CALL, "tuning", config.tuning, f"an existing tuning's {tuning_record.RECORD}", "run `qhlab tune`"
-        )
+    path = record_path(PLAN_CALL, "tuning", config.tuning, "tuning")
     tuning_record.check_record(path.parent)
     record = tuning_record.read_record(path.parent)
     design = record.get("design") or {}
@@ -108,7 +100,8 @@ def run_plan(run: ToolRun) -> dict:
         The record (``plan.json``'s document).
 
     Raises:
-        QhInputError: an invalid config, or records of another design; nothing written.
+        QhInputError: an invalid config, a pilot or tuning field naming no such record, records of
+            another design, or an output that is not new, empty or this plan's own; nothing written.
         EvidenceError: a record does not authenticate or recompute.
     """
     config, data, study = read_plan_config(run.config_path)
@@ -116,7 +109,7 @@ def run_plan(run: ToolRun) -> dict:
     tuning, tuning_sha = _tuning(config, pilot)
     digest = plan_digest(config, pilot["design"], pilot_sha, tuning_sha)
     directory = run.directory
-    record = finished_record(directory, RECEIPT, read_record, digest, call=PLAN_CALL, what="plan", data=data)
+    record = finished_record(directory, RECEIPT, read_record, digest, call=PLAN_CALL, what="plan", data=data, own=_OWN)
     if record is not None:
         run.say(f"plan {config.name}: already made; {directory / 'plan.json'}")
         return record
@@ -152,22 +145,25 @@ def run_plan(run: ToolRun) -> dict:
         "recipes": components["recipes"],
         **document,
     }
+    # The study's reward unit: every MDE, standard error and target is in it.
+    unit = declared_unit(declared_population(study.train, "train", field="study train", call=PLAN_CALL, required=False))
     with run.writing(PLAN_CALL, _LOCK, data):
-        publish_bytes(directory / PLAN_MARKDOWN, plan_markdown(record).encode("utf-8"))
+        publish_bytes(directory / PLAN_MARKDOWN, plan_markdown(record, unit=unit).encode("utf-8"))
         publish_record(directory, record)
-    for line in _summary(record):
+    for line in _summary(record, unit_suffix(unit)):
         run.say(line)
     return record
 
 
-def _summary(record: dict) -> list[str]:
-    """The plan's console lines: the study's design, and the cheapest design that reaches the target."""
+def _summary(record: dict, u: str) -> list[str]:
+    """The plan's console lines: the study's design, and the cheapest design that reaches the target;
+    ``u`` follows every MDE and target (" m", or "" where the reward names no unit)."""
     planned = record["designs"][record["planned"]]
     target = record["target"]
     lines = [
         f"plan {record['name']}: the study's design ({planned['recipe']} recipe, {planned['validation_scenes']} "
-        f"validation scenes, {record['seeds']} seeds) predicts MDE D_reg {fmt(planned['largest']['D_reg'])}, "
-        f"D_mae {fmt(planned['largest']['D_mae'])} (target {fmt(target['d_reg'])}, {fmt(target['d_mae'])})"
+        f"validation scenes, {record['seeds']} seeds) predicts MDE D_reg {fmt(planned['largest']['D_reg'])}{u}, "
+        f"D_mae {fmt(planned['largest']['D_mae'])}{u} (target {fmt(target['d_reg'])}{u}, {fmt(target['d_mae'])}{u})"
     ]
     if record["chosen"] is None:
         best = min(
@@ -176,21 +172,29 @@ def _summary(record: dict) -> list[str]:
         )
         lines.append(
             f"  no design weighed reaches the target; the closest: {best['recipe']} recipe, "
-            f"{best['validation_scenes']} scenes (D_reg {fmt(best['largest']['D_reg'])}, D_mae "
-            f"{fmt(best['largest']['D_mae'])})"
+            f"{best['validation_scenes']} scenes (D_reg {fmt(best['largest']['D_reg'])}{u}, D_mae "
+            f"{fmt(best['largest']['D_mae'])}{u})"
         )
     else:
         chosen = record["designs"][record["chosen"]]
         lines.append(
             f"  the cheapest design that reaches it: {chosen['recipe']} recipe, {chosen['validation_scenes']} scenes "
-            f"({chosen['cost']['seconds']:.0f} CPU s; D_reg {fmt(chosen['largest']['D_reg'])}, D_mae "
-            f"{fmt(chosen['largest']['D_mae'])})"
+            f"({chosen['cost']['seconds']:.0f} CPU s; D_reg {fmt(chosen['largest']['D_reg'])}{u}, D_mae "
+            f"{fmt(chosen['largest']['D_mae'])}{u})"
         )
     return lines
 
 
-def plan_markdown(record: dict) -> str:
-    """``plan.md``: the study's predicted MDEs, every design weighed, and the choice."""
+def plan_markdown(record: dict, *, unit: str = "") -> str:
+    """``plan.md``: the study's predicted MDEs, every design weighed, and the choice.
+
+    Args:
+        record: the plan's record.
+        unit: the study's reward unit (``"m"``; "": it names none): after every MDE and target, and
+            in the header of every column of them.
+    """
+    u = unit_suffix(unit)
+    column = f" ({unit})" if unit else ""
     planned = record["designs"][record["planned"]]
     level = f"{record['confidence']:.0%}"
     lines = [
@@ -211,12 +215,12 @@ def plan_markdown(record: dict) -> str:
         f"## The study's design ({planned['recipe']} recipe, {planned['validation_scenes']} validation scenes)",
         "",
         *table(
-            ["comparison or margin", "predicted se", "dof", "predicted MDE"],
+            ["comparison or margin", f"predicted se{column}", "dof", f"predicted MDE{column}"],
             [[key, fmt(p["se"], 5), f"{p['dof']:.1f}", fmt(p["mde"], 5)] for key, p in planned["rows"].items()],
         ),
         "",
-        f"## Designs weighed (target: largest MDE D_reg <= {fmt(record['target']['d_reg'])}, D_mae <= "
-        f"{fmt(record['target']['d_mae'])}, in the reward's unit)",
+        f"## Designs weighed (target: largest MDE D_reg <= {fmt(record['target']['d_reg'])}{u}, D_mae <= "
+        f"{fmt(record['target']['d_mae'])}{u}" + ("" if unit else ", in the reward's own unit, which names none") + ")",
         "",
     ]
     rows = []
@@ -240,8 +244,8 @@ def plan_markdown(record: dict) -> str:
             "design",
             "recipe",
             "scenes",
-            "MDE D_reg",
-            "MDE D_mae",
+            f"MDE D_reg{column}",
+            f"MDE D_mae{column}",
             "reaches",
             "cells CPU s",
             "labelling CPU s",

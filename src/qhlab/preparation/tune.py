@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.study_config import read_study_config
 from qhlab.design.tuning_config import (
     TUNE_CALL,
     QhTuningConfig,
@@ -36,6 +37,8 @@ from qhlab.design.tuning_record import (
     CONFIG_COPY,
     FITS_DIR,
     RECEIPT,
+    RECIPE,
+    RECORD,
     TRIALS_DB,
     population_record,
     publish_record,
@@ -45,6 +48,7 @@ from qhlab.design.tuning_record import (
 from qhlab.design.tuning_rule import pick_winner, planned_mde, prune_at, running_means, trial_score
 from qhlab.evidence import canonical_json, input_error, sha256_bytes
 from qhlab.execution import JobRunner
+from qhlab.preparation.declared import declared_population, refuse_unservable, study_populations, unit_suffix
 from qhlab.preparation.fits import (
     ToolRun,
     adopt_or_fit,
@@ -54,11 +58,24 @@ from qhlab.preparation.fits import (
     resolve_tool_population,
     run_fits,
 )
+from qhlab.scenes.manifest import reward_unit
 from qhlab.training.terminal import fit_runner
 
 __all__ = ["run_tuning"]
 
 _LOCK = ".tune.lock"
+# What a tuning writes in its directory (SQLite's journal files beside its database included):
+# another name there is not this tuning's, and is refused.
+_OWN = (
+    CONFIG_COPY,
+    FITS_DIR,
+    TRIALS_DB,
+    *(f"{TRIALS_DB}-{suffix}" for suffix in ("journal", "wal", "shm")),
+    RECORD,
+    RECEIPT,
+    RECIPE,
+    _LOCK,
+)
 
 
 def _config_digest(config: QhTuningConfig, base: dict, design: dict | None = None) -> str:
@@ -243,22 +260,23 @@ def _check_stored(number: int, field: str, stored: Any, derived: Any) -> None:
 
 
 def _say_trial(
-    say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int, best: dict | None
+    say: Callable[[str], None], entry: dict, trials: int, metric: str, horizon: int, best: dict | None, unit: str
 ) -> None:
+    """A finished trial's console line (and the best so far), each score followed by ``unit`` (" m" or "")."""
     params = ", ".join(
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(entry["params"].items())
     )
     if entry["state"] == "complete":
-        spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f})"
+        spread = "" if entry["seed_sd"] is None else f" (seed sd {entry['seed_sd']:.4f}{unit})"
         wall = sum(f["wall_seconds"] for f in entry["fits"])
         score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
-        result = f"{score} {entry['mean']:.4f}{spread}, {len(entry['fits'])} fits, {wall:.1f} s"
+        result = f"{score} {entry['mean']:.4f}{unit}{spread}, {len(entry['fits'])} fits, {wall:.1f} s"
     else:
         result = f"pruned: {entry['reason']}"
     say(f"trial {entry['number'] + 1}/{trials} [{params}]: {result}")
     if best is not None:
         score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
-        say(f"  best so far: trial {best['number'] + 1}, {score} {best['mean']:.4f}")
+        say(f"  best so far: trial {best['number'] + 1}, {score} {best['mean']:.4f}{unit}")
 
 
 def run_tuning(run: ToolRun) -> dict:
@@ -268,16 +286,19 @@ def run_tuning(run: ToolRun) -> dict:
         The record (``record.publish_record``'s document).
 
     Raises:
-        QhInputError: an invalid config, a sealed validation population, a corrupt or foreign
-            ``trials.db``; nothing is written or overwritten.
+        QhInputError: an invalid config, a population that cannot serve the trials (or, for an
+            "mde" objective, its study), a sealed validation population, a corrupt or foreign
+            ``trials.db``, or an output that is not new, empty or this tuning's own; nothing is
+            written or overwritten.
         LockHeldError: another ``qhlab tune`` writes the output.
     """
     quiet_optuna()
     config, data, path, base = read_tuning_config(run.config_path)
     design = power_design(config, base)
     choice, directory, say = run.choice(config, TUNE_CALL), run.directory, run.say
+    digest = _config_digest(config, base, design)
     record = finished_record(
-        directory, RECEIPT, read_record, _config_digest(config, base, design), call=TUNE_CALL, what="tuning", data=data
+        directory, RECEIPT, read_record, digest, call=TUNE_CALL, what="tuning", data=data, own=_OWN
     )
     if record is not None:
         say(
@@ -294,13 +315,37 @@ def run_tuning(run: ToolRun) -> dict:
             "none (a built-in arm)",
             "tune a built-in arm's recipe; tuning a user arm's recipe is not supported",
         )
+    # Before any population is drawn and before the lock file: a refusal writes nothing.
+    _refuse_foreign_db(directory, config, digest)
+    _refuse_unservable(config, base)
     populations = _resolve_populations(config, choice)
-    digest = _config_digest(config, base, design)
-    _refuse_foreign_db(directory, config, digest)  # before the lock file: a refusal writes nothing
     with run.writing(TUNE_CALL, _LOCK):
         return _run_locked(
             config, data, base, digest, directory, populations, run.jobs_at_once(config), choice, say, design
         )
+
+
+def _refuse_unservable(config: QhTuningConfig, base: dict) -> None:
+    """Refuse, before any population is drawn, a tuning whose populations cannot serve its trials:
+    another horizon than the recipe's, a TRAIN population as its validation and, for an "mde"
+    objective, another distribution than its study's TRAIN and validation, or the study's own
+    validation (the freeze would refuse the record)."""
+    declared = {
+        role: declared_population(getattr(config, role), role, field=role, call=TUNE_CALL)
+        for role in ("train", "validation")
+    }
+    study = None
+    if config.objective.study is not None:
+        study = study_populations(read_study_config(config.objective.study)[0], call=TUNE_CALL)
+    horizon = base.get("horizon")
+    refuse_unservable(
+        TUNE_CALL,
+        "a tuning",
+        declared,
+        horizon=horizon if isinstance(horizon, int) else None,
+        horizon_source="the tuning's recipe",
+        study=study,
+    )
 
 
 def _resolve_populations(config: QhTuningConfig, choice: Any) -> dict[str, Path]:
@@ -358,7 +403,8 @@ def _run_locked(
 
     study = _open_storage(directory, config, digest)
     publish_config_copy(directory / CONFIG_COPY, data, call=TUNE_CALL)
-    horizon = load_population(populations["validation"], split="validation").horizon
+    validation = load_population(populations["validation"], split="validation")
+    horizon, unit = validation.horizon, unit_suffix(reward_unit(validation.manifest["generator"]))
     distributions = optuna_distributions(config.space)
     finished = {t.number: t for t in study.get_trials(deepcopy=False)}
     metric, seeds = config.objective.metric, config.objective.seeds
@@ -387,8 +433,9 @@ def _run_locked(
                     metric,
                     horizon,
                     None if best["number"] is None else entries[best["number"]],
+                    unit,
                 )
-    return _publish_tuning(config, digest, base, entries, populations, design, directory, horizon, say)
+    return _publish_tuning(config, digest, base, entries, populations, design, directory, horizon, say, unit)
 
 
 def _over_cost(config: QhTuningConfig, cost: int) -> bool:
@@ -520,8 +567,10 @@ def _publish_tuning(
     directory: Path,
     horizon: int,
     say: Callable[[str], None],
+    unit: str,
 ) -> dict:
-    """Publish the tuning's record and say its winner (or that there is none)."""
+    """Publish the tuning's record and say its winner (or that there is none), its score followed by
+    ``unit`` (" m" or "")."""
     metric, seeds = config.objective.metric, config.objective.seeds
     record = publish_record(
         directory,
@@ -540,6 +589,6 @@ def _publish_tuning(
         score = "largest planned MDE" if metric == "mde" else f"{metric}_{horizon}"
         say(
             f"winner: trial {winner['number'] + 1} by the rule ({score} "
-            f"{entries[winner['number']]['mean']:.4f}); {directory / 'recipe.toml'}"
+            f"{entries[winner['number']]['mean']:.4f}{unit}); {directory / 'recipe.toml'}"
         )
     return record

@@ -29,6 +29,7 @@ from qhlab.design import tuning_record as tuning_record
 from qhlab.design.e0_config import e0_design
 from qhlab.design.pilot_config import study_design
 from qhlab.design.preparation_record import close_values
+from qhlab.design.preparation_record import record_path as record_file
 from qhlab.design.study_config import QhArchitectureStudyConfig, declared_scenes
 from qhlab.design.tuning_record import CONFIG_COPY, RECEIPT, RECIPE, RECORD
 from qhlab.evidence import PublishConflictError, differing_keys, input_error, publish_bytes, sha256_file
@@ -65,22 +66,11 @@ def _copy_into(source: Path, target: Path) -> None:
             raise
 
 
-def _checked_record(field: str, module: Any, record_path: Path, what: str, command: str) -> tuple[Path, dict, dict]:
+def _checked_record(field: str, module: Any, path: Path) -> tuple[Path, dict, dict]:
     """The record a ``[preparation]`` field names: its directory, the record (authenticated) and
-    ``module.check_record``'s result (every value recomputed), after its file name is checked."""
-    if record_path.name != module.RECORD:
-        raise input_error(
-            _CALL,
-            field,
-            str(record_path),
-            f"the path of {what}'s {module.RECORD}",
-            f"name the {module.RECORD} that `{command}` wrote",
-        )
-    if not record_path.is_file():
-        raise input_error(
-            _CALL, field, str(record_path), f"an existing {module.RECORD} of {what}", f"`{command}` writes one"
-        )
-    source = record_path.parent
+    ``module.check_record``'s result (every value recomputed), after its path is checked
+    (``record_path``: a refusal says which record a wrong file is, and what to name)."""
+    source = record_file(_CALL, field, path, field.removeprefix("preparation.")).parent
     return source, module.read_record(source), module.check_record(source)
 
 
@@ -136,9 +126,7 @@ def check_preparation(
 
 
 def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    source, record, checked = _checked_record(
-        "preparation.tuning", tuning_record, record_path, "a tuning", "qhlab tune"
-    )
+    source, record, checked = _checked_record("preparation.tuning", tuning_record, record_path)
     winner = record["winner"]
     if winner["number"] is None:
         raise input_error(
@@ -183,7 +171,7 @@ def _check_tuning(config: QhArchitectureStudyConfig, record_path: Path) -> tuple
 def _check_pilot(
     config: QhArchitectureStudyConfig, record_path: Path, sources: dict[str, str] | None
 ) -> tuple[dict, Path]:
-    source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path, "a pilot", "qhlab pilot")
+    source, record, checked = _checked_record("preparation.pilot", pilot_record, record_path)
     differing = differing_keys(study_design(config, sources), record["design"])
     if differing:
         raise input_error(
@@ -233,7 +221,7 @@ def _populations(record: dict) -> dict:
 
 
 def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dict, Path]:
-    source, record, checked = _checked_record("preparation.e0", e0_record, record_path, "an E0 check", "qhlab e0-check")
+    source, record, checked = _checked_record("preparation.e0", e0_record, record_path)
     # The TRAIN preset is compared by generator identity once TRAIN is resolved (``check_populations``):
     # a preset file is the same distribution wherever the study and the check named it from.
     differing = [k for k in differing_keys(e0_design(config), record["design"]) if k != "train_preset"]
@@ -289,7 +277,7 @@ def _check_e0(config: QhArchitectureStudyConfig, record_path: Path) -> tuple[dic
 
 def _check_plan(config: QhArchitectureStudyConfig, record_path: Path, body: dict, found: dict) -> tuple[dict, Path]:
     """A plan made from this study's pilot (and tuning), recomputed from the records the freeze binds."""
-    source, record, checked = _checked_record("preparation.plan", plan_record, record_path, "a plan", "qhlab plan")
+    source, record, checked = _checked_record("preparation.plan", plan_record, record_path)
     pilot, tuning = body["pilot"], body["tuning"]
     problems = []
     if pilot is None or record["pilot"]["record_sha256"] != pilot["record_sha256"]:
@@ -361,11 +349,11 @@ def frozen_noise(config: QhArchitectureStudyConfig, freeze: dict, row: tuple[str
                 f"a pilot with the components of {row!r}",
                 "the freeze binds pilots of this study's design only; freeze the study again",
             )
-        draws = len(pilot["layout"])
+        seeds = sum(len(entry["seeds"]) for entry in pilot["layout"])
         return {
             "noise": FitNoise.from_dict(entries[0]["noise"][metric]),
             "noise_source": f"pilot record {pilot['name']} (sha256 {pilot['record_sha256'][:12]}, "
-            f"{entries[0]['noise'][metric]['fits']} fits on {draws} TRAIN draw{'s' if draws != 1 else ''})",
+            f"{pilot_record.fits_words(pilot['fits'], seeds, len(pilot['layout']))})",
         }
     typed = config.seed_variance
     if typed is None:
