@@ -5,21 +5,32 @@ options arbitrary values (numbers, negative numbers, words, paths that do not ex
 strings); the run must end with an exit status and, when it refuses, exactly one ``error:`` line
 (argparse's own usage errors exit 2 too) and no traceback. The environment family writes the
 researcher's own environment (``user_environment.HOPPER``) with one contract member replaced by an
-arbitrary value, and generates from it: a population, or one refusal naming the environment.
-Hypothesis runs derandomized, so the examples are the same on every run.
+arbitrary value, and generates from it: a population, or one refusal naming the environment. The
+preset family gives ``qhlab env check`` a preset file (the tiny puck preset, and the CartPole
+preset of docs/how-to/gymnasium.md) with one value replaced: it prints its checks and card, or
+refuses in one line, and writes nothing. Hypothesis runs derandomized, so the examples are the
+same on every run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import tomllib
+from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import tomli_w
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from config_mutations import TOML_VALUES, alike, cartpole_preset, leaves, replaced
 from qhlab.cli import build_parser, main
+from qhlab.evidence import QhInputError
+from qhlab.scenes import load_preset
 from user_environment import write_hopper
+
+TINY = Path(__file__).resolve().parents[1] / "src" / "qhlab" / "scenes" / "presets" / "tiny.toml"
 
 # Commands whose every run with arbitrary arguments stays short: each either refuses its input
 # or reads a directory that does not exist. (Commands that would train on a valid draw are left
@@ -29,6 +40,8 @@ _COMMANDS = [
     ["scenes", "describe"],
     ["scenes", "audit"],
     ["env", "check"],
+    ["plan"],
+    ["pilot"],
     ["study", "status"],
     ["study", "report"],
     ["study", "export"],
@@ -106,3 +119,38 @@ def test_an_environment_with_a_broken_member_is_generated_or_refused_in_one_line
         assert (out / "manifest.json").is_file()
     else:
         assert code == 2 and text.count("error:") == 1 and not out.exists(), text
+
+
+# The presets the family edits, each as a TOML document.
+_PRESETS = {"tiny": lambda: tomllib.loads(TINY.read_text()), "cartpole": cartpole_preset}
+
+
+@pytest.mark.parametrize("preset", sorted(_PRESETS))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_env_check_of_an_edited_preset_exits_with_one_line_never_a_traceback(tmp_path_factory, preset, data):
+    document = _PRESETS[preset]()
+    paths = [path for path, _ in leaves(document)]
+    path = data.draw(st.sampled_from(paths), label="field")
+    # Values like the field's first: most of them pass the reader, so that the check runs.
+    value = data.draw(st.one_of(alike(dict(leaves(document))[path]), TOML_VALUES), label="value")
+    directory = tmp_path_factory.mktemp("preset")
+    file = directory / "preset.toml"
+    file.write_text(tomli_w.dumps(replaced(document, path, value)))
+    try:
+        edited = load_preset(str(file))
+    except QhInputError:
+        pass
+    else:
+        # A preset that labels more than its base does (a longer horizon, longer or more chains)
+        # is not drawn: its labels would cost far more than a check, and say nothing new.
+        assume(edited.horizon <= document["horizon"])
+        assume(edited.steps * edited.chains_per_scene <= document["steps"] * document["chains_per_scene"])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["env", "check", str(file), "--scenes", "2"])
+    text = err.getvalue()
+    assert "Traceback" not in text, (path, value, text)
+    assert code in (0, 1, 2), (path, value, code)
+    assert text.count("error:") == (code != 0), (path, value, text)
+    assert sorted(p.name for p in directory.iterdir()) == ["preset.toml"], (path, value)

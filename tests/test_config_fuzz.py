@@ -1,12 +1,15 @@
 """Every config kind, fuzzed: an input is accepted, or refused with exit 2, one ``error:`` line
 and nothing written; never a traceback.
 
-Each example takes a real example config (the study, tuning, pilot, E0 check, recipe and preset
-kinds; a preset is read with its environment made from its options), replaces one of its values,
-found anywhere in it, with an arbitrary TOML value, and reads it with the kind's own reader. A
-refused example is then run through its command, which must exit 2 with one error line and leave
-its output unmade. Numbers get one rule in every kind: a boolean or a quoted number is never one.
-Hypothesis runs derandomized, so the examples are the same on every run.
+Each example takes a real example config (the study, tuning, pilot, plan, E0 check, recipe, preset
+and Gymnasium preset kinds; a preset is read with its environment made from its options), replaces
+one of its values, found anywhere in it, with an arbitrary TOML value, and reads it with the kind's
+own reader. A refused example is then run through its command, which must exit 2 with one error
+line and leave its output unmade. An accepted plan is run too (it fits nothing): it publishes its
+plan (exit 0, or 1 when no design reaches the target) or refuses in one line. An accepted pilot is
+run up to its fits, which are replaced by a stop: every check the command makes before it fits
+runs on the edited config. Numbers get one rule in every kind: a boolean or a quoted number is
+never one. Hypothesis runs derandomized, so the examples are the same on every run.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from config_mutations import TOML_VALUES, alike, cartpole_preset, leaves, replaced
 from qhlab.cli import main
 from qhlab.design.e0_config import read_e0_config
 from qhlab.design.pilot_config import read_pilot_config
+from qhlab.design.plan_config import read_plan_config
 from qhlab.design.study_config import read_study_config
 from qhlab.design.tuning_config import read_tuning_config
-from qhlab.evidence import QhInputError
+from qhlab.evidence import QhError, QhInputError
 from qhlab.finite_horizon.recipe import load_recipe
 from qhlab.scenes import load_preset
 from qhlab.scenes.environment import Environment
@@ -40,6 +45,15 @@ PRESETS = ROOT / "src" / "qhlab" / "scenes" / "presets"
 PILOT = {"name": "fuzz-pilot", "study": "study.toml", "seeds": [2, 3], "workers": 1, "population_cache": "pops"}
 PILOT.update(train={"preset": "tiny", "seed": 7}, validation={"preset": "tiny", "seed": 9})
 E0 = {"name": "fuzz-e0", "study": "study.toml", "train_seeds": [21, 22, 23], "min_pass_share": 0.5, "workers": 1}
+# The demo study's plan, its records named by absolute path (the file is written elsewhere).
+PLAN = {
+    "name": "fuzz-plan",
+    "study": str(EXAMPLES / "default-study.toml"),
+    "pilot": str(EXAMPLES / "preparation" / "demo-pilot" / "pilot.json"),
+    "tuning": str(EXAMPLES / "preparation" / "demo-tune" / "tuning.json"),
+    "validation_scenes": [960, 1920],
+    "target": {"d_reg": 0.003, "d_mae": 0.005},
+}
 
 
 def _study() -> dict:
@@ -58,6 +72,7 @@ KINDS = {
         lambda f, out: ["tune", f, "--output", out],
     ),
     "pilot": ("pilot.toml", lambda: dict(PILOT), read_pilot_config, lambda f, out: ["pilot", f, "--output", out]),
+    "plan": ("plan.toml", lambda: dict(PLAN), read_plan_config, lambda f, out: ["plan", f, "--output", out]),
     "e0": ("e0.toml", lambda: dict(E0), read_e0_config, lambda f, out: ["e0-check", f, "--output", out]),
     "recipe": (
         "recipe.toml",
@@ -71,28 +86,13 @@ KINDS = {
         lambda file: Environment.make(environment_spec(load_preset(file))),
         lambda f, out: ["scenes", "generate", "--preset", f, "--split", "train", "--seed", "0", "--out", out],
     ),
+    "gymnasium": (
+        "preset.toml",
+        cartpole_preset,
+        lambda file: Environment.make(environment_spec(load_preset(file))),
+        lambda f, out: ["scenes", "generate", "--preset", f, "--split", "train", "--seed", "0", "--out", out],
+    ),
 }
-
-
-def _leaves(node, path=()):
-    """Every (path, value) of a TOML document's scalars and lists of scalars."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _leaves(value, (*path, key))
-    elif isinstance(node, list) and node and all(isinstance(v, dict) for v in node):
-        for i, value in enumerate(node):
-            yield from _leaves(value, (*path, i))
-    else:
-        yield path, node
-
-
-def _replaced(document: dict, path: tuple, value) -> dict:
-    copy = tomllib.loads(tomli_w.dumps(document))
-    node = copy
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return copy
 
 
 def _write(directory: Path, kind: str, document: dict) -> Path:
@@ -112,50 +112,81 @@ def _command(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-TOML_VALUES = st.recursive(
-    st.one_of(
-        st.booleans(),
-        st.integers(min_value=-(2**63), max_value=2**63 - 1),
-        st.floats(allow_nan=False),
-        st.text(max_size=12),
-        st.sampled_from(["0.5", "1", "tiny", "x.toml", "../", "cpu-fp32", "uniform"]),
-    ),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=2)),
-    max_leaves=4,
-)
+_FITS_STOPPED = "fuzz: the pilot reached its fits"
+
+
+def _stop_at_the_fits(*args, **kwargs):
+    """Stands in for the pilot's fits: everything before them has run (``run_fits``)."""
+    raise QhError(_FITS_STOPPED)
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    """One population cache for every example, so that a pilot labels its tiny populations once."""
+    return tmp_path_factory.mktemp("population-cache")
+
+
+def _run_accepted(kind: str, file: Path, output: Path, label: tuple) -> None:
+    """Run an accepted plan or pilot: published, stopped at the fits, or refused in one line."""
+    code, err = _command(KINDS[kind][3](str(file), str(output)))
+    assert "Traceback" not in err and err.count("error:") <= 1, (*label, err)
+    if code == 2:
+        assert err.count("error:") == 1 and not output.exists(), (*label, err)
+    elif kind == "pilot":
+        assert code == 1 and _FITS_STOPPED in err, (*label, code, err)
+    else:
+        # A plan is published whether or not a design reaches its target (exit 1 when none does).
+        assert code in (0, 1) and err == "" and (output / "plan.json").is_file(), (*label, code, err)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_an_edited_config_is_accepted_or_refused_in_one_line(tmp_path_factory, kind, data) -> None:
+def test_an_edited_config_is_accepted_or_refused_in_one_line(
+    tmp_path_factory, monkeypatch, shared_cache, kind, data
+) -> None:
+    monkeypatch.setattr("qhlab.preparation.pilot.run_fits", _stop_at_the_fits)
     _, base, reader, command = KINDS[kind]
     document = base()
-    paths = [path for path, _ in _leaves(document)]
+    if "population_cache" in document:
+        document["population_cache"] = str(shared_cache)
+    paths = [path for path, _ in leaves(document)]
     path = data.draw(st.sampled_from(paths), label="field")
-    value = data.draw(TOML_VALUES, label="value")
+    value = data.draw(st.one_of(TOML_VALUES, alike(dict(leaves(document))[path])), label="value")
     directory = tmp_path_factory.mktemp(kind)
-    file = _write(directory, kind, _replaced(document, path, value))
+    file = _write(directory, kind, replaced(document, path, value))
+    output = directory / "out"
     try:
         reader(file)
     except QhInputError:
         if command is None:
             return
-        output = directory / "out"
         code, err = _command(command(str(file), str(output)))
         assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, (path, value, err)
         assert not output.exists(), (path, value)
+        return
+    if kind in ("plan", "pilot"):
+        _run_accepted(kind, file, output, (path, value))
+
+
+# A Gymnasium task's own arguments (``gymnasium.make``'s kwargs, ``reset(options=...)``): passed
+# through as TOML typed them, for the task to read; their types are the task's, not qhlab's.
+_TASKS_OWN = {("environment", "options", "kwargs"), ("environment", "options", "reset")}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_boolean_or_a_quoted_number_is_never_a_number(tmp_path, kind) -> None:
     _, base, reader, _ = KINDS[kind]
     document = base()
-    numbers = [(p, v) for p, v in _leaves(document) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [
+        (p, v)
+        for p, v in leaves(document)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and p[:3] not in _TASKS_OWN
+    ]
     assert numbers, kind
     for path, value in numbers:
         for fake in (True, str(value)):
-            file = _write(tmp_path, kind, _replaced(document, path, fake))
+            file = _write(tmp_path, kind, replaced(document, path, fake))
             with pytest.raises(QhInputError) as info:
                 reader(file)
             assert ".".join(str(p) for p in path[-1:]) in str(info.value), (path, fake, str(info.value))

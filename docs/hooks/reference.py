@@ -4,8 +4,8 @@
 checkout), written by ``python docs/hooks/reference.py``; the build fails when either differs
 from what qhlab's parser and models give now. ``reference/cli.md`` is every command's
 ``--help``, read from qhlab's own argparse parser;
-``reference/config.md`` lists every field of the study config and the recipe (and of each
-model nested in them): type, default, allowed values (from the pydantic JSON schema) and the
+``reference/config.md`` lists every field of the study, tuning, pilot, plan and E0 check configs
+and of the recipe (and of each model nested in them): type, default, allowed values (from the pydantic JSON schema) and the
 meaning the model's docstring gives it. A field without a documented meaning fails the build.
 ``performance.md``'s ``<!-- benchmarks -->`` becomes the table of ``docs/benchmarks.jsonl``, the
 JSON lines the benches printed (``scripts/record-bench``).
@@ -100,17 +100,19 @@ def _commands(parser: argparse.ArgumentParser, path: list[str]):
 def _config_page() -> str:
     from qhlab.design.e0_config import QhE0CheckConfig
     from qhlab.design.pilot_config import QhPilotConfig
+    from qhlab.design.plan_config import QhPlanConfig
     from qhlab.design.tuning_config import QhTuningConfig
     from qhlab.finite_horizon.recipe import QhRecipe
     from qhlab.finite_horizon.studies.architecture_study import QhArchitectureStudyConfig
 
     lines = ["# Config reference", "",
              "Every field of a study config (`qhlab study ... CONFIG`), a tuning config (`qhlab tune CONFIG`), "
-             "a pilot config (`qhlab pilot CONFIG`), an E0 check config (`qhlab e0-check CONFIG`) and a recipe "
+             "a pilot config (`qhlab pilot CONFIG`), a plan config (`qhlab plan CONFIG`), an E0 check config (`qhlab e0-check CONFIG`) and a recipe "
              "(`qhlab fit RECIPE`),",
              "generated from their pydantic models when these pages are built. Unknown fields are refused.", ""]
     for title, model in (("Study config", QhArchitectureStudyConfig), ("Tuning config", QhTuningConfig),
-                         ("Pilot config", QhPilotConfig), ("E0 check config", QhE0CheckConfig),
+                         ("Pilot config", QhPilotConfig), ("Plan config", QhPlanConfig),
+                         ("E0 check config", QhE0CheckConfig),
                          ("Recipe", QhRecipe)):
         lines += [f"## {title}", ""]
         for cls in _models(model):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from markdown_tables import table_mismatches
 from qhlab.cli import main
 from qhlab.design.plan_record import plan_document, row_key
 from qhlab.evidence import canonical_json
@@ -166,6 +168,63 @@ def test_a_design_is_predicted_from_each_rows_components_and_the_cheapest_reachi
     assert none["chosen"] is None and none["designs"][0]["cost"]["validation_seconds"] is None
 
 
+def _plan_naming(root: Path, pilot: str) -> Path:
+    """A plan config in ``root`` (beside a tiny study) whose pilot field names ``pilot``."""
+    _study(root, root / "pops")
+    (root / "plan.toml").write_text(_PLAN.format(tuning="", d_reg=1.0, d_mae=1.0).replace("pilot/pilot.json", pilot))
+    return root / "plan.toml"
+
+
+def test_a_pilot_field_naming_no_pilot_record_says_what_to_name(tmp_path, capsys):
+    (tmp_path / "a-plan").mkdir()
+    (tmp_path / "a-plan" / "plan.json").write_text('{"kind": "plan_record"}')
+    (tmp_path / "renamed.json").write_text('{"kind": "plan_record"}')
+    (tmp_path / "a-pilot").mkdir()
+    (tmp_path / "a-pilot" / "pilot.json").write_text('{"kind": "pilot_record"}')
+    wanted = "name the pilot.json that `qhlab pilot CONFIG --output DIR` wrote (DIR/pilot.json)"
+    cases = [
+        ("a-plan/plan.json", "HINT: it is a plan record (plan.json, what `qhlab plan` writes), not a pilot record; "),
+        ("renamed.json", "HINT: it is a plan record (plan.json, what `qhlab plan` writes), not a pilot record; "),
+        ("a-plan", "HINT: it is a directory holding no pilot.json; "),
+        ("a-plan/plan.receipt.json", "HINT: it names the receipt of a plan record, not a pilot record; "),
+    ]
+    for named, hint in cases:
+        output = tmp_path / "out"
+        assert main(["plan", str(_plan_naming(tmp_path, named)), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            f"error: qhlab plan: pilot={str(tmp_path / named)!r} is not allowed; allowed: the path of a pilot record "
+            "(pilot.json)."
+        ), line
+        assert line.endswith(hint + wanted), line
+        assert not output.exists()
+    # A directory holding a pilot.json: that file is named; a missing one: how to make it.
+    assert main(["plan", str(_plan_naming(tmp_path, "a-pilot")), "--output", str(tmp_path / "out")]) == 2
+    assert f"HINT: it is a directory; name the pilot.json in it: {tmp_path / 'a-pilot' / 'pilot.json'}" in (
+        capsys.readouterr().err
+    )
+    assert main(["plan", str(_plan_naming(tmp_path, "none/pilot.json")), "--output", str(tmp_path / "out")]) == 2
+    assert (
+        "allowed: an existing pilot.json (a pilot record). HINT: no file is there; run `qhlab pilot CONFIG --output "
+        "DIR` and name DIR/pilot.json" in capsys.readouterr().err
+    )
+
+
+def test_a_study_naming_a_plan_as_its_pilot_is_refused_by_its_field_with_what_to_name(tmp_path, capsys):
+    (tmp_path / "a-plan").mkdir()
+    plan = tmp_path / "a-plan" / "plan.json"
+    plan.write_text('{"kind": "plan_record"}')
+    study = _study(tmp_path / "s", tmp_path / "pops", f'\n[preparation]\npilot = "{plan}"\n')
+    assert main(["study", "freeze", str(study), "--output", str(tmp_path / "study")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"preparation.pilot={str(plan)!r} is not allowed; allowed: the path of a pilot record (pilot.json)" in line
+    assert (
+        "HINT: it is a plan record (plan.json, what `qhlab plan` writes), not a pilot record; name the pilot.json "
+        "that `qhlab pilot CONFIG --output DIR` wrote (DIR/pilot.json)" in line
+    ), line
+    assert not (tmp_path / "study").exists()
+
+
 @pytest.mark.slow
 def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys, tmp_path):
     root = prepared
@@ -173,6 +232,13 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
     said = capsys.readouterr().out
     assert "plan tiny-plan: the study's design (study recipe, 3 validation scenes, 2 seeds) predicts MDE D_reg" in said
     assert "the cheapest design that reaches it" in said
+    # Every MDE and target carries the reward's unit (metres in the puck world).
+    assert re.search(r"predicts MDE D_reg \d+\.\d{4} m, D_mae \d+\.\d{4} m \(target 1\.0000 m, 1\.0000 m\)", said), said
+    assert re.search(r"reaches it: .+ \(\d+ CPU s; D_reg \d+\.\d{4} m, D_mae \d+\.\d{4} m\)", said), said
+    markdown = (root / "plan" / "plan.md").read_text()
+    assert "| comparison or margin | predicted se (m) | dof | predicted MDE (m) |" in markdown
+    assert "(target: largest MDE D_reg <= 1.0000 m, D_mae <= 1.0000 m)" in markdown
+    assert "| MDE D_reg (m) | MDE D_mae (m) |" in markdown and "the reward's unit" not in markdown
     record = json.loads((root / "plan" / "plan.json").read_text())
     pilot = json.loads((root / "pilot" / "pilot.json").read_text())
     # Every comparison (both metrics) and margin, each from its own row of the pilot.
@@ -202,6 +268,27 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
 
 
 @pytest.mark.slow
+def test_a_plan_into_another_tools_or_the_users_directory_is_refused_and_leaves_it_as_found(prepared, capsys):
+    root = prepared
+    unrelated = root / "mine"
+    unrelated.mkdir(exist_ok=True)
+    (unrelated / "draft.md").write_text("mine")
+    for output, hint in (
+        (root / "pilot", "HINT: it is the output of `qhlab pilot` (pilot.json); nothing was written"),
+        (unrelated, "HINT: it holds 'draft.md', which qhlab plan does not write; nothing was written"),
+    ):
+        before = sorted((p.relative_to(output), p.stat().st_mtime_ns) for p in output.rglob("*"))
+        assert main(["plan", str(_plan(root, "elsewhere", tuning=False)), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            f"error: qhlab plan: --output={str(output)!r} is not allowed; allowed: a new or empty directory, or this "
+            "config's plan directory (to resume or re-read it)."
+        ), line
+        assert hint in line, line
+        assert sorted((p.relative_to(output), p.stat().st_mtime_ns) for p in output.rglob("*")) == before
+
+
+@pytest.mark.slow
 def test_a_study_binds_its_plan_and_reports_planned_against_achieved(prepared, capsys):
     root = prepared
     assert main(["plan", str(_plan(root, "bound", tuning=False)), "--output", str(root / "bound-plan")]) == 0
@@ -219,6 +306,8 @@ def test_a_study_binds_its_plan_and_reports_planned_against_achieved(prepared, c
         assert entry["pooled_margins"]["D_reg"]["planned_mde"] == planned[f"D_reg {entry['variant']}"]["mde"]
     text = (root / "s" / "out" / "report" / "report.md").read_text()
     assert "planned MDE" in text and "The power plan `tiny-plan`" in text
+    # The planned MDE has its header in both tables, as every other cell has.
+    assert table_mismatches(text) == [], table_mismatches(text)
     # A plan of another pilot is refused at the freeze, nothing written.
     other = root / "other-pilot"
     shutil.copytree(root / "pilot", other)

@@ -27,8 +27,11 @@ class PlanTarget(BaseModel):
     """The largest MDE a study may have, per retention margin (the reward's unit, two-sided at its level, 80% power).
 
     Attributes:
-        d_reg: the largest D_reg MDE over the study's variants.
-        d_mae: the largest D_mae MDE over the study's variants.
+        d_reg: the largest D_reg MDE (retention's regret margin) allowed over the study's variants:
+            a design whose largest predicted D_reg MDE is above it cannot detect a difference the
+            study must see, so it does not reach the target.
+        d_mae: the largest D_mae MDE (retention's calibration margin) allowed over the study's
+            variants, for the same reason.
     """
 
     model_config = _FROZEN
@@ -41,15 +44,22 @@ class QhPlanConfig(BaseModel):
     """One power plan, written before the study's fits.
 
     Attributes:
-        name: the plan's name.
+        name: the plan's name: the title of ``plan.md`` and the name a study's report gives the
+            plan it binds.
         study: the study config planned for (a path, relative to this config): its arms, seeds,
-            validation preset and level. Its ``[preparation]`` is not read: the plan is one of its
-            records.
-        pilot: the study's pilot record (``.../pilot.json``): each comparison's components.
+            validation preset and level fix the design whose MDEs are predicted. Its
+            ``[preparation]`` is not read: the plan is one of its records.
+        pilot: the study's pilot record (``.../pilot.json``): each comparison's seed, TRAIN-draw and
+            scene variance components, from which every MDE is predicted without the study's fits.
+            The study may bind the plan only with this same pilot.
         tuning: a tuning record of the study's margins (``qhlab tune`` with metric "mde"), whose
-            trials are weighed as recipe alternatives; None: only the study's recipe.
-        target: the MDE the study must reach.
-        validation_scenes: validation sizes weighed beside the study's own (each at least 30).
+            trials are weighed as recipe alternatives with their own costs; None: only the
+            study's recipe is weighed.
+        target: the MDE the study must reach; the cheapest design that reaches it is chosen, and
+            when none does the command exits 1 (the plan published all the same).
+        validation_scenes: validation sizes weighed beside the study's own, to show what more
+            scenes would buy and cost (each at least 30: fewer never decide; empty: the study's
+            size alone).
     """
 
     model_config = _FROZEN

@@ -96,10 +96,11 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
             {k: v["document"].body_record() for k, v in cells.items()},
             benchmarks,
         )
+    frozen_source = frozen.receipt.body.source_package["sha256"]
+    other_source = source_package_digest()["sha256"] != frozen_source
     if not close_values(json.loads(json.dumps(again)), report):
         differing = sorted(k for k in set(again) | set(report) if not close_values(again.get(k), report.get(k)))
-        frozen_source = frozen.receipt.body.source_package["sha256"]
-        if source_package_digest()["sha256"] != frozen_source:
+        if other_source:
             # Another qhlab may word or round its report differently: only the frozen code can say
             # whether these bytes are what the cells give.
             raise DigestMismatchError(
@@ -113,8 +114,16 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
         )
     markdown = (output / "report" / REPORT_MARKDOWN).read_text(encoding="utf-8")
     if markdown != render_markdown(report, SECTIONS):
+        if other_source:
+            # Another qhlab may lay its tables out differently: only the frozen code renders these bytes.
+            raise DigestMismatchError(
+                f"{call}: {output / 'report' / REPORT_MARKDOWN} is not this qhlab's rendering of its report.json, "
+                f"and the study was frozen with other qhlab source (sha256 {frozen_source[:16]}). HINT: verify it "
+                "with the qhlab source it was frozen with."
+            )
         raise DigestMismatchError(
-            f"{call}: {output / 'report' / REPORT_MARKDOWN} is not the rendering of its report.json."
+            f"{call}: {output / 'report' / REPORT_MARKDOWN} is not the rendering of its report.json. HINT: "
+            "report.md is a function of report.json; rerun the report step instead of editing it."
         )
     return {"report": again, "cells": len(cells)}
 
