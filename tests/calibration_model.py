@@ -4,13 +4,15 @@ The known model is the one ``qhlab.statistics.variance`` states, with its parts 
 real pilot record's fits (the demo's): for each comparison and retention margin, the scene
 effects are resampled from the pilot's fit-averaged per-scene values and the fit-by-scene
 residuals from its within-draw residuals (so the heavy tails of per-scene regret are kept), and
-the seed and TRAIN-draw effects are normal with the pilot's own estimates as their true sd
-(scenario "pilot") or zero (scenario "zero": a comparison whose true seed and draw effects
-vanish, where a clamped estimator would over-cover). Each simulated pilot has the record's
-layout (its draws and their fit counts, each seed on one draw), its own scenes, and is analysed
-by ``fit_noise``; each simulated study fits two seeds on one fresh draw and its own scenes and
-reads its interval from ``pooled_difference``, exactly as a report does. Used by the calibration
-test and ``bench/calibration.py``.
+the seed and TRAIN-draw effects have the pilot's own estimates as their true sd (scenario
+"pilot") or zero (scenario "zero": a comparison whose true seed and draw effects vanish, where a
+clamped estimator would over-cover). Outside the model: the effects may be t3 (heavy-tailed,
+scaled to the same sd) and the study's components may drift from the pilot's (each variance
+multiplied by a factor). Each simulated pilot has a layout (by default the record's: its draws
+and their fit counts, each seed on one draw), its own scenes, and is analysed by ``fit_noise``;
+each simulated study fits two seeds on one fresh draw and its own scenes and reads its interval
+from ``pooled_difference``, exactly as a report does (the floor and the study's seed check
+included). Used by the calibration test and ``bench/calibration.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
+from scipy import stats
 
 from qhlab.statistics.replication import pooled_difference
 from qhlab.statistics.variance import fit_noise
@@ -65,6 +68,93 @@ def _pools(values: np.ndarray, draws: list[int]) -> tuple[np.ndarray, np.ndarray
     return scenes - scenes.mean(), np.concatenate(residuals)
 
 
+def _effects(rng: np.random.Generator, sd: float, size: tuple[int, ...] | int, kind: str) -> np.ndarray:
+    """Seed or draw effects of standard deviation ``sd``: normal, or t3 scaled to the same sd."""
+    if kind == "t3":
+        return rng.standard_t(3, size) * (sd / math.sqrt(3.0))
+    return rng.normal(0.0, 1.0, size) * sd
+
+
+def simulate(
+    values: np.ndarray,
+    draws: list[int],
+    *,
+    reps: int,
+    seed: int,
+    scenario: str = "pilot",
+    layout: tuple[int, int] | None = None,
+    effects: str = "normal",
+    drift: tuple[float, float] = (1.0, 1.0),
+    study_seeds: int = 2,
+    study_scenes: int | None = None,
+    confidence: float = 0.95,
+) -> dict:
+    """Simulated pilot-and-study pairs of one contrast, each study's interval read as a report reads it.
+
+    Args:
+        values: float [F, n], the real pilot's per-fit per-scene values of one contrast.
+        draws: [F], each fit's draw.
+        reps: simulated pairs.
+        seed: the simulation's RNG seed.
+        scenario: "pilot" (true seed and draw sd: the pilot's estimates, clamped at 0) or "zero".
+        layout: (TRAIN draws, seeds per draw) of each simulated pilot; None: the record's layout.
+        effects: "normal" or "t3" seed and TRAIN-draw effects (both in pilot and study).
+        drift: (seed, draw) factors of the study's seed and draw variances over the pilot's.
+        study_seeds, study_scenes: the simulated study's seeds and scenes (default: the pilot's n).
+        confidence: the intervals' level.
+
+    Returns:
+        ``{"covered": bool [reps] (the difference over TRAIN draws, delta), "covered_on_draw": bool
+        [reps] (delta plus the study's own draw effect: what a one-draw pilot's interval states),
+        "width_ratio": float [reps] (the interval's width over the study's scene-only one's, t(n - 1)
+        times the scene standard error), "floored": bool [reps], "contradicted": bool [reps] (the
+        seed check), "mde", "dof": float [reps], "tau", "omega"}``.
+    """
+    rng = np.random.default_rng(seed)
+    scene_pool, residual_pool = _pools(values, draws)
+    estimated = fit_noise(values, draws)
+    tau = math.sqrt(max(0.0, estimated.seed_variance)) if scenario == "pilot" else 0.0
+    omega = math.sqrt(max(0.0, estimated.draw_variance or 0.0)) if scenario == "pilot" else 0.0
+    if layout is None:
+        labels = draws
+    else:
+        labels = [d for d in range(layout[0]) for _ in range(layout[1])]
+    draw_ids = sorted(set(labels))
+    index = np.asarray([draw_ids.index(d) for d in labels])
+    fits, n_pilot = len(labels), values.shape[1]
+    n_study = study_scenes or n_pilot
+    delta = float(values.mean())
+    pilots = (
+        delta
+        + rng.choice(scene_pool, (reps, 1, n_pilot))
+        + rng.choice(residual_pool, (reps, fits, n_pilot))
+        + (_effects(rng, tau, (reps, fits), effects) + _effects(rng, omega, (reps, len(draw_ids)), effects)[:, index])[
+            :, :, None
+        ]
+    )
+    study_draw = _effects(rng, omega * math.sqrt(drift[1]), reps, effects)
+    studies = (
+        delta
+        + rng.choice(scene_pool, (reps, 1, n_study))
+        + rng.choice(residual_pool, (reps, study_seeds, n_study))
+        + (_effects(rng, tau * math.sqrt(drift[0]), (reps, study_seeds), effects) + study_draw[:, None])[:, :, None]
+    )
+    scene_only = stats.t.ppf((1 + confidence) / 2, n_study - 1)
+    out = {k: np.zeros(reps, dtype=bool) for k in ("covered", "covered_on_draw", "floored", "contradicted")}
+    out |= {k: np.zeros(reps) for k in ("width_ratio", "mde", "dof")}
+    for r in range(reps):
+        pooled = pooled_difference(
+            studies[r], noise=fit_noise(pilots[r], labels), noise_source="simulation", confidence=confidence
+        )
+        out["covered"][r] = pooled.low <= delta <= pooled.high
+        out["covered_on_draw"][r] = pooled.low <= delta + study_draw[r] <= pooled.high
+        out["width_ratio"][r] = (pooled.high - pooled.low) / (2 * scene_only * pooled.scene_se)
+        out["floored"][r] = pooled.floored
+        out["contradicted"][r] = pooled.seed_check is not None and pooled.seed_check["contradicts"]
+        out["mde"][r], out["dof"][r] = pooled.mde, pooled.dof
+    return {**out, "tau": tau, "omega": omega}
+
+
 def coverage(
     values: np.ndarray,
     draws: list[int],
@@ -76,7 +166,7 @@ def coverage(
     study_scenes: int | None = None,
     confidence: float = 0.95,
 ) -> dict:
-    """The share of simulated pilot-and-study pairs whose interval covers the true difference.
+    """The share of simulated pilot-and-study pairs (the record's layout) whose interval covers the true difference.
 
     Args:
         values: float [F, n], the real pilot's per-fit per-scene values of one contrast.
@@ -87,44 +177,26 @@ def coverage(
         study_seeds, study_scenes: the simulated study's seeds and scenes (default: the pilot's n).
 
     Returns:
-        ``{"coverage", "reps", "tau", "omega", "median_mde", "median_dof"}``.
+        ``{"coverage", "reps", "tau", "omega", "median_mde", "median_dof", "floored",
+        "narrowest"}`` (the share on the scene-only floor, the smallest width over the scene-only one's).
     """
-    rng = np.random.default_rng(seed)
-    scene_pool, residual_pool = _pools(values, draws)
-    estimated = fit_noise(values, draws)
-    tau = math.sqrt(max(0.0, estimated.seed_variance)) if scenario == "pilot" else 0.0
-    omega2 = estimated.draw_variance
-    omega = math.sqrt(max(0.0, omega2 or 0.0)) if scenario == "pilot" else 0.0
-    fits, n_pilot = values.shape
-    n_study = study_scenes or n_pilot
-    labels = sorted(set(draws))
-    index = np.asarray([labels.index(d) for d in draws])
-    delta = float(values.mean())
-    covered, mdes, dofs = 0, [], []
-    for _ in range(reps):
-        pilot = (
-            delta
-            + rng.choice(scene_pool, n_pilot)[None, :]
-            + rng.choice(residual_pool, (fits, n_pilot))
-            + (rng.normal(0.0, tau, fits) + rng.normal(0.0, omega, len(labels))[index])[:, None]
-        )
-        study = (
-            delta
-            + rng.choice(scene_pool, n_study)[None, :]
-            + rng.choice(residual_pool, (study_seeds, n_study))
-            + (rng.normal(0.0, tau, study_seeds) + rng.normal(0.0, omega))[:, None]
-        )
-        pooled = pooled_difference(
-            study, noise=fit_noise(pilot, draws), noise_source="simulation", confidence=confidence
-        )
-        covered += pooled.low <= delta <= pooled.high
-        mdes.append(pooled.mde)
-        dofs.append(pooled.dof)
+    found = simulate(
+        values,
+        draws,
+        reps=reps,
+        seed=seed,
+        scenario=scenario,
+        study_seeds=study_seeds,
+        study_scenes=study_scenes,
+        confidence=confidence,
+    )
     return {
-        "coverage": covered / reps,
+        "coverage": float(found["covered"].mean()),
         "reps": reps,
-        "tau": tau,
-        "omega": omega,
-        "median_mde": float(np.median(mdes)),
-        "median_dof": float(np.median(dofs)),
+        "tau": found["tau"],
+        "omega": found["omega"],
+        "median_mde": float(np.median(found["mde"])),
+        "median_dof": float(np.median(found["dof"])),
+        "floored": float(found["floored"].mean()),
+        "narrowest": float(found["width_ratio"].min()),
     }

@@ -224,9 +224,191 @@ def test_satterthwaite_dof_survive_a_cancelling_fit_term_and_a_floor() -> None:
     # smallest term's.
     variance, dof = _floored_satterthwaite([(1e-4, 479.0), (1.0, 5.0), (-0.9995, 4.0)], scene_terms=1)
     assert variance == pytest.approx(6e-4) and dof == 4.0
-    # Floored at half the scene part: a scene quantity with the scene part's dof, whatever the fits'.
+    # Floored at the scene part (never below the scene-only variance), on the degrees of freedom of
+    # every term: the fits' mean squares whose chance made the sum negative still count.
     variance, dof = _floored_satterthwaite([(1.0, 479.0), (0.2, 20.0), (-0.9, 5.0)], scene_terms=2)
-    assert variance == pytest.approx(0.6) and dof == pytest.approx(1.2**2 / (1 / 479 + 0.04 / 20))
-    # Every term positive: the textbook value, above the smallest term's.
+    assert variance == pytest.approx(1.2) and dof == pytest.approx(1.2**2 / (1 / 479 + 0.04 / 20 + 0.81 / 5))
+    # Every term positive: the textbook value, above the smallest term's ...
+    variance, dof = _floored_satterthwaite([(1.0, 479.0), (1.0, 5.0)], scene_terms=1)
+    assert (variance, dof) == (2.0, pytest.approx(4 / (1 / 479 + 1 / 5)))
+    # ... and never above the scene part's own, so no interval is narrower than the scene-only one.
     variance, dof = _floored_satterthwaite([(1.0, 10.0), (1.0, 10.0)], scene_terms=1)
-    assert (variance, dof) == (2.0, 20.0)
+    assert (variance, dof) == (2.0, 10.0)
+
+
+# ----------------------------------------------------------------- a pilot's interval: the floor and the seed check
+
+
+def _nested_pilot(rng: np.random.Generator, draws: int, seeds: int, tau: float, omega: float, n: int = N_SCENES):
+    """A nested pilot's [draws * seeds, n] values (its own scenes) and each fit's draw."""
+    w = np.repeat(rng.normal(0.0, omega, draws), seeds)
+    u = rng.normal(0.0, tau, draws * seeds)
+    values = (w + u)[:, None] + rng.normal(0.0, SCENE_SD, n)[None, :] + rng.normal(0.0, RESIDUAL_SD, (w.size, n))
+    return values, [d for d in range(draws) for _ in range(seeds)]
+
+
+def test_a_negative_fit_noise_estimate_never_narrows_the_interval() -> None:
+    from scipy import stats
+
+    from qhlab.statistics.variance import fit_noise
+
+    rng = np.random.default_rng(31)
+    found = 0
+    for _ in range(200):
+        noise = fit_noise(*_nested_pilot(rng, 3, 2, 0.0, 0.0))
+        pooled = pooled_difference(_study(rng, 0.0, 0.0), noise=noise, noise_source="p")
+        scene_only = stats.t.ppf(0.975, N_SCENES - 1) * pooled.scene_se
+        assert pooled.high - pooled.low >= 2 * scene_only * (1 - 1e-12)
+        assert pooled.se >= pooled.scene_se and pooled.dof <= N_SCENES - 1
+        if pooled.floored:
+            found += 1
+            # On the floor: the scene-only variance, on fewer degrees of freedom than the scene term's
+            # 119 (the pilot's mean squares still count), and the note says what the interval carries.
+            assert pooled.se == pytest.approx(pooled.scene_se) and pooled.dof < N_SCENES - 2
+            assert "below 0" in pooled.note and "never narrower than the scene-only interval" in pooled.note
+    assert found > 20
+
+
+def test_the_seed_check_by_hand() -> None:
+    from scipy import stats
+
+    from qhlab.statistics.replication import seed_spread_check
+    from qhlab.statistics.variance import FitNoise
+
+    noise = FitNoise(
+        fits=6, draws=3, n_scenes=100, ms_within=4e-6, dof_within=3, ms_between=9e-6, dof_between=2, n0=2.0,
+        residual=1e-4, residual_dof=297, scene_variance=1e-4,
+    )  # fmt: skip
+    # Two seeds whose means differ by 0.012 over a pure seed shift (no residual): Var_s = 7.2e-5.
+    scenes = np.linspace(-0.01, 0.01, 100)
+    d = np.stack([scenes, scenes + 0.012])
+    check = seed_spread_check(d, noise)
+    predicted = 4e-6 - 1e-4 / 100  # the pilot's tau^2 plus the study's residual part (0 here)
+    assert check.observed == pytest.approx(7.2e-5) and check.predicted == pytest.approx(predicted)
+    # Satterthwaite's dof of the prediction, bounded below by its smallest term's (the pilot's 3).
+    dof = max(predicted**2 / (4e-6**2 / 3 + (1e-4 / 100) ** 2 / 297), 3.0)
+    assert check.dof_predicted == pytest.approx(dof) == 3.0 and check.dof_observed == 1
+    assert check.statistic == pytest.approx(7.2e-5 / predicted)
+    assert check.p_value == pytest.approx(stats.f.sf(7.2e-5 / predicted, 1, dof)) and check.p_value < 0.05
+    assert check.contradicts == (check.p_value < 0.05) and check.verdict == "contradicts the pilot"
+    assert check.study_seed_variance == pytest.approx(7.2e-5) and check.pilot_seed_variance == pytest.approx(3e-6)
+    # One seed: nothing to check.
+    assert seed_spread_check(d[:1], noise) is None
+
+
+def test_the_seed_check_holds_its_level_and_widens_what_it_contradicts() -> None:
+    from qhlab.statistics.variance import fit_noise
+
+    rng = np.random.default_rng(37)
+    rejected = 0
+    for _ in range(400):
+        noise = fit_noise(*_nested_pilot(rng, 3, 2, SEED_SD, 0.002))
+        rejected += pooled_difference(_study(rng, 0.0), noise=noise, noise_source="p").seed_check["contradicts"]
+    # Where the pilot is right, the study's seeds contradict it in about 5% of studies.
+    assert 0.02 <= rejected / 400 <= 0.09, rejected / 400
+    # A study whose seed effect is far larger than the pilot's: the check says so, and the interval
+    # carries the study's own seed term (two seeds: about one degree of freedom), far wider.
+    widened = 0
+    for _ in range(200):
+        noise = fit_noise(*_nested_pilot(rng, 3, 2, SEED_SD, 0.002))
+        study = _study(rng, 0.0, seed_sd=8 * SEED_SD)
+        pooled = pooled_difference(study, noise=noise, noise_source="p")
+        if pooled.seed_check["contradicts"]:
+            widened += 1
+            assert pooled.seed_sd == pytest.approx(seed_effect_sd(study))
+            assert pooled.dof < 3 and "the study's own seed term instead" in pooled.note
+            assert pooled.seed_check["verdict"] == "contradicts the pilot"
+    assert widened / 200 > 0.3
+
+
+def test_the_familys_check_is_bonferronis() -> None:
+    from qhlab.statistics.replication import family_seed_check
+
+    family = family_seed_check([0.5, 0.004, 0.3, 0.04])
+    assert family == {
+        "rows": 4,
+        "contradicted": 2,
+        "smallest_p": 0.004,
+        "family_p": pytest.approx(0.016),
+        "threshold": 0.05,
+        "verdict": "contradicts the pilot",
+    }
+    assert family_seed_check([0.02] * 16)["verdict"] == "consistent with the pilot"
+    with pytest.raises(QhInputError, match="family_seed_check"):
+        family_seed_check([])
+
+
+def test_a_plan_floors_as_the_study_does_and_an_older_plan_recomputes_by_its_own_rule() -> None:
+    import json
+    from pathlib import Path
+
+    from qhlab.design.plan_record import recomputed
+    from qhlab.design.preparation_record import close_values
+    from qhlab.statistics.replication import planned_difference
+    from qhlab.statistics.variance import FitNoise
+
+    # G below 0 (MS_w under its residual part): the plan predicts the scene-only variance, no less.
+    noise = FitNoise(
+        fits=6, draws=3, n_scenes=480, ms_within=1e-6, dof_within=3, ms_between=0.5e-6, dof_between=2, n0=2.0,
+        residual=1e-3, residual_dof=1437, scene_variance=2e-4,
+    )  # fmt: skip
+    planned = planned_difference(noise, n_seeds=2, n_scenes=480)
+    assert planned["fit_part"] < 0 and planned["se"] ** 2 == pytest.approx(planned["scene_part"])
+    assert planned["dof"] < 479
+    # The rule of plans recorded before it floored at half the scene part: a narrower, promised MDE.
+    older = planned_difference(noise, n_seeds=2, n_scenes=480, variance_floor="half scene")
+    assert older["mde"] < planned["mde"]
+    with pytest.raises(QhInputError, match="variance_floor"):
+        planned_difference(noise, n_seeds=2, n_scenes=480, variance_floor="none")
+    # The committed demo plan names no floor: it recomputes by its own rule, and the new one differs
+    # only where its G is below 0 (variant_deep against the baseline, and its D_reg).
+    record = json.loads((Path(__file__).resolve().parents[2] / "examples/preparation/demo-plan/plan.json").read_text())
+    assert "variance_floor" not in record and close_values(recomputed(record)["designs"], record["designs"])
+    again = recomputed({**record, "variance_floor": "scene"})
+    assert again["variance_floor"] == "scene"
+    changed = {
+        k
+        for new, old in zip(again["designs"], record["designs"])
+        for k in new["rows"]
+        if new["rows"][k] != old["rows"][k]
+    }
+    assert changed == {"variant_deep - baseline (regret)", "D_reg variant_deep"}
+
+
+def test_the_report_says_in_one_sentence_where_the_studys_seeds_contradict_the_pilot() -> None:
+    from qhlab.report import answer, preparation_section, seed_aware
+
+    def check(p: float) -> dict:
+        return {
+            "statistic": 30.0 if p < 0.05 else 1.0, "dof_observed": 1, "dof_predicted": 10.0, "p_value": p,
+            "threshold": 0.05, "contradicts": p < 0.05, "verdict": "contradicts the pilot" if p < 0.05 else "x",
+        }  # fmt: skip
+
+    report = {
+        "primary_horizon": 3,
+        "replication": [
+            {"arm": "v", "against": "b", "metric": "regret", "pooled": {"seed_check": check(0.004)}},
+            {"arm": "v", "against": "b", "metric": "mae", "pooled": {"seed_check": check(0.6)}},
+            {"arm": "c", "against": "b", "metric": "regret", "pooled": {"seed_check": check(0.001)}},
+        ],
+        "retention": [
+            {"variant": "v", "pooled_margins": {"D_reg": {"seed_check": check(0.02)}, "D_mae": {"seed_check": None}}}
+        ],
+    }
+    sentence = answer._seed_check_sentence(report, report["retention"][0], "b")
+    # One sentence, naming this variant's intervals only (not c's), with each test's result.
+    assert sentence.count(". ") == 0 and sentence.endswith("instead of the pilot's.")
+    assert (
+        "D_reg (F 30 on 1 and 10.0 dof, p 0.02) and regret_3 against `b` (F 30 on 1 and 10.0 dof, p 0.004)" in sentence
+    )
+    assert "those intervals carry the study's own seed term" in sentence
+    quiet = {**report, "replication": report["replication"][1:2]}
+    assert answer._seed_check_sentence(quiet, {"variant": "v", "pooled_margins": {"D_reg": {}, "D_mae": {}}}, "b") == ""
+    family = seed_aware._family_check(report)
+    assert (family["rows"], family["contradicted"], family["smallest_p"]) == (4, 3, 0.001)
+    assert family["family_p"] == pytest.approx(0.004) and family["verdict"] == "contradicts the pilot"
+    assert [r["row"] for r in family["contradicted_rows"]] == ["v - b (regret)", "c - b (regret)", "D_reg v"]
+    (blank, line) = preparation_section._seed_check_line(family)
+    assert blank == "" and line.startswith("The study's own seeds checked the pilot's seed component of each of its 4")
+    assert "v - b (regret) (F 30 on 1 and 10.0 dof, p 0.004)" in line and "family p 0.004" in line
+    assert preparation_section._seed_check_line(None) == []

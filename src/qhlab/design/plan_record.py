@@ -133,7 +133,9 @@ class PlanRecord(Closed):
         variant, metric). validation_seconds_per_scene: the pilot's validation labelling cost
         (None: unknown). recipes: each recipe's components and costs. designs: every design's
         predictions. planned: the study's own design (its index in ``designs``). chosen: the
-        cheapest design that reaches the target (None: none does).
+        cheapest design that reaches the target (None: none does). variance_floor: the floor its
+        predictions used (``qhlab.statistics.replication.VARIANCE_FLOORS``): "scene", the study's
+        own; a record without it predates that rule and recomputes with "half scene".
     """
 
     kind: Literal["plan_record"]
@@ -154,6 +156,7 @@ class PlanRecord(Closed):
     designs: list[PlanDesign]
     planned: int
     chosen: int | None
+    variance_floor: Literal["scene", "half scene"] = "half scene"
 
 
 def row_key(row: dict) -> str:
@@ -271,6 +274,7 @@ def plan_document(
     confidence: float,
     target: dict[str, float],
     validation_seconds_per_scene: float | None,
+    variance_floor: str = "scene",
 ) -> dict:
     """Every design's predictions and cost, the study's own design and the cheapest that reaches the target.
 
@@ -281,9 +285,11 @@ def plan_document(
         sizes: the validation sizes weighed beside the study's.
         target: ``{"d_reg", "d_mae"}``, the MDE to reach.
         validation_seconds_per_scene: the labelling cost of a validation scene (None: unknown).
+        variance_floor: ``planned_difference``'s (a recorded plan's own, to recompute it).
 
     Returns:
-        ``{"designs": [...], "planned": index of the study's design, "chosen": index or None}``.
+        ``{"designs": [...], "planned": index of the study's design, "chosen": index or None,
+        "variance_floor"}``.
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
     from qhlab.statistics.replication import planned_difference
@@ -305,6 +311,7 @@ def plan_document(
                     confidence=confidence,
                     power=POWER,
                     extra=extra,
+                    variance_floor=variance_floor,
                 )
                 predicted[key] = {k: planned[k] for k in ("mde", "se", "dof")}
             largest = {
@@ -332,7 +339,7 @@ def plan_document(
     )
     reaching = [i for i, d in enumerate(designs) if d["reaches_target"]]
     chosen = min(reaching, key=lambda i: (designs[i]["cost"]["seconds"], i)) if reaching else None
-    return {"designs": designs, "planned": planned, "chosen": chosen}
+    return {"designs": designs, "planned": planned, "chosen": chosen, "variance_floor": variance_floor}
 
 
 def plan_digest(config: Any, design: dict, pilot_sha256: str, tuning_sha256: str | None) -> str:
@@ -384,6 +391,8 @@ def recomputed(record: dict) -> dict:
         confidence=record["confidence"],
         target=record["target"],
         validation_seconds_per_scene=record["validation_seconds_per_scene"],
+        # A plan recorded before the scene-only floor names none, and recomputes with its own rule.
+        variance_floor=record.get("variance_floor", "half scene"),
     )
 
 

@@ -2,12 +2,13 @@
 
 Owns: each variant's answer (its seed-pooled difference from the baseline, its probability of
 improvement over scenes, then the pre-registered rule's decision in one of ``DECISIONS``, with
-why, and what would decide it where the study could not), how each seed reads the rule in the
-same words, each variant's per-scene regret profile against the baseline (for its figure), and the
-family table (each arm's make-up, parameter count and cost): the ``question`` and ``family`` fields
-of ``report.json`` and their markdown and W&B table. Does not own: the statistics it reads (the
-``retention`` and ``replication`` entries that the report's earlier sections wrote: ``report``,
-``seed_aware``) or writing the files (``render``).
+why, and what would decide it where the study could not, and one sentence where the study's own
+seeds contradicted its pilot's seed component of one of the variant's intervals), how each seed
+reads the rule in the same words, each variant's per-scene regret profile against the baseline
+(for its figure), and the family table (each arm's make-up, parameter count and cost): the
+``question`` and ``family`` fields of ``report.json`` and their markdown and W&B table. Does not
+own: the statistics it reads (the ``retention`` and ``replication`` entries that the report's
+earlier sections wrote: ``report``, ``seed_aware``) or writing the files (``render``).
 """
 
 from __future__ import annotations
@@ -83,6 +84,29 @@ def _against_baseline(report: dict, variant: str, baseline: str, metric: str) ->
     return None
 
 
+def _seed_check_sentence(report: dict, e: dict, baseline: str) -> str:
+    """One sentence where the study's own seeds contradicted the pilot's seed component of one of this
+    variant's intervals (its margins, its difference from the baseline), else ""."""
+    h = report["primary_horizon"]
+    pooled = [(name, e["pooled_margins"][name]) for name in ("D_reg", "D_mae")]
+    for row in report.get("replication", []):
+        if {row["arm"], row["against"]} == {e["variant"], baseline}:
+            name = f"regret_{h}" if row["metric"] == "regret" else f"MAE_{h}"
+            pooled.append((f"{name} against `{baseline}`", row["pooled"]))
+    found = [(name, p["seed_check"]) for name, p in pooled if (p.get("seed_check") or {}).get("contradicts")]
+    if not found:
+        return ""
+    listed = " and ".join(
+        f"{name} (F {c['statistic']:.3g} on {c['dof_observed']} and {c['dof_predicted']:.1f} dof, p {c['p_value']:.3g})"
+        for name, c in found
+    )
+    return (
+        f" The study's own seeds contradict the pilot's seed component of {listed}, p below "
+        f"{found[0][1]['threshold']:g}, so {'that interval carries' if len(found) == 1 else 'those intervals carry'} "
+        "the study's own seed term instead of the pilot's."
+    )
+
+
 def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
     """One variant's answer: its difference from the baseline and how often it wins a scene, then the decision."""
     config = inputs.config
@@ -123,7 +147,8 @@ def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
         "why": why,
         "against_baseline": differences,
         "probability_of_improvement": wins,
-        "text": f"`{e['variant']}` {against}{scenes}. By the pre-registered rule: **{e['decision']}**: {why}.",
+        "text": f"`{e['variant']}` {against}{scenes}. By the pre-registered rule: **{e['decision']}**: {why}."
+        + _seed_check_sentence(report, e, baseline),
     }
 
 

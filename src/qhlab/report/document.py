@@ -128,8 +128,10 @@ class Answer(_Closed):
         against_baseline: ``{"regret": Difference, "mae": Difference}`` at H (None: not compared).
         probability_of_improvement: ``{"regret": Interval, "mae": Interval}``: the share of
             validation scenes on which the variant's seed-averaged value at H is below the
-            baseline's (a tie counts half), with its scene-bootstrap interval (0 to 1).
-        text: the sentence report.md and the README print.
+            baseline's (a tie counts half), with its scene-bootstrap interval (0 to 1); paired by
+            scene, not rliable's unpaired comparison of runs.
+        text: the sentence report.md and the README print, and one more where the study's own
+            seeds contradicted the pilot's seed component of one of its intervals.
     """
 
     decision: Literal["retained", "not retained", "undecided"]
@@ -192,9 +194,13 @@ class StudyReportDocument(_Closed):
         headline: does the baseline beat the best TRAIN-chosen heuristic on every seed.
         paired: every paired difference per seed and metric.
         retention: the rule's margins per variant and seed.
-        replication: every comparison's seed-pooled difference with its MDE.
+        replication: every comparison's seed-pooled difference with its MDE; with a pilot, each
+            pooled record's ``floored`` (its interval at the scene-only variance) and
+            ``seed_check`` (the study's own seeds against the pilot's seed component: statistic,
+            degrees of freedom, p-value, verdict), as each retention margin's.
         preparation: the tuning, pilot and E0 records the freeze bound (None: none).
-        summary: the values a W&B run summary holds.
+        summary: the values a W&B run summary holds (``seed_check``: the family's reading of the
+            rows' seed checks, None without a pilot).
     """
 
     schema_version: int

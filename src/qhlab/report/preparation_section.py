@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qhlab.design.pilot_record import fits_words
 from qhlab.report.render import fmt, table
 
 __all__ = ["build", "markdown", "tables"]
@@ -46,7 +47,34 @@ def markdown(report: dict) -> list[str]:
     lines += _tuning_lines(tuning, unit)
     lines.append("")
     lines += _pilot_lines(pilot, typed, unit)
+    lines += _seed_check_line((report.get("summary") or {}).get("seed_check"))
     return lines + [""] + _plan_lines(prepared.get("plan"), unit) + _e0_lines(prepared.get("e0"), unit)
+
+
+def _seed_check_line(check: dict | None) -> list[str]:
+    """One line: the study's own seeds against the pilot's seed components (``summary["seed_check"]``;
+    empty without a pilot)."""
+    if check is None:
+        return []
+    rows = check["contradicted_rows"]
+    found = (
+        "consistent with the pilot on every row"
+        if not rows
+        else "they contradict it on "
+        + "; ".join(
+            f"{r['row']} (F {r['statistic']:.3g} on {r['dof_observed']} and {r['dof_predicted']:.1f} dof, "
+            f"p {r['p_value']:.3g})"
+            for r in rows
+        )
+        + ", whose intervals carry the study's own seed term instead"
+    )
+    return [
+        "",
+        f"The study's own seeds checked the pilot's seed component of each of its {check['rows']} rows (the "
+        f"spread of their seed means against the pilot's prediction, an F test, p < {check['threshold']:g}): "
+        f"{found}; family p {check['family_p']:.3g} (Bonferroni over the rows, which share arms), "
+        f"{check['verdict']}. The TRAIN-draw component is not checked: the study fits one draw.",
+    ]
 
 
 def _tuning_lines(tuning: dict | None, unit: str) -> list[str]:
@@ -120,8 +148,8 @@ def _pilot_lines(pilot: dict | None, typed: dict | None, unit: str) -> list[str]
             f"`{pilot['record_sha256'][:16]}`), bound by the freeze and copied into `{pilot['copy']}/`: every arm "
             f"fitted on {len(layout)} TRAIN draw{'s' if len(layout) != 1 else ''} of {pops['train']['preset']} "
             f"({draws}; each seed on one draw), scored on {pops['validation']['preset']} seed "
-            f"{pops['validation']['seed']} (manifest `{pops['validation']['manifest_sha256'][:16]}`); {pilot['fits']} "
-            "fits.",
+            f"{pops['validation']['seed']} (manifest `{pops['validation']['manifest_sha256'][:16]}`); "
+            f"{fits_words(pilot['fits'], sum(len(d['seeds']) for d in layout), len(layout))}.",
             "",
             "Each comparison's interval carries its own components, estimated from every pilot fit of that "
             "comparison (a nested analysis of variance: within and between TRAIN draws), never another row's: "
@@ -213,7 +241,8 @@ def _e0_lines(e0: dict | None, unit: str) -> list[str]:
         ]
         for o in e0["outcomes"]
     ]
-    return lines + table(["TRAIN seed", "E0", "canary row (state_id)", "smallest label gap (m)"], rows) + [""]
+    gap = f"smallest label gap ({unit.strip()})" if unit else "smallest label gap"
+    return lines + table(["TRAIN seed", "E0", "canary row (state_id)", gap], rows) + [""]
 
 
 def tables(report: dict) -> dict:

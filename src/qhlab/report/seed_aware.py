@@ -17,7 +17,10 @@ What it adds to ``report.json``:
 * per variant in ``retention``: the study's ``decision`` (``qhlab.statistics.bootstrap.DECISIONS``:
   retained / not retained / undecided, from the seed-pooled margins' two-sided intervals), its
   reason, whether every seed's own reading (``per_seed[s]["decision"]``, the same words) agrees,
-  the seed-pooled margins with their MDEs, and a ``sensitivity`` sentence.
+  the seed-pooled margins with their MDEs, and a ``sensitivity`` sentence;
+* with a pilot, each pooled record's ``floored`` (its interval sits on the scene-only floor) and
+  ``seed_check`` (the study's own seeds against the pilot's seed component: statistic, dof,
+  p-value, verdict), and ``summary["seed_check"]``: the family's reading of those checks.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qhlab.report.render import bounds, ci, fmt, table
-from qhlab.statistics.replication import pooled_difference, replication_label, retention_decision
+from qhlab.statistics.replication import family_seed_check, pooled_difference, replication_label, retention_decision
 from qhlab.study.preparation import frozen_noise
 
 if TYPE_CHECKING:
@@ -112,6 +115,34 @@ def build(inputs: ReportInputs, report: dict) -> None:
         )
     report["summary"]["decisions"] = {e["variant"]: e["decision"] for e in report["retention"]}
     report["summary"]["seed_variance_source"] = rows[0]["pooled"]["seed_sd_source"] if rows else None
+    report["summary"]["seed_check"] = _family_check(report)
+
+
+def _family_check(report: dict) -> dict | None:
+    """The study's check of its pilot over every comparison and margin (None: no pilot, nothing checked).
+
+    Each row's own check (``pooled["seed_check"]``: statistic, dof, p-value, verdict) stays where its
+    interval's components are; this is the family's reading, by Bonferroni's bound
+    (``family_seed_check``), with the rows whose seeds contradicted the pilot.
+    """
+    checks = [
+        (f"{r['arm']} - {r['against']} ({r['metric']})", r["pooled"]["seed_check"]) for r in report["replication"]
+    ]
+    checks += [
+        (f"{name} {e['variant']}", e["pooled_margins"][name]["seed_check"])
+        for e in report["retention"]
+        for name in ("D_reg", "D_mae")
+    ]
+    checks = [(row, check) for row, check in checks if check is not None]
+    if not checks:
+        return None
+    family = family_seed_check([c["p_value"] for _, c in checks], threshold=checks[0][1]["threshold"])
+    contradicted = [
+        {"row": row, **{k: c[k] for k in ("statistic", "dof_observed", "dof_predicted", "p_value")}}
+        for row, c in checks
+        if c["contradicts"]
+    ]
+    return {**family, "contradicted_rows": contradicted}
 
 
 def markdown(report: dict) -> list[str]:
@@ -119,6 +150,8 @@ def markdown(report: dict) -> list[str]:
     rows, seeds = report["replication"], report["seeds"]
     level = f"{report['bootstrap']['confidence']:.0%}"
     source = rows[0]["pooled"]["seed_sd_source"] if rows else "-"
+    # One flag for every row and header: a bound plan adds its column to both tables, whole.
+    has_plan = any(r.get("planned_mde") is not None for r in rows)
     pooled = [
         [
             r["arm"],
@@ -130,11 +163,10 @@ def markdown(report: dict) -> list[str]:
             r["pooled"]["distribution"],
             r["label"],
             fmt(r["pooled"]["mde"]),
-            *([] if r.get("planned_mde") is None else [fmt(r["planned_mde"])]),
+            *([fmt(r.get("planned_mde"))] if has_plan else []),
         ]
         for r in rows
     ]
-    has_plan = any(r.get("planned_mde") is not None for r in rows)
     decisions = [
         [
             e["variant"],
@@ -158,8 +190,10 @@ def markdown(report: dict) -> list[str]:
         f"Pooled: mean over seeds {seeds} of the per-scene paired differences; its {level} interval adds this "
         f"comparison's own seed and TRAIN-draw variance to the scene variance (source: {source}) and uses "
         "Student's t (quantile: Satterthwaite's degrees of freedom of the scene and pilot terms, or the study's "
-        "own seeds - 1). Replicated: every seed's scene interval excludes 0 on the same side and so does the "
-        "pooled interval; seed-dependent: two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE, "
+        "own seeds - 1). A pilot's interval is never narrower than the scene-only one, and where the study's own "
+        "seeds contradict the pilot's seed component it carries their seed term instead. Replicated: every "
+        "seed's scene interval excludes 0 on the same side and so does the pooled interval; seed-dependent: "
+        "two seeds exclude 0 on opposite sides; otherwise inconclusive. MDE, "
         f"for every comparison and margin alike: the smallest true difference this design detects with "
         f"{POWER:.0%} power in a two-sided {level} test.",
         "",
@@ -203,6 +237,7 @@ def markdown(report: dict) -> list[str]:
                 f"D_mae ({level} CI)",
                 "MDE D_reg",
                 "MDE D_mae",
+                *(["planned MDE (D_reg / D_mae)"] if has_plan else []),
             ],
             decisions,
         ),

@@ -2,9 +2,10 @@
 
 Owns, one idea per module: ``bootstrap`` (BCa scene-bootstrap intervals, paired when two arms
 are compared, the retention margins D_reg and D_mae with a seed's reading of them, and the
-probability of improvement over scenes), ``replication`` (seed-pooled paired differences whose
-intervals carry the fits' noise, replication labels, the study's retention decision and minimum
-detectable effects), ``agreement`` (whether two studies of one design agree) and ``variance`` (a
+paired probability of improvement over scenes), ``replication`` (seed-pooled paired differences
+whose intervals carry the fits' noise and are never narrower than the scene-only ones, the study's
+check of its pilot's seed components, replication labels, the study's retention decision and
+minimum detectable effects), ``agreement`` (whether two studies of one design agree) and ``variance`` (a
 pilot's seed and TRAIN-draw components of each comparison). Every function takes arrays and
 settings and returns plain records; the docstrings give shapes. Does not own: computing per-scene
 MAE or regret (``qhlab.finite_horizon.evaluation``), choosing thresholds (the study config) or

@@ -490,10 +490,16 @@ def probability_of_improvement(
     """The share of scenes on which a variant beats its comparator, with a scene-bootstrap interval.
 
     Each scene scores 1 when the seed-averaged paired difference (variant minus comparator, lower
-    better) is below 0, 0.5 on a tie, 0 above (the probability of improvement of Agarwal et al.
-    2021, rliable, over scene pairs); the estimate is the mean score, its interval the BCa scene
-    bootstrap of that mean. It says how often the variant wins a scene, not by how much, and like
-    every per-scene interval it does not see the seed variance.
+    better) is below 0, 0.5 on a tie, 0 above; the estimate is the mean score, its interval the
+    BCa scene bootstrap of that mean. It says how often the variant wins a scene, not by how much,
+    and like every per-scene interval it does not see the seed variance.
+
+    It is paired, unlike rliable's probability of improvement (Agarwal et al. 2021), which per task
+    compares every run of one algorithm with every run of the other, unpaired (a Mann-Whitney
+    ``P(X > Y)``), then averages over tasks. Both arms here are scored on the same scenes, so each
+    arm is averaged over its seeds within a scene and the scene's two values compared: read
+    unpaired, one scene's value would be set against another's, and the spread of scene
+    difficulty, far larger than most arm differences, would pull the share towards one half.
 
     Args:
         differences: float [n_seeds, n_scenes], per-scene paired differences for each seed.

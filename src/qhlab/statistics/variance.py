@@ -30,12 +30,24 @@ residual per scene ``r`` estimates ``sigma_e^2`` with thousands of degrees of fr
 It is never clamped at zero: a clamped component only adds, and intervals that carry it then
 cover more than they say for every comparison whose true component is zero (about a third of
 the demo's). Its uncertainty reaches the interval through Satterthwaite's degrees of freedom
-(``study_noise_terms`` gives each term's).
+(``study_noise_terms`` gives each term's). An estimate below zero never narrows an interval: the
+interval (``qhlab.statistics.replication``) floors the variance at the study's scene-only one and
+keeps the degrees of freedom of every term, and the study's own seeds check the seed component.
+
+The model's limits. With one TRAIN draw there is no between-draw mean square, so omega^2 is not
+estimated and the interval covers the difference on the study's own draw only. G rests on MS_b's
+D - 1 degrees of freedom wherever omega^2 dominates: at the smallest multi-draw pilot (two seeds on
+each of three draws) on 2, where G is below zero for a fifth of simulated pilots of the demo's
+comparisons, whose true G is positive (1-50% by comparison: the larger the fits' share, the rarer). The
+components are those of the pilot's population: a study whose components differ (another TRAIN
+size, another distribution) is outside the model.
 
 Calibration, by simulation of whole pilot-and-study pairs with the demo pilot's components and
-scene and residual distributions resampled from its fits (``tests/statistics/test_calibration.py``):
-95% intervals cover the true difference in 93-97.5% of pairs for every comparison and margin,
-those whose true seed or draw effect is zero included.
+scene and residual distributions resampled from its fits (``tests/study/test_calibration.py``,
+with ``tests/calibration_model.py``): at the demo's layout, 95% intervals cover the true difference
+in 93-97.5% of pairs for every comparison and margin, those whose true seed or draw effect is zero
+included; at the smallest layouts ``qhlab pilot`` admits, and with t3 (heavy-tailed) effects, 94-96%
+on average over the comparisons and margins (the figures: docs/concepts/statistics.md).
 """
 
 from __future__ import annotations
@@ -57,7 +69,8 @@ class FitNoise:
     """What a pilot measured of one comparison's (or margin's) fit-to-fit noise, in metric units.
 
     Attributes:
-        fits: F, the pilot's fits of this comparison (one per draw and seed).
+        fits: F, the (draw, seed) pairs this comparison was measured on: one per seed, each pair
+            one fit of every arm the comparison pairs (so not the pilot's count of fits).
         draws: D, the TRAIN draws they were fitted on.
         n_scenes: n_p, the pilot's validation scenes.
         ms_within: the variance of a fit's scene-mean between fits of one draw (seed noise).
