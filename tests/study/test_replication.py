@@ -217,22 +217,22 @@ def test_the_report_carries_replication_labels_decisions_and_mdes(finished_study
 
 
 def test_satterthwaite_dof_survive_a_cancelling_fit_term_and_a_floor() -> None:
-    from qhlab.statistics.replication import _floored_satterthwaite
+    from qhlab.statistics.variance import floored_satterthwaite
 
     # A sum that a negative mean-square difference nearly cancels: Satterthwaite alone would give
     # 3e-6 degrees of freedom (an interval a million standard errors wide); bounded by the
     # smallest term's.
-    variance, dof = _floored_satterthwaite([(1e-4, 479.0), (1.0, 5.0), (-0.9995, 4.0)], scene_terms=1)
+    variance, dof = floored_satterthwaite([(1e-4, 479.0), (1.0, 5.0), (-0.9995, 4.0)], scene_terms=1)
     assert variance == pytest.approx(6e-4) and dof == 4.0
     # Floored at the scene part (never below the scene-only variance), on the degrees of freedom of
     # every term: the fits' mean squares whose chance made the sum negative still count.
-    variance, dof = _floored_satterthwaite([(1.0, 479.0), (0.2, 20.0), (-0.9, 5.0)], scene_terms=2)
+    variance, dof = floored_satterthwaite([(1.0, 479.0), (0.2, 20.0), (-0.9, 5.0)], scene_terms=2)
     assert variance == pytest.approx(1.2) and dof == pytest.approx(1.2**2 / (1 / 479 + 0.04 / 20 + 0.81 / 5))
     # Every term positive: the textbook value, above the smallest term's ...
-    variance, dof = _floored_satterthwaite([(1.0, 479.0), (1.0, 5.0)], scene_terms=1)
+    variance, dof = floored_satterthwaite([(1.0, 479.0), (1.0, 5.0)], scene_terms=1)
     assert (variance, dof) == (2.0, pytest.approx(4 / (1 / 479 + 1 / 5)))
     # ... and never above the scene part's own, so no interval is narrower than the scene-only one.
-    variance, dof = _floored_satterthwaite([(1.0, 10.0), (1.0, 10.0)], scene_terms=1)
+    variance, dof = floored_satterthwaite([(1.0, 10.0), (1.0, 10.0)], scene_terms=1)
     assert (variance, dof) == (2.0, 10.0)
 
 
@@ -272,7 +272,7 @@ def test_a_negative_fit_noise_estimate_never_narrows_the_interval() -> None:
 def test_the_seed_check_by_hand() -> None:
     from scipy import stats
 
-    from qhlab.statistics.replication import seed_spread_check
+    from qhlab.statistics.seed_check import seed_spread_check
     from qhlab.statistics.variance import FitNoise
 
     noise = FitNoise(
@@ -322,7 +322,7 @@ def test_the_seed_check_holds_its_level_and_widens_what_it_contradicts() -> None
 
 
 def test_the_familys_check_is_bonferronis() -> None:
-    from qhlab.statistics.replication import family_seed_check
+    from qhlab.statistics.seed_check import family_seed_check
 
     family = family_seed_check([0.5, 0.004, 0.3, 0.04])
     assert family == {

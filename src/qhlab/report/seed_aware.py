@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qhlab.report.render import bounds, ci, fmt, table
-from qhlab.statistics.replication import family_seed_check, pooled_difference, replication_label, retention_decision
+from qhlab.statistics.replication import pooled_difference, replication_label, retention_decision
+from qhlab.statistics.seed_check import family_seed_check
 from qhlab.study.preparation import frozen_noise
 
 if TYPE_CHECKING:

@@ -40,21 +40,21 @@ term's. A negative G therefore never narrows the interval, and the pilot's few d
 still widen one that sits on the floor: with G below 0 the pilot has not shown that the fits add
 nothing, only that it could not see them.
 
-The study checks its pilot (``seed_spread_check``). The study's own S seeds carry evidence on the
-seed component: their scene means ``m_s`` spread with ``E Var_s(m_s) = tau^2 + sigma_e^2 / n``
-(S - 1 degrees of freedom), which the pilot predicts as ``MS_w - r_p / n_p + r / n`` (its
-within-draw mean square less its residual part, plus the study's own residual part r / n).
-Their ratio is an F statistic on (S - 1, Satterthwaite's dof of the prediction) degrees of
+The study checks its pilot (``qhlab.statistics.seed_check.seed_spread_check``). The study's own S
+seeds carry evidence on the seed component: their scene means ``m_s`` spread with ``E Var_s(m_s) =
+tau^2 + sigma_e^2 / n`` (S - 1 degrees of freedom), which the pilot predicts as ``MS_w - r_p / n_p
++ r / n`` (its within-draw mean square less its residual part, plus the study's own residual part
+r / n). Their ratio is an F statistic on (S - 1, Satterthwaite's dof of the prediction) degrees of
 freedom; its upper tail is the p-value (a spread below the prediction is no risk to coverage).
-Where p < ``SEED_CHECK_THRESHOLD`` (0.05) the study's seeds contradict the pilot, and the
-interval takes the larger seed term, the study's own ``(Var_s(m_s) - r / n) / S`` on S - 1
-degrees of freedom, beside the pilot's TRAIN-draw term: as wide as two seeds make it, which is
-the honest width when the pilot was wrong about this comparison. The check is per comparison:
-the rows of a study share arms and seeds, so their spreads are correlated (on the demo pilot the
-16 rows span at most 8 independent directions, fewer than 3 by the rows' own correlations), and a
-chi-square pooled over them as if independent would overstate the evidence;
-``family_seed_check`` states the family's result with Bonferroni's bound, valid under any
-dependence. The TRAIN-draw component cannot be checked: a study fits one draw.
+Where p < ``SEED_CHECK_THRESHOLD`` (0.05) the study's seeds contradict the pilot, and the interval
+takes the larger seed term, the study's own ``(Var_s(m_s) - r / n) / S`` on S - 1 degrees of
+freedom, beside the pilot's TRAIN-draw term: as wide as two seeds make it, which is the honest
+width when the pilot was wrong about this comparison. The check is per comparison: the rows of a
+study share arms and seeds, so their spreads are correlated (on the demo pilot the 16 rows span at
+most 8 independent directions, fewer than 3 by the rows' own correlations), and a chi-square
+pooled over them as if independent would overstate the evidence; ``seed_check.family_seed_check``
+states the family's result with Bonferroni's bound, valid under any dependence. The TRAIN-draw
+component cannot be checked: a study fits one draw.
 
 Calibration (``tests/study/test_calibration.py``), by simulation of whole pilot-and-study pairs
 from the demo pilot's components and per-scene distributions, averaged over its 16 comparisons
@@ -83,16 +83,26 @@ import numpy as np
 from scipy import special
 
 from qhlab.evidence.errors import input_error
-from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE, finite_values
-from qhlab.statistics.variance import FitNoise, draw_variance_terms, study_noise_terms
+from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
+from qhlab.statistics.seed_check import (
+    SEED_CHECK_THRESHOLD,
+    SeedCheck,
+    differences_table,
+    seed_spread,
+    seed_spread_check,
+)
+from qhlab.statistics.variance import (
+    FitNoise,
+    draw_variance_terms,
+    floored_satterthwaite,
+    half_scene_floor,
+    study_noise_terms,
+)
 
 __all__ = [
     "REPLICATION_LABELS",
-    "SEED_CHECK_THRESHOLD",
     "VARIANCE_FLOORS",
     "PooledDifference",
-    "SeedCheck",
-    "family_seed_check",
     "interval_side",
     "minimum_detectable_effect",
     "planned_difference",
@@ -100,13 +110,9 @@ __all__ = [
     "replication_label",
     "retention_decision",
     "seed_effect_sd",
-    "seed_spread_check",
 ]
 
 REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")
-
-SEED_CHECK_THRESHOLD = 0.05
-"""The p-value below which a study's own seeds contradict its pilot's seed component (``seed_spread_check``)."""
 
 VARIANCE_FLOORS = ("scene", "half scene")
 """``planned_difference``'s floors: "scene" (every interval at least the scene-only one), and "half
@@ -159,54 +165,6 @@ class PooledDifference:
         return {**asdict(self), "sources": list(self.sources)}
 
 
-@dataclass(frozen=True)
-class SeedCheck:
-    """The study's own seeds against its pilot's seed component, for one comparison (``seed_spread_check``).
-
-    Attributes:
-        observed: the variance of the study's seed means, ``Var_s(mean_i d[s, i])`` (S - 1 dof).
-        predicted: what the pilot predicts of it, ``MS_w - r_p / n_p + r / n``, at least ``r / n``.
-        statistic: F = observed / predicted.
-        dof_observed: S - 1.
-        dof_predicted: Satterthwaite's degrees of freedom of ``predicted``.
-        p_value: the upper tail of F(dof_observed, dof_predicted) at ``statistic``.
-        threshold: the p-value below which the seeds contradict the pilot.
-        contradicts: p_value < threshold.
-        pilot_seed_variance: the pilot's tau^2 (unbiased, may be negative).
-        study_seed_variance: the study's own tau^2, ``observed - r / n`` (may be negative).
-        verdict: "consistent with the pilot" or "contradicts the pilot".
-    """
-
-    observed: float
-    predicted: float
-    statistic: float
-    dof_observed: int
-    dof_predicted: float
-    p_value: float
-    threshold: float
-    contradicts: bool
-    pilot_seed_variance: float
-    study_seed_variance: float
-    verdict: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """The check as a JSON-able dict."""
-        return asdict(self)
-
-
-def _differences(call: str, differences: Any) -> np.ndarray:
-    array = np.asarray(differences, dtype=np.float64)
-    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 2:
-        raise input_error(
-            call,
-            "differences.shape",
-            tuple(array.shape),
-            "[n_seeds >= 1, n_scenes >= 2]",
-            "one row of per-scene paired differences per training seed, same scenes",
-        )
-    return finite_values(call, "differences", array, "finite per-scene differences")
-
-
 def _quantile(distribution: str, dof: float, probability: float) -> float:
     # scipy.stats' norm.ppf and t.ppf are these functions (the same values), without their per-call overhead.
     return float(special.ndtri(probability) if distribution == "normal" else special.stdtrit(dof, probability))
@@ -226,7 +184,7 @@ def seed_effect_sd(differences: Any) -> float:
     Returns:
         tau, in the unit of ``differences`` (the reward's unit), >= 0.
     """
-    d = _differences("seed_effect_sd", differences)
+    d = differences_table("seed_effect_sd", differences)
     n_seeds, n_scenes = d.shape
     if n_seeds < 2:
         raise input_error(
@@ -240,103 +198,6 @@ def seed_effect_sd(differences: Any) -> float:
     residual = d - seed_means[:, None] - d.mean(axis=0)[None, :] + d.mean()
     sigma_e2 = float((residual**2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
     return math.sqrt(max(0.0, float(seed_means.var(ddof=1)) - sigma_e2 / n_scenes))
-
-
-def _seed_spread(d: np.ndarray) -> tuple[float, float]:
-    """``(Var_s(mean_i d[s, i]), residual mean square)`` of a checked [n_seeds >= 2, n_scenes] table."""
-    n_seeds, n_scenes = d.shape
-    seed_means = d.mean(axis=1)
-    residual = d - seed_means[:, None] - d.mean(axis=0)[None, :] + d.mean()
-    return float(seed_means.var(ddof=1)), float((residual**2).sum() / ((n_seeds - 1) * (n_scenes - 1)))
-
-
-def seed_spread_check(
-    differences: Any, noise: FitNoise, *, threshold: float = SEED_CHECK_THRESHOLD
-) -> SeedCheck | None:
-    """Test a pilot's seed component of one comparison against the study's own seeds.
-
-    The study's seed means spread with ``E Var_s(m_s) = tau^2 + sigma_e^2 / n`` on S - 1 degrees
-    of freedom; the pilot predicts ``MS_w - r_p / n_p + r / n`` (its tau^2 plus the study's own
-    residual part, at least ``r / n``: a spread below what the residual alone puts there is no
-    seed variance), on Satterthwaite's degrees of freedom (``_floored_satterthwaite``). The two
-    are independent (other fits, other scenes), so their ratio is F-distributed where the pilot is
-    right; the p-value is its upper tail (a study whose seeds spread less than predicted puts no
-    interval at risk).
-
-    Args:
-        differences: float [n_seeds, n_scenes], the study's per-scene paired differences (or a
-            margin's per-scene values) for each training seed, same scenes.
-        noise: this comparison's pilot components (``qhlab.statistics.variance.fit_noise``).
-        threshold: the p-value below which the study's seeds contradict the pilot, in (0, 1).
-
-    Returns:
-        A ``SeedCheck``, or None with one seed (no spread to test).
-    """
-    call = "seed_spread_check"
-    d = _differences(call, differences)
-    if not isinstance(noise, FitNoise):
-        raise input_error(call, "noise", type(noise).__name__, "a FitNoise", "build it with fit_noise")
-    if not 0 < threshold < 1:
-        raise input_error(call, "threshold", threshold, "a p-value in (0, 1)", "e.g. SEED_CHECK_THRESHOLD")
-    n_seeds, n_scenes = d.shape
-    if n_seeds < 2:
-        return None
-    observed, residual = _seed_spread(d)
-    # The study's residual part first: it is the floor (tau^2 >= 0), and the other terms the pilot's.
-    terms = [
-        (residual / n_scenes, float((n_seeds - 1) * (n_scenes - 1))),
-        (noise.ms_within, float(noise.dof_within)),
-        (-noise.residual / noise.n_scenes, float(noise.residual_dof)),
-    ]
-    predicted, dof = _floored_satterthwaite(terms, scene_terms=1)
-    statistic = observed / predicted if predicted > 0 else (math.inf if observed > 0 else 1.0)
-    p_value = float(special.fdtrc(n_seeds - 1, dof, statistic)) if math.isfinite(statistic) else 0.0
-    contradicts = p_value < threshold
-    return SeedCheck(
-        observed=observed,
-        predicted=predicted,
-        statistic=float(statistic),
-        dof_observed=n_seeds - 1,
-        dof_predicted=float(dof),
-        p_value=p_value,
-        threshold=float(threshold),
-        contradicts=bool(contradicts),
-        pilot_seed_variance=float(noise.seed_variance),
-        study_seed_variance=observed - residual / n_scenes,
-        verdict="contradicts the pilot" if contradicts else "consistent with the pilot",
-    )
-
-
-def family_seed_check(p_values: Any, *, threshold: float = SEED_CHECK_THRESHOLD) -> dict[str, Any]:
-    """The family's reading of its rows' seed checks (``seed_spread_check``), valid whatever their dependence.
-
-    A study's comparisons and margins share arms and seeds, so their seed spreads are correlated
-    and a statistic pooled over them as if independent would overstate the evidence. Bonferroni's
-    bound needs no independence: the family's p-value is ``min(1, C * min p)`` over its C rows.
-
-    Args:
-        p_values: float [C], each row's ``SeedCheck.p_value`` (C >= 1).
-        threshold: as ``seed_spread_check``'s.
-
-    Returns:
-        ``{"rows": C, "contradicted": rows with p < threshold, "smallest_p", "family_p",
-        "threshold", "verdict"}``; verdict "consistent with the pilot" or "contradicts the pilot"
-        (family_p < threshold).
-    """
-    p = np.asarray(p_values, dtype=np.float64).ravel()
-    if p.size < 1 or not np.all((p >= 0) & (p <= 1)):
-        raise input_error(
-            "family_seed_check", "p_values", p.tolist()[:4], "one p-value in [0, 1] per row", "the rows' seed checks"
-        )
-    family = min(1.0, float(p.size * p.min()))
-    return {
-        "rows": int(p.size),
-        "contradicted": int((p < threshold).sum()),
-        "smallest_p": float(p.min()),
-        "family_p": family,
-        "threshold": float(threshold),
-        "verdict": "contradicts the pilot" if family < threshold else "consistent with the pilot",
-    }
 
 
 def minimum_detectable_effect(
@@ -412,7 +273,7 @@ def _pilot_part(
     widened = check is not None and check.contradicts and check.study_seed_variance > check.pilot_seed_variance
     if widened:
         # The study's own seed term, (Var_s(m_s) - r / n) / S on S - 1 dof, beside the pilot's TRAIN-draw term.
-        observed, residual = _seed_spread(d)
+        observed, residual = seed_spread(d)
         fits = [(v, float(k)) for v, k in draw_variance_terms(noise)] + [
             (observed / n_seeds, float(n_seeds - 1)),
             (-residual / (n_seeds * n_scenes), float((n_seeds - 1) * (n_scenes - 1))),
@@ -421,7 +282,7 @@ def _pilot_part(
     else:
         fits = [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)]
         tau = math.sqrt(max(0.0, noise.seed_variance))
-    variance, dof = _floored_satterthwaite(scene + fits, scene_terms=1)
+    variance, dof = floored_satterthwaite(scene + fits, scene_terms=1)
     floored = sum(v for v, _ in scene + fits) < scene[0][0]
     omega2 = noise.draw_variance
     draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
@@ -618,7 +479,7 @@ def pooled_difference(
         A ``PooledDifference``.
     """
     call = "pooled_difference"
-    d = _differences(call, differences)
+    d = differences_table(call, differences)
     n_seeds, n_scenes = d.shape
     pooled_scenes = d.mean(axis=0)
     estimate = float(d.mean())
@@ -660,59 +521,6 @@ def pooled_difference(
         floored=floored,
         seed_check=None if check is None else check.as_dict(),
     )
-
-
-def _floored_satterthwaite(terms: Sequence[tuple[float, float]], *, scene_terms: int) -> tuple[float, float]:
-    """A sum of variance terms floored at its scene part, and its Satterthwaite degrees of freedom.
-
-    The fit-noise terms are mean-square differences and may be negative; a sum below the scene
-    part is a pilot that could not see the fits' noise, not a study whose fits add negative noise.
-    So the variance is ``max(sum, scene part)``: never below the scene-only variance. Its degrees of
-    freedom are Satterthwaite's, ``variance^2 / sum(term^2 / dof)`` over every term, the floored
-    variance as numerator: on the floor the pilot's mean squares, whose chance made the sum
-    negative, still count, so a negative estimate never buys the scene term's many degrees of
-    freedom. They are bounded below by the smallest term's (a negative mean-square difference that
-    cancels most of the sum drives Satterthwaite's towards 0, where the approximation has broken
-    down) and above by the scene part's own, so that no interval is narrower than the scene-only
-    one: a larger variance on fewer degrees of freedom.
-
-    Args:
-        terms: ``[(variance, dof)]``, the first ``scene_terms`` of them the scene part (>= 0).
-        scene_terms: how many leading terms are the scene part.
-
-    Returns:
-        ``(variance, dof)``.
-    """
-    scene = terms[:scene_terms]
-    floor = sum(v for v, _ in scene)
-    variance = max(sum(v for v, _ in terms), floor)
-    spread = sum(v**2 / k for v, k in terms if k > 0)
-    scene_spread = sum(v**2 / k for v, k in scene if k > 0)
-    scene_dof = floor**2 / scene_spread if scene_spread > 0 else float(scene[0][1])
-    dof = variance**2 / spread if spread > 0 else scene_dof
-    return variance, min(max(dof, min(k for _, k in terms)), scene_dof)
-
-
-def _half_scene_floor(terms: Sequence[tuple[float, float]], *, scene_terms: int) -> tuple[float, float]:
-    """The floor of plans recorded before the scene-only one (``VARIANCE_FLOORS``' "half scene"): the
-    sum floored at half its scene part, a floored variance on the scene part's degrees of freedom.
-    It allowed intervals narrower than the scene-only one; kept only so that those records recompute.
-
-    Args:
-        terms, scene_terms: as ``_floored_satterthwaite``'s.
-
-    Returns:
-        ``(variance, dof)``.
-    """
-    scene = terms[:scene_terms]
-    total = sum(v for v, _ in terms)
-    floor = sum(v for v, _ in scene) / 2.0
-    variance, used = (total, terms) if total >= floor else (floor, scene)
-    spread = sum(v**2 / k for v, k in used if k > 0)
-    if variance == floor and total < floor:
-        spread /= 4.0  # each scene term enters the floor halved
-    dof = variance**2 / spread if spread > 0 else float(scene[0][1])
-    return variance, max(dof, min(k for _, k in used))
 
 
 def planned_difference(
@@ -765,7 +573,7 @@ def planned_difference(
     residual = noise.residual / (n_seeds * n_scenes)
     fits = [(v, k) for _, v, k in study_noise_terms(noise, n_seeds)] + [(float(v), float(k)) for v, k in extra]
     terms = [(scene, float(n_scenes - 1)), (residual, float(noise.residual_dof)), *fits]
-    floored = _floored_satterthwaite if variance_floor == "scene" else _half_scene_floor
+    floored = floored_satterthwaite if variance_floor == "scene" else half_scene_floor
     variance, dof = floored(terms, scene_terms=2)
     se = math.sqrt(variance)
     mde = minimum_detectable_effect(

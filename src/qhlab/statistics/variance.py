@@ -59,7 +59,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitNoise", "draw_variance_terms", "fit_noise", "pilot_components", "study_noise_terms"]
+__all__ = [
+    "FitNoise",
+    "draw_variance_terms",
+    "fit_noise",
+    "floored_satterthwaite",
+    "half_scene_floor",
+    "pilot_components",
+    "study_noise_terms",
+]
 
 _CALL = "fit_noise"
 
@@ -302,3 +310,56 @@ def pilot_components(
         for v in variants
     ]
     return {"comparisons": rows, "margins": margins}
+
+
+def floored_satterthwaite(terms: Sequence[tuple[float, float]], *, scene_terms: int) -> tuple[float, float]:
+    """A sum of variance terms floored at its scene part, and its Satterthwaite degrees of freedom.
+
+    The fit-noise terms are mean-square differences and may be negative; a sum below the scene
+    part is a pilot that could not see the fits' noise, not a study whose fits add negative noise.
+    So the variance is ``max(sum, scene part)``: never below the scene-only variance. Its degrees of
+    freedom are Satterthwaite's, ``variance^2 / sum(term^2 / dof)`` over every term, the floored
+    variance as numerator: on the floor the pilot's mean squares, whose chance made the sum
+    negative, still count, so a negative estimate never buys the scene term's many degrees of
+    freedom. They are bounded below by the smallest term's (a negative mean-square difference that
+    cancels most of the sum drives Satterthwaite's towards 0, where the approximation has broken
+    down) and above by the scene part's own, so that no interval is narrower than the scene-only
+    one: a larger variance on fewer degrees of freedom.
+
+    Args:
+        terms: ``[(variance, dof)]``, the first ``scene_terms`` of them the scene part (>= 0).
+        scene_terms: how many leading terms are the scene part.
+
+    Returns:
+        ``(variance, dof)``.
+    """
+    scene = terms[:scene_terms]
+    floor = sum(v for v, _ in scene)
+    variance = max(sum(v for v, _ in terms), floor)
+    spread = sum(v**2 / k for v, k in terms if k > 0)
+    scene_spread = sum(v**2 / k for v, k in scene if k > 0)
+    scene_dof = floor**2 / scene_spread if scene_spread > 0 else float(scene[0][1])
+    dof = variance**2 / spread if spread > 0 else scene_dof
+    return variance, min(max(dof, min(k for _, k in terms)), scene_dof)
+
+
+def half_scene_floor(terms: Sequence[tuple[float, float]], *, scene_terms: int) -> tuple[float, float]:
+    """The floor of plans recorded before the scene-only one (``VARIANCE_FLOORS``' "half scene"): the
+    sum floored at half its scene part, a floored variance on the scene part's degrees of freedom.
+    It allowed intervals narrower than the scene-only one; kept only so that those records recompute.
+
+    Args:
+        terms, scene_terms: as ``floored_satterthwaite``'s.
+
+    Returns:
+        ``(variance, dof)``.
+    """
+    scene = terms[:scene_terms]
+    total = sum(v for v, _ in terms)
+    floor = sum(v for v, _ in scene) / 2.0
+    variance, used = (total, terms) if total >= floor else (floor, scene)
+    spread = sum(v**2 / k for v, k in used if k > 0)
+    if variance == floor and total < floor:
+        spread /= 4.0  # each scene term enters the floor halved
+    dof = variance**2 / spread if spread > 0 else float(scene[0][1])
+    return variance, max(dof, min(k for _, k in used))
