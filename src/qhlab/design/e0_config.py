@@ -16,8 +16,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, distinct_seeds, read_study_config
-from qhlab.evidence import MAX_WORKERS, POPULATION_SEED_LIMIT, canonical_json, invalid_fields, sha256_bytes
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
+from qhlab.evidence import (
+    MAX_WORKERS,
+    POPULATION_SEED_LIMIT,
+    canonical_json,
+    distinct_seeds,
+    invalid_fields,
+    sha256_bytes,
+)
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 

@@ -19,7 +19,6 @@ from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
     PopulationSource,
     QhArchitectureStudyConfig,
-    distinct_seeds,
     read_study_config,
 )
 from qhlab.evidence import (
@@ -27,6 +26,7 @@ from qhlab.evidence import (
     MAX_WORKERS,
     POPULATION_SEED_LIMIT,
     canonical_json,
+    distinct_seeds,
     invalid_fields,
     sha256_bytes,
 )

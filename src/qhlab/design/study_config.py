@@ -31,10 +31,8 @@ from qhlab.evidence import (
     MAX_TORCH_THREADS,
     MAX_WORKERS,
     POPULATION_SEED_LIMIT,
-    TRAINING_SEED_LIMIT,
     QhInputError,
-    seed_problem,
-    seed_range,
+    distinct_seeds,
 )
 from qhlab.evidence.layout import STUDY_CALL
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
@@ -61,7 +59,6 @@ __all__ = [
     "QhArchitectureStudyConfig",
     "StudyExperiment",
     "declared_scenes",
-    "distinct_seeds",
     "read_study_config",
 ]
 
@@ -125,25 +122,6 @@ _STUDY_OWNED_RECIPE_FIELDS = {
     "devices": "profile",
     "precision": "profile",
 }
-
-
-def distinct_seeds(name: str, seeds: tuple[int, ...], *, limit: int = TRAINING_SEED_LIMIT) -> tuple[int, ...]:
-    """``seeds`` when they are distinct seeds below ``limit``; else the ``ValueError`` a config
-    validator raises, naming the field ``name``.
-
-    Args:
-        name: the field.
-        seeds: its seeds.
-        limit: ``TRAINING_SEED_LIMIT`` (training seeds, the default) or ``POPULATION_SEED_LIMIT``
-            (the seeds of TRAIN draws), as ``qhlab.evidence.seed_problem`` takes them.
-    """
-    bad = next((s for s in seeds if seed_problem(name, s, limit=limit) is not None), None)
-    if bad is not None or len(set(seeds)) != len(seeds):
-        why = f" ({bad!r} is out of range)" if bad is not None else " (a seed repeats)"
-        raise ValueError(
-            f"{name}={list(seeds)!r} is not allowed{why}; allowed: distinct integers >= 0, each one {seed_range(limit)}"
-        )
-    return seeds
 
 
 class PopulationSource(BaseModel):

@@ -26,10 +26,9 @@ from qhlab.design.study_config import (
     PopulationSource,
     ProfileName,
     declared_scenes,
-    distinct_seeds,
     read_study_config,
 )
-from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, QhInputError, invalid_fields
+from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, QhInputError, distinct_seeds, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import TrainingSeed, read_config, read_toml, validate_recipe
 from qhlab.training.console import console_verbose

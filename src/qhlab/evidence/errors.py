@@ -26,6 +26,7 @@ __all__ = [
     "QhError",
     "QhInputError",
     "SchemaMismatchError",
+    "distinct_seeds",
     "input_error",
     "invalid_fields",
     "require_instance",
@@ -202,3 +203,22 @@ def require_workers(call: str, field: str, value: Any, *, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
         raise input_error(call, field, value, f"an integer from 1 to {MAX_WORKERS}", hint)
     return value
+
+
+def distinct_seeds(name: str, seeds: tuple[int, ...], *, limit: int = TRAINING_SEED_LIMIT) -> tuple[int, ...]:
+    """``seeds`` when they are distinct seeds below ``limit``; else the ``ValueError`` a config
+    validator raises, naming the field ``name``.
+
+    Args:
+        name: the field.
+        seeds: its seeds.
+        limit: ``TRAINING_SEED_LIMIT`` (training seeds, the default) or ``POPULATION_SEED_LIMIT``
+            (the seeds of TRAIN draws), as ``qhlab.evidence.seed_problem`` takes them.
+    """
+    bad = next((s for s in seeds if seed_problem(name, s, limit=limit) is not None), None)
+    if bad is not None or len(set(seeds)) != len(seeds):
+        why = f" ({bad!r} is out of range)" if bad is not None else " (a seed repeats)"
+        raise ValueError(
+            f"{name}={list(seeds)!r} is not allowed{why}; allowed: distinct integers >= 0, each one {seed_range(limit)}"
+        )
+    return seeds

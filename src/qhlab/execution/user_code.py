@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from qhlab.evidence import EvidenceError, QhError, canonical_json, differing_keys, sha256_bytes
+from qhlab.evidence import EvidenceError, QhError, QhInputError, canonical_json, differing_keys, sha256_bytes
 
 __all__ = [
     "ENTRY_FORMS",
@@ -456,6 +456,22 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
 
 class UnfrozenImportError(ImportError):
     """Frozen user code imported a module that is neither in its copy nor installed."""
+
+    def refusal(self, call: str, who: str) -> QhInputError:
+        """This import as one refusal of the user input it came from.
+
+        An import made after the freeze's checks ran (on a later forward, at evaluation) is
+        refused by the guard when it runs; the caller names whose code made it, so that it reads
+        as one line rather than a traceback through the trainer.
+
+        Args:
+            call: the refusing call.
+            who: whose code imported it, e.g. ``"arm 'my_arm' (builder 'x.py:b') in cell 'c'"``.
+        """
+        return QhInputError(
+            f"{call}: {who}: during the fit its code imported module {self.name!r} from {self.path!r}, which is "
+            f"not in its frozen source. HINT: {UNFROZEN_HINT}."
+        )
 
 
 class _UnfrozenGuard(importlib.abc.MetaPathFinder):

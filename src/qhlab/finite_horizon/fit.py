@@ -37,7 +37,6 @@ from qhlab.evidence import (
 from qhlab.evidence.layout import EVALUATION_RECEIPT
 from qhlab.execution.user_code import (
     ENTRY_FORMS,
-    UNFROZEN_HINT,
     FrozenSource,
     UnfrozenImportError,
     file_digests,
@@ -404,22 +403,10 @@ class Fit:
                     abandon_segment(trained)
                     raise
             except UnfrozenImportError as exc:
-                raise self._unbound_import(exc) from None
+                architecture = self.applied.architecture
+                builder = f" (builder {architecture.builder!r})" if architecture.builder else ""
+                raise exc.refusal(self.call, f"arm {architecture.arm!r}{builder} in cell {self.cell!r}") from None
             return self.publish(trained, files, metrics)  # closes the run, as failed if publishing fails
-
-    def _unbound_import(self, exc: UnfrozenImportError) -> QhInputError:
-        """The refusal of an arm whose code imported unbound code while it trained or was evaluated.
-
-        The freeze runs an arm's build, one forward and one backward, and refuses what they import;
-        an import made only later (on a later forward, at evaluation) is refused by the import
-        guard when it runs, and named here by the arm rather than as a traceback through Lightning.
-        """
-        architecture = self.applied.architecture
-        builder = f" (builder {architecture.builder!r})" if architecture.builder else ""
-        return QhInputError(
-            f"{self.call}: arm {architecture.arm!r}{builder} in cell {self.cell!r}: during the fit its code imported "
-            f"module {exc.name!r} from {exc.path!r}, which is not in its frozen source. HINT: {UNFROZEN_HINT}."
-        )
 
     def prepare(self) -> None:
         """Validate the recipe, populations, lane, resume lineage and output; build the data.
