@@ -366,6 +366,57 @@ def test_the_studys_train_as_the_pilots_validation_is_refused_before_any_populat
     assert not output.exists() and list(empty.iterdir()) == []
 
 
+def _thirty_scene_study(study: Path) -> None:
+    """Give the study at ``study`` a 30-scene validation of the tiny distribution (a preset file of
+    its own beside it: the generator identity leaves the name and the scene count out)."""
+    (study.parent / "tiny30.toml").write_text(
+        _preset(**{'name = "tiny"': 'name = "tiny30"', "scenes = 3": "scenes = 30"})
+    )
+    text = study.read_text()
+    assert '[validation]\npreset = "tiny"' in text
+    study.write_text(text.replace('[validation]\npreset = "tiny"', '[validation]\npreset = "tiny30.toml"'))
+
+
+def test_the_pilots_validation_minimum_is_thirty_scenes_or_the_studys_own():
+    from qhlab.design.pilot_config import min_validation_scenes
+    from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
+
+    assert MIN_SCENES_TO_DECIDE == 30
+    # A tiny study's 3 scenes ask no more of its pilot; a large one's, no more than a study decides on;
+    # a study whose validation is not generated yet, the minimum that serves any study.
+    assert [min_validation_scenes(n) for n in (3, 29, 30, 480, None)] == [3, 29, 30, 30, 30]
+
+
+@pytest.mark.parametrize("named_by", ["preset", "path"])
+def test_a_pilot_on_fewer_validation_scenes_than_its_study_needs_is_refused_before_any_population_is_drawn(
+    tmp_path, cache, capsys, named_by
+):
+    # The tiny preset's 3 scenes for a study of 30: the same distribution, too few scenes to measure it.
+    tiny = next(cache.glob("tiny-validation-seed9-*"))
+    replace = (
+        {} if named_by == "preset" else {'[validation]\npreset = "tiny"\nseed = 9': f'[validation]\npath = "{tiny}"'}
+    )
+    config = _pilot_config(tmp_path / "c", cache, **replace)
+    _thirty_scene_study(config.parent / "study.toml")
+    # A fresh cache: the pilot's populations would be drawn into it were the refusal late.
+    empty = tmp_path / "fresh-cache"
+    empty.mkdir()
+    config.write_text(config.read_text().replace(f'population_cache = "{cache}"', f'population_cache = "{empty}"'))
+    drawn = sorted(p.name for p in cache.iterdir())
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    value = "'tiny'" if named_by == "preset" else repr(str(tiny))
+    assert line.startswith(f"error: qhlab pilot: validation.{named_by}={value} is not allowed; "), line
+    assert (
+        "allowed: a pilot validation population of at least 30 scenes, min(MIN_SCENES_TO_DECIDE=30, the study's 30 "
+        "validation scenes). HINT: it has 3 scenes" in line
+    ), line
+    assert "name a larger validation preset (the study's validation preset " in line and "tiny30.toml" in line, line
+    assert not output.exists() and list(empty.iterdir()) == []
+    assert sorted(p.name for p in cache.iterdir()) == drawn
+
+
 def test_an_output_holding_anything_the_pilot_does_not_write_is_refused_and_left_as_found(tmp_path, cache, capsys):
     config = _pilot_config(tmp_path / "c", cache)
     drawn = sorted(p.name for p in cache.iterdir())
@@ -621,6 +672,25 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     capsys.readouterr()
     assert main(["verify", str(study)]) == 0
     assert "preparation/pilot: 4 comparisons'" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_freeze_refuses_a_pilot_scored_on_fewer_validation_scenes_than_the_study_needs(
+    tmp_path, cache, reference, capsys
+):
+    # The tiny pilot (3 validation scenes; a tiny study binds it: min(30, 3) = 3) bound by a study of
+    # the same design and distributions whose validation has 30 scenes.
+    study = _study(tmp_path / "s", cache, pilot=reference)
+    _thirty_scene_study(study)
+    refused = tmp_path / "refused"
+    assert main(["study", "freeze", str(study), "--output", str(refused)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"error: freeze_study: preparation.pilot={str(reference / 'pilot.json')!r} is not allowed; allowed: a pilot "
+        "validation population of at least 30 scenes, min(MIN_SCENES_TO_DECIDE=30, the study's 30 validation scenes)"
+    ), line
+    assert "HINT: it has 3 scenes" in line and "run `qhlab pilot` again with a larger validation preset" in line, line
+    assert not refused.exists()
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,10 @@
 
 Owns: ``QhPilotConfig`` (the study it serves, the tuning population, the training seeds and the
 TRAIN draws) and reading a pilot TOML (``read_pilot_config``: every invalid field listed in one
-error, before anything is written). Does not own: the study config (``qhlab.design.study_config``),
-whose arms, recipe, update budget, retention fractions and lane the pilot fits, the variance
-arithmetic (``variance``) or running fits (``run``).
+error, before anything is written) and the fewest validation scenes a pilot may be scored on
+(``refuse_few_validation_scenes``, at ``qhlab pilot`` and at the study's freeze). Does not own:
+the study config (``qhlab.design.study_config``), whose arms, recipe, update budget, retention
+fractions and lane the pilot fits, the variance arithmetic (``variance``) or running fits (``run``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
     PopulationSource,
     QhArchitectureStudyConfig,
+    declared_scenes,
     read_study_config,
 )
 from qhlab.evidence import (
@@ -27,13 +29,23 @@ from qhlab.evidence import (
     POPULATION_SEED_LIMIT,
     canonical_json,
     distinct_seeds,
+    input_error,
     invalid_fields,
     sha256_bytes,
 )
+from qhlab.evidence.layout import MANIFEST
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import read_config
 
-__all__ = ["PILOT_CALL", "QhPilotConfig", "pilot_digest", "read_pilot_config", "study_design"]
+__all__ = [
+    "PILOT_CALL",
+    "QhPilotConfig",
+    "min_validation_scenes",
+    "pilot_digest",
+    "read_pilot_config",
+    "refuse_few_validation_scenes",
+    "study_design",
+]
 
 PILOT_CALL = "qhlab pilot"
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -54,7 +66,10 @@ class QhPilotConfig(BaseModel):
             ``[seed_variance]`` are not read: they are what the pilot produces.
         train: the TRAIN population of the seed fits (a preset and seed; it may be the study's).
         validation: the tuning validation population every fit is scored on; never the study's
-            validation, nor a population a study has sealed as its validation.
+            validation, nor a population a study has sealed as its validation. It has at least
+            min(30, the study's validation scenes) scenes (30: ``MIN_SCENES_TO_DECIDE``, the fewest a
+            study decides on): each interval subtracts the pilot's residual per scene, which a few
+            scenes leave mostly noise.
         seeds: the training seeds fitted for every arm on ``train`` (at least two, none of the
             study's own).
         train_draws: further TRAIN seeds of ``train.preset``, for the TRAIN-draw component (with
@@ -188,6 +203,71 @@ def study_design(study: QhArchitectureStudyConfig, sources: dict[str, str] | Non
         "mae_fraction": study.mae_fraction,
         "broad_updates": study.broad_updates,
     }
+
+
+def min_validation_scenes(study_scenes: int | None) -> int:
+    """The fewest validation scenes a pilot for a study with ``study_scenes`` validation scenes may be scored on.
+
+    ``MIN_SCENES_TO_DECIDE`` (30, the fewest a study decides on), or the study's own count where it
+    has fewer: a pilot needs no more scenes than the study it serves. None (a study validation named
+    by a path not generated yet): ``MIN_SCENES_TO_DECIDE``, which serves a study of any size.
+    """
+    # Lazy: keeps importing this module (and `qhlab pilot`'s config checks) free of scipy.
+    from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
+
+    return MIN_SCENES_TO_DECIDE if study_scenes is None else min(MIN_SCENES_TO_DECIDE, study_scenes)
+
+
+def refuse_few_validation_scenes(
+    call: str, field: str, value: Any, scenes: int, study: QhArchitectureStudyConfig, *, remedy: str
+) -> None:
+    """Refuse a pilot scored on fewer validation scenes than ``min_validation_scenes`` of its study.
+
+    Every interval that carries a pilot subtracts the pilot's residual per scene (``- r/(S n_p)``)
+    from its seed and TRAIN-draw terms. Estimated on a few scenes, r is mostly noise, and so is the
+    interval's width: a pilot scored on 3 scenes gave a 30-scene study intervals five times narrower
+    than a 60-scene pilot's, covering 70%. A generator identity leaves the scene count out, so the
+    distribution checks do not see this.
+
+    Args:
+        call: the command or step refusing.
+        field, value: what names the pilot's validation (a config field, or the bound record).
+        scenes: the validation scenes the pilot is (or was) scored on.
+        study: the study it serves; its validation's scenes are read only when ``scenes`` is below 30.
+        remedy: what to run in words (``"name ..."``, ``"run `qhlab pilot` again with ..."``), completed
+            with a larger validation preset.
+
+    Raises:
+        QhInputError: ``scenes`` is below the minimum (one line: the field, the value, the minimum).
+    """
+    most = min_validation_scenes(None)
+    if scenes >= most:
+        return  # enough for a study of any size: the study's validation is not read
+    source = study.validation
+    # A path not generated yet has no count: the minimum is then the one that serves any study.
+    known = source.path is None or (Path(source.path) / MANIFEST).is_file()
+    theirs = declared_scenes(source, call=call) if known else None
+    minimum = min_validation_scenes(theirs)
+    if scenes >= minimum:
+        return
+    why = (
+        f"min(MIN_SCENES_TO_DECIDE={most}, the study's {theirs} validation scenes)"
+        if known
+        else f"MIN_SCENES_TO_DECIDE={most} (the study's validation path holds no population yet: its count is unknown)"
+    )
+    larger = (
+        f"the study's validation preset {source.preset!r} with another seed"
+        if source.preset is not None
+        else f"a preset of the study's validation distribution with scenes >= {minimum}"
+    )
+    raise input_error(
+        call,
+        field,
+        value,
+        f"a pilot validation population of at least {minimum} scenes, {why}",
+        f"it has {scenes} scenes, on which the pilot's residual per scene, and with it every interval's seed "
+        f"and TRAIN-draw terms, is mostly noise: {remedy} a larger validation preset ({larger})",
+    )
 
 
 def pilot_digest(config: QhPilotConfig, design: dict[str, Any]) -> str:

@@ -13,7 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from qhlab.design.pilot_config import PILOT_CALL, QhPilotConfig, pilot_digest, read_pilot_config, study_design
+from qhlab.design.pilot_config import (
+    PILOT_CALL,
+    QhPilotConfig,
+    pilot_digest,
+    read_pilot_config,
+    refuse_few_validation_scenes,
+    study_design,
+)
 from qhlab.design.pilot_record import (
     CONFIG_COPY,
     FITS_DIR,
@@ -24,7 +31,7 @@ from qhlab.design.pilot_record import (
     publish_record,
     read_record,
 )
-from qhlab.design.study_config import PopulationSource
+from qhlab.design.study_config import PopulationSource, declared_scenes
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.design.user_sources import user_source_digests
 from qhlab.evidence import input_error
@@ -91,8 +98,10 @@ def _resolve(config: QhPilotConfig, choice: Any) -> dict[str, Path]:
 
 def _refuse_unservable(config: QhPilotConfig, study: Any) -> dict[str, Declared | None]:
     """Refuse, before any population is drawn, a pilot whose populations cannot serve its study:
-    another environment, preset or horizon than the study's TRAIN and validation, or the study's
-    own validation (by content, whatever its path) or a TRAIN population as the pilot's validation.
+    another environment, preset or horizon than the study's TRAIN and validation, the study's
+    own validation (by content, whatever its path) or a TRAIN population as the pilot's validation,
+    or a validation of fewer scenes than ``refuse_few_validation_scenes`` admits (counted from its
+    preset or its manifest).
 
     Returns:
         The pilot's TRAIN and validation as declared (``declared_population``).
@@ -110,6 +119,17 @@ def _refuse_unservable(config: QhPilotConfig, study: Any) -> dict[str, Declared 
         horizon_source="the study's recipe",
         study=study_populations(study, call=PILOT_CALL),
     )
+    validation = declared["validation"]
+    if validation is not None:
+        # The freeze refuses such a record; refused here, no fit is spent on it.
+        refuse_few_validation_scenes(
+            PILOT_CALL,
+            validation.field,
+            validation.value,
+            declared_scenes(config.validation, call=PILOT_CALL),
+            study,
+            remedy="name",
+        )
     return declared
 
 
@@ -122,8 +142,9 @@ def run_pilot(run: ToolRun) -> dict:
     Raises:
         QhInputError: an invalid config, a population that cannot serve the study (another
             environment, preset or horizon; the study's own validation or a TRAIN population as
-            the validation), a sealed validation, or an output that is not new, empty or this
-            pilot's own; nothing written (the first two before any population is drawn).
+            the validation; a validation of too few scenes), a sealed validation, or an output that
+            is not new, empty or this pilot's own; nothing written (the first two before any
+            population is drawn).
         LockHeldError: another ``qhlab pilot`` writes the output.
     """
     config, data, study = read_pilot_config(run.config_path)

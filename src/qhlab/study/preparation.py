@@ -3,9 +3,10 @@
 Owns: ``check_preparation`` (at freeze, before anything is written: authenticate and recompute a
 ``qhlab tune`` record, a ``qhlab pilot`` record and a ``qhlab e0-check`` record; refuse a recipe
 other than the tuning's winner outside its declared deviations, a pilot of another study design, a
-typed ``[seed_variance]`` beside a pilot, a tuning or pilot population that is the study's
-validation, and an E0 check of another gate, one that fell short of its minimum pass share or one
-that gated the study's own TRAIN seed), ``check_populations`` (once TRAIN is resolved: every
+typed ``[seed_variance]`` beside a pilot, a pilot scored on too few validation scenes
+(``refuse_few_validation_scenes``), a tuning or pilot population that is the study's validation,
+and an E0 check of another gate, one that fell short of its minimum pass share or one that gated
+the study's own TRAIN seed), ``check_populations`` (once TRAIN is resolved: every
 record was made on the study's own population distributions, compared by generator identity
 however each was named, and none scored on the study's validation draw),
 ``copy_preparation`` (the records' copies inside the study, which the freeze receipt binds),
@@ -27,7 +28,7 @@ from qhlab.design import pilot_record as pilot_record
 from qhlab.design import plan_record as plan_record
 from qhlab.design import tuning_record as tuning_record
 from qhlab.design.e0_config import e0_design
-from qhlab.design.pilot_config import study_design
+from qhlab.design.pilot_config import refuse_few_validation_scenes, study_design
 from qhlab.design.preparation_record import close_values
 from qhlab.design.preparation_record import record_path as record_file
 from qhlab.design.study_config import QhArchitectureStudyConfig, declared_scenes
@@ -106,9 +107,10 @@ def check_preparation(
     Raises:
         EvidenceError: a record does not authenticate, or its values do not recompute.
         QhInputError: the study's recipe is not the tuning's winner outside the declared
-            deviations, the pilot measured another study design, a typed ``[seed_variance]``
-            stands beside a pilot, a tuning or pilot population is the study's validation, or the E0
-            check ran another gate, fell short of its minimum pass share or gated the study's TRAIN.
+            deviations, the pilot measured another study design or was scored on too few
+            validation scenes, a typed ``[seed_variance]`` stands beside a pilot, a tuning or
+            pilot population is the study's validation, or the E0 check ran another gate, fell
+            short of its minimum pass share or gated the study's TRAIN.
     """
     preparation = config.preparation
     if preparation is None or all(getattr(preparation, k) is None for k in ("tuning", "pilot", "e0", "plan")):
@@ -192,6 +194,16 @@ def _check_pilot(
             f"seeds the pilot did not fit (it fitted {shared})",
             "a pilot measures the seed variance on seeds the study does not report; run the pilot with other seeds",
         )
+    # The record holds every fit's per-scene values (``check_record`` recomputed the components from
+    # them): their length is the number of validation scenes the pilot was scored on.
+    refuse_few_validation_scenes(
+        _CALL,
+        "preparation.pilot",
+        str(record_path),
+        min(len(fit["regret"]) for fit in record["fits"]),
+        config,
+        remedy="run `qhlab pilot` again with",
+    )
     if config.seed_variance is not None:
         raise input_error(
             _CALL,
