@@ -12,12 +12,16 @@ import pytest
 from markdown_tables import table_mismatches
 from qhlab.cli import main
 from qhlab.design.plan_record import plan_document, row_key
-from qhlab.evidence import canonical_json
+from qhlab.evidence import QhInputError, canonical_json
+from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
 from qhlab.statistics.replication import planned_difference
-from qhlab.statistics.variance import FitNoise
+from qhlab.statistics.variance import FitNoise, variance_components
 from record_forgery import reseal
 
 STUDY_TEMPLATE = Path(__file__).resolve().parent / "tiny-study.toml"
+TINY_PRESET = Path(__file__).resolve().parents[2] / "src" / "qhlab" / "scenes" / "presets" / "tiny.toml"
+# The tiny preset with the fewest scenes a study decides on: a plan refuses a study of fewer.
+DECIDING_PRESET = "tiny-30.toml"
 _ARMS = """[[experiment.arms]]
 arm = "control_global_readout"
 role = "control"
@@ -40,7 +44,7 @@ preset = "tiny"
 seed = 7
 
 [validation]
-preset = "tiny"
+preset = "{preset}"
 seed = 9
 """
 _TUNE = """name = "tiny-mde"
@@ -71,15 +75,20 @@ _PLAN = """name = "tiny-plan"
 study = "study.toml"
 pilot = "pilot/pilot.json"
 {tuning}
-validation_scenes = [30, 120]
+validation_scenes = [60, 120]
 target = {{ d_reg = {d_reg}, d_mae = {d_mae} }}
 """
 
 
-def _study(directory: Path, cache: Path, preparation: str = "") -> Path:
+def _study(directory: Path, cache: Path, preparation: str = "", *, validation: str = DECIDING_PRESET) -> Path:
+    """A tiny study of two arms in ``directory``, validated on ``validation`` (a preset written beside it:
+    the tiny preset at ``MIN_SCENES_TO_DECIDE`` scenes; "tiny": three scenes, a study that cannot decide)."""
     text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
+    text = text.replace('[validation]\npreset = "tiny"', f'[validation]\npreset = "{validation}"')
     text = text[: text.index("[[experiment.arms]]")] + _ARMS + preparation
     directory.mkdir(parents=True, exist_ok=True)
+    preset = TINY_PRESET.read_text().replace('name = "tiny"', 'name = "tiny-30"')
+    (directory / DECIDING_PRESET).write_text(preset.replace("scenes = 3 ", f"scenes = {MIN_SCENES_TO_DECIDE} "))
     (directory / "study.toml").write_text(text)
     return directory / "study.toml"
 
@@ -90,7 +99,8 @@ def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("plan")
     cache = root / "pops"
     _study(root, cache)
-    (root / "pilot.toml").write_text(_PILOT.format(cache=cache))
+    # The pilot scores on as many scenes as the study decides on, on a population of its own (seed 9).
+    (root / "pilot.toml").write_text(_PILOT.format(cache=cache, preset=root / DECIDING_PRESET))
     assert main(["pilot", str(root / "pilot.toml"), "--output", str(root / "pilot")]) == 0
     # The tuning's base recipe is the study's own (its recipe is inline in the tiny study).
     recipe = root / "recipe.toml"
@@ -137,12 +147,21 @@ def test_a_design_is_predicted_from_each_rows_components_and_the_cheapest_reachi
         "noise": {row_key(r): noise.as_dict() for r in rows},
         "draw_from_pilot": False,
     }
-    options = dict(rows=rows, recipes=[recipe], pilot_noise=recipe["noise"], seeds=2, validation_scenes=480)
+    options = dict(
+        rows=rows,
+        recipes=[recipe],
+        pilot_noise=recipe["noise"],
+        seeds=2,
+        validation_scenes=480,
+        min_scenes_to_decide=MIN_SCENES_TO_DECIDE,
+    )
     plan = plan_document(
         **options, sizes=[960], confidence=0.95, target={"d_reg": 1.0, "d_mae": 1.0}, validation_seconds_per_scene=0.5
     )
     assert [d["validation_scenes"] for d in plan["designs"]] == [480, 960] and plan["planned"] == 0
     assert plan["designs"][0]["rows"]["D_reg v"]["mde"] == planned_difference(noise, n_seeds=2, n_scenes=480)["mde"]
+    # Each row names its variance parts, those of the design's own scenes.
+    assert plan["designs"][1]["rows"]["D_reg v"]["variance"] == variance_components(noise, n_seeds=2, n_scenes=960)
     # More scenes lower the scene part only; both reach a loose target and the cheaper (fewer scenes) wins.
     assert plan["designs"][1]["largest"]["D_reg"] < plan["designs"][0]["largest"]["D_reg"]
     assert plan["designs"][0]["cost"] == {
@@ -166,6 +185,119 @@ def test_a_design_is_predicted_from_each_rows_components_and_the_cheapest_reachi
         **options, sizes=[960], confidence=0.95, target={"d_reg": 1e-9, "d_mae": 1.0}, validation_seconds_per_scene=None
     )
     assert none["chosen"] is None and none["designs"][0]["cost"]["validation_seconds"] is None
+
+
+def _noise(**changes) -> FitNoise:
+    """Components of five draws of three seeds, the TRAIN draw's part the largest unless ``changes`` say otherwise."""
+    base = dict(
+        fits=15, draws=5, n_scenes=480, ms_within=2.0e-6, dof_within=10, ms_between=3.0e-5, dof_between=4, n0=3.0,
+        residual=6.0e-4, residual_dof=7000, scene_variance=1.0e-4,
+    )  # fmt: skip
+    return FitNoise(**{**base, **changes})
+
+
+def test_each_rows_variance_is_split_into_scene_seed_and_draw_parts_and_the_dominant_one_named():
+    noise = _noise()
+    split = variance_components(noise, n_seeds=2, n_scenes=480)
+    parts = split["parts"]
+    # The parts are the prediction's variance before its floor: the scene part and the fits' part.
+    planned = planned_difference(noise, n_seeds=2, n_scenes=480)
+    assert sum(p["variance"] for p in parts.values()) == pytest.approx(planned["scene_part"] + planned["fit_part"])
+    assert parts["scene"]["variance"] == pytest.approx(planned["scene_part"])
+    assert parts["seed"]["variance"] == pytest.approx(noise.seed_variance / 2)
+    assert parts["draw"]["variance"] == pytest.approx(noise.draw_variance)
+    assert split["dominant"] == "draw" and sum(p["share"] for p in parts.values()) == pytest.approx(1.0)
+    # Its dof: the study's scenes less one for the scenes' part; a difference of mean squares has fewer
+    # than the pilot's draws less one.
+    assert parts["scene"]["dof"] == 479.0 and 0 < parts["draw"]["dof"] < noise.dof_between
+    # The TRAIN draw's part: neither more scenes nor more seeds shrink it; the scenes' part falls with scenes.
+    for more in (dict(n_seeds=2, n_scenes=1920), dict(n_seeds=8, n_scenes=480)):
+        again = variance_components(noise, **more)["parts"]
+        assert again["draw"]["variance"] == parts["draw"]["variance"]
+    assert (
+        variance_components(noise, n_seeds=2, n_scenes=1920)["parts"]["scene"]["variance"]
+        < (parts["scene"]["variance"])
+    )
+    # A part estimated below zero has no share: the shares are of the non-negative parts.
+    below = variance_components(_noise(ms_between=1.0e-6), n_seeds=2, n_scenes=480)["parts"]
+    assert below["draw"]["variance"] < 0 and below["draw"]["share"] == 0.0
+    assert below["scene"]["share"] + below["seed"]["share"] == pytest.approx(1.0)
+    # One draw measures no TRAIN draw; a tuning trial's one-draw noise carries the pilot's.
+    one = _noise(fits=3, draws=1, dof_within=2, ms_between=None, dof_between=0, n0=None)
+    assert variance_components(one, n_seeds=2, n_scenes=480)["parts"]["draw"] is None
+    carried = variance_components(one, n_seeds=2, n_scenes=480, draw=noise)["parts"]["draw"]
+    assert carried["variance"] == pytest.approx(noise.draw_variance)
+    with pytest.raises(QhInputError, match=r"n_seeds/n_scenes=\(2, 1\) is not allowed"):
+        variance_components(noise, n_seeds=2, n_scenes=1)
+
+
+def test_the_cheapest_design_that_reaches_the_target_is_never_one_that_cannot_decide():
+    noise = _noise()
+    rows = [
+        {"kind": "margin", "variant": "v", "margin": m, "metric": k} for m, k in (("D_reg", "regret"), ("D_mae", "mae"))
+    ]
+    recipe = {
+        "recipe": "study",
+        "params": None,
+        "updates": 100,
+        "members": 1,
+        "batch_size": 8,
+        "cell_seconds": {"a": 10.0, "b": 20.0},
+        "noise": {row_key(r): noise.as_dict() for r in rows},
+        "draw_from_pilot": False,
+    }
+    few = 3
+    options = dict(
+        rows=rows,
+        recipes=[recipe],
+        pilot_noise=recipe["noise"],
+        seeds=2,
+        validation_scenes=few,
+        confidence=0.95,
+        target={"d_reg": 1.0, "d_mae": 1.0},
+        validation_seconds_per_scene=0.5,
+    )
+    plan = plan_document(**options, sizes=[MIN_SCENES_TO_DECIDE, 60], min_scenes_to_decide=MIN_SCENES_TO_DECIDE)
+    sizes = [d["validation_scenes"] for d in plan["designs"]]
+    assert sizes == [few, MIN_SCENES_TO_DECIDE, 60] and plan["planned"] == 0
+    # The 3-scene design is the cheapest and within the loose target, but a study of it is always undecided.
+    assert plan["designs"][0]["cost"]["seconds"] < plan["designs"][1]["cost"]["seconds"]
+    assert plan["designs"][0]["largest"]["D_reg"] < 1.0 and not plan["designs"][0]["reaches_target"]
+    assert plan["chosen"] == 1 and plan["min_scenes_to_decide"] == MIN_SCENES_TO_DECIDE
+    # None can decide: none is chosen, whatever the target.
+    assert plan_document(**options, sizes=[], min_scenes_to_decide=MIN_SCENES_TO_DECIDE)["chosen"] is None
+    # A plan recorded before the rule recomputes by its own: it chose the 3-scene design, and names no parts.
+    older = plan_document(**options, sizes=[MIN_SCENES_TO_DECIDE, 60], min_scenes_to_decide=None)
+    assert older["chosen"] == 0 and all("variance" not in p for d in older["designs"] for p in d["rows"].values())
+
+
+def test_a_plan_that_would_weigh_a_design_that_cannot_decide_is_refused_and_writes_nothing(tmp_path, capsys):
+    output = tmp_path / "out"
+    # The study's own validation: three scenes.
+    _study(tmp_path / "few", tmp_path / "pops", validation="tiny")
+    (tmp_path / "few" / "plan.toml").write_text(_PLAN.format(tuning="", d_reg=1.0, d_mae=1.0))
+    assert main(["plan", str(tmp_path / "few" / "plan.toml"), "--output", str(output)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"error: qhlab plan: study={str(tmp_path / 'few' / 'study.toml')!r} is not allowed; allowed: a study of at "
+        f"least MIN_SCENES_TO_DECIDE={MIN_SCENES_TO_DECIDE} validation scenes (its validation, preset 'tiny', has 3)."
+    ), line
+    assert "HINT: a study of fewer scenes is always undecided" in line, line
+    assert not output.exists()
+    # An alternative below the minimum: the config's field, its value and the minimum, in its one error.
+    _study(tmp_path / "alt", tmp_path / "pops")
+    text = _PLAN.format(tuning="", d_reg=1.0, d_mae=1.0).replace("[60, 120]", "[3, 120]")
+    (tmp_path / "alt" / "plan.toml").write_text(text)
+    assert main(["plan", str(tmp_path / "alt" / "plan.toml"), "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: plan config {str(tmp_path / 'alt' / 'plan.toml')!r}: 1 invalid field(s):"
+    ], err
+    assert (
+        f"validation_scenes=[3, 120] is not allowed; allowed: distinct sizes in [{MIN_SCENES_TO_DECIDE}, 1000000] "
+        f"(MIN_SCENES_TO_DECIDE={MIN_SCENES_TO_DECIDE}: a study of fewer scenes is always undecided" in err
+    ), err
+    assert not output.exists()
 
 
 def _plan_naming(root: Path, pilot: str) -> Path:
@@ -230,8 +362,18 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
     root = prepared
     assert main(["plan", str(_plan(root, "loose", tuning=True)), "--output", str(root / "plan")]) == 0
     said = capsys.readouterr().out
-    assert "plan tiny-plan: the study's design (study recipe, 3 validation scenes, 2 seeds) predicts MDE D_reg" in said
+    assert "plan tiny-plan: the study's design (study recipe, 30 validation scenes, 2 seeds) predicts MDE D_reg" in said
     assert "the cheapest design that reaches it" in said
+    # The worst margin's dominant variance part, its share and dof, and what moves it.
+    worst = re.search(
+        r"worst margin (D_reg|D_mae) variant_cross_attention: MDE \d+\.\d{4} m, \d+% (validation scenes|training seeds|"
+        r"TRAIN draw) \(\d+\.\d dof\); (more validation scenes shrink it|more seeds shrink it|more validation scenes "
+        r"or seeds do not shrink it \(a study fits one TRAIN draw; TRAIN size is unmeasured; more pilot draws give it "
+        r"more dof\))$",
+        said,
+        re.M,
+    )
+    assert worst, said
     # Every MDE and target carries the reward's unit (metres in the puck world).
     assert re.search(r"predicts MDE D_reg \d+\.\d{4} m, D_mae \d+\.\d{4} m \(target 1\.0000 m, 1\.0000 m\)", said), said
     assert re.search(r"reaches it: .+ \(\d+ CPU s; D_reg \d+\.\d{4} m, D_mae \d+\.\d{4} m\)", said), said
@@ -239,16 +381,25 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
     assert "| comparison or margin | predicted se (m) | dof | predicted MDE (m) |" in markdown
     assert "(target: largest MDE D_reg <= 1.0000 m, D_mae <= 1.0000 m)" in markdown
     assert "| MDE D_reg (m) | MDE D_mae (m) |" in markdown and "the reward's unit" not in markdown
+    assert "| variance shares (scenes / seeds / TRAIN draw) | dominant part (its dof) |" in markdown
+    assert f"The worst margin, {worst.group(1)} variant_cross_attention (MDE " in markdown
+    assert table_mismatches(markdown) == [], table_mismatches(markdown)
     record = json.loads((root / "plan" / "plan.json").read_text())
+    # Every row of every design names its parts; the dominant one has the largest share.
+    assert record["min_scenes_to_decide"] == MIN_SCENES_TO_DECIDE
+    for design in record["designs"]:
+        for row in design["rows"].values():
+            parts, dominant = row["variance"]["parts"], row["variance"]["dominant"]
+            assert parts[dominant]["share"] == max(p["share"] for p in parts.values() if p is not None)
     pilot = json.loads((root / "pilot" / "pilot.json").read_text())
     # Every comparison (both metrics) and margin, each from its own row of the pilot.
     assert len(record["rows"]) == 2 * len(pilot["comparisons"]) + 2 * len(pilot["margins"])
     study = record["recipes"][0]
     first = pilot["comparisons"][0]
     assert study["noise"][f"{first['arm']} - {first['against']} (regret)"] == first["noise"]["regret"]
-    # The study's recipe and both trials, each at the study's 3 scenes and at 30 and 120.
+    # The study's recipe and both trials, each at the study's 30 scenes and at 60 and 120.
     assert [r["recipe"] for r in record["recipes"]] == ["study", "trial 1", "trial 2"]
-    assert len(record["designs"]) == 3 * 3 and record["designs"][record["planned"]]["validation_scenes"] == 3
+    assert len(record["designs"]) == 3 * 3 and record["designs"][record["planned"]]["validation_scenes"] == 30
     assert all(d["cost"]["cell_seconds"] > 0 for d in record["designs"])
     assert (root / "plan" / "plan.md").read_text().startswith("# Power plan `tiny-plan` for study `tiny-study`")
     assert main(["verify", str(root / "plan")]) == 0
@@ -262,6 +413,13 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
     reseal(forged / "plan.receipt.json")
     assert main(["verify", str(forged)]) == 2
     assert "the recorded designs is not what its components give" in capsys.readouterr().err
+    # A forged minimum would recompute a forged choice of a design that cannot decide: refused as such.
+    record["designs"][0]["largest"]["D_reg"] *= 2
+    record["min_scenes_to_decide"] = 3
+    (forged / "plan.json").write_bytes(canonical_json(record))
+    reseal(forged / "plan.receipt.json")
+    assert main(["verify", str(forged)]) == 2
+    assert f"its min_scenes_to_decide=3 is not MIN_SCENES_TO_DECIDE={MIN_SCENES_TO_DECIDE}" in capsys.readouterr().err
     # An unreachable target: exit 1, the plan published all the same.
     assert main(["plan", str(_plan(root, "tight", tuning=False, d_reg=1e-9)), "--output", str(root / "tight")]) == 1
     assert json.loads((root / "tight" / "plan.json").read_text())["chosen"] is None

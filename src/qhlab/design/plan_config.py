@@ -2,7 +2,8 @@
 
 Owns: ``QhPlanConfig`` (the study, its pilot record, an optional tuning record of the study's
 margins, the target MDE and the validation sizes to weigh) and reading a plan TOML
-(``read_plan_config``: every invalid field listed in one error, before anything is written).
+(``read_plan_config``: every invalid field listed in one error, and a study that cannot decide
+refused, before anything is written).
 Does not own: the predictions (``plan_record``), the pilot (``pilot_config``) or the study config.
 """
 
@@ -13,7 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, declared_scenes, read_study_config
+from qhlab.evidence import input_error
 from qhlab.finite_horizon.recipe import read_config
 
 __all__ = ["PLAN_CALL", "PlanTarget", "QhPlanConfig", "read_plan_config"]
@@ -58,8 +60,8 @@ class QhPlanConfig(BaseModel):
         target: the MDE the study must reach; the cheapest design that reaches it is chosen, and
             when none does the command exits 1 (the plan published all the same).
         validation_scenes: validation sizes weighed beside the study's own, to show what more
-            scenes would buy and cost (each at least 30: fewer never decide; empty: the study's
-            size alone).
+            scenes would buy and cost (each at least ``MIN_SCENES_TO_DECIDE``, 30: a study of fewer
+            is always "undecided", so a plan never weighs one; empty: the study's size alone).
     """
 
     model_config = _FROZEN
@@ -74,10 +76,14 @@ class QhPlanConfig(BaseModel):
     @field_validator("validation_scenes")
     @classmethod
     def _sizes(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
-        if len(set(sizes)) != len(sizes) or any(n < 30 or n > 1_000_000 for n in sizes):
+        # Lazy: keeps reading a plan config free of scipy.
+        from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE as least
+
+        if len(set(sizes)) != len(sizes) or any(n < least or n > 1_000_000 for n in sizes):
             raise ValueError(
-                f"validation_scenes={list(sizes)!r} is not allowed; allowed: distinct sizes in [30, 1000000] (fewer "
-                "than 30 scenes never decide)"
+                f"validation_scenes={list(sizes)!r} is not allowed; allowed: distinct sizes in [{least}, 1000000] "
+                f"(MIN_SCENES_TO_DECIDE={least}: a study of fewer scenes is always undecided, so the plan never "
+                "weighs one)"
             )
         return sizes
 
@@ -99,7 +105,9 @@ def read_plan_config(config_path: str | os.PathLike) -> tuple[QhPlanConfig, byte
         (the validated config, the file's exact bytes, the study config).
 
     Raises:
-        QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
+        QhInputError: a missing or unreadable file, bad TOML, every invalid field at once, or a study
+            of fewer than ``MIN_SCENES_TO_DECIDE`` validation scenes (one line: the plan weighs the
+            study's own design, and a study of fewer is always undecided).
     """
     config, data, _ = read_config(
         config_path,
@@ -109,4 +117,21 @@ def read_plan_config(config_path: str | os.PathLike) -> tuple[QhPlanConfig, byte
         example="examples/demo-plan.toml",
         relative=(("study",), ("pilot",), ("tuning",)),
     )
-    return config, data, read_study_config(config.study)[0]
+    study = read_study_config(config.study)[0]
+    # Lazy: as in the validator.
+    from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
+
+    scenes = declared_scenes(study.validation, call=PLAN_CALL)
+    if scenes < MIN_SCENES_TO_DECIDE:
+        source = study.validation
+        named = f"preset {source.preset!r}" if source.preset is not None else f"path {source.path!r}"
+        raise input_error(
+            PLAN_CALL,
+            "study",
+            config.study,
+            f"a study of at least MIN_SCENES_TO_DECIDE={MIN_SCENES_TO_DECIDE} validation scenes (its validation, "
+            f"{named}, has {scenes})",
+            "a study of fewer scenes is always undecided, so no design of it can reach a target; give the study a "
+            f"validation population of {MIN_SCENES_TO_DECIDE} or more scenes and plan it again",
+        )
+    return config, data, study

@@ -4,10 +4,10 @@ Owns: the plan directory's file names, ``plan_components`` (what a plan reads of
 comparison's and margin's pilot components, each tuning trial's one-draw components and each
 recipe's measured fit cost), ``plan_document`` (the predictions from those: the study's design,
 every alternative of recipe and validation size with its compute cost, and the cheapest that
-reaches the target), the record's layout, publishing and reading it, and ``check_record``
-(``qhlab verify`` recomputes every prediction from the record's components). Torch-free. Does not
-own: the statistics (``qhlab.statistics``), the pilot or tuning records it reads, or binding it to
-a study (``qhlab.study.preparation``).
+reaches the target and can decide), the record's layout, publishing and reading it, and
+``check_record`` (``qhlab verify`` recomputes every prediction from the record's components).
+Torch-free. Does not own: the statistics (``qhlab.statistics``), the pilot or tuning records it
+reads, or binding it to a study (``qhlab.study.preparation``).
 
 The model. A design's MDE for one row is ``planned_difference`` of the row's components with the
 study's seeds and that design's validation scenes. The study's own recipe carries the pilot's
@@ -18,6 +18,12 @@ achieved table). A design's cost is measured, not assumed: the mean wall seconds
 fits of each arm (the pilot's, or the trial's) times the study's seeds, and the labelling seconds
 of the pilot's validation population per scene times the design's scenes (a fit's evaluation is
 counted at the pilot's size). Fit compute is cells x updates x ensemble members x batch size.
+
+A design of fewer than ``MIN_SCENES_TO_DECIDE`` validation scenes never reaches the target and is
+never chosen, whatever its MDE: a study of it is always "undecided" (``qhlab plan`` refuses a config
+that would weigh one). Each row of a design names the part of its predicted variance that dominates
+it (``qhlab.statistics.variance.variance_components``: the validation scenes', the training seeds'
+or the TRAIN draw's), since the levers differ: only the scenes' part shrinks with more scenes.
 """
 
 from __future__ import annotations
@@ -112,7 +118,15 @@ class PlanRecipe(Closed):
 
 
 class PlanDesign(Closed):
-    """One design the plan weighs: a recipe and a validation size, its predictions and cost."""
+    """One design the plan weighs: a recipe and a validation size, its predictions and cost.
+
+    Attributes:
+        recipe, validation_scenes: the design. rows: each row's predicted ``mde``, ``se`` and
+            ``dof``, and (a record with ``min_scenes_to_decide``) ``variance``: its parts, shares and
+            the dominant part (``variance_components``). largest: the largest D_reg and D_mae MDE
+            over the variants. reaches_target: both within the target, on enough scenes to decide.
+            cost: its seconds and fit compute.
+    """
 
     recipe: str
     validation_scenes: int
@@ -136,6 +150,9 @@ class PlanRecord(Closed):
         cheapest design that reaches the target (None: none does). variance_floor: the floor its
         predictions used (``qhlab.statistics.replication.VARIANCE_FLOORS``): "scene", the study's
         own; a record without it predates that rule and recomputes with "half scene".
+        min_scenes_to_decide: the fewest validation scenes of a design that may reach the target
+        (``MIN_SCENES_TO_DECIDE``); a record without it predates that rule and each row's
+        ``variance``, and recomputes without them.
     """
 
     kind: Literal["plan_record"]
@@ -157,6 +174,7 @@ class PlanRecord(Closed):
     planned: int
     chosen: int | None
     variance_floor: Literal["scene", "half scene"] = "half scene"
+    min_scenes_to_decide: int | None = None
 
 
 def row_key(row: dict) -> str:
@@ -274,6 +292,7 @@ def plan_document(
     confidence: float,
     target: dict[str, float],
     validation_seconds_per_scene: float | None,
+    min_scenes_to_decide: int | None,
     variance_floor: str = "scene",
 ) -> dict:
     """Every design's predictions and cost, the study's own design and the cheapest that reaches the target.
@@ -285,15 +304,19 @@ def plan_document(
         sizes: the validation sizes weighed beside the study's.
         target: ``{"d_reg", "d_mae"}``, the MDE to reach.
         validation_seconds_per_scene: the labelling cost of a validation scene (None: unknown).
+        min_scenes_to_decide: ``MIN_SCENES_TO_DECIDE``: a design of fewer scenes never reaches the
+            target, so is never chosen, and every row names its variance parts; None: a plan
+            recorded before that rule, recomputed without it and without the parts.
         variance_floor: ``planned_difference``'s (a recorded plan's own, to recompute it).
 
     Returns:
         ``{"designs": [...], "planned": index of the study's design, "chosen": index or None,
-        "variance_floor"}``.
+        "variance_floor", "min_scenes_to_decide"}``; a design's rows ``{key: {"mde", "se", "dof",
+        "variance"}}`` (``variance``: ``variance_components``' dict, where the rule applies).
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
     from qhlab.statistics.replication import planned_difference
-    from qhlab.statistics.variance import FitNoise, draw_variance_terms
+    from qhlab.statistics.variance import FitNoise, draw_variance_terms, variance_components
 
     designs = []
     for recipe in recipes:
@@ -303,9 +326,11 @@ def plan_document(
             predicted = {}
             for row in rows:
                 key = row_key(row)
-                extra = draw_variance_terms(FitNoise.from_dict(pilot_noise[key])) if recipe["draw_from_pilot"] else []
+                pilot = FitNoise.from_dict(pilot_noise[key]) if recipe["draw_from_pilot"] else None
+                extra = [] if pilot is None else draw_variance_terms(pilot)
+                noise = FitNoise.from_dict(recipe["noise"][key])
                 planned = planned_difference(
-                    FitNoise.from_dict(recipe["noise"][key]),
+                    noise,
                     n_seeds=seeds,
                     n_scenes=n,
                     confidence=confidence,
@@ -314,18 +339,24 @@ def plan_document(
                     variance_floor=variance_floor,
                 )
                 predicted[key] = {k: planned[k] for k in ("mde", "se", "dof")}
+                if min_scenes_to_decide is not None:
+                    predicted[key]["variance"] = variance_components(noise, n_seeds=seeds, n_scenes=n, draw=pilot)
             largest = {
                 name: max(p["mde"] for r, p in zip(rows, predicted.values()) if r.get("margin") == name)
                 for name in ("D_reg", "D_mae")
             }
             labelling = None if validation_seconds_per_scene is None else validation_seconds_per_scene * n
+            # A study of fewer scenes is always "undecided": its MDE is no target it can reach.
+            decides = min_scenes_to_decide is None or n >= min_scenes_to_decide
             designs.append(
                 {
                     "recipe": recipe["recipe"],
                     "validation_scenes": n,
                     "rows": predicted,
                     "largest": largest,
-                    "reaches_target": largest["D_reg"] <= target["d_reg"] and largest["D_mae"] <= target["d_mae"],
+                    "reaches_target": decides
+                    and largest["D_reg"] <= target["d_reg"]
+                    and largest["D_mae"] <= target["d_mae"],
                     "cost": {
                         "fit_compute": compute,
                         "cell_seconds": cells,
@@ -339,7 +370,13 @@ def plan_document(
     )
     reaching = [i for i, d in enumerate(designs) if d["reaches_target"]]
     chosen = min(reaching, key=lambda i: (designs[i]["cost"]["seconds"], i)) if reaching else None
-    return {"designs": designs, "planned": planned, "chosen": chosen, "variance_floor": variance_floor}
+    return {
+        "designs": designs,
+        "planned": planned,
+        "chosen": chosen,
+        "variance_floor": variance_floor,
+        "min_scenes_to_decide": min_scenes_to_decide,
+    }
 
 
 def plan_digest(config: Any, design: dict, pilot_sha256: str, tuning_sha256: str | None) -> str:
@@ -393,6 +430,8 @@ def recomputed(record: dict) -> dict:
         validation_seconds_per_scene=record["validation_seconds_per_scene"],
         # A plan recorded before the scene-only floor names none, and recomputes with its own rule.
         variance_floor=record.get("variance_floor", "half scene"),
+        # A plan recorded before the undecidable-design rule names no minimum, nor its rows' variance parts.
+        min_scenes_to_decide=record.get("min_scenes_to_decide"),
     )
 
 
@@ -426,6 +465,15 @@ def check_record(directory: str | os.PathLike) -> dict:
     )
     if record["target"] != record["config"]["target"]:
         raise DigestMismatchError(f"{where}: its target is not its config's.")
+    # Lazy: as the statistics below. Recomputed with another minimum, a forged choice of a design
+    # that cannot decide would agree with itself.
+    from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
+
+    if record.get("min_scenes_to_decide") not in (None, MIN_SCENES_TO_DECIDE):
+        raise DigestMismatchError(
+            f"{where}: its min_scenes_to_decide={record['min_scenes_to_decide']!r} is not MIN_SCENES_TO_DECIDE="
+            f"{MIN_SCENES_TO_DECIDE}."
+        )
     try:
         again = recomputed(record)
     except (ValueError, KeyError, TypeError, StopIteration) as exc:

@@ -2,7 +2,8 @@
 
 Owns: the plan directory (``config.toml``, ``plan.json``, ``plan.md``, the receipt), reading and
 checking the records a plan reads (the study's pilot, and a tuning of its margins), the validation
-labelling cost, and the plan's console lines and markdown. Does not own: the predictions
+labelling cost, and the plan's console lines and markdown (with each row's dominant variance part
+and what moves it). Does not own: the predictions
 (``qhlab.design.plan_record``), the statistics (``qhlab.statistics``) or binding the plan to a
 study (``qhlab.study.preparation``). A plan fits nothing: it runs in seconds.
 """
@@ -24,6 +25,7 @@ from qhlab.design.plan_record import (
     plan_document,
     publish_record,
     read_record,
+    row_key,
 )
 from qhlab.design.preparation_record import record_path
 from qhlab.design.study_config import declared_scenes
@@ -34,12 +36,22 @@ from qhlab.preparation.declared import declared_population, declared_unit, unit_
 from qhlab.preparation.fits import ToolRun, finished_record
 from qhlab.report.render import fmt, table
 from qhlab.scenes.records import PopulationGenerationReceipt
+from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
 
 __all__ = ["plan_markdown", "run_plan"]
 
 _LOCK = ".plan.lock"
 # What a plan writes in its directory: another name there is not this plan's, and is refused.
 _OWN = (CONFIG_COPY, RECORD, RECEIPT, PLAN_MARKDOWN, _LOCK)
+# A row's variance parts (``qhlab.statistics.variance.variance_components``) in words, and what moves
+# each: the levers differ, so naming the dominant part says which alternative can help.
+_PARTS = {"scene": "validation scenes", "seed": "training seeds", "draw": "TRAIN draw"}
+_LEVERS = {
+    "scene": "more validation scenes shrink it",
+    "seed": "more seeds shrink it",
+    "draw": "more validation scenes or seeds do not shrink it (a study fits one TRAIN draw; TRAIN size is "
+    "unmeasured; more pilot draws give it more dof)",
+}
 
 
 def _pilot(config: QhPlanConfig, study: Any) -> tuple[dict, str]:
@@ -126,6 +138,7 @@ def run_plan(run: ToolRun) -> dict:
         confidence=study.bootstrap.confidence,
         target=config.target.model_dump(mode="json"),
         validation_seconds_per_scene=seconds,
+        min_scenes_to_decide=MIN_SCENES_TO_DECIDE,
     )
     record = {
         "kind": "plan_record",
@@ -165,9 +178,19 @@ def _summary(record: dict, u: str) -> list[str]:
         f"validation scenes, {record['seeds']} seeds) predicts MDE D_reg {fmt(planned['largest']['D_reg'])}{u}, "
         f"D_mae {fmt(planned['largest']['D_mae'])}{u} (target {fmt(target['d_reg'])}{u}, {fmt(target['d_mae'])}{u})"
     ]
+    worst = _worst_margin(record)
+    if worst is not None:
+        key, row = worst
+        part = row["variance"]["parts"][row["variance"]["dominant"]]
+        lines.append(
+            f"  worst margin {key}: MDE {fmt(row['mde'])}{u}, {part['share']:.0%} "
+            f"{_PARTS[row['variance']['dominant']]} ({part['dof']:.1f} dof); {_LEVERS[row['variance']['dominant']]}"
+        )
     if record["chosen"] is None:
+        # The closest design that can decide: one of fewer scenes is no alternative, whatever its MDE.
+        deciding = [d for d in record["designs"] if _decides(record, d)] or record["designs"]
         best = min(
-            record["designs"],
+            deciding,
             key=lambda d: max(d["largest"]["D_reg"] / target["d_reg"], d["largest"]["D_mae"] / target["d_mae"]),
         )
         lines.append(
@@ -185,6 +208,58 @@ def _summary(record: dict, u: str) -> list[str]:
     return lines
 
 
+def _decides(record: dict, design: dict) -> bool:
+    """Whether a design has the scenes to decide (a record before the rule names no minimum)."""
+    least = record.get("min_scenes_to_decide")
+    return least is None or design["validation_scenes"] >= least
+
+
+def _worst_margin(record: dict) -> tuple[str, dict] | None:
+    """The study's design's margin whose MDE is the largest multiple of its target, as (row key, its
+    prediction); None where the rows name no variance parts (a record before them)."""
+    planned = record["designs"][record["planned"]]
+    targets = {"D_reg": record["target"]["d_reg"], "D_mae": record["target"]["d_mae"]}
+    margins = [
+        (row_key(r), planned["rows"][row_key(r)], targets[r["margin"]]) for r in record["rows"] if r["kind"] == "margin"
+    ]
+    if not margins or any("variance" not in p for _, p, _ in margins):
+        return None
+    key, row, _ = max(margins, key=lambda m: m[1]["mde"] / m[2])
+    return key, row
+
+
+def _variance_cells(row: dict) -> list[str]:
+    """A row's variance cells: each part's share (scenes / seeds / draw; "-": not measured) and the dominant part."""
+    parts, dominant = row["variance"]["parts"], row["variance"]["dominant"]
+    shares = " / ".join("-" if parts[n] is None else f"{parts[n]['share']:.0%}" for n in _PARTS)
+    return [shares, f"{_PARTS[dominant]} ({parts[dominant]['dof']:.1f})"]
+
+
+def _variance_lines(record: dict, u: str) -> list[str]:
+    """What the variance columns mean, and the worst margin's dominant part and its levers (none: a record
+    whose rows name no parts)."""
+    worst = _worst_margin(record)
+    if worst is None:
+        return []
+    key, row = worst
+    dominant = row["variance"]["dominant"]
+    part = row["variance"]["parts"][dominant]
+    return [
+        "",
+        "Each row's predicted variance has three parts: the validation scenes' (`(sigma_v^2 + r/S)/n`: more scenes "
+        "shrink it), the training seeds' (`tau^2/S`: more seeds shrink it) and the TRAIN draw's (`omega^2`: a study "
+        "fits one TRAIN draw, so neither more validation scenes nor more seeds shrink it; the pilot measured it at one "
+        "TRAIN size, so what a larger TRAIN would do is unmeasured; more pilot draws give it more dof). Shares are of "
+        "the parts estimated at or above zero: a part estimated below zero counts as 0, since it never narrows a "
+        'prediction (no predicted variance is below its scenes\' part); "-": no TRAIN draw measured (a one-draw '
+        "pilot predicts the study's own draw). The dominant part's dof: the study's scenes less one for the scenes' "
+        "part, Satterthwaite's over the mean squares that estimate it for the others.",
+        "",
+        f"The worst margin, {key} (MDE {fmt(row['mde'], 5)}{u}), owes {part['share']:.0%} of its predicted variance "
+        f"to the {_PARTS[dominant]} ({part['dof']:.1f} dof): {_LEVERS[dominant]}.",
+    ]
+
+
 def plan_markdown(record: dict, *, unit: str = "") -> str:
     """``plan.md``: the study's predicted MDEs, every design weighed, and the choice.
 
@@ -196,6 +271,7 @@ def plan_markdown(record: dict, *, unit: str = "") -> str:
     u = unit_suffix(unit)
     column = f" ({unit})" if unit else ""
     planned = record["designs"][record["planned"]]
+    parts = all("variance" in p for p in planned["rows"].values())
     level = f"{record['confidence']:.0%}"
     lines = [
         f"# Power plan `{record['name']}` for study `{record['study']['name']}`",
@@ -215,9 +291,14 @@ def plan_markdown(record: dict, *, unit: str = "") -> str:
         f"## The study's design ({planned['recipe']} recipe, {planned['validation_scenes']} validation scenes)",
         "",
         *table(
-            ["comparison or margin", f"predicted se{column}", "dof", f"predicted MDE{column}"],
-            [[key, fmt(p["se"], 5), f"{p['dof']:.1f}", fmt(p["mde"], 5)] for key, p in planned["rows"].items()],
+            ["comparison or margin", f"predicted se{column}", "dof", f"predicted MDE{column}"]
+            + (["variance shares (scenes / seeds / TRAIN draw)", "dominant part (its dof)"] if parts else []),
+            [
+                [key, fmt(p["se"], 5), f"{p['dof']:.1f}", fmt(p["mde"], 5)] + (_variance_cells(p) if parts else [])
+                for key, p in planned["rows"].items()
+            ],
         ),
+        *_variance_lines(record, u),
         "",
         f"## Designs weighed (target: largest MDE D_reg <= {fmt(record['target']['d_reg'])}{u}, D_mae <= "
         f"{fmt(record['target']['d_mae'])}{u}" + ("" if unit else ", in the reward's own unit, which names none") + ")",
@@ -233,7 +314,7 @@ def plan_markdown(record: dict, *, unit: str = "") -> str:
                 d["validation_scenes"],
                 fmt(d["largest"]["D_reg"], 5),
                 fmt(d["largest"]["D_mae"], 5),
-                "yes" if d["reaches_target"] else "no",
+                "yes" if d["reaches_target"] else "no" if _decides(record, d) else "no: cannot decide",
                 f"{cost['cell_seconds']:.0f}",
                 "-" if cost["validation_seconds"] is None else f"{cost['validation_seconds']:.0f}",
                 f"{cost['fit_compute']:,}",
@@ -261,7 +342,13 @@ def plan_markdown(record: dict, *, unit: str = "") -> str:
         "",
         "Cost: the cells' CPU seconds are the mean wall time of the recipe's fits of each arm (the pilot's, or the "
         "trial's) times the study's seeds; the labelling seconds those of the pilot's validation population per "
-        "scene; fit compute is cells x updates x ensemble members x batch size.",
+        "scene; fit compute is cells x updates x ensemble members x batch size."
+        + (
+            ""
+            if record.get("min_scenes_to_decide") is None
+            else f" A design of fewer than {record['min_scenes_to_decide']} validation scenes never reaches the "
+            "target: a study of it is always undecided."
+        ),
         "",
         "No design weighed reaches the target."
         if chosen is None

@@ -4,7 +4,9 @@ Owns: ``FitNoise`` (what a pilot measured of one comparison's or margin's fit-to
 ``fit_noise`` (its estimator, a nested analysis of variance over the pilot's fits),
 ``study_noise_terms`` (the part of a study estimate's variance that the fits add, for a study of
 ``n_seeds`` seeds on one fresh TRAIN draw, as terms with degrees of freedom) and
-``pilot_components`` (every comparison's and margin's ``FitNoise`` of a pilot design). Each takes
+``pilot_components`` (every comparison's and margin's ``FitNoise`` of a pilot design) and
+``variance_components`` (which part of a planned variance, the scenes', the seeds' or the TRAIN
+draw's, dominates it). Each takes
 plain arrays and returns plain numbers, so ``qhlab verify`` recomputes a pilot record from its
 fits' values. Does not own: the interval that reads the terms (``qhlab.statistics.replication``)
 or fitting (``qhlab.preparation.pilot``).
@@ -59,7 +61,10 @@ from typing import Any
 
 import numpy as np
 
+from qhlab.evidence.errors import input_error
+
 __all__ = [
+    "VARIANCE_COMPONENTS",
     "FitNoise",
     "draw_variance_terms",
     "fit_noise",
@@ -67,6 +72,7 @@ __all__ = [
     "half_scene_floor",
     "pilot_components",
     "study_noise_terms",
+    "variance_components",
 ]
 
 _CALL = "fit_noise"
@@ -363,3 +369,88 @@ def half_scene_floor(terms: Sequence[tuple[float, float]], *, scene_terms: int) 
         spread /= 4.0  # each scene term enters the floor halved
     dof = variance**2 / spread if spread > 0 else float(scene[0][1])
     return variance, max(dof, min(k for _, k in used))
+
+
+VARIANCE_COMPONENTS = ("scene", "seed", "draw")
+"""The parts of a study estimate's predicted variance (``variance_components``), in the order that
+takes a tie: the validation scenes' term, the training seeds' (tau^2 / S) and the TRAIN draw's
+(omega^2)."""
+
+
+def _effective_dof(terms: Sequence[tuple[float, float]]) -> float:
+    """Satterthwaite's degrees of freedom of a sum of ``(variance, dof)`` terms (0 where it is 0)."""
+    spread = sum(v**2 / k for v, k in terms if k > 0)
+    return sum(v for v, _ in terms) ** 2 / spread if spread > 0 else 0.0
+
+
+def variance_components(
+    noise: FitNoise, *, n_seeds: int, n_scenes: int, draw: FitNoise | None = None
+) -> dict[str, Any]:
+    """Which part of a study's predicted variance dominates it, with each part's share and dof.
+
+    The variance ``planned_difference`` predicts for a study of S seeds on one fresh TRAIN draw and
+    n fresh scenes, before its floor, is the sum of three parts:
+
+    * ``scene``: ``(sigma_v^2 + r / S) / n``, the validation scenes' term (the only part more
+      scenes shrink), on the study's n - 1 dof: the study estimates it from its own scenes, as
+      its report reads it;
+    * ``seed``: ``tau^2 / S = (MS_w - r / n_p) / S``, the training seeds' term (more seeds shrink
+      it), on Satterthwaite's dof over the pilot's MS_w and residual;
+    * ``draw``: ``omega^2 = (MS_b - MS_w) / n0``, the TRAIN draw's term, on Satterthwaite's dof
+      over MS_b (the pilot's draws less one) and MS_w: the dof of a difference of mean squares,
+      fewer than MS_b's own. A study fits one TRAIN draw whatever its seeds and scenes, so
+      neither shrinks it; the pilot measured it at one TRAIN size, so what another size would do
+      is unmeasured; more pilot draws give it more dof.
+
+    A part estimated below zero (an unbiased estimate of a small part) has share 0: shares are of
+    the non-negative parts, since a negative estimate never narrows the prediction (the floor keeps
+    at least the scene part) and so explains none of it.
+
+    Args:
+        noise: the row's components: the pilot's, or a tuning trial's one-draw ones.
+        n_seeds: S, the study's seeds (>= 1).
+        n_scenes: n, the study's validation scenes (>= 2).
+        draw: whose TRAIN-draw part the study carries where ``noise`` measured one draw (a tuning
+            trial's recipe takes the pilot's); None: ``noise``'s own.
+
+    Returns:
+        ``{"parts": {name: {"variance", "share", "dof"} or None}, "dominant": name}`` over
+        ``VARIANCE_COMPONENTS``: ``"draw"`` is None where no TRAIN draw was measured (a one-draw
+        pilot: the prediction is of the study's own draw); ``dominant`` has the largest share.
+
+    Raises:
+        QhInputError: ``n_seeds`` below 1 or ``n_scenes`` below 2.
+    """
+    if n_seeds < 1 or n_scenes < 2:
+        raise input_error(
+            "variance_components",
+            "n_seeds/n_scenes",
+            (n_seeds, n_scenes),
+            "n_seeds >= 1 and n_scenes >= 2",
+            "a study has seeds and scenes",
+        )
+    pilot_residual = noise.residual / (n_seeds * noise.n_scenes)
+    # The same scene part as planned_difference: the scene effect clamped, its residual over the study's scenes.
+    terms: dict[str, list[tuple[float, float]] | None] = {
+        "scene": [
+            (max(0.0, noise.scene_variance) / n_scenes, float(n_scenes - 1)),
+            (noise.residual / (n_seeds * n_scenes), float(noise.residual_dof)),
+        ],
+        "seed": [(noise.ms_within / n_seeds, float(noise.dof_within)), (-pilot_residual, float(noise.residual_dof))],
+        "draw": draw_variance_terms(noise if draw is None else draw) or None,
+    }
+    values = {name: None if t is None else sum(v for v, _ in t) for name, t in terms.items()}
+    kept = sum(max(0.0, v) for v in values.values() if v is not None)
+    parts = {
+        name: None
+        if t is None
+        else {
+            "variance": float(values[name]),
+            "share": max(0.0, values[name]) / kept if kept > 0 else 0.0,
+            "dof": float(n_scenes - 1) if name == "scene" else float(_effective_dof(t)),
+        }
+        for name, t in terms.items()
+    }
+    # max keeps the first of equal shares: VARIANCE_COMPONENTS' order.
+    dominant = max((n for n in VARIANCE_COMPONENTS if parts[n] is not None), key=lambda n: parts[n]["share"])
+    return {"parts": parts, "dominant": dominant}
