@@ -88,3 +88,26 @@ def test_unbound_lines_name_every_file_by_its_folder_and_name():
         f"fit log: {ATTEMPT}/ (fit.log)",
         f"W&B run file: {ATTEMPT}/{RUN}/ (logs/debug.log, run.wandb)",
     ]
+
+
+def test_a_steps_output_that_a_kill_left_before_its_receipt_is_named_not_refused():
+    # A fit killed between publishing its final state (or a checkpoint) and binding it.
+    unbound = [f"{ATTEMPT}/final_state.safetensors", f"{ATTEMPT}/segment_checkpoint_u00000007.safetensors"]
+    assert set(_kinds(unbound).values()) == {"unfinished step output"}
+    # The admission killed between publishing the row selection and its E0 receipt.
+    assert _kinds(["canaries/selection.json"]) == {"canaries/selection.json": "unfinished step output"}
+
+
+@pytest.mark.parametrize(
+    ("planted", "files"),
+    [
+        # Once the E0 receipt is written it binds the selection: an unbound one is not the step's.
+        ("canaries/selection.json", [*STUDY, "canaries/e0.receipt.json"]),
+        # A fit's output only in its own attempt directory.
+        ("report/final_state.safetensors", STUDY),
+        ("cells/final_state.safetensors", STUDY),
+    ],
+)
+def test_a_steps_output_elsewhere_or_after_its_receipt_is_refused(planted, files):
+    with pytest.raises(EvidenceError, match=rf"{planted} \(unfinished step output\)"):
+        _kinds([planted], files=files)

@@ -1,11 +1,12 @@
 """Every file below a verified directory accounted for: what a file no receipt binds is, and
 where such a file is refused.
 
-Owns: the kinds of file qhlab writes without binding them (a W&B run file, a fit log, a lock
-file, the signature) and the rule for a study directory (one holding ``freeze.receipt.json``):
-it holds no file of unknown kind, and a report folder that holds files has the receipt that
-binds them. Does not own: finding which files are bound (``verification.verify_directory``),
-or files of interrupted publications and links a killed fit left (listed there).
+Owns: the kinds of file qhlab writes without binding them (a W&B run file, a fit log, a lock file,
+the signature, and a step's output that a kill left before the receipt that binds it) and the rule
+for a study directory (one holding ``freeze.receipt.json``): it holds no file of unknown kind, and
+a report folder that holds files has the receipt that binds them. Does not own: finding which
+files are bound (``verification.verify_directory``), or files of interrupted publications and
+links a killed fit left (listed there).
 
 Why a study is closed: a study is qhlab's write-once output, and its decision is read from the
 files in it. A file no receipt binds is evidence of nothing, so one that could be read as
@@ -24,12 +25,18 @@ from qhlab.evidence.layout import (
     BENCHMARK_DIR,
     CANARY_DIR,
     CELLS_DIR,
+    COLD_INIT_STATE,
+    COLD_INIT_STRUCTURE,
+    CONTINUATION_FILE,
+    E0_RECEIPT,
     FAMILY_DIR,
+    FINAL_STATE,
     FIT_LOG,
     FREEZE_RECEIPT,
     PREPARATION_DIR,
     REPORT_DIR,
     REPORT_RECEIPT,
+    SELECTION_FILE,
     SIGNATURE_FILE,
     WANDB_REPORT_DIR,
 )
@@ -41,11 +48,18 @@ WANDB_FILE = "W&B run file"
 FIT_LOG_FILE = "fit log"
 LOCK_FILE = "lock file"
 SIGNATURE = "signature"
+UNFINISHED = "unfinished step output"
 UNKNOWN = "unknown file"
-UNBOUND_KINDS = (WANDB_FILE, FIT_LOG_FILE, LOCK_FILE, SIGNATURE, UNKNOWN)
+UNBOUND_KINDS = (WANDB_FILE, FIT_LOG_FILE, LOCK_FILE, SIGNATURE, UNFINISHED, UNKNOWN)
 
 # An offline W&B run's own directory: wandb/offline-run-<stamp>-<id>/ (or run-... online).
 _WANDB_RUN = re.compile(r"^(offline-)?run-[0-9]{8}_[0-9]{6}-")
+# What a fit publishes in its attempt directory before the receipt that binds it: a fit killed in
+# between leaves it unbound (its next attempt starts afresh).
+_ATTEMPT_OUTPUT = re.compile(
+    rf"^({re.escape(FINAL_STATE)}|final_state\.json|{re.escape(COLD_INIT_STATE)}|{re.escape(COLD_INIT_STRUCTURE)}|"
+    rf"{re.escape(CONTINUATION_FILE)}|segment_checkpoint_u[0-9]{{8}}\.(safetensors|json))$"
+)
 # Where a study's fits run: only their attempt directories hold logs, W&B runs and cell locks.
 _FIT_FOLDERS = (CELLS_DIR, CANARY_DIR)
 # Every folder a study step writes; an unknown file in one of them (or at the study's top) is refused.
@@ -64,12 +78,20 @@ def _kind(parts: Sequence[str]) -> str:
             return WANDB_FILE
     if name == FIT_LOG and len(parts) > 1:
         return FIT_LOG_FILE
+    if (len(parts) > 1 and _ATTEMPT_OUTPUT.match(name)) or tuple(parts[-2:]) == (CANARY_DIR, SELECTION_FILE):
+        return UNFINISHED
     return UNKNOWN
 
 
-def _allowed_in_study(kind: str, inside: Sequence[str]) -> bool:
-    """Whether a file of ``kind`` at ``inside`` (its path relative to its study) belongs there."""
+def _allowed_in_study(kind: str, inside: Sequence[str], e0_done: bool) -> bool:
+    """Whether a file of ``kind`` at ``inside`` (its path relative to its study) belongs there;
+    ``e0_done``: the study's E0 receipt exists (it binds the row selection once written)."""
     top = inside[0] if len(inside) > 1 else None
+    if kind == UNFINISHED:
+        if tuple(inside) == (CANARY_DIR, SELECTION_FILE):
+            return not e0_done
+        # <cells|canaries>/<cell>/<attempt>/<file>: a fit's own output, where its fit writes it.
+        return top in _FIT_FOLDERS and len(inside) == 4
     if kind == LOCK_FILE:
         return top is None or top in _FIT_FOLDERS
     if kind == FIT_LOG_FILE:
@@ -133,7 +155,8 @@ def account_for_unbound(call: str, root: str, unbound: Iterable[str], all_files:
             if report_receipt not in present:
                 unreported.setdefault(study, []).append(path)
                 continue
-        if not _allowed_in_study(kind, inside):
+        e0_done = "/".join((*study, CANARY_DIR, E0_RECEIPT)) in present
+        if not _allowed_in_study(kind, inside, e0_done):
             misplaced.append((path, kind, "/".join((root, *study))))
     for study, files in unreported.items():
         _refuse_unbound_report(call, root, study, files)
@@ -144,7 +167,8 @@ def account_for_unbound(call: str, root: str, unbound: Iterable[str], all_files:
             f"{call}: {shown}{more} lie(s) in the study {misplaced[0][2]} (paths below {root}), but no receipt "
             "binds them and "
             "no study step writes such a file there. A study holds only what its steps wrote: receipts, the files "
-            "they bind, fit logs, W&B run files and lock files in cells/ and canaries/, and the W&B report run. "
+            "they bind, fit logs, W&B run files, lock files and a killed fit's own output in cells/ and canaries/, "
+            "and the W&B report run. "
             "HINT: move the file out of the study directory; if a step should have bound it, rerun that step."
         )
     return entries
