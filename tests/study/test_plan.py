@@ -120,6 +120,24 @@ def _plan(root: Path, name: str, *, tuning: bool, d_reg: float = 1.0, d_mae: flo
     return root / f"{name}.toml"
 
 
+def _margins_and_recipe(noise, *, members: int) -> tuple[list[dict], dict]:
+    """One variant's two retention margins, and the study's own recipe carrying ``noise`` for both."""
+    rows = [
+        {"kind": "margin", "variant": "v", "margin": m, "metric": k} for m, k in (("D_reg", "regret"), ("D_mae", "mae"))
+    ]
+    recipe = {
+        "recipe": "study",
+        "params": None,
+        "updates": 100,
+        "members": members,
+        "batch_size": 8,
+        "cell_seconds": {"a": 10.0, "b": 20.0},
+        "noise": {row_key(r): noise.as_dict() for r in rows},
+        "draw_from_pilot": False,
+    }
+    return rows, recipe
+
+
 def test_a_design_is_predicted_from_each_rows_components_and_the_cheapest_reaching_one_is_chosen():
     noise = FitNoise(
         fits=15,
@@ -134,19 +152,7 @@ def test_a_design_is_predicted_from_each_rows_components_and_the_cheapest_reachi
         residual_dof=7000,
         scene_variance=1.0e-4,
     )
-    rows = [
-        {"kind": "margin", "variant": "v", "margin": m, "metric": k} for m, k in (("D_reg", "regret"), ("D_mae", "mae"))
-    ]
-    recipe = {
-        "recipe": "study",
-        "params": None,
-        "updates": 100,
-        "members": 2,
-        "batch_size": 8,
-        "cell_seconds": {"a": 10.0, "b": 20.0},
-        "noise": {row_key(r): noise.as_dict() for r in rows},
-        "draw_from_pilot": False,
-    }
+    rows, recipe = _margins_and_recipe(noise, members=2)
     options = dict(
         rows=rows,
         recipes=[recipe],
@@ -233,19 +239,7 @@ def test_each_rows_variance_is_split_into_scene_seed_and_draw_parts_and_the_domi
 
 def test_the_cheapest_design_that_reaches_the_target_is_never_one_that_cannot_decide():
     noise = _noise()
-    rows = [
-        {"kind": "margin", "variant": "v", "margin": m, "metric": k} for m, k in (("D_reg", "regret"), ("D_mae", "mae"))
-    ]
-    recipe = {
-        "recipe": "study",
-        "params": None,
-        "updates": 100,
-        "members": 1,
-        "batch_size": 8,
-        "cell_seconds": {"a": 10.0, "b": 20.0},
-        "noise": {row_key(r): noise.as_dict() for r in rows},
-        "draw_from_pilot": False,
-    }
+    rows, recipe = _margins_and_recipe(noise, members=1)
     few = 3
     options = dict(
         rows=rows,
