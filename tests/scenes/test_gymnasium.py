@@ -8,6 +8,8 @@ the card's warnings, and one refusal (exit 2, nothing written) for each task it 
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 
 import gymnasium
@@ -141,7 +143,54 @@ def test_terminal_states_are_absorbing_in_the_population_qhlab_writes(tmp_path) 
 @pytest.mark.parametrize(
     "options, field, allowed",
     [
-        ('env_id = "FrozenLake-v1"\nkwargs = { is_slippery = true }', "step(scene, state, ", "not deterministic"),
+        # Randomness, detected exactly: a transition table row with more than one outcome, at any
+        # probability, and a step whose draw changes it (the fickle passenger's coin is drawn at reset).
+        (
+            'env_id = "FrozenLake-v1"\nkwargs = { is_slippery = true }',
+            "env_id='FrozenLake-v1' (kwargs",
+            "a task whose step is deterministic",
+        ),
+        (
+            'env_id = "FrozenLake-v1"\nkwargs = { is_slippery = true, success_rate = 0.995 }',
+            "probabilities: 0.0025, 0.995, 0.0025",
+            "kwargs = { is_slippery = false } makes it deterministic",
+        ),
+        (
+            'env_id = "Taxi-v4"\nkwargs = { is_rainy = true, rainy_probability = 0.999 }',
+            "env_id='Taxi-v4'",
+            "kwargs = { is_rainy = false } makes it deterministic",
+        ),
+        (
+            'env_id = "Taxi-v4"\nkwargs = { fickle_passenger = true, fickle_probability = 0.001 }',
+            "draws from its random generator (np_random.choice",
+            "kwargs = { fickle_passenger = false } makes it deterministic",
+        ),
+        # Options that cannot serve a study.
+        ('env_id = "CartPole-v1"\nkwargs = { render_mode = "human" }', "kwargs.render_mode='human'", "no render mode"),
+        (
+            'env_id = "CartPole-v1"\nkwargs = { max_episode_steps = 2 }',
+            "kwargs.max_episode_steps=2",
+            "the task's own keyword arguments only",
+        ),
+        (
+            'env_id = "minigrid:MiniGrid-Empty-5x5-v0"\nkwargs = { max_steps = 2 }',
+            "horizon=3",
+            "episode limit (2 steps)",
+        ),
+        (
+            'env_id = "CliffWalking-v1"\nshaping = { feature = 0 }',
+            "shaping={'feature': 0}",
+            "shaping on a state with coordinates",
+        ),
+        (
+            'env_id = "CartPole-v1"\nshaping = { feature = 0, scale = 1e308 }',
+            "shaping=",
+            "a finite number of magnitude at most 1e+09",
+        ),
+        ('env_id = "FrozenLake-v1"\nkwargs = { map_name = "9x9" }', "kwargs.map_name='9x9'", "(it raised KeyError"),
+        # A package's task named without its package: a fresh process would not know the id.
+        ('env_id = "MiniGrid-Empty-5x5-v0"', "env_id='MiniGrid-Empty-5x5-v0'", "'minigrid:MiniGrid-Empty-5x5-v0'"),
+        ('env_id = "nosuchpackage:Task-v0"', "env_id='nosuchpackage:Task-v0'", "a module that registers the task"),
         ('env_id = "Pendulum-v1"', "env_id='Pendulum-v1'", "allowed: a task with discrete actions"),
         ('env_id = "CartPole-v1"\ncolour = "red"', "options=['colour']", "allowed: only env_id, kwargs, reset"),
         ('env_id = "NoSuchTask-v9"', "env_id='NoSuchTask-v9'", "allowed: a registered Gymnasium id"),
@@ -187,6 +236,10 @@ def _set_all(env, values):
     env.steps_beyond_terminated = None
 
 
+def _set_forgetting(env, values):  # the whole vector, but not the episode-end memory beside it
+    env.state = np.array(values)
+
+
 def _set_position_only(env, values):
     state = np.array(env.state, dtype=np.float64)
     state[0] = values[0]
@@ -196,8 +249,9 @@ def _set_position_only(env, values):
 
 def make(options):
     options = dict(options)
-    partial = options.pop("partial", False)
-    return make_with_state(options, get_state=_get, set_state=_set_position_only if partial else _set_all)
+    partial, forget = options.pop("partial", False), options.pop("forget", False)
+    setter = _set_position_only if partial else _set_forgetting if forget else _set_all
+    return make_with_state(options, get_state=_get, set_state=setter)
 """
 
 
@@ -238,3 +292,123 @@ def test_a_typo_in_the_options_of_ones_own_pair_is_qhlabs_refusal_not_an_error_i
     assert line.startswith("error: qhlab.scenes.gymnasium: options=['pul'] is not allowed; allowed: only env_id"), line
     assert line.count("HINT") == 1 and "own code" not in line
     assert not (tmp_path / "pop").exists()
+
+
+def test_a_pair_that_leaves_out_the_episode_end_memory_is_refused_at_generation(tmp_path, capsys) -> None:
+    # Two steps from a start within 0.1 of upright never reach an episode's end, where CartPole's
+    # steps_beyond_terminated turns the next step's reward from 1.0 to 0.0: the probes' rollouts do.
+    preset = _own_pair_preset(tmp_path, 'env_id = "CartPole-v1"\nreset = { low = -0.1, high = 0.1 }\nforget = true')
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "step(scene, state, " in err and "neither read nor set" in err, err
+    assert not (tmp_path / "pop").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("Box2D") is not None, reason="Box2D is installed here")
+def test_a_missing_extra_is_named_as_the_missing_extra(tmp_path, capsys) -> None:
+    preset = _preset(tmp_path, 'env_id = "LunarLander-v3"\nkwargs = { continuous = false }')
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "env_id='LunarLander-v3'" in line and "a task whose dependencies are installed" in line, line
+    assert "Box2D is not installed" in line and "continuous" not in line, line
+
+
+_MINIGRID = 'env_id = "minigrid:MiniGrid-Empty-Random-5x5-v0"\nreward_unit = "points"'
+
+
+def test_a_third_party_task_by_id_comes_in_whole_with_its_package_bound(tmp_path, capsys) -> None:
+    preset = _preset(tmp_path, _MINIGRID, name="grid")
+    assert main(["env", "check", str(preset), "--scenes", "2"]) == 0, capsys.readouterr().err
+    checked = capsys.readouterr().out
+    assert "repeated each action to the episode's end" in checked and "starts:" in checked, checked
+    out = tmp_path / "pop"
+    assert main([*_generate(preset, out), "--workers", "1"]) == 0, capsys.readouterr().err
+    environment = read_manifest(out)["generator"]["environment"]
+    version = importlib.metadata.version("minigrid")
+    assert environment["identity"]["package"] == f"minigrid {version}"
+    assert environment["identity"]["state"] == "whole-state snapshot"
+    assert environment["identity"]["entry_point"] == "minigrid.envs:EmptyEnv"
+    assert environment["source"] is None  # an installed package is bound by version, never copied
+    # The features are the task's own observation (7x7x3 view, 4 directions one-hot), then the done flag.
+    assert len(read_manifest(out)["features"]["objects"]) == 147 + 4 + 1
+    states = pd.read_parquet(out / "states.parquet")
+    assert len({bytes(np.asarray(s).tobytes()) for s in states["state"]}) > 1
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0, capsys.readouterr().err
+    assert f"package minigrid {version}" in capsys.readouterr().out
+
+
+def test_another_installed_version_of_the_package_is_named(tmp_path, capsys, monkeypatch) -> None:
+    out = tmp_path / "pop"
+    assert main([*_generate(_preset(tmp_path, _MINIGRID, name="grid"), out), "--workers", "1"]) == 0
+    capsys.readouterr()
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9" if name == "minigrid" else real(name))
+    assert main(["scenes", "audit", str(out)]) == 2
+    err = capsys.readouterr().err
+    here = real("minigrid")
+    assert f"environment.identity.package: recorded 'minigrid {here}', here 'minigrid 9.9.9'" in err, err
+
+
+_OWN_TASK = """
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+
+class Corridor(gymnasium.Env):
+    def __init__(self, length=12):
+        self.length = length
+        self.observation_space = spaces.Box(0.0, float(length), shape=(1,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.state = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = np.array([float(self.np_random.integers(0, self.length - 1))])
+        return self.state.copy(), {}
+
+    def step(self, action):
+        position = float(np.clip(self.state[0] + (1.0 if action == 1 else -1.0), 0, self.length - 1))
+        self.state = np.array([position])
+        done = position == self.length - 1
+        return self.state.copy(), float(done), done, False, {}
+
+
+gymnasium.register(id="Corridor-v0", entry_point="my_tasks:Corridor", max_episode_steps=50)
+"""
+
+
+def test_a_task_registered_in_ones_own_module_is_frozen_and_bound(tmp_path, capsys) -> None:
+    (tmp_path / "my_tasks.py").write_text(_OWN_TASK)
+    preset = _preset(tmp_path, 'env_id = "my_tasks:Corridor-v0"', name="corridor")
+    out = tmp_path / "pop"
+    assert main([*_generate(preset, out), "--workers", "1"]) == 0, capsys.readouterr().err
+    environment = read_manifest(out)["generator"]["environment"]
+    assert environment["source"]["module"] == "my_tasks"
+    assert (out / "environment" / "my_tasks.py").read_text() == _OWN_TASK
+    assert environment["identity"]["registration"] == environment["source"]["sha256"]
+    assert environment["identity"]["entry_point"] == "my_tasks:Corridor"
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0, capsys.readouterr().err
+    assert main(["scenes", "audit", str(out)]) == 0
+    assert "imported from the frozen copy inside the population" in capsys.readouterr().out
+    # The user's file edited: a new generation binds the new bytes, under another digest.
+    (tmp_path / "my_tasks.py").write_text(_OWN_TASK.replace("length=12", "length=10"))
+    again = tmp_path / "again"
+    assert main([*_generate(preset, again), "--workers", "1"]) == 0
+    assert read_manifest(again)["generator"]["environment"]["source"]["sha256"] != environment["source"]["sha256"]
+    # The frozen copy edited: verify names the file.
+    copy = out / "environment" / "my_tasks.py"
+    copy.chmod(0o644)
+    copy.write_text(_OWN_TASK + "# edited\n")
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 2
+    assert "environment/my_tasks.py" in capsys.readouterr().err
+
+
+def test_env_check_names_a_task_that_starts_the_same_everywhere(tmp_path, capsys) -> None:
+    preset = _preset(tmp_path, 'env_id = "CliffWalking-v1"', name="cliff")
+    assert main(["env", "check", str(preset), "--scenes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: starts: every one of the 6 scenes drawn starts in the same state" in out, out

@@ -125,3 +125,52 @@ def test_cartpole_with_its_native_reward_is_refused_at_freeze_before_any_fit(tmp
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "freeze_study: train=" in err and "at every horizon" in err, err
     assert not (tmp_path / "out").exists(), sorted(p.name for p in (tmp_path / "out").rglob("*"))
+
+
+_CLIFF = _PRESET.replace("cartpole-shaped", "cliff").split("[environment.options]")[0] + (
+    '[environment.options]\nenv_id = "CliffWalking-v1"\n'
+)
+
+
+def test_a_validation_that_repeats_trains_starts_is_refused_at_freeze_before_any_label(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    # CliffWalking starts every episode in one cell: its validation scenes would be TRAIN's.
+    (tmp_path / "cartpole.toml").write_text(_CLIFF.replace("scenes = 60", "scenes = 12"))
+    (tmp_path / "study.toml").write_text(_STUDY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "run", "study.toml", "--output", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "freeze_study: validation=" in err, err
+    assert "12 scene(s) repeat a start (validation scene 0 starts where TRAIN scene" in err, err
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in (tmp_path / "pops").iterdir() if "validation" in p.name]
+
+
+# A MiniGrid task by id, its whole state snapshotted: TRAIN's 24 scenes (seed 7) and validation's 6
+# (seed 295) start in 23 distinct states of the 32 this grid has, none shared.
+_GRID = _PRESET.split("[environment.options]")[0] + (
+    '[environment.options]\nenv_id = "minigrid:MiniGrid-Empty-Random-5x5-v0"\nreward_unit = "points"\n'
+)
+
+
+def _grid(name: str, scenes: int) -> str:
+    return _GRID.replace('name = "cartpole-shaped"', f'name = "{name}"').replace("scenes = 60", f"scenes = {scenes}")
+
+
+@pytest.mark.slow
+def test_a_minigrid_study_by_id_runs_and_verifies_with_no_state_pair(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "grid.toml").write_text(_grid("grid", 24))
+    (tmp_path / "grid-validation.toml").write_text(_grid("grid-validation", 6))
+    study = _STUDY.replace('preset = "cartpole.toml"\nseed = 7', 'preset = "grid.toml"\nseed = 7')
+    study = study.replace('preset = "cartpole.toml"\nseed = 8', 'preset = "grid-validation.toml"\nseed = 295')
+    # MiniGrid's reward falls by 0.9 / max_steps = 0.009 a step: the E0 gap must be below that.
+    (tmp_path / "study.toml").write_text(study.replace("canary_gap_multiple = 20", "canary_gap_multiple = 5"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["study", "run", "study.toml", "--output", "out"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    report = json.loads((tmp_path / "out" / "report" / "report.json").read_text())
+    assert report["unit"] == "points"
+    assert main(["verify", "out"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("package minigrid 3.2.0, spec_version 0, state whole-state snapshot") == 2, printed

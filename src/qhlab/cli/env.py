@@ -40,7 +40,27 @@ def run_check(args: argparse.Namespace) -> int:
         f"environment {result['environment']}: the contract holds on {contract['scenes']} scenes; "
         f"{contract['steps'] // 3} (state, action) pairs, two deep, each stepped twice in a row, again in another "
         f"order {fresh}, gave the same successor and reward"
+        + (
+            f"; {contract['rollout_steps']} more repeated each action to the episode's end"
+            if contract.get("rollout_steps")
+            else ""
+        )
     )
+    starts = result["starts"]
+    if starts["distinct"] == 1 and starts["drawn"] > 1:
+        print(
+            f"warning: starts: every one of the {starts['drawn']} scenes drawn starts in the same state: a "
+            "validation drawn from this preset repeats TRAIN's scenes, and a study refuses it. HINT: spread the "
+            "start (the task's reset options or kwargs)"
+        )
+    elif starts["distinct"] < starts["drawn"]:
+        print(
+            f"warning: starts: {starts['drawn']} scenes drawn start in only {starts['distinct']} distinct states: "
+            f"too few for {starts['preset_scenes']} held-out scenes; a study refuses a validation whose scenes "
+            "repeat each other's or TRAIN's starts. HINT: spread the start, or draw fewer scenes"
+        )
+    else:
+        print(f"starts: the {starts['drawn']} scenes drawn start in {starts['distinct']} distinct states")
     optional = result["optional"]
     print(
         f"optional members: {', '.join(optional['declared']) or 'none'} declared; "
@@ -66,9 +86,10 @@ COMMAND = Command(
             help="run the contract, the determinism probes, a step timing and the card on a few scenes",
             description="Make the preset's environment and run the checks generation runs (the contract's members, "
             "shapes and dtypes; every step two deep taken twice, again in another order after other scenes, and for "
-            "an environment qhlab does not pin, in a fresh interpreter), time its step, then draw a small population "
-            "in a temporary directory to print its difficulty card and the tie_band, huber_delta and canary gap it "
-            "suggests for a study; the directory is removed. This runs the environment's code.",
+            "an environment qhlab does not pin, each action repeated to the episode's end and everything in a fresh "
+            "interpreter), count the distinct starts of the preset's scenes, time its step, then draw a small "
+            "population in a temporary directory to print its difficulty card and the tie_band, huber_delta and "
+            "canary gap it suggests for a study; the directory is removed. This runs the environment's code.",
             arguments=_check_arguments,
             run=run_check,
         ),

@@ -45,6 +45,7 @@ __all__ = [
     "LocatedSource",
     "UnfrozenImportError",
     "file_digests",
+    "is_installed",
     "locate_source",
     "missing_sibling",
     "parse_entry",
@@ -228,6 +229,12 @@ def _installed_roots() -> list[Path]:
     return [Path(os.path.abspath(r)) for r in roots]
 
 
+def is_installed(location: str | os.PathLike) -> bool:
+    """Whether a file lies inside the installed library directories (an installed package's, or qhlab's own)."""
+    resolved = Path(os.path.abspath(location))
+    return any(root == resolved or root in resolved.parents for root in _installed_roots())
+
+
 def unbound_modules(module: str, loaded: Iterable[str]) -> list[tuple[str, str | None]]:
     """Modules an import of a frozen copy loaded that are neither the copy nor installed code.
 
@@ -365,12 +372,20 @@ class FrozenSource:
         registered = _FINDER.copies.get(self.sha256[:16])
         return self.root if registered is None else registered[0]
 
+    def import_module(self) -> Any:
+        """The copy's module, imported from its checked bytes (once per digest in a process).
+
+        For a source with no entry function of its own: a module that registers a Gymnasium task
+        when it is imported.
+        """
+        # The imported bytes are kept: what a population copies is exactly what ran.
+        self.preloaded = self.check()
+        return _import_copy(self, self.preloaded)
+
     def entry_function(self) -> Callable[..., Any]:
         """The entry, imported from the checked bytes of the copy on first use."""
         if self._function is None:
-            # The imported bytes are kept: what a population copies is exactly what ran.
-            self.preloaded = self.check()
-            module = _import_copy(self, self.preloaded)
+            module = self.import_module()
             function = getattr(module, self.function, None)
             if function is None or not callable(function):
                 raise QhError(f"{self.owner}: {self.entry!r}: module {self.module!r} has no callable {self.function!r}")
@@ -503,7 +518,7 @@ class _UnfrozenGuard(importlib.abc.MetaPathFinder):
 def _refuse_unbound(name: str, location: str | os.PathLike) -> None:
     """Raise ``UnfrozenImportError`` when ``location`` lies outside the installed library directories."""
     resolved = Path(os.path.abspath(location))
-    if any(root == resolved or root in resolved.parents for root in _installed_roots()):
+    if is_installed(resolved):
         return
     raise UnfrozenImportError(
         f"frozen user code imported module {name!r} from {str(resolved)!r}, which is not in its frozen "

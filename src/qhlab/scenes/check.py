@@ -43,7 +43,9 @@ def check_environment(preset: str | os.PathLike, *, scenes: int = 8, call: str =
 
     Returns:
         ``{"environment": its name, "identity", "reward_unit", "contract": {"scenes", "steps",
-        "fresh_process"}, "optional": {"declared", "defaults"}: which of ``OPTIONAL_MEMBERS`` the
+        "fresh_process", "rollout_steps"}, "starts": {"drawn", "distinct", "preset_scenes"}: how many
+        of the preset's first scenes (up to 200) start in a state of their own, "optional":
+        {"declared", "defaults"}: which of ``OPTIONAL_MEMBERS`` the
         environment has and which take qhlab's default, "step_seconds": {"median", "max", "steps"},
         "card": the difficulty card of ``scenes`` scenes (split train, seed 0), "suggested":
         ``difficulty.suggested_settings``, "described": what ``describe_population`` returned (for ``card_lines``)}``.
@@ -58,6 +60,13 @@ def check_environment(preset: str | os.PathLike, *, scenes: int = 8, call: str =
     environment = Environment.make(environment_spec(spec, call=call), call=call)
     seeds = tuple(scene_seed("train", 0, i) for i in range(scenes))
     contract = check_contract(environment, seeds[: min(scenes, 3)])
+    # Distinct starts over as many scenes as the preset draws (up to the card's bound): a task that
+    # starts the same everywhere gives a validation that repeats TRAIN (the study refuses it).
+    drawn = min(spec.scenes, _MAX_SCENES)
+    starts = set()
+    for index in range(drawn):
+        scene = json.loads(json.dumps(environment.sample_scene(scene_seed("train", 0, index)), allow_nan=False))
+        starts.add(environment.initial_state(scene).tobytes())
     timings = []
     for seed in seeds:
         scene = json.loads(json.dumps(environment.sample_scene(seed), allow_nan=False))
@@ -75,6 +84,7 @@ def check_environment(preset: str | os.PathLike, *, scenes: int = 8, call: str =
         "identity": environment.identity,
         "reward_unit": environment.reward_unit,
         "contract": contract,
+        "starts": {"drawn": drawn, "distinct": len(starts), "preset_scenes": spec.scenes},
         # A misspelt optional member (``reward_units``) is not an error: it shows here as a default.
         "optional": {
             "declared": [m for m in OPTIONAL_MEMBERS if hasattr(environment.env, m)],

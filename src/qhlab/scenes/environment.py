@@ -47,6 +47,7 @@ determinism, JSON scenes), importing frozen copies (``qhlab.execution.user_code`
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import traceback
@@ -251,17 +252,8 @@ class Environment:
         except ValueError as exc:
             raise QhInputError(f"{call}: {exc}") from None
         roots: tuple[str, ...] = ()
-        if spec.builtin:
-            import importlib
-
-            try:
-                module = importlib.import_module(entry.module)
-            except ImportError as exc:
-                raise QhInputError(f"{call}: {label}: no module {entry.module!r} ({exc}).") from None
-            factory = getattr(module, entry.function, None)
-        else:
-            if spec.source is None:
-                raise QhInputError(f"{call}: {label} is user code without a frozen source record.")
+        source = None
+        if spec.source is not None:
             root = Path(spec.root or ".")
             source = provide(
                 FrozenSource(
@@ -275,6 +267,21 @@ class Environment:
                 )
             )
             roots = (str(root.resolve()) + "/", str(root) + "/")
+        if spec.builtin:
+            import importlib
+
+            try:
+                module = importlib.import_module(entry.module)
+            except ImportError as exc:
+                raise QhInputError(f"{call}: {label}: no module {entry.module!r} ({exc}).") from None
+            factory = getattr(module, entry.function, None)
+            if source is not None and callable(factory):
+                # A built-in factory with frozen code of the researcher's (a module that registers a
+                # Gymnasium task): the factory imports the copy itself, when it is ready to.
+                factory = functools.partial(factory, registration=source)
+        elif source is None:
+            raise QhInputError(f"{call}: {label} is user code without a frozen source record.")
+        else:
             before = set(sys.modules)
             try:
                 factory = source.entry_function()
@@ -293,6 +300,7 @@ class Environment:
                 f"{call}: {label}: {entry.function!r} is missing or not callable in {entry.module!r}. HINT: the "
                 "factory is make(options: dict) -> env."
             )
+        before = set(sys.modules)
         try:
             env = factory(dict(spec.options))
         except QhInputError as exc:
@@ -304,8 +312,10 @@ class Environment:
             raise _user_error(call, label, "make(options)", exc, roots) from None
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one refusal naming the user's line
             raise _user_error(call, label, "make(options)", exc, roots) from None
+        if spec.builtin and source is not None:
+            _refuse_unfrozen(call, label, spec, None, sorted(set(sys.modules) - before))
         made = cls._checked(spec, env, label, roots, call)
-        if not spec.builtin:
+        if source is not None:
             made.source_files = dict(source.preloaded or {})
         return made
 

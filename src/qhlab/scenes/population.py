@@ -55,6 +55,7 @@ from qhlab.scenes.audit import audit_population
 from qhlab.scenes.chains import StateRow, run_chains
 from qhlab.scenes.difficulty import CARD_TIE_BAND, difficulty_card
 from qhlab.scenes.environment import Environment, EnvironmentSpec, read_environment_source
+from qhlab.scenes.gymnasium_ids import registration_source
 from qhlab.scenes.manifest import ENVIRONMENT_DIR, MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, read_manifest
 from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.probes import check_contract
@@ -68,11 +69,14 @@ __all__ = [
     "generate_population",
     "planned_simulations",
     "scene_content_digests",
+    "scene_start_digests",
 ]
 
 # The scenes.parquet columns that are not the scene's content: they derive from the split,
 # seed and draw index. Every other column is one key of the environment's scene.
 SCENE_IDENTITY_COLUMNS = ("scene_id", "scene_index")
+# The built-in factory of Gymnasium tasks by id.
+GYMNASIUM_FACTORY = "qhlab.scenes.gymnasium:make"
 
 
 def planned_simulations(preset: Preset, max_candidates: int) -> int:
@@ -91,6 +95,12 @@ def environment_spec(preset: Preset, *, call: str = "generate_population") -> En
     """The environment a preset names: a built-in one by its factory, a user one with its source
     read from the user's files (relative to the preset file) for generation."""
     declared = preset.environment
+    if declared.factory == GYMNASIUM_FACTORY:
+        # A task one's own module registers (env_id = "my_tasks:MyTask-v0") freezes that module.
+        own = registration_source(declared.options.get("env_id"), preset.base)
+        if own is not None:
+            record, files, root = own
+            return EnvironmentSpec(declared.factory, dict(declared.options), source=record, files=files, root=str(root))
     if declared.factory.startswith("qhlab."):
         return EnvironmentSpec(declared.factory, dict(declared.options))
     record, files, root = read_environment_source(declared.factory, preset.base, call=call)
@@ -334,6 +344,22 @@ def generate_population(
     return out
 
 
+def _refuse_short_episodes(environment: Environment, spec: Preset) -> None:
+    """Refuse a horizon longer than the task's own episode limit (an env's ``episode_limit``, e.g.
+    a Gymnasium spec's ``max_episode_steps`` or MiniGrid's ``max_steps``): qhlab's labels would sum
+    rewards past the end the task declares."""
+    limit = getattr(environment.env, "episode_limit", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit < spec.horizon:
+        raise input_error(
+            "generate_population",
+            "horizon",
+            spec.horizon,
+            f"at most environment {environment.name!r}'s episode limit ({limit} steps)",
+            "a label sums the rewards of `horizon` steps inside one episode; raise the task's own step limit (its "
+            "kwargs) or shorten the horizon",
+        )
+
+
 def _draw_scenes(
     environment: Environment, spec: Preset, split: str, seed: int
 ) -> tuple[list[dict], list[np.ndarray], list[int]]:
@@ -348,6 +374,7 @@ def _draw_scenes(
     """
     seeds = [scene_seed(split, seed, i) for i in range(spec.scenes)]  # validates split and seed
     check_contract(environment, tuple(seeds[:_CONTRACT_SCENES]))
+    _refuse_short_episodes(environment, spec)
     # Every scene as JSON holds it: what the population stores and every later step passes.
     scenes = [json.loads(json.dumps(environment.sample_scene(s), allow_nan=False)) for s in seeds]
     initial = [environment.initial_state(scene) for scene in scenes]
@@ -531,6 +558,29 @@ def scene_content_digests(path: str | os.PathLike) -> dict[int, str]:
     return {
         int(row["scene_id"]): sha256_bytes(canonical_json({k: row[k] for k in content})) for row in table.to_pylist()
     }
+
+
+# The states.parquet columns that place a state in its population rather than describe it.
+_STATE_PLACE_COLUMNS = ("state_id", "scene_id", "chain_id", "step", "parent_state_id")
+
+
+def scene_start_digests(path: str | os.PathLike) -> dict[int, str]:
+    """{scene_id: SHA-256 of its initial state} of a population: every column of its first chain's
+    step-0 row in ``states.parquet`` but those that place it (ids, step, parent).
+
+    Two scenes with one digest start in the same state, whatever their seeds: a task with few
+    distinct starts (CliffWalking starts every episode in one cell) gives many. Reads the file as
+    it is; authenticate the population first (``read_manifest``).
+    """
+    import pyarrow.compute as pc
+
+    table = pq.read_table(Path(path) / "states.parquet")
+    starts = table.filter(pc.equal(table["step"], 0)).sort_by([("scene_id", "ascending"), ("chain_id", "ascending")])
+    content = [c for c in starts.column_names if c not in _STATE_PLACE_COLUMNS]
+    digests: dict[int, str] = {}
+    for row in starts.to_pylist():
+        digests.setdefault(int(row["scene_id"]), sha256_bytes(canonical_json({k: row[k] for k in content})))
+    return digests
 
 
 def _expected(

@@ -2,8 +2,9 @@
 
 Owns: ``check_contract`` (each probed scene is a JSON object, the same for the same seed; its
 initial state and every successor two steps deep are the same for the same inputs, taken twice,
-again in reverse order after every scene was drawn, and, for code qhlab does not pin, once more in
-a fresh interpreter; ``observe`` has the declared shapes). Does not own: the contract's members
+again in reverse order after every scene was drawn, and, for code qhlab does not pin, each action
+repeated to the episode's end from the first scenes and once more in a fresh interpreter;
+``observe`` has the declared shapes). Does not own: the contract's members
 (``qhlab.scenes.contract``) or the checks of each call's result (``qhlab.scenes.environment``,
 which every call goes through).
 """
@@ -34,22 +35,25 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
     step is then taken again in reverse order after every scene's initial state was drawn (an
     environment that steps by what it remembers of the last scene, or of the last step, rather
     than by the arguments); and, for an environment qhlab does not pin in its own tests (the
-    researcher's, a Gymnasium task), once more in a fresh interpreter (module-level memory, an
+    researcher's, a Gymnasium task), each action repeated from the first scenes' starts until the
+    episode ends (state left out of a snapshot often shows only there), and everything once more
+    in a fresh interpreter (module-level memory, an
     unseeded generator, hash-seed-dependent iteration order).
 
     Returns:
-        ``{"scenes", "steps", "fresh_process"}``: how much was checked, and whether a fresh
-        interpreter stepped it too.
+        ``{"scenes", "steps", "fresh_process", "rollout_steps"}``: how much was checked, whether a
+        fresh interpreter stepped it too, and how many steps the rollouts to the episode's end took.
 
     Raises:
         QhInputError: naming the environment, the method and the cause (nothing is written).
     """
-    probes = _contract_probes(environment, seeds)
+    fresh = not environment.spec.builtin or environment.spec.factory in _THIRD_PARTY_BUILTINS
+    probes = _contract_probes(environment, seeds, rollouts=fresh)
     # Every scene's initial state drawn again (the last one is what an env with hidden state
     # would remember), then every step once more, last first.
-    for scene, _, _, _, _ in probes:
+    for scene, *_ in probes:
         environment.initial_state(scene)
-    for scene, state, action, after, reward in reversed(probes):
+    for scene, state, action, after, reward, _ in reversed(probes):
         again, reward_again = environment.step(scene, state, action)
         if again.tobytes() != after.tobytes() or reward_again != reward:
             raise environment._refuse(
@@ -57,7 +61,6 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
                 "returned another successor or reward when stepped again after other scenes and steps (hidden "
                 "state: it must step by its arguments alone)",
             )
-    fresh = not environment.spec.builtin or environment.spec.factory in _THIRD_PARTY_BUILTINS
     if fresh:
         fingerprint = _probe_fingerprint(probes)
         context = multiprocessing.get_context("spawn")
@@ -79,7 +82,12 @@ def check_contract(environment: Environment, seeds: tuple[int, ...]) -> dict:
                 "returned other successors or rewards in a fresh interpreter for the same inputs (hidden state: "
                 "module-level memory, an unseeded random generator or hash-seed-dependent order)",
             )
-    return {"scenes": len(seeds), "steps": 3 * len(probes), "fresh_process": fresh}
+    return {
+        "scenes": len(seeds),
+        "steps": 3 * len(probes),
+        "fresh_process": fresh,
+        "rollout_steps": sum(1 for probe in probes if probe[5]),
+    }
 
 
 # Built-in factories whose step is a third party's code (a Gymnasium task), probed in a fresh
@@ -90,13 +98,32 @@ _THIRD_PARTY_BUILTINS = ("qhlab.scenes.gymnasium:make",)
 
 # How deep the probes step: the initial state's successors and theirs.
 _PROBE_DEPTH = 2
+# Rollouts to the episode's end: from the first scenes' initial states, each action repeated until
+# the episode ends (or this many steps), every step taken twice. State a snapshot leaves out
+# (CartPole's ``steps_beyond_terminated``) often shows only where an episode ends.
+_ROLLOUT_SCENES = 2
+_ROLLOUT_STEPS = 128
 
 
-def _contract_probes(environment: Environment, seeds: tuple[int, ...]) -> list[tuple]:
-    """Each scene checked and every step probed twice, ``_PROBE_DEPTH`` deep.
+def _stepped_twice(environment: Environment, scene: dict, state, action: int, index: int) -> tuple:
+    after, reward = environment.step(scene, state, action, scene_index=index)
+    again, reward_again = environment.step(scene, state, action, scene_index=index)
+    if after.tobytes() != again.tobytes() or reward != reward_again:
+        raise environment._refuse(
+            f"step(scene, state, {action})",
+            "returned another successor or reward for the same inputs (not deterministic: part of the state is "
+            "neither read nor set)",
+        )
+    environment.observe(scene, after)
+    return after, reward
+
+
+def _contract_probes(environment: Environment, seeds: tuple[int, ...], *, rollouts: bool) -> list[tuple]:
+    """Each scene checked and every step probed twice, ``_PROBE_DEPTH`` deep, and (``rollouts``)
+    each action repeated to the episode's end from the first ``_ROLLOUT_SCENES`` scenes.
 
     Returns:
-        ``[(scene, state, action, successor, reward)]`` in the order they were stepped.
+        ``[(scene, state, action, successor, reward, in_a_rollout)]`` in the order they were stepped.
     """
     probes = []
     for index, seed in enumerate(seeds):
@@ -119,24 +146,27 @@ def _contract_probes(environment: Environment, seeds: tuple[int, ...]) -> list[t
             following = []
             for here in frontier:
                 for action in range(environment.candidates(scene, here)):
-                    after, reward = environment.step(scene, here, action, scene_index=index)
-                    again, reward_again = environment.step(scene, here, action, scene_index=index)
-                    if after.tobytes() != again.tobytes() or reward != reward_again:
-                        raise environment._refuse(
-                            f"step(scene, state, {action})",
-                            "returned another successor or reward for the same inputs (not deterministic)",
-                        )
-                    environment.observe(scene, after)
-                    probes.append((scene, here, action, after, reward))
+                    after, reward = _stepped_twice(environment, scene, here, action, index)
+                    probes.append((scene, here, action, after, reward, False))
                     following.append(after)
             frontier = following
+        if not rollouts or index >= _ROLLOUT_SCENES:
+            continue
+        for action in range(environment.candidates(scene, state)):
+            here = state
+            for _ in range(_ROLLOUT_STEPS):
+                if environment.terminal(scene, here) or action >= environment.candidates(scene, here):
+                    break
+                after, reward = _stepped_twice(environment, scene, here, action, index)
+                probes.append((scene, here, action, after, reward, True))
+                here = after
     return probes
 
 
 def _probe_fingerprint(probes: list[tuple]) -> str:
     """The SHA-256 of every probed successor's bytes and reward, in order."""
     digest = hashlib.sha256()
-    for _, _, _, after, reward in probes:
+    for _, _, _, after, reward, _ in probes:
         digest.update(after.tobytes())
         digest.update(struct.pack("<d", reward))
     return digest.hexdigest()
@@ -145,11 +175,12 @@ def _probe_fingerprint(probes: list[tuple]) -> str:
 def _travelling(environment: Environment) -> EnvironmentSpec:
     """The environment's spec with its source's bytes, so a fresh interpreter makes the same one."""
     spec = environment.spec
-    if spec.builtin or spec.files is not None or environment.source_files is None:
+    if spec.source is None or spec.files is not None or environment.source_files is None:
         return spec
     return replace(spec, files=dict(environment.source_files))
 
 
 def _fresh_fingerprint(spec: EnvironmentSpec, seeds: tuple[int, ...]) -> str:
     """In a fresh interpreter: the environment made from ``spec`` again, probed as ``check_contract`` does."""
-    return _probe_fingerprint(_contract_probes(Environment.make(spec, call="generate_population"), seeds))
+    environment = Environment.make(spec, call="generate_population")
+    return _probe_fingerprint(_contract_probes(environment, seeds, rollouts=True))

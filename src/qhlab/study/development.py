@@ -195,3 +195,35 @@ def _refuse_shared_scenes(train_path: Path, validation_path: Path) -> None:
             "scenes disjoint from TRAIN by physical content",
             "generate validation with split='validation' and another seed",
         )
+    _refuse_repeated_starts(train_path, validation_path)
+
+
+def _refuse_repeated_starts(train_path: Path, validation_path: Path) -> None:
+    """Refuse validation scenes that start where another validation scene or a TRAIN scene does.
+
+    Scenes drawn from different seeds can still start in one state (a task with one start cell,
+    or few): such a validation is not held out, and repeats count twice in every mean.
+    """
+    from qhlab.scenes.population import scene_start_digests
+
+    train = {}
+    for scene, digest in sorted(scene_start_digests(train_path).items()):
+        train.setdefault(digest, scene)
+    first: dict[str, int] = {}
+    repeats = []
+    for scene, digest in sorted(scene_start_digests(validation_path).items()):
+        if digest in train:
+            repeats.append(f"validation scene {scene} starts where TRAIN scene {train[digest]} does")
+        elif digest in first:
+            repeats.append(f"validation scene {scene} starts where validation scene {first[digest]} does")
+        first.setdefault(digest, scene)
+    if repeats:
+        shown = "; ".join(repeats[:3]) + (f"; and {len(repeats) - 3} more" if len(repeats) > 3 else "")
+        raise input_error(
+            "prepare_development",
+            "validation",
+            f"{len(repeats)} scene(s) that repeat a start: {shown}",
+            "validation scenes whose initial states differ from each other and from TRAIN's (a held-out validation)",
+            "the task has few distinct starts: `qhlab env check` counts them; spread the start (its reset options "
+            "or kwargs), or draw fewer scenes",
+        )

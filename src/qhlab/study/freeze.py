@@ -62,6 +62,7 @@ from qhlab.study.populations import (
     resolve_population,
     validation_generator,
     validation_preset,
+    validation_start_repeats,
 )
 from qhlab.study.preparation import check_populations, check_preparation, copy_preparation
 from qhlab.training.profiles import execution_profile
@@ -280,6 +281,21 @@ def _checked_validation(
     """Freeze the validation preset (None: a validation named by path); returns it once the
     populations' generators pass ``check_populations``."""
     frozen_validation = validation_preset(config.validation, train_path, population.manifest, call="freeze_study")
+    if frozen_validation is not None:
+        repeats = validation_start_repeats(
+            frozen_validation, config.validation.seed, train_path, population.manifest, call="freeze_study"
+        )
+        if repeats:
+            shown = "; ".join(repeats[:3]) + (f"; and {len(repeats) - 3} more" if len(repeats) > 3 else "")
+            raise input_error(
+                "freeze_study",
+                "validation",
+                f"{config.validation.preset} seed {config.validation.seed}: {len(repeats)} scene(s) repeat a start "
+                f"({shown})",
+                "validation scenes whose initial states differ from each other and from TRAIN's (held out)",
+                "the task has few distinct starts (`qhlab env check` counts them): spread the start with its reset "
+                "options or kwargs, draw fewer scenes, or another validation seed",
+            )
     # A validation named by path is declared, not opened: its generator is compared at development.
     check_populations(
         config,

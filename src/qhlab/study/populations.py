@@ -9,17 +9,19 @@ or drawing the generation bar (``qhlab.training.terminal``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qhlab.design.study_config import PopulationSource
-from qhlab.evidence import input_error, read_receipt
+from qhlab.evidence import QhInputError, input_error, read_receipt
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES, STUDY_CALL
 from qhlab.execution.user_code import read_source
 from qhlab.scenes import cached_population
 from qhlab.scenes.environment import EnvironmentSpec
+from qhlab.scenes.gymnasium_ids import registration_origin
 from qhlab.scenes.origin import population_origin
 from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt
@@ -176,6 +178,41 @@ def validation_environment(
     return preset, spec
 
 
+def validation_start_repeats(
+    frozen_preset: dict, seed: int, train: Path, train_manifest: dict, *, call: str
+) -> list[str]:
+    """The study's validation scenes that would start where a TRAIN scene or an earlier validation
+    scene does, found before any validation label is drawn: each scene's initial state on TRAIN's
+    frozen environment against TRAIN's stored starts.
+
+    Returns:
+        One description per repeating scene, in draw order (empty: a held-out validation).
+    """
+    # Lazy: keeps importing this module free of pyarrow.
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from qhlab.scenes.environment import Environment
+    from qhlab.scenes.sampler import scene_seed
+
+    preset, spec = validation_environment(frozen_preset, train, train_manifest, call=call)
+    environment = Environment.make(spec, call=call)
+    column = environment.state_column
+    table = pq.read_table(train / "states.parquet", columns=["scene_id", "step", column])
+    table = table.filter(pc.equal(table["step"], 0))
+    starts: dict[bytes, str] = {}
+    for scene_id, state in zip(table["scene_id"].to_pylist(), table[column].to_pylist(), strict=True):
+        starts.setdefault(np.asarray(state, dtype=np.float64).tobytes(), f"TRAIN scene {scene_id}")
+    repeats = []
+    for index in range(preset.scenes):
+        scene = json.loads(json.dumps(environment.sample_scene(scene_seed("validation", seed, index)), allow_nan=False))
+        start = environment.initial_state(scene).tobytes()
+        if start in starts:
+            repeats.append(f"validation scene {index} starts where {starts[start]} does")
+        starts.setdefault(start, f"validation scene {index}")
+    return repeats
+
+
 def validation_generator(frozen_preset: dict, seed: int, train: Path, train_manifest: dict, *, call: str) -> dict:
     """The generator record the study's validation will have, without drawing it: its frozen preset
     on TRAIN's environment (``validation_environment``), so that records made on the study's
@@ -198,6 +235,13 @@ def environment_source(source: PopulationSource, train: Path, train_manifest: di
     if spec.source is None or source.preset is None:
         return None
     preset = load_preset(source.preset, call=call)
+    if spec.builtin:
+        # A built-in factory with frozen code: one's own module that registers a Gymnasium task.
+        try:
+            original = registration_origin(preset.environment.options.get("env_id"), preset.base)
+        except QhInputError:
+            original = None
+        return {"original": None if original is None else str(original), "sha256": spec.source["sha256"]}
     try:
         located, _ = read_source(preset.environment.factory, preset.base or Path.cwd(), field="environment.factory")
     except ValueError:
