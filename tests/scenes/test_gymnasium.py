@@ -375,7 +375,14 @@ class Corridor(gymnasium.Env):
         return self.state.copy(), float(done), done, False, {}
 
 
+class DrawingCorridor(Corridor):
+    def step(self, action):
+        self.np_random.random()  # drawn and never used: qhlab cannot tell it from a draw that matters
+        return super().step(action)
+
+
 gymnasium.register(id="Corridor-v0", entry_point="my_tasks:Corridor", max_episode_steps=50)
+gymnasium.register(id="DrawingCorridor-v0", entry_point="my_tasks:DrawingCorridor", max_episode_steps=50)
 """
 
 
@@ -412,3 +419,13 @@ def test_env_check_names_a_task_that_starts_the_same_everywhere(tmp_path, capsys
     assert main(["env", "check", str(preset), "--scenes", "2"]) == 0
     out = capsys.readouterr().out
     assert "warning: starts: every one of the 6 scenes drawn starts in the same state" in out, out
+
+
+def test_a_step_that_draws_is_refused_even_where_the_draw_changes_nothing(tmp_path, capsys) -> None:
+    (tmp_path / "my_tasks.py").write_text(_OWN_TASK)
+    preset = _preset(tmp_path, 'env_id = "my_tasks:DrawingCorridor-v0"', name="drawing")
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "env_id='my_tasks:DrawingCorridor-v0' is not allowed; allowed: a task whose step is deterministic" in line
+    assert "draws from its random generator (np_random.random)" in line and "one outcome" in line, line
+    assert not (tmp_path / "pop").exists()

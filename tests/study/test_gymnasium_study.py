@@ -15,6 +15,7 @@ import gymnasium
 import pytest
 
 from qhlab.cli import main
+from qhlab.evidence.layout import DEVELOPMENT_RECEIPT, E0_RECEIPT
 
 _PRESET = """name = "cartpole-shaped"
 scenes = 60
@@ -174,3 +175,25 @@ def test_a_minigrid_study_by_id_runs_and_verifies_with_no_state_pair(tmp_path, m
     assert main(["verify", "out"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("package minigrid 3.2.0, spec_version 0, state whole-state snapshot") == 2, printed
+
+
+@pytest.mark.slow
+def test_a_validation_named_by_path_that_repeats_trains_starts_is_refused_at_development(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    # Named by path, the validation is not drawn by the study: its starts are read at development.
+    (tmp_path / "grid.toml").write_text(_grid("grid", 24))
+    (tmp_path / "grid-validation.toml").write_text(_grid("grid-validation", 6))
+    monkeypatch.chdir(tmp_path)
+    assert main(["scenes", "generate", "--preset", "grid-validation.toml", "--split", "validation", "--seed", "6",
+                 "--out", "repeating", "--no-progress"]) == 0  # fmt: skip
+    study = _STUDY.replace('preset = "cartpole.toml"\nseed = 7', 'preset = "grid.toml"\nseed = 7')
+    study = study.replace('preset = "cartpole.toml"\nseed = 8', 'path = "repeating"')
+    (tmp_path / "study.toml").write_text(study.replace("canary_gap_multiple = 20", "canary_gap_multiple = 5"))
+    capsys.readouterr()
+    assert main(["study", "run", "study.toml", "--output", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "prepare_development: validation=" in err, err
+    assert "2 scene(s) that repeat a start: validation scene" in err and "starts where TRAIN scene" in err, err
+    assert list((tmp_path / "out").rglob(E0_RECEIPT)), "the E0 gate passed before development"
+    assert not list((tmp_path / "out").rglob(DEVELOPMENT_RECEIPT)), "development must not be sealed"

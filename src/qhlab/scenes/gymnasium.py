@@ -177,14 +177,14 @@ class GymnasiumEnvironment:
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise _refuse("options", unknown, f"only {', '.join(_OPTIONS)}", "a typo is refused, never ignored")
-        task = parse_task_id(options.get("env_id"))
+        task = parse_task_id(options.get("env_id"), call=_CALL)
         env_id = task.text
         for name in ("kwargs", "reset"):
             if not isinstance(options.get(name, {}), dict):
                 raise _refuse(name, options[name], "a table", f"{name} = {{ ... }}")
         self.kwargs, self.reset_options = dict(options.get("kwargs", {})), dict(options.get("reset", {}))
         _refuse_study_kwargs(self.kwargs)
-        spec, bound = registered_task(task, registration)
+        spec, bound = registered_task(task, registration, call=_CALL)
         made = _make(gymnasium, spec, env_id, self.kwargs)
         self.unwrapped = made.unwrapped
         space = self.unwrapped.action_space
@@ -281,7 +281,15 @@ class GymnasiumEnvironment:
             reset=None if self.kind == "snapshot" else self._reset_unseeded,
             set_state=self._set,
             outcome=lambda result: (self._read().tobytes(), float(result[1]), bool(result[2])),
+            proven=self._table_gives if self.kind == "index" else None,
         )
+
+    def _table_gives(self, state: np.ndarray, action: int, result: Any) -> bool:
+        """The transition table gives (state, action) one outcome, and ``result`` (a step's) is it."""
+        table = getattr(self.unwrapped, "P", None)
+        row = table.get(int(state[0]), {}).get(action) if isinstance(table, dict) else None
+        outcomes = {(int(s), float(r), bool(d)) for p, s, r, d in row or () if p > 0}
+        return outcomes == {(int(result[0]), float(result[1]), bool(result[2]))}
 
     def _reset_unseeded(self) -> None:
         self.unwrapped.reset(seed=None, options=self.reset_options or None)

@@ -51,7 +51,6 @@ __all__ = [
     "registration_source",
 ]
 
-_CALL = "qhlab.scenes.gymnasium"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ID_FORMS = "a Gymnasium id ('CartPole-v1'), or 'module:TaskId-vN' for a task that importing module registers"
 
@@ -71,23 +70,23 @@ class TaskId:
     task: str
 
 
-def _refuse(value: Any, allowed: str, hint: str) -> QhInputError:
-    return QhInputError(f"{_CALL}: env_id={value!r} is not allowed; allowed: {allowed}. HINT: {hint}.")
+def _refuse(call: str, value: Any, allowed: str, hint: str) -> QhInputError:
+    return QhInputError(f"{call}: env_id={value!r} is not allowed; allowed: {allowed}. HINT: {hint}.")
 
 
-def parse_task_id(env_id: Any) -> TaskId:
+def parse_task_id(env_id: Any, *, call: str) -> TaskId:
     """``"TaskId-vN"`` or ``"module:TaskId-vN"``, parsed.
 
     Raises:
         QhInputError: not a string, empty, or a malformed module part.
     """
     if not isinstance(env_id, str) or not env_id.strip() or env_id != env_id.strip():
-        raise _refuse(env_id, _ID_FORMS, "`gymnasium.pprint_registry()` lists the ids Gymnasium ships")
+        raise _refuse(call, env_id, _ID_FORMS, "`gymnasium.pprint_registry()` lists the ids Gymnasium ships")
     module, colon, task = env_id.rpartition(":")
     if not colon:
         return TaskId(env_id, None, env_id)
     if not _MODULE.match(module) or not task:
-        raise _refuse(env_id, _ID_FORMS, "the part before ':' is the dotted module that registers the task")
+        raise _refuse(call, env_id, _ID_FORMS, "the part before ':' is the dotted module that registers the task")
     return TaskId(env_id, module, task)
 
 
@@ -118,11 +117,11 @@ def distribution(module: str) -> tuple[str, str] | None:
     return name, importlib.metadata.version(name)
 
 
-def _located_registration(env_id: Any, base: Path | None) -> LocatedSource | None:
+def _located_registration(env_id: Any, base: Path | None, call: str) -> LocatedSource | None:
     """Where the researcher's own module that registers ``env_id``'s task is (None: not one's own)."""
     if not isinstance(env_id, str):
         return None
-    parsed = parse_task_id(env_id)
+    parsed = parse_task_id(env_id, call=call)
     if parsed.module is None or distribution(parsed.module) is not None:
         return None
     entry = EntrySpec(text=env_id, module=parsed.module, function="", is_file=False)
@@ -130,6 +129,7 @@ def _located_registration(env_id: Any, base: Path | None) -> LocatedSource | Non
         return locate_source(entry, base or Path.cwd())
     except ValueError as exc:
         raise _refuse(
+            call,
             env_id,
             "a module that registers the task: an installed distribution's, or one's own beside the preset",
             f"{exc}; `pip install` the package that registers it, or put {parsed.module.split('.')[0]}.py "
@@ -137,7 +137,7 @@ def _located_registration(env_id: Any, base: Path | None) -> LocatedSource | Non
         ) from None
 
 
-def registration_source(env_id: Any, base: Path | None) -> tuple[dict, dict[str, bytes], Path] | None:
+def registration_source(env_id: Any, base: Path | None, *, call: str) -> tuple[dict, dict[str, bytes], Path] | None:
     """The researcher's own module that registers the task an ``env_id`` names, read for a freeze.
 
     Args:
@@ -152,22 +152,22 @@ def registration_source(env_id: Any, base: Path | None) -> tuple[dict, dict[str,
     Raises:
         QhInputError: a module that is neither installed nor found beside the preset or on ``sys.path``.
     """
-    located = _located_registration(env_id, base)
+    located = _located_registration(env_id, base, call)
     if located is None:
         return None
     try:
         files = source_files(located.path)
     except ValueError as exc:
-        raise _refuse(env_id, "a module of code", str(exc)) from None
+        raise _refuse(call, env_id, "a module of code", str(exc)) from None
     digests = file_digests(files)
     record = {"module": located.module, "function": "", "files": digests, "sha256": source_digest(digests)}
     return record, files, located.path.parent
 
 
-def registration_origin(env_id: Any, base: Path | None) -> Path | None:
+def registration_origin(env_id: Any, base: Path | None, *, call: str) -> Path | None:
     """The file or package of one's own registration module, as the user's files hold it now (None:
     the task is not one's own). A freeze compares it with the copy frozen in the population."""
-    located = _located_registration(env_id, base)
+    located = _located_registration(env_id, base, call)
     return None if located is None else located.path
 
 
@@ -176,7 +176,7 @@ def registration_origin(env_id: Any, base: Path | None) -> Path | None:
 _REGISTERED: dict[str, dict[str, Any]] = {}
 
 
-def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[Any, dict[str, str]]:
+def registered_task(parsed: TaskId, registration: FrozenSource | None, *, call: str) -> tuple[Any, dict[str, str]]:
     """The Gymnasium spec ``parsed`` names, with every import it needs made, and what binds it.
 
     Args:
@@ -201,6 +201,7 @@ def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[
             spec = gymnasium.spec(parsed.task)
         except Exception as exc:  # noqa: BLE001  (Gymnasium raises several types for an unknown id)
             raise _refuse(
+                call,
                 parsed.text,
                 "a registered Gymnasium id",
                 f"gymnasium refused it ({exc}); a task a package registers (MiniGrid, Miniworld) or one of your "
@@ -210,6 +211,7 @@ def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[
         if owner != "gymnasium":
             # Registered by a module imported earlier in this process: a fresh process would not know it.
             raise _refuse(
+                call,
                 parsed.text,
                 "an id Gymnasium itself registers, or 'module:TaskId-vN'",
                 f"{parsed.task!r} is registered by {owner or 'code outside Gymnasium'}; name it as "
@@ -217,10 +219,11 @@ def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[
             )
         return spec, {}
     if registration is not None:
-        return _frozen_task(parsed, registration, gymnasium)
+        return _frozen_task(parsed, registration, gymnasium, call)
     found = distribution(parsed.module)
     if found is None:
         raise _refuse(
+            call,
             parsed.text,
             "a module of an installed distribution, or one's own module frozen with the population",
             f"module {parsed.module!r} is not installed; qhlab imports one's own module only from its frozen copy "
@@ -229,11 +232,14 @@ def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[
     try:
         importlib.import_module(parsed.module)
     except Exception as exc:  # noqa: BLE001  (a package's import raises what it raises)
-        raise _refuse(parsed.text, "a module that imports", f"importing {parsed.module!r} failed: {exc}") from None
+        raise _refuse(
+            call, parsed.text, "a module that imports", f"importing {parsed.module!r} failed: {exc}"
+        ) from None
     try:
         spec = gymnasium.spec(parsed.task)
     except Exception as exc:  # noqa: BLE001
         raise _refuse(
+            call,
             parsed.text,
             f"a task that importing {parsed.module!r} registers",
             f"gymnasium refused {parsed.task!r} ({exc})",
@@ -241,7 +247,7 @@ def registered_task(parsed: TaskId, registration: FrozenSource | None) -> tuple[
     return spec, {"package": f"{found[0]} {found[1]}"}
 
 
-def _frozen_task(parsed: TaskId, registration: FrozenSource, gymnasium: Any) -> tuple[Any, dict[str, str]]:
+def _frozen_task(parsed: TaskId, registration: FrozenSource, gymnasium: Any, call: str) -> tuple[Any, dict[str, str]]:
     """The task a frozen copy of one's own module registered, its entry point resolved in the copy."""
     key = f"{registration.sha256}:{registration.module}"
     if key not in _REGISTERED:
@@ -252,6 +258,7 @@ def _frozen_task(parsed: TaskId, registration: FrozenSource, gymnasium: Any) -> 
     spec = registered.get(parsed.task)
     if spec is None:
         raise _refuse(
+            call,
             parsed.text,
             f"a task module {parsed.module!r} registers (it registers {', '.join(sorted(registered)) or 'none'})",
             "gymnasium.register(id=..., entry_point=...) at the module's top level",
@@ -265,12 +272,14 @@ def _frozen_task(parsed: TaskId, registration: FrozenSource, gymnasium: Any) -> 
             entry = getattr(importlib.import_module(prefix + target), name, None)
             if not callable(entry):
                 raise _refuse(
+                    call,
                     parsed.text,
                     "a task whose entry point is in its module",
                     f"{spec.entry_point!r} names nothing callable in the frozen copy",
                 )
         elif distribution(target) is None:
             raise _refuse(
+                call,
                 parsed.text,
                 "an entry point in the registering module or an installed package",
                 f"{spec.entry_point!r} names module {target!r}, which is neither frozen nor installed; put the "

@@ -14,9 +14,10 @@ Owns:
   the largest float below 1 for ``random``, the first and last element for ``choice``, the bounds
   for ``integers`` and ``uniform``); the episode's reset is drawn at the same end where it can be
   (so that a per-episode coin such as Taxi's fickle passenger lands both ways). A step that
-  draws and steps differently at the two ends is random. A draw the stand-in does not model
-  (``normal``, ...) is random too. A toy-text task's transition table is read whole: a row with
-  more than one outcome is random, at any probability.
+  draws is random, unless the task's transition table gives that state and action one outcome
+  and the step returned it at both ends (a toy-text task samples even a one-outcome row). A draw
+  the stand-in does not model (``normal``, ...) is random too. A toy-text task's transition table
+  is read whole: a row with more than one outcome is random, at any probability.
 
 Does not own: the environment contract or the option checks (``qhlab.scenes.gymnasium``).
 """
@@ -244,6 +245,7 @@ def random_steps(
     reset: Callable[[], None] | None,
     set_state: Callable[[np.ndarray], None],
     outcome: Callable[[Any], tuple],
+    proven: Callable[[np.ndarray, int, Any], bool] | None = None,
 ) -> str | None:
     """Each (state, action) stepped at both ends of every draw; the first one that steps differently.
 
@@ -255,6 +257,9 @@ def random_steps(
             taken before each state is set; None: ``set_state`` sets everything a reset does.
         set_state: sets a state.
         outcome: ``outcome(step_result) -> tuple``: what a step's result is compared by.
+        proven: ``proven(state, action, step_result)``: the task's transition table gives the state
+            and action one outcome and the step returned it (a draw that selects among one outcome,
+            as a toy-text task's categorical sample does). None: no draw is harmless.
 
     Returns:
         A reason naming the state's index, the action and the draws, or None: no step draws in a
@@ -282,13 +287,19 @@ def random_steps(
                         return (
                             f"a step (probed state {index}, action {action}) draws np_random.{exc} from its generator"
                         )
-                    seen.append((outcome(result), tuple(ends.draws)))
-                (low, low_draws), (high, high_draws) = seen
-                if (low_draws or high_draws) and low != high:
-                    drawn = ", ".join(sorted(set(low_draws) | set(high_draws)))
+                    seen.append((outcome(result), tuple(ends.draws), result))
+                (low, low_draws, result), (high, high_draws, _) = seen
+                drawn = ", ".join(sorted(set(low_draws) | set(high_draws)))
+                if drawn and low != high:
                     return (
                         f"a step (probed state {index}, action {action}) draws from its random generator "
                         f"(np_random.{drawn}) and steps differently by the draw"
+                    )
+                if drawn and (proven is None or not proven(state, action, result)):
+                    return (
+                        f"a step (probed state {index}, action {action}) draws from its random generator "
+                        f"(np_random.{drawn}); a draw is harmless only where the task's transition table gives the "
+                        "state and action one outcome"
                     )
     finally:
         unwrapped._np_random = real

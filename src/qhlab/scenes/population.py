@@ -97,7 +97,7 @@ def environment_spec(preset: Preset, *, call: str = "generate_population") -> En
     declared = preset.environment
     if declared.factory == GYMNASIUM_FACTORY:
         # A task one's own module registers (env_id = "my_tasks:MyTask-v0") freezes that module.
-        own = registration_source(declared.options.get("env_id"), preset.base)
+        own = registration_source(declared.options.get("env_id"), preset.base, call=call)
         if own is not None:
             record, files, root = own
             return EnvironmentSpec(declared.factory, dict(declared.options), source=record, files=files, root=str(root))

@@ -204,6 +204,7 @@ def _refuse_repeated_starts(train_path: Path, validation_path: Path) -> None:
     Scenes drawn from different seeds can still start in one state (a task with one start cell,
     or few): such a validation is not held out, and repeats count twice in every mean.
     """
+    # Lazy: keeps importing this module free of pyarrow.
     from qhlab.scenes.population import scene_start_digests
 
     train = {}

@@ -20,11 +20,12 @@ from qhlab.evidence import QhInputError, input_error, read_receipt
 from qhlab.evidence.layout import GENERATION_RECEIPT, MANIFEST, POPULATION_FILES, STUDY_CALL
 from qhlab.execution.user_code import read_source
 from qhlab.scenes import cached_population
-from qhlab.scenes.environment import EnvironmentSpec
+from qhlab.scenes.environment import Environment, EnvironmentSpec
 from qhlab.scenes.gymnasium_ids import registration_origin
 from qhlab.scenes.origin import population_origin
 from qhlab.scenes.presets import Preset, load_preset
 from qhlab.scenes.records import PopulationGenerationReceipt
+from qhlab.scenes.sampler import scene_seed
 from qhlab.training.terminal import GenerationProgress
 
 __all__ = [
@@ -192,9 +193,6 @@ def validation_start_repeats(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from qhlab.scenes.environment import Environment
-    from qhlab.scenes.sampler import scene_seed
-
     preset, spec = validation_environment(frozen_preset, train, train_manifest, call=call)
     environment = Environment.make(spec, call=call)
     column = environment.state_column
@@ -238,7 +236,7 @@ def environment_source(source: PopulationSource, train: Path, train_manifest: di
     if spec.builtin:
         # A built-in factory with frozen code: one's own module that registers a Gymnasium task.
         try:
-            original = registration_origin(preset.environment.options.get("env_id"), preset.base)
+            original = registration_origin(preset.environment.options.get("env_id"), preset.base, call=call)
         except QhInputError:
             original = None
         return {"original": None if original is None else str(original), "sha256": spec.source["sha256"]}
