@@ -458,6 +458,29 @@ def test_a_study_binds_its_plan_and_reports_planned_against_achieved(prepared, c
         assert entry["pooled_margins"]["D_reg"]["planned_mde"] == planned[f"D_reg {entry['variant']}"]["mde"]
     text = (root / "s" / "out" / "report" / "report.md").read_text()
     assert "planned MDE" in text and "The power plan `tiny-plan`" in text
+    # An undecided variant's answer names what would decide it: the plan's cheapest deciding design.
+    undecided = [q for q in report["question"] if q["decision"] == "undecided"]
+    assert undecided, [q["decision"] for q in report["question"]]
+    cheapest = plan["designs"][plan["chosen"]]
+    assert cheapest == min((d for d in plan["designs"] if d["reaches_target"]), key=lambda d: d["cost"]["seconds"])
+    step = (
+        f"the plan's cheapest next step that would decide it is the {cheapest['recipe']} recipe with "
+        f"{cheapest['validation_scenes']} validation scenes ({cheapest['cost']['seconds']:.0f} CPU s)"
+    )
+    for q in undecided:
+        assert step in q["answer"]["text"] and step in text, q["answer"]["text"]
+    # A plan no design of which reaches its target names no next step, and says so.
+    unreachable = _plan(root, "unreachable", tuning=False, d_reg=1e-9)
+    assert main(["plan", str(unreachable), "--output", str(root / "unreachable")]) == 1
+    tight = _study(root / "t", root / "pops", preparation.replace("bound-plan", "unreachable"))
+    capsys.readouterr()
+    assert main(["study", "run", str(tight), "--output", str(root / "t" / "out")]) == 0, capsys.readouterr().err
+    answers = json.loads((root / "t" / "out" / "report" / "report.json").read_text())["question"]
+    assert any(q["decision"] == "undecided" for q in answers)
+    for q in answers:
+        if q["decision"] == "undecided":
+            assert "no design the plan weighed reaches its target of D_reg 1e-09 m" in q["answer"]["text"], q
+            assert "so the plan names no next step that would decide it" in q["answer"]["text"], q
     # The planned MDE has its header in both tables, as every other cell has.
     assert table_mismatches(text) == [], table_mismatches(text)
     # A plan of another pilot is refused at the freeze, nothing written.

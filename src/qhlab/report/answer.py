@@ -2,8 +2,10 @@
 
 Owns: each variant's answer (its seed-pooled difference from the baseline, its probability of
 improvement over scenes, then the pre-registered rule's decision in one of ``DECISIONS``, with
-why, and what would decide it where the study could not, and one sentence where the study's own
-seeds contradicted its pilot's seed component of one of the variant's intervals), how each seed
+why, and what would decide it where the study could not: the bound plan's cheapest deciding
+design, or, where none decides, the part of the variant's planned variance that dominates; and one
+sentence where the study's own seeds contradicted its pilot's seed component of one of the
+variant's intervals), how each seed
 reads the rule in the same words, each variant's per-scene regret profile against the baseline
 (for its figure), and the family table (each arm's make-up, parameter count and cost): the
 ``question`` and ``family`` fields of ``report.json`` and their markdown and W&B table. Does not
@@ -71,6 +73,41 @@ def _why(entry: dict, config: QhArchitectureStudyConfig, unit: str) -> str:
     if reg["seed_sd_source"].startswith("study:"):
         why += f"; {_NO_PILOT}"
     return why
+
+
+# What shrinks each part of a margin's predicted variance (``variance_components``' names).
+_LEVERS = {
+    "scene": "more validation scenes shrink it",
+    "seed": "more training seeds shrink it",
+    "draw": "neither seeds nor scenes shrink it: a larger TRAIN population or more pilot draws are its levers, "
+    "which the plan does not weigh",
+}
+
+
+def _next_step(plan: dict | None, variant: str, unit: str) -> str:
+    """What would decide an undecided variant, by the study's bound plan ("" without one): the
+    cheapest design the plan weighed that reaches its target on enough scenes to decide (its
+    ``chosen``); else the part of this variant's planned variance that dominates, and what shrinks it."""
+    if plan is None:
+        return ""
+    chosen = plan.get("chosen")
+    if chosen is not None:
+        mde = {m: chosen["rows"][f"{m} {variant}"]["mde"] for m in ("D_reg", "D_mae")}
+        return (
+            f"; the plan's cheapest next step that would decide it is the {chosen['recipe']} recipe with "
+            f"{chosen['validation_scenes']} validation scenes ({chosen['cost']['seconds']:.0f} CPU s), planned MDE "
+            f"D_reg {mde['D_reg']:.4f}{unit}, D_mae {mde['D_mae']:.4f}{unit}"
+        )
+    target = {"D_reg": plan["target"]["d_reg"], "D_mae": plan["target"]["d_mae"]}
+    rows = plan["planned"]["rows"]
+    worst = max(target, key=lambda m: rows[f"{m} {variant}"]["mde"] / target[m])
+    dominant = (rows[f"{worst} {variant}"].get("variance") or {}).get("dominant")
+    part = f"; the {dominant} part dominates its variance ({_LEVERS[dominant]})" if dominant in _LEVERS else ""
+    return (
+        f"; no design the plan weighed reaches its target of D_reg {target['D_reg']:g}{unit}, D_mae "
+        f"{target['D_mae']:g}{unit}, so the plan names no next step that would decide it: its {worst} MDE here was "
+        f"planned at {rows[f'{worst} {variant}']['mde']:.4f}{unit}{part}"
+    )
 
 
 def _against_baseline(report: dict, variant: str, baseline: str, metric: str) -> dict | None:
@@ -142,6 +179,8 @@ def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
         else f"; it has the lower regret_{h} on {won['estimate']:.0%} of scenes"
     )
     why = _why(e, config, _unit(report))
+    if e["decision"] == "undecided":
+        why += _next_step((inputs.freeze.get("preparation") or {}).get("plan"), e["variant"], _unit(report))
     return {
         "decision": e["decision"],
         "why": why,
