@@ -200,3 +200,66 @@ def coverage(
         "floored": float(found["floored"].mean()),
         "narrowest": float(found["width_ratio"].min()),
     }
+
+
+def planned_power(
+    values: np.ndarray,
+    draws: list[int],
+    *,
+    reps: int,
+    seed: int,
+    study_seeds: int = 2,
+    study_scenes: int | None = None,
+    confidence: float = 0.95,
+    power: float = 0.8,
+) -> dict:
+    """The plan's MDE across independent pilots, and the power a study has at the MDE its pilot planned.
+
+    Each replicate draws a fresh pilot of the record's layout from the same truth (the record's
+    scene and residual pools, its estimated seed and TRAIN-draw sd), plans the study's MDE from it
+    alone (``planned_difference``, as ``qhlab plan`` does), then simulates a study whose true
+    difference is that planned MDE and asks whether its interval excludes 0. So the plan is judged
+    against studies it did not see, never against the pilot it came from.
+
+    Args:
+        values: float [F, n], the real pilot's per-fit per-scene values of one contrast.
+        draws: [F], each fit's draw (each simulated pilot keeps this layout).
+        reps: simulated pilot-and-study pairs.
+        seed: the simulation's RNG seed.
+        study_seeds, study_scenes: the study's seeds and scenes (default: the pilot's n).
+        confidence, power: the plan's level and power.
+
+    Returns:
+        ``{"power": share of studies that detected the planned MDE, "mde": [5th, 50th, 95th]
+        percentiles of the planned MDE, "spread": 95th over 5th, "reps"}``.
+    """
+    from qhlab.statistics.replication import planned_difference
+
+    rng = np.random.default_rng(seed)
+    scene_pool, residual_pool = _pools(values, draws)
+    estimated = fit_noise(values, draws)
+    tau = math.sqrt(max(0.0, estimated.seed_variance))
+    omega = math.sqrt(max(0.0, estimated.draw_variance or 0.0))
+    draw_ids = sorted(set(draws))
+    index = np.asarray([draw_ids.index(d) for d in draws])
+    fits, n_pilot = len(draws), values.shape[1]
+    n_study = study_scenes or n_pilot
+    mdes, detected = np.zeros(reps), np.zeros(reps, dtype=bool)
+    for r in range(reps):
+        effects = _effects(rng, tau, fits, "normal") + _effects(rng, omega, len(draw_ids), "normal")[index]
+        pilot = rng.choice(scene_pool, (1, n_pilot)) + rng.choice(residual_pool, (fits, n_pilot)) + effects[:, None]
+        noise = fit_noise(pilot, draws)
+        mde = planned_difference(noise, n_seeds=study_seeds, n_scenes=n_study, confidence=confidence, power=power)[
+            "mde"
+        ]
+        study_effects = _effects(rng, tau, study_seeds, "normal") + _effects(rng, omega, 1, "normal")
+        study = (
+            mde
+            + rng.choice(scene_pool, (1, n_study))
+            + rng.choice(residual_pool, (study_seeds, n_study))
+            + study_effects[:, None]
+        )
+        read = pooled_difference(study, noise=noise, noise_source="simulation", confidence=confidence)
+        mdes[r], detected[r] = mde, read.low > 0 or read.high < 0
+    low, middle, high = (float(np.percentile(mdes, q)) for q in (5, 50, 95))
+    return {"power": float(detected.mean()), "mde": [low, middle, high], "spread": high / low, "reps": reps}
