@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from qhlab.cli import main
+from qhlab.evidence import QhInputError
 from qhlab.scenes import generate_population, read_manifest
 from qhlab.scenes.environment import Environment, EnvironmentSpec
 from qhlab.scenes.presets import load_preset
@@ -429,3 +430,30 @@ def test_a_step_that_draws_is_refused_even_where_the_draw_changes_nothing(tmp_pa
     assert "env_id='my_tasks:DrawingCorridor-v0' is not allowed; allowed: a task whose step is deterministic" in line
     assert "draws from its random generator (np_random.random)" in line and "one outcome" in line, line
     assert not (tmp_path / "pop").exists()
+
+
+def test_a_forged_snapshot_in_a_state_runs_no_code(tmp_path) -> None:
+    # verify and audit step stored states again: a state's snapshot is read naming only the task's
+    # own classes, containers, numbers and arrays, never a function of the forger's choosing.
+    import os
+    import pickle
+
+    environment = Environment.make(
+        EnvironmentSpec("qhlab.scenes.gymnasium:make", {"env_id": "minigrid:MiniGrid-Empty-Random-5x5-v0"})
+    )
+    scene = environment.sample_scene(0)
+    state = environment.initial_state(scene)
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    task = environment.env
+    forged = state.copy()
+    forged[task.features : -1] = task._snapshots.pack(pickle.dumps({"agent_dir": Payload()}, protocol=4))
+    with pytest.raises(QhInputError, match="a snapshot names posix.system, which is neither a class of the task"):
+        environment.step(scene, forged, 0)
+    assert not marker.exists()
+    assert "minigrid" in task._snapshots.packages and "typing" not in task._snapshots.packages
+    environment.step(scene, state, 0)  # the real state still steps

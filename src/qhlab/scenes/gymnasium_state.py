@@ -8,7 +8,8 @@ Owns:
   spec, render handles and random generator: a step may not draw from it, see below), and
   restored whole before a step, attributes a later step added removed. The bytes travel inside
   qhlab's state vector, packed six to a float (exact below 2**53), behind the task's own
-  observation flattened to features.
+  observation flattened to features. A snapshot is read back naming only the task's own classes,
+  containers, numbers and arrays: a forged state in a population file runs no code.
 * **Randomness, detected** (``random_steps``): a step is taken with the task's random generator
   replaced by a stand-in that records every draw and gives each at one end of its range (0 and
   the largest float below 1 for ``random``, the first and last element for ``choice``, the bounds
@@ -24,14 +25,23 @@ Does not own: the environment contract or the option checks (``qhlab.scenes.gymn
 
 from __future__ import annotations
 
+import io
 import pickle
+import sys
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Snapshots", "flat_features", "flat_size", "random_steps", "transition_table_randomness"]
+__all__ = [
+    "Snapshots",
+    "UnsafeSnapshotError",
+    "flat_features",
+    "flat_size",
+    "random_steps",
+    "transition_table_randomness",
+]
 
 # Instance attributes that are not a task's state: its spaces and spec (fixed), render handles,
 # and its random generator (a step that draws from it is refused, so it never matters to a step).
@@ -67,15 +77,56 @@ def _state_value(value: Any) -> Any:
     return value
 
 
+# What a snapshot may name besides the task's own classes: plain containers and numbers, and
+# numpy's array and scalar reconstruction (never a function that runs anything else).
+_SAFE_BUILTINS = frozenset(
+    {"set", "frozenset", "tuple", "list", "dict", "int", "float", "complex", "bytes", "bytearray", "str", "bool"}
+)
+_SAFE_NUMPY = frozenset({"_reconstruct", "scalar", "dtype", "ndarray"})
+
+
+class UnsafeSnapshotError(pickle.UnpicklingError):
+    """A snapshot names something other than the task's own classes, containers, numbers and arrays."""
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Unpickles a snapshot naming only what a task's state is made of: a state read back from a
+    population file (verify and audit step stored states again) can never run code of its choosing."""
+
+    def __init__(self, data: bytes, packages: frozenset[str]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.packages = packages
+
+    def find_class(self, module: str, name: str) -> Any:
+        top = module.split(".")[0]
+        if (module == "builtins" and name in _SAFE_BUILTINS) or (top == "numpy" and name in _SAFE_NUMPY):
+            return super().find_class(module, name)
+        if module == "copyreg" and name == "_reconstructor":
+            return super().find_class(module, name)
+        if top in self.packages and "." not in name:
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise UnsafeSnapshotError(
+            f"a snapshot names {module}.{name}, which is neither a class of the task's own packages "
+            f"({', '.join(sorted(self.packages))}) nor a container, number or array"
+        )
+
+
 class Snapshots:
     """Pickled whole states of one unwrapped task, packed into a fixed number of floats.
 
     Attributes:
         words: how many floats a snapshot takes (its byte count, then the bytes, six per float).
         capacity: the most bytes a snapshot may take.
+        packages: the top-level packages whose classes a snapshot may hold (the task class's and
+            its bases', e.g. ``minigrid`` and ``gymnasium``).
     """
 
     def __init__(self, unwrapped: Any) -> None:
+        tops = {str(klass.__module__).split(".")[0] for klass in type(unwrapped).__mro__}
+        # The standard library's classes (typing.Generic, in every Env's bases) are not a task's state.
+        self.packages = frozenset(tops - set(sys.stdlib_module_names) - {"builtins"})
         first = len(self.take(unwrapped))
         # Room for the state to grow (objects carried, cells opened): twice the reset's, and 2 KiB.
         self.capacity = max(2 * first, first + 2048)
@@ -92,7 +143,7 @@ class Snapshots:
 
     def restore(self, unwrapped: Any, data: bytes) -> None:
         """Set the task to the state ``data`` holds; a kept attribute it does not hold is removed."""
-        state = pickle.loads(data)  # noqa: S301  (bytes this process packed from the task it steps)
+        state = _StateUnpickler(data, self.packages).load()
         for name, value in list(vars(unwrapped).items()):
             if name not in state and self._kept(name, value):
                 delattr(unwrapped, name)
