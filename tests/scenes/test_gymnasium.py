@@ -189,6 +189,13 @@ def test_terminal_states_are_absorbing_in_the_population_qhlab_writes(tmp_path) 
             "a finite number of magnitude at most 1e+09",
         ),
         ('env_id = "FrozenLake-v1"\nkwargs = { map_name = "9x9" }', "kwargs.map_name='9x9'", "(it raised KeyError"),
+        # A keyword of another type than its default's would be taken without a word.
+        (
+            'env_id = "FrozenLake-v1"\nkwargs = { is_slippery = "no" }',
+            "kwargs.is_slippery='no'",
+            "allowed: true or false, as FrozenLake-v1's default True is",
+        ),
+        ('env_id = "Taxi-v4"\nkwargs = { rainy_probability = "0.5" }', "kwargs.rainy_probability='0.5'", "a number"),
         # A package's task named without its package: a fresh process would not know the id.
         ('env_id = "MiniGrid-Empty-5x5-v0"', "env_id='MiniGrid-Empty-5x5-v0'", "'minigrid:MiniGrid-Empty-5x5-v0'"),
         ('env_id = "nosuchpackage:Task-v0"', "env_id='nosuchpackage:Task-v0'", "a module that registers the task"),

@@ -185,6 +185,7 @@ class GymnasiumEnvironment:
         self.kwargs, self.reset_options = dict(options.get("kwargs", {})), dict(options.get("reset", {}))
         _refuse_study_kwargs(self.kwargs)
         spec, bound = registered_task(task, registration, call=_CALL)
+        _refuse_kwarg_types(gymnasium, spec, self.kwargs, env_id)
         made = _make(gymnasium, spec, env_id, self.kwargs)
         self.unwrapped = made.unwrapped
         space = self.unwrapped.action_space
@@ -498,6 +499,43 @@ def _make(gymnasium: Any, spec: Any, env_id: str, kwargs: dict[str, Any]) -> Any
                 f"see the task's documentation for {name}",
             ) from None
         raise _refuse("kwargs", kwargs, f"the keyword arguments {env_id} takes", f"making it raised {cause}") from None
+
+
+def _refuse_kwarg_types(gymnasium: Any, spec: Any, kwargs: dict[str, Any], env_id: str) -> None:
+    """Refuse a keyword whose value is not of its default's type (the registered one, else the
+    constructor's), before the task is made with it (a constructor takes ``is_slippery = "no"`` as
+    true, silently): a bool for a bool, an int for an int, a number for a float, a string for a
+    string. Keywords whose default is None or that the signature does not name are the task's."""
+    import inspect
+
+    try:
+        creator = spec.entry_point
+        if not callable(creator):
+            creator = gymnasium.envs.registration.load_env_creator(creator)
+        parameters = inspect.signature(creator).parameters
+    except Exception:  # noqa: BLE001  (an entry point that does not load is refused when it is made)
+        return
+    registered = dict(spec.kwargs or {})
+    kinds = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"))
+    for name, value in kwargs.items():
+        parameter = parameters.get(name)
+        default = registered.get(name, None if parameter is None else parameter.default)
+        for kind, words in kinds:
+            if isinstance(default, kind):
+                if kind is float:
+                    fits = isinstance(value, int | float) and not isinstance(value, bool)
+                elif kind is int:
+                    fits = isinstance(value, int) and not isinstance(value, bool)
+                else:
+                    fits = isinstance(value, kind)
+                if not fits:
+                    raise _refuse(
+                        f"kwargs.{name}",
+                        value,
+                        f"{words}, as {env_id}'s default {default!r} is",
+                        "a value of another type is taken by the task without a word (a non-empty string is true)",
+                    )
+                break
 
 
 def _episode_limit(spec: Any, kwargs: dict[str, Any], unwrapped: Any) -> int | None:
