@@ -22,27 +22,23 @@ The env object has:
   candidate_object [k])``: float64 / int64 arrays, ``candidate_object`` -1 where a candidate acts
   on no object.
 
-Optional members (the built-in puck world uses them to keep its file layout):
-``terminal(scene, state) -> bool`` (an episode end: a terminal state is absorbing, every candidate
-leads back to it with reward 0, so the tree search, the labels and every check treat it alike
-without the environment stepping it), ``feature_names``
-(``{"objects" | "goal" | "candidates": [(name, unit), ...]}``),
-``state_column`` (the states table's name for the state, default ``"state"``),
-``reward_unit`` (the unit every reward, label, MAE and regret is in, e.g. ``"m"`` or
-``"points"``; default ``""``: the environment's own reward, unnamed; bound in the manifest and
-written after every such number qhlab prints), ``reference_candidate`` (the name of candidate 0
-in the difficulty card, default ``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and
-``generator_record(preset, *, split, seed) -> dict``.
+Optional members (the built-in puck world uses them to keep its file layout): ``terminal(scene, state) -> bool`` (an
+episode end: a terminal state is absorbing, every candidate leads back to it with reward 0, so the tree search, the
+labels and every check treat it alike without the environment stepping it), ``feature_names`` (``{"objects" | "goal"
+| "candidates": [(name, unit), ...]}``), ``state_column`` (the states table's name for the state, default
+``"state"``), ``reward_unit`` (the unit every reward, label, MAE and regret is in, e.g. ``"m"`` or ``"points"``;
+default ``""``: the environment's own reward, unnamed; bound in the manifest and written after every such number
+qhlab prints), ``reference_candidate`` (the name of candidate 0 in the difficulty card, default
+``"first_candidate"``), ``scene_id(scene, *, split, seed, scene_index) -> int`` and ``generator_record(preset, *,
+split, seed) -> dict``.
 
-Owns: ``EnvironmentSpec`` (a factory, its options and, for the researcher's own code, its frozen
-source), ``Environment`` (an env made from a spec, its checked members, and every call into it:
-a failure inside the user's code becomes one error naming the environment, the method, the
-user's file and line, and each result is checked: shapes and dtypes, candidate counts,
-finiteness) and the source of a user environment read for generation
-(``read_environment_source``). Does not own: the probes of generation (``probes.check_contract``:
-determinism, JSON scenes), importing frozen copies (``qhlab.execution.user_code``), presets
-(``presets``) or what qhlab does with an environment (``labels``, ``chains``, ``population``,
-``audit``).
+Owns: ``EnvironmentSpec`` (a factory, its options and, for the researcher's own code, its frozen source),
+``Environment`` (an env made from a spec, its checked members, and every call into it: a failure inside the user's
+code becomes one error naming the environment, the method, the user's file and line, and each result is checked:
+shapes and dtypes, candidate counts, finiteness) and the source of a user environment read for generation
+(``read_environment_source``). Does not own: the probes of generation (``probes.check_contract``: determinism, JSON
+scenes), importing frozen copies (``qhlab.execution.user_code``), presets (``presets``) or what qhlab does with an
+environment (``labels``, ``chains``, ``population``, ``audit``).
 """
 
 from __future__ import annotations
@@ -218,8 +214,7 @@ class Environment:
         object_features, goal_features, candidate_features, max_objects, max_candidates: its sizes.
         state_column, reference_candidate: its optional layout names (with their defaults).
         reward_unit: the unit of its rewards ("" when it names none).
-        source_files: a user environment's source as it was imported ``{rel: bytes}`` (None:
-            built in).
+        source_files: a frozen source as it was imported ``{rel: bytes}`` (None: built in).
     """
 
     spec: EnvironmentSpec
@@ -276,8 +271,7 @@ class Environment:
                 raise QhInputError(f"{call}: {label}: no module {entry.module!r} ({exc}).") from None
             factory = getattr(module, entry.function, None)
             if source is not None and callable(factory):
-                # A built-in factory with frozen code of the researcher's (a module that registers a
-                # Gymnasium task): the factory imports the copy itself, when it is ready to.
+                # A built-in factory with the researcher's frozen code (a Gymnasium task's registration).
                 factory = functools.partial(factory, registration=source)
         elif source is None:
             raise QhInputError(f"{call}: {label} is user code without a frozen source record.")
