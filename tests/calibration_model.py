@@ -106,6 +106,8 @@ def simulate(
     Returns:
         ``{"covered": bool [reps] (the difference over TRAIN draws, delta), "covered_on_draw": bool
         [reps] (delta plus the study's own draw effect: what a one-draw pilot's interval states),
+        "below", "below_on_draw": bool [reps] (the interval lies wholly below that truth: were the
+        truth a retention margin's 0, the margin would read as retained, a wrong retention),
         "width_ratio": float [reps] (the interval's width over the study's scene-only one's, t(n - 1)
         times the scene standard error), "floored": bool [reps], "contradicted": bool [reps] (the
         seed check), "mde", "dof": float [reps], "tau", "omega"}``.
@@ -140,7 +142,8 @@ def simulate(
         + (_effects(rng, tau * math.sqrt(drift[0]), (reps, study_seeds), effects) + study_draw[:, None])[:, :, None]
     )
     scene_only = stats.t.ppf((1 + confidence) / 2, n_study - 1)
-    out = {k: np.zeros(reps, dtype=bool) for k in ("covered", "covered_on_draw", "floored", "contradicted")}
+    flags = ("covered", "covered_on_draw", "below", "below_on_draw", "floored", "contradicted")
+    out = {k: np.zeros(reps, dtype=bool) for k in flags}
     out |= {k: np.zeros(reps) for k in ("width_ratio", "mde", "dof")}
     for r in range(reps):
         pooled = pooled_difference(
@@ -148,6 +151,9 @@ def simulate(
         )
         out["covered"][r] = pooled.low <= delta <= pooled.high
         out["covered_on_draw"][r] = pooled.low <= delta + study_draw[r] <= pooled.high
+        # The whole interval below the truth: with the truth at a retention margin's 0, a wrong retention.
+        out["below"][r] = pooled.high < delta
+        out["below_on_draw"][r] = pooled.high < delta + study_draw[r]
         out["width_ratio"][r] = (pooled.high - pooled.low) / (2 * scene_only * pooled.scene_se)
         out["floored"][r] = pooled.floored
         out["contradicted"][r] = pooled.seed_check is not None and pooled.seed_check["contradicts"]

@@ -83,8 +83,16 @@ KINDS = {
 
 
 def _write(directory: Path, kind: str, document: dict) -> Path:
-    """The kind's file in ``directory``, with the study and recipe it names beside it."""
-    (directory / "study.toml").write_text(tomli_w.dumps(_study()))
+    """The kind's file in ``directory``, with the study and recipe it names beside it (a pilot's study
+    declares the pilot's layout where its seeds are in range: out of range, the pilot's own field is refused
+    before its study is read)."""
+    study = _study()
+    if kind == "pilot":
+        draws = [document["train"]["seed"], *document.get("train_draws", [])]
+        seeds = [document["seeds"], *document.get("draw_seeds", [])]
+        if all(isinstance(s, int) and 0 <= s < TRAINING_SEED_LIMIT for group in seeds for s in group):
+            study["preparation"] = {"pilot_layout": {"draws": draws, "seeds": seeds}}
+    (directory / "study.toml").write_text(tomli_w.dumps(study))
     shutil.copy(EXAMPLES / "tiny-recipe.toml", directory / "tiny-recipe.toml")
     name = KINDS[kind][0]
     (directory / name).write_text(tomli_w.dumps(document))

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,24 @@ def cache(tmp_path_factory) -> Path:
     return root
 
 
+# The layout every tiny study here declares for its pilot: _PILOT's.
+_DECLARED = "\n[preparation.pilot_layout]\ndraws = [7, 11, 12]\nseeds = [[2, 3], [4, 5], [6, 7]]\n"
+
+
+def _layout_of(pilot_text: str) -> str:
+    """The [preparation.pilot_layout] of a pilot config's text (``_DECLARED`` where it has no readable layout)."""
+    try:
+        pilot = tomllib.loads(pilot_text)
+        draws = [pilot["train"]["seed"], *pilot.get("train_draws", [])]
+        seeds = [pilot["seeds"], *pilot.get("draw_seeds", [])]
+        # The tiny study's own seeds: its config would refuse the layout before the pilot's own check.
+        if {0, 1} & {s for group in seeds for s in group}:
+            return _DECLARED
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        return _DECLARED
+    return f"\n[preparation.pilot_layout]\ndraws = {draws}\nseeds = {seeds}\n"
+
+
 def _study(
     directory: Path,
     cache: Path,
@@ -70,12 +89,13 @@ def _study(
     validation_seed: int = 8,
     extra: str = "",
     broad_updates: int = 30,
+    layout: str = _DECLARED,
 ) -> Path:
     text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
     text = text.replace("broad_updates = 30", f"broad_updates = {broad_updates}").replace(
         '[validation]\npreset = "tiny"\nseed = 8', f'[validation]\npreset = "tiny"\nseed = {validation_seed}'
     )
-    text = text[: text.index("[[experiment.arms]]")] + _ARMS
+    text = text[: text.index("[[experiment.arms]]")] + _ARMS + layout
     if pilot is not None:
         text += f'\n[preparation]\npilot = "{pilot / "pilot.json"}"\n'
     directory.mkdir(parents=True, exist_ok=True)
@@ -84,11 +104,12 @@ def _study(
 
 
 def _pilot_config(directory: Path, cache: Path, **replace: str) -> Path:
-    _study(directory, cache)
+    """A pilot config with ``replace`` applied, beside a study that declares its layout."""
     text = _PILOT.format(cache=cache)
     for old, new in replace.items():
         assert old in text, old
         text = text.replace(old, new)
+    _study(directory, cache, layout=_layout_of(text))
     (directory / "pilot.toml").write_text(text)
     return directory / "pilot.toml"
 
@@ -204,6 +225,28 @@ def test_bad_pilot_config_is_refused_with_nothing_written(tmp_path, cache, capsy
     assert main(["pilot", str(_pilot_config(tmp_path / "c", cache, **replace)), "--output", str(output)]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and field in err and allowed in err, err
+    assert not output.exists()
+
+
+def test_a_pilot_of_another_layout_than_its_study_declares_is_refused_before_anything_is_drawn(tmp_path, cache, capsys):
+    # The study fixed seeds 6 and 7 on its third draw; this pilot fits 6 and 8 (a second try).
+    config = _pilot_config(tmp_path / "c", cache)
+    config.write_text(config.read_text().replace("[[4, 5], [6, 7]]", "[[4, 5], [6, 8]]"))
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    line = " ".join(capsys.readouterr().err.split())
+    assert line.count("error:") == 1 and "seeds/train_draws/draw_seeds: the layout" in line, line
+    assert "is not the study's" in line
+    assert "{'draw': 12, 'seeds': [6, 7]}" in line and not output.exists()
+    # A study that declares no layout cannot be piloted: nothing fixes which pilot it gets.
+    config = _pilot_config(tmp_path / "d", cache)
+    study = config.parent / "study.toml"
+    study.write_text(study.read_text().replace(_DECLARED, ""))
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    line = " ".join(capsys.readouterr().err.split())
+    assert (
+        line.count("error:") == 1 and "declares no [preparation.pilot_layout]" in line and "draws = [7, 11, 12]" in line
+    ), line
     assert not output.exists()
 
 
@@ -624,7 +667,18 @@ def test_freeze_binds_the_pilot_and_refuses_what_disagrees(tmp_path, cache, refe
     # A study that reports one of the pilot's seeds.
     overlapping = _study(tmp_path / "e", cache, pilot=reference)
     overlapping.write_text(overlapping.read_text().replace("seeds = [0, 1]", "seeds = [1, 2]", 1))
-    cases.append((overlapping, "seeds the pilot did not fit (it fitted [2])"))
+    cases.append((overlapping, "preparation.pilot_layout.seeds holds [2], the study's own seeds"))
+    # A study that declares another layout than the record's: a second pilot of the design.
+    shopped = _study(
+        tmp_path / "g",
+        cache,
+        pilot=reference,
+        layout=_DECLARED.replace("[[2, 3], [4, 5], [6, 7]]", "[[2, 3], [4, 5], [6, 8]]"),
+    )
+    cases.append((shopped, "a pilot of the layout preparation.pilot_layout declares"))
+    # A study that binds a pilot and declares no layout.
+    undeclared = _study(tmp_path / "h", cache, pilot=reference, layout="")
+    cases.append((undeclared, "preparation.pilot_layout is missing"))
     # A pilot whose TRAIN population is of another distribution (its generator forged, resealed).
     other = tmp_path / "other-generator"
     shutil.copytree(reference, other)

@@ -47,6 +47,8 @@ seed = 7
 preset = "{preset}"
 seed = 9
 """
+# The layout the study fixes for _PILOT before it runs.
+_LAYOUT = "\n[preparation.pilot_layout]\ndraws = [7, 11, 12]\nseeds = [[2, 3], [4, 5], [6, 7]]\n"
 _TUNE = """name = "tiny-mde"
 recipe = "{recipe}"
 trials = 2
@@ -85,7 +87,7 @@ def _study(directory: Path, cache: Path, preparation: str = "", *, validation: s
     the tiny preset at ``MIN_SCENES_TO_DECIDE`` scenes; "tiny": three scenes, a study that cannot decide)."""
     text = STUDY_TEMPLATE.read_text().replace('population_cache = "populations"', f'population_cache = "{cache}"')
     text = text.replace('[validation]\npreset = "tiny"', f'[validation]\npreset = "{validation}"')
-    text = text[: text.index("[[experiment.arms]]")] + _ARMS + preparation
+    text = text[: text.index("[[experiment.arms]]")] + _ARMS + _LAYOUT + preparation
     directory.mkdir(parents=True, exist_ok=True)
     preset = TINY_PRESET.read_text().replace('name = "tiny"', 'name = "tiny-30"')
     (directory / DECIDING_PRESET).write_text(preset.replace("scenes = 3 ", f"scenes = {MIN_SCENES_TO_DECIDE} "))

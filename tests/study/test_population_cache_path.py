@@ -61,7 +61,10 @@ def test_a_freeze_refuses_a_cache_that_cannot_hold_a_population_before_labelling
 
 
 def test_a_pilot_refuses_the_same_cache_by_its_field(tmp_path) -> None:
-    _study(tmp_path, "pops")
+    study = _study(tmp_path, "pops")
+    raw = tomllib.loads(study.read_text())
+    raw["preparation"] = {"pilot_layout": {"draws": [7], "seeds": [[2, 3]]}}
+    study.write_text(tomli_w.dumps(raw))
     pilot = {
         "name": "cache-pilot",
         "study": "study.toml",

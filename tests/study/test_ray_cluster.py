@@ -443,6 +443,8 @@ def _preparation_configs(directory: Path, cache: Path, config_writer) -> dict[st
         text[: text.index("[[experiment.arms]]")] + '[[experiment.arms]]\narm = "control_global_readout"\n'
         'role = "control"\n\n[[experiment.arms]]\narm = "variant_cross_attention"\nrole = "variant"\n'
         'control = "control_global_readout"\n'
+        # The pilot's layout, fixed by the study before the pilot runs.
+        "\n[preparation.pilot_layout]\ndraws = [7]\nseeds = [[2, 3]]\n"
     )
     (directory / "pilot.toml").write_text(
         f'name = "ray-pilot"\nstudy = "{study}"\nseeds = [2, 3]\npopulation_cache = "{cache}"\n\n'

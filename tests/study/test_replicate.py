@@ -1,7 +1,8 @@
 """`qhlab study replicate`: a finished study's frozen design on a fresh population pair, and the agreement.
 
-The end-to-end test replicates the session's finished tiny study (TRAIN seed 7, validation 8) on
-TRAIN 27 and validation 28 through the real command line, checks the record's numbers against
+The end-to-end test replicates the session's finished tiny study (TRAIN seed 7, validation 8,
+training seeds 0 and 1) on TRAIN 27, validation 28 and training seeds 40 and 41 through the real
+command line, checks the record's numbers against
 the two reports, verifies it, and forges it once. The refusals run on the same study: they are
 refused before anything is written. The agreement test itself is checked on arrays.
 """
@@ -21,7 +22,7 @@ from scipy import stats
 
 from qhlab.cli import main
 from qhlab.evidence import QhInputError, canonical_json
-from qhlab.statistics.agreement import agreement_test
+from qhlab.statistics.agreement import agreement_distribution, agreement_test
 from record_forgery import reseal
 
 
@@ -31,9 +32,10 @@ def _run(argv: list) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def _replicate(study: Path, output: Path, train: int, validation: int) -> tuple[int, str, str]:
+def _replicate(study: Path, output: Path, train: int, validation: int, seeds: tuple = ()) -> tuple[int, str, str]:
     return _run(
         ["study", "replicate", study, "--train-seed", train, "--validation-seed", validation, "--output", output]
+        + (["--seeds", *seeds] if seeds else [])
     )
 
 
@@ -94,14 +96,43 @@ def test_agreeing_studies_are_not_rejected_more_often_than_the_level():
     assert max(shifted) < 1e-6
 
 
+def test_the_sum_of_squares_is_placed_in_its_distribution_under_the_comparisons_correlation():
+    se = np.array([0.01, 0.02, 0.005, 0.01])
+    independent = np.eye(4)
+    placed = agreement_distribution(4.0, se, se, independent, independent, draws=100_000)
+    # Uncorrelated comparisons: chi-square(4), whatever their standard errors.
+    assert placed["central_90"] == pytest.approx(list(stats.chi2.ppf([0.05, 0.95], 4)), rel=0.02)
+    assert placed["percentile"] == pytest.approx(stats.chi2.cdf(4.0, 4), abs=0.005)
+    assert placed["eigenvalues"] == pytest.approx([1.0] * 4)
+    # Perfectly correlated comparisons are one comparison counted four times: 4 x chi-square(1).
+    ones = np.ones((4, 4))
+    together = agreement_distribution(4.0, se, se, ones, ones, draws=100_000)
+    assert together["eigenvalues"] == pytest.approx([4.0, 0, 0, 0], abs=1e-9)
+    assert together["central_90"] == pytest.approx(list(4 * stats.chi2.ppf([0.05, 0.95], 1)), rel=0.03)
+    assert together["mean"] == pytest.approx(4.0, rel=0.02)
+    # A small sum that chi-square(4) finds unremarkable is far inside the correlated spread, and a
+    # sum of 0.2 is below the uncorrelated central 90% but inside the correlated one.
+    assert not agreement_distribution(0.2, se, se, independent, independent)["inside_central_90"]
+    assert together["inside_central_90"] and agreement_distribution(0.2, se, se, ones, ones)["inside_central_90"]
+    # Only one study correlated: the mixture lies between.
+    half = agreement_distribution(4.0, se, se, ones, independent, draws=100_000)
+    assert 1.0 < half["eigenvalues"][0] < 4.0
+    with pytest.raises(QhInputError, match="correlation_b=.*symmetric"):
+        agreement_distribution(4.0, se, se, independent, np.full((4, 4), 0.5))
+    with pytest.raises(QhInputError, match="correlation_a=.*symmetric"):
+        agreement_distribution(4.0, se, se, np.eye(3), independent)
+    with pytest.raises(QhInputError, match="draws=10 is not allowed"):
+        agreement_distribution(4.0, se, se, independent, independent, draws=10)
+
+
 # ----------------------------------------------------------------- the command, end to end
 
 
 @pytest.fixture(scope="module")
 def replication(tmp_path_factory, finished_study) -> dict:
-    """The session's tiny study replicated on TRAIN 27 and validation 28."""
+    """The session's tiny study replicated on TRAIN 27, validation 28 and training seeds 40 and 41."""
     output = tmp_path_factory.mktemp("replication") / "r"
-    code, out, err = _replicate(finished_study["output"], output, 27, 28)
+    code, out, err = _replicate(finished_study["output"], output, 27, 28, seeds=(40, 41))
     assert code == 0, out + err
     return {"output": output, "stdout": out, "original": finished_study["output"]}
 
@@ -147,8 +178,28 @@ def test_the_replication_record_holds_both_estimates_z_and_the_agreement(replica
         name: json.loads((d / "freeze.receipt.json").read_text())["body"]
         for name, d in (("original", original), ("replica", output / "study"))
     }
-    assert frozen["original"]["recipes"] == frozen["replica"]["recipes"]
+    # Fresh training seeds: every cell's recipe is the original's but for its seed.
+    assert (frozen["original"]["seeds"], frozen["replica"]["seeds"]) == ([0, 1], [40, 41])
+    assert document["fresh"] == ["TRAIN", "validation", "training seeds"]
+    assert document["training_seeds"] == {"original": [0, 1], "replica": [40, 41]}
+    for arm, by_seed in frozen["original"]["recipes"].items():
+        assert set(by_seed) == {"0", "1"} and set(frozen["replica"]["recipes"][arm]) == {"40", "41"}
     assert frozen["original"]["study_id"] != frozen["replica"]["study_id"]
+    # The sum of squares placed under both reports' scene correlation of the 12 comparisons.
+    placed = document["agreement"]["correlated"]
+    correlation = np.array(ours["replication_correlation"])
+    assert correlation.shape == (12, 12) and np.allclose(np.diag(correlation), 1.0)
+    assert (np.abs(correlation[np.triu_indices(12, 1)]) > 0.3).any()  # the comparisons share cells
+    again = agreement_distribution(
+        statistic,
+        [r["original"]["se"] for r in document["comparisons"]],
+        [r["replica"]["se"] for r in document["comparisons"]],
+        correlation,
+        theirs["replication_correlation"],
+    )
+    assert placed == again and placed["inside_central_90"] == (
+        placed["central_90"][0] <= statistic <= placed["central_90"][1]
+    )
     # Every variant's conclusion in both studies, and the console's summary.
     assert [c["variant"] for c in document["conclusions"]] == ["variant_cross_attention", "variant_deep"]
     for c in document["conclusions"]:
@@ -162,6 +213,10 @@ def test_the_replication_record_holds_both_estimates_z_and_the_agreement(replica
     markdown = (output / "replication.md").read_text()
     assert markdown.startswith("# Replication of tiny-study") and "chi-square(12)" in markdown
     assert "**Caveat**: the original study's standard errors do not carry the TRAIN draw" in markdown
+    assert "Drawn anew: TRAIN, validation, training seeds (training seeds: original [0, 1], replica [40, 41])" in (
+        markdown
+    )
+    assert f"lies at its {placed['percentile']:.1%} point" in markdown
 
 
 @pytest.mark.slow
@@ -170,8 +225,11 @@ def test_verify_recomputes_the_replication_and_refuses_a_resealed_edit(replicati
     assert code == 0, err
     assert "replication: " in out and "recomputed from both studies (12 comparisons" in out
     # Running it again finds the record and runs nothing.
-    code, out, _ = _replicate(replication["original"], replication["output"], 27, 28)
+    code, out, _ = _replicate(replication["original"], replication["output"], 27, 28, seeds=(40, 41))
     assert code == 0 and "is complete" in out
+    # The same populations on the original's training seeds are another replication's design.
+    code, _, err = _replicate(replication["original"], replication["output"], 27, 28)
+    assert code == 2 and "holds the design of another replication (replication-config.toml differ)" in err, err
     # A forger edits the agreement and reseals the receipt: the recomputation refuses it.
     forged = _forged(replication["output"], tmp_path / "forged", "replication.json", _p_value_one_half)
     code, _, err = _run(["verify", forged])
@@ -224,6 +282,10 @@ def test_a_replication_on_the_original_populations_is_refused(finished_study, tm
         assert not output.exists()
     code, _, err = _replicate(finished_study["output"], tmp_path / "neg", -1, 28)
     assert code == 2 and "--train-seed=-1 is not allowed" in err
+    for seeds in ((0, 40), (40, 40)):
+        code, _, err = _replicate(finished_study["output"], tmp_path / "seeds", 27, 28, seeds=seeds)
+        assert code == 2 and f"--seeds={list(seeds)} is not allowed; allowed: two different training seeds" in err
+        assert "(refused: [0, 1])" in err and not (tmp_path / "seeds").exists()
     # Inside the original: the sealed study would hold a second study.
     before = sorted(str(p) for p in finished_study["output"].rglob("*"))
     code, _, err = _replicate(finished_study["output"], finished_study["output"] / "rep", 27, 28)

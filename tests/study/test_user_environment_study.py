@@ -178,7 +178,10 @@ def _byo_study(directory: Path, cache: Path, extra: str = "") -> Path:
     text = text.replace("broad_updates = 60", "broad_updates = 30")
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "my_arms.py", directory / "my_arms.py")
-    (directory / "study.toml").write_text(text + extra)
+    # The layout of _PILOT, fixed by the study before the pilot runs.
+    (directory / "study.toml").write_text(
+        text + "\n[preparation.pilot_layout]\ndraws = [7]\nseeds = [[2, 3]]\n" + extra
+    )
     return directory / "study.toml"
 
 
@@ -265,6 +268,8 @@ target_update = { kind = "hard", interval = 10 }
 evaluation = { tie_band = 0.001 }
 """
 
+# The layout of the hopper pilot, fixed by its study before the pilot runs.
+_HOPPER_LAYOUT = "\n[preparation.pilot_layout]\ndraws = [7, 11, 12]\nseeds = [[2, 3], [4, 5], [6, 7]]\n"
 _HOPPER_TOOLS = {
     "pilot.toml": """name = "hopper-pilot"
 study = "study.toml"
@@ -319,7 +324,7 @@ def test_a_study_on_a_preset_file_binds_its_tuning_pilot_and_e0_check(tmp_path, 
     write_hopper(home, scenes=6)
     cache = tmp_path / "pops"
     (home / "recipe.toml").write_text(_HOPPER_RECIPE)
-    (home / "study.toml").write_text(_HOPPER_STUDY.format(cache=cache, validation=8, preparation=""))
+    (home / "study.toml").write_text(_HOPPER_STUDY.format(cache=cache, validation=8, preparation=_HOPPER_LAYOUT))
     for name, text in _HOPPER_TOOLS.items():
         (home / name).write_text(text.format(cache=cache))
     assert main(["tune", str(home / "tune.toml"), "--output", str(home / "tune")]) == 0
@@ -339,7 +344,7 @@ def test_a_study_on_a_preset_file_binds_its_tuning_pilot_and_e0_check(tmp_path, 
         identities = {p["generator_sha256"] for p in record.get("populations", {}).values()}
         assert all(len(i) == 64 for i in identities | {record.get("train_generator_sha256") or "0" * 64})
     # The study freezes with all three.
-    preparation = "\n[preparation]\n" + "".join(f'{k} = "{v}"\n' for k, v in records.items())
+    preparation = _HOPPER_LAYOUT + "\n[preparation]\n" + "".join(f'{k} = "{v}"\n' for k, v in records.items())
     bound = home / "bound.toml"
     bound.write_text(_HOPPER_STUDY.format(cache=cache, validation=8, preparation=preparation))
     capsys.readouterr()

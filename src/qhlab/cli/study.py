@@ -167,6 +167,7 @@ def _replicate(args: argparse.Namespace) -> int:
         args.replicate_output,
         train_seed=args.train_seed,
         validation_seed=args.validation_seed,
+        training_seeds=args.training_seeds,
         populations=args.populations,
         workers=args.workers,
         executor=executor,

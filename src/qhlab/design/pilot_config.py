@@ -304,6 +304,20 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
     shared = sorted({s for _, s in config.fits} & set(study.seeds))
     if shared:
         problems.append(f"seeds: {shared} are the study's own seeds; allowed: seeds the study does not use")
+    declared = None if study.preparation is None else study.preparation.pilot_layout
+    ours = [{"draw": d, "seeds": list(seeds)} for d, seeds in config.layout]
+    if declared is None:
+        problems.append(
+            f"study: {config.study!r} declares no [preparation.pilot_layout]; allowed: a study that fixes its "
+            "pilot's TRAIN draws and seeds before the pilot runs (add [preparation.pilot_layout] with draws = "
+            f"{[e['draw'] for e in ours]} and seeds = {[e['seeds'] for e in ours]} to it, or the layout you choose)"
+        )
+    elif declared.as_record() != ours:
+        problems.append(
+            f"seeds/train_draws/draw_seeds: the layout {ours} is not the study's; allowed: the layout its "
+            f"[preparation.pilot_layout] declares, {declared.as_record()} (one pilot per design: a pilot with "
+            "other seeds would be another draw of the same noise)"
+        )
     if config.validation == study.validation:
         problems.append(
             f"validation: {config.validation.model_dump(mode='json', exclude_none=True)} is the study's "

@@ -21,7 +21,7 @@ from typing import Any
 from qhlab.design.study_config import EXECUTION_FIELDS
 from qhlab.evidence.layout import DOCUMENT_SCHEMA_VERSION
 from qhlab.report.render import fmt, table
-from qhlab.statistics.agreement import agreement_test
+from qhlab.statistics.agreement import agreement_distribution, agreement_test
 
 # The two studies a replication compares, as its records name them.
 SIDES = ("original", "replica")
@@ -30,6 +30,7 @@ __all__ = [
     "SIDES",
     "design_differences",
     "refused_seeds",
+    "refused_training_seeds",
     "replication_document",
     "replication_markdown",
     "reused_populations",
@@ -91,6 +92,21 @@ def refused_seeds(used: list[dict[str, Any]]) -> list[int]:
     return sorted({int(p["seed"]) for p in used if p.get("seed") is not None})
 
 
+def refused_training_seeds(freeze: dict) -> list[int]:
+    """The training seeds a replica on fresh training seeds may not fit: the original's and its pilot's.
+
+    Args:
+        freeze: the original's freeze receipt body.
+
+    Returns:
+        Sorted seeds: the study's own and every seed its bound pilot fitted (a replica that shared
+        them would share what its intervals count as independent).
+    """
+    pilot = (freeze.get("preparation") or {}).get("pilot") or {}
+    fitted = {int(s) for entry in pilot.get("layout") or [] for s in entry["seeds"]}
+    return sorted(fitted | {int(s) for s in freeze["seeds"]})
+
+
 def reused_populations(used: list[dict[str, Any]], drawn: dict[str, dict[str, Any]]) -> list[str]:
     """What a replica's population pair reuses of ``used``, in words (empty: both are fresh).
 
@@ -117,11 +133,14 @@ def reused_populations(used: list[dict[str, Any]], drawn: dict[str, dict[str, An
     return found
 
 
-def study_design(freeze: dict) -> dict[str, Any]:
+def study_design(freeze: dict, *, training_seeds: bool = True) -> dict[str, Any]:
     """What a replica shares with its original: everything frozen but where it ran and its population pair.
 
     Args:
         freeze: a freeze receipt body.
+        training_seeds: keep what the training seeds fix (the seeds, each cell's recipe digest and
+            the E0 check, whose gate is fitted on the study's first seed); False for a replica on
+            fresh training seeds, which shares the rest.
 
     Returns:
         The config as frozen (without the execution fields, the population cache and the two
@@ -136,7 +155,12 @@ def study_design(freeze: dict) -> dict[str, Any]:
     for section, key in _DRAWN_ANEW:
         config[section].pop(key, None)
     environment = freeze["train"].get("environment_source") or {}
-    return {
+    preparation = {k: v["record_sha256"] for k, v in (freeze.get("preparation") or {}).items() if v}
+    if not training_seeds:
+        config.pop("seeds", None)
+        (config.get("preparation") or {}).pop("e0", None)
+        preparation.pop("e0", None)
+    design = {
         "config": config,
         "profile": freeze["profile"],
         "recipes": freeze["recipes"],
@@ -152,10 +176,13 @@ def study_design(freeze: dict) -> dict[str, Any]:
         "thresholds": freeze["thresholds"],
         "source_package": freeze["source_package"]["sha256"],
         "versions": freeze["versions"],
-        "preparation": {k: v["record_sha256"] for k, v in (freeze.get("preparation") or {}).items() if v},
+        "preparation": preparation,
         "environment_source": environment.get("sha256"),
         "validation_preset": freeze["validation"].get("preset"),
     }
+    if not training_seeds:
+        del design["recipes"], design["seeds"]
+    return design
 
 
 def design_differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -221,19 +248,34 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         ValueError: the two reports do not hold the same comparisons or variants.
     """
     used = used_populations(original["freeze"], original["development"])
-    differences = design_differences(study_design(original["freeze"]), study_design(replica["freeze"]))
+    fresh = list(replica["freeze"]["seeds"]) != list(original["freeze"]["seeds"])
+    differences = design_differences(
+        study_design(original["freeze"], training_seeds=not fresh),
+        study_design(replica["freeze"], training_seeds=not fresh),
+    )
+    if fresh:
+        reused_seeds = sorted(set(replica["freeze"]["seeds"]) & set(refused_training_seeds(original["freeze"])))
+        if reused_seeds:
+            differences.append(f"training seeds {reused_seeds} are the original's or its pilot's")
     replica_side = _side(replica["freeze"], replica["development"], replica["report"])
     reused = reused_populations(used, {role: replica_side[role] for role in ("train", "validation")})
     rows = _paired_comparisons(original, replica)
     test = _score_comparisons(rows)
+    placed = _placed(test, rows, original["report"], replica["report"])
     conclusions = _conclusions(original, replica)
     flips = [f"{r['arm']} vs {r['against']} ({r['metric']})" for r in rows if r["sign_flipped"]]
     caveats = _caveats(rows)
     changed = [c["variant"] for c in conclusions if c["changed"]]
     moved = ", ".join(f"{c['variant']} ({c['original']} -> {c['replica']})" for c in conclusions if c["changed"])
+    where = (
+        ""
+        if placed is None
+        else f", at the {placed['percentile']:.0%} point of its distribution under the studies' correlation "
+        f"({'inside' if placed['inside_central_90'] else 'outside'} the central 90%)"
+    )
     summary = (
         f"{len(rows)} comparisons: t-calibrated sum of z^2 {test['statistic']:.2f} on {test['dof']} dof, "
-        f"p {test['p_value']:.3g}; {len(flips)} of {len(rows)} estimates changed sign; changed decisions: "
+        f"p {test['p_value']:.3g}{where}; {len(flips)} of {len(rows)} estimates changed sign; changed decisions: "
         f"{moved or 'none'}."
     )
     return {
@@ -243,6 +285,8 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
         "unit": original["report"]["unit"],
         "original": _side(original["freeze"], original["development"], original["report"]),
         "replica": replica_side,
+        "fresh": ["TRAIN", "validation", *(["training seeds"] if fresh else [])],
+        "training_seeds": {"original": list(original["freeze"]["seeds"]), "replica": list(replica["freeze"]["seeds"])},
         "used_populations": used,
         "refused_seeds": refused_seeds(used),
         "reused": reused,
@@ -253,7 +297,9 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
             "test": "each z referred to Student's t with the Welch-Satterthwaite dof of its two standard errors "
             "and mapped to the normal score of the same tail; the sum of the squared scores against "
             "chi-square(K). The comparisons of one study share cells, so they are not independent and the "
-            "p value is approximate",
+            "p value is approximate; ``correlated`` places the sum in its distribution under both studies' "
+            "scene correlation of the comparisons",
+            "correlated": placed,
         },
         "caveats": caveats,
         "sign_flips": flips,
@@ -313,6 +359,35 @@ def _score_comparisons(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return test
 
 
+def _placed(test: dict, rows: list[dict], original: dict, replica: dict) -> dict[str, Any] | None:
+    """``agreement_distribution`` of the test's statistic under both reports' ``replication_correlation``.
+
+    Args:
+        test: ``agreement_test``'s result over ``rows``.
+        rows: the paired comparisons, in the original report's order.
+        original, replica: the two ``report.json`` documents.
+
+    Returns:
+        The placement, or None where a report has no correlation (one made before reports held it).
+    """
+    key = ("arm", "against", "metric")
+    matrices = []
+    for report in (original, replica):
+        correlation = report.get("replication_correlation")
+        if not correlation:
+            return None
+        index = {tuple(e[k] for k in key): i for i, e in enumerate(report["replication"])}
+        order = [index[tuple(r[k] for k in key)] for r in rows]
+        matrices.append([[correlation[i][j] for j in order] for i in order])
+    return agreement_distribution(
+        test["statistic"],
+        [r["original"]["se"] for r in rows],
+        [r["replica"]["se"] for r in rows],
+        matrices[0],
+        matrices[1],
+    )
+
+
 def _conclusions(original: dict[str, dict], replica: dict[str, dict]) -> list[dict[str, Any]]:
     """Each variant's decision in both reports, whether it changed and whether it flipped.
 
@@ -349,6 +424,29 @@ def _caveats(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _placement_lines(document: dict) -> list[str]:
+    """The paragraph placing the sum of squares under the studies' correlation, and what was drawn anew."""
+    seeds = document["training_seeds"]
+    lines = [
+        f"Drawn anew: {', '.join(document['fresh'])} (training seeds: original {seeds['original']}, "
+        f"replica {seeds['replica']}).",
+        "",
+    ]
+    placed = document["agreement"]["correlated"]
+    if placed is not None:
+        low, high = placed["central_90"]
+        lines += [
+            f"Simulated under both studies' scene correlation of the comparisons ({placed['draws']} draws), the "
+            f"sum of squared scores has mean {placed['mean']:.2f} and central 90% [{low:.2f}, {high:.2f}]; "
+            f"{document['agreement']['statistic']:.2f} lies at its {placed['percentile']:.1%} point, "
+            f"{'inside' if placed['inside_central_90'] else 'outside'} the central 90%. Below it, the studies "
+            "agree more closely than their intervals say they may (the intervals are too wide, or the studies "
+            "share what the intervals count as independent); above it, less.",
+            "",
+        ]
+    return lines
+
+
 def replication_markdown(document: dict) -> str:
     """``replication.md``: the agreement first, then every comparison and every conclusion."""
     o, r = document["original"], document["replica"]
@@ -366,6 +464,7 @@ def replication_markdown(document: dict) -> str:
         f"the squared scores is tested against chi-square({document['agreement']['dof']}). The comparisons of "
         "one study share cells, so they are not independent and the p value is approximate.",
         "",
+        *_placement_lines(document),
         *(f"- **Caveat**: {c}." for c in document["caveats"]),
         *([""] if document["caveats"] else []),
         "## Populations",

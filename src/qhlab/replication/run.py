@@ -51,6 +51,7 @@ from qhlab.execution import ExecutorChoice, JobRunner
 from qhlab.replication.agreement import (
     design_differences,
     refused_seeds,
+    refused_training_seeds,
     replication_document,
     replication_markdown,
     reused_populations,
@@ -75,6 +76,7 @@ def replicate(
     *,
     train_seed: int,
     validation_seed: int,
+    training_seeds: Sequence[int] | None = None,
     populations: Sequence[str | os.PathLike] = (),
     workers: int | None = None,
     executor: ExecutorChoice | None = None,
@@ -118,9 +120,10 @@ def replicate(
     _steps_the_original_again(body)
     used = used_populations(body, original["development"])
     _refuse_reused_seeds(used, train_seed, validation_seed)
-    files = _design_files(Path(study), body, original["sources"], train_seed, validation_seed)
+    _refuse_reused_training_seeds(body, training_seeds)
+    files = _design_files(Path(study), body, original["sources"], train_seed, validation_seed, training_seeds)
     replication = output / REPLICATION_RECEIPT
-    written = _claim_checked(output, files, body, original["sources"])
+    written = _claim_checked(output, files, body, original["sources"], fresh=training_seeds is not None)
     if replication.is_file():
         document = json.loads((output / REPLICATION_JSON).read_text(encoding="utf-8"))
         console.print(f"[green]replication {output} is complete[/]: {document['summary']}", highlight=False)
@@ -172,7 +175,27 @@ def _refuse_reused_seeds(used: list[dict[str, Any]], train_seed: int, validation
         )
 
 
-def _claim_checked(output: Path, files: dict[str, bytes], body: dict, sources: dict[str, dict]) -> Path | None:
+def _refuse_reused_training_seeds(body: dict, training_seeds: Sequence[int] | None) -> None:
+    """Refuse fresh training seeds that are not two distinct seeds none of ``refused_training_seeds``."""
+    if training_seeds is None:
+        return
+    for seed in training_seeds:
+        require_seed(CALL, "--seeds", seed, hint="a training seed")
+    refused = refused_training_seeds(body)
+    if len(set(training_seeds)) != 2 or set(training_seeds) & set(refused):
+        raise input_error(
+            CALL,
+            "--seeds",
+            list(training_seeds),
+            f"two different training seeds that neither the original nor its pilot fitted (refused: {refused})",
+            "a replica on fresh training seeds shares no fit seed with the original, or its intervals would "
+            "count a shared seed effect as independent",
+        )
+
+
+def _claim_checked(
+    output: Path, files: dict[str, bytes], body: dict, sources: dict[str, dict], *, fresh: bool
+) -> Path | None:
     """``_claim`` the design, then ``_check_design`` it; a refused design removes what this call wrote.
 
     Returns:
@@ -180,7 +203,7 @@ def _claim_checked(output: Path, files: dict[str, bytes], body: dict, sources: d
     """
     written = _claim(output, files)
     try:
-        _check_design(output / REPLICATION_DESIGN_DIR, body, sources)
+        _check_design(output / REPLICATION_DESIGN_DIR, body, sources, fresh=fresh)
     except QhError:
         if written is not None:
             shutil.rmtree(written, ignore_errors=True)
@@ -305,7 +328,12 @@ def _finished(directory: Path, populations: Sequence[str | os.PathLike]) -> dict
 
 
 def _design_files(
-    original: Path, body: dict, sources: dict[str, dict], train_seed: int, validation_seed: int
+    original: Path,
+    body: dict,
+    sources: dict[str, dict],
+    train_seed: int,
+    validation_seed: int,
+    training_seeds: Sequence[int] | None = None,
 ) -> dict[str, bytes]:
     """The replica's design: ``{path below design/: bytes}``, its config and the original's frozen arm sources.
 
@@ -350,9 +378,17 @@ def _design_files(
                 value = resolved["experiment"]["recipe_file"]
             section[fields[-1]] = value
     raw["train"]["seed"], raw["validation"]["seed"] = train_seed, validation_seed
+    changed = "train.seed and validation.seed"
+    if training_seeds is not None:
+        raw["seeds"] = list(training_seeds)
+        # The E0 check ran the gate on the original's first seed: it is no check of this one's.
+        (raw.get("preparation") or {}).pop("e0", None)
+        changed = "train.seed, validation.seed and seeds changed, and preparation.e0 dropped"
+    else:
+        changed += " changed"
     header = (
         f"# The frozen design of study {body['study']!r} ({original.resolve()}) on a fresh population pair,\n"
-        f"# written by `{CALL}`: the original's config with only train.seed and validation.seed changed.\n"
+        f"# written by `{CALL}`: the original's config with only {changed}.\n"
     )
     files = {REPLICATION_CONFIG: (header + tomli_w.dumps(raw)).encode("utf-8")}
     base = Path(body["config"]["source_path"]).parent
@@ -489,15 +525,17 @@ def _same_file(path: Path, data: bytes) -> bool:
         return False
 
 
-def _check_design(design: Path, body: dict, sources: dict[str, dict]) -> None:
+def _check_design(design: Path, body: dict, sources: dict[str, dict], *, fresh: bool) -> None:
     """Refuse a replica config or arm source that is not the original's design (before anything runs).
 
     Raises:
         QhInputError: naming every differing field, or the arm whose source differs.
     """
     config, _, _ = read_study_config(design / REPLICATION_CONFIG)
-    ours = study_design({**body, "config": {**body["config"], "resolved": config.model_dump(mode="json")}})
-    differences = design_differences(study_design(body)["config"], ours["config"])
+    ours = study_design(
+        {**body, "config": {**body["config"], "resolved": config.model_dump(mode="json")}}, training_seeds=not fresh
+    )
+    differences = design_differences(study_design(body, training_seeds=not fresh)["config"], ours["config"])
     now = user_source_digests(config, design)
     differences += [
         f"arm {arm} source (original: {record['sha256']}, replica: {now.get(arm)})"

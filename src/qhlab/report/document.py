@@ -198,6 +198,9 @@ class StudyReportDocument(_Closed):
             pooled record's ``floored`` (its interval at the scene-only variance) and
             ``seed_check`` (the study's own seeds against the pilot's seed component: statistic,
             degrees of freedom, p-value, verdict), as each retention margin's.
+        replication_correlation: float [K, K], the correlation of the K ``replication`` rows'
+            estimates as the scenes give it (``qhlab study replicate`` places its agreement
+            statistic with it).
         preparation: the tuning, pilot and E0 records the freeze bound (None: none).
         summary: the values a W&B run summary holds (``seed_check``: the family's reading of the
             rows' seed checks, None without a pilot).
@@ -225,6 +228,7 @@ class StudyReportDocument(_Closed):
     paired: list[dict[str, Any]]
     retention: list[dict[str, Any]]
     replication: list[dict[str, Any]]
+    replication_correlation: list[list[float]]
     preparation: dict[str, Any] | None
     summary: dict[str, Any]
 

@@ -59,10 +59,11 @@ def build(inputs: ReportInputs, report: dict) -> None:
     plan = (inputs.freeze.get("preparation") or {}).get("plan")
     planned = None if plan is None else plan["planned"]["rows"]
     intervals = {(p["arm"], p["against"], p["seed"], p["metric"]): p["interval"] for p in report["paired"]}
-    rows = []
+    rows, scene_means = [], []
     for arm, against, relation in inputs.comparisons:
         for metric in ("regret", "mae"):
             diffs = np.stack([inputs.at_h(arm, s, metric) - inputs.at_h(against, s, metric) for s in config.seeds])
+            scene_means.append(diffs.mean(axis=0))
             pooled = pooled_difference(
                 diffs,
                 **frozen_noise(config, inputs.freeze, (arm, against), metric),
@@ -86,6 +87,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
                 }
             )
     report["replication"] = rows
+    report["replication_correlation"] = _scene_correlation(scene_means)
     for entry in report["retention"]:
         readings = [entry["per_seed"][str(s)] for s in config.seeds]
         pooled = {}
@@ -117,6 +119,28 @@ def build(inputs: ReportInputs, report: dict) -> None:
     report["summary"]["decisions"] = {e["variant"]: e["decision"] for e in report["retention"]}
     report["summary"]["seed_variance_source"] = rows[0]["pooled"]["seed_sd_source"] if rows else None
     report["summary"]["seed_check"] = _family_check(report)
+
+
+def _scene_correlation(scene_means: list[np.ndarray]) -> list[list[float]]:
+    """The correlation of the replication rows' estimates as their scenes give it.
+
+    Args:
+        scene_means: one float [n_scenes] per row of ``replication``: the row's seed-averaged paired
+            difference per scene (the rows share scenes, cells and fits, so they covary).
+
+    Returns:
+        float [K, K] as nested lists, K = the rows; a row constant over scenes correlates 0 with the
+        others. ``qhlab study replicate`` reads it to place its agreement statistic.
+    """
+    if not scene_means:
+        return []
+    stacked = np.stack(scene_means)
+    centred = stacked - stacked.mean(axis=1, keepdims=True)
+    norms = np.sqrt((centred**2).sum(axis=1))
+    scale = np.where(norms > 0, norms, 1.0)
+    correlation = (centred @ centred.T) / np.outer(scale, scale)
+    np.fill_diagonal(correlation, 1.0)
+    return [[float(v) for v in np.clip(row, -1.0, 1.0)] for row in correlation]
 
 
 def _family_check(report: dict) -> dict | None:

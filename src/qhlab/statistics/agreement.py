@@ -2,7 +2,8 @@
 
 Owns: a pure function over the two studies' seed-pooled estimates, standard errors and degrees of
 freedom, one per comparison (each difference scored against its Welch-Satterthwaite t, mapped to
-a normal score, and the sum of squares read on chi-square with K degrees of freedom). Does not
+a normal score, and the sum of squares read on chi-square with K degrees of freedom), and the
+distribution of that sum when the comparisons are correlated (``agreement_distribution``). Does not
 own: the estimates themselves (``replication.pooled_difference``) or reading two studies
 (``qhlab.replication``).
 """
@@ -16,7 +17,7 @@ from scipy import stats
 
 from qhlab.evidence.errors import input_error
 
-__all__ = ["agreement_test"]
+__all__ = ["agreement_distribution", "agreement_test"]
 
 
 def _agreement_arrays(
@@ -166,4 +167,93 @@ def agreement_test(
         "statistic": statistic,
         "dof": dof,
         "p_value": float(stats.chi2.sf(statistic, dof)),
+    }
+
+
+def agreement_distribution(
+    statistic: float,
+    se_a: Any,
+    se_b: Any,
+    correlation_a: Any,
+    correlation_b: Any,
+    *,
+    draws: int = 200_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Where ``agreement_test``'s sum of squared scores lies when the K comparisons are correlated.
+
+    A study's comparisons share cells (a variant against its control and against the baseline
+    share the variant's fits) and a comparison's regret and MAE are read from the same fits, so
+    the K scores are not independent and chi-square(K) misplaces the sum. Under agreement,
+    ``z = (a - b) / s`` with ``cov(a) = R_a * se_a se_a^T`` and likewise for b, so
+    ``cov(z) = (R_a * se_a se_a^T + R_b * se_b se_b^T) / (s s^T)`` and the sum of squares is
+    ``sum_i lambda_i chi2_1`` over that matrix's eigenvalues, simulated here. Each study's R is the
+    correlation its scenes give (every variance term is taken to correlate as the scene term
+    does, a stated approximation: the pilot measures each comparison's seed and draw variance,
+    not their cross-covariances).
+
+    Args:
+        statistic: the observed sum of squared normal scores (``agreement_test``'s).
+        se_a, se_b: float [K], each study's standard errors (>= 0).
+        correlation_a, correlation_b: float [K, K], each study's correlation of its K estimates
+            (symmetric, unit diagonal, entries in [-1, 1]).
+        draws: simulated sums (>= 1000).
+        seed: the simulation's generator seed.
+
+    Returns:
+        {"percentile": the share of simulated sums at or below ``statistic``, "central_90":
+        [5th, 95th percentile of the simulated sums], "inside_central_90": bool, "mean": the
+        simulated mean (K when uncorrelated), "draws", "seed", "eigenvalues": float [K], largest
+        first}.
+
+    Raises:
+        QhInputError: a non-finite statistic, standard errors of other lengths, a correlation that
+            is not a symmetric [K, K] matrix with unit diagonal and entries in [-1, 1], or draws < 1000.
+    """
+    call = "agreement_distribution"
+    a, b = np.asarray(se_a, dtype=np.float64), np.asarray(se_b, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.size < 1 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise input_error(call, "se_b", [a.shape, b.shape], "two finite float [K] arrays", "one se per comparison")
+    if (a < 0).any() or (b < 0).any():
+        raise input_error(call, "se_a", [a.tolist(), b.tolist()], "standard errors >= 0", "an se is never negative")
+    if not np.isfinite(statistic) or statistic < 0:
+        raise input_error(call, "statistic", statistic, "a finite sum of squares >= 0", "agreement_test's statistic")
+    if draws < 1000:
+        raise input_error(call, "draws", draws, "at least 1000", "a percentile needs many draws")
+    matrices = []
+    for name, value in (("correlation_a", correlation_a), ("correlation_b", correlation_b)):
+        r = np.asarray(value, dtype=np.float64)
+        if (
+            r.shape != (a.size, a.size)
+            or not np.isfinite(r).all()
+            or not np.allclose(r, r.T)
+            or not np.allclose(np.diag(r), 1.0)
+            or (np.abs(r) > 1 + 1e-9).any()
+        ):
+            raise input_error(
+                call,
+                name,
+                r.tolist() if r.size <= 16 else f"array of shape {r.shape}",
+                f"a symmetric [{a.size}, {a.size}] correlation matrix (unit diagonal, entries in [-1, 1])",
+                "the correlation of the study's comparisons, in the se's order",
+            )
+        matrices.append(r)
+    scale = np.sqrt(a**2 + b**2)
+    # A comparison both studies know exactly scores 0 whatever the other scores do.
+    live = scale > 0
+    covariance = matrices[0] * np.outer(a, a) + matrices[1] * np.outer(b, b)
+    inverse = np.where(live, 1.0 / np.where(live, scale, 1.0), 0.0)
+    covariance = covariance * np.outer(inverse, inverse)
+    eigenvalues = np.clip(np.linalg.eigvalsh((covariance + covariance.T) / 2), 0.0, None)[::-1]
+    rng = np.random.default_rng(seed)
+    sums = rng.chisquare(1.0, size=(draws, a.size)) @ eigenvalues
+    low, high = (float(q) for q in np.quantile(sums, [0.05, 0.95]))
+    return {
+        "percentile": float(np.mean(sums <= statistic)),
+        "central_90": [low, high],
+        "inside_central_90": bool(low <= statistic <= high),
+        "mean": float(sums.mean()),
+        "draws": int(draws),
+        "seed": int(seed),
+        "eigenvalues": [float(v) for v in eigenvalues],
     }

@@ -43,8 +43,9 @@ STUDY_DESCRIPTIONS = {
     "replicate": "Run STUDY's frozen design (recipe, family, budgets, preparation records, gate) on a fresh TRAIN "
     "and validation pair as a study of its own in DIR/study, then write replication.json and replication.md: per "
     "comparison both seed-pooled estimates and z, the chi-square agreement test, sign flips and changed "
-    "conclusions. Seeds that the study, its tuning, pilot or E0 check drew are refused. Resumes a killed "
-    "replication in the same DIR.",
+    "conclusions. Seeds that the study, its tuning, pilot or E0 check drew are refused. With --seeds every fit "
+    "also takes fresh training seeds (the replica then runs its own E0 gate but binds no E0 check record, which "
+    "was of the original's seeds). Resumes a killed replication in the same DIR.",
     "compare-lanes": "Re-authenticate two finished studies frozen identically but for the profile; publish "
     "lanes.json, lanes.md, lanes.png and their receipt.",
 }
@@ -113,6 +114,15 @@ def _replicate(replicate: argparse.ArgumentParser) -> None:
     replicate.add_argument("--train-seed", type=int, required=True, metavar="A", help="the fresh TRAIN's seed")
     replicate.add_argument(
         "--validation-seed", type=int, required=True, metavar="B", help="the fresh validation population's seed"
+    )
+    replicate.add_argument(
+        "--seeds",
+        dest="training_seeds",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("S1", "S2"),
+        help="fresh training seeds for every fit (default: the original's); none the original or its pilot fitted",
     )
     # dest is not "output": as for a study, a replication's directory outlives a failed step.
     replicate.add_argument("--output", dest="replicate_output", metavar="DIR", required=True, help="new directory")

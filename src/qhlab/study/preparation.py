@@ -184,6 +184,17 @@ def _check_pilot(
             "a pilot's variance belongs to the arms, recipe, budget and fractions it fitted; run "
             "`qhlab pilot` again for this design",
         )
+    # The study config validated that a layout is declared wherever a pilot is bound.
+    declared = config.preparation.pilot_layout.as_record()
+    if [{"draw": e["draw"], "seeds": list(e["seeds"])} for e in record["layout"]] != declared:
+        raise input_error(
+            _CALL,
+            "preparation.pilot",
+            str(record_path),
+            f"a pilot of the layout preparation.pilot_layout declares, {declared} (it fitted {record['layout']})",
+            "one pilot per design: a pilot with other seeds or TRAIN draws is another draw of the same noise; "
+            "run `qhlab pilot` with the declared layout",
+        )
     seeds = sorted({s for entry in record["layout"] for s in entry["seeds"]})
     shared = sorted(set(seeds) & set(config.seeds))
     if shared:
