@@ -764,3 +764,44 @@ def test_a_reshaped_pilot_record_is_one_clear_refusal_not_a_traceback(tmp_path, 
     assert main(["verify", str(reshaped)]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "pilot.json" in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_the_smallest_pilot_never_narrows_an_interval_and_the_report_names_where_the_study_disagrees(tmp_path, cache):
+    # The smallest layout `qhlab pilot` admits: two seeds on one TRAIN draw (6 fits). Seeds 6 and 7
+    # give negative seed-variance estimates on most rows, and on one row (the variant's MAE against
+    # its control) a tiny one that the study's own seeds 0 and 1 contradict (F 40.7 on 1 and 2 dof).
+    layout = "\n[preparation.pilot_layout]\ndraws = [7]\nseeds = [[6, 7]]\n"
+    _study(tmp_path / "c", cache, layout=layout)
+    pilot = tmp_path / "c" / "pilot.toml"
+    pilot.write_text(
+        f'name = "smallest"\nstudy = "study.toml"\nseeds = [6, 7]\nworkers = 2\npopulation_cache = "{cache}"\n\n'
+        '[train]\npreset = "tiny"\nseed = 7\n\n[validation]\npreset = "tiny"\nseed = 9\n'
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["pilot", str(pilot), "--output", str(tmp_path / "pilot")]) == 0
+        bound = _study(tmp_path / "s", cache, pilot=tmp_path / "pilot", layout=layout)
+        assert main(["study", "run", str(bound), "--output", str(tmp_path / "study")]) == 0
+    record = json.loads((tmp_path / "pilot" / "pilot.json").read_text())
+    assert record["layout"] == [{"draw": 7, "seeds": [6, 7]}]
+    report = json.loads((tmp_path / "study" / "report" / "report.json").read_text())
+    rows = [r["pooled"] for r in report["replication"]]
+    rows += [m for e in report["retention"] for m in e["pooled_margins"].values()]
+    negative = [p for p in rows if p["seed_check"]["pilot_seed_variance"] < 0]
+    assert len(negative) >= 3 and all(p["floored"] for p in negative), negative
+    # No interval is narrower than the study's own scene-only one (same Student's t on n - 1 dof at
+    # most), and a negative estimate never shrinks one.
+    for p in rows:
+        assert p["se"] >= p["scene_se"] and p["dof"] <= p["n_scenes"] - 1, p
+    contradicted = [r for r in report["replication"] if r["pooled"]["seed_check"]["contradicts"]]
+    assert [(r["arm"], r["against"], r["metric"]) for r in contradicted] == [
+        ("variant_cross_attention", "control_global_readout", "mae")
+    ]
+    check = contradicted[0]["pooled"]["seed_check"]
+    assert check["p_value"] < 0.05 and contradicted[0]["pooled"]["se"] > 2 * contradicted[0]["pooled"]["scene_se"]
+    markdown = " ".join((tmp_path / "study" / "report" / "report.md").read_text().split())
+    assert (
+        "they contradict it on variant_cross_attention - control_global_readout (mae) "
+        f"(F {check['statistic']:.3g} on 1 and {check['dof_predicted']:.1f} dof, p {check['p_value']:.3g}), "
+        "whose intervals carry the study's own seed term instead"
+    ) in markdown, markdown

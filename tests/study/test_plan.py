@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,43 @@ def test_each_rows_variance_is_split_into_scene_seed_and_draw_parts_and_the_domi
         variance_components(noise, n_seeds=2, n_scenes=1)
 
 
+def test_more_pilot_draws_are_weighed_as_more_dof_on_the_same_mean_squares_with_their_cost():
+    # A TRAIN-draw part that dominates, estimated on the pilot's 4 between-draw dof.
+    noise = _noise()
+    rows, recipe = _margins_and_recipe(noise, members=2)
+    target = {"d_reg": 1.0, "d_mae": 1.0}
+    options = dict(rows=rows, recipes=[recipe], pilot_noise=recipe["noise"], seeds=2, validation_scenes=480)
+    common = dict(sizes=[], confidence=0.95, validation_seconds_per_scene=None, min_scenes_to_decide=30)
+    plan = plan_document(**options, **common, target=target, levers=True)
+    draws = plan["levers"]["pilot_draws"]
+    assert [o["draws"] for o in draws] == [10, 20]
+    # Twice the draws: the same mean squares on 9 between-draw dof, 20 within, twice the residual's.
+    doubled = FitNoise(**{**asdict(noise), "fits": 30, "draws": 10, "dof_within": 20, "dof_between": 9,
+                          "residual_dof": 14000})  # fmt: skip
+    assert draws[0]["rows"]["D_reg v"] == planned_difference(doubled, n_seeds=2, n_scenes=480)["mde"]
+    # Only the quantile moves: a smaller MDE than today's, never below the scene-and-component floor.
+    today = plan["designs"][0]["rows"]["D_reg v"]["mde"]
+    assert draws[1]["rows"]["D_reg v"] < draws[0]["rows"]["D_reg v"] < today
+    # Cost: each extra pilot seed fits every arm (two arms here, at 10 s and 20 s).
+    assert (draws[0]["extra_fits"], draws[0]["seconds"]) == (2 * 15, 15 * 30.0)
+    assert (draws[1]["extra_fits"], draws[1]["seconds"]) == (2 * 45, 45 * 30.0)
+    # A target between today's MDE and the 20-draw one is reached by more draws alone.
+    between = {"d_reg": (draws[1]["largest"]["D_reg"] + today) / 2, "d_mae": 1.0}
+    reached = plan_document(**options, **common, target=between, levers=True)
+    assert reached["chosen"] is None and [o["reaches_target"] for o in reached["levers"]["pilot_draws"]] == [
+        draws[0]["largest"]["D_reg"] <= between["d_reg"],
+        True,
+    ]
+    assert plan["levers"]["train_size"]["measured"] is False
+    # A one-draw pilot measured no draw term: no more draws are weighed. A plan without levers has none.
+    one = _noise(fits=3, draws=1, dof_within=2, ms_between=None, dof_between=0, n0=None)
+    rows, single = _margins_and_recipe(one, members=2)
+    alone = plan_document(**{**options, "rows": rows, "recipes": [single], "pilot_noise": single["noise"]},
+                          **common, target=target, levers=True)  # fmt: skip
+    assert alone["levers"]["pilot_draws"] == []
+    assert "levers" not in plan_document(**options, **common, target=target)
+
+
 def test_the_cheapest_design_that_reaches_the_target_is_never_one_that_cannot_decide():
     noise = _noise()
     rows, recipe = _margins_and_recipe(noise, members=1)
@@ -416,6 +454,13 @@ def test_plan_predicts_every_row_weighs_the_trials_and_verifies(prepared, capsys
     reseal(forged / "plan.receipt.json")
     assert main(["verify", str(forged)]) == 2
     assert f"its min_scenes_to_decide=3 is not MIN_SCENES_TO_DECIDE={MIN_SCENES_TO_DECIDE}" in capsys.readouterr().err
+    # A cheaper pilot-draw lever, resealed: recomputed too.
+    record["min_scenes_to_decide"] = MIN_SCENES_TO_DECIDE
+    record["levers"]["pilot_draws"][0]["seconds"] /= 2
+    (forged / "plan.json").write_bytes(canonical_json(record))
+    reseal(forged / "plan.receipt.json")
+    assert main(["verify", str(forged)]) == 2
+    assert "the recorded levers is not what its components give" in capsys.readouterr().err
     # An unreachable target: exit 1, the plan published all the same.
     assert main(["plan", str(_plan(root, "tight", tuning=False, d_reg=1e-9)), "--output", str(root / "tight")]) == 1
     assert json.loads((root / "tight" / "plan.json").read_text())["chosen"] is None
@@ -479,10 +524,17 @@ def test_a_study_binds_its_plan_and_reports_planned_against_achieved(prepared, c
     assert main(["study", "run", str(tight), "--output", str(root / "t" / "out")]) == 0, capsys.readouterr().err
     answers = json.loads((root / "t" / "out" / "report" / "report.json").read_text())["question"]
     assert any(q["decision"] == "undecided" for q in answers)
+    # Nor would the plan's largest pilot: its cost and the MDE it would give are named.
+    largest = json.loads((root / "unreachable" / "plan.json").read_text())["levers"]["pilot_draws"][-1]
     for q in answers:
         if q["decision"] == "undecided":
             assert "no design the plan weighed reaches its target of D_reg 1e-09 m" in q["answer"]["text"], q
             assert "so the plan names no next step that would decide it" in q["answer"]["text"], q
+            assert (
+                f"nor would a pilot of {largest['draws']} TRAIN draws ({largest['extra_fits']} more pilot fits, "
+                f"{largest['seconds']:.0f} CPU s: D_reg MDE {largest['rows']['D_reg ' + q['variant']]:.4f} m)"
+            ) in q["answer"]["text"], q
+    assert "## Levers the designs do not weigh" in (root / "unreachable" / "plan.md").read_text()
     # The planned MDE has its header in both tables, as every other cell has.
     assert table_mismatches(text) == [], table_mismatches(text)
     # A plan of another pilot is refused at the freeze, nothing written.

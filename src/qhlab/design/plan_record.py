@@ -29,6 +29,7 @@ or the TRAIN draw's), since the levers differ: only the scenes' part shrinks wit
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -152,7 +153,11 @@ class PlanRecord(Closed):
         own; a record without it predates that rule and recomputes with "half scene".
         min_scenes_to_decide: the fewest validation scenes of a design that may reach the target
         (``MIN_SCENES_TO_DECIDE``); a record without it predates that rule and each row's
-        ``variance``, and recomputes without them.
+        ``variance``, and recomputes without them. levers: what the designs do not weigh, for the
+        study's own recipe and validation: ``pilot_draws`` (the same mean squares on more pilot
+        draws: more dof for the TRAIN-draw term, at the cost of more pilot fits; empty with a
+        one-draw pilot, whose draw term is unmeasured) and ``train_size`` (unmeasured: a pilot
+        fits one TRAIN size); a record without it predates them and recomputes without them.
     """
 
     kind: Literal["plan_record"]
@@ -175,6 +180,7 @@ class PlanRecord(Closed):
     chosen: int | None
     variance_floor: Literal["scene", "half scene"] = "half scene"
     min_scenes_to_decide: int | None = None
+    levers: Json | None = None
 
 
 def row_key(row: dict) -> str:
@@ -294,6 +300,7 @@ def plan_document(
     validation_seconds_per_scene: float | None,
     min_scenes_to_decide: int | None,
     variance_floor: str = "scene",
+    levers: bool = False,
 ) -> dict:
     """Every design's predictions and cost, the study's own design and the cheapest that reaches the target.
 
@@ -308,11 +315,13 @@ def plan_document(
             target, so is never chosen, and every row names its variance parts; None: a plan
             recorded before that rule, recomputed without it and without the parts.
         variance_floor: ``planned_difference``'s (a recorded plan's own, to recompute it).
+        levers: also weigh ``_pilot_draw_levers`` (False: a plan recorded before them).
 
     Returns:
         ``{"designs": [...], "planned": index of the study's design, "chosen": index or None,
-        "variance_floor", "min_scenes_to_decide"}``; a design's rows ``{key: {"mde", "se", "dof",
-        "variance"}}`` (``variance``: ``variance_components``' dict, where the rule applies).
+        "variance_floor", "min_scenes_to_decide"}`` and, with ``levers``, ``"levers"``; a design's
+        rows ``{key: {"mde", "se", "dof", "variance"}}`` (``variance``: ``variance_components``' dict,
+        where the rule applies).
     """
     # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
     from qhlab.statistics.replication import planned_difference
@@ -370,13 +379,114 @@ def plan_document(
     )
     reaching = [i for i, d in enumerate(designs) if d["reaches_target"]]
     chosen = min(reaching, key=lambda i: (designs[i]["cost"]["seconds"], i)) if reaching else None
-    return {
+    document = {
         "designs": designs,
         "planned": planned,
         "chosen": chosen,
         "variance_floor": variance_floor,
         "min_scenes_to_decide": min_scenes_to_decide,
     }
+    if levers:
+        study = recipes[0]
+        document["levers"] = {
+            "pilot_draws": _pilot_draw_levers(
+                rows,
+                study,
+                seeds=seeds,
+                n_scenes=validation_scenes,
+                confidence=confidence,
+                target=target,
+                decides=min_scenes_to_decide is None or validation_scenes >= min_scenes_to_decide,
+                variance_floor=variance_floor,
+            ),
+            "train_size": {
+                "measured": False,
+                "why": "the pilot fitted every draw at the study's TRAIN size; a pilot at a second TRAIN size would "
+                "measure how the TRAIN-draw term moves with it",
+            },
+        }
+    return document
+
+
+# More pilot draws, as multiples of the pilot's own: what each would cost and predict.
+_DRAW_MULTIPLES = (2, 4)
+
+
+def _pilot_draw_levers(
+    rows: list[dict],
+    study: dict,
+    *,
+    seeds: int,
+    n_scenes: int,
+    confidence: float,
+    target: dict[str, float],
+    decides: bool,
+    variance_floor: str,
+) -> list[dict]:
+    """The study's own design with its pilot's TRAIN draws multiplied: the same mean squares on more dof.
+
+    A TRAIN-draw term estimated on a pilot's few draws has few degrees of freedom, and the MDE's t
+    quantile pays for them. A pilot with ``m`` times the draws (each of the same seeds per draw)
+    would estimate the same expected mean squares on ``m D - 1`` between-draw dof, ``m (F - D)``
+    within and ``m`` times the residual's. The prediction keeps today's estimates, so it moves only
+    the quantile: what more draws buy is precision, not a smaller component.
+
+    Args:
+        rows: the plan's rows. study: the study's recipe entry (``plan_components``' first).
+        seeds, n_scenes, confidence: the study's. target: the MDE to reach. decides: whether the
+            study's validation has the scenes to decide. variance_floor: ``planned_difference``'s.
+
+    Returns:
+        ``[{"draws", "extra_fits", "seconds", "rows": {key: mde}, "largest", "reaches_target"}]``, one
+        per multiple; empty where the pilot fitted one draw (its draw term is unmeasured, not imprecise).
+    """
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
+    from qhlab.statistics.replication import planned_difference
+    from qhlab.statistics.variance import FitNoise
+
+    noises = {row_key(r): FitNoise.from_dict(study["noise"][row_key(r)]) for r in rows}
+    first = next(iter(noises.values()))
+    if first.draws < 2:
+        return []
+    options = []
+    for multiple in _DRAW_MULTIPLES:
+        predicted = {}
+        for key, noise in noises.items():
+            more = replace(
+                noise,
+                fits=noise.fits * multiple,
+                draws=noise.draws * multiple,
+                dof_within=noise.dof_within * multiple,
+                dof_between=noise.draws * multiple - 1,
+                residual_dof=noise.residual_dof * multiple,
+            )
+            planned = planned_difference(
+                more,
+                n_seeds=seeds,
+                n_scenes=n_scenes,
+                confidence=confidence,
+                power=POWER,
+                variance_floor=variance_floor,
+            )
+            predicted[key] = planned["mde"]
+        largest = {
+            name: max(predicted[row_key(r)] for r in rows if r.get("margin") == name) for name in ("D_reg", "D_mae")
+        }
+        # Each extra pilot seed is one fit of every arm.
+        extra_fits = first.fits * (multiple - 1)
+        options.append(
+            {
+                "draws": first.draws * multiple,
+                "extra_fits": extra_fits * len(study["cell_seconds"]),
+                "seconds": extra_fits * sum(study["cell_seconds"].values()),
+                "rows": predicted,
+                "largest": largest,
+                "reaches_target": decides
+                and largest["D_reg"] <= target["d_reg"]
+                and largest["D_mae"] <= target["d_mae"],
+            }
+        )
+    return options
 
 
 def plan_digest(config: Any, design: dict, pilot_sha256: str, tuning_sha256: str | None) -> str:
@@ -432,6 +542,8 @@ def recomputed(record: dict) -> dict:
         variance_floor=record.get("variance_floor", "half scene"),
         # A plan recorded before the undecidable-design rule names no minimum, nor its rows' variance parts.
         min_scenes_to_decide=record.get("min_scenes_to_decide"),
+        # A plan recorded before the levers weighs none.
+        levers=record.get("levers") is not None,
     )
 
 
@@ -478,7 +590,7 @@ def check_record(directory: str | os.PathLike) -> dict:
         again = recomputed(record)
     except (ValueError, KeyError, TypeError, StopIteration) as exc:
         raise DigestMismatchError(f"{where}: its components do not make a plan ({exc}).") from None
-    for key in ("designs", "planned", "chosen"):
+    for key in ("designs", "planned", "chosen", *(("levers",) if "levers" in again else ())):
         if not close_values(again[key], record[key]):
             raise DigestMismatchError(f"{where}: the recorded {key} is not what its components give.")
     return {"designs": len(record["designs"]), "chosen": record["chosen"]}

@@ -139,6 +139,7 @@ def run_plan(run: ToolRun) -> dict:
         target=config.target.model_dump(mode="json"),
         validation_seconds_per_scene=seconds,
         min_scenes_to_decide=MIN_SCENES_TO_DECIDE,
+        levers=True,
     )
     record = {
         "kind": "plan_record",
@@ -260,6 +261,51 @@ def _variance_lines(record: dict, u: str) -> list[str]:
     ]
 
 
+def _lever_lines(record: dict, column: str) -> list[str]:
+    """The levers the designs do not weigh: more pilot draws (a table), TRAIN size, and which of
+    ensemble members and updates the tuning's trials weighed (none: a record before the levers)."""
+    levers = record.get("levers")
+    if levers is None:
+        return []
+    weighed = sorted({k for r in record["recipes"] if r["params"] for k in r["params"]})
+    lines = [
+        "",
+        "## Levers the designs do not weigh",
+        "",
+        "- Ensemble members and updates: "
+        + (
+            f"weighed above, through the tuning's trials (their parameters: {', '.join(weighed)})."
+            if weighed
+            else "not weighed (no tuning record of metric `mde` is read): a tuning of them would be."
+        ),
+        f"- TRAIN size: unmeasured: {levers['train_size']['why']}.",
+    ]
+    options = levers["pilot_draws"]
+    if not options:
+        return [*lines, "- Pilot draws: the pilot fitted one TRAIN draw, so its TRAIN-draw term is unmeasured."]
+    lines += [
+        "- Pilot draws: the study's design, its pilot's draws multiplied, each with as many seeds: the same mean "
+        "squares on more degrees of freedom (the TRAIN-draw term is estimated, not shrunk), so only the t quantile "
+        "moves. The cost is the extra pilot fits' CPU seconds, at the pilot's mean wall time per fit.",
+        "",
+        *table(
+            ["pilot draws", "extra pilot fits", "CPU s", f"MDE D_reg{column}", f"MDE D_mae{column}", "reaches"],
+            [
+                [
+                    o["draws"],
+                    o["extra_fits"],
+                    f"{o['seconds']:.0f}",
+                    fmt(o["largest"]["D_reg"], 5),
+                    fmt(o["largest"]["D_mae"], 5),
+                    "yes" if o["reaches_target"] else "no",
+                ]
+                for o in options
+            ],
+        ),
+    ]
+    return lines
+
+
 def plan_markdown(record: dict, *, unit: str = "") -> str:
     """``plan.md``: the study's predicted MDEs, every design weighed, and the choice.
 
@@ -353,6 +399,7 @@ def plan_markdown(record: dict, *, unit: str = "") -> str:
         "No design weighed reaches the target."
         if chosen is None
         else f"The cheapest design that reaches the target: design {chosen + 1}.",
+        *_lever_lines(record, column),
         "",
     ]
     return "\n".join(lines)

@@ -99,14 +99,31 @@ def _next_step(plan: dict | None, variant: str, unit: str) -> str:
             f"D_reg {mde['D_reg']:.4f}{unit}, D_mae {mde['D_mae']:.4f}{unit}"
         )
     target = {"D_reg": plan["target"]["d_reg"], "D_mae": plan["target"]["d_mae"]}
+    options = (plan.get("levers") or {}).get("pilot_draws") or []
+    mdes = {o["draws"]: {m: o["rows"][f"{m} {variant}"] for m in target} for o in options}
+    draws = [o for o in options if all(mdes[o["draws"]][m] <= target[m] for m in target)]
+    if draws:
+        o = min(draws, key=lambda o: o["seconds"])
+        return (
+            f"; no design the plan weighed reaches its target, but a pilot of {o['draws']} TRAIN draws would "
+            f"({o['extra_fits']} more pilot fits, {o['seconds']:.0f} CPU s): planned MDE D_reg "
+            f"{mdes[o['draws']]['D_reg']:.4f}{unit}, D_mae {mdes[o['draws']]['D_mae']:.4f}{unit}"
+        )
     rows = plan["planned"]["rows"]
     worst = max(target, key=lambda m: rows[f"{m} {variant}"]["mde"] / target[m])
     dominant = (rows[f"{worst} {variant}"].get("variance") or {}).get("dominant")
     part = f"; the {dominant} part dominates its variance ({_LEVERS[dominant]})" if dominant in _LEVERS else ""
+    more = ""
+    if options:
+        o = options[-1]
+        more = (
+            f"; nor would a pilot of {o['draws']} TRAIN draws ({o['extra_fits']} more pilot fits, "
+            f"{o['seconds']:.0f} CPU s: {worst} MDE {mdes[o['draws']][worst]:.4f}{unit})"
+        )
     return (
         f"; no design the plan weighed reaches its target of D_reg {target['D_reg']:g}{unit}, D_mae "
         f"{target['D_mae']:g}{unit}, so the plan names no next step that would decide it: its {worst} MDE here was "
-        f"planned at {rows[f'{worst} {variant}']['mde']:.4f}{unit}{part}"
+        f"planned at {rows[f'{worst} {variant}']['mde']:.4f}{unit}{part}{more}"
     )
 
 

@@ -342,6 +342,8 @@ def _check_plan(config: QhArchitectureStudyConfig, record_path: Path, body: dict
         "planned": planned,
         "chosen": None if record["chosen"] is None else record["designs"][record["chosen"]],
         "designs": checked["designs"],
+        # A plan recorded before the levers binds none.
+        **({"levers": record["levers"]} if record.get("levers") is not None else {}),
     }, source
 
 
