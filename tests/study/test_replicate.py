@@ -224,6 +224,7 @@ def test_verify_recomputes_the_replication_and_refuses_a_resealed_edit(replicati
     code, out, err = _run(["verify", replication["output"]])
     assert code == 0, err
     assert "replication: " in out and "recomputed from both studies (12 comparisons" in out
+    assert "point under their correlation" in out and "same design, fresh TRAIN, validation, training seeds" in out
     # Running it again finds the record and runs nothing.
     code, out, _ = _replicate(replication["original"], replication["output"], 27, 28, seeds=(40, 41))
     assert code == 0 and "is complete" in out

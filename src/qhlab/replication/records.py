@@ -186,6 +186,8 @@ def check_replication(directory: str | os.PathLike) -> dict:
     return {
         "comparisons": len(recomputed["comparisons"]),
         **{k: recomputed["agreement"][k] for k in ("statistic", "dof", "p_value")},
+        "percentile": (recomputed["agreement"].get("correlated") or {}).get("percentile"),
+        "fresh": recomputed.get("fresh", ["TRAIN", "validation"]),
         "sign_flips": len(recomputed["sign_flips"]),
         "changed_conclusions": recomputed["changed_conclusions"],
     }
@@ -195,8 +197,14 @@ def _describe(directory: Path, summary: dict) -> str:
     changed = ", ".join(summary["changed_conclusions"]) or "none"
     return (
         f"replication: {directory}: recomputed from both studies ({summary['comparisons']} comparisons, "
-        f"t-calibrated sum of z^2 {summary['statistic']:.2f} on {summary['dof']} dof, p {summary['p_value']:.3g}; "
-        f"{summary['sign_flips']} sign flips; changed conclusions: {changed}); same design, fresh populations"
+        f"t-calibrated sum of z^2 {summary['statistic']:.2f} on {summary['dof']} dof, p {summary['p_value']:.3g}"
+        + (
+            ""
+            if summary["percentile"] is None
+            else f", at the {summary['percentile']:.0%} point under their correlation"
+        )
+        + f"; {summary['sign_flips']} sign flips; changed conclusions: {changed}); same design, fresh "
+        + ", ".join(summary["fresh"])
     )
 
 
