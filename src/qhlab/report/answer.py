@@ -79,8 +79,7 @@ def _why(entry: dict, config: QhArchitectureStudyConfig, unit: str) -> str:
 _LEVERS = {
     "scene": "more validation scenes shrink it",
     "seed": "more training seeds shrink it",
-    "draw": "neither seeds nor scenes shrink it: a larger TRAIN population or more pilot draws are its levers, "
-    "which the plan does not weigh",
+    "draw": "neither seeds nor scenes shrink it, and what a larger TRAIN population would do is unmeasured",
 }
 
 
