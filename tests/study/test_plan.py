@@ -553,3 +553,39 @@ def test_a_study_binds_its_plan_and_reports_planned_against_achieved(prepared, c
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "preparation.plan" in err and "a plan made from the pilot record" in err, err
     assert not (root / "r" / "out").exists()
+
+
+def test_an_undecided_answer_names_the_cheapest_pilot_that_would_decide_or_says_none_would():
+    from qhlab.report.answer import _next_step
+
+    def plan(d_reg_options: list[float]) -> dict:
+        rows = {"D_reg v": {"mde": 0.005, "variance": {"dominant": "draw"}}, "D_mae v": {"mde": 0.002}}
+        return {
+            "chosen": None,
+            "target": {"d_reg": 0.003, "d_mae": 0.005},
+            "planned": {"rows": rows},
+            "levers": {
+                "pilot_draws": [
+                    {"draws": 5 * 2**i, "extra_fits": 75 * (2**i - 1), "seconds": 5000.0 * (2**i - 1),
+                     "rows": {"D_reg v": mde, "D_mae v": 0.002}}
+                    for i, mde in enumerate(d_reg_options, start=1)
+                ]
+            },
+        }  # fmt: skip
+
+    # The 20-draw pilot reaches 3 mm and the 10-draw one does not: the cheapest that does is named.
+    said = _next_step(plan([0.0035, 0.0029]), "v", " m")
+    assert "but a pilot of 20 TRAIN draws would (225 more pilot fits, 15000 CPU s): planned MDE D_reg 0.0029 m" in said
+    # Both reach it: the cheaper.
+    assert "a pilot of 10 TRAIN draws would (75 more pilot fits, 5000 CPU s)" in _next_step(
+        plan([0.0029, 0.0028]), "v", " m"
+    )
+    # Neither: the plan names no next step, the dominant part and what the largest pilot would give.
+    none = _next_step(plan([0.0048, 0.0046]), "v", " m")
+    assert "so the plan names no next step that would decide it: its D_reg MDE here was planned at 0.0050 m" in none
+    assert "the draw part dominates its variance (neither seeds nor scenes shrink it, and what a larger TRAIN" in none
+    assert none.endswith("; nor would a pilot of 20 TRAIN draws (225 more pilot fits, 15000 CPU s: D_reg MDE 0.0046 m)")
+    # A plan recorded before the levers: no pilot is named.
+    old = plan([0.0029])
+    del old["levers"]
+    assert "pilot of" not in _next_step(old, "v", " m")

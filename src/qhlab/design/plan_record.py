@@ -323,33 +323,24 @@ def plan_document(
         rows ``{key: {"mde", "se", "dof", "variance"}}`` (``variance``: ``variance_components``' dict,
         where the rule applies).
     """
-    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
-    from qhlab.statistics.replication import planned_difference
-    from qhlab.statistics.variance import FitNoise, draw_variance_terms, variance_components
-
     designs = []
     for recipe in recipes:
         cells = sum(recipe["cell_seconds"].values()) * seeds
         compute = len(recipe["cell_seconds"]) * seeds * recipe["updates"] * recipe["members"] * recipe["batch_size"]
         for n in sorted({validation_scenes, *sizes}):
-            predicted = {}
-            for row in rows:
-                key = row_key(row)
-                pilot = FitNoise.from_dict(pilot_noise[key]) if recipe["draw_from_pilot"] else None
-                extra = [] if pilot is None else draw_variance_terms(pilot)
-                noise = FitNoise.from_dict(recipe["noise"][key])
-                planned = planned_difference(
-                    noise,
-                    n_seeds=seeds,
+            predicted = {
+                row_key(row): _predicted_row(
+                    recipe,
+                    pilot_noise[row_key(row)],
+                    row_key(row),
+                    seeds=seeds,
                     n_scenes=n,
                     confidence=confidence,
-                    power=POWER,
-                    extra=extra,
                     variance_floor=variance_floor,
+                    parts=min_scenes_to_decide is not None,
                 )
-                predicted[key] = {k: planned[k] for k in ("mde", "se", "dof")}
-                if min_scenes_to_decide is not None:
-                    predicted[key]["variance"] = variance_components(noise, n_seeds=seeds, n_scenes=n, draw=pilot)
+                for row in rows
+            }
             largest = {
                 name: max(p["mde"] for r, p in zip(rows, predicted.values()) if r.get("margin") == name)
                 for name in ("D_reg", "D_mae")
@@ -387,27 +378,55 @@ def plan_document(
         "min_scenes_to_decide": min_scenes_to_decide,
     }
     if levers:
-        study = recipes[0]
-        document["levers"] = {
-            "pilot_draws": _pilot_draw_levers(
-                rows,
-                study,
-                seeds=seeds,
-                n_scenes=validation_scenes,
-                confidence=confidence,
-                target=target,
-                decides=min_scenes_to_decide is None or validation_scenes >= min_scenes_to_decide,
-                variance_floor=variance_floor,
-            ),
-            "train_size": {
-                "measured": False,
-                "why": "the pilot fitted every draw at the study's TRAIN size; a pilot at a second TRAIN size would "
-                "measure how the TRAIN-draw term moves with it",
-            },
-        }
+        decides = min_scenes_to_decide is None or validation_scenes >= min_scenes_to_decide
+        draws = _pilot_draw_levers(
+            rows, recipes[0], seeds, validation_scenes, confidence, target, decides, variance_floor
+        )
+        document["levers"] = {"pilot_draws": draws, "train_size": _TRAIN_SIZE}
     return document
 
 
+def _predicted_row(
+    recipe: dict,
+    pilot_noise: dict,
+    key: str,
+    *,
+    seeds: int,
+    n_scenes: int,
+    confidence: float,
+    variance_floor: str,
+    parts: bool,
+) -> dict:
+    """One row's prediction under one recipe and validation size: ``{"mde", "se", "dof"}`` and, with
+    ``parts``, ``"variance"`` (``variance_components``). A tuning trial's recipe carries the pilot's
+    TRAIN-draw terms (``pilot_noise``) beside its own one-draw components."""
+    # Lazy: keeps importing this module (and so `qhlab verify`) free of numpy and scipy.
+    from qhlab.statistics.replication import planned_difference
+    from qhlab.statistics.variance import FitNoise, draw_variance_terms, variance_components
+
+    pilot = FitNoise.from_dict(pilot_noise) if recipe["draw_from_pilot"] else None
+    noise = FitNoise.from_dict(recipe["noise"][key])
+    planned = planned_difference(
+        noise,
+        n_seeds=seeds,
+        n_scenes=n_scenes,
+        confidence=confidence,
+        power=POWER,
+        extra=[] if pilot is None else draw_variance_terms(pilot),
+        variance_floor=variance_floor,
+    )
+    predicted = {k: planned[k] for k in ("mde", "se", "dof")}
+    if parts:
+        predicted["variance"] = variance_components(noise, n_seeds=seeds, n_scenes=n_scenes, draw=pilot)
+    return predicted
+
+
+# A pilot fits every draw at one TRAIN size: how the TRAIN-draw term moves with it is unmeasured.
+_TRAIN_SIZE = {
+    "measured": False,
+    "why": "the pilot fitted every draw at the study's TRAIN size; a pilot at a second TRAIN size would "
+    "measure how the TRAIN-draw term moves with it",
+}
 # More pilot draws, as multiples of the pilot's own: what each would cost and predict.
 _DRAW_MULTIPLES = (2, 4)
 
@@ -415,7 +434,6 @@ _DRAW_MULTIPLES = (2, 4)
 def _pilot_draw_levers(
     rows: list[dict],
     study: dict,
-    *,
     seeds: int,
     n_scenes: int,
     confidence: float,

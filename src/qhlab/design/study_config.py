@@ -27,13 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from qhlab.evidence import (
-    MAX_TORCH_THREADS,
-    MAX_WORKERS,
-    POPULATION_SEED_LIMIT,
-    QhInputError,
-    distinct_seeds,
-)
+from qhlab.design.pilot_layout import PilotLayout, pilot_layout_problem
+from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, POPULATION_SEED_LIMIT, QhInputError, distinct_seeds
 from qhlab.evidence.layout import STUDY_CALL
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
@@ -53,7 +48,6 @@ __all__ = [
     "ArmDeclaration",
     "BootstrapConfig",
     "EncoderSizes",
-    "PilotLayout",
     "PopulationSource",
     "PreparationConfig",
     "ProfileName",
@@ -285,15 +279,12 @@ class BootstrapConfig(BaseModel):
 class SeedVarianceConfig(BaseModel):
     """The training-seed variance measured by a pilot before the study, frozen with it.
 
-    Each value is the largest, over the report's paired comparisons and the variants' retention
-    margins, seed-effect standard deviation tau at H (``replication.seed_effect_sd`` on the
-    pilot's seeds-by-scenes table), in the reward's unit. The report's seed-pooled intervals add tau^2 / S
-    to the scene variance, with Student's t on the Welch-Satterthwaite degrees of freedom of the
-    two terms (the pilot's part has ``seeds - 1``); see
-    ``qhlab.statistics.replication``. One value per metric, not one per comparison:
-    a single comparison's tau from a few seeds can be far too small (measured: one pilot tau of
-    0.6 mm against study seeds 6.7 mm apart). Without a pilot the intervals estimate tau from
-    the study's own two seeds (one degree of freedom: honest, and very wide).
+    Each value is the largest, over the report's comparisons and the variants' margins, seed-effect
+    sd tau at H (``replication.seed_effect_sd`` on the pilot's seeds-by-scenes table), in the
+    reward's unit. The seed-pooled intervals add tau^2 / S to the scene variance, with Student's t
+    on the two terms' Welch-Satterthwaite dof (the pilot's part has ``seeds - 1``;
+    ``qhlab.statistics.replication``). One value per metric: one comparison's tau from a few seeds
+    can be far too small (one pilot tau of 0.6 mm against study seeds 6.7 mm apart).
 
     Attributes:
         regret: the largest seed-effect sd of regret_H over the pilot's comparisons (the reward's unit).
@@ -310,41 +301,6 @@ class SeedVarianceConfig(BaseModel):
     source: str = Field(min_length=1, max_length=500)
 
 
-class PilotLayout(BaseModel):
-    """The pilot a study binds, fixed by the study before the pilot runs: its TRAIN draws and seeds.
-
-    A pilot is one draw of its own noise. Were its seeds free, a researcher could run several and
-    bind the quietest (binding the quietest of five covers 84.5% at 95%). Declared here, in the
-    config the freeze binds, ``qhlab pilot`` refuses any other layout before it fits, and the
-    freeze refuses a record of any other.
-
-    Attributes:
-        draws: the pilot's TRAIN seeds: its ``train.seed`` first, then its ``train_draws``.
-        seeds: one list of training seeds per draw, in the order of ``draws`` (at least two each,
-            none twice, none of the study's own ``seeds``).
-    """
-
-    model_config = _FROZEN
-
-    draws: tuple[_Int, ...] = Field(min_length=1, max_length=65)
-    seeds: tuple[tuple[_Int, ...], ...] = Field(min_length=1, max_length=65)
-
-    @model_validator(mode="after")
-    def _layout(self) -> PilotLayout:
-        distinct_seeds("preparation.pilot_layout.draws", self.draws, limit=POPULATION_SEED_LIMIT)
-        if len(self.seeds) != len(self.draws) or any(len(s) < 2 for s in self.seeds):
-            raise ValueError(
-                f"preparation.pilot_layout.seeds={[list(s) for s in self.seeds]!r} is not allowed; allowed: one list "
-                f"of two or more training seeds per draw ({len(self.draws)} draws)"
-            )
-        distinct_seeds("preparation.pilot_layout.seeds", tuple(s for seeds in self.seeds for s in seeds))
-        return self
-
-    def as_record(self) -> list[dict[str, Any]]:
-        """The layout as a pilot record holds it: ``[{"draw", "seeds"}]`` in draw order."""
-        return [{"draw": d, "seeds": list(s)} for d, s in zip(self.draws, self.seeds)]
-
-
 class PreparationConfig(BaseModel):
     """The records of how the study was prepared, bound by the freeze.
 
@@ -359,8 +315,7 @@ class PreparationConfig(BaseModel):
             budget, row margin, tie band and baseline recipe passed on fresh TRAIN draws.
         plan: a ``qhlab plan`` record (``.../plan.json``) made from this study's pilot: the report
             shows each comparison's planned MDE beside the one it achieved (needs ``pilot``).
-        pilot_layout: the TRAIN draws and seeds of this study's pilot, declared before it runs
-            (needed with ``pilot``; ``qhlab pilot`` reads it).
+        pilot_layout: its pilot's TRAIN draws and seeds, declared before it runs (with ``pilot``).
     """
 
     model_config = _FROZEN
@@ -477,22 +432,9 @@ class QhArchitectureStudyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _pilot_declared(self) -> QhArchitectureStudyConfig:
-        preparation = self.preparation
-        if preparation is None:
-            return self
-        if preparation.pilot is not None and preparation.pilot_layout is None:
-            raise ValueError(
-                "preparation.pilot_layout is missing; allowed: with preparation.pilot, the pilot's TRAIN draws and "
-                "seeds declared before it ran ([preparation.pilot_layout] draws = [...], seeds = [[...], ...]), "
-                "so that no other pilot of this design can be bound"
-            )
-        layout = preparation.pilot_layout
-        shared = [] if layout is None else sorted({s for seeds in layout.seeds for s in seeds} & set(self.seeds))
-        if shared:
-            raise ValueError(
-                f"preparation.pilot_layout.seeds holds {shared}, the study's own seeds; allowed: seeds the study "
-                "does not report (a pilot measures the seed variance on seeds of its own)"
-            )
+        problem = pilot_layout_problem(self.preparation, self.seeds)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property
