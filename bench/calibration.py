@@ -13,6 +13,9 @@ for a one-draw pilot, which is what its interval states), the lowest row's, and 
 rate at the margin (a variant whose D_reg truth is exactly 0 is retained when D_reg's interval lies
 wholly below it), the mean over the four retention margins. Targets: mean coverage in [0.93, 0.975],
 wrong retention at most 0.025 (within the simulation's error: 0.029 at 6000 pairs a case).
+The suite's arm cases (``ARMS``) simulate every arm's fits with the arm's own seed and TRAIN-draw
+effects and form the rows from them, so rows that share an arm share its effects
+(``simulate_arms``), at the same targets.
 
 Prints ONE JSON line: ``ratio`` = the lowest coverage / 0.95, the range, every case's coverage,
 true components and median MDE and degrees of freedom, and ``suite``. Run:
@@ -32,7 +35,7 @@ sys.path.insert(0, str(_ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from calibration_model import contrasts, coverage, simulate  # noqa: E402
+from calibration_model import contrasts, coverage, simulate, simulate_arms  # noqa: E402
 
 LOW, HIGH = 0.93, 0.975
 # Wrong retention at the margin: 2.5% promised, read within two standard errors of 6000 pairs.
@@ -46,6 +49,37 @@ ADMITTED = [
     ("record", {}, ""),
     ("record t3", {"effects": "t3"}, ""),
 ]
+
+# Arm-specific effects: (name, simulate_arms' keywords, what the case's interval states it covers).
+# "baseline 3x": the arm in most rows (every baseline comparison and each D_mae's matched arm) with
+# seed and draw effects three times the record's.
+ARMS = [
+    ("arms 1x2", {"layout": (1, 2)}),
+    ("arms 3x2", {"layout": (3, 2)}),
+    ("arms 3x2 t3, baseline 3x", {"layout": (3, 2), "effects": "t3", "scales": {"baseline": 3.0}}),
+    ("arms record", {}),
+    ("arms record, baseline 3x, no shared draw", {"scales": {"baseline": 3.0}, "shared_draw": 0.0}),
+]
+
+
+def _arm_suite(record: dict, reps: int) -> list[dict]:
+    """Every arm case: mean and lowest row coverage, and the margins' wrong retention (``simulate_arms``)."""
+    suite = []
+    for i, (name, case) in enumerate(ARMS):
+        found = simulate_arms(record, reps=reps, seed=500 + i, **case)
+        rows = found["covered"].mean(axis=0)
+        margins = [j for j, row in enumerate(found["rows"]) if row.startswith("D_")]
+        wrong = float(found["below"][:, margins].mean())
+        suite.append(
+            {
+                "case": name,
+                "coverage": round(float(rows.mean()), 4),
+                "lowest_row": round(float(rows.min()), 4),
+                "wrong_retention": round(wrong, 4),
+                "meets_target": bool(LOW <= rows.mean() <= HIGH and wrong <= WRONG_RETENTION),
+            }
+        )
+    return suite
 
 
 def _suite(rows: list, reps: int) -> list[dict]:
@@ -83,7 +117,7 @@ def main() -> None:
             found = coverage(values, draws, scenario=scenario, reps=args.reps, seed=1000 * index + len(scenario))
             cases.append({"row": name, "metric": metric, "scenario": scenario, **found})
     covered = [c["coverage"] for c in cases]
-    suite = _suite(list(contrasts(record)), reps=1500)
+    suite = _suite(list(contrasts(record)), reps=1500) + _arm_suite(record, reps=1500)
     print(
         json.dumps(
             {

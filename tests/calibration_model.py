@@ -269,3 +269,114 @@ def planned_power(
         mdes[r], detected[r] = mde, read.low > 0 or read.high < 0
     low, middle, high = (float(np.percentile(mdes, q)) for q in (5, 50, 95))
     return {"power": float(detected.mean()), "mde": [low, middle, high], "spread": high / low, "reps": reps}
+
+
+def _arm_rows(record: dict) -> list[tuple[str, str, str, str, float]]:
+    """Every comparison and margin as (name, metric, arm, against, fraction): ``arm - fraction x against``."""
+    design = record["design"]
+    rows = [
+        (f"{arm} - {against}", metric, arm, against, 1.0)
+        for arm, against, _ in design["comparisons"]
+        for metric in ("regret", "mae")
+    ]
+    for v in design["variants"]:
+        rows.append((f"D_reg {v['arm']}", "regret", v["arm"], v["control"], design["regret_fraction"]))
+        rows.append((f"D_mae {v['arm']}", "mae", v["arm"], v["matched"], design["mae_fraction"]))
+    return rows
+
+
+def simulate_arms(
+    record: dict,
+    *,
+    reps: int,
+    seed: int,
+    layout: tuple[int, int] | None = None,
+    effects: str = "normal",
+    scales: dict[str, float] | None = None,
+    shared_draw: float = 0.5,
+    study_seeds: int = 2,
+    confidence: float = 0.95,
+) -> dict:
+    """Pilot-and-study pairs simulated arm by arm: each arm has its own seed and TRAIN-draw effects.
+
+    ``simulate`` draws each contrast's seed effect whole; here every arm's fit carries its own
+    seed effect, of the arm's own sd (the record's estimate on that arm's fits, times its
+    ``scales``), and its own TRAIN-draw effect, correlated across arms by ``shared_draw`` (arms
+    fitted on one draw share that part of it). Scenes are resampled jointly, so the arms keep their
+    per-scene means and their scene correlation; residuals are each arm's own. Every comparison and
+    margin is then formed from the arms' tables (``arm - fraction x against``), as a report forms
+    it, so rows that share an arm share its effects; each row's pilot is analysed by ``fit_noise``
+    and its study read by ``pooled_difference``.
+
+    Args:
+        record: a pilot record (its design and fits).
+        reps: simulated pairs.
+        seed: the simulation's RNG seed.
+        layout: (TRAIN draws, seeds per draw) of each simulated pilot; None: the record's.
+        effects: "normal" or "t3" seed and draw effects.
+        scales: ``{arm: factor}`` on that arm's seed and draw sd (default 1).
+        shared_draw: the correlation of two arms' standardized effects of one TRAIN draw, in [0, 1].
+        study_seeds: the study's seeds (one fresh draw, as many scenes as the record's).
+        confidence: the intervals' level.
+
+    Returns:
+        ``{"rows": [R names], "covered": bool [reps, R], "below": bool [reps, R] (on the study's own
+        draw where the pilot has one draw, as such an interval states), "tau": {arm: {metric: sd}}}``.
+    """
+    rng = np.random.default_rng(seed)
+    keys = sorted({(f["draw"], f["seed"]) for f in record["fits"]})
+    values = {(f["arm"], f["draw"], f["seed"]): f for f in record["fits"]}
+    draws = [d for d, _ in keys]
+    arms, metrics = record["design"]["arms"], ("regret", "mae")
+    truth = {}
+    for arm in arms:
+        for metric in metrics:
+            table = np.stack([np.asarray(values[(arm, d, s)][metric], dtype=np.float64) for d, s in keys])
+            noise = fit_noise(table, draws)
+            factor = (scales or {}).get(arm, 1.0)
+            truth[(arm, metric)] = (
+                table.mean(axis=0),
+                _pools(table, draws)[1],
+                factor * math.sqrt(max(0.0, noise.seed_variance)),
+                factor * math.sqrt(max(0.0, noise.draw_variance or 0.0)),
+            )
+    labels = draws if layout is None else [d for d in range(layout[0]) for _ in range(layout[1])]
+    draw_ids = sorted(set(labels))
+    index = np.asarray([draw_ids.index(d) for d in labels])
+    n = next(iter(truth.values()))[0].size
+    rows = _arm_rows(record)
+    covered = np.zeros((reps, len(rows)), dtype=bool)
+    below = np.zeros((reps, len(rows)), dtype=bool)
+
+    def tables(n_fits: int, draw_of: np.ndarray, n_draws: int) -> tuple[dict, dict]:
+        # One draw's standardized effect: a part every arm shares and a part of its own.
+        common = _effects(rng, 1.0, n_draws, effects)
+        scenes = rng.integers(0, n, n)
+        out, on_draw = {}, {}
+        for arm in arms:
+            own = _effects(rng, 1.0, n_draws, effects)
+            z = math.sqrt(shared_draw) * common + math.sqrt(1.0 - shared_draw) * own
+            for metric in metrics:
+                mu, pool, tau, omega = truth[(arm, metric)]
+                fit_effects = _effects(rng, tau, n_fits, effects) + omega * z[draw_of]
+                out[(arm, metric)] = mu[scenes] + rng.choice(pool, (n_fits, n)) + fit_effects[:, None]
+                on_draw[(arm, metric)] = omega * z[0]
+        return out, on_draw
+
+    for r in range(reps):
+        pilot, _ = tables(len(labels), index, len(draw_ids))
+        study, study_draw = tables(study_seeds, np.zeros(study_seeds, dtype=int), 1)
+        for j, (_, metric, arm, against, fraction) in enumerate(rows):
+            delta = float((truth[(arm, metric)][0] - fraction * truth[(against, metric)][0]).mean())
+            if len(draw_ids) == 1:
+                delta += study_draw[(arm, metric)] - fraction * study_draw[(against, metric)]
+            pooled = pooled_difference(
+                study[(arm, metric)] - fraction * study[(against, metric)],
+                noise=fit_noise(pilot[(arm, metric)] - fraction * pilot[(against, metric)], labels),
+                noise_source="simulation",
+                confidence=confidence,
+            )
+            covered[r, j] = pooled.low <= delta <= pooled.high
+            below[r, j] = pooled.high < delta
+    tau = {arm: {m: truth[(arm, m)][2] for m in metrics} for arm in arms}
+    return {"rows": [row[0] for row in rows], "covered": covered, "below": below, "tau": tau}

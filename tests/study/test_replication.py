@@ -209,6 +209,19 @@ def test_the_report_carries_replication_labels_decisions_and_mdes(finished_study
         q = question[entry["variant"]]
         assert q["decision"] == q["answer"]["decision"] == entry["decision"]
         assert q["per_seed"] == {s: d["decision"] for s, d in entry["per_seed"].items()}
+        # Each margin's dominant part is the largest share of its own interval's variance, and the
+        # answer says it with the MDE: without a pilot, scenes and training seed only.
+        for name in ("D_reg", "D_mae"):
+            margin = entry["pooled_margins"][name]
+            shares = margin["variance_shares"]
+            assert shares["draw"] is None and shares["scene"] + shares["seed"] == pytest.approx(1.0)
+            scene = margin["scene_se"] ** 2
+            assert shares["scene"] == pytest.approx(scene / margin["se"] ** 2)
+            assert q["dominant"][name] == max(("scene", "seed"), key=lambda n: shares[n])
+            words = {"scene": "scenes", "seed": "training seed"}[q["dominant"][name]]
+            assert f"{name} {margin['mde']:.4f} m, mostly {words} ({shares[q['dominant'][name]]:.0%})" in q["answer"][
+                "text"
+            ]
     markdown = (report_dir / "report.md").read_text()
     assert "## Seed-pooled paired differences" in markdown and "## The rule's decision" in markdown
     for word in ("verdict", "robust", "rejected", "not replicated"):
@@ -267,6 +280,34 @@ def test_a_negative_fit_noise_estimate_never_narrows_the_interval() -> None:
             assert pooled.se == pytest.approx(pooled.scene_se) and pooled.dof < N_SCENES - 2
             assert "below 0" in pooled.note and "never narrower than the scene-only interval" in pooled.note
     assert found > 20
+
+
+def test_an_intervals_variance_shares_name_what_it_carries() -> None:
+    from qhlab.statistics.replication import variance_shares
+    from qhlab.statistics.variance import FitNoise
+
+    # By hand: a negative part has share 0 and the rest are shares of the non-negative parts.
+    assert variance_shares(1.0, 3.0, None) == {"scene": 0.25, "seed": 0.75, "draw": None}
+    assert variance_shares(1.0, -0.5, 1.0) == {"scene": 0.5, "seed": 0.0, "draw": 0.5}
+    noise = FitNoise(
+        fits=15, draws=5, n_scenes=100, ms_within=4e-6, dof_within=10, ms_between=1e-5, dof_between=4, n0=3.0,
+        residual=1e-4, residual_dof=1485, scene_variance=1e-4,
+    )  # fmt: skip
+    scenes = np.linspace(-0.01, 0.01, 100)
+    d = np.stack([scenes, scenes + 0.001])
+    pooled = pooled_difference(d, noise=noise, noise_source="p")
+    # The pilot's parts at S = 2: tau^2 / 2 and omega^2, beside the study's own scene part; they make the interval.
+    parts = {"scene": pooled.scene_se**2, "seed": (4e-6 - 1e-6) / 2, "draw": (1e-5 - 4e-6) / 3}
+    assert pooled.variance_shares == pytest.approx({n: v / sum(parts.values()) for n, v in parts.items()})
+    assert sum(parts.values()) == pytest.approx(pooled.se**2)
+    # Where the study's own seeds contradict the pilot, the seed share is the study's seed term's.
+    wide = np.stack([scenes, scenes + 0.05])
+    pooled = pooled_difference(wide, noise=noise, noise_source="p")
+    assert pooled.seed_check["contradicts"] and pooled.variance_shares["seed"] > 0.9
+    # On the floor, the interval is the scene part's alone.
+    quiet = FitNoise(**{**noise.__dict__, "ms_between": 1e-7, "ms_within": 1e-7})
+    pooled = pooled_difference(np.stack([scenes, scenes]), noise=quiet, noise_source="p")
+    assert pooled.floored and pooled.variance_shares == {"scene": 1.0, "seed": 0.0, "draw": 0.0}
 
 
 def test_the_seed_check_by_hand() -> None:

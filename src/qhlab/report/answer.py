@@ -22,6 +22,7 @@ from qhlab.evidence.canonical import dotted
 from qhlab.report.render import table
 from qhlab.report.sections import ReportInputs, Tables
 from qhlab.statistics.bootstrap import DECISIONS, probability_of_improvement
+from qhlab.statistics.variance import VARIANCE_COMPONENTS
 
 __all__ = ["ANSWER_DECISIONS", "build", "markdown", "tables"]
 
@@ -126,6 +127,28 @@ def _next_step(plan: dict | None, variant: str, unit: str) -> str:
     )
 
 
+# A variance part in the words of a pooled record's ``sources``.
+_PART_WORDS = {"scene": "scenes", "seed": "training seed", "draw": "TRAIN draw"}
+
+
+def _dominant(margin: dict) -> str:
+    """The part of a pooled margin's interval variance with the largest share (``variance_shares``;
+    a tie goes to ``VARIANCE_COMPONENTS``' order)."""
+    shares = margin["variance_shares"]
+    return max((n for n in VARIANCE_COMPONENTS if shares[n] is not None), key=lambda n: shares[n])
+
+
+def _variance_sentence(e: dict, unit: str) -> str:
+    """One sentence: each margin's MDE and the part that dominates its interval's variance, with its share."""
+    margins = e["pooled_margins"]
+    said = "; ".join(
+        f"{m} {margins[m]['mde']:.4f}{unit}, mostly {_PART_WORDS[_dominant(margins[m])]} "
+        f"({margins[m]['variance_shares'][_dominant(margins[m])]:.0%})"
+        for m in ("D_reg", "D_mae")
+    )
+    return f" Its MDE and the largest part of each margin's variance: {said}."
+
+
 def _against_baseline(report: dict, variant: str, baseline: str, metric: str) -> dict | None:
     """The seed-pooled (variant minus baseline) difference of ``metric`` at H, or None if not compared."""
     for row in report.get("replication", []):
@@ -203,6 +226,7 @@ def _answer(e: dict, inputs: ReportInputs, report: dict) -> dict:
         "against_baseline": differences,
         "probability_of_improvement": wins,
         "text": f"`{e['variant']}` {against}{scenes}. By the pre-registered rule: **{e['decision']}**: {why}."
+        + _variance_sentence(e, _unit(report))
         + _seed_check_sentence(report, e, baseline),
     }
 
@@ -227,6 +251,7 @@ def build(inputs: ReportInputs, report: dict) -> None:
             "seeds_agree": e["seeds_agree"],
             "mde_d_reg": e["pooled_margins"]["D_reg"]["mde"],
             "mde_d_mae": e["pooled_margins"]["D_mae"]["mde"],
+            "dominant": {m: _dominant(e["pooled_margins"][m]) for m in ("D_reg", "D_mae")},
             "answer": _answer(e, inputs, report),
             "regret_profile": _profile(inputs, e["variant"]),
         }

@@ -153,6 +153,8 @@ class Question(_Closed):
         answer: the answer.
         mde_d_reg: the smallest D_reg the study detects (80% power, two-sided), in the reward's unit.
         mde_d_mae: the smallest D_mae the study detects (80% power, two-sided), in the reward's unit.
+        dominant: per margin, the part of its interval's variance with the largest share
+            ("scene", "seed" or "draw": the pooled margin's ``variance_shares``).
         regret_profile: the variant's seed-averaged per-scene regret at H minus the baseline's,
             sorted ascending (one value per validation scene; below 0: the variant is better there).
     """
@@ -164,6 +166,7 @@ class Question(_Closed):
     answer: Answer
     mde_d_reg: float
     mde_d_mae: float
+    dominant: dict[Literal["D_reg", "D_mae"], Literal["scene", "seed", "draw"]]
     regret_profile: list[float]
 
 

@@ -110,6 +110,7 @@ __all__ = [
     "replication_label",
     "retention_decision",
     "seed_effect_sd",
+    "variance_shares",
 ]
 
 REPLICATION_LABELS = ("replicated", "seed-dependent", "inconclusive")
@@ -135,7 +136,9 @@ class PooledDifference:
     (``minimum_detectable_effect``). ``floored``: the pilot's fit-noise estimate was below 0, so
     the variance is the scene-only one (its degrees of freedom still the pilot's). ``seed_check``:
     a pilot source's ``SeedCheck.as_dict()`` (None for the other sources); where it contradicts the
-    pilot, ``seed_sd`` is the study's own and ``dof`` reads it.
+    pilot, ``seed_sd`` is the study's own and ``dof`` reads it. ``variance_shares``: each of
+    ``VARIANCE_COMPONENTS``' share of the interval's variance (``variance_shares``; "draw" None
+    without a TRAIN-draw term).
     """
 
     estimate: float
@@ -159,6 +162,7 @@ class PooledDifference:
     note: str
     floored: bool = False
     seed_check: dict[str, Any] | None = None
+    variance_shares: dict[str, float | None] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as a JSON-able dict (``sources`` a list, as JSON reads it back)."""
@@ -168,6 +172,25 @@ class PooledDifference:
 def _quantile(distribution: str, dof: float, probability: float) -> float:
     # scipy.stats' norm.ppf and t.ppf are these functions (the same values), without their per-call overhead.
     return float(special.ndtri(probability) if distribution == "normal" else special.stdtrit(dof, probability))
+
+
+def variance_shares(scene: float, seed: float, draw: float | None) -> dict[str, float | None]:
+    """Each part's share of an interval's variance (``VARIANCE_COMPONENTS``: scene, seed, draw).
+
+    A part estimated below zero has share 0, since a negative estimate never narrows the interval
+    (the floor keeps the scene part); shares are of the non-negative parts, as ``variance_components``'.
+
+    Args:
+        scene: the scene part's variance (``scene_se^2``).
+        seed: the training seeds' part (``tau^2 / S``; may be negative).
+        draw: the TRAIN draw's part (``omega^2``; may be negative); None: not carried.
+
+    Returns:
+        ``{"scene", "seed", "draw"}``: shares summing to 1 ("draw" None where not carried).
+    """
+    parts = {"scene": scene, "seed": seed, "draw": draw}
+    kept = sum(max(0.0, v) for v in parts.values() if v is not None)
+    return {n: None if v is None else (max(0.0, v) / kept if kept > 0 else 0.0) for n, v in parts.items()}
 
 
 def seed_effect_sd(differences: Any) -> float:
@@ -239,7 +262,7 @@ def _pilot_part(
     *,
     scene_se: float,
     threshold: float,
-) -> tuple[float, float, float | None, float, str, str, bool, SeedCheck | None]:
+) -> tuple[float, float, float | None, float, str, str, bool, SeedCheck | None, dict]:
     """The fits' part from a pilot's components of this comparison (source "pilot").
 
     The variance ``scene_se^2 + G`` (G from the pilot's mean squares) at least ``scene_se^2``, and
@@ -254,8 +277,8 @@ def _pilot_part(
         threshold: the seed check's p-value threshold.
 
     Returns:
-        ``(se, dof, draw_sd, tau, source, note, floored, check)``; ``draw_sd`` None without a
-        TRAIN-draw term, ``check`` None with one seed.
+        ``(se, dof, draw_sd, tau, source, note, floored, check, shares)``; ``draw_sd`` None without
+        a TRAIN-draw term, ``check`` None with one seed, ``shares`` as ``variance_shares``.
     """
     if seed_sd is not None:
         raise input_error(
@@ -288,7 +311,12 @@ def _pilot_part(
     draw_sd = None if omega2 is None else math.sqrt(max(0.0, omega2))
     source = f"pilot: {noise_source}"
     note = _pilot_note(noise, draw_sd, dof, floored=floored, check=check, widened=widened, fits=fits)
-    return math.sqrt(variance), dof, draw_sd, tau, source, note, floored, check
+    seed_part = sum(v for v, _ in fits[-2:]) if widened else noise.seed_variance / n_seeds
+    # On the floor the interval's variance is the scene part's alone.
+    shares = variance_shares(
+        scene_se**2, 0.0 if floored else seed_part, None if omega2 is None else 0.0 if floored else omega2
+    )
+    return math.sqrt(variance), dof, draw_sd, tau, source, note, floored, check, shares
 
 
 def _pilot_note(
@@ -487,13 +515,15 @@ def pooled_difference(
     table = dict(scene_se=scene_se, n_seeds=n_seeds, n_scenes=n_scenes)
     draw_sd, floored, check = None, False, None
     if noise is not None:
-        se, dof, draw_sd, tau, source, note, floored, check = _pilot_part(
+        se, dof, draw_sd, tau, source, note, floored, check, shares = _pilot_part(
             call, d, noise, noise_source, seed_sd, scene_se=scene_se, threshold=seed_check_threshold
         )
-    elif seed_sd is not None:
-        se, dof, tau, source, note = _typed_part(call, seed_sd, seed_sd_source, seed_sd_dof, **table)
     else:
-        se, dof, tau, source, note = _study_part(call, d, scene_se=scene_se)
+        if seed_sd is not None:
+            se, dof, tau, source, note = _typed_part(call, seed_sd, seed_sd_source, seed_sd_dof, **table)
+        else:
+            se, dof, tau, source, note = _study_part(call, d, scene_se=scene_se)
+        shares = variance_shares(scene_se**2, tau**2 / n_seeds, None)
     q, low, high = _t_interval(estimate, se, dof, confidence=confidence, alternative=alternative)
     mde = minimum_detectable_effect(
         se, confidence=confidence, power=power, alternative=alternative, distribution="t", dof=dof
@@ -520,6 +550,7 @@ def pooled_difference(
         note=note,
         floored=floored,
         seed_check=None if check is None else check.as_dict(),
+        variance_shares=shares,
     )
 
 
