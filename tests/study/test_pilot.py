@@ -805,3 +805,12 @@ def test_the_smallest_pilot_never_narrows_an_interval_and_the_report_names_where
         f"(F {check['statistic']:.3g} on 1 and {check['dof_predicted']:.1f} dof, p {check['p_value']:.3g}), "
         "whose intervals carry the study's own seed term instead"
     ) in markdown, markdown
+    # The answer names each margin's MDE and what its interval's variance is: on the floor, the scenes alone.
+    for entry, question in zip(report["retention"], report["question"], strict=True):
+        for name, margin in entry["pooled_margins"].items():
+            said = f"{name} {margin['mde']:.4f} m, " + (
+                "scenes alone (the pilot's fit-noise estimate fell below 0, so the interval is the scene-only one)"
+                if margin["floored"]
+                else "mostly"
+            )
+            assert said in question["answer"]["text"], (said, question["answer"]["text"])

@@ -139,14 +139,21 @@ def _dominant(margin: dict) -> str:
 
 
 def _variance_sentence(e: dict, unit: str) -> str:
-    """One sentence: each margin's MDE and the part that dominates its interval's variance, with its share."""
-    margins = e["pooled_margins"]
-    said = "; ".join(
-        f"{m} {margins[m]['mde']:.4f}{unit}, mostly {_PART_WORDS[_dominant(margins[m])]} "
-        f"({margins[m]['variance_shares'][_dominant(margins[m])]:.0%})"
-        for m in ("D_reg", "D_mae")
-    )
-    return f" Its MDE and the largest part of each margin's variance: {said}."
+    """One sentence: each margin's MDE and the part that dominates its interval's variance, with its share
+    (on the scene-only floor, the scenes alone, and why)."""
+    said = []
+    for name in ("D_reg", "D_mae"):
+        margin = e["pooled_margins"][name]
+        part = _dominant(margin)
+        said.append(
+            f"{name} {margin['mde']:.4f}{unit}, "
+            + (
+                "scenes alone (the pilot's fit-noise estimate fell below 0, so the interval is the scene-only one)"
+                if margin["floored"]
+                else f"mostly {_PART_WORDS[part]} ({margin['variance_shares'][part]:.0%})"
+            )
+        )
+    return f" Its MDE and the largest part of each margin's variance: {'; '.join(said)}."
 
 
 def _against_baseline(report: dict, variant: str, baseline: str, metric: str) -> dict | None:
