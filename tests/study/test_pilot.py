@@ -591,6 +591,49 @@ def test_the_record_holds_the_design_and_its_components_recompute(reference):
     assert main(["pilot", str(reference.parent / "c" / "pilot.toml"), "--output", str(reference)]) == 0
 
 
+_ADDED_ARM = """
+[[experiment.arms]]
+arm = "variant_deep"
+role = "variant"
+control = "control_global_readout"
+"""
+
+
+@pytest.mark.slow
+def test_an_arm_added_after_the_pilot_is_the_only_arm_refitted(tmp_path, cache, reference, capsys):
+    from qhlab.design.pilot_record import check_record
+
+    config = _pilot_config(tmp_path / "c", cache)
+    study = tmp_path / "c" / "study.toml"
+    study.write_text(study.read_text().replace(_ARMS, _ARMS + _ADDED_ARM))
+    before = {p.relative_to(reference): p.read_bytes() for p in reference.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    output = tmp_path / "out"
+    assert main(["pilot", str(config), "--output", str(output), "--adopt-from", str(reference)]) == 0
+    fits = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fit ")]
+    # 4 arms x 6 seeds: the earlier pilot's 18 cells adopted, the added arm's 6 fitted.
+    assert len(fits) == 24
+    fitted = [line for line in fits if not line.endswith("(adopted)")]
+    assert len(fitted) == 6 and all(" variant_deep draw " in line for line in fitted), fitted
+    # The adopted fits are the earlier pilot's own (same final states), copied into this pilot, which
+    # verifies on its own; the earlier pilot is left as it was.
+    old = {f[:3]: f[3] for f in _fits(reference)}
+    new = {f[:3]: f[3] for f in _fits(output)}
+    assert {k: new[k] for k in old} == old and len(new) == 24
+    assert check_record(output) == {"fits": 24, "comparisons": 7, "fits_recomputed": 24, "fits_absent": 0}
+    assert {p.relative_to(reference): p.read_bytes() for p in reference.rglob("*") if p.is_file()} == before
+
+
+def test_adopting_from_what_is_not_a_finished_pilot_is_refused_with_nothing_written(tmp_path, cache, capsys):
+    config = _pilot_config(tmp_path / "c", cache)
+    (tmp_path / "empty").mkdir()
+    for earlier in (tmp_path / "empty", tmp_path / "out"):
+        assert main(["pilot", str(config), "--output", str(tmp_path / "out"), "--adopt-from", str(earlier)]) == 2
+        err = capsys.readouterr().err
+        assert "--adopt-from" in err and "a finished pilot's directory other than --output" in err, err
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, reference):
     config = _pilot_config(tmp_path / "c", cache)

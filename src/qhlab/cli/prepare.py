@@ -2,8 +2,8 @@
 
 Owns: each fitting tool's command (``PREPARATION``: its name, help, description and what its
 workers run) and turning its arguments into one call of its runner: ``CONFIG.toml --output DIR
-[--workers N] [--executor local|ray --ray-address HOST:PORT]``; and ``PLAN`` (``CONFIG.toml
---output DIR``: a plan fits nothing). Does not own: the configs, records and checks
+[--workers N] [--executor local|ray --ray-address HOST:PORT]`` (and the pilot's ``--adopt-from``);
+and ``PLAN`` (``CONFIG.toml --output DIR``: a plan fits nothing). Does not own: the configs, records and checks
 (``qhlab.design``), running the tools (``qhlab.preparation``), error printing and exit codes
 (``qhlab.cli.main``).
 """
@@ -52,6 +52,16 @@ class _Tool:
             help=f"jobs at once on the local executor ({self.workers}; default: the config's workers)",
         )
         add_executor_arguments(parser, what=self.workers, default_help="the config's executor")
+        if self.name == "pilot":
+            parser.add_argument(
+                "--adopt-from",
+                type=Path,
+                default=None,
+                metavar="PILOT_DIR",
+                help="an earlier finished pilot of the same study (e.g. before an arm was added): its finished "
+                "fits of the same cells (same recipe, seed, populations) are copied in and adopted, so only "
+                "the new cells are fitted",
+            )
         parser.set_defaults(tool=self.name)
 
     def command(self) -> Command:
@@ -112,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     from qhlab.preparation.fits import ToolRun
 
     runner = {"tune": tune.run_tuning, "pilot": pilot.run_pilot, "e0-check": e0_check.run_e0_check}[tool.name]
-    return tool.exit_code(runner(ToolRun(args.config, args.output, workers=args.workers, executor=choice)))
+    adopt = getattr(args, "adopt_from", None)
+    return tool.exit_code(
+        runner(ToolRun(args.config, args.output, workers=args.workers, executor=choice, adopt_from=adopt))
+    )
 
 
 TUNE, PILOT, E0_CHECK = (PREPARATION[name].command() for name in ("tune", "pilot", "e0-check"))

@@ -54,6 +54,8 @@ class ToolRun:
         workers: jobs at once on the local executor (None: the config's ``workers``).
         executor: an ``ExecutorChoice`` (None: the config's executor).
         say: where progress lines go.
+        adopt_from: an earlier run's directory whose finished fits of the same cells are adopted
+            (``adopt_or_fit``); None: none.
     """
 
     config_path: str | os.PathLike
@@ -61,6 +63,7 @@ class ToolRun:
     workers: int | None = None
     executor: Any = None
     say: Callable[[str], None] = print
+    adopt_from: str | os.PathLike | None = None
 
     @property
     def directory(self) -> Path:
@@ -252,13 +255,31 @@ def _adoptable(cell_dir: Path, expected: str, manifests: dict[str, str]) -> Path
     return None
 
 
+def _copy_attempt(attempt: Path, cell_dir: Path) -> Path | None:
+    """Copy a finished attempt into ``cell_dir`` under its own name, whole or not at all (a hidden
+    temporary copy renamed into place, so an interrupted copy is never read as a finished attempt)."""
+    import shutil
+
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    target = cell_dir / attempt.name
+    if target.exists():  # an unfinished attempt of that name here: the cell is fitted anew
+        return None
+    temporary = cell_dir / f".{attempt.name}{TEMP_MARKER}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    shutil.copytree(attempt, temporary)
+    os.replace(temporary, target)
+    return target
+
+
 def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     """Run one fit of a preparation step, or adopt its cell's finished attempt.
 
     Args:
         job: ``{"recipe": a QhRecipe dump, "profile", "fits": the fits directory, "cell",
             "train", "validation": population directories, "job_type", "group", "tag",
-            "torch_threads"}``.
+            "torch_threads"}``, and optionally ``"adopt_from"``: an earlier run's fits directory,
+            whose finished attempt of the same cell is copied in and adopted by the same rule
+            (same recipe digest and populations) where this directory has none.
 
     Returns:
         (the attempt directory, True when an earlier run's attempt was adopted).
@@ -273,7 +294,14 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     recipe = QhRecipe.model_validate(job["recipe"])
     fits = Path(job["fits"])
     manifests = {f"{role}_manifest": sha256_file(Path(job[role]) / "manifest.json") for role in ("train", "validation")}
-    directory = _adoptable(fits / job["cell"], recipe_digest(admit_launch(job["profile"], recipe).recipe), manifests)
+    expected = recipe_digest(admit_launch(job["profile"], recipe).recipe)
+    directory = _adoptable(fits / job["cell"], expected, manifests)
+    if directory is None and job.get("adopt_from"):
+        # An earlier run's finished fit of this very cell, by the same rule, copied in whole so
+        # this directory's record binds files of its own.
+        earlier = _adoptable(Path(job["adopt_from"]) / job["cell"], expected, manifests)
+        if earlier is not None:
+            directory = _copy_attempt(earlier, fits / job["cell"])
     if directory is not None:
         return directory, True
     result = fit_recipe(

@@ -3,7 +3,9 @@
 Owns: the pilot directory (``config.toml``, ``fits/``, the record), the design's fit jobs
 (every arm with every seed on ``[train]``, and every arm with each draw's own seeds on that TRAIN
 draw),
-adopting the finished fits of an interrupted run, and the refusals before anything is written.
+adopting the finished fits of an interrupted run or of an earlier pilot of the same cells
+(``--adopt-from``: an arm added later fits only its own cells), and the refusals before anything
+is written.
 Does not own: the config (``config``), the arithmetic (``variance``), the record's layout and
 checks (``record``) or fitting (``qhlab.preparation.fits``).
 """
@@ -34,7 +36,7 @@ from qhlab.design.pilot_record import (
 from qhlab.design.study_config import PopulationSource, declared_scenes
 from qhlab.design.tuning_record import population_record, refuse_sealed_validation
 from qhlab.design.user_sources import user_source_digests
-from qhlab.evidence import input_error
+from qhlab.evidence import QhInputError, input_error
 from qhlab.evidence.layout import FAMILY_DIR
 from qhlab.preparation.declared import (
     Declared,
@@ -158,6 +160,7 @@ def run_pilot(run: ToolRun) -> dict:
     if record is not None:
         run.say(f"pilot {config.name}: already finished ({len(record['fits'])} fits)")
         return record
+    earlier = _earlier(run, directory)
     unit = declared_unit(_refuse_unservable(config, study)["validation"])
     choice = run.choice(config, PILOT_CALL)
     populations = _resolve(config, choice)
@@ -173,9 +176,36 @@ def run_pilot(run: ToolRun) -> dict:
                 "user arms whose files do not change while the pilot starts",
                 "an arm's file changed between reading and copying it; run the pilot again",
             )
-        return _run_locked(
-            run, config, study, design, digest, populations, shipped_sources(copied, run.directory), choice, unit
+        shipped = shipped_sources(copied, run.directory)
+        return _run_locked(run, config, study, design, digest, populations, shipped, choice, unit, earlier)
+
+
+def _earlier(run: ToolRun, directory: Path) -> Path | None:
+    """The earlier pilot whose finished fits of the same cells this one adopts (``--adopt-from``), its
+    record authenticated first; None without one.
+
+    Raises:
+        QhInputError: not a finished pilot's directory (its record and receipt), or this output itself.
+    """
+    if run.adopt_from is None:
+        return None
+    earlier = Path(run.adopt_from).expanduser().absolute()
+    allowed = "a finished pilot's directory other than --output (its pilot.json and receipt)"
+    if earlier.resolve() == directory.resolve():
+        raise input_error(
+            PILOT_CALL, "--adopt-from", str(earlier), allowed, "it is --output itself; name the earlier pilot"
         )
+    try:
+        read_record(earlier)
+    except (OSError, QhInputError) as exc:
+        raise input_error(
+            PILOT_CALL,
+            "--adopt-from",
+            str(earlier),
+            allowed,
+            f"its record does not authenticate ({str(exc).splitlines()[0]}); name a finished pilot",
+        ) from None
+    return earlier
 
 
 def _run_locked(
@@ -188,6 +218,7 @@ def _run_locked(
     shipped: dict[str, dict],
     choice: Any,
     unit: str,
+    earlier: Path | None,
 ) -> dict:
     directory, workers, say = run.directory, run.jobs_at_once(config), run.say
     # Every reward-valued number printed is followed by its unit (" m" in the puck world).
@@ -216,6 +247,7 @@ def _run_locked(
             "group": config.name,
             "tag": f"{arm}-d{draw}",
             "torch_threads": config.torch_threads,
+            "adopt_from": None if earlier is None else str(earlier / FITS_DIR),
         }
         for arm, draw, role, seed in plan
     ]
@@ -228,6 +260,7 @@ def _run_locked(
             else ""
         )
         + f": {len(jobs)} fits"
+        + ("" if earlier is None else f"; the finished fits of the same cells in {earlier} are adopted")
     )
 
     def done(job: dict, result: dict) -> None:
