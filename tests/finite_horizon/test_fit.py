@@ -756,3 +756,28 @@ def test_a_continuation_refused_before_it_trains_leaves_the_segment_resumable(tm
     assert continuation_of(interrupted) is None
     resumed = fit_recipe(_request(tmp_path, tiny, out, resume=interrupted.name))
     assert resumed.observed_updates == 8 and continuation_of(interrupted) == resumed.output_directory
+
+
+def test_the_fit_sets_the_thread_count_its_request_names_and_its_receipt_records_it(tmp_path, tiny):
+    before = torch.get_num_threads()
+    kwargs = dict(
+        profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
+    )
+    try:
+        torch.set_num_threads(1)
+        result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), torch_threads=2, **kwargs))
+        # The launcher set it beside the seeding, whatever the process had, and the receipt says so.
+        assert torch.get_num_threads() == 2
+        assert read_receipt(result.fit_receipt, FitReceipt).body.torch_num_threads == 2
+        with pytest.raises(QhInputError, match="torch_threads=0 is not allowed; allowed: an integer >= 1"):
+            fit_recipe(FitRequest(recipe=_recipe(tmp_path), torch_threads=0, **kwargs))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_only_the_launcher_sets_torch_threads():
+    # One place sets the thread count of every fit: cells, preparation fits, Ray cells, benchmarks
+    # and `qhlab fit` pass it to the launcher (``LaunchOptions.torch_threads`` or ``use_torch_threads``).
+    src = Path(__file__).resolve().parents[2] / "src" / "qhlab"
+    setters = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.py") if "set_num_threads(" in p.read_text())
+    assert setters == ["training/launcher.py"]

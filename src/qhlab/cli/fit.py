@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from qhlab.cli.command import Command
-from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
+from qhlab.cli.threads import add_torch_threads_argument, checked_torch_threads
 from qhlab.evidence import require_int
 from qhlab.scenes.seals import seals_of
 
@@ -80,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
             minimum=1,
             hint="omit it for a checkpoint every quarter of the budget.",
         )
-    apply_torch_threads(args)
+    threads = checked_torch_threads(args)
     if args.validation is not None:
         _warn_if_sealed(args.validation)
-    result = fit_recipe(FitRequest(**{name: getattr(args, name) for name in _REQUEST_OPTIONS}))
+    options = {name: getattr(args, name) for name in _REQUEST_OPTIONS}
+    result = fit_recipe(FitRequest(**options, torch_threads=threads))
     summary = {
         "output_directory": str(result.output_directory),
         "local_attempt_id": result.local_attempt_id,

@@ -1,6 +1,7 @@
 """``--threads N``: the torch intra-op thread count of a fitting command (``fit``, ``commission``).
 
-Owns: ``add_torch_threads_argument`` and ``apply_torch_threads``. A leaf module, so that the
+Owns: ``add_torch_threads_argument``, ``checked_torch_threads`` and ``apply_torch_threads`` (through the
+launcher's ``use_torch_threads``, the one place qhlab sets the count). A leaf module, so that the
 command modules that use it never import the top-level parser back.
 """
 
@@ -10,7 +11,7 @@ import argparse
 
 from qhlab.evidence import MAX_TORCH_THREADS, input_error
 
-__all__ = ["add_torch_threads_argument", "apply_torch_threads"]
+__all__ = ["add_torch_threads_argument", "apply_torch_threads", "checked_torch_threads"]
 
 
 def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +27,8 @@ def add_torch_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_torch_threads(args: argparse.Namespace) -> None:
-    """Set torch's intra-op thread count from ``args.threads``; refuse values outside [1, ``MAX_TORCH_THREADS``]."""
+def checked_torch_threads(args: argparse.Namespace) -> int:
+    """``args.threads``, refused outside [1, ``MAX_TORCH_THREADS``] (``qhlab fit`` passes it to its fit)."""
     if not 1 <= args.threads <= MAX_TORCH_THREADS:
         raise input_error(
             f"qhlab {args.command}",
@@ -36,6 +37,13 @@ def apply_torch_threads(args: argparse.Namespace) -> None:
             f"an integer from 1 to {MAX_TORCH_THREADS}",
             "one thread is the default and fastest for the demo scorers.",
         )
-    import torch  # deferred: only fit commands need torch
+    return args.threads
 
-    torch.set_num_threads(args.threads)
+
+def apply_torch_threads(args: argparse.Namespace) -> None:
+    """Set this process's torch intra-op threads from ``args.threads`` (``checked_torch_threads``)."""
+    threads = checked_torch_threads(args)
+    # Lazy: only fit commands need torch and Lightning.
+    from qhlab.training.launcher import use_torch_threads
+
+    use_torch_threads(threads)

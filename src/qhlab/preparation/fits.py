@@ -284,13 +284,10 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     Returns:
         (the attempt directory, True when an earlier run's attempt was adopted).
     """
-    import torch
-
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.launcher import admit_launch
 
-    torch.set_num_threads(job["torch_threads"])
     recipe = QhRecipe.model_validate(job["recipe"])
     fits = Path(job["fits"])
     manifests = {f"{role}_manifest": sha256_file(Path(job[role]) / "manifest.json") for role in ("train", "validation")}
@@ -314,6 +311,7 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
             cell=job["cell"],
             # Reported to the tool's console where the job runs in a worker (``run_fits``).
             progress=reporting(),
+            torch_threads=job["torch_threads"],
             job_type=job["job_type"],
             group=job["group"],
             tags=(job["tag"],),

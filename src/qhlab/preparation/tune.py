@@ -417,7 +417,13 @@ def _run_locked(
     )
     with fit_runner(choice, workers, TUNE_CALL) as runner:
         for index, numbers in enumerate(batches):
-            planned, jobs = _plan_batch(config, base, directory, populations, design, arms, numbers, finished)
+            planned = _plan_batch(config, base, numbers, finished)
+            jobs = [
+                job
+                for number, params, cost in planned
+                if not _over_cost(config, cost)
+                for job in _trial_jobs(config, base, directory, populations, design, arms, number, params)
+            ]
             # The pruner's evidence: the complete trials of earlier batches only (never this batch's).
             complete = [entry for entry in entries if entry["state"] == "complete"]
             fits, pruned = _run_rungs(runner, config, jobs, complete)
@@ -443,23 +449,14 @@ def _over_cost(config: QhTuningConfig, cost: int) -> bool:
     return config.objective.max_cost is not None and cost > config.objective.max_cost
 
 
-def _plan_batch(
-    config: QhTuningConfig,
-    base: dict,
-    directory: Path,
-    populations: dict[str, Path],
-    design: dict | None,
-    arms: list,
-    numbers: list[int],
-    finished: dict,
-) -> tuple[list[tuple[int, dict, int]], list[dict]]:
-    """A batch's trials as ``(number, params, cost)`` and the fit jobs of those within the cost limit.
+def _plan_batch(config: QhTuningConfig, base: dict, numbers: list[int], finished: dict) -> list[tuple[int, dict, int]]:
+    """A batch's trials as ``(number, params, cost)``; those over the cost limit are never fitted.
 
     Every trial is suggested from the finished trials of earlier batches only (``finished``).
     """
     seeds = config.objective.seeds
     earlier = [finished[n] for n in range(numbers[0])]
-    planned, jobs = [], []
+    planned = []
     for number in numbers:
         # A trial trials.db holds is suggested again (the sampler is a function of the
         # config and the earlier trials) and its fits re-read from their sealed receipts
@@ -470,10 +467,7 @@ def _plan_batch(
         recipe = trial_recipe(config, params, seed=seeds[0], base=base)
         cost = int(recipe.updates) * int(recipe.ensemble_members)
         planned.append((number, params, cost))
-        if _over_cost(config, cost):
-            continue
-        jobs += _trial_jobs(config, base, directory, populations, design, arms, number, params)
-    return planned, jobs
+    return planned
 
 
 def _trial_jobs(

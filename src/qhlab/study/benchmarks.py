@@ -71,7 +71,8 @@ def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
     Raises:
         PublishConflictError: the cell is already benchmarked.
     """
-    import torch
+    # Lazy: keeps importing this module free of torch.
+    from qhlab.training.launcher import use_torch_threads
 
     cells = read_cell_receipts(frozen, [(arm, seed)], "benchmark")
     cell = cell_name(arm, seed)
@@ -80,7 +81,7 @@ def _benchmark_cell(frozen: FrozenStudy, arm: str, seed: int) -> dict:
         raise PublishConflictError(f"benchmark: {path} already exists; cell {cell} is benchmarked once.")
     document = cells[(arm, seed)]["document"]
     attempt = frozen.output / CELLS_DIR / cell / document.body.attempt
-    torch.set_num_threads(frozen.config.torch_threads)
+    use_torch_threads(frozen.config.torch_threads)
     result = benchmark_scorer(attempt, frozen.train_population())
     path.parent.mkdir(exist_ok=True)
     write_receipt(

@@ -188,8 +188,6 @@ def _fit(
     if attempt is not None:
         previous.remove(attempt.name)
         return attempt
-    import torch
-
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.launcher import FitInterrupted
@@ -197,7 +195,6 @@ def _fit(
 
     # Authenticated before anything in the cell changes.
     validation = frozen.validation_population("run_fit") if rows is None else None
-    torch.set_num_threads(frozen.config.torch_threads)
     interrupted = interrupted_segment(cell_dir)
     # A killed attempt may hold the W&B log link its logger made at start: it goes, so the
     # finished study holds no link (`qhlab sign` refuses links).
@@ -214,6 +211,7 @@ def _fit(
         train_rows=rows,
         max_allocated_bytes=frozen.config.max_allocated_bytes,
         progress=progress,
+        torch_threads=frozen.config.torch_threads,
         # W&B: the study's canaries and cells group together under the study's name.
         job_type="canary" if rows is not None else "cell",
         group=frozen.config.name,

@@ -51,8 +51,6 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
     except Exception:  # noqa: BLE001 - a lost ledger loses the record, not the fit
         number = None
     with try_directory(job["cell"]) as root:
-        import torch
-
         # Lazy: keeps importing this module free of torch.
         from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
@@ -64,7 +62,6 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
             for name, data in files.items():
                 (directory / name).write_bytes(data)
             local[role] = directory
-        torch.set_num_threads(job["torch_threads"])
 
         # Checked against the freeze's digests before it is imported (FrozenSource.check).
         provide_shipped(job.get("arm_source"), root / "family")
@@ -79,6 +76,7 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
                 evaluate=True,
                 max_allocated_bytes=job["max_allocated_bytes"],
                 progress=False,
+                torch_threads=job["torch_threads"],
                 job_type="cell",
                 group=job["group"],
                 study=job["study"],

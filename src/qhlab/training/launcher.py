@@ -39,6 +39,7 @@ from qhlab.evidence import (
     QhInputError,
     fresh_directory,
     publish_json,
+    require_int,
     sha256_file,
     source_package_digest,
     to_jsonable,
@@ -78,6 +79,7 @@ __all__ = [
     "publish_segment",
     "start_segment",
     "train_segment",
+    "use_torch_threads",
     "wandb_logger",
 ]
 
@@ -282,6 +284,7 @@ class LaunchOptions:
         job_type: W&B job type (``fit``, ``canary``, ``cell``, ``commission``).
         tags: W&B tags (e.g. arm, ``seed-<n>``, lane).
         group: W&B group; default the attempt's logical run.
+        torch_threads: torch's intra-op threads, set beside the seeding (None: the process's own).
     """
 
     extra_callbacks: Sequence[Callback] = ()
@@ -290,6 +293,7 @@ class LaunchOptions:
     job_type: str = "fit"
     tags: Sequence[str] = ()
     group: str | None = None
+    torch_threads: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -381,6 +385,12 @@ class TrainedSegment:
     fit_receipt: Path
 
 
+def use_torch_threads(threads: int | None) -> None:
+    """Set this process's torch intra-op threads (None: leave them): the one place qhlab sets them."""
+    if threads is not None:
+        torch.set_num_threads(require_int("fit", "torch_threads", threads, minimum=1, hint="one thread per fit"))
+
+
 def start_segment(admitted: AdmittedLaunch, request: LaunchRequest) -> StartedSegment:
     """Seed every generator and prepare the profile's memory accounting: what must happen before
     the module is built. Writes nothing: a module its caller then refuses leaves no directory.
@@ -392,6 +402,7 @@ def start_segment(admitted: AdmittedLaunch, request: LaunchRequest) -> StartedSe
     started = time.perf_counter()
     source = source_package_digest()
     seed_everything(request.seed, workers=True, verbose=False)
+    use_torch_threads(request.options.torch_threads)
     memory_accounting = admitted.profile.prepare_memory_accounting(admitted.max_allocated_bytes)
     return StartedSegment(admitted, request, Path(request.directory), source, memory_accounting, started)
 
