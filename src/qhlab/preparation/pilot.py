@@ -224,33 +224,7 @@ def _run_locked(
     # Every reward-valued number printed is followed by its unit (" m" in the puck world).
     u = unit_suffix(unit)
     main = int(config.train.seed)
-    plan = [
-        (arm, draw, "train" if draw == main else f"draw {draw}", seed)
-        for draw, seeds in config.layout
-        for arm in study.arms
-        for seed in seeds
-    ]
-    jobs = [
-        {
-            "arm": arm,
-            "draw": draw,
-            "cell": f"{arm}-d{draw}-s{seed}",
-            "profile": study.profile,
-            "recipe": study.cell_recipe(
-                arm, seed, study.broad_updates, sources={a: s["record"]["sha256"] for a, s in shipped.items()} or None
-            ).model_dump(mode="json"),
-            "shipped": shipped.get(arm),
-            "fits": str(directory / FITS_DIR),
-            "train": str(populations[role]),
-            "validation": str(populations["validation"]),
-            "job_type": "pilot",
-            "group": config.name,
-            "tag": f"{arm}-d{draw}",
-            "torch_threads": config.torch_threads,
-            "adopt_from": None if earlier is None else str(earlier / FITS_DIR),
-        }
-        for arm, draw, role, seed in plan
-    ]
+    jobs = _jobs(config, study, directory, populations, shipped, earlier)
     say(
         f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {main}"
         + (
@@ -311,3 +285,42 @@ def _run_locked(
             )
         )
     return record
+
+
+def _jobs(
+    config: QhPilotConfig,
+    study: Any,
+    directory: Path,
+    populations: dict[str, Path],
+    shipped: dict[str, dict],
+    earlier: Path | None,
+) -> list[dict]:
+    """The pilot's fit jobs: every arm with every seed of each draw of its layout, on that draw."""
+    main = int(config.train.seed)
+    plan = [
+        (arm, draw, "train" if draw == main else f"draw {draw}", seed)
+        for draw, seeds in config.layout
+        for arm in study.arms
+        for seed in seeds
+    ]
+    return [
+        {
+            "arm": arm,
+            "draw": draw,
+            "cell": f"{arm}-d{draw}-s{seed}",
+            "profile": study.profile,
+            "recipe": study.cell_recipe(
+                arm, seed, study.broad_updates, sources={a: s["record"]["sha256"] for a, s in shipped.items()} or None
+            ).model_dump(mode="json"),
+            "shipped": shipped.get(arm),
+            "fits": str(directory / FITS_DIR),
+            "train": str(populations[role]),
+            "validation": str(populations["validation"]),
+            "job_type": "pilot",
+            "group": config.name,
+            "tag": f"{arm}-d{draw}",
+            "torch_threads": config.torch_threads,
+            "adopt_from": None if earlier is None else str(earlier / FITS_DIR),
+        }
+        for arm, draw, role, seed in plan
+    ]
