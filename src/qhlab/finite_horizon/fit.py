@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
-from qhlab import __version__
 from qhlab.evidence import (
     EvidenceError,
     FileCopy,
@@ -67,6 +66,7 @@ from qhlab.training.launcher import (
 from qhlab.training.records import train_rows_record
 from qhlab.training.segments import load_resume_state, refuse_second_continuation, resume_segment_directory
 from qhlab.training.tensor_state import structure_path
+from qhlab.training.wandb_attempt import fit_run_config
 
 __all__ = [
     "Fit",
@@ -519,7 +519,17 @@ class Fit:
                 ),
                 inputs=dict(self.manifests),
                 resume=self.resume_state,
-                run_config=_wandb_config(applied, admitted, self.cell, self.train_pop, self.val_pop),
+                run_config=fit_run_config(
+                    applied.model_dump(mode="json"),
+                    self.cell,
+                    admitted.profile.name,
+                    admitted.runtime,
+                    {
+                        role: {"name": pop.name, "manifest_sha256": pop.digest}
+                        for role, pop in (("train", self.train_pop), ("validation", self.val_pop))
+                        if pop is not None
+                    },
+                ),
                 receipt_fields=self.receipt_fields,
             ),
         )
@@ -608,28 +618,6 @@ def _manifest_bindings(
             manifest if original is None else FileCopy(manifest, Path(original) / "manifest.json")
         )
     return bindings
-
-
-def _wandb_config(recipe: QhRecipe, admitted, cell: str, train_pop, val_pop) -> dict:
-    """The W&B run config: everything a researcher filters and compares runs by."""
-    runtime = admitted.runtime
-    populations = {"train": {"name": train_pop.name, "manifest_sha256": train_pop.digest}}
-    if val_pop is not None:
-        populations["validation"] = {"name": val_pop.name, "manifest_sha256": val_pop.digest}
-    return {
-        "recipe": recipe.model_dump(mode="json"),
-        "cell": cell,
-        "lane": {
-            "name": admitted.profile.name,
-            "device_type": runtime.get("device_type"),
-            "precision": runtime.get("precision"),
-            "device": runtime.get("device"),
-            "versions": runtime.get("versions"),
-            "execution_policy_sha256": (runtime.get("execution_policy_source") or {}).get("sha256"),
-        },
-        "populations": populations,
-        "qhlab": {"version": __version__},  # the launcher adds the source digest it binds
-    }
 
 
 def _evaluate(

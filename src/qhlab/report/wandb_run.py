@@ -7,9 +7,9 @@ every section's tables of the authenticated ``report.json`` (``report_tables``) 
 and, when online, logs the report directory as an artifact whose metadata carries the report
 receipt's SHA-256 and the digest of every file the receipt binds. Offline runs go under ``OUTPUT/wandb-report/`` and
 stay syncable later with ``wandb sync``; like a fit attempt's, the run's directory is left
-without symbolic links (``drop_wandb_links``), so the study directory can be signed. Does
-not own: the report itself (``report``), or deciding anything: the run only mirrors
-authenticated files.
+without symbolic links, so the study directory can be signed. Does not own: the report itself
+(``report``), the W&B run itself (``qhlab.training.wandb_attempt.log_mirror_run`` opens,
+logs and closes it), or deciding anything: the run only mirrors authenticated files.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from qhlab.report.build import SECTIONS
 from qhlab.report.render import FIGURES
 from qhlab.report.sections import Tables
 from qhlab.report.tuning_figures import TUNING_FIGURES
-from qhlab.training.wandb_attempt import drop_wandb_links, quiet_wandb_settings
+from qhlab.training.wandb_attempt import log_mirror_run
 
 __all__ = ["REPORT_RUN_DIR", "log_report_run", "report_tables"]
 
@@ -69,8 +69,6 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     """
     import json
 
-    import wandb
-
     output = Path(output)
     report_dir = output / REPORT_DIR
     with authentication_roots(output, original=recorded_origin(output)):  # the study's own bytes
@@ -82,52 +80,44 @@ def log_report_run(output: str | os.PathLike, *, offline: bool = True) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     run_dir = output / REPORT_RUN_DIR / f"{stamp}-{secrets.token_hex(2)}"
     run_dir.mkdir(parents=True)
-    settings = quiet_wandb_settings()
-    run = wandb.init(
-        project="qhlab",
-        id=f"{study[:40]}-report-{run_dir.name}",
-        name=f"{study} report",
-        group=study,
-        job_type="report",
-        tags=["report"],
-        dir=str(run_dir),
-        mode="offline" if offline else "online",
-        config={
-            "study": study,
-            "horizon": report["horizon"],
-            "seeds": report["seeds"],
-            "profile": report["profile"],
-            "thresholds": report["thresholds"],
-            "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+    log_mirror_run(
+        run_dir,
+        init={
+            "project": "qhlab",
+            "id": f"{study[:40]}-report-{run_dir.name}",
+            "name": f"{study} report",
+            "group": study,
+            "job_type": "report",
+            "tags": ["report"],
+            "config": {
+                "study": study,
+                "horizon": report["horizon"],
+                "seeds": report["seeds"],
+                "profile": report["profile"],
+                "thresholds": report["thresholds"],
+                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+            },
         },
-        settings=settings,
+        tables={f"report/{name}": table for name, table in report_tables(report).items()},
+        images={
+            f"report/{figure.removesuffix('.png')}": report_dir / figure
+            for figure in (*FIGURES, *TUNING_FIGURES)
+            if (report_dir / figure).is_file()
+        },
+        summary={
+            "headline": report["headline"]["text"],
+            "beats_best_heuristic_every_seed": report["headline"]["beats_every_seed"],
+            "n_scenes": report["n_scenes"],
+        },
+        artifact={
+            "name": f"{study}-report",
+            "type": "report",
+            "metadata": {
+                "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
+                "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
+            },
+            "directory": report_dir,
+        },
+        offline=offline,
     )
-    try:
-        for name, (columns, rows) in report_tables(report).items():
-            run.log({f"report/{name}": wandb.Table(columns=columns, data=rows)})
-        for figure in (*FIGURES, *TUNING_FIGURES):
-            if (report_dir / figure).is_file():
-                run.log({f"report/{figure.removesuffix('.png')}": wandb.Image(str(report_dir / figure))})
-        run.summary.update(
-            {
-                "headline": report["headline"]["text"],
-                "beats_best_heuristic_every_seed": report["headline"]["beats_every_seed"],
-                "n_scenes": report["n_scenes"],
-            }
-        )
-        if not offline:
-            artifact = wandb.Artifact(
-                f"{study}-report",
-                type="report",
-                metadata={
-                    "report_receipt_sha256": sha256_file(report_dir / REPORT_RECEIPT),
-                    "outputs_sha256": {k: v.sha256 for k, v in receipt.outputs.items()},
-                },
-            )
-            artifact.add_dir(str(report_dir))
-            run.log_artifact(artifact)
-    finally:
-        run.finish()
-        # After finish: wandb-core's debug-core.log link (outside the study) is made at run start.
-        drop_wandb_links(run_dir)
     return run_dir

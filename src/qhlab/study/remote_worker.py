@@ -25,6 +25,7 @@ from qhlab.execution.ray_tries import try_directory
 from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.study.family import provide_shipped
 from qhlab.training.console import configure_console
+from qhlab.training.wandb_attempt import teardown_wandb
 
 __all__ = ["fit_on_worker"]
 
@@ -86,10 +87,8 @@ def fit_on_worker(job: dict, populations: Any, ledger: Any) -> dict:
                 expected_structure=job.get("expected_structure"),
             )
         )
-        import wandb
-
         # wandb-core appends to the offline run file after finish(); stop it so the file is whole.
-        wandb.teardown()
+        teardown_wandb()
         attempt = Path(result.output_directory)
         files = {p.relative_to(attempt).as_posix(): p.read_bytes() for p in sorted(attempt.rglob("*")) if p.is_file()}
         return {

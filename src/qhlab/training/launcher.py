@@ -1,30 +1,28 @@
 """The fit launcher seam: one admitted execution profile -> one Lightning segment -> evidence.
 
-Owns: building the ``Trainer`` from an admitted profile (:func:`build_trainer`), the
-offline-by-default ``WandbLogger`` (:func:`wandb_logger`), the options a caller passes
-through (:class:`LaunchOptions`, which ``qhlab.finite_horizon.fit.FitRequest`` extends), and
-the seam's phases, each called once by the fit that owns them (``qhlab.finite_horizon.fit.Fit``):
-:func:`admit_launch` (lane and memory ceiling, checked once, before anything is written),
-:func:`start_segment` (the directory, seeding, memory accounting: before the module is built),
-:func:`train_segment` (cold initialization, ``Trainer.fit``, final state, fit receipt) and
-:func:`publish_segment` (final metrics, the W&B attempt receipt, closing the run; or
-:func:`abandon_segment`). The module and the caller's files are handed in; nothing here calls
-back into the caller.
+Owns: building the ``Trainer`` from an admitted profile (:func:`build_trainer`), the process's
+torch thread count (:func:`use_torch_threads`, applied beside the seeding), the options a caller
+passes through (:class:`LaunchOptions`, which ``qhlab.finite_horizon.fit.FitRequest`` extends),
+and the seam's phases, each called once by the fit that owns them
+(``qhlab.finite_horizon.fit.Fit``): :func:`admit_launch` (lane and memory ceiling, checked once,
+before anything is written), :func:`start_segment` (the directory, seeding, memory accounting:
+before the module is built), :func:`train_segment` (cold initialization, ``Trainer.fit``, final
+state, fit receipt) and :func:`publish_segment` (final metrics, the W&B attempt receipt, closing
+the run; or :func:`abandon_segment`). The module and the caller's files are handed in; nothing
+here calls back into the caller.
 
 Does not own: any learning rule, scorer, recipe schema or population (``qhlab.finite_horizon``
 builds the module and datamodule and evaluates), profiles (``qhlab.training.profiles``), W&B
-identity (``qhlab.training.wandb_attempt``), tensor files (``qhlab.training.tensor_state``), or
-the pieces the seam composes, imported from where they are defined: update counts and state
-capture (``optimizer_state``), the budget, checkpoint and SIGINT callbacks (``callbacks``),
-segment file names and resuming (``segments``) and the cold-initialization lineage
-(``lineage``). This module never imports ``qhlab.finite_horizon``.
+runs, their identity, logger and closing (``qhlab.training.wandb_attempt``), tensor files
+(``qhlab.training.tensor_state``), or the pieces the seam composes, imported from where they are
+defined: update counts and state capture (``optimizer_state``), the budget, checkpoint and
+SIGINT callbacks (``callbacks``), segment file names and resuming (``segments``) and the
+cold-initialization lineage (``lineage``). This module never imports ``qhlab.finite_horizon``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -63,7 +61,7 @@ from qhlab.training.profiles import execution_profile
 from qhlab.training.records import FIT_CALLER_FIELDS, FitReceipt
 from qhlab.training.segments import ResumeState
 from qhlab.training.tensor_state import save_tensor_state, structure_path, write_cold_initialization
-from qhlab.training.wandb_attempt import drop_wandb_links, publish_wandb_attempt, quiet_wandb_settings
+from qhlab.training.wandb_attempt import drop_wandb_links, finish_wandb_run, publish_wandb_attempt, wandb_logger
 
 __all__ = [
     "AdmittedLaunch",
@@ -80,7 +78,6 @@ __all__ = [
     "start_segment",
     "train_segment",
     "use_torch_threads",
-    "wandb_logger",
 ]
 
 
@@ -139,50 +136,6 @@ def build_trainer(
         log_every_n_steps=log_every_n_steps,
         default_root_dir=None,
     )
-
-
-def wandb_logger(
-    attempt: Any,
-    directory: Path,
-    *,
-    project: str = "qhlab",
-    config: Mapping | None = None,
-    job_type: str | None = None,
-    tags: Sequence[str] = (),
-    group: str | None = None,
-) -> Any:
-    """A ``WandbLogger`` for one attempt, writing under ``directory/wandb``.
-
-    Offline attempts never touch the network (``mode="offline"``, silent, no code, git,
-    stats or machine-info capture: they also cost start-up time). W&B's convenience links
-    (``latest-run``, ``debug.log``) are not made (``symlink=False``); the one wandb-core makes
-    anyway is dropped as soon as the run starts (``drop_wandb_links``). Each offline segment is
-    a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
-    names another group (e.g. the study, so its cells group together in the W&B UI).
-    """
-    from lightning.pytorch.loggers import WandbLogger
-
-    os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("WANDB_CONSOLE", "off")
-    settings = quiet_wandb_settings()
-    # mode comes from attempt.apply; WandbLogger(offline=True) would set WANDB_MODE process-wide.
-    init = attempt.apply({"project": project})
-    if group is not None:
-        init["group"] = group
-    logger = WandbLogger(
-        save_dir=str(directory),
-        settings=settings,
-        config=dict(config or {}),
-        name=attempt.resolved_local_attempt_id,
-        log_model=False,
-        job_type=job_type,
-        tags=list(tags) or None,
-        **init,
-    )
-    # Lightning passes anonymous=None explicitly; wandb 0.31 warns about any explicit value
-    # ("The anonymous setting has no effect"), so leave the deprecated key out at the source.
-    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
-    return logger
 
 
 # --------------------------------------------------------------------------------- the seam
@@ -443,7 +396,7 @@ def train_segment(segment: StartedSegment, module: LightningModule) -> TrainedSe
     except BaseException:
         # A failed or interrupted end of the segment (a refusal, a full disk, Ctrl-C) closes its
         # run: an open run would be taken over by the next fit in this process.
-        _finish_wandb(logger, directory, exit_code=1)
+        finish_wandb_run(logger, directory, exit_code=1)
         raise
     observed, final_state, final_sha = receipt
     return TrainedSegment(segment, logger, observed, cold_init, final_state, final_sha, directory / FIT_RECEIPT)
@@ -545,7 +498,7 @@ def publish_segment(
     except BaseException:
         abandon_segment(trained)
         raise
-    _finish_wandb(logger, directory, exit_code=0)
+    finish_wandb_run(logger, directory, exit_code=0)
     return LaunchResult(
         directory=directory,
         observed_updates=trained.observed_updates,
@@ -562,7 +515,7 @@ def publish_segment(
 
 def abandon_segment(trained: TrainedSegment) -> None:
     """Close a trained segment's W&B run as failed (its caller's step after training failed)."""
-    _finish_wandb(trained.logger, trained.started.directory, exit_code=1)
+    finish_wandb_run(trained.logger, trained.started.directory, exit_code=1)
 
 
 def _start_updates(request: LaunchRequest) -> int:
@@ -668,7 +621,7 @@ def _train(
             with handling(signal.SIGINT, checkpoints.sigint_handler):
                 trainer.fit(module, datamodule=request.datamodule)
     except InterruptedAtBoundary:
-        _finish_wandb(logger, directory, exit_code=130)
+        finish_wandb_run(logger, directory, exit_code=130)
         raise FitInterrupted(
             f"fit interrupted at {checkpoints.interrupted_at} observed updates (budget {budget}); segment "
             f"checkpoint written in {directory}. HINT: continue with --resume {directory.name}.",
@@ -676,22 +629,6 @@ def _train(
             checkpoints.interrupted_at,
         ) from None
     except BaseException:
-        _finish_wandb(logger, directory, exit_code=1)
+        finish_wandb_run(logger, directory, exit_code=1)
         raise
     return trainer, checkpoints, logger
-
-
-def _finish_wandb(logger: Any, directory: Path, *, exit_code: int) -> None:
-    """Close the attempt's W&B run, then drop the links it left in ``directory/wandb``.
-
-    Every end of a segment comes here (published, refused, interrupted): each leaves a
-    directory that may be verified, signed or resumed from, so each is left without links.
-    The links are dropped only after ``finish()``: wandb-core makes ``debug-core.log`` when the
-    run starts, and the run's own files (``.wandb``, ``files/``, ``logs/``) are not touched.
-    """
-    experiment = getattr(logger, "_experiment", None)
-    if experiment is not None:
-        with contextlib.suppress(Exception):
-            experiment.finish(exit_code=exit_code)
-    # WandbLogger(save_dir=directory) makes wandb write under directory/wandb.
-    drop_wandb_links(Path(directory) / "wandb")

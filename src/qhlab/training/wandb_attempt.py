@@ -1,16 +1,19 @@
-"""W&B identity of one immutable training attempt or segment, and its publication.
+"""Every W&B run qhlab makes, from its identity to its close: the one module that imports wandb.
 
 Owns: ``WandbAttempt`` (run id, resume/offline mode, logical run, local segment id), the
-fresh local output directory of an attempt, its host-local writer lock,
-``publish_wandb_attempt`` (online summary + artifact, or the closing record of an offline
-segment) with its ``wandb_attempt`` receipt, ``drop_wandb_links``: a finished run's W&B
-directory holds no symbolic link, so a published directory can be signed, and
-``quiet_wandb_settings``, the settings of every W&B run qhlab starts.
+fresh local output directory of an attempt, its host-local writer lock, a fit's run config
+(``fit_run_config``), its ``WandbLogger`` (``wandb_logger``) and closing it
+(``finish_wandb_run``), ``publish_wandb_attempt`` (online summary + artifact, or the closing
+record of an offline segment) with its ``wandb_attempt`` receipt, ``drop_wandb_links``: a
+finished run's W&B directory holds no symbolic link, so a published directory can be signed,
+``quiet_wandb_settings``, the settings of every W&B run qhlab starts, ``teardown_wandb`` (a
+process that hands its runs' files on stops wandb-core first) and ``log_mirror_run``, a run
+that mirrors published files (the study report's).
 
-Does not own: creating the W&B run or the ``WandbLogger`` (``qhlab.training.launcher``),
-execution lanes (``qhlab.training.profiles``), or receipts, locks and safe path components
-(``qhlab.evidence``). The public API ``qhlab.training.execution_profile``
-re-exports these names.
+Does not own: when a run starts or ends (``qhlab.training.launcher``, the report's
+``qhlab.report.wandb_run``), execution lanes (``qhlab.training.profiles``), or receipts, locks
+and safe path components (``qhlab.evidence``). The public API
+``qhlab.training.execution_profile`` re-exports ``WandbAttempt`` and ``publish_wandb_attempt``.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from qhlab import __version__
 from qhlab.evidence import (
     MissingEvidenceError,
     PublishConflictError,
@@ -38,7 +42,18 @@ from qhlab.evidence import (
 )
 from qhlab.training.records import WandbAttemptReceipt
 
-__all__ = ["WandbAttempt", "drop_wandb_links", "publish_wandb_attempt", "quiet_wandb_settings", "writer_lock_path"]
+__all__ = [
+    "WandbAttempt",
+    "drop_wandb_links",
+    "finish_wandb_run",
+    "fit_run_config",
+    "log_mirror_run",
+    "publish_wandb_attempt",
+    "quiet_wandb_settings",
+    "teardown_wandb",
+    "wandb_logger",
+    "writer_lock_path",
+]
 
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _WANDB_RESERVED_KEYS = ("id", "version", "resume", "mode", "group", "offline")
@@ -442,3 +457,146 @@ def drop_wandb_links(wandb_dir: str | os.PathLike) -> list[str]:
                 dropped.append(f"{path.relative_to(root).as_posix()} -> {target}")
         dirnames[:] = [name for name in dirnames if (Path(dirpath) / name).is_dir()]
     return sorted(dropped)
+
+
+# --------------------------------------------------------------------------------- runs, opened to closed
+
+
+def fit_run_config(
+    recipe: Mapping[str, Any], cell: str, lane: str, runtime: Mapping[str, Any], populations: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A fit's W&B run config: everything a researcher filters and compares runs by.
+
+    Args:
+        recipe: the applied recipe as JSON.
+        cell: the cell name.
+        lane: the execution profile's name.
+        runtime: the admitted runtime evidence (``device_type``, ``precision``, ``device``,
+            ``versions``, ``execution_policy_source``).
+        populations: ``{"train"|"validation": {"name", "manifest_sha256"}}``.
+    """
+    return {
+        "recipe": dict(recipe),
+        "cell": cell,
+        "lane": {
+            "name": lane,
+            "device_type": runtime.get("device_type"),
+            "precision": runtime.get("precision"),
+            "device": runtime.get("device"),
+            "versions": runtime.get("versions"),
+            "execution_policy_sha256": (runtime.get("execution_policy_source") or {}).get("sha256"),
+        },
+        "populations": dict(populations),
+        "qhlab": {"version": __version__},  # the launcher adds the source digest it binds
+    }
+
+
+def wandb_logger(
+    attempt: Any,
+    directory: Path,
+    *,
+    project: str = "qhlab",
+    config: Mapping | None = None,
+    job_type: str | None = None,
+    tags: Sequence[str] = (),
+    group: str | None = None,
+) -> Any:
+    """A ``WandbLogger`` for one attempt, writing under ``directory/wandb``.
+
+    Offline attempts never touch the network (``mode="offline"``, silent, no code, git,
+    stats or machine-info capture: they also cost start-up time). W&B's convenience links
+    (``latest-run``, ``debug.log``) are not made (``symlink=False``); the one wandb-core makes
+    anyway is dropped as soon as the run starts (``drop_wandb_links``). Each offline segment is
+    a new run ``attempt.run_id`` grouped by ``attempt.logical_run_id`` unless ``group``
+    names another group (e.g. the study, so its cells group together in the W&B UI).
+    """
+    from lightning.pytorch.loggers import WandbLogger
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_CONSOLE", "off")
+    settings = quiet_wandb_settings()
+    # mode comes from attempt.apply; WandbLogger(offline=True) would set WANDB_MODE process-wide.
+    init = attempt.apply({"project": project})
+    if group is not None:
+        init["group"] = group
+    logger = WandbLogger(
+        save_dir=str(directory),
+        settings=settings,
+        config=dict(config or {}),
+        name=attempt.resolved_local_attempt_id,
+        log_model=False,
+        job_type=job_type,
+        tags=list(tags) or None,
+        **init,
+    )
+    # Lightning passes anonymous=None explicitly; wandb 0.31 warns about any explicit value
+    # ("The anonymous setting has no effect"), so leave the deprecated key out at the source.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
+
+
+def finish_wandb_run(logger: Any, directory: Path, *, exit_code: int) -> None:
+    """Close the attempt's W&B run, then drop the links it left in ``directory/wandb``.
+
+    Every end of a segment comes here (published, refused, interrupted): each leaves a
+    directory that may be verified, signed or resumed from, so each is left without links.
+    The links are dropped only after ``finish()``: wandb-core makes ``debug-core.log`` when the
+    run starts, and the run's own files (``.wandb``, ``files/``, ``logs/``) are not touched.
+    """
+    experiment = getattr(logger, "_experiment", None)
+    if experiment is not None:
+        with contextlib.suppress(Exception):
+            experiment.finish(exit_code=exit_code)
+    # WandbLogger(save_dir=directory) makes wandb write under directory/wandb.
+    drop_wandb_links(Path(directory) / "wandb")
+
+
+def teardown_wandb() -> None:
+    """Stop this process's wandb-core service: it appends to offline run files after ``finish()``,
+    so a process that hands its runs' files on (a Ray worker) stops it first, and the files are whole."""
+    # Lazy: wandb costs a second to import.
+    import wandb
+
+    wandb.teardown()
+
+
+def log_mirror_run(
+    run_dir: Path,
+    *,
+    init: Mapping[str, Any],
+    tables: Mapping[str, tuple[list, list]],
+    images: Mapping[str, Path],
+    summary: Mapping[str, Any],
+    artifact: Mapping[str, Any] | None,
+    offline: bool,
+) -> None:
+    """One W&B run that mirrors published files: its tables, images and summary, and when online an
+    artifact; closed, then left without links (``drop_wandb_links``).
+
+    Args:
+        run_dir: the run's directory (made by the caller).
+        init: ``wandb.init`` keywords besides ``dir``, ``mode`` and ``settings`` (``quiet_wandb_settings``).
+        tables: ``{key: (columns, rows)}``, each logged as a ``wandb.Table``.
+        images: ``{key: PNG path}``, each logged as a ``wandb.Image``.
+        summary: the run summary's values.
+        artifact: online only: ``{"name", "type", "metadata", "directory"}``, the directory logged whole.
+        offline: offline (no account, no network) or online.
+    """
+    # Lazy: wandb costs a second to import.
+    import wandb
+
+    run = wandb.init(**init, dir=str(run_dir), mode="offline" if offline else "online", settings=quiet_wandb_settings())
+    try:
+        for key, (columns, rows) in tables.items():
+            run.log({key: wandb.Table(columns=columns, data=rows)})
+        for key, path in images.items():
+            run.log({key: wandb.Image(str(path))})
+        run.summary.update(dict(summary))
+        if artifact is not None and not offline:
+            logged = wandb.Artifact(artifact["name"], type=artifact["type"], metadata=artifact["metadata"])
+            logged.add_dir(str(artifact["directory"]))
+            run.log_artifact(logged)
+    finally:
+        run.finish()
+        # After finish: wandb-core's debug-core.log link (outside the run's directory) is made at run start.
+        drop_wandb_links(run_dir)
