@@ -89,3 +89,33 @@ def test_the_cycle_finder_sees_a_cycle_through_three_modules() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_cycles(graph) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_seed_api_study_path_is_a_thin_alias_of_the_application():
+    import inspect
+    import subprocess
+    import sys
+
+    from qhlab.application import architecture_study as application
+    from qhlab.finite_horizon.studies import architecture_study as seed
+
+    # The same names, each the application's own object (so the same signatures), and no code of its own.
+    assert seed.__all__ == application.__all__
+    for name in application.__all__:
+        assert getattr(seed, name) is getattr(application, name), name
+    assert inspect.signature(seed.run_fit) == inspect.signature(application.run_fit)
+    defined = [n for n in ast.walk(ast.parse(Path(seed.__file__).read_text())) if isinstance(n, ast.FunctionDef)]
+    assert defined == []
+    # `python -m` on either path runs the same main: the same refusal, line and exit status.
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", module, "freeze", "/nonexistent/study.toml", "--output", "/nonexistent/out"],
+            capture_output=True,
+            text=True,
+        )
+        for module in ("qhlab.finite_horizon.studies.architecture_study", "qhlab.application.architecture_study")
+    ]
+    assert runs[0].returncode == runs[1].returncode == 2, runs
+    assert runs[0].stderr == runs[1].stderr and runs[0].stderr.startswith("error: architecture_study: config_path="), (
+        runs[0].stderr
+    )

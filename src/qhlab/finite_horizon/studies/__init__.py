@@ -1,9 +1,7 @@
-"""The architecture study's public API path: ``architecture_study``.
+"""The architecture study's seed API path: ``architecture_study``.
 
-``architecture_study`` is the study application's entry point: its step functions (one call each
-of ``qhlab.study.Study``), its command and ``main``. It sits above the study pipeline
-(``qhlab.study``) and the preparation tools, not in the science core beside it; import-linter's
-contract in ``pyproject.toml`` lists it as its own layer.
+``architecture_study`` is a thin alias of ``qhlab.application.architecture_study``, the study
+application's entry point, which sits above the command line and outside the science core.
 """
 
 __all__ = ["architecture_study"]
