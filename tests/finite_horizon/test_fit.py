@@ -781,3 +781,32 @@ def test_only_the_launcher_sets_torch_threads():
     src = Path(__file__).resolve().parents[2] / "src" / "qhlab"
     setters = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.py") if "set_num_threads(" in p.read_text())
     assert setters == ["training/launcher.py"]
+
+
+def test_the_one_adopt_rule_takes_a_finished_fit_of_the_same_recipe_and_populations_only(tmp_path, tiny):
+    import shutil
+
+    from qhlab.evidence import sha256_file
+    from qhlab.training.segments import finished_attempt
+
+    kwargs = dict(
+        profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
+    )
+    result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), cell="c", **kwargs))
+    body = read_receipt(result.fit_receipt, FitReceipt).body
+    binds = {
+        "recipe_digest": body.recipe_digest,
+        "train_manifest": sha256_file(tiny["train"] / "manifest.json"),
+        "validation_manifest": sha256_file(tiny["validation"] / "manifest.json"),
+    }
+    cell = tmp_path / "out" / "c"
+    assert finished_attempt(cell, evaluated=True, binds=binds) == result.output_directory
+    # Another recipe, another population, or a fit not yet evaluated is not this cell's finished fit.
+    assert finished_attempt(cell, evaluated=True, binds={**binds, "recipe_digest": "0" * 64}) is None
+    assert finished_attempt(cell, evaluated=True, binds={**binds, "train_manifest": "0" * 64}) is None
+    (result.output_directory / "evaluation.receipt.json").rename(tmp_path / "evaluation.receipt.json")
+    assert finished_attempt(cell, evaluated=True, binds=binds) is None
+    assert finished_attempt(cell, evaluated=False, binds=binds) == result.output_directory
+    # A hidden (staging) copy of a finished attempt is never an attempt.
+    shutil.move(result.output_directory, cell / f".{result.output_directory.name}.tmp-1")
+    assert finished_attempt(cell, evaluated=False, binds=binds) is None

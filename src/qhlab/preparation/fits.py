@@ -3,11 +3,13 @@
 Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finished_record``: a
 finished run's record is adopted when its config digest is this run's, and refused otherwise; a
 directory holding anything the tool does not write is refused; ``publish_config_copy``), its fits
-with their progress shown (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts the
-finished attempt of a cell whose fit receipt binds the same recipe, or else fits it with the same
-launcher, lane and receipts as every qhlab fit, and ``fit_evidence``, what a record keeps of a
-finished fit. Does not own: which fits a step makes (``qhlab.preparation.tune``,
-``qhlab.preparation.pilot``) or fitting itself (``qhlab.finite_horizon.fit``).
+with their progress shown (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts its
+cell's finished attempt, here or in an earlier run's directory, by the one rule every fit job
+adopts by (``qhlab.training.segments.finished_attempt``: the same recipe digest and populations),
+or else fits it with the same launcher, lane and receipts as every qhlab fit, and
+``fit_evidence``, what a record keeps of a finished fit. Does not own: which fits a step makes
+(``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting itself
+(``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
@@ -238,23 +240,6 @@ def _refuse_other_config(path: Path, data: bytes, *, call: str) -> None:
         )
 
 
-def _adoptable(cell_dir: Path, expected: str, manifests: dict[str, str]) -> Path | None:
-    """The first finished attempt of ``cell_dir`` whose fit receipt binds recipe digest ``expected``
-    and the populations whose manifest digests ``manifests`` gives (``{"train_manifest": ...,
-    "validation_manifest": ...}``): a recipe names no population, so a fit of the same recipe on
-    another population is another fit."""
-
-    if not cell_dir.is_dir():
-        return None
-    for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if (attempt / FIT_RECEIPT).is_file() and (attempt / EVALUATION_RECEIPT).is_file():
-            receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt)
-            bound = {name: receipt.inputs[name].sha256 for name in manifests if name in receipt.inputs}
-            if receipt.body.recipe_digest == expected and bound == manifests:
-                return attempt
-    return None
-
-
 def _copy_attempt(attempt: Path, cell_dir: Path) -> Path | None:
     """Copy a finished attempt into ``cell_dir`` under its own name, whole or not at all (a hidden
     temporary copy renamed into place, so an interrupted copy is never read as a finished attempt)."""
@@ -287,16 +272,18 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.launcher import admit_launch
+    from qhlab.training.segments import finished_attempt
 
     recipe = QhRecipe.model_validate(job["recipe"])
     fits = Path(job["fits"])
     manifests = {f"{role}_manifest": sha256_file(Path(job[role]) / "manifest.json") for role in ("train", "validation")}
-    expected = recipe_digest(admit_launch(job["profile"], recipe).recipe)
-    directory = _adoptable(fits / job["cell"], expected, manifests)
+    # A recipe names no population, so a fit of the same recipe on another population is another fit.
+    binds = {"recipe_digest": recipe_digest(admit_launch(job["profile"], recipe).recipe), **manifests}
+    directory = finished_attempt(fits / job["cell"], evaluated=True, binds=binds)
     if directory is None and job.get("adopt_from"):
         # An earlier run's finished fit of this very cell, by the same rule, copied in whole so
         # this directory's record binds files of its own.
-        earlier = _adoptable(Path(job["adopt_from"]) / job["cell"], expected, manifests)
+        earlier = finished_attempt(Path(job["adopt_from"]) / job["cell"], evaluated=True, binds=binds)
         if earlier is not None:
             directory = _copy_attempt(earlier, fits / job["cell"])
     if directory is not None:

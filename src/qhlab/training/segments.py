@@ -1,9 +1,11 @@
 """One write-once segment directory: its file names and receipt kinds, and resuming from it.
 
 Owns: the names inside ``OUTPUT/<cell>/<local_attempt_id>/`` that the launcher publishes
-(final state, fit and W&B receipts, segment checkpoints) and their receipt kinds, and
+(final state, fit and W&B receipts, segment checkpoints) and their receipt kinds,
 authenticating an interrupted segment to continue from (:func:`load_resume_state`, which
-returns a :class:`ResumeState`).
+returns a :class:`ResumeState`), and the one rule by which every fit job adopts a cell's finished
+attempt instead of fitting again (:func:`finished_attempt`: a study's cells and canaries, its Ray
+cells, tuning trials' and pilots' fits).
 
 Does not own: writing checkpoints (``qhlab.training.callbacks``), the cold-init lineage check
 (``qhlab.training.lineage``), tensor files (``qhlab.training.tensor_state``), or receipts
@@ -15,23 +17,57 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from qhlab.evidence import EvidenceError, MissingEvidenceError, QhInputError, input_error, read_receipt
-from qhlab.evidence.layout import COLD_INIT_STATE, CONTINUATION_FILE, FINAL_STATE, FIT_RECEIPT
+from qhlab.evidence.layout import COLD_INIT_STATE, CONTINUATION_FILE, EVALUATION_RECEIPT, FINAL_STATE, FIT_RECEIPT
 from qhlab.training.lineage import lineage_record, verified_cold_initialization_lineage
-from qhlab.training.records import SegmentCheckpointReceipt
+from qhlab.training.records import FitReceipt, SegmentCheckpointReceipt
 from qhlab.training.tensor_state import load_tensor_state
 
 __all__ = [
     "ResumeState",
     "checkpoint_state_path",
     "continuation_of",
+    "finished_attempt",
     "interrupted_segment",
     "load_resume_state",
     "refuse_second_continuation",
     "resume_segment_directory",
 ]
+
+def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str]) -> Path | None:
+    """The attempt a fit job adopts instead of fitting its cell again, or None: the first attempt
+    directory (by name) whose fit finished (its fit receipt, and its evaluation receipt when
+    ``evaluated``) and whose fit receipt binds ``binds``.
+
+    A finished fit of another recipe or population is never this cell's fit: it is left where it
+    is and a new attempt is fitted beside it. A hidden directory (a staging or half-copied attempt)
+    is never an attempt. A caller may authenticate the adopted attempt further (a study checks its
+    study identity, rows and scorer structure).
+
+    Args:
+        cell_dir: the cell's directory (absent: no attempt).
+        evaluated: whether the cell's fit is evaluated (a canary's is not).
+        binds: ``{"recipe_digest": the applied recipe's digest, input name: its SHA-256}``, e.g.
+            ``train_manifest`` and ``validation_manifest``.
+
+    Raises:
+        EvidenceError: a finished attempt's fit receipt is not a fit receipt of its own digest.
+    """
+    if not cell_dir.is_dir():
+        return None
+    for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (attempt / FIT_RECEIPT).is_file() or (evaluated and not (attempt / EVALUATION_RECEIPT).is_file()):
+            continue
+        # Its own digest checked; the files it binds are the caller's to authenticate (where they now lie).
+        receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False)
+        bound = {name: receipt.inputs[name].sha256 for name in binds if name in receipt.inputs}
+        if {**bound, "recipe_digest": receipt.body.recipe_digest} == dict(binds):
+            return attempt
+    return None
+
 
 # Published first in a segment that continues another (write-once, bound by its fit receipt):
 # which segment and checkpoint it continues. A segment is continued at most once.
