@@ -219,9 +219,10 @@ def test_the_report_carries_replication_labels_decisions_and_mdes(finished_study
             assert shares["scene"] == pytest.approx(scene / margin["se"] ** 2)
             assert q["dominant"][name] == max(("scene", "seed"), key=lambda n: shares[n])
             words = {"scene": "scenes", "seed": "training seed"}[q["dominant"][name]]
-            assert f"{name} {margin['mde']:.4f} m, mostly {words} ({shares[q['dominant'][name]]:.0%})" in q["answer"][
-                "text"
-            ]
+            assert (
+                f"{name} {margin['mde']:.4f} m, mostly {words} ({shares[q['dominant'][name]]:.0%})"
+                in q["answer"]["text"]
+            )
     markdown = (report_dir / "report.md").read_text()
     assert "## Seed-pooled paired differences" in markdown and "## The rule's decision" in markdown
     for word in ("verdict", "robust", "rejected", "not replicated"):

@@ -9,7 +9,8 @@ its own. ``QhArchitectureStudyConfig`` (``qhlab.design.study_config``, below the
 that the preparation records read it) and ``benchmark_scorer`` (``qhlab.finite_horizon.benchmark``,
 the measurement of one fit) are named here as this module's API too. ``python -m
 qhlab.application.architecture_study SUBCOMMAND ...`` runs ``main``, and so does the seed API's
-path, ``qhlab.finite_horizon.studies.architecture_study``, a thin alias of this module.
+path, ``qhlab.finite_horizon.studies.architecture_study``, a thin alias of this module, whose
+``__all__`` lists this module's public names.
 
 The study's order: ``freeze_study`` -> ``admit_canaries`` (E0 gate) -> ``prepare_development``
 -> ``run_fit`` for every declared cell -> ``benchmark_scorer`` -> ``report_study``.
@@ -35,20 +36,11 @@ import sys
 from typing import NoReturn
 
 from qhlab.cli import main as qhlab_main
-from qhlab.design.study_config import QhArchitectureStudyConfig
-from qhlab.finite_horizon.benchmark import benchmark_scorer
-from qhlab.report.finished import open_study
 
-__all__ = [
-    "QhArchitectureStudyConfig",
-    "admit_canaries",
-    "benchmark_scorer",
-    "freeze_study",
-    "main",
-    "prepare_development",
-    "report_study",
-    "run_fit",
-]
+# Named by this module's API too (re-exported as themselves).
+from qhlab.design.study_config import QhArchitectureStudyConfig as QhArchitectureStudyConfig
+from qhlab.finite_horizon.benchmark import benchmark_scorer as benchmark_scorer
+from qhlab.report.finished import open_study
 
 
 def freeze_study(config_path: str | os.PathLike, output: str | os.PathLike) -> dict:

@@ -37,6 +37,7 @@ __all__ = [
     "resume_segment_directory",
 ]
 
+
 def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str]) -> Path | None:
     """The attempt a fit job adopts instead of fitting its cell again, or None: the first attempt
     directory (by name) whose fit finished (its fit receipt, and its evaluation receipt when
