@@ -384,3 +384,21 @@ def test_a_replica_whose_train_holds_the_originals_scenes_is_refused(surrounding
     # Its six scenes are one level, drawn again whatever the seed: the manifests differ, the content does not.
     assert "the replica's train shares 1 scene with the original's TRAIN (by content)" in err, err
     assert not (output / "study" / "cells").exists()
+
+
+def test_fresh_seeds_exclude_the_originals_its_pilots_and_its_tunings():
+    from qhlab.replication.agreement import refused_training_seeds
+
+    # The committed demo's records, as its freeze binds them: the pilot's layout, the tuning's objective.
+    root = Path(__file__).resolve().parents[2] / "examples" / "preparation"
+    pilot = json.loads((root / "demo-pilot" / "pilot.json").read_text())
+    tuning = json.loads((root / "demo-tune" / "tuning.json").read_text())
+    freeze = {
+        "seeds": [0, 1],
+        "preparation": {"pilot": {"layout": pilot["layout"]}, "tuning": {"objective": tuning["config"]["objective"]}},
+    }
+    pilot_seeds = {s for entry in pilot["layout"] for s in entry["seeds"]}
+    assert set(refused_training_seeds(freeze)) == {0, 1} | pilot_seeds | set(tuning["config"]["objective"]["seeds"])
+    assert {2, 7} <= set(refused_training_seeds(freeze)) and 40 not in refused_training_seeds(freeze)
+    # Without preparation records, only the study's own.
+    assert refused_training_seeds({"seeds": [0, 1]}) == [0, 1]

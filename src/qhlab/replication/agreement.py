@@ -93,17 +93,20 @@ def refused_seeds(used: list[dict[str, Any]]) -> list[int]:
 
 
 def refused_training_seeds(freeze: dict) -> list[int]:
-    """The training seeds a replica on fresh training seeds may not fit: the original's and its pilot's.
+    """The training seeds a replica on fresh training seeds may not fit: the original's, its pilot's
+    and its tuning's.
 
     Args:
         freeze: the original's freeze receipt body.
 
     Returns:
         Sorted seeds: the study's own and every seed its bound pilot fitted (a replica that shared
-        them would share what its intervals count as independent).
+        them would share what its intervals count as independent), and the seeds its bound tuning
+        chose the recipe on (a recipe chosen on some seeds reads quieter on them than it is).
     """
-    pilot = (freeze.get("preparation") or {}).get("pilot") or {}
-    fitted = {int(s) for entry in pilot.get("layout") or [] for s in entry["seeds"]}
+    preparation = freeze.get("preparation") or {}
+    fitted = {int(s) for entry in (preparation.get("pilot") or {}).get("layout") or [] for s in entry["seeds"]}
+    fitted |= {int(s) for s in ((preparation.get("tuning") or {}).get("objective") or {}).get("seeds") or []}
     return sorted(fitted | {int(s) for s in freeze["seeds"]})
 
 
@@ -256,7 +259,7 @@ def replication_document(original: dict[str, dict], replica: dict[str, dict]) ->
     if fresh:
         reused_seeds = sorted(set(replica["freeze"]["seeds"]) & set(refused_training_seeds(original["freeze"])))
         if reused_seeds:
-            differences.append(f"training seeds {reused_seeds} are the original's or its pilot's")
+            differences.append(f"training seeds {reused_seeds} are the original's, its pilot's or its tuning's")
     replica_side = _side(replica["freeze"], replica["development"], replica["report"])
     reused = reused_populations(used, {role: replica_side[role] for role in ("train", "validation")})
     rows = _paired_comparisons(original, replica)

@@ -187,7 +187,8 @@ def _refuse_reused_training_seeds(body: dict, training_seeds: Sequence[int] | No
             CALL,
             "--seeds",
             list(training_seeds),
-            f"two different training seeds that neither the original nor its pilot fitted (refused: {refused})",
+            f"two different training seeds that neither the original, its pilot nor its tuning fitted (refused: "
+            f"{refused})",
             "a replica on fresh training seeds shares no fit seed with the original, or its intervals would "
             "count a shared seed effect as independent",
         )

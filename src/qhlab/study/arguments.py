@@ -122,7 +122,8 @@ def _replicate(replicate: argparse.ArgumentParser) -> None:
         nargs=2,
         default=None,
         metavar=("S1", "S2"),
-        help="fresh training seeds for every fit (default: the original's); none the original or its pilot fitted",
+        help="fresh training seeds for every fit (default: the original's); none the original, its pilot or "
+        "its tuning fitted",
     )
     # dest is not "output": as for a study, a replication's directory outlives a failed step.
     replicate.add_argument("--output", dest="replicate_output", metavar="DIR", required=True, help="new directory")
