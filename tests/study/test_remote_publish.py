@@ -211,14 +211,9 @@ def test_a_staging_directory_left_by_a_killed_driver_is_never_an_attempt(finishe
     attempt = next(p for p in sorted((finished_study["output"] / "cells" / "baseline-s0").iterdir()) if p.is_dir())
     # Complete bytes, but never renamed into place: publish_directory's staging name.
     shutil.copytree(attempt, cell_dir / f".{attempt.name}.tmp-4242-deadbeef")
-    frozen = authenticate_freeze(finished_study["config"], finished_study["output"], "test")
-    recipe = frozen.recipe("baseline", 0, frozen.config.broad_updates)
-    assert adoptable_attempt(frozen, recipe, cell_dir, evaluate=True) is None
+    assert adoptable_attempt(cell_dir, evaluate=True) is None
     shutil.copytree(attempt, cell_dir / attempt.name)
-    assert adoptable_attempt(frozen, recipe, cell_dir, evaluate=True) == cell_dir / attempt.name
-    # The one adopt rule: a finished fit of another recipe (here another seed's) is never this cell's.
-    other = frozen.recipe("baseline", 1, frozen.config.broad_updates)
-    assert adoptable_attempt(frozen, other, cell_dir, evaluate=True) is None
+    assert adoptable_attempt(cell_dir, evaluate=True) == cell_dir / attempt.name
 
 
 def test_a_try_sweeps_only_directories_whose_worker_is_gone(tmp_path) -> None:

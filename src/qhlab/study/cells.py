@@ -52,7 +52,6 @@ from qhlab.study.authentication import (
     authenticate_development,
     read_canary_selection,
 )
-from qhlab.training.profiles import execution_profile
 from qhlab.training.records import FitReceipt
 from qhlab.training.wandb_attempt import drop_wandb_links
 
@@ -243,20 +242,16 @@ def frozen_structure(frozen: FrozenStudy, arm: str) -> str | None:
     return None
 
 
-def adoptable_attempt(frozen: FrozenStudy, recipe: QhRecipe, cell_dir: Path, *, evaluate: bool) -> Path | None:
-    """The cell's finished attempt whose cell receipt was never written, adopted rather than rerun
-    by the rule every fit job adopts by (``qhlab.training.segments.finished_attempt``): its fit
-    finished (and was evaluated, for a broad cell) and its fit receipt binds this cell's applied
-    recipe and the frozen TRAIN. ``_cell_body_common`` then authenticates it as this study's fit of
-    this cell (study, rows, scorer structure)."""
+def adoptable_attempt(cell_dir: Path, evaluate: bool) -> Path | None:
+    """An attempt whose fit finished (fit receipt, and evaluation receipt for a broad cell) but
+    whose cell receipt was never written: adopted rather than rerun, since a finished fit is
+    never rerun. The rule every fit job selects by (``qhlab.training.segments.finished_attempt``),
+    with no filter: ``_cell_body_common`` then authenticates it as the fit of this cell, and a
+    foreign fit copied in is refused, not fitted beside."""
     # Lazy: keeps importing this module free of torch.
     from qhlab.training.segments import finished_attempt
 
-    binds = {
-        "recipe_digest": recipe_digest(execution_profile(frozen.config.profile).apply(recipe)),
-        "train_manifest": frozen.body.train["manifest_sha256"],
-    }
-    return finished_attempt(cell_dir, evaluated=evaluate, binds=binds)
+    return finished_attempt(cell_dir, evaluated=evaluate)
 
 
 def _cell_body_common(
@@ -329,7 +324,7 @@ def _run_broad_cell(
     config = frozen.config
     recipe = frozen.recipe(variant, seed, config.broad_updates)
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = adoptable_attempt(frozen, recipe, cell_dir, evaluate=True)
+    attempt = adoptable_attempt(cell_dir, evaluate=True)
     if execution is not None and (attempt is None or attempt.name != execution.get("attempt")):
         # A remote record describes one published attempt; it never labels a local fit.
         raise EvidenceError(
@@ -397,7 +392,7 @@ def _run_canary_cell(
     # Authenticated against the freeze, then the canary rule (successor Q_1 trained) applied.
     recipe, successor_training = canary_recipe(frozen.recipe(variant, seed, config.canary_updates))
     previous = [p.name for p in _attempt_directories(cell_dir)]
-    attempt = adoptable_attempt(frozen, recipe, cell_dir, evaluate=False)
+    attempt = adoptable_attempt(cell_dir, evaluate=False)
     adopted = attempt is not None
     attempt = _fit(frozen, recipe, cell_dir, attempt, previous, progress=progress, rows=[selection["row"]])
     body, inputs = _cell_body_common(

@@ -329,8 +329,7 @@ def run_cells_on_ray(
         futures = {}
         for arm, seed in pending:
             cell = cell_name(arm, seed)
-            recipe = frozen.recipe(arm, seed, config.broad_updates)
-            if adoptable_attempt(frozen, recipe, output / CELLS_DIR / cell, evaluate=True) is not None:
+            if adoptable_attempt(output / CELLS_DIR / cell, evaluate=True) is not None:
                 try:  # published by a driver that was killed before its cell receipt
                     _record(arm, seed, None)
                 except Exception as exc:  # noqa: BLE001 - reported like any failed cell

@@ -38,21 +38,22 @@ __all__ = [
 ]
 
 
-def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str]) -> Path | None:
+def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str] | None = None) -> Path | None:
     """The attempt a fit job adopts instead of fitting its cell again, or None: the first attempt
     directory (by name) whose fit finished (its fit receipt, and its evaluation receipt when
-    ``evaluated``) and whose fit receipt binds ``binds``.
+    ``evaluated``) and, with ``binds``, whose fit receipt binds them.
 
-    A finished fit of another recipe or population is never this cell's fit: it is left where it
-    is and a new attempt is fitted beside it. A hidden directory (a staging or half-copied attempt)
-    is never an attempt. A caller may authenticate the adopted attempt further (a study checks its
-    study identity, rows and scorer structure).
+    A hidden directory (a staging or half-copied attempt) is never an attempt. With ``binds`` (a
+    preparation fit), a finished fit of another recipe or population is not this cell's fit: it is
+    left where it is and a new attempt is fitted beside it. Without (a study's cell), the first
+    finished attempt is adopted and the caller authenticates it further (study, rows, recipe,
+    scorer structure), refusing one that is not its own.
 
     Args:
         cell_dir: the cell's directory (absent: no attempt).
         evaluated: whether the cell's fit is evaluated (a canary's is not).
         binds: ``{"recipe_digest": the applied recipe's digest, input name: its SHA-256}``, e.g.
-            ``train_manifest`` and ``validation_manifest``.
+            ``train_manifest`` and ``validation_manifest``; None: no filter.
 
     Raises:
         EvidenceError: a finished attempt's fit receipt is not a fit receipt of its own digest.
@@ -62,6 +63,8 @@ def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str
     for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if not (attempt / FIT_RECEIPT).is_file() or (evaluated and not (attempt / EVALUATION_RECEIPT).is_file()):
             continue
+        if binds is None:
+            return attempt
         # Its own digest checked; the files it binds are the caller's to authenticate (where they now lie).
         receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False)
         bound = {name: receipt.inputs[name].sha256 for name in binds if name in receipt.inputs}
