@@ -79,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
             "--window >= 1 and --tolerance > 0"
         )
 
+    from qhlab.design.config_files import load_recipe
     from qhlab.finite_horizon.diagnostics.commissioning import (
         QhCommissioningMilestonesCallback,
         QhCommissioningMilestonesConfig,
         read_commissioning_milestones,
     )
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-    from qhlab.finite_horizon.recipe import load_recipe
     from qhlab.scenes import generate_population
 
     class _TimedGate(QhCommissioningMilestonesCallback):

@@ -59,10 +59,11 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from qhlab.design.config_files import load_recipe
 from qhlab.finite_horizon.batches import QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.q_learning import QhTDModule, native_huber_loss, refresh_target, successor_reward_loss
-from qhlab.finite_horizon.recipe import QhRecipe, load_recipe
+from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.finite_horizon.scorer import scorer_members
 from qhlab.scenes.population import cached_population
 from qhlab.training.console import configure_console

@@ -33,8 +33,8 @@ def _with_fresh_cache(config: Path, cache: Path, copy: Path) -> None:
     (the copy lives elsewhere, and the study names its recipe and records relative to itself)."""
     import tomli_w
 
+    from qhlab.design.config_files import read_toml
     from qhlab.design.study_config import STUDY_PATH_FIELDS
-    from qhlab.finite_horizon.recipe import read_toml
 
     raw, _, _ = read_toml(
         config,

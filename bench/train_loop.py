@@ -45,6 +45,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
+from qhlab.design.config_files import load_recipe
 from qhlab.finite_horizon.batches import QhPopulationDataModule, population_dims
 from qhlab.finite_horizon.data import load_population
 from qhlab.finite_horizon.q_learning import (
@@ -60,7 +61,7 @@ from qhlab.finite_horizon.q_learning import (
     successor_reward_loss,
     td_targets,
 )
-from qhlab.finite_horizon.recipe import QhRecipe, load_recipe
+from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.finite_horizon.scorer import MAX_ENSEMBLE_MEMBERS, scorer_members
 from qhlab.scenes.population import cached_population
 from qhlab.training.console import configure_console

@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 
 from config_mutations import TOML_VALUES, alike, cartpole_preset, leaves, replaced
 from qhlab.cli import main
+from qhlab.design.config_files import load_recipe
 from qhlab.design.e0_config import read_e0_config
 from qhlab.design.pilot_config import read_pilot_config
 from qhlab.design.plan_config import read_plan_config
 from qhlab.design.study_config import read_study_config
 from qhlab.design.tuning_config import read_tuning_config
 from qhlab.evidence import QhError, QhInputError
-from qhlab.finite_horizon.recipe import load_recipe
 from qhlab.scenes import load_preset
 from qhlab.scenes.environment import Environment
 from qhlab.scenes.population import environment_spec

@@ -119,3 +119,29 @@ def test_the_seed_api_study_path_is_a_thin_alias_of_the_application():
     assert runs[0].stderr == runs[1].stderr and runs[0].stderr.startswith("error: architecture_study: config_path="), (
         runs[0].stderr
     )
+
+
+def _toml_importers(sources: dict[str, str]) -> list[str]:
+    """The names of the sources that import ``tomllib`` anywhere (a config file's parser)."""
+    found = []
+    for name, text in sorted(sources.items()):
+        for node in ast.walk(ast.parse(text)):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                imported = [node.module or ""]
+            if any(m == "tomllib" or m.startswith("tomllib.") for m in imported):
+                found.append(name)
+                break
+    return found
+
+
+def test_the_science_core_parses_no_config_file() -> None:
+    core = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in (ROOT / "finite_horizon").rglob("*.py")}
+    assert len(core) > 20
+    assert _toml_importers(core) == []
+    # The kit in design is the parser, and a recipe file is read there.
+    kit = (ROOT / "design" / "config_files.py").read_text(encoding="utf-8")
+    assert _toml_importers({"config_files": kit}) == ["config_files"]
+    assert "def load_recipe(" in kit
+    # A lazy import inside a function is seen as well.
+    assert _toml_importers({"lazy": "def f():\n    from tomllib import loads\n    return loads('')\n"}) == ["lazy"]

@@ -20,6 +20,7 @@ import pytest
 import tomli_w
 
 from qhlab.cli import main
+from qhlab.design.config_files import load_recipe
 from qhlab.design.e0_config import read_e0_config
 from qhlab.design.pilot_config import read_pilot_config
 from qhlab.design.study_config import read_study_config
@@ -34,7 +35,6 @@ from qhlab.evidence import (
     seed_problem,
 )
 from qhlab.execution import JobRunner, executor_choice
-from qhlab.finite_horizon.recipe import load_recipe
 from qhlab.scenes import generate_population
 from qhlab.scenes.sampler import scene_seed
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from qhlab.cli import main
+from qhlab.design.config_files import load_recipe
 from qhlab.evidence import LockHeldError, QhInputError, read_receipt
 from qhlab.evidence.envelope import Receipt
 from qhlab.finite_horizon.data import load_population
@@ -148,7 +149,7 @@ def test_cli_fit_publishes_verified_segment(tmp_path, tiny, capsys):
 
 
 def test_same_seed_same_final_state(tmp_path, tiny):
-    recipe = _recipe(tmp_path)
+    recipe = load_recipe(_recipe(tmp_path))
     kwargs = dict(
         profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
     )
@@ -164,7 +165,7 @@ def test_fit_from_population_copies_binds_the_originals_and_matches(tmp_path, ti
     """What a Ray worker does: read byte-identical copies in its own directory, name the originals."""
     import shutil
 
-    recipe = _recipe(tmp_path)
+    recipe = load_recipe(_recipe(tmp_path))
     copies = {role: shutil.copytree(tiny[role], tmp_path / "worker" / role) for role in ("train", "validation")}
     kwargs = dict(profile="cpu-fp32", progress=False)
     direct = fit_recipe(
@@ -245,7 +246,7 @@ def test_concurrent_fit_of_same_logical_run_fails_at_once(tmp_path, tiny):
         with pytest.raises(LockHeldError, match=str(lock)):
             fit_recipe(
                 FitRequest(
-                    recipe=_recipe(tmp_path),
+                    recipe=load_recipe(_recipe(tmp_path)),
                     profile="cpu-fp32",
                     output=out,
                     train=tiny["train"],
@@ -257,7 +258,7 @@ def test_concurrent_fit_of_same_logical_run_fails_at_once(tmp_path, tiny):
 
 
 def test_resume_of_unknown_or_finished_segment_is_refused(tmp_path, tiny):
-    recipe = _recipe(tmp_path)
+    recipe = load_recipe(_recipe(tmp_path))
     kwargs = dict(
         profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
     )
@@ -301,7 +302,7 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     assert len(list(cell.iterdir())) == 1
     resumed = fit_recipe(
         FitRequest(
-            recipe=recipe,
+            recipe=load_recipe(recipe),
             profile="cpu-fp32",
             output=out,
             train=tiny["train"],
@@ -323,7 +324,7 @@ def test_sigint_then_resume_into_new_segment(tmp_path, tiny):
     # optimizer moments and the batch stream continue exactly: same bytes as one uninterrupted fit
     straight = fit_recipe(
         FitRequest(
-            recipe=recipe,
+            recipe=load_recipe(recipe),
             profile="cpu-fp32",
             output=tmp_path / "straight",
             train=tiny["train"],
@@ -365,7 +366,7 @@ def test_memory_ceiling_is_admitted_with_the_lane_before_anything_is_written(tmp
     ):
         fit_recipe(
             FitRequest(
-                recipe=_recipe(tmp_path),
+                recipe=load_recipe(_recipe(tmp_path)),
                 profile="cpu-fp32",
                 output=tmp_path / "out",
                 train=tiny["train"],
@@ -403,7 +404,7 @@ def _interrupted_segment(tmp_path: Path, out: Path, tiny) -> Path:
     with pytest.raises(FitInterrupted, match="--resume "):
         fit_recipe(
             FitRequest(
-                recipe=_recipe(tmp_path),
+                recipe=load_recipe(_recipe(tmp_path)),
                 profile="cpu-fp32",
                 output=out,
                 train=tiny["train"],
@@ -487,7 +488,7 @@ def test_a_loaded_population_fits_as_its_path_does(tmp_path, tiny):
     """A study hands fit_recipe the Population it authenticated once: same fit as from the path."""
     from qhlab.finite_horizon.data import load_population
 
-    recipe = _recipe(tmp_path)
+    recipe = load_recipe(_recipe(tmp_path))
     train = load_population(tiny["train"], split="train")
     validation = load_population(tiny["validation"], split="validation")
     by_path = fit_recipe(
@@ -514,7 +515,7 @@ def test_a_loaded_population_is_refused_when_stale_or_of_another_split(tmp_path,
 
     from qhlab.finite_horizon.data import load_population
 
-    recipe = _recipe(tmp_path)
+    recipe = load_recipe(_recipe(tmp_path))
     validation = load_population(tiny["validation"], split="validation")
     with pytest.raises(QhInputError, match=r"fit_recipe: train=.*a validation population.*allowed: a train population"):
         fit_recipe(
@@ -554,7 +555,7 @@ def test_benchmark_refuses_a_population_of_another_horizon(tmp_path, tiny):
 
     result = fit_recipe(
         FitRequest(
-            recipe=_recipe(tmp_path),
+            recipe=load_recipe(_recipe(tmp_path)),
             profile="cpu-fp32",
             output=tmp_path / "out",
             train=tiny["train"],
@@ -573,14 +574,13 @@ def test_a_recipe_with_averaged_weights_is_evaluated_on_them(tmp_path, tiny):
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import evaluate_population
     from qhlab.finite_horizon.predict import predict_q
-    from qhlab.finite_horizon.recipe import load_recipe
 
     path = _recipe(tmp_path, updates=12)
     path.write_text(path.read_text() + "\n[evaluation]\naverage_decay = 0.5\n")
     recipe = load_recipe(path)
     result = fit_recipe(
         FitRequest(
-            recipe=path,
+            recipe=recipe,
             profile="cpu-fp32",
             output=tmp_path / "out",
             train=tiny["train"],
@@ -613,7 +613,6 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import evaluate_population
     from qhlab.finite_horizon.predict import predict_q
-    from qhlab.finite_horizon.recipe import load_recipe
     from qhlab.finite_horizon.scorer import scorer_members
 
     path = _recipe(tmp_path, updates=12)
@@ -622,7 +621,7 @@ def test_an_ensemble_recipe_is_evaluated_on_its_members_mean_and_benchmarked(tmp
     assert recipe.ensemble_members == 2
     result = fit_recipe(
         FitRequest(
-            recipe=path,
+            recipe=recipe,
             profile="cpu-fp32",
             output=tmp_path / "out",
             train=tiny["train"],
@@ -657,7 +656,7 @@ def test_a_learning_curve_leaves_the_fit_bit_identical(tmp_path, tiny) -> None:
     for name, curve in (("plain", ()), ("curve", (2, 4, 99))):
         results[name] = fit_recipe(
             FitRequest(
-                recipe=Path(__file__).resolve().parents[2] / "examples" / "tiny-recipe.toml",
+                recipe=load_recipe(Path(__file__).resolve().parents[2] / "examples" / "tiny-recipe.toml"),
                 profile="cpu-fp32",
                 output=tmp_path / name,
                 train=tiny["train"],
@@ -681,7 +680,9 @@ def test_a_fit_reports_its_progress_to_the_sink_of_its_process(tmp_path, tiny, c
     reports = []
     kwargs = dict(profile="cpu-fp32", train=tiny["train"], validation=tiny["validation"], progress=True)
     with progress_sink(lambda *report: reports.append(report)):
-        result = fit_recipe(FitRequest(recipe=_recipe(tmp_path, updates=40), output=tmp_path / "out", **kwargs))
+        result = fit_recipe(
+            FitRequest(recipe=load_recipe(_recipe(tmp_path, updates=40)), output=tmp_path / "out", **kwargs)
+        )
     label = reports[0][0]
     assert reports[0] == (label, 0, 40) and reports[-1] == (label, 40, 40), reports
     assert all(r[0] == label and r[2] == 40 for r in reports)
@@ -691,13 +692,13 @@ def test_a_fit_reports_its_progress_to_the_sink_of_its_process(tmp_path, tiny, c
     assert "updates" not in capsys.readouterr().out
     # Without a sink the same fit reports nothing.
     reports.clear()
-    fit_recipe(FitRequest(recipe=_recipe(tmp_path, updates=40), output=tmp_path / "again", **kwargs))
+    fit_recipe(FitRequest(recipe=load_recipe(_recipe(tmp_path, updates=40)), output=tmp_path / "again", **kwargs))
     assert reports == []
 
 
 def _request(tmp_path: Path, tiny, out: Path, **options) -> FitRequest:
     return FitRequest(
-        recipe=_recipe(tmp_path),
+        recipe=load_recipe(_recipe(tmp_path)),
         profile="cpu-fp32",
         output=out,
         train=tiny["train"],
@@ -765,12 +766,12 @@ def test_the_fit_sets_the_thread_count_its_request_names_and_its_receipt_records
     )
     try:
         torch.set_num_threads(1)
-        result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), torch_threads=2, **kwargs))
+        result = fit_recipe(FitRequest(recipe=load_recipe(_recipe(tmp_path)), torch_threads=2, **kwargs))
         # The launcher set it beside the seeding, whatever the process had, and the receipt says so.
         assert torch.get_num_threads() == 2
         assert read_receipt(result.fit_receipt, FitReceipt).body.torch_num_threads == 2
         with pytest.raises(QhInputError, match="torch_threads=0 is not allowed; allowed: an integer >= 1"):
-            fit_recipe(FitRequest(recipe=_recipe(tmp_path), torch_threads=0, **kwargs))
+            fit_recipe(FitRequest(recipe=load_recipe(_recipe(tmp_path)), torch_threads=0, **kwargs))
     finally:
         torch.set_num_threads(before)
 
@@ -792,7 +793,7 @@ def test_the_one_adopt_rule_takes_a_finished_fit_of_the_same_recipe_and_populati
     kwargs = dict(
         profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
     )
-    result = fit_recipe(FitRequest(recipe=_recipe(tmp_path), cell="c", **kwargs))
+    result = fit_recipe(FitRequest(recipe=load_recipe(_recipe(tmp_path)), cell="c", **kwargs))
     body = read_receipt(result.fit_receipt, FitReceipt).body
     binds = {
         "recipe_digest": body.recipe_digest,

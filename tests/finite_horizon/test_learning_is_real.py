@@ -35,6 +35,7 @@ def demo_populations(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, demo_populations, tmp_path):
+    from qhlab.design.config_files import load_recipe
     from qhlab.finite_horizon.data import load_population
     from qhlab.finite_horizon.evaluation import (
         constant_predictions,
@@ -43,7 +44,6 @@ def test_baseline_beats_the_train_chosen_heuristic_and_half_the_constant(seed, d
         population_train_constant,
     )
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-    from qhlab.finite_horizon.recipe import load_recipe
 
     recipe = load_recipe(ROOT / "examples" / "demo-recipe.toml").model_copy(update={"seed": seed})
     threads = torch.get_num_threads()

@@ -475,7 +475,7 @@ def test_td_targets_on_exact_successor_labels_reproduce_exact_labels(tiny_train)
 
 
 def test_example_recipes_match_presets_and_tiny_recipe_fits(tiny_train) -> None:
-    from qhlab.finite_horizon.recipe import load_recipe
+    from qhlab.design.config_files import load_recipe
     from qhlab.scenes import load_preset
 
     tiny = load_recipe(TINY_RECIPE)
@@ -795,7 +795,7 @@ def test_cached_target_values_reproduce_the_per_batch_targets_of_the_tiny_recipe
     where a batch runs B x K, so a kernel whose summation order depends on the batch may move
     the last bits, which the tolerance (1e-6 m) allows.
     """
-    from qhlab.finite_horizon.recipe import load_recipe
+    from qhlab.design.config_files import load_recipe
 
     tiny = load_recipe(TINY_RECIPE)
     recipe = QhRecipe.model_validate({**tiny.model_dump(mode="json"), "ensemble_members": members})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from qhlab.design.config_files import load_recipe
 from qhlab.evidence import QhInputError, canonical_json, sha256_bytes
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.recipe import (
@@ -14,7 +15,6 @@ from qhlab.finite_horizon.recipe import (
     HardTargetUpdate,
     PolyakTargetUpdate,
     QhRecipe,
-    load_recipe,
     recipe_digest,
     validate_recipe,
 )

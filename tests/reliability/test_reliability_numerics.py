@@ -21,6 +21,7 @@ from _reliability_support import (
 )
 from safetensors.torch import load_file
 
+from qhlab.design.config_files import load_recipe
 from qhlab.scenes.records import PopulationReceipt
 
 pytestmark = pytest.mark.reliability
@@ -135,7 +136,7 @@ def test_non_finite_training_loss_fails_the_fit_without_final_receipt(tmp_path, 
     with pytest.raises(QhError) as info:
         fit_recipe(
             FitRequest(
-                recipe=rel_recipe,
+                recipe=load_recipe(rel_recipe),
                 profile="cpu-fp32",
                 output=output,
                 extra_callbacks=[poison],

@@ -331,7 +331,7 @@ def test_two_workers_give_the_same_trials_and_recipe(tmp_path, cache, reference)
 
 @pytest.mark.slow
 def test_the_winning_recipe_is_a_recipe_file_of_the_winner(reference):
-    from qhlab.finite_horizon.recipe import load_recipe
+    from qhlab.design.config_files import load_recipe
 
     record = json.loads((reference / "tuning.json").read_text())
     winner = record["winner"]

@@ -63,11 +63,12 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 
 def _fit(tiny, out: Path, profile: str):
+    from qhlab.design.config_files import load_recipe
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
 
     return fit_recipe(
         FitRequest(
-            recipe=ROOT / "examples" / "tiny-recipe.toml",
+            recipe=load_recipe(ROOT / "examples" / "tiny-recipe.toml"),
             profile=profile,
             output=out,
             train=tiny["train"],

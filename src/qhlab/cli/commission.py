@@ -13,6 +13,7 @@ import json
 
 from qhlab.cli.command import Command
 from qhlab.cli.threads import add_torch_threads_argument, apply_torch_threads
+from qhlab.design.config_files import load_recipe
 from qhlab.evidence import input_error
 
 __all__ = ["COMMAND", "run"]
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     milestones = _milestones(args.milestones)
     apply_torch_threads(args)
     result = commission_recipe(
-        args.recipe,
+        load_recipe(args.recipe),
         profile=args.profile,
         milestones=milestones,
         output=args.output,

@@ -1,6 +1,7 @@
 """``qhlab fit``: fit one recipe on one execution lane and publish its evidence.
 
-Owns: the ``fit`` argument parser and turning arguments into one ``fit_recipe`` call. Does
+Owns: the ``fit`` argument parser, reading the recipe file (``qhlab.design.config_files``) and
+turning arguments into one ``fit_recipe`` call. Does
 not own: validation, training or receipts (``qhlab.finite_horizon.fit``), error printing and
 exit codes (``qhlab.cli.main``).
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from qhlab.cli.command import Command
 from qhlab.cli.threads import add_torch_threads_argument, checked_torch_threads
+from qhlab.design.config_files import load_recipe
 from qhlab.evidence import require_int
 from qhlab.scenes.seals import seals_of
 
@@ -84,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if args.validation is not None:
         _warn_if_sealed(args.validation)
     options = {name: getattr(args, name) for name in _REQUEST_OPTIONS}
-    result = fit_recipe(FitRequest(**options, torch_threads=threads))
+    options["recipe"] = load_recipe(args.recipe)
+    result = fit_recipe(FitRequest(**options, source_dir=args.recipe.expanduser().parent, torch_threads=threads))
     summary = {
         "output_directory": str(result.output_directory),
         "local_attempt_id": result.local_attempt_id,

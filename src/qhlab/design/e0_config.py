@@ -11,27 +11,24 @@ written). Does not own: the study config (``qhlab.design.study_config``) or the 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, read_study_config
+from qhlab.design.config_files import FROZEN, ConfigForm, Executor, StrictInt, StudyPath, Workers
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig
+from qhlab.design.tool_config import read_tool_config
 from qhlab.evidence import (
-    MAX_WORKERS,
     POPULATION_SEED_LIMIT,
     canonical_json,
     distinct_seeds,
-    invalid_fields,
     sha256_bytes,
 )
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_config
 
 __all__ = ["E0_CHECK_CALL", "QhE0CheckConfig", "e0_design", "e0_digest", "read_e0_config"]
 
 E0_CHECK_CALL = "qhlab e0-check"
-_Int = Annotated[int, Strict()]
 # Recipe fields that are each sub-study's own, never part of the gate's design.
 _OWN_FIELDS = ("name", "seed", "data")
 
@@ -54,14 +51,14 @@ class QhE0CheckConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = FROZEN
 
     name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    study: str = Field(min_length=1)
-    train_seeds: tuple[_Int, ...] = Field(min_length=3, max_length=100)
+    study: StudyPath
+    train_seeds: tuple[StrictInt, ...] = Field(min_length=3, max_length=100)
     min_pass_share: PlainNumber = Field(default=0.95, gt=0.0, le=1.0)
-    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
-    executor: Literal["local", "ray"] = "local"
+    workers: Workers = 1
+    executor: Executor = "local"
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("train_seeds")
@@ -78,6 +75,15 @@ class QhE0CheckConfig(BaseModel):
         """What the check's outcome depends on, without where files lie: the record's config less
         ``study`` (its gate design is digested instead) and ``population_cache``."""
         return {k: v for k, v in self.record().items() if k not in ("study", "population_cache")}
+
+
+_FORM = ConfigForm(
+    QhE0CheckConfig,
+    call=E0_CHECK_CALL,
+    what="E0 check config",
+    example="examples/demo-e0.toml",
+    relative=(("study",), ("population_cache",)),
+)
 
 
 def e0_design(study: QhArchitectureStudyConfig) -> dict[str, Any]:
@@ -118,29 +124,21 @@ def read_e0_config(config_path: str | os.PathLike) -> tuple[QhE0CheckConfig, byt
             whose TRAIN is a path, or a train seed that is the study's.
     """
 
-    config, data, _ = read_config(
-        config_path,
-        QhE0CheckConfig,
-        call=E0_CHECK_CALL,
-        what="E0 check config",
-        example="examples/demo-e0.toml",
-        relative=(("study",), ("population_cache",)),
+    return read_tool_config(
+        _FORM, config_path, _e0_problems, "an E0 check runs the study's own gate on TRAIN draws the study never sees."
     )
-    source = f"E0 check config {str(Path(config_path).expanduser())!r}"
-    study = read_study_config(config.study)[0]
-    problems = []
+
+
+def _e0_problems(config: QhE0CheckConfig, study: QhArchitectureStudyConfig) -> list[str]:
+    """A study whose TRAIN is a path (no fresh draws of it exist), or a train seed that is the study's."""
     if study.train.preset is None:
-        problems.append(
+        return [
             f"study: {config.study!r} names TRAIN by path; allowed: a study whose [train] is a preset and "
             "seed (the check draws fresh TRAIN seeds of that preset)"
-        )
-    elif study.train.seed in config.train_seeds:
-        problems.append(
+        ]
+    if study.train.seed in config.train_seeds:
+        return [
             f"train_seeds: {study.train.seed} is the study's own TRAIN seed; allowed: fresh seeds of "
             f"{study.train.preset} the study does not train on"
-        )
-    if problems:
-        raise invalid_fields(
-            source, problems, "an E0 check runs the study's own gate on TRAIN draws the study never sees."
-        )
-    return config, data, study
+        ]
+    return []

@@ -12,30 +12,36 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from qhlab.design.config_files import (
+    FROZEN,
+    ConfigForm,
+    ConfigName,
+    Executor,
+    StrictInt,
+    StudyPath,
+    TorchThreads,
+    Workers,
+)
 from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
     PopulationSource,
     QhArchitectureStudyConfig,
     declared_scenes,
-    read_study_config,
 )
+from qhlab.design.tool_config import read_tool_config
 from qhlab.evidence import (
-    MAX_TORCH_THREADS,
-    MAX_WORKERS,
     POPULATION_SEED_LIMIT,
     canonical_json,
     distinct_seeds,
     input_error,
-    invalid_fields,
     sha256_bytes,
 )
 from qhlab.evidence.layout import MANIFEST
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import read_config
 
 __all__ = [
     "PILOT_CALL",
@@ -48,8 +54,6 @@ __all__ = [
 ]
 
 PILOT_CALL = "qhlab pilot"
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-_Int = Annotated[int, Strict()]
 
 
 class QhPilotConfig(BaseModel):
@@ -82,18 +86,18 @@ class QhPilotConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    study: str = Field(min_length=1)
+    name: ConfigName
+    study: StudyPath
     train: PopulationSource
     validation: PopulationSource
-    seeds: tuple[_Int, ...] = Field(min_length=2, max_length=64)
-    train_draws: tuple[_Int, ...] = Field(default=(), max_length=64)
-    draw_seeds: tuple[tuple[_Int, ...], ...] = Field(default=(), max_length=64)
-    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
-    executor: Literal["local", "ray"] = "local"
-    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
+    seeds: tuple[StrictInt, ...] = Field(min_length=2, max_length=64)
+    train_draws: tuple[StrictInt, ...] = Field(default=(), max_length=64)
+    draw_seeds: tuple[tuple[StrictInt, ...], ...] = Field(default=(), max_length=64)
+    workers: Workers = 1
+    executor: Executor = "local"
+    torch_threads: TorchThreads = 1
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("seeds")
@@ -270,6 +274,16 @@ def refuse_few_validation_scenes(
     )
 
 
+_FORM = ConfigForm(
+    QhPilotConfig,
+    call=PILOT_CALL,
+    what="pilot config",
+    example="examples/demo-pilot.toml",
+    relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)),
+    toml_files=STUDY_PRESET_FIELDS,
+)
+
+
 def pilot_digest(config: QhPilotConfig, design: dict[str, Any]) -> str:
     """The digest a pilot record carries: its config's identity and the study design it measured."""
     return sha256_bytes(canonical_json({"config": config.identity(), "design": design}))
@@ -289,17 +303,16 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
             validation population that is the study's.
     """
 
-    config, data, _ = read_config(
+    return read_tool_config(
+        _FORM,
         config_path,
-        QhPilotConfig,
-        call=PILOT_CALL,
-        what="pilot config",
-        example="examples/demo-pilot.toml",
-        relative=(("study",), ("train", "path"), ("validation", "path"), ("population_cache",)),
-        toml_files=STUDY_PRESET_FIELDS,
+        _pilot_problems,
+        "a pilot measures the study's comparisons on a held-apart tuning population.",
     )
-    source = f"pilot config {str(Path(config_path).expanduser())!r}"
-    study = read_study_config(config.study)[0]
+
+
+def _pilot_problems(config: QhPilotConfig, study: QhArchitectureStudyConfig) -> list[str]:
+    """Seeds the study uses, a layout the study does not declare, or the study's own validation population."""
     problems = []
     shared = sorted({s for _, s in config.fits} & set(study.seeds))
     if shared:
@@ -323,8 +336,4 @@ def read_pilot_config(config_path: str | os.PathLike) -> tuple[QhPilotConfig, by
             f"validation: {config.validation.model_dump(mode='json', exclude_none=True)} is the study's "
             "validation population; allowed: a tuning population the study never scores on"
         )
-    if problems:
-        raise invalid_fields(
-            source, problems, "a pilot measures the study's comparisons on a held-apart tuning population."
-        )
-    return config, data, study
+    return problems

@@ -9,16 +9,14 @@ freeze's check of a bound record (``qhlab.study.preparation``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from qhlab.design.config_files import FROZEN, StrictInt
 from qhlab.evidence import POPULATION_SEED_LIMIT, distinct_seeds
 
 __all__ = ["PilotLayout", "pilot_layout_problem"]
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-_Int = Annotated[int, Strict()]
 
 
 class PilotLayout(BaseModel):
@@ -35,10 +33,10 @@ class PilotLayout(BaseModel):
             none twice, none of the study's own ``seeds``).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    draws: tuple[_Int, ...] = Field(min_length=1, max_length=65)
-    seeds: tuple[tuple[_Int, ...], ...] = Field(min_length=1, max_length=65)
+    draws: tuple[StrictInt, ...] = Field(min_length=1, max_length=65)
+    seeds: tuple[tuple[StrictInt, ...], ...] = Field(min_length=1, max_length=65)
 
     @model_validator(mode="after")
     def _layout(self) -> PilotLayout:

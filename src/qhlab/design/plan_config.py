@@ -10,19 +10,18 @@ Does not own: the predictions (``plan_record``), the pilot (``pilot_config``) or
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, declared_scenes, read_study_config
+from qhlab.design.config_files import FROZEN, ConfigForm, ConfigName, StrictInt, StudyPath
+from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, declared_scenes
+from qhlab.design.tool_config import read_tool_config
 from qhlab.evidence import input_error
-from qhlab.finite_horizon.recipe import read_config
 
 __all__ = ["PLAN_CALL", "PlanTarget", "QhPlanConfig", "read_plan_config"]
 
 PLAN_CALL = "qhlab plan"
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-_Int = Annotated[int, Strict()]
 
 
 class PlanTarget(BaseModel):
@@ -36,7 +35,7 @@ class PlanTarget(BaseModel):
             variants, for the same reason.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     d_reg: PlainNumber = Field(gt=0.0, le=10.0)
     d_mae: PlainNumber = Field(gt=0.0, le=10.0)
@@ -64,14 +63,14 @@ class QhPlanConfig(BaseModel):
             is always "undecided", so a plan never weighs one; empty: the study's size alone).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    study: str = Field(min_length=1)
+    name: ConfigName
+    study: StudyPath
     pilot: str = Field(min_length=1)
     tuning: str | None = None
     target: PlanTarget
-    validation_scenes: tuple[_Int, ...] = Field(default=(), max_length=16)
+    validation_scenes: tuple[StrictInt, ...] = Field(default=(), max_length=16)
 
     @field_validator("validation_scenes")
     @classmethod
@@ -96,6 +95,15 @@ class QhPlanConfig(BaseModel):
         return {k: v for k, v in self.record().items() if k not in ("study", "pilot", "tuning")}
 
 
+_FORM = ConfigForm(
+    QhPlanConfig,
+    call=PLAN_CALL,
+    what="plan config",
+    example="examples/demo-plan.toml",
+    relative=(("study",), ("pilot",), ("tuning",)),
+)
+
+
 def read_plan_config(config_path: str | os.PathLike) -> tuple[QhPlanConfig, bytes, QhArchitectureStudyConfig]:
     """Read and fully validate a plan TOML and the study it names, before anything is written.
 
@@ -109,15 +117,7 @@ def read_plan_config(config_path: str | os.PathLike) -> tuple[QhPlanConfig, byte
             of fewer than ``MIN_SCENES_TO_DECIDE`` validation scenes (one line: the plan weighs the
             study's own design, and a study of fewer is always undecided).
     """
-    config, data, _ = read_config(
-        config_path,
-        QhPlanConfig,
-        call=PLAN_CALL,
-        what="plan config",
-        example="examples/demo-plan.toml",
-        relative=(("study",), ("pilot",), ("tuning",)),
-    )
-    study = read_study_config(config.study)[0]
+    config, data, study = read_tool_config(_FORM, config_path)
     # Lazy: as in the validator.
     from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE
 

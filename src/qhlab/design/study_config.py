@@ -20,21 +20,29 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    Strict,
     field_validator,
     model_validator,
 )
 
+from qhlab.design.config_files import (
+    FROZEN,
+    ConfigName,
+    Executor,
+    StrictInt,
+    TorchThreads,
+    Workers,
+    read_config,
+    read_toml,
+)
 from qhlab.design.pilot_layout import PilotLayout, pilot_layout_problem
-from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, POPULATION_SEED_LIMIT, QhInputError, distinct_seeds
+from qhlab.evidence import POPULATION_SEED_LIMIT, QhInputError, distinct_seeds
 from qhlab.evidence.layout import STUDY_CALL
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.execution import executor_choice
 from qhlab.finite_horizon.architecture import ARMS
 from qhlab.finite_horizon.budget import MAX_UPDATES
-from qhlab.finite_horizon.recipe import TrainingSeed, read_config, read_toml, validate_recipe
+from qhlab.finite_horizon.recipe import TrainingSeed, validate_recipe
 from qhlab.scenes.manifest import read_manifest
 from qhlab.scenes.presets import PRESET_NAMES, load_preset
 from qhlab.training.profiles import PROFILE_NAMES
@@ -56,8 +64,6 @@ __all__ = [
     "declared_scenes",
     "read_study_config",
 ]
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _plain_number(value: Any) -> Any:
@@ -93,7 +99,6 @@ def _known_profile(profile: str) -> str:
 # An execution profile's name (`qhlab profiles`), checked against the registered lanes.
 ProfileName = Annotated[str, AfterValidator(_known_profile)]
 # Integers are integers (not true, not 2.0); numbers are numbers (not true).
-_Int = Annotated[int, Strict()]
 PlainNumber = Annotated[float, BeforeValidator(_plain_number)]
 """A config's number: an int or a float, never a boolean or a numeric string (every config kind)."""
 PlainNumeric = Annotated[float | int, BeforeValidator(_plain_number)]
@@ -131,10 +136,10 @@ class PopulationSource(BaseModel):
             are resolved against the study config's directory.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     preset: str | None = None
-    seed: _Int | None = Field(default=None, ge=0, lt=POPULATION_SEED_LIMIT)
+    seed: StrictInt | None = Field(default=None, ge=0, lt=POPULATION_SEED_LIMIT)
     path: Annotated[str, BeforeValidator(_path_text)] | None = None
 
     @model_validator(mode="after")
@@ -171,11 +176,11 @@ class EncoderSizes(BaseModel):
         heads: attention heads (W must divide by them); None keeps the arm's, else the baseline's.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    depth: _Int | None = Field(default=None, ge=1, le=16)
-    width: _Int | None = Field(default=None, ge=8, le=1024)
-    heads: _Int | None = Field(default=None, ge=1, le=64)
+    depth: StrictInt | None = Field(default=None, ge=1, le=16)
+    width: StrictInt | None = Field(default=None, ge=8, le=1024)
+    heads: StrictInt | None = Field(default=None, ge=1, le=64)
 
 
 class ArmDeclaration(BaseModel):
@@ -195,7 +200,7 @@ class ArmDeclaration(BaseModel):
         encoder: optional size overrides (architecture fields only).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     arm: str
     role: Literal["control", "variant"]
@@ -219,7 +224,7 @@ class StudyExperiment(BaseModel):
         arms: controls and variants; each alters only architecture fields.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     recipe: dict[str, Any]
     recipe_file: str | None = None
@@ -250,9 +255,9 @@ class BootstrapConfig(BaseModel):
         confidence: two-sided confidence of every interval (one-sided bounds use the same level).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    resamples: _Int = Field(default=9999, ge=100, le=1_000_000)
+    resamples: StrictInt = Field(default=9999, ge=100, le=1_000_000)
     seed: TrainingSeed = 0
     confidence: PlainNumber = Field(default=0.95, gt=0.5, lt=1.0)
 
@@ -293,11 +298,11 @@ class SeedVarianceConfig(BaseModel):
         source: what the pilot ran on (population, seeds, recipe), recorded with the study.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     regret: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
     mae: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
-    seeds: _Int = Field(ge=2, le=1000)
+    seeds: StrictInt = Field(ge=2, le=1000)
     source: str = Field(min_length=1, max_length=500)
 
 
@@ -318,7 +323,7 @@ class PreparationConfig(BaseModel):
         pilot_layout: its pilot's TRAIN draws and seeds, declared before it runs (with ``pilot``).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     tuning: _PathText | None = None
     pilot: _PathText | None = None
@@ -363,26 +368,26 @@ class QhArchitectureStudyConfig(BaseModel):
             seed variance (None: both unrecorded).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: ConfigName
     profile: ProfileName = "cpu-fp32"
     train: PopulationSource
     validation: PopulationSource
     experiment: StudyExperiment
-    seeds: tuple[_Int, ...]
-    canary_updates: _Int = Field(ge=1, le=MAX_UPDATES)
-    broad_updates: _Int = Field(ge=1, le=MAX_UPDATES)
+    seeds: tuple[StrictInt, ...]
+    canary_updates: StrictInt = Field(ge=1, le=MAX_UPDATES)
+    broad_updates: StrictInt = Field(ge=1, le=MAX_UPDATES)
     tie_band: PlainNumber = Field(ge=0.0, le=_MAX_REWARD)
     canary_gap_multiple: PlainNumber = Field(default=10.0, ge=1.0, le=1000.0)
-    curve_points: _Int = Field(default=4, ge=1, le=64)
+    curve_points: StrictInt = Field(default=4, ge=1, le=64)
     regret_fraction: PlainNumber = Field(gt=0.0, le=100.0)
     mae_fraction: PlainNumber = Field(gt=0.0, le=100.0)
-    max_allocated_bytes: _Int | None = Field(default=None, gt=0, le=2**50)
-    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
-    executor: Literal["local", "ray"] = "local"
+    max_allocated_bytes: StrictInt | None = Field(default=None, gt=0, le=2**50)
+    workers: Workers = 1
+    executor: Executor = "local"
     ray_address: str | None = None
-    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
+    torch_threads: TorchThreads = 1
     population_cache: _PathText = DEFAULT_POPULATION_ROOT
     bootstrap: BootstrapConfig = BootstrapConfig()
     seed_variance: SeedVarianceConfig | None = None

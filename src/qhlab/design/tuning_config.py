@@ -15,10 +15,20 @@ import itertools
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from qhlab.design.config_files import (
+    FROZEN,
+    ConfigForm,
+    ConfigName,
+    Executor,
+    StrictInt,
+    TorchThreads,
+    Workers,
+    read_toml,
+)
 from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
     PlainNumber,
@@ -28,9 +38,9 @@ from qhlab.design.study_config import (
     declared_scenes,
     read_study_config,
 )
-from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, QhInputError, distinct_seeds, invalid_fields
+from qhlab.evidence import QhInputError, distinct_seeds, invalid_fields
 from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
-from qhlab.finite_horizon.recipe import TrainingSeed, read_config, read_toml, validate_recipe
+from qhlab.finite_horizon.recipe import TrainingSeed, validate_recipe
 from qhlab.training.console import console_verbose
 
 __all__ = [
@@ -49,8 +59,6 @@ __all__ = [
 ]
 
 TUNE_CALL = "qhlab tune"
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-_Int = Annotated[int, Strict()]
 # Samplers that are reproducible from a seed and the completed trials alone: Optuna's TPE and random
 # samplers (each trial's suggestion is drawn by a sampler made for that trial: see ``run``), and
 # "grid", every combination of the choices once, trial n taking the n-th in a fixed order.
@@ -86,7 +94,7 @@ class Domain(BaseModel):
         step: the range's grid spacing (no ``log`` with it).
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     choices: tuple[Any, ...] | None = None
     low: PlainNumeric | None = None
@@ -170,12 +178,12 @@ class Objective(BaseModel):
         band: in the reward's unit: trials within it of the best count as tied, and the cheapest wins.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     metric: Literal["regret", "mae", "mde"] = "regret"
-    seeds: tuple[_Int, ...] = Field(min_length=1, max_length=64)
+    seeds: tuple[StrictInt, ...] = Field(min_length=1, max_length=64)
     max_seed_sd: PlainNumber | None = Field(default=None, gt=0.0, le=10.0)
-    max_cost: _Int | None = Field(default=None, ge=1)
+    max_cost: StrictInt | None = Field(default=None, ge=1)
     band: PlainNumber = Field(default=0.0, ge=0.0, le=10.0)
     study: str | None = None
 
@@ -228,12 +236,12 @@ class Pruner(BaseModel):
         startup_trials: complete trials needed before any trial is pruned.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     kind: Literal["median", "percentile"]
     percentile: PlainNumber | None = Field(default=None, gt=0.0, lt=100.0)
-    rungs: tuple[_Int, ...] = Field(min_length=1, max_length=64)
-    startup_trials: _Int = Field(default=2, ge=1, le=10_000)
+    rungs: tuple[StrictInt, ...] = Field(min_length=1, max_length=64)
+    startup_trials: StrictInt = Field(default=2, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> Pruner:
@@ -276,24 +284,24 @@ class QhTuningConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: ConfigName
     profile: ProfileName = "cpu-fp32"
     train: PopulationSource
     validation: PopulationSource
     recipe: str | dict[str, Any]
     space: dict[str, Domain] = Field(min_length=1)
     objective: Objective
-    trials: _Int = Field(ge=1, le=10_000)
-    batch: _Int = Field(default=1, ge=1, le=256)
+    trials: StrictInt = Field(ge=1, le=10_000)
+    batch: StrictInt = Field(default=1, ge=1, le=256)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
     sampler_seed: TrainingSeed = 0
     deviations: tuple[str, ...] = ()
     pruner: Pruner | None = None
-    workers: _Int = Field(default=1, ge=1, le=MAX_WORKERS)
-    executor: Literal["local", "ray"] = "local"
-    torch_threads: _Int = Field(default=1, ge=1, le=MAX_TORCH_THREADS)
+    workers: Workers = 1
+    executor: Executor = "local"
+    torch_threads: TorchThreads = 1
     population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("space")
@@ -577,6 +585,17 @@ def _check_space(config: QhTuningConfig, base: dict[str, Any]) -> list[str]:
     return problems
 
 
+_FORM = ConfigForm(
+    QhTuningConfig,
+    call=TUNE_CALL,
+    what="tuning config",
+    example="examples/tiny-tune.toml",
+    relative=(("recipe",), ("train", "path"), ("validation", "path"), ("population_cache",), ("objective", "study")),
+    toml_files=STUDY_PRESET_FIELDS,
+    prepare=tuning_document,
+)
+
+
 def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, bytes, Path, dict[str, Any]]:
     """Read and fully validate a tuning TOML before anything is written.
 
@@ -590,32 +609,16 @@ def read_tuning_config(config_path: str | os.PathLike) -> tuple[QhTuningConfig, 
         QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
     """
 
-    config, data, path = read_config(
-        config_path,
-        QhTuningConfig,
-        call=TUNE_CALL,
-        what="tuning config",
-        example="examples/tiny-tune.toml",
-        relative=(
-            ("recipe",),
-            ("train", "path"),
-            ("validation", "path"),
-            ("population_cache",),
-            ("objective", "study"),
-        ),
-        toml_files=STUDY_PRESET_FIELDS,
-        prepare=tuning_document,
-    )
-    source = f"tuning config {str(Path(config_path).expanduser())!r}"
+    config, data, path = _FORM.read(config_path)
     try:
         base = _base_recipe_raw(config)
     except ValueError as exc:
-        raise invalid_fields(source, [f"recipe: {exc}"], "compare with examples/tiny-tune.toml.") from None
-    problems = _check_space(config, base)
-    if problems:
-        raise invalid_fields(
-            source, problems, "the space names recipe fields (dotted) and domains that make valid recipes."
-        )
+        raise _FORM.invalid(config_path, [f"recipe: {exc}"], "compare with examples/tiny-tune.toml.") from None
+    _FORM.refuse(
+        config_path,
+        _check_space(config, base),
+        "the space names recipe fields (dotted) and domains that make valid recipes.",
+    )
     return config, data, path, base
 
 

@@ -19,6 +19,7 @@ from qhlab.evidence.canonical import (
 # Every layer speaks the error vocabulary: the package exports all of it (``errors.__all__``).
 from qhlab.evidence.errors import *  # noqa: F403
 from qhlab.evidence.layout import RECEIPT_SUFFIX
+from qhlab.evidence.model_errors import validation_error
 from qhlab.evidence.publish import (
     file_in_the_way,
     fresh_directory,
@@ -69,6 +70,7 @@ __all__ = [
     "source_package_digest",
     "to_jsonable",
     "tree_manifest",
+    "validation_error",
     "verify_directory",
     "write_receipt",
 ]

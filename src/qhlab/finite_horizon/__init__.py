@@ -1,6 +1,6 @@
 """Finite-horizon Q-learning ("QH"): recipe, scorer family, TD learning rule, data, evaluation.
 
-Sub-modules are imported on demand (`from qhlab.finite_horizon.recipe import load_recipe`);
+Sub-modules are imported on demand (`from qhlab.finite_horizon.recipe import QhRecipe`);
 this package imports none of them eagerly so that light callers (the CLI's argument parsing,
 evidence verification) do not pay for torch and Lightning.
 """

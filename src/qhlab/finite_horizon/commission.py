@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from qhlab.evidence import PublishConflictError, input_error, source_package_digest, write_receipt
+from qhlab.evidence import PublishConflictError, input_error, require_instance, source_package_digest, write_receipt
 from qhlab.evidence.layout import COMMISSION_RECEIPT, MPS_MEMORY_RECEIPT
 from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.diagnostics.milestone_gate import QhCommissioningMilestonesCallback
@@ -42,7 +42,7 @@ from qhlab.finite_horizon.diagnostics.mps_memory import (
     read_mps_memory_observation,
 )
 from qhlab.finite_horizon.fit import FitRequest, FitResult, fit_recipe
-from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
+from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import CommissioningRunReceipt
 from qhlab.training.execution_profile import QhExecutionProfile, execution_profile
 
@@ -188,7 +188,7 @@ def _commission_body(
 
 
 def commission_recipe(
-    recipe: QhRecipe | Path | str,
+    recipe: QhRecipe,
     *,
     profile: str,
     milestones: Sequence[int],
@@ -204,7 +204,8 @@ def commission_recipe(
     receipt is read back and authenticated, and the closing receipt binds them with the fit's.
 
     Args:
-        recipe: a ``QhRecipe`` or a TOML path; its ``updates`` is replaced by ``milestones[-1]``.
+        recipe: the validated recipe (a file is read by ``qhlab.design.config_files.load_recipe``);
+            its ``updates`` is replaced by ``milestones[-1]``.
         profile: execution profile name (e.g. ``"cpu-fp32"``).
         milestones: strictly increasing successful-update gates (ints >= 1), e.g. (1, 10, 100).
         output: new directory for the evidence (must not exist).
@@ -225,8 +226,9 @@ def commission_recipe(
     output = Path(output)
     _require_new_output(call, output)
     lane = _budget_lane(call, profile, max_allocated_bytes)
-    if not isinstance(recipe, QhRecipe):
-        recipe = load_recipe(recipe)
+    recipe = require_instance(
+        call, "recipe", recipe, QhRecipe, hint="read a recipe file with qhlab.design.config_files.load_recipe."
+    )
     train = _train_directory(call, recipe, train)
     population = load_population(train, split="train", horizon=recipe.horizon)
     gates = require_milestones(call, milestones)

@@ -28,6 +28,7 @@ from qhlab.evidence import (
     FileCopy,
     QhInputError,
     input_error,
+    require_instance,
     safe_component,
     sha256_file,
     source_package_digest,
@@ -49,7 +50,7 @@ from qhlab.finite_horizon.data import Population, load_population
 from qhlab.finite_horizon.evaluation import evaluate_population
 from qhlab.finite_horizon.predict import predict_q
 from qhlab.finite_horizon.q_learning import QhTDModule, refuse_oversized_target_table
-from qhlab.finite_horizon.recipe import QhRecipe, load_recipe, recipe_digest
+from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.finite_horizon.scorer import scorer_members, scorer_structure
 from qhlab.training.execution_profile import WandbAttempt
@@ -178,7 +179,10 @@ class FitRequest(LaunchOptions):
     through as they are; ``tags`` follow the arm, ``seed-<n>`` and the lane.
 
     Attributes:
-        recipe: a ``QhRecipe`` or a TOML path.
+        recipe: the validated recipe (a file is read by ``qhlab.design.config_files.load_recipe``).
+        source_dir: the directory the recipe's file lies in, where a user arm's builder is found
+            and digested; None: the arm's source must already be provided in this process (a
+            study's frozen copy). Built-in arms ignore it.
         profile: execution profile name (e.g. ``"cpu-fp32"``).
         output: output root; the segment is ``output/<cell>/<local_attempt_id>/``.
         train / validation: population directories, or ``Population`` s already loaded (and
@@ -207,8 +211,9 @@ class FitRequest(LaunchOptions):
             receipt's ``scorer.structure`` records what was built either way.
     """
 
-    recipe: QhRecipe | Path | str
+    recipe: QhRecipe
     profile: str
+    source_dir: Path | str | None = None
     output: Path | str
     train: Path | str | Population | None = None
     validation: Path | str | Population | None = None
@@ -415,11 +420,15 @@ class Fit:
             QhInputError: anything the fit would refuse; nothing is written.
         """
         request, call = self.request, self.call
-        recipe = request.recipe
-        if not isinstance(recipe, QhRecipe):
-            recipe = _user_arm_source(load_recipe(recipe), Path(recipe).expanduser().parent, call)
-        else:
-            _user_arm_source(recipe, None, call)
+        recipe = require_instance(
+            call,
+            "recipe",
+            request.recipe,
+            QhRecipe,
+            hint="read a recipe file with qhlab.design.config_files.load_recipe and pass its directory as source_dir.",
+        )
+        source_dir = None if request.source_dir is None else Path(request.source_dir).expanduser()
+        recipe = _user_arm_source(recipe, source_dir, call)
         self.recipe = recipe
         self._populations()
         admitted = admit_launch(request.profile, recipe, request.max_allocated_bytes)  # refused before writing

@@ -1,24 +1,19 @@
 """The QH recipe: one frozen, fully validated config for a finite-horizon fit.
 
-Owns: `QhRecipe` and its nested models, `load_recipe` (TOML -> validated recipe, every
-error listed at once in one `QhInputError`), `recipe_digest`, and the one TOML reader
-(`read_toml`, relative paths resolved) and pydantic-error formatter (`validation_error`)
-that the study config uses too. Scientific fields (seed, horizon, architecture, optimizer,
-batch size, Huber delta, target update, update budget, data, evaluation) never depend on the
-hardware lane; the backend fields (`accelerator`, `devices`, `precision`) are changed only by
-an execution profile's `apply`.
+Owns: `QhRecipe` and its nested models, `validate_recipe` (a parsed mapping -> validated
+recipe, every error listed at once in one `QhInputError`) and `recipe_digest`. Scientific
+fields (seed, horizon, architecture, optimizer, batch size, Huber delta, target update, update
+budget, data, evaluation) never depend on the hardware lane; the backend fields
+(`accelerator`, `devices`, `precision`) are changed only by an execution profile's `apply`.
 
-Does not own: profiles (`qhlab.training.execution_profile`), the fit launcher, or data
-loading.
+Does not own: reading files (a recipe TOML is read by `qhlab.design.config_files.load_recipe`:
+the science core parses no config), profiles (`qhlab.training.execution_profile`), the fit
+launcher, or data loading.
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,12 +29,10 @@ from pydantic import (
 
 from qhlab.evidence import (
     TRAINING_SEED_LIMIT,
-    QhInputError,
     canonical_json,
-    input_error,
-    invalid_fields,
     seed_problem,
     sha256_bytes,
+    validation_error,
 )
 from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 from qhlab.finite_horizon.budget import MAX_UPDATES
@@ -53,15 +46,9 @@ __all__ = [
     "PolyakTargetUpdate",
     "QhRecipe",
     "TrainingSeed",
-    "load_recipe",
-    "read_config",
-    "read_toml",
     "recipe_digest",
     "validate_recipe",
-    "validation_error",
 ]
-
-M = TypeVar("M", bound=BaseModel)
 
 # strict: a TOML string never becomes a number (huber_delta = "0.05" is refused); ints are
 # still accepted for float fields. Tuple fields take TOML/JSON lists via a before-validator.
@@ -264,252 +251,7 @@ class QhRecipe(BaseModel):
 _AVERAGE_FLUSH = 5.0
 
 
-# ------------------------------------------------------- reading and validating TOML
-
-
-def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
-    """Names of the fields of the model reached by following `loc` (for extra-field errors)."""
-    current: Any = model
-    union: list[type[BaseModel]] = []
-    for part in loc[:-1]:
-        if union:  # a tuple index, or a discriminated union's tag (e.g. "hard"), is in loc
-            tagged = [m for m in union if isinstance(part, int) or part in _kinds(m)]
-            current, union = (tagged[0] if tagged else None), []
-            if current is None:
-                return ""
-            continue
-        fields = getattr(current, "model_fields", None)
-        if fields is None or part not in fields:
-            return ""
-        annotation = fields[part].annotation
-        if isinstance(annotation, type):
-            current = annotation
-        else:
-            union = [m for m in get_args(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
-            if not union:
-                return ""
-    fields = getattr(current, "model_fields", None)
-    return ", ".join(fields) if fields and not union else ""
-
-
-def _kinds(model: type[BaseModel]) -> tuple[Any, ...]:
-    """The tags of a discriminated union member (its ``kind`` Literal), else ()."""
-    kind = model.model_fields.get("kind")
-    return get_args(kind.annotation) if kind is not None else ()
-
-
-def _integer_bounds(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[int, int] | None:
-    """``(ge, le)`` of a top-level integer field bounded on both sides (the range to show), else None."""
-    if len(loc) != 1 or loc[0] not in model.model_fields:
-        return None
-    info = model.model_fields[loc[0]]
-    if info.annotation is not int:
-        return None
-    low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
-    high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
-    return None if low is None or high is None else (low, high)
-
-
-_TYPE_TEXT = {
-    "float_type": "a number (TOML float or integer, not a string)",
-    "int_type": "an integer (not a string, float or boolean)",
-    "string_type": "a string",
-    "bool_type": "a boolean (true or false)",
-    "tuple_type": "a list of numbers",
-    "finite_number": "a finite number (no NaN or infinity)",
-}
-_BOUND_OPS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
-
-
-def _allowed_text(error: dict[str, Any], model: type[BaseModel]) -> str:
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    loc = tuple(error["loc"])
-    if kind == "extra_forbidden":
-        names = _allowed_fields(model, loc)
-        return f"only the known fields ({names})" if names else "only the documented fields"
-    bounds = _integer_bounds(model, loc)
-    if bounds is not None and kind in {"greater_than_equal", "less_than_equal"}:
-        return f"an integer from {bounds[0]} to {bounds[1]}"
-    if kind in _BOUND_OPS:
-        bound = next(iter(v for k, v in ctx.items() if k in {"gt", "ge", "lt", "le"}), "?")
-        return f"a number {_BOUND_OPS[kind]} {bound}"
-    if kind in {"union_tag_invalid", "union_tag_not_found"}:
-        return f"kind one of {ctx.get('expected_tags', '?')}"
-    return _TYPE_TEXT.get(kind, error["msg"])
-
-
-def validation_error(exc: ValidationError, source: str, model: type[BaseModel], hint: str) -> QhInputError:
-    """Turn a pydantic ValidationError into one QhInputError listing every bad field.
-
-    Args:
-        exc: the validation error (all field errors).
-        source: what was validated (e.g. "recipe 'r.toml'").
-        model: the validated model (names the known fields and integer ranges).
-        hint: the closing HINT line.
-
-    Returns:
-        The error to raise; its message has one line per field:
-        `<field.path>=<value!r> is not allowed; allowed: <...> (<pydantic message>)`, or
-        `<field.path> is missing; ...`, or `<field.path>: <our validator's message>`.
-    """
-    lines = []
-    for error in exc.errors(include_url=False):
-        path = ".".join(str(p) for p in error["loc"]) or "<top level>"
-        if error["type"] == "missing":
-            lines.append(f"{path} is missing; allowed: a value (this field is required)")
-        elif error["type"] in ("value_error", "assertion_error"):
-            # our own validators already name the value and what is allowed; one that names its
-            # own field by its bare name is given the whole path instead (bootstrap.seed=...)
-            message = str(error["msg"]).removeprefix("Value error, ")
-            own = f"{error['loc'][-1]}=" if error["loc"] else None
-            named = own is not None and message.startswith(own)
-            lines.append(f"{path}={message.removeprefix(own)}" if named else f"{path}: {message}")
-        else:
-            value = error.get("input")
-            shown = "{...}" if isinstance(value, dict) and error["type"] != "extra_forbidden" else repr(value)
-            allowed = _allowed_text(error, model)
-            detail = "" if allowed == error["msg"] else f" ({error['msg']})"
-            lines.append(f"{path}={shown} is not allowed; allowed: {allowed}{detail}")
-    return invalid_fields(source, lines, hint)
-
-
-def read_toml(
-    path: str | Path,
-    *,
-    call: str,
-    field: str,
-    example: str,
-    relative: tuple[tuple[str, ...], ...] = (),
-    toml_files: tuple[tuple[str, ...], ...] = (),
-) -> tuple[dict[str, Any], bytes, Path]:
-    """Read a UTF-8 TOML file and resolve its relative paths against the file's directory.
-
-    Args:
-        path: the file (``~`` expanded).
-        call, field: what a refusal names (``"<call>: <field>=<path> is not allowed; ..."``).
-        example: the example file a refusal points to.
-        relative: key paths (e.g. ``("data", "train")``) whose non-empty string values are
-            paths; relative ones become absolute against the file's directory.
-
-    Returns:
-        (the parsed mapping, the file's exact bytes, the resolved path of the file).
-
-    Raises:
-        QhInputError: a missing or unreadable file, or one that is not UTF-8 TOML.
-    """
-    path = Path(path).expanduser()
-    try:
-        data = path.read_bytes()
-        raw = tomllib.loads(data.decode("utf-8"))
-    except FileNotFoundError:
-        raise input_error(
-            call, field, str(path), "an existing TOML file (this one does not exist)", f"see {example}"
-        ) from None
-    except OSError as exc:
-        raise input_error(
-            call, field, str(path), f"a readable file ({exc})", "check the path and permissions"
-        ) from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise input_error(
-            call, field, str(path), f"a UTF-8 TOML file (this one is not valid TOML: {exc})", f"compare with {example}"
-        ) from None
-    base = path.resolve().parent
-    # A name-or-file field (a preset) is a path only when it names a TOML file.
-    files = tuple((*k, ".toml") for k in toml_files)
-    for *parents, key in (*relative, *files):
-        suffix = None
-        if key == ".toml":
-            *parents, key = parents
-            suffix = ".toml"
-        node: Any = raw
-        for parent in parents:
-            node = node.get(parent) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(key), str) and node[key]:
-            if suffix is not None and not node[key].endswith(suffix):
-                continue
-            if "\x00" in node[key]:
-                raise input_error(
-                    call,
-                    ".".join((*parents, key)),
-                    node[key],
-                    "a path without NUL characters",
-                    f"fix the path in {path}",
-                )
-            value = Path(node[key]).expanduser()
-            node[key] = str(value if value.is_absolute() else (base / value).resolve())
-    return raw, data, path.resolve()
-
-
-def read_config(
-    path: str | os.PathLike,
-    model: type[M],
-    *,
-    call: str,
-    what: str,
-    example: str,
-    relative: tuple[tuple[str, ...], ...] = (),
-    toml_files: tuple[tuple[str, ...], ...] = (),
-    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> tuple[M, bytes, Path]:
-    """Read a config TOML of any kind and validate it completely: the one strict parser.
-
-    Every config kind (a study, a tuning, a pilot, an E0 check) is a closed, strict pydantic
-    model read through here: a TOML boolean or string is never a number, an unknown field is
-    refused, and every invalid field is listed in one error before anything is written.
-
-    Args:
-        path: the TOML file (``~`` expanded; relative paths inside resolved against its directory).
-        model: the config's model.
-        call: what a refusal of the file itself names.
-        what: the kind of config, for the error's first line (e.g. ``"pilot config"``).
-        example: the example file every refusal points to.
-        relative: key paths whose values are paths (``read_toml``).
-        toml_files: key paths whose values are a name or, ending in ``.toml``, a path (a preset).
-        prepare: turns the parsed mapping into the model's input (e.g. flattening a section).
-
-    Returns:
-        (the validated config, the file's exact bytes, the resolved path of the file).
-
-    Raises:
-        QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
-    """
-    raw, data, resolved = read_toml(
-        path, call=call, field="config_path", example=example, relative=relative, toml_files=toml_files
-    )
-    if prepare is not None:
-        raw = prepare(raw)
-    try:
-        config = model.model_validate(raw)
-    except ValidationError as exc:
-        source = f"{what} {str(Path(path).expanduser())!r}"
-        raise validation_error(exc, source, model, f"compare with {example}.") from None
-    return config, data, resolved
-
-
-def load_recipe(path: str | Path) -> QhRecipe:
-    """Read and validate a recipe TOML file.
-
-    Relative `data.train` / `data.validation` paths are resolved against the TOML file's
-    directory (absolute strings in the result).
-
-    Args:
-        path: the recipe file.
-
-    Returns:
-        The validated, frozen recipe.
-
-    Raises:
-        QhInputError: unreadable file, invalid TOML, or any invalid field (all listed).
-    """
-    raw, _, _ = read_toml(
-        path,
-        call="recipe",
-        field="path",
-        example="examples/tiny-recipe.toml",
-        relative=(("data", "train"), ("data", "validation")),
-    )
-    return validate_recipe(raw, source=f"recipe {str(Path(path))!r}")
+# ------------------------------------------------------- validating
 
 
 def validate_recipe(raw: dict[str, Any], *, source: str = "recipe") -> QhRecipe:

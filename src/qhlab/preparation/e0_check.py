@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from qhlab.design.config_files import read_toml
 from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0_digest, read_e0_config
 from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, RECORD, STUDIES_DIR, draw_outcome, publish_record, read_record
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, PopulationSource
@@ -29,7 +30,6 @@ from qhlab.evidence import (
 )
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution.user_code import locate_source, parse_entry
-from qhlab.finite_horizon.recipe import read_toml
 from qhlab.preparation.declared import declared_population, declared_unit, unit_suffix
 from qhlab.preparation.fits import ToolRun, finished_record, run_fits, study_record_head
 from qhlab.scenes.manifest import generator_identity, read_manifest

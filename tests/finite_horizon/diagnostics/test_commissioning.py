@@ -20,6 +20,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 
+from qhlab.design.config_files import load_recipe
 from qhlab.evidence import (
     EvidenceError,
     MissingEvidenceError,
@@ -713,7 +714,7 @@ def test_fit_recipe_with_and_without_gates_is_bit_identical(tiny_train: Path, tm
     config = _config(milestones=(1, 5, 40))  # the last milestone is the recipe's budget here
     gated = fit_recipe(
         FitRequest(
-            recipe=TINY_RECIPE,
+            recipe=load_recipe(TINY_RECIPE),
             profile="cpu-fp32",
             output=tmp_path / "a",
             train=tiny_train,
@@ -724,7 +725,7 @@ def test_fit_recipe_with_and_without_gates_is_bit_identical(tiny_train: Path, tm
     )
     plain = fit_recipe(
         FitRequest(
-            recipe=TINY_RECIPE,
+            recipe=load_recipe(TINY_RECIPE),
             profile="cpu-fp32",
             output=tmp_path / "b",
             train=tiny_train,
