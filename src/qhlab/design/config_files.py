@@ -199,16 +199,8 @@ class ConfigForm(Generic[M]):
         Raises:
             QhInputError: a missing or unreadable file, bad TOML, or every invalid field at once.
         """
-        return read_config(
-            path,
-            self.model,
-            call=self.call,
-            what=self.what,
-            example=self.example,
-            relative=self.relative,
-            toml_files=self.toml_files,
-            prepare=self.prepare,
-        )
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "model"}
+        return read_config(path, self.model, **options)
 
     def invalid(self, path: str | os.PathLike, problems: list[str], hint: str) -> QhInputError:
         """The one error listing ``problems`` (one line each) of this kind's file at ``path``.

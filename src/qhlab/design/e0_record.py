@@ -22,6 +22,7 @@ from pydantic import Field
 from qhlab.design.preparation_record import (
     Number,
     StudyReference,
+    ToolBody,
     absent_note,
     opened_record,
     publish_with_receipt,
@@ -65,7 +66,7 @@ CONFIG_COPY = RECORD_CONFIG_COPY
 STUDIES_DIR = E0_CHECK_STUDIES_DIR
 
 
-class E0CheckBody(Closed):
+class E0CheckBody(ToolBody):
     """An E0 check's outcome (its draws' rows and canaries live in ``e0.json``, which it binds).
 
     Attributes:
@@ -73,8 +74,6 @@ class E0CheckBody(Closed):
         draws. passed: how many passed. meets_min_pass_share: whether the share reached the config's.
     """
 
-    name: str
-    config_sha256: str = Field(pattern=SHA256)
     draws: int
     passed: int
     meets_min_pass_share: bool
@@ -215,18 +214,14 @@ def read_record(directory: str | os.PathLike) -> dict:
 
     Raises:
         MissingEvidenceError: no ``e0.receipt.json``.
-        EvidenceError: the receipt or a bound file fails, or the receipt's counts are not the record's.
+        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
     """
-    directory = Path(directory)
-    record, document = read_record_file(directory, RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord)
-    receipt = document.body
-    if (receipt.draws, receipt.passed, receipt.meets_min_pass_share) != (
-        record.get("draws"),
-        record.get("passed"),
-        record.get("meets_min_pass_share"),
-    ):
-        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different outcomes.")
-    return record
+    return read_record_file(directory, RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord, summary=_outcome)[0]
+
+
+def _outcome(record: dict) -> dict:
+    """What an E0 receipt's body says of its record: the outcome."""
+    return {k: record.get(k) for k in ("draws", "passed", "meets_min_pass_share")}
 
 
 def _selection(labels: list, mask: list, tie_band: float, multiple: float) -> tuple[list[float], list[int], bool]:

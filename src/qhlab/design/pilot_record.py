@@ -22,6 +22,7 @@ from qhlab.design.preparation_record import (
     Number,
     PopulationIdentity,
     StudyReference,
+    ToolBody,
     absent_note,
     close_values,
     opened_record,
@@ -74,7 +75,7 @@ def fits_words(fits: int, seeds: int, draws: int) -> str:
     return f"{fits} fits ({arms} arm{'s' if arms != 1 else ''} x {seeds} seeds, {where})"
 
 
-class PilotBody(Closed):
+class PilotBody(ToolBody):
     """A pilot's record (its fits and variance components live in ``pilot.json``, which it binds).
 
     Attributes:
@@ -82,8 +83,6 @@ class PilotBody(Closed):
         draws: the TRAIN draws they were fitted on. components: how many comparisons and margins.
     """
 
-    name: str
-    config_sha256: str = Field(pattern=SHA256)
     fits: int
     draws: int
     components: int
@@ -245,14 +244,15 @@ def read_record(directory: str | os.PathLike) -> dict:
 
     Raises:
         MissingEvidenceError: no ``pilot.receipt.json``.
-        EvidenceError: the receipt or a bound file fails.
+        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
     """
-    directory = Path(directory)
-    record, receipt = read_record_file(directory, RECORD, RECEIPT, PilotReceipt, PilotRecord)
-    counts = (len(record["fits"]), len(record["layout"]), len(record["comparisons"]) + len(record["margins"]))
-    if (receipt.body.fits, receipt.body.draws, receipt.body.components) != counts:
-        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} give different counts.")
-    return record
+    return read_record_file(directory, RECORD, RECEIPT, PilotReceipt, PilotRecord, summary=_counts)[0]
+
+
+def _counts(record: dict) -> dict:
+    """What a pilot receipt's body says of its record: its counts."""
+    components = len(record["comparisons"]) + len(record["margins"])
+    return {"fits": len(record["fits"]), "draws": len(record["layout"]), "components": components}
 
 
 def check_record(directory: str | os.PathLike) -> dict:

@@ -38,6 +38,7 @@ from pydantic import Field
 from qhlab.design.preparation_record import (
     Number,
     StudyReference,
+    ToolBody,
     close_values,
     opened_record,
     publish_with_receipt,
@@ -68,7 +69,7 @@ CONFIG_COPY = RECORD_CONFIG_COPY
 POWER = 0.8
 
 
-class PlanBody(Closed):
+class PlanBody(ToolBody):
     """A plan's receipt body: the plan, its config digest, the records it read and its verdict.
 
     Attributes:
@@ -77,8 +78,6 @@ class PlanBody(Closed):
         target (its index in the record's ``designs``), or None.
     """
 
-    name: str
-    config_sha256: str = Field(pattern=SHA256)
     pilot_sha256: str = Field(pattern=SHA256)
     tuning_sha256: str | None = Field(default=None, pattern=SHA256)
     designs: int
@@ -530,18 +529,15 @@ def read_record(directory: str | os.PathLike) -> dict:
 
     Raises:
         MissingEvidenceError: no ``plan.receipt.json``.
-        EvidenceError: the receipt or a bound file fails.
+        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
     """
-    directory = Path(directory)
-    record, receipt = read_record_file(directory, RECORD, RECEIPT, PlanReceipt, PlanRecord)
+    return read_record_file(directory, RECORD, RECEIPT, PlanReceipt, PlanRecord, summary=_named)[0]
+
+
+def _named(record: dict) -> dict:
+    """What a plan receipt's body says of its record: the records it read and its choice."""
     tuning = None if record["tuning"] is None else record["tuning"]["record_sha256"]
-    if (receipt.body.pilot_sha256, receipt.body.tuning_sha256, receipt.body.chosen) != (
-        record["pilot"]["record_sha256"],
-        tuning,
-        record["chosen"],
-    ):
-        raise DigestMismatchError(f"qhlab verify: {directory / RECEIPT} and its {RECORD} name other records or choice.")
-    return record
+    return {"pilot_sha256": record["pilot"]["record_sha256"], "tuning_sha256": tuning, "chosen": record["chosen"]}
 
 
 def recomputed(record: dict) -> dict:

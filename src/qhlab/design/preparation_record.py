@@ -56,6 +56,7 @@ __all__ = [
     "MetricPair",
     "PopulationIdentity",
     "StudyReference",
+    "ToolBody",
     "absent_note",
     "check_config_copy",
     "checked_config",
@@ -73,6 +74,18 @@ R = TypeVar("R", bound=Receipt)
 C = TypeVar("C", bound=BaseModel)
 # A finite number read from JSON (strict: an integer is a number; a boolean or a string is not).
 Number = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class ToolBody(Closed):
+    """What every preparation tool's receipt body opens with (``publish_with_receipt`` writes it).
+
+    Attributes:
+        name: the tool run's name (its config's ``name``).
+        config_sha256: the digest of its config's identity and the design it served.
+    """
+
+    name: str
+    config_sha256: str = Field(pattern=SHA256)
 
 
 class PopulationIdentity(Closed):
@@ -129,7 +142,12 @@ class MetricPair(Closed):
 
 
 def read_record_file(
-    directory: str | os.PathLike, record_name: str, receipt_name: str, receipt: type[R], model: type[BaseModel]
+    directory: str | os.PathLike,
+    record_name: str,
+    receipt_name: str,
+    receipt: type[R],
+    model: type[BaseModel],
+    summary: Callable[[dict], dict[str, Any]] | None = None,
 ) -> tuple[dict, R]:
     """A preparation record, authenticated by its receipt and validated against its model.
 
@@ -138,6 +156,8 @@ def read_record_file(
         record_name, receipt_name: the record's and its receipt's file names.
         receipt: the receipt's kind.
         model: the record's model.
+        summary: what the receipt's body says of the record, from the record: ``{body field:
+            value}``; each must equal the body's (None: the body summarises nothing).
 
     Returns:
         (the record as its JSON holds it, once its model accepted it; the receipt).
@@ -147,6 +167,7 @@ def read_record_file(
         EvidenceError: the receipt or a file it binds fails.
         SchemaMismatchError: the record is not JSON, or not in its model's layout (one line naming
             the file, the field and the value).
+        DigestMismatchError: the receipt's body summarises another record (``summary``).
     """
     directory = Path(directory)
     document = read_receipt(directory / receipt_name, receipt)
@@ -165,6 +186,12 @@ def read_record_file(
             f"qhlab verify: {path} field {field}={value} is not allowed; allowed: "
             f"{error['msg']} (the layout of a {model.__name__})."
         ) from None
+    expected = {} if summary is None else summary(raw)
+    differing = sorted(k for k, v in expected.items() if getattr(document.body, k) != v)
+    if differing:
+        raise DigestMismatchError(
+            f"qhlab verify: {directory / receipt_name} and its {record_name} disagree on {', '.join(differing)}."
+        )
     return raw, document
 
 

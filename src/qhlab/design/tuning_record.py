@@ -25,6 +25,7 @@ from qhlab.design.preparation_record import (
     FitEvidence,
     Number,
     PopulationIdentity,
+    ToolBody,
     absent_note,
     check_config_copy,
     close_values,
@@ -85,7 +86,7 @@ RULE_TEXT = (
 )
 
 
-class TuningBody(Closed):
+class TuningBody(ToolBody):
     """A tuning's record (the trials and the rule live in ``tuning.json``, which it binds).
 
     Attributes:
@@ -93,8 +94,6 @@ class TuningBody(Closed):
         trial's number (None when no trial is admissible).
     """
 
-    name: str
-    config_sha256: str = Field(pattern=SHA256)
     trials: int
     winner: int | None
 

@@ -168,35 +168,30 @@ def refuse_unservable(
         theirs = (study or {}).get(role)
         if ours.split != role:
             _refuse_split(call, role, ours, study or {})
+        # (what is allowed, why this one is not), for the first way the population cannot serve.
+        problem = None
         if theirs is not None and ours.environment != theirs.environment:
-            raise input_error(
-                call,
-                ours.field,
-                ours.value,
+            problem = (
                 _allowed(role, theirs),
                 f"it is drawn from {ours.environment}, the study's {_SPLIT_WORDS[role]} population from "
                 f"{theirs.environment}; {tool}'s numbers belong to the distribution it measured: "
                 + _remedy(role, theirs),
             )
-        if horizon is not None and ours.horizon != horizon:
-            raise input_error(
-                call,
-                ours.field,
-                ours.value,
+        elif horizon is not None and ours.horizon != horizon:
+            problem = (
                 f"a population of H={horizon}, the horizon {horizon_source} learns",
                 f"it has H={ours.horizon}, and no fit of H={horizon} can be made on it: name a preset of "
                 f"H={horizon}" + ("" if theirs is None else f" (the study's is {theirs.value!r})"),
             )
-        if theirs is not None and ours.identity != theirs.identity:
-            raise input_error(
-                call,
-                ours.field,
-                ours.value,
+        elif theirs is not None and ours.identity != theirs.identity:
+            problem = (
                 _allowed(role, theirs),
                 f"its environment's options, source or versions, the preset's sizes or its actor differ from the "
                 f"study's {_SPLIT_WORDS[role]} population's ({theirs.value!r}); the freeze refuses {tool} of another "
                 f"distribution: {_remedy(role, theirs)}",
             )
+        if problem is not None:
+            raise input_error(call, ours.field, ours.value, *problem)
         if role == "validation" and theirs is not None and ours.same_draw(theirs):
             raise input_error(
                 call,

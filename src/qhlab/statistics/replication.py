@@ -96,6 +96,7 @@ from qhlab.statistics.variance import (
     draw_variance_terms,
     floored_satterthwaite,
     half_scene_floor,
+    require_study_size,
     study_noise_terms,
 )
 
@@ -588,14 +589,7 @@ def planned_difference(
     Returns:
         ``{"se", "dof", "mde", "scene_part", "fit_part"}`` (variances for the two parts).
     """
-    if n_seeds < 1 or n_scenes < 2:
-        raise input_error(
-            "planned_difference",
-            "n_seeds/n_scenes",
-            (n_seeds, n_scenes),
-            "n_seeds >= 1 and n_scenes >= 2",
-            "a study has seeds and scenes",
-        )
+    require_study_size("planned_difference", n_seeds, n_scenes)
     if variance_floor not in VARIANCE_FLOORS:
         raise input_error(
             "planned_difference", "variance_floor", variance_floor, f"one of {VARIANCE_FLOORS}", "the plan's floor"

@@ -71,6 +71,7 @@ __all__ = [
     "floored_satterthwaite",
     "half_scene_floor",
     "pilot_components",
+    "require_study_size",
     "study_noise_terms",
     "variance_components",
 ]
@@ -383,6 +384,22 @@ def _effective_dof(terms: Sequence[tuple[float, float]]) -> float:
     return sum(v for v, _ in terms) ** 2 / spread if spread > 0 else 0.0
 
 
+def require_study_size(call: str, n_seeds: int, n_scenes: int) -> None:
+    """Refuse a study size no interval exists for: fewer than one seed or two scenes.
+
+    Raises:
+        QhInputError: naming ``call``, both sizes and what is allowed.
+    """
+    if n_seeds < 1 or n_scenes < 2:
+        raise input_error(
+            call,
+            "n_seeds/n_scenes",
+            (n_seeds, n_scenes),
+            "n_seeds >= 1 and n_scenes >= 2",
+            "a study has seeds and scenes",
+        )
+
+
 def variance_components(
     noise: FitNoise, *, n_seeds: int, n_scenes: int, draw: FitNoise | None = None
 ) -> dict[str, Any]:
@@ -421,14 +438,7 @@ def variance_components(
     Raises:
         QhInputError: ``n_seeds`` below 1 or ``n_scenes`` below 2.
     """
-    if n_seeds < 1 or n_scenes < 2:
-        raise input_error(
-            "variance_components",
-            "n_seeds/n_scenes",
-            (n_seeds, n_scenes),
-            "n_seeds >= 1 and n_scenes >= 2",
-            "a study has seeds and scenes",
-        )
+    require_study_size("variance_components", n_seeds, n_scenes)
     pilot_residual = noise.residual / (n_seeds * noise.n_scenes)
     # The same scene part as planned_difference: the scene effect clamped, its residual over the study's scenes.
     terms: dict[str, list[tuple[float, float]] | None] = {
