@@ -784,11 +784,11 @@ def test_only_the_launcher_sets_torch_threads():
     assert setters == ["training/launcher.py"]
 
 
-def test_the_one_adopt_rule_takes_a_finished_fit_of_the_same_recipe_and_populations_only(tmp_path, tiny):
+def test_the_one_adopt_rule_takes_the_finished_fit_and_refuses_one_of_another_recipe_or_population(tmp_path, tiny):
     import shutil
 
-    from qhlab.evidence import sha256_file
-    from qhlab.training.segments import finished_attempt
+    from qhlab.evidence import EvidenceError, sha256_file
+    from qhlab.training.segments import finished_attempt, unbound
 
     kwargs = dict(
         profile="cpu-fp32", output=tmp_path / "out", train=tiny["train"], validation=tiny["validation"], progress=False
@@ -802,9 +802,15 @@ def test_the_one_adopt_rule_takes_a_finished_fit_of_the_same_recipe_and_populati
     }
     cell = tmp_path / "out" / "c"
     assert finished_attempt(cell, evaluated=True, binds=binds) == result.output_directory
-    # Another recipe, another population, or a fit not yet evaluated is not this cell's finished fit.
-    assert finished_attempt(cell, evaluated=True, binds={**binds, "recipe_digest": "0" * 64}) is None
-    assert finished_attempt(cell, evaluated=True, binds={**binds, "train_manifest": "0" * 64}) is None
+    assert unbound(result.output_directory, binds) == []
+    # A finished fit of another recipe or population in the cell refuses the job: it is neither
+    # adopted nor fitted beside.
+    for name in ("recipe_digest", "train_manifest"):
+        other = {**binds, name: "0" * 64}
+        assert unbound(result.output_directory, other) == [name]
+        with pytest.raises(EvidenceError, match=rf"attempt=.* is not allowed; .* binds another {name}\)"):
+            finished_attempt(cell, evaluated=True, binds=other)
+    # A fit not yet evaluated is not this cell's finished fit.
     (result.output_directory / "evaluation.receipt.json").rename(tmp_path / "evaluation.receipt.json")
     assert finished_attempt(cell, evaluated=True, binds=binds) is None
     assert finished_attempt(cell, evaluated=False, binds=binds) == result.output_directory

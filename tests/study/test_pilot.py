@@ -662,6 +662,32 @@ def test_sigkill_then_resume_completes_to_the_same_record(tmp_path, cache, refer
 
 
 @pytest.mark.slow
+def test_a_foreign_finished_fit_in_a_pilot_cell_refuses_the_resumed_pilot(tmp_path, cache, reference, capsys):
+    """The one adopt rule on a pilot's fit: the cell's finished attempt is adopted only when it is
+    the cell's own fit, and another cell's finished fit put in its place is refused, not fitted beside."""
+    config = _pilot_config(tmp_path / "c", cache)
+    output = tmp_path / "out"
+    shutil.copytree(reference, output)
+    # An unfinished run of this config: its record and receipt not yet written.
+    for name in ("pilot.json", "pilot.receipt.json"):
+        (output / name).unlink()
+    cell, other = output / "fits" / "control_global_readout-d7-s2", output / "fits" / "baseline-d7-s2"
+    (own,) = [p for p in cell.iterdir() if p.is_dir()]
+    shutil.rmtree(own)
+    (foreign,) = [p for p in other.iterdir() if p.is_dir()]
+    shutil.copytree(foreign, cell / foreign.name)
+    capsys.readouterr()
+    assert main(["pilot", str(config), "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert f"attempt={str(cell / foreign.name)!r} is not allowed" in err and "binds another recipe_digest" in err, err
+    assert [p.name for p in cell.iterdir()] == [foreign.name] and not (output / "pilot.json").exists()
+    # With the foreign fit moved out, the cell is fitted again and the record is the reference's.
+    shutil.rmtree(cell / foreign.name)
+    assert main(["pilot", str(config), "--output", str(output)]) == 0
+    assert _fits(output) == _fits(reference)
+
+
+@pytest.mark.slow
 def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, capsys):
     assert main(["verify", str(reference)]) == 0
     assert "4 comparisons' and margins' fit-noise components" in capsys.readouterr().out

@@ -4,9 +4,10 @@ Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finishe
 finished run's record is adopted when its config digest is this run's, and refused otherwise; a
 directory holding anything the tool does not write is refused; ``publish_config_copy``), its fits
 with their progress shown (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts its
-cell's finished attempt, here or in an earlier run's directory, by the one rule every fit job
-adopts by (``qhlab.training.segments.finished_attempt``: the same recipe digest and populations),
-or else fits it with the same launcher, lane and receipts as every qhlab fit, and
+cell's finished attempt by the one rule every fit job adopts by
+(``qhlab.training.segments.finished_attempt``: it must bind the same recipe digest and
+populations, or the job is refused), one copied from an earlier run's directory where it binds
+the same, or else fits it with the same launcher, lane and receipts as every qhlab fit, and
 ``fit_evidence``, what a record keeps of a finished fit. Does not own: which fits a step makes
 (``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting itself
 (``qhlab.finite_horizon.fit``).
@@ -263,16 +264,19 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
         job: ``{"recipe": a QhRecipe dump, "profile", "fits": the fits directory, "cell",
             "train", "validation": population directories, "job_type", "group", "tag",
             "torch_threads"}``, and optionally ``"adopt_from"``: an earlier run's fits directory,
-            whose finished attempt of the same cell is copied in and adopted by the same rule
-            (same recipe digest and populations) where this directory has none.
+            whose finished attempt of the same cell, where it binds the same recipe digest and
+            populations, is copied in and adopted where this directory has none.
 
     Returns:
-        (the attempt directory, True when an earlier run's attempt was adopted).
+        (the attempt directory, True when a finished attempt was adopted rather than fitted).
+
+    Raises:
+        EvidenceError: the cell's finished attempt here binds another recipe or population.
     """
     # Lazy: keeps importing this module free of torch.
     from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.launcher import admit_launch
-    from qhlab.training.segments import finished_attempt
+    from qhlab.training.segments import finished_attempt, unbound
 
     recipe = QhRecipe.model_validate(job["recipe"])
     fits = Path(job["fits"])
@@ -281,11 +285,12 @@ def adopt_or_fit(job: dict) -> tuple[Path, bool]:
     binds = {"recipe_digest": recipe_digest(admit_launch(job["profile"], recipe).recipe), **manifests}
     directory = finished_attempt(fits / job["cell"], evaluated=True, binds=binds)
     if directory is None and job.get("adopt_from"):
-        # An earlier run's finished fit of this very cell, by the same rule, copied in whole so
-        # this directory's record binds files of its own.
-        earlier = finished_attempt(Path(job["adopt_from"]) / job["cell"], evaluated=True, binds=binds)
-        if earlier is not None:
-            directory = _copy_attempt(earlier, fits / job["cell"])
+        # An earlier run's finished fit of this very cell (same recipe and populations; an arm
+        # that changed is fitted anew), copied in whole so this directory's record binds files of
+        # its own, then adopted by the one rule.
+        earlier = finished_attempt(Path(job["adopt_from"]) / job["cell"], evaluated=True)
+        if earlier is not None and not unbound(earlier, binds) and _copy_attempt(earlier, fits / job["cell"]):
+            directory = finished_attempt(fits / job["cell"], evaluated=True, binds=binds)
     if directory is not None:
         return directory, True
     result = fit_recipe(

@@ -35,42 +35,63 @@ __all__ = [
     "load_resume_state",
     "refuse_second_continuation",
     "resume_segment_directory",
+    "unbound",
 ]
 
 
 def finished_attempt(cell_dir: Path, *, evaluated: bool, binds: Mapping[str, str] | None = None) -> Path | None:
-    """The attempt a fit job adopts instead of fitting its cell again, or None: the first attempt
-    directory (by name) whose fit finished (its fit receipt, and its evaluation receipt when
-    ``evaluated``) and, with ``binds``, whose fit receipt binds them.
+    """The attempt a fit job adopts instead of fitting its cell again, or None: the one rule.
 
-    A hidden directory (a staging or half-copied attempt) is never an attempt. With ``binds`` (a
-    preparation fit), a finished fit of another recipe or population is not this cell's fit: it is
-    left where it is and a new attempt is fitted beside it. Without (a study's cell), the first
-    finished attempt is adopted and the caller authenticates it further (study, rows, recipe,
-    scorer structure), refusing one that is not its own.
+    The first attempt directory (by name) whose fit finished (its fit receipt, and its evaluation
+    receipt when ``evaluated``) is the cell's fit, and it must be this job's: a finished fit is
+    never fitted again, and a finished fit of something else in the cell is refused, never fitted
+    beside. With ``binds`` (a preparation fit) its fit receipt must bind them; without (a study's
+    cell) the caller authenticates it further (study, rows, recipe, scorer structure) and refuses
+    one that is not its own. A hidden directory (a staging or half-copied attempt) is never an
+    attempt.
 
     Args:
         cell_dir: the cell's directory (absent: no attempt).
         evaluated: whether the cell's fit is evaluated (a canary's is not).
         binds: ``{"recipe_digest": the applied recipe's digest, input name: its SHA-256}``, e.g.
-            ``train_manifest`` and ``validation_manifest``; None: no filter.
+            ``train_manifest`` and ``validation_manifest``; None: the caller authenticates.
 
     Raises:
-        EvidenceError: a finished attempt's fit receipt is not a fit receipt of its own digest.
+        EvidenceError: the finished attempt's fit receipt is not a fit receipt of its own digest,
+            or binds another recipe or population than ``binds``.
     """
     if not cell_dir.is_dir():
         return None
     for attempt in sorted(p for p in cell_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if not (attempt / FIT_RECEIPT).is_file() or (evaluated and not (attempt / EVALUATION_RECEIPT).is_file()):
             continue
-        if binds is None:
-            return attempt
-        # Its own digest checked; the files it binds are the caller's to authenticate (where they now lie).
-        receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False)
-        bound = {name: receipt.inputs[name].sha256 for name in binds if name in receipt.inputs}
-        if {**bound, "recipe_digest": receipt.body.recipe_digest} == dict(binds):
-            return attempt
+        differing = [] if binds is None else unbound(attempt, binds)
+        if differing:
+            raise EvidenceError(
+                f"fit job: attempt={str(attempt)!r} is not allowed; allowed: a finished fit of this cell's own "
+                f"{' and '.join(sorted(binds))} (its fit receipt binds another {', '.join(differing)}). HINT: a "
+                "finished fit is never fitted again nor fitted beside; move the foreign attempt out of the cell "
+                "and run again."
+            )
+        return attempt
     return None
+
+
+def unbound(attempt: Path, binds: Mapping[str, str]) -> list[str]:
+    """The names in ``binds`` that a finished attempt's fit receipt binds otherwise (empty: its own).
+
+    Args:
+        attempt: an attempt directory holding a fit receipt.
+        binds: as ``finished_attempt``'s.
+
+    Raises:
+        EvidenceError: the fit receipt is not a fit receipt of its own digest.
+    """
+    # Its own digest checked; the files it binds are the caller's to authenticate (where they now lie).
+    receipt = read_receipt(attempt / FIT_RECEIPT, FitReceipt, verify_files=False)
+    bound = {name: receipt.inputs[name].sha256 for name in binds if name in receipt.inputs}
+    bound["recipe_digest"] = receipt.body.recipe_digest
+    return sorted(name for name, value in binds.items() if bound.get(name) != value)
 
 
 # Published first in a segment that continues another (write-once, bound by its fit receipt):
