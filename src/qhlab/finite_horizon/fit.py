@@ -28,7 +28,6 @@ from qhlab.evidence import (
     FileCopy,
     QhInputError,
     input_error,
-    require_instance,
     safe_component,
     sha256_file,
     source_package_digest,
@@ -420,13 +419,15 @@ class Fit:
             QhInputError: anything the fit would refuse; nothing is written.
         """
         request, call = self.request, self.call
-        recipe = require_instance(
-            call,
-            "recipe",
-            request.recipe,
-            QhRecipe,
-            hint="read a recipe file with qhlab.design.config_files.load_recipe and pass its directory as source_dir.",
-        )
+        recipe = request.recipe
+        if not isinstance(recipe, QhRecipe):
+            raise input_error(
+                call,
+                "recipe",
+                type(recipe).__name__,
+                "QhRecipe",
+                "read a recipe file with qhlab.design.config_files.load_recipe and pass its directory as source_dir.",
+            )
         source_dir = None if request.source_dir is None else Path(request.source_dir).expanduser()
         recipe = _user_arm_source(recipe, source_dir, call)
         self.recipe = recipe

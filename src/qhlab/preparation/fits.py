@@ -3,14 +3,12 @@
 Owns: how a tool's run is asked for (``ToolRun``), a tool's directory (``finished_record``: a
 finished run's record is adopted when its config digest is this run's, and refused otherwise; a
 directory holding anything the tool does not write is refused; ``publish_config_copy``), its fits
-with their progress shown (``run_fits``), ``adopt_or_fit``, the pool or Ray task that adopts its
-cell's finished attempt by the one rule every fit job adopts by
-(``qhlab.training.segments.finished_attempt``: it must bind the same recipe digest and
-populations, or the job is refused), one copied from an earlier run's directory where it binds
-the same, or else fits it with the same launcher, lane and receipts as every qhlab fit, and
-``fit_evidence``, what a record keeps of a finished fit. Does not own: which fits a step makes
-(``qhlab.preparation.tune``, ``qhlab.preparation.pilot``) or fitting itself
-(``qhlab.finite_horizon.fit``).
+with their progress shown (``run_fits``: each a ``qhlab.finite_horizon.fit_job.FitJob`` that adopts
+its cell's finished attempt by the one rule, or fits it with the same launcher, lane and receipts
+as every qhlab fit; ``adopt_or_fit`` runs one in a worker), and ``fit_evidence``, what a record
+keeps of a finished fit. Does not own: which fits a step makes (``qhlab.preparation.tune``,
+``qhlab.preparation.pilot``), the job and its rule (``qhlab.finite_horizon.fit_job``) or fitting
+itself (``qhlab.finite_horizon.fit``).
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from qhlab.evidence import exclusive_lock, file_in_the_way, input_error, publish
 from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reporting
-from qhlab.finite_horizon.recipe import QhRecipe, recipe_digest
+from qhlab.finite_horizon.fit_job import FitJob, run_fit_job
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.populations import resolve_population
 from qhlab.training.records import FitReceipt
@@ -241,75 +239,17 @@ def _refuse_other_config(path: Path, data: bytes, *, call: str) -> None:
         )
 
 
-def _copy_attempt(attempt: Path, cell_dir: Path) -> Path | None:
-    """Copy a finished attempt into ``cell_dir`` under its own name, whole or not at all (a hidden
-    temporary copy renamed into place, so an interrupted copy is never read as a finished attempt)."""
-    import shutil
-
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    target = cell_dir / attempt.name
-    if target.exists():  # an unfinished attempt of that name here: the cell is fitted anew
-        return None
-    temporary = cell_dir / f".{attempt.name}{TEMP_MARKER}"
-    shutil.rmtree(temporary, ignore_errors=True)
-    shutil.copytree(attempt, temporary)
-    os.replace(temporary, target)
-    return target
-
-
-def adopt_or_fit(job: dict) -> tuple[Path, bool]:
-    """Run one fit of a preparation step, or adopt its cell's finished attempt.
-
-    Args:
-        job: ``{"recipe": a QhRecipe dump, "profile", "fits": the fits directory, "cell",
-            "train", "validation": population directories, "job_type", "group", "tag",
-            "torch_threads"}``, and optionally ``"adopt_from"``: an earlier run's fits directory,
-            whose finished attempt of the same cell, where it binds the same recipe digest and
-            populations, is copied in and adopted where this directory has none.
+def adopt_or_fit(job: FitJob) -> tuple[Path, bool]:
+    """A tool's fit job where it runs (a pool or Ray task): ``run_fit_job``, its progress reported
+    to the tool's console (``run_fits``).
 
     Returns:
         (the attempt directory, True when a finished attempt was adopted rather than fitted).
 
     Raises:
-        EvidenceError: the cell's finished attempt here binds another recipe or population.
+        EvidenceError: the cell's finished attempt binds another recipe or population.
     """
-    # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
-    from qhlab.training.launcher import admit_launch
-    from qhlab.training.segments import finished_attempt, unbound
-
-    recipe = QhRecipe.model_validate(job["recipe"])
-    fits = Path(job["fits"])
-    manifests = {f"{role}_manifest": sha256_file(Path(job[role]) / "manifest.json") for role in ("train", "validation")}
-    # A recipe names no population, so a fit of the same recipe on another population is another fit.
-    binds = {"recipe_digest": recipe_digest(admit_launch(job["profile"], recipe).recipe), **manifests}
-    directory = finished_attempt(fits / job["cell"], evaluated=True, binds=binds)
-    if directory is None and job.get("adopt_from"):
-        # An earlier run's finished fit of this very cell (same recipe and populations; an arm
-        # that changed is fitted anew), copied in whole so this directory's record binds files of
-        # its own, then adopted by the one rule.
-        earlier = finished_attempt(Path(job["adopt_from"]) / job["cell"], evaluated=True)
-        if earlier is not None and not unbound(earlier, binds) and _copy_attempt(earlier, fits / job["cell"]):
-            directory = finished_attempt(fits / job["cell"], evaluated=True, binds=binds)
-    if directory is not None:
-        return directory, True
-    result = fit_recipe(
-        FitRequest(
-            recipe=recipe,
-            profile=job["profile"],
-            output=fits,
-            train=job["train"],
-            validation=job["validation"],
-            cell=job["cell"],
-            # Reported to the tool's console where the job runs in a worker (``run_fits``).
-            progress=reporting(),
-            torch_threads=job["torch_threads"],
-            job_type=job["job_type"],
-            group=job["group"],
-            tags=(job["tag"],),
-        )
-    )
-    return result.output_directory, False
+    return run_fit_job(job, progress=reporting())
 
 
 def fit_evidence(directory: Path, root: Path) -> tuple[dict[str, Any], Any, Any]:

@@ -38,6 +38,7 @@ from qhlab.design.tuning_record import population_record, refuse_sealed_validati
 from qhlab.design.user_sources import user_source_digests
 from qhlab.evidence import QhInputError, input_error
 from qhlab.evidence.layout import FAMILY_DIR
+from qhlab.finite_horizon.fit_job import FitJob
 from qhlab.preparation.declared import (
     Declared,
     declared_population,
@@ -67,14 +68,15 @@ _OWN = (CONFIG_COPY, FITS_DIR, FAMILY_DIR, RECORD, RECEIPT, _LOCK)
 
 def _pilot_fit(job: dict) -> dict:
     """One pilot fit (a pool or Ray task): its per-scene metrics at H and its evidence."""
+    fit: FitJob = job["fit"]
     # A user arm is imported from the copy this pilot made, shipped with the job.
-    provide_shipped(job["shipped"], Path(job["fits"]).parent / FAMILY_DIR / job["arm"])
-    directory, adopted = adopt_or_fit(job)
-    evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
+    provide_shipped(job["shipped"], Path(fit.output).parent / FAMILY_DIR / job["arm"])
+    directory, adopted = adopt_or_fit(fit)
+    evidence, _, evaluation = fit_evidence(directory, Path(fit.output).parent)
     return {
         "arm": job["arm"],
         "draw": job["draw"],
-        "seed": int(job["recipe"]["seed"]),
+        "seed": int(fit.recipe.seed),
         "regret": [row[-1] for row in evaluation.per_scene["regret"]],
         "mae": [row[-1] for row in evaluation.per_scene["mae"]],
         "regret_mean": evaluation.regret_primary,
@@ -250,7 +252,7 @@ def _run_locked(
         outputs = run_fits(
             runner, _pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result)
         )
-    results = {(j["arm"], j["draw"], j["recipe"]["seed"]): result for j, result in zip(jobs, outputs, strict=True)}
+    results = {(j["arm"], j["draw"], j["fit"].recipe.seed): result for j, result in zip(jobs, outputs, strict=True)}
     fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
     layout = [(draw, list(seeds)) for draw, seeds in config.layout]
     record = {
@@ -303,24 +305,26 @@ def _jobs(
         for arm in study.arms
         for seed in seeds
     ]
+    sources = {a: s["record"]["sha256"] for a, s in shipped.items()} or None
     return [
         {
             "arm": arm,
             "draw": draw,
-            "cell": f"{arm}-d{draw}-s{seed}",
-            "profile": study.profile,
-            "recipe": study.cell_recipe(
-                arm, seed, study.broad_updates, sources={a: s["record"]["sha256"] for a, s in shipped.items()} or None
-            ).model_dump(mode="json"),
             "shipped": shipped.get(arm),
-            "fits": str(directory / FITS_DIR),
-            "train": str(populations[role]),
-            "validation": str(populations["validation"]),
-            "job_type": "pilot",
-            "group": config.name,
-            "tag": f"{arm}-d{draw}",
-            "torch_threads": config.torch_threads,
-            "adopt_from": None if earlier is None else str(earlier / FITS_DIR),
+            "fit": FitJob(
+                recipe=study.cell_recipe(arm, seed, study.broad_updates, sources=sources),
+                profile=study.profile,
+                output=str(directory / FITS_DIR),
+                cell=f"{arm}-d{draw}-s{seed}",
+                train=str(populations[role]),
+                validation=str(populations["validation"]),
+                torch_threads=config.torch_threads,
+                job_type="pilot",
+                group=config.name,
+                tags=(f"{arm}-d{draw}",),
+                bind_populations=True,
+                adopt_from=None if earlier is None else str(earlier / FITS_DIR),
+            ),
         }
         for arm, draw, role, seed in plan
     ]

@@ -48,6 +48,7 @@ from qhlab.design.tuning_record import (
 from qhlab.design.tuning_rule import pick_winner, planned_mde, prune_at, running_means, trial_score
 from qhlab.evidence import canonical_json, input_error, sha256_bytes
 from qhlab.execution import JobRunner
+from qhlab.finite_horizon.fit_job import FitJob
 from qhlab.preparation.declared import declared_population, refuse_unservable, study_populations, unit_suffix
 from qhlab.preparation.fits import (
     ToolRun,
@@ -159,8 +160,9 @@ def _open_storage(directory: Path, config: QhTuningConfig, digest: str):
 def _fit_job(job: dict) -> dict:
     """One fit of one trial (a pool or Ray task): adopt a finished attempt of its cell, or fit it.
     An "mde" trial's fit also keeps its arm and its per-scene values at H."""
-    directory, adopted = adopt_or_fit(job)
-    evidence, _, evaluation = fit_evidence(directory, Path(job["fits"]).parent)
+    fit: FitJob = job["fit"]
+    directory, adopted = adopt_or_fit(fit)
+    evidence, _, evaluation = fit_evidence(directory, Path(fit.output).parent)
     own = {}
     if job.get("arm") is not None:
         own = {
@@ -168,7 +170,7 @@ def _fit_job(job: dict) -> dict:
             "scenes": {m: [row[-1] for row in evaluation.per_scene[m]] for m in ("regret", "mae")},
         }
     return {
-        "seed": int(job["recipe"]["seed"]),
+        "seed": int(fit.recipe.seed),
         "regret": evaluation.regret_primary,
         "mae": evaluation.mae_primary,
         **own,
@@ -375,7 +377,7 @@ def _run_rungs(runner: JobRunner, config: QhTuningConfig, jobs: list[dict], comp
     pruned: dict[int, int] = {}
     start = 0
     for end in bounds:
-        wave = [job for job in jobs if job["number"] not in pruned and job["recipe"]["seed"] in seeds[start:end]]
+        wave = [job for job in jobs if job["number"] not in pruned and job["fit"].recipe.seed in seeds[start:end]]
         for job, result in zip(wave, run_fits(runner, _fit_job, [(job,) for job in wave]), strict=True):
             fits[job["number"]].append(result)
         for number in sorted(fits):
@@ -493,16 +495,19 @@ def _trial_jobs(
                 {
                     "number": number,
                     "arm": arm,
-                    "cell": _cell(number, seed, arm),
-                    "profile": config.profile,
-                    "recipe": recipe.model_dump(mode="json"),
-                    "fits": str(directory / FITS_DIR),
-                    "train": str(populations["train"]),
-                    "validation": str(populations["validation"]),
-                    "group": config.name,
-                    "job_type": "trial",
-                    "tag": f"trial-{number + 1}",
-                    "torch_threads": config.torch_threads,
+                    "fit": FitJob(
+                        recipe=recipe,
+                        profile=config.profile,
+                        output=str(directory / FITS_DIR),
+                        cell=_cell(number, seed, arm),
+                        train=str(populations["train"]),
+                        validation=str(populations["validation"]),
+                        torch_threads=config.torch_threads,
+                        job_type="trial",
+                        group=config.name,
+                        tags=(f"trial-{number + 1}",),
+                        bind_populations=True,
+                    ),
                 }
             )
     return jobs

@@ -44,6 +44,7 @@ from qhlab.evidence.layout import (
 )
 from qhlab.execution import where_am_i
 from qhlab.finite_horizon.benchmark import load_final_module
+from qhlab.finite_horizon.fit_job import FitJob, run_fit_job
 from qhlab.finite_horizon.recipe import recipe_digest
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import (
@@ -58,7 +59,7 @@ from qhlab.training.wandb_attempt import drop_wandb_links
 if TYPE_CHECKING:
     from qhlab.finite_horizon.recipe import QhRecipe
 
-__all__ = ["adoptable_attempt", "fit_cell", "frozen_structure"]
+__all__ = ["adoptable_attempt", "cell_fit_job", "fit_cell", "frozen_structure"]
 
 
 def _attempt_directories(cell_dir: Path) -> list[Path]:
@@ -189,7 +190,6 @@ def _fit(
         previous.remove(attempt.name)
         return attempt
     # Lazy: keeps importing this module free of torch.
-    from qhlab.finite_horizon.fit import FitRequest, fit_recipe
     from qhlab.training.launcher import FitInterrupted
     from qhlab.training.segments import interrupted_segment
 
@@ -200,28 +200,16 @@ def _fit(
     # finished study holds no link (`qhlab sign` refuses links).
     for killed in _attempt_directories(cell_dir):
         drop_wandb_links(killed / "wandb")
-    request = FitRequest(
-        recipe=recipe,
-        profile=frozen.config.profile,
-        output=cell_dir.parent,
-        train=frozen.train_population(),
-        validation=validation,
-        cell=cell_dir.name,
-        evaluate=validation is not None,
-        train_rows=rows,
-        max_allocated_bytes=frozen.config.max_allocated_bytes,
-        progress=progress,
-        torch_threads=frozen.config.torch_threads,
-        # W&B: the study's canaries and cells group together under the study's name.
-        job_type="canary" if rows is not None else "cell",
-        group=frozen.config.name,
-        study=frozen.identity,
-        resume=None if interrupted is None else interrupted.name,
-        curve_updates=frozen.config.curve_updates if validation is not None else (),
-        expected_structure=frozen_structure(frozen, recipe.architecture.arm),
-    )
+    job = cell_fit_job(frozen, recipe, cell_dir, validation=None if validation is None else validation.path, rows=rows)
     try:
-        result = fit_recipe(request)
+        # The populations this process loaded (and authenticated) once per study are passed as they are.
+        directory, _ = run_fit_job(
+            job,
+            train=frozen.train_population(),
+            validation=validation,
+            progress=progress,
+            resume=None if interrupted is None else interrupted.name,
+        )
     except FitInterrupted as exc:
         # `--resume` is `qhlab fit`'s option: a study continues an interrupted cell by itself.
         raise FitInterrupted(
@@ -231,7 +219,43 @@ def _fit(
             exc.directory,
             exc.at,
         ) from None
-    return Path(result.output_directory)
+    return directory
+
+
+def cell_fit_job(
+    frozen: FrozenStudy, recipe: QhRecipe, cell_dir: Path, *, validation: Path | None, rows: list[int] | None = None
+) -> FitJob:
+    """The fit job of a study's cell or canary, wherever it runs (this process, a pool worker, a Ray task).
+
+    Args:
+        frozen: the authenticated study: its lane, TRAIN, thread count, memory ceiling, curve and
+            identity, and the scorer structure it froze for the arm.
+        recipe: the cell's recipe (``FrozenStudy.recipe``, or the canary rule's).
+        cell_dir: the cell's directory (``<study>/cells/<cell>`` or ``<study>/canaries/<cell>``).
+        validation: the sealed validation population's directory; None: a canary (not evaluated).
+        rows: the TRAIN rows a canary trains on; None: a broad cell.
+
+    Returns:
+        The job; the study's cell authenticates an adopted attempt itself (``bind_populations`` off).
+    """
+    config = frozen.config
+    return FitJob(
+        recipe=recipe,
+        profile=config.profile,
+        output=str(cell_dir.parent),
+        cell=cell_dir.name,
+        train=str(frozen.train_path),
+        validation=None if validation is None else str(validation),
+        torch_threads=config.torch_threads,
+        # W&B: the study's canaries and cells group together under the study's name.
+        job_type="canary" if rows is not None else "cell",
+        group=config.name,
+        study=frozen.identity,
+        train_rows=None if rows is None else tuple(rows),
+        max_allocated_bytes=config.max_allocated_bytes,
+        curve_updates=tuple(config.curve_updates) if validation is not None else (),
+        expected_structure=frozen_structure(frozen, recipe.architecture.arm),
+    )
 
 
 def frozen_structure(frozen: FrozenStudy, arm: str) -> str | None:

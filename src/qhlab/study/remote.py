@@ -43,7 +43,7 @@ from qhlab.execution.ray_tries import TryLedger
 from qhlab.finite_horizon.fit import default_logical_run_id
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.authentication import FrozenStudy, authenticate_attempt
-from qhlab.study.cells import adoptable_attempt, fit_cell, frozen_structure
+from qhlab.study.cells import adoptable_attempt, cell_fit_job, fit_cell
 from qhlab.study.family import family_bytes
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import fit_on_worker
@@ -378,23 +378,18 @@ def _start_ledger(ray: Any) -> Any:
 
 
 def _cell_job(frozen: FrozenStudy, arm: str, seed: int, cell: str, *, validation: Path, verbose: bool) -> dict:
-    """The job ``fit_on_worker`` runs for one cell: everything the worker needs but the populations."""
-    config = frozen.config
+    """The task ``fit_on_worker`` runs for one cell: its fit job, and what the worker needs besides
+    the populations (which travel through the object store)."""
     return {
-        "cell": cell,
-        "recipe": frozen.recipe(arm, seed, config.broad_updates).model_dump(mode="json"),
-        "profile": config.profile,
-        "torch_threads": config.torch_threads,
-        "max_allocated_bytes": config.max_allocated_bytes,
-        "group": config.name,
-        "train_path": str(frozen.train_path),
-        "validation_path": str(validation),
-        "study": frozen.identity,
+        "fit": cell_fit_job(
+            frozen,
+            frozen.recipe(arm, seed, frozen.config.broad_updates),
+            frozen.output / CELLS_DIR / cell,
+            validation=validation,
+        ),
         "verbose": verbose,
         # A user arm's frozen source travels with its task (the worker shares no files).
         "arm_source": family_bytes(frozen.body, frozen.output, arm),
-        "curve_updates": list(config.curve_updates),
-        "expected_structure": frozen_structure(frozen, arm),
     }
 
 
