@@ -114,7 +114,9 @@ class _SigintAt(Callback):
 def _segment(admitted, request: LaunchRequest):
     """The seam's phases in order, the module built in the seeded process, as a fit runs them."""
     segment = start_segment(admitted, request)
-    return publish_segment(train_segment(segment, _Regressor(admitted.recipe)))
+    trained = train_segment(segment, _Regressor(admitted.recipe))
+    assert publish_segment(trained)["observed_updates"] == trained.observed_updates
+    return trained
 
 
 def _launch(tmp: Path, name: str, *, recipe: _Recipe | None = None, resume=None, callbacks=(), every=None):
@@ -383,6 +385,7 @@ def test_a_segment_is_seeded_before_its_directory_exists(tmp_path):
     torch.manual_seed(recipe.seed)
     assert torch.equal(torch.rand(3), drawn)  # seeded ...
     assert not (tmp_path / "cell").exists()  # ... and nothing written
-    published = publish_segment(train_segment(start_segment(admitted, request), _Regressor(recipe)))
+    published = train_segment(start_segment(admitted, request), _Regressor(recipe))
+    publish_segment(published)
     assert published.directory == segment.directory == tmp_path / "cell" / "late"
     assert verify_directory(published.directory)

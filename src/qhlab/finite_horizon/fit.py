@@ -33,7 +33,7 @@ from qhlab.evidence import (
     source_package_digest,
     write_receipt,
 )
-from qhlab.evidence.layout import EVALUATION_RECEIPT
+from qhlab.evidence.layout import EVALUATION_RECEIPT, WANDB_RECEIPT
 from qhlab.execution.user_code import (
     ENTRY_FORMS,
     FrozenSource,
@@ -582,22 +582,22 @@ class Fit:
 
     def publish(self, trained: TrainedSegment, files: dict, metrics: dict) -> FitResult:
         """The W&B attempt receipt (binding the evaluation), the run closed; what the fit published."""
-        launched = publish_segment(trained, files, metrics)
+        metrics = publish_segment(trained, files, metrics)
         return FitResult(
-            output_directory=launched.directory,
+            output_directory=trained.directory,
             cell=self.cell,
             local_attempt_id=self.attempt.resolved_local_attempt_id,
             logical_run_id=self.attempt.logical_run_id,
             recipe=self.applied,
             recipe_digest=self.digest,
-            observed_updates=launched.observed_updates,
-            cold_init=launched.cold_init,
-            final_state=launched.final_state,
-            final_state_sha256=launched.final_state_sha256,
-            fit_receipt=launched.fit_receipt,
-            evaluation_receipt=launched.finalize_files.get("evaluation_receipt"),
-            wandb_receipt=launched.wandb_receipt,
-            metrics=dict(launched.metrics),
+            observed_updates=trained.observed_updates,
+            cold_init=trained.cold_init,
+            final_state=trained.final_state,
+            final_state_sha256=trained.final_state_sha256,
+            fit_receipt=trained.fit_receipt,
+            evaluation_receipt=files.get("evaluation_receipt"),
+            wandb_receipt=trained.directory / WANDB_RECEIPT,
+            metrics=metrics,
             wall_seconds=time.perf_counter() - self.started,
             resumed_from=self.request.resume,
         )

@@ -22,10 +22,11 @@ from typing import Any
 
 from qhlab.design.preparation_record import record_writer
 from qhlab.evidence import exclusive_lock, file_in_the_way, input_error, publish_bytes, read_receipt, sha256_file
-from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, RECORD_CONFIG_COPY
+from qhlab.evidence.layout import EVALUATION_RECEIPT, FIT_RECEIPT, PREPARATION_FITS_DIR, RECORD_CONFIG_COPY
 from qhlab.evidence.publish import TEMP_MARKER
 from qhlab.execution import ExecutorChoice, JobRunner, executor_choice, reporting
 from qhlab.finite_horizon.fit_job import FitJob, run_fit_job
+from qhlab.finite_horizon.recipe import QhRecipe
 from qhlab.finite_horizon.records import EvaluationReceipt
 from qhlab.study.populations import resolve_population
 from qhlab.training.records import FitReceipt
@@ -41,6 +42,7 @@ __all__ = [
     "resolve_tool_population",
     "run_fits",
     "study_record_head",
+    "tool_fit_job",
 ]
 
 
@@ -237,6 +239,49 @@ def _refuse_other_config(path: Path, data: bytes, *, call: str) -> None:
             f"its {path.name} is another config's; use another --output, or remove the "
             "directory's config and records to re-derive them (finished fits are adopted)",
         )
+
+
+def tool_fit_job(
+    config: Any,
+    recipe: QhRecipe,
+    profile: str,
+    directory: Path,
+    cell: str,
+    train: Path,
+    validation: Path,
+    *,
+    job_type: str,
+    tag: str,
+    adopt_from: Path | None = None,
+) -> FitJob:
+    """A preparation tool's fit job: in its ``fits`` directory, with its thread count and W&B group,
+    evaluated on its validation population; an adopted attempt must bind its recipe and populations.
+
+    Args:
+        config: the tool's config (its ``name`` and ``torch_threads``).
+        recipe: the fit's recipe.
+        profile: the lane.
+        directory: the tool's directory (the job's output is ``directory/fits``).
+        cell: the fit's cell name.
+        train, validation: the population directories.
+        job_type, tag: the W&B job type and the run's tag.
+        adopt_from: an earlier run's directory whose finished fit of this cell is adopted where it
+            binds the same (None: none).
+    """
+    return FitJob(
+        recipe=recipe,
+        profile=profile,
+        output=str(directory / PREPARATION_FITS_DIR),
+        cell=cell,
+        train=str(train),
+        validation=str(validation),
+        torch_threads=config.torch_threads,
+        job_type=job_type,
+        group=config.name,
+        tags=(tag,),
+        bind_populations=True,
+        adopt_from=None if adopt_from is None else str(adopt_from / PREPARATION_FITS_DIR),
+    )
 
 
 def adopt_or_fit(job: FitJob) -> tuple[Path, bool]:

@@ -55,6 +55,7 @@ from qhlab.preparation.fits import (
     resolve_tool_population,
     run_fits,
     study_record_head,
+    tool_fit_job,
 )
 from qhlab.study.family import copy_sources, provide_shipped, shipped_sources
 from qhlab.training.terminal import fit_runner
@@ -311,19 +312,17 @@ def _jobs(
             "arm": arm,
             "draw": draw,
             "shipped": shipped.get(arm),
-            "fit": FitJob(
-                recipe=study.cell_recipe(arm, seed, study.broad_updates, sources=sources),
-                profile=study.profile,
-                output=str(directory / FITS_DIR),
-                cell=f"{arm}-d{draw}-s{seed}",
-                train=str(populations[role]),
-                validation=str(populations["validation"]),
-                torch_threads=config.torch_threads,
+            "fit": tool_fit_job(
+                config,
+                study.cell_recipe(arm, seed, study.broad_updates, sources=sources),
+                study.profile,
+                directory,
+                f"{arm}-d{draw}-s{seed}",
+                populations[role],
+                populations["validation"],
                 job_type="pilot",
-                group=config.name,
-                tags=(f"{arm}-d{draw}",),
-                bind_populations=True,
-                adopt_from=None if earlier is None else str(earlier / FITS_DIR),
+                tag=f"{arm}-d{draw}",
+                adopt_from=earlier,
             ),
         }
         for arm, draw, role, seed in plan

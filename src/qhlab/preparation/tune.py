@@ -58,6 +58,7 @@ from qhlab.preparation.fits import (
     publish_config_copy,
     resolve_tool_population,
     run_fits,
+    tool_fit_job,
 )
 from qhlab.scenes.manifest import reward_unit
 from qhlab.training.terminal import fit_runner
@@ -495,18 +496,16 @@ def _trial_jobs(
                 {
                     "number": number,
                     "arm": arm,
-                    "fit": FitJob(
-                        recipe=recipe,
-                        profile=config.profile,
-                        output=str(directory / FITS_DIR),
-                        cell=_cell(number, seed, arm),
-                        train=str(populations["train"]),
-                        validation=str(populations["validation"]),
-                        torch_threads=config.torch_threads,
+                    "fit": tool_fit_job(
+                        config,
+                        recipe,
+                        config.profile,
+                        directory,
+                        _cell(number, seed, arm),
+                        populations["train"],
+                        populations["validation"],
                         job_type="trial",
-                        group=config.name,
-                        tags=(f"trial-{number + 1}",),
-                        bind_populations=True,
+                        tag=f"trial-{number + 1}",
                     ),
                 }
             )

@@ -68,7 +68,6 @@ __all__ = [
     "FitInterrupted",
     "LaunchOptions",
     "LaunchRequest",
-    "LaunchResult",
     "StartedSegment",
     "TrainedSegment",
     "abandon_segment",
@@ -195,35 +194,6 @@ def _jsonable_evidence(value: Any) -> dict:
     return to_jsonable(dict(value) if isinstance(value, Mapping) else {"value": value})
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchResult:
-    """What one launched segment published.
-
-    Attributes:
-        directory: the segment directory.
-        observed_updates: final count read from the optimizer state.
-        cold_init: ``cold_init.safetensors``.
-        final_state: ``final_state.safetensors``.
-        final_state_sha256: digest of its bytes.
-        fit_receipt: ``fit.receipt.json``.
-        wandb_receipt: ``wandb_attempt.receipt.json``.
-        finalize_files: the caller's further files the attempt receipt binds (e.g. the evaluation receipt).
-        metrics: metrics handed to ``publish_wandb_attempt``.
-        wall_seconds: seconds from the start of the seam to the W&B receipt.
-    """
-
-    directory: Path
-    observed_updates: int
-    cold_init: Path
-    final_state: Path
-    final_state_sha256: str
-    fit_receipt: Path
-    wandb_receipt: Path
-    finalize_files: dict
-    metrics: dict
-    wall_seconds: float
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
     """How a segment runs and is logged: what a caller passes through to the seam unchanged.
@@ -336,6 +306,11 @@ class TrainedSegment:
     final_state: Path
     final_state_sha256: str
     fit_receipt: Path
+
+    @property
+    def directory(self) -> Path:
+        """The segment directory."""
+        return self.started.directory
 
 
 def use_torch_threads(threads: int | None) -> None:
@@ -472,13 +447,17 @@ def _publish_trained(
 
 def publish_segment(
     trained: TrainedSegment, files: Mapping[str, Path] | None = None, metrics: Mapping[str, float] | None = None
-) -> LaunchResult:
+) -> dict[str, float]:
     """Log the final metrics, publish the W&B attempt receipt and close the run.
 
     Args:
         trained: the trained segment (``train_segment``).
         files: further files of the segment the attempt receipt binds (e.g. the evaluation receipt).
         metrics: final metrics (``observed_updates`` is always added).
+
+    Returns:
+        The metrics as logged, ``observed_updates`` first. The receipt is
+        ``trained.directory / WANDB_RECEIPT``.
     """
     segment = trained.started
     directory, request, logger = segment.directory, segment.request, trained.logger
@@ -499,18 +478,7 @@ def publish_segment(
         abandon_segment(trained)
         raise
     finish_wandb_run(logger, directory, exit_code=0)
-    return LaunchResult(
-        directory=directory,
-        observed_updates=trained.observed_updates,
-        cold_init=trained.cold_init,
-        final_state=trained.final_state,
-        final_state_sha256=trained.final_state_sha256,
-        fit_receipt=trained.fit_receipt,
-        wandb_receipt=directory / WANDB_RECEIPT,
-        finalize_files=files,
-        metrics=metrics,
-        wall_seconds=time.perf_counter() - segment.started,
-    )
+    return metrics
 
 
 def abandon_segment(trained: TrainedSegment) -> None:
