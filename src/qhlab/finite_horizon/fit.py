@@ -81,7 +81,12 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
-    """What one ``fit_recipe`` call published (see docs/ARCHITECTURE.md, "Fit launcher")."""
+    """What one ``fit_recipe`` call published (see docs/ARCHITECTURE.md, "Fit launcher").
+
+    Contract: every path in it exists, is write-once and is bound by a receipt in
+    ``output_directory``; ``evaluation_receipt`` is None only for a fit that was not evaluated.
+    The value itself is never persisted: the receipts are the record.
+    """
 
     output_directory: Path
     cell: str
@@ -172,6 +177,9 @@ def _attempt(request: FitRequest, cell: str, resume_logical: str | None) -> Wand
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FitRequest(LaunchOptions):
     """One fit to run: what to fit, on which lane, into which directory, and how.
+
+    Contract: the public call's argument (``fit_recipe``); frozen and keyword-only. Nothing in it
+    is checked until ``Fit.prepare``, which refuses every bad field before anything is written.
 
     The launch options (``extra_callbacks``, ``segment_checkpoint_every``, ``progress``,
     ``job_type``, ``tags``, ``group``) are ``qhlab.training.launcher.LaunchOptions``'s, passed

@@ -39,6 +39,10 @@ __all__ = ["FitJob", "run_fit_job"]
 class FitJob:
     """One fit, as a frozen value that pickles without torch (a pool's or Ray's task argument).
 
+    Contract: it crosses processes (a pool worker, a Ray task) as its own value: unpickling it
+    imports no torch or Lightning. It is never persisted; what it ran is in the receipts of the
+    attempt it adopted or made. ``run_fit_job`` is its only runner.
+
     Attributes:
         recipe: the validated recipe (a pydantic model: it pickles, and dumps to JSON).
         profile: the execution profile (lane).

@@ -144,6 +144,10 @@ def build_trainer(
 class AdmittedLaunch:
     """A profile admitted on this host, the recipe it applied and the memory ceiling it admitted.
 
+    Contract: made only by ``admit_launch``, once per fit, before any directory exists; frozen and
+    never persisted itself (the fit receipt binds its runtime evidence and applied recipe). It
+    lives in the process that fits and never crosses to another.
+
     Attributes:
         profile: the ``QhExecutionProfile``.
         runtime: JSON-able ``admit_runtime()`` evidence.
@@ -223,6 +227,9 @@ class LaunchOptions:
 class LaunchRequest:
     """Everything one segment needs besides the admitted profile and its module.
 
+    Contract: the seam's only input from the science core (the launcher imports no
+    ``finite_horizon`` module); frozen, in process, checked at construction.
+
     Attributes:
         datamodule: yields training batches.
         update_budget: final observed update count of the lineage (an int >= 1).
@@ -269,6 +276,9 @@ class LaunchRequest:
 class StartedSegment:
     """A segment whose process is seeded: build its module now. Nothing of it is written yet.
 
+    Contract: made by ``start_segment`` and handed once to ``train_segment`` in the same process;
+    the module must be built after it (the seeded generator draws its initialization).
+
     Attributes:
         admitted: the admitted profile and applied recipe.
         request: the segment's data, budget, identity and options.
@@ -289,6 +299,10 @@ class StartedSegment:
 @dataclasses.dataclass(frozen=True)
 class TrainedSegment:
     """A segment trained to its budget, its final state and fit receipt published; its W&B run open.
+
+    Contract: made by ``train_segment``; its files are published (write-once) and bound by the
+    fit receipt. Its W&B run stays open until exactly one of ``publish_segment`` (closed as
+    finished) or ``abandon_segment`` (closed as failed) is called, in the same process.
 
     Attributes:
         started: the ``StartedSegment``.
