@@ -53,6 +53,15 @@ COMPONENT_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _without_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` less those of ``keys`` whose value is None: a field added later stays out of the
+    dumps (and so the recipe digests) of the configs that do not set it."""
+    for key in keys:
+        if data.get(key) is None:
+            data.pop(key, None)
+    return data
+
+
 class EncoderConfig(BaseModel):
     """Object encoder hyper-parameters.
 
@@ -85,10 +94,7 @@ class EncoderConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _omit_kind_of_user_arm(self, handler: Any) -> dict[str, Any]:
         # A user arm has no kind; leaving the key out keeps built-in arms' dumps (and digests) as before.
-        data = handler(self)
-        if data.get("kind") is None:
-            data.pop("kind", None)
-        return data
+        return _without_none(handler(self), ("kind",))
 
 
 @dataclass(frozen=True)
@@ -232,10 +238,7 @@ class ArchitectureConfig(BaseModel):
     def _omit_unused(self, handler: Any) -> dict[str, Any]:
         # Built-in arms dump exactly their old fields (so their recipe digests stay as they were);
         # a user arm dumps no structure fields.
-        data = handler(self)
-        for key in ("builder", "source_sha256", "fusion", "readout"):
-            if data.get(key) is None:
-                data.pop(key, None)
+        data = _without_none(handler(self), ("builder", "source_sha256", "fusion", "readout"))
         if not data.get("options"):
             data.pop("options", None)
         return data
