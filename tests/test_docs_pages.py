@@ -157,7 +157,7 @@ def test_the_config_reference_is_current_and_has_every_config(reference_hook):
     # Every config model a command reads: the design package's and the recipe.
     models = ["QhRecipe"]
     for path in sorted((PACKAGE / "design").glob("*_config.py")):
-        models += re.findall(r"^class (Qh\w+Config)\(BaseModel\)", path.read_text(encoding="utf-8"), re.M)
+        models += re.findall(r"^class (Qh\w+Config)\(", path.read_text(encoding="utf-8"), re.M)
     assert {"QhPlanConfig", "QhPilotConfig", "QhTuningConfig", "QhE0CheckConfig"} <= set(models)
     for model in models:
         assert f"### `{model}`\n" in page, model

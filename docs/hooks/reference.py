@@ -165,7 +165,10 @@ def _model_table(cls: type[BaseModel], *, top: bool) -> list[str]:
                          "Attributes section; allowed: every field documented")
     lines = [f"### `{cls.__name__}`" + ("" if top else " (nested)"), "", first, "",
              "| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-    for name, field in cls.model_fields.items():
+    # The docstring's order, which reads as the config does; a base model's fields come first in
+    # ``model_fields`` whatever their place in the config.
+    for name in sorted(cls.model_fields, key=list(docs).index):
+        field = cls.model_fields[name]
         prop = schema["properties"].get(field.alias or name, {})
         default = _NO_DEFAULT if field.is_required() else f"`{field.get_default(call_default_factory=True)!r}`"
         lines.append(f"| `{name}` | {_type(prop)} | {default} | {_allowed(prop)} | {_cell(docs[name])} |")

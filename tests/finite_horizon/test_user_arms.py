@@ -18,14 +18,7 @@ from pydantic import ValidationError
 
 from qhlab.cli import main
 from qhlab.evidence import QhError, read_receipt
-from qhlab.execution.user_code import (
-    FrozenSource,
-    locate_source,
-    parse_entry,
-    provide,
-    source_digest,
-    source_files,
-)
+from qhlab.execution.user_code import FrozenSource, locate_source, parse_entry, provide, source_digest, source_files
 from qhlab.finite_horizon.architecture import ARMS, ArchitectureConfig, ScorerDims, register_arm
 from qhlab.finite_horizon.scorer import QhEnsemble, build_scorer
 from qhlab.training.records import FitReceipt

@@ -11,13 +11,7 @@ import pytest
 
 from puck_world import puck_parameters
 from qhlab.cli import main
-from qhlab.evidence import (
-    DigestMismatchError,
-    PublishConflictError,
-    QhInputError,
-    sha256_file,
-    verify_directory,
-)
+from qhlab.evidence import DigestMismatchError, PublishConflictError, QhInputError, sha256_file, verify_directory
 from qhlab.evidence.layout import POPULATION_FILES
 from qhlab.scenes import PRESET_NAMES, cached_population, generate_population, load_preset, read_manifest
 from qhlab.scenes.population import planned_simulations

@@ -14,13 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qhlab.evidence import (
-    DigestMismatchError,
-    EvidenceError,
-    MissingEvidenceError,
-    sha256_bytes,
-    write_receipt,
-)
+from qhlab.evidence import DigestMismatchError, EvidenceError, MissingEvidenceError, sha256_bytes, write_receipt
 from qhlab.study.authentication import authenticate_freeze
 from qhlab.study.cells import adoptable_attempt
 from qhlab.study.remote import _publish_returned

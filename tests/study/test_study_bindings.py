@@ -14,20 +14,8 @@ from pathlib import Path
 import pytest
 
 from qhlab.evidence import EvidenceError
-from qhlab.evidence.layout import (
-    BENCHMARK_DIR,
-    CANARY_DIR,
-    CELLS_DIR,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-    REPORT_DIR,
-)
-from qhlab.finite_horizon.studies.architecture_study import (
-    admit_canaries,
-    freeze_study,
-    prepare_development,
-    run_fit,
-)
+from qhlab.evidence.layout import BENCHMARK_DIR, CANARY_DIR, CELLS_DIR, DEVELOPMENT_RECEIPT, E0_RECEIPT, REPORT_DIR
+from qhlab.finite_horizon.studies.architecture_study import admit_canaries, freeze_study, prepare_development, run_fit
 
 pytestmark = pytest.mark.slow
 

@@ -12,14 +12,7 @@ import pytest
 from qhlab.cli import main
 from qhlab.design.study_records import StudyCellReceipt
 from qhlab.evidence import exclusive_lock, read_receipt
-from qhlab.evidence.layout import (
-    BENCHMARK_DIR,
-    CANARY_DIR,
-    CELL_RECEIPT,
-    CELLS_DIR,
-    FIT_RECEIPT,
-    REPORT_DIR,
-)
+from qhlab.evidence.layout import BENCHMARK_DIR, CANARY_DIR, CELL_RECEIPT, CELLS_DIR, FIT_RECEIPT, REPORT_DIR
 from qhlab.study import status as status_module
 from qhlab.study.status import STATES, status_lines, study_status
 from qhlab.training.records import FitReceipt

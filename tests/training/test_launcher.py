@@ -18,14 +18,7 @@ from lightning.pytorch import Callback, LightningDataModule, LightningModule
 from pydantic import BaseModel, ConfigDict
 from torch.utils.data import DataLoader, IterableDataset
 
-from qhlab.evidence import (
-    EvidenceError,
-    QhError,
-    QhInputError,
-    read_receipt,
-    source_package_digest,
-    verify_directory,
-)
+from qhlab.evidence import EvidenceError, QhError, QhInputError, read_receipt, source_package_digest, verify_directory
 from qhlab.training.callbacks import SegmentCheckpointCallback, UpdateBudgetCallback
 from qhlab.training.execution_profile import QhExecutionProfile, WandbAttempt
 from qhlab.training.lane_evidence import LaneEvidenceCallback

@@ -4,8 +4,9 @@ Owns: ``read_toml`` (a UTF-8 TOML file, its relative paths resolved against its 
 ``read_config`` (the one strict parser: file -> validated model, every invalid field in one
 error), ``load_recipe`` (a recipe file -> ``QhRecipe``), ``ConfigForm`` (one config kind: its
 model, the call and example its refusals name, its path fields) and the field types every
-config repeats (``ConfigName``, ``StudyPath``, ``StrictInt``, ``Workers``, ``Executor``,
-``TorchThreads``, ``FROZEN``). The science core (``qhlab.finite_horizon``) reads no file of
+config repeats (``ConfigName``, ``StudyPath``, ``StrictInt``, ``PlainNumber``, ``Workers``, ``Executor``,
+``TorchThreads``, ``FROZEN``), and ``ToolExecution``, the execution fields every preparation
+tool's config shares. The science core (``qhlab.finite_horizon``) reads no file of
 these: it is handed validated models.
 
 Does not own: the models of each kind (``study_config``, ``tuning_config``, ``pilot_config``,
@@ -22,16 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
-from qhlab.evidence import (
-    MAX_TORCH_THREADS,
-    MAX_WORKERS,
-    QhInputError,
-    input_error,
-    invalid_fields,
-    validation_error,
-)
+from qhlab.evidence import MAX_TORCH_THREADS, MAX_WORKERS, QhInputError, input_error, invalid_fields, validation_error
+from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import QhRecipe, validate_recipe
 
 __all__ = [
@@ -39,8 +34,11 @@ __all__ = [
     "ConfigForm",
     "ConfigName",
     "Executor",
+    "PlainNumber",
+    "PlainNumeric",
     "StrictInt",
     "StudyPath",
+    "ToolExecution",
     "TorchThreads",
     "Workers",
     "load_recipe",
@@ -58,10 +56,49 @@ StrictInt = Annotated[int, Strict()]
 ConfigName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 # The study config a preparation tool serves: a path, relative to the tool's own config.
 StudyPath = Annotated[str, Field(min_length=1)]
-# Execution fields: how a tool runs, never what it measures, so no record digests them.
+
+
+def _plain_number(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not allowed; allowed: a number (a TOML boolean is not one)")
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is not allowed; allowed: a number (a quoted string is not one)")
+    return value
+
+
+# A config's number: an int or a float, never a boolean or a numeric string (pydantic's lax mode
+# would read true as 1.0 and "0.5" as 0.5).
+PlainNumber = Annotated[float, BeforeValidator(_plain_number)]
+# A number that keeps an integer an int (a search space's bounds).
+PlainNumeric = Annotated[float | int, BeforeValidator(_plain_number)]
+
+# Execution fields: where and how widely a tool runs, never what it measures, so no record keeps them.
 Workers = Annotated[int, Strict(), Field(ge=1, le=MAX_WORKERS)]
 Executor = Literal["local", "ray"]
+# Recorded, unlike the two above: the thread count can change a reduction's order, so a fit's last bits.
 TorchThreads = Annotated[int, Strict(), Field(ge=1, le=MAX_TORCH_THREADS)]
+
+
+class ToolExecution(BaseModel):
+    """The fields every preparation tool's config (E0 check, pilot, tuning) shares: how it runs its
+    fits and where its populations are cached. A tool's model subclasses it and documents them
+    in its own docstring, as the config reference reads them there.
+
+    Attributes:
+        workers: fits (or draws) at once on the local executor. Not part of the record.
+        executor: "local" or "ray". Not part of the record.
+        population_cache: cache directory of generated populations.
+    """
+
+    model_config = FROZEN
+
+    workers: Workers = 1
+    executor: Executor = "local"
+    population_cache: str = DEFAULT_POPULATION_ROOT
+
+    def record(self) -> dict[str, Any]:
+        """The config as the tool's record keeps it: every field except the execution ones."""
+        return self.model_dump(mode="json", exclude={"workers", "executor"})
 
 
 def read_toml(

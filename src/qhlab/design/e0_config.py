@@ -13,18 +13,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from qhlab.design.config_files import FROZEN, ConfigForm, Executor, StrictInt, StudyPath, Workers
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig
+from qhlab.design.config_files import ConfigForm, PlainNumber, StrictInt, StudyPath, ToolExecution
+from qhlab.design.study_config import QhArchitectureStudyConfig
 from qhlab.design.tool_config import read_tool_config
-from qhlab.evidence import (
-    POPULATION_SEED_LIMIT,
-    canonical_json,
-    distinct_seeds,
-    sha256_bytes,
-)
-from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
+from qhlab.evidence import POPULATION_SEED_LIMIT, canonical_json, distinct_seeds, sha256_bytes
 
 __all__ = ["E0_CHECK_CALL", "QhE0CheckConfig", "e0_design", "e0_digest", "read_e0_config"]
 
@@ -33,7 +27,7 @@ E0_CHECK_CALL = "qhlab e0-check"
 _OWN_FIELDS = ("name", "seed", "data")
 
 
-class QhE0CheckConfig(BaseModel):
+class QhE0CheckConfig(ToolExecution):
     """One E0 check: a study's E0 gate, run as a new study on each of several fresh TRAIN draws.
 
     Attributes:
@@ -51,25 +45,16 @@ class QhE0CheckConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = FROZEN
-
     name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     study: StudyPath
     train_seeds: tuple[StrictInt, ...] = Field(min_length=3, max_length=100)
     min_pass_share: PlainNumber = Field(default=0.95, gt=0.0, le=1.0)
-    workers: Workers = 1
-    executor: Executor = "local"
-    population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("train_seeds")
     @classmethod
     def _seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
         # Population seeds: only the scene sampler reads them, never a training seeder.
         return distinct_seeds("train_seeds", seeds, limit=POPULATION_SEED_LIMIT)
-
-    def record(self) -> dict[str, Any]:
-        """The config as the record keeps it: every field except the execution ones."""
-        return self.model_dump(mode="json", exclude={"workers", "executor"})
 
     def identity(self) -> dict[str, Any]:
         """What the check's outcome depends on, without where files lie: the record's config less

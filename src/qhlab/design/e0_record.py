@@ -23,19 +23,12 @@ from qhlab.design.preparation_record import (
     Number,
     StudyReference,
     ToolBody,
+    ToolRecordFiles,
     absent_note,
     opened_record,
-    publish_with_receipt,
-    read_record_file,
 )
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
-from qhlab.evidence import (
-    DigestMismatchError,
-    authentication_roots,
-    read_receipt,
-    recorded_origin,
-    sha256_file,
-)
+from qhlab.evidence import DigestMismatchError, authentication_roots, read_receipt, recorded_origin, sha256_file
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import (
     CANARY_DIR,
@@ -203,25 +196,16 @@ def draw_outcome(seed: int, e0: dict, manifest_sha256: str, study: Path, root: P
     }
 
 
-def publish_record(directory: Path, record: dict) -> None:
-    """Publish ``e0.json`` and the receipt binding it and the config's copy."""
-    body = {key: record[key] for key in ("draws", "passed", "meets_min_pass_share")}
-    publish_with_receipt(directory, record, RECORD, (E0CheckReceipt, RECEIPT), body)
-
-
-def read_record(directory: str | os.PathLike) -> dict:
-    """The record of an E0 check directory, authenticated by its receipt (and the files it binds).
-
-    Raises:
-        MissingEvidenceError: no ``e0.receipt.json``.
-        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
-    """
-    return read_record_file(directory, RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord, summary=_outcome)[0]
-
-
 def _outcome(record: dict) -> dict:
     """What an E0 receipt's body says of its record: the outcome."""
     return {k: record.get(k) for k in ("draws", "passed", "meets_min_pass_share")}
+
+
+_FILES = ToolRecordFiles(RECORD, RECEIPT, E0CheckReceipt, E0CheckRecord, _outcome)
+
+# This record's ``publish_record(directory, record)`` and ``read_record(directory)``.
+publish_record = _FILES.publish
+read_record = _FILES.read_record
 
 
 def _selection(labels: list, mask: list, tie_band: float, multiple: float) -> tuple[list[float], list[int], bool]:

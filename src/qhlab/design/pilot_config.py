@@ -14,34 +14,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from qhlab.design.config_files import (
-    FROZEN,
-    ConfigForm,
-    ConfigName,
-    Executor,
-    StrictInt,
-    StudyPath,
-    TorchThreads,
-    Workers,
-)
-from qhlab.design.study_config import (
-    STUDY_PRESET_FIELDS,
-    PopulationSource,
-    QhArchitectureStudyConfig,
-    declared_scenes,
-)
+from qhlab.design.config_files import ConfigForm, ConfigName, StrictInt, StudyPath, ToolExecution, TorchThreads
+from qhlab.design.study_config import STUDY_PRESET_FIELDS, PopulationSource, QhArchitectureStudyConfig, declared_scenes
 from qhlab.design.tool_config import read_tool_config
-from qhlab.evidence import (
-    POPULATION_SEED_LIMIT,
-    canonical_json,
-    distinct_seeds,
-    input_error,
-    sha256_bytes,
-)
+from qhlab.evidence import POPULATION_SEED_LIMIT, canonical_json, distinct_seeds, input_error, sha256_bytes
 from qhlab.evidence.layout import MANIFEST
-from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 
 __all__ = [
     "PILOT_CALL",
@@ -56,7 +35,7 @@ __all__ = [
 PILOT_CALL = "qhlab pilot"
 
 
-class QhPilotConfig(BaseModel):
+class QhPilotConfig(ToolExecution):
     """One pilot: every arm of a study, fitted with extra seeds on several TRAIN draws, on a tuning population.
 
     The design is nested: each seed is fitted on one TRAIN draw only, so that a seed's own
@@ -86,8 +65,6 @@ class QhPilotConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = FROZEN
-
     name: ConfigName
     study: StudyPath
     train: PopulationSource
@@ -95,10 +72,7 @@ class QhPilotConfig(BaseModel):
     seeds: tuple[StrictInt, ...] = Field(min_length=2, max_length=64)
     train_draws: tuple[StrictInt, ...] = Field(default=(), max_length=64)
     draw_seeds: tuple[tuple[StrictInt, ...], ...] = Field(default=(), max_length=64)
-    workers: Workers = 1
-    executor: Executor = "local"
     torch_threads: TorchThreads = 1
-    population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("seeds")
     @classmethod
@@ -160,10 +134,6 @@ class QhPilotConfig(BaseModel):
     def fits(self) -> list[tuple[int, int]]:
         """Every (draw, seed) of the design, in the layout's order."""
         return [(draw, seed) for draw, seeds in self.layout for seed in seeds]
-
-    def record(self) -> dict[str, Any]:
-        """The config as the pilot record keeps it: every field except the execution ones."""
-        return self.model_dump(mode="json", exclude={"workers", "executor"})
 
     def identity(self) -> dict[str, Any]:
         """What the pilot's results depend on, without where files lie: the record's config less

@@ -23,17 +23,14 @@ from qhlab.design.preparation_record import (
     PopulationIdentity,
     StudyReference,
     ToolBody,
+    ToolRecordFiles,
     absent_note,
     close_values,
     opened_record,
-    publish_with_receipt,
-    read_record_file,
     recipe_differences,
     recorded_fit,
 )
-from qhlab.evidence import (
-    DigestMismatchError,
-)
+from qhlab.evidence import DigestMismatchError
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
 from qhlab.evidence.layout import PILOT_RECEIPT, PILOT_RECORD, PREPARATION_FITS_DIR, RECORD_CONFIG_COPY
 
@@ -229,30 +226,17 @@ def components_of(design: dict, fits: list[dict], *, layout: list[tuple[int, lis
     )
 
 
-def publish_record(directory: Path, record: dict) -> None:
-    """Publish ``pilot.json`` and the receipt binding it and the config's copy."""
-    body = {
-        "fits": len(record["fits"]),
-        "draws": len(record["layout"]),
-        "components": len(record["comparisons"]) + len(record["margins"]),
-    }
-    publish_with_receipt(directory, record, RECORD, (PilotReceipt, RECEIPT), body)
-
-
-def read_record(directory: str | os.PathLike) -> dict:
-    """The record of a pilot directory, authenticated by its receipt (and the files it binds).
-
-    Raises:
-        MissingEvidenceError: no ``pilot.receipt.json``.
-        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
-    """
-    return read_record_file(directory, RECORD, RECEIPT, PilotReceipt, PilotRecord, summary=_counts)[0]
-
-
 def _counts(record: dict) -> dict:
     """What a pilot receipt's body says of its record: its counts."""
     components = len(record["comparisons"]) + len(record["margins"])
     return {"fits": len(record["fits"]), "draws": len(record["layout"]), "components": components}
+
+
+_FILES = ToolRecordFiles(RECORD, RECEIPT, PilotReceipt, PilotRecord, _counts)
+
+# This record's ``publish_record(directory, record)`` and ``read_record(directory)``.
+publish_record = _FILES.publish
+read_record = _FILES.read_record
 
 
 def check_record(directory: str | os.PathLike) -> dict:

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from qhlab.design.config_files import FROZEN, ConfigForm, ConfigName, StrictInt, StudyPath
-from qhlab.design.study_config import PlainNumber, QhArchitectureStudyConfig, declared_scenes
+from qhlab.design.config_files import FROZEN, ConfigForm, ConfigName, PlainNumber, StrictInt, StudyPath
+from qhlab.design.study_config import QhArchitectureStudyConfig, declared_scenes
 from qhlab.design.tool_config import read_tool_config
 from qhlab.evidence import input_error
 

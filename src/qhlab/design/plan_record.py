@@ -39,10 +39,9 @@ from qhlab.design.preparation_record import (
     Number,
     StudyReference,
     ToolBody,
+    ToolRecordFiles,
     close_values,
     opened_record,
-    publish_with_receipt,
-    read_record_file,
 )
 from qhlab.evidence import DigestMismatchError, canonical_json, sha256_bytes
 from qhlab.evidence.envelope import SHA256, Closed, Json, Receipt, register_check
@@ -513,31 +512,22 @@ def plan_digest(config: Any, design: dict, pilot_sha256: str, tuning_sha256: str
     )
 
 
-def publish_record(directory: Path, record: dict) -> None:
-    """Publish ``plan.json`` and the receipt binding it and the config's copy."""
-    body = {
+def _named(record: dict) -> dict:
+    """What a plan receipt's body says of its record: the records it read, its designs and its choice."""
+    tuning = None if record["tuning"] is None else record["tuning"]["record_sha256"]
+    return {
         "pilot_sha256": record["pilot"]["record_sha256"],
-        "tuning_sha256": None if record["tuning"] is None else record["tuning"]["record_sha256"],
+        "tuning_sha256": tuning,
         "designs": len(record["designs"]),
         "chosen": record["chosen"],
     }
-    publish_with_receipt(directory, record, RECORD, (PlanReceipt, RECEIPT), body, also={"markdown": PLAN_MARKDOWN})
 
 
-def read_record(directory: str | os.PathLike) -> dict:
-    """The record of a plan directory, authenticated by its receipt (and the files it binds).
+_FILES = ToolRecordFiles(RECORD, RECEIPT, PlanReceipt, PlanRecord, _named, also=(("markdown", PLAN_MARKDOWN),))
 
-    Raises:
-        MissingEvidenceError: no ``plan.receipt.json``.
-        EvidenceError: the receipt or a bound file fails, or its body summarises another record.
-    """
-    return read_record_file(directory, RECORD, RECEIPT, PlanReceipt, PlanRecord, summary=_named)[0]
-
-
-def _named(record: dict) -> dict:
-    """What a plan receipt's body says of its record: the records it read and its choice."""
-    tuning = None if record["tuning"] is None else record["tuning"]["record_sha256"]
-    return {"pilot_sha256": record["pilot"]["record_sha256"], "tuning_sha256": tuning, "chosen": record["chosen"]}
+# This record's ``publish_record(directory, record)`` and ``read_record(directory)``.
+publish_record = _FILES.publish
+read_record = _FILES.read_record
 
 
 def recomputed(record: dict) -> dict:

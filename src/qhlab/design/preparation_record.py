@@ -3,9 +3,10 @@
 Owns: the models of the parts the three records (``tuning.json``, ``pilot.json``, ``e0.json``)
 have in common (``PopulationIdentity``: a population as a record names it, by path, manifest
 digest and the content digest of every scene; ``FitEvidence``: the digests of one fit's state
-and receipts; ``StudyReference``; ``MetricPair``) and ``read_record_file``, which authenticates a
-record's receipt and validates the record's JSON against its model, so that a reshaped record
-is one clear refusal (exit 2) naming the field, never a traceback. Torch-free. Does not own:
+and receipts; ``StudyReference``; ``MetricPair``); ``ToolRecordFiles``, how a tool publishes
+its record and receipt; and ``read_record_file``, which authenticates a record's receipt and
+validates the record's JSON against its model, so that a reshaped record is one clear refusal
+(exit 2) naming the field, never a traceback. Torch-free. Does not own:
 any one record's layout or checks (``tuning_record``, ``pilot_record``, ``e0_record``).
 """
 
@@ -57,12 +58,12 @@ __all__ = [
     "PopulationIdentity",
     "StudyReference",
     "ToolBody",
+    "ToolRecordFiles",
     "absent_note",
     "check_config_copy",
     "checked_config",
     "close_values",
     "opened_record",
-    "publish_with_receipt",
     "read_record_file",
     "recipe_differences",
     "record_path",
@@ -77,7 +78,7 @@ Number = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class ToolBody(Closed):
-    """What every preparation tool's receipt body opens with (``publish_with_receipt`` writes it).
+    """What every preparation tool's receipt body opens with (``ToolRecordFiles.publish`` writes it).
 
     Attributes:
         name: the tool run's name (its config's ``name``).
@@ -435,35 +436,50 @@ def recipe_differences(recipe: dict, fitted: FitBody) -> list[str]:
     return sorted(k for k in recipe if k not in BACKEND_FIELDS and fitted.recipe.get(k) != recipe[k])
 
 
-def publish_with_receipt(
-    directory: Path,
-    record: dict,
-    record_file: str,
-    receipt: tuple[type[Receipt], str],
-    body: dict,
-    *,
-    also: dict[str, str] | None = None,
-) -> None:
-    """Publish a tool's record, then its receipt (last: its presence marks a finished run), which
-    binds the record and the config's copy and holds ``body`` with the record's name and config digest.
+@dataclass(frozen=True)
+class ToolRecordFiles:
+    """A preparation tool's record and its receipt: how the tool publishes them, how anyone reads them.
 
-    Args:
-        directory: the tool's directory.
-        record: the record.
-        record_file: its file name.
-        receipt: (the receipt's kind, its file name).
-        body: the kind's own body fields.
-        also: further files the tool published in ``directory`` before, ``{output name: file
-            name}`` (a rendering of the record), bound by the receipt too.
+    The receipt is published last (its presence marks a finished run). It binds the record, the
+    config's copy and ``also``, and its body holds the record's name and config digest with
+    ``summary(record)``, which reading checks against the record again.
+
+    Attributes:
+        record: the record's file name. receipt: its receipt's file name.
+        receipt_kind: the receipt's model. model: the record's model.
+        summary: what the receipt's body says of the record, from the record: ``{body field: value}``.
+        also: further files the tool publishes in its directory before the receipt, ``{output
+            name: file name}`` (a rendering of the record), bound by the receipt too.
     """
-    publish_json(directory / record_file, record)
-    write_receipt(
-        directory / receipt[1],
-        receipt[0],
-        body={"name": record["name"], "config_sha256": record["config_sha256"], **body},
-        inputs={"config": directory / RECORD_CONFIG_COPY},
-        outputs={"record": directory / record_file, **{k: directory / v for k, v in (also or {}).items()}},
-    )
+
+    record: str
+    receipt: str
+    receipt_kind: type[Receipt]
+    model: type[BaseModel]
+    summary: Callable[[dict], dict[str, Any]]
+    also: tuple[tuple[str, str], ...] = ()
+
+    def publish(self, directory: Path, record: dict) -> None:
+        """Publish ``record`` in ``directory``, then the receipt binding it, the config's copy and ``also``."""
+        publish_json(directory / self.record, record)
+        write_receipt(
+            directory / self.receipt,
+            self.receipt_kind,
+            body={"name": record["name"], "config_sha256": record["config_sha256"], **self.summary(record)},
+            inputs={"config": directory / RECORD_CONFIG_COPY},
+            outputs={"record": directory / self.record, **{k: directory / v for k, v in self.also}},
+        )
+
+    def read_record(self, directory: str | os.PathLike) -> dict:
+        """The record in ``directory``, authenticated by its receipt (and the files it binds) and
+        validated against its model.
+
+        Raises:
+            MissingEvidenceError: no receipt.
+            EvidenceError: the receipt or a bound file fails, the record is not in its model's
+                layout, or the receipt's body summarises another record.
+        """
+        return read_record_file(directory, self.record, self.receipt, self.receipt_kind, self.model, self.summary)[0]
 
 
 def absent_note(count: int, what: str) -> str:

@@ -16,19 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from qhlab.design.config_files import (
     FROZEN,
     ConfigName,
     Executor,
+    PlainNumber,
     StrictInt,
     TorchThreads,
     Workers,
@@ -66,15 +60,6 @@ __all__ = [
 ]
 
 
-def _plain_number(value: Any) -> Any:
-    # pydantic's lax mode reads true as 1.0 and "0.5" as 0.5: in a config a number is a number.
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not allowed; allowed: a number (a TOML boolean is not one)")
-    if isinstance(value, str):
-        raise ValueError(f"{value!r} is not allowed; allowed: a number (a quoted string is not one)")
-    return value
-
-
 def _path_text(value: Any) -> Any:
     if isinstance(value, str) and "\x00" in value:
         raise ValueError(f"{value!r} is not allowed; allowed: a path without NUL characters")
@@ -98,11 +83,6 @@ def _known_profile(profile: str) -> str:
 
 # An execution profile's name (`qhlab profiles`), checked against the registered lanes.
 ProfileName = Annotated[str, AfterValidator(_known_profile)]
-# Integers are integers (not true, not 2.0); numbers are numbers (not true).
-PlainNumber = Annotated[float, BeforeValidator(_plain_number)]
-"""A config's number: an int or a float, never a boolean or a numeric string (every config kind)."""
-PlainNumeric = Annotated[float | int, BeforeValidator(_plain_number)]
-"""A number that keeps an integer an int (a search space's bounds)."""
 _PathText = Annotated[str, BeforeValidator(_path_text)]
 # The largest threshold a study takes, in the reward's unit (a few metres bound the puck world's
 # returns); a reward on a larger scale is declared in a larger unit.

@@ -23,23 +23,21 @@ from qhlab.design.config_files import (
     FROZEN,
     ConfigForm,
     ConfigName,
-    Executor,
+    PlainNumber,
+    PlainNumeric,
     StrictInt,
+    ToolExecution,
     TorchThreads,
-    Workers,
     read_toml,
 )
 from qhlab.design.study_config import (
     STUDY_PRESET_FIELDS,
-    PlainNumber,
-    PlainNumeric,
     PopulationSource,
     ProfileName,
     declared_scenes,
     read_study_config,
 )
 from qhlab.evidence import QhInputError, distinct_seeds, invalid_fields
-from qhlab.evidence.receipts import DEFAULT_POPULATION_ROOT
 from qhlab.finite_horizon.recipe import TrainingSeed, validate_recipe
 from qhlab.training.console import console_verbose
 
@@ -255,7 +253,7 @@ class Pruner(BaseModel):
         return self
 
 
-class QhTuningConfig(BaseModel):
+class QhTuningConfig(ToolExecution):
     """One tuning: a base recipe, a search space, an objective, on one tuning population.
 
     Attributes:
@@ -284,8 +282,6 @@ class QhTuningConfig(BaseModel):
         population_cache: cache directory of generated populations.
     """
 
-    model_config = FROZEN
-
     name: ConfigName
     profile: ProfileName = "cpu-fp32"
     train: PopulationSource
@@ -299,10 +295,7 @@ class QhTuningConfig(BaseModel):
     sampler_seed: TrainingSeed = 0
     deviations: tuple[str, ...] = ()
     pruner: Pruner | None = None
-    workers: Workers = 1
-    executor: Executor = "local"
     torch_threads: TorchThreads = 1
-    population_cache: str = DEFAULT_POPULATION_ROOT
 
     @field_validator("space")
     @classmethod
@@ -371,9 +364,10 @@ class QhTuningConfig(BaseModel):
     def record(self) -> dict[str, Any]:
         """The config as the tuning record binds it: every field except the execution ones (and
         ``pruner`` when there is none, so a tuning without one keeps its digest)."""
-        return self.model_dump(
-            mode="json", exclude={"workers", "executor", *(("pruner",) if self.pruner is None else ())}
-        )
+        recorded = super().record()
+        if self.pruner is None:
+            del recorded["pruner"]
+        return recorded
 
 
 def tuning_document(raw: dict[str, Any]) -> dict[str, Any]:

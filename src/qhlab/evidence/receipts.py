@@ -35,12 +35,7 @@ from pydantic import ValidationError
 from qhlab import __version__
 from qhlab.evidence.canonical import canonical_json, read_json_object, sha256_bytes, sha256_file, to_jsonable
 from qhlab.evidence.envelope import Receipt, receipt_model
-from qhlab.evidence.errors import (
-    DigestMismatchError,
-    EvidenceError,
-    MissingEvidenceError,
-    SchemaMismatchError,
-)
+from qhlab.evidence.errors import DigestMismatchError, EvidenceError, MissingEvidenceError, SchemaMismatchError
 from qhlab.evidence.layout import MANIFEST, RECEIPT_SUFFIX
 from qhlab.evidence.publish import TEMP_MARKER, publish_bytes
 

@@ -27,13 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from qhlab.evidence import (
-    TRAINING_SEED_LIMIT,
-    canonical_json,
-    seed_problem,
-    sha256_bytes,
-    validation_error,
-)
+from qhlab.evidence import TRAINING_SEED_LIMIT, canonical_json, seed_problem, sha256_bytes, validation_error
 from qhlab.finite_horizon.architecture import MAX_ENSEMBLE_MEMBERS, ArchitectureConfig
 from qhlab.finite_horizon.budget import MAX_UPDATES
 

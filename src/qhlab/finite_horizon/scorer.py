@@ -27,12 +27,7 @@ from torch import Tensor, nn
 
 from qhlab.evidence import QhError, canonical_json, sha256_bytes
 from qhlab.execution.user_code import resolve_entry
-from qhlab.finite_horizon.architecture import (
-    ARMS,
-    MAX_ENSEMBLE_MEMBERS,
-    ArchitectureConfig,
-    ScorerDims,
-)
+from qhlab.finite_horizon.architecture import ARMS, MAX_ENSEMBLE_MEMBERS, ArchitectureConfig, ScorerDims
 from qhlab.finite_horizon.components import (
     AttentionEncoder,
     ConcatFusion,

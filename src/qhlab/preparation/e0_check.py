@@ -21,13 +21,7 @@ from qhlab.design.e0_config import E0_CHECK_CALL, QhE0CheckConfig, e0_design, e0
 from qhlab.design.e0_record import CONFIG_COPY, RECEIPT, RECORD, STUDIES_DIR, draw_outcome, publish_record, read_record
 from qhlab.design.study_config import STUDY_PATH_FIELDS, STUDY_PRESET_FIELDS, PopulationSource
 from qhlab.design.study_records import StudyE0Receipt, StudyFreezeReceipt
-from qhlab.evidence import (
-    authentication_roots,
-    input_error,
-    publish_bytes,
-    read_receipt,
-    recorded_origin,
-)
+from qhlab.evidence import authentication_roots, input_error, publish_bytes, read_receipt, recorded_origin
 from qhlab.evidence.layout import CANARY_DIR, E0_RECEIPT, FREEZE_RECEIPT, STUDY_CALL
 from qhlab.execution.user_code import locate_source, parse_entry
 from qhlab.preparation.declared import declared_population, declared_unit, unit_suffix

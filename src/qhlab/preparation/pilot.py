@@ -223,13 +223,40 @@ def _run_locked(
     unit: str,
     earlier: Path | None,
 ) -> dict:
-    directory, workers, say = run.directory, run.jobs_at_once(config), run.say
-    # Every reward-valued number printed is followed by its unit (" m" in the puck world).
-    u = unit_suffix(unit)
-    main = int(config.train.seed)
-    jobs = _jobs(config, study, directory, populations, shipped, earlier)
+    """The pilot under its lock: every fit run or adopted, then its record built, published and told."""
+    jobs = _jobs(config, study, run.directory, populations, shipped, earlier)
+    results = _fit_all(run, config, study, jobs, choice, unit_suffix(unit), earlier)
+    fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
+    layout = [(draw, list(seeds)) for draw, seeds in config.layout]
+    record = {
+        **study_record_head("pilot_record", config, digest, study, design),
+        "horizon": next(iter(results.values()))["horizon"],
+        "populations": {role: population_record(path) for role, path in populations.items()},
+        "layout": [{"draw": draw, "seeds": seeds} for draw, seeds in layout],
+        "fits": fits,
+        **components_of(design, fits, layout=layout),
+        "estimators": {
+            "noise": "qhlab.statistics.variance.fit_noise on each comparison's fits x scenes table, nested by "
+            "TRAIN draw: mean squares within and between draws, the residual per scene",
+            "interval": "qhlab.statistics.replication.pooled_difference: max(scene variance, scene variance + "
+            "MS_b/n0 + MS_w (1/S - 1/n0) - r/(S n_p)), Student's t, Satterthwaite's dof; tau checked by the study",
+        },
+    }
+    publish_record(run.directory, record)
+    _say_components(run, config, record, unit_suffix(unit))
+    return record
+
+
+def _fit_all(
+    run: ToolRun, config: QhPilotConfig, study: Any, jobs: list[dict], choice: Any, u: str, earlier: Path | None
+) -> dict:
+    """Run (or adopt) every fit job, each announced as it finishes ({(arm, draw, seed): result}).
+
+    ``u`` is the reward's unit as printed: every reward-valued number is followed by it.
+    """
+    say = run.say
     say(
-        f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {main}"
+        f"pilot {config.name}: {len(study.arms)} arms x {len(config.seeds)} seeds on TRAIN {int(config.train.seed)}"
         + (
             f", and x {sum(len(s) for s in config.draw_seeds)} more seeds on {len(config.train_draws)} more TRAIN "
             "draws (each seed on one draw)"
@@ -249,45 +276,27 @@ def _run_locked(
         finished.append(result)
 
     finished: list[dict] = []
-    with fit_runner(choice, workers, PILOT_CALL) as runner:
+    with fit_runner(choice, run.jobs_at_once(config), PILOT_CALL) as runner:
         outputs = run_fits(
             runner, _pilot_fit, [(job,) for job in jobs], on_result=lambda i, result: done(jobs[i], result)
         )
-    results = {(j["arm"], j["draw"], j["fit"].recipe.seed): result for j, result in zip(jobs, outputs, strict=True)}
-    fits = [{k: v for k, v in results[key].items() if k not in ("adopted", "horizon")} for key in sorted(results)]
-    layout = [(draw, list(seeds)) for draw, seeds in config.layout]
-    record = {
-        **study_record_head("pilot_record", config, digest, study, design),
-        "horizon": next(iter(results.values()))["horizon"],
-        "populations": {role: population_record(path) for role, path in populations.items()},
-        "layout": [{"draw": draw, "seeds": seeds} for draw, seeds in layout],
-        "fits": fits,
-        **components_of(design, fits, layout=layout),
-        "estimators": {
-            "noise": "qhlab.statistics.variance.fit_noise on each comparison's fits x scenes table, nested by "
-            "TRAIN draw: mean squares within and between draws, the residual per scene",
-            "interval": "qhlab.statistics.replication.pooled_difference: max(scene variance, scene variance + "
-            "MS_b/n0 + MS_w (1/S - 1/n0) - r/(S n_p)), Student's t, Satterthwaite's dof; tau checked by the study",
-        },
-    }
-    publish_record(directory, record)
-    say(
+    return {(j["arm"], j["draw"], j["fit"].recipe.seed): result for j, result in zip(jobs, outputs, strict=True)}
+
+
+def _say_components(run: ToolRun, config: QhPilotConfig, record: dict, u: str) -> None:
+    """Print where the record is and each comparison's and margin's components, in the unit ``u``."""
+    run.say(
         f"pilot {config.name}: each comparison's own seed and TRAIN-draw components, from "
-        f"{fits_words(len(fits), len(config.fits), len(layout))}; {directory / 'pilot.json'}"
+        f"{fits_words(len(record['fits']), len(config.fits), len(record['layout']))}; {run.directory / 'pilot.json'}"
     )
     for row in record["comparisons"] + record["margins"]:
         what = f"{row['arm']} - {row['against']}" if "arm" in row else f"margins of {row['variant']}"
-        say(
-            "  "
-            + what
-            + ": "
-            + "; ".join(
-                f"{metric} tau {noise['tau']:.5f}{u}"
-                + ("" if noise["omega"] is None else f", omega {noise['omega']:.5f}{u}")
-                for metric, noise in row["noise"].items()
-            )
+        taus = (
+            f"{metric} tau {noise['tau']:.5f}{u}"
+            + ("" if noise["omega"] is None else f", omega {noise['omega']:.5f}{u}")
+            for metric, noise in row["noise"].items()
         )
-    return record
+        run.say(f"  {what}: " + "; ".join(taus))
 
 
 def _jobs(

@@ -20,22 +20,14 @@ from typing import Any
 import numpy as np
 
 from qhlab.design.study_config import QhArchitectureStudyConfig
-from qhlab.design.study_records import StudyBenchmarkReceipt, StudyReportReceipt
-from qhlab.evidence import (
-    EvidenceError,
-    PublishConflictError,
-    exclusive_lock,
-    publish_directory,
-    read_receipt,
-    write_receipt,
-)
+from qhlab.design.study_records import StudyReportReceipt
+from qhlab.evidence import EvidenceError, PublishConflictError, exclusive_lock, publish_directory, write_receipt
 from qhlab.evidence.layout import (
     DEVELOPMENT_RECEIPT,
     REPORT_DIR,
     REPORT_LOCK,
     REPORT_RECEIPT,
     REPORT_SCHEMA_VERSION,
-    benchmark_receipt_path,
     cell_name,
 )
 from qhlab.report import answer, seed_aware
@@ -43,17 +35,8 @@ from qhlab.report import preparation_section as preparation
 from qhlab.report.references import reference_comparisons
 from qhlab.report.render import bounds, ci, fmt, per_horizon, table, write_report_files
 from qhlab.report.sections import ReportInputs, Section, Tables
-from qhlab.statistics.bootstrap import (
-    MIN_SCENES_TO_DECIDE,
-    pooled_seed_values,
-    retention_margins,
-    seed_disagreement,
-)
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_cells,
-    authenticate_development,
-)
+from qhlab.statistics.bootstrap import MIN_SCENES_TO_DECIDE, pooled_seed_values, retention_margins, seed_disagreement
+from qhlab.study.authentication import FrozenStudy, authenticate_cells, authenticate_development, read_benchmarks
 
 __all__ = ["SECTIONS", "build_report", "write_report"]
 
@@ -79,13 +62,7 @@ def _write_report_locked(frozen: FrozenStudy) -> dict:
         raise PublishConflictError(
             f"report_study: {directory / REPORT_RECEIPT} already exists; the report is written once."
         )
-    benchmarks = {}
-    for arm, seed in frozen.config.cells:
-        path = benchmark_receipt_path(frozen.output, arm, seed)
-        if path.is_file():
-            benchmarks[(arm, seed)] = {"path": path, "document": read_receipt(path, StudyBenchmarkReceipt)}
-    if len(benchmarks) != len(frozen.config.cells):
-        benchmarks = {}
+    benchmarks = read_benchmarks(frozen)
     # The report is a pure function over the receipts' JSON records, read above as typed models.
     report = build_report(
         frozen.config,

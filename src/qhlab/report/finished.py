@@ -21,10 +21,7 @@ from qhlab.execution import ExecutorChoice
 from qhlab.report.build import write_report
 from qhlab.report.receipt import authenticate_report
 from qhlab.report.wandb_run import log_report_run
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_development,
-)
+from qhlab.study.authentication import FrozenStudy, authenticate_development
 from qhlab.study.study import Study
 
 __all__ = ["REPORTER", "FinishedStudy", "finished_study", "open_study"]

@@ -15,23 +15,16 @@ import json
 from pathlib import Path
 
 from qhlab.design.preparation_record import close_values
-from qhlab.design.study_records import StudyBenchmarkReceipt, StudyReportReceipt
+from qhlab.design.study_records import StudyReportReceipt
 from qhlab.evidence import (
     DigestMismatchError,
     EvidenceError,
     authentication_roots,
-    read_receipt,
     recorded_origin,
     source_package_digest,
 )
 from qhlab.evidence.envelope import register_check
-from qhlab.evidence.layout import (
-    REPORT_JSON,
-    REPORT_MARKDOWN,
-    REPORT_RECEIPT,
-    REPORT_SCHEMA_VERSION,
-    benchmark_receipt_path,
-)
+from qhlab.evidence.layout import REPORT_JSON, REPORT_MARKDOWN, REPORT_RECEIPT, REPORT_SCHEMA_VERSION
 
 __all__ = ["recompute_report"]
 
@@ -61,6 +54,7 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
         authenticate_development,
         authenticate_freeze,
         frozen_config_path,
+        read_benchmarks,
     )
 
     directory = Path(directory)
@@ -82,13 +76,7 @@ def recompute_report(directory: str | Path, *, call: str = _CALL) -> dict:
         frozen = authenticate_freeze(frozen_config_path(output), output, call, runs=False, same_source=False)
         _, report, cells = authenticate_report(frozen, call)
         development = authenticate_development(frozen, call)
-        benchmarks = {}
-        for arm, seed in frozen.config.cells:
-            path = benchmark_receipt_path(frozen.output, arm, seed)
-            if path.is_file():
-                benchmarks[(arm, seed)] = read_receipt(path, StudyBenchmarkReceipt).body_record()
-        if len(benchmarks) != len(frozen.config.cells):
-            benchmarks = {}
+        benchmarks = {k: v["document"].body_record() for k, v in read_benchmarks(frozen).items()}
         again = build_report(
             frozen.config,
             frozen.receipt.body_record(),

@@ -43,14 +43,7 @@ import numpy as np
 
 from qhlab.evidence import EvidenceError, QhError, QhInputError, canonical_json
 from qhlab.evidence.canonical import differing_keys, dotted
-from qhlab.scenes.bellman import (
-    LabelArrays,
-    check_bellman,
-    check_counts,
-    check_structure,
-    label_refusal,
-    read_labels,
-)
+from qhlab.scenes.bellman import LabelArrays, check_bellman, check_counts, check_structure, label_refusal, read_labels
 from qhlab.scenes.chains import choose_action
 from qhlab.scenes.environment import Environment
 from qhlab.scenes.labels import TreeSearch

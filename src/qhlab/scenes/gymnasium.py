@@ -61,13 +61,7 @@ from qhlab.evidence import QhInputError
 from qhlab.execution.user_code import FrozenSource
 from qhlab.scenes.environment import MAX_REWARD_MAGNITUDE
 from qhlab.scenes.gymnasium_ids import parse_task_id, registered_task
-from qhlab.scenes.gymnasium_state import (
-    Snapshots,
-    flat_features,
-    flat_size,
-    random_steps,
-    transition_table_randomness,
-)
+from qhlab.scenes.gymnasium_state import Snapshots, flat_features, flat_size, random_steps, transition_table_randomness
 
 __all__ = ["GymnasiumEnvironment", "make", "make_with_state"]
 

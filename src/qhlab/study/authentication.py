@@ -19,12 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from qhlab.design.study_config import (
-    EXECUTION_FIELDS,
-    QhArchitectureStudyConfig,
-    read_study_config,
-)
+from qhlab.design.study_config import EXECUTION_FIELDS, QhArchitectureStudyConfig, read_study_config
 from qhlab.design.study_records import (
+    StudyBenchmarkReceipt,
     StudyCellReceipt,
     StudyDevelopmentReceipt,
     StudyE0Receipt,
@@ -51,6 +48,7 @@ from qhlab.evidence.layout import (
     SELECTION_FILE,
     STUDY_CALL,
     STUDY_CONFIG_COPY,
+    benchmark_receipt_path,
     cell_name,
     cell_receipt_path,
 )
@@ -74,6 +72,7 @@ __all__ = [
     "authenticate_freeze",
     "check_bound",
     "frozen_config_path",
+    "read_benchmarks",
     "read_canary_selection",
     "read_cell_receipts",
     "refuse_linked_study",
@@ -518,3 +517,18 @@ def read_cell_receipts(
         document = read_receipt(path, StudyCellReceipt)
         cells[(arm, seed)] = {"path": path, "document": document}
     return cells
+
+
+def read_benchmarks(frozen: FrozenStudy) -> dict[tuple[str, int], dict]:
+    """Every declared cell's benchmark receipt, {(arm, seed): {"path", "document"}}; {} while any
+    cell has none (the report times every cell or none).
+
+    Raises:
+        EvidenceError: a benchmark receipt that exists fails to authenticate.
+    """
+    benchmarks = {}
+    for arm, seed in frozen.config.cells:
+        path = benchmark_receipt_path(frozen.output, arm, seed)
+        if path.is_file():
+            benchmarks[(arm, seed)] = {"path": path, "document": read_receipt(path, StudyBenchmarkReceipt)}
+    return benchmarks if len(benchmarks) == len(frozen.config.cells) else {}

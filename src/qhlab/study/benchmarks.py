@@ -13,17 +13,9 @@ from collections.abc import Callable
 
 from qhlab.design.study_records import StudyBenchmarkReceipt
 from qhlab.evidence import PublishConflictError, input_error, read_receipt, write_receipt
-from qhlab.evidence.layout import (
-    CELLS_DIR,
-    benchmark_receipt_path,
-    cell_name,
-)
+from qhlab.evidence.layout import CELLS_DIR, benchmark_receipt_path, cell_name
 from qhlab.finite_horizon.benchmark import benchmark_scorer
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_development,
-    read_cell_receipts,
-)
+from qhlab.study.authentication import FrozenStudy, authenticate_development, read_cell_receipts
 
 __all__ = ["benchmark_cells"]
 

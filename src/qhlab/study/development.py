@@ -14,11 +14,7 @@ from typing import Any
 
 from qhlab.design.study_records import StudyDevelopmentReceipt
 from qhlab.evidence import OrderError, PublishConflictError, input_error, read_receipt, sha256_file, write_receipt
-from qhlab.evidence.layout import (
-    CANARY_DIR,
-    DEVELOPMENT_RECEIPT,
-    E0_RECEIPT,
-)
+from qhlab.evidence.layout import CANARY_DIR, DEVELOPMENT_RECEIPT, E0_RECEIPT
 from qhlab.finite_horizon.evaluation import (
     constant_predictions,
     evaluate_population,

@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qhlab.design.canary import select_canary_row
-from qhlab.design.study_config import (
-    EXECUTION_FIELDS,
-    QhArchitectureStudyConfig,
-    read_study_config,
-)
+from qhlab.design.study_config import EXECUTION_FIELDS, QhArchitectureStudyConfig, read_study_config
 from qhlab.design.study_records import StudyFreezeReceipt
 from qhlab.design.user_sources import preset_file_record, user_source_digests
 from qhlab.evidence import (

@@ -48,12 +48,7 @@ from qhlab.study.family import family_bytes
 from qhlab.study.populations import population_files
 from qhlab.study.remote_worker import fit_on_worker
 from qhlab.training.profiles import execution_profile
-from qhlab.training.records import (
-    ColdInitializationReceipt,
-    FitReceipt,
-    SegmentCheckpointReceipt,
-    WandbAttemptReceipt,
-)
+from qhlab.training.records import ColdInitializationReceipt, FitReceipt, SegmentCheckpointReceipt, WandbAttemptReceipt
 from qhlab.training.wandb_attempt import writer_lock_path
 
 __all__ = ["RAY_TASK_RETRIES", "check_cells_feasible", "run_cells_on_ray"]

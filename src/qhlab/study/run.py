@@ -13,18 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from qhlab.evidence import authentication_roots, locate_population, population_roots, recorded_origin
-from qhlab.evidence.layout import (
-    CANARY_DIR,
-    CELL_RECEIPT,
-    cell_name,
-)
+from qhlab.evidence.layout import CANARY_DIR, CELL_RECEIPT, cell_name
 from qhlab.execution import JobRunner, progress_sink, reporting, worker_memo
 from qhlab.study.admission import publish_selection
-from qhlab.study.authentication import (
-    FrozenStudy,
-    authenticate_development,
-    authenticate_freeze,
-)
+from qhlab.study.authentication import FrozenStudy, authenticate_development, authenticate_freeze
 from qhlab.study.cells import fit_cell
 from qhlab.study.remote import run_cells_on_ray
 from qhlab.training.console import console_verbose

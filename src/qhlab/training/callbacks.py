@@ -23,16 +23,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from qhlab.evidence import QhError, input_error, require_int, write_receipt
 from qhlab.execution.progress import report_progress, reporting
-from qhlab.training.optimizer_state import (
-    capture_training_state,
-    observed_optimizer_updates,
-    restore_optimizer_state,
-)
+from qhlab.training.optimizer_state import capture_training_state, observed_optimizer_updates, restore_optimizer_state
 from qhlab.training.records import SegmentCheckpointReceipt
-from qhlab.training.segments import (
-    ResumeState,
-    checkpoint_state_path,
-)
+from qhlab.training.segments import ResumeState, checkpoint_state_path
 from qhlab.training.tensor_state import save_tensor_state, structure_path
 
 __all__ = [

@@ -30,14 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 # torch is imported inside the methods that touch a device: the lane registry and its names
 # (`PROFILE_NAMES`, `execution_profile(name).apply`) load without it, for configs and the CLI.
-from qhlab.evidence import (
-    MissingEvidenceError,
-    QhError,
-    QhInputError,
-    input_error,
-    require_int,
-    sha256_file,
-)
+from qhlab.evidence import MissingEvidenceError, QhError, QhInputError, input_error, require_int, sha256_file
 
 __all__ = [
     "PROFILE_NAMES",

@@ -27,14 +27,7 @@ from typing import Any
 
 import torch
 
-from qhlab.evidence import (
-    EvidenceError,
-    MissingEvidenceError,
-    input_error,
-    read_receipt,
-    require_instance,
-    require_int,
-)
+from qhlab.evidence import EvidenceError, MissingEvidenceError, input_error, read_receipt, require_instance, require_int
 from qhlab.finite_horizon.diagnostics.mps_memory import QhMpsMemoryObservation, observation_from_record
 from qhlab.finite_horizon.records import CommissioningMilestoneReceipt
 from qhlab.training.tensor_state import load_tensor_state
