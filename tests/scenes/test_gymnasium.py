@@ -359,6 +359,8 @@ def test_another_installed_version_of_the_package_is_named(tmp_path, capsys, mon
 
 
 _OWN_TASK = """
+import random
+
 import gymnasium
 import numpy as np
 from gymnasium import spaces
@@ -389,8 +391,22 @@ class DrawingCorridor(Corridor):
         return super().step(action)
 
 
+class GlobalCorridor(Corridor):
+    def step(self, action):
+        observation, reward, done, truncated, info = super().step(action)
+        return observation, reward + 0.01 * np.random.random(), done, truncated, info
+
+
+class StdlibCorridor(Corridor):
+    def step(self, action):
+        observation, reward, done, truncated, info = super().step(action)
+        return observation, reward + 0.01 * random.random(), done, truncated, info
+
+
 gymnasium.register(id="Corridor-v0", entry_point="my_tasks:Corridor", max_episode_steps=50)
 gymnasium.register(id="DrawingCorridor-v0", entry_point="my_tasks:DrawingCorridor", max_episode_steps=50)
+gymnasium.register(id="GlobalCorridor-v0", entry_point="my_tasks:GlobalCorridor", max_episode_steps=50)
+gymnasium.register(id="StdlibCorridor-v0", entry_point="my_tasks:StdlibCorridor", max_episode_steps=50)
 """
 
 
@@ -436,6 +452,20 @@ def test_a_step_that_draws_is_refused_even_where_the_draw_changes_nothing(tmp_pa
     (line,) = capsys.readouterr().err.splitlines()
     assert "env_id='my_tasks:DrawingCorridor-v0' is not allowed; allowed: a task whose step is deterministic" in line
     assert "draws from its random generator (np_random.random)" in line and "one outcome" in line, line
+    assert not (tmp_path / "pop").exists()
+
+
+@pytest.mark.parametrize(
+    ("task", "generator"),
+    [("GlobalCorridor", "numpy's global generator (np.random)"), ("StdlibCorridor", "Python's random module")],
+)
+def test_a_step_that_draws_behind_the_tasks_own_generator_is_refused(tmp_path, capsys, task, generator) -> None:
+    (tmp_path / "my_tasks.py").write_text(_OWN_TASK)
+    preset = _preset(tmp_path, f'env_id = "my_tasks:{task}-v0"', name=task.lower())
+    assert main([*_generate(preset, tmp_path / "pop"), "--workers", "1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"env_id='my_tasks:{task}-v0' is not allowed; allowed: a task whose step is deterministic" in line
+    assert f"draws from {generator}, which no seed of the task fixes" in line, line
     assert not (tmp_path / "pop").exists()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qhlab.design import e0_record, pilot_record, plan_record
+from qhlab.design import e0_record, pilot_record, plan_record, tuning_record
 from qhlab.evidence import DigestMismatchError
 from record_forgery import reseal
 
@@ -25,6 +25,9 @@ PREPARATION = Path(__file__).resolve().parents[2] / "examples" / "preparation"
         ("demo-pilot", pilot_record, "pilot.receipt.json", "fits", 1),
         ("demo-plan", plan_record, "plan.receipt.json", "chosen", 99),
         ("demo-e0", e0_record, "e0.receipt.json", "passed", 0),
+        ("demo-plan", plan_record, "plan.receipt.json", "designs", 1),
+        ("demo-tune", tuning_record, "tuning.receipt.json", "winner", 0),
+        ("demo-tune", tuning_record, "tuning.receipt.json", "trials", 3),
     ],
 )
 def test_a_receipt_body_that_summarises_another_record_is_refused(tmp_path, name, module, receipt, field, value):

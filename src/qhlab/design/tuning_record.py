@@ -313,7 +313,7 @@ def publish_record(
     write_receipt(
         directory / RECEIPT,
         TuningReceipt,
-        body={"name": config.name, "config_sha256": config_sha256, "trials": len(entries), "winner": winner["number"]},
+        body={"name": config.name, "config_sha256": config_sha256, **_summary(record)},
         inputs={"config": directory / CONFIG_COPY},
         outputs=outputs,
     )
@@ -345,8 +345,14 @@ def read_record(directory: str | os.PathLike) -> dict:
         MissingEvidenceError: no ``tuning.receipt.json``.
         EvidenceError: the receipt or a bound file fails.
         SchemaMismatchError: ``tuning.json`` is not in ``TuningRecord``'s layout.
+        DigestMismatchError: the receipt's body summarises another record.
     """
-    return read_record_file(directory, RECORD, RECEIPT, TuningReceipt, TuningRecord)[0]
+    return read_record_file(directory, RECORD, RECEIPT, TuningReceipt, TuningRecord, summary=_summary)[0]
+
+
+def _summary(record: dict) -> dict:
+    """What a tuning receipt's body says of its record: its count of trials and the winner's number."""
+    return {"trials": len(record["trials"]), "winner": record["winner"]["number"]}
 
 
 def _at(mapping: Any, dotted: str) -> Any:

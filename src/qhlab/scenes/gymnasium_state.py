@@ -17,8 +17,11 @@ Owns:
   (so that a per-episode coin such as Taxi's fickle passenger lands both ways). A step that
   draws is random, unless the task's transition table gives that state and action one outcome
   and the step returned it at both ends (a toy-text task samples even a one-outcome row). A draw
-  the stand-in does not model (``normal``, ...) is random too. A toy-text task's transition table
-  is read whole: a row with more than one outcome is random, at any probability.
+  the stand-in does not model (``normal``, ...) is random too. A step that draws behind the task's
+  generator, from numpy's global generator (``np.random.random``, ...) or Python's ``random``
+  module, is random: no seed of the task fixes those, and each step is watched for a change of
+  their state. A toy-text task's transition table is read
+  whole: a row with more than one outcome is random, at any probability.
 
 Does not own: the environment contract or the option checks (``qhlab.scenes.gymnasium``).
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import random
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -332,11 +336,18 @@ def random_steps(
                     set_state(state)
                     ends = _Ends(high)
                     unwrapped._np_random = ends
+                    before = _global_generators()
                     try:
                         result = unwrapped.step(action)
                     except (_Unmodelled, _TooManyDraws) as exc:
                         return (
                             f"a step (probed state {index}, action {action}) draws np_random.{exc} from its generator"
+                        )
+                    behind = [name for name, a, b in zip(_GLOBAL_GENERATORS, before, _global_generators()) if a != b]
+                    if behind:
+                        return (
+                            f"a step (probed state {index}, action {action}) draws from {' and '.join(behind)}, "
+                            "which no seed of the task fixes; draw from the task's own self.np_random"
                         )
                     seen.append((outcome(result), tuple(ends.draws), result))
                 (low, low_draws, result), (high, high_draws, _) = seen
@@ -355,3 +366,13 @@ def random_steps(
     finally:
         unwrapped._np_random = real
     return None
+
+
+# The process-wide generators a step can draw from behind its task's own, as a refusal names them.
+_GLOBAL_GENERATORS = ("numpy's global generator (np.random)", "Python's random module")
+
+
+def _global_generators() -> tuple[bytes, Any]:
+    """Where numpy's global generator and Python's ``random`` stand: a draw from either moves it."""
+    name, key, position, has_gauss, gauss = np.random.get_state()
+    return (key.tobytes() + repr((name, position, has_gauss, gauss)).encode(), random.getstate())
