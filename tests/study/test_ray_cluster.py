@@ -73,7 +73,7 @@ def cluster():
 def _kill_first_cell_worker(worker_tmp: Path, stop: threading.Event, killed: list) -> None:
     """Wait for the first cell try to make its temporary directory (``qhlab-<cell>-*``: by then
     the try is on record), then SIGKILL the Ray worker running that cell (process title
-    ``ray::qhlab-cell-<cell>``)."""
+    ``ray::qhlab-cell-<cell>``) while the directory still shows the try running."""
     while not stop.is_set() and not killed:
         made = sorted(p.name for p in worker_tmp.iterdir() if p.name.startswith("qhlab-"))
         for name in made:
@@ -86,6 +86,10 @@ def _kill_first_cell_worker(worker_tmp: Path, stop: threading.Event, killed: lis
                 except OSError:
                     continue
                 if title.startswith(f"ray::qhlab-cell-{cell}"):
+                    if not (worker_tmp / name).exists():
+                        # The try finished while /proc was read (it removes its directory before it
+                        # returns): a kill now could land after its result, so no try would be lost.
+                        break
                     try:
                         os.kill(int(proc.name), signal.SIGKILL)
                     except ProcessLookupError:
