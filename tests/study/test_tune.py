@@ -437,7 +437,12 @@ def test_verify_recomputes_and_refuses_a_resealed_edit(tmp_path, reference, caps
     record = json.loads((bare / "tuning.json").read_text())
     record["winner"]["number"] = (record["winner"]["number"] + 1) % 4
     (bare / "tuning.json").write_bytes(canonical_json(record))
+    # Resealed over the old body, the receipt's summary names the old winner; resealed with the
+    # body edited too, the winner is recomputed by the rule.
     _reseal(bare)
+    assert main(["verify", str(bare)]) == 2
+    assert "tuning.receipt.json and its tuning.json disagree on winner." in capsys.readouterr().err
+    reseal(bare / "tuning.receipt.json", lambda body: body.update(winner=record["winner"]["number"]))
     assert main(["verify", str(bare)]) == 2
     assert "is not the rule's" in capsys.readouterr().err
 
