@@ -20,8 +20,8 @@ Owns:
   the stand-in does not model (``normal``, ...) is random too. A step that draws behind the task's
   generator, from numpy's global generator (``np.random.random``, ...) or Python's ``random``
   module, is random: no seed of the task fixes those, and each step is watched for a change of
-  their state. A toy-text task's transition table is read
-  whole: a row with more than one outcome is random, at any probability.
+  their state. A toy-text task's transition table is read whole: a row with more than one
+  outcome is random, at any probability.
 
 Does not own: the environment contract or the option checks (``qhlab.scenes.gymnasium``).
 """
@@ -347,7 +347,7 @@ def random_steps(
                     if behind:
                         return (
                             f"a step (probed state {index}, action {action}) draws from {' and '.join(behind)}, "
-                            "which no seed of the task fixes; draw from the task's own self.np_random"
+                            "which no seed of the task fixes"
                         )
                     seen.append((outcome(result), tuple(ends.draws), result))
                 (low, low_draws, result), (high, high_draws, _) = seen
